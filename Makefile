@@ -1,0 +1,112 @@
+# shardkit -- header-only; this Makefile builds the tools, examples, benchmarks and tests.
+#   make            every example, tool and benchmark into build/
+#   make test       header checks + the Criterion suites
+#   make demo       the MindSpore tutorial tables (and later the 8-card training demo)
+#   make sanitize   the suites under ASan + UBSan;   make tsan   under ThreadSanitizer
+#   make install PREFIX=/usr/local   headers + shardkit.pc
+#   make deps       install the Debian packages below that are missing (as root), or name them
+
+# Every Debian package the build, tests, demo and benchmarks use. One list, checked by `deps`.
+DEB_PACKAGES := gcc g++ make pkg-config libcriterion-dev
+
+PREFIX ?= /usr/local
+BUILD  := build
+CC     := gcc
+CXX    := g++
+WARN   := -Wall -Wextra -Werror -pedantic
+CFLAGS := -std=c11 $(WARN) -O2 -g
+CPPFLAGS := -Iinclude
+LDLIBS := -lpthread -lm
+SAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+TSAN_FLAGS := -fsanitize=thread
+
+HEADERS   := $(wildcard include/*.h)
+TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/impl.c
+TOOLS     := $(BUILD)/sk-layout
+BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c))
+EXAMPLES  := $(filter-out $(TOOLS),$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
+
+# Tests run with a per-test timeout inside the suites; CRITERION_JOBS keeps the 2-core box sane.
+CRITERION_ARGS ?= --jobs 2
+
+.PHONY: all test demo sanitize tsan install deps check-headers clean
+
+all: $(TOOLS) $(EXAMPLES) $(BENCHES)
+
+# Installs what is missing when root; otherwise prints the exact command and fails.
+deps:
+	@command -v dpkg-query >/dev/null 2>&1 || { echo "deps: not a Debian system; need: $(DEB_PACKAGES)"; exit 0; }; \
+	missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "deps: installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "deps: missing Debian packages:$$missing"; \
+	    echo "deps: run: sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+$(BUILD)/sk-layout: examples/sk_layout.c $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+$(BUILD)/%: examples/%.c $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+$(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# ---- tests -------------------------------------------------------------------------------
+$(BUILD)/tests/unit: $(TEST_SRCS) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(LDLIBS)
+
+$(BUILD)/san/unit: $(TEST_SRCS) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN_FLAGS) -o $@ $(TEST_SRCS) -lcriterion $(LDLIBS)
+
+$(BUILD)/tsan/unit: $(TEST_SRCS) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(TSAN_FLAGS) -o $@ $(TEST_SRCS) -lcriterion $(LDLIBS)
+
+check-headers: | deps
+	@sh tests/check_headers.sh
+
+test: check-headers $(BUILD)/tests/unit all
+	$(BUILD)/tests/unit $(CRITERION_ARGS)
+	@sh tests/tools_test.sh
+
+sanitize: $(BUILD)/san/unit
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)
+
+# TSan on recent kernels needs a non-randomised address space (setarch -R); fall back if refused.
+tsan: $(BUILD)/tsan/unit
+	@if setarch $$(uname -m) -R true 2>/dev/null; then r="setarch $$(uname -m) -R"; else r=""; fi; \
+	echo "TSAN_OPTIONS=halt_on_error=1 $$r $(BUILD)/tsan/unit $(CRITERION_ARGS)"; \
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $$r $(BUILD)/tsan/unit $(CRITERION_ARGS)
+
+demo: $(BUILD)/sk-layout
+	@echo '== Layout((2,2,2),("dp","sp","mp")), x[16,784] under layout("mp",("sp","dp")) =='
+	@$(BUILD)/sk-layout --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)"
+	@echo
+	@echo '== the weight [784,512] under layout(("sp","dp"),"None") =='
+	@$(BUILD)/sk-layout --mesh dp=2,sp=2,mp=2 --shape 784,512 --map "(sp,dp),None"
+	@echo
+	@echo '== MatMul().shard(((2,4),(4,1))) on 8 devices: x[16,784] by (2,4), w[784,512] by (4,1) =='
+	@$(BUILD)/sk-layout --devices 8 --strategy 2,4 --shape 16,784
+	@$(BUILD)/sk-layout --devices 8 --strategy 4,1 --shape 784,512
+
+install:
+	install -d $(DESTDIR)$(PREFIX)/include/shardkit $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/shardkit/
+	printf 'prefix=%s\nincludedir=$${prefix}/include/shardkit\n\nName: shardkit\nDescription: header-only tensor sharding and collectives\nVersion: %s\nCflags: -I$${includedir}\nLibs: -lpthread -lm\n' \
+	  "$(PREFIX)" "$$(sed -n 's/^#define SK_VERSION_MAJOR //p' include/sk_core.h).$$(sed -n 's/^#define SK_VERSION_MINOR //p' include/sk_core.h).$$(sed -n 's/^#define SK_VERSION_PATCH //p' include/sk_core.h)" \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shardkit.pc
+
+clean:
+	rm -rf $(BUILD)

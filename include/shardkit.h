@@ -1,0 +1,6 @@
+/* shardkit.h -- umbrella header: includes every shardkit module.
+   Define SK_IMPL in one .c file before including it to get every implementation.
+   No include guard of its own on purpose: each module guards its declarations and its
+   implementation separately, so including this again after defining SK_IMPL emits the code. */
+#include "sk_core.h"
+#include "sk_layout.h"

@@ -1,0 +1,385 @@
+/* sk_core.h -- shardkit's shared types: results, dtypes, reduce ops, f16/bf16 conversion,
+   allocator and logger hooks, version.
+
+   Every other shardkit header includes this one; you rarely include it yourself.
+
+   WHAT IT HOLDS
+     sk_result       one X-macro list makes the enum and sk_result_string()
+     sk_error        the detailed message a fallible call writes when the caller passes one
+     sk_dtype        f32 f64 f16 bf16 i8 u8 i32 i64, with names and sizes
+     sk_redop        sum prod min max avg
+     f16 / bf16      exact conversions to and from f32 (round to nearest even; inf and NaN kept)
+     sk_allocator    a user allocator (both functions or neither)
+     sk_logger       a user log sink; zero means silent
+     SK_API          extern, or static under SK_STATIC (define it globally, with SK_IMPL, to get a
+                     private copy of every module in each translation unit that includes them)
+
+   This header defines no out-of-line symbol, so it can never be defined twice. Its second part
+   (behind SK__CORE_PRIVATE, which only module implementations define) holds static helpers that
+   implementation sections share: error formatting, allocation, logging.
+
+   ERRORS
+     Fallible calls return sk_result (SK_OK == 0). Calls that validate user input also take an
+     `sk_error *err` (may be NULL), jansson style: on failure it receives the code and one line
+     that names the offending argument ("dim 1 (784) is not divisible by 3 = sp*mp"). No message
+     is ever kept in process-wide state.
+
+   License: MIT. */
+#ifndef SK_CORE_H
+#define SK_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SK_VERSION_MAJOR 0
+#define SK_VERSION_MINOR 1
+#define SK_VERSION_PATCH 0
+#define SK_VERSION (SK_VERSION_MAJOR * 10000 + SK_VERSION_MINOR * 100 + SK_VERSION_PATCH)
+
+#ifdef __cplusplus
+#define SK_EXTERN_C_BEGIN extern "C" {
+#define SK_EXTERN_C_END }
+#else
+#define SK_EXTERN_C_BEGIN
+#define SK_EXTERN_C_END
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SK__UNUSED __attribute__((unused))
+#define SK__PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define SK__UNUSED
+#define SK__PRINTF(fmt, args)
+#endif
+
+/* SK_API: linkage of every public function. Set SK_STATIC globally (with SK_IMPL in the same
+   translation unit) for a private static copy. */
+#ifndef SK_API
+#ifdef SK_STATIC
+#define SK_API static SK__UNUSED
+#else
+#define SK_API extern
+#endif
+#endif
+#define SK__INLINE static inline SK__UNUSED
+
+SK_EXTERN_C_BEGIN
+
+/* ---- results ------------------------------------------------------------------------------ */
+
+#define SK_RESULT_LIST(X)                                                                        \
+  X(SK_OK, "success")                                                                          \
+  X(SK_ERR_INVALID_ARGUMENT, "invalid argument (the detailed message names it)")               \
+  X(SK_ERR_INVALID_USAGE, "invalid usage: a call made in the wrong state or order")            \
+  X(SK_ERR_OUT_OF_MEMORY, "out of memory: the allocator returned NULL")                         \
+  X(SK_ERR_SYSTEM, "system error: an OS call failed (the detailed message has errno)")         \
+  X(SK_ERR_BACKEND, "backend error: a backend hook failed (see the detailed message)")         \
+  X(SK_ERR_TIMEOUT, "timeout: peers did not arrive in time (the message names them)")          \
+  X(SK_ERR_ABORTED, "aborted: a peer failed or the world was aborted")                         \
+  X(SK_ERR_MISMATCH, "mismatch: members of a group made different calls at the same point")    \
+  X(SK_ERR_UNSUPPORTED, "unsupported: not compiled in, or not available on this backend")      \
+  X(SK_ERR_IN_PROGRESS, "in progress: the operation has not completed yet")                    \
+  X(SK_ERR_INTERNAL, "internal error: a bug in shardkit; please report it")
+
+typedef enum sk_result {
+#define SK__RESULT_ENUM(name, text) name,
+  SK_RESULT_LIST(SK__RESULT_ENUM)
+#undef SK__RESULT_ENUM
+  SK_RESULT_COUNT
+} sk_result;
+
+SK__INLINE const char *sk_result_string(sk_result r) {
+  static const char *const texts[] = {
+#define SK__RESULT_TEXT(name, text) text,
+      SK_RESULT_LIST(SK__RESULT_TEXT)
+#undef SK__RESULT_TEXT
+  };
+  if ((int)r < 0 || (int)r >= (int)SK_RESULT_COUNT) return "unknown sk_result";
+  return texts[r];
+}
+
+SK__INLINE const char *sk_result_name(sk_result r) {
+  static const char *const names[] = {
+#define SK__RESULT_NAME(name, text) #name,
+      SK_RESULT_LIST(SK__RESULT_NAME)
+#undef SK__RESULT_NAME
+  };
+  if ((int)r < 0 || (int)r >= (int)SK_RESULT_COUNT) return "SK_ERR_UNKNOWN";
+  return names[r];
+}
+
+#define SK_ERROR_MSG_MAX 256
+/* Detailed error of one call. Zero-initialise it or not; a failing call overwrites it and a
+   successful one leaves it untouched. */
+typedef struct sk_error {
+  sk_result code;
+  char msg[SK_ERROR_MSG_MAX];
+} sk_error;
+
+/* ---- dtypes ------------------------------------------------------------------------------- */
+
+/* X(enum, short name, nccl-tests name, size in bytes) */
+#define SK_DTYPE_LIST(X)                \
+  X(SK_F32, "f32", "float", 4)          \
+  X(SK_F64, "f64", "double", 8)         \
+  X(SK_F16, "f16", "half", 2)           \
+  X(SK_BF16, "bf16", "bfloat16", 2)     \
+  X(SK_I8, "i8", "int8", 1)             \
+  X(SK_U8, "u8", "uint8", 1)            \
+  X(SK_I32, "i32", "int32", 4)          \
+  X(SK_I64, "i64", "int64", 8)
+
+typedef enum sk_dtype {
+#define SK__DTYPE_ENUM(e, name, longname, size) e,
+  SK_DTYPE_LIST(SK__DTYPE_ENUM)
+#undef SK__DTYPE_ENUM
+  SK_DTYPE_COUNT
+} sk_dtype;
+
+SK__INLINE bool sk_dtype_valid(sk_dtype dt) { return (int)dt >= 0 && (int)dt < (int)SK_DTYPE_COUNT; }
+
+/* Bytes per element; 0 for an invalid dtype. */
+SK__INLINE size_t sk_dtype_size(sk_dtype dt) {
+  static const unsigned char sizes[] = {
+#define SK__DTYPE_SIZE(e, name, longname, size) size,
+      SK_DTYPE_LIST(SK__DTYPE_SIZE)
+#undef SK__DTYPE_SIZE
+  };
+  return sk_dtype_valid(dt) ? sizes[dt] : 0;
+}
+
+/* Short name ("f32"); "invalid" for an invalid dtype. */
+SK__INLINE const char *sk_dtype_name(sk_dtype dt) {
+  static const char *const names[] = {
+#define SK__DTYPE_NAME(e, name, longname, size) name,
+      SK_DTYPE_LIST(SK__DTYPE_NAME)
+#undef SK__DTYPE_NAME
+  };
+  return sk_dtype_valid(dt) ? names[dt] : "invalid";
+}
+
+/* nccl-tests name ("float", "half", "bfloat16", ...); "invalid" for an invalid dtype. */
+SK__INLINE const char *sk_dtype_long_name(sk_dtype dt) {
+  static const char *const names[] = {
+#define SK__DTYPE_LNAME(e, name, longname, size) longname,
+      SK_DTYPE_LIST(SK__DTYPE_LNAME)
+#undef SK__DTYPE_LNAME
+  };
+  return sk_dtype_valid(dt) ? names[dt] : "invalid";
+}
+
+SK__INLINE bool sk_dtype_is_float(sk_dtype dt) {
+  return dt == SK_F32 || dt == SK_F64 || dt == SK_F16 || dt == SK_BF16;
+}
+
+SK__INLINE bool sk__streq(const char *a, const char *b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+
+/* Parses either name form ("f32" or "float"). Returns false for an unknown name or NULL. */
+SK__INLINE bool sk_dtype_from_name(const char *name, sk_dtype *out) {
+  if (!name || !out) return false;
+  for (int i = 0; i < (int)SK_DTYPE_COUNT; i++) {
+    if (sk__streq(name, sk_dtype_name((sk_dtype)i)) || sk__streq(name, sk_dtype_long_name((sk_dtype)i))) {
+      *out = (sk_dtype)i;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* ---- reduce ops --------------------------------------------------------------------------- */
+
+/* avg = sum / group size; integers truncate toward zero; f16/bf16 accumulate in f32. */
+#define SK_REDOP_LIST(X) X(SK_SUM, "sum") X(SK_PROD, "prod") X(SK_MIN, "min") X(SK_MAX, "max") X(SK_AVG, "avg")
+
+typedef enum sk_redop {
+#define SK__REDOP_ENUM(e, name) e,
+  SK_REDOP_LIST(SK__REDOP_ENUM)
+#undef SK__REDOP_ENUM
+  SK_REDOP_COUNT
+} sk_redop;
+
+SK__INLINE bool sk_redop_valid(sk_redop op) { return (int)op >= 0 && (int)op < (int)SK_REDOP_COUNT; }
+
+SK__INLINE const char *sk_redop_name(sk_redop op) {
+  static const char *const names[] = {
+#define SK__REDOP_NAME(e, name) name,
+      SK_REDOP_LIST(SK__REDOP_NAME)
+#undef SK__REDOP_NAME
+  };
+  return sk_redop_valid(op) ? names[op] : "invalid";
+}
+
+SK__INLINE bool sk_redop_from_name(const char *name, sk_redop *out) {
+  if (!name || !out) return false;
+  for (int i = 0; i < (int)SK_REDOP_COUNT; i++) {
+    if (sk__streq(name, sk_redop_name((sk_redop)i))) {
+      *out = (sk_redop)i;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* ---- f16 / bf16 --------------------------------------------------------------------------- */
+
+SK__INLINE uint32_t sk__f32_bits(float f) {
+  uint32_t u;
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_memcpy(&u, &f, sizeof u);
+#else
+  union { float f; uint32_t u; } v;
+  v.f = f;
+  u = v.u;
+#endif
+  return u;
+}
+
+SK__INLINE float sk__f32_from_bits(uint32_t u) {
+  float f;
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_memcpy(&f, &u, sizeof f);
+#else
+  union { float f; uint32_t u; } v;
+  v.u = u;
+  f = v.f;
+#endif
+  return f;
+}
+
+/* IEEE binary16, round to nearest even; overflow gives inf; NaN stays NaN (payload top bits kept,
+   quiet bit set). */
+SK__INLINE uint16_t sk_f32_to_f16(float f) {
+  uint32_t x = sk__f32_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) /* inf or NaN */
+    return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+  if (ax < 0x38800000u) { /* below 2^-14: a binary16 subnormal or zero */
+    if (ax <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: ties to even give 0 */
+    uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e; /* m * 2^(e-150) in units of 2^-24 */
+    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = (ax - 0x38000000u) >> 13; /* rebias 127 -> 15 */
+  uint32_t rem = ax & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+  return (uint16_t)(sign | r);
+}
+
+SK__INLINE float sk_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  uint32_t bits;
+  if (e == 0x1fu) {
+    bits = sign | 0x7f800000u | (m << 13);
+  } else if (e == 0) {
+    if (m == 0) {
+      bits = sign;
+    } else { /* subnormal: normalise */
+      e = 113;
+      while (!(m & 0x400u)) m <<= 1, e--;
+      bits = sign | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+  } else {
+    bits = sign | ((e + 112u) << 23) | (m << 13);
+  }
+  return sk__f32_from_bits(bits);
+}
+
+/* bfloat16, round to nearest even; NaN stays a (quiet) NaN. */
+SK__INLINE uint16_t sk_f32_to_bf16(float f) {
+  uint32_t x = sk__f32_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+SK__INLINE float sk_bf16_to_f32(uint16_t b) { return sk__f32_from_bits((uint32_t)b << 16); }
+
+/* ---- allocator and logger hooks ----------------------------------------------------------- */
+
+/* A user allocator: set both functions or neither (zero = the C library's aligned_alloc/free).
+   `align` is a power of two no larger than 4096. */
+typedef struct sk_allocator {
+  void *(*alloc)(void *user, size_t size, size_t align);
+  void (*free)(void *user, void *ptr);
+  void *user;
+} sk_allocator;
+
+typedef enum sk_log_level { SK_LOG_ERROR = 1, SK_LOG_WARN = 2, SK_LOG_INFO = 3, SK_LOG_DEBUG = 4 } sk_log_level;
+
+/* A log sink. Zero = silent. `max_level` 0 means SK_LOG_WARN. Called from any device thread;
+   the sink must be thread-safe. */
+typedef struct sk_logger {
+  void (*func)(void *user, sk_log_level level, const char *msg);
+  void *user;
+  sk_log_level max_level;
+} sk_logger;
+
+SK_EXTERN_C_END
+
+#endif /* SK_CORE_H */
+
+/* ==== private helpers shared by implementation sections (static: safe in every TU) ========= */
+#if defined(SK__CORE_PRIVATE) && !defined(SK__CORE_PRIVATE_DONE)
+#define SK__CORE_PRIVATE_DONE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SK__DEF(v, d) ((v) ? (v) : (d))
+
+/* Writes the message into err (if given) and returns code, so `return sk__fail(err, ...)`. */
+static SK__UNUSED SK__PRINTF(3, 4) sk_result sk__fail(sk_error *err, sk_result code, const char *fmt, ...) {
+  if (err) {
+    va_list ap;
+    va_start(ap, fmt);
+    err->code = code;
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+static SK__UNUSED bool sk__allocator_ok(const sk_allocator *a) { return !a || (!a->alloc) == (!a->free); }
+
+static SK__UNUSED void *sk__alloc(const sk_allocator *a, size_t size, size_t align) {
+  if (size == 0) size = 1;
+  if (align < sizeof(void *)) align = sizeof(void *);
+  if (a && a->alloc) return a->alloc(a->user, size, align);
+  size = (size + align - 1) / align * align; /* aligned_alloc wants a multiple */
+  return aligned_alloc(align, size);
+}
+
+static SK__UNUSED void *sk__calloc(const sk_allocator *a, size_t size, size_t align) {
+  void *p = sk__alloc(a, size, align);
+  if (p) memset(p, 0, size);
+  return p;
+}
+
+static SK__UNUSED void sk__free(const sk_allocator *a, void *p) {
+  if (!p) return;
+  if (a && a->free)
+    a->free(a->user, p);
+  else
+    free(p);
+}
+
+static SK__UNUSED SK__PRINTF(3, 4) void sk__log(const sk_logger *l, sk_log_level level, const char *fmt, ...) {
+  if (!l || !l->func || level > (l->max_level ? l->max_level : SK_LOG_WARN)) return;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  l->func(l->user, level, buf);
+}
+#endif /* SK__CORE_PRIVATE */

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Header-only discipline: every header compiles alone as C11 and C++17 with -Werror, with and
+# without its implementation, also after a system header came first; all modules link from one
+# implementation TU; two SK_STATIC copies link together.
+set -u
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+W="-Wall -Wextra -Werror -pedantic -Iinclude"
+fail=0; n=0
+try() { # description, compiler command...
+  desc=$1; shift; n=$((n + 1))
+  if ! "$@" >"$tmp/log" 2>&1; then echo "FAIL: $desc"; sed 's/^/    /' "$tmp/log" | head -20; fail=$((fail + 1)); fi
+}
+for h in include/*.h; do
+  name=${h#include/}
+  extra=""
+  if grep -q '<mpi.h>' "$h"; then
+    extra=$(mpicc.openmpi --showme:compile 2>/dev/null) || { echo "skip $name (no Open MPI)"; continue; }
+  fi
+  printf '#include "%s"\nint sk_check_dummy;\n' "$name" >"$tmp/decl.c"
+  printf '#define SK_IMPL\n#include "%s"\nint sk_check_dummy;\n' "$name" >"$tmp/impl.c"
+  printf '#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#define SK_IMPL\n#include "%s"\nint sk_check_dummy;\n' "$name" >"$tmp/late.c"
+  cp "$tmp/decl.c" "$tmp/decl.cc"; cp "$tmp/impl.c" "$tmp/impl.cc"
+  try "$name as C11, declarations"        gcc -std=c11 $W $extra -c "$tmp/decl.c" -o "$tmp/o"
+  try "$name as C11, SK_IMPL"             gcc -std=c11 $W $extra -c "$tmp/impl.c" -o "$tmp/o"
+  try "$name as C11, SK_IMPL after <stdio.h>" gcc -std=c11 $W $extra -c "$tmp/late.c" -o "$tmp/o"
+  try "$name as C++17, declarations"      g++ -std=c++17 $W $extra -c "$tmp/decl.cc" -o "$tmp/o"
+  try "$name as C++17, SK_IMPL"           g++ -std=c++17 $W $extra -c "$tmp/impl.cc" -o "$tmp/o"
+done
+# Implementation in one TU, declarations in another, linked into one program.
+printf '#define SK_IMPL\n#include "shardkit.h"\n' >"$tmp/a.c"
+printf '#include "shardkit.h"\nint main(void) { return sk_dtype_size(SK_F32) == 4 ? 0 : 1; }\n' >"$tmp/b.c"
+try "implementation TU + user TU link" gcc -std=c11 $W "$tmp/a.c" "$tmp/b.c" -o "$tmp/ab" -lpthread -lm
+# Two private SK_STATIC copies in one program.
+printf '#define SK_STATIC\n#define SK_IMPL\n#include "shardkit.h"\nint f1(void) { return (int)sk_dtype_size(SK_F64); }\n' >"$tmp/s1.c"
+printf '#define SK_STATIC\n#define SK_IMPL\n#include "shardkit.h"\nint f1(void);\nint main(void) { return f1() == 8 ? 0 : 1; }\n' >"$tmp/s2.c"
+try "two SK_STATIC copies link" gcc -std=c11 $W "$tmp/s1.c" "$tmp/s2.c" -o "$tmp/ss" -lpthread -lm
+cp "$tmp/a.c" "$tmp/a.cc"
+try "umbrella with SK_IMPL as C++17" g++ -std=c++17 $W -c "$tmp/a.cc" -o "$tmp/o"
+if [ $fail -ne 0 ]; then echo "check-headers: $fail of $n checks failed"; exit 1; fi
+echo "check-headers: $n checks passed"
