@@ -4,3 +4,5 @@
    implementation separately, so including this again after defining SK_IMPL emits the code. */
 #include "sk_core.h"
 #include "sk_layout.h"
+#include "sk_comm.h"
+#include "sk_threads.h"

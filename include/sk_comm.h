@@ -1,0 +1,824 @@
+/* sk_comm.h -- the communicator API every shardkit backend serves, and the backend hook table.
+
+   Do this in ONE .c file:   #define SK_IMPL   #include "shardkit.h"
+   (or SK_COMM_IMPL plus the backend's own SK_<BACKEND>_IMPL). Link with -lpthread.
+
+   STEP BY STEP (threads acting as devices, see sk_threads.h)
+     sk_world_desc d = {0};
+     d.ndevices = 8;
+     d.backend = sk_threads_backend();
+     sk_world *w;
+     if (sk_world_create(&d, &w, &err) != SK_OK) ...;
+     sk_world_run(w, train_step, &state);   // train_step(sk_comm *c, void *arg) runs on 8 threads
+     sk_world_destroy(w);
+   or bring your own threads: each of N threads calls sk_comm_init_rank(w, rank, &comm, &err),
+   uses the comm, then sk_comm_destroy(comm) (as NCCL's ncclCommInitRank).
+
+   COUNTS AND IN-PLACE follow NCCL. `count` is per rank: AllReduce / Broadcast / Reduce: the
+   elements of each rank's buffer; AllGather: each rank's contribution (recv holds size*count);
+   ReduceScatter: each rank's result (send holds size*count); AllToAll: elements per peer (both
+   buffers hold size*count). Any count works, including 0. In-place: AllGather
+   send == recv + rank*count; ReduceScatter recv == send + rank*count; the others send == recv.
+   Reduce writes recv on the root only (recv may be NULL elsewhere); Broadcast reads send on the
+   root only (send may be NULL elsewhere).
+
+   NUMERIC RULES (every backend): integer sums and products wrap (computed unsigned); avg = sum /
+   group size, integers truncated toward zero, f16/bf16 accumulated and divided in f32 and rounded
+   once; NaN propagates through min and max. The threads backend reduces in the fixed order rank
+   0, 1, ..., N-1, so results are bitwise identical run to run.
+
+   NON-BLOCKING: sk_i*() return a request; several may be outstanding per communicator and they
+   complete in issue order. They make progress without the calling device thread (compute while
+   the collective runs); sk_wait / sk_test only observe. A blocking call on a communicator with
+   requests outstanding runs after them.
+
+   ERRORS: every call returns sk_result; the detailed message of the last failed call on a
+   communicator is sk_comm_error_message(comm) (per communicator, so per device thread). Every
+   wait is bounded by the world's timeout; sk_world_abort() or a device function returning an
+   error wakes every waiter with SK_ERR_ABORTED.
+
+   WRITING A BACKEND (NCCL, HCCL, ...): fill an sk_backend (below) and set desc.backend. The
+   generic layer validates every argument before a hook sees it, keeps the error text, and
+   turns blocking calls into start + wait when `run` is NULL. A hook reports failure with
+   sk_comm_set_error(). For NCCL: world_create would make one ncclComm per device with
+   ncclCommInitAll or ncclCommInitRank, start() maps sk_coll onto ncclAllReduce & co. on a
+   per-comm stream and records an event, test()/wait() poll that event against the deadline, and
+   abort() calls ncclCommAbort.
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_COMM_IMPL)
+#define SK_COMM_IMPL
+#endif
+#ifndef SK_COMM_H
+#define SK_COMM_H
+
+#include "sk_core.h"
+#include "sk_layout.h"
+
+SK_EXTERN_C_BEGIN
+
+typedef struct sk_world sk_world;
+typedef struct sk_comm sk_comm;
+typedef struct sk_request sk_request;
+typedef struct sk_backend sk_backend;
+
+/* A device function: runs once per device with that device's world communicator. */
+typedef sk_result (*sk_device_fn)(sk_comm *comm, void *arg);
+
+/* World configuration; zero fields mean the default:
+     ndevices        threads backend: required, 1..SK_MAX_DEVICES; MPI: 0 or the world size
+     timeout_ms      300000 (5 min): the bound of every wait
+     backend         required: sk_threads_backend() (sk_threads.h) or sk_mpi_backend() (sk_mpi.h)
+     backend_config  backend-specific, see the backend's header (NULL = its defaults)
+     allocator       the C library
+     logger          silent */
+typedef struct sk_world_desc {
+  int ndevices;
+  uint32_t timeout_ms;
+  const sk_backend *backend;
+  void *backend_config;
+  sk_allocator allocator;
+  sk_logger logger;
+} sk_world_desc;
+
+#define SK_DEFAULT_TIMEOUT_MS 300000u
+
+SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk_error *err);
+/* Runs fn once on every device (threads backend: N threads; MPI: this process's device) and
+   returns the first error any device returned (its text: sk_world_error_message). A device that
+   returns an error aborts the world, so its peers return instead of hanging. */
+SK_API sk_result sk_world_run(sk_world *world, sk_device_fn fn, void *arg);
+SK_API const char *sk_world_error_message(const sk_world *world);
+SK_API int sk_world_size(const sk_world *world);
+/* Wakes every waiter with SK_ERR_ABORTED; later calls fail with it. Safe from any thread. */
+SK_API void sk_world_abort(sk_world *world);
+SK_API bool sk_world_aborted(const sk_world *world);
+/* Tears the world down, also after an abort. No device may still be using it. */
+SK_API sk_result sk_world_destroy(sk_world *world);
+
+/* Bring-your-own-threads entry: the calling thread becomes device `rank` of the world. */
+SK_API sk_result sk_comm_init_rank(sk_world *world, int rank, sk_comm **comm, sk_error *err);
+/* Frees a communicator (world communicators from sk_comm_init_rank and sub-communicators alike);
+   waits for its outstanding requests first. Not collective. */
+SK_API sk_result sk_comm_destroy(sk_comm *comm);
+SK_API int sk_comm_rank(const sk_comm *comm);
+SK_API int sk_comm_size(const sk_comm *comm);
+/* This member's rank in the world (its device index). */
+SK_API int sk_comm_world_rank(const sk_comm *comm);
+SK_API sk_world *sk_comm_world(const sk_comm *comm);
+/* The detailed message of the last failed call on comm ("" if none). */
+SK_API const char *sk_comm_error_message(const sk_comm *comm);
+
+/* ---- sub-communicators (collective over the parent: every member calls) ------------------- */
+#define SK_UNDEFINED (-1)
+/* As MPI_Comm_split: members with the same color form a communicator, ranked by (key, parent
+   rank). color SK_UNDEFINED: *out = NULL. */
+SK_API sk_result sk_comm_split(sk_comm *comm, int color, int key, sk_comm **out);
+/* The listed parent ranks form a communicator, ranked in list order; others get *out = NULL. */
+SK_API sk_result sk_comm_create(sk_comm *comm, int n, const int *ranks, sk_comm **out);
+/* The group along the mesh axes in axis_mask (sk_mesh_group); comm size must equal the mesh's
+   device count. New ranks ascend with parent ranks, as MindSpore's groups do. */
+SK_API sk_result sk_comm_split_mesh(sk_comm *comm, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out);
+
+/* ---- collectives (blocking) ---------------------------------------------------------------- */
+SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op);
+SK_API sk_result sk_allgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt);
+SK_API sk_result sk_reduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op);
+SK_API sk_result sk_broadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
+SK_API sk_result sk_reduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root);
+SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt);
+SK_API sk_result sk_barrier(sk_comm *c);
+/* Point to point: messages between a pair match in order; counts and dtypes must agree. */
+SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer);
+SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer);
+/* Send to one peer and receive from another at once (no deadlock in rings and exchanges). */
+SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv,
+                             size_t recv_count, int src, sk_dtype dt);
+
+/* ---- collectives (non-blocking) ------------------------------------------------------------ */
+SK_API sk_result sk_iallreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
+                               sk_request **req);
+SK_API sk_result sk_iallgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req);
+SK_API sk_result sk_ireduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt,
+                                    sk_redop op, sk_request **req);
+SK_API sk_result sk_ibroadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
+                               sk_request **req);
+SK_API sk_result sk_ireduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
+                            int root, sk_request **req);
+SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req);
+SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req);
+SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req);
+SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req);
+/* Waits (bounded) for the request, frees it and sets *req = NULL; returns the op's result.
+   *req == NULL returns SK_OK at once. */
+SK_API sk_result sk_wait(sk_request **req);
+/* *done = whether it completed; when it did, the request is freed as by sk_wait. */
+SK_API sk_result sk_test(sk_request **req, bool *done);
+SK_API sk_result sk_waitall(int n, sk_request **reqs);
+
+/* ---- local reduction (the kernels every backend uses, exposed for references and checks) -- */
+/* dst[i] = op over srcs[0][i], srcs[1][i], ..., srcs[n-1][i], left to right, with the numeric
+   rules above (avg divides by n). dst may alias srcs[0]. */
+SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size_t count, sk_dtype dt, sk_redop op);
+
+/* ==== for backend authors =================================================================== */
+
+typedef enum sk_coll_kind {
+  SK_COLL_NONE = 0,
+  SK_COLL_ALLREDUCE,
+  SK_COLL_ALLGATHER,
+  SK_COLL_REDUCE_SCATTER,
+  SK_COLL_BROADCAST,
+  SK_COLL_REDUCE,
+  SK_COLL_ALLTOALL,
+  SK_COLL_BARRIER,
+  SK_COLL_SEND,
+  SK_COLL_RECV,
+  SK_COLL_KIND_COUNT
+} sk_coll_kind;
+
+SK_API const char *sk_coll_kind_name(sk_coll_kind kind);
+
+/* One operation as the generic layer hands it to a backend, already validated. */
+typedef struct sk_coll {
+  sk_coll_kind kind;
+  const void *send;
+  void *recv;
+  size_t count;
+  sk_dtype dtype;
+  sk_redop op;
+  int root; /* root of Broadcast/Reduce; peer of Send/Recv */
+} sk_coll;
+
+/* The generic part of a request; a backend allocates requests that start with this struct. */
+struct sk_request {
+  sk_comm *comm;
+  sk_coll coll;
+  void (*free_fn)(sk_request *req); /* set by the backend */
+};
+
+#define SK_BACKEND_VERSION 1
+
+/* Hook table. Required hooks: world_create, world_destroy, world_run, comm_init_rank,
+   comm_split, comm_destroy, start, test, wait, abort. Optional (NULL = generic path):
+   run (blocking fast path; else start + wait). Reserved slots keep the struct's size stable for
+   what later versions add (direct peer-buffer access for redistribution; a link model with a
+   per-device virtual clock). A hook returns SK_ERR_UNSUPPORTED for "not on this backend". */
+struct sk_backend {
+  int version; /* SK_BACKEND_VERSION */
+  const char *name;
+  /* Builds backend state for a world; sets *ndevices (may read desc->ndevices). */
+  sk_result (*world_create)(sk_world *world, const sk_world_desc *desc, void **state, int *ndevices, sk_error *err);
+  void (*world_destroy)(sk_world *world, void *state);
+  sk_result (*world_run)(sk_world *world, sk_device_fn fn, void *arg);
+  /* comm is allocated by the generic layer with world, rank, size, world_rank filled. */
+  sk_result (*comm_init_rank)(sk_comm *comm, void **state, sk_error *err);
+  /* Collective over parent. child is allocated by the generic layer; the hook fills rank, size,
+     world_rank and *state, or sets *member = false for SK_UNDEFINED. */
+  sk_result (*comm_split)(sk_comm *parent, int color, int key, sk_comm *child, void **state, bool *member);
+  void (*comm_destroy)(sk_comm *comm, void *state);
+  /* Starts op; *req receives a request (backend-allocated, starting with struct sk_request). */
+  sk_result (*start)(sk_comm *comm, const sk_coll *op, sk_request **req);
+  sk_result (*test)(sk_request *req, bool *done);
+  sk_result (*wait)(sk_request *req);
+  sk_result (*run)(sk_comm *comm, const sk_coll *op);
+  void (*abort)(sk_world *world);
+  void *reserved[8];
+};
+
+/* The world and communicator records. Users treat them as opaque; backends read them. */
+struct sk_world {
+  sk_world_desc desc; /* defaults applied */
+  const sk_backend *backend;
+  void *state;
+  int ndevices;
+  int aborted;      /* atomic */
+  int first_error;  /* atomic: first sk_result (not ABORTED) a device returned */
+  int error_claimed; /* atomic: who writes error_msg */
+  char error_msg[SK_ERROR_MSG_MAX];
+};
+
+struct sk_comm {
+  sk_world *world;
+  int rank, size, world_rank;
+  void *state;
+  char error_msg[SK_ERROR_MSG_MAX];
+};
+
+/* Sets comm's detailed message; returns code (for `return sk_comm_set_error(...)`). */
+SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) SK__PRINTF(3, 4);
+/* Records a device failure: aborts the world and keeps the first root cause. */
+SK_API void sk_world_fail(sk_world *world, sk_result code, const char *msg);
+/* Monotonic nanoseconds (for deadlines). */
+SK_API uint64_t sk_now_ns(void);
+
+SK_EXTERN_C_END
+
+#endif /* SK_COMM_H */
+
+/* ==== implementation ======================================================================== */
+#if defined(SK_COMM_IMPL) && !defined(SK_COMM_IMPL_DONE)
+#define SK_COMM_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#include <time.h>
+
+#if !defined(__cplusplus)
+/* Strict C11 (-std=c11) hides POSIX declarations unless a feature macro came before the FIRST
+   system include, which a header cannot guarantee; so declare what we use (glibc's and musl's
+   prototypes, compatible with theirs when they are visible). C++ compilers define _GNU_SOURCE. */
+extern int clock_gettime(int clock_id, struct timespec *tp);
+#endif
+#define SK__CLOCK_MONOTONIC 1 /* Linux's CLOCK_MONOTONIC */
+
+SK_EXTERN_C_BEGIN
+
+SK_API uint64_t sk_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(SK__CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+SK_API const char *sk_coll_kind_name(sk_coll_kind kind) {
+  static const char *const names[] = {"none",      "allreduce", "allgather", "reduce_scatter", "broadcast",
+                                      "reduce",    "alltoall",  "barrier",   "send",           "recv"};
+  return (int)kind >= 0 && kind < SK_COLL_KIND_COUNT ? names[kind] : "invalid";
+}
+
+SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) {
+  if (comm) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(comm->error_msg, sizeof comm->error_msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+SK_API void sk_world_fail(sk_world *w, sk_result code, const char *msg) {
+  if (!w || code == SK_OK) return;
+  if (code != SK_ERR_ABORTED) {
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&w->error_claimed, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      snprintf(w->error_msg, sizeof w->error_msg, "%s", msg ? msg : sk_result_string(code));
+      __atomic_store_n(&w->first_error, (int)code, __ATOMIC_RELEASE);
+    }
+  }
+  sk_world_abort(w);
+}
+
+/* ---- world ---------------------------------------------------------------------------------- */
+
+SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk_error *err) {
+  if (!world) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "world (the output pointer) is NULL");
+  *world = NULL;
+  if (!desc) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc is NULL");
+  if (!desc->backend)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "desc.backend is NULL: set it to sk_threads_backend() (sk_threads.h) or sk_mpi_backend() (sk_mpi.h)");
+  if (desc->backend->version != SK_BACKEND_VERSION)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "backend '%s' has hook table version %d; this build needs %d",
+                    desc->backend->name ? desc->backend->name : "?", desc->backend->version, SK_BACKEND_VERSION);
+  if (desc->ndevices < 0 || desc->ndevices > SK_MAX_DEVICES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.ndevices = %d; allowed 1..%d", desc->ndevices, SK_MAX_DEVICES);
+  if (!sk__allocator_ok(&desc->allocator))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.allocator: set both alloc and free, or neither");
+  sk_world *w = (sk_world *)sk__calloc(&desc->allocator, sizeof *w, 64);
+  if (!w) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world (%zu bytes)", sizeof *w);
+  w->desc = *desc;
+  w->desc.timeout_ms = SK__DEF(desc->timeout_ms, SK_DEFAULT_TIMEOUT_MS);
+  w->backend = desc->backend;
+  sk_result r = w->backend->world_create(w, &w->desc, &w->state, &w->ndevices, err);
+  if (r != SK_OK) {
+    sk__free(&desc->allocator, w);
+    return r;
+  }
+  *world = w;
+  return SK_OK;
+}
+
+SK_API sk_result sk_world_run(sk_world *w, sk_device_fn fn, void *arg) {
+  if (!w || !fn) return SK_ERR_INVALID_ARGUMENT;
+  sk_result r = w->backend->world_run(w, fn, arg);
+  int first = __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE);
+  return first ? (sk_result)first : r;
+}
+
+SK_API const char *sk_world_error_message(const sk_world *w) {
+  if (!w) return "world is NULL";
+  return __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE) ? w->error_msg : "";
+}
+
+SK_API int sk_world_size(const sk_world *w) { return w ? w->ndevices : 0; }
+
+SK_API void sk_world_abort(sk_world *w) {
+  if (!w) return;
+  if (__atomic_exchange_n(&w->aborted, 1, __ATOMIC_ACQ_REL)) return;
+  w->backend->abort(w);
+}
+
+SK_API bool sk_world_aborted(const sk_world *w) { return w && __atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE); }
+
+SK_API sk_result sk_world_destroy(sk_world *w) {
+  if (!w) return SK_ERR_INVALID_ARGUMENT;
+  sk_allocator a = w->desc.allocator;
+  w->backend->world_destroy(w, w->state);
+  sk__free(&a, w);
+  return SK_OK;
+}
+
+/* ---- communicators -------------------------------------------------------------------------- */
+
+static sk_comm *sk__comm_alloc(sk_world *w) { return (sk_comm *)sk__calloc(&w->desc.allocator, sizeof(sk_comm), 64); }
+
+SK_API sk_result sk_comm_init_rank(sk_world *w, int rank, sk_comm **comm, sk_error *err) {
+  if (!comm) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
+  *comm = NULL;
+  if (!w) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "world is NULL");
+  if (rank < 0 || rank >= w->ndevices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "rank %d out of range [0, %d)", rank, w->ndevices);
+  if (sk_world_aborted(w)) return sk__fail(err, SK_ERR_ABORTED, "the world was aborted");
+  sk_comm *c = sk__comm_alloc(w);
+  if (!c) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating a communicator");
+  c->world = w;
+  c->rank = c->world_rank = rank;
+  c->size = w->ndevices;
+  sk_result r = w->backend->comm_init_rank(c, &c->state, err);
+  if (r != SK_OK) {
+    sk__free(&w->desc.allocator, c);
+    return r;
+  }
+  *comm = c;
+  return SK_OK;
+}
+
+SK_API sk_result sk_comm_destroy(sk_comm *c) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_world *w = c->world;
+  w->backend->comm_destroy(c, c->state);
+  sk__free(&w->desc.allocator, c);
+  return SK_OK;
+}
+
+SK_API int sk_comm_rank(const sk_comm *c) { return c ? c->rank : -1; }
+SK_API int sk_comm_size(const sk_comm *c) { return c ? c->size : 0; }
+SK_API int sk_comm_world_rank(const sk_comm *c) { return c ? c->world_rank : -1; }
+SK_API sk_world *sk_comm_world(const sk_comm *c) { return c ? c->world : NULL; }
+SK_API const char *sk_comm_error_message(const sk_comm *c) { return c ? c->error_msg : "comm is NULL"; }
+
+SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  if (!out) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split: out (the output pointer) is NULL");
+  *out = NULL;
+  if (color < 0 && color != SK_UNDEFINED)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split: color %d is negative (use SK_UNDEFINED to opt out)",
+                             color);
+  sk_world *w = c->world;
+  sk_comm *child = sk__comm_alloc(w);
+  if (!child) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "split: allocating a communicator");
+  child->world = w;
+  bool member = false;
+  sk_result r = w->backend->comm_split(c, color, key, child, &child->state, &member);
+  if (r != SK_OK || !member) {
+    sk__free(&w->desc.allocator, child);
+    return r;
+  }
+  *out = child;
+  return SK_OK;
+}
+
+SK_API sk_result sk_comm_create(sk_comm *c, int n, const int *ranks, sk_comm **out) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  if (!out) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "create: out (the output pointer) is NULL");
+  *out = NULL;
+  if (n < 1 || n > c->size)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "create: n = %d ranks; allowed 1..%d", n, c->size);
+  if (!ranks) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "create: ranks is NULL");
+  int pos = -1;
+  for (int i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= c->size)
+      return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "create: ranks[%d] = %d out of range [0, %d)", i, ranks[i],
+                               c->size);
+    for (int j = 0; j < i; j++)
+      if (ranks[j] == ranks[i])
+        return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "create: rank %d listed twice (ranks[%d] and ranks[%d])",
+                                 ranks[i], j, i);
+    if (ranks[i] == c->rank) pos = i;
+  }
+  return sk_comm_split(c, pos >= 0 ? 0 : SK_UNDEFINED, pos, out);
+}
+
+SK_API sk_result sk_comm_split_mesh(sk_comm *c, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  if (!out) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split_mesh: out (the output pointer) is NULL");
+  *out = NULL;
+  if (!mesh) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split_mesh: mesh is NULL");
+  if (mesh->size != c->size)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split_mesh: mesh has %d devices but the communicator has %d",
+                             mesh->size, c->size);
+  if (mesh->naxes < 1 || mesh->naxes > SK_MAX_AXES || (axis_mask >> mesh->naxes) != 0)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split_mesh: axis_mask 0x%x names axes the %d-axis mesh lacks",
+                             (unsigned)axis_mask, mesh->naxes);
+  /* color = the group's smallest rank (this rank with the masked coordinates zeroed) */
+  int coords[SK_MAX_AXES];
+  sk_error e;
+  if (sk_mesh_coords(mesh, c->rank, coords, &e) != SK_OK)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split_mesh: %s", e.msg);
+  for (int a = 0; a < mesh->naxes; a++)
+    if (axis_mask & (1u << a)) coords[a] = 0;
+  int color = 0;
+  if (sk_mesh_rank(mesh, coords, &color, &e) != SK_OK)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split_mesh: %s", e.msg);
+  return sk_comm_split(c, color, c->rank, out);
+}
+
+/* ---- validation and dispatch ------------------------------------------------------------------ */
+
+static bool sk__overlap(const void *a, size_t na, const void *b, size_t nb) {
+  if (!a || !b || !na || !nb) return false;
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + nb && y < x + na;
+}
+
+/* Checks op's arguments on comm; the message names the call and the argument. */
+static sk_result sk__validate(sk_comm *c, const sk_coll *op) {
+  const char *name = sk_coll_kind_name(op->kind);
+  if (sk_world_aborted(c->world)) return sk_comm_set_error(c, SK_ERR_ABORTED, "%s: the world was aborted", name);
+  if (op->kind == SK_COLL_BARRIER) return SK_OK;
+  if (!sk_dtype_valid(op->dtype)) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", name, (int)op->dtype);
+  bool reduces = op->kind == SK_COLL_ALLREDUCE || op->kind == SK_COLL_REDUCE || op->kind == SK_COLL_REDUCE_SCATTER;
+  if (reduces && !sk_redop_valid(op->op))
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: invalid reduce op %d", name, (int)op->op);
+  bool rooted = op->kind == SK_COLL_BROADCAST || op->kind == SK_COLL_REDUCE;
+  bool p2p = op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV;
+  if ((rooted || p2p) && (op->root < 0 || op->root >= c->size))
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: %s %d out of range [0, %d)", name, p2p ? "peer" : "root",
+                             op->root, c->size);
+  size_t es = sk_dtype_size(op->dtype), n = (size_t)c->size;
+  if (op->count > (SIZE_MAX / 2) / es / n)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", name, op->count);
+  size_t sb = op->count * es, rb = op->count * es; /* bytes of send and recv on this rank */
+  bool need_send = true, need_recv = true;
+  switch (op->kind) {
+    case SK_COLL_ALLGATHER: rb *= n; break;
+    case SK_COLL_REDUCE_SCATTER: sb *= n; break;
+    case SK_COLL_ALLTOALL: sb *= n, rb *= n; break;
+    case SK_COLL_BROADCAST: need_send = c->rank == op->root; break;
+    case SK_COLL_REDUCE: need_recv = c->rank == op->root; break;
+    case SK_COLL_SEND: need_recv = false; break;
+    case SK_COLL_RECV: need_send = false; break;
+    default: break;
+  }
+  if (op->count > 0) {
+    if (need_send && !op->send) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: send buffer is NULL with count %zu", name, op->count);
+    if (need_recv && !op->recv) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: recv buffer is NULL with count %zu", name, op->count);
+  }
+  if (need_send && need_recv && op->count > 0 && sk__overlap(op->send, sb, op->recv, rb)) {
+    /* Only NCCL's in-place forms may overlap. */
+    const char *s = (const char *)op->send;
+    const char *r = (const char *)op->recv;
+    bool in_place;
+    switch (op->kind) {
+      case SK_COLL_ALLGATHER: in_place = s == r + (size_t)c->rank * sb; break;
+      case SK_COLL_REDUCE_SCATTER: in_place = r == s + (size_t)c->rank * rb; break;
+      default: in_place = s == r; break;
+    }
+    if (!in_place)
+      return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT,
+                               "%s: send and recv overlap without being the in-place form (%s)", name,
+                               op->kind == SK_COLL_ALLGATHER        ? "send == recv + rank*count"
+                               : op->kind == SK_COLL_REDUCE_SCATTER ? "recv == send + rank*count"
+                                                                    : "send == recv");
+  }
+  return SK_OK;
+}
+
+static sk_result sk__blocking(sk_comm *c, const sk_coll *op) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_result r = sk__validate(c, op);
+  if (r != SK_OK) return r;
+  const sk_backend *b = c->world->backend;
+  if (b->run) return b->run(c, op);
+  sk_request *req = NULL;
+  r = b->start(c, op, &req);
+  if (r != SK_OK) return r;
+  return sk_wait(&req);
+}
+
+static sk_result sk__nonblocking(sk_comm *c, const sk_coll *op, sk_request **req) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  if (!req) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: req (the output pointer) is NULL", sk_coll_kind_name(op->kind));
+  *req = NULL;
+  sk_result r = sk__validate(c, op);
+  if (r != SK_OK) return r;
+  return c->world->backend->start(c, op, req);
+}
+
+static sk_coll sk__coll(sk_coll_kind kind, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root) {
+  sk_coll c;
+  c.kind = kind, c.send = send, c.recv = recv, c.count = count, c.dtype = dt, c.op = op, c.root = root;
+  return c;
+}
+
+SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op) {
+  sk_coll o = sk__coll(SK_COLL_ALLREDUCE, send, recv, count, dt, op, 0);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_allgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt) {
+  sk_coll o = sk__coll(SK_COLL_ALLGATHER, send, recv, count, dt, SK_SUM, 0);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_reduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op) {
+  sk_coll o = sk__coll(SK_COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_broadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root) {
+  sk_coll o = sk__coll(SK_COLL_BROADCAST, send, recv, count, dt, SK_SUM, root);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_reduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root) {
+  sk_coll o = sk__coll(SK_COLL_REDUCE, send, recv, count, dt, op, root);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt) {
+  sk_coll o = sk__coll(SK_COLL_ALLTOALL, send, recv, count, dt, SK_SUM, 0);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_barrier(sk_comm *c) {
+  sk_coll o = sk__coll(SK_COLL_BARRIER, NULL, NULL, 0, SK_U8, SK_SUM, 0);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer) {
+  sk_coll o = sk__coll(SK_COLL_SEND, buf, NULL, count, dt, SK_SUM, peer);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer) {
+  sk_coll o = sk__coll(SK_COLL_RECV, NULL, buf, count, dt, SK_SUM, peer);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
+                             int src, sk_dtype dt) {
+  sk_request *reqs[2] = {NULL, NULL};
+  sk_result r = sk_isend(c, send, send_count, dt, dst, &reqs[0]);
+  if (r != SK_OK) return r;
+  r = sk_irecv(c, recv, recv_count, dt, src, &reqs[1]);
+  if (r != SK_OK) {
+    sk_wait(&reqs[0]);
+    return r;
+  }
+  return sk_waitall(2, reqs);
+}
+
+SK_API sk_result sk_iallreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
+                               sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_ALLREDUCE, send, recv, count, dt, op, 0);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_iallgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_ALLGATHER, send, recv, count, dt, SK_SUM, 0);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_ireduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
+                                    sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_ibroadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
+                               sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_BROADCAST, send, recv, count, dt, SK_SUM, root);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_ireduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root,
+                            sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_REDUCE, send, recv, count, dt, op, root);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_ALLTOALL, send, recv, count, dt, SK_SUM, 0);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_BARRIER, NULL, NULL, 0, SK_U8, SK_SUM, 0);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_SEND, buf, NULL, count, dt, SK_SUM, peer);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_RECV, NULL, buf, count, dt, SK_SUM, peer);
+  return sk__nonblocking(c, &o, req);
+}
+
+SK_API sk_result sk_wait(sk_request **req) {
+  if (!req) return SK_ERR_INVALID_ARGUMENT;
+  sk_request *r = *req;
+  if (!r) return SK_OK;
+  sk_result res = r->comm->world->backend->wait(r);
+  *req = NULL;
+  r->free_fn(r);
+  return res;
+}
+
+SK_API sk_result sk_test(sk_request **req, bool *done) {
+  if (!req || !done) return SK_ERR_INVALID_ARGUMENT;
+  sk_request *r = *req;
+  if (!r) {
+    *done = true;
+    return SK_OK;
+  }
+  sk_result res = r->comm->world->backend->test(r, done);
+  if (*done) {
+    *req = NULL;
+    r->free_fn(r);
+  }
+  return res;
+}
+
+SK_API sk_result sk_waitall(int n, sk_request **reqs) {
+  if (n < 0 || (n > 0 && !reqs)) return SK_ERR_INVALID_ARGUMENT;
+  sk_result first = SK_OK;
+  for (int i = 0; i < n; i++) {
+    sk_result r = sk_wait(&reqs[i]);
+    if (r != SK_OK && first == SK_OK) first = r;
+  }
+  return first;
+}
+
+/* ---- reduction kernels ------------------------------------------------------------------------ */
+/* Each reduces n inputs elementwise, left to right, into an accumulator A, then stores to T.
+   Integer sum/prod/avg run in the unsigned type of the same width (wrap, no UB). */
+
+#define SK__NAN_MIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (b) < (a) ? (b) : (a))
+#define SK__NAN_MAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (b) > (a) ? (b) : (a))
+#define SK__MIN(a, b) ((b) < (a) ? (b) : (a))
+#define SK__MAX(a, b) ((b) > (a) ? (b) : (a))
+#define SK__ID(x) (x)
+
+/* One loop nest: acc = LOAD(in0); acc = COMB(acc, LOAD(in_r)) for r = 1..n-1; out = STORE(acc). */
+#define SK__REDUCE_LOOP(T, A, LOAD, STORE, COMB, POST)                                   \
+  do {                                                                                   \
+    const T *in0 = (const T *)srcs[0];                                                   \
+    for (size_t i = 0; i < count; i++) acc[i] = (A)LOAD(in0[i]);                          \
+    for (int r = 1; r < n; r++) {                                                        \
+      const T *in = (const T *)srcs[r];                                                  \
+      for (size_t i = 0; i < count; i++) {                                               \
+        A b = (A)LOAD(in[i]);                                                            \
+        acc[i] = (A)(COMB(acc[i], b));                                                   \
+      }                                                                                  \
+    }                                                                                    \
+    T *out = (T *)dst;                                                                   \
+    for (size_t i = 0; i < count; i++) out[i] = STORE(POST(acc[i]));                      \
+  } while (0)
+
+#define SK__ADD(a, b) ((a) + (b))
+#define SK__DIV_BY_N(x) ((x) / div) /* `div` is the kernel's local (A)n */
+#define SK__MUL(a, b) ((a) * (b))
+
+/* Blocked so the accumulator stays in L1; count per call <= SK__RED_BLOCK. */
+#define SK__RED_BLOCK 1024
+
+#define SK__DEFINE_FLOAT_KERNEL(fname, T, A, LOAD, STORE)                                          \
+  static void fname(void *dst, const void *const *srcs, int n, size_t count, sk_redop op) {        \
+    A acc[SK__RED_BLOCK];                                                                          \
+    A div = (A)n;                                                                                  \
+    (void)div;                                                                                     \
+    switch (op) {                                                                                  \
+      case SK_SUM: SK__REDUCE_LOOP(T, A, LOAD, STORE, SK__ADD, SK__ID); break;                     \
+      case SK_PROD: SK__REDUCE_LOOP(T, A, LOAD, STORE, SK__MUL, SK__ID); break;                    \
+      case SK_MIN: SK__REDUCE_LOOP(T, A, LOAD, STORE, SK__NAN_MIN, SK__ID); break;                 \
+      case SK_MAX: SK__REDUCE_LOOP(T, A, LOAD, STORE, SK__NAN_MAX, SK__ID); break;                 \
+      case SK_AVG:                                                                                 \
+      default: SK__REDUCE_LOOP(T, A, LOAD, STORE, SK__ADD, SK__DIV_BY_N); break;                   \
+    }                                                                                              \
+  }
+
+/* Integer kernels: U is the unsigned type of T's width. Sum/prod/avg accumulate in U; min/max
+   compare in T. avg converts the wrapped sum back to T and divides (truncation toward zero). */
+#define SK__DEFINE_INT_KERNEL(fname, T, U)                                                         \
+  static void fname(void *dst, const void *const *srcs, int n, size_t count, sk_redop op) {        \
+    switch (op) {                                                                                  \
+      case SK_SUM: {                                                                               \
+        U acc[SK__RED_BLOCK];                                                                      \
+        SK__REDUCE_LOOP(T, U, (U), (T), SK__ADD, SK__ID);                                          \
+        break;                                                                                     \
+      }                                                                                            \
+      case SK_PROD: {                                                                              \
+        U acc[SK__RED_BLOCK];                                                                      \
+        SK__REDUCE_LOOP(T, U, (U), (T), SK__UMUL, SK__ID);                                         \
+        break;                                                                                     \
+      }                                                                                            \
+      case SK_MIN: {                                                                               \
+        T acc[SK__RED_BLOCK];                                                                      \
+        SK__REDUCE_LOOP(T, T, SK__ID, SK__ID, SK__MIN, SK__ID);                                    \
+        break;                                                                                     \
+      }                                                                                            \
+      case SK_MAX: {                                                                               \
+        T acc[SK__RED_BLOCK];                                                                      \
+        SK__REDUCE_LOOP(T, T, SK__ID, SK__ID, SK__MAX, SK__ID);                                    \
+        break;                                                                                     \
+      }                                                                                            \
+      case SK_AVG:                                                                                 \
+      default: {                                                                                   \
+        U acc[SK__RED_BLOCK];                                                                      \
+        T tn = (T)n;                                                                               \
+        SK__REDUCE_LOOP(T, U, (U), SK__ID, SK__ADD, (T));                                          \
+        T *o = (T *)dst;                                                                           \
+        for (size_t i = 0; i < count; i++) o[i] = (T)(o[i] / tn);                                  \
+        break;                                                                                     \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+/* Unsigned multiply without promotion to (signed) int overflowing: widen to unsigned long long. */
+#define SK__UMUL(a, b) ((unsigned long long)(a) * (unsigned long long)(b))
+
+#define SK__LOAD_F16(x) sk_f16_to_f32(x)
+#define SK__STORE_F16(x) sk_f32_to_f16(x)
+#define SK__LOAD_BF16(x) sk_bf16_to_f32(x)
+#define SK__STORE_BF16(x) sk_f32_to_bf16(x)
+
+SK__DEFINE_FLOAT_KERNEL(sk__red_f32, float, float, SK__ID, SK__ID)
+SK__DEFINE_FLOAT_KERNEL(sk__red_f64, double, double, SK__ID, SK__ID)
+SK__DEFINE_FLOAT_KERNEL(sk__red_f16, uint16_t, float, SK__LOAD_F16, SK__STORE_F16)
+SK__DEFINE_FLOAT_KERNEL(sk__red_bf16, uint16_t, float, SK__LOAD_BF16, SK__STORE_BF16)
+SK__DEFINE_INT_KERNEL(sk__red_i8, int8_t, uint8_t)
+SK__DEFINE_INT_KERNEL(sk__red_u8, uint8_t, uint8_t)
+SK__DEFINE_INT_KERNEL(sk__red_i32, int32_t, uint32_t)
+SK__DEFINE_INT_KERNEL(sk__red_i64, int64_t, uint64_t)
+
+SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size_t count, sk_dtype dt, sk_redop op) {
+  if (!sk_dtype_valid(dt) || !sk_redop_valid(op) || n < 1 || !srcs || (count && !dst)) return SK_ERR_INVALID_ARGUMENT;
+  for (int r = 0; r < n; r++)
+    if (count && !srcs[r]) return SK_ERR_INVALID_ARGUMENT;
+  void (*k)(void *, const void *const *, int, size_t, sk_redop);
+  switch (dt) {
+    case SK_F32: k = sk__red_f32; break;
+    case SK_F64: k = sk__red_f64; break;
+    case SK_F16: k = sk__red_f16; break;
+    case SK_BF16: k = sk__red_bf16; break;
+    case SK_I8: k = sk__red_i8; break;
+    case SK_U8: k = sk__red_u8; break;
+    case SK_I32: k = sk__red_i32; break;
+    default: k = sk__red_i64; break;
+  }
+  size_t es = sk_dtype_size(dt);
+  /* Up to SK_MAX_DEVICES inputs: offset pointers per block without allocating. */
+  const void *local[64];
+  const void **p = local;
+  if (n > 64) {
+    p = (const void **)malloc(sizeof(void *) * (size_t)n);
+    if (!p) return SK_ERR_OUT_OF_MEMORY;
+  }
+  for (size_t off = 0; off < count; off += SK__RED_BLOCK) {
+    size_t m = count - off < SK__RED_BLOCK ? count - off : SK__RED_BLOCK;
+    for (int r = 0; r < n; r++) p[r] = (const char *)srcs[r] + off * es;
+    k((char *)dst + off * es, p, n, m, op);
+  }
+  if (p != local) free((void *)p);
+  return SK_OK;
+}
+
+SK_EXTERN_C_END
+
+#endif /* SK_COMM_IMPL */

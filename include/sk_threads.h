@@ -1,0 +1,940 @@
+/* sk_threads.h -- the built-in backend: N threads in one process act as N devices.
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_THREADS_IMPL + SK_COMM_IMPL)
+                             #include "sk_threads.h"
+   Link with -lpthread. Linux only (futex).
+
+     sk_world_desc d = {0};
+     d.ndevices = 8;
+     d.backend = sk_threads_backend();
+     d.backend_config = &cfg;          // optional sk_threads_config, zero = defaults
+
+   HOW IT WORKS (see DESIGN.md "The threads backend")
+     All device buffers live in one address space, so collectives copy straight between the
+     devices' own buffers: no staging. AllReduce is one pass: device i reduces its 1/N of the
+     data, reading that part of all N inputs once and writing it to all N outputs (2*N*S bytes of
+     memory traffic, the minimum), in cache-sized blocks, in the fixed order rank 0..N-1 (so
+     results are bitwise deterministic). Small AllReduces (<= small_bytes per rank) go through
+     per-member inline slots: one synchronisation instead of two.
+     Waiting: a brief spin (only when devices <= cores), then sched_yield, then a futex sleep,
+     always bounded by the world's timeout and woken by abort.
+     Non-blocking collectives run on a per-communicator progress thread per device (started on
+     first use), in issue order; Send/Recv complete on whichever side arrives second.
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_THREADS_IMPL)
+#define SK_THREADS_IMPL
+#endif
+#ifndef SK_THREADS_H
+#define SK_THREADS_H
+
+#include "sk_comm.h"
+
+SK_EXTERN_C_BEGIN
+
+/* Optional backend_config for the threads backend; zero fields mean the default:
+     small_bytes   256: AllReduce of at most this many bytes per rank uses the inline-slot path
+                   (a test knob too: 0 keeps the default; SIZE_MAX-like values are capped at 4096;
+                   set force_large to test the large path on tiny counts)
+     force_large   false: never use the inline path
+     spin          0 = auto (spin only when devices <= online cores), 1 = always, -1 = never */
+typedef struct sk_threads_config {
+  size_t small_bytes;
+  bool force_large;
+  int spin;
+} sk_threads_config;
+
+SK_API const sk_backend *sk_threads_backend(void);
+
+SK_EXTERN_C_END
+
+#endif /* SK_THREADS_H */
+
+/* ==== implementation ======================================================================== */
+#if defined(SK_THREADS_IMPL) && !defined(SK_THREADS_IMPL_DONE)
+#define SK_THREADS_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if !defined(__cplusplus)
+/* Strict C11 hides these unless a feature macro preceded the first system include (see
+   sk_comm.h); the prototypes are glibc's and musl's. */
+extern long syscall(long number, ...);
+extern long sysconf(int name);
+#endif
+
+SK_EXTERN_C_BEGIN
+
+#if defined(__x86_64__) || defined(__i386__)
+#define SK__PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define SK__PAUSE() __asm__ __volatile__("yield")
+#else
+#define SK__PAUSE() ((void)0)
+#endif
+
+#define SK__SC __ATOMIC_SEQ_CST
+#define SK__CL 64                        /* cache line */
+#define SK__SLICE_NS 20000000ull         /* a futex sleep lasts at most this; then abort/deadline are rechecked */
+#define SK__YIELD_NS 100000ull           /* yield this long before sleeping */
+#define SK__SPINS 4000
+#define SK__COPY_BLOCK 32768             /* bytes copied to every destination while hot in L1 */
+#define SK__SMALL_CAP 1024               /* largest small_bytes */
+
+/* ---- waiting ------------------------------------------------------------------------------ */
+
+/* A futex word plus a count of sleepers, so wakers skip the syscall when nobody sleeps. */
+typedef struct sk__tsignal {
+  uint32_t epoch;
+  uint32_t sleepers;
+} sk__tsignal;
+
+static void sk__twake(sk__tsignal *s) {
+  __atomic_fetch_add(&s->epoch, 1, SK__SC);
+  if (__atomic_load_n(&s->sleepers, SK__SC))
+    syscall(SYS_futex, &s->epoch, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+typedef bool (*sk__tpred)(const void *arg);
+
+/* Waits until pred(arg): spin (if allowed), then yield, then futex sleep in bounded slices.
+   Returns SK_ERR_ABORTED when the world aborts, SK_ERR_TIMEOUT at the deadline. */
+static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const void *arg, bool spin) {
+  if (pred(arg)) return SK_OK;
+  if (spin)
+    for (int i = 0; i < SK__SPINS; i++) {
+      SK__PAUSE();
+      if (pred(arg)) return SK_OK;
+    }
+  uint64_t start = sk_now_ns(), now = start;
+  uint64_t deadline = start + (uint64_t)w->desc.timeout_ms * 1000000ull;
+  while (now - start < SK__YIELD_NS) {
+    sched_yield();
+    if (pred(arg)) return SK_OK;
+    if (__atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE)) return SK_ERR_ABORTED;
+    now = sk_now_ns();
+  }
+  for (;;) {
+    uint32_t e = __atomic_load_n(&s->epoch, SK__SC);
+    __atomic_fetch_add(&s->sleepers, 1, SK__SC);
+    if (pred(arg)) {
+      __atomic_fetch_sub(&s->sleepers, 1, SK__SC);
+      return SK_OK;
+    }
+    now = sk_now_ns();
+    bool aborted = __atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE);
+    if (aborted || now >= deadline) {
+      __atomic_fetch_sub(&s->sleepers, 1, SK__SC);
+      return aborted ? SK_ERR_ABORTED : SK_ERR_TIMEOUT;
+    }
+    uint64_t slice = deadline - now < SK__SLICE_NS ? deadline - now : SK__SLICE_NS;
+    struct timespec ts;
+    ts.tv_sec = (time_t)(slice / 1000000000ull);
+    ts.tv_nsec = (long)(slice % 1000000000ull);
+    syscall(SYS_futex, &s->epoch, FUTEX_WAIT_PRIVATE, e, &ts, NULL, 0);
+    __atomic_fetch_sub(&s->sleepers, 1, SK__SC);
+    if (pred(arg)) return SK_OK;
+  }
+}
+
+/* ---- shared state ------------------------------------------------------------------------- */
+
+/* One member's postings, written by that member only, read by its peers after `arrive`. */
+typedef struct sk__tslot {
+  sk_coll coll[2];   /* by sequence parity: peers may still read the previous one */
+  uint64_t posted;   /* atomic: sequence number of the last posting */
+  uint64_t seq;      /* owner only: collectives this member has posted */
+  uint64_t departs;  /* owner only: collectives that needed the closing synchronisation */
+  char pad[SK__CL];
+} sk__tslot;
+
+typedef struct sk__tp2p sk__tp2p;
+
+/* A communicator's shared state, one per group, referenced by every member. */
+typedef struct sk__tgroup {
+  uint64_t arrive; /* atomic: members that posted, summed over all collectives */
+  char pad0[SK__CL - sizeof(uint64_t)];
+  uint64_t depart; /* atomic: members done with their share, over collectives that need it */
+  char pad1[SK__CL - sizeof(uint64_t)];
+  sk__tsignal sig;
+  char pad2[SK__CL - sizeof(sk__tsignal)];
+  int size;
+  int refs; /* atomic: members still attached */
+  int *wranks;      /* member -> world rank */
+  sk__tslot *slots; /* size entries */
+  unsigned char *inline_data; /* size * 2 * small_bytes: small AllReduce inputs */
+  size_t small_bytes;
+  pthread_mutex_t p2p_lock;
+  sk__tp2p *p2p_head, *p2p_tail; /* unmatched sends and receives, in posting order */
+  void *mem;        /* the one allocation holding this group */
+} sk__tgroup;
+
+typedef struct sk__tworld {
+  int n;
+  int *claimed;          /* atomic per rank: a thread has joined as this rank */
+  sk__tgroup *world_group;
+  bool spin;
+  size_t small_bytes;
+  bool force_large;
+  const sk_allocator *alloc;
+} sk__tworld;
+
+typedef struct sk__treq sk__treq;
+
+/* One member's view of a communicator (sk_comm.state). */
+typedef struct sk__tmember {
+  sk__tgroup *g;
+  int me;
+  sk_comm *comm;
+  sk__tworld *tw;
+  const void **ptrs;      /* size entries: scratch for kernels */
+  void *stage;            /* in-place AllToAll staging */
+  size_t stage_cap;
+  /* progress engine for non-blocking collectives */
+  pthread_mutex_t qlock;
+  sk__treq *qhead, *qtail;
+  sk__tsignal qsig;       /* wakes the progress thread */
+  pthread_t thread;
+  bool thread_started;
+  int stop;               /* atomic */
+  uint64_t issued;        /* device thread only: non-blocking collectives issued */
+  uint64_t completed;     /* atomic: ... completed by the progress thread */
+} sk__tmember;
+
+struct sk__treq {
+  sk_request base;
+  sk__treq *next;
+  sk__tmember *m;
+  int done; /* atomic */
+  sk_result result;
+};
+
+/* A posted, unmatched Send or Recv. */
+struct sk__tp2p {
+  sk__tp2p *next;
+  int src, dst; /* member indices */
+  bool is_send;
+  sk__treq *req;
+};
+
+#define SK__TWORLD(w) ((sk__tworld *)(w)->state)
+#define SK__TMEMBER(c) ((sk__tmember *)(c)->state)
+
+/* ---- groups ------------------------------------------------------------------------------- */
+
+static sk__tgroup *sk__tgroup_new(sk__tworld *tw, int size, const int *wranks) {
+  size_t sb = tw->small_bytes;
+  size_t off_slots = (sizeof(sk__tgroup) + SK__CL - 1) / SK__CL * SK__CL;
+  size_t off_wranks = off_slots + sizeof(sk__tslot) * (size_t)size;
+  size_t off_inline = (off_wranks + sizeof(int) * (size_t)size + SK__CL - 1) / SK__CL * SK__CL;
+  size_t total = off_inline + (size_t)size * 2 * sb;
+  unsigned char *mem = (unsigned char *)sk__calloc(tw->alloc, total, SK__CL);
+  if (!mem) return NULL;
+  sk__tgroup *g = (sk__tgroup *)mem;
+  g->mem = mem;
+  g->size = size;
+  g->slots = (sk__tslot *)(mem + off_slots);
+  g->wranks = (int *)(mem + off_wranks);
+  g->inline_data = mem + off_inline;
+  g->small_bytes = sb;
+  for (int i = 0; i < size; i++) g->wranks[i] = wranks ? wranks[i] : i;
+  if (pthread_mutex_init(&g->p2p_lock, NULL) != 0) {
+    sk__free(tw->alloc, mem);
+    return NULL;
+  }
+  return g;
+}
+
+static void sk__tgroup_free(sk__tworld *tw, sk__tgroup *g) {
+  pthread_mutex_destroy(&g->p2p_lock);
+  sk__free(tw->alloc, g->mem);
+}
+
+static void sk__tgroup_release(sk__tworld *tw, sk__tgroup *g) {
+  if (g != tw->world_group && __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) == 0) sk__tgroup_free(tw, g);
+}
+
+/* ---- members ------------------------------------------------------------------------------ */
+
+static sk__tmember *sk__tmember_new(sk__tworld *tw, sk__tgroup *g, int me, sk_comm *comm) {
+  sk__tmember *m = (sk__tmember *)sk__calloc(tw->alloc, sizeof *m, SK__CL);
+  if (!m) return NULL;
+  m->ptrs = (const void **)sk__alloc(tw->alloc, sizeof(void *) * (size_t)g->size, SK__CL);
+  if (!m->ptrs || pthread_mutex_init(&m->qlock, NULL) != 0) {
+    sk__free(tw->alloc, (void *)m->ptrs);
+    sk__free(tw->alloc, m);
+    return NULL;
+  }
+  m->g = g, m->me = me, m->comm = comm, m->tw = tw;
+  return m;
+}
+
+/* ---- the collective engine ---------------------------------------------------------------- */
+
+typedef struct sk__tcount_arg {
+  const uint64_t *ctr;
+  uint64_t target;
+} sk__tcount_arg;
+
+static bool sk__tcount_reached(const void *p) {
+  const sk__tcount_arg *a = (const sk__tcount_arg *)p;
+  return __atomic_load_n(a->ctr, SK__SC) >= a->target;
+}
+
+/* Element range [lo, hi) of member i when `total` elements are cut into k cache-line-aligned
+   chunks (the last one takes the remainder). */
+static void sk__tchunk(size_t total, size_t es, int k, int i, size_t *lo, size_t *hi) {
+  size_t align = SK__CL / es ? SK__CL / es : 1;
+  size_t units = (total + align - 1) / align;
+  size_t uk = (size_t)k, ui = (size_t)i;
+  size_t l = ((units / uk) * ui + (units % uk) * ui / uk) * align;
+  size_t h = ((units / uk) * (ui + 1) + (units % uk) * (ui + 1) / uk) * align;
+  *lo = l < total ? l : total;
+  *hi = h < total ? h : total;
+}
+
+/* Names the members whose posted sequence is below s ("ranks 3, 5"). */
+static void sk__tmissing(const sk__tgroup *g, uint64_t s, bool departed, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  int count = 0;
+  for (int i = 0; i < g->size && len + 16 < cap; i++) {
+    uint64_t v = departed ? g->slots[i].departs : __atomic_load_n(&g->slots[i].posted, SK__SC);
+    if (v < s) len += (size_t)snprintf(buf + len, cap - len, "%s%d", count++ ? ", " : "", i);
+  }
+  if (!count) snprintf(buf, cap, "none (late wake-up)");
+}
+
+static sk_result sk__twait_count(sk__tmember *m, const uint64_t *ctr, uint64_t target, const char *what) {
+  sk__tcount_arg a;
+  a.ctr = ctr, a.target = target;
+  sk_world *w = m->comm->world;
+  sk_result r = sk__twait(w, &m->g->sig, sk__tcount_reached, &a, m->tw->spin);
+  if (r == SK_ERR_TIMEOUT) {
+    char who[160];
+    sk__tmissing(m->g, target / (uint64_t)m->g->size, false, who, sizeof who);
+    sk_comm_set_error(m->comm, r, "%s: timed out after %u ms waiting for group ranks %s (world rank %d)", what,
+                      (unsigned)w->desc.timeout_ms, who, m->comm->world_rank);
+    sk_world_fail(w, r, m->comm->error_msg); /* the group's sequence is broken: take the world down */
+  } else if (r == SK_ERR_ABORTED) {
+    sk_comm_set_error(m->comm, r, "%s: the world was aborted (a device failed or sk_world_abort was called)", what);
+  }
+  return r;
+}
+
+/* Compares every member's posting with this one's; all members see the same postings and so
+   agree on the verdict. */
+static sk_result sk__tcheck_match(sk__tmember *m, int p) {
+  const sk__tgroup *g = m->g;
+  const sk_coll *mine = &g->slots[m->me].coll[p];
+  for (int i = 0; i < g->size; i++) {
+    const sk_coll *o = &g->slots[i].coll[p];
+    bool same = o->kind == mine->kind && o->count == mine->count && o->dtype == mine->dtype &&
+                (o->kind != SK_COLL_ALLREDUCE && o->kind != SK_COLL_REDUCE && o->kind != SK_COLL_REDUCE_SCATTER
+                     ? true
+                     : o->op == mine->op) &&
+                (o->kind != SK_COLL_BROADCAST && o->kind != SK_COLL_REDUCE ? true : o->root == mine->root);
+    if (!same) {
+      const sk_coll *a = &g->slots[0].coll[p];
+      return sk_comm_set_error(m->comm, SK_ERR_MISMATCH,
+                               "mismatch: rank 0 called %s(count %zu, %s, %s, root %d) but rank %d called %s(count %zu, "
+                               "%s, %s, root %d)",
+                               sk_coll_kind_name(a->kind), a->count, sk_dtype_name(a->dtype), sk_redop_name(a->op),
+                               a->root, i, sk_coll_kind_name(o->kind), o->count, sk_dtype_name(o->dtype),
+                               sk_redop_name(o->op), o->root);
+    }
+  }
+  return SK_OK;
+}
+
+/* Copies n bytes from src to every dst[i] (skipping dst == src), a block at a time so the source
+   is read from memory once. */
+static void sk__tcopy_to_all(const unsigned char *src, unsigned char *const *dst, int ndst, size_t n) {
+  for (size_t off = 0; off < n; off += SK__COPY_BLOCK) {
+    size_t len = n - off < SK__COPY_BLOCK ? n - off : SK__COPY_BLOCK;
+    for (int i = 0; i < ndst; i++)
+      if (dst[i] + off != src + off) memcpy(dst[i] + off, src + off, len);
+  }
+}
+
+/* This member's share of a collective whose postings are all visible. Returns whether peers
+   touch this member's buffers, so that the closing synchronisation is needed. */
+static sk_result sk__twork(sk__tmember *m, int p, bool small, bool *need_depart) {
+  sk__tgroup *g = m->g;
+  int k = g->size, me = m->me;
+  const sk_coll *op = &g->slots[me].coll[p];
+  size_t es = sk_dtype_size(op->dtype), n = op->count;
+  const sk_coll *P0 = &g->slots[0].coll[p];
+  (void)P0;
+  *need_depart = n > 0 && op->kind != SK_COLL_BARRIER && k > 1 && !small;
+  if (n == 0 || op->kind == SK_COLL_BARRIER) return SK_OK;
+#define SK__P(i) (&g->slots[(i)].coll[p])
+  switch (op->kind) {
+    case SK_COLL_ALLREDUCE: {
+      if (small) {
+        for (int r = 0; r < k; r++) m->ptrs[r] = g->inline_data + ((size_t)r * 2 + (size_t)p) * g->small_bytes;
+        return sk_reduce_local(op->recv, m->ptrs, k, n, op->dtype, op->op);
+      }
+      size_t lo, hi;
+      sk__tchunk(n, es, k, me, &lo, &hi);
+      unsigned char tmp[8192];
+      size_t block = sizeof tmp / es;
+      for (size_t off = lo; off < hi; off += block) {
+        size_t len = hi - off < block ? hi - off : block;
+        for (int r = 0; r < k; r++) m->ptrs[r] = (const unsigned char *)SK__P(r)->send + off * es;
+        sk_reduce_local(tmp, m->ptrs, k, len, op->dtype, op->op);
+        for (int r = 0; r < k; r++) memcpy((unsigned char *)SK__P(r)->recv + off * es, tmp, len * es);
+      }
+      return SK_OK;
+    }
+    case SK_COLL_REDUCE: {
+      size_t lo, hi;
+      sk__tchunk(n, es, k, me, &lo, &hi);
+      if (lo == hi) return SK_OK;
+      for (int r = 0; r < k; r++) m->ptrs[r] = (const unsigned char *)SK__P(r)->send + lo * es;
+      return sk_reduce_local((unsigned char *)SK__P(op->root)->recv + lo * es, m->ptrs, k, hi - lo, op->dtype, op->op);
+    }
+    case SK_COLL_REDUCE_SCATTER: {
+      for (int r = 0; r < k; r++) m->ptrs[r] = (const unsigned char *)SK__P(r)->send + (size_t)me * n * es;
+      return sk_reduce_local(op->recv, m->ptrs, k, n, op->dtype, op->op);
+    }
+    case SK_COLL_ALLGATHER: {
+      unsigned char **dst = (unsigned char **)(void *)m->ptrs;
+      for (int r = 0; r < k; r++) dst[r] = (unsigned char *)SK__P(r)->recv + (size_t)me * n * es;
+      sk__tcopy_to_all((const unsigned char *)op->send, dst, k, n * es);
+      return SK_OK;
+    }
+    case SK_COLL_BROADCAST: {
+      size_t lo, hi;
+      sk__tchunk(n, es, k, me, &lo, &hi);
+      if (lo == hi) return SK_OK;
+      unsigned char **dst = (unsigned char **)(void *)m->ptrs;
+      for (int r = 0; r < k; r++) dst[r] = (unsigned char *)SK__P(r)->recv + lo * es;
+      sk__tcopy_to_all((const unsigned char *)SK__P(op->root)->send + lo * es, dst, k, (hi - lo) * es);
+      return SK_OK;
+    }
+    case SK_COLL_ALLTOALL: {
+      for (int r = 0; r < k; r++)
+        memcpy((unsigned char *)op->recv + (size_t)r * n * es,
+               (const unsigned char *)SK__P(r)->send + (size_t)me * n * es, n * es);
+      return SK_OK;
+    }
+    default: return sk_comm_set_error(m->comm, SK_ERR_INTERNAL, "threads backend: unexpected op %d", (int)op->kind);
+  }
+#undef SK__P
+}
+
+/* Runs one collective on member m, on whichever thread calls it (device or progress thread). */
+static sk_result sk__texec(sk__tmember *m, const sk_coll *op) {
+  sk__tgroup *g = m->g;
+  int k = g->size;
+  sk__tslot *sl = &g->slots[m->me];
+  const char *name = sk_coll_kind_name(op->kind);
+  uint64_t s = ++sl->seq;
+  int p = (int)(s & 1);
+  size_t es = sk_dtype_size(op->dtype);
+  size_t bytes = op->kind == SK_COLL_BARRIER ? 0 : op->count * es;
+  bool small = op->kind == SK_COLL_ALLREDUCE && bytes <= g->small_bytes && !m->tw->force_large;
+  sl->coll[p] = *op;
+  if (small && bytes) memcpy(g->inline_data + ((size_t)m->me * 2 + (size_t)p) * g->small_bytes, op->send, bytes);
+  if (op->kind == SK_COLL_ALLTOALL && op->send == op->recv && bytes) {
+    /* In place, a peer's pull would read what this member already overwrote: stage first. */
+    size_t need = bytes * (size_t)k;
+    if (m->stage_cap < need) {
+      void *ns = sk__alloc(m->tw->alloc, need, SK__CL);
+      if (!ns) {
+        /* still take part in the synchronisation so peers are not left waiting */
+        sk_world_fail(m->comm->world, SK_ERR_OUT_OF_MEMORY, "alltoall: staging buffer allocation failed");
+        return sk_comm_set_error(m->comm, SK_ERR_OUT_OF_MEMORY, "alltoall: allocating %zu bytes of staging", need);
+      }
+      sk__free(m->tw->alloc, m->stage);
+      m->stage = ns, m->stage_cap = need;
+    }
+    memcpy(m->stage, op->send, need);
+    sl->coll[p].send = m->stage;
+  }
+  __atomic_store_n(&sl->posted, s, SK__SC);
+  if (__atomic_add_fetch(&g->arrive, 1, SK__SC) == s * (uint64_t)k) sk__twake(&g->sig);
+  sk_result r = sk__twait_count(m, &g->arrive, s * (uint64_t)k, name);
+  if (r != SK_OK) return r;
+  r = sk__tcheck_match(m, p);
+  if (r != SK_OK) return r;
+  bool need_depart = false;
+  r = sk__twork(m, p, small, &need_depart);
+  if (!need_depart) return r;
+  /* Peers read or write this member's buffers: nobody returns before all are done. */
+  uint64_t d = ++sl->departs;
+  if (__atomic_add_fetch(&g->depart, 1, SK__SC) == d * (uint64_t)k) sk__twake(&g->sig);
+  sk_result r2 = sk__twait_count(m, &g->depart, d * (uint64_t)k, name);
+  return r != SK_OK ? r : r2;
+}
+
+/* ---- requests and the progress thread ----------------------------------------------------- */
+
+static void sk__treq_free(sk_request *base) {
+  sk__treq *q = (sk__treq *)base;
+  sk__free(q->m->tw->alloc, q);
+}
+
+static sk__treq *sk__treq_new(sk__tmember *m, const sk_coll *op) {
+  sk__treq *q = (sk__treq *)sk__calloc(m->tw->alloc, sizeof *q, SK__CL);
+  if (!q) return NULL;
+  q->base.comm = m->comm;
+  q->base.coll = *op;
+  q->base.free_fn = sk__treq_free;
+  q->m = m;
+  return q;
+}
+
+/* Completion wakes the group's signal, not the member's: the owner may free the request and
+   its member state as soon as `done` is visible, but the group outlives the completer's call. */
+static void sk__treq_complete(sk__treq *q, sk_result r) {
+  sk__tgroup *g = q->m->g; /* read before done */
+  q->result = r;
+  __atomic_store_n(&q->done, 1, SK__SC);
+  sk__twake(&g->sig);
+}
+
+static bool sk__tqueue_ready(const void *p) {
+  const sk__tmember *m = (const sk__tmember *)p;
+  return __atomic_load_n(&m->stop, SK__SC) || __atomic_load_n((sk__treq *const *)&m->qhead, SK__SC) != NULL;
+}
+
+static void *sk__tprogress_main(void *arg) {
+  sk__tmember *m = (sk__tmember *)arg;
+  sk_world *w = m->comm->world;
+  for (;;) {
+    sk_result r = sk__twait(w, &m->qsig, sk__tqueue_ready, m, false);
+    if (__atomic_load_n(&m->stop, SK__SC)) break;
+    if (r != SK_OK && r != SK_ERR_TIMEOUT) {
+      /* aborted: fail what is queued, then idle until stopped (waits below are bounded) */
+    }
+    pthread_mutex_lock(&m->qlock);
+    sk__treq *q = m->qhead;
+    pthread_mutex_unlock(&m->qlock);
+    if (!q) continue;
+    sk_result res = sk_world_aborted(w) ? SK_ERR_ABORTED : sk__texec(m, &q->base.coll);
+    if (res == SK_ERR_ABORTED && !m->comm->error_msg[0])
+      sk_comm_set_error(m->comm, res, "%s: the world was aborted", sk_coll_kind_name(q->base.coll.kind));
+    pthread_mutex_lock(&m->qlock);
+    m->qhead = q->next;
+    if (!m->qhead) m->qtail = NULL;
+    pthread_mutex_unlock(&m->qlock);
+    __atomic_fetch_add(&m->completed, 1, SK__SC);
+    sk__treq_complete(q, res);
+  }
+  return NULL;
+}
+
+static sk_result sk__tenqueue(sk__tmember *m, const sk_coll *op, sk__treq **out) {
+  if (!m->thread_started) {
+    if (pthread_create(&m->thread, NULL, sk__tprogress_main, m) != 0)
+      return sk_comm_set_error(m->comm, SK_ERR_SYSTEM, "%s: could not start the progress thread",
+                               sk_coll_kind_name(op->kind));
+    m->thread_started = true;
+  }
+  sk__treq *q = sk__treq_new(m, op);
+  if (!q) return sk_comm_set_error(m->comm, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(op->kind));
+  m->issued++;
+  pthread_mutex_lock(&m->qlock);
+  if (m->qtail)
+    m->qtail->next = q;
+  else
+    __atomic_store_n(&m->qhead, q, SK__SC);
+  m->qtail = q;
+  pthread_mutex_unlock(&m->qlock);
+  sk__twake(&m->qsig);
+  *out = q;
+  return SK_OK;
+}
+
+/* ---- point to point ----------------------------------------------------------------------- */
+
+/* Posts a Send or Recv; whichever side of a pair arrives second copies and completes both. */
+static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out) {
+  sk__tgroup *g = m->g;
+  sk__treq *q = sk__treq_new(m, op);
+  if (!q) return sk_comm_set_error(m->comm, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(op->kind));
+  sk__tp2p *node = (sk__tp2p *)sk__calloc(m->tw->alloc, sizeof *node, 16);
+  if (!node) {
+    sk__free(m->tw->alloc, q);
+    return sk_comm_set_error(m->comm, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(op->kind));
+  }
+  bool is_send = op->kind == SK_COLL_SEND;
+  node->is_send = is_send;
+  node->src = is_send ? m->me : op->root;
+  node->dst = is_send ? op->root : m->me;
+  node->req = q;
+  *out = q;
+  pthread_mutex_lock(&g->p2p_lock);
+  sk__tp2p *prev = NULL, *it = g->p2p_head;
+  while (it && !(it->is_send != is_send && it->src == node->src && it->dst == node->dst)) prev = it, it = it->next;
+  if (!it) {
+    if (g->p2p_tail)
+      g->p2p_tail->next = node;
+    else
+      g->p2p_head = node;
+    g->p2p_tail = node;
+    pthread_mutex_unlock(&g->p2p_lock);
+    return SK_OK;
+  }
+  if (prev)
+    prev->next = it->next;
+  else
+    g->p2p_head = it->next;
+  if (g->p2p_tail == it) g->p2p_tail = prev;
+  pthread_mutex_unlock(&g->p2p_lock);
+  sk__treq *sq = is_send ? q : it->req, *rq = is_send ? it->req : q;
+  const sk_coll *so = &sq->base.coll, *ro = &rq->base.coll;
+  sk_result r = SK_OK;
+  if (so->count != ro->count || so->dtype != ro->dtype) {
+    r = SK_ERR_MISMATCH;
+    char msg[SK_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "mismatch: rank %d sends %zu x %s to rank %d, which receives %zu x %s", node->src,
+             so->count, sk_dtype_name(so->dtype), node->dst, ro->count, sk_dtype_name(ro->dtype));
+    sk_comm_set_error(m->comm, r, "%s", msg);
+    sk__treq_complete(it->req, r); /* the peer reads its own message from the result */
+  } else {
+    if (so->count) memcpy(ro->recv, so->send, so->count * sk_dtype_size(so->dtype));
+    sk__treq_complete(it->req, SK_OK);
+  }
+  sk__free(m->tw->alloc, it);
+  sk__free(m->tw->alloc, node);
+  q->result = r;
+  __atomic_store_n(&q->done, 1, SK__SC);
+  return SK_OK;
+}
+
+/* Removes q's post if it is still unmatched; false if a peer already took it (and is copying). */
+static bool sk__tp2p_remove(sk__tmember *m, sk__treq *q) {
+  sk__tgroup *g = m->g;
+  bool found = false;
+  pthread_mutex_lock(&g->p2p_lock);
+  for (sk__tp2p *prev = NULL, *it = g->p2p_head; it; prev = it, it = it->next) {
+    if (it->req != q) continue;
+    if (prev)
+      prev->next = it->next;
+    else
+      g->p2p_head = it->next;
+    if (g->p2p_tail == it) g->p2p_tail = prev;
+    sk__free(m->tw->alloc, it);
+    found = true;
+    break;
+  }
+  pthread_mutex_unlock(&g->p2p_lock);
+  return found;
+}
+
+/* ---- hooks -------------------------------------------------------------------------------- */
+
+static bool sk__treq_done(const void *p) { return __atomic_load_n(&((const sk__treq *)p)->done, SK__SC) != 0; }
+
+static sk_result sk__thr_wait(sk_request *base) {
+  sk__treq *q = (sk__treq *)base;
+  sk__tmember *m = q->m;
+  sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__treq_done, q, m->tw->spin);
+  if (r == SK_OK) return q->result;
+  const char *name = sk_coll_kind_name(q->base.coll.kind);
+  if (r == SK_ERR_TIMEOUT) {
+    sk_comm_set_error(m->comm, r, "%s: request timed out after %u ms", name, (unsigned)m->comm->world->desc.timeout_ms);
+    sk_world_fail(m->comm->world, r, m->comm->error_msg);
+  } else {
+    sk_comm_set_error(m->comm, r, "%s: the world was aborted", name);
+  }
+  /* The request may still be referenced by the progress thread or a peer: wait, bounded by the
+     abort, until it is released before the caller frees it. */
+  bool p2p = q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV;
+  if (p2p && sk__tp2p_remove(m, q)) return r;
+  /* A peer is copying (p2p), or the progress thread runs it and will see the abort soon. */
+  while (!sk__treq_done(q)) sched_yield();
+  return r;
+}
+
+static sk_result sk__thr_test(sk_request *base, bool *done) {
+  sk__treq *q = (sk__treq *)base;
+  *done = sk__treq_done(q);
+  return *done ? q->result : SK_ERR_IN_PROGRESS;
+}
+
+static sk_result sk__thr_start(sk_comm *c, const sk_coll *op, sk_request **req) {
+  sk__tmember *m = SK__TMEMBER(c);
+  sk__treq *q = NULL;
+  sk_result r = (op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV) ? sk__tp2p_post(m, op, &q)
+                                                                       : sk__tenqueue(m, op, &q);
+  *req = q ? &q->base : NULL;
+  return r;
+}
+
+static sk_result sk__thr_run(sk_comm *c, const sk_coll *op) {
+  sk__tmember *m = SK__TMEMBER(c);
+  bool p2p = op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV;
+  /* Outstanding non-blocking work runs first: queue behind it to keep issue order. */
+  if (p2p || m->issued != __atomic_load_n(&m->completed, SK__SC)) {
+    sk_request *req = NULL;
+    sk_result r = sk__thr_start(c, op, &req);
+    if (r != SK_OK) return r;
+    return sk_wait(&req);
+  }
+  sk_result r = sk__texec(m, op);
+  if (r == SK_ERR_ABORTED && !c->error_msg[0]) sk_comm_set_error(c, r, "%s: the world was aborted", sk_coll_kind_name(op->kind));
+  return r;
+}
+
+static sk_result sk__thr_world_create(sk_world *w, const sk_world_desc *desc, void **state, int *ndevices, sk_error *err) {
+  if (desc->ndevices < 1)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.ndevices = %d; the threads backend needs 1..%d", desc->ndevices,
+                    SK_MAX_DEVICES);
+  const sk_threads_config *cfg = (const sk_threads_config *)desc->backend_config;
+  sk__tworld *tw = (sk__tworld *)sk__calloc(&w->desc.allocator, sizeof *tw, SK__CL);
+  if (!tw) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the threads world");
+  tw->alloc = &w->desc.allocator;
+  tw->n = desc->ndevices;
+  size_t sb = cfg && cfg->small_bytes ? cfg->small_bytes : 256;
+  tw->small_bytes = sb > SK__SMALL_CAP ? SK__SMALL_CAP : sb;
+  tw->small_bytes = (tw->small_bytes + 7) / 8 * 8;
+  tw->force_large = cfg && cfg->force_large;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int spin = cfg ? cfg->spin : 0;
+  tw->spin = spin > 0 || (spin == 0 && cores > 0 && tw->n <= cores);
+  tw->claimed = (int *)sk__calloc(tw->alloc, sizeof(int) * (size_t)tw->n, SK__CL);
+  tw->world_group = tw->claimed ? sk__tgroup_new(tw, tw->n, NULL) : NULL;
+  if (!tw->world_group) {
+    sk__free(tw->alloc, tw->claimed);
+    sk__free(tw->alloc, tw);
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world group of %d devices", desc->ndevices);
+  }
+  *state = tw;
+  *ndevices = tw->n;
+  return SK_OK;
+}
+
+static void sk__thr_world_destroy(sk_world *w, void *state) {
+  (void)w;
+  sk__tworld *tw = (sk__tworld *)state;
+  sk__tgroup_free(tw, tw->world_group);
+  sk__free(tw->alloc, tw->claimed);
+  sk__free(tw->alloc, tw);
+}
+
+static sk_result sk__thr_comm_attach(sk_comm *c, sk__tgroup *g, int me, void **state) {
+  sk__tworld *tw = SK__TWORLD(c->world);
+  sk__tmember *m = sk__tmember_new(tw, g, me, c);
+  if (!m) return SK_ERR_OUT_OF_MEMORY;
+  *state = m;
+  return SK_OK;
+}
+
+static sk_result sk__thr_comm_init_rank(sk_comm *c, void **state, sk_error *err) {
+  sk__tworld *tw = SK__TWORLD(c->world);
+  int expected = 0;
+  if (!__atomic_compare_exchange_n(&tw->claimed[c->rank], &expected, 1, false, SK__SC, SK__SC))
+    return sk__fail(err, SK_ERR_INVALID_USAGE, "rank %d already joined the world (one thread per rank)", c->rank);
+  sk_result r = sk__thr_comm_attach(c, tw->world_group, c->rank, state);
+  if (r != SK_OK) {
+    __atomic_store_n(&tw->claimed[c->rank], 0, SK__SC);
+    return sk__fail(err, r, "allocating the communicator of rank %d", c->rank);
+  }
+  return SK_OK;
+}
+
+static void sk__thr_comm_destroy(sk_comm *c, void *state) {
+  sk__tmember *m = (sk__tmember *)state;
+  sk__tworld *tw = m->tw;
+  if (m->thread_started) {
+    /* Outstanding requests finish first (their waits are bounded). */
+    while (__atomic_load_n(&m->completed, SK__SC) != m->issued && !sk_world_aborted(c->world)) sched_yield();
+    __atomic_store_n(&m->stop, 1, SK__SC);
+    sk__twake(&m->qsig);
+    pthread_join(m->thread, NULL);
+    while (m->qhead) { /* aborted with work queued: fail it */
+      sk__treq *q = m->qhead;
+      m->qhead = q->next;
+      sk__treq_complete(q, SK_ERR_ABORTED);
+    }
+  }
+  if (m->g == tw->world_group) __atomic_store_n(&tw->claimed[c->rank], 0, SK__SC);
+  sk__tgroup_release(tw, m->g);
+  pthread_mutex_destroy(&m->qlock);
+  sk__free(tw->alloc, m->stage);
+  sk__free(tw->alloc, (void *)m->ptrs);
+  sk__free(tw->alloc, m);
+}
+
+/* Split: allgather (color, key), the lowest parent rank of each color builds the group, an
+   allgather of pointers hands it to the others. */
+static sk_result sk__thr_comm_split(sk_comm *parent, int color, int key, sk_comm *child, void **state, bool *member) {
+  sk__tmember *pm = SK__TMEMBER(parent);
+  sk__tworld *tw = pm->tw;
+  int k = parent->size;
+  int64_t *info = (int64_t *)sk__alloc(tw->alloc, sizeof(int64_t) * 3 * (size_t)k, SK__CL);
+  int *order = (int *)sk__alloc(tw->alloc, sizeof(int) * (size_t)k, SK__CL);
+  int64_t mine[3] = {color, key, 0};
+  sk_result r = SK_OK;
+  if (!info || !order) {
+    /* Must still take part, or peers block: contribute "undefined" and fail afterwards. */
+    r = SK_ERR_OUT_OF_MEMORY;
+    mine[0] = SK_UNDEFINED;
+  }
+  int64_t scratch[3 * 8];
+  int64_t *gather = info ? info : scratch;
+  sk_coll op;
+  memset(&op, 0, sizeof op);
+  op.kind = SK_COLL_ALLGATHER, op.send = mine, op.recv = gather, op.count = 3, op.dtype = SK_I64;
+  sk_result rg = info ? sk__thr_run(parent, &op) : SK_ERR_OUT_OF_MEMORY;
+  if (!info) { /* cannot gather into nothing: peers would wait; report and take the world down */
+    sk_world_fail(parent->world, r, "split: out of memory");
+    sk__free(tw->alloc, order);
+    return sk_comm_set_error(parent, r, "split: allocating %d entries", k);
+  }
+  if (rg != SK_OK) r = rg;
+  int n = 0, me = -1;
+  if (r == SK_OK && color != SK_UNDEFINED) {
+    /* members of my color, sorted by (key, parent rank): insertion sort keeps it stable */
+    for (int i = 0; i < k; i++) {
+      if (gather[3 * i] != color) continue;
+      int j = n++;
+      while (j > 0 && gather[3 * order[j - 1] + 1] > gather[3 * i + 1]) order[j] = order[j - 1], j--;
+      order[j] = i;
+    }
+    for (int i = 0; i < n; i++)
+      if (order[i] == parent->rank) me = i;
+  }
+  sk__tgroup *g = NULL;
+  bool leader = false;
+  if (r == SK_OK && color != SK_UNDEFINED) {
+    int lowest = k;
+    for (int i = 0; i < n; i++) lowest = order[i] < lowest ? order[i] : lowest;
+    leader = lowest == parent->rank;
+    if (leader) {
+      int *wr = (int *)sk__alloc(tw->alloc, sizeof(int) * (size_t)n, SK__CL);
+      if (wr) {
+        for (int i = 0; i < n; i++) wr[i] = pm->g->wranks[order[i]];
+        g = sk__tgroup_new(tw, n, wr);
+        sk__free(tw->alloc, wr);
+      }
+      if (g) g->refs = n;
+    }
+  }
+  /* hand the group pointer from each leader to its members */
+  mine[2] = (int64_t)(intptr_t)g;
+  op.send = mine;
+  sk_result rp = sk__thr_run(parent, &op);
+  if (r == SK_OK) r = rp;
+  if (r == SK_OK && color != SK_UNDEFINED) {
+    int lowest = k;
+    for (int i = 0; i < n; i++) lowest = order[i] < lowest ? order[i] : lowest;
+    g = (sk__tgroup *)(intptr_t)gather[3 * lowest + 2];
+    if (!g) r = sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "split: the group of color %d could not be allocated", color);
+  }
+  if (r == SK_OK && color != SK_UNDEFINED) {
+    child->rank = me, child->size = n, child->world_rank = parent->world_rank;
+    r = sk__thr_comm_attach(child, g, me, state);
+    if (r != SK_OK) {
+      sk__tgroup_release(tw, g);
+      sk_comm_set_error(parent, r, "split: allocating the member state");
+    } else {
+      *member = true;
+    }
+  } else if (leader && g && r != SK_OK) {
+    sk__tgroup_free(tw, g); /* nobody attached */
+  }
+  sk__free(tw->alloc, info);
+  sk__free(tw->alloc, order);
+  return r;
+}
+
+typedef struct sk__trun_arg {
+  sk_world *w;
+  int rank;
+  sk_device_fn fn;
+  void *arg;
+  sk_result result;
+} sk__trun_arg;
+
+static void *sk__tdevice_main(void *p) {
+  sk__trun_arg *a = (sk__trun_arg *)p;
+  sk_comm *c = NULL;
+  sk_error err;
+  sk_result r = sk_comm_init_rank(a->w, a->rank, &c, &err);
+  if (r != SK_OK) {
+    char msg[SK_ERROR_MSG_MAX + 32];
+    snprintf(msg, sizeof msg, "device %d: %s", a->rank, err.msg);
+    sk_world_fail(a->w, r, msg);
+  } else {
+    r = a->fn(c, a->arg);
+    if (r != SK_OK) {
+      char msg[SK_ERROR_MSG_MAX + 64];
+      snprintf(msg, sizeof msg, "device %d returned %s%s%s", a->rank, sk_result_name(r), c->error_msg[0] ? ": " : "",
+               c->error_msg);
+      sk_world_fail(a->w, r, msg);
+    }
+    sk_comm_destroy(c);
+  }
+  a->result = r;
+  return NULL;
+}
+
+static sk_result sk__thr_world_run(sk_world *w, sk_device_fn fn, void *arg) {
+  sk__tworld *tw = SK__TWORLD(w);
+  int n = tw->n;
+  pthread_t *th = (pthread_t *)sk__alloc(tw->alloc, sizeof(pthread_t) * (size_t)n, SK__CL);
+  sk__trun_arg *args = (sk__trun_arg *)sk__calloc(tw->alloc, sizeof(sk__trun_arg) * (size_t)n, SK__CL);
+  if (!th || !args) {
+    sk__free(tw->alloc, th);
+    sk__free(tw->alloc, args);
+    return SK_ERR_OUT_OF_MEMORY;
+  }
+  int started = 0;
+  for (int i = 0; i < n; i++) {
+    args[i].w = w, args[i].rank = i, args[i].fn = fn, args[i].arg = arg;
+    if (pthread_create(&th[i], NULL, sk__tdevice_main, &args[i]) != 0) {
+      sk_world_fail(w, SK_ERR_SYSTEM, "could not start a device thread");
+      break;
+    }
+    started++;
+  }
+  sk_result result = SK_OK;
+  for (int i = 0; i < started; i++) {
+    pthread_join(th[i], NULL);
+    if (args[i].result != SK_OK && result == SK_OK) result = args[i].result;
+  }
+  if (started < n) result = SK_ERR_SYSTEM;
+  sk__free(tw->alloc, th);
+  sk__free(tw->alloc, args);
+  return result;
+}
+
+static void sk__thr_abort(sk_world *w) {
+  sk__tworld *tw = SK__TWORLD(w);
+  sk__twake(&tw->world_group->sig); /* others notice within one sleep slice */
+}
+
+static const sk_backend sk__threads_backend_table = {
+    SK_BACKEND_VERSION,
+    "threads",
+    sk__thr_world_create,
+    sk__thr_world_destroy,
+    sk__thr_world_run,
+    sk__thr_comm_init_rank,
+    sk__thr_comm_split,
+    sk__thr_comm_destroy,
+    sk__thr_start,
+    sk__thr_test,
+    sk__thr_wait,
+    sk__thr_run,
+    sk__thr_abort,
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+};
+
+SK_API const sk_backend *sk_threads_backend(void) { return &sk__threads_backend_table; }
+
+SK_EXTERN_C_END
+
+#endif /* SK_THREADS_IMPL */
