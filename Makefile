@@ -24,7 +24,7 @@ HEADERS   := $(wildcard include/*.h)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/impl.c
 TOOLS     := $(BUILD)/sk-layout
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c))
-EXAMPLES  := $(filter-out $(TOOLS),$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
+EXAMPLES  := $(filter-out $(BUILD)/sk_layout,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 
 # Tests run with a per-test timeout inside the suites; CRITERION_JOBS keeps the 2-core box sane.
 CRITERION_ARGS ?= --jobs 2
@@ -92,14 +92,19 @@ tsan: $(BUILD)/tsan/unit
 
 demo: $(BUILD)/sk-layout
 	@echo '== Layout((2,2,2),("dp","sp","mp")), x[16,784] under layout("mp",("sp","dp")) =='
-	@$(BUILD)/sk-layout --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)"
+	@$(BUILD)/sk-layout --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --name x
 	@echo
 	@echo '== the weight [784,512] under layout(("sp","dp"),"None") =='
-	@$(BUILD)/sk-layout --mesh dp=2,sp=2,mp=2 --shape 784,512 --map "(sp,dp),None"
+	@$(BUILD)/sk-layout --mesh dp=2,sp=2,mp=2 --shape 784,512 --map "(sp,dp),None" --name W
 	@echo
-	@echo '== MatMul().shard(((2,4),(4,1))) on 8 devices: x[16,784] by (2,4), w[784,512] by (4,1) =='
-	@$(BUILD)/sk-layout --devices 8 --strategy 2,4 --shape 16,784
-	@$(BUILD)/sk-layout --devices 8 --strategy 4,1 --shape 784,512
+	@echo "== MatMul().shard(((2,4),(4,1))) on 8 devices: device matrix (a,b,c) = (2,4,1); x by (a,b), w by (b,c) =="
+	@$(BUILD)/sk-layout --mesh a=2,b=4,c=1 --shape 16,784 --map "a,b" --name x
+	@$(BUILD)/sk-layout --mesh a=2,b=4,c=1 --shape 784,512 --map "b,c" --name w
+	@echo "w's replica groups (its gradient AllReduce):"
+	@$(BUILD)/sk-layout --mesh a=2,b=4,c=1 --shape 784,512 --map "b,c" --groups
+	@echo
+	@echo "== ReLU().shard(((4,1),)) on 8 devices: the repeat axis goes on the right =="
+	@$(BUILD)/sk-layout --devices 8 --strategy 4,1 --shape 16,512 --name relu_in
 
 install:
 	install -d $(DESTDIR)$(PREFIX)/include/shardkit $(DESTDIR)$(PREFIX)/lib/pkgconfig

@@ -761,10 +761,9 @@ SK_API sk_result sk_waitall(int n, sk_request **reqs) {
       case SK_AVG:                                                                                 \
       default: {                                                                                   \
         U acc[SK__RED_BLOCK];                                                                      \
-        T tn = (T)n;                                                                               \
         SK__REDUCE_LOOP(T, U, (U), SK__ID, SK__ADD, (T));                                          \
-        T *o = (T *)dst;                                                                           \
-        for (size_t i = 0; i < count; i++) o[i] = (T)(o[i] / tn);                                  \
+        T *o = (T *)dst; /* divide in 64 bits: n may not fit in T (200 inputs of i8) */            \
+        for (size_t i = 0; i < count; i++) o[i] = (T)((long long)o[i] / (long long)n);             \
         break;                                                                                     \
       }                                                                                            \
     }                                                                                              \

@@ -1,0 +1,150 @@
+#!/bin/sh
+# Checks the sk-layout explainer (build/sk-layout) from the outside: exact output of the
+# tutorial layout and the strategy examples, exit status 2 plus one error line for bad input.
+# Run from anywhere; `make test` runs it after the unit tests.
+set -u
+cd "$(dirname "$0")/.."
+BIN=build/sk-layout
+[ -x "$BIN" ] || { echo "tools: $BIN is missing (run make first)"; echo "tools: 0 passed, 1 failed"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+tab=$(printf '\t')
+
+# expect_out NAME EXPECTED-STDOUT ARGS...: exit 0, exact stdout, empty stderr
+expect_out() {
+  name=$1; want=$2; shift 2
+  "$BIN" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  printf '%s\n' "$want" >"$tmp/want"
+  if [ $rc -ne 0 ]; then bad "$name: exit $rc, stderr: $(cat "$tmp/err")"
+  elif ! cmp -s "$tmp/out" "$tmp/want"; then bad "$name: output differs"; diff "$tmp/want" "$tmp/out" | sed 's/^/    /' | head -20
+  elif [ -s "$tmp/err" ]; then bad "$name: unexpected stderr: $(cat "$tmp/err")"
+  else ok; fi
+}
+
+# expect_err NAME SUBSTRING ARGS...: exit 2, nothing on stdout, exactly one line
+# "sk-layout: error: ..." on stderr containing SUBSTRING
+expect_err() {
+  name=$1; want=$2; shift 2
+  "$BIN" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  lines=$(wc -l <"$tmp/err")
+  if [ $rc -ne 2 ]; then bad "$name: exit $rc, want 2"
+  elif [ "$lines" -ne 1 ]; then bad "$name: $lines stderr lines, want 1: $(cat "$tmp/err")"
+  elif ! grep -q '^sk-layout: error: ' "$tmp/err"; then bad "$name: stderr lacks 'sk-layout: error: ': $(cat "$tmp/err")"
+  elif ! grep -qF -- "$want" "$tmp/err"; then bad "$name: stderr lacks '$want': $(cat "$tmp/err")"
+  elif [ -s "$tmp/out" ]; then bad "$name: stdout not empty"
+  else ok; fi
+}
+
+# ---- the tutorial's x[16,784] under layout("mp",("sp","dp")) (SEMANTICS.md section 2) ----------
+expect_out "tutorial x tsv" "rank${tab}coords${tab}slices
+0${tab}0,0,0${tab}0:8,0:196
+1${tab}0,0,1${tab}8:16,0:196
+2${tab}0,1,0${tab}0:8,392:588
+3${tab}0,1,1${tab}8:16,392:588
+4${tab}1,0,0${tab}0:8,196:392
+5${tab}1,0,1${tab}8:16,196:392
+6${tab}1,1,0${tab}0:8,588:784
+7${tab}1,1,1${tab}8:16,588:784" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --tsv
+
+# the same through the numeric tensor_map, and with whitespace in the layout text
+"$BIN" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --tsv >"$tmp/a" 2>&1
+"$BIN" --mesh dp=2,sp=2,mp=2 --shape 16,784 --ms-map "(0,(1,2))" --tsv >"$tmp/b" 2>&1
+"$BIN" --mesh "dp=2, sp=2, mp=2" --shape 16,784 --map " mp , ( sp , dp ) " --tsv >"$tmp/c" 2>&1
+if cmp -s "$tmp/a" "$tmp/b" && cmp -s "$tmp/a" "$tmp/c"; then ok; else bad "--ms-map / whitespace give a different tsv"; fi
+
+expect_out "tutorial W tsv" "rank${tab}coords${tab}slices
+0${tab}0,0,0${tab}0:196,0:512
+1${tab}0,0,1${tab}0:196,0:512
+2${tab}0,1,0${tab}392:588,0:512
+3${tab}0,1,1${tab}392:588,0:512
+4${tab}1,0,0${tab}196:392,0:512
+5${tab}1,0,1${tab}196:392,0:512
+6${tab}1,1,0${tab}588:784,0:512
+7${tab}1,1,1${tab}588:784,0:512" --mesh dp=2,sp=2,mp=2 --shape 784,512 --map "(sp,dp),None" --tsv
+
+expect_out "tutorial W groups" "0,1
+2,3
+4,5
+6,7" --mesh dp=2,sp=2,mp=2 --shape 784,512 --map "(sp,dp),None" --groups
+
+# ---- strategies: ReLU ((4,1),) on 8 devices, the repeat axis on either side --------------------
+expect_out "strategy 4,1 groups (right)" "0,1
+2,3
+4,5
+6,7" --devices 8 --strategy 4,1 --shape 16,512 --groups
+expect_out "strategy 4,1 groups (--repeat right)" "0,1
+2,3
+4,5
+6,7" --devices 8 --strategy 4,1 --shape 16,512 --repeat right --groups
+expect_out "strategy 4,1 groups (--repeat left)" "0,4
+1,5
+2,6
+3,7" --devices 8 --strategy 4,1 --shape 16,512 --repeat left --groups
+expect_out "strategy 4,1 tsv: coords over [4,1,2]" "rank${tab}coords${tab}slices
+0${tab}0,0,0${tab}0:4,0:512
+1${tab}0,0,1${tab}0:4,0:512
+2${tab}1,0,0${tab}4:8,0:512
+3${tab}1,0,1${tab}4:8,0:512
+4${tab}2,0,0${tab}8:12,0:512
+5${tab}2,0,1${tab}8:12,0:512
+6${tab}3,0,0${tab}12:16,0:512
+7${tab}3,0,1${tab}12:16,0:512" --devices 8 --strategy 4,1 --shape 16,512 --tsv
+# MatMul's x by (2,4) on 8 devices: product 8, no repeat axis, so no two ranks share a slice
+expect_out "fully split: every rank alone" "0
+1
+2
+3
+4
+5
+6
+7" --devices 8 --strategy 2,4 --shape 16,784 --groups
+expect_out "standard form of the tutorial x" "mesh        dp=2,sp=2,mp=2
+dev_matrix  [2,2,2]
+shape       [16,2,392]
+layout      mp,sp,dp
+tensor_map  (0,1,2)" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --standard
+expect_out "standard form drops size-1 axes" "mesh        d0=4,rep=2
+dev_matrix  [4,2]
+shape       [16,512]
+layout      d0,None
+tensor_map  (1,-1)" --devices 8 --strategy 4,1 --shape 16,512 --standard
+
+# ---- the default table, help, and valid variants exit 0 --------------------------------------
+"$BIN" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --name x >"$tmp/out" 2>&1; rc=$?
+if [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/out")" -eq 10 ] && grep -q 'mp,(sp,dp)' "$tmp/out" &&
+   grep -q '^   6  (1,1,0)     \[0,8)    \[588,784)  \[8,196\]$' "$tmp/out"; then ok
+else bad "default table"; sed 's/^/    /' "$tmp/out"; fi
+"$BIN" --help >"$tmp/out" 2>&1 && grep -q '^usage: sk-layout' "$tmp/out" && ok || bad "--help"
+"$BIN" -h >/dev/null 2>&1 && ok || bad "-h"
+"$BIN" --mesh=dp=4 --shape=8 --map=dp --tsv >/dev/null 2>&1 && ok || bad "--flag=value form"
+"$BIN" --mesh dp=4 --shape 8 --tsv >/dev/null 2>&1 && ok || bad "no --map means unsplit"
+"$BIN" --strategy 2,2 --shape 4,4 --groups >/dev/null 2>&1 && ok || bad "--strategy without --devices"
+
+# ---- bad input: exit 2, one error line naming the problem -------------------------------------
+expect_err "unknown flag" "unknown option '--bogus'" --bogus
+expect_err "missing value" "--mesh needs a value" --shape 16 --mesh
+expect_err "missing --shape" "--shape is required" --mesh dp=2
+expect_err "no mesh, no strategy" "give --mesh" --shape 16
+expect_err "unknown axis" "unknown axis 'xp' in layout \"mp,(xp,dp)\"" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(xp,dp)"
+expect_err "axis twice" "axis 'dp' used twice" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "dp,(sp,dp)"
+expect_err "not divisible" "dim 1 (784) is not divisible by 3 = sp*mp" --mesh dp=2,sp=3,mp=1 --shape 16,784 --map "dp,(sp,mp)"
+expect_err "unbalanced parens" "missing ')'" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp"
+expect_err "nested tuple" "nested '('" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "((mp)),dp"
+expect_err "trailing comma" "trailing comma" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,"
+expect_err "dims mismatch" "has 1 dims; the shape has 2" --mesh dp=2 --shape 16,784 --map "dp"
+expect_err "too many devices" "mesh has 8192 devices; allowed 1..4096" --mesh dp=2,sp=2,mp=2048 --shape 16 --map None
+expect_err "bad shape" "--shape: '16,x'" --mesh dp=2 --shape 16,x --map dp,None
+expect_err "zero in shape" "--shape" --mesh dp=2 --shape 0 --map dp
+expect_err "strategy not dividing devices" "8 devices are not divisible by the strategy product 3" --devices 8 --strategy 3 --shape 9
+expect_err "bad --repeat" "--repeat takes right or left" --devices 8 --strategy 4,1 --shape 16,512 --repeat middle
+expect_err "strategy/shape mismatch" "--strategy has 1 values; --shape has 2" --devices 8 --strategy 4 --shape 16,512
+expect_err "--map with --strategy" "not --strategy" --devices 8 --strategy 4 --shape 16 --map d0
+expect_err "two outputs" "choose one of" --mesh dp=2 --shape 16 --map dp --tsv --groups
+expect_err "bad ms-map" "-1 inside a tuple" --mesh dp=2,sp=2 --shape 16 --ms-map "((0,-1))"
+expect_err "ms-map dims mismatch" "--ms-map \"(0,1)\" has 2 dims; --shape has 1" --mesh dp=2,sp=2 --shape 16 --ms-map "(0,1)"
+expect_err "flag twice" "--shape given twice" --mesh dp=2 --shape 16 --shape 16
+
+echo "tools: $pass passed, $fail failed"
+[ $fail -eq 0 ]
