@@ -83,6 +83,7 @@ check-headers: | deps
 test: check-headers $(BUILD)/tests/unit all
 	$(BUILD)/tests/unit $(CRITERION_ARGS)
 	@sh tests/tools_test.sh
+	@sh tests/bench_test.sh
 
 sanitize: $(BUILD)/san/unit
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)

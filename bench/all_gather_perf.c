@@ -1,0 +1,54 @@
+/* all_gather_perf -- AllGather, nccl-tests style (see bench_common.h and README.md). */
+#define _GNU_SOURCE
+#include "bench_common.h"
+
+/* busbw = algbw * (n-1)/n (nccl-tests) */
+static double ag_factor(int n) { return (double)(n - 1) / n; }
+
+/* nccl-tests: the swept size is the gathered (receive) buffer; each rank contributes
+   count/n elements (the count column and the call's count); in place, send = recv + rank*count. */
+static void ag_counts(size_t count, int n, bench_counts *k) {
+  size_t per = count / (size_t)n;
+  k->send = per, k->recv = per * (size_t)n, k->param = per;
+  k->send_ip = per, k->recv_ip = 0;
+}
+
+/* Minimum traffic, S = the gathered size (n * count * es): the N inputs of S/N are read once
+   (S in total) and the N outputs of S are written once (NS): (N+1)S. */
+static double ag_min_bytes(double S, int n) { return (n + 1.0) * S; }
+
+static unsigned ag_touches(int rank, int n, int root) {
+  (void)rank, (void)n, (void)root;
+  return 3;
+}
+
+static sk_result ag_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
+  (void)op, (void)root;
+  return sk_allgather(c, s, r, count, dt);
+}
+
+/* Rank j's input element i is value(j, j*count + i): the gathered buffer is value(j, k). */
+static void ag_fill(const bench_io *io) {
+  size_t cnt = io->count;
+  if (!io->in_place) bench_poison(io->recv, cnt * (size_t)io->n * io->es);
+  else {
+    bench_poison(io->recv, cnt * (size_t)io->rank * io->es);
+    bench_poison((unsigned char *)io->recv + cnt * (size_t)(io->rank + 1) * io->es,
+                 cnt * (size_t)(io->n - io->rank - 1) * io->es);
+  }
+  bench_fill_values(io->dt, io->send, cnt, io->rank, (size_t)io->rank * cnt, io->rep);
+}
+
+static int64_t ag_check(const bench_io *io) {
+  int64_t bad = 0;
+  for (int j = 0; j < io->n; j++)
+    bad += bench_count_wrong_values(io->dt, (unsigned char *)io->recv + (size_t)j * io->count * io->es, io->count, j,
+                                    (size_t)j * io->count, io->rep);
+  return bad;
+}
+
+int main(int argc, char **argv) {
+  static const bench_coll coll = {"AllGather", false,  false, false, true, ag_factor, ag_counts, ag_min_bytes,
+                                  ag_touches,  ag_run, ag_fill, NULL,  NULL, ag_check};
+  return bench_main(argc, argv, &coll);
+}

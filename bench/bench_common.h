@@ -1,0 +1,845 @@
+/* bench_common.h -- the shared driver of shardkit's nccl-tests-style benchmarks.
+
+   The idea of nccl-tests' common.cu, in C: each program (all_reduce_perf.c, ...) describes one
+   collective in a bench_coll (name, count conventions, bus-bandwidth factor, minimum memory
+   traffic, how to run it, fill its inputs and check its outputs) and calls bench_main(). This
+   file parses the flags, creates the world, sweeps the sizes, times, probes memory bandwidth for
+   %bound, checks every element, and prints the nccl-tests table.
+
+   Per size, on every device (inside sk_world_run), for out-of-place then in-place:
+     fill inputs -> [out-of-place only: bandwidth probe] -> `-w` warm-up iterations -> barrier ->
+     `-n` timed iterations (time = mean per iteration; the row shows the maximum over ranks) ->
+     `-c` check runs (fresh inputs, one run, every element compared; #wrong = sum over ranks).
+
+   Sizes, counts and bandwidths follow nccl-tests: for a swept size B and element size es,
+   count = B / es is handed to the collective's `counts` hook (nccl-tests' getCollByteCount),
+   the "size" column is max(send bytes, recv bytes) of one rank, "count" is the count passed to
+   the call, algbw = (that size) / time and busbw = algbw * factor.
+
+   %bound = 100 * t_min / t(out-of-place), t_min = min_bytes / B. B is probed right before each
+   size is timed: an in-place read+write kernel (x += z over 64-bit lanes, z an opaque zero, so
+   data is unchanged) over exactly the buffers the out-of-place collective touches (its
+   footprint: every send and receive buffer of every device it reads or writes), with
+   P = min(devices in this process, online cores) threads, bytes counted as read + write, best of
+   a few repeats. min_bytes per collective is derived in each program and in bench/README.md.
+
+   Backends: `-B threads` (default; `-g` devices as threads) and `-B mpi` (issue 5: fill
+   bench_world_mpi() below; everything else is backend-neutral: all cross-device results travel
+   through sk_allreduce, and work shared between the devices of one process -- the probe and the
+   expected-value table -- is split over the process's local devices only). */
+#ifndef BENCH_COMMON_H
+#define BENCH_COMMON_H
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define SK_IMPL
+#include "shardkit.h"
+
+#define BENCH_FN static __attribute__((unused))
+
+/* ---- what a program describes ------------------------------------------------------------- */
+
+/* Element counts of one rank for one swept size (nccl-tests' getCollByteCount). */
+typedef struct bench_counts {
+  size_t send, recv;         /* elements in this rank's send and receive buffer */
+  size_t param;              /* the count passed to the call */
+  size_t send_ip, recv_ip;   /* in-place: send = recvbuf + send_ip*rank, recv = recvbuf + recv_ip*rank */
+} bench_counts;
+
+/* What fill and check see: one device, one size, one placement. */
+typedef struct bench_io {
+  int rank, n, root, rep;
+  sk_dtype dt;
+  sk_redop op;
+  bool in_place;
+  size_t es;                 /* element size */
+  size_t count;              /* the count passed to the call */
+  bench_counts cnt;
+  void *send, *recv;         /* the pointers the call gets (in-place forms applied) */
+  unsigned char *sendbuf, *recvbuf; /* this device's whole buffers */
+  const unsigned char *expected;    /* the shared expected table (when the program uses one) */
+} bench_io;
+
+typedef struct bench_coll {
+  const char *name;          /* nccl-tests' name, e.g. "AllReduce" */
+  bool has_op;               /* the redop column names the op (else "none") */
+  bool has_root;             /* the root column shows the root (else -1) */
+  bool loops_ops;            /* `-o all` loops over ops (nccl-tests: reducing collectives and SendRecv) */
+  bool in_place;             /* false (SendRecv): the in-place column re-times the out-of-place form, #wrong N/A */
+  double (*bus_factor)(int n);
+  void (*counts)(size_t count, int n, bench_counts *out);
+  /* Bytes every input read once plus every output written once, S = the size column. */
+  double (*min_bytes)(double S, int n);
+  /* Which of this rank's buffers the out-of-place form touches: bit 0 send, bit 1 recv. */
+  unsigned (*touches)(int rank, int n, int root);
+  sk_result (*run)(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root);
+  void (*fill)(const bench_io *io);
+  /* Optional shared expected table: elements and element j (computed by the local devices together). */
+  size_t (*expected_elems)(int n, size_t count);
+  void (*expected)(const bench_io *io, size_t j, void *out);
+  int64_t (*check)(const bench_io *io);
+} bench_coll;
+
+BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll);
+
+/* ---- input pattern and references ---------------------------------------------------------- */
+
+BENCH_FN uint64_t bench__mix(int rank, size_t idx, int rep) {
+  uint64_t x = (uint64_t)idx * 0x9E3779B97F4A7C15ull + (uint64_t)(rank + 1) * 0xBF58476D1CE4E5B9ull +
+               (uint64_t)rep * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  x *= 0xD6E8FEB86659FD93ull;
+  x ^= x >> 29;
+  return x;
+}
+
+/* Floats: +-(1 + f) with f a 20-bit (f64: 52-bit) fraction, so sums depend on the order, and
+   neither sums nor products (|x| >= 1, granularity >= 2^-20) reach subnormals, which would slow
+   the in-place timing loops that feed results back as inputs. */
+BENCH_FN float bench__f32(uint64_t x) {
+  float f = 1.0f + (float)(x >> 44) * (1.0f / 1048576.0f);
+  return (x & 1) ? -f : f;
+}
+BENCH_FN double bench__f64(uint64_t x) {
+  double f = 1.0 + (double)(x >> 12) * (1.0 / 4503599627370496.0);
+  return (x & 1) ? -f : f;
+}
+
+/* Stores the input value of (rank, idx) into element `pos` of buf. */
+BENCH_FN void bench_value(sk_dtype dt, void *buf, size_t pos, int rank, size_t idx, int rep) {
+  uint64_t x = bench__mix(rank, idx, rep);
+  switch (dt) {
+    case SK_F32: ((float *)buf)[pos] = bench__f32(x); break;
+    case SK_F64: ((double *)buf)[pos] = bench__f64(x); break;
+    case SK_F16: ((uint16_t *)buf)[pos] = sk_f32_to_f16(bench__f32(x)); break;
+    case SK_BF16: ((uint16_t *)buf)[pos] = sk_f32_to_bf16(bench__f32(x)); break;
+    case SK_I8: case SK_U8: ((uint8_t *)buf)[pos] = (uint8_t)x; break;
+    case SK_I32: ((uint32_t *)buf)[pos] = (uint32_t)x; break;
+    default: ((uint64_t *)buf)[pos] = x; break;
+  }
+}
+
+/* buf[i] = value(rank, idx0 + i), i < n */
+BENCH_FN void bench_fill_values(sk_dtype dt, void *buf, size_t n, int rank, size_t idx0, int rep) {
+  for (size_t i = 0; i < n; i++) bench_value(dt, buf, i, rank, idx0 + i, rep);
+}
+
+/* A pattern no correct output holds by accident (float: a normal value far from the inputs). */
+BENCH_FN void bench_poison(void *buf, size_t bytes) { memset(buf, 0xA5, bytes); }
+
+#define BENCH__FOLD(a, b, op)                                                                   \
+  ((op) == SK_PROD ? (a) * (b) : (op) == SK_MIN ? ((b) < (a) ? (b) : (a))                        \
+                               : (op) == SK_MAX ? ((b) > (a) ? (b) : (a)) : (a) + (b))
+
+/* The reference: op over value(0, idx), value(1, idx), ..., value(n-1, idx), left to right, with
+   sk_comm.h's numeric rules (integer sum/prod wrap in the unsigned type, min/max compare signed,
+   avg = sum / n truncated toward zero; f16/bf16 accumulate in f32 and round once). Written
+   independently of sk_reduce_local. Result stored into element 0 of out. */
+BENCH_FN void bench_reduce_value(sk_dtype dt, sk_redop op, int n, size_t idx, int rep, void *out) {
+  unsigned char tmp[8];
+  switch (dt) {
+    case SK_F32: case SK_F16: case SK_BF16: {
+      float acc = 0;
+      for (int r = 0; r < n; r++) {
+        bench_value(dt, tmp, 0, r, idx, rep);
+        float v = dt == SK_F32 ? ((float *)tmp)[0]
+                  : dt == SK_F16 ? sk_f16_to_f32(((uint16_t *)tmp)[0]) : sk_bf16_to_f32(((uint16_t *)tmp)[0]);
+        acc = r == 0 ? v : BENCH__FOLD(acc, v, op);
+      }
+      if (op == SK_AVG) acc = acc / (float)n;
+      if (dt == SK_F32) ((float *)out)[0] = acc;
+      else ((uint16_t *)out)[0] = dt == SK_F16 ? sk_f32_to_f16(acc) : sk_f32_to_bf16(acc);
+      return;
+    }
+    case SK_F64: {
+      double acc = 0;
+      for (int r = 0; r < n; r++) {
+        bench_value(dt, tmp, 0, r, idx, rep);
+        double v = ((double *)tmp)[0];
+        acc = r == 0 ? v : BENCH__FOLD(acc, v, op);
+      }
+      if (op == SK_AVG) acc = acc / (double)n;
+      ((double *)out)[0] = acc;
+      return;
+    }
+    default: break;
+  }
+  /* integers: U = unsigned of the width, T = signed or unsigned as the dtype */
+#define BENCH__INT_REDUCE(T, U)                                                                  \
+  do {                                                                                           \
+    U acc = 0;                                                                                   \
+    T m = 0;                                                                                     \
+    for (int r = 0; r < n; r++) {                                                                \
+      bench_value(dt, tmp, 0, r, idx, rep);                                                      \
+      U u;                                                                                       \
+      memcpy(&u, tmp, sizeof u);                                                                 \
+      T t;                                                                                       \
+      memcpy(&t, tmp, sizeof t);                                                                 \
+      if (r == 0) acc = u, m = t;                                                                \
+      else if (op == SK_PROD) acc = (U)((unsigned long long)acc * (unsigned long long)u);       \
+      else if (op == SK_MIN) m = t < m ? t : m;                                                  \
+      else if (op == SK_MAX) m = t > m ? t : m;                                                  \
+      else acc = (U)(acc + u);                                                                   \
+    }                                                                                            \
+    T res;                                                                                       \
+    if (op == SK_MIN || op == SK_MAX) res = m;                                                   \
+    else {                                                                                       \
+      memcpy(&res, &acc, sizeof res);                                                            \
+      if (op == SK_AVG) res = (T)(res / (T)n);                                                   \
+    }                                                                                            \
+    memcpy(out, &res, sizeof res);                                                               \
+  } while (0)
+  switch (dt) {
+    case SK_I8: BENCH__INT_REDUCE(int8_t, uint8_t); break;
+    case SK_U8: BENCH__INT_REDUCE(uint8_t, uint8_t); break;
+    case SK_I32: BENCH__INT_REDUCE(int32_t, uint32_t); break;
+    default: BENCH__INT_REDUCE(int64_t, uint64_t); break;
+  }
+#undef BENCH__INT_REDUCE
+}
+
+/* Elements of got[0..n) that differ bitwise from want[0..n). */
+BENCH_FN int64_t bench_count_wrong(size_t es, const void *got, const void *want, size_t n) {
+  int64_t bad = 0;
+  const unsigned char *g = (const unsigned char *)got, *w = (const unsigned char *)want;
+  if (memcmp(g, w, n * es) == 0) return 0;
+  for (size_t i = 0; i < n; i++) bad += memcmp(g + i * es, w + i * es, es) != 0;
+  return bad;
+}
+
+/* Elements of got[i] != value(rank, idx0 + i), i < n. */
+BENCH_FN int64_t bench_count_wrong_values(sk_dtype dt, const void *got, size_t n, int rank, size_t idx0, int rep) {
+  size_t es = sk_dtype_size(dt);
+  unsigned char want[8];
+  int64_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    bench_value(dt, want, 0, rank, idx0 + i, rep);
+    bad += memcmp((const unsigned char *)got + i * es, want, es) != 0;
+  }
+  return bad;
+}
+
+/* ---- options -------------------------------------------------------------------------------- */
+
+typedef struct bench_opts {
+  const char *prog;
+  size_t minbytes, maxbytes;
+  long factor;
+  int iters, warmup, check;
+  int ndtypes, nops;
+  sk_dtype dtypes[SK_DTYPE_COUNT];
+  sk_redop ops[SK_REDOP_COUNT];
+  int root;                   /* -1 = every root */
+  int ngpus;                  /* 0 = not given */
+  const char *backend;        /* "threads" or "mpi" */
+  char cmdline[1024];
+} bench_opts;
+
+#define BENCH_DEFAULT_GPUS 8
+
+BENCH_FN void bench__usage(FILE *f, const char *prog) {
+  fprintf(f,
+          "USAGE: %s [flags]   (shardkit's nccl-tests-style benchmark)\n"
+          "  -b,--minbytes <size>     smallest size, K/M/G suffixes = powers of 2 (default 32M)\n"
+          "  -e,--maxbytes <size>     largest size (default 32M)\n"
+          "  -f,--stepfactor <n>      multiply the size by n each step, n >= 2 (default 2)\n"
+          "  -n,--iters <n>           timed iterations per size, >= 1 (default 20)\n"
+          "  -w,--warmup_iters <n>    warm-up iterations per size and placement (default 5)\n"
+          "  -c,--check <n>           check runs per size: every element compared (default 1; 0 = off)\n"
+          "  -d,--datatype <type>     float half bfloat16 double int8 uint8 int32 int64, or all (default float)\n"
+          "  -o,--op <op>             sum prod min max avg, or all (default sum)\n"
+          "  -r,--root <rank>         root of Broadcast/Reduce; -1 = every root (default 0)\n"
+          "  -g,--ngpus <n>           devices (threads backend: threads acting as devices; default %d;\n"
+          "                           nccl-tests' default is 1). MPI: the world size, or omitted\n"
+          "  -B,--backend <name>      threads (default) or mpi (run under mpirun.openmpi -np N)\n"
+          "  -h,--help                this text\n"
+          "Columns as nccl-tests (size count type redop root, then time algbw busbw #wrong out-of-place\n"
+          "and in-place) plus %%bound = 100 * t_min / t(out-of-place); see bench/README.md.\n"
+          "Exit status: 0 = all rows correct, 1 = wrong elements or a failed call, 2 = bad flags.\n",
+          prog, BENCH_DEFAULT_GPUS);
+}
+
+BENCH_FN int bench__bad(const char *prog, const char *fmt, const char *arg) {
+  fprintf(stderr, "%s: ", prog);
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, " (see %s -h)\n", prog);
+  return 2;
+}
+
+BENCH_FN bool bench__parse_long(const char *s, long lo, long hi, long *out) {
+  if (!s || !*s) return false;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* "8", "64K", "1M", "2G" (powers of 2; an optional trailing B). */
+BENCH_FN bool bench__parse_size(const char *s, size_t *out) {
+  if (!s || !*s || *s == '-' || *s == '+') return false;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return false;
+  unsigned shift = 0;
+  switch (*end) {
+    case 'k': case 'K': shift = 10, end++; break;
+    case 'm': case 'M': shift = 20, end++; break;
+    case 'g': case 'G': shift = 30, end++; break;
+    default: break;
+  }
+  if (*end == 'b' || *end == 'B') end++;
+  if (*end) return false;
+  if (v > (1ull << 40) >> shift) return false; /* at most 1 TiB */
+  *out = (size_t)(v << shift);
+  return true;
+}
+
+/* Returns 0 to run, 1 after -h, 2 on a bad flag (message printed). */
+BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o) {
+  memset(o, 0, sizeof *o);
+  const char *slash = strrchr(argv[0], '/');
+  o->prog = slash ? slash + 1 : argv[0];
+  o->minbytes = o->maxbytes = 32u << 20;
+  o->factor = 2, o->iters = 20, o->warmup = 5, o->check = 1, o->root = 0;
+  o->ndtypes = 1, o->dtypes[0] = SK_F32, o->nops = 1, o->ops[0] = SK_SUM;
+  o->backend = "threads";
+  size_t len = 0;
+  for (int i = 0; i < argc && len + 2 < sizeof o->cmdline; i++)
+    len += (size_t)snprintf(o->cmdline + len, sizeof o->cmdline - len, "%s%s", i ? " " : "", argv[i]);
+  static const struct option longopts[] = {
+      {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
+      {"stepfactor", required_argument, 0, 'f'}, {"iters", required_argument, 0, 'n'},
+      {"warmup_iters", required_argument, 0, 'w'}, {"check", required_argument, 0, 'c'},
+      {"datatype", required_argument, 0, 'd'}, {"op", required_argument, 0, 'o'},
+      {"root", required_argument, 0, 'r'}, {"ngpus", required_argument, 0, 'g'},
+      {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  opterr = 0;
+  optind = 1;
+  long v;
+  for (;;) {
+    int c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:r:g:B:h", longopts, NULL);
+    if (c == -1) break;
+    switch (c) {
+      case 'b':
+        if (!bench__parse_size(optarg, &o->minbytes) || o->minbytes == 0)
+          return bench__bad(o->prog, "-b: bad size '%s' (a positive integer with an optional K, M or G suffix)", optarg);
+        break;
+      case 'e':
+        if (!bench__parse_size(optarg, &o->maxbytes) || o->maxbytes == 0)
+          return bench__bad(o->prog, "-e: bad size '%s' (a positive integer with an optional K, M or G suffix)", optarg);
+        break;
+      case 'f':
+        if (!bench__parse_long(optarg, 2, 1 << 20, &v)) return bench__bad(o->prog, "-f: bad factor '%s' (an integer >= 2)", optarg);
+        o->factor = v;
+        break;
+      case 'n':
+        if (!bench__parse_long(optarg, 1, INT_MAX, &v)) return bench__bad(o->prog, "-n: bad iteration count '%s' (>= 1)", optarg);
+        o->iters = (int)v;
+        break;
+      case 'w':
+        if (!bench__parse_long(optarg, 0, INT_MAX, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (>= 0)", optarg);
+        o->warmup = (int)v;
+        break;
+      case 'c':
+        if (!bench__parse_long(optarg, 0, 1000, &v)) return bench__bad(o->prog, "-c: bad check count '%s' (0..1000)", optarg);
+        o->check = (int)v;
+        break;
+      case 'd': {
+        sk_dtype dt;
+        if (strcmp(optarg, "all") == 0) {
+          /* nccl-tests' order */
+          static const sk_dtype all[] = {SK_I8, SK_U8, SK_I32, SK_I64, SK_F16, SK_F32, SK_F64, SK_BF16};
+          o->ndtypes = (int)(sizeof all / sizeof all[0]);
+          memcpy(o->dtypes, all, sizeof all);
+        } else if (sk_dtype_from_name(optarg, &dt)) {
+          o->ndtypes = 1, o->dtypes[0] = dt;
+        } else {
+          return bench__bad(o->prog, "-d: unknown type '%s' (float half bfloat16 double int8 uint8 int32 int64 all)", optarg);
+        }
+        break;
+      }
+      case 'o': {
+        sk_redop op;
+        if (strcmp(optarg, "all") == 0) {
+          o->nops = (int)SK_REDOP_COUNT;
+          for (int i = 0; i < (int)SK_REDOP_COUNT; i++) o->ops[i] = (sk_redop)i;
+        } else if (sk_redop_from_name(optarg, &op)) {
+          o->nops = 1, o->ops[0] = op;
+        } else {
+          return bench__bad(o->prog, "-o: unknown op '%s' (sum prod min max avg all)", optarg);
+        }
+        break;
+      }
+      case 'r':
+        if (!bench__parse_long(optarg, -1, SK_MAX_DEVICES - 1, &v)) return bench__bad(o->prog, "-r: bad root '%s' (-1 or a rank)", optarg);
+        o->root = (int)v;
+        break;
+      case 'g':
+        if (!bench__parse_long(optarg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s' (1..4096)", optarg);
+        o->ngpus = (int)v;
+        break;
+      case 'B':
+        if (strcmp(optarg, "threads") != 0 && strcmp(optarg, "mpi") != 0)
+          return bench__bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", optarg);
+        o->backend = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
+        break;
+      case 'h': bench__usage(stdout, o->prog); return 1;
+      case ':': {
+        char opt[3] = {'-', (char)optopt, 0};
+        return bench__bad(o->prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
+      }
+      default: {
+        char opt[3] = {'-', (char)optopt, 0};
+        return bench__bad(o->prog, "unknown option '%s'", optopt ? opt : argv[optind - 1]);
+      }
+    }
+  }
+  if (optind < argc) return bench__bad(o->prog, "unexpected argument '%s'", argv[optind]);
+  if (o->maxbytes < o->minbytes) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%zu < %zu", o->maxbytes, o->minbytes);
+    return bench__bad(o->prog, "-e is below -b (%s)", buf);
+  }
+  return 0;
+}
+
+/* ---- the run context ------------------------------------------------------------------------- */
+
+typedef struct bench_region {
+  unsigned char *p;
+  size_t bytes;
+} bench_region;
+
+typedef struct bench_dev {
+  bench_region reg[2]; /* what the out-of-place form touches, for the probe */
+} bench_dev;
+
+/* Shared by the devices of this process. */
+typedef struct bench_ctx {
+  const bench_opts *o;
+  const bench_coll *coll;
+  int n;                     /* world size */
+  int local0, nlocal;        /* world ranks [local0, local0 + nlocal) live in this process */
+  int cores;                 /* online cores */
+  int probe_threads;         /* min(nlocal, cores) */
+  bench_dev *dev;            /* nlocal entries */
+  unsigned char *expected;   /* shared expected table */
+  size_t expected_cap;       /* bytes */
+  size_t maxbuf;             /* bytes of each device buffer */
+  /* rank 0's results */
+  double bw_sum;
+  int bw_count;
+  int64_t wrong_total;
+  int rows;
+  char probe_log[64][112];   /* first 64 sizes' probe figures, printed after the table */
+  int probe_rows;
+} bench_ctx;
+
+/* The probe: x += z over 64-bit lanes (z is zero at run time, unknown to the compiler), so each
+   byte is read and written and data is unchanged. AVX2 when the CPU has it. */
+static volatile uint64_t bench__zero = 0;
+typedef uint64_t bench__v4 __attribute__((vector_size(32), may_alias, aligned(32)));
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+BENCH_FN void bench__rw(unsigned char *p, size_t n, uint64_t z) {
+  while (n && ((uintptr_t)p & 31)) *p = (unsigned char)(*p + (unsigned char)z), p++, n--;
+  bench__v4 *v = (bench__v4 *)(void *)p;
+  bench__v4 zz = {z, z, z, z};
+  size_t nv = n / 32, i = 0;
+  for (; i + 4 <= nv; i += 4) {
+    v[i] += zz;
+    v[i + 1] += zz;
+    v[i + 2] += zz;
+    v[i + 3] += zz;
+  }
+  for (; i < nv; i++) v[i] += zz;
+  p += nv * 32, n -= nv * 32;
+  while (n) *p = (unsigned char)(*p + (unsigned char)z), p++, n--;
+}
+
+/* Runs on every device. Returns the best time of one pass over the whole footprint (seconds;
+   the maximum over the probing threads, each timing its share) and the footprint bytes. */
+BENCH_FN sk_result bench__probe(sk_comm *c, bench_ctx *x, int lrank, double *t_pass, size_t *footprint) {
+  sk_result r = sk_barrier(c); /* every device registered its regions */
+  if (r != SK_OK) return r;
+  size_t F = 0;
+  for (int d = 0; d < x->nlocal; d++) F += x->dev[d].reg[0].bytes + x->dev[d].reg[1].bytes;
+  int P = x->probe_threads;
+  double mine = 0;
+  int maxseg = 2 * x->nlocal + 2, nseg = 0;
+  bench_region *seg = (bench_region *)malloc(sizeof *seg * (size_t)maxseg);
+  if (!seg) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "probe: allocating %d segments", maxseg);
+  size_t share = 0;
+  if (lrank < P && F) {
+    size_t lo = F / (size_t)P * (size_t)lrank / 64 * 64, hi = lrank == P - 1 ? F : F / (size_t)P * (size_t)(lrank + 1) / 64 * 64;
+    size_t off = 0;
+    for (int d = 0; d < x->nlocal; d++)
+      for (int k = 0; k < 2; k++) {
+        bench_region g = x->dev[d].reg[k];
+        size_t a = off > lo ? off : lo, b = off + g.bytes < hi ? off + g.bytes : hi;
+        if (a < b && nseg < maxseg) {
+          seg[nseg].p = g.p + (a - off), seg[nseg].bytes = b - a;
+          share += b - a, nseg++;
+        }
+        off += g.bytes;
+      }
+  }
+  /* Each sample moves at least ~2 MiB per thread (repeated passes over small shares) so the
+     barrier skew is small against it; best of 5 (3 above 64 MiB). */
+  size_t inner = share ? (1u << 20) / share + 1 : 1;
+  int samples = F > (64u << 20) ? 3 : 5;
+  double best = 1e30;
+  for (int s = 0; s < samples; s++) {
+    r = sk_barrier(c);
+    if (r != SK_OK) break;
+    if (!nseg) continue;
+    uint64_t z = bench__zero;
+    uint64_t t0 = sk_now_ns();
+    for (size_t it = 0; it < inner; it++)
+      for (int k = 0; k < nseg; k++) bench__rw(seg[k].p, seg[k].bytes, z);
+    uint64_t t1 = sk_now_ns();
+    double t = (double)(t1 - t0) * 1e-9 / (double)inner;
+    if (t < best) best = t;
+  }
+  free(seg);
+  if (r != SK_OK) return r;
+  if (nseg) mine = best;
+  r = sk_allreduce(c, &mine, t_pass, 1, SK_F64, SK_MAX);
+  *footprint = F;
+  return r;
+}
+
+/* Page-touched, 64-byte aligned (2 MiB and transparent huge pages when large). */
+BENCH_FN unsigned char *bench__alloc(size_t bytes) {
+  size_t align = bytes >= (2u << 20) ? (2u << 20) : 4096;
+  size_t sz = (bytes + align - 1) / align * align;
+  if (sz == 0) sz = align;
+  unsigned char *p = (unsigned char *)aligned_alloc(align, sz);
+  if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+  if (align == (2u << 20)) madvise(p, sz, MADV_HUGEPAGE);
+#endif
+  memset(p, 0, sz);
+  return p;
+}
+
+typedef struct bench_dev_state {
+  sk_comm *c;
+  bench_ctx *x;
+  int rank, lrank;
+  unsigned char *sendbuf, *recvbuf;
+} bench_dev_state;
+
+BENCH_FN void bench__setup_io(bench_dev_state *s, bench_io *io, sk_dtype dt, sk_redop op, int root, size_t bytes,
+                            bool in_place, int rep) {
+  const bench_coll *coll = s->x->coll;
+  memset(io, 0, sizeof *io);
+  io->rank = s->rank, io->n = s->x->n, io->root = root, io->rep = rep, io->dt = dt, io->op = op;
+  io->in_place = in_place;
+  io->es = sk_dtype_size(dt);
+  coll->counts(bytes / io->es, io->n, &io->cnt);
+  io->count = io->cnt.param;
+  io->sendbuf = s->sendbuf, io->recvbuf = s->recvbuf;
+  if (in_place && coll->in_place) {
+    io->send = s->recvbuf + io->cnt.send_ip * io->es * (size_t)s->rank;
+    io->recv = s->recvbuf + io->cnt.recv_ip * io->es * (size_t)s->rank;
+  } else {
+    io->send = s->sendbuf, io->recv = s->recvbuf;
+  }
+  io->expected = s->x->expected;
+}
+
+BENCH_FN sk_result bench__call(bench_dev_state *s, const bench_io *io) {
+  sk_result r = s->x->coll->run(s->c, io->send, io->recv, io->count, io->dt, io->op, io->root);
+  if (r != SK_OK && r != SK_ERR_ABORTED)
+    fprintf(stderr, "%s: rank %d: %s failed: %s: %s\n", s->x->o->prog, s->rank, s->x->coll->name, sk_result_name(r),
+            sk_comm_error_message(s->c));
+  return r;
+}
+
+/* Times one placement; returns the max over ranks of the mean per iteration (seconds). */
+BENCH_FN sk_result bench__time(bench_dev_state *s, const bench_io *io, double *t) {
+  const bench_opts *o = s->x->o;
+  sk_result r;
+  for (int i = 0; i < o->warmup; i++)
+    if ((r = bench__call(s, io)) != SK_OK) return r;
+  if ((r = sk_barrier(s->c)) != SK_OK) return r;
+  uint64_t t0 = sk_now_ns();
+  for (int i = 0; i < o->iters; i++)
+    if ((r = bench__call(s, io)) != SK_OK) return r;
+  uint64_t t1 = sk_now_ns();
+  double mine = (double)(t1 - t0) * 1e-9 / o->iters;
+  return sk_allreduce(s->c, &mine, t, 1, SK_F64, SK_MAX);
+}
+
+/* -c check runs of one placement; *wrong = sum over ranks (stops at the first failing run). */
+BENCH_FN sk_result bench__check(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes, bool in_place,
+                              int64_t *wrong) {
+  bench_ctx *x = s->x;
+  const bench_coll *coll = x->coll;
+  *wrong = 0;
+  for (int k = 0; k < x->o->check; k++) {
+    bench_io io;
+    bench__setup_io(s, &io, dt, op, root, bytes, in_place, 100 + k);
+    coll->fill(&io);
+    if (coll->expected_elems) { /* the local devices build the table together */
+      size_t m = coll->expected_elems(io.n, io.count);
+      size_t lo = m * (size_t)s->lrank / (size_t)x->nlocal, hi = m * (size_t)(s->lrank + 1) / (size_t)x->nlocal;
+      for (size_t j = lo; j < hi; j++) coll->expected(&io, j, x->expected + j * io.es);
+    }
+    sk_result r = sk_barrier(s->c);
+    if (r != SK_OK) return r;
+    if ((r = bench__call(s, &io)) != SK_OK) return r;
+    int64_t mine = coll->check(&io), sum = 0;
+    /* also the synchronisation before the next run rewrites the shared table */
+    if ((r = sk_allreduce(s->c, &mine, &sum, 1, SK_I64, SK_SUM)) != SK_OK) return r;
+    *wrong = sum;
+    if (sum) break;
+  }
+  return SK_OK;
+}
+
+BENCH_FN void bench__time_str(char *buf, size_t cap, double us) {
+  if (us >= 10000.0) snprintf(buf, cap, "%7.0f", us);
+  else if (us >= 100.0) snprintf(buf, cap, "%7.1f", us);
+  else snprintf(buf, cap, "%7.2f", us);
+}
+
+BENCH_FN void bench__wrong_str(char *buf, size_t cap, bool report, int64_t wrong) {
+  if (report) snprintf(buf, cap, "%5lld", (long long)wrong);
+  else snprintf(buf, cap, "%5s", "N/A");
+}
+
+BENCH_FN sk_result bench__one_size(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes) {
+  bench_ctx *x = s->x;
+  const bench_coll *coll = x->coll;
+  const bench_opts *o = x->o;
+  int n = x->n;
+  sk_result r;
+  bench_io io;
+  /* out-of-place: fill, register the footprint, probe, time, check */
+  bench__setup_io(s, &io, dt, op, root, bytes, false, 1);
+  size_t sbytes = io.cnt.send * io.es, rbytes = io.cnt.recv * io.es;
+  size_t S = sbytes > rbytes ? sbytes : rbytes;
+  coll->fill(&io);
+  unsigned t = coll->touches(s->rank, n, root);
+  bench_dev *d = &x->dev[s->lrank];
+  d->reg[0].p = s->sendbuf, d->reg[0].bytes = (t & 1) ? sbytes : 0;
+  d->reg[1].p = s->recvbuf, d->reg[1].bytes = (t & 2) ? rbytes : 0;
+  double t_pass = 0;
+  size_t F = 0;
+  if ((r = bench__probe(s->c, x, s->lrank, &t_pass, &F)) != SK_OK) return r;
+  double t_oop = 0, t_ip = 0;
+  if ((r = bench__time(s, &io, &t_oop)) != SK_OK) return r;
+  int64_t w_oop = 0, w_ip = 0;
+  if (o->check && (r = bench__check(s, dt, op, root, bytes, false, &w_oop)) != SK_OK) return r;
+  /* in-place (SendRecv: the out-of-place form again, as nccl-tests reports no in-place check) */
+  bench__setup_io(s, &io, dt, op, root, bytes, true, 2);
+  coll->fill(&io);
+  if ((r = bench__time(s, &io, &t_ip)) != SK_OK) return r;
+  if (o->check && coll->in_place && (r = bench__check(s, dt, op, root, bytes, true, &w_ip)) != SK_OK) return r;
+  if (s->rank != 0) return SK_OK;
+  /* rank 0 prints the row */
+  double factor = coll->bus_factor(n);
+  double alg_oop = t_oop > 0 ? (double)S / 1e9 / t_oop : 0, alg_ip = t_ip > 0 ? (double)S / 1e9 / t_ip : 0;
+  double min_bytes = coll->min_bytes((double)S, n);
+  /* the probe moved 2F bytes (read + write) per pass: B = 2F / t_pass */
+  double B = t_pass > 0 ? 2.0 * (double)F / t_pass : 0;
+  double t_min = B > 0 ? min_bytes / B : 0;
+  double bound = t_oop > 0 ? 100.0 * t_min / t_oop : 0;
+  char ts1[32], ts2[32], w1[32], w2[32];
+  bench__time_str(ts1, sizeof ts1, t_oop * 1e6);
+  bench__time_str(ts2, sizeof ts2, t_ip * 1e6);
+  bench__wrong_str(w1, sizeof w1, o->check > 0, w_oop);
+  bench__wrong_str(w2, sizeof w2, o->check > 0 && coll->in_place, w_ip);
+  printf("%12zu  %12zu  %8s  %6s  %6d  %7s  %6.2f  %6.2f  %5s  %7s  %6.2f  %6.2f  %5s  %6.1f\n", S, io.count,
+         sk_dtype_long_name(dt), coll->has_op ? sk_redop_name(op) : "none", coll->has_root ? root : -1, ts1, alg_oop,
+         alg_oop * factor, w1, ts2, alg_ip, alg_ip * factor, w2, bound);
+  fflush(stdout);
+  x->bw_sum += alg_oop * factor + alg_ip * factor;
+  x->bw_count += 2;
+  x->wrong_total += w_oop + w_ip;
+  if (x->probe_rows < 64) {
+    snprintf(x->probe_log[x->probe_rows++], sizeof x->probe_log[0],
+             "#  %12zu  %8s  %12zu  %9.2f  %11.2f", S, sk_dtype_long_name(dt), F, B / 1e9, t_min * 1e6);
+  }
+  return SK_OK;
+}
+
+BENCH_FN sk_result bench__device(sk_comm *c, void *arg) {
+  bench_ctx *x = (bench_ctx *)arg;
+  bench_dev_state s;
+  memset(&s, 0, sizeof s);
+  s.c = c, s.x = x, s.rank = sk_comm_rank(c), s.lrank = s.rank - x->local0;
+  /* every device allocates and first-touches its own buffers */
+  s.sendbuf = bench__alloc(x->maxbuf);
+  s.recvbuf = bench__alloc(x->maxbuf);
+  sk_result r = SK_OK;
+  if (!s.sendbuf || !s.recvbuf) {
+    fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", x->o->prog, s.rank, x->maxbuf);
+    r = SK_ERR_OUT_OF_MEMORY;
+  }
+  const bench_opts *o = x->o;
+  const bench_coll *coll = x->coll;
+  int nops = coll->has_op || coll->loops_ops ? o->nops : 1;
+  int root_lo = coll->has_root ? (o->root < 0 ? 0 : o->root) : -1;
+  int root_hi = coll->has_root ? (o->root < 0 ? x->n - 1 : o->root) : -1;
+  for (int ti = 0; r == SK_OK && ti < o->ndtypes; ti++)
+    for (int oi = 0; r == SK_OK && oi < nops; oi++)
+      for (int root = root_lo; r == SK_OK && root <= root_hi; root++)
+        for (size_t b = o->minbytes; r == SK_OK && b <= o->maxbytes;) {
+          r = bench__one_size(&s, o->dtypes[ti], coll->has_op || coll->loops_ops ? o->ops[oi] : SK_SUM,
+                              root < 0 ? 0 : root, b);
+          if (b > o->maxbytes / (size_t)o->factor) break;
+          b *= (size_t)o->factor;
+        }
+  free(s.sendbuf);
+  free(s.recvbuf);
+  return r;
+}
+
+/* ---- worlds ---------------------------------------------------------------------------------- */
+
+/* -B threads: ndevices threads in this process. Returns 0 or an exit status. */
+BENCH_FN int bench_world_threads(bench_opts *o, sk_world **w, int *nlocal, int *local0) {
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = o->ngpus ? o->ngpus : BENCH_DEFAULT_GPUS;
+  d.backend = sk_threads_backend();
+  sk_error err;
+  if (sk_world_create(&d, w, &err) != SK_OK) {
+    fprintf(stderr, "%s: cannot create the threads world: %s\n", o->prog, err.msg);
+    return 1;
+  }
+  o->ngpus = d.ndevices;
+  *nlocal = d.ndevices, *local0 = 0;
+  return 0;
+}
+
+/* -B mpi: issue 5 fills this one function. It will: MPI_Init_thread; create the world with
+   desc.backend = sk_mpi_backend() and ndevices = 0 (the world size); fail with status 2 when -g
+   was given and differs from the world size; set o->ngpus = world size, *nlocal = 1 and
+   *local0 = this process's rank (one device per process); and make only world rank 0 print
+   (bench_main prints the header only when *local0 == 0; rows come from rank 0). */
+BENCH_FN int bench_world_mpi(bench_opts *o, sk_world **w, int *nlocal, int *local0) {
+  (void)w, (void)nlocal, (void)local0;
+  fprintf(stderr, "%s: the MPI backend is not built yet (issue 5)\n", o->prog);
+  return 2;
+}
+
+BENCH_FN size_t bench__max_buf(const bench_coll *coll, const bench_opts *o, int n, size_t *expected_bytes) {
+  size_t maxbuf = 64, exp = 0;
+  for (int ti = 0; ti < o->ndtypes; ti++) {
+    size_t es = sk_dtype_size(o->dtypes[ti]);
+    for (size_t b = o->minbytes; b <= o->maxbytes;) {
+      bench_counts k;
+      coll->counts(b / es, n, &k);
+      size_t m = (k.send > k.recv ? k.send : k.recv) * es;
+      if (m > maxbuf) maxbuf = m;
+      if (coll->expected_elems) {
+        size_t e = coll->expected_elems(n, k.param) * es;
+        if (e > exp) exp = e;
+      }
+      if (b > o->maxbytes / (size_t)o->factor) break;
+      b *= (size_t)o->factor;
+    }
+  }
+  *expected_bytes = exp;
+  return maxbuf;
+}
+
+BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  bench_opts o;
+  int pr = bench__parse(argc, argv, &o);
+  if (pr) return pr == 1 ? 0 : 2;
+  sk_world *w = NULL;
+  int nlocal = 0, local0 = 0;
+  int st = strcmp(o.backend, "mpi") == 0 ? bench_world_mpi(&o, &w, &nlocal, &local0)
+                                         : bench_world_threads(&o, &w, &nlocal, &local0);
+  if (st) return st;
+  int n = o.ngpus;
+  if (coll->has_root && o.root >= n) {
+    sk_world_destroy(w);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d", o.root);
+    return bench__bad(o.prog, "-r: root %s is not a rank of the world", buf);
+  }
+  bench_ctx x;
+  memset(&x, 0, sizeof x);
+  x.o = &o, x.coll = coll, x.n = n, x.local0 = local0, x.nlocal = nlocal;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  x.cores = cores > 0 ? (int)cores : 1;
+  x.probe_threads = nlocal < x.cores ? nlocal : x.cores;
+  if (x.probe_threads > 64) x.probe_threads = 64;
+  x.maxbuf = bench__max_buf(coll, &o, n, &x.expected_cap);
+  x.dev = (bench_dev *)calloc((size_t)nlocal, sizeof *x.dev);
+  x.expected = x.expected_cap ? bench__alloc(x.expected_cap) : NULL;
+  if (!x.dev || (x.expected_cap && !x.expected)) {
+    fprintf(stderr, "%s: out of memory\n", o.prog);
+    sk_world_destroy(w);
+    return 1;
+  }
+  if (local0 == 0) {
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    printf("# shardkit %d.%d.%d  %s (%s)  backend: %s\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH, o.prog,
+           coll->name, o.backend);
+    printf("# Command: %s\n", o.cmdline);
+    printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %ld(factor) warmup iters: %d iters: %d agg iters: 1 "
+           "validation: %d graph: 0\n",
+           n, o.minbytes, o.maxbytes, o.factor, o.warmup, o.iters, o.check);
+    printf("#\n# Using devices\n");
+    for (int i = 0; i < n; i++)
+      printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [thread %d] shardkit %s backend\n", i, (int)getpid(), host,
+             i, i, o.backend);
+    printf("#  online cores %d; %%bound probe threads %d\n", x.cores, x.probe_threads);
+    printf("#\n");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
+           "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+    printf("  %7s  %6s  %6s %6s", "time", "algbw", "busbw", "#wrong");
+    printf("  %7s  %6s  %6s %6s  %6s\n", "time", "algbw", "busbw", "#wrong", "%bound");
+    printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+    printf("  %7s  %6s  %6s  %5s", "(us)", "(GB/s)", "(GB/s)", "");
+    printf("  %7s  %6s  %6s  %5s  %6s\n", "(us)", "(GB/s)", "(GB/s)", "", "(%)");
+    fflush(stdout);
+  }
+  sk_result r = sk_world_run(w, bench__device, &x);
+  int status = 0;
+  if (r != SK_OK) {
+    fprintf(stderr, "%s: the run failed: %s: %s\n", o.prog, sk_result_name(r), sk_world_error_message(w));
+    status = 1;
+  }
+  if (local0 == 0) {
+    if (x.probe_rows) {
+      printf("#\n# %%bound probe (in-place read+write over the out-of-place footprint, %d thread%s, best of 3-5):\n",
+             x.probe_threads, x.probe_threads == 1 ? "" : "s");
+      printf("#  %12s  %8s  %12s  %9s  %11s\n", "size (B)", "type", "footprint(B)", "B (GB/s)", "t_min (us)");
+      for (int i = 0; i < x.probe_rows; i++) printf("%s\n", x.probe_log[i]);
+      printf("#\n");
+    }
+    printf("# Out of bounds values : %lld %s\n", (long long)x.wrong_total, x.wrong_total ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g \n", x.bw_count ? x.bw_sum / x.bw_count : 0.0);
+    printf("#\n");
+  }
+  if (x.wrong_total) status = 1;
+  sk_world_destroy(w);
+  free(x.dev);
+  free(x.expected);
+  return status;
+}
+
+#endif /* BENCH_COMMON_H */

@@ -1,0 +1,52 @@
+/* broadcast_perf -- Broadcast, nccl-tests style (see bench_common.h and README.md). */
+#define _GNU_SOURCE
+#include "bench_common.h"
+
+/* busbw = algbw (nccl-tests) */
+static double bc_factor(int n) {
+  (void)n;
+  return 1.0;
+}
+
+/* count = S / es elements on every rank (nccl-tests); in place, send == recv. */
+static void bc_counts(size_t count, int n, bench_counts *k) {
+  (void)n;
+  k->send = k->recv = k->param = count;
+  k->send_ip = k->recv_ip = 0;
+}
+
+/* Minimum traffic, S = count * es: the root's input (S) is read once and the N outputs
+   (NS, the root's own included) are written once: (N+1)S. */
+static double bc_min_bytes(double S, int n) { return (n + 1.0) * S; }
+
+static unsigned bc_touches(int rank, int n, int root) {
+  (void)n;
+  return rank == root ? 3 : 2; /* the root's send, every recv */
+}
+
+static sk_result bc_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
+  (void)op;
+  return sk_broadcast(c, s, r, count, dt, root);
+}
+
+static void bc_fill(const bench_io *io) {
+  if (!io->in_place) {
+    bench_poison(io->recv, io->count * io->es);
+    if (io->rank == io->root) bench_fill_values(io->dt, io->send, io->count, io->rank, 0, io->rep);
+    else bench_poison(io->send, io->count * io->es);
+  } else if (io->rank == io->root) {
+    bench_fill_values(io->dt, io->recv, io->count, io->rank, 0, io->rep);
+  } else {
+    bench_poison(io->recv, io->count * io->es);
+  }
+}
+
+static int64_t bc_check(const bench_io *io) {
+  return bench_count_wrong_values(io->dt, io->recv, io->count, io->root, 0, io->rep);
+}
+
+int main(int argc, char **argv) {
+  static const bench_coll coll = {"Broadcast", false,  true,  false, true, bc_factor, bc_counts, bc_min_bytes,
+                                  bc_touches,  bc_run, bc_fill, NULL,  NULL, bc_check};
+  return bench_main(argc, argv, &coll);
+}

@@ -1,0 +1,50 @@
+/* sendrecv_perf -- SendRecv in a ring, nccl-tests style (see bench_common.h and README.md).
+   Every rank sends to (r+1)%n and receives from (r-1+n)%n at once (sk_sendrecv). NCCL has no
+   in-place send/receive; nccl-tests still prints the in-place columns with #wrong N/A. Here the
+   in-place columns time the out-of-place form again (separate buffers) and show N/A likewise. */
+#define _GNU_SOURCE
+#include "bench_common.h"
+
+/* busbw = algbw (nccl-tests) */
+static double sr_factor(int n) {
+  (void)n;
+  return 1.0;
+}
+
+/* count = S / es elements sent and received by every rank (nccl-tests). */
+static void sr_counts(size_t count, int n, bench_counts *k) {
+  (void)n;
+  k->send = k->recv = k->param = count;
+  k->send_ip = k->recv_ip = 0;
+}
+
+/* Minimum traffic, S = count * es: the N inputs (NS) are read once and the N outputs (NS) are
+   written once: 2NS. */
+static double sr_min_bytes(double S, int n) { return 2.0 * n * S; }
+
+static unsigned sr_touches(int rank, int n, int root) {
+  (void)rank, (void)n, (void)root;
+  return 3;
+}
+
+static sk_result sr_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
+  (void)op, (void)root;
+  int n = sk_comm_size(c), me = sk_comm_rank(c);
+  return sk_sendrecv(c, s, count, (me + 1) % n, r, count, (me - 1 + n) % n, dt);
+}
+
+static void sr_fill(const bench_io *io) {
+  bench_fill_values(io->dt, io->send, io->count, io->rank, 0, io->rep);
+  bench_poison(io->recv, io->count * io->es);
+}
+
+static int64_t sr_check(const bench_io *io) {
+  return bench_count_wrong_values(io->dt, io->recv, io->count, (io->rank - 1 + io->n) % io->n, 0, io->rep);
+}
+
+int main(int argc, char **argv) {
+  /* redop column: nccl-tests prints the op (default sum) and loops over -o all */
+  static const bench_coll coll = {"SendRecv", true,   false, true,  false, sr_factor, sr_counts, sr_min_bytes,
+                                  sr_touches, sr_run, sr_fill, NULL, NULL,  sr_check};
+  return bench_main(argc, argv, &coll);
+}
