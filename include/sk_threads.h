@@ -197,6 +197,7 @@ typedef struct sk__tmember {
   int me;
   sk_comm *comm;
   sk__tworld *tw;
+  pthread_t owner;        /* the device thread that created this communicator */
   const void **ptrs;      /* size entries: scratch for kernels */
   void *stage;            /* in-place AllToAll staging */
   size_t stage_cap;
@@ -276,6 +277,7 @@ static sk__tmember *sk__tmember_new(sk__tworld *tw, sk__tgroup *g, int me, sk_co
     return NULL;
   }
   m->g = g, m->me = me, m->comm = comm, m->tw = tw;
+  m->owner = pthread_self();
   return m;
 }
 
@@ -715,20 +717,26 @@ static sk_result sk__thr_wait(sk_request *base) {
   sk__tmember *m = q->m;
   sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__treq_done, q, m->tw->spin);
   if (r == SK_OK) return q->result;
+  bool p2p = q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV;
+  if (!p2p) {
+    /* The progress thread runs it; its own waits are bounded and it completes the request with
+       the real outcome (timeout naming the missing ranks, or abort) and message. */
+    sk__tidle(&m->g->sig, sk__treq_done, q);
+    return q->result;
+  }
   const char *name = sk_coll_kind_name(q->base.coll.kind);
   if (r == SK_ERR_TIMEOUT) {
-    sk_comm_set_error(m->comm, r, "%s: request timed out after %u ms", name, (unsigned)m->comm->world->desc.timeout_ms);
+    sk_comm_set_error(m->comm, r, "%s: no matching %s from rank %d within %u ms", name,
+                      q->base.coll.kind == SK_COLL_SEND ? "recv" : "send", q->base.coll.root,
+                      (unsigned)m->comm->world->desc.timeout_ms);
     sk_world_fail(m->comm->world, r, m->comm->error_msg);
   } else {
     sk_comm_set_error(m->comm, r, "%s: the world was aborted", name);
   }
-  /* The request may still be referenced by the progress thread or a peer: wait, bounded by the
-     abort, until it is released before the caller frees it. */
-  bool p2p = q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV;
-  if (p2p && sk__tp2p_remove(m, q)) return r;
-  /* A peer is copying (p2p), or the progress thread runs it and will see the abort soon. */
+  if (sk__tp2p_remove(m, q)) return r;
+  /* A peer took it and is copying: the copy ends soon. */
   while (!sk__treq_done(q)) sched_yield();
-  return r;
+  return q->result == SK_OK ? r : q->result;
 }
 
 static sk_result sk__thr_test(sk_request *base, bool *done) {
@@ -737,9 +745,22 @@ static sk_result sk__thr_test(sk_request *base, bool *done) {
   return *done ? q->result : SK_ERR_IN_PROGRESS;
 }
 
+/* A communicator belongs to the device thread that created it: another thread calling on it
+   would post into the same member slot concurrently. */
+static sk_result sk__tcheck_owner(sk__tmember *m, const sk_coll *op) {
+  if (pthread_equal(pthread_self(), m->owner)) return SK_OK;
+  return sk_comm_set_error(m->comm, SK_ERR_INVALID_ARGUMENT,
+                           "%s: communicator of world rank %d used from another thread (each device thread must use "
+                           "its own communicator)",
+                           sk_coll_kind_name(op->kind), m->comm->world_rank);
+}
+
 static sk_result sk__thr_start(sk_comm *c, const sk_coll *op, sk_request **req) {
   sk__tmember *m = SK__TMEMBER(c);
   sk__treq *q = NULL;
+  *req = NULL;
+  sk_result rc = sk__tcheck_owner(m, op);
+  if (rc != SK_OK) return rc;
   sk_result r = (op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV) ? sk__tp2p_post(m, op, &q)
                                                                        : sk__tenqueue(m, op, &q);
   *req = q ? &q->base : NULL;
@@ -748,6 +769,8 @@ static sk_result sk__thr_start(sk_comm *c, const sk_coll *op, sk_request **req) 
 
 static sk_result sk__thr_run(sk_comm *c, const sk_coll *op) {
   sk__tmember *m = SK__TMEMBER(c);
+  sk_result rc = sk__tcheck_owner(m, op);
+  if (rc != SK_OK) return rc;
   bool p2p = op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV;
   /* Outstanding non-blocking work runs first: queue behind it to keep issue order. */
   if (p2p || m->issued != __atomic_load_n(&m->completed, SK__SC)) {
