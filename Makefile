@@ -86,7 +86,7 @@ test: check-headers $(BUILD)/tests/unit all
 	@sh tests/bench_test.sh
 
 sanitize: $(BUILD)/san/unit
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)
 
 # TSan on recent kernels needs a non-randomised address space (setarch -R); fall back if refused.
 tsan: $(BUILD)/tsan/unit

@@ -152,7 +152,8 @@ SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int 
 /* Waits (bounded) for the request, frees it and sets *req = NULL; returns the op's result.
    *req == NULL returns SK_OK at once. */
 SK_API sk_result sk_wait(sk_request **req);
-/* *done = whether it completed; when it did, the request is freed as by sk_wait. */
+/* *done = whether it completed. Not yet: returns SK_OK (as MPI_Test). Completed: returns the
+   op's result and frees the request as sk_wait does. Never blocks. */
 SK_API sk_result sk_test(sk_request **req, bool *done);
 SK_API sk_result sk_waitall(int n, sk_request **reqs);
 

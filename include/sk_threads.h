@@ -742,7 +742,7 @@ static sk_result sk__thr_wait(sk_request *base) {
 static sk_result sk__thr_test(sk_request *base, bool *done) {
   sk__treq *q = (sk__treq *)base;
   *done = sk__treq_done(q);
-  return *done ? q->result : SK_ERR_IN_PROGRESS;
+  return *done ? q->result : SK_OK;
 }
 
 /* A communicator belongs to the device thread that created it: another thread calling on it
