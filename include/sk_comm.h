@@ -496,8 +496,9 @@ static sk_result sk__validate(sk_comm *c, const sk_coll *op) {
     return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: %s %d out of range [0, %d)", name, p2p ? "peer" : "root",
                              op->root, c->size);
   size_t es = sk_dtype_size(op->dtype), n = (size_t)c->size;
-  if (op->count > (SIZE_MAX / 2) / es / n)
-    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", name, op->count);
+  if (op->count > (SIZE_MAX / 4) / es / n) /* no buffer is that large; keeps byte sums from wrapping */
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: count %zu is too large for %d ranks of %s", name,
+                             op->count, c->size, sk_dtype_name(op->dtype));
   size_t sb = op->count * es, rb = op->count * es; /* bytes of send and recv on this rank */
   bool need_send = true, need_recv = true;
   switch (op->kind) {
@@ -696,34 +697,34 @@ SK_API sk_result sk_waitall(int n, sk_request **reqs) {
 #define SK__MAX(a, b) ((b) > (a) ? (b) : (a))
 #define SK__ID(x) (x)
 
-/* One loop nest: acc = LOAD(in0); acc = COMB(acc, LOAD(in_r)) for r = 1..n-1; out = STORE(acc).
-   The inner loops run over fixed SK__VW-element groups plus a tail: GCC's default -O2 cost model
-   vectorizes loops of known trip count but not of unknown length, and a header cannot pick the
-   user's flags. */
+/* acc = LOAD(in0); acc = COMB(acc, LOAD(in_r)) for r = 1..n-1; out = STORE(POST(acc)).
+   Register-blocked: SK__VW elements at a time are combined across all n inputs in registers and
+   stored once, so each input is read once and nothing else touches memory. The fixed-width
+   inner loops are what GCC's default -O2 cost model vectorizes (it leaves loops of unknown
+   length scalar, and a header cannot pick the user's flags). */
 #define SK__VW 16
-#define SK__VLOOP(i, count, BODY)                                                        \
+#define SK__REDUCE_GROUP(T, A, LOAD, STORE, COMB, POST, W, i0)                           \
   do {                                                                                   \
-    size_t i##0 = 0;                                                                     \
-    for (; i##0 + SK__VW <= (count); i##0 += SK__VW)                                     \
-      for (size_t i##1 = 0; i##1 < SK__VW; i##1++) {                                     \
-        size_t i = i##0 + i##1;                                                          \
-        BODY;                                                                            \
+    A a[W];                                                                              \
+    const T *in0 = (const T *)srcs[0] + (i0);                                            \
+    for (size_t j = 0; j < (W); j++) a[j] = (A)LOAD(in0[j]);                             \
+    for (int r = 1; r < n; r++) {                                                        \
+      const T *in = (const T *)srcs[r] + (i0);                                           \
+      for (size_t j = 0; j < (W); j++) {                                                 \
+        A b = (A)LOAD(in[j]);                                                            \
+        a[j] = (A)(COMB(a[j], b));                                                       \
       }                                                                                  \
-    for (size_t i = i##0; i < (count); i++) {                                            \
-      BODY;                                                                              \
     }                                                                                    \
+    T *out = (T *)dst + (i0);                                                            \
+    for (size_t j = 0; j < (W); j++) out[j] = STORE(POST(a[j]));                         \
   } while (0)
 
 #define SK__REDUCE_LOOP(T, A, LOAD, STORE, COMB, POST)                                   \
   do {                                                                                   \
-    const T *in0 = (const T *)srcs[0];                                                   \
-    SK__VLOOP(i, count, acc[i] = (A)LOAD(in0[i]));                                       \
-    for (int r = 1; r < n; r++) {                                                        \
-      const T *in = (const T *)srcs[r];                                                  \
-      SK__VLOOP(i, count, A b = (A)LOAD(in[i]); acc[i] = (A)(COMB(acc[i], b)));          \
-    }                                                                                    \
-    T *out = (T *)dst;                                                                   \
-    SK__VLOOP(i, count, out[i] = STORE(POST(acc[i])));                                   \
+    size_t i0 = 0;                                                                       \
+    for (; i0 + SK__VW <= count; i0 += SK__VW)                                           \
+      SK__REDUCE_GROUP(T, A, LOAD, STORE, COMB, POST, SK__VW, i0);                       \
+    for (; i0 < count; i0++) SK__REDUCE_GROUP(T, A, LOAD, STORE, COMB, POST, 1, i0);     \
   } while (0)
 
 #define SK__ADD(a, b) ((a) + (b))
@@ -735,7 +736,6 @@ SK_API sk_result sk_waitall(int n, sk_request **reqs) {
 
 #define SK__DEFINE_FLOAT_KERNEL(fname, T, A, LOAD, STORE)                                          \
   static void fname(void *dst, const void *const *srcs, int n, size_t count, sk_redop op) {        \
-    A acc[SK__RED_BLOCK];                                                                          \
     A div = (A)n;                                                                                  \
     (void)div;                                                                                     \
     switch (op) {                                                                                  \
@@ -754,28 +754,23 @@ SK_API sk_result sk_waitall(int n, sk_request **reqs) {
   static void fname(void *dst, const void *const *srcs, int n, size_t count, sk_redop op) {        \
     switch (op) {                                                                                  \
       case SK_SUM: {                                                                               \
-        U acc[SK__RED_BLOCK];                                                                      \
         SK__REDUCE_LOOP(T, U, (U), (T), SK__ADD, SK__ID);                                          \
         break;                                                                                     \
       }                                                                                            \
       case SK_PROD: {                                                                              \
-        U acc[SK__RED_BLOCK];                                                                      \
         SK__REDUCE_LOOP(T, U, (U), (T), SK__UMUL, SK__ID);                                         \
         break;                                                                                     \
       }                                                                                            \
       case SK_MIN: {                                                                               \
-        T acc[SK__RED_BLOCK];                                                                      \
         SK__REDUCE_LOOP(T, T, SK__ID, SK__ID, SK__MIN, SK__ID);                                    \
         break;                                                                                     \
       }                                                                                            \
       case SK_MAX: {                                                                               \
-        T acc[SK__RED_BLOCK];                                                                      \
         SK__REDUCE_LOOP(T, T, SK__ID, SK__ID, SK__MAX, SK__ID);                                    \
         break;                                                                                     \
       }                                                                                            \
       case SK_AVG:                                                                                 \
       default: {                                                                                   \
-        U acc[SK__RED_BLOCK];                                                                      \
         SK__REDUCE_LOOP(T, U, (U), SK__ID, SK__ADD, (T));                                          \
         T *o = (T *)dst; /* divide in 64 bits: n may not fit in T (200 inputs of i8) */            \
         for (size_t i = 0; i < count; i++) o[i] = (T)((long long)o[i] / (long long)n);             \

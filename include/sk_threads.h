@@ -154,7 +154,7 @@ typedef struct sk__tslot {
   sk_coll coll[2];   /* by sequence parity: peers may still read the previous one */
   uint64_t posted;   /* atomic: sequence number of the last posting */
   uint64_t seq;      /* owner only: collectives this member has posted */
-  uint64_t departs;  /* owner only: collectives that needed the closing synchronisation */
+  uint64_t tasks;    /* owner only: tasks of all earlier collectives (the claim counter's base) */
   char pad[SK__CL];
 } sk__tslot;
 
@@ -164,8 +164,10 @@ typedef struct sk__tp2p sk__tp2p;
 typedef struct sk__tgroup {
   uint64_t arrive; /* atomic: members that posted, summed over all collectives */
   char pad0[SK__CL - sizeof(uint64_t)];
-  uint64_t depart; /* atomic: members done with their share, over collectives that need it */
+  uint64_t claim; /* atomic: tasks claimed, over all collectives */
   char pad1[SK__CL - sizeof(uint64_t)];
+  uint64_t done; /* atomic: tasks finished, over all collectives */
+  char pad1b[SK__CL - sizeof(uint64_t)];
   sk__tsignal sig;
   char pad2[SK__CL - sizeof(sk__tsignal)];
   int size;
@@ -198,7 +200,9 @@ typedef struct sk__tmember {
   sk_comm *comm;
   sk__tworld *tw;
   pthread_t owner;        /* the device thread that created this communicator */
-  const void **ptrs;      /* size entries: scratch for kernels */
+  const void **ptrs;      /* 2 * size entries: scratch for kernels */
+  unsigned char **outs;   /* size entries: output pointers of one task */
+  bool *alias;            /* size entries: output j is also an input (in place) */
   void *stage;            /* in-place AllToAll staging */
   size_t stage_cap;
   /* progress engine for non-blocking collectives */
@@ -270,9 +274,14 @@ static void sk__tgroup_release(sk__tworld *tw, sk__tgroup *g) {
 static sk__tmember *sk__tmember_new(sk__tworld *tw, sk__tgroup *g, int me, sk_comm *comm) {
   sk__tmember *m = (sk__tmember *)sk__calloc(tw->alloc, sizeof *m, SK__CL);
   if (!m) return NULL;
-  m->ptrs = (const void **)sk__alloc(tw->alloc, sizeof(void *) * (size_t)g->size, SK__CL);
-  if (!m->ptrs || pthread_mutex_init(&m->qlock, NULL) != 0) {
+  size_t k = (size_t)g->size;
+  m->ptrs = (const void **)sk__alloc(tw->alloc, sizeof(void *) * 2 * k, SK__CL);
+  m->outs = (unsigned char **)sk__alloc(tw->alloc, sizeof(void *) * k, SK__CL);
+  m->alias = (bool *)sk__alloc(tw->alloc, k, SK__CL);
+  if (!m->ptrs || !m->outs || !m->alias || pthread_mutex_init(&m->qlock, NULL) != 0) {
     sk__free(tw->alloc, (void *)m->ptrs);
+    sk__free(tw->alloc, m->outs);
+    sk__free(tw->alloc, m->alias);
     sk__free(tw->alloc, m);
     return NULL;
   }
@@ -293,30 +302,19 @@ static bool sk__tcount_reached(const void *p) {
   return __atomic_load_n(a->ctr, SK__SC) >= a->target;
 }
 
-/* Element range [lo, hi) of member i when `total` elements are cut into k cache-line-aligned
-   chunks (the last one takes the remainder). */
-static void sk__tchunk(size_t total, size_t es, int k, int i, size_t *lo, size_t *hi) {
-  size_t align = SK__CL / es ? SK__CL / es : 1;
-  size_t units = (total + align - 1) / align;
-  size_t uk = (size_t)k, ui = (size_t)i;
-  size_t l = ((units / uk) * ui + (units % uk) * ui / uk) * align;
-  size_t h = ((units / uk) * (ui + 1) + (units % uk) * (ui + 1) / uk) * align;
-  *lo = l < total ? l : total;
-  *hi = h < total ? h : total;
-}
-
 /* Names the members whose posted sequence is below s ("ranks 3, 5"). */
-static void sk__tmissing(const sk__tgroup *g, uint64_t s, bool departed, char *buf, size_t cap) {
+static void sk__tmissing(const sk__tgroup *g, uint64_t s, char *buf, size_t cap) {
   size_t len = 0;
   buf[0] = 0;
   int count = 0;
   for (int i = 0; i < g->size && len + 16 < cap; i++) {
-    uint64_t v = departed ? g->slots[i].departs : __atomic_load_n(&g->slots[i].posted, SK__SC);
+    uint64_t v = __atomic_load_n(&g->slots[i].posted, SK__SC);
     if (v < s) len += (size_t)snprintf(buf + len, cap - len, "%s%d", count++ ? ", " : "", i);
   }
   if (!count) snprintf(buf, cap, "none (late wake-up)");
 }
 
+/* Waits for a group counter; arrivals (members) or finished tasks. */
 static sk_result sk__twait_count(sk__tmember *m, const uint64_t *ctr, uint64_t target, const char *what) {
   sk__tcount_arg a;
   a.ctr = ctr, a.target = target;
@@ -324,7 +322,11 @@ static sk_result sk__twait_count(sk__tmember *m, const uint64_t *ctr, uint64_t t
   sk_result r = sk__twait(w, &m->g->sig, sk__tcount_reached, &a, m->tw->spin);
   if (r == SK_ERR_TIMEOUT) {
     char who[160];
-    sk__tmissing(m->g, target / (uint64_t)m->g->size, false, who, sizeof who);
+    if (ctr == &m->g->arrive)
+      sk__tmissing(m->g, target / (uint64_t)m->g->size, who, sizeof who);
+    else
+      snprintf(who, sizeof who, "to finish %llu outstanding tasks",
+               (unsigned long long)(target - __atomic_load_n(ctr, SK__SC)));
     sk_comm_set_error(m->comm, r, "%s: timed out after %u ms waiting for group ranks %s (world rank %d)", what,
                       (unsigned)w->desc.timeout_ms, who, m->comm->world_rank);
     sk_world_fail(w, r, m->comm->error_msg); /* the group's sequence is broken: take the world down */
@@ -334,27 +336,27 @@ static sk_result sk__twait_count(sk__tmember *m, const uint64_t *ctr, uint64_t t
   return r;
 }
 
-/* Compares every member's posting with this one's; all members see the same postings and so
-   agree on the verdict. */
+/* Compares every member's posting with rank 0's. All members see the same postings, so they
+   agree on the verdict and on the message. */
+static bool sk__tsame_call(const sk_coll *a, const sk_coll *b) {
+  if (a->kind != b->kind || a->count != b->count || a->dtype != b->dtype) return false;
+  bool reduces = a->kind == SK_COLL_ALLREDUCE || a->kind == SK_COLL_REDUCE || a->kind == SK_COLL_REDUCE_SCATTER;
+  bool rooted = a->kind == SK_COLL_BROADCAST || a->kind == SK_COLL_REDUCE;
+  return (!reduces || a->op == b->op) && (!rooted || a->root == b->root);
+}
+
 static sk_result sk__tcheck_match(sk__tmember *m, int p) {
   const sk__tgroup *g = m->g;
-  const sk_coll *mine = &g->slots[m->me].coll[p];
-  for (int i = 0; i < g->size; i++) {
+  const sk_coll *a = &g->slots[0].coll[p];
+  for (int i = 1; i < g->size; i++) {
     const sk_coll *o = &g->slots[i].coll[p];
-    bool same = o->kind == mine->kind && o->count == mine->count && o->dtype == mine->dtype &&
-                (o->kind != SK_COLL_ALLREDUCE && o->kind != SK_COLL_REDUCE && o->kind != SK_COLL_REDUCE_SCATTER
-                     ? true
-                     : o->op == mine->op) &&
-                (o->kind != SK_COLL_BROADCAST && o->kind != SK_COLL_REDUCE ? true : o->root == mine->root);
-    if (!same) {
-      const sk_coll *a = &g->slots[0].coll[p];
-      return sk_comm_set_error(m->comm, SK_ERR_MISMATCH,
-                               "mismatch: rank 0 called %s(count %zu, %s, %s, root %d) but rank %d called %s(count %zu, "
-                               "%s, %s, root %d)",
-                               sk_coll_kind_name(a->kind), a->count, sk_dtype_name(a->dtype), sk_redop_name(a->op),
-                               a->root, i, sk_coll_kind_name(o->kind), o->count, sk_dtype_name(o->dtype),
-                               sk_redop_name(o->op), o->root);
-    }
+    if (sk__tsame_call(a, o)) continue;
+    return sk_comm_set_error(m->comm, SK_ERR_MISMATCH,
+                             "mismatch: rank 0 called %s(count %zu, %s, %s, root %d) but rank %d called %s(count %zu, "
+                             "%s, %s, root %d)",
+                             sk_coll_kind_name(a->kind), a->count, sk_dtype_name(a->dtype), sk_redop_name(a->op), a->root,
+                             i, sk_coll_kind_name(o->kind), o->count, sk_dtype_name(o->dtype), sk_redop_name(o->op),
+                             o->root);
   }
   return SK_OK;
 }
@@ -407,76 +409,126 @@ static void sk__tcopy_to_all(const unsigned char *src, unsigned char *const *dst
   }
 }
 
-/* This member's share of a collective whose postings are all visible. Returns whether peers
-   touch this member's buffers, so that the closing synchronisation is needed. */
-static sk_result sk__twork(sk__tmember *m, int p, bool small, bool *need_depart) {
-  sk__tgroup *g = m->g;
-  int k = g->size, me = m->me;
-  const sk_coll *op = &g->slots[me].coll[p];
-  size_t es = sk_dtype_size(op->dtype), n = op->count;
-  const sk_coll *P0 = &g->slots[0].coll[p];
-  (void)P0;
-  *need_depart = n > 0 && op->kind != SK_COLL_BARRIER && k > 1 && !small;
-  bool nt = n * es * (size_t)k >= SK__NT_MIN_BYTES;
-  if (n == 0 || op->kind == SK_COLL_BARRIER) return SK_OK;
-#define SK__P(i) (&g->slots[(i)].coll[p])
+/* ---- work: tasks claimed by whichever member runs -------------------------------------------
+
+   After every member has posted, a collective is cut into tasks of about SK__TASK_BYTES of
+   output each, and every member claims tasks until none is left. Threads that are running do
+   the work of those that are not (8 devices on 2 cores), and the split stays even on a noisy
+   machine. Each task owns its output range, and reduces in the fixed order rank 0..N-1, so
+   who runs it changes nothing in the result. Nobody returns before all tasks are finished,
+   because peers read this member's send buffer and write its recv buffer. */
+
+#define SK__TASK_BYTES (256u << 10)
+
+typedef struct sk__tplan {
+  size_t n, es, te; /* count, element size, elements per task */
+  size_t per;       /* tasks per contiguous range of n elements */
+  uint64_t total;   /* tasks of the whole collective */
+  bool nt;          /* streaming stores */
+} sk__tplan;
+
+static sk__tplan sk__tplan_of(const sk_coll *op, int k) {
+  sk__tplan pl;
+  memset(&pl, 0, sizeof pl);
+  if (op->kind == SK_COLL_BARRIER || op->count == 0) return pl;
+  pl.n = op->count, pl.es = sk_dtype_size(op->dtype);
+  pl.te = SK__TASK_BYTES / pl.es;
+  pl.per = (pl.n + pl.te - 1) / pl.te;
+  uint64_t uk = (uint64_t)k;
   switch (op->kind) {
-    case SK_COLL_ALLREDUCE: {
-      if (small) {
-        for (int r = 0; r < k; r++) m->ptrs[r] = g->inline_data + ((size_t)r * 2 + (size_t)p) * g->small_bytes;
-        return sk_reduce_local(op->recv, m->ptrs, k, n, op->dtype, op->op);
-      }
-      size_t lo, hi;
-      sk__tchunk(n, es, k, me, &lo, &hi);
-      unsigned char tmp[8192];
-      size_t block = sizeof tmp / es;
-      for (size_t off = lo; off < hi; off += block) {
-        size_t len = hi - off < block ? hi - off : block;
-        for (int r = 0; r < k; r++) m->ptrs[r] = (const unsigned char *)SK__P(r)->send + off * es;
-        sk_reduce_local(tmp, m->ptrs, k, len, op->dtype, op->op);
-        for (int r = 0; r < k; r++) sk__tstore((unsigned char *)SK__P(r)->recv + off * es, tmp, len * es, nt);
-      }
-      sk__tstore_fence(nt);
-      return SK_OK;
-    }
-    case SK_COLL_REDUCE: {
-      size_t lo, hi;
-      sk__tchunk(n, es, k, me, &lo, &hi);
-      if (lo == hi) return SK_OK;
-      for (int r = 0; r < k; r++) m->ptrs[r] = (const unsigned char *)SK__P(r)->send + lo * es;
-      return sk_reduce_local((unsigned char *)SK__P(op->root)->recv + lo * es, m->ptrs, k, hi - lo, op->dtype, op->op);
-    }
-    case SK_COLL_REDUCE_SCATTER: {
-      for (int r = 0; r < k; r++) m->ptrs[r] = (const unsigned char *)SK__P(r)->send + (size_t)me * n * es;
-      return sk_reduce_local(op->recv, m->ptrs, k, n, op->dtype, op->op);
-    }
-    case SK_COLL_ALLGATHER: {
+    case SK_COLL_REDUCE_SCATTER:
+    case SK_COLL_ALLGATHER: pl.total = uk * pl.per; break;
+    case SK_COLL_ALLTOALL: pl.total = uk * uk * pl.per; break;
+    default: pl.total = pl.per; break;
+  }
+  pl.nt = pl.n * pl.es * (size_t)k >= SK__NT_MIN_BYTES;
+  return pl;
+}
+
+/* Reduces len elements of the k inputs m->ptrs[] into each of the nout outputs m->outs[], a block
+   at a time through an L1-sized buffer. An output that is also an input (in place) takes
+   ordinary stores: its lines were just read, so writing them back costs nothing extra, whereas
+   streaming would evict them; the other outputs stream when nt is set. */
+static void sk__treduce_to(sk__tmember *m, const sk_coll *op, int nout, size_t len, bool nt) {
+  int k = m->g->size;
+  size_t es = sk_dtype_size(op->dtype);
+  unsigned char tmp[8192];
+  size_t block = sizeof tmp / es;
+  const void **in = m->ptrs + k; /* second half: the inputs advanced block by block */
+  for (int j = 0; j < nout; j++) { /* one output per member: only its own input can alias it */
+    bool alias = nout == k && (const void *)m->outs[j] == m->ptrs[j];
+    for (int i = 0; nout != k && i < k && !alias; i++) alias = (const void *)m->outs[j] == m->ptrs[i];
+    m->alias[j] = alias;
+  }
+  for (size_t off = 0; off < len; off += block) {
+    size_t b = len - off < block ? len - off : block;
+    for (int i = 0; i < k; i++) in[i] = (const unsigned char *)m->ptrs[i] + off * es;
+    sk_reduce_local(tmp, in, k, b, op->dtype, op->op);
+    for (int j = 0; j < nout; j++) sk__tstore(m->outs[j] + off * es, tmp, b * es, nt && !m->alias[j]);
+  }
+}
+
+/* Runs task t of the collective posted under parity p. */
+static sk_result sk__ttask(sk__tmember *m, int p, const sk__tplan *pl, uint64_t t) {
+  sk__tgroup *g = m->g;
+  int k = g->size;
+  const sk_coll *op = &g->slots[m->me].coll[p];
+  size_t es = pl->es, n = pl->n;
+  size_t r = (size_t)(t % pl->per), lo = r * pl->te, hi = lo + pl->te < n ? lo + pl->te : n, len = hi - lo;
+  size_t seg = (size_t)(t / pl->per); /* which contiguous range: a member index, or a pair */
+#define SK__P(i) (&g->slots[(i)].coll[p])
+#define SK__SEND(i, elem) ((const unsigned char *)SK__P(i)->send + (elem) * es)
+#define SK__RECV(i, elem) ((unsigned char *)SK__P(i)->recv + (elem) * es)
+  switch (op->kind) {
+    case SK_COLL_ALLREDUCE:
+      for (int i = 0; i < k; i++) m->ptrs[i] = SK__SEND(i, lo), m->outs[i] = SK__RECV(i, lo);
+      sk__treduce_to(m, op, k, len, pl->nt);
+      break;
+    case SK_COLL_REDUCE:
+      for (int i = 0; i < k; i++) m->ptrs[i] = SK__SEND(i, lo);
+      m->outs[0] = SK__RECV(op->root, lo);
+      sk__treduce_to(m, op, 1, len, pl->nt);
+      break;
+    case SK_COLL_REDUCE_SCATTER: /* seg = the member whose result this is */
+      for (int i = 0; i < k; i++) m->ptrs[i] = SK__SEND(i, seg * n + lo);
+      m->outs[0] = SK__RECV(seg, lo);
+      sk__treduce_to(m, op, 1, len, pl->nt);
+      break;
+    case SK_COLL_ALLGATHER: { /* seg = the member whose contribution is copied */
       unsigned char **dst = (unsigned char **)(void *)m->ptrs;
-      for (int r = 0; r < k; r++) dst[r] = (unsigned char *)SK__P(r)->recv + (size_t)me * n * es;
-      sk__tcopy_to_all((const unsigned char *)op->send, dst, k, n * es, nt);
-      sk__tstore_fence(nt);
-      return SK_OK;
+      for (int i = 0; i < k; i++) dst[i] = SK__RECV(i, seg * n + lo);
+      sk__tcopy_to_all(SK__SEND(seg, lo), dst, k, len * es, pl->nt);
+      break;
     }
     case SK_COLL_BROADCAST: {
-      size_t lo, hi;
-      sk__tchunk(n, es, k, me, &lo, &hi);
-      if (lo == hi) return SK_OK;
       unsigned char **dst = (unsigned char **)(void *)m->ptrs;
-      for (int r = 0; r < k; r++) dst[r] = (unsigned char *)SK__P(r)->recv + lo * es;
-      sk__tcopy_to_all((const unsigned char *)SK__P(op->root)->send + lo * es, dst, k, (hi - lo) * es, nt);
-      sk__tstore_fence(nt);
-      return SK_OK;
+      for (int i = 0; i < k; i++) dst[i] = SK__RECV(i, lo);
+      sk__tcopy_to_all(SK__SEND(op->root, lo), dst, k, len * es, pl->nt);
+      break;
     }
-    case SK_COLL_ALLTOALL: {
-      for (int r = 0; r < k; r++)
-        sk__tstore((unsigned char *)op->recv + (size_t)r * n * es,
-                   (const unsigned char *)SK__P(r)->send + (size_t)me * n * es, n * es, nt);
-      sk__tstore_fence(nt);
-      return SK_OK;
+    case SK_COLL_ALLTOALL: { /* seg = to * k + from */
+      size_t to = seg / (size_t)k, from = seg % (size_t)k;
+      sk__tstore(SK__RECV(to, from * n + lo), SK__SEND(from, to * n + lo), len * es, pl->nt);
+      break;
     }
     default: return sk_comm_set_error(m->comm, SK_ERR_INTERNAL, "threads backend: unexpected op %d", (int)op->kind);
   }
 #undef SK__P
+#undef SK__SEND
+#undef SK__RECV
+  sk__tstore_fence(pl->nt);
+  return SK_OK;
+}
+
+/* Claims the next task below end, if any. */
+static bool sk__tclaim(sk__tgroup *g, uint64_t end, uint64_t *t) {
+  uint64_t v = __atomic_load_n(&g->claim, SK__SC);
+  while (v < end)
+    if (__atomic_compare_exchange_n(&g->claim, &v, v + 1, true, SK__SC, SK__SC)) {
+      *t = v;
+      return true;
+    }
+  return false;
 }
 
 /* Runs one collective on member m, on whichever thread calls it (device or progress thread). */
@@ -492,13 +544,12 @@ static sk_result sk__texec(sk__tmember *m, const sk_coll *op) {
   bool small = op->kind == SK_COLL_ALLREDUCE && bytes <= g->small_bytes && !m->tw->force_large;
   sl->coll[p] = *op;
   if (small && bytes) memcpy(g->inline_data + ((size_t)m->me * 2 + (size_t)p) * g->small_bytes, op->send, bytes);
-  if (op->kind == SK_COLL_ALLTOALL && op->send == op->recv && bytes) {
-    /* In place, a peer's pull would read what this member already overwrote: stage first. */
+  if (op->kind == SK_COLL_ALLTOALL && op->send == op->recv && bytes && k > 1) {
+    /* In place, a peer's copy would read what was already overwritten: stage first. */
     size_t need = bytes * (size_t)k;
     if (m->stage_cap < need) {
       void *ns = sk__alloc(m->tw->alloc, need, SK__CL);
       if (!ns) {
-        /* still take part in the synchronisation so peers are not left waiting */
         sk_world_fail(m->comm->world, SK_ERR_OUT_OF_MEMORY, "alltoall: staging buffer allocation failed");
         return sk_comm_set_error(m->comm, SK_ERR_OUT_OF_MEMORY, "alltoall: allocating %zu bytes of staging", need);
       }
@@ -514,13 +565,19 @@ static sk_result sk__texec(sk__tmember *m, const sk_coll *op) {
   if (r != SK_OK) return r;
   r = sk__tcheck_match(m, p);
   if (r != SK_OK) return r;
-  bool need_depart = false;
-  r = sk__twork(m, p, small, &need_depart);
-  if (!need_depart) return r;
-  /* Peers read or write this member's buffers: nobody returns before all are done. */
-  uint64_t d = ++sl->departs;
-  if (__atomic_add_fetch(&g->depart, 1, SK__SC) == d * (uint64_t)k) sk__twake(&g->sig);
-  sk_result r2 = sk__twait_count(m, &g->depart, d * (uint64_t)k, name);
+  if (small) { /* every member reduces the inline copies into its own output */
+    for (int i = 0; i < k; i++) m->ptrs[i] = g->inline_data + ((size_t)i * 2 + (size_t)p) * g->small_bytes;
+    return op->count ? sk_reduce_local(op->recv, m->ptrs, k, op->count, op->dtype, op->op) : SK_OK;
+  }
+  sk__tplan pl = sk__tplan_of(op, k);
+  if (pl.total == 0) return SK_OK;
+  uint64_t base = sl->tasks, end = base + pl.total, t;
+  sl->tasks = end;
+  while (sk__tclaim(g, end, &t)) {
+    r = sk__ttask(m, p, &pl, t - base);
+    if (__atomic_add_fetch(&g->done, 1, SK__SC) == end) sk__twake(&g->sig);
+  }
+  sk_result r2 = sk__twait_count(m, &g->done, end, name);
   return r != SK_OK ? r : r2;
 }
 
@@ -862,6 +919,8 @@ static void sk__thr_comm_destroy(sk_comm *c, void *state) {
   pthread_mutex_destroy(&m->qlock);
   sk__free(tw->alloc, m->stage);
   sk__free(tw->alloc, (void *)m->ptrs);
+  sk__free(tw->alloc, m->outs);
+  sk__free(tw->alloc, m->alias);
   sk__free(tw->alloc, m);
 }
 
