@@ -86,7 +86,9 @@ typedef struct sk_world_desc {
 SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk_error *err);
 /* Runs fn once on every device (threads backend: N threads; MPI: this process's device) and
    returns the first error any device returned (its text: sk_world_error_message). A device that
-   returns an error aborts the world, so its peers return instead of hanging. */
+   returns an error aborts the world, so its peers return instead of hanging. An aborted world
+   stays aborted: a later run returns at once with the first error recorded (or
+   SK_ERR_ABORTED); destroy it and create a new one. */
 SK_API sk_result sk_world_run(sk_world *world, sk_device_fn fn, void *arg);
 SK_API const char *sk_world_error_message(const sk_world *world);
 SK_API int sk_world_size(const sk_world *world);
@@ -600,8 +602,16 @@ SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int p
 }
 SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
                              int src, sk_dtype dt) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  /* Both halves are checked before either is posted: a posted send whose recv half is then
+     rejected would wait for a receiver that may never come. */
+  sk_coll so = sk__coll(SK_COLL_SEND, send, NULL, send_count, dt, SK_SUM, dst);
+  sk_coll ro = sk__coll(SK_COLL_RECV, NULL, recv, recv_count, dt, SK_SUM, src);
+  sk_result r = sk__validate(c, &so);
+  if (r == SK_OK) r = sk__validate(c, &ro);
+  if (r != SK_OK) return r;
   sk_request *reqs[2] = {NULL, NULL};
-  sk_result r = sk_isend(c, send, send_count, dt, dst, &reqs[0]);
+  r = sk_isend(c, send, send_count, dt, dst, &reqs[0]);
   if (r != SK_OK) return r;
   r = sk_irecv(c, recv, recv_count, dt, src, &reqs[1]);
   if (r != SK_OK) {

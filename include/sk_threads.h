@@ -87,7 +87,7 @@ SK_EXTERN_C_BEGIN
 #define SK__CL 64                        /* cache line */
 #define SK__SLICE_NS 20000000ull         /* a futex sleep lasts at most this; then abort/deadline are rechecked */
 #define SK__YIELD_NS 100000ull           /* yield this long before sleeping */
-#define SK__SPINS 4000
+#define SK__SPIN_NS 20000ull             /* spin this long (only when devices <= cores) */
 #define SK__COPY_BLOCK 32768             /* bytes copied to every destination while hot in L1 */
 #define SK__SMALL_CAP 1024               /* largest small_bytes */
 
@@ -111,14 +111,17 @@ typedef bool (*sk__tpred)(const void *arg);
    Returns SK_ERR_ABORTED when the world aborts, SK_ERR_TIMEOUT at the deadline. */
 static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const void *arg, bool spin) {
   if (pred(arg)) return SK_OK;
-  if (spin)
-    for (int i = 0; i < SK__SPINS; i++) {
-      SK__PAUSE();
-      if (pred(arg)) return SK_OK;
-    }
   uint64_t start = sk_now_ns(), now = start;
+  if (spin) /* bounded in time: if the peer is descheduled, spinning longer only delays it */
+    while (now - start < SK__SPIN_NS) {
+      for (int i = 0; i < 64; i++) {
+        SK__PAUSE();
+        if (pred(arg)) return SK_OK;
+      }
+      now = sk_now_ns();
+    }
   uint64_t deadline = start + (uint64_t)w->desc.timeout_ms * 1000000ull;
-  while (now - start < SK__YIELD_NS) {
+  while (now - start < SK__SPIN_NS + SK__YIELD_NS) {
     sched_yield();
     if (pred(arg)) return SK_OK;
     if (__atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE)) return SK_ERR_ABORTED;
@@ -222,6 +225,7 @@ struct sk__treq {
   sk__tmember *m;
   int done; /* atomic */
   sk_result result;
+  char msg[SK_ERROR_MSG_MAX]; /* a failure found by a peer; the owner copies it to its comm */
 };
 
 /* A posted, unmatched Send or Recv. */
@@ -432,7 +436,11 @@ static sk__tplan sk__tplan_of(const sk_coll *op, int k) {
   memset(&pl, 0, sizeof pl);
   if (op->kind == SK_COLL_BARRIER || op->count == 0) return pl;
   pl.n = op->count, pl.es = sk_dtype_size(op->dtype);
-  pl.te = SK__TASK_BYTES / pl.es;
+  /* Tasks of up to SK__TASK_BYTES (long runs for the prefetchers), but at least 8 per range
+     down to 16 KiB, so that mid-sized collectives still spread over the cores. */
+  size_t tb = pl.n * pl.es / 8;
+  tb = tb > SK__TASK_BYTES ? SK__TASK_BYTES : tb < (16u << 10) ? (16u << 10) : tb / SK__CL * SK__CL;
+  pl.te = tb / pl.es;
   pl.per = (pl.n + pl.te - 1) / pl.te;
   uint64_t uk = (uint64_t)k;
   switch (op->kind) {
@@ -714,7 +722,8 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
     snprintf(msg, sizeof msg, "mismatch: rank %d sends %zu x %s to rank %d, which receives %zu x %s", node->src,
              so->count, sk_dtype_name(so->dtype), node->dst, ro->count, sk_dtype_name(ro->dtype));
     sk_comm_set_error(m->comm, r, "%s", msg);
-    sk__treq_complete(it->req, r); /* the peer reads its own message from the result */
+    memcpy(it->req->msg, msg, sizeof msg); /* written before `done`: the owner reads it after */
+    sk__treq_complete(it->req, r);
   } else {
     if (so->count) memcpy(ro->recv, so->send, so->count * sk_dtype_size(so->dtype));
     sk__treq_complete(it->req, SK_OK);
@@ -769,11 +778,17 @@ static void sk__tp2p_drop_all(sk__tmember *m) {
 
 static bool sk__treq_done(const void *p) { return __atomic_load_n(&((const sk__treq *)p)->done, SK__SC) != 0; }
 
+/* The result of a completed request, its message moved to the owner's communicator. */
+static sk_result sk__treq_outcome(sk__treq *q) {
+  if (q->result != SK_OK && q->msg[0]) sk_comm_set_error(q->m->comm, q->result, "%s", q->msg);
+  return q->result;
+}
+
 static sk_result sk__thr_wait(sk_request *base) {
   sk__treq *q = (sk__treq *)base;
   sk__tmember *m = q->m;
   sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__treq_done, q, m->tw->spin);
-  if (r == SK_OK) return q->result;
+  if (r == SK_OK) return sk__treq_outcome(q);
   bool p2p = q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV;
   if (!p2p) {
     /* The progress thread runs it; its own waits are bounded and it completes the request with
@@ -799,7 +814,7 @@ static sk_result sk__thr_wait(sk_request *base) {
 static sk_result sk__thr_test(sk_request *base, bool *done) {
   sk__treq *q = (sk__treq *)base;
   *done = sk__treq_done(q);
-  return *done ? q->result : SK_OK;
+  return *done ? sk__treq_outcome(q) : SK_OK;
 }
 
 /* A communicator belongs to the device thread that created it: another thread calling on it
