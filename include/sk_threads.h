@@ -206,8 +206,6 @@ typedef struct sk__tmember {
   const void **ptrs;      /* 2 * size entries: scratch for kernels */
   unsigned char **outs;   /* size entries: output pointers of one task */
   bool *alias;            /* size entries: output j is also an input (in place) */
-  void *stage;            /* in-place AllToAll staging */
-  size_t stage_cap;
   /* progress engine for non-blocking collectives */
   pthread_mutex_t qlock;
   sk__treq *qhead, *qtail;
@@ -446,7 +444,7 @@ static sk__tplan sk__tplan_of(const sk_coll *op, int k) {
   switch (op->kind) {
     case SK_COLL_REDUCE_SCATTER:
     case SK_COLL_ALLGATHER: pl.total = uk * pl.per; break;
-    case SK_COLL_ALLTOALL: pl.total = uk * uk * pl.per; break;
+    case SK_COLL_ALLTOALL: pl.total = uk * (uk + 1) / 2 * pl.per; break; /* pairs i <= j */
     default: pl.total = pl.per; break;
   }
   pl.nt = pl.n * pl.es * (size_t)k >= SK__NT_MIN_BYTES;
@@ -473,6 +471,43 @@ static void sk__treduce_to(sk__tmember *m, const sk_coll *op, int nout, size_t l
     for (int i = 0; i < k; i++) in[i] = (const unsigned char *)m->ptrs[i] + off * es;
     sk_reduce_local(tmp, in, k, b, op->dtype, op->op);
     for (int j = 0; j < nout; j++) sk__tstore(m->outs[j] + off * es, tmp, b * es, nt && !m->alias[j]);
+  }
+}
+
+/* Pair number p of the upper triangle (i <= j) of a k x k matrix, row by row. */
+static void sk__tpair(size_t k, size_t p, size_t *i, size_t *j) {
+  size_t lo = 0, hi = k; /* row i starts at i*k - i*(i-1)/2 */
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (mid * k - mid * (mid - 1) / 2 <= p)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  *i = lo;
+  *j = lo + (p - (lo * k - lo * (lo - 1) / 2));
+}
+
+/* da <- sb and db <- sa, where da may be sa and db may be sb (in-place AllToAll): then each block
+   is read into L1 first and written after, so the exchange needs no staging copy. */
+static void sk__texchange(unsigned char *da, const unsigned char *sb, unsigned char *db,
+                          const unsigned char *sa, size_t bytes, bool nt_a, bool nt_b) {
+  if (da == db) { /* the diagonal block: a copy within one member */
+    if (da != sb) sk__tstore(da, sb, bytes, nt_a);
+    return;
+  }
+  unsigned char ta[4096], tb[4096];
+  if (da != sa && db != sb) { /* out of place: two straight copies */
+    sk__tstore(da, sb, bytes, nt_a);
+    sk__tstore(db, sa, bytes, nt_b);
+    return;
+  }
+  for (size_t off = 0; off < bytes; off += sizeof ta) {
+    size_t b = bytes - off < sizeof ta ? bytes - off : sizeof ta;
+    memcpy(ta, sa + off, b);
+    memcpy(tb, sb + off, b);
+    sk__tstore(da + off, tb, b, nt_a);
+    sk__tstore(db + off, ta, b, nt_b);
   }
 }
 
@@ -514,9 +549,11 @@ static sk_result sk__ttask(sk__tmember *m, int p, const sk__tplan *pl, uint64_t 
       sk__tcopy_to_all(SK__SEND(op->root, lo), dst, k, len * es, pl->nt);
       break;
     }
-    case SK_COLL_ALLTOALL: { /* seg = to * k + from */
-      size_t to = seg / (size_t)k, from = seg % (size_t)k;
-      sk__tstore(SK__RECV(to, from * n + lo), SK__SEND(from, to * n + lo), len * es, pl->nt);
+    case SK_COLL_ALLTOALL: { /* seg = the pair (i, j), i <= j: exchanges block j of i and block i of j */
+      size_t i, j;
+      sk__tpair((size_t)k, seg, &i, &j);
+      sk__texchange(SK__RECV(i, j * n + lo), SK__SEND(j, i * n + lo), SK__RECV(j, i * n + lo), SK__SEND(i, j * n + lo),
+                    len * es, pl->nt && SK__P(i)->send != SK__P(i)->recv, pl->nt && SK__P(j)->send != SK__P(j)->recv);
       break;
     }
     default: return sk_comm_set_error(m->comm, SK_ERR_INTERNAL, "threads backend: unexpected op %d", (int)op->kind);
@@ -552,21 +589,6 @@ static sk_result sk__texec(sk__tmember *m, const sk_coll *op) {
   bool small = op->kind == SK_COLL_ALLREDUCE && bytes <= g->small_bytes && !m->tw->force_large;
   sl->coll[p] = *op;
   if (small && bytes) memcpy(g->inline_data + ((size_t)m->me * 2 + (size_t)p) * g->small_bytes, op->send, bytes);
-  if (op->kind == SK_COLL_ALLTOALL && op->send == op->recv && bytes && k > 1) {
-    /* In place, a peer's copy would read what was already overwritten: stage first. */
-    size_t need = bytes * (size_t)k;
-    if (m->stage_cap < need) {
-      void *ns = sk__alloc(m->tw->alloc, need, SK__CL);
-      if (!ns) {
-        sk_world_fail(m->comm->world, SK_ERR_OUT_OF_MEMORY, "alltoall: staging buffer allocation failed");
-        return sk_comm_set_error(m->comm, SK_ERR_OUT_OF_MEMORY, "alltoall: allocating %zu bytes of staging", need);
-      }
-      sk__free(m->tw->alloc, m->stage);
-      m->stage = ns, m->stage_cap = need;
-    }
-    memcpy(m->stage, op->send, need);
-    sl->coll[p].send = m->stage;
-  }
   __atomic_store_n(&sl->posted, s, SK__SC);
   if (__atomic_add_fetch(&g->arrive, 1, SK__SC) == s * (uint64_t)k) sk__twake(&g->sig);
   sk_result r = sk__twait_count(m, &g->arrive, s * (uint64_t)k, name);
@@ -932,7 +954,6 @@ static void sk__thr_comm_destroy(sk_comm *c, void *state) {
   if (m->g == tw->world_group) __atomic_store_n(&tw->claimed[c->rank], 0, SK__SC);
   sk__tgroup_release(tw, m->g);
   pthread_mutex_destroy(&m->qlock);
-  sk__free(tw->alloc, m->stage);
   sk__free(tw->alloc, (void *)m->ptrs);
   sk__free(tw->alloc, m->outs);
   sk__free(tw->alloc, m->alias);
