@@ -11,15 +11,24 @@
 
    HOW IT WORKS (see DESIGN.md "The threads backend")
      All device buffers live in one address space, so collectives copy straight between the
-     devices' own buffers: no staging. AllReduce is one pass: device i reduces its 1/N of the
-     data, reading that part of all N inputs once and writing it to all N outputs (2*N*S bytes of
-     memory traffic, the minimum), in cache-sized blocks, in the fixed order rank 0..N-1 (so
-     results are bitwise deterministic). Small AllReduces (<= small_bytes per rank) go through
-     per-member inline slots: one synchronisation instead of two.
-     Waiting: a brief spin (only when devices <= cores), then sched_yield, then a futex sleep,
-     always bounded by the world's timeout and woken by abort.
+     devices' own buffers: no staging. Once every member has posted its buffers, a collective
+     is cut into tasks of up to 256 KiB of output, and every member claims tasks until none is
+     left: the threads that are running do the work of those that are not (8 devices on 2
+     cores), and the split stays even on a noisy machine. AllReduce is one pass: a task reads
+     its range of all N inputs once and writes it to all N outputs (2*N*S bytes of memory
+     traffic in all, the minimum), through an L1-sized block, reducing in the fixed order rank
+     0..N-1 so that results are bitwise deterministic whoever runs the task. Outputs too large
+     to stay in cache are written with streaming stores (no read-for-ownership), except where an
+     output is also an input (in place). In-place AllToAll exchanges blocks pairwise, without a
+     staging copy. Small AllReduces (<= small_bytes per rank) go through per-member inline
+     slots: one synchronisation instead of two.
+     Waiting: a spin of at most 20 us (only when devices <= cores), then sched_yield, then a
+     futex sleep in bounded slices, always bounded by the world's timeout and woken by abort.
      Non-blocking collectives run on a per-communicator progress thread per device (started on
      first use), in issue order; Send/Recv complete on whichever side arrives second.
+     Every collective also checks that all members made the same call (kind, count, dtype, op,
+     root): a mismatch returns SK_ERR_MISMATCH on every member, naming rank 0's call and the
+     first that differs. A communicator belongs to the thread that created it.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_THREADS_IMPL)
@@ -34,7 +43,7 @@ SK_EXTERN_C_BEGIN
 
 /* Optional backend_config for the threads backend; zero fields mean the default:
      small_bytes   256: AllReduce of at most this many bytes per rank uses the inline-slot path
-                   (a test knob too: 0 keeps the default; SIZE_MAX-like values are capped at 4096;
+                   (a test knob too: 0 keeps the default, larger values are capped at 1024;
                    set force_large to test the large path on tiny counts)
      force_large   false: never use the inline path
      spin          0 = auto (spin only when devices <= online cores), 1 = always, -1 = never */
