@@ -1,0 +1,104 @@
+/* reduce_ceiling -- how fast can any code reduce k arrays that do not fit in cache on this
+   machine? A hand-written SSE kernel, outside shardkit, with 2 threads: out = in0 + ... + in(k-1)
+   over 16 MiB arrays, streaming stores, best of 5. It is the ceiling that the threads backend's
+   ReduceScatter / Reduce (k input streams, one output) can reach, and it is well below the
+   in-place read+write probe that %bound divides by: reading many streams at once is slower than
+   one read-modify-write stream. See bench/RESULTS.md.
+
+   usage: build/reduce_ceiling [k ...]      (default: 1 2 4 8) */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define ELEMS (4u << 20) /* floats per array: 16 MiB */
+#define THREADS 2
+
+typedef struct job {
+  float *const *in;
+  float *out;
+  int k;
+  size_t lo, hi;
+} job;
+
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *reduce_range(void *p) {
+  const job *j = (const job *)p;
+  for (size_t i = j->lo; i < j->hi; i += 16) {
+#if defined(__SSE2__)
+    __m128 s0 = _mm_load_ps(j->in[0] + i), s1 = _mm_load_ps(j->in[0] + i + 4);
+    __m128 s2 = _mm_load_ps(j->in[0] + i + 8), s3 = _mm_load_ps(j->in[0] + i + 12);
+    for (int r = 1; r < j->k; r++) {
+      s0 = _mm_add_ps(s0, _mm_load_ps(j->in[r] + i));
+      s1 = _mm_add_ps(s1, _mm_load_ps(j->in[r] + i + 4));
+      s2 = _mm_add_ps(s2, _mm_load_ps(j->in[r] + i + 8));
+      s3 = _mm_add_ps(s3, _mm_load_ps(j->in[r] + i + 12));
+    }
+    _mm_stream_ps(j->out + i, s0);
+    _mm_stream_ps(j->out + i + 4, s1);
+    _mm_stream_ps(j->out + i + 8, s2);
+    _mm_stream_ps(j->out + i + 12, s3);
+#else
+    for (int e = 0; e < 16; e++) {
+      float s = j->in[0][i + e];
+      for (int r = 1; r < j->k; r++) s += j->in[r][i + e];
+      j->out[i + e] = s;
+    }
+#endif
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  int ks[16], nk = 0;
+  for (int a = 1; a < argc && nk < 16; a++) {
+    ks[nk] = atoi(argv[a]);
+    if (ks[nk] < 1 || ks[nk] > 8) {
+      fprintf(stderr, "reduce_ceiling: k must be 1..8, got '%s'\n", argv[a]);
+      return 2;
+    }
+    nk++;
+  }
+  if (!nk) ks[0] = 1, ks[1] = 2, ks[2] = 4, ks[3] = 8, nk = 4;
+  float *in[8], *out = (float *)aligned_alloc(64, ELEMS * sizeof(float));
+  if (!out) return 1;
+  memset(out, 0, ELEMS * sizeof(float));
+  for (int r = 0; r < 8; r++) {
+    in[r] = (float *)aligned_alloc(64, ELEMS * sizeof(float));
+    if (!in[r]) return 1;
+    for (size_t i = 0; i < ELEMS; i++) in[r][i] = (float)(i % 7);
+  }
+  printf("# k input streams of 16 MiB + 1 streamed output, %d threads, best of 5\n", THREADS);
+  printf("# %2s %10s %12s\n", "k", "time(ms)", "GB/s(r+w)");
+  for (int q = 0; q < nk; q++) {
+    double best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+      pthread_t th[THREADS];
+      job jobs[THREADS];
+      double t0 = seconds();
+      for (int t = 0; t < THREADS; t++) {
+        jobs[t].in = in, jobs[t].out = out, jobs[t].k = ks[q];
+        jobs[t].lo = (size_t)ELEMS / THREADS * (size_t)t, jobs[t].hi = (size_t)ELEMS / THREADS * (size_t)(t + 1);
+        pthread_create(&th[t], NULL, reduce_range, &jobs[t]);
+      }
+      for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+      double dt = seconds() - t0;
+      if (dt < best) best = dt;
+    }
+    double bytes = (double)ELEMS * sizeof(float) * (double)(ks[q] + 1);
+    printf("  %2d %10.2f %12.1f\n", ks[q], best * 1e3, bytes / best / 1e9);
+  }
+  for (int r = 0; r < 8; r++) free(in[r]);
+  free(out);
+  return 0;
+}
