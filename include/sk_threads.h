@@ -108,10 +108,14 @@ typedef struct sk__tsignal {
   uint32_t sleepers;
 } sk__tsignal;
 
+/* Called after a state change (a seq_cst store or read-modify-write). A waiter counts itself in
+   `sleepers` before its last look at the state, so either it sees the change or this sees it;
+   only then is the epoch bumped (making its futex_wait return) and the futex woken. No shared
+   write at all when nobody sleeps: the fast path of every collective passes here. */
 static void sk__twake(sk__tsignal *s) {
+  if (!__atomic_load_n(&s->sleepers, SK__SC)) return;
   __atomic_fetch_add(&s->epoch, 1, SK__SC);
-  if (__atomic_load_n(&s->sleepers, SK__SC))
-    syscall(SYS_futex, &s->epoch, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+  syscall(SYS_futex, &s->epoch, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
 typedef bool (*sk__tpred)(const void *arg);
