@@ -1,13 +1,13 @@
 # shardkit -- header-only; this Makefile builds the tools, examples, benchmarks and tests.
 #   make            every example, tool and benchmark into build/
-#   make test       header checks + the Criterion suites
+#   make test       header checks + the Criterion suites (the MPI ones launch mpirun.openmpi)
 #   make demo       the MindSpore tutorial tables (and later the 8-card training demo)
 #   make sanitize   the suites under ASan + UBSan;   make tsan   under ThreadSanitizer
 #   make install PREFIX=/usr/local   headers + shardkit.pc
 #   make deps       install the Debian packages below that are missing (as root), or name them
 
 # Every Debian package the build, tests, demo and benchmarks use. One list, checked by `deps`.
-DEB_PACKAGES := gcc g++ make pkg-config libcriterion-dev
+DEB_PACKAGES := gcc g++ make pkg-config libcriterion-dev openmpi-bin libopenmpi-dev
 
 PREFIX ?= /usr/local
 BUILD  := build
@@ -17,6 +17,10 @@ WARN   := -Wall -Wextra -Werror -pedantic
 CFLAGS := -std=c11 $(WARN) -O2 -g
 CPPFLAGS := -Iinclude
 LDLIBS := -lpthread -lm
+# Open MPI's compiler wrapper: the benchmarks, the two-backend example and the MPI test driver
+# are built with it (one binary serves -B threads and -B mpi). Named explicitly: a machine may
+# also have MPICH, whose mpicc/mpirun alternatives could win.
+MPICC  := mpicc.openmpi
 SAN_FLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 TSAN_FLAGS := -fsanitize=thread
 
@@ -25,6 +29,7 @@ TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/impl.c
 TOOLS     := $(BUILD)/sk-layout
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c))
 EXAMPLES  := $(filter-out $(BUILD)/sk_layout,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
+MPI_EXAMPLES := $(BUILD)/both_backends
 
 # Tests run with a per-test timeout inside the suites; CRITERION_JOBS keeps the 2-core box sane.
 CRITERION_ARGS ?= --jobs 2
@@ -53,13 +58,22 @@ $(BUILD)/sk-layout: examples/sk_layout.c $(HEADERS) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
+$(MPI_EXAMPLES): $(BUILD)/%: examples/%.c $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
+
 $(BUILD)/%: examples/%.c $(HEADERS) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(HEADERS) | deps
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
+	$(MPICC) $(CPPFLAGS) -DSK_BENCH_MPI $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# The MPI test driver, run under mpirun by tests/test_mpi.c (never inside Criterion itself).
+$(BUILD)/mpi_driver: $(wildcard tests/mpi/*.c tests/mpi/*.h) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(MPICC) $(CPPFLAGS) -Itests/mpi $(CFLAGS) -o $@ tests/mpi/mpi_driver.c $(LDLIBS)
 
 # ---- tests -------------------------------------------------------------------------------
 $(BUILD)/tests/unit: $(TEST_SRCS) $(HEADERS) | deps
@@ -80,12 +94,12 @@ $(BUILD)/tsan/unit: $(TSAN_TEST_SRCS) $(wildcard tests/*.h tests/tsan_shim/crite
 check-headers: | deps
 	@sh tests/check_headers.sh
 
-test: check-headers $(BUILD)/tests/unit all
+test: check-headers $(BUILD)/tests/unit all $(BUILD)/mpi_driver
 	$(BUILD)/tests/unit $(CRITERION_ARGS)
 	@sh tests/tools_test.sh
 	@sh tests/bench_test.sh
 
-sanitize: $(BUILD)/san/unit
+sanitize: $(BUILD)/san/unit $(BUILD)/mpi_driver
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)
 
 # TSan on recent kernels needs a non-randomised address space (setarch -R); fall back if refused.

@@ -23,10 +23,11 @@
    P = min(devices in this process, online cores) threads, bytes counted as read + write, best of
    a few repeats. min_bytes per collective is derived in each program and in bench/README.md.
 
-   Backends: `-B threads` (default; `-g` devices as threads) and `-B mpi` (issue 5: fill
-   bench_world_mpi() below; everything else is backend-neutral: all cross-device results travel
-   through sk_allreduce, and work shared between the devices of one process -- the probe and the
-   expected-value table -- is split over the process's local devices only). */
+   Backends: `-B threads` (default; `-g` devices as threads) and `-B mpi` (one device per process
+   under mpirun.openmpi, when built with SK_BENCH_MPI as the Makefile does; see bench_world_mpi()).
+   Everything else is backend-neutral: all cross-device results travel through sk_allreduce, and
+   work shared between the devices of one process -- the probe and the expected-value table -- is
+   split over the process's local devices only; the probe's footprint is summed over processes. */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -42,6 +43,9 @@
 
 #define SK_IMPL
 #include "shardkit.h"
+#if defined(SK_BENCH_MPI) /* the Makefile builds the benchmarks with mpicc.openmpi and this on */
+#include "sk_mpi.h"
+#endif
 
 #define BENCH_FN static __attribute__((unused))
 
@@ -476,6 +480,7 @@ BENCH_FN sk_result bench__probe(sk_comm *c, bench_ctx *x, int lrank, double *t_p
   if (r != SK_OK) return r;
   size_t F = 0;
   for (int d = 0; d < x->nlocal; d++) F += x->dev[d].reg[0].bytes + x->dev[d].reg[1].bytes;
+  size_t F_local = F;
   int P = x->probe_threads;
   double mine = 0;
   int maxseg = 2 * x->nlocal + 2, nseg = 0;
@@ -517,7 +522,11 @@ BENCH_FN sk_result bench__probe(sk_comm *c, bench_ctx *x, int lrank, double *t_p
   if (r != SK_OK) return r;
   if (nseg) mine = best;
   r = sk_allreduce(c, &mine, t_pass, 1, SK_F64, SK_MAX);
-  *footprint = F;
+  /* Every process probed its own devices at the same time: the footprint is the sum over
+     processes (one contribution per process; the threads backend has one process). */
+  int64_t fl = lrank == 0 ? (int64_t)F_local : 0, ft = 0;
+  if (r == SK_OK) r = sk_allreduce(c, &fl, &ft, 1, SK_I64, SK_SUM);
+  *footprint = (size_t)ft;
   return r;
 }
 
@@ -712,6 +721,18 @@ BENCH_FN sk_result bench__device(sk_comm *c, void *arg) {
 
 /* ---- worlds ---------------------------------------------------------------------------------- */
 
+#if defined(SK_BENCH_MPI)
+static sk_result bench__who(sk_comm *c, void *arg) {
+  *(int *)arg = sk_comm_rank(c);
+  return SK_OK;
+}
+/* This process's rank: a first run of the world that only asks. */
+BENCH_FN int bench__mpi_rank(sk_world *w) {
+  int rank = -1;
+  return sk_world_run(w, bench__who, &rank) == SK_OK ? rank : -1;
+}
+#endif
+
 /* -B threads: ndevices threads in this process. Returns 0 or an exit status. */
 BENCH_FN int bench_world_threads(bench_opts *o, sk_world **w, int *nlocal, int *local0) {
   sk_world_desc d;
@@ -728,15 +749,41 @@ BENCH_FN int bench_world_threads(bench_opts *o, sk_world **w, int *nlocal, int *
   return 0;
 }
 
-/* -B mpi: issue 5 fills this one function. It will: MPI_Init_thread; create the world with
-   desc.backend = sk_mpi_backend() and ndevices = 0 (the world size); fail with status 2 when -g
-   was given and differs from the world size; set o->ngpus = world size, *nlocal = 1 and
-   *local0 = this process's rank (one device per process); and make only world rank 0 print
-   (bench_main prints the header only when *local0 == 0; rows come from rank 0). */
+/* -B mpi: one device per MPI process, under mpirun.openmpi -np N. -g, if given, must equal the
+   world size. Started outside mpirun (no launcher variables: Open MPI's OMPI_COMM_WORLD_SIZE,
+   PMIx's PMIX_RANK, MPICH/Hydra's PMI_SIZE), or with one process where -g asked for more, it
+   says so and exits 2. Only world rank 0 prints (bench_main prints when *local0 == 0). */
 BENCH_FN int bench_world_mpi(bench_opts *o, sk_world **w, int *nlocal, int *local0) {
+#if defined(SK_BENCH_MPI)
+  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_SIZE")) {
+    fprintf(stderr, "%s: -B mpi needs an MPI launcher: run it as mpirun.openmpi -np N %s -B mpi ...\n", o->prog, o->prog);
+    return 2;
+  }
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.backend = sk_mpi_backend();
+  sk_error err;
+  if (sk_world_create(&d, w, &err) != SK_OK) {
+    fprintf(stderr, "%s: cannot create the MPI world: %s\n", o->prog, err.msg);
+    return 1;
+  }
+  int size = sk_world_size(*w);
+  if (o->ngpus && o->ngpus != size) {
+    fprintf(stderr, "%s: -g %d but the MPI world has %d process%s (one device per process: mpirun.openmpi -np %d)\n",
+            o->prog, o->ngpus, size, size == 1 ? "" : "es", o->ngpus);
+    sk_world_destroy(*w);
+    *w = NULL;
+    return 2;
+  }
+  o->ngpus = size;
+  *nlocal = 1;
+  *local0 = bench__mpi_rank(*w);
+  return 0;
+#else
   (void)w, (void)nlocal, (void)local0;
-  fprintf(stderr, "%s: the MPI backend is not built yet (issue 5)\n", o->prog);
+  fprintf(stderr, "%s: built without MPI (the Makefile builds the benchmarks with mpicc.openmpi)\n", o->prog);
   return 2;
+#endif
 }
 
 BENCH_FN size_t bench__max_buf(const bench_coll *coll, const bench_opts *o, int n, size_t *expected_bytes) {

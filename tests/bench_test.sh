@@ -74,7 +74,7 @@ bad all_reduce_perf extra
 bad broadcast_perf -g 4 -r 4
 bad reduce_perf -g 2 -r -2
 bad all_reduce_perf -B mpi
-if build/all_reduce_perf -B mpi 2>&1 | grep -q '^all_reduce_perf: the MPI backend is not built yet (issue 5)$'; then
+if build/all_reduce_perf -B mpi 2>&1 | grep -q '^all_reduce_perf: -B mpi needs an MPI launcher'; then
   pass=$((pass + 1))
 else
   echo "FAIL: -B mpi message"; fail=$((fail + 1))

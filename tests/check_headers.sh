@@ -37,5 +37,11 @@ printf '#define SK_STATIC\n#define SK_IMPL\n#include "shardkit.h"\nint f1(void);
 try "two SK_STATIC copies link" gcc -std=c11 $W "$tmp/s1.c" "$tmp/s2.c" -o "$tmp/ss" -lpthread -lm
 cp "$tmp/a.c" "$tmp/a.cc"
 try "umbrella with SK_IMPL as C++17" g++ -std=c++17 $W -c "$tmp/a.cc" -o "$tmp/o"
+# The MPI backend with the umbrella, implementation and user TUs linked by Open MPI's wrapper.
+if command -v mpicc.openmpi >/dev/null 2>&1; then
+  printf '#define SK_IMPL\n#include "shardkit.h"\n#include "sk_mpi.h"\n' >"$tmp/m1.c"
+  printf '#include "shardkit.h"\n#include "sk_mpi.h"\nint main(void) { return sk_mpi_backend() != 0 ? 0 : 1; }\n' >"$tmp/m2.c"
+  try "sk_mpi.h implementation TU + user TU link (mpicc.openmpi)" mpicc.openmpi -std=c11 $W "$tmp/m1.c" "$tmp/m2.c" -o "$tmp/mm" -lpthread -lm
+fi
 if [ $fail -ne 0 ]; then echo "check-headers: $fail of $n checks failed"; exit 1; fi
 echo "check-headers: $n checks passed"

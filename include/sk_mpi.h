@@ -1,0 +1,1069 @@
+/* sk_mpi.h -- the MPI backend: one MPI process is one device (Open MPI or MPICH).
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_MPI_IMPL + SK_COMM_IMPL)
+                             #include "shardkit.h"
+                             #include "sk_mpi.h"
+   Build with mpicc.openmpi (or `mpicc.openmpi --showme:compile/--showme:link` flags) and run
+   under `mpirun.openmpi -np N`. This is the only shardkit header that includes <mpi.h>.
+
+     sk_mpi_config cfg = {0};          // optional; zero = defaults (below)
+     sk_world_desc d = {0};
+     d.backend = sk_mpi_backend();     // ndevices 0 = the MPI world size
+     d.backend_config = &cfg;
+     sk_world_create(&d, &w, &err);
+     sk_world_run(w, step, arg);       // calls step once, in this process, as its device
+     sk_world_destroy(w);
+   or sk_comm_init_rank(w, <this process's rank>, &comm, &err) yourself.
+
+   MPI LIFETIME. sk_world_create initialises MPI only if nobody has (MPI_Init_thread asking for
+   MPI_THREAD_SERIALIZED: shardkit calls MPI from whichever thread drives the device, one call at
+   a time; no progress thread), and MPI is finalised when the last shardkit world of the process
+   is destroyed, only if shardkit initialised it. MPI cannot be initialised twice in a process:
+   to use several worlds one after another, keep one world alive meanwhile, or initialise MPI
+   yourself. Every world works on duplicates of the given communicator (MPI_ERRORS_RETURN set on
+   them), so shardkit's traffic never mixes with yours.
+
+   HOW A COLLECTIVE MAPS TO MPI
+     - Default mode: plain MPI non-blocking collectives (MPI_Iallreduce, MPI_Iallgather,
+       MPI_Ireduce_scatter_block, MPI_Ibcast, MPI_Ireduce, MPI_Ialltoall, MPI_Ibarrier) on the
+       native types, polled with MPI_Test. Numeric rules of sk_comm.h: integer sum and prod run on
+       the unsigned MPI type of the same width (wrap without C overflow; 8-bit sums through a
+       user op, since Open MPI 4.1's AVX MPI_SUM saturates 8-bit integers); avg = MPI sum, then
+       each output divided locally (integers truncate toward zero); float min/max go through a
+       user MPI_Op that propagates NaN (MPI_MIN/MPI_MAX leave NaN implementation-defined).
+       Float sums are in MPI's order (not rank order), so the last bits may differ from the
+       threads backend.
+     - f16 and bf16 travel as user-defined 2-byte MPI datatypes. Their min/max use the NaN-aware
+       user op (exact: it picks one input). Their sum/prod/avg do NOT go through an MPI_Op: MPI
+       user ops combine two buffers at a time, so each step would round to 16 bits, breaking the
+       rule "accumulate in f32 and round once". They take the gather path instead.
+     - Gather path: the inputs are gathered (MPI_Iallgather / MPI_Igather / MPI_Ialltoall) and
+       reduced locally with sk_reduce_local in rank order 0..N-1: exactly the threads backend's
+       kernels and order, so results are bitwise identical to it. Scratch: N x chunk bytes
+       (chunks keep it at most 32 MiB).
+     - deterministic = true sends every float reduction through the gather path (integer
+       reductions are exact either way), so every result equals the threads backend's bit for
+       bit, at the price of N times the traffic.
+     - Counts: MPI counts are int. Longer collectives are cut into chunks of at most max_count
+       elements (AllGather/AllToAll chunks use resized datatypes, ReduceScatter takes the gather
+       path), so any count works.
+     - In-place (NCCL forms) map to MPI_IN_PLACE; in-place AllToAll and ReduceScatter (whose
+       NCCL form overlaps send and recv in a way MPI_IN_PLACE cannot express) stage the input in
+       scratch first.
+
+   NON-BLOCKING AND PROGRESS (the limitation to know). Open MPI progresses non-blocking
+   collectives only inside MPI calls, and this backend starts no progress thread (it would need
+   MPI_THREAD_MULTIPLE, which slows every MPI call). So a request advances only while this
+   process is inside shardkit: sk_test, sk_wait, or any later call on a communicator. To overlap
+   compute with a collective, call sk_test now and then. Requests of one communicator run one
+   after another in issue order (MPI requires every rank to start collectives in the same order;
+   chunked collectives would otherwise interleave). Send/Recv are posted at once and do not queue.
+
+   FAULTS, as far as MPI allows
+     - MPI errors return SK_ERR_BACKEND with MPI's error string in sk_comm_error_message
+       (a truncated receive, MPI_ERR_TRUNCATE, returns SK_ERR_MISMATCH).
+     - Every wait polls MPI_Test against the world's timeout. SK_ERR_TIMEOUT then fails the world:
+       the MPI request cannot be cancelled and stays in flight (its scratch is abandoned, and MPI
+       may still write into the user's buffers), so the only safe recovery is to abort: exit, or
+       set abort_calls_mpi_abort so sk_world_abort calls MPI_Abort and ends the whole job.
+     - A device function returning an error, a timeout, or sk_world_abort marks the world aborted
+       and sends an abort notice to every other process of the world; their waits then return
+       SK_ERR_ABORTED naming the failed rank (instead of waiting for their timeout).
+     - Mismatched calls (different collective, count, dtype, op or root at the same point) are
+       undefined in MPI: a hang (then SK_ERR_TIMEOUT) or wrong data. check_mismatch adds a
+       fingerprint exchange before every collective so that every member returns
+       SK_ERR_MISMATCH with the threads backend's message. Off by default (one more small
+       collective per call). Send/Recv: a receive longer than the message returns
+       SK_ERR_MISMATCH on the receiver; a shorter one MPI reports as truncation (also
+       SK_ERR_MISMATCH); dtypes are not compared (MPI does not type-check across processes).
+     - Waits spin briefly, then sched_yield (when more processes share the node than it has
+       cores, they yield at once), like Open MPI's own yield_when_idle.
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_MPI_IMPL)
+#define SK_MPI_IMPL
+#endif
+#ifndef SK_MPI_H
+#define SK_MPI_H
+
+#include "sk_comm.h"
+
+SK_EXTERN_C_BEGIN
+
+/* Optional backend_config for the MPI backend; zero fields mean the default:
+     comm                    NULL = MPI_COMM_WORLD; else points to the MPI_Comm to use (read at
+                             sk_world_create; the world duplicates it). A pointer keeps <mpi.h>
+                             out of the declarations.
+     deterministic           false: float reductions bitwise identical to the threads backend
+                             (gather + sk_reduce_local in rank order)
+     check_mismatch          false: fingerprint exchange before every collective (debug)
+     abort_calls_mpi_abort   false: sk_world_abort (and a device failure) calls MPI_Abort,
+                             ending every process of the job
+     max_count               INT_MAX: most elements per MPI call (a test knob, like gloo's
+                             maxSegmentSize: small values reach the chunked paths) */
+typedef struct sk_mpi_config {
+  const void *comm;
+  bool deterministic;
+  bool check_mismatch;
+  bool abort_calls_mpi_abort;
+  size_t max_count;
+} sk_mpi_config;
+
+SK_API const sk_backend *sk_mpi_backend(void);
+
+SK_EXTERN_C_END
+
+#endif /* SK_MPI_H */
+
+/* ==== implementation ======================================================================== */
+#if defined(SK_MPI_IMPL) && !defined(SK_MPI_IMPL_DONE)
+#define SK_MPI_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 /* Open MPI's C++ bindings do not build under -Werror -std=c++17 */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <limits.h>
+#include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
+
+#if !defined(__cplusplus)
+/* Strict C11 hides it unless a feature macro preceded the first system include (see sk_comm.h). */
+extern long sysconf(int name);
+#endif
+
+SK_EXTERN_C_BEGIN
+
+#define SK__M_SPIN_NS 20000ull            /* spin this long before yielding (when cores allow) */
+#define SK__M_GATHER_BYTES (32u << 20)    /* gather-path scratch per chunk */
+#define SK__M_ABORT_TAG 7471
+#define SK__M_P2P_TAG 0
+
+/* ---- process-wide MPI state: types and ops shared by every world of this process --------- */
+
+static int sk__m_live;          /* shardkit MPI worlds alive in this process */
+static int sk__m_initialised;   /* shardkit called MPI_Init_thread */
+static MPI_Datatype sk__m_f16 = MPI_DATATYPE_NULL, sk__m_bf16 = MPI_DATATYPE_NULL;
+static MPI_Op sk__m_op_min = MPI_OP_NULL, sk__m_op_max = MPI_OP_NULL, sk__m_op_sum8 = MPI_OP_NULL;
+
+#define SK__M_NAN_PICK(a, b, less) ((a) != (a) ? 0 : (b) != (b) ? 1 : (less) ? 1 : 0) /* 1: take b */
+
+/* NaN-propagating min/max (sk_comm.h's rule), commutative: inout[i] = pick(inout[i], in[i]).
+   f16/bf16 pick one of the two inputs, so no rounding happens. */
+static void sk__m_minmax(void *in, void *inout, int len, MPI_Datatype dt, int is_max) {
+  if (dt == MPI_FLOAT || dt == MPI_DOUBLE) {
+#define SK__M_MM(T)                                                                  \
+  do {                                                                               \
+    T *x = (T *)in, *y = (T *)inout;                                                 \
+    for (int i = 0; i < len; i++) {                                                  \
+      T a = y[i], b = x[i];                                                          \
+      if (SK__M_NAN_PICK(a, b, is_max ? b > a : b < a)) y[i] = b;                    \
+    }                                                                                \
+  } while (0)
+    if (dt == MPI_FLOAT)
+      SK__M_MM(float);
+    else
+      SK__M_MM(double);
+#undef SK__M_MM
+    return;
+  }
+  const uint16_t *x = (const uint16_t *)in;
+  uint16_t *y = (uint16_t *)inout;
+  bool f16 = dt == sk__m_f16;
+  for (int i = 0; i < len; i++) {
+    float a = f16 ? sk_f16_to_f32(y[i]) : sk_bf16_to_f32(y[i]);
+    float b = f16 ? sk_f16_to_f32(x[i]) : sk_bf16_to_f32(x[i]);
+    if (SK__M_NAN_PICK(a, b, is_max ? b > a : b < a)) y[i] = x[i];
+  }
+}
+/* Wrapping 8-bit sum. Open MPI 4.1's op/avx component saturates 8-bit MPI_SUM (255 + 1 = 255;
+   open-mpi/ompi#8045, "wontfix"), so i8/u8 sums use this user op instead. */
+static void sk__m_sum8_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+  const uint8_t *x = (const uint8_t *)in;
+  uint8_t *y = (uint8_t *)inout;
+  (void)dt;
+  for (int i = 0; i < *len; i++) y[i] = (uint8_t)(y[i] + x[i]);
+}
+static void sk__m_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { sk__m_minmax(in, inout, *len, *dt, 0); }
+static void sk__m_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { sk__m_minmax(in, inout, *len, *dt, 1); }
+
+/* ---- records ------------------------------------------------------------------------------ */
+
+typedef struct sk__mworld {
+  MPI_Comm comm;       /* duplicate of the user's communicator: the world's collectives */
+  MPI_Comm abort_comm; /* duplicate: abort notices only */
+  MPI_Request abort_rx;
+  int abort_in;        /* the rank named by a received notice */
+  int abort_out;       /* this rank, the payload of notices sent */
+  bool abort_seen;     /* a notice arrived */
+  bool abort_sent;
+  int rank, size;
+  bool claimed;
+  bool spin;
+  bool abandoned;      /* a request was left in flight: its communicators are never freed */
+  sk_mpi_config cfg;
+  size_t max_count;
+  const sk_allocator *alloc;
+  sk_world *w;
+} sk__mworld;
+
+typedef struct sk__mreq sk__mreq;
+
+typedef struct sk__mcomm {
+  sk__mworld *mw;
+  sk_comm *comm;
+  MPI_Comm mc;
+  bool owns;           /* a split's communicator, freed with it */
+  const void **ptrs;   /* size entries: gather-path inputs */
+  sk__mreq *head, *tail; /* collective requests, in issue order; head is the one in MPI */
+} sk__mcomm;
+
+struct sk__mreq {
+  sk_request base;
+  sk__mreq *next;
+  sk__mcomm *m;
+  const sk_allocator *alloc;
+  int done, started, orphan;
+  sk_result result;
+  char msg[SK_ERROR_MSG_MAX];
+  /* plan */
+  bool gather, fp_pending;
+  MPI_Datatype mt;     /* moves data */
+  MPI_Datatype rt;     /* reduces (native path) */
+  MPI_Op rop;
+  size_t total, L, off, len; /* elements along the chunked axis; chunk length; current chunk */
+  const unsigned char *src;  /* the input actually sent (staged for in-place AllToAll/ReduceScatter) */
+  unsigned char *tmp;
+  size_t tmp_bytes;
+  MPI_Request mr;
+  int64_t fp[5];
+  /* point to point: every chunk posted at once */
+  int np;
+  MPI_Request *preq;
+  MPI_Status *pst;
+};
+
+#define SK__MWORLD(w) ((sk__mworld *)(w)->state)
+#define SK__MCOMM(c) ((sk__mcomm *)(c)->state)
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static SK__PRINTF(3, 4) sk_result sk__mreq_fail(sk__mreq *q, sk_result code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(q->msg, sizeof q->msg, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+/* MPI error -> SK_ERR_BACKEND (or MISMATCH for truncation) with MPI's own text. */
+static sk_result sk__mreq_mpi(sk__mreq *q, int e, const char *call) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0, cls = 0;
+  if (MPI_Error_string(e, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error %d", e);
+  MPI_Error_class(e, &cls);
+  return sk__mreq_fail(q, cls == MPI_ERR_TRUNCATE ? SK_ERR_MISMATCH : SK_ERR_BACKEND, "%s: %s: %s",
+                       sk_coll_kind_name(q->base.coll.kind), call, text);
+}
+
+static MPI_Datatype sk__m_move_type(sk_dtype dt) {
+  switch (dt) {
+    case SK_F32: return MPI_FLOAT;
+    case SK_F64: return MPI_DOUBLE;
+    case SK_F16: return sk__m_f16;
+    case SK_BF16: return sk__m_bf16;
+    case SK_I8: return MPI_INT8_T;
+    case SK_U8: return MPI_UINT8_T;
+    case SK_I32: return MPI_INT32_T;
+    default: return MPI_INT64_T;
+  }
+}
+
+/* The native reduction's type and op: integer sum/prod/avg unsigned (wrap), min/max signed. */
+static void sk__m_reduce_type(sk_dtype dt, sk_redop op, MPI_Datatype *t, MPI_Op *o) {
+  bool arith = op == SK_SUM || op == SK_PROD || op == SK_AVG;
+  *t = sk__m_move_type(dt);
+  if (arith) {
+    if (dt == SK_I8) *t = MPI_UINT8_T;
+    if (dt == SK_I32) *t = MPI_UINT32_T;
+    if (dt == SK_I64) *t = MPI_UINT64_T;
+  }
+  switch (op) {
+    case SK_PROD: *o = MPI_PROD; break;
+    case SK_SUM:
+    case SK_AVG: *o = sk_dtype_size(dt) == 1 ? sk__m_op_sum8 : MPI_SUM; break;
+    case SK_MIN: *o = sk_dtype_is_float(dt) ? sk__m_op_min : MPI_MIN; break;
+    case SK_MAX: *o = sk_dtype_is_float(dt) ? sk__m_op_max : MPI_MAX; break;
+    default: *o = MPI_SUM; break;
+  }
+}
+
+/* avg after an MPI sum: divide every element by n as sk_reduce_local's avg does. */
+static void sk__m_divide(void *buf, size_t len, sk_dtype dt, int n) {
+  switch (dt) {
+    case SK_F32: {
+      float *p = (float *)buf, d = (float)n;
+      for (size_t i = 0; i < len; i++) p[i] = p[i] / d;
+      break;
+    }
+    case SK_F64: {
+      double *p = (double *)buf, d = (double)n;
+      for (size_t i = 0; i < len; i++) p[i] = p[i] / d;
+      break;
+    }
+#define SK__M_IDIV(T)                                                                     \
+  do {                                                                                    \
+    T *p = (T *)buf;                                                                      \
+    for (size_t i = 0; i < len; i++) p[i] = (T)((long long)p[i] / (long long)n);          \
+  } while (0)
+    case SK_I8: SK__M_IDIV(int8_t); break;
+    case SK_U8: SK__M_IDIV(uint8_t); break;
+    case SK_I32: SK__M_IDIV(int32_t); break;
+    case SK_I64: SK__M_IDIV(int64_t); break;
+#undef SK__M_IDIV
+    default: break; /* f16/bf16 avg takes the gather path */
+  }
+}
+
+/* `len` elements of `base` with an extent of `stride` bytes: chunk j of every rank's block. */
+static int sk__m_block_type(MPI_Datatype base, size_t len, size_t stride, MPI_Datatype *out) {
+  MPI_Datatype t;
+  int e = MPI_Type_contiguous((int)len, base, &t);
+  if (e != MPI_SUCCESS) return e;
+  e = MPI_Type_create_resized(t, 0, (MPI_Aint)stride, out);
+  MPI_Type_free(&t);
+  if (e != MPI_SUCCESS) return e;
+  return MPI_Type_commit(out);
+}
+
+/* ---- collective requests: plan, chunks, progress ------------------------------------------ */
+
+static bool sk__m_in_place(const sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  size_t es = sk_dtype_size(o->dtype);
+  const char *s = (const char *)o->send, *r = (const char *)o->recv;
+  int rank = q->m->comm->rank;
+  if (!s || !r) return false;
+  switch (o->kind) {
+    case SK_COLL_ALLGATHER: return s == r + (size_t)rank * o->count * es;
+    case SK_COLL_REDUCE_SCATTER: return r == s + (size_t)rank * o->count * es;
+    default: return s == r;
+  }
+}
+
+static void sk__mreq_plan(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  sk__mworld *mw = q->m->mw;
+  int n = q->m->comm->size;
+  size_t es = sk_dtype_size(o->dtype);
+  bool reduces = o->kind == SK_COLL_ALLREDUCE || o->kind == SK_COLL_REDUCE || o->kind == SK_COLL_REDUCE_SCATTER;
+  bool half = o->dtype == SK_F16 || o->dtype == SK_BF16;
+  bool arith = o->op == SK_SUM || o->op == SK_PROD || o->op == SK_AVG;
+  q->gather = reduces && ((sk_dtype_is_float(o->dtype) && mw->cfg.deterministic) || (half && arith) ||
+                          (o->kind == SK_COLL_REDUCE_SCATTER && o->count > mw->max_count));
+  q->mt = sk__m_move_type(o->dtype);
+  if (reduces) sk__m_reduce_type(o->dtype, o->op, &q->rt, &q->rop);
+  q->total = o->kind == SK_COLL_BARRIER ? 1 : o->count;
+  q->L = mw->max_count;
+  if (q->gather) {
+    size_t g = SK__M_GATHER_BYTES / ((size_t)n * es);
+    if (g < 1) g = 1;
+    if (g < q->L) q->L = g;
+  }
+  q->fp_pending = mw->cfg.check_mismatch;
+  q->src = (const unsigned char *)o->send;
+}
+
+static sk_result sk__mreq_scratch(sk__mreq *q, size_t bytes) {
+  if (bytes <= q->tmp_bytes) return SK_OK;
+  sk__free(q->alloc, q->tmp);
+  q->tmp = (unsigned char *)sk__alloc(q->alloc, bytes, 64);
+  q->tmp_bytes = q->tmp ? bytes : 0;
+  if (!q->tmp)
+    return sk__mreq_fail(q, SK_ERR_OUT_OF_MEMORY, "%s: allocating %zu bytes of scratch",
+                         sk_coll_kind_name(q->base.coll.kind), bytes);
+  return SK_OK;
+}
+
+/* Starts the chunk [q->off, q->off + q->len). */
+static sk_result sk__mchunk_start(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  sk__mcomm *m = q->m;
+  MPI_Comm mc = m->mc;
+  int n = m->comm->size, rank = m->comm->rank;
+  size_t es = sk_dtype_size(o->dtype), off = q->off, len = q->total - off < q->L ? q->total - off : q->L;
+  size_t c = o->count;
+  q->len = len;
+  int il = (int)len, e = MPI_SUCCESS;
+  const unsigned char *s = q->src ? q->src + off * es : NULL;
+  unsigned char *r = o->recv ? (unsigned char *)o->recv + off * es : NULL;
+  bool ip = sk__m_in_place(q);
+  const char *call = "?";
+  sk_result rr;
+  switch (o->kind) {
+    case SK_COLL_BARRIER:
+      call = "MPI_Ibarrier";
+      e = MPI_Ibarrier(mc, &q->mr);
+      break;
+    case SK_COLL_ALLREDUCE:
+      if (q->gather) {
+        if ((rr = sk__mreq_scratch(q, (size_t)n * len * es)) != SK_OK) return rr;
+        call = "MPI_Iallgather";
+        e = MPI_Iallgather(s, il, q->mt, q->tmp, il, q->mt, mc, &q->mr);
+      } else {
+        call = "MPI_Iallreduce";
+        e = MPI_Iallreduce(ip ? MPI_IN_PLACE : s, r, il, q->rt, q->rop, mc, &q->mr);
+      }
+      break;
+    case SK_COLL_REDUCE:
+      if (q->gather) {
+        if (rank == o->root && (rr = sk__mreq_scratch(q, (size_t)n * len * es)) != SK_OK) return rr;
+        call = "MPI_Igather";
+        e = MPI_Igather(s, il, q->mt, rank == o->root ? q->tmp : NULL, il, q->mt, o->root, mc, &q->mr);
+      } else {
+        call = "MPI_Ireduce";
+        e = MPI_Ireduce(rank == o->root && ip ? MPI_IN_PLACE : s, rank == o->root ? r : NULL, il, q->rt, q->rop,
+                        o->root, mc, &q->mr);
+      }
+      break;
+    case SK_COLL_BROADCAST:
+      call = "MPI_Ibcast";
+      e = MPI_Ibcast(r, il, q->mt, o->root, mc, &q->mr);
+      break;
+    case SK_COLL_REDUCE_SCATTER:
+      if (q->gather) { /* chunk [off, off+len) of every rank's block for me: an AllToAll */
+        if ((rr = sk__mreq_scratch(q, (size_t)n * len * es)) != SK_OK) return rr;
+        call = "MPI_Ialltoall";
+        if (len == c) {
+          e = MPI_Ialltoall(s, il, q->mt, q->tmp, il, q->mt, mc, &q->mr);
+        } else {
+          MPI_Datatype bt;
+          e = sk__m_block_type(q->mt, len, c * es, &bt);
+          if (e == MPI_SUCCESS) {
+            e = MPI_Ialltoall(s, 1, bt, q->tmp, il, q->mt, mc, &q->mr);
+            MPI_Type_free(&bt); /* MPI keeps it until the operation completes */
+          }
+        }
+      } else {
+        call = "MPI_Ireduce_scatter_block";
+        e = MPI_Ireduce_scatter_block(s, r, il, q->rt, q->rop, mc, &q->mr);
+      }
+      break;
+    case SK_COLL_ALLGATHER:
+    case SK_COLL_ALLTOALL: {
+      bool ag = o->kind == SK_COLL_ALLGATHER;
+      call = ag ? "MPI_Iallgather" : "MPI_Ialltoall";
+      const void *sb = ag && ip ? MPI_IN_PLACE : (const void *)s;
+      if (len == c) {
+        e = ag ? MPI_Iallgather(sb, il, q->mt, r, il, q->mt, mc, &q->mr)
+               : MPI_Ialltoall(sb, il, q->mt, r, il, q->mt, mc, &q->mr);
+      } else {
+        MPI_Datatype bt;
+        e = sk__m_block_type(q->mt, len, c * es, &bt);
+        if (e == MPI_SUCCESS) {
+          e = ag ? MPI_Iallgather(sb, il, q->mt, r, 1, bt, mc, &q->mr) : MPI_Ialltoall(sb, 1, bt, r, 1, bt, mc, &q->mr);
+          MPI_Type_free(&bt);
+        }
+      }
+      break;
+    }
+    default: return sk__mreq_fail(q, SK_ERR_INTERNAL, "mpi backend: unexpected op %d", (int)o->kind);
+  }
+  if (e != MPI_SUCCESS) return sk__mreq_mpi(q, e, call);
+  return SK_OK;
+}
+
+/* After chunk [off, off+len) completed: the local reductions and divisions. */
+static sk_result sk__mchunk_finish(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  sk__mcomm *m = q->m;
+  int n = m->comm->size, rank = m->comm->rank;
+  size_t es = sk_dtype_size(o->dtype), off = q->off, len = q->len;
+  bool here = o->kind != SK_COLL_REDUCE || rank == o->root; /* this rank holds a result */
+  unsigned char *r = o->recv ? (unsigned char *)o->recv + off * es : NULL;
+  if (o->kind == SK_COLL_ALLREDUCE || o->kind == SK_COLL_REDUCE || o->kind == SK_COLL_REDUCE_SCATTER) {
+    if (q->gather && here) {
+      for (int i = 0; i < n; i++) m->ptrs[i] = q->tmp + (size_t)i * len * es;
+      sk_result rr = sk_reduce_local(r, m->ptrs, n, len, o->dtype, o->op);
+      if (rr != SK_OK) return sk__mreq_fail(q, rr, "%s: local reduction failed", sk_coll_kind_name(o->kind));
+    } else if (!q->gather && here && o->op == SK_AVG) {
+      sk__m_divide(r, len, o->dtype, n);
+    }
+  }
+  return SK_OK;
+}
+
+/* The fingerprint check: every member compares all fingerprints with rank 0's, so all agree. */
+static sk_result sk__mfp_check(sk__mreq *q) {
+  int n = q->m->comm->size;
+  const int64_t *all = (const int64_t *)(const void *)q->tmp;
+  const int64_t *a = all;
+  for (int i = 1; i < n; i++) {
+    const int64_t *b = all + 5 * i;
+    sk_coll_kind k = (sk_coll_kind)a[0];
+    bool reduces = k == SK_COLL_ALLREDUCE || k == SK_COLL_REDUCE || k == SK_COLL_REDUCE_SCATTER;
+    bool rooted = k == SK_COLL_BROADCAST || k == SK_COLL_REDUCE;
+    if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && (!reduces || a[3] == b[3]) && (!rooted || a[4] == b[4])) continue;
+    return sk__mreq_fail(q, SK_ERR_MISMATCH,
+                         "mismatch: rank 0 called %s(count %zu, %s, %s, root %d) but rank %d called %s(count %zu, "
+                         "%s, %s, root %d)",
+                         sk_coll_kind_name(k), (size_t)a[1], sk_dtype_name((sk_dtype)a[2]), sk_redop_name((sk_redop)a[3]),
+                         (int)a[4], i, sk_coll_kind_name((sk_coll_kind)b[0]), (size_t)b[1],
+                         sk_dtype_name((sk_dtype)b[2]), sk_redop_name((sk_redop)b[3]), (int)b[4]);
+  }
+  return SK_OK;
+}
+
+/* The request became the head of its communicator's queue: stage, then the first step. */
+static sk_result sk__mreq_activate(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  sk__mcomm *m = q->m;
+  int n = m->comm->size, rank = m->comm->rank;
+  size_t es = sk_dtype_size(o->dtype);
+  sk_result rr;
+  if (q->fp_pending) {
+    q->fp[0] = o->kind, q->fp[1] = (int64_t)o->count, q->fp[2] = o->dtype, q->fp[3] = o->op, q->fp[4] = o->root;
+    if ((rr = sk__mreq_scratch(q, sizeof(int64_t) * 5 * (size_t)n)) != SK_OK) return rr;
+    int e = MPI_Iallgather(q->fp, 5, MPI_INT64_T, q->tmp, 5, MPI_INT64_T, m->mc, &q->mr);
+    return e == MPI_SUCCESS ? SK_OK : sk__mreq_mpi(q, e, "MPI_Iallgather (fingerprint)");
+  }
+  bool ip = sk__m_in_place(q) && o->count > 0;
+  if (ip && (o->kind == SK_COLL_ALLTOALL || (o->kind == SK_COLL_REDUCE_SCATTER && !q->gather))) {
+    /* MPI_IN_PLACE cannot express these: stage the input (kept apart from gather scratch) */
+    size_t bytes = (size_t)n * o->count * es;
+    unsigned char *st = (unsigned char *)sk__alloc(q->alloc, bytes, 64);
+    if (!st) return sk__mreq_fail(q, SK_ERR_OUT_OF_MEMORY, "%s: allocating %zu bytes of staging", sk_coll_kind_name(o->kind), bytes);
+    memcpy(st, o->send, bytes);
+    q->src = st;
+  }
+  if (o->kind == SK_COLL_BROADCAST && rank == o->root && o->count && o->send != o->recv)
+    memcpy(o->recv, o->send, o->count * es);
+  if (q->total == 0) {
+    q->done = 1;
+    return SK_OK;
+  }
+  return sk__mchunk_start(q);
+}
+
+static void sk__mreq_release_scratch(sk__mreq *q) {
+  if (q->src && q->src != (const unsigned char *)q->base.coll.send) sk__free(q->alloc, (void *)q->src);
+  q->src = NULL;
+  sk__free(q->alloc, q->tmp);
+  q->tmp = NULL, q->tmp_bytes = 0;
+}
+
+/* Advances an active collective as far as MPI lets it without blocking. */
+static sk_result sk__mreq_advance(sk__mreq *q) {
+  while (!q->done) {
+    int flag = 0;
+    int e = MPI_Test(&q->mr, &flag, MPI_STATUS_IGNORE);
+    if (e != MPI_SUCCESS) return sk__mreq_mpi(q, e, "MPI_Test");
+    if (!flag) return SK_OK;
+    sk_result rr;
+    if (q->fp_pending) {
+      q->fp_pending = false;
+      if ((rr = sk__mfp_check(q)) != SK_OK) return rr;
+      if ((rr = sk__mreq_activate(q)) != SK_OK) return rr;
+      continue;
+    }
+    if ((rr = sk__mchunk_finish(q)) != SK_OK) return rr;
+    q->off += q->len;
+    if (q->off >= q->total) {
+      q->done = 1;
+      break;
+    }
+    if ((rr = sk__mchunk_start(q)) != SK_OK) return rr;
+  }
+  return SK_OK;
+}
+
+/* Drives the communicator's queue: the head runs, and when it completes the next starts. */
+static void sk__mcomm_progress(sk__mcomm *m) {
+  while (m->head) {
+    sk__mreq *q = m->head;
+    sk_result r = SK_OK;
+    if (!q->started) {
+      q->started = 1;
+      r = sk__mreq_activate(q);
+    }
+    if (r == SK_OK && !q->done) r = sk__mreq_advance(q);
+    if (r != SK_OK) q->result = r, q->done = 1;
+    if (!q->done) return;
+    sk__mreq_release_scratch(q);
+    m->head = q->next;
+    if (!m->head) m->tail = NULL;
+    q->next = NULL;
+  }
+}
+
+/* ---- abort notices -------------------------------------------------------------------------- */
+
+/* Tells every other process of the world that this one aborted (once; from a device thread). */
+static void sk__m_notify(sk__mworld *mw) {
+  if (mw->abort_sent || mw->abort_seen) return; /* a received notice went to everybody already */
+  mw->abort_sent = true;
+  for (int r = 0; r < mw->size; r++) {
+    if (r == mw->rank) continue;
+    MPI_Request req;
+    if (MPI_Isend(&mw->abort_out, 1, MPI_INT, r, SK__M_ABORT_TAG, mw->abort_comm, &req) == MPI_SUCCESS)
+      MPI_Request_free(&req); /* a tiny eager message: completes on its own */
+  }
+}
+
+/* True when the world is aborted, locally or by a peer's notice (which aborts it locally). */
+static bool sk__m_aborted(sk__mworld *mw) {
+  if (!mw->abort_seen && mw->abort_rx != MPI_REQUEST_NULL) {
+    int flag = 0;
+    if (MPI_Test(&mw->abort_rx, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+      mw->abort_seen = true;
+      sk_world_abort(mw->w);
+    }
+  }
+  if (!sk_world_aborted(mw->w)) return false;
+  sk__m_notify(mw);
+  return true;
+}
+
+/* ---- hooks: requests ------------------------------------------------------------------------ */
+
+static void sk__mreq_free(sk_request *base) {
+  sk__mreq *q = (sk__mreq *)base;
+  if (!q->done) { /* still in MPI (after a timeout or abort): MPI may write into it; abandon it */
+    q->orphan = 1;
+    q->m->mw->abandoned = true;
+    return;
+  }
+  sk__mreq_release_scratch(q);
+  sk__free(q->alloc, q->preq);
+  sk__free(q->alloc, q->pst);
+  sk__free(q->alloc, q);
+}
+
+static sk__mreq *sk__mreq_new(sk__mcomm *m, const sk_coll *op) {
+  sk__mreq *q = (sk__mreq *)sk__calloc(m->mw->alloc, sizeof *q, 64);
+  if (!q) return NULL;
+  q->base.comm = m->comm;
+  q->base.coll = *op;
+  q->base.free_fn = sk__mreq_free;
+  q->m = m;
+  q->alloc = m->mw->alloc;
+  q->mr = MPI_REQUEST_NULL;
+  return q;
+}
+
+/* Point to point: every chunk is posted now (MPI keeps pairs in order). */
+static sk_result sk__mp2p_post(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  size_t L = q->m->mw->max_count, es = sk_dtype_size(o->dtype);
+  size_t nchunks = o->count == 0 ? 1 : (o->count + L - 1) / L;
+  if (nchunks > (size_t)INT_MAX) return sk__mreq_fail(q, SK_ERR_INVALID_ARGUMENT, "%s: too many chunks", sk_coll_kind_name(o->kind));
+  q->preq = (MPI_Request *)sk__alloc(q->alloc, sizeof(MPI_Request) * nchunks, 64);
+  q->pst = (MPI_Status *)sk__alloc(q->alloc, sizeof(MPI_Status) * nchunks, 64);
+  if (!q->preq || !q->pst) return sk__mreq_fail(q, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(o->kind));
+  q->mt = sk__m_move_type(o->dtype);
+  for (size_t j = 0; j < nchunks; j++) {
+    size_t off = j * L, len = o->count - off < L ? o->count - off : L;
+    int e;
+    if (o->kind == SK_COLL_SEND)
+      e = MPI_Isend((const unsigned char *)o->send + off * es, (int)len, q->mt, o->root, SK__M_P2P_TAG, q->m->mc, &q->preq[j]);
+    else
+      e = MPI_Irecv((unsigned char *)o->recv + off * es, (int)len, q->mt, o->root, SK__M_P2P_TAG, q->m->mc, &q->preq[j]);
+    if (e != MPI_SUCCESS) {
+      /* the posted ones stay in flight (q is orphaned by the caller's free) */
+      q->np = (int)j;
+      return sk__mreq_mpi(q, e, o->kind == SK_COLL_SEND ? "MPI_Isend" : "MPI_Irecv");
+    }
+  }
+  q->np = (int)nchunks;
+  return SK_OK;
+}
+
+static sk_result sk__mp2p_test(sk__mreq *q) {
+  int flag = 0;
+  int e = MPI_Testall(q->np, q->preq, &flag, q->pst);
+  if (e != MPI_SUCCESS) {
+    for (int j = 0; j < q->np; j++)
+      if (q->pst[j].MPI_ERROR != MPI_SUCCESS && q->pst[j].MPI_ERROR != MPI_ERR_PENDING) e = q->pst[j].MPI_ERROR;
+    q->done = 1;
+    return q->result = sk__mreq_mpi(q, e, q->base.coll.kind == SK_COLL_SEND ? "MPI_Isend" : "MPI_Irecv");
+  }
+  if (!flag) return SK_OK;
+  q->done = 1;
+  const sk_coll *o = &q->base.coll;
+  if (o->kind == SK_COLL_RECV) { /* a shorter message than asked for is a mismatch too */
+    size_t got = 0;
+    for (int j = 0; j < q->np; j++) {
+      int cnt = 0;
+      MPI_Get_count(&q->pst[j], q->mt, &cnt);
+      got += cnt == MPI_UNDEFINED ? 0 : (size_t)cnt;
+    }
+    if (got != o->count)
+      q->result = sk__mreq_fail(q, SK_ERR_MISMATCH, "mismatch: rank %d receives %zu x %s from rank %d, which sent %zu",
+                                q->m->comm->rank, o->count, sk_dtype_name(o->dtype), o->root, got);
+  }
+  return q->result;
+}
+
+/* One non-blocking look at q: drives its communicator's queue (or its Send/Recv). */
+static void sk__mreq_poll(sk__mreq *q) {
+  if (q->done) return;
+  if (q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV)
+    sk__mp2p_test(q);
+  else
+    sk__mcomm_progress(q->m);
+}
+
+static sk_result sk__mreq_outcome(sk__mreq *q) {
+  if (q->result != SK_OK) sk_comm_set_error(q->m->comm, q->result, "%s", q->msg[0] ? q->msg : sk_result_string(q->result));
+  return q->result;
+}
+
+static sk_result sk__mpi_start(sk_comm *c, const sk_coll *op, sk_request **req) {
+  sk__mcomm *m = SK__MCOMM(c);
+  *req = NULL;
+  sk__mreq *q = sk__mreq_new(m, op);
+  if (!q) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(op->kind));
+  *req = &q->base;
+  if (op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV) {
+    sk_result r = sk__mp2p_post(q);
+    if (r != SK_OK) {
+      q->done = q->np == 0;
+      sk_comm_set_error(c, r, "%s", q->msg);
+      sk__mreq_free(&q->base);
+      *req = NULL;
+      return r;
+    }
+    return SK_OK;
+  }
+  sk__mreq_plan(q);
+  if (m->tail)
+    m->tail->next = q;
+  else
+    m->head = q;
+  m->tail = q;
+  sk__mcomm_progress(m); /* starts it now if the queue was empty */
+  return SK_OK;
+}
+
+static sk_result sk__mpi_test(sk_request *base, bool *done) {
+  sk__mreq *q = (sk__mreq *)base;
+  sk__mreq_poll(q);
+  *done = q->done != 0;
+  if (*done) return sk__mreq_outcome(q);
+  if (sk__m_aborted(q->m->mw)) { /* it can never complete now: report and let it be freed (abandoned) */
+    *done = true;
+    return sk_comm_set_error(q->m->comm, SK_ERR_ABORTED, "%s: the world was aborted%s",
+                             sk_coll_kind_name(q->base.coll.kind), q->m->mw->abort_seen ? " by a peer's notice" : "");
+  }
+  return SK_OK;
+}
+
+static sk_result sk__mpi_wait(sk_request *base) {
+  sk__mreq *q = (sk__mreq *)base;
+  sk__mworld *mw = q->m->mw;
+  sk_world *w = mw->w;
+  uint64_t start = sk_now_ns(), now = start, deadline = start + (uint64_t)w->desc.timeout_ms * 1000000ull;
+  const char *name = sk_coll_kind_name(q->base.coll.kind);
+  for (;;) {
+    sk__mreq_poll(q);
+    if (q->done) return sk__mreq_outcome(q);
+    if (sk__m_aborted(mw)) {
+      if (mw->abort_seen)
+        return sk_comm_set_error(q->m->comm, SK_ERR_ABORTED, "%s: the world was aborted (world rank %d failed or aborted)",
+                                 name, mw->abort_in);
+      return sk_comm_set_error(q->m->comm, SK_ERR_ABORTED, "%s: the world was aborted", name);
+    }
+    now = sk_now_ns();
+    if (now >= deadline) {
+      sk_comm_set_error(q->m->comm, SK_ERR_TIMEOUT,
+                        "%s: timed out after %u ms (world rank %d; the MPI request stays in flight: abort)", name,
+                        (unsigned)w->desc.timeout_ms, mw->rank);
+      sk_world_fail(w, SK_ERR_TIMEOUT, q->m->comm->error_msg);
+      sk__m_notify(mw);
+      return SK_ERR_TIMEOUT;
+    }
+    if (!mw->spin || now - start > SK__M_SPIN_NS) sched_yield();
+  }
+}
+
+/* ---- hooks: world and communicators --------------------------------------------------------- */
+
+static void sk__m_types_fini(void) {
+  if (sk__m_f16 != MPI_DATATYPE_NULL) MPI_Type_free(&sk__m_f16);
+  if (sk__m_bf16 != MPI_DATATYPE_NULL) MPI_Type_free(&sk__m_bf16);
+  if (sk__m_op_min != MPI_OP_NULL) MPI_Op_free(&sk__m_op_min);
+  if (sk__m_op_max != MPI_OP_NULL) MPI_Op_free(&sk__m_op_max);
+  if (sk__m_op_sum8 != MPI_OP_NULL) MPI_Op_free(&sk__m_op_sum8);
+}
+
+static int sk__m_types_init(void) {
+  if (sk__m_f16 != MPI_DATATYPE_NULL) return MPI_SUCCESS;
+  int e = MPI_Type_contiguous(2, MPI_BYTE, &sk__m_f16);
+  if (e == MPI_SUCCESS) e = MPI_Type_commit(&sk__m_f16);
+  if (e == MPI_SUCCESS) e = MPI_Type_contiguous(2, MPI_BYTE, &sk__m_bf16);
+  if (e == MPI_SUCCESS) e = MPI_Type_commit(&sk__m_bf16);
+  if (e == MPI_SUCCESS) e = MPI_Op_create(sk__m_min_fn, 1, &sk__m_op_min);
+  if (e == MPI_SUCCESS) e = MPI_Op_create(sk__m_max_fn, 1, &sk__m_op_max);
+  if (e == MPI_SUCCESS) e = MPI_Op_create(sk__m_sum8_fn, 1, &sk__m_op_sum8);
+  if (e != MPI_SUCCESS) sk__m_types_fini();
+  return e;
+}
+
+static sk_result sk__m_fail_mpi(sk_error *err, int e, const char *call) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(e, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error %d", e);
+  return sk__fail(err, SK_ERR_BACKEND, "mpi backend: %s: %s", call, text);
+}
+
+static void sk__m_release_mpi(void) {
+  if (--sk__m_live > 0) return;
+  sk__m_types_fini();
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (sk__m_initialised && !fin) MPI_Finalize();
+}
+
+static void sk__mpi_world_destroy(sk_world *w, void *state) {
+  (void)w;
+  sk__mworld *mw = (sk__mworld *)state;
+  if (mw->abort_rx != MPI_REQUEST_NULL) {
+    int flag = 0;
+    MPI_Test(&mw->abort_rx, &flag, MPI_STATUS_IGNORE);
+    if (!flag) {
+      MPI_Cancel(&mw->abort_rx);
+      MPI_Wait(&mw->abort_rx, MPI_STATUS_IGNORE);
+    }
+  }
+  if (mw->abort_comm != MPI_COMM_NULL) MPI_Comm_free(&mw->abort_comm);
+  if (mw->comm != MPI_COMM_NULL && !mw->abandoned) MPI_Comm_free(&mw->comm);
+  const sk_allocator *a = mw->alloc;
+  sk__free(a, mw);
+  sk__m_release_mpi();
+}
+
+static sk_result sk__mpi_world_create(sk_world *w, const sk_world_desc *desc, void **state, int *ndevices, sk_error *err) {
+  const sk_mpi_config *cfg = (const sk_mpi_config *)desc->backend_config;
+  int inited = 0, fin = 0;
+  MPI_Finalized(&fin);
+  if (fin)
+    return sk__fail(err, SK_ERR_INVALID_USAGE,
+                    "mpi backend: MPI was already finalised (it cannot restart): keep one MPI world alive while "
+                    "creating the next, or initialise MPI yourself");
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    int e = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    if (e != MPI_SUCCESS) return sk__m_fail_mpi(err, e, "MPI_Init_thread");
+    sk__m_initialised = 1;
+  }
+  sk__m_live++;
+  sk__mworld *mw = (sk__mworld *)sk__calloc(&w->desc.allocator, sizeof *mw, 64);
+  if (!mw) {
+    sk__m_release_mpi();
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the MPI world");
+  }
+  mw->alloc = &w->desc.allocator;
+  mw->w = w;
+  mw->comm = mw->abort_comm = MPI_COMM_NULL;
+  mw->abort_rx = MPI_REQUEST_NULL;
+  if (cfg) mw->cfg = *cfg;
+  mw->max_count = mw->cfg.max_count && mw->cfg.max_count < (size_t)INT_MAX ? mw->cfg.max_count : (size_t)INT_MAX;
+  MPI_Comm base = cfg && cfg->comm ? *(const MPI_Comm *)cfg->comm : MPI_COMM_WORLD;
+  int size = 0, e = MPI_Comm_size(base, &size);
+  sk_result r = SK_OK;
+  if (e != MPI_SUCCESS) {
+    r = sk__m_fail_mpi(err, e, "MPI_Comm_size");
+  } else if (desc->ndevices != 0 && desc->ndevices != size) {
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                 "desc.ndevices = %d but the MPI communicator has %d processes (one device per process; 0 = its size)",
+                 desc->ndevices, size);
+  } else if (size > SK_MAX_DEVICES) {
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the MPI communicator has %d processes; shardkit allows %d", size,
+                 SK_MAX_DEVICES);
+  }
+  /* From here every process takes part in the same collective calls (dup, split_type). */
+  if (r == SK_OK && (e = MPI_Comm_dup(base, &mw->comm)) != MPI_SUCCESS) r = sk__m_fail_mpi(err, e, "MPI_Comm_dup");
+  if (r == SK_OK) MPI_Comm_set_errhandler(mw->comm, MPI_ERRORS_RETURN);
+  if (r == SK_OK && (e = MPI_Comm_dup(mw->comm, &mw->abort_comm)) != MPI_SUCCESS) r = sk__m_fail_mpi(err, e, "MPI_Comm_dup");
+  if (r == SK_OK && (e = sk__m_types_init()) != MPI_SUCCESS) r = sk__m_fail_mpi(err, e, "creating f16/bf16 types and ops");
+  if (r == SK_OK) {
+    MPI_Comm_rank(mw->comm, &mw->rank);
+    mw->size = size;
+    mw->abort_out = mw->rank;
+    e = MPI_Irecv(&mw->abort_in, 1, MPI_INT, MPI_ANY_SOURCE, SK__M_ABORT_TAG, mw->abort_comm, &mw->abort_rx);
+    if (e != MPI_SUCCESS) r = sk__m_fail_mpi(err, e, "MPI_Irecv (abort notices)");
+  }
+  if (r == SK_OK) { /* spin only when this node has a core per process */
+    MPI_Comm node;
+    int local = size;
+    if (MPI_Comm_split_type(mw->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+      MPI_Comm_size(node, &local);
+      MPI_Comm_free(&node);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    mw->spin = cores > 0 && local <= cores;
+  }
+  if (r != SK_OK) {
+    sk__mpi_world_destroy(w, mw);
+    return r;
+  }
+  *state = mw;
+  *ndevices = size;
+  return SK_OK;
+}
+
+static sk__mcomm *sk__mcomm_new(sk__mworld *mw, sk_comm *c, MPI_Comm mc, bool owns, int size) {
+  sk__mcomm *m = (sk__mcomm *)sk__calloc(mw->alloc, sizeof *m, 64);
+  if (!m) return NULL;
+  m->ptrs = (const void **)sk__alloc(mw->alloc, sizeof(void *) * (size_t)size, 64);
+  if (!m->ptrs) {
+    sk__free(mw->alloc, m);
+    return NULL;
+  }
+  m->mw = mw, m->comm = c, m->mc = mc, m->owns = owns;
+  return m;
+}
+
+static sk_result sk__mpi_comm_init_rank(sk_comm *c, void **state, sk_error *err) {
+  sk__mworld *mw = SK__MWORLD(c->world);
+  if (c->rank != mw->rank)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "rank %d: this process is rank %d of the MPI world (one device per process: pass its own rank)",
+                    c->rank, mw->rank);
+  if (mw->claimed) return sk__fail(err, SK_ERR_INVALID_USAGE, "rank %d already joined the world in this process", c->rank);
+  sk__mcomm *m = sk__mcomm_new(mw, c, mw->comm, false, c->size);
+  if (!m) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the communicator of rank %d", c->rank);
+  mw->claimed = true;
+  *state = m;
+  return SK_OK;
+}
+
+/* Runs every queued collective of m to completion (bounded by the world's timeout). */
+static sk_result sk__mcomm_drain(sk__mcomm *m) {
+  sk_result first = SK_OK;
+  while (m->head && !sk_world_aborted(m->mw->w)) {
+    sk__mreq *q = m->tail;
+    sk_result r = sk__mpi_wait(&q->base);
+    if (r != SK_OK && first == SK_OK) first = r;
+    if (r == SK_ERR_TIMEOUT || r == SK_ERR_ABORTED) break;
+  }
+  return first;
+}
+
+static void sk__mpi_comm_destroy(sk_comm *c, void *state) {
+  sk__mcomm *m = (sk__mcomm *)state;
+  sk__mworld *mw = m->mw;
+  sk__mcomm_drain(m);
+  /* Requests left (the world aborted) are abandoned to MPI, which keeps progressing them inside
+     later MPI calls: their memory and their communicator must outlive them, so both leak. */
+  if (m->head) mw->abandoned = true;
+  if (m->owns && !mw->abandoned) MPI_Comm_free(&m->mc);
+  if (!m->owns) mw->claimed = false;
+  (void)c;
+  sk__free(mw->alloc, (void *)m->ptrs);
+  sk__free(mw->alloc, m);
+}
+
+/* Split: first an AllGather of (color, key) through the polled path, so a missing member turns
+   into a timeout or abort instead of a hang; then MPI_Comm_split (blocking, but everybody has
+   arrived). Outstanding requests on the parent run first (it is a collective on the parent). */
+static sk_result sk__mpi_comm_split(sk_comm *parent, int color, int key, sk_comm *child, void **state, bool *member) {
+  sk__mcomm *pm = SK__MCOMM(parent);
+  sk__mworld *mw = pm->mw;
+  int k = parent->size;
+  int64_t mine[2] = {color, key};
+  int64_t *all = (int64_t *)sk__alloc(mw->alloc, sizeof(int64_t) * 2 * (size_t)k, 64);
+  if (!all) {
+    sk_world_fail(parent->world, SK_ERR_OUT_OF_MEMORY, "split: out of memory");
+    return sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "split: allocating %d entries", k);
+  }
+  sk_coll op;
+  memset(&op, 0, sizeof op);
+  op.kind = SK_COLL_ALLGATHER, op.send = mine, op.recv = all, op.count = 2, op.dtype = SK_I64;
+  sk_request *req = NULL;
+  sk_result r = sk__mpi_start(parent, &op, &req);
+  if (r == SK_OK) r = sk_wait(&req);
+  sk__free(mw->alloc, all);
+  if (r != SK_OK) return r;
+  MPI_Comm nc = MPI_COMM_NULL;
+  int e = MPI_Comm_split(pm->mc, color == SK_UNDEFINED ? MPI_UNDEFINED : color, key, &nc);
+  if (e != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(e, text, &len);
+    return sk_comm_set_error(parent, SK_ERR_BACKEND, "split: MPI_Comm_split: %s", text);
+  }
+  if (nc == MPI_COMM_NULL) return SK_OK; /* SK_UNDEFINED: *member stays false */
+  int rank = 0, size = 0;
+  MPI_Comm_rank(nc, &rank);
+  MPI_Comm_size(nc, &size);
+  sk__mcomm *m = sk__mcomm_new(mw, child, nc, true, size);
+  if (!m) {
+    MPI_Comm_free(&nc);
+    return sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "split: allocating the member state");
+  }
+  child->rank = rank, child->size = size, child->world_rank = parent->world_rank;
+  *state = m;
+  *member = true;
+  return SK_OK;
+}
+
+static sk_result sk__mpi_world_run(sk_world *w, sk_device_fn fn, void *arg) {
+  sk__mworld *mw = SK__MWORLD(w);
+  if (sk_world_aborted(w)) return SK_ERR_ABORTED;
+  sk_comm *c = NULL;
+  sk_error err;
+  sk_result r = sk_comm_init_rank(w, mw->rank, &c, &err);
+  if (r != SK_OK) {
+    char msg[SK_ERROR_MSG_MAX + 32];
+    snprintf(msg, sizeof msg, "device %d: %s", mw->rank, err.msg);
+    sk_world_fail(w, r, msg);
+    sk__m_notify(mw);
+    return r;
+  }
+  r = fn(c, arg);
+  if (r != SK_OK) {
+    char msg[SK_ERROR_MSG_MAX + 64];
+    snprintf(msg, sizeof msg, "device %d returned %s%s%s", mw->rank, sk_result_name(r), c->error_msg[0] ? ": " : "",
+             c->error_msg);
+    sk_world_fail(w, r, msg);
+  }
+  if (sk_world_aborted(w)) sk__m_notify(mw); /* also after sk_world_abort from the device */
+  sk_comm_destroy(c);
+  return r;
+}
+
+/* May run on any thread: only marks the world (waits notice it and send the abort notices from
+   the device thread), unless the user asked for MPI_Abort. */
+static void sk__mpi_abort(sk_world *w) {
+  sk__mworld *mw = SK__MWORLD(w);
+  if (mw && mw->cfg.abort_calls_mpi_abort) MPI_Abort(mw->comm != MPI_COMM_NULL ? mw->comm : MPI_COMM_WORLD, 1);
+}
+
+static const sk_backend sk__mpi_backend_table = {
+    SK_BACKEND_VERSION,
+    "mpi",
+    sk__mpi_world_create,
+    sk__mpi_world_destroy,
+    sk__mpi_world_run,
+    sk__mpi_comm_init_rank,
+    sk__mpi_comm_split,
+    sk__mpi_comm_destroy,
+    sk__mpi_start,
+    sk__mpi_test,
+    sk__mpi_wait,
+    NULL,
+    sk__mpi_abort,
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+};
+
+SK_API const sk_backend *sk_mpi_backend(void) { return &sk__mpi_backend_table; }
+
+SK_EXTERN_C_END
+
+#endif /* SK_MPI_IMPL */
