@@ -760,7 +760,12 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
     memcpy(it->req->msg, msg, sizeof msg); /* written before `done`: the owner reads it after */
     sk__treq_complete(it->req, r);
   } else {
-    if (so->count) memcpy(ro->recv, so->send, so->count * sk_dtype_size(so->dtype));
+    size_t bytes = so->count * sk_dtype_size(so->dtype);
+    if (bytes) {
+      bool nt = bytes >= SK__NT_MIN_BYTES; /* a large message would only evict the cache */
+      sk__tstore((unsigned char *)ro->recv, (const unsigned char *)so->send, bytes, nt);
+      sk__tstore_fence(nt);
+    }
     sk__treq_complete(it->req, SK_OK);
   }
   sk__free(m->tw->alloc, it);
