@@ -65,13 +65,27 @@ typedef struct sk_backend sk_backend;
 /* A device function: runs once per device with that device's world communicator. */
 typedef sk_result (*sk_device_fn)(sk_comm *comm, void *arg);
 
+/* A link model: simulate the links of a target cluster on this machine, where memory is far
+   faster than any interconnect. Zero = none. Every device then has a virtual clock (us, from 0
+   at world creation): compute the caller reports with sk_comm_compute advances it; a
+   collective on a group starts when every member has issued it (their clocks at the call) and
+   the group's previous collective has ended, lasts sk_link_cost_us, and a device's clock moves
+   to its end when the device returns from the blocking call or completes the request (so a
+   non-blocking collective overlaps the compute reported meanwhile). Send/Recv start when both
+   sides have posted. Supported by the threads backend; other backends leave clocks to compute. */
+typedef struct sk_link_model {
+  double alpha_us; /* per-message latency */
+  double gbps;     /* link bandwidth, GB/s (1e9 bytes/s) */
+} sk_link_model;
+
 /* World configuration; zero fields mean the default:
      ndevices        threads backend: required, 1..SK_MAX_DEVICES; MPI: 0 or the world size
      timeout_ms      300000 (5 min): the bound of every wait
      backend         required: sk_threads_backend() (sk_threads.h) or sk_mpi_backend() (sk_mpi.h)
      backend_config  backend-specific, see the backend's header (NULL = its defaults)
      allocator       the C library
-     logger          silent */
+     logger          silent
+     link            none: no virtual clocks (see sk_link_model) */
 typedef struct sk_world_desc {
   int ndevices;
   uint32_t timeout_ms;
@@ -79,6 +93,7 @@ typedef struct sk_world_desc {
   void *backend_config;
   sk_allocator allocator;
   sk_logger logger;
+  sk_link_model link;
 } sk_world_desc;
 
 #define SK_DEFAULT_TIMEOUT_MS 300000u
@@ -159,6 +174,12 @@ SK_API sk_result sk_wait(sk_request **req);
 SK_API sk_result sk_test(sk_request **req, bool *done);
 SK_API sk_result sk_waitall(int n, sk_request **reqs);
 
+/* ---- link model and virtual clock (see sk_link_model) -------------------------------------- */
+/* This device's virtual clock in us (0 without a link model). */
+SK_API double sk_comm_clock_us(const sk_comm *c);
+/* Reports `us` of compute on this device: advances its virtual clock (no-op without a model). */
+SK_API void sk_comm_compute(sk_comm *c, double us);
+
 /* ---- local reduction (the kernels every backend uses, exposed for references and checks) -- */
 /* dst[i] = op over srcs[0][i], srcs[1][i], ..., srcs[n-1][i], left to right, with the numeric
    rules above (avg divides by n). dst may alias srcs[0]. */
@@ -182,6 +203,13 @@ typedef enum sk_coll_kind {
 
 SK_API const char *sk_coll_kind_name(sk_coll_kind kind);
 
+/* Modelled duration (us) of one operation on p ranks under a link model, ring algorithms
+   (ALGORITHMS.md section 2), with count as in the call (NCCL conventions) and n its bytes:
+   AllReduce 2(p-1)a + 2(p-1)/p n/B; AllGather, ReduceScatter, AllToAll (p-1)a + (p-1)/p pn/B
+   (pn = the whole gathered / scattered array); Broadcast, Reduce (pipelined chain)
+   (p-1)a + n/B; Send/Recv a + n/B; Barrier (p-1)a. 0 for p == 1 (and for a zero model). */
+SK_API double sk_link_cost_us(const sk_link_model *m, sk_coll_kind kind, size_t count, sk_dtype dt, int p);
+
 /* One operation as the generic layer hands it to a backend, already validated. */
 typedef struct sk_coll {
   sk_coll_kind kind;
@@ -191,6 +219,7 @@ typedef struct sk_coll {
   sk_dtype dtype;
   sk_redop op;
   int root; /* root of Broadcast/Reduce; peer of Send/Recv */
+  double issue_us; /* link model: the issuing device's virtual clock at the call */
 } sk_coll;
 
 /* The generic part of a request; a backend allocates requests that start with this struct. */
@@ -198,6 +227,7 @@ struct sk_request {
   sk_comm *comm;
   sk_coll coll;
   void (*free_fn)(sk_request *req); /* set by the backend */
+  double model_end_us;              /* link model: set by the backend when it completes */
 };
 
 #define SK_BACKEND_VERSION 1
@@ -239,6 +269,7 @@ struct sk_world {
   int first_error;  /* atomic: first sk_result (not ABORTED) a device returned */
   int error_claimed; /* atomic: who writes error_msg */
   char error_msg[SK_ERROR_MSG_MAX];
+  double *clocks;    /* link model: virtual clock per device (us), touched by its device only */
 };
 
 struct sk_comm {
@@ -246,6 +277,7 @@ struct sk_comm {
   int rank, size, world_rank;
   void *state;
   char error_msg[SK_ERROR_MSG_MAX];
+  double model_end_us; /* link model: end of the last blocking op the backend ran directly */
 };
 
 /* Sets comm's detailed message; returns code (for `return sk_comm_set_error(...)`). */
@@ -328,6 +360,11 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.allocator: set both alloc and free, or neither");
   sk_world *w = (sk_world *)sk__calloc(&desc->allocator, sizeof *w, 64);
   if (!w) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world (%zu bytes)", sizeof *w);
+  if (desc->link.alpha_us < 0 || desc->link.gbps < 0 || (desc->link.alpha_us > 0 && desc->link.gbps == 0)) {
+    sk__free(&desc->allocator, w);
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.link: alpha_us %g, gbps %g; both >= 0, and gbps > 0 when alpha is set",
+                    desc->link.alpha_us, desc->link.gbps);
+  }
   w->desc = *desc;
   w->desc.timeout_ms = SK__DEF(desc->timeout_ms, SK_DEFAULT_TIMEOUT_MS);
   w->backend = desc->backend;
@@ -335,6 +372,12 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
   if (r != SK_OK) {
     sk__free(&desc->allocator, w);
     return r;
+  }
+  w->clocks = (double *)sk__calloc(&desc->allocator, sizeof(double) * (size_t)w->ndevices, 64);
+  if (!w->clocks) {
+    w->backend->world_destroy(w, w->state);
+    sk__free(&desc->allocator, w);
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %d device clocks", w->ndevices);
   }
   *world = w;
   return SK_OK;
@@ -366,6 +409,7 @@ SK_API sk_result sk_world_destroy(sk_world *w) {
   if (!w) return SK_ERR_INVALID_ARGUMENT;
   sk_allocator a = w->desc.allocator;
   w->backend->world_destroy(w, w->state);
+  sk__free(&a, w->clocks);
   sk__free(&a, w);
   return SK_OK;
 }
@@ -408,6 +452,40 @@ SK_API int sk_comm_size(const sk_comm *c) { return c ? c->size : 0; }
 SK_API int sk_comm_world_rank(const sk_comm *c) { return c ? c->world_rank : -1; }
 SK_API sk_world *sk_comm_world(const sk_comm *c) { return c ? c->world : NULL; }
 SK_API const char *sk_comm_error_message(const sk_comm *c) { return c ? c->error_msg : "comm is NULL"; }
+
+/* ---- link model ------------------------------------------------------------------------------- */
+
+static bool sk__link_on(const sk_world *w) { return w->desc.link.gbps > 0; }
+
+SK_API double sk_link_cost_us(const sk_link_model *m, sk_coll_kind kind, size_t count, sk_dtype dt, int p) {
+  if (!m || m->gbps <= 0 || p <= 1 || !sk_dtype_valid(dt)) return 0;
+  double a = m->alpha_us, n = (double)count * (double)sk_dtype_size(dt), q = (double)p;
+  double us_per_byte = 1e-3 / m->gbps; /* 1 GB/s = 1e3 bytes per us */
+  switch (kind) {
+    case SK_COLL_ALLREDUCE: return 2 * (q - 1) * a + 2 * (q - 1) / q * n * us_per_byte;
+    case SK_COLL_ALLGATHER:
+    case SK_COLL_REDUCE_SCATTER:
+    case SK_COLL_ALLTOALL: return (q - 1) * a + (q - 1) * n * us_per_byte; /* (p-1)/p of p*n */
+    case SK_COLL_BROADCAST:
+    case SK_COLL_REDUCE: return (q - 1) * a + n * us_per_byte;
+    case SK_COLL_SEND:
+    case SK_COLL_RECV: return a + n * us_per_byte;
+    case SK_COLL_BARRIER: return (q - 1) * a;
+    default: return 0;
+  }
+}
+
+SK_API double sk_comm_clock_us(const sk_comm *c) { return c && sk__link_on(c->world) ? c->world->clocks[c->world_rank] : 0; }
+
+SK_API void sk_comm_compute(sk_comm *c, double us) {
+  if (c && us > 0 && sk__link_on(c->world)) c->world->clocks[c->world_rank] += us;
+}
+
+/* Moves the device clock to a modelled end, when that is later. */
+static void sk__clock_reach(sk_comm *c, double end_us) {
+  double *clk = &c->world->clocks[c->world_rank];
+  if (sk__link_on(c->world) && end_us > *clk) *clk = end_us;
+}
 
 SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
@@ -537,14 +615,20 @@ static sk_result sk__validate(sk_comm *c, const sk_coll *op) {
   return SK_OK;
 }
 
-static sk_result sk__blocking(sk_comm *c, const sk_coll *op) {
+static sk_result sk__blocking(sk_comm *c, const sk_coll *in) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
-  sk_result r = sk__validate(c, op);
+  sk_result r = sk__validate(c, in);
   if (r != SK_OK) return r;
+  sk_coll op = *in;
+  op.issue_us = sk_comm_clock_us(c);
   const sk_backend *b = c->world->backend;
-  if (b->run) return b->run(c, op);
+  if (b->run) {
+    r = b->run(c, &op);
+    sk__clock_reach(c, c->model_end_us);
+    return r;
+  }
   sk_request *req = NULL;
-  r = b->start(c, op, &req);
+  r = b->start(c, &op, &req);
   if (r != SK_OK) return r;
   return sk_wait(&req);
 }
@@ -555,12 +639,15 @@ static sk_result sk__nonblocking(sk_comm *c, const sk_coll *op, sk_request **req
   *req = NULL;
   sk_result r = sk__validate(c, op);
   if (r != SK_OK) return r;
-  return c->world->backend->start(c, op, req);
+  sk_coll o = *op;
+  o.issue_us = sk_comm_clock_us(c);
+  return c->world->backend->start(c, &o, req);
 }
 
 static sk_coll sk__coll(sk_coll_kind kind, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root) {
   sk_coll c;
   c.kind = kind, c.send = send, c.recv = recv, c.count = count, c.dtype = dt, c.op = op, c.root = root;
+  c.issue_us = 0;
   return c;
 }
 
@@ -667,6 +754,7 @@ SK_API sk_result sk_wait(sk_request **req) {
   sk_request *r = *req;
   if (!r) return SK_OK;
   sk_result res = r->comm->world->backend->wait(r);
+  sk__clock_reach(r->comm, r->model_end_us);
   *req = NULL;
   r->free_fn(r);
   return res;
@@ -681,6 +769,7 @@ SK_API sk_result sk_test(sk_request **req, bool *done) {
   }
   sk_result res = r->comm->world->backend->test(r, done);
   if (*done) {
+    sk__clock_reach(r->comm, r->model_end_us);
     *req = NULL;
     r->free_fn(r);
   }

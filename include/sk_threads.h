@@ -171,6 +171,7 @@ typedef struct sk__tslot {
   uint64_t posted;   /* atomic: sequence number of the last posting */
   uint64_t seq;      /* owner only: collectives this member has posted */
   uint64_t tasks;    /* owner only: tasks of all earlier collectives (the claim counter's base) */
+  double link_free;  /* owner only, link model: when the group's last collective ends (us) */
   char pad[SK__CL];
 } sk__tslot;
 
@@ -589,14 +590,30 @@ static bool sk__tclaim(sk__tgroup *g, uint64_t end, uint64_t *t) {
   return false;
 }
 
-/* Runs one collective on member m, on whichever thread calls it (device or progress thread). */
-static sk_result sk__texec(sk__tmember *m, const sk_coll *op) {
+/* Link model: a collective starts when every member has issued it and the group's previous one
+   has ended. Every member computes the same value from the same postings. */
+static double sk__tmodel_end(sk__tmember *m, int p, const sk_coll *op) {
+  const sk_link_model *link = &m->comm->world->desc.link;
+  if (link->gbps <= 0) return 0;
+  sk__tgroup *g = m->g;
+  sk__tslot *sl = &g->slots[m->me];
+  double start = sl->link_free;
+  for (int i = 0; i < g->size; i++)
+    if (g->slots[i].coll[p].issue_us > start) start = g->slots[i].coll[p].issue_us;
+  sl->link_free = start + sk_link_cost_us(link, op->kind, op->count, op->dtype, g->size);
+  return sl->link_free;
+}
+
+/* Runs one collective on member m, on whichever thread calls it (device or progress thread);
+   *end_us receives its modelled end (link model) or 0. */
+static sk_result sk__texec(sk__tmember *m, const sk_coll *op, double *end_us) {
   sk__tgroup *g = m->g;
   int k = g->size;
   sk__tslot *sl = &g->slots[m->me];
   const char *name = sk_coll_kind_name(op->kind);
   uint64_t s = ++sl->seq;
   int p = (int)(s & 1);
+  *end_us = 0;
   size_t es = sk_dtype_size(op->dtype);
   size_t bytes = op->kind == SK_COLL_BARRIER ? 0 : op->count * es;
   bool small = op->kind == SK_COLL_ALLREDUCE && bytes <= g->small_bytes && !m->tw->force_large;
@@ -608,6 +625,7 @@ static sk_result sk__texec(sk__tmember *m, const sk_coll *op) {
   if (r != SK_OK) return r;
   r = sk__tcheck_match(m, p);
   if (r != SK_OK) return r;
+  *end_us = sk__tmodel_end(m, p, op);
   if (small) { /* every member reduces the inline copies into its own output */
     for (int i = 0; i < k; i++) m->ptrs[i] = g->inline_data + ((size_t)i * 2 + (size_t)p) * g->small_bytes;
     return op->count ? sk_reduce_local(op->recv, m->ptrs, k, op->count, op->dtype, op->op) : SK_OK;
@@ -677,7 +695,7 @@ static void *sk__tprogress_main(void *arg) {
     pthread_mutex_lock(&m->qlock);
     sk__treq *q = m->qhead;
     pthread_mutex_unlock(&m->qlock);
-    sk_result res = sk_world_aborted(w) ? SK_ERR_ABORTED : sk__texec(m, &q->base.coll);
+    sk_result res = sk_world_aborted(w) ? SK_ERR_ABORTED : sk__texec(m, &q->base.coll, &q->base.model_end_us);
     if (res == SK_ERR_ABORTED && !m->comm->error_msg[0])
       sk_comm_set_error(m->comm, res, "%s: the world was aborted", sk_coll_kind_name(q->base.coll.kind));
     pthread_mutex_lock(&m->qlock);
@@ -760,6 +778,10 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
     memcpy(it->req->msg, msg, sizeof msg); /* written before `done`: the owner reads it after */
     sk__treq_complete(it->req, r);
   } else {
+    /* link model: the message moves once both sides have posted */
+    double start = so->issue_us > ro->issue_us ? so->issue_us : ro->issue_us;
+    double end = start + sk_link_cost_us(&m->comm->world->desc.link, SK_COLL_SEND, so->count, so->dtype, 2);
+    sq->base.model_end_us = rq->base.model_end_us = end;
     size_t bytes = so->count * sk_dtype_size(so->dtype);
     if (bytes) {
       bool nt = bytes >= SK__NT_MIN_BYTES; /* a large message would only evict the cache */
@@ -891,7 +913,7 @@ static sk_result sk__thr_run(sk_comm *c, const sk_coll *op) {
     if (r != SK_OK) return r;
     return sk_wait(&req);
   }
-  sk_result r = sk__texec(m, op);
+  sk_result r = sk__texec(m, op, &c->model_end_us);
   if (r == SK_ERR_ABORTED && !c->error_msg[0]) sk_comm_set_error(c, r, "%s: the world was aborted", sk_coll_kind_name(op->kind));
   return r;
 }

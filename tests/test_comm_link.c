@@ -1,0 +1,188 @@
+/* The link model and virtual clocks (sk_link_model, sk_comm_clock_us, sk_comm_compute) on the
+   threads backend: costs, start = max(issue clocks, previous end), overlap of non-blocking
+   collectives with reported compute, Send/Recv, and the cost formulas themselves. Device threads
+   record clocks; the test thread asserts. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "shardkit.h"
+
+#define LINK_MAX 16
+
+typedef struct clocks {
+  double at[LINK_MAX][4]; /* per rank: clock after each step */
+  sk_result rc[LINK_MAX];
+} clocks;
+
+static sk_world *link_world(int n, double alpha_us, double gbps) {
+  sk_world_desc d = {0};
+  d.ndevices = n;
+  d.backend = sk_threads_backend();
+  d.timeout_ms = 20000;
+  d.link.alpha_us = alpha_us;
+  d.link.gbps = gbps;
+  sk_world *w = NULL;
+  sk_error err;
+  cr_assert_eq(sk_world_create(&d, &w, &err), SK_OK, "world: %s", err.msg);
+  return w;
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-6 * (fabs(b) + 1); }
+
+#define COUNT 262144 /* 1 MiB of f32 */
+static float bufs[LINK_MAX][COUNT];
+
+/* Step 0: blocking AllReduce from clock 0. Step 1: rank r computes 10*r us, then AllReduce.
+   Step 2: a second AllReduce right away (serialises after the first). */
+static sk_result blocking_steps(sk_comm *c, void *arg) {
+  clocks *k = (clocks *)arg;
+  int r = sk_comm_rank(c);
+  sk_result rc = sk_allreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM);
+  k->at[r][0] = sk_comm_clock_us(c);
+  sk_comm_compute(c, 10.0 * r);
+  if (rc == SK_OK) rc = sk_allreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM);
+  k->at[r][1] = sk_comm_clock_us(c);
+  if (rc == SK_OK) rc = sk_barrier(c);
+  k->at[r][2] = sk_comm_clock_us(c);
+  k->rc[r] = rc;
+  return rc;
+}
+
+Test(comm_link, blocking_collectives_follow_the_model, .timeout = 30) {
+  const int n = 8;
+  const double alpha = 10, gbps = 25;
+  sk_world *w = link_world(n, alpha, gbps);
+  clocks k;
+  memset(&k, 0, sizeof k);
+  cr_assert_eq(sk_world_run(w, blocking_steps, &k), SK_OK, "%s", sk_world_error_message(w));
+  sk_link_model m = {alpha, gbps};
+  double ar = sk_link_cost_us(&m, SK_COLL_ALLREDUCE, COUNT, SK_F32, n);
+  /* 2(p-1)a + 2(p-1)/p * n / B, with n = 1 MiB, B = 25e3 bytes/us */
+  cr_assert(near(ar, 2 * 7 * alpha + 2.0 * 7 / 8 * (COUNT * 4.0) / 25e3), "allreduce cost %g", ar);
+  double bar = sk_link_cost_us(&m, SK_COLL_BARRIER, 0, SK_U8, n);
+  for (int r = 0; r < n; r++) {
+    cr_assert_eq(k.rc[r], SK_OK);
+    cr_assert(near(k.at[r][0], ar), "rank %d: after one allreduce clock %g, want %g", r, k.at[r][0], ar);
+    /* the second starts when the slowest (rank 7, 70 us of compute) issues it */
+    cr_assert(near(k.at[r][1], ar + 70 + ar), "rank %d: after compute + allreduce clock %g, want %g", r, k.at[r][1],
+              2 * ar + 70);
+    cr_assert(near(k.at[r][2], 2 * ar + 70 + bar), "rank %d: barrier clock %g", r, k.at[r][2]);
+  }
+  sk_world_destroy(w);
+}
+
+/* Non-blocking: issue at 0, compute `work` us, wait: clock = max(work, cost). */
+typedef struct overlap_arg {
+  clocks k;
+  double work;
+} overlap_arg;
+
+static sk_result overlap_steps(sk_comm *c, void *arg) {
+  overlap_arg *a = (overlap_arg *)arg;
+  int r = sk_comm_rank(c);
+  sk_request *q = NULL;
+  sk_result rc = sk_iallreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, &q);
+  sk_comm_compute(c, a->work);
+  a->k.at[r][0] = sk_comm_clock_us(c);
+  if (rc == SK_OK) rc = sk_wait(&q);
+  a->k.at[r][1] = sk_comm_clock_us(c);
+  a->k.rc[r] = rc;
+  return rc;
+}
+
+Test(comm_link, nonblocking_overlaps_compute, .timeout = 30) {
+  const int n = 4;
+  sk_link_model m = {5, 10};
+  double ar = sk_link_cost_us(&m, SK_COLL_ALLREDUCE, COUNT, SK_F32, n);
+  double works[] = {0, ar / 2, ar * 3};
+  for (int i = 0; i < 3; i++) {
+    sk_world *w = link_world(n, m.alpha_us, m.gbps);
+    overlap_arg a;
+    memset(&a, 0, sizeof a);
+    a.work = works[i];
+    cr_assert_eq(sk_world_run(w, overlap_steps, &a), SK_OK, "%s", sk_world_error_message(w));
+    for (int r = 0; r < n; r++) {
+      cr_assert(near(a.k.at[r][0], works[i]), "rank %d: compute alone moved the clock to %g", r, a.k.at[r][0]);
+      double want = works[i] > ar ? works[i] : ar;
+      cr_assert(near(a.k.at[r][1], want), "work %g: rank %d clock %g after wait, want max(work, cost) = %g", works[i],
+                r, a.k.at[r][1], want);
+    }
+    sk_world_destroy(w);
+  }
+}
+
+/* Send/Recv: the message moves when both sides have posted. */
+static sk_result p2p_steps(sk_comm *c, void *arg) {
+  clocks *k = (clocks *)arg;
+  int r = sk_comm_rank(c);
+  sk_result rc;
+  if (r == 0) {
+    sk_comm_compute(c, 100);
+    rc = sk_send(c, bufs[0], 1000, SK_F32, 1);
+  } else {
+    rc = sk_recv(c, bufs[1], 1000, SK_F32, 0);
+  }
+  k->at[r][0] = sk_comm_clock_us(c);
+  k->rc[r] = rc;
+  return rc;
+}
+
+Test(comm_link, send_recv_start_when_both_posted, .timeout = 30) {
+  sk_world *w = link_world(2, 3, 4);
+  clocks k;
+  memset(&k, 0, sizeof k);
+  cr_assert_eq(sk_world_run(w, p2p_steps, &k), SK_OK, "%s", sk_world_error_message(w));
+  double want = 100 + 3 + 4000.0 / 4e3; /* alpha + 4000 bytes at 4 GB/s */
+  cr_assert(near(k.at[0][0], want), "sender clock %g, want %g", k.at[0][0], want);
+  cr_assert(near(k.at[1][0], want), "receiver clock %g, want %g", k.at[1][0], want);
+  sk_world_destroy(w);
+}
+
+/* Without a model the clock stays 0 and compute is ignored. */
+static sk_result no_model_steps(sk_comm *c, void *arg) {
+  clocks *k = (clocks *)arg;
+  int r = sk_comm_rank(c);
+  sk_comm_compute(c, 50);
+  k->rc[r] = sk_allreduce(c, bufs[r], bufs[r], 16, SK_F32, SK_SUM);
+  k->at[r][0] = sk_comm_clock_us(c);
+  return k->rc[r];
+}
+
+Test(comm_link, no_model_no_clock, .timeout = 30) {
+  sk_world *w = link_world(3, 0, 0);
+  clocks k;
+  memset(&k, 0, sizeof k);
+  cr_assert_eq(sk_world_run(w, no_model_steps, &k), SK_OK);
+  for (int r = 0; r < 3; r++) cr_assert_eq(k.at[r][0], 0.0, "rank %d clock %g without a link model", r, k.at[r][0]);
+  sk_world_destroy(w);
+}
+
+Test(comm_link, cost_formulas) {
+  sk_link_model m = {2, 8}; /* 8 GB/s = 8000 bytes/us */
+  int p = 4;
+  size_t cnt = 8000; /* f64: 64000 bytes */
+  double n = 64000, B = 8000;
+  cr_assert(near(sk_link_cost_us(&m, SK_COLL_ALLREDUCE, cnt, SK_F64, p), 2 * 3 * 2 + 2.0 * 3 / 4 * n / B));
+  cr_assert(near(sk_link_cost_us(&m, SK_COLL_ALLGATHER, cnt, SK_F64, p), 3 * 2 + 3.0 * n / B));
+  cr_assert(near(sk_link_cost_us(&m, SK_COLL_REDUCE_SCATTER, cnt, SK_F64, p), 3 * 2 + 3.0 * n / B));
+  cr_assert(near(sk_link_cost_us(&m, SK_COLL_ALLTOALL, cnt, SK_F64, p), 3 * 2 + 3.0 * n / B));
+  cr_assert(near(sk_link_cost_us(&m, SK_COLL_BROADCAST, cnt, SK_F64, p), 3 * 2 + n / B));
+  cr_assert(near(sk_link_cost_us(&m, SK_COLL_SEND, cnt, SK_F64, 2), 2 + n / B));
+  cr_assert_eq(sk_link_cost_us(&m, SK_COLL_ALLREDUCE, cnt, SK_F64, 1), 0.0, "one rank moves nothing");
+  cr_assert_eq(sk_link_cost_us(NULL, SK_COLL_ALLREDUCE, cnt, SK_F64, 4), 0.0);
+}
+
+Test(comm_link, bad_model_rejected) {
+  sk_world_desc d = {0};
+  d.ndevices = 2;
+  d.backend = sk_threads_backend();
+  d.link.alpha_us = 5; /* a latency without a bandwidth */
+  sk_world *w = NULL;
+  sk_error err;
+  memset(&err, 0, sizeof err);
+  cr_assert_eq(sk_world_create(&d, &w, &err), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(err.msg, "desc.link") != NULL, "message: %s", err.msg);
+  cr_assert_null(w);
+  d.link.alpha_us = -1, d.link.gbps = 10;
+  cr_assert_eq(sk_world_create(&d, &w, &err), SK_ERR_INVALID_ARGUMENT);
+}
