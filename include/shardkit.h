@@ -6,3 +6,4 @@
 #include "sk_layout.h"
 #include "sk_comm.h"
 #include "sk_threads.h"
+#include "sk_ops.h"

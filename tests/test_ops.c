@@ -1,0 +1,367 @@
+/* sk_ops.h: operator sharding rules against SEMANTICS.md section 3, and a sharded MatMul's
+   forward and backward on 8 device threads against the unsharded product. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "shardkit.h"
+#include "sk_ops.h"
+
+static sk_op_desc matmul_desc(int64_t m, int64_t k, int64_t n) {
+  sk_op_desc d;
+  memset(&d, 0, sizeof d);
+  d.kind = SK_OP_MATMUL;
+  d.ninputs = 2;
+  d.ndims[0] = d.ndims[1] = 2;
+  d.shape[0][0] = m, d.shape[0][1] = k;
+  d.shape[1][0] = k, d.shape[1][1] = n;
+  d.params = 2; /* w */
+  return d;
+}
+
+static void group_of(const sk_mesh *mesh, int rank, uint32_t axes, int *out, int *n) {
+  sk_error e;
+  cr_assert_eq(sk_mesh_group(mesh, rank, axes, out, SK_MAX_DEVICES, n, &e), SK_OK, "%s", e.msg);
+}
+
+/* SEMANTICS.md 3.1: MatMul().shard(((2,4),(4,1))) on 8 devices. */
+Test(ops, matmul_strategy_table) {
+  sk_op_desc d = matmul_desc(16, 784, 512);
+  d.has_strategy = true;
+  d.strategy[0][0] = 2, d.strategy[0][1] = 4, d.strategy[1][0] = 4, d.strategy[1][1] = 1;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.mesh.naxes, 3, "device matrix [2,4,1], no repeat axis");
+  cr_assert_eq(p.mesh.dims[0], 2);
+  cr_assert_eq(p.mesh.dims[1], 4);
+  cr_assert_eq(p.mesh.dims[2], 1);
+  for (int r = 0; r < 8; r++) {
+    sk_slice xs, ws, os;
+    cr_assert_eq(sk_layout_slice(&p.in[0], r, &xs, &e), SK_OK);
+    cr_assert_eq(sk_layout_slice(&p.in[1], r, &ws, &e), SK_OK);
+    cr_assert_eq(sk_layout_slice(&p.out, r, &os, &e), SK_OK);
+    cr_assert_eq(xs.start[0], (r / 4) * 8, "rank %d x rows", r);
+    cr_assert_eq(xs.start[1], (r % 4) * 196, "rank %d x cols", r);
+    cr_assert_eq(ws.start[0], (r % 4) * 196, "rank %d w rows", r);
+    cr_assert_eq(ws.stop[1] - ws.start[1], 512, "rank %d w cols whole", r);
+    cr_assert_eq(os.start[0], (r / 4) * 8, "rank %d out rows", r);
+    cr_assert_eq(os.stop[1] - os.start[1], 512, "rank %d out cols whole", r);
+    int g[8], n;
+    cr_assert_eq(p.fwd.kind, SK_COLL_ALLREDUCE);
+    group_of(&p.mesh, r, p.fwd.axes, g, &n);
+    cr_assert_eq(n, 4, "forward AllReduce group of 4");
+    for (int i = 0; i < 4; i++) cr_assert_eq(g[i], (r / 4) * 4 + i, "rank %d forward group", r);
+    cr_assert_eq(p.grad[1].kind, SK_COLL_ALLREDUCE, "w's gradient Mirror");
+    group_of(&p.mesh, r, p.grad[1].axes, g, &n);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(g[0], r % 4, "rank %d Mirror group {%d,%d}", r, r % 4, r % 4 + 4);
+    cr_assert_eq(g[1], r % 4 + 4);
+  }
+  cr_assert_eq(p.grad[0].kind, SK_COLL_NONE, "x is not a parameter");
+  cr_assert_eq(p.bwd_in[0].kind, SK_COLL_NONE, "w's columns are whole: dx needs no sum");
+  char text[1024];
+  sk_op_plan_format(&p, text, sizeof text);
+  cr_assert(strstr(text, "forward: allreduce along (d1), groups of 4") != NULL, "%s", text);
+}
+
+/* ReLU().shard(((4,1),)) on 8: repeat axis on the right, replicas {0,1},{2,3},... */
+Test(ops, relu_repeat_right) {
+  sk_op_desc d;
+  memset(&d, 0, sizeof d);
+  d.kind = SK_OP_UNARY, d.ninputs = 1, d.ndims[0] = 2, d.shape[0][0] = 16, d.shape[0][1] = 512;
+  d.has_strategy = true, d.strategy[0][0] = 4, d.strategy[0][1] = 1;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.mesh.naxes, 3);
+  cr_assert_str_eq(p.mesh.names[2], "rep");
+  for (int r = 0; r < 8; r++) {
+    sk_slice s;
+    cr_assert_eq(sk_layout_slice(&p.out, r, &s, &e), SK_OK);
+    cr_assert_eq(s.start[0], 4 * (r / 2), "rank %d rows", r);
+    int g[8], n;
+    cr_assert_eq(sk_layout_replica_group(&p.out, r, g, 8, &n, &e), SK_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(g[0], r / 2 * 2);
+  }
+  cr_assert_eq(p.fwd.kind, SK_COLL_NONE);
+}
+
+/* SEMANTICS.md 3.2: the layout-configured MatMul of the operator-parallel tutorial. */
+Test(ops, matmul_layouts_tutorial) {
+  sk_mesh mesh;
+  sk_error e;
+  cr_assert_eq(sk_mesh_parse(&mesh, "dp=2,sp=2,mp=2", &e), SK_OK);
+  sk_op_desc d = matmul_desc(16, 784, 512);
+  d.has_layouts = true;
+  int64_t xs[2] = {16, 784}, ws[2] = {784, 512};
+  cr_assert_eq(sk_layout_parse(&d.layouts[0], &mesh, "mp,(sp,dp)", 2, xs, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(sk_layout_parse(&d.layouts[1], &mesh, "(sp,dp),None", 2, ws, &e), SK_OK, "%s", e.msg);
+  sk_op_plan p;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  for (int r = 0; r < 8; r++) {
+    int g[8], n;
+    group_of(&p.mesh, r, p.fwd.axes, g, &n);
+    cr_assert_eq(n, 4);
+    for (int i = 0; i < 4; i++) cr_assert_eq(g[i], (r % 2) + 2 * i, "rank %d forward group {%d,...}", r, r % 2);
+    sk_slice s;
+    cr_assert_eq(sk_layout_slice(&p.out, r, &s, &e), SK_OK);
+    cr_assert_eq(s.start[0], (r % 2) * 8, "rank %d output rows by mp", r);
+  }
+  /* the weight is cut by (sp,dp) and replicated along mp: Mirror over mp */
+  int g[8], n;
+  group_of(&p.mesh, 0, p.grad[1].axes, g, &n);
+  cr_assert_eq(n, 2);
+  cr_assert_eq(g[1], 1);
+}
+
+/* out_strategy ((8,1),) turns the forward AllReduce into a ReduceScatter. */
+Test(ops, matmul_reduce_scatter_output) {
+  sk_op_desc d = matmul_desc(16, 784, 512);
+  d.has_strategy = true;
+  d.strategy[0][0] = 2, d.strategy[0][1] = 4, d.strategy[1][0] = 4, d.strategy[1][1] = 1;
+  d.has_out_strategy = true, d.out_strategy[0] = 8, d.out_strategy[1] = 1;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.fwd.kind, SK_COLL_REDUCE_SCATTER);
+  for (int r = 0; r < 8; r++) {
+    sk_slice s;
+    cr_assert_eq(sk_layout_slice(&p.out, r, &s, &e), SK_OK);
+    cr_assert_eq(s.start[0], 2 * r, "rank %d holds rows [%d,%d)", r, 2 * r, 2 * r + 2);
+  }
+  d.out_strategy[0] = 4;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "out_strategy") != NULL, "%s", e.msg);
+}
+
+Test(ops, data_parallel_default_and_mean) {
+  sk_op_desc d = matmul_desc(32, 512, 10);
+  d.gradients_mean = true;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  sk_slice s;
+  cr_assert_eq(sk_layout_slice(&p.in[0], 5, &s, &e), SK_OK);
+  cr_assert_eq(s.start[0], 20, "rank 5 of 8 holds rows [20,24)");
+  cr_assert_eq(p.grad[1].kind, SK_COLL_ALLREDUCE);
+  int g[8], n;
+  group_of(&p.mesh, 3, p.grad[1].axes, g, &n);
+  cr_assert_eq(n, 8, "a replicated weight's gradient is summed over all devices");
+  cr_assert(p.grad[1].scale > 0.1249 && p.grad[1].scale < 0.1251, "mean: scale 1/8, got %g", p.grad[1].scale);
+  cr_assert_eq(p.fwd.kind, SK_COLL_NONE);
+}
+
+Test(ops, softmax_ce_and_flatten) {
+  sk_op_desc d;
+  memset(&d, 0, sizeof d);
+  d.kind = SK_OP_SOFTMAX_CE, d.ninputs = 2;
+  d.ndims[0] = 2, d.shape[0][0] = 32, d.shape[0][1] = 10;
+  d.ndims[1] = 1, d.shape[1][0] = 32;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.fwd.kind, SK_COLL_ALLREDUCE, "the loss sums the batch pieces");
+  int g[8], n;
+  group_of(&p.mesh, 0, p.fwd.axes, g, &n);
+  cr_assert_eq(n, 8);
+  sk_slice ls;
+  cr_assert_eq(sk_layout_slice(&p.in[1], 3, &ls, &e), SK_OK);
+  cr_assert_eq(ls.start[0], 12, "sparse labels [32] go with the batch dim: rank 3 holds [12,16)");
+  d.ndims[1] = 2, d.shape[1][0] = 32, d.shape[1][1] = 10; /* one-hot labels */
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  d.has_strategy = true, d.strategy[0][0] = 4, d.strategy[0][1] = 2, d.strategy[1][0] = 4, d.strategy[1][1] = 2;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT, "the class dim cannot be cut");
+  cr_assert(strstr(e.msg, "dim 1") != NULL, "%s", e.msg);
+
+  sk_op_desc f;
+  memset(&f, 0, sizeof f);
+  f.kind = SK_OP_FLATTEN, f.ninputs = 1, f.ndims[0] = 4;
+  f.shape[0][0] = 32, f.shape[0][1] = 1, f.shape[0][2] = 28, f.shape[0][3] = 28;
+  cr_assert_eq(sk_op_plan_make(&f, 8, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.out.ndims, 2);
+  cr_assert_eq(p.out.shape[1], 784);
+  sk_slice s;
+  cr_assert_eq(sk_layout_slice(&p.out, 7, &s, &e), SK_OK);
+  cr_assert_eq(s.start[0], 28);
+}
+
+Test(ops, bias_add_and_broadcast) {
+  sk_op_desc d;
+  memset(&d, 0, sizeof d);
+  d.kind = SK_OP_BIAS_ADD, d.ninputs = 2;
+  d.ndims[0] = 2, d.shape[0][0] = 16, d.shape[0][1] = 512;
+  d.ndims[1] = 1, d.shape[1][0] = 512;
+  d.has_strategy = true, d.strategy[0][0] = 2, d.strategy[0][1] = 4, d.strategy[1][0] = 4;
+  d.params = 2;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  sk_slice s;
+  cr_assert_eq(sk_layout_slice(&p.in[1], 5, &s, &e), SK_OK);
+  cr_assert_eq(s.start[0], 128, "rank 5 = (1,1): bias cols [128,256)");
+  int g[8], n;
+  group_of(&p.mesh, 5, p.grad[1].axes, g, &n);
+  cr_assert_eq(n, 2, "the bias is replicated along the row axis");
+  d.strategy[1][0] = 2;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "cut 2 ways") != NULL, "%s", e.msg);
+  /* Add with a broadcast row: [16,512] + [1,512] */
+  d.kind = SK_OP_BINARY, d.ndims[1] = 2, d.shape[1][0] = 1, d.shape[1][1] = 512;
+  d.strategy[1][0] = 1, d.strategy[1][1] = 4;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  d.strategy[1][0] = 2;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT, "a broadcast dim cannot be cut");
+}
+
+Test(ops, bad_input) {
+  sk_op_desc d = matmul_desc(16, 784, 512);
+  d.has_strategy = true;
+  d.strategy[0][0] = 2, d.strategy[0][1] = 4, d.strategy[1][0] = 2, d.strategy[1][1] = 1;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "contraction") != NULL, "%s", e.msg);
+  d.strategy[1][0] = 4, d.strategy[0][0] = 3;
+  cr_assert_eq(sk_op_plan_make(&d, 12, &p, &e), SK_ERR_INVALID_ARGUMENT, "16 rows are not divisible by 3");
+  cr_assert(strstr(e.msg, "divisible") != NULL, "%s", e.msg);
+  d.strategy[0][0] = 2;
+  cr_assert_eq(sk_op_plan_make(&d, 12, &p, &e), SK_ERR_INVALID_ARGUMENT, "8 does not divide 12");
+  cr_assert(strstr(e.msg, "does not divide") != NULL, "%s", e.msg);
+  cr_assert_eq(sk_op_plan_make(NULL, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_op_plan_make(&d, 8, NULL, &e), SK_ERR_INVALID_ARGUMENT);
+  d.kind = (sk_op_kind)42;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+}
+
+/* ---- numbers: a sharded MatMul forward and backward on 8 threads ------------------------- */
+
+#define M 8
+#define K 12
+#define N 6
+static float X[M][K], W[K][N], DOUT[M][N];
+
+typedef struct mm_run {
+  sk_op_plan plan;
+  float y[8][M * N], dx[8][M * K], dw[8][K * N];
+  sk_slice xs[8], ws[8], ys[8];
+  sk_result rc[8];
+} mm_run;
+
+static void slice_copy(const float *full, int64_t cols, const sk_slice *s, float *out) {
+  int64_t c0 = s->start[1], c1 = s->stop[1];
+  for (int64_t i = s->start[0]; i < s->stop[0]; i++)
+    for (int64_t j = c0; j < c1; j++) *out++ = full[i * cols + j];
+}
+
+static sk_result allreduce_along(sk_comm *c, const sk_op_plan *p, const sk_op_comm *oc, float *buf, size_t n) {
+  if (oc->kind == SK_COLL_NONE) return SK_OK;
+  sk_comm *sub = NULL;
+  sk_result r = sk_comm_split_mesh(c, &p->mesh, oc->axes, &sub);
+  if (r == SK_OK) r = sk_allreduce(sub, buf, buf, n, SK_F32, SK_SUM);
+  for (size_t i = 0; i < n; i++) buf[i] *= (float)oc->scale;
+  if (sub) sk_comm_destroy(sub);
+  return r;
+}
+
+static sk_result mm_device(sk_comm *c, void *arg) {
+  mm_run *R = (mm_run *)arg;
+  int r = sk_comm_rank(c);
+  const sk_op_plan *p = &R->plan;
+  sk_error e;
+  sk_layout_slice(&p->in[0], r, &R->xs[r], &e);
+  sk_layout_slice(&p->in[1], r, &R->ws[r], &e);
+  sk_layout_slice(&p->out, r, &R->ys[r], &e);
+  int64_t m = R->xs[r].stop[0] - R->xs[r].start[0], k = R->xs[r].stop[1] - R->xs[r].start[1];
+  int64_t n = R->ws[r].stop[1] - R->ws[r].start[1];
+  float x[M * K], w[K * N], dout[M * N];
+  slice_copy(&X[0][0], K, &R->xs[r], x);
+  slice_copy(&W[0][0], N, &R->ws[r], w);
+  slice_copy(&DOUT[0][0], N, &R->ys[r], dout);
+  /* forward: local product, then the plan's forward collective */
+  float *y = R->y[r];
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      float acc = 0;
+      for (int64_t q = 0; q < k; q++) acc += x[i * k + q] * w[q * n + j];
+      y[i * n + j] = acc;
+    }
+  sk_result rc = allreduce_along(c, p, &p->fwd, y, (size_t)(m * n));
+  /* backward: dx = dout w^T (plus the plan's sum), dw = x^T dout (plus the Mirror) */
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t q = 0; q < k; q++) {
+      float acc = 0;
+      for (int64_t j = 0; j < n; j++) acc += dout[i * n + j] * w[q * n + j];
+      R->dx[r][i * k + q] = acc;
+    }
+  if (rc == SK_OK) rc = allreduce_along(c, p, &p->bwd_in[0], R->dx[r], (size_t)(m * k));
+  for (int64_t q = 0; q < k; q++)
+    for (int64_t j = 0; j < n; j++) {
+      float acc = 0;
+      for (int64_t i = 0; i < m; i++) acc += x[i * k + q] * dout[i * n + j];
+      R->dw[r][q * n + j] = acc;
+    }
+  if (rc == SK_OK) rc = allreduce_along(c, p, &p->grad[1], R->dw[r], (size_t)(k * n));
+  R->rc[r] = rc;
+  return rc;
+}
+
+static void check_slice(const float *full, int64_t cols, const sk_slice *s, const float *got, const char *what, int r) {
+  size_t idx = 0;
+  for (int64_t i = s->start[0]; i < s->stop[0]; i++)
+    for (int64_t j = s->start[1]; j < s->stop[1]; j++, idx++) {
+      float want = full[i * cols + j];
+      float diff = got[idx] - want;
+      cr_assert(diff < 1e-4f && diff > -1e-4f, "rank %d %s[%lld][%lld]: got %g want %g", r, what, (long long)i,
+                (long long)j, got[idx], want);
+    }
+}
+
+static void run_sharded_matmul(int s00, int s01, int s11) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < K; j++) X[i][j] = (float)((i * 7 + j * 3) % 11) / 8.0f - 0.5f;
+  for (int i = 0; i < K; i++)
+    for (int j = 0; j < N; j++) W[i][j] = (float)((i * 5 + j * 2) % 13) / 8.0f - 0.75f;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) DOUT[i][j] = (float)((i + 2 * j) % 5) / 4.0f - 0.5f;
+  float Y[M][N], DX[M][K], DW[K][N];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      Y[i][j] = 0;
+      for (int q = 0; q < K; q++) Y[i][j] += X[i][q] * W[q][j];
+    }
+  for (int i = 0; i < M; i++)
+    for (int q = 0; q < K; q++) {
+      DX[i][q] = 0;
+      for (int j = 0; j < N; j++) DX[i][q] += DOUT[i][j] * W[q][j];
+    }
+  for (int q = 0; q < K; q++)
+    for (int j = 0; j < N; j++) {
+      DW[q][j] = 0;
+      for (int i = 0; i < M; i++) DW[q][j] += X[i][q] * DOUT[i][j];
+    }
+  static mm_run R;
+  memset(&R, 0, sizeof R);
+  sk_op_desc d = matmul_desc(M, K, N);
+  d.has_strategy = true;
+  d.strategy[0][0] = s00, d.strategy[0][1] = s01, d.strategy[1][0] = s01, d.strategy[1][1] = s11;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &R.plan, &e), SK_OK, "%s", e.msg);
+  sk_world_desc wd = {0};
+  wd.ndevices = 8;
+  wd.backend = sk_threads_backend();
+  wd.timeout_ms = 20000;
+  sk_world *w;
+  cr_assert_eq(sk_world_create(&wd, &w, &e), SK_OK);
+  cr_assert_eq(sk_world_run(w, mm_device, &R), SK_OK, "%s", sk_world_error_message(w));
+  sk_world_destroy(w);
+  for (int r = 0; r < 8; r++) {
+    check_slice(&Y[0][0], N, &R.ys[r], R.y[r], "y", r);
+    check_slice(&DX[0][0], K, &R.xs[r], R.dx[r], "dx", r);
+    check_slice(&DW[0][0], N, &R.ws[r], R.dw[r], "dw", r);
+  }
+}
+
+Test(ops, sharded_matmul_matches_unsharded_2x4x1, .timeout = 30) { run_sharded_matmul(2, 4, 1); }
+Test(ops, sharded_matmul_matches_unsharded_1x4x2, .timeout = 30) { run_sharded_matmul(1, 4, 2); }
+Test(ops, sharded_matmul_matches_unsharded_2x2x2, .timeout = 30) { run_sharded_matmul(2, 2, 2); }
