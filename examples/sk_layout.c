@@ -1,13 +1,20 @@
 /* sk-layout: explains a MindSpore-style layout -- which slice of a tensor every rank holds, and
-   which ranks hold identical copies. Uses only sk_layout.h's public API.
+   which ranks hold identical copies -- and, with --to, the redistribution plan between two
+   layouts (sk_redist.h), optionally executed on the threads backend and checked.
 
      sk-layout --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)"
      sk-layout --devices 8 --strategy 4,1 --shape 16,512 --repeat left --groups
+     sk-layout --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --plan
+     sk-layout --mesh a=2,b=4 --shape 16,512 --map None,None --partial b --to b,None --exec
 
-   Exit status: 0 for a valid query, 2 (and one line "sk-layout: error: ..." on stderr) for bad
-   input, 1 if writing the output fails. */
+   Exit status: 0 for a valid query (and --exec found every element right), 1 if --exec found a
+   wrong element or writing the output fails, 2 (and one line "sk-layout: error: ..." on stderr)
+   for bad input. */
 #define SK_IMPL
 #include "sk_layout.h"
+#include "sk_comm.h"
+#include "sk_threads.h"
+#include "sk_redist.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,6 +43,16 @@ static const char usage[] =
     "  --tsv              rank<TAB>coords<TAB>slices, e.g. 2<TAB>0,1,0<TAB>0:8,392:588\n"
     "  --groups           replica groups (ranks holding identical slices), one per line\n"
     "  --standard         MindSpore's standard form (size-1 axes dropped, tuples expanded)\n"
+    "redistribution (the layout above is the source):\n"
+    "  --to TEXT          target layout on the same mesh, e.g. \"None,dp\"; prints the plan\n"
+    "  --partial AXES     mesh axes over which the source holds partial sums, e.g. dp,mp\n"
+    "  --mindspore        MindSpore's own operator sequence instead of the minimal plan\n"
+    "  --alltoall on|off  with --mindspore: enable_alltoall (default on)\n"
+    "  --dtype NAME       element type for bytes and --exec (nccl-tests names; default float)\n"
+    "  --plan             print the plan (the default output with --to)\n"
+    "  --tsv              rank<TAB>recv_bytes<TAB>send_bytes, one line per rank\n"
+    "  --exec             run the plan on the threads backend with generated data and check\n"
+    "                     every element: prints ok, or the first wrong element (exit 1)\n"
     "  -h, --help         this text\n";
 
 /* One line on stderr, exit 2: the contract for bad input. */
@@ -131,10 +148,230 @@ static void print_table(const sk_layout *l, const char *name) {
   free(buf);
 }
 
+/* ---- redistribution --------------------------------------------------------------------------- */
+
+/* Generated data: value of global element x; partial contributions also depend on k, the
+   holder's position in its partial group. Small integers, exact in every dtype. */
+static void gen_value(sk_dtype dt, void *buf, size_t pos, int64_t x, int k, int partial) {
+  long v = partial ? (long)((x * 7 + k * 13 + 3) % 15) - 7 : (long)(x % 251) - 125;
+  switch (dt) {
+    case SK_F32: ((float *)buf)[pos] = (float)v; break;
+    case SK_F64: ((double *)buf)[pos] = (double)v; break;
+    case SK_F16: ((uint16_t *)buf)[pos] = sk_f32_to_f16((float)v); break;
+    case SK_BF16: ((uint16_t *)buf)[pos] = sk_f32_to_bf16((float)v); break;
+    case SK_I8: ((int8_t *)buf)[pos] = (int8_t)v; break;
+    case SK_U8: ((uint8_t *)buf)[pos] = (uint8_t)(v + 125); break;
+    case SK_I32: ((int32_t *)buf)[pos] = (int32_t)v; break;
+    default: ((int64_t *)buf)[pos] = (int64_t)v; break;
+  }
+}
+
+static double as_double(sk_dtype dt, const void *buf, size_t pos) {
+  switch (dt) {
+    case SK_F32: return ((const float *)buf)[pos];
+    case SK_F64: return ((const double *)buf)[pos];
+    case SK_F16: return sk_f16_to_f32(((const uint16_t *)buf)[pos]);
+    case SK_BF16: return sk_bf16_to_f32(((const uint16_t *)buf)[pos]);
+    case SK_I8: return ((const int8_t *)buf)[pos];
+    case SK_U8: return ((const uint8_t *)buf)[pos];
+    case SK_I32: return ((const int32_t *)buf)[pos];
+    default: return (double)((const int64_t *)buf)[pos];
+  }
+}
+
+/* Position of rank in its partial group: mixed radix of its coordinates on the partial axes. */
+static int partial_pos(const sk_mesh *m, uint32_t partial, int rank) {
+  int c[SK_MAX_AXES], k = 0;
+  sk_mesh_coords(m, rank, c, NULL);
+  for (int a = 0; a < m->naxes; a++)
+    if (partial & (1u << a)) k = k * m->dims[a] + c[a];
+  return k;
+}
+
+typedef struct exec_ctx {
+  const sk_redist_desc *desc;
+  int gsize;           /* partial group size (1 without partial sums) */
+  int64_t *bad_index;  /* per rank: first wrong element of its target slice, or -1 */
+  double *got, *want;
+  sk_result *rc;
+  char (*msg)[SK_ERROR_MSG_MAX];
+} exec_ctx;
+
+/* Linear global index of element i of a slice (row-major within the slice). */
+static int64_t global_index(const sk_layout *l, const sk_slice *s, int64_t i, int64_t *coords) {
+  int64_t x = 0;
+  int64_t rem = i;
+  int64_t sub[SK_MAX_DIMS];
+  for (int d = l->ndims - 1; d >= 0; d--) {
+    int64_t e = s->stop[d] - s->start[d];
+    sub[d] = rem % e;
+    rem /= e;
+  }
+  for (int d = 0; d < l->ndims; d++) {
+    int64_t g = s->start[d] + sub[d];
+    if (coords) coords[d] = g;
+    x = x * l->shape[d] + g;
+  }
+  return x;
+}
+
+static sk_result exec_device(sk_comm *c, void *arg) {
+  exec_ctx *x = (exec_ctx *)arg;
+  const sk_redist_desc *d = x->desc;
+  int r = sk_comm_rank(c);
+  size_t es = sk_dtype_size(d->dtype);
+  sk_slice fs, ts;
+  sk_layout_slice(&d->from, r, &fs, NULL);
+  sk_layout_slice(&d->to, r, &ts, NULL);
+  int64_t nf = 1, nt = 1;
+  for (int k = 0; k < fs.ndims; k++) nf *= fs.stop[k] - fs.start[k], nt *= ts.stop[k] - ts.start[k];
+  unsigned char *src = (unsigned char *)malloc((size_t)nf * es + 1), *dst = (unsigned char *)malloc((size_t)nt * es + 1);
+  unsigned char *want = (unsigned char *)malloc(es), *parts = (unsigned char *)malloc(es * (size_t)x->gsize);
+  const void **srcs = (const void **)malloc(sizeof(void *) * (size_t)x->gsize);
+  x->bad_index[r] = -1;
+  if (!src || !dst || !want || !parts || !srcs) {
+    free(src), free(dst), free(want), free(parts), free(srcs);
+    x->rc[r] = SK_ERR_OUT_OF_MEMORY;
+    snprintf(x->msg[r], SK_ERROR_MSG_MAX, "out of memory");
+    return SK_ERR_OUT_OF_MEMORY;
+  }
+  int k = partial_pos(&d->from.mesh, d->partial, r);
+  for (int64_t i = 0; i < nf; i++) gen_value(d->dtype, src, (size_t)i, global_index(&d->from, &fs, i, NULL), k, d->partial != 0);
+  memset(dst, 0xA5, (size_t)nt * es);
+  sk_error e;
+  sk_result rc = sk_redist(c, d, src, (size_t)nf, dst, (size_t)nt, &e);
+  x->rc[r] = rc;
+  if (rc != SK_OK) {
+    snprintf(x->msg[r], SK_ERROR_MSG_MAX, "%s", e.msg);
+  } else {
+    for (int j = 0; j < x->gsize; j++) srcs[j] = parts + (size_t)j * es;
+    for (int64_t i = 0; i < nt; i++) {
+      int64_t g = global_index(&d->to, &ts, i, NULL);
+      if (d->partial) {
+        for (int j = 0; j < x->gsize; j++) gen_value(d->dtype, parts, (size_t)j, g, j, 1);
+        sk_reduce_local(want, srcs, x->gsize, 1, d->dtype, SK_SUM); /* rank order, as the plan sums */
+      } else {
+        gen_value(d->dtype, want, 0, g, 0, 0);
+      }
+      if (memcmp(dst + (size_t)i * es, want, es)) {
+        x->bad_index[r] = i;
+        x->got[r] = as_double(d->dtype, dst, (size_t)i);
+        x->want[r] = as_double(d->dtype, want, 0);
+        break;
+      }
+    }
+  }
+  free(src), free(dst), free(want), free(parts), free(srcs);
+  return rc;
+}
+
+static int run_exec(const sk_redist_desc *d) {
+  int n = d->from.mesh.size;
+  if (n > 512) die("--exec runs one thread per device; %d devices is more than 512", n);
+  double bytes = (double)sk_dtype_size(d->dtype);
+  for (int k = 0; k < d->from.ndims; k++) bytes *= (double)d->from.shape[k];
+  if (bytes > 256.0 * 1024 * 1024) die("--exec: the tensor has %.0f bytes; at most 256 MiB", bytes);
+  int g = 1;
+  for (int a = 0; a < d->from.mesh.naxes; a++)
+    if (d->partial & (1u << a)) g *= d->from.mesh.dims[a];
+  exec_ctx x;
+  x.desc = d;
+  x.gsize = g;
+  x.bad_index = (int64_t *)calloc((size_t)n, sizeof(int64_t));
+  x.got = (double *)calloc((size_t)n, sizeof(double));
+  x.want = (double *)calloc((size_t)n, sizeof(double));
+  x.rc = (sk_result *)calloc((size_t)n, sizeof(sk_result));
+  x.msg = (char(*)[SK_ERROR_MSG_MAX])calloc((size_t)n, SK_ERROR_MSG_MAX);
+  if (!x.bad_index || !x.got || !x.want || !x.rc || !x.msg) die("out of memory");
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = n;
+  wd.backend = sk_threads_backend();
+  wd.timeout_ms = 60000;
+  sk_world *w;
+  sk_error e;
+  if (sk_world_create(&wd, &w, &e) != SK_OK) die("creating the threads world: %s", e.msg);
+  sk_result rc = sk_world_run(w, exec_device, &x);
+  int status = 0;
+  if (rc != SK_OK) {
+    for (int r = 0; r < n; r++)
+      if (x.rc[r] != SK_OK && x.rc[r] != SK_ERR_ABORTED) die("rank %d: %s", r, x.msg[r]);
+    die("executing the plan: %s", sk_world_error_message(w));
+  }
+  for (int r = 0; r < n && !status; r++)
+    if (x.bad_index[r] >= 0) {
+      sk_slice ts;
+      int64_t gc[SK_MAX_DIMS];
+      sk_layout_slice(&d->to, r, &ts, NULL);
+      global_index(&d->to, &ts, x.bad_index[r], gc);
+      printf("rank %d, index %lld (tensor [", r, (long long)x.bad_index[r]);
+      for (int k = 0; k < d->to.ndims; k++) printf("%s%lld", k ? "," : "", (long long)gc[k]);
+      printf("]): got %g, wanted %g\n", x.got[r], x.want[r]);
+      status = 1;
+    }
+  if (!status) puts("ok");
+  sk_world_destroy(w);
+  free(x.bad_index), free(x.got), free(x.want), free(x.rc), free(x.msg);
+  return status;
+}
+
+static int redistribution(const sk_layout *from, const char *to_text, const char *partial_text, int mindspore,
+                          const char *alltoall_text, const char *dtype_text, int plan, int tsv, int exec) {
+  sk_redist_desc d;
+  sk_error e;
+  memset(&d, 0, sizeof d);
+  d.from = *from;
+  check(sk_layout_parse(&d.to, &from->mesh, to_text, from->ndims, from->shape, &e), &e);
+  if (partial_text) check(sk_mesh_axis_mask(&from->mesh, partial_text, &d.partial, &e), &e);
+  d.dtype = SK_F32;
+  if (dtype_text && !sk_dtype_from_name(dtype_text, &d.dtype))
+    die("--dtype: unknown type '%s' (float, double, half, bfloat16, int8, uint8, int32, int64)", dtype_text);
+  d.mode = SK_REDIST_MINIMAL;
+  if (mindspore) {
+    d.mode = SK_REDIST_MINDSPORE;
+    if (alltoall_text) {
+      if (!strcmp(alltoall_text, "off"))
+        d.mode = SK_REDIST_MINDSPORE_NO_ALLTOALL;
+      else if (strcmp(alltoall_text, "on"))
+        die("--alltoall takes on or off, not '%s'", alltoall_text);
+    }
+  }
+  sk_redist_plan *p;
+  check(sk_redist_plan_create(&d, SK_REDIST_ALL_RANKS, &p, &e), &e);
+  if (plan || (!tsv && !exec)) {
+    size_t n = sk_redist_plan_format(p, NULL, 0);
+    char *buf = (char *)malloc(n + 1);
+    if (!buf) die("out of memory for a %zu-byte plan", n + 1);
+    sk_redist_plan_format(p, buf, n + 1);
+    fputs(buf, stdout);
+    free(buf);
+  }
+  if (tsv) {
+    puts("rank\trecv_bytes\tsend_bytes");
+    for (int r = 0; r < from->mesh.size; r++) {
+      uint64_t rv, sv;
+      check(sk_redist_plan_bytes(p, -1, r, &rv, &sv, &e), &e);
+      printf("%d\t%llu\t%llu\n", r, (unsigned long long)rv, (unsigned long long)sv);
+    }
+  }
+  sk_redist_plan_destroy(p);
+  int status = 0;
+  if (exec) {
+    fflush(stdout);
+    status = run_exec(&d);
+  }
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "sk-layout: error: writing the output failed\n");
+    return 1;
+  }
+  return status;
+}
+
 int main(int argc, char **argv) {
   const char *mesh_text = NULL, *shape_text = NULL, *map_text = NULL, *ms_map_text = NULL;
   const char *devices_text = NULL, *strategy_text = NULL, *repeat_text = NULL, *name = NULL;
-  int tsv = 0, groups = 0, standard = 0;
+  const char *to_text = NULL, *partial_text = NULL, *alltoall_text = NULL, *dtype_text = NULL;
+  int tsv = 0, groups = 0, standard = 0, plan = 0, mindspore = 0, exec = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -153,11 +390,25 @@ int main(int argc, char **argv) {
       standard = 1;
       continue;
     }
+    if (!strcmp(a, "--plan")) {
+      plan = 1;
+      continue;
+    }
+    if (!strcmp(a, "--mindspore")) {
+      mindspore = 1;
+      continue;
+    }
+    if (!strcmp(a, "--exec")) {
+      exec = 1;
+      continue;
+    }
     /* flags with a value: "--flag VALUE" or "--flag=VALUE" */
     static const char *const valued[] = {"--mesh", "--shape", "--map", "--ms-map", "--devices",
-                                         "--strategy", "--repeat", "--name"};
+                                         "--strategy", "--repeat", "--name", "--to", "--partial",
+                                         "--alltoall", "--dtype"};
     const char **slot[] = {&mesh_text, &shape_text, &map_text, &ms_map_text, &devices_text,
-                           &strategy_text, &repeat_text, &name};
+                           &strategy_text, &repeat_text, &name, &to_text, &partial_text,
+                           &alltoall_text, &dtype_text};
     int which = -1;
     const char *value = NULL;
     for (int k = 0; k < (int)(sizeof valued / sizeof *valued); k++) {
@@ -178,6 +429,15 @@ int main(int argc, char **argv) {
   }
 
   if (tsv + groups + standard > 1) die("choose one of --tsv, --groups, --standard");
+  if (to_text && (groups || standard)) die("--groups and --standard describe one layout; not with --to");
+  if (!to_text) {
+    if (plan) die("--plan needs --to");
+    if (partial_text) die("--partial needs --to");
+    if (mindspore) die("--mindspore needs --to");
+    if (exec) die("--exec needs --to");
+    if (dtype_text) die("--dtype needs --to");
+  }
+  if (alltoall_text && !mindspore) die("--alltoall needs --mindspore");
   if (!shape_text) die("--shape is required (try --help)");
   if (map_text && ms_map_text) die("give --map or --ms-map, not both");
   if (mesh_text && (strategy_text || devices_text)) die("give --mesh or --strategy, not both");
@@ -236,6 +496,7 @@ int main(int argc, char **argv) {
     check(sk_layout_from_strategy(&l, (int)devices, ndims, shape, strategy, repeat, &e), &e);
   }
 
+  if (to_text) return redistribution(&l, to_text, partial_text, mindspore, alltoall_text, dtype_text, plan, tsv, exec);
   if (tsv)
     print_tsv(&l);
   else if (groups)

@@ -7,3 +7,4 @@
 #include "sk_comm.h"
 #include "sk_threads.h"
 #include "sk_ops.h"
+#include "sk_redist.h"

@@ -150,7 +150,7 @@ static sk_result sk__op_mesh(const int *dims, int n, int ndevices, sk_mesh *mesh
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the strategy uses %lld devices, which does not divide the %d devices",
                     prod, ndevices);
   int d[SK_MAX_AXES];
-  char names[SK_MAX_AXES][8];
+  char names[SK_MAX_AXES][16];
   const char *np[SK_MAX_AXES];
   int na = 0;
   for (int i = 0; i < n; i++) {

@@ -146,5 +146,81 @@ expect_err "bad ms-map" "-1 inside a tuple" --mesh dp=2,sp=2 --shape 16 --ms-map
 expect_err "ms-map dims mismatch" "--ms-map \"(0,1)\" has 2 dims; --shape has 1" --mesh dp=2,sp=2 --shape 16 --ms-map "(0,1)"
 expect_err "flag twice" "--shape given twice" --mesh dp=2 --shape 16 --shape 16
 
+# ---- redistribution plans (issue 6) ------------------------------------------------------------
+expect_out "rows-by-8 -> cols-by-8 plan: one AllToAll" "redistribution of [16,784] float, 8 devices, minimal
+  from  mesh dp=8  layout \"dp,None\"
+  to    mesh dp=8  layout \"None,dp\"
+step 1  AllToAll: group dp (8 ranks), count 196 per peer
+        \"dp,None\" -> \"None,dp\"
+        recv 5488 B, send 5488 B per rank, cost 70.55 us
+total   1 step, recv 5488 B, send 5488 B per rank, cost 70.55 us" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --plan
+"$BIN" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp >"$tmp/a" 2>&1
+"$BIN" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --plan >"$tmp/b" 2>&1
+if cmp -s "$tmp/a" "$tmp/b"; then ok; else bad "--to without an output flag prints the plan"; fi
+expect_out "tsv of rows -> cols, bytes of half" "rank${tab}recv_bytes${tab}send_bytes
+0${tab}2744${tab}2744
+1${tab}2744${tab}2744
+2${tab}2744${tab}2744
+3${tab}2744${tab}2744
+4${tab}2744${tab}2744
+5${tab}2744${tab}2744
+6${tab}2744${tab}2744
+7${tab}2744${tab}2744" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --tsv --dtype half
+# the tutorial x to a tuple-reordered layout: each rank gets only what it lacks
+expect_out "tsv of a tuple move" "rank${tab}recv_bytes${tab}send_bytes
+0${tab}3136${tab}3136
+1${tab}6272${tab}6272
+2${tab}6272${tab}6272
+3${tab}6272${tab}6272
+4${tab}6272${tab}6272
+5${tab}6272${tab}6272
+6${tab}6272${tab}6272
+7${tab}3136${tab}3136" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --to "(dp,sp),mp" --tsv
+# MatMul out (rows by a, replicated on b) -> ReLU in (rows by (a,b)): no communication
+expect_out "matmul -> relu tsv: nothing moves" "rank${tab}recv_bytes${tab}send_bytes
+0${tab}0${tab}0
+1${tab}0${tab}0
+2${tab}0${tab}0
+3${tab}0${tab}0" --mesh a=2,b=2 --shape 16,512 --map a,None --to "(a,b),None" --tsv
+# partial sums over b, target split by b: one ReduceScatter; every peer contribution counts
+expect_out "partial tsv: ReduceScatter contributions" "rank${tab}recv_bytes${tab}send_bytes
+0${tab}12288${tab}12288
+1${tab}12288${tab}12288
+2${tab}12288${tab}12288
+3${tab}12288${tab}12288
+4${tab}12288${tab}12288
+5${tab}12288${tab}12288
+6${tab}12288${tab}12288
+7${tab}12288${tab}12288" --mesh a=2,b=4 --shape 16,512 --map None,None --partial b --to b,None --tsv --dtype bfloat16
+"$BIN" --mesh a=2,b=4 --shape 16,512 --map None,None --partial b --to b,None --plan >"$tmp/out" 2>&1
+grep -q '^step 1  ReduceScatter: sum of partials over b (4 ranks' "$tmp/out" && ok || bad "partial plan is one ReduceScatter"
+"$BIN" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --mindspore >"$tmp/out" 2>&1
+grep -q '^step 1  AllToAll: split_count 8, split_dim 1, concat_dim 0' "$tmp/out" &&
+  grep -q 'forward_comm 3136, backward_comm 3136, comm 6272, computation 3136, memory 3136$' "$tmp/out" && ok ||
+  { bad "--mindspore (alltoall on)"; sed 's/^/    /' "$tmp/out"; }
+"$BIN" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --mindspore --alltoall off >"$tmp/out" 2>&1
+grep -q '^step 1  AllGather: concat dim 0' "$tmp/out" && grep -q '^step 2  StridedSlice' "$tmp/out" &&
+  grep -q 'forward_comm 6272, backward_comm 784, comm 7056, computation 15680, memory 26656$' "$tmp/out" && ok ||
+  { bad "--mindspore --alltoall off"; sed 's/^/    /' "$tmp/out"; }
+# --exec: generated data, every element checked
+expect_out "exec rows -> cols" "ok" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --exec
+expect_out "exec partial, int32" "ok" --mesh a=2,b=4 --shape 16,512 --map a,None --partial b --to None,b --exec --dtype int32
+expect_out "exec tuple move, half" "ok" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --to "(dp,sp),mp" --exec --dtype half
+expect_out "exec mindspore off" "ok" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --to "(dp,sp),mp" --mindspore --alltoall off --exec
+expect_out "exec a 2x3 mesh" "ok" --mesh a=2,b=3 --shape 12,6 --map a,b --to b,a --exec --dtype int8
+"$BIN" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --plan --exec >"$tmp/out" 2>&1
+[ "$(tail -1 "$tmp/out")" = ok ] && grep -q AllToAll "$tmp/out" && ok || bad "--plan --exec"
+# bad redistribution input
+expect_err "partial axis used by the source" "partial axis 'dp' also splits the source" --mesh dp=8 --shape 16,784 --map dp,None --partial dp --to None,dp
+expect_err "unknown partial axis" "unknown axis 'zz'" --mesh dp=8 --shape 16,784 --map dp,None --partial zz --to None,dp
+expect_err "--alltoall without --mindspore" "--alltoall needs --mindspore" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --alltoall on
+expect_err "bad --alltoall" "--alltoall takes on or off" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --mindspore --alltoall maybe
+expect_err "--mindspore with partial sums" "non-partial sources only" --mesh a=2,b=4 --shape 16,512 --map None,None --partial b --to b,None --mindspore
+expect_err "bad --dtype" "--dtype: unknown type 'quad'" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --dtype quad
+expect_err "--to not divisible" "dim 1 (784) is not divisible by 3" --mesh a=2,b=3 --shape 12,784 --map a,None --to None,b
+expect_err "--plan without --to" "--plan needs --to" --mesh dp=8 --shape 16,784 --map dp,None --plan
+expect_err "--exec without --to" "--exec needs --to" --mesh dp=8 --shape 16,784 --map dp,None --exec
+expect_err "--to with --groups" "not with --to" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --groups
+
 echo "tools: $pass passed, $fail failed"
 [ $fail -eq 0 ]

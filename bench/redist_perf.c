@@ -1,0 +1,288 @@
+/* redist_perf: sk_redist.h on the threads backend.
+   1. Throughput of representative moves of a 16 MiB float tensor over 8 devices, as %bound of
+      the memory traffic the move must cause: every rank writes its target slice once and reads
+      each element of it once from wherever it lives (partial sources: every contribution once),
+      min_bytes = sum over ranks of (read + write). t_min = min_bytes / B, with B the read+write
+      bandwidth of an in-place x += 0 kernel over the same buffers (every device's source and
+      target slice), probed right before each move with min(devices, cores) threads, best of 5.
+      %bound = 100 * t_min / t, t = mean time of one sk_redist_execute (max over ranks).
+      Every move is checked element by element once (the "check" column).
+   2. Planning time on a 4096-device mesh (dp=8,sp=8,mp=8,pp=8): sk_redist_plan_create for one
+      rank, median and max over 64 ranks spread over the mesh (target: <= 1 ms per rank).
+   Usage: build/redist_perf [-g devices] [-b bytes] [-n iters] [-w warmup] */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_common.h" /* SK_IMPL + shardkit.h, and the bandwidth probe's kernel bench__rw */
+
+typedef struct move {
+  const char *label, *mesh, *from, *to, *partial;
+  sk_redist_mode mode;
+} move;
+
+/* Tensor [R, C] with R*C*4 = bytes; meshes of 8 devices. */
+static const move moves[] = {
+    {"rows-by-8 -> cols-by-8", "dp=8", "dp,None", "None,dp", NULL, SK_REDIST_MINIMAL},
+    {"  same, MindSpore alltoall off", "dp=8", "dp,None", "None,dp", NULL, SK_REDIST_MINDSPORE_NO_ALLTOALL},
+    {"rows-by-8 -> replicated", "dp=8", "dp,None", "None,None", NULL, SK_REDIST_MINIMAL},
+    {"MatMul out -> ReLU in (local)", "a=2,b=4", "a,None", "(a,b),None", NULL, SK_REDIST_MINIMAL},
+    {"tuple reorder (2,2,2)", "dp=2,sp=2,mp=2", "mp,(sp,dp)", "(dp,sp),mp", NULL, SK_REDIST_MINIMAL},
+    {"partial over b -> rows by b", "a=2,b=4", "None,None", "b,None", "b", SK_REDIST_MINIMAL},
+    {"partial over b -> replicated", "a=2,b=4", "a,None", "a,None", "b", SK_REDIST_MINIMAL},
+};
+#define NMOVES ((int)(sizeof moves / sizeof moves[0]))
+
+typedef struct ctx {
+  int n, iters, warmup, probe_threads;
+  sk_redist_desc desc;
+  float **src, **dst;
+  size_t *nsrc, *ndst;
+  double t_iter, t_probe; /* results (max over ranks) */
+  int64_t wrong;
+} ctx;
+
+
+static int64_t gidx(const sk_layout *l, const sk_slice *s, int64_t i) {
+  int64_t sub[SK_MAX_DIMS], x = 0;
+  for (int d = l->ndims - 1; d >= 0; d--) {
+    int64_t e = s->stop[d] - s->start[d];
+    sub[d] = i % e, i /= e;
+  }
+  for (int d = 0; d < l->ndims; d++) x = x * l->shape[d] + s->start[d] + sub[d];
+  return x;
+}
+
+static int ppos(const sk_mesh *m, uint32_t partial, int rank) {
+  int c[SK_MAX_AXES], k = 0;
+  sk_mesh_coords(m, rank, c, NULL);
+  for (int a = 0; a < m->naxes; a++)
+    if (partial & (1u << a)) k = k * m->dims[a] + c[a];
+  return k;
+}
+
+static float val(int64_t x, int k) { return (float)((x * 7 + k * 13) % 15 - 7); }
+
+static sk_result device(sk_comm *c, void *arg) {
+  ctx *x = (ctx *)arg;
+  int r = sk_comm_rank(c);
+  const sk_redist_desc *d = &x->desc;
+  sk_slice fs, ts;
+  sk_layout_slice(&d->from, r, &fs, NULL);
+  sk_layout_slice(&d->to, r, &ts, NULL);
+  int k = ppos(&d->from.mesh, d->partial, r), g = 1;
+  for (int a = 0; a < d->from.mesh.naxes; a++)
+    if (d->partial & (1u << a)) g *= d->from.mesh.dims[a];
+  for (size_t i = 0; i < x->nsrc[r]; i++) x->src[r][i] = val(gidx(&d->from, &fs, (int64_t)i), d->partial ? k : 0);
+  memset(x->dst[r], 0, x->ndst[r] * 4);
+  sk_redist_executor *ex;
+  sk_error e;
+  sk_result rc = sk_redist_executor_create(c, d, &ex, &e);
+  if (rc) return sk_comm_set_error(c, rc, "%s", e.msg);
+  /* check once */
+  rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32);
+  int64_t wrong = 0;
+  for (size_t i = 0; rc == SK_OK && i < x->ndst[r]; i++) {
+    int64_t gi = gidx(&d->to, &ts, (int64_t)i);
+    float want = 0;
+    if (d->partial)
+      for (int j = 0; j < g; j++) want += val(gi, j);
+    else
+      want = val(gi, 0);
+    wrong += x->dst[r][i] != want;
+  }
+  /* probe: min(devices, cores) threads sweep every device's src and dst */
+  double best = 1e30;
+  for (int rep = 0; rep < 5 && rc == SK_OK; rep++) {
+    rc = sk_barrier(c);
+    uint64_t t0 = sk_now_ns();
+    if (r < x->probe_threads)
+      for (int dv = r; dv < x->n; dv += x->probe_threads) {
+        bench__rw((unsigned char *)x->src[dv], x->nsrc[dv] * 4, bench__zero);
+        bench__rw((unsigned char *)x->dst[dv], x->ndst[dv] * 4, bench__zero);
+      }
+    double t = (double)(sk_now_ns() - t0) * 1e-9, tmax = 0;
+    if (rc == SK_OK) rc = sk_allreduce(c, &t, &tmax, 1, SK_F64, SK_MAX);
+    if (tmax < best) best = tmax;
+  }
+  for (int i = 0; i < x->warmup && rc == SK_OK; i++)
+    rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32);
+  if (rc == SK_OK) rc = sk_barrier(c);
+  uint64_t t0 = sk_now_ns();
+  for (int i = 0; i < x->iters && rc == SK_OK; i++)
+    rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32);
+  double t = (double)(sk_now_ns() - t0) * 1e-9 / x->iters, tmax = 0;
+  int64_t wsum = 0;
+  if (rc == SK_OK) rc = sk_allreduce(c, &t, &tmax, 1, SK_F64, SK_MAX);
+  if (rc == SK_OK) rc = sk_allreduce(c, &wrong, &wsum, 1, SK_I64, SK_SUM);
+  if (r == 0) x->t_iter = tmax, x->t_probe = best, x->wrong = wsum;
+  sk_redist_executor_destroy(ex);
+  return rc;
+}
+
+static double now_ns(void) { return (double)sk_now_ns(); }
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void die(const char *what, const sk_error *e) {
+  fprintf(stderr, "redist_perf: %s: %s\n", what, e ? e->msg : "");
+  exit(1);
+}
+
+int main(int argc, char **argv) {
+  int ndev = 8, iters = 10, warmup = 3;
+  size_t bytes = 16u << 20;
+  int opt;
+  while ((opt = getopt(argc, argv, "g:b:n:w:")) != -1) {
+    if (opt == 'g') ndev = atoi(optarg);
+    else if (opt == 'b') bytes = (size_t)strtoull(optarg, NULL, 0) << (strchr(optarg, 'M') ? 20 : 0);
+    else if (opt == 'n') iters = atoi(optarg);
+    else if (opt == 'w') warmup = atoi(optarg);
+    else {
+      fprintf(stderr, "usage: redist_perf [-g 8] [-b 16M] [-n 10] [-w 3]\n");
+      return 2;
+    }
+  }
+  if (ndev != 8) {
+    fprintf(stderr, "redist_perf: the moves are written for 8 devices\n");
+    return 2;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int64_t C = 1024, R = (int64_t)(bytes / 4) / C;
+  int64_t shape[2] = {R, C};
+  printf("# redist_perf: %d devices (threads), tensor [%lld,%lld] float = %zu bytes, %d iters, %d warm-up, "
+         "probe threads %ld\n",
+         ndev, (long long)R, (long long)C, bytes, iters, warmup, cores < ndev ? cores : ndev);
+  printf("# %-32s %-24s %11s %9s %11s %11s %8s %7s %6s %6s\n", "move", "plan", "recv B/rank", "time(us)", "min bytes",
+         "plan bytes", "B(GB/s)", "%bound", "%plan", "check");
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = ndev;
+  wd.backend = sk_threads_backend();
+  sk_world *w;
+  sk_error e;
+  if (sk_world_create(&wd, &w, &e)) die("world", &e);
+  ctx x;
+  memset(&x, 0, sizeof x);
+  x.n = ndev, x.iters = iters, x.warmup = warmup;
+  x.probe_threads = (int)(cores < ndev ? cores : ndev);
+  x.src = calloc((size_t)ndev, sizeof(float *)), x.dst = calloc((size_t)ndev, sizeof(float *));
+  x.nsrc = calloc((size_t)ndev, sizeof(size_t)), x.ndst = calloc((size_t)ndev, sizeof(size_t));
+  for (int mi = 0; mi < NMOVES; mi++) {
+    const move *mv = &moves[mi];
+    sk_mesh m;
+    memset(&x.desc, 0, sizeof x.desc);
+    if (sk_mesh_parse(&m, mv->mesh, &e) || sk_layout_parse(&x.desc.from, &m, mv->from, 2, shape, &e) ||
+        sk_layout_parse(&x.desc.to, &m, mv->to, 2, shape, &e) ||
+        (mv->partial && sk_mesh_axis_mask(&m, mv->partial, &x.desc.partial, &e)))
+      die(mv->label, &e);
+    x.desc.mode = mv->mode;
+    sk_redist_plan *p;
+    if (sk_redist_plan_create(&x.desc, SK_REDIST_ALL_RANKS, &p, &e)) die(mv->label, &e);
+    char plan[64] = "";
+    double planb = 0;
+    for (int i = 0; i < sk_redist_plan_nsteps(p); i++) {
+      sk_redist_step_info s;
+      sk_redist_plan_step(p, i, &s, NULL);
+      snprintf(plan + strlen(plan), sizeof plan - strlen(plan), "%s%s", i ? "+" : "", s.name);
+      int64_t sh[SK_MAX_DIMS], v = 1;
+      sk_layout_slice_shape(s.to, sh);
+      for (int k = 0; k < s.to->ndims; k++) v *= sh[k];
+      planb += (double)v * 4 * ndev * (1 + (s.from_partial ? s.group_size : 1));
+    }
+    uint64_t rmax = 0;
+    double minb = 0;
+    int g = 1;
+    for (int a = 0; a < m.naxes; a++)
+      if (x.desc.partial & (1u << a)) g *= m.dims[a];
+    for (int r = 0; r < ndev; r++) {
+      uint64_t rv, sv;
+      sk_redist_plan_bytes(p, -1, r, &rv, &sv, NULL);
+      if (rv > rmax) rmax = rv;
+      int64_t fshape[2], tshape[2];
+      sk_layout_slice_shape(&x.desc.from, fshape);
+      sk_layout_slice_shape(&x.desc.to, tshape);
+      x.nsrc[r] = (size_t)(fshape[0] * fshape[1]);
+      x.ndst[r] = (size_t)(tshape[0] * tshape[1]);
+      minb += (double)x.ndst[r] * 4; /* every target slice written once */
+    }
+    minb += (double)g * (double)bytes; /* the tensor read once (every contribution when partial) */
+    sk_redist_plan_destroy(p);
+    for (int r = 0; r < ndev; r++) {
+      x.src[r] = aligned_alloc(4096, (x.nsrc[r] * 4 + 4095) / 4096 * 4096);
+      x.dst[r] = aligned_alloc(4096, (x.ndst[r] * 4 + 4095) / 4096 * 4096);
+      if (!x.src[r] || !x.dst[r]) die("out of memory", NULL);
+    }
+    sk_result rc = sk_world_run(w, device, &x);
+    if (rc) {
+      fprintf(stderr, "redist_perf: %s: %s\n", mv->label, sk_world_error_message(w));
+      return 1;
+    }
+    double foot = 0;
+    for (int r = 0; r < ndev; r++) foot += (double)(x.nsrc[r] + x.ndst[r]) * 4;
+    double B = 2 * foot / x.t_probe; /* read + write per byte */
+    double tmin = minb / B;
+    printf("  %-32s %-24s %11llu %9.1f %11.0f %11.0f %8.2f %7.1f %6.1f %6s\n", mv->label, plan,
+           (unsigned long long)rmax, x.t_iter * 1e6, minb, planb, B / 1e9, 100 * tmin / x.t_iter,
+           100 * planb / B / x.t_iter, x.wrong ? "WRONG" : "ok");
+    for (int r = 0; r < ndev; r++) free(x.src[r]), free(x.dst[r]);
+  }
+  sk_world_destroy(w);
+
+  /* planning time on 4096 devices */
+  static const struct {
+    const char *label, *from, *to, *partial;
+    sk_redist_mode mode;
+  } pcases[] = {
+      {"AllToAll (dp,sp)-rows -> (dp,sp)-cols", "(dp,sp),None,mp,None", "None,(dp,sp),mp,None", NULL, SK_REDIST_MINIMAL},
+      {"AllGather of 512-way rows", "(dp,sp,mp),None,None,None", "None,None,None,None", NULL, SK_REDIST_MINIMAL},
+      {"SendRecv tuple reorder, 4096-way", "(dp,sp),(mp,pp),None,None", "(pp,mp),(sp,dp),None,None", NULL,
+       SK_REDIST_MINIMAL},
+      {"partial over pp -> ReduceScatter", "(dp,sp),None,mp,None", "(dp,sp),pp,mp,None", "pp", SK_REDIST_MINIMAL},
+      {"MindSpore mode, alltoall on", "(dp,sp),None,mp,None", "None,(dp,sp),mp,None", NULL, SK_REDIST_MINDSPORE},
+  };
+  sk_mesh bm;
+  if (sk_mesh_parse(&bm, "dp=8,sp=8,mp=8,pp=8", &e)) die("mesh", &e);
+  static const int64_t bshape[4] = {4096, 4096, 64, 64};
+  printf("\n# planning time per rank, mesh dp=8,sp=8,mp=8,pp=8 (4096 devices), x[4096,4096,64,64] float,\n"
+         "# sk_redist_plan_create(desc, rank) for 64 ranks (every 64th), best of 5 each; median and max, target <= 1 ms\n");
+  printf("# %-40s %-24s %12s %12s %5s\n", "move", "plan", "median(ms)", "max(ms)", "met");
+  for (size_t ci = 0; ci < sizeof pcases / sizeof pcases[0]; ci++) {
+    sk_redist_desc d;
+    memset(&d, 0, sizeof d);
+    if (sk_layout_parse(&d.from, &bm, pcases[ci].from, 4, bshape, &e) ||
+        sk_layout_parse(&d.to, &bm, pcases[ci].to, 4, bshape, &e) ||
+        (pcases[ci].partial && sk_mesh_axis_mask(&bm, pcases[ci].partial, &d.partial, &e)))
+      die(pcases[ci].label, &e);
+    d.mode = pcases[ci].mode;
+    double t[64];
+    char plan[64] = "";
+    for (int i = 0; i < 64; i++) {
+      sk_redist_plan *p;
+      t[i] = 1e30;
+      for (int rep = 0; rep < 5; rep++) { /* best of 5 per rank: the host is shared */
+        double t0 = now_ns();
+        if (sk_redist_plan_create(&d, i * 64 + (i % 7), &p, &e)) die(pcases[ci].label, &e);
+        double ms = (now_ns() - t0) / 1e6;
+        if (ms < t[i]) t[i] = ms;
+        if (rep < 4) sk_redist_plan_destroy(p);
+      }
+      if (i == 0)
+        for (int k = 0; k < sk_redist_plan_nsteps(p); k++) {
+          sk_redist_step_info s;
+          sk_redist_plan_step(p, k, &s, NULL);
+          snprintf(plan + strlen(plan), sizeof plan - strlen(plan), "%s%s", k ? "+" : "", sk_redist_op_name(s.op));
+        }
+      sk_redist_plan_destroy(p);
+    }
+    qsort(t, 64, sizeof t[0], cmpd);
+    double med = 0.5 * (t[31] + t[32]), mx = t[63];
+    printf("  %-40s %-24s %12.3f %12.3f %5s\n", pcases[ci].label, plan, med, mx, mx <= 1.0 ? "yes" : "NO");
+  }
+  return 0;
+}

@@ -1,0 +1,1608 @@
+/* sk_redist.h -- tensor redistribution: plan and execute any layout -> layout move.
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_REDIST_IMPL with the modules it uses)
+                             #include "shardkit.h"
+   Needs sk_layout.h and sk_comm.h (and a backend to execute on). Link with -lpthread.
+
+   WHAT IT IS
+     MindSpore inserts "tensor redistribution" between operators whose layouts differ
+     (SEMANTICS.md section 5). This module does the same as a library call. Input: a tensor
+     shape, a dtype, a from-layout and a to-layout (same mesh, or meshes with the same device
+     count), and optionally the mesh axes over which the source holds partial sums (a pending
+     SUM, as the output of a MatMul with a split contraction dim). Output: a PLAN -- an ordered
+     list of steps, each a local slice/copy or a collective on a group of ranks (AllGather,
+     AllToAll, ReduceScatter, AllReduce, or a Send/Recv exchange), with the bytes each rank
+     sends and receives and an alpha-beta cost estimate. Plans are backend-independent values,
+     printable with sk_redist_plan_format(). An EXECUTOR runs a plan on any backend through the
+     public sk_comm.h API.
+
+   MODES (sk_redist_desc.mode)
+     SK_REDIST_MINIMAL (default). Without partial sums the plan is ONE exchange in which every
+       rank receives exactly the bytes of its target slice it does not already hold, and no more.
+       Each missing piece comes from the holder whose coordinates on the source's replicated
+       axes equal the receiver's (so replicas share the sending). The exchange is labelled with
+       the collective it is, when it is one for every rank: AllGather (everybody needs every
+       group member's whole slice), AllToAll (equal blocks to and from every group member, e.g.
+       rows-by-8 -> cols-by-8), a local slice/copy (nothing to receive, e.g. MatMul out
+       [2,4],[1,-1] -> ReLU in [4,2],[1,-1]); otherwise it is a Send/Recv exchange.
+       With partial sums over axes P the plan first reduces over the P group in ONE collective
+       (so the sum is taken in rank order within each partial group, as sk_comm.h's reductions
+       are): a ReduceScatter when the target splits along some axis of P (the scattered layout
+       appends P's axes to the dims where the target uses them), else an AllReduce; then the
+       minimal exchange from that layout to the target, if any rank still lacks data.
+     SK_REDIST_MINDSPORE / SK_REDIST_MINDSPORE_NO_ALLTOALL. MindSpore's own operator sequence
+       (RedistributionOperatorInfer with enable_alltoall on -- the AutoParallel wrapper's
+       default -- or off -- set_auto_parallel_context's default): StridedSlice, AllGather
+       (ConcatByAxis), AllToAll (PermuteByAxis), with MindSpore's cost model
+       (sk_redist_plan_ms_cost: element counts, its Concat/Permute double counting included).
+       Non-partial sources only (MindSpore handles partial sums in the operators). Both meshes
+       must have the same device matrix. Tensor shapes are unified as MindSpore does (tuple dims
+       expanded, size-1 dims squeezed, common refinement of the two factorizations); where
+       MindSpore would also have to split a device axis we take its fallback (source -> fully
+       replicated -> target). Every operator is executed as a minimal move between the layouts
+       before and after it, so MindSpore plans run too (for comparisons).
+
+   BYTES AND COSTS
+     recv bytes of a rank = what it obtains from other ranks (what it already holds does not
+     count; for partial sources, every peer contribution it reads or receives counts: an
+     AllReduce of n bytes over g ranks counts (g-1)*n, a ReduceScatter (g-1)*n/g); send bytes =
+     what other ranks obtain from it under the plan's choice of sources. Costs (seconds), with
+     alpha per message, beta per byte on the wire, gamma per byte reduced or copied locally
+     (ALGORITHMS.md 2.1), g = group size, n = bytes per rank buffer:
+       AllGather, AllToAll   (g-1)*alpha + recv*beta              (recv = (g-1)/g * n)
+       ReduceScatter         (g-1)*alpha + recv*(beta + gamma)
+       AllReduce (ring)      2(g-1)*alpha + 2(g-1)/g*n*beta + (g-1)/g*n*gamma
+       Send/Recv exchange    messages*alpha + max(send, recv)*beta + local bytes*gamma
+       local slice/copy      bytes*gamma
+     A whole plan takes the maximum over ranks; a rank plan uses the planned rank's traffic.
+
+   PLANNING COST
+     sk_redist_plan_create(desc, rank, ...) plans for one rank: O(devices) work for the
+     classification plus, for a Send/Recv exchange, O(group) for the rank's own pieces (well
+     under 1 ms on 4096 devices). rank == SK_REDIST_ALL_RANKS also fills every rank's bytes
+     (O(devices * group)), for explainers.
+
+   EXECUTING
+     sk_redist_executor_create(comm, desc, &ex, &err) is COLLECTIVE over comm (whose size must
+     equal the mesh's device count; comm rank r plays mesh rank r): it plans for this rank and
+     creates, once, the sub-communicators the plan's collectives need (sk_comm_split_mesh), plus
+     scratch buffers. sk_redist_execute(ex, src, src_count, dst, dst_count, dtype) -- collective,
+     every rank calls it -- moves this rank's source slice (row-major, the source layout's slice
+     shape) into its target slice (row-major, the target's slice shape); out-of-place (src and
+     dst must not overlap); call it as often as you like. Arguments are checked on every rank
+     and agreed on with one small AllReduce before any data moves: a bad argument anywhere
+     returns SK_ERR_INVALID_ARGUMENT on every rank (the message, sk_comm_error_message(comm),
+     names the problem on the rank that had it). Contiguous blocks are sent from and received
+     into the caller's buffers directly; other blocks are packed into the executor's scratch.
+     OWNERSHIP: the caller owns comm and the executor; sk_redist_executor_destroy() (not
+     collective) frees the executor, its scratch and the sub-communicators it created; destroy
+     it before comm. sk_redist() is the one-shot form (create, execute, destroy).
+
+   ERRORS
+     SK_ERR_INVALID_ARGUMENT (with a message in err) for: NULL arguments, layouts that do not
+     divide or have different shapes, meshes with different device counts, a partial axis the
+     source layout uses, an invalid dtype, a count or dtype at execute that does not match the
+     plan, overlapping buffers. Nothing is moved in those cases.
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_REDIST_IMPL)
+#define SK_REDIST_IMPL
+#endif
+#ifndef SK_REDIST_H
+#define SK_REDIST_H
+
+#include "sk_core.h"
+#include "sk_layout.h"
+#include "sk_comm.h"
+
+SK_EXTERN_C_BEGIN
+
+typedef enum sk_redist_mode {
+  SK_REDIST_MINIMAL = 0,               /* the least communication (default) */
+  SK_REDIST_MINDSPORE = 1,             /* MindSpore's operators, enable_alltoall on */
+  SK_REDIST_MINDSPORE_NO_ALLTOALL = 2  /* MindSpore's operators, enable_alltoall off */
+} sk_redist_mode;
+
+/* How a step executes. */
+typedef enum sk_redist_op {
+  SK_REDIST_LOCAL = 0,         /* local slice / copy, no communication */
+  SK_REDIST_ALLGATHER,
+  SK_REDIST_ALLTOALL,
+  SK_REDIST_REDUCE_SCATTER,    /* sum of partial contributions, scattered */
+  SK_REDIST_ALLREDUCE,         /* sum of partial contributions, replicated */
+  SK_REDIST_SENDRECV,          /* point-to-point exchange */
+  SK_REDIST_OP_COUNT
+} sk_redist_op;
+
+SK_API const char *sk_redist_op_name(sk_redist_op op);
+
+/* Alpha-beta parameters (seconds, seconds per byte); zero fields mean the defaults
+   alpha 10e-6 (10 us per message), beta 1e-10 (10 GB/s), gamma 5e-11 (20 GB/s). */
+typedef struct sk_redist_cost {
+  double alpha, beta, gamma;
+} sk_redist_cost;
+
+/* What to move. Zero fields mean the defaults:
+     from, to    required; same tensor shape; meshes with the same device count
+     partial     0: mask of `from` mesh axes over which the source holds partial sums; each must
+                 be an axis the from-layout does not use
+     dtype       SK_F32
+     mode        SK_REDIST_MINIMAL
+     cost        the defaults above
+     allocator   the C library */
+typedef struct sk_redist_desc {
+  sk_layout from;
+  sk_layout to;
+  uint32_t partial;
+  sk_dtype dtype;
+  sk_redist_mode mode;
+  sk_redist_cost cost;
+  sk_allocator allocator;
+} sk_redist_desc;
+
+/* MindSpore's redistribution cost (TensorRedistribution::ComputeCost), in elements. */
+typedef struct sk_redist_ms_cost {
+  double forward_comm, backward_comm, comm, computation, memory;
+  bool reshape; /* MindSpore would insert a Reshape (its cost is included) */
+} sk_redist_ms_cost;
+
+#define SK_REDIST_ALL_RANKS (-1)
+
+typedef struct sk_redist_plan sk_redist_plan;
+typedef struct sk_redist_executor sk_redist_executor;
+
+/* One step as the caller sees it. */
+typedef struct sk_redist_step_info {
+  sk_redist_op op;        /* how it executes */
+  const char *name;       /* "AllToAll", ...; in MindSpore mode MindSpore's op ("StridedSlice") */
+  const char *detail;     /* parameters in words, e.g. "split_count 8, split_dim 1, concat_dim 0" */
+  uint32_t group_axes;    /* mesh axes (of from.mesh) of the collective's groups; 0 otherwise */
+  int group_size;         /* ranks per group (1 for local steps and Send/Recv exchanges) */
+  size_t count;           /* elements per rank the collective takes (sk_comm.h's convention) */
+  const sk_layout *from;  /* layout before the step (MindSpore mode: of the unified shape) */
+  const sk_layout *to;    /* layout after it */
+  bool from_partial;      /* the step sums partial contributions */
+  double cost;            /* alpha-beta estimate (s) */
+} sk_redist_step_info;
+
+/* Plans desc for one rank (0..devices-1) or for all (SK_REDIST_ALL_RANKS). *plan is the
+   caller's; free it with sk_redist_plan_destroy. */
+SK_API sk_result sk_redist_plan_create(const sk_redist_desc *desc, int rank, sk_redist_plan **plan, sk_error *err);
+SK_API void sk_redist_plan_destroy(sk_redist_plan *plan);
+SK_API int sk_redist_plan_nsteps(const sk_redist_plan *plan);
+/* The planned rank, or SK_REDIST_ALL_RANKS. */
+SK_API int sk_redist_plan_rank(const sk_redist_plan *plan);
+SK_API const sk_redist_desc *sk_redist_plan_desc(const sk_redist_plan *plan);
+/* Step i (0-based); pointers inside info live as long as the plan. */
+SK_API sk_result sk_redist_plan_step(const sk_redist_plan *plan, int i, sk_redist_step_info *info, sk_error *err);
+/* Bytes rank receives and sends in step `step`, or over the whole plan (step -1). A rank plan
+   answers only for its rank. */
+SK_API sk_result sk_redist_plan_bytes(const sk_redist_plan *plan, int step, int rank, uint64_t *recv_bytes,
+                                      uint64_t *send_bytes, sk_error *err);
+/* Sum of the steps' estimates (s). */
+SK_API double sk_redist_plan_cost(const sk_redist_plan *plan);
+/* MindSpore mode only (else SK_ERR_INVALID_ARGUMENT). */
+SK_API sk_result sk_redist_plan_ms_cost(const sk_redist_plan *plan, sk_redist_ms_cost *cost, sk_error *err);
+/* The plan in words, one step a few lines; snprintf convention. */
+SK_API size_t sk_redist_plan_format(const sk_redist_plan *plan, char *buf, size_t cap);
+
+/* Collective over comm. */
+SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *desc, sk_redist_executor **ex,
+                                           sk_error *err);
+/* Collective. src: src_count elements (>= the source slice), dst: dst_count (>= the target
+   slice), both of dtype dt (must be the plan's). */
+SK_API sk_result sk_redist_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
+                                   size_t dst_count, sk_dtype dt);
+SK_API const sk_redist_plan *sk_redist_executor_plan(const sk_redist_executor *ex);
+SK_API void sk_redist_executor_destroy(sk_redist_executor *ex);
+/* One shot: create an executor, execute, destroy. Collective. */
+SK_API sk_result sk_redist(sk_comm *comm, const sk_redist_desc *desc, const void *src, size_t src_count, void *dst,
+                           size_t dst_count, sk_error *err);
+
+SK_EXTERN_C_END
+
+#endif /* SK_REDIST_H */
+
+/* ==== implementation ======================================================================== */
+#if defined(SK_REDIST_IMPL) && !defined(SK_REDIST_IMPL_DONE)
+#define SK_REDIST_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+
+SK_EXTERN_C_BEGIN
+
+/* Layout of this section:  >>out  >>box (boxes and copies)  >>check (desc validation)
+   >>classify (what collective an exchange is)  >>pieces  >>plan  >>partial  >>mindspore
+   >>format  >>exec */
+
+#define SK__RD_MAX_STEPS 48
+#define SK__RD_DETAIL 128
+
+/* >>out -- snprintf-style appender */
+typedef struct sk__rd_out {
+  char *buf;
+  size_t cap, len;
+} sk__rd_out;
+
+static void sk__rd_out_init(sk__rd_out *o, char *buf, size_t cap) {
+  o->buf = buf;
+  o->cap = buf ? cap : 0;
+  o->len = 0;
+  if (o->cap) buf[0] = '\0';
+}
+
+static SK__PRINTF(2, 3) void sk__rd_put(sk__rd_out *o, const char *fmt, ...) {
+  char *dst = NULL;
+  size_t room = 0;
+  if (o->len < o->cap) dst = o->buf + o->len, room = o->cap - o->len;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(dst, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) o->len += (size_t)n;
+}
+
+/* >>box -- a box is [lo, hi) per dim, in global tensor coordinates */
+typedef struct sk__rd_box {
+  int64_t lo[SK_MAX_DIMS], hi[SK_MAX_DIMS];
+} sk__rd_box;
+
+static void sk__rd_box_of(const sk_slice *s, sk__rd_box *b) {
+  for (int d = 0; d < s->ndims; d++) b->lo[d] = s->start[d], b->hi[d] = s->stop[d];
+}
+
+static void sk__rd_slice_box(const sk_layout *l, int rank, sk__rd_box *b) {
+  sk_slice s;
+  sk_layout_slice(l, rank, &s, NULL);
+  sk__rd_box_of(&s, b);
+}
+
+/* out = a & b; returns its volume (0 when empty) */
+static int64_t sk__rd_isect(const sk__rd_box *a, const sk__rd_box *b, int nd, sk__rd_box *out) {
+  int64_t v = 1;
+  for (int d = 0; d < nd; d++) {
+    int64_t lo = a->lo[d] > b->lo[d] ? a->lo[d] : b->lo[d];
+    int64_t hi = a->hi[d] < b->hi[d] ? a->hi[d] : b->hi[d];
+    if (hi <= lo) return 0;
+    if (out) out->lo[d] = lo, out->hi[d] = hi;
+    v *= hi - lo;
+  }
+  return v;
+}
+
+static int64_t sk__rd_vol(const sk__rd_box *b, int nd) {
+  int64_t v = 1;
+  for (int d = 0; d < nd; d++) v *= b->hi[d] - b->lo[d];
+  return v;
+}
+
+static bool sk__rd_box_eq(const sk__rd_box *a, const sk__rd_box *b, int nd) {
+  for (int d = 0; d < nd; d++)
+    if (a->lo[d] != b->lo[d] || a->hi[d] != b->hi[d]) return false;
+  return true;
+}
+
+/* Copies box x from a row-major buffer holding box `sb` to one holding box `db`. Runs of
+   dims that are whole in both buffers are merged into one memcpy. */
+static void sk__rd_copy(char *dst, const sk__rd_box *db, const char *src, const sk__rd_box *sb, const sk__rd_box *x,
+                        int nd, size_t es) {
+  int64_t ext[SK_MAX_DIMS] = {0}, dstr[SK_MAX_DIMS] = {0}, sstr[SK_MAX_DIMS] = {0};
+  int64_t ds = 1, ss = 1;
+  for (int d = nd - 1; d >= 0; d--) {
+    ext[d] = x->hi[d] - x->lo[d];
+    dstr[d] = ds, sstr[d] = ss;
+    ds *= db->hi[d] - db->lo[d];
+    ss *= sb->hi[d] - sb->lo[d];
+  }
+  int64_t doff = 0, soff = 0;
+  for (int d = 0; d < nd; d++) {
+    if (ext[d] <= 0) return;
+    doff += (x->lo[d] - db->lo[d]) * dstr[d];
+    soff += (x->lo[d] - sb->lo[d]) * sstr[d];
+  }
+  /* merge inner dims: dim d joins the run when every dim inside it is whole in both buffers */
+  int inner = nd - 1;
+  int64_t run = ext[nd - 1];
+  while (inner > 0 && ext[inner] == db->hi[inner] - db->lo[inner] && ext[inner] == sb->hi[inner] - sb->lo[inner]) {
+    inner--;
+    run *= ext[inner];
+  }
+  size_t rb = (size_t)run * es;
+  int64_t idx[SK_MAX_DIMS] = {0};
+  for (;;) {
+    memcpy(dst + (size_t)doff * es, src + (size_t)soff * es, rb);
+    int d = inner - 1;
+    for (; d >= 0; d--) {
+      doff += dstr[d], soff += sstr[d];
+      if (++idx[d] < ext[d]) break;
+      doff -= dstr[d] * ext[d], soff -= sstr[d] * ext[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+/* Whether box x is one contiguous range of a row-major buffer holding box b; *off = its first
+   element. */
+static bool sk__rd_contig(const sk__rd_box *b, const sk__rd_box *x, int nd, int64_t *off) {
+  int k = 0; /* the first dim with extent > 1 ... */
+  while (k < nd - 1 && x->hi[k] - x->lo[k] == 1) k++;
+  for (int d = k + 1; d < nd; d++) /* ... and every dim after it whole */
+    if (x->lo[d] != b->lo[d] || x->hi[d] != b->hi[d]) return false;
+  int64_t o = 0, st = 1;
+  for (int d = nd - 1; d >= 0; d--) {
+    o += (x->lo[d] - b->lo[d]) * st;
+    st *= b->hi[d] - b->lo[d];
+  }
+  *off = o;
+  return true;
+}
+
+/* >>check */
+static void sk__rd_axes_text(const sk_mesh *m, uint32_t mask, char *buf, size_t cap) {
+  sk__rd_out o;
+  sk__rd_out_init(&o, buf, cap);
+  int n = 0;
+  for (int k = 0; k < m->naxes; k++)
+    if (mask & (1u << k)) sk__rd_put(&o, "%s%s", n++ ? "," : "", m->names[k]);
+  if (!n) sk__rd_put(&o, "-");
+}
+
+static sk_result sk__rd_check_layout(const sk_layout *l, const char *which, sk_error *err) {
+  sk_layout copy;
+  sk_error e;
+  if (sk_layout_init(&copy, &l->mesh, l->ndims, l->shape, l->map, &e) != SK_OK)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s layout: %s", which, e.msg);
+  return SK_OK;
+}
+
+static sk_result sk__rd_check_desc(const sk_redist_desc *d, sk_error *err) {
+  if (!d) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc is NULL");
+  sk_result r;
+  if ((r = sk__rd_check_layout(&d->from, "from", err)) || (r = sk__rd_check_layout(&d->to, "to", err))) return r;
+  const sk_layout *f = &d->from, *t = &d->to;
+  if (f->mesh.size != t->mesh.size)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "from mesh has %d devices but to mesh has %d", f->mesh.size,
+                    t->mesh.size);
+  if (f->ndims != t->ndims)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "from layout has %d dims but to layout has %d", f->ndims, t->ndims);
+  for (int k = 0; k < f->ndims; k++)
+    if (f->shape[k] != t->shape[k])
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dim %d is %lld in the from layout but %lld in the to layout", k,
+                      (long long)f->shape[k], (long long)t->shape[k]);
+  if (!sk_dtype_valid(d->dtype)) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "invalid dtype %d", (int)d->dtype);
+  if ((int)d->mode < 0 || (int)d->mode > 2)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "invalid mode %d", (int)d->mode);
+  if (!sk__allocator_ok(&d->allocator))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "allocator: set both alloc and free, or neither");
+  if (d->cost.alpha < 0 || d->cost.beta < 0 || d->cost.gamma < 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "cost parameters must be >= 0");
+  double elems = 1;
+  for (int k = 0; k < f->ndims; k++) elems *= (double)f->shape[k];
+  if (elems * (double)sk_dtype_size(d->dtype) > 4.0e18)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the tensor has more bytes than fit a 63-bit size");
+  if (d->partial >> f->mesh.naxes)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "partial mask 0x%x names axes beyond the from mesh's %d",
+                    (unsigned)d->partial, f->mesh.naxes);
+  uint32_t both = d->partial & sk_layout_used_axes(f);
+  if (both) {
+    int a = 0;
+    while (!(both & (1u << a))) a++;
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "partial axis '%s' also splits the source; a partial axis must be one the from layout does not use",
+                    f->mesh.names[a]);
+  }
+  if (d->mode != SK_REDIST_MINIMAL) {
+    if (d->partial)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                      "MindSpore mode covers non-partial sources only (MindSpore sums partials in the operators)");
+    bool same = f->mesh.naxes == t->mesh.naxes;
+    for (int k = 0; same && k < f->mesh.naxes; k++) same = f->mesh.dims[k] == t->mesh.dims[k];
+    if (!same) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore mode needs the same device matrix for both layouts");
+  }
+  return SK_OK;
+}
+
+/* >>classify -- what a non-partial exchange A -> B is, decided identically on every rank.
+   Rank r takes each missing piece from the holder that agrees with r on A's unused axes, so its
+   sources are the ranks of its group along A's used axes, one per A-block its target meets.
+   Per dim, r's target interval meets A-blocks j0..j1; block j's holder has digit k of j (mixed
+   radix, first listed axis major) as coordinate on the dim's k-th axis. The exchange is a
+   collective along the axes V iff, for every rank, the holders are exactly r's group along V
+   (r included, every block overlap the same size c) with V the same for all ranks:
+   AllGather when every overlap is a whole A-block, else AllToAll; V empty = local. */
+typedef struct sk__rd_class {
+  sk_redist_op op;
+  uint32_t axes;
+  int gsize;
+  int64_t count; /* per peer (AllToAll) or per rank contribution (AllGather) */
+} sk__rd_class;
+
+static void sk__rd_classify(const sk_layout *A, const sk_layout *B, sk__rd_class *out) {
+  const sk_mesh *m = &A->mesh;
+  int nd = A->ndims;
+  int64_t bf[SK_MAX_DIMS];
+  int stride[SK_MAX_DIMS][SK_MAX_AXES];
+  for (int d = 0; d < nd; d++) {
+    bf[d] = A->shape[d] / sk_layout_split_count(A, d);
+    int s = 1;
+    for (int k = A->map[d].naxes - 1; k >= 0; k--) stride[d][k] = s, s *= m->dims[A->map[d].axes[k]];
+  }
+  uint32_t V0 = 0;
+  int64_t c0 = 0;
+  bool whole_all = true, ok = true;
+  for (int r = 0; r < m->size && ok; r++) {
+    int c[SK_MAX_AXES];
+    int x = r;
+    for (int k = m->naxes - 1; k >= 0; k--) c[k] = x % m->dims[k], x /= m->dims[k];
+    sk_slice t;
+    sk_layout_slice(B, r, &t, NULL);
+    uint32_t V = 0;
+    int64_t csz = 1;
+    for (int d = 0; d < nd && ok; d++) {
+      int64_t ts = t.start[d], te = t.stop[d];
+      int64_t j0 = ts / bf[d], j1 = (te - 1) / bf[d], n = j1 - j0 + 1, len;
+      if (n == 1)
+        len = te - ts;
+      else {
+        if (ts % bf[d] || te % bf[d]) ok = false;
+        len = bf[d];
+      }
+      csz *= len;
+      if (len != bf[d]) whole_all = false;
+      int64_t prodvar = 1;
+      for (int k = 0; k < A->map[d].naxes; k++) {
+        int a = A->map[d].axes[k];
+        int64_t q0 = j0 / stride[d][k], q1 = j1 / stride[d][k];
+        if (q0 != q1) {
+          V |= 1u << a;
+          prodvar *= m->dims[a];
+        } else if (q0 % m->dims[a] != c[a])
+          ok = false;
+      }
+      if (n != prodvar) ok = false;
+    }
+    if (!ok) break;
+    if (r == 0)
+      V0 = V, c0 = csz;
+    else if (V != V0 || csz != c0)
+      ok = false;
+  }
+  memset(out, 0, sizeof *out);
+  out->gsize = 1;
+  if (!ok) {
+    out->op = SK_REDIST_SENDRECV;
+    return;
+  }
+  if (!V0) {
+    out->op = SK_REDIST_LOCAL;
+    return;
+  }
+  out->op = whole_all ? SK_REDIST_ALLGATHER : SK_REDIST_ALLTOALL;
+  out->axes = V0;
+  int g = 1;
+  for (int k = 0; k < m->naxes; k++)
+    if (V0 & (1u << k)) g *= m->dims[k];
+  out->gsize = g;
+  out->count = c0;
+}
+
+/* >>pieces -- the group of r along A's used axes (its possible sources and destinations) */
+typedef struct sk__rd_piece {
+  int peer;
+  sk__rd_box box;
+} sk__rd_piece;
+
+/* Bytes (in elements) rank r receives and sends in the exchange A -> B; optionally the pieces
+   (recv / send lists, peers ascending; the local piece is not listed but returned in *local). */
+typedef struct sk__rd_lists {
+  sk__rd_piece *recv, *send;
+  int nrecv, nsend, cap;
+  sk__rd_box local;
+  int64_t nlocal;
+} sk__rd_lists;
+
+static sk_result sk__rd_pieces(const sk_layout *A, const sk_layout *B, int r, int64_t *recv, int64_t *send,
+                               sk__rd_lists *lists, const sk_allocator *al) {
+  const sk_mesh *m = &A->mesh;
+  int nd = A->ndims;
+  uint32_t used = sk_layout_used_axes(A);
+  int gs = 1;
+  for (int k = 0; k < m->naxes; k++)
+    if (used & (1u << k)) gs *= m->dims[k];
+  int *grp = (int *)sk__alloc(al, sizeof(int) * (size_t)gs, 16);
+  if (!grp) return SK_ERR_OUT_OF_MEMORY;
+  int n = 0;
+  sk_mesh_group(m, r, used, grp, gs, &n, NULL);
+  if (lists) {
+    memset(lists, 0, sizeof *lists);
+    lists->cap = n;
+    lists->recv = (sk__rd_piece *)sk__alloc(al, sizeof(sk__rd_piece) * (size_t)n, 16);
+    lists->send = (sk__rd_piece *)sk__alloc(al, sizeof(sk__rd_piece) * (size_t)n, 16);
+    if (!lists->recv || !lists->send) {
+      sk__free(al, lists->recv), sk__free(al, lists->send), sk__free(al, grp);
+      lists->recv = lists->send = NULL;
+      return SK_ERR_OUT_OF_MEMORY;
+    }
+  }
+  sk__rd_box Sr, Tr, Sq, Tq, x;
+  sk__rd_slice_box(A, r, &Sr);
+  sk__rd_slice_box(B, r, &Tr);
+  int64_t rv = 0, sv = 0;
+  for (int i = 0; i < n; i++) {
+    int q = grp[i];
+    if (q == r) {
+      int64_t v = sk__rd_isect(&Tr, &Sr, nd, &x);
+      if (lists) lists->local = x, lists->nlocal = v;
+      continue;
+    }
+    sk__rd_slice_box(A, q, &Sq);
+    sk__rd_slice_box(B, q, &Tq);
+    int64_t v = sk__rd_isect(&Tr, &Sq, nd, &x);
+    if (v) {
+      rv += v;
+      if (lists) lists->recv[lists->nrecv].peer = q, lists->recv[lists->nrecv++].box = x;
+    }
+    v = sk__rd_isect(&Tq, &Sr, nd, &x);
+    if (v) {
+      sv += v;
+      if (lists) lists->send[lists->nsend].peer = q, lists->send[lists->nsend++].box = x;
+    }
+  }
+  sk__free(al, grp);
+  if (recv) *recv = rv;
+  if (send) *send = sv;
+  return SK_OK;
+}
+
+static void sk__rd_lists_free(sk__rd_lists *l, const sk_allocator *al) {
+  sk__free(al, l->recv);
+  sk__free(al, l->send);
+  l->recv = l->send = NULL;
+}
+
+/* >>plan */
+typedef struct sk__rd_step {
+  sk_redist_op op;
+  char name[24];
+  char detail[SK__RD_DETAIL];
+  uint32_t axes;
+  int gsize;
+  int64_t count;
+  sk_layout a, b;
+  bool partial;
+  double cost;
+  uint64_t *recv, *send; /* bytes per rank (nranks entries) */
+  int64_t local_elems;   /* the planned rank's local copy (rank plans), max over ranks (whole) */
+  int msgs;              /* Send/Recv: messages of the planned rank (max over ranks) */
+} sk__rd_step;
+
+struct sk_redist_plan {
+  sk_redist_desc desc;
+  int rank;   /* planned rank or SK_REDIST_ALL_RANKS */
+  int nranks; /* entries of the per-step byte arrays: 1 or devices */
+  int nsteps;
+  sk__rd_step steps[SK__RD_MAX_STEPS];
+  sk_redist_ms_cost ms;
+  bool ms_fallback;
+};
+
+SK_API const char *sk_redist_op_name(sk_redist_op op) {
+  static const char *const names[] = {"Local", "AllGather", "AllToAll", "ReduceScatter", "AllReduce", "SendRecv"};
+  return (int)op >= 0 && op < SK_REDIST_OP_COUNT ? names[op] : "invalid";
+}
+
+static int64_t sk__rd_slice_elems(const sk_layout *l) {
+  int64_t s[SK_MAX_DIMS], v = 1;
+  sk_layout_slice_shape(l, s);
+  for (int d = 0; d < l->ndims; d++) v *= s[d];
+  return v;
+}
+
+static int sk__rd_plan_slot(const sk_redist_plan *p, int rank) { return p->rank == SK_REDIST_ALL_RANKS ? rank : 0; }
+
+static sk_result sk__rd_new_step(sk_redist_plan *p, sk__rd_step **out, sk_error *err) {
+  if (p->nsteps == SK__RD_MAX_STEPS)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the plan needs more than %d steps", SK__RD_MAX_STEPS);
+  sk__rd_step *s = &p->steps[p->nsteps];
+  memset(s, 0, sizeof *s);
+  s->recv = (uint64_t *)sk__calloc(&p->desc.allocator, sizeof(uint64_t) * (size_t)p->nranks, 16);
+  s->send = (uint64_t *)sk__calloc(&p->desc.allocator, sizeof(uint64_t) * (size_t)p->nranks, 16);
+  if (!s->recv || !s->send) {
+    sk__free(&p->desc.allocator, s->recv), sk__free(&p->desc.allocator, s->send);
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating a plan step");
+  }
+  p->nsteps++;
+  s->gsize = 1;
+  *out = s;
+  return SK_OK;
+}
+
+static void sk__rd_axes_names(const sk_mesh *m, uint32_t mask, char *buf, size_t cap) { sk__rd_axes_text(m, mask, buf, cap); }
+
+/* Adds the minimal exchange a -> b (non-partial) as one step; name NULL = the op's name. */
+static sk_result sk__rd_add_exchange(sk_redist_plan *p, const sk_layout *a, const sk_layout *b, const char *name,
+                                     const char *detail, sk_error *err) {
+  sk__rd_step *s;
+  sk_result r = sk__rd_new_step(p, &s, err);
+  if (r) return r;
+  sk__rd_class c;
+  sk__rd_classify(a, b, &c);
+  s->op = c.op;
+  s->axes = c.axes;
+  s->gsize = c.gsize;
+  s->count = c.count;
+  s->a = *a;
+  s->b = *b;
+  snprintf(s->name, sizeof s->name, "%s", name ? name : sk_redist_op_name(c.op));
+  size_t es = sk_dtype_size(p->desc.dtype);
+  const sk_redist_cost *k = &p->desc.cost;
+  int nd = a->ndims;
+  if (detail)
+    snprintf(s->detail, sizeof s->detail, "%s", detail);
+  else if (c.op == SK_REDIST_LOCAL)
+    snprintf(s->detail, sizeof s->detail, "slice/copy, no communication");
+  else if (c.op == SK_REDIST_SENDRECV)
+    snprintf(s->detail, sizeof s->detail, "point-to-point, each piece from the nearest holder");
+  else {
+    char ax[SK_MAX_AXES * SK_AXIS_NAME_MAX];
+    sk__rd_axes_names(&a->mesh, c.axes, ax, sizeof ax);
+    sk__rd_out o;
+    sk__rd_out_init(&o, s->detail, sizeof s->detail);
+    sk__rd_put(&o, "group %s (%d ranks), count %lld%s", ax, c.gsize, (long long)c.count,
+               c.op == SK_REDIST_ALLTOALL ? " per peer" : " per rank");
+  }
+  int r0 = p->rank == SK_REDIST_ALL_RANKS ? 0 : p->rank, r1 = p->rank == SK_REDIST_ALL_RANKS ? a->mesh.size : p->rank + 1;
+  double worst = 0;
+  for (int rk = r0; rk < r1; rk++) {
+    int64_t rv = 0, sv = 0, loc = 0;
+    int msgs = 0;
+    if (c.op == SK_REDIST_ALLGATHER || c.op == SK_REDIST_ALLTOALL) {
+      rv = sv = (int64_t)(c.gsize - 1) * c.count;
+      loc = c.count;
+    } else if (c.op == SK_REDIST_LOCAL) {
+      sk__rd_box T;
+      sk__rd_slice_box(b, rk, &T);
+      loc = sk__rd_vol(&T, nd);
+    } else {
+      sk__rd_lists L;
+      if (sk__rd_pieces(a, b, rk, &rv, &sv, &L, &p->desc.allocator) != SK_OK)
+        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating piece lists");
+      msgs = L.nrecv > L.nsend ? L.nrecv : L.nsend;
+      loc = L.nlocal;
+      sk__rd_lists_free(&L, &p->desc.allocator);
+    }
+    int slot = sk__rd_plan_slot(p, rk);
+    s->recv[slot] = (uint64_t)rv * es;
+    s->send[slot] = (uint64_t)sv * es;
+    if (loc > s->local_elems) s->local_elems = loc;
+    if (msgs > s->msgs) s->msgs = msgs;
+    double t;
+    double rb = (double)rv * (double)es, sb = (double)sv * (double)es;
+    switch (c.op) {
+      case SK_REDIST_ALLGATHER:
+      case SK_REDIST_ALLTOALL: t = (c.gsize - 1) * k->alpha + rb * k->beta; break;
+      case SK_REDIST_LOCAL: t = (double)loc * (double)es * k->gamma; break;
+      default: t = msgs * k->alpha + (rb > sb ? rb : sb) * k->beta + (double)loc * (double)es * k->gamma; break;
+    }
+    if (t > worst) worst = t;
+  }
+  s->cost = worst;
+  return SK_OK;
+}
+
+/* Every rank's slice is the same box under a and b. */
+static bool sk__rd_same_slices(const sk_layout *a, const sk_layout *b) {
+  for (int r = 0; r < a->mesh.size; r++) {
+    sk__rd_box x, y;
+    sk__rd_slice_box(a, r, &x);
+    sk__rd_slice_box(b, r, &y);
+    if (!sk__rd_box_eq(&x, &y, a->ndims)) return false;
+  }
+  return true;
+}
+
+/* >>partial -- one reduction over the whole partial group (rank order = sk_comm's order) */
+static sk_result sk__rd_add_reduce(sk_redist_plan *p, sk_layout *mid, sk_error *err) {
+  const sk_layout *f = &p->desc.from, *t = &p->desc.to;
+  const sk_mesh *m = &f->mesh;
+  uint32_t P = p->desc.partial;
+  bool same_mesh = f->mesh.naxes == t->mesh.naxes;
+  for (int k = 0; same_mesh && k < m->naxes; k++) same_mesh = f->mesh.dims[k] == t->mesh.dims[k];
+  uint32_t Ps = same_mesh ? (P & sk_layout_used_axes(t)) : 0;
+  sk_redist_op op = SK_REDIST_ALLREDUCE;
+  sk_layout L = *f;
+  if (Ps) {
+    /* the scattered layout: P's axes appended (minor) to the dims where the target uses them,
+       the others after the last of those */
+    sk_dim_map map[SK_MAX_DIMS];
+    memcpy(map, f->map, sizeof map);
+    int last = -1;
+    for (int d = 0; d < t->ndims; d++)
+      for (int j = 0; j < t->map[d].naxes; j++) {
+        int a = t->map[d].axes[j];
+        if (P & (1u << a)) map[d].axes[map[d].naxes++] = a, last = d;
+      }
+    for (int a = 0; a < m->naxes; a++)
+      if ((P & ~Ps) & (1u << a)) map[last].axes[map[last].naxes++] = a;
+    if (sk_layout_init(&L, m, f->ndims, f->shape, map, NULL) == SK_OK)
+      op = SK_REDIST_REDUCE_SCATTER;
+    else
+      L = *f;
+  }
+  sk__rd_step *s;
+  sk_result r = sk__rd_new_step(p, &s, err);
+  if (r) return r;
+  int g = 1;
+  for (int k = 0; k < m->naxes; k++)
+    if (P & (1u << k)) g *= m->dims[k];
+  s->op = op;
+  s->partial = true;
+  s->axes = P;
+  s->gsize = g;
+  s->a = *f;
+  s->b = L;
+  int64_t n = sk__rd_slice_elems(f);
+  s->count = op == SK_REDIST_REDUCE_SCATTER ? n / g : n;
+  snprintf(s->name, sizeof s->name, "%s", sk_redist_op_name(op));
+  char ax[SK_MAX_AXES * SK_AXIS_NAME_MAX];
+  sk__rd_axes_names(m, P, ax, sizeof ax);
+  sk__rd_out o;
+  sk__rd_out_init(&o, s->detail, sizeof s->detail);
+  sk__rd_put(&o, "sum of partials over %s (%d ranks, rank order), count %lld per rank", ax, g, (long long)s->count);
+  size_t es = sk_dtype_size(p->desc.dtype);
+  uint64_t bytes = (uint64_t)(g - 1) * (uint64_t)s->count * es;
+  for (int i = 0; i < p->nranks; i++) s->recv[i] = s->send[i] = bytes;
+  const sk_redist_cost *k = &p->desc.cost;
+  double nb = (double)n * (double)es, fr = (double)(g - 1) / g;
+  if (op == SK_REDIST_REDUCE_SCATTER)
+    s->cost = (g - 1) * k->alpha + fr * nb * (k->beta + k->gamma);
+  else
+    s->cost = 2 * (g - 1) * k->alpha + 2 * fr * nb * k->beta + fr * nb * k->gamma;
+  *mid = L;
+  return SK_OK;
+}
+
+/* >>mindspore -- RedistributionOperatorInfer on unified single-axis maps */
+enum { SK__MS_SPLIT = 0, SK__MS_CONCAT = 1, SK__MS_PERMUTE = 2 };
+
+typedef struct sk__ms_ctx {
+  sk_redist_plan *p;
+  sk_mesh mesh;
+  int nd;
+  int64_t shape[SK_MAX_DIMS];
+  int cur[SK_MAX_DIMS], out[SK_MAX_DIMS]; /* mesh axis per unified dim, -1 unsplit */
+  bool in_map[SK_MAX_DIMS];               /* MindSpore's map_ (dims still to settle) */
+  bool alltoall;
+  sk_layout cur_layout;
+  sk_error *err;
+} sk__ms_ctx;
+
+static sk_result sk__ms_layout(const sk__ms_ctx *x, const int *map, sk_layout *l) {
+  sk_dim_map dm[SK_MAX_DIMS];
+  memset(dm, 0, sizeof dm);
+  for (int d = 0; d < x->nd; d++)
+    if (map[d] >= 0) dm[d].naxes = 1, dm[d].axes[0] = map[d];
+  sk_error e;
+  if (sk_layout_init(l, &x->mesh, x->nd, x->shape, dm, &e) != SK_OK)
+    return sk__fail(x->err, SK_ERR_INTERNAL, "MindSpore mode: intermediate layout: %s", e.msg);
+  return SK_OK;
+}
+
+static double sk__ms_slice(const sk__ms_ctx *x) {
+  double s = 1;
+  for (int d = 0; d < x->nd; d++) s *= (double)(x->cur[d] >= 0 ? x->shape[d] / x->mesh.dims[x->cur[d]] : x->shape[d]);
+  return s;
+}
+
+/* MindSpore's ms value of a mesh axis (counted from the right). */
+static int sk__ms_val(const sk__ms_ctx *x, int axis) { return x->mesh.naxes - 1 - axis; }
+
+/* Applies one operator: cost, new state, one plan step. */
+static sk_result sk__ms_op(sk__ms_ctx *x, int kind, int dim, int axis, int cat_dim) {
+  double s = sk__ms_slice(x), n = x->mesh.dims[axis];
+  sk_redist_ms_cost *c = &x->p->ms;
+  char detail[SK__RD_DETAIL];
+  const char *name;
+  if (kind == SK__MS_SPLIT) {
+    c->computation += s, c->memory += s;
+    x->cur[dim] = axis;
+    name = "StridedSlice";
+    snprintf(detail, sizeof detail, "dim %d split %d ways by %s (%d)", dim, (int)n, x->mesh.names[axis],
+             sk__ms_val(x, axis));
+  } else if (kind == SK__MS_CONCAT) {
+    c->forward_comm += 0.5 * s * n, c->backward_comm += 0.5 * s, c->comm += 0.5 * s * (n + 1);
+    if (dim == 0)
+      c->computation += s, c->memory += s * n;
+    else
+      c->computation += s + 2 * s * n, c->memory += 2 * s * n + s;
+    c->computation += s, c->memory += s; /* MindSpore's if/else quirk: also counted as a Split */
+    x->cur[dim] = -1;
+    name = "AllGather";
+    snprintf(detail, sizeof detail, "concat dim %d, group %s (%d), %d ranks", dim, x->mesh.names[axis],
+             sk__ms_val(x, axis), (int)n);
+  } else {
+    c->forward_comm += 2 * s, c->backward_comm += 2 * s, c->comm += 4 * s;
+    if (cat_dim == 0)
+      c->computation += s, c->memory += s;
+    else
+      c->computation += s + 2 * s * n, c->memory += 2 * s * n + s;
+    c->computation += s, c->memory += s; /* the same quirk */
+    x->cur[dim] = axis;
+    x->cur[cat_dim] = -1;
+    name = "AllToAll";
+    snprintf(detail, sizeof detail, "split_count %d, split_dim %d, concat_dim %d, group %s (%d)", (int)n, dim, cat_dim,
+             x->mesh.names[axis], sk__ms_val(x, axis));
+  }
+  sk_layout next;
+  sk_result r = sk__ms_layout(x, x->cur, &next);
+  if (r) return r;
+  r = sk__rd_add_exchange(x->p, &x->cur_layout, &next, name, detail, x->err);
+  x->cur_layout = next;
+  return r;
+}
+
+static bool sk__ms_any(const sk__ms_ctx *x, int axis) {
+  for (int d = 0; d < x->nd; d++)
+    if (x->in_map[d] && x->cur[d] == axis) return true;
+  return false;
+}
+
+static sk_result sk__ms_infer(sk__ms_ctx *x) {
+  sk_result r;
+  int guard = 0;
+  for (int d = 0; d < x->nd; d++) x->in_map[d] = true;
+  for (;;) {
+    bool any = false;
+    for (int d = 0; d < x->nd; d++) any = any || x->in_map[d];
+    if (!any) return SK_OK;
+    if (++guard > 64) return sk__fail(x->err, SK_ERR_INTERNAL, "MindSpore mode: operator inference does not converge");
+    int len_global = x->p->nsteps;
+    for (;;) {
+      int len_split = x->p->nsteps;
+      /* SplitByAxis */
+      for (int d = 0; d < x->nd; d++) {
+        if (!x->in_map[d]) continue;
+        int in = x->cur[d], o = x->out[d];
+        if (in == o) {
+          x->in_map[d] = false;
+          continue;
+        }
+        if (in == -1 && !sk__ms_any(x, o)) {
+          if ((r = sk__ms_op(x, SK__MS_SPLIT, d, o, -1))) return r;
+          x->in_map[d] = false;
+        }
+      }
+      /* PermuteByAxis, repeated while it adds operators */
+      for (;;) {
+        int len_perm = x->p->nsteps;
+        for (int d = 0; d < x->nd; d++) {
+          if (!x->in_map[d]) continue;
+          int in = x->cur[d], o = x->out[d];
+          if (in == o) {
+            x->in_map[d] = false;
+            continue;
+          }
+          if (in == -1 && sk__ms_any(x, o)) {
+            int cat = -1;
+            for (int j = 0; j < x->nd; j++)
+              if (x->cur[j] == o) cat = j;
+            if (x->alltoall) {
+              if ((r = sk__ms_op(x, SK__MS_PERMUTE, d, o, cat))) return r;
+            } else {
+              if ((r = sk__ms_op(x, SK__MS_CONCAT, cat, o, -1))) return r;
+              if ((r = sk__ms_op(x, SK__MS_SPLIT, d, o, -1))) return r;
+            }
+            x->in_map[d] = false;
+            x->in_map[cat] = true; /* map_[cat_dim] = NONE */
+          }
+        }
+        if (len_perm == x->p->nsteps) break;
+      }
+      if (len_split == x->p->nsteps) break;
+    }
+    /* ConcatByAxis */
+    for (int d = 0; d < x->nd; d++) {
+      if (!x->in_map[d]) continue;
+      int in = x->cur[d], o = x->out[d];
+      bool in_out = false;
+      for (int j = 0; j < x->nd; j++) in_out = in_out || (in >= 0 && x->out[j] == in);
+      if (in != -1 && !in_out) {
+        if ((r = sk__ms_op(x, SK__MS_CONCAT, d, in, -1))) return r;
+        if (o == -1) x->in_map[d] = false;
+      }
+    }
+    /* the deadlock breaker: force a concat on the first dim left */
+    if (len_global == x->p->nsteps) {
+      for (int d = 0; d < x->nd; d++)
+        if (x->in_map[d]) {
+          if (x->cur[d] >= 0) {
+            if ((r = sk__ms_op(x, SK__MS_CONCAT, d, x->cur[d], -1))) return r;
+          } else
+            x->in_map[d] = false; /* nothing to concat: MindSpore would erase it next round */
+          break;
+        }
+    }
+  }
+}
+
+/* Per original dim: the sub-dim sizes and axes of a (possibly tuple) map, size-1 axes ignored:
+   (a0..a_{t-1}) on L -> [d(a0), .., d(a_{t-2}), L/prod] (InitFromExtendVector). */
+static int sk__ms_expand(const sk_layout *l, int d, int64_t *sizes, int *axes) {
+  int t = 0, ax[SK_MAX_AXES];
+  for (int j = 0; j < l->map[d].naxes; j++)
+    if (l->mesh.dims[l->map[d].axes[j]] > 1) ax[t++] = l->map[d].axes[j];
+  if (!t) {
+    sizes[0] = l->shape[d], axes[0] = -1;
+    return 1;
+  }
+  int64_t rest = l->shape[d];
+  for (int j = 0; j < t - 1; j++) sizes[j] = l->mesh.dims[ax[j]], axes[j] = ax[j], rest /= l->mesh.dims[ax[j]];
+  sizes[t - 1] = rest, axes[t - 1] = ax[t - 1];
+  return t;
+}
+
+/* Common refinement of two factorizations of L (prefix products must form one divisibility
+   chain); each axis goes to the first (major) refined piece of its sub-dim and must divide it.
+   Size-1 pieces are squeezed. Returns false when not expandable. */
+static bool sk__ms_unify(const sk_layout *f, const sk_layout *t, const sk_mesh *m, int *nd, int64_t *shape, int *fm,
+                         int *tm) {
+  int n = 0;
+  for (int d = 0; d < f->ndims; d++) {
+    int64_t fs[SK_MAX_AXES + 1], ts[SK_MAX_AXES + 1];
+    int fa[SK_MAX_AXES + 1], ta[SK_MAX_AXES + 1];
+    int nf = sk__ms_expand(f, d, fs, fa), nt = sk__ms_expand(t, d, ts, ta);
+    int i = 0, j = 0;
+    int64_t pf = fs[0], pt = ts[0], prev = 1;
+    bool fnew = true, tnew = true;
+    while (i < nf && j < nt) {
+      int64_t cut = pf < pt ? pf : pt;
+      if (cut % prev) return false;
+      int64_t piece = cut / prev;
+      int af = fnew ? fa[i] : -1, at = tnew ? ta[j] : -1;
+      if (af >= 0 && piece % m->dims[af]) return false;
+      if (at >= 0 && piece % m->dims[at]) return false;
+      if (piece > 1) {
+        if (n == SK_MAX_DIMS) return false;
+        shape[n] = piece, fm[n] = af, tm[n] = at, n++;
+      } else if (af >= 0 || at >= 0)
+        return false;
+      fnew = tnew = false;
+      prev = cut;
+      if (pf == cut && ++i < nf) pf *= fs[i], fnew = true;
+      if (pt == cut && ++j < nt) pt *= ts[j], tnew = true;
+      if (pf % prev || pt % prev) return false;
+    }
+  }
+  if (n == 0) shape[0] = 1, fm[0] = tm[0] = -1, n = 1;
+  *nd = n;
+  return true;
+}
+
+static bool sk__ms_slice_shape_eq(const sk_layout *orig, int nd, const int64_t *shape, const int *map, const sk_mesh *m) {
+  int64_t s[SK_MAX_DIMS];
+  sk_layout_slice_shape(orig, s);
+  if (orig->ndims != nd) return false;
+  for (int d = 0; d < nd; d++)
+    if (s[d] != (map[d] >= 0 ? shape[d] / m->dims[map[d]] : shape[d])) return false;
+  return true;
+}
+
+static sk_result sk__ms_plan(sk_redist_plan *p, sk_error *err) {
+  const sk_layout *f = &p->desc.from, *t = &p->desc.to;
+  sk__ms_ctx x;
+  memset(&x, 0, sizeof x);
+  x.p = p;
+  x.mesh = f->mesh;
+  x.alltoall = p->desc.mode == SK_REDIST_MINDSPORE;
+  x.err = err;
+  int fm[SK_MAX_DIMS], tm[SK_MAX_DIMS];
+  sk_result r;
+  if (sk__ms_unify(f, t, &x.mesh, &x.nd, x.shape, fm, tm)) {
+    memcpy(x.cur, fm, sizeof fm);
+    memcpy(x.out, tm, sizeof tm);
+    if ((r = sk__ms_layout(&x, x.cur, &x.cur_layout))) return r;
+    bool reshape = !sk__ms_slice_shape_eq(f, x.nd, x.shape, fm, &x.mesh) || !sk__ms_slice_shape_eq(t, x.nd, x.shape, tm, &x.mesh);
+    if ((r = sk__ms_infer(&x))) return r;
+    if (reshape) {
+      double P = (double)sk__rd_slice_elems(f);
+      p->ms.computation += 2 * P, p->ms.memory += 2 * P, p->ms.reshape = true;
+    }
+  } else {
+    /* fallback: from -> replicated (on from's own expansion), Reshape, replicated -> to */
+    p->ms_fallback = true;
+    int64_t sz[SK_MAX_DIMS + SK_MAX_AXES];
+    int ax[SK_MAX_DIMS + SK_MAX_AXES];
+    for (int phase = 0; phase < 2; phase++) {
+      const sk_layout *l = phase ? t : f;
+      int n = 0;
+      for (int d = 0; d < l->ndims; d++) {
+        int64_t s1[SK_MAX_AXES + 1];
+        int a1[SK_MAX_AXES + 1];
+        int k = sk__ms_expand(l, d, s1, a1);
+        for (int j = 0; j < k; j++)
+          if (s1[j] > 1) {
+            if (n == SK_MAX_DIMS)
+              return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore mode: the expanded shape needs more than %d dims",
+                              SK_MAX_DIMS);
+            sz[n] = s1[j], ax[n] = a1[j], n++;
+          }
+      }
+      if (!n) sz[0] = 1, ax[0] = -1, n = 1;
+      x.nd = n;
+      memcpy(x.shape, sz, sizeof(int64_t) * (size_t)n);
+      for (int d = 0; d < n; d++) {
+        x.cur[d] = phase ? -1 : ax[d];
+        x.out[d] = phase ? ax[d] : -1;
+      }
+      sk_layout start;
+      if ((r = sk__ms_layout(&x, x.cur, &start))) return r;
+      x.cur_layout = start;
+      if ((r = sk__ms_infer(&x))) return r;
+    }
+    double P = 1;
+    for (int d = 0; d < f->ndims; d++) P *= (double)f->shape[d];
+    p->ms.computation += 2 * P, p->ms.memory += 2 * P, p->ms.reshape = true;
+  }
+  if (p->nsteps == 0) { /* nothing to do in MindSpore's eyes: the buffers still need a copy */
+    sk_layout a;
+    if ((r = sk__ms_layout(&x, x.cur, &a))) return r;
+    r = sk__rd_add_exchange(p, &a, &a, "Identity", "no MindSpore operator; local copy", err);
+  }
+  return r;
+}
+
+/* >>plan -- public */
+SK_API sk_result sk_redist_plan_create(const sk_redist_desc *desc, int rank, sk_redist_plan **plan, sk_error *err) {
+  if (!plan) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan (the output pointer) is NULL");
+  *plan = NULL;
+  sk_result r = sk__rd_check_desc(desc, err);
+  if (r) return r;
+  int N = desc->from.mesh.size;
+  if (rank != SK_REDIST_ALL_RANKS && (rank < 0 || rank >= N))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "rank %d out of range [0, %d) (or SK_REDIST_ALL_RANKS)", rank, N);
+  sk_redist_plan *p = (sk_redist_plan *)sk__calloc(&desc->allocator, sizeof *p, 64);
+  if (!p) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating a plan (%zu bytes)", sizeof *p);
+  p->desc = *desc;
+  p->desc.cost.alpha = SK__DEF(desc->cost.alpha, 10e-6);
+  p->desc.cost.beta = SK__DEF(desc->cost.beta, 1e-10);
+  p->desc.cost.gamma = SK__DEF(desc->cost.gamma, 5e-11);
+  p->rank = rank;
+  p->nranks = rank == SK_REDIST_ALL_RANKS ? N : 1;
+  if (desc->mode != SK_REDIST_MINIMAL) {
+    r = sk__ms_plan(p, err);
+  } else if (desc->partial) {
+    sk_layout mid;
+    r = sk__rd_add_reduce(p, &mid, err);
+    if (!r && !sk__rd_same_slices(&mid, &desc->to)) r = sk__rd_add_exchange(p, &mid, &desc->to, NULL, NULL, err);
+  } else {
+    r = sk__rd_add_exchange(p, &desc->from, &desc->to, NULL, NULL, err);
+  }
+  if (r) {
+    sk_redist_plan_destroy(p);
+    return r;
+  }
+  *plan = p;
+  return SK_OK;
+}
+
+SK_API void sk_redist_plan_destroy(sk_redist_plan *p) {
+  if (!p) return;
+  sk_allocator a = p->desc.allocator;
+  for (int i = 0; i < p->nsteps; i++) sk__free(&a, p->steps[i].recv), sk__free(&a, p->steps[i].send);
+  sk__free(&a, p);
+}
+
+SK_API int sk_redist_plan_nsteps(const sk_redist_plan *p) { return p ? p->nsteps : 0; }
+SK_API int sk_redist_plan_rank(const sk_redist_plan *p) { return p ? p->rank : SK_REDIST_ALL_RANKS; }
+SK_API const sk_redist_desc *sk_redist_plan_desc(const sk_redist_plan *p) { return p ? &p->desc : NULL; }
+
+SK_API sk_result sk_redist_plan_step(const sk_redist_plan *p, int i, sk_redist_step_info *info, sk_error *err) {
+  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan is NULL");
+  if (!info) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "info is NULL");
+  if (i < 0 || i >= p->nsteps)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "step %d out of range [0, %d)", i, p->nsteps);
+  const sk__rd_step *s = &p->steps[i];
+  memset(info, 0, sizeof *info);
+  info->op = s->op;
+  info->name = s->name;
+  info->detail = s->detail;
+  info->group_axes = s->axes;
+  info->group_size = s->gsize;
+  info->count = (size_t)s->count;
+  info->from = &s->a;
+  info->to = &s->b;
+  info->from_partial = s->partial;
+  info->cost = s->cost;
+  return SK_OK;
+}
+
+SK_API sk_result sk_redist_plan_bytes(const sk_redist_plan *p, int step, int rank, uint64_t *recv_bytes,
+                                      uint64_t *send_bytes, sk_error *err) {
+  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan is NULL");
+  if (step < -1 || step >= p->nsteps)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "step %d out of range [-1, %d)", step, p->nsteps);
+  int slot;
+  if (p->rank == SK_REDIST_ALL_RANKS) {
+    if (rank < 0 || rank >= p->nranks)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "rank %d out of range [0, %d)", rank, p->nranks);
+    slot = rank;
+  } else {
+    if (rank != p->rank)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "this plan is for rank %d only, not rank %d", p->rank, rank);
+    slot = 0;
+  }
+  uint64_t rv = 0, sv = 0;
+  for (int i = 0; i < p->nsteps; i++)
+    if (step == -1 || step == i) rv += p->steps[i].recv[slot], sv += p->steps[i].send[slot];
+  if (recv_bytes) *recv_bytes = rv;
+  if (send_bytes) *send_bytes = sv;
+  return SK_OK;
+}
+
+SK_API double sk_redist_plan_cost(const sk_redist_plan *p) {
+  double t = 0;
+  for (int i = 0; p && i < p->nsteps; i++) t += p->steps[i].cost;
+  return t;
+}
+
+SK_API sk_result sk_redist_plan_ms_cost(const sk_redist_plan *p, sk_redist_ms_cost *cost, sk_error *err) {
+  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan is NULL");
+  if (!cost) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "cost is NULL");
+  if (p->desc.mode == SK_REDIST_MINIMAL)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore's cost exists for MindSpore-mode plans only");
+  *cost = p->ms;
+  return SK_OK;
+}
+
+/* >>format */
+static void sk__rd_put_bytes(sk__rd_out *o, const uint64_t *v, int n) {
+  uint64_t lo = v[0], hi = v[0];
+  for (int i = 1; i < n; i++) lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
+  if (lo == hi)
+    sk__rd_put(o, "%llu B", (unsigned long long)lo);
+  else
+    sk__rd_put(o, "%llu..%llu B", (unsigned long long)lo, (unsigned long long)hi);
+}
+
+static void sk__rd_put_layout(sk__rd_out *o, const sk_layout *l) {
+  char t[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 8];
+  sk_layout_format(l, t, sizeof t);
+  sk__rd_put(o, "\"%s\"", t);
+}
+
+static void sk__rd_put_us(sk__rd_out *o, double s) { sk__rd_put(o, "%.2f us", s * 1e6); }
+
+SK_API size_t sk_redist_plan_format(const sk_redist_plan *p, char *buf, size_t cap) {
+  sk__rd_out o;
+  sk__rd_out_init(&o, buf, cap);
+  if (!p) return 0;
+  const sk_redist_desc *d = &p->desc;
+  char mt[SK_MAX_AXES * (SK_AXIS_NAME_MAX + 8)];
+  sk__rd_put(&o, "redistribution of [");
+  for (int k = 0; k < d->from.ndims; k++) sk__rd_put(&o, "%s%lld", k ? "," : "", (long long)d->from.shape[k]);
+  sk__rd_put(&o, "] %s, %d devices, %s", sk_dtype_long_name(d->dtype), d->from.mesh.size,
+             d->mode == SK_REDIST_MINIMAL ? "minimal"
+             : d->mode == SK_REDIST_MINDSPORE ? "MindSpore operators (enable_alltoall on)"
+                                              : "MindSpore operators (enable_alltoall off)");
+  if (p->rank != SK_REDIST_ALL_RANKS) sk__rd_put(&o, ", rank %d", p->rank);
+  sk_mesh_format(&d->from.mesh, mt, sizeof mt);
+  sk__rd_put(&o, "\n  from  mesh %s  layout ", mt);
+  sk__rd_put_layout(&o, &d->from);
+  if (d->partial) {
+    sk__rd_axes_text(&d->from.mesh, d->partial, mt, sizeof mt);
+    sk__rd_put(&o, "  partial over %s (pending sum)", mt);
+  }
+  sk_mesh_format(&d->to.mesh, mt, sizeof mt);
+  sk__rd_put(&o, "\n  to    mesh %s  layout ", mt);
+  sk__rd_put_layout(&o, &d->to);
+  sk__rd_put(&o, "\n");
+  for (int i = 0; i < p->nsteps; i++) {
+    const sk__rd_step *s = &p->steps[i];
+    sk__rd_put(&o, "step %d  %s", i + 1, s->name);
+    if (strcmp(s->name, sk_redist_op_name(s->op))) sk__rd_put(&o, " (runs as %s)", sk_redist_op_name(s->op));
+    sk__rd_put(&o, ": %s\n        ", s->detail);
+    sk__rd_put_layout(&o, &s->a);
+    sk__rd_put(&o, "%s -> ", s->partial ? " partial" : "");
+    sk__rd_put_layout(&o, &s->b);
+    if (s->a.ndims != d->from.ndims || memcmp(s->a.shape, d->from.shape, sizeof(int64_t) * (size_t)d->from.ndims)) {
+      sk__rd_put(&o, " on [");
+      for (int k = 0; k < s->a.ndims; k++) sk__rd_put(&o, "%s%lld", k ? "," : "", (long long)s->a.shape[k]);
+      sk__rd_put(&o, "]");
+    }
+    sk__rd_put(&o, "\n        recv ");
+    sk__rd_put_bytes(&o, s->recv, p->nranks);
+    sk__rd_put(&o, ", send ");
+    sk__rd_put_bytes(&o, s->send, p->nranks);
+    sk__rd_put(&o, " per rank, cost ");
+    sk__rd_put_us(&o, s->cost);
+    sk__rd_put(&o, "\n");
+  }
+  uint64_t *tr = (uint64_t *)sk__calloc(&d->allocator, sizeof(uint64_t) * (size_t)p->nranks * 2, 16);
+  if (tr) {
+    for (int i = 0; i < p->nsteps; i++)
+      for (int k = 0; k < p->nranks; k++) tr[k] += p->steps[i].recv[k], tr[p->nranks + k] += p->steps[i].send[k];
+    sk__rd_put(&o, "total   %d step%s, recv ", p->nsteps, p->nsteps == 1 ? "" : "s");
+    sk__rd_put_bytes(&o, tr, p->nranks);
+    sk__rd_put(&o, ", send ");
+    sk__rd_put_bytes(&o, tr + p->nranks, p->nranks);
+    sk__rd_put(&o, " per rank, cost ");
+    sk__rd_put_us(&o, sk_redist_plan_cost(p));
+    sk__rd_put(&o, "\n");
+    sk__free(&d->allocator, tr);
+  }
+  if (d->mode != SK_REDIST_MINIMAL)
+    sk__rd_put(&o,
+               "mindspore cost (elements): forward_comm %.0f, backward_comm %.0f, comm %.0f, computation %.0f, "
+               "memory %.0f%s%s\n",
+               p->ms.forward_comm, p->ms.backward_comm, p->ms.comm, p->ms.computation, p->ms.memory,
+               p->ms.reshape ? ", with Reshape" : "", p->ms_fallback ? " (not expandable: via fully replicated)" : "");
+  return o.len;
+}
+
+/* >>exec */
+typedef struct sk__rd_xstep {
+  sk_comm *comm;        /* group communicator (a cached sub-communicator, or the parent) */
+  int nmem;             /* group members */
+  sk__rd_box abox, bbox; /* this rank's slice before / after */
+  sk__rd_box *sbox, *rbox; /* collectives: per member, the block sent / received (group order) */
+  bool send_direct, recv_direct;
+  int64_t send_off, recv_off;      /* element offsets into a / b when direct */
+  size_t send_stage, recv_stage;   /* byte offsets into the scratch when staged */
+  sk__rd_lists lists;              /* Send/Recv */
+  size_t *soff, *roff;             /* Send/Recv: per piece, scratch byte offset or (size_t)-1 = direct */
+  int64_t *sdir, *rdir;            /* Send/Recv: direct element offsets */
+  int buf_in, buf_out;             /* buffer ids: 0 = src, 1 = dst, 2.. = intermediates */
+} sk__rd_xstep;
+
+struct sk_redist_executor {
+  sk_comm *comm;
+  sk_redist_plan *plan;
+  sk_allocator al;
+  sk__rd_xstep xs[SK__RD_MAX_STEPS];
+  struct {
+    uint32_t mask;
+    sk_comm *comm;
+  } subs[SK__RD_MAX_STEPS];
+  int nsubs;
+  char *scratch;         /* staging */
+  size_t scratch_bytes;
+  char *inter[SK__RD_MAX_STEPS]; /* intermediate buffers (index = buffer id - 2) */
+  sk_request **reqs;
+  int nreqs_cap;
+  size_t src_elems, dst_elems;
+};
+
+static sk_result sk__rd_sub(sk_redist_executor *ex, const sk_mesh *m, uint32_t mask, sk_comm **out) {
+  for (int i = 0; i < ex->nsubs; i++)
+    if (ex->subs[i].mask == mask) {
+      *out = ex->subs[i].comm;
+      return SK_OK;
+    }
+  sk_comm *c = NULL;
+  sk_result r = sk_comm_split_mesh(ex->comm, m, mask, &c);
+  if (r) return r;
+  ex->subs[ex->nsubs].mask = mask;
+  ex->subs[ex->nsubs++].comm = c;
+  *out = c;
+  return SK_OK;
+}
+
+/* Whether blocks 0..n-1 lie back to back in a buffer holding box `buf`; *off = first element. */
+static bool sk__rd_direct(const sk__rd_box *buf, const sk__rd_box *blocks, int n, int nd, int64_t *off) {
+  int64_t next = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t o;
+    if (!sk__rd_contig(buf, &blocks[i], nd, &o)) return false;
+    if (i == 0)
+      *off = o;
+    else if (o != next)
+      return false;
+    next = o + sk__rd_vol(&blocks[i], nd);
+  }
+  return true;
+}
+
+SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
+  if (!ex) return;
+  sk_allocator al = ex->al;
+  for (int i = 0; ex->plan && i < ex->plan->nsteps; i++) {
+    sk__rd_xstep *x = &ex->xs[i];
+    sk__free(&al, x->sbox), sk__free(&al, x->rbox);
+    sk__rd_lists_free(&x->lists, &al);
+    sk__free(&al, x->soff), sk__free(&al, x->roff), sk__free(&al, x->sdir), sk__free(&al, x->rdir);
+  }
+  for (int i = 0; i < ex->nsubs; i++) sk_comm_destroy(ex->subs[i].comm);
+  for (int i = 0; i < SK__RD_MAX_STEPS; i++) sk__free(&al, ex->inter[i]);
+  sk__free(&al, ex->scratch);
+  sk__free(&al, ex->reqs);
+  sk_redist_plan_destroy(ex->plan);
+  sk__free(&al, ex);
+}
+
+static size_t sk__rd_align(size_t x) { return (x + 63) & ~(size_t)63; }
+
+SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *desc, sk_redist_executor **out,
+                                           sk_error *err) {
+  if (!out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ex (the output pointer) is NULL");
+  *out = NULL;
+  if (!comm) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm is NULL");
+  sk_result r = sk__rd_check_desc(desc, err);
+  if (r) return r;
+  if (sk_comm_size(comm) != desc->from.mesh.size)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm has %d ranks but the mesh has %d devices", sk_comm_size(comm),
+                    desc->from.mesh.size);
+  const sk_allocator *al = &desc->allocator;
+  sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(al, sizeof *ex, 64);
+  if (!ex) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an executor");
+  ex->comm = comm;
+  ex->al = *al;
+  int me = sk_comm_rank(comm);
+  r = sk_redist_plan_create(desc, me, &ex->plan, err);
+  if (r) {
+    sk_redist_executor_destroy(ex);
+    return r;
+  }
+  const sk_redist_plan *p = ex->plan;
+  size_t es = sk_dtype_size(desc->dtype);
+  size_t stage = 0;
+  int maxreq = 0;
+  ex->src_elems = (size_t)sk__rd_slice_elems(&desc->from);
+  ex->dst_elems = (size_t)sk__rd_slice_elems(&desc->to);
+  for (int i = 0; i < p->nsteps && r == SK_OK; i++) {
+    const sk__rd_step *s = &p->steps[i];
+    sk__rd_xstep *x = &ex->xs[i];
+    int nd = s->a.ndims;
+    x->buf_in = i == 0 ? 0 : i + 1;
+    x->buf_out = i == p->nsteps - 1 ? 1 : i + 2;
+    sk__rd_slice_box(&s->a, me, &x->abox);
+    sk__rd_slice_box(&s->b, me, &x->bbox);
+    if (x->buf_out >= 2) {
+      size_t bytes = (size_t)sk__rd_vol(&x->bbox, nd) * es;
+      ex->inter[x->buf_out - 2] = (char *)sk__alloc(al, bytes, 64);
+      if (!ex->inter[x->buf_out - 2]) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an intermediate buffer");
+    }
+    if (r) break;
+    if (s->op == SK_REDIST_LOCAL) continue;
+    if (s->op == SK_REDIST_SENDRECV) {
+      x->comm = comm;
+      if ((r = sk__rd_pieces(&s->a, &s->b, me, NULL, NULL, &x->lists, al)) != SK_OK) {
+        r = sk__fail(err, r, "allocating piece lists");
+        break;
+      }
+      int nr = x->lists.nrecv, ns = x->lists.nsend;
+      x->roff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(nr + 1), 16);
+      x->soff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(ns + 1), 16);
+      x->rdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(nr + 1), 16);
+      x->sdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(ns + 1), 16);
+      if (!x->roff || !x->soff || !x->rdir || !x->sdir) {
+        r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating piece offsets");
+        break;
+      }
+      size_t off = 0;
+      for (int k = 0; k < nr; k++) {
+        if (sk__rd_contig(&x->bbox, &x->lists.recv[k].box, nd, &x->rdir[k]))
+          x->roff[k] = (size_t)-1;
+        else
+          x->roff[k] = off, off += sk__rd_align((size_t)sk__rd_vol(&x->lists.recv[k].box, nd) * es);
+      }
+      for (int k = 0; k < ns; k++) {
+        if (sk__rd_contig(&x->abox, &x->lists.send[k].box, nd, &x->sdir[k]))
+          x->soff[k] = (size_t)-1;
+        else
+          x->soff[k] = off, off += sk__rd_align((size_t)sk__rd_vol(&x->lists.send[k].box, nd) * es);
+      }
+      if (off > stage) stage = off;
+      if (nr + ns > maxreq) maxreq = nr + ns;
+      continue;
+    }
+    /* collectives */
+    if ((r = sk__rd_sub(ex, &s->a.mesh, s->axes, &x->comm)) != SK_OK) {
+      r = sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(comm));
+      break;
+    }
+    int gs = s->gsize, n = 0;
+    int *mem = (int *)sk__alloc(al, sizeof(int) * (size_t)gs, 16);
+    x->sbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
+    x->rbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
+    if (!mem || !x->sbox || !x->rbox) {
+      sk__free(al, mem);
+      r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating group blocks");
+      break;
+    }
+    sk_mesh_group(&s->a.mesh, me, s->axes, mem, gs, &n, NULL);
+    x->nmem = n;
+    for (int k = 0; k < n; k++) {
+      sk__rd_box Sq, Tq;
+      sk__rd_slice_box(&s->a, mem[k], &Sq);
+      sk__rd_slice_box(&s->b, mem[k], &Tq);
+      switch (s->op) {
+        case SK_REDIST_ALLTOALL:
+          sk__rd_isect(&Tq, &x->abox, nd, &x->sbox[k]);
+          sk__rd_isect(&x->bbox, &Sq, nd, &x->rbox[k]);
+          break;
+        case SK_REDIST_ALLGATHER:
+          x->sbox[k] = x->abox;
+          x->rbox[k] = Sq;
+          break;
+        case SK_REDIST_REDUCE_SCATTER:
+          x->sbox[k] = Tq; /* member k's chunk of the (shared) source box */
+          x->rbox[k] = x->bbox;
+          break;
+        default: /* AllReduce */
+          x->sbox[k] = x->abox;
+          x->rbox[k] = x->bbox;
+          break;
+      }
+    }
+    sk__free(al, mem);
+    int nsend = s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
+    int nrecv = s->op == SK_REDIST_REDUCE_SCATTER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
+    x->send_direct = sk__rd_direct(&x->abox, x->sbox, nsend, nd, &x->send_off);
+    x->recv_direct = sk__rd_direct(&x->bbox, x->rbox, nrecv, nd, &x->recv_off);
+    size_t off = 0;
+    if (!x->send_direct) x->send_stage = off, off += sk__rd_align((size_t)(s->count * nsend) * es);
+    if (!x->recv_direct) {
+      size_t rc = (size_t)s->count * (size_t)(s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL ? n : 1);
+      x->recv_stage = off, off += sk__rd_align(rc * es);
+    }
+    if (off > stage) stage = off;
+  }
+  if (r == SK_OK && stage) {
+    ex->scratch = (char *)sk__alloc(al, stage, 64);
+    ex->scratch_bytes = stage;
+    if (!ex->scratch) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %zu bytes of scratch", stage);
+  }
+  if (r == SK_OK && maxreq) {
+    ex->reqs = (sk_request **)sk__calloc(al, sizeof(sk_request *) * (size_t)maxreq, 16);
+    ex->nreqs_cap = maxreq;
+    if (!ex->reqs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating requests");
+  }
+  if (r) {
+    sk_redist_executor_destroy(ex);
+    return r;
+  }
+  *out = ex;
+  return SK_OK;
+}
+
+SK_API const sk_redist_plan *sk_redist_executor_plan(const sk_redist_executor *ex) { return ex ? ex->plan : NULL; }
+
+static bool sk__rd_overlap(const void *a, size_t na, const void *b, size_t nb) {
+  if (!a || !b || !na || !nb) return false;
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + nb && y < x + na;
+}
+
+static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, char *out) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  int nd = s->a.ndims;
+  sk_dtype dt = ex->plan->desc.dtype;
+  size_t es = sk_dtype_size(dt);
+  sk_result r = SK_OK;
+  if (s->op == SK_REDIST_LOCAL) {
+    sk__rd_copy(out, &x->bbox, in, &x->abox, &x->bbox, nd, es);
+    return SK_OK;
+  }
+  if (s->op == SK_REDIST_SENDRECV) {
+    sk__rd_lists *L = &x->lists;
+    int nq = 0;
+    for (int k = 0; k < L->nrecv && r == SK_OK; k++) {
+      char *dst = x->roff[k] == (size_t)-1 ? out + (size_t)x->rdir[k] * es : ex->scratch + x->roff[k];
+      r = sk_irecv(ex->comm, dst, (size_t)sk__rd_vol(&L->recv[k].box, nd), dt, L->recv[k].peer, &ex->reqs[nq]);
+      if (r == SK_OK) nq++;
+    }
+    for (int k = 0; k < L->nsend && r == SK_OK; k++) {
+      const char *src;
+      if (x->soff[k] == (size_t)-1)
+        src = in + (size_t)x->sdir[k] * es;
+      else {
+        char *st = ex->scratch + x->soff[k];
+        sk__rd_copy(st, &L->send[k].box, in, &x->abox, &L->send[k].box, nd, es);
+        src = st;
+      }
+      r = sk_isend(ex->comm, src, (size_t)sk__rd_vol(&L->send[k].box, nd), dt, L->send[k].peer, &ex->reqs[nq]);
+      if (r == SK_OK) nq++;
+    }
+    if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
+    sk_result w = sk_waitall(nq, ex->reqs);
+    if (r == SK_OK) r = w;
+    if (r) return r;
+    for (int k = 0; k < L->nrecv; k++)
+      if (x->roff[k] != (size_t)-1) sk__rd_copy(out, &x->bbox, ex->scratch + x->roff[k], &L->recv[k].box, &L->recv[k].box, nd, es);
+    return SK_OK;
+  }
+  int n = x->nmem;
+  int nsend = s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
+  int nrecv = s->op == SK_REDIST_REDUCE_SCATTER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
+  const char *sp;
+  char *rp;
+  if (x->send_direct)
+    sp = in + (size_t)x->send_off * es;
+  else {
+    char *st = ex->scratch + x->send_stage;
+    size_t off = 0;
+    for (int k = 0; k < nsend; k++) {
+      sk__rd_copy(st + off, &x->sbox[k], in, &x->abox, &x->sbox[k], nd, es);
+      off += (size_t)sk__rd_vol(&x->sbox[k], nd) * es;
+    }
+    sp = st;
+  }
+  rp = x->recv_direct ? out + (size_t)x->recv_off * es : ex->scratch + x->recv_stage;
+  size_t cnt = (size_t)s->count;
+  switch (s->op) {
+    case SK_REDIST_ALLGATHER: r = sk_allgather(x->comm, sp, rp, cnt, dt); break;
+    case SK_REDIST_ALLTOALL: r = sk_alltoall(x->comm, sp, rp, cnt, dt); break;
+    case SK_REDIST_REDUCE_SCATTER: r = sk_reduce_scatter(x->comm, sp, rp, cnt, dt, SK_SUM); break;
+    default: r = sk_allreduce(x->comm, sp, rp, cnt, dt, SK_SUM); break;
+  }
+  if (r) {
+    if (x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
+    return r;
+  }
+  if (!x->recv_direct) {
+    size_t off = 0;
+    for (int k = 0; k < nrecv; k++) {
+      sk__rd_copy(out, &x->bbox, rp + off, &x->rbox[k], &x->rbox[k], nd, es);
+      off += (size_t)sk__rd_vol(&x->rbox[k], nd) * es;
+    }
+  }
+  return SK_OK;
+}
+
+SK_API sk_result sk_redist_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
+                                   size_t dst_count, sk_dtype dt) {
+  if (!ex) return SK_ERR_INVALID_ARGUMENT;
+  sk_comm *c = ex->comm;
+  const sk_redist_plan *p = ex->plan;
+  size_t es = sk_dtype_size(p->desc.dtype);
+  /* local checks, then one agreement so that nobody moves data when anybody objects */
+  sk_result bad = SK_OK;
+  char msg[SK_ERROR_MSG_MAX] = "";
+  if (dt != p->desc.dtype)
+    bad = SK_ERR_INVALID_ARGUMENT,
+    snprintf(msg, sizeof msg, "redist: dtype %s does not match the plan's %s", sk_dtype_name(dt),
+             sk_dtype_name(p->desc.dtype));
+  else if (!src && ex->src_elems)
+    bad = SK_ERR_INVALID_ARGUMENT, snprintf(msg, sizeof msg, "redist: src is NULL");
+  else if (!dst && ex->dst_elems)
+    bad = SK_ERR_INVALID_ARGUMENT, snprintf(msg, sizeof msg, "redist: dst is NULL");
+  else if (src_count < ex->src_elems)
+    bad = SK_ERR_INVALID_ARGUMENT,
+    snprintf(msg, sizeof msg, "redist: src has %zu elements; the source slice of rank %d needs %zu", src_count,
+             sk_comm_rank(c), ex->src_elems);
+  else if (dst_count < ex->dst_elems)
+    bad = SK_ERR_INVALID_ARGUMENT,
+    snprintf(msg, sizeof msg, "redist: dst has %zu elements; the target slice of rank %d needs %zu", dst_count,
+             sk_comm_rank(c), ex->dst_elems);
+  else if (sk__rd_overlap(src, ex->src_elems * es, dst, ex->dst_elems * es))
+    bad = SK_ERR_INVALID_ARGUMENT, snprintf(msg, sizeof msg, "redist: src and dst overlap (out-of-place only)");
+  int32_t mine = bad ? 0 : 1, all = 0;
+  sk_result r = sk_allreduce(c, &mine, &all, 1, SK_I32, SK_MIN);
+  if (r) return r;
+  if (bad) return sk_comm_set_error(c, bad, "%s", msg);
+  if (!all) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "redist: another rank's arguments were rejected");
+  for (int i = 0; i < p->nsteps; i++) {
+    const sk__rd_xstep *x = &ex->xs[i];
+    const char *in = x->buf_in == 0 ? (const char *)src : ex->inter[x->buf_in - 2];
+    char *out = x->buf_out == 1 ? (char *)dst : ex->inter[x->buf_out - 2];
+    if ((r = sk__rd_run_step(ex, i, in, out)) != SK_OK) return r;
+  }
+  return SK_OK;
+}
+
+SK_API sk_result sk_redist(sk_comm *comm, const sk_redist_desc *desc, const void *src, size_t src_count, void *dst,
+                           size_t dst_count, sk_error *err) {
+  sk_redist_executor *ex = NULL;
+  sk_result r = sk_redist_executor_create(comm, desc, &ex, err);
+  if (r) return r;
+  r = sk_redist_execute(ex, src, src_count, dst, dst_count, desc->dtype);
+  if (r) sk__fail(err, r, "%s", sk_comm_error_message(comm));
+  sk_redist_executor_destroy(ex);
+  return r;
+}
+
+SK_EXTERN_C_END
+
+#endif /* SK_REDIST_IMPL */
