@@ -7,4 +7,5 @@
 #include "sk_comm.h"
 #include "sk_threads.h"
 #include "sk_ops.h"
+#include "sk_fusion.h"
 #include "sk_redist.h"

@@ -170,7 +170,9 @@ SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int 
    *req == NULL returns SK_OK at once. */
 SK_API sk_result sk_wait(sk_request **req);
 /* *done = whether it completed. Not yet: returns SK_OK (as MPI_Test). Completed: returns the
-   op's result and frees the request as sk_wait does. Never blocks. */
+   op's result and frees the request as sk_wait does. Never blocks. Under a link model it
+   completes in virtual time: only once this device's clock (advanced by sk_comm_compute) has
+   reached the modelled end; sk_wait always completes it. */
 SK_API sk_result sk_test(sk_request **req, bool *done);
 SK_API sk_result sk_waitall(int n, sk_request **reqs);
 
@@ -768,6 +770,12 @@ SK_API sk_result sk_test(sk_request **req, bool *done) {
     return SK_OK;
   }
   sk_result res = r->comm->world->backend->test(r, done);
+  /* Under a link model "done" is in virtual time: not before this device's clock reaches the
+     modelled end, or polling would make modelled times depend on real-time races. */
+  if (*done && sk__link_on(r->comm->world) && sk_comm_clock_us(r->comm) < r->model_end_us) {
+    *done = false;
+    return SK_OK;
+  }
   if (*done) {
     sk__clock_reach(r->comm, r->model_end_us);
     *req = NULL;

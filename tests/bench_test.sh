@@ -85,5 +85,16 @@ else
   echo "FAIL: -h"; fail=$((fail + 1))
 fi
 
+# fusion_perf: a quick sweep runs, prints its table and CSV; bad flags exit 2
+tmpcsv=$(mktemp)
+if build/fusion_perf --model small -g 3 --thresholds 0,inf -n 1 -w 0 --csv "$tmpcsv" >/dev/null 2>&1 &&
+   head -1 "$tmpcsv" | grep -q '^threshold_bytes,buckets,time_us,exposed_us,speedup' && [ "$(wc -l < "$tmpcsv")" -eq 3 ]; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: fusion_perf quick sweep / csv"; fail=$((fail + 1))
+fi
+rm -f "$tmpcsv"
+build/fusion_perf --model nosuch -g 2 --thresholds 0 >/dev/null 2>&1
+if [ $? -eq 2 ]; then pass=$((pass + 1)); else echo "FAIL: fusion_perf bad model must exit 2"; fail=$((fail + 1)); fi
 echo "bench: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -4,6 +4,7 @@
    record clocks; the test thread asserts. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sched.h>
 
 #include "shardkit.h"
 
@@ -185,4 +186,52 @@ Test(comm_link, bad_model_rejected) {
   cr_assert_null(w);
   d.link.alpha_us = -1, d.link.gbps = 10;
   cr_assert_eq(sk_world_create(&d, &w, &err), SK_ERR_INVALID_ARGUMENT);
+}
+
+/* sk_test completes in virtual time: not done before the clock reaches the modelled end. */
+typedef struct poll_arg {
+  double cost;
+  int early_done[LINK_MAX], late_done[LINK_MAX];
+  double clock_after[LINK_MAX];
+  sk_result rc[LINK_MAX];
+} poll_arg;
+
+static sk_result poll_steps(sk_comm *c, void *arg) {
+  poll_arg *a = (poll_arg *)arg;
+  int r = sk_comm_rank(c);
+  sk_request *q = NULL;
+  sk_result rc = sk_iallreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, &q);
+  bool done = false;
+  /* let the collective really finish (a real-time pause: a barrier on this communicator would
+     itself take modelled time after the AllReduce), then poll before the modelled end */
+  uint64_t t0 = sk_now_ns();
+  while (sk_now_ns() - t0 < 50000000ull) sched_yield();
+  sk_comm_compute(c, a->cost / 2);
+  if (rc == SK_OK) rc = sk_test(&q, &done);
+  a->early_done[r] = done;
+  sk_comm_compute(c, a->cost);
+  for (int i = 0; i < 1000000 && rc == SK_OK && !done; i++) rc = sk_test(&q, &done);
+  a->late_done[r] = done;
+  a->clock_after[r] = sk_comm_clock_us(c);
+  if (!done) sk_wait(&q);
+  a->rc[r] = rc;
+  return rc;
+}
+
+Test(comm_link, test_completes_in_virtual_time, .timeout = 30) {
+  const int n = 4;
+  sk_link_model m = {5, 10};
+  poll_arg a;
+  memset(&a, 0, sizeof a);
+  a.cost = sk_link_cost_us(&m, SK_COLL_ALLREDUCE, COUNT, SK_F32, n);
+  sk_world *w = link_world(n, m.alpha_us, m.gbps);
+  cr_assert_eq(sk_world_run(w, poll_steps, &a), SK_OK, "%s", sk_world_error_message(w));
+  for (int r = 0; r < n; r++) {
+    cr_assert_eq(a.rc[r], SK_OK);
+    cr_assert_eq(a.early_done[r], 0, "rank %d: done at half the modelled time", r);
+    cr_assert_eq(a.late_done[r], 1, "rank %d: not done after the modelled time", r);
+    cr_assert(near(a.clock_after[r], 1.5 * a.cost), "rank %d: clock %g, want %g (compute only)", r, a.clock_after[r],
+              1.5 * a.cost);
+  }
+  sk_world_destroy(w);
 }
