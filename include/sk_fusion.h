@@ -2,7 +2,7 @@
    into few, launch each bucket as soon as its tensors are ready, unpack at wait.
 
    Do this in ONE .c file:   #define SK_IMPL   #include "shardkit.h"
-   (or SK_FUSION_IMPL plus SK_COMM_IMPL and a backend). Link with -lpthread.
+   (or SK_FUSION_IMPL plus SK_COMM_IMPL and a backend). Link with -lpthread -lm (sk_fusion_pick_threshold uses sqrt).
 
    STEP BY STEP (on every device, with that device's communicator)
      sk_fusion_desc d = {0};                       // zero = auto mode (64 MiB) for every kind
