@@ -259,6 +259,10 @@ struct sk_backend {
   sk_result (*run)(sk_comm *comm, const sk_coll *op);
   void (*abort)(sk_world *world);
   void *reserved[8];
+  /* 1 when every device of a world lives in this process's address space (the threads
+     backend): collective callers may then exchange buffer pointers and copy straight from
+     peers' buffers, bracketed by synchronisation (see sk_comm_shared_memory). */
+  int shared_address_space;
 };
 
 /* The world and communicator records. Users treat them as opaque; backends read them. */
@@ -282,6 +286,10 @@ struct sk_comm {
   double model_end_us; /* link model: end of the last blocking op the backend ran directly */
 };
 
+/* Whether comm's peers share this address space (sk_backend.shared_address_space). A module
+   may then, collectively, allgather raw pointers, read peers' buffers directly, and barrier
+   before anyone reuses them: one copy where message passing would pack, send and unpack. */
+SK_API bool sk_comm_shared_memory(const sk_comm *comm);
 /* Sets comm's detailed message; returns code (for `return sk_comm_set_error(...)`). */
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) SK__PRINTF(3, 4);
 /* Records a device failure: aborts the world and keeps the first root cause. */
@@ -453,6 +461,7 @@ SK_API int sk_comm_rank(const sk_comm *c) { return c ? c->rank : -1; }
 SK_API int sk_comm_size(const sk_comm *c) { return c ? c->size : 0; }
 SK_API int sk_comm_world_rank(const sk_comm *c) { return c ? c->world_rank : -1; }
 SK_API sk_world *sk_comm_world(const sk_comm *c) { return c ? c->world : NULL; }
+SK_API bool sk_comm_shared_memory(const sk_comm *c) { return c && c->world->backend->shared_address_space; }
 SK_API const char *sk_comm_error_message(const sk_comm *c) { return c ? c->error_msg : "comm is NULL"; }
 
 /* ---- link model ------------------------------------------------------------------------------- */

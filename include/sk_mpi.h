@@ -1060,6 +1060,7 @@ static const sk_backend sk__mpi_backend_table = {
     NULL,
     sk__mpi_abort,
     {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    0, /* shared_address_space: one process per device */
 };
 
 SK_API const sk_backend *sk_mpi_backend(void) { return &sk__mpi_backend_table; }

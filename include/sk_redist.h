@@ -1253,6 +1253,8 @@ typedef struct sk__rd_xstep {
   size_t *soff, *roff;             /* Send/Recv: per piece, scratch byte offset or (size_t)-1 = direct */
   int64_t *sdir, *rdir;            /* Send/Recv: direct element offsets */
   int buf_in, buf_out;             /* buffer ids: 0 = src, 1 = dst, 2.. = intermediates */
+  sk__rd_box *pbox;                /* shared memory, AllToAll/AllGather: member k's source box */
+  uint64_t *pin;                   /* shared memory: the members' input pointers */
 } sk__rd_xstep;
 
 struct sk_redist_executor {
@@ -1308,7 +1310,7 @@ SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
   sk_allocator al = ex->al;
   for (int i = 0; ex->plan && i < ex->plan->nsteps; i++) {
     sk__rd_xstep *x = &ex->xs[i];
-    sk__free(&al, x->sbox), sk__free(&al, x->rbox);
+    sk__free(&al, x->sbox), sk__free(&al, x->rbox), sk__free(&al, x->pbox), sk__free(&al, x->pin);
     sk__rd_lists_free(&x->lists, &al);
     sk__free(&al, x->soff), sk__free(&al, x->roff), sk__free(&al, x->sdir), sk__free(&al, x->rdir);
   }
@@ -1394,6 +1396,13 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
       }
       if (off > stage) stage = off;
       if (nr + ns > maxreq) maxreq = nr + ns;
+      if (sk_comm_shared_memory(comm)) {
+        x->pin = (uint64_t *)sk__alloc(al, sizeof(uint64_t) * (size_t)sk_comm_size(comm), 16);
+        if (!x->pin) {
+          r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating peer pointers");
+          break;
+        }
+      }
       continue;
     }
     /* collectives */
@@ -1412,10 +1421,21 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
     }
     sk_mesh_group(&s->a.mesh, me, s->axes, mem, gs, &n, NULL);
     x->nmem = n;
+    bool peer_copy = sk_comm_shared_memory(comm) && (s->op == SK_REDIST_ALLTOALL || s->op == SK_REDIST_ALLGATHER);
+    if (peer_copy) {
+      x->pbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)n, 16);
+      x->pin = (uint64_t *)sk__alloc(al, sizeof(uint64_t) * (size_t)n, 16);
+      if (!x->pbox || !x->pin) {
+        sk__free(al, mem);
+        r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating peer boxes");
+        break;
+      }
+    }
     for (int k = 0; k < n; k++) {
       sk__rd_box Sq, Tq;
       sk__rd_slice_box(&s->a, mem[k], &Sq);
       sk__rd_slice_box(&s->b, mem[k], &Tq);
+      if (peer_copy) x->pbox[k] = Sq;
       switch (s->op) {
         case SK_REDIST_ALLTOALL:
           sk__rd_isect(&Tq, &x->abox, nd, &x->sbox[k]);
@@ -1485,6 +1505,19 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
     sk__rd_copy(out, &x->bbox, in, &x->abox, &x->bbox, nd, es);
     return SK_OK;
   }
+  if (s->op == SK_REDIST_SENDRECV && x->pin) {
+    /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
+    sk__rd_lists *L = &x->lists;
+    uint64_t mine = (uint64_t)(uintptr_t)in;
+    r = sk_allgather(ex->comm, &mine, x->pin, 1, SK_I64);
+    for (int k = 0; k < L->nrecv && r == SK_OK; k++) {
+      sk__rd_box pb;
+      sk__rd_slice_box(&s->a, L->recv[k].peer, &pb);
+      sk__rd_copy(out, &x->bbox, (const char *)(uintptr_t)x->pin[L->recv[k].peer], &pb, &L->recv[k].box, nd, es);
+    }
+    if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
+    return r == SK_OK ? sk_barrier(ex->comm) : r;
+  }
   if (s->op == SK_REDIST_SENDRECV) {
     sk__rd_lists *L = &x->lists;
     int nq = 0;
@@ -1514,6 +1547,18 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
     return SK_OK;
   }
   int n = x->nmem;
+  if (x->pbox && !(x->send_direct && x->recv_direct)) {
+    /* Shared memory and strided blocks: read each block straight from the member's input
+       (one copy instead of pack, collective, unpack); the barrier keeps every input intact
+       until all members have read it. */
+    uint64_t mine = (uint64_t)(uintptr_t)in;
+    r = sk_allgather(x->comm, &mine, x->pin, 1, SK_I64);
+    for (int k = 0; k < n && r == SK_OK; k++)
+      sk__rd_copy(out, &x->bbox, (const char *)(uintptr_t)x->pin[k], &x->pbox[k], &x->rbox[k], nd, es);
+    if (r == SK_OK) r = sk_barrier(x->comm);
+    if (r && x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
+    return r;
+  }
   int nsend = s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
   int nrecv = s->op == SK_REDIST_REDUCE_SCATTER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
   const char *sp;

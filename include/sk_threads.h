@@ -1164,6 +1164,7 @@ static const sk_backend sk__threads_backend_table = {
     sk__thr_run,
     sk__thr_abort,
     {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    1, /* shared_address_space: the devices are threads of this process */
 };
 
 SK_API const sk_backend *sk_threads_backend(void) { return &sk__threads_backend_table; }
