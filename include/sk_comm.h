@@ -25,7 +25,12 @@
    NUMERIC RULES (every backend): integer sums and products wrap (computed unsigned); avg = sum /
    group size, integers truncated toward zero, f16/bf16 accumulated and divided in f32 and rounded
    once; NaN propagates through min and max. The threads backend reduces in the fixed order rank
-   0, 1, ..., N-1, so results are bitwise identical run to run.
+   0, 1, ..., N-1, so results are bitwise identical run to run. Avg is the sum, rounded in the
+   accumulator type, divided once; so it overflows to Inf where that sum does (eight f32 inputs
+   near 3e38), even when the true mean is finite. That is deliberate: it is what MindSpore's
+   mean (AllReduce sum, then scale by 1/N) and NCCL's integer avg compute, and it rounds once;
+   pre-scaling every input by 1/N would round N times. Scale inputs first if they come near the
+   type's maximum.
 
    NON-BLOCKING: sk_i*() return a request; several may be outstanding per communicator and they
    complete in issue order. They make progress without the calling device thread (compute while
@@ -115,8 +120,10 @@ SK_API sk_result sk_world_destroy(sk_world *world);
 
 /* Bring-your-own-threads entry: the calling thread becomes device `rank` of the world. */
 SK_API sk_result sk_comm_init_rank(sk_world *world, int rank, sk_comm **comm, sk_error *err);
-/* Frees a communicator (world communicators from sk_comm_init_rank and sub-communicators alike);
-   waits for its outstanding requests first. Not collective. */
+/* Frees a communicator (world communicators from sk_comm_init_rank and sub-communicators alike).
+   Not collective. Requests still outstanding on it are finished first (bounded by the timeout;
+   at once after an abort) and freed: their handles are invalid afterwards. Peers that wait for
+   this member in a later collective learn at once that it has left (SK_ERR_MISMATCH). */
 SK_API sk_result sk_comm_destroy(sk_comm *comm);
 SK_API int sk_comm_rank(const sk_comm *comm);
 SK_API int sk_comm_size(const sk_comm *comm);
@@ -234,6 +241,9 @@ struct sk_request {
 
 #define SK_BACKEND_VERSION 1
 
+/* One member's part of sk_comm_peer_access: peers[i] is the address member i offered. */
+typedef void (*sk_peer_fn)(void *ctx, const void *const *peers);
+
 /* Hook table. Required hooks: world_create, world_destroy, world_run, comm_init_rank,
    comm_split, comm_destroy, start, test, wait, abort. Optional (NULL = generic path):
    run (blocking fast path; else start + wait). Reserved slots keep the struct's size stable for
@@ -258,7 +268,13 @@ struct sk_backend {
   sk_result (*wait)(sk_request *req);
   sk_result (*run)(sk_comm *comm, const sk_coll *op);
   void (*abort)(sk_world *world);
-  void *reserved[8];
+  /* Optional. Called before anything else on every call that takes comm (or a request of
+     it): a non-OK result is returned at once and nothing is written to comm, because the
+     caller may not be comm's owner (the threads backend binds a communicator to its thread). */
+  sk_result (*check_caller)(const sk_comm *comm);
+  /* Optional (shared_address_space backends): sk_comm_peer_access. NULL = SK_ERR_UNSUPPORTED. */
+  sk_result (*peer_access)(sk_comm *comm, const void *mine, sk_peer_fn fn, void *ctx);
+  void *reserved[6];
   /* 1 when every device of a world lives in this process's address space (the threads
      backend): collective callers may then exchange buffer pointers and copy straight from
      peers' buffers, bracketed by synchronisation (see sk_comm_shared_memory). */
@@ -290,6 +306,15 @@ struct sk_comm {
    may then, collectively, allgather raw pointers, read peers' buffers directly, and barrier
    before anyone reuses them: one copy where message passing would pack, send and unpack. */
 SK_API bool sk_comm_shared_memory(const sk_comm *comm);
+/* Collective, for modules that read peers' buffers directly (sk_redist.h) on a shared-memory
+   backend. Every member offers the address `mine`; once all have, fn(ctx, peers) runs once for
+   every member, with that member's ctx and peers[i] = member i's address, on whichever member's
+   thread is free (so fn must only touch memory, never call shardkit). No member returns before
+   every member's fn has returned, also when the world aborts or times out: offered memory stays
+   valid for exactly the call. A member that never arrives fails the call on all (timeout, or
+   SK_ERR_MISMATCH when it left or called something else). SK_ERR_UNSUPPORTED where
+   !sk_comm_shared_memory(comm). */
+SK_API sk_result sk_comm_peer_access(sk_comm *comm, const void *mine, sk_peer_fn fn, void *ctx);
 /* Sets comm's detailed message; returns code (for `return sk_comm_set_error(...)`). */
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) SK__PRINTF(3, 4);
 /* Records a device failure: aborts the world and keeps the first root cause. */
@@ -368,13 +393,15 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.ndevices = %d; allowed 1..%d", desc->ndevices, SK_MAX_DEVICES);
   if (!sk__allocator_ok(&desc->allocator))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.allocator: set both alloc and free, or neither");
+  /* "!(x >= 0)" also rejects NaN; the upper bounds reject infinities. */
+  const sk_link_model *lk = &desc->link;
+  if (!(lk->alpha_us >= 0 && lk->alpha_us <= 1e12) || !(lk->gbps >= 0 && lk->gbps <= 1e12) ||
+      (lk->alpha_us > 0 && lk->gbps == 0))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "desc.link: alpha_us %g, gbps %g; both finite and >= 0, and gbps > 0 when alpha is set",
+                    lk->alpha_us, lk->gbps);
   sk_world *w = (sk_world *)sk__calloc(&desc->allocator, sizeof *w, 64);
   if (!w) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world (%zu bytes)", sizeof *w);
-  if (desc->link.alpha_us < 0 || desc->link.gbps < 0 || (desc->link.alpha_us > 0 && desc->link.gbps == 0)) {
-    sk__free(&desc->allocator, w);
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.link: alpha_us %g, gbps %g; both >= 0, and gbps > 0 when alpha is set",
-                    desc->link.alpha_us, desc->link.gbps);
-  }
   w->desc = *desc;
   w->desc.timeout_ms = SK__DEF(desc->timeout_ms, SK_DEFAULT_TIMEOUT_MS);
   w->backend = desc->backend;
@@ -383,11 +410,12 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
     sk__free(&desc->allocator, w);
     return r;
   }
-  w->clocks = (double *)sk__calloc(&desc->allocator, sizeof(double) * (size_t)w->ndevices, 64);
+  int n = w->ndevices;
+  w->clocks = (double *)sk__calloc(&desc->allocator, sizeof(double) * (size_t)n, 64);
   if (!w->clocks) {
     w->backend->world_destroy(w, w->state);
     sk__free(&desc->allocator, w);
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %d device clocks", w->ndevices);
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %d device clocks", n);
   }
   *world = w;
   return SK_OK;
@@ -425,6 +453,12 @@ SK_API sk_result sk_world_destroy(sk_world *w) {
 }
 
 /* ---- communicators -------------------------------------------------------------------------- */
+
+/* The backend's caller check (see sk_backend.check_caller): runs before anything touches comm. */
+static sk_result sk__check_caller(const sk_comm *c) {
+  const sk_backend *b = c->world->backend;
+  return b->check_caller ? b->check_caller(c) : SK_OK;
+}
 
 static sk_comm *sk__comm_alloc(sk_world *w) { return (sk_comm *)sk__calloc(&w->desc.allocator, sizeof(sk_comm), 64); }
 
@@ -464,6 +498,19 @@ SK_API sk_world *sk_comm_world(const sk_comm *c) { return c ? c->world : NULL; }
 SK_API bool sk_comm_shared_memory(const sk_comm *c) { return c && c->world->backend->shared_address_space; }
 SK_API const char *sk_comm_error_message(const sk_comm *c) { return c ? c->error_msg : "comm is NULL"; }
 
+SK_API sk_result sk_comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn, void *ctx) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_result r = sk__check_caller(c);
+  if (r != SK_OK) return r;
+  if (!fn) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "peer_access: fn is NULL");
+  if (sk_world_aborted(c->world)) return sk_comm_set_error(c, SK_ERR_ABORTED, "peer_access: the world was aborted");
+  const sk_backend *b = c->world->backend;
+  if (!b->shared_address_space || !b->peer_access)
+    return sk_comm_set_error(c, SK_ERR_UNSUPPORTED, "peer_access: backend '%s' does not share an address space",
+                             b->name ? b->name : "?");
+  return b->peer_access(c, mine, fn, ctx);
+}
+
 /* ---- link model ------------------------------------------------------------------------------- */
 
 static bool sk__link_on(const sk_world *w) { return w->desc.link.gbps > 0; }
@@ -500,6 +547,8 @@ static void sk__clock_reach(sk_comm *c, double end_us) {
 
 SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_result rc = sk__check_caller(c);
+  if (rc != SK_OK) return rc;
   if (!out) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split: out (the output pointer) is NULL");
   *out = NULL;
   if (color < 0 && color != SK_UNDEFINED)
@@ -628,7 +677,8 @@ static sk_result sk__validate(sk_comm *c, const sk_coll *op) {
 
 static sk_result sk__blocking(sk_comm *c, const sk_coll *in) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
-  sk_result r = sk__validate(c, in);
+  sk_result r = sk__check_caller(c);
+  if (r == SK_OK) r = sk__validate(c, in);
   if (r != SK_OK) return r;
   sk_coll op = *in;
   op.issue_us = sk_comm_clock_us(c);
@@ -646,6 +696,8 @@ static sk_result sk__blocking(sk_comm *c, const sk_coll *in) {
 
 static sk_result sk__nonblocking(sk_comm *c, const sk_coll *op, sk_request **req) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_result rc = sk__check_caller(c);
+  if (rc != SK_OK) return rc;
   if (!req) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: req (the output pointer) is NULL", sk_coll_kind_name(op->kind));
   *req = NULL;
   sk_result r = sk__validate(c, op);
@@ -701,6 +753,8 @@ SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int p
 SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
                              int src, sk_dtype dt) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_result rc = sk__check_caller(c);
+  if (rc != SK_OK) return rc;
   /* Both halves are checked before either is posted: a posted send whose recv half is then
      rejected would wait for a receiver that may never come. */
   sk_coll so = sk__coll(SK_COLL_SEND, send, NULL, send_count, dt, SK_SUM, dst);
@@ -764,7 +818,9 @@ SK_API sk_result sk_wait(sk_request **req) {
   if (!req) return SK_ERR_INVALID_ARGUMENT;
   sk_request *r = *req;
   if (!r) return SK_OK;
-  sk_result res = r->comm->world->backend->wait(r);
+  sk_result res = sk__check_caller(r->comm);
+  if (res != SK_OK) return res;
+  res = r->comm->world->backend->wait(r);
   sk__clock_reach(r->comm, r->model_end_us);
   *req = NULL;
   r->free_fn(r);
@@ -778,7 +834,12 @@ SK_API sk_result sk_test(sk_request **req, bool *done) {
     *done = true;
     return SK_OK;
   }
-  sk_result res = r->comm->world->backend->test(r, done);
+  sk_result res = sk__check_caller(r->comm);
+  if (res != SK_OK) {
+    *done = false;
+    return res;
+  }
+  res = r->comm->world->backend->test(r, done);
   /* Under a link model "done" is in virtual time: not before this device's clock reaches the
      modelled end, or polling would make modelled times depend on real-time races. */
   if (*done && sk__link_on(r->comm->world) && sk_comm_clock_us(r->comm) < r->model_end_us) {

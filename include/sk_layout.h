@@ -342,12 +342,35 @@ static SK__UNUSED sk_result sk__mesh_check(const sk_mesh *m, sk_error *err) {
   return SK_OK;
 }
 
-/* Cheap sanity check for the calls that trust a built mesh: enough that no loop runs wild. */
+/* Cheap sanity check for the calls that trust a built mesh (no names): enough that no loop runs
+   wild and nothing divides by zero, also for a mesh filled by hand. */
 static SK__UNUSED sk_result sk__mesh_sane(const sk_mesh *m, sk_error *err) {
   if (m->naxes < 1 || m->naxes > SK_MAX_AXES || m->size < 1 || m->size > SK_MAX_DEVICES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh is not initialised (%d axes, %d devices)", m->naxes,
                     m->size);
+  int size = 1;
+  for (int k = 0; k < m->naxes; k++) {
+    if (m->dims[k] < 1 || m->dims[k] > SK_MAX_DEVICES / size) /* the bound first: the product never overflows */
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh axis %d has size %d; sizes are >= 1 and their product <= %d",
+                      k, m->dims[k], SK_MAX_DEVICES);
+    size *= m->dims[k];
+  }
+  if (size != m->size)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh size %d is not the product of its axes (%d)", m->size, size);
   return SK_OK;
+}
+
+/* The error for a mesh whose axes multiply past SK_MAX_DEVICES, first at axis k (size: the
+   product before it): the whole product where it stays below 2^40, multiplied without overflow. */
+static sk_result sk__mesh_too_big(sk_error *err, int naxes, const int *dims, int k, long long size, const char *name) {
+  long long total = size;
+  int j = k;
+  for (; j < naxes && dims[j] >= 1 && total <= (1LL << 40) / dims[j]; j++) total *= dims[j];
+  if (j < naxes)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh has more than 2^40 devices; allowed 1..%d (axis '%s' of size %d "
+                    "passes the limit)", SK_MAX_DEVICES, name, dims[k]);
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh has %lld devices; allowed 1..%d (axis '%s' of size %d passes the "
+                  "limit)", total, SK_MAX_DEVICES, name, dims[k]);
 }
 
 SK_API sk_result sk_mesh_init(sk_mesh *mesh, int naxes, const int *dims, const char *const *names, sk_error *err) {
@@ -359,7 +382,7 @@ SK_API sk_result sk_mesh_init(sk_mesh *mesh, int naxes, const int *dims, const c
   sk_mesh m;
   memset(&m, 0, sizeof m);
   m.naxes = naxes;
-  long long size = 1; /* saturated at 2^40 so that eight huge sizes cannot overflow */
+  long long size = 1;
   for (int k = 0; k < naxes; k++) {
     if (!names[k]) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "name of axis %d is NULL", k);
     sk_result r = sk__layout_check_name(names[k], k, err);
@@ -370,15 +393,11 @@ SK_API sk_result sk_mesh_init(sk_mesh *mesh, int naxes, const int *dims, const c
                         names[k], j, k);
     if (dims[k] < 1)
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "axis '%s' has size %d; sizes must be >= 1", names[k], dims[k]);
+    /* size <= SK_MAX_DEVICES and dims[k] < 2^31: the product fits in long long */
+    if (size * dims[k] > SK_MAX_DEVICES) return sk__mesh_too_big(err, naxes, dims, k, size, names[k]);
     memcpy(m.names[k], names[k], sk__layout_strlen(names[k], SK_AXIS_NAME_MAX - 1));
     m.dims[k] = dims[k];
     size *= dims[k];
-    if (size > (1LL << 40)) size = 1LL << 40;
-  }
-  if (size > SK_MAX_DEVICES) {
-    if (size == (1LL << 40))
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh has more than 2^40 devices; allowed 1..%d", SK_MAX_DEVICES);
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh has %lld devices; allowed 1..%d", size, SK_MAX_DEVICES);
   }
   m.size = (int)size;
   *mesh = m;

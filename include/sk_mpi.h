@@ -1059,7 +1059,9 @@ static const sk_backend sk__mpi_backend_table = {
     sk__mpi_wait,
     NULL,
     sk__mpi_abort,
-    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    NULL, /* check_caller */
+    NULL, /* peer_access: no shared address space */
+    {NULL, NULL, NULL, NULL, NULL, NULL},
     0, /* shared_address_space: one process per device */
 };
 

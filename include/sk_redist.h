@@ -1254,7 +1254,7 @@ typedef struct sk__rd_xstep {
   int64_t *sdir, *rdir;            /* Send/Recv: direct element offsets */
   int buf_in, buf_out;             /* buffer ids: 0 = src, 1 = dst, 2.. = intermediates */
   sk__rd_box *pbox;                /* shared memory, AllToAll/AllGather: member k's source box */
-  uint64_t *pin;                   /* shared memory: the members' input pointers */
+  bool peer;                       /* shared memory: read the members' inputs directly */
 } sk__rd_xstep;
 
 struct sk_redist_executor {
@@ -1310,7 +1310,7 @@ SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
   sk_allocator al = ex->al;
   for (int i = 0; ex->plan && i < ex->plan->nsteps; i++) {
     sk__rd_xstep *x = &ex->xs[i];
-    sk__free(&al, x->sbox), sk__free(&al, x->rbox), sk__free(&al, x->pbox), sk__free(&al, x->pin);
+    sk__free(&al, x->sbox), sk__free(&al, x->rbox), sk__free(&al, x->pbox);
     sk__rd_lists_free(&x->lists, &al);
     sk__free(&al, x->soff), sk__free(&al, x->roff), sk__free(&al, x->sdir), sk__free(&al, x->rdir);
   }
@@ -1396,13 +1396,7 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
       }
       if (off > stage) stage = off;
       if (nr + ns > maxreq) maxreq = nr + ns;
-      if (sk_comm_shared_memory(comm)) {
-        x->pin = (uint64_t *)sk__alloc(al, sizeof(uint64_t) * (size_t)sk_comm_size(comm), 16);
-        if (!x->pin) {
-          r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating peer pointers");
-          break;
-        }
-      }
+      x->peer = sk_comm_shared_memory(comm);
       continue;
     }
     /* collectives */
@@ -1424,8 +1418,8 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
     bool peer_copy = sk_comm_shared_memory(comm) && (s->op == SK_REDIST_ALLTOALL || s->op == SK_REDIST_ALLGATHER);
     if (peer_copy) {
       x->pbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)n, 16);
-      x->pin = (uint64_t *)sk__alloc(al, sizeof(uint64_t) * (size_t)n, 16);
-      if (!x->pbox || !x->pin) {
+      x->peer = true;
+      if (!x->pbox) {
         sk__free(al, mem);
         r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating peer boxes");
         break;
@@ -1494,6 +1488,36 @@ static bool sk__rd_overlap(const void *a, size_t na, const void *b, size_t nb) {
   return x < y + nb && y < x + na;
 }
 
+/* One member's reads of a peer-access step (sk_comm_peer_access): they may run on any member's
+   thread, so they touch only this step's records and the member's own output. */
+typedef struct sk__rd_peer_ctx {
+  const sk__rd_step *s;
+  const sk__rd_xstep *x;
+  const char *in;
+  char *out;
+  size_t es;
+} sk__rd_peer_ctx;
+
+/* Send/Recv step: each received piece from its sender's input, then the local piece. */
+static void sk__rd_peer_pieces(void *pv, const void *const *peers) {
+  const sk__rd_peer_ctx *c = (const sk__rd_peer_ctx *)pv;
+  const sk__rd_lists *L = &c->x->lists;
+  int nd = c->s->a.ndims;
+  for (int k = 0; k < L->nrecv; k++) {
+    sk__rd_box pb;
+    sk__rd_slice_box(&c->s->a, L->recv[k].peer, &pb);
+    sk__rd_copy(c->out, &c->x->bbox, (const char *)peers[L->recv[k].peer], &pb, &L->recv[k].box, nd, c->es);
+  }
+  if (L->nlocal) sk__rd_copy(c->out, &c->x->bbox, c->in, &c->x->abox, &L->local, nd, c->es);
+}
+
+/* AllToAll / AllGather step: member k's block from member k's input. */
+static void sk__rd_peer_blocks(void *pv, const void *const *peers) {
+  const sk__rd_peer_ctx *c = (const sk__rd_peer_ctx *)pv;
+  for (int k = 0; k < c->x->nmem; k++)
+    sk__rd_copy(c->out, &c->x->bbox, (const char *)peers[k], &c->x->pbox[k], &c->x->rbox[k], c->s->a.ndims, c->es);
+}
+
 static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, char *out) {
   const sk__rd_step *s = &ex->plan->steps[i];
   sk__rd_xstep *x = &ex->xs[i];
@@ -1505,18 +1529,10 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
     sk__rd_copy(out, &x->bbox, in, &x->abox, &x->bbox, nd, es);
     return SK_OK;
   }
-  if (s->op == SK_REDIST_SENDRECV && x->pin) {
+  if (s->op == SK_REDIST_SENDRECV && x->peer) {
     /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
-    sk__rd_lists *L = &x->lists;
-    uint64_t mine = (uint64_t)(uintptr_t)in;
-    r = sk_allgather(ex->comm, &mine, x->pin, 1, SK_I64);
-    for (int k = 0; k < L->nrecv && r == SK_OK; k++) {
-      sk__rd_box pb;
-      sk__rd_slice_box(&s->a, L->recv[k].peer, &pb);
-      sk__rd_copy(out, &x->bbox, (const char *)(uintptr_t)x->pin[L->recv[k].peer], &pb, &L->recv[k].box, nd, es);
-    }
-    if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
-    return r == SK_OK ? sk_barrier(ex->comm) : r;
+    sk__rd_peer_ctx ctx = {s, x, in, out, es};
+    return sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx);
   }
   if (s->op == SK_REDIST_SENDRECV) {
     sk__rd_lists *L = &x->lists;
@@ -1547,15 +1563,12 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
     return SK_OK;
   }
   int n = x->nmem;
-  if (x->pbox && !(x->send_direct && x->recv_direct)) {
+  if (x->peer && !(x->send_direct && x->recv_direct)) {
     /* Shared memory and strided blocks: read each block straight from the member's input
-       (one copy instead of pack, collective, unpack); the barrier keeps every input intact
-       until all members have read it. */
-    uint64_t mine = (uint64_t)(uintptr_t)in;
-    r = sk_allgather(x->comm, &mine, x->pin, 1, SK_I64);
-    for (int k = 0; k < n && r == SK_OK; k++)
-      sk__rd_copy(out, &x->bbox, (const char *)(uintptr_t)x->pin[k], &x->pbox[k], &x->rbox[k], nd, es);
-    if (r == SK_OK) r = sk_barrier(x->comm);
+       (one copy instead of pack, collective, unpack). Peer access keeps every input valid
+       until all members have read it, also when the world aborts meanwhile. */
+    sk__rd_peer_ctx ctx = {s, x, in, out, es};
+    r = sk_comm_peer_access(x->comm, in, sk__rd_peer_blocks, &ctx);
     if (r && x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
     return r;
   }
@@ -1596,6 +1609,46 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
   return SK_OK;
 }
 
+/* FNV-1a over what decides the data movement: layouts (mesh dims, shape, maps), partial axes,
+   dtype, mode and the steps; not axis names or cost settings. */
+static uint64_t sk__rd_mix(uint64_t h, int64_t v) {
+  for (int i = 0; i < 8; i++) h = (h ^ ((uint64_t)v >> (8 * i) & 0xff)) * 1099511628211ull;
+  return h;
+}
+
+static uint64_t sk__rd_mix_layout(uint64_t h, const sk_layout *l) {
+  h = sk__rd_mix(h, l->mesh.naxes);
+  for (int a = 0; a < l->mesh.naxes; a++) h = sk__rd_mix(h, l->mesh.dims[a]);
+  h = sk__rd_mix(h, l->ndims);
+  for (int d = 0; d < l->ndims; d++) {
+    h = sk__rd_mix(sk__rd_mix(h, l->shape[d]), l->map[d].naxes);
+    for (int a = 0; a < l->map[d].naxes; a++) h = sk__rd_mix(h, l->map[d].axes[a]);
+  }
+  return h;
+}
+
+static uint64_t sk__rd_fingerprint(const sk_redist_plan *p) {
+  uint64_t h = 14695981039346656037ull;
+  h = sk__rd_mix_layout(sk__rd_mix_layout(h, &p->desc.from), &p->desc.to);
+  h = sk__rd_mix(sk__rd_mix(sk__rd_mix(h, p->desc.partial), p->desc.dtype), p->desc.mode);
+  h = sk__rd_mix(h, p->nsteps);
+  for (int i = 0; i < p->nsteps; i++)
+    h = sk__rd_mix(sk__rd_mix(sk__rd_mix(h, p->steps[i].op), p->steps[i].axes), p->steps[i].count);
+  return h;
+}
+
+/* The members hold different plans: name two ranks that differ (one more agreement, on the
+   failure path only), before anything moves. */
+static sk_result sk__rd_plan_mismatch(sk_comm *c, int64_t mine, int64_t lowest) {
+  int64_t rank = sk_comm_rank(c), v[2] = {mine == lowest ? rank : INT64_MAX, mine == lowest ? INT64_MAX : rank}, w[2];
+  sk_result r = sk_allreduce(c, v, w, 2, SK_I64, SK_MIN);
+  if (r) return r;
+  return sk_comm_set_error(c, SK_ERR_MISMATCH,
+                           "redist: ranks %lld and %lld hold different plans (their descriptors differ in layouts, "
+                           "shape, dtype, partial axes or mode)",
+                           (long long)w[0], (long long)w[1]);
+}
+
 SK_API sk_result sk_redist_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
                                    size_t dst_count, sk_dtype dt) {
   if (!ex) return SK_ERR_INVALID_ARGUMENT;
@@ -1623,11 +1676,16 @@ SK_API sk_result sk_redist_execute(sk_redist_executor *ex, const void *src, size
              sk_comm_rank(c), ex->dst_elems);
   else if (sk__rd_overlap(src, ex->src_elems * es, dst, ex->dst_elems * es))
     bad = SK_ERR_INVALID_ARGUMENT, snprintf(msg, sizeof msg, "redist: src and dst overlap (out-of-place only)");
-  int32_t mine = bad ? 0 : 1, all = 0;
-  sk_result r = sk_allreduce(c, &mine, &all, 1, SK_I32, SK_MIN);
+  /* min over {lowest rejecting rank, fingerprint, ~fingerprint}: ~ reverses the order, so the
+     fingerprints all agree iff min == ~min(~fingerprint) */
+  uint64_t h = sk__rd_fingerprint(p);
+  int64_t mine[3] = {bad ? (int64_t)sk_comm_rank(c) : INT64_MAX, (int64_t)h, (int64_t)~h}, all[3];
+  sk_result r = sk_allreduce(c, mine, all, 3, SK_I64, SK_MIN);
   if (r) return r;
   if (bad) return sk_comm_set_error(c, bad, "%s", msg);
-  if (!all) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "redist: another rank's arguments were rejected");
+  if (all[0] != INT64_MAX)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "redist: another rank's arguments were rejected (rank %lld)", (long long)all[0]);
+  if (all[1] != ~all[2]) return sk__rd_plan_mismatch(c, (int64_t)h, all[1]);
   for (int i = 0; i < p->nsteps; i++) {
     const sk__rd_xstep *x = &ex->xs[i];
     const char *in = x->buf_in == 0 ? (const char *)src : ex->inter[x->buf_in - 2];

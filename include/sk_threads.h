@@ -119,10 +119,15 @@ static void sk__twake(sk__tsignal *s) {
 }
 
 typedef bool (*sk__tpred)(const void *arg);
+/* Whether a wait can never succeed (a peer it waits for has left): non-OK ends the wait. */
+typedef sk_result (*sk__tbroken)(const void *arg);
 
 /* Waits until pred(arg): spin (if allowed), then yield, then futex sleep in bounded slices.
-   Returns SK_ERR_ABORTED when the world aborts, SK_ERR_TIMEOUT at the deadline. */
-static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const void *arg, bool spin) {
+   Returns SK_ERR_ABORTED when the world aborts, SK_ERR_TIMEOUT at the deadline, and what
+   broken(arg) returns (if given) once that is not SK_OK; abort and broken are looked at after
+   the spin, on every yield and on every wake-up or slice. */
+static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const void *arg, bool spin,
+                           sk__tbroken broken) {
   if (pred(arg)) return SK_OK;
   uint64_t start = sk_now_ns(), now = start;
   if (spin) /* bounded in time: if the peer is descheduled, spinning longer only delays it */
@@ -138,6 +143,8 @@ static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const vo
     sched_yield();
     if (pred(arg)) return SK_OK;
     if (__atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE)) return SK_ERR_ABORTED;
+    sk_result b = broken ? broken(arg) : SK_OK;
+    if (b != SK_OK) return pred(arg) ? SK_OK : b;
     now = sk_now_ns();
   }
   for (;;) {
@@ -149,9 +156,10 @@ static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const vo
     }
     now = sk_now_ns();
     bool aborted = __atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE);
-    if (aborted || now >= deadline) {
+    sk_result b = broken && !aborted ? broken(arg) : SK_OK;
+    if (aborted || b != SK_OK || now >= deadline) {
       __atomic_fetch_sub(&s->sleepers, 1, SK__SC);
-      return aborted ? SK_ERR_ABORTED : SK_ERR_TIMEOUT;
+      return aborted ? SK_ERR_ABORTED : b != SK_OK ? (pred(arg) ? SK_OK : b) : SK_ERR_TIMEOUT;
     }
     uint64_t slice = deadline - now < SK__SLICE_NS ? deadline - now : SK__SLICE_NS;
     struct timespec ts;
@@ -163,11 +171,31 @@ static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const vo
   }
 }
 
+/* Idling without a deadline, for waits that end by construction: the progress thread on its
+   queue, and drains of tasks already running (each ends within one task). One slice: */
+static void sk__tidle_slice(sk__tsignal *s, sk__tpred pred, const void *arg) {
+  uint32_t e = __atomic_load_n(&s->epoch, SK__SC);
+  __atomic_fetch_add(&s->sleepers, 1, SK__SC);
+  if (!pred(arg)) {
+    struct timespec ts = {0, (long)SK__SLICE_NS};
+    syscall(SYS_futex, &s->epoch, FUTEX_WAIT_PRIVATE, e, &ts, NULL, 0);
+  }
+  __atomic_fetch_sub(&s->sleepers, 1, SK__SC);
+}
+
+static void sk__tidle(sk__tsignal *s, sk__tpred pred, const void *arg) {
+  while (!pred(arg)) sk__tidle_slice(s, pred, arg);
+}
+
 /* ---- shared state ------------------------------------------------------------------------- */
 
 /* One member's postings, written by that member only, read by its peers after `arrive`. */
 typedef struct sk__tslot {
   sk_coll coll[2];   /* by sequence parity: peers may still read the previous one */
+  int origin[2];     /* SK__ORIGIN_*: who made the call (user, or the backend's own traffic) */
+  sk_peer_fn peer_fn[2]; /* peer_access: this member's function and context */
+  void *peer_ctx[2];
+  int left;          /* atomic: this member's communicator was destroyed */
   uint64_t posted;   /* atomic: sequence number of the last posting */
   uint64_t seq;      /* owner only: collectives this member has posted */
   uint64_t tasks;    /* owner only: tasks of all earlier collectives (the claim counter's base) */
@@ -196,11 +224,16 @@ typedef struct sk__tgroup {
   pthread_mutex_t p2p_lock;
   sk__tp2p *p2p_head, *p2p_tail; /* unmatched sends and receives, in posting order */
   void *mem;        /* the one allocation holding this group */
+  struct sk__tgroup *reg_prev, *reg_next; /* the world's registry of sub-groups */
 } sk__tgroup;
 
 typedef struct sk__tworld {
   int n;
   int *claimed;          /* atomic per rank: a thread has joined as this rank */
+  int *gone;             /* atomic per rank: sk_world_run's device thread has finished */
+  pthread_mutex_t lock;  /* guards the registry */
+  sk__tgroup *groups;    /* registry of live sub-groups: freed at world destroy if a fault
+                            left some unreleased (members that never learned of their group) */
   sk__tgroup *world_group;
   bool spin;
   size_t small_bytes;
@@ -229,11 +262,13 @@ typedef struct sk__tmember {
   int stop;               /* atomic */
   uint64_t issued;        /* device thread only: non-blocking collectives issued */
   uint64_t completed;     /* atomic: ... completed by the progress thread */
+  sk__treq *live;         /* device thread only: requests not yet freed (freed at destroy) */
 } sk__tmember;
 
 struct sk__treq {
   sk_request base;
   sk__treq *next;
+  sk__treq *live_prev, *live_next; /* the owner's list of unfreed requests */
   sk__tmember *m;
   int done; /* atomic */
   sk_result result;
@@ -273,10 +308,26 @@ static sk__tgroup *sk__tgroup_new(sk__tworld *tw, int size, const int *wranks) {
     sk__free(tw->alloc, mem);
     return NULL;
   }
+  if (wranks) { /* a sub-group: registered until freed */
+    pthread_mutex_lock(&tw->lock);
+    g->reg_next = tw->groups;
+    if (tw->groups) tw->groups->reg_prev = g;
+    tw->groups = g;
+    pthread_mutex_unlock(&tw->lock);
+  }
   return g;
 }
 
 static void sk__tgroup_free(sk__tworld *tw, sk__tgroup *g) {
+  if (g != tw->world_group) {
+    pthread_mutex_lock(&tw->lock);
+    if (g->reg_prev)
+      g->reg_prev->reg_next = g->reg_next;
+    else
+      tw->groups = g->reg_next;
+    if (g->reg_next) g->reg_next->reg_prev = g->reg_prev;
+    pthread_mutex_unlock(&tw->lock);
+  }
   pthread_mutex_destroy(&g->p2p_lock);
   sk__free(tw->alloc, g->mem);
 }
@@ -318,38 +369,119 @@ static bool sk__tcount_reached(const void *p) {
   return __atomic_load_n(a->ctr, SK__SC) >= a->target;
 }
 
-/* Names the members whose posted sequence is below s ("ranks 3, 5"). */
+/* Why a member posted. The backend's own agreement traffic (a split's exchanges, a peer
+   access) must never match a user's call: a split against a user's AllGather of 3 x i64 would
+   otherwise pass the mismatch check and read user data as group pointers. */
+enum { SK__ORIGIN_USER = 0, SK__ORIGIN_SPLIT, SK__ORIGIN_PEER };
+
+/* A member that will never post again: it destroyed its sub-communicator, or sk_world_run's
+   device function for its rank has returned (which also covers sub-communicators it did not
+   destroy). A bring-your-own thread that destroys its world communicator may join again, so
+   that alone does not count. */
+static bool sk__tleft(const sk__tmember *m, int i) {
+  const sk__tgroup *g = m->g;
+  return __atomic_load_n(&g->slots[i].left, SK__SC) || __atomic_load_n(&m->tw->gone[g->wranks[i]], SK__SC);
+}
+
+/* The arrival wait: the count to reach, and who has left without posting sequence `seq`. */
+typedef struct sk__tarrive_arg {
+  sk__tcount_arg c; /* first: sk__tcount_reached reads it */
+  const sk__tmember *m;
+  uint64_t seq;
+  int gone; /* out: the member that left */
+} sk__tarrive_arg;
+
+static sk_result sk__tarrive_broken(const void *p) {
+  sk__tarrive_arg *a = (sk__tarrive_arg *)(uintptr_t)p;
+  const sk__tgroup *g = a->m->g;
+  for (int i = 0; i < g->size; i++)
+    if (__atomic_load_n(&g->slots[i].posted, SK__SC) < a->seq && sk__tleft(a->m, i)) {
+      a->gone = i;
+      return SK_ERR_MISMATCH;
+    }
+  return SK_OK;
+}
+
+/* Names the members whose posted sequence is below s ("3 (world rank 7), 5 (world rank 9)"). */
 static void sk__tmissing(const sk__tgroup *g, uint64_t s, char *buf, size_t cap) {
   size_t len = 0;
   buf[0] = 0;
   int count = 0;
-  for (int i = 0; i < g->size && len + 16 < cap; i++) {
+  for (int i = 0; i < g->size && len + 32 < cap; i++) {
     uint64_t v = __atomic_load_n(&g->slots[i].posted, SK__SC);
-    if (v < s) len += (size_t)snprintf(buf + len, cap - len, "%s%d", count++ ? ", " : "", i);
+    if (v < s) len += (size_t)snprintf(buf + len, cap - len, "%s%d (world rank %d)", count++ ? ", " : "", i, g->wranks[i]);
   }
   if (!count) snprintf(buf, cap, "none (late wake-up)");
 }
 
-/* Waits for a group counter; arrivals (members) or finished tasks. */
-static sk_result sk__twait_count(sk__tmember *m, const uint64_t *ctr, uint64_t target, const char *what) {
-  sk__tcount_arg a;
-  a.ctr = ctr, a.target = target;
+/* Closes the group's task gate and waits for the tasks already claimed to finish. A member
+   that leaves a collective on a fault calls it first: afterwards no task can start, and none is
+   still running, so no peer touches its buffers once it returns. Bounded by one task. */
+#define SK__CLOSED (1ull << 63) /* in g->claim */
+static void sk__tclose_drain(sk__tgroup *g);
+
+/* Turns a failed arrival wait into the member's message; the group's sequence is broken, so a
+   timeout or a departure takes the world down. */
+static sk_result sk__tarrive_failed(sk__tmember *m, sk_result r, const sk__tarrive_arg *a, const char *what) {
   sk_world *w = m->comm->world;
-  sk_result r = sk__twait(w, &m->g->sig, sk__tcount_reached, &a, m->tw->spin);
   if (r == SK_ERR_TIMEOUT) {
     char who[160];
-    if (ctr == &m->g->arrive)
-      sk__tmissing(m->g, target / (uint64_t)m->g->size, who, sizeof who);
-    else
-      snprintf(who, sizeof who, "to finish %llu outstanding tasks",
-               (unsigned long long)(target - __atomic_load_n(ctr, SK__SC)));
-    sk_comm_set_error(m->comm, r, "%s: timed out after %u ms waiting for group ranks %s (world rank %d)", what,
-                      (unsigned)w->desc.timeout_ms, who, m->comm->world_rank);
-    sk_world_fail(w, r, m->comm->error_msg); /* the group's sequence is broken: take the world down */
-  } else if (r == SK_ERR_ABORTED) {
+    sk__tmissing(m->g, a->seq, who, sizeof who);
+    sk_comm_set_error(m->comm, r, "%s: timed out after %u ms waiting for group ranks %s", what,
+                      (unsigned)w->desc.timeout_ms, who);
+  } else if (r == SK_ERR_MISMATCH) {
+    sk_comm_set_error(m->comm, r, "%s: group rank %d (world rank %d) has left (its communicator was destroyed or its "
+                      "device function returned) without making this call", what, a->gone, m->g->wranks[a->gone]);
+  } else {
     sk_comm_set_error(m->comm, r, "%s: the world was aborted (a device failed or sk_world_abort was called)", what);
   }
+  if (r != SK_ERR_ABORTED) sk_world_fail(w, r, m->comm->error_msg);
+  sk__tclose_drain(m->g);
   return r;
+}
+
+/* Waits until every member has posted sequence s. */
+static sk_result sk__twait_arrival(sk__tmember *m, uint64_t s, const char *what) {
+  sk__tarrive_arg a;
+  a.c.ctr = &m->g->arrive, a.c.target = s * (uint64_t)m->g->size, a.m = m, a.seq = s, a.gone = -1;
+  sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__tcount_reached, &a, m->tw->spin, sk__tarrive_broken);
+  return r == SK_OK ? r : sk__tarrive_failed(m, r, &a, what);
+}
+
+/* Waits until the group has finished `end` tasks; on a fault, drains instead. */
+static sk_result sk__twait_tasks(sk__tmember *m, uint64_t end, const char *what) {
+  sk__tcount_arg a;
+  a.ctr = &m->g->done, a.target = end;
+  sk_world *w = m->comm->world;
+  sk_result r = sk__twait(w, &m->g->sig, sk__tcount_reached, &a, m->tw->spin, NULL);
+  if (r == SK_OK) return r;
+  if (r == SK_ERR_TIMEOUT) {
+    sk_comm_set_error(m->comm, r, "%s: timed out after %u ms waiting for %llu outstanding tasks", what,
+                      (unsigned)w->desc.timeout_ms, (unsigned long long)(end - __atomic_load_n(&m->g->done, SK__SC)));
+    sk_world_fail(w, r, m->comm->error_msg);
+  } else {
+    sk_comm_set_error(m->comm, r, "%s: the world was aborted (a device failed or sk_world_abort was called)", what);
+  }
+  sk__tclose_drain(m->g);
+  return r;
+}
+
+static void sk__tclose_drain(sk__tgroup *g) {
+  sk__tcount_arg a;
+  a.ctr = &g->done;
+  a.target = __atomic_fetch_or(&g->claim, SK__CLOSED, SK__SC) & ~SK__CLOSED;
+  sk__tidle(&g->sig, sk__tcount_reached, &a);
+}
+
+/* Writes what one member called ("allreduce(count 4, f32, sum, root 0)", or "comm_split"). */
+static void sk__tdescribe(char *buf, size_t cap, int origin, const sk_coll *c) {
+  if (origin == SK__ORIGIN_SPLIT)
+    snprintf(buf, cap, "comm_split");
+  else if (origin == SK__ORIGIN_PEER)
+    snprintf(buf, cap, "peer_access");
+  else
+    snprintf(buf, cap, "%s(count %zu, %s, %s, root %d)", sk_coll_kind_name(c->kind), c->count, sk_dtype_name(c->dtype),
+             sk_redop_name(c->op), c->root);
 }
 
 /* Compares every member's posting with rank 0's. All members see the same postings, so they
@@ -364,15 +496,15 @@ static bool sk__tsame_call(const sk_coll *a, const sk_coll *b) {
 static sk_result sk__tcheck_match(sk__tmember *m, int p) {
   const sk__tgroup *g = m->g;
   const sk_coll *a = &g->slots[0].coll[p];
+  int oa = g->slots[0].origin[p];
   for (int i = 1; i < g->size; i++) {
     const sk_coll *o = &g->slots[i].coll[p];
-    if (sk__tsame_call(a, o)) continue;
-    return sk_comm_set_error(m->comm, SK_ERR_MISMATCH,
-                             "mismatch: rank 0 called %s(count %zu, %s, %s, root %d) but rank %d called %s(count %zu, "
-                             "%s, %s, root %d)",
-                             sk_coll_kind_name(a->kind), a->count, sk_dtype_name(a->dtype), sk_redop_name(a->op), a->root,
-                             i, sk_coll_kind_name(o->kind), o->count, sk_dtype_name(o->dtype), sk_redop_name(o->op),
-                             o->root);
+    int oo = g->slots[i].origin[p];
+    if (oa == oo && sk__tsame_call(a, o)) continue;
+    char da[96], db[96];
+    sk__tdescribe(da, sizeof da, oa, a);
+    sk__tdescribe(db, sizeof db, oo, o);
+    return sk_comm_set_error(m->comm, SK_ERR_MISMATCH, "mismatch: rank 0 called %s but rank %d called %s", da, i, db);
   }
   return SK_OK;
 }
@@ -604,49 +736,92 @@ static double sk__tmodel_end(sk__tmember *m, int p, const sk_coll *op) {
   return sl->link_free;
 }
 
+/* Peer access, task t: member t's function over every member's offered address. */
+static void sk__tpeer_task(sk__tmember *m, int p, uint64_t t) {
+  sk__tgroup *g = m->g;
+  for (int i = 0; i < g->size; i++) m->ptrs[i] = g->slots[i].coll[p].send;
+  const sk__tslot *owner = &g->slots[t];
+  owner->peer_fn[p](owner->peer_ctx[p], m->ptrs);
+}
+
+/* Posts member m's call (sequence s, parity p) and announces its arrival. */
+static void sk__tpost(sk__tmember *m, const sk_coll *op, int origin, uint64_t s, bool small) {
+  sk__tgroup *g = m->g;
+  sk__tslot *sl = &g->slots[m->me];
+  int p = (int)(s & 1);
+  sl->coll[p] = *op;
+  sl->origin[p] = origin;
+  size_t bytes = op->count * sk_dtype_size(op->dtype);
+  if (small && bytes) memcpy(g->inline_data + ((size_t)m->me * 2 + (size_t)p) * g->small_bytes, op->send, bytes);
+  __atomic_store_n(&sl->posted, s, SK__SC);
+  if (__atomic_add_fetch(&g->arrive, 1, SK__SC) == s * (uint64_t)g->size) sk__twake(&g->sig);
+}
+
+/* Claims and runs tasks until none is left or the world aborts, then waits for the peers'
+   tasks. A member stops claiming at the first task after an abort, so abort latency does not
+   grow with the collective's size; sk__twait_tasks then drains what peers already claimed. */
+static sk_result sk__trun_tasks(sk__tmember *m, const sk_coll *op, int origin, int p, const char *name) {
+  sk__tgroup *g = m->g;
+  sk__tslot *sl = &g->slots[m->me];
+  sk__tplan pl = sk__tplan_of(op, g->size);
+  if (origin == SK__ORIGIN_PEER) pl.total = (uint64_t)g->size;
+  if (pl.total == 0) return SK_OK;
+  uint64_t base = sl->tasks, end = base + pl.total, t;
+  sl->tasks = end;
+  sk_result r = SK_OK;
+  while (!sk_world_aborted(m->comm->world) && sk__tclaim(g, end, &t)) {
+    if (origin == SK__ORIGIN_PEER)
+      sk__tpeer_task(m, p, t - base);
+    else if (r == SK_OK)
+      r = sk__ttask(m, p, &pl, t - base);
+    uint64_t d = __atomic_add_fetch(&g->done, 1, SK__SC);
+    if (d == end || (__atomic_load_n(&g->claim, SK__SC) & SK__CLOSED)) sk__twake(&g->sig); /* drainers wait too */
+  }
+  sk_result r2 = sk__twait_tasks(m, end, name);
+  return r != SK_OK ? r : r2;
+}
+
 /* Runs one collective on member m, on whichever thread calls it (device or progress thread);
-   *end_us receives its modelled end (link model) or 0. */
-static sk_result sk__texec(sk__tmember *m, const sk_coll *op, double *end_us) {
+   *end_us receives its modelled end (link model) or 0. origin tells user calls from the
+   backend's own (SK__ORIGIN_*). A member returns only once no peer can touch its buffers: after
+   every task has finished, or, on a fault, after closing the task gate and draining. */
+static sk_result sk__texec(sk__tmember *m, const sk_coll *op, int origin, double *end_us) {
   sk__tgroup *g = m->g;
   int k = g->size;
   sk__tslot *sl = &g->slots[m->me];
-  const char *name = sk_coll_kind_name(op->kind);
+  const char *name = origin == SK__ORIGIN_SPLIT ? "comm_split" : origin == SK__ORIGIN_PEER ? "peer_access"
+                                                                                            : sk_coll_kind_name(op->kind);
   uint64_t s = ++sl->seq;
   int p = (int)(s & 1);
   *end_us = 0;
-  size_t es = sk_dtype_size(op->dtype);
-  size_t bytes = op->kind == SK_COLL_BARRIER ? 0 : op->count * es;
+  size_t bytes = op->kind == SK_COLL_BARRIER ? 0 : op->count * sk_dtype_size(op->dtype);
   bool small = op->kind == SK_COLL_ALLREDUCE && bytes <= g->small_bytes && !m->tw->force_large;
-  sl->coll[p] = *op;
-  if (small && bytes) memcpy(g->inline_data + ((size_t)m->me * 2 + (size_t)p) * g->small_bytes, op->send, bytes);
-  __atomic_store_n(&sl->posted, s, SK__SC);
-  if (__atomic_add_fetch(&g->arrive, 1, SK__SC) == s * (uint64_t)k) sk__twake(&g->sig);
-  sk_result r = sk__twait_count(m, &g->arrive, s * (uint64_t)k, name);
+  sk__tpost(m, op, origin, s, small);
+  sk_result r = sk__twait_arrival(m, s, name);
   if (r != SK_OK) return r;
   r = sk__tcheck_match(m, p);
   if (r != SK_OK) return r;
-  *end_us = sk__tmodel_end(m, p, op);
+  /* the backend's own traffic costs nothing in the modelled cluster */
+  if (origin == SK__ORIGIN_USER) *end_us = sk__tmodel_end(m, p, op);
   if (small) { /* every member reduces the inline copies into its own output */
     for (int i = 0; i < k; i++) m->ptrs[i] = g->inline_data + ((size_t)i * 2 + (size_t)p) * g->small_bytes;
     return op->count ? sk_reduce_local(op->recv, m->ptrs, k, op->count, op->dtype, op->op) : SK_OK;
   }
-  sk__tplan pl = sk__tplan_of(op, k);
-  if (pl.total == 0) return SK_OK;
-  uint64_t base = sl->tasks, end = base + pl.total, t;
-  sl->tasks = end;
-  while (sk__tclaim(g, end, &t)) {
-    r = sk__ttask(m, p, &pl, t - base);
-    if (__atomic_add_fetch(&g->done, 1, SK__SC) == end) sk__twake(&g->sig);
-  }
-  sk_result r2 = sk__twait_count(m, &g->done, end, name);
-  return r != SK_OK ? r : r2;
+  return sk__trun_tasks(m, op, origin, p, name);
 }
 
 /* ---- requests and the progress thread ----------------------------------------------------- */
 
+/* Requests are created and freed on the owner's thread only, so the live list needs no lock. */
 static void sk__treq_free(sk_request *base) {
   sk__treq *q = (sk__treq *)base;
-  sk__free(q->m->tw->alloc, q);
+  sk__tmember *m = q->m;
+  if (q->live_prev)
+    q->live_prev->live_next = q->live_next;
+  else
+    m->live = q->live_next;
+  if (q->live_next) q->live_next->live_prev = q->live_prev;
+  sk__free(m->tw->alloc, q);
 }
 
 static sk__treq *sk__treq_new(sk__tmember *m, const sk_coll *op) {
@@ -656,6 +831,9 @@ static sk__treq *sk__treq_new(sk__tmember *m, const sk_coll *op) {
   q->base.coll = *op;
   q->base.free_fn = sk__treq_free;
   q->m = m;
+  q->live_next = m->live;
+  if (m->live) m->live->live_prev = q;
+  m->live = q;
   return q;
 }
 
@@ -673,19 +851,6 @@ static bool sk__tqueue_ready(const void *p) {
   return __atomic_load_n(&m->stop, SK__SC) || __atomic_load_n((sk__treq *const *)&m->qhead, SK__SC) != NULL;
 }
 
-/* The progress thread idles on its queue signal; idling is not a wait with a deadline. */
-static void sk__tidle(sk__tsignal *s, sk__tpred pred, const void *arg) {
-  while (!pred(arg)) {
-    uint32_t e = __atomic_load_n(&s->epoch, SK__SC);
-    __atomic_fetch_add(&s->sleepers, 1, SK__SC);
-    if (!pred(arg)) {
-      struct timespec ts = {0, (long)SK__SLICE_NS};
-      syscall(SYS_futex, &s->epoch, FUTEX_WAIT_PRIVATE, e, &ts, NULL, 0);
-    }
-    __atomic_fetch_sub(&s->sleepers, 1, SK__SC);
-  }
-}
-
 static void *sk__tprogress_main(void *arg) {
   sk__tmember *m = (sk__tmember *)arg;
   sk_world *w = m->comm->world;
@@ -695,7 +860,7 @@ static void *sk__tprogress_main(void *arg) {
     pthread_mutex_lock(&m->qlock);
     sk__treq *q = m->qhead;
     pthread_mutex_unlock(&m->qlock);
-    sk_result res = sk_world_aborted(w) ? SK_ERR_ABORTED : sk__texec(m, &q->base.coll, &q->base.model_end_us);
+    sk_result res = sk_world_aborted(w) ? SK_ERR_ABORTED : sk__texec(m, &q->base.coll, SK__ORIGIN_USER, &q->base.model_end_us);
     if (res == SK_ERR_ABORTED && !m->comm->error_msg[0])
       sk_comm_set_error(m->comm, res, "%s: the world was aborted", sk_coll_kind_name(q->base.coll.kind));
     pthread_mutex_lock(&m->qlock);
@@ -846,12 +1011,18 @@ static sk_result sk__treq_outcome(sk__treq *q) {
   return q->result;
 }
 
+/* A Send or Recv whose peer has left can never be matched. */
+static sk_result sk__tp2p_broken(const void *p) {
+  const sk__treq *q = (const sk__treq *)p;
+  return sk__tleft(q->m, q->base.coll.root) ? SK_ERR_MISMATCH : SK_OK;
+}
+
 static sk_result sk__thr_wait(sk_request *base) {
   sk__treq *q = (sk__treq *)base;
   sk__tmember *m = q->m;
-  sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__treq_done, q, m->tw->spin);
-  if (r == SK_OK) return sk__treq_outcome(q);
   bool p2p = q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV;
+  sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__treq_done, q, m->tw->spin, p2p ? sk__tp2p_broken : NULL);
+  if (r == SK_OK) return sk__treq_outcome(q);
   if (!p2p) {
     /* The progress thread runs it; its own waits are bounded and it completes the request with
        the real outcome (timeout naming the missing ranks, or abort) and message. */
@@ -863,6 +1034,10 @@ static sk_result sk__thr_wait(sk_request *base) {
     sk_comm_set_error(m->comm, r, "%s: no matching %s from rank %d within %u ms", name,
                       q->base.coll.kind == SK_COLL_SEND ? "recv" : "send", q->base.coll.root,
                       (unsigned)m->comm->world->desc.timeout_ms);
+    sk_world_fail(m->comm->world, r, m->comm->error_msg);
+  } else if (r == SK_ERR_MISMATCH) {
+    sk_comm_set_error(m->comm, r, "%s: rank %d (world rank %d) has left without a matching %s", name, q->base.coll.root,
+                      m->g->wranks[q->base.coll.root], q->base.coll.kind == SK_COLL_SEND ? "recv" : "send");
     sk_world_fail(m->comm->world, r, m->comm->error_msg);
   } else {
     sk_comm_set_error(m->comm, r, "%s: the world was aborted", name);
@@ -880,21 +1055,17 @@ static sk_result sk__thr_test(sk_request *base, bool *done) {
 }
 
 /* A communicator belongs to the device thread that created it: another thread calling on it
-   would post into the same member slot concurrently. */
-static sk_result sk__tcheck_owner(sk__tmember *m, const sk_coll *op) {
-  if (pthread_equal(pthread_self(), m->owner)) return SK_OK;
-  return sk_comm_set_error(m->comm, SK_ERR_INVALID_ARGUMENT,
-                           "%s: communicator of world rank %d used from another thread (each device thread must use "
-                           "its own communicator)",
-                           sk_coll_kind_name(op->kind), m->comm->world_rank);
+   would post into the same member slot concurrently. Nothing is written to the communicator
+   (its message belongs to the owner, who may be using it right now). */
+static sk_result sk__thr_check_caller(const sk_comm *c) {
+  const sk__tmember *m = (const sk__tmember *)c->state;
+  return pthread_equal(pthread_self(), m->owner) ? SK_OK : SK_ERR_INVALID_ARGUMENT;
 }
 
 static sk_result sk__thr_start(sk_comm *c, const sk_coll *op, sk_request **req) {
   sk__tmember *m = SK__TMEMBER(c);
   sk__treq *q = NULL;
   *req = NULL;
-  sk_result rc = sk__tcheck_owner(m, op);
-  if (rc != SK_OK) return rc;
   sk_result r = (op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV) ? sk__tp2p_post(m, op, &q)
                                                                        : sk__tenqueue(m, op, &q);
   *req = q ? &q->base : NULL;
@@ -903,8 +1074,6 @@ static sk_result sk__thr_start(sk_comm *c, const sk_coll *op, sk_request **req) 
 
 static sk_result sk__thr_run(sk_comm *c, const sk_coll *op) {
   sk__tmember *m = SK__TMEMBER(c);
-  sk_result rc = sk__tcheck_owner(m, op);
-  if (rc != SK_OK) return rc;
   bool p2p = op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV;
   /* Outstanding non-blocking work runs first: queue behind it to keep issue order. */
   if (p2p || m->issued != __atomic_load_n(&m->completed, SK__SC)) {
@@ -913,7 +1082,7 @@ static sk_result sk__thr_run(sk_comm *c, const sk_coll *op) {
     if (r != SK_OK) return r;
     return sk_wait(&req);
   }
-  sk_result r = sk__texec(m, op, &c->model_end_us);
+  sk_result r = sk__texec(m, op, SK__ORIGIN_USER, &c->model_end_us);
   if (r == SK_ERR_ABORTED && !c->error_msg[0]) sk_comm_set_error(c, r, "%s: the world was aborted", sk_coll_kind_name(op->kind));
   return r;
 }
@@ -925,6 +1094,10 @@ static sk_result sk__thr_world_create(sk_world *w, const sk_world_desc *desc, vo
   const sk_threads_config *cfg = (const sk_threads_config *)desc->backend_config;
   sk__tworld *tw = (sk__tworld *)sk__calloc(&w->desc.allocator, sizeof *tw, SK__CL);
   if (!tw) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the threads world");
+  if (pthread_mutex_init(&tw->lock, NULL) != 0) {
+    sk__free(&w->desc.allocator, tw);
+    return sk__fail(err, SK_ERR_SYSTEM, "initialising the threads world's lock");
+  }
   tw->alloc = &w->desc.allocator;
   tw->n = desc->ndevices;
   size_t sb = cfg && cfg->small_bytes ? cfg->small_bytes : 256;
@@ -935,9 +1108,12 @@ static sk_result sk__thr_world_create(sk_world *w, const sk_world_desc *desc, vo
   int spin = cfg ? cfg->spin : 0;
   tw->spin = spin > 0 || (spin == 0 && cores > 0 && tw->n <= cores);
   tw->claimed = (int *)sk__calloc(tw->alloc, sizeof(int) * (size_t)tw->n, SK__CL);
-  tw->world_group = tw->claimed ? sk__tgroup_new(tw, tw->n, NULL) : NULL;
+  tw->gone = (int *)sk__calloc(tw->alloc, sizeof(int) * (size_t)tw->n, SK__CL);
+  tw->world_group = tw->claimed && tw->gone ? sk__tgroup_new(tw, tw->n, NULL) : NULL;
   if (!tw->world_group) {
     sk__free(tw->alloc, tw->claimed);
+    sk__free(tw->alloc, tw->gone);
+    pthread_mutex_destroy(&tw->lock);
     sk__free(tw->alloc, tw);
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world group of %d devices", desc->ndevices);
   }
@@ -949,8 +1125,11 @@ static sk_result sk__thr_world_create(sk_world *w, const sk_world_desc *desc, vo
 static void sk__thr_world_destroy(sk_world *w, void *state) {
   (void)w;
   sk__tworld *tw = (sk__tworld *)state;
+  while (tw->groups) sk__tgroup_free(tw, tw->groups); /* left unreleased by a fault */
   sk__tgroup_free(tw, tw->world_group);
+  pthread_mutex_destroy(&tw->lock);
   sk__free(tw->alloc, tw->claimed);
+  sk__free(tw->alloc, tw->gone);
   sk__free(tw->alloc, tw);
 }
 
@@ -975,15 +1154,17 @@ static sk_result sk__thr_comm_init_rank(sk_comm *c, void **state, sk_error *err)
   return SK_OK;
 }
 
-static void sk__thr_comm_destroy(sk_comm *c, void *state) {
-  sk__tmember *m = (sk__tmember *)state;
-  sk__tworld *tw = m->tw;
+/* Finishes every request still outstanding on m (bounded: each wait is), then frees them. */
+static void sk__tfinish_requests(sk__tmember *m) {
+  sk_world *w = m->comm->world;
   if (m->thread_started) {
-    /* Outstanding requests finish first (their waits are bounded). */
-    while (__atomic_load_n(&m->completed, SK__SC) != m->issued && !sk_world_aborted(c->world)) sched_yield();
+    sk__tcount_arg a; /* issued == completed; an abort ends every queued wait at once */
+    a.ctr = &m->completed, a.target = m->issued;
+    while (!sk__tcount_reached(&a) && !sk_world_aborted(w)) sk__tidle_slice(&m->g->sig, sk__tcount_reached, &a);
     __atomic_store_n(&m->stop, 1, SK__SC);
     sk__twake(&m->qsig);
     pthread_join(m->thread, NULL);
+    m->thread_started = false;
     while (m->qhead) { /* aborted with work queued: fail it */
       sk__treq *q = m->qhead;
       m->qhead = q->next;
@@ -991,7 +1172,21 @@ static void sk__thr_comm_destroy(sk_comm *c, void *state) {
     }
   }
   sk__tp2p_drop_all(m);
-  if (m->g == tw->world_group) __atomic_store_n(&tw->claimed[c->rank], 0, SK__SC);
+  /* a Send or Recv a peer has matched is being copied by that peer: the copy ends soon */
+  for (sk__treq *q = m->live; q; q = q->live_next)
+    while (!sk__treq_done(q)) sched_yield();
+  while (m->live) sk__treq_free(&m->live->base);
+}
+
+static void sk__thr_comm_destroy(sk_comm *c, void *state) {
+  sk__tmember *m = (sk__tmember *)state;
+  sk__tworld *tw = m->tw;
+  sk__tfinish_requests(m);
+  if (m->g == tw->world_group)
+    __atomic_store_n(&tw->claimed[c->rank], 0, SK__SC);
+  else
+    __atomic_store_n(&m->g->slots[m->me].left, 1, SK__SC);
+  sk__twake(&m->g->sig); /* peers waiting for this member learn that it left */
   sk__tgroup_release(tw, m->g);
   pthread_mutex_destroy(&m->qlock);
   sk__free(tw->alloc, (void *)m->ptrs);
@@ -1000,87 +1195,145 @@ static void sk__thr_comm_destroy(sk_comm *c, void *state) {
   sk__free(tw->alloc, m);
 }
 
-/* Split: allgather (color, key), the lowest parent rank of each color builds the group, an
-   allgather of pointers hands it to the others. */
+/* Internal traffic runs after the member's outstanding non-blocking work (issue order), on the
+   calling thread, tagged so that it never matches a user's call. */
+static void sk__tflush(sk__tmember *m) {
+  sk__tcount_arg a;
+  a.ctr = &m->completed, a.target = m->issued;
+  while (!sk__tcount_reached(&a) && !sk_world_aborted(m->comm->world)) sk__tidle_slice(&m->g->sig, sk__tcount_reached, &a);
+}
+
+static sk_result sk__tinternal(sk__tmember *m, int origin, sk_coll_kind kind, const void *send, void *recv, size_t count,
+                               sk_dtype dt, sk_redop op) {
+  sk__tflush(m);
+  sk_coll o;
+  memset(&o, 0, sizeof o);
+  o.kind = kind, o.send = send, o.recv = recv, o.count = count, o.dtype = dt, o.op = op;
+  double end;
+  return sk__texec(m, &o, origin, &end);
+}
+
+/* Collective verdict of a split step: every member learns the lowest parent rank that failed
+   (INT32_MAX: none). One element: the inline path, which allocates nothing. */
+static sk_result sk__tsplit_agree(sk__tmember *pm, bool ok, int32_t *lowest_failed) {
+  int32_t mine = ok ? INT32_MAX : (int32_t)pm->comm->rank;
+  return sk__tinternal(pm, SK__ORIGIN_SPLIT, SK_COLL_ALLREDUCE, &mine, lowest_failed, 1, SK_I32, SK_MIN);
+}
+
+/* Members of `color` sorted by (key, parent rank) into order (insertion sort: stable); returns
+   their number and this member's position in *me. */
+static int sk__tsplit_order(const int64_t *info, int k, int color, int self, int *order, int *me) {
+  int n = 0;
+  for (int i = 0; i < k; i++) {
+    if (info[3 * i] != color) continue;
+    int j = n++;
+    while (j > 0 && info[3 * order[j - 1] + 1] > info[3 * i + 1]) order[j] = order[j - 1], j--;
+    order[j] = i;
+  }
+  *me = -1;
+  for (int i = 0; i < n; i++)
+    if (order[i] == self) *me = i;
+  return n;
+}
+
+/* The leader (lowest parent rank of its color) builds the group; every member holds one of its
+   references from the moment it learns the group's address. */
+static sk__tgroup *sk__tsplit_build(sk__tmember *pm, const int *order, int n) {
+  sk__tworld *tw = pm->tw;
+  int *wr = (int *)sk__alloc(tw->alloc, sizeof(int) * (size_t)n, SK__CL);
+  if (!wr) return NULL;
+  for (int i = 0; i < n; i++) wr[i] = pm->g->wranks[order[i]];
+  sk__tgroup *g = sk__tgroup_new(tw, n, wr);
+  sk__free(tw->alloc, wr);
+  if (g) g->refs = n;
+  return g;
+}
+
+static void sk__tmember_free(sk__tmember *m) {
+  sk__tworld *tw = m->tw;
+  pthread_mutex_destroy(&m->qlock);
+  sk__free(tw->alloc, (void *)m->ptrs);
+  sk__free(tw->alloc, m->outs);
+  sk__free(tw->alloc, m->alias);
+  sk__free(tw->alloc, m);
+}
+
+/* Exchanges (color, key), lets each color's leader build its group and hands the group's
+   address to its members; returns the group (one reference held) or NULL for SK_UNDEFINED. */
+static sk_result sk__tsplit_exchange(sk__tmember *pm, int color, int key, int64_t *info, int *order, sk__tgroup **out,
+                                     int *me, int *n) {
+  *out = NULL;
+  int64_t mine[3] = {color, key, 0};
+  sk_result r = sk__tinternal(pm, SK__ORIGIN_SPLIT, SK_COLL_ALLGATHER, mine, info, 3, SK_I64, SK_SUM);
+  int lowest = pm->comm->size;
+  sk__tgroup *built = NULL;
+  if (r == SK_OK && color != SK_UNDEFINED) {
+    *n = sk__tsplit_order(info, pm->comm->size, color, pm->comm->rank, order, me);
+    for (int i = 0; i < *n; i++) lowest = order[i] < lowest ? order[i] : lowest;
+    if (lowest == pm->comm->rank) built = sk__tsplit_build(pm, order, *n);
+  }
+  if (r != SK_OK) return r;
+  mine[2] = (int64_t)(intptr_t)built;
+  r = sk__tinternal(pm, SK__ORIGIN_SPLIT, SK_COLL_ALLGATHER, mine, info, 3, SK_I64, SK_SUM);
+  if (r != SK_OK) { /* members that did learn the address hold their references; world destroy frees the rest */
+    if (built) sk__tgroup_release(pm->tw, built);
+    return r;
+  }
+  if (color != SK_UNDEFINED) *out = (sk__tgroup *)(intptr_t)info[3 * lowest + 2];
+  return SK_OK;
+}
+
+/* Split, collectively safe: members first agree that everyone could allocate, then exchange
+   (color, key) and group addresses through the backend's own tagged traffic, then agree that
+   everyone could attach; any failure fails the split on every member (SK_ERR_OUT_OF_MEMORY
+   naming the rank), rolled back without a leak. */
 static sk_result sk__thr_comm_split(sk_comm *parent, int color, int key, sk_comm *child, void **state, bool *member) {
   sk__tmember *pm = SK__TMEMBER(parent);
   sk__tworld *tw = pm->tw;
-  int k = parent->size;
+  int k = parent->size, me = -1, n = 0;
   int64_t *info = (int64_t *)sk__alloc(tw->alloc, sizeof(int64_t) * 3 * (size_t)k, SK__CL);
   int *order = (int *)sk__alloc(tw->alloc, sizeof(int) * (size_t)k, SK__CL);
-  int64_t mine[3] = {color, key, 0};
-  sk_result r = SK_OK;
-  if (!info || !order) {
-    /* Must still take part, or peers block: contribute "undefined" and fail afterwards. */
-    r = SK_ERR_OUT_OF_MEMORY;
-    mine[0] = SK_UNDEFINED;
-  }
-  int64_t scratch[3 * 8];
-  int64_t *gather = info ? info : scratch;
-  sk_coll op;
-  memset(&op, 0, sizeof op);
-  op.kind = SK_COLL_ALLGATHER, op.send = mine, op.recv = gather, op.count = 3, op.dtype = SK_I64;
-  sk_result rg = info ? sk__thr_run(parent, &op) : SK_ERR_OUT_OF_MEMORY;
-  if (!info) { /* cannot gather into nothing: peers would wait; report and take the world down */
-    sk_world_fail(parent->world, r, "split: out of memory");
-    sk__free(tw->alloc, order);
-    return sk_comm_set_error(parent, r, "split: allocating %d entries", k);
-  }
-  if (rg != SK_OK) r = rg;
-  int n = 0, me = -1;
-  if (r == SK_OK && color != SK_UNDEFINED) {
-    /* members of my color, sorted by (key, parent rank): insertion sort keeps it stable */
-    for (int i = 0; i < k; i++) {
-      if (gather[3 * i] != color) continue;
-      int j = n++;
-      while (j > 0 && gather[3 * order[j - 1] + 1] > gather[3 * i + 1]) order[j] = order[j - 1], j--;
-      order[j] = i;
-    }
-    for (int i = 0; i < n; i++)
-      if (order[i] == parent->rank) me = i;
-  }
+  int32_t failed = INT32_MAX;
+  sk_result r = sk__tsplit_agree(pm, info && order, &failed);
+  if (r == SK_OK && failed != INT32_MAX)
+    r = sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "comm_split: rank %d could not allocate its %d-entry table",
+                          (int)failed, k);
   sk__tgroup *g = NULL;
-  bool leader = false;
-  if (r == SK_OK && color != SK_UNDEFINED) {
-    int lowest = k;
-    for (int i = 0; i < n; i++) lowest = order[i] < lowest ? order[i] : lowest;
-    leader = lowest == parent->rank;
-    if (leader) {
-      int *wr = (int *)sk__alloc(tw->alloc, sizeof(int) * (size_t)n, SK__CL);
-      if (wr) {
-        for (int i = 0; i < n; i++) wr[i] = pm->g->wranks[order[i]];
-        g = sk__tgroup_new(tw, n, wr);
-        sk__free(tw->alloc, wr);
-      }
-      if (g) g->refs = n;
-    }
+  if (r == SK_OK) r = sk__tsplit_exchange(pm, color, key, info, order, &g, &me, &n);
+  sk__tmember *m = NULL;
+  if (r == SK_OK && g) {
+    m = sk__tmember_new(tw, g, me, child);
+    if (!m) sk__tgroup_release(tw, g);
   }
-  /* hand the group pointer from each leader to its members */
-  mine[2] = (int64_t)(intptr_t)g;
-  op.send = mine;
-  sk_result rp = sk__thr_run(parent, &op);
-  if (r == SK_OK) r = rp;
-  if (r == SK_OK && color != SK_UNDEFINED) {
-    int lowest = k;
-    for (int i = 0; i < n; i++) lowest = order[i] < lowest ? order[i] : lowest;
-    g = (sk__tgroup *)(intptr_t)gather[3 * lowest + 2];
-    if (!g) r = sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "split: the group of color %d could not be allocated", color);
+  if (r == SK_OK) {
+    r = sk__tsplit_agree(pm, color == SK_UNDEFINED || m, &failed);
+    if (r == SK_OK && failed != INT32_MAX)
+      r = sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "comm_split: rank %d could not allocate its part of the new "
+                            "communicator", (int)failed);
   }
-  if (r == SK_OK && color != SK_UNDEFINED) {
-    child->rank = me, child->size = n, child->world_rank = parent->world_rank;
-    r = sk__thr_comm_attach(child, g, me, state);
-    if (r != SK_OK) {
-      sk__tgroup_release(tw, g);
-      sk_comm_set_error(parent, r, "split: allocating the member state");
-    } else {
-      *member = true;
-    }
-  } else if (leader && g && r != SK_OK) {
-    sk__tgroup_free(tw, g); /* nobody attached */
+  if (r != SK_OK && m) {
+    sk__tgroup_release(tw, m->g);
+    sk__tmember_free(m);
+    m = NULL;
   }
   sk__free(tw->alloc, info);
   sk__free(tw->alloc, order);
-  return r;
+  if (r != SK_OK || !m) return r;
+  child->rank = me, child->size = n, child->world_rank = parent->world_rank;
+  *state = m;
+  *member = true;
+  return SK_OK;
+}
+
+/* Peer access: a tagged collective whose k tasks are the members' functions. */
+static sk_result sk__thr_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn, void *ctx) {
+  sk__tmember *m = SK__TMEMBER(c);
+  sk__tslot *sl = &m->g->slots[m->me];
+  sk__tflush(m); /* now nothing else posts on this member: the next parity is known */
+  int p = (int)((sl->seq + 1) & 1);
+  sl->peer_fn[p] = fn;
+  sl->peer_ctx[p] = ctx;
+  return sk__tinternal(m, SK__ORIGIN_PEER, SK_COLL_BARRIER, mine, NULL, 0, SK_U8, SK_SUM);
 }
 
 typedef struct sk__trun_arg {
@@ -1110,6 +1363,9 @@ static void *sk__tdevice_main(void *p) {
     }
     sk_comm_destroy(c);
   }
+  sk__tworld *tw = SK__TWORLD(a->w);
+  __atomic_store_n(&tw->gone[a->rank], 1, SK__SC);
+  sk__twake(&tw->world_group->sig); /* sub-group waiters notice within one sleep slice */
   a->result = r;
   return NULL;
 }
@@ -1125,6 +1381,7 @@ static sk_result sk__thr_world_run(sk_world *w, sk_device_fn fn, void *arg) {
     return SK_ERR_OUT_OF_MEMORY;
   }
   int started = 0;
+  for (int i = 0; i < n; i++) __atomic_store_n(&tw->gone[i], 0, SK__SC); /* a new run: nobody has left */
   for (int i = 0; i < n; i++) {
     args[i].w = w, args[i].rank = i, args[i].fn = fn, args[i].arg = arg;
     if (pthread_create(&th[i], NULL, sk__tdevice_main, &args[i]) != 0) {
@@ -1163,7 +1420,9 @@ static const sk_backend sk__threads_backend_table = {
     sk__thr_wait,
     sk__thr_run,
     sk__thr_abort,
-    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    sk__thr_check_caller,
+    sk__thr_peer_access,
+    {NULL, NULL, NULL, NULL, NULL, NULL},
     1, /* shared_address_space: the devices are threads of this process */
 };
 
