@@ -122,8 +122,9 @@ SK_API sk_result sk_world_destroy(sk_world *world);
 SK_API sk_result sk_comm_init_rank(sk_world *world, int rank, sk_comm **comm, sk_error *err);
 /* Frees a communicator (world communicators from sk_comm_init_rank and sub-communicators alike).
    Not collective. Requests still outstanding on it are finished first (bounded by the timeout;
-   at once after an abort) and freed: their handles are invalid afterwards. Peers that wait for
-   this member in a later collective learn at once that it has left (SK_ERR_MISMATCH). */
+   at once after an abort) and freed: their handles are invalid afterwards. Threads backend:
+   peers that wait for a destroyed sub-communicator's member, or for a device whose
+   sk_world_run function has returned, learn at once that it has left (SK_ERR_MISMATCH). */
 SK_API sk_result sk_comm_destroy(sk_comm *comm);
 SK_API int sk_comm_rank(const sk_comm *comm);
 SK_API int sk_comm_size(const sk_comm *comm);
@@ -767,6 +768,9 @@ SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, in
   if (r != SK_OK) return r;
   r = sk_irecv(c, recv, recv_count, dt, src, &reqs[1]);
   if (r != SK_OK) {
+    /* The posted send may never be matched (the peer's own sendrecv may have failed the same
+       way): take the world down so that neither side waits for the timeout. */
+    if (r != SK_ERR_ABORTED) sk_world_fail(c->world, r, c->error_msg);
     sk_wait(&reqs[0]);
     return r;
   }

@@ -825,6 +825,9 @@ static void sk__flaunch(sk_fusion *f, int i) {
     b->req = NULL;
     sk__fbucket_fail(f, i, r, "failed to launch");
     b->completed = true;
+    /* Peers launched this bucket and wait for ours; a later bucket of ours would pair with it.
+       Take the world down instead: peers return ABORTED at once and so do our later launches. */
+    if (r != SK_ERR_ABORTED) sk_world_fail(sk_comm_world(b->comm), r, sk_comm_error_message(b->comm));
   }
 }
 

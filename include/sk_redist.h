@@ -82,7 +82,11 @@
      SK_ERR_INVALID_ARGUMENT (with a message in err) for: NULL arguments, layouts that do not
      divide or have different shapes, meshes with different device counts, a partial axis the
      source layout uses, an invalid dtype, a count or dtype at execute that does not match the
-     plan, overlapping buffers. Nothing is moved in those cases.
+     plan, overlapping buffers. Nothing is moved in those cases. SK_ERR_MISMATCH when the ranks
+     execute different plans (a fingerprint of each rank's descriptor and steps is agreed on
+     before anything moves; the message names two ranks that differ). On a shared-memory
+     backend, blocks read straight from peers go through sk_comm_peer_access, so a fault while
+     they are read never leaves a peer reading a buffer its owner has already reused.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_REDIST_IMPL)
@@ -1555,6 +1559,8 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
       if (r == SK_OK) nq++;
     }
     if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
+    /* a post that failed leaves peers' matching posts unmatched: fail the world, not the timeout */
+    if (r != SK_OK && r != SK_ERR_ABORTED) sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
     sk_result w = sk_waitall(nq, ex->reqs);
     if (r == SK_OK) r = w;
     if (r) return r;

@@ -9,7 +9,7 @@
      d.backend = sk_threads_backend();
      d.backend_config = &cfg;          // optional sk_threads_config, zero = defaults
 
-   HOW IT WORKS (see DESIGN.md "The threads backend")
+   HOW IT WORKS
      All device buffers live in one address space, so collectives copy straight between the
      devices' own buffers: no staging. Once every member has posted its buffers, a collective
      is cut into tasks of up to 256 KiB of output, and every member claims tasks until none is
@@ -28,7 +28,18 @@
      first use), in issue order; Send/Recv complete on whichever side arrives second.
      Every collective also checks that all members made the same call (kind, count, dtype, op,
      root): a mismatch returns SK_ERR_MISMATCH on every member, naming rank 0's call and the
-     first that differs. A communicator belongs to the thread that created it.
+     first that differs. The backend's own traffic (a split's exchanges, peer access) is tagged
+     and never matches a user's call. A communicator belongs to the thread that created it: a
+     call from another thread returns SK_ERR_INVALID_ARGUMENT and writes nothing.
+   FAULTS (abort, timeout, a failing or departed device)
+     No member returns from a collective while a peer's task can still touch its buffers. A
+     member that leaves on a fault first closes the group's task gate (no task starts after it)
+     and drains the tasks already running (each ends within one task); members stop claiming at
+     the first task after an abort, so abort latency does not grow with the collective's size.
+     A peer whose sub-communicator was destroyed, or whose sk_world_run device function has
+     returned, will never arrive: waiting for it returns SK_ERR_MISMATCH at once, naming it, and
+     takes the world down (as a timeout does). Sub-groups that a fault left unreleased are freed
+     with the world.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_THREADS_IMPL)
@@ -904,7 +915,7 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
   if (!q) return sk_comm_set_error(m->comm, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(op->kind));
   sk__tp2p *node = (sk__tp2p *)sk__calloc(m->tw->alloc, sizeof *node, 16);
   if (!node) {
-    sk__free(m->tw->alloc, q);
+    sk__treq_free(&q->base); /* unlinks it from the live list */
     return sk_comm_set_error(m->comm, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(op->kind));
   }
   bool is_send = op->kind == SK_COLL_SEND;
