@@ -153,13 +153,16 @@ Test(comm_hazards, failing_device_in_other_group, .timeout = 60) {
   uint64_t t0 = sk_now_ns();
   sk_result r = sk_world_run(w, big_device, &a);
   double ms = ct_ms_since(t0);
-  cr_expect_eq(r, SK_ERR_INVALID_USAGE, "sk_world_run returned %s: %s", sk_result_name(r), sk_world_error_message(w));
-  cr_expect(strstr(sk_world_error_message(w), "device 3 returned SK_ERR_INVALID_USAGE") != NULL, "world message '%s'",
-            sk_world_error_message(w));
+  /* Rank 3 destroys its sub-communicator on the way out: its group may notice that departure
+     (MISMATCH naming world rank 3) before the device's own error takes the world down. */
+  const char *why = sk_world_error_message(w);
+  cr_expect(r == SK_ERR_INVALID_USAGE || r == SK_ERR_MISMATCH, "sk_world_run returned %s: %s", sk_result_name(r), why);
+  cr_expect(strstr(why, "device 3 returned SK_ERR_INVALID_USAGE") || strstr(why, "(world rank 3) has left"),
+            "world message '%s'", why);
   for (int q = 0; q < H_N; q++)
     if (q != a.fail_rank)
-      cr_expect(a.rc[q] == SK_OK || a.rc[q] == SK_ERR_ABORTED, "rank %d returned %s: %s", q, sk_result_name(a.rc[q]),
-                a.msg[q]);
+      cr_expect(a.rc[q] == SK_OK || a.rc[q] == SK_ERR_ABORTED || (q % 2 && a.rc[q] == SK_ERR_MISMATCH),
+                "rank %d returned %s: %s", q, sk_result_name(a.rc[q]), a.msg[q]);
   cr_expect_lt(ms, 5000.0, "the run took %.0f ms", ms);
   cr_expect_eq(sk_world_destroy(w), SK_OK);
 }
