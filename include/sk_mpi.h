@@ -168,6 +168,9 @@ static MPI_Request sk__m_fin_req = MPI_REQUEST_NULL;
 /* Requests a failed world left inside MPI (a collective cannot be cancelled, and MPI may still
    write into their scratch): freed after shardkit's MPI_Finalize, never before. */
 static sk__mreq *sk__m_orphans;
+/* World records MPI may still write into (a notice receive or teardown agreement that did not
+   finish in its bound): freed after shardkit's MPI_Finalize too. */
+static struct sk__mworld *sk__m_graves;
 
 #define SK__M_NAN_PICK(a, b, less) ((a) != (a) ? 0 : (b) != (b) ? 1 : (less) ? 1 : 0) /* 1: take b */
 
@@ -230,6 +233,8 @@ typedef struct sk__mworld {
   bool listened;       /* a grace period was spent listening for silent peers */
   int td_in, td_out;   /* teardown agreement: 1 = this process / every process ended healthy */
   MPI_Request td_req;
+  sk_allocator alloc_copy; /* for a record kept past its world (see sk__m_graves) */
+  struct sk__mworld *grave_next;
   sk_mpi_config cfg;
   size_t max_count;
   const sk_allocator *alloc;
@@ -666,13 +671,18 @@ static sk_result sk__mreq_advance(sk__mreq *q) {
   return SK_OK;
 }
 
+static bool sk__m_aborted(sk__mworld *mw);
+
 /* Drives the communicator's queue: the head runs, and when it completes the next starts. */
 static void sk__mcomm_progress(sk__mcomm *m) {
   while (m->head) {
     sk__mreq *q = m->head;
     sk_result r = SK_OK;
     if (!q->started) {
-      if (sk_world_aborted(m->mw->w)) return; /* nothing new enters MPI in a failed world */
+      /* Nothing new enters MPI in a failed world, and the notices are read first: a late
+         member joining a collective its peers gave up on would let MPI complete it into their
+         (abandoned, maybe reused) buffers. */
+      if (sk__m_aborted(m->mw)) return;
       q->started = 1;
       r = sk__mreq_activate(q);
     }
@@ -1005,6 +1015,13 @@ static sk_result sk__mpi_start(sk_comm *c, const sk_coll *op, sk_request **req) 
   if (!q) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(op->kind));
   *req = &q->base;
   if (op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV) {
+    if (sk__m_aborted(m->mw)) { /* as for collectives: never post into a failed world */
+      q->done = 1;
+      sk_result r = sk__m_abort_msg(q);
+      sk__mreq_free(&q->base);
+      *req = NULL;
+      return r;
+    }
     sk_result r = sk__mp2p_post(q);
     if (r != SK_OK) {
       q->done = q->np == 0;
@@ -1116,6 +1133,12 @@ static bool sk__m_finalize(uint32_t bound_ms) {
     sk__m_orphans = q->lnext;
     sk__mreq_release(q);
   }
+  while (sk__m_graves) {
+    sk__mworld *mw = sk__m_graves;
+    sk__m_graves = mw->grave_next;
+    sk__free(&mw->alloc_copy, mw->ntx);
+    sk__free(&mw->alloc_copy, mw);
+  }
   return true;
 }
 
@@ -1159,8 +1182,14 @@ static void sk__m_world_free(sk_world *w, sk__mworld *mw, bool created) {
   if (mw->ntx) tx_done = sk__m_settle(mw->size, mw->ntx, grace);
   if (quiet && mw->abort_comm != MPI_COMM_NULL) MPI_Comm_free(&mw->abort_comm);
   if (quiet && mw->comm != MPI_COMM_NULL && !mw->abandoned) MPI_Comm_free(&mw->comm);
-  if (tx_done) sk__free(a, mw->ntx);
-  if (rx_done && !td_pending) sk__free(a, mw); /* else MPI may still write into it: it stays */
+  if (rx_done && tx_done && !td_pending) {
+    sk__free(a, mw->ntx);
+    sk__free(a, mw);
+  } else { /* MPI may still read or write them: they go when MPI is finalised */
+    mw->alloc_copy = *a;
+    mw->grave_next = sk__m_graves;
+    sk__m_graves = mw;
+  }
   if (!created) {
     sk__m_live--;
     return;
