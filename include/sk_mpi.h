@@ -17,11 +17,28 @@
 
    MPI LIFETIME. sk_world_create initialises MPI only if nobody has (MPI_Init_thread asking for
    MPI_THREAD_SERIALIZED: shardkit calls MPI from whichever thread drives the device, one call at
-   a time; no progress thread), and MPI is finalised when the last shardkit world of the process
-   is destroyed, only if shardkit initialised it. MPI cannot be initialised twice in a process:
-   to use several worlds one after another, keep one world alive meanwhile, or initialise MPI
-   yourself. Every world works on duplicates of the given communicator (MPI_ERRORS_RETURN set on
-   them), so shardkit's traffic never mixes with yours.
+   a time; no progress thread), and then duplicates MPI_COMM_WORLD once for the barrier below.
+   MPI is finalised when the last shardkit world of the process is destroyed, only if shardkit
+   initialised it, and only once every process of the job has reached that point: a polled
+   barrier first, bounded by the world's timeout (by a short grace period, at most 2 s, when the
+   world failed), because MPI_Finalize waits for every process and one hung peer would hold it
+   forever. Past the bound MPI_Finalize is skipped, MPI stays initialised, an error goes to the
+   world's logger, and sk_world_destroy returns: the job has failed; exit with a non-zero
+   status, and mpirun ends the remaining processes (a hung peer included). MPI cannot be
+   initialised twice in a process: to use several worlds one after another, keep one world
+   alive meanwhile, or initialise MPI yourself (then finalising is yours: after a failed world,
+   call MPI_Abort or exit rather than MPI_Finalize, which would wait for a hung peer). A failed
+   sk_world_create leaves MPI initialised, so it can be retried. Every world works on duplicates
+   of the given communicator (MPI_ERRORS_RETURN set on them and on every communicator shardkit
+   makes), so shardkit's traffic never mixes with yours.
+
+   TEARDOWN. sk_comm_destroy waits (bounded by the timeout, as every wait; not at all once the
+   world failed) for the requests still outstanding on the communicator and frees them: request
+   handles its caller still holds are invalid afterwards. sk_world_destroy ends with a small
+   agreement of every process of the world (bounded as above) on whether all ended healthy;
+   only then are the world's MPI communicators freed, since after a failure a peer may still
+   send on them (and Open MPI would deliver that to the next communicator given the same id).
+   So a failed world leaves its MPI communicators allocated.
 
    HOW A COLLECTIVE MAPS TO MPI
      - Default mode: plain MPI non-blocking collectives (MPI_Iallreduce, MPI_Iallgather,
@@ -59,23 +76,46 @@
    after another in issue order (MPI requires every rank to start collectives in the same order;
    chunked collectives would otherwise interleave). Send/Recv are posted at once and do not queue.
 
-   FAULTS, as far as MPI allows
-     - MPI errors return SK_ERR_BACKEND with MPI's error string in sk_comm_error_message
-       (a truncated receive, MPI_ERR_TRUNCATE, returns SK_ERR_MISMATCH).
-     - Every wait polls MPI_Test against the world's timeout. SK_ERR_TIMEOUT then fails the world:
-       the MPI request cannot be cancelled and stays in flight (its scratch is abandoned, and MPI
-       may still write into the user's buffers), so the only safe recovery is to abort: exit, or
-       set abort_calls_mpi_abort so sk_world_abort calls MPI_Abort and ends the whole job.
-     - A device function returning an error, a timeout, or sk_world_abort marks the world aborted
-       and sends an abort notice to every other process of the world; their waits then return
-       SK_ERR_ABORTED naming the failed rank (instead of waiting for their timeout).
+   FAULTS, as far as MPI allows. Every fault ends, on every member, in an sk_result within the
+   world's timeout plus a grace period (a quarter of the timeout, 0.2 to 2 s); messages name the
+   rank that failed, left or is missing, as a world rank.
+     - MPI errors return SK_ERR_BACKEND with MPI's error string in sk_comm_error_message;
+       truncation (MPI_ERR_TRUNCATE: a member sent more than this one expects) returns
+       SK_ERR_MISMATCH naming the call (a receive also names both ranks). Open MPI 4 reports a
+       failed non-blocking collective to MPI_COMM_WORLD's error handler whatever the
+       communicator's, so shardkit completes a finished collective request with
+       MPI_ERRORS_RETURN set on MPI_COMM_WORLD for that one MPI_Test, then restores yours.
+       Errors of calls tied to no communicator (creating the f16 types and ops) still go to
+       MPI_COMM_WORLD's handler.
+     - Every wait polls against the world's timeout. SK_ERR_TIMEOUT then fails the world: the
+       MPI request cannot be cancelled and stays in flight, so the only safe recovery is to
+       abort: exit, or set abort_calls_mpi_abort so sk_world_abort calls MPI_Abort and ends
+       the whole job. Request memory MPI may still write into is kept, and freed after
+       shardkit's MPI_Finalize (never, if MPI is yours or the finalise was skipped); your
+       buffers of such a request are another matter: MPI may still write into them.
+     - A failure (a device function returning an error, a timeout, sk_world_abort) marks the
+       world aborted and sends an abort notice to every other process of the world, naming
+       where it started; a process that is told echoes it once to everyone, which also says it
+       is alive. Waiters then return SK_ERR_ABORTED naming the failed rank, instead of waiting
+       for their timeout. When the failure was a timeout, the members that stay silent during
+       the grace period (hung, dead, or gone from the world) are named as the ones it waited
+       for; when every member answered, they were in other calls (mismatched calls). A process
+       reads the notices before starting any MPI operation, so a late member never completes a
+       collective that its peers gave up on.
      - Mismatched calls (different collective, count, dtype, op or root at the same point) are
-       undefined in MPI: a hang (then SK_ERR_TIMEOUT) or wrong data. check_mismatch adds a
-       fingerprint exchange before every collective so that every member returns
-       SK_ERR_MISMATCH with the threads backend's message. Off by default (one more small
-       collective per call). Send/Recv: a receive longer than the message returns
-       SK_ERR_MISMATCH on the receiver; a shorter one MPI reports as truncation (also
-       SK_ERR_MISMATCH); dtypes are not compared (MPI does not type-check across processes).
+       undefined in MPI: a hang (then SK_ERR_TIMEOUT), truncation (SK_ERR_MISMATCH on the ranks
+       MPI detects it) or wrong data. check_mismatch adds a fingerprint exchange before every
+       collective so that every member returns SK_ERR_MISMATCH with the threads backend's
+       message. Off by default (one more small collective per call). sk_comm_split always
+       exchanges a fingerprint of its own kind (it carries the color and key the split needs
+       anyway), so a split against a user collective is SK_ERR_MISMATCH naming both calls with
+       the check on, and with it off still never SK_OK for the split nor a hang in
+       MPI_Comm_split. Send/Recv: a receive longer or shorter than the message returns
+       SK_ERR_MISMATCH on the receiver; dtypes are not compared (MPI does not type-check across
+       processes).
+     - Allocation failure (a user allocator returning NULL) returns SK_ERR_OUT_OF_MEMORY and
+       leaks nothing; in sk_comm_split it also fails the world, whose peers would otherwise
+       wait for this member.
      - Waits spin briefly, then sched_yield (when more processes share the node than it has
        cores, they yield at once), like Open MPI's own yield_when_idle.
 
@@ -762,11 +802,12 @@ static bool sk__m_is_silent(const sk__mworld *mw, int wr) {
 }
 
 /* Writes into buf the world ranks of the members of m (only comm rank `only` when >= 0) other
-   than this one that sent no notice, after listening for them up to the grace period (once per
-   world: later calls report what is known); returns how many. */
-static int sk__m_silent(sk__mcomm *m, int only, char *buf, size_t cap) {
+   than this one that sent no notice, after listening for them up to the grace period when
+   `listen` (once per world: later calls report what is known); returns how many. */
+static int sk__m_silent(sk__mcomm *m, int only, bool listen, char *buf, size_t cap) {
   sk__mworld *mw = m->mw;
-  uint64_t end = sk_now_ns() + (mw->listened ? 0 : sk__m_grace_ms(mw->w->desc.timeout_ms) * 1000000ull);
+  listen = listen && !mw->listened;
+  uint64_t end = sk_now_ns() + (listen ? sk__m_grace_ms(mw->w->desc.timeout_ms) * 1000000ull : 0);
   int n, lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : m->comm->size;
   for (;;) {
     sk__m_poll_notices(mw);
@@ -775,7 +816,7 @@ static int sk__m_silent(sk__mcomm *m, int only, char *buf, size_t cap) {
     if (n == 0 || sk_now_ns() >= end) break;
     sched_yield();
   }
-  if (n) mw->listened = true; /* a full grace spent: the silent ones will not answer */
+  if (n && listen) mw->listened = true; /* a full grace spent: the silent ones will not answer */
   size_t len = 0;
   buf[0] = 0;
   for (int i = lo; i < hi && len + 16 < cap; i++)
@@ -787,8 +828,9 @@ static int sk__m_silent(sk__mcomm *m, int only, char *buf, size_t cap) {
 static const char *sk__mreq_name(const sk__mreq *q) { return q->split ? "split" : sk_coll_kind_name(q->base.coll.kind); }
 
 /* A call that found its world aborted: names where the failure started and, when that was a
-   timeout, the members that stay silent (hung, dead or gone: those the timeout waited for). */
-static sk_result sk__m_abort_msg(sk__mreq *q) {
+   timeout, the members that stay silent (hung, dead or gone: those the timeout waited for),
+   listening for them first when `listen` (never from calls that must not block). */
+static sk_result sk__m_abort_msg(sk__mreq *q, bool listen) {
   sk__mworld *mw = q->m->mw;
   sk_comm *c = q->m->comm;
   int who = mw->cause_rank;
@@ -802,7 +844,7 @@ static sk_result sk__m_abort_msg(sk__mreq *q) {
                              "sk_world_abort)",
                              sk__mreq_name(q), who);
   char silent[128];
-  int ns = sk__m_silent(q->m, p2p ? q->base.coll.root : -1, silent, sizeof silent);
+  int ns = sk__m_silent(q->m, p2p ? q->base.coll.root : -1, listen, silent, sizeof silent);
   return sk_comm_set_error(c, SK_ERR_ABORTED, "%s: the world was aborted: world rank %d timed out; %s%s%s", sk__mreq_name(q),
                            who, ns ? "silent (hung, dead or gone): world rank " : "no member of this call is silent",
                            silent, ns ? "" : " (mismatched calls?)");
@@ -818,7 +860,7 @@ static sk_result sk__m_timeout(sk__mreq *q) {
   sk_world_abort(mw->w);
   sk__m_notify(mw);
   char silent[128];
-  int ns = sk__m_silent(q->m, p2p ? q->base.coll.root : -1, silent, sizeof silent);
+  int ns = sk__m_silent(q->m, p2p ? q->base.coll.root : -1, true, silent, sizeof silent);
   if (ns)
     sk_comm_set_error(c, SK_ERR_TIMEOUT,
                       "%s: timed out after %u ms waiting for world rank %s (silent: hung, dead or gone; the MPI request "
@@ -1017,7 +1059,7 @@ static sk_result sk__mpi_start(sk_comm *c, const sk_coll *op, sk_request **req) 
   if (op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV) {
     if (sk__m_aborted(m->mw)) { /* as for collectives: never post into a failed world */
       q->done = 1;
-      sk_result r = sk__m_abort_msg(q);
+      sk_result r = sk__m_abort_msg(q, false);
       sk__mreq_free(&q->base);
       *req = NULL;
       return r;
@@ -1044,7 +1086,7 @@ static sk_result sk__mpi_test(sk_request *base, bool *done) {
   if (*done) return sk__mreq_outcome(q);
   if (sk__m_aborted(q->m->mw)) { /* it can never complete now: report, and its free orphans it */
     *done = true;
-    return sk__m_abort_msg(q);
+    return sk__m_abort_msg(q, false);
   }
   return SK_OK;
 }
@@ -1056,7 +1098,7 @@ static sk_result sk__mpi_wait(sk_request *base) {
   for (;;) {
     sk__mreq_poll(q);
     if (q->done) return sk__mreq_outcome(q);
-    if (sk__m_aborted(mw)) return sk__m_abort_msg(q);
+    if (sk__m_aborted(mw)) return sk__m_abort_msg(q, true);
     now = sk_now_ns();
     if (now >= deadline) return sk__m_timeout(q);
     if (!mw->spin || now - start > SK__M_SPIN_NS) sched_yield();
@@ -1338,7 +1380,8 @@ static void sk__mpi_comm_destroy(sk_comm *c, void *state) {
     if (!q->done && !sk_world_aborted(mw->w)) sk__mpi_wait(&q->base);
     sk__mreq_free(&q->base);
   }
-  if (m->owns && !mw->abandoned) MPI_Comm_free(&m->mc);
+  /* a failed world's peers may still send on it (see sk__m_quiet): then it stays allocated */
+  if (m->owns && !mw->abandoned && !sk_world_aborted(mw->w)) MPI_Comm_free(&m->mc);
   if (!m->owns) mw->claimed = false;
   (void)c;
   sk__free(mw->alloc, (void *)m->ptrs);
@@ -1389,8 +1432,8 @@ static sk_result sk__mpi_comm_split(sk_comm *parent, int color, int key, sk_comm
   MPI_Comm_rank(nc, &rank);
   MPI_Comm_size(nc, &size);
   sk__mcomm *m = sk__mcomm_new(mw, child, nc, true, size);
-  if (!m) {
-    MPI_Comm_free(&nc);
+  if (!m) { /* the peers have the communicator and may use it: fail the world, keep nc (see sk__m_quiet) */
+    sk_world_fail(parent->world, SK_ERR_OUT_OF_MEMORY, "split: out of memory");
     return sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "split: allocating the member state");
   }
   /* world ranks of the members, for messages (ptrs is free scratch until a gather-path call) */
