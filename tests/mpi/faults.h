@@ -466,6 +466,9 @@ static int run_teardown(bool hang) {
   FCHECK(&x, ds < 0.5 + SLACK_S, "sk_world_destroy took %.2f s", ds);
   printf("teardown-%s rank %d np=%d: %s after %.2f s, destroy %.2f s; %ld checks, %ld failures\n", hang ? "hang" : "left",
          g_rank, g_size, sk_result_name(t.r), t.s, ds, x.checks, x.fails);
+  /* mpirun ends the whole job at the first process that exits without MPI_Finalize: give the
+     other waiters (who finish destroy within moments of this one) time to report */
+  if (hang) sleep_ms(1000);
   return x.fails ? 1 : 0;
 }
 
