@@ -17,11 +17,28 @@
 
    MPI LIFETIME. sk_world_create initialises MPI only if nobody has (MPI_Init_thread asking for
    MPI_THREAD_SERIALIZED: shardkit calls MPI from whichever thread drives the device, one call at
-   a time; no progress thread), and MPI is finalised when the last shardkit world of the process
-   is destroyed, only if shardkit initialised it. MPI cannot be initialised twice in a process:
-   to use several worlds one after another, keep one world alive meanwhile, or initialise MPI
-   yourself. Every world works on duplicates of the given communicator (MPI_ERRORS_RETURN set on
-   them), so shardkit's traffic never mixes with yours.
+   a time; no progress thread), and then duplicates MPI_COMM_WORLD once for the barrier below.
+   MPI is finalised when the last shardkit world of the process is destroyed, only if shardkit
+   initialised it, and only once every process of the job has reached that point: a polled
+   barrier first, bounded by the world's timeout (by a short grace period, at most 2 s, when the
+   world failed), because MPI_Finalize waits for every process and one hung peer would hold it
+   forever. Past the bound MPI_Finalize is skipped, MPI stays initialised, an error goes to the
+   world's logger, and sk_world_destroy returns: the job has failed; exit with a non-zero
+   status, and mpirun ends the remaining processes (a hung peer included). MPI cannot be
+   initialised twice in a process: to use several worlds one after another, keep one world
+   alive meanwhile, or initialise MPI yourself (then finalising is yours: after a failed world,
+   call MPI_Abort or exit rather than MPI_Finalize, which would wait for a hung peer). A failed
+   sk_world_create leaves MPI initialised, so it can be retried. Every world works on duplicates
+   of the given communicator (MPI_ERRORS_RETURN set on them and on every communicator shardkit
+   makes), so shardkit's traffic never mixes with yours.
+
+   TEARDOWN. sk_comm_destroy waits (bounded by the timeout, as every wait; not at all once the
+   world failed) for the requests still outstanding on the communicator and frees them: request
+   handles its caller still holds are invalid afterwards. sk_world_destroy ends with a small
+   agreement of every process of the world (bounded as above) on whether all ended healthy;
+   only then are the world's MPI communicators freed, since after a failure a peer may still
+   send on them (and Open MPI would deliver that to the next communicator given the same id).
+   So a failed world leaves its MPI communicators allocated.
 
    HOW A COLLECTIVE MAPS TO MPI
      - Default mode: plain MPI non-blocking collectives (MPI_Iallreduce, MPI_Iallgather,
@@ -59,23 +76,46 @@
    after another in issue order (MPI requires every rank to start collectives in the same order;
    chunked collectives would otherwise interleave). Send/Recv are posted at once and do not queue.
 
-   FAULTS, as far as MPI allows
-     - MPI errors return SK_ERR_BACKEND with MPI's error string in sk_comm_error_message
-       (a truncated receive, MPI_ERR_TRUNCATE, returns SK_ERR_MISMATCH).
-     - Every wait polls MPI_Test against the world's timeout. SK_ERR_TIMEOUT then fails the world:
-       the MPI request cannot be cancelled and stays in flight (its scratch is abandoned, and MPI
-       may still write into the user's buffers), so the only safe recovery is to abort: exit, or
-       set abort_calls_mpi_abort so sk_world_abort calls MPI_Abort and ends the whole job.
-     - A device function returning an error, a timeout, or sk_world_abort marks the world aborted
-       and sends an abort notice to every other process of the world; their waits then return
-       SK_ERR_ABORTED naming the failed rank (instead of waiting for their timeout).
+   FAULTS, as far as MPI allows. Every fault ends, on every member, in an sk_result within the
+   world's timeout plus a grace period (a quarter of the timeout, 0.2 to 2 s); messages name the
+   rank that failed, left or is missing, as a world rank.
+     - MPI errors return SK_ERR_BACKEND with MPI's error string in sk_comm_error_message;
+       truncation (MPI_ERR_TRUNCATE: a member sent more than this one expects) returns
+       SK_ERR_MISMATCH naming the call (a receive also names both ranks). Open MPI 4 reports a
+       failed non-blocking collective to MPI_COMM_WORLD's error handler whatever the
+       communicator's, so shardkit completes a finished collective request with
+       MPI_ERRORS_RETURN set on MPI_COMM_WORLD for that one MPI_Test, then restores yours.
+       Errors of calls tied to no communicator (creating the f16 types and ops) still go to
+       MPI_COMM_WORLD's handler.
+     - Every wait polls against the world's timeout. SK_ERR_TIMEOUT then fails the world: the
+       MPI request cannot be cancelled and stays in flight, so the only safe recovery is to
+       abort: exit, or set abort_calls_mpi_abort so sk_world_abort calls MPI_Abort and ends
+       the whole job. Request memory MPI may still write into is kept, and freed after
+       shardkit's MPI_Finalize (never, if MPI is yours or the finalise was skipped); your
+       buffers of such a request are another matter: MPI may still write into them.
+     - A failure (a device function returning an error, a timeout, sk_world_abort) marks the
+       world aborted and sends an abort notice to every other process of the world, naming
+       where it started; a process that is told echoes it once to everyone, which also says it
+       is alive. Waiters then return SK_ERR_ABORTED naming the failed rank, instead of waiting
+       for their timeout. When the failure was a timeout, the members that stay silent during
+       the grace period (hung, dead, or gone from the world) are named as the ones it waited
+       for; when every member answered, they were in other calls (mismatched calls). A process
+       reads the notices before starting any MPI operation, so a late member never completes a
+       collective that its peers gave up on.
      - Mismatched calls (different collective, count, dtype, op or root at the same point) are
-       undefined in MPI: a hang (then SK_ERR_TIMEOUT) or wrong data. check_mismatch adds a
-       fingerprint exchange before every collective so that every member returns
-       SK_ERR_MISMATCH with the threads backend's message. Off by default (one more small
-       collective per call). Send/Recv: a receive longer than the message returns
-       SK_ERR_MISMATCH on the receiver; a shorter one MPI reports as truncation (also
-       SK_ERR_MISMATCH); dtypes are not compared (MPI does not type-check across processes).
+       undefined in MPI: a hang (then SK_ERR_TIMEOUT), truncation (SK_ERR_MISMATCH on the ranks
+       MPI detects it) or wrong data. check_mismatch adds a fingerprint exchange before every
+       collective so that every member returns SK_ERR_MISMATCH with the threads backend's
+       message. Off by default (one more small collective per call). sk_comm_split always
+       exchanges a fingerprint of its own kind (it carries the color and key the split needs
+       anyway), so a split against a user collective is SK_ERR_MISMATCH naming both calls with
+       the check on, and with it off still never SK_OK for the split nor a hang in
+       MPI_Comm_split. Send/Recv: a receive longer or shorter than the message returns
+       SK_ERR_MISMATCH on the receiver; dtypes are not compared (MPI does not type-check across
+       processes).
+     - Allocation failure (a user allocator returning NULL) returns SK_ERR_OUT_OF_MEMORY and
+       leaks nothing; in sk_comm_split it also fails the world, whose peers would otherwise
+       wait for this member.
      - Waits spin briefly, then sched_yield (when more processes share the node than it has
        cores, they yield at once), like Open MPI's own yield_when_idle.
 
@@ -142,13 +182,35 @@ SK_EXTERN_C_BEGIN
 #define SK__M_GATHER_BYTES (32u << 20)    /* gather-path scratch per chunk */
 #define SK__M_ABORT_TAG 7471
 #define SK__M_P2P_TAG 0
+#define SK__M_FP_N 5                      /* fingerprint: kind, count, dtype, op, root */
+/* The split's fingerprint kind: no sk_coll_kind, and an unlikely value for user data, so the
+   split's agreement exchange never passes for a user collective (or the other way round). */
+#define SK__M_FP_SPLIT ((int64_t)0x736b2d73706c6974ll) /* "sk-split" */
+
+/* Abort notices (4 ints: sender, kind, origin rank, origin's kind). Every process of a world
+   sends one to every other when the world fails there, so each learns the failure's origin and
+   which peers are alive (a peer inside shardkit answers within moments; a silent one is hung,
+   dead or gone). */
+enum { SK__M_N_FAILED = 1, SK__M_N_TIMEOUT = 2, SK__M_N_ECHO = 3 };
 
 /* ---- process-wide MPI state: types and ops shared by every world of this process --------- */
+
+typedef struct sk__mreq sk__mreq;
 
 static int sk__m_live;          /* shardkit MPI worlds alive in this process */
 static int sk__m_initialised;   /* shardkit called MPI_Init_thread */
 static MPI_Datatype sk__m_f16 = MPI_DATATYPE_NULL, sk__m_bf16 = MPI_DATATYPE_NULL;
 static MPI_Op sk__m_op_min = MPI_OP_NULL, sk__m_op_max = MPI_OP_NULL, sk__m_op_sum8 = MPI_OP_NULL;
+/* When shardkit initialised MPI: a duplicate of MPI_COMM_WORLD for the barrier that precedes
+   MPI_Finalize, and that barrier's request while it is pending. */
+static MPI_Comm sk__m_fin_comm = MPI_COMM_NULL;
+static MPI_Request sk__m_fin_req = MPI_REQUEST_NULL;
+/* Requests a failed world left inside MPI (a collective cannot be cancelled, and MPI may still
+   write into their scratch): freed after shardkit's MPI_Finalize, never before. */
+static sk__mreq *sk__m_orphans;
+/* World records MPI may still write into (a notice receive or teardown agreement that did not
+   finish in its bound): freed after shardkit's MPI_Finalize too. */
+static struct sk__mworld *sk__m_graves;
 
 #define SK__M_NAN_PICK(a, b, less) ((a) != (a) ? 0 : (b) != (b) ? 1 : (less) ? 1 : 0) /* 1: take b */
 
@@ -197,21 +259,27 @@ typedef struct sk__mworld {
   MPI_Comm comm;       /* duplicate of the user's communicator: the world's collectives */
   MPI_Comm abort_comm; /* duplicate: abort notices only */
   MPI_Request abort_rx;
-  int abort_in;        /* the rank named by a received notice */
-  int abort_out;       /* this rank, the payload of notices sent */
-  bool abort_seen;     /* a notice arrived */
+  int nin[4];          /* the notice being received */
+  int *nout;           /* 4 ints sent to every peer, then `size` send requests (see notify) */
+  MPI_Request *ntx;
+  unsigned char *heard; /* per world rank: its notice arrived */
+  int nheard;
+  int cause_rank, cause_kind; /* where the failure started (-1: not known yet) */
   bool abort_sent;
   int rank, size;
   bool claimed;
   bool spin;
   bool abandoned;      /* a request was left in flight: its communicators are never freed */
+  bool listened;       /* a grace period was spent listening for silent peers */
+  int td_in, td_out;   /* teardown agreement: 1 = this process / every process ended healthy */
+  MPI_Request td_req;
+  sk_allocator alloc_copy; /* for a record kept past its world (see sk__m_graves) */
+  struct sk__mworld *grave_next;
   sk_mpi_config cfg;
   size_t max_count;
   const sk_allocator *alloc;
   sk_world *w;
 } sk__mworld;
-
-typedef struct sk__mreq sk__mreq;
 
 typedef struct sk__mcomm {
   sk__mworld *mw;
@@ -219,19 +287,24 @@ typedef struct sk__mcomm {
   MPI_Comm mc;
   bool owns;           /* a split's communicator, freed with it */
   const void **ptrs;   /* size entries: gather-path inputs */
+  int *wranks;         /* size entries: each member's world rank (for messages) */
   sk__mreq *head, *tail; /* collective requests, in issue order; head is the one in MPI */
+  sk__mreq *live;      /* every request not yet freed (collective and point to point) */
 } sk__mcomm;
 
 struct sk__mreq {
   sk_request base;
-  sk__mreq *next;
-  sk__mcomm *m;
-  const sk_allocator *alloc;
-  int done, started, orphan;
+  sk__mreq *next;      /* the communicator's queue */
+  sk__mreq *lprev, *lnext; /* the communicator's live list; lnext also links orphans */
+  sk__mcomm *m;        /* NULL once orphaned */
+  sk_allocator alloc;  /* a copy: an orphan outlives its world */
+  int done, started;
   sk_result result;
   char msg[SK_ERROR_MSG_MAX];
+  const char *call;    /* the MPI call in flight (for messages) */
   /* plan */
   bool gather, fp_pending;
+  bool split;          /* the split's agreement: the fingerprint exchange is the whole op */
   MPI_Datatype mt;     /* moves data */
   MPI_Datatype rt;     /* reduces (native path) */
   MPI_Op rop;
@@ -240,7 +313,7 @@ struct sk__mreq {
   unsigned char *tmp;
   size_t tmp_bytes;
   MPI_Request mr;
-  int64_t fp[5];
+  int64_t fp[SK__M_FP_N];
   /* point to point: every chunk posted at once */
   int np;
   MPI_Request *preq;
@@ -260,14 +333,40 @@ static SK__PRINTF(3, 4) sk_result sk__mreq_fail(sk__mreq *q, sk_result code, con
   return code;
 }
 
-/* MPI error -> SK_ERR_BACKEND (or MISMATCH for truncation) with MPI's own text. */
+/* MPI error -> SK_ERR_BACKEND with MPI's own text; truncation (a member sent more than this
+   one expects: counts differ) -> SK_ERR_MISMATCH. MPI does not say which member sent it. */
 static sk_result sk__mreq_mpi(sk__mreq *q, int e, const char *call) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0, cls = 0;
   if (MPI_Error_string(e, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error %d", e);
   MPI_Error_class(e, &cls);
-  return sk__mreq_fail(q, cls == MPI_ERR_TRUNCATE ? SK_ERR_MISMATCH : SK_ERR_BACKEND, "%s: %s: %s",
-                       sk_coll_kind_name(q->base.coll.kind), call, text);
+  const char *name = q->split ? "split" : sk_coll_kind_name(q->base.coll.kind);
+  if (cls == MPI_ERR_TRUNCATE)
+    return sk__mreq_fail(q, SK_ERR_MISMATCH,
+                         "mismatch: %s: %s: %s: a member sent more than rank %d expects (calls or counts differ "
+                         "across members; check_mismatch names them)",
+                         name, call, text, q->m->comm->rank);
+  return sk__mreq_fail(q, SK_ERR_BACKEND, "%s: %s: %s", name, call, text);
+}
+
+/* MPI_Test for a non-blocking collective whose errors must come back as return codes. Open MPI
+   4.x reports a failed collective request to MPI_COMM_WORLD's error handler (fatal by default)
+   instead of its communicator's, so: look without completing (MPI_Request_get_status never
+   raises it), and complete it with MPI_ERRORS_RETURN set on MPI_COMM_WORLD for that one call,
+   then put the user's handler back (calls are serialised: MPI_THREAD_SERIALIZED). */
+static int sk__m_test_coll(MPI_Request *r, int *flag) {
+  int e = MPI_Request_get_status(*r, flag, MPI_STATUS_IGNORE);
+  if (e != MPI_SUCCESS || !*flag) return e;
+  MPI_Errhandler user = MPI_ERRHANDLER_NULL;
+  bool swap = MPI_Comm_get_errhandler(MPI_COMM_WORLD, &user) == MPI_SUCCESS;
+  if (swap) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  e = MPI_Test(r, flag, MPI_STATUS_IGNORE);
+  if (swap) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, user);
+    MPI_Errhandler_free(&user);
+  }
+  if (e != MPI_SUCCESS) *flag = 1, *r = MPI_REQUEST_NULL; /* MPI freed it with the error */
+  return e;
 }
 
 static MPI_Datatype sk__m_move_type(sk_dtype dt) {
@@ -380,8 +479,8 @@ static void sk__mreq_plan(sk__mreq *q) {
 
 static sk_result sk__mreq_scratch(sk__mreq *q, size_t bytes) {
   if (bytes <= q->tmp_bytes) return SK_OK;
-  sk__free(q->alloc, q->tmp);
-  q->tmp = (unsigned char *)sk__alloc(q->alloc, bytes, 64);
+  sk__free(&q->alloc, q->tmp);
+  q->tmp = (unsigned char *)sk__alloc(&q->alloc, bytes, 64);
   q->tmp_bytes = q->tmp ? bytes : 0;
   if (!q->tmp)
     return sk__mreq_fail(q, SK_ERR_OUT_OF_MEMORY, "%s: allocating %zu bytes of scratch",
@@ -474,6 +573,7 @@ static sk_result sk__mchunk_start(sk__mreq *q) {
     default: return sk__mreq_fail(q, SK_ERR_INTERNAL, "mpi backend: unexpected op %d", (int)o->kind);
   }
   if (e != MPI_SUCCESS) return sk__mreq_mpi(q, e, call);
+  q->call = call;
   return SK_OK;
 }
 
@@ -497,23 +597,49 @@ static sk_result sk__mchunk_finish(sk__mreq *q) {
   return SK_OK;
 }
 
-/* The fingerprint check: every member compares all fingerprints with rank 0's, so all agree. */
+/* One fingerprint as the call that made it. Entries left zero (a member that sent something
+   else, e.g. its own data with the check off there) read as "another call". */
+static void sk__mfp_str(char *buf, size_t cap, const int64_t *f) {
+  sk_coll_kind k = (sk_coll_kind)f[0];
+  if (f[0] == SK__M_FP_SPLIT)
+    snprintf(buf, cap, "split(color %lld, key %lld)", (long long)f[1], (long long)f[2]);
+  else if (f[0] <= SK_COLL_NONE || f[0] >= SK_COLL_KIND_COUNT || f[0] == SK_COLL_SEND || f[0] == SK_COLL_RECV ||
+           !sk_dtype_valid((sk_dtype)f[2]) || !sk_redop_valid((sk_redop)f[3]))
+    snprintf(buf, cap, "another call (no fingerprint: a collective without the check, or not a split)");
+  else
+    snprintf(buf, cap, "%s(count %lld, %s, %s, root %lld)", sk_coll_kind_name(k), (long long)f[1],
+             sk_dtype_name((sk_dtype)f[2]), sk_redop_name((sk_redop)f[3]), (long long)f[4]);
+}
+
+/* Whether two fingerprints are the same call: kind, count and dtype, plus op and root where
+   they matter. Splits agree with splits only (their other fields are each member's color and
+   key). */
+static bool sk__mfp_same(const int64_t *a, const int64_t *b) {
+  if (a[0] != b[0]) return false;
+  if (a[0] == SK__M_FP_SPLIT) return true;
+  sk_coll_kind k = (sk_coll_kind)a[0];
+  bool reduces = k == SK_COLL_ALLREDUCE || k == SK_COLL_REDUCE || k == SK_COLL_REDUCE_SCATTER;
+  bool rooted = k == SK_COLL_BROADCAST || k == SK_COLL_REDUCE;
+  return a[1] == b[1] && a[2] == b[2] && (!reduces || a[3] == b[3]) && (!rooted || a[4] == b[4]);
+}
+
+/* The fingerprint check: every member compares all fingerprints with rank 0's, so all agree on
+   the verdict and the message (which names world ranks too on a sub-communicator). */
 static sk_result sk__mfp_check(sk__mreq *q) {
-  int n = q->m->comm->size;
+  sk__mcomm *m = q->m;
+  int n = m->comm->size;
   const int64_t *all = (const int64_t *)(const void *)q->tmp;
-  const int64_t *a = all;
   for (int i = 1; i < n; i++) {
-    const int64_t *b = all + 5 * i;
-    sk_coll_kind k = (sk_coll_kind)a[0];
-    bool reduces = k == SK_COLL_ALLREDUCE || k == SK_COLL_REDUCE || k == SK_COLL_REDUCE_SCATTER;
-    bool rooted = k == SK_COLL_BROADCAST || k == SK_COLL_REDUCE;
-    if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && (!reduces || a[3] == b[3]) && (!rooted || a[4] == b[4])) continue;
-    return sk__mreq_fail(q, SK_ERR_MISMATCH,
-                         "mismatch: rank 0 called %s(count %zu, %s, %s, root %d) but rank %d called %s(count %zu, "
-                         "%s, %s, root %d)",
-                         sk_coll_kind_name(k), (size_t)a[1], sk_dtype_name((sk_dtype)a[2]), sk_redop_name((sk_redop)a[3]),
-                         (int)a[4], i, sk_coll_kind_name((sk_coll_kind)b[0]), (size_t)b[1],
-                         sk_dtype_name((sk_dtype)b[2]), sk_redop_name((sk_redop)b[3]), (int)b[4]);
+    const int64_t *b = all + SK__M_FP_N * i;
+    if (sk__mfp_same(all, b)) continue;
+    char ca[96], cb[96], wa[32] = "", wb[32] = "";
+    sk__mfp_str(ca, sizeof ca, all);
+    sk__mfp_str(cb, sizeof cb, b);
+    if (m->mc != m->mw->comm) {
+      snprintf(wa, sizeof wa, " (world rank %d)", m->wranks[0]);
+      snprintf(wb, sizeof wb, " (world rank %d)", m->wranks[i]);
+    }
+    return sk__mreq_fail(q, SK_ERR_MISMATCH, "mismatch: rank 0%s called %s but rank %d%s called %s", wa, ca, i, wb, cb);
   }
   return SK_OK;
 }
@@ -526,16 +652,20 @@ static sk_result sk__mreq_activate(sk__mreq *q) {
   size_t es = sk_dtype_size(o->dtype);
   sk_result rr;
   if (q->fp_pending) {
-    q->fp[0] = o->kind, q->fp[1] = (int64_t)o->count, q->fp[2] = o->dtype, q->fp[3] = o->op, q->fp[4] = o->root;
-    if ((rr = sk__mreq_scratch(q, sizeof(int64_t) * 5 * (size_t)n)) != SK_OK) return rr;
-    int e = MPI_Iallgather(q->fp, 5, MPI_INT64_T, q->tmp, 5, MPI_INT64_T, m->mc, &q->mr);
-    return e == MPI_SUCCESS ? SK_OK : sk__mreq_mpi(q, e, "MPI_Iallgather (fingerprint)");
+    if (!q->split) /* the split set its own */
+      q->fp[0] = o->kind, q->fp[1] = (int64_t)o->count, q->fp[2] = o->dtype, q->fp[3] = o->op, q->fp[4] = o->root;
+    if ((rr = sk__mreq_scratch(q, sizeof(int64_t) * SK__M_FP_N * (size_t)n)) != SK_OK) return rr;
+    int64_t *all = (int64_t *)(void *)q->tmp;
+    memset(all, 0, sizeof(int64_t) * SK__M_FP_N * (size_t)n); /* a short message must not look like a call */
+    q->call = q->split ? "MPI_Iallgather (split agreement)" : "MPI_Iallgather (fingerprint)";
+    int e = MPI_Iallgather(q->fp, SK__M_FP_N, MPI_INT64_T, all, SK__M_FP_N, MPI_INT64_T, m->mc, &q->mr);
+    return e == MPI_SUCCESS ? SK_OK : sk__mreq_mpi(q, e, q->call);
   }
   bool ip = sk__m_in_place(q) && o->count > 0;
   if (ip && (o->kind == SK_COLL_ALLTOALL || (o->kind == SK_COLL_REDUCE_SCATTER && !q->gather))) {
     /* MPI_IN_PLACE cannot express these: stage the input (kept apart from gather scratch) */
     size_t bytes = (size_t)n * o->count * es;
-    unsigned char *st = (unsigned char *)sk__alloc(q->alloc, bytes, 64);
+    unsigned char *st = (unsigned char *)sk__alloc(&q->alloc, bytes, 64);
     if (!st) return sk__mreq_fail(q, SK_ERR_OUT_OF_MEMORY, "%s: allocating %zu bytes of staging", sk_coll_kind_name(o->kind), bytes);
     memcpy(st, o->send, bytes);
     q->src = st;
@@ -550,9 +680,9 @@ static sk_result sk__mreq_activate(sk__mreq *q) {
 }
 
 static void sk__mreq_release_scratch(sk__mreq *q) {
-  if (q->src && q->src != (const unsigned char *)q->base.coll.send) sk__free(q->alloc, (void *)q->src);
+  if (q->src && q->src != (const unsigned char *)q->base.coll.send) sk__free(&q->alloc, (void *)q->src);
   q->src = NULL;
-  sk__free(q->alloc, q->tmp);
+  sk__free(&q->alloc, q->tmp);
   q->tmp = NULL, q->tmp_bytes = 0;
 }
 
@@ -560,8 +690,8 @@ static void sk__mreq_release_scratch(sk__mreq *q) {
 static sk_result sk__mreq_advance(sk__mreq *q) {
   while (!q->done) {
     int flag = 0;
-    int e = MPI_Test(&q->mr, &flag, MPI_STATUS_IGNORE);
-    if (e != MPI_SUCCESS) return sk__mreq_mpi(q, e, "MPI_Test");
+    int e = sk__m_test_coll(&q->mr, &flag);
+    if (e != MPI_SUCCESS) return sk__mreq_mpi(q, e, q->call ? q->call : "MPI_Test");
     if (!flag) return SK_OK;
     sk_result rr;
     if (q->fp_pending) {
@@ -581,12 +711,18 @@ static sk_result sk__mreq_advance(sk__mreq *q) {
   return SK_OK;
 }
 
+static bool sk__m_aborted(sk__mworld *mw);
+
 /* Drives the communicator's queue: the head runs, and when it completes the next starts. */
 static void sk__mcomm_progress(sk__mcomm *m) {
   while (m->head) {
     sk__mreq *q = m->head;
     sk_result r = SK_OK;
     if (!q->started) {
+      /* Nothing new enters MPI in a failed world, and the notices are read first: a late
+         member joining a collective its peers gave up on would let MPI complete it into their
+         (abandoned, maybe reused) buffers. */
+      if (sk__m_aborted(m->mw)) return;
       q->started = 1;
       r = sk__mreq_activate(q);
     }
@@ -602,45 +738,207 @@ static void sk__mcomm_progress(sk__mcomm *m) {
 
 /* ---- abort notices -------------------------------------------------------------------------- */
 
-/* Tells every other process of the world that this one aborted (once; from a device thread). */
+/* Records where a failure started: the first origin learnt, except that a failed device
+   outranks a timeout (a timeout is the symptom; the silent peers behind it are named apart). */
+static void sk__m_cause(sk__mworld *mw, int rank, int kind) {
+  if (rank < 0 || rank >= mw->size || kind < SK__M_N_FAILED || kind > SK__M_N_TIMEOUT) return;
+  if (mw->cause_rank < 0 || (mw->cause_kind == SK__M_N_TIMEOUT && kind == SK__M_N_FAILED))
+    mw->cause_rank = rank, mw->cause_kind = kind;
+}
+
+/* Tells every other process of the world that the world failed here (once; from a device
+   thread): FAILED or TIMEOUT when it started here, else ECHO with the origin learnt. An echo
+   also says "alive", which is how the others tell a silent peer from a busy one. The send
+   requests are kept and completed at teardown: their buffer must outlive them. */
 static void sk__m_notify(sk__mworld *mw) {
-  if (mw->abort_sent || mw->abort_seen) return; /* a received notice went to everybody already */
+  if (mw->abort_sent) return;
   mw->abort_sent = true;
-  for (int r = 0; r < mw->size; r++) {
-    if (r == mw->rank) continue;
-    MPI_Request req;
-    if (MPI_Isend(&mw->abort_out, 1, MPI_INT, r, SK__M_ABORT_TAG, mw->abort_comm, &req) == MPI_SUCCESS)
-      MPI_Request_free(&req); /* a tiny eager message: completes on its own */
+  if (mw->cause_rank < 0) sk__m_cause(mw, mw->rank, SK__M_N_FAILED); /* sk_world_abort or a device error here */
+  int *o = mw->nout;
+  o[0] = mw->rank, o[1] = mw->cause_rank == mw->rank ? mw->cause_kind : SK__M_N_ECHO;
+  o[2] = mw->cause_rank, o[3] = mw->cause_kind;
+  for (int r = 0; r < mw->size; r++)
+    if (r != mw->rank && MPI_Isend(o, 4, MPI_INT, r, SK__M_ABORT_TAG, mw->abort_comm, &mw->ntx[r]) != MPI_SUCCESS)
+      mw->ntx[r] = MPI_REQUEST_NULL;
+}
+
+/* Takes in the notices that arrived, without waiting: each marks its sender alive, may teach
+   the failure's origin, and aborts the world here. */
+static void sk__m_poll_notices(sk__mworld *mw) {
+  while (mw->abort_rx != MPI_REQUEST_NULL) {
+    int flag = 0;
+    if (MPI_Test(&mw->abort_rx, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) return;
+    int from = mw->nin[0];
+    if (from >= 0 && from < mw->size && from != mw->rank && !mw->heard[from]) mw->heard[from] = 1, mw->nheard++;
+    if (mw->nin[1] == SK__M_N_ECHO)
+      sk__m_cause(mw, mw->nin[2], mw->nin[3]);
+    else
+      sk__m_cause(mw, from, mw->nin[1]);
+    sk_world_abort(mw->w);
+    if (mw->nheard < mw->size - 1 &&
+        MPI_Irecv(mw->nin, 4, MPI_INT, MPI_ANY_SOURCE, SK__M_ABORT_TAG, mw->abort_comm, &mw->abort_rx) != MPI_SUCCESS)
+      mw->abort_rx = MPI_REQUEST_NULL;
   }
 }
 
-/* True when the world is aborted, locally or by a peer's notice (which aborts it locally). */
+/* True when the world is aborted, here or by a peer's notice; this process's notice then goes
+   out. */
 static bool sk__m_aborted(sk__mworld *mw) {
-  if (!mw->abort_seen && mw->abort_rx != MPI_REQUEST_NULL) {
-    int flag = 0;
-    if (MPI_Test(&mw->abort_rx, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
-      mw->abort_seen = true;
-      sk_world_abort(mw->w);
-    }
-  }
+  sk__m_poll_notices(mw);
   if (!sk_world_aborted(mw->w)) return false;
   sk__m_notify(mw);
   return true;
 }
 
+/* How long a failed world listens for its peers' notices. An alive peer inside shardkit answers
+   at its next poll, within moments even oversubscribed; the cap keeps "timeout plus a little". */
+static uint32_t sk__m_grace_ms(uint32_t timeout_ms) {
+  uint32_t ms = timeout_ms / 4;
+  return ms < 200 ? 200 : ms > 2000 ? 2000 : ms;
+}
+
+static bool sk__m_is_silent(const sk__mworld *mw, int wr) {
+  return wr >= 0 && wr < mw->size && wr != mw->rank && !mw->heard[wr];
+}
+
+/* Writes into buf the world ranks of the members of m (only comm rank `only` when >= 0) other
+   than this one that sent no notice, after listening for them up to the grace period when
+   `listen` (once per world: later calls report what is known); returns how many. */
+static int sk__m_silent(sk__mcomm *m, int only, bool listen, char *buf, size_t cap) {
+  sk__mworld *mw = m->mw;
+  listen = listen && !mw->listened;
+  uint64_t end = sk_now_ns() + (listen ? sk__m_grace_ms(mw->w->desc.timeout_ms) * 1000000ull : 0);
+  int n, lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : m->comm->size;
+  for (;;) {
+    sk__m_poll_notices(mw);
+    n = 0;
+    for (int i = lo; i < hi; i++) n += sk__m_is_silent(mw, m->wranks[i]);
+    if (n == 0 || sk_now_ns() >= end) break;
+    sched_yield();
+  }
+  if (n && listen) mw->listened = true; /* a full grace spent: the silent ones will not answer */
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = lo; i < hi && len + 16 < cap; i++)
+    if (sk__m_is_silent(mw, m->wranks[i]))
+      len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", m->wranks[i]);
+  return n;
+}
+
+static const char *sk__mreq_name(const sk__mreq *q) { return q->split ? "split" : sk_coll_kind_name(q->base.coll.kind); }
+
+/* A call that found its world aborted: names where the failure started and, when that was a
+   timeout, the members that stay silent (hung, dead or gone: those the timeout waited for),
+   listening for them first when `listen` (never from calls that must not block). */
+static sk_result sk__m_abort_msg(sk__mreq *q, bool listen) {
+  sk__mworld *mw = q->m->mw;
+  sk_comm *c = q->m->comm;
+  int who = mw->cause_rank;
+  bool p2p = q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV;
+  if (who < 0 || who == mw->rank)
+    return sk_comm_set_error(c, SK_ERR_ABORTED, "%s: the world was aborted here, on world rank %d (%s)", sk__mreq_name(q),
+                             mw->rank, mw->cause_kind == SK__M_N_TIMEOUT ? "a call timed out" : "sk_world_abort or a device error");
+  if (mw->cause_kind == SK__M_N_FAILED)
+    return sk_comm_set_error(c, SK_ERR_ABORTED,
+                             "%s: the world was aborted: world rank %d failed (its device returned an error or called "
+                             "sk_world_abort)",
+                             sk__mreq_name(q), who);
+  char silent[128];
+  int ns = sk__m_silent(q->m, p2p ? q->base.coll.root : -1, listen, silent, sizeof silent);
+  return sk_comm_set_error(c, SK_ERR_ABORTED, "%s: the world was aborted: world rank %d timed out; %s%s%s", sk__mreq_name(q),
+                           who, ns ? "silent (hung, dead or gone): world rank " : "no member of this call is silent",
+                           silent, ns ? "" : " (mismatched calls?)");
+}
+
+/* This call timed out: the world fails, the notice goes out, and the members that do not answer
+   it within the grace period are named as the ones it waited for. */
+static sk_result sk__m_timeout(sk__mreq *q) {
+  sk__mworld *mw = q->m->mw;
+  sk_comm *c = q->m->comm;
+  bool p2p = q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV;
+  sk__m_cause(mw, mw->rank, SK__M_N_TIMEOUT);
+  sk_world_abort(mw->w);
+  sk__m_notify(mw);
+  char silent[128];
+  int ns = sk__m_silent(q->m, p2p ? q->base.coll.root : -1, true, silent, sizeof silent);
+  if (ns)
+    sk_comm_set_error(c, SK_ERR_TIMEOUT,
+                      "%s: timed out after %u ms waiting for world rank %s (silent: hung, dead or gone; the MPI request "
+                      "stays in flight)",
+                      sk__mreq_name(q), (unsigned)mw->w->desc.timeout_ms, silent);
+  else
+    sk_comm_set_error(c, SK_ERR_TIMEOUT,
+                      "%s: timed out after %u ms; every member answered the abort notice, so they wait in other calls "
+                      "(mismatched calls? check_mismatch names them)",
+                      sk__mreq_name(q), (unsigned)mw->w->desc.timeout_ms);
+  sk_world_fail(mw->w, SK_ERR_TIMEOUT, c->error_msg);
+  return SK_ERR_TIMEOUT;
+}
+
 /* ---- hooks: requests ------------------------------------------------------------------------ */
 
+static void sk__mreq_release(sk__mreq *q) {
+  sk__mreq_release_scratch(q);
+  sk__free(&q->alloc, q->preq);
+  sk__free(&q->alloc, q->pst);
+  sk__free(&q->alloc, q);
+}
+
+/* Whether MPI still holds q: then its memory must outlive it. */
+static bool sk__mreq_in_mpi(const sk__mreq *q) {
+  if (q->done) return false;
+  if (q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV) return q->np > 0;
+  return q->started != 0;
+}
+
+/* Takes q off its communicator's live list and queue. */
+static void sk__mreq_unlink(sk__mreq *q) {
+  sk__mcomm *m = q->m;
+  if (q->lprev)
+    q->lprev->lnext = q->lnext;
+  else if (m->live == q)
+    m->live = q->lnext;
+  if (q->lnext) q->lnext->lprev = q->lprev;
+  q->lprev = q->lnext = NULL;
+  sk__mreq *prev = NULL, *it = m->head;
+  while (it && it != q) prev = it, it = it->next;
+  if (it) {
+    if (prev)
+      prev->next = q->next;
+    else
+      m->head = q->next;
+    if (m->tail == q) m->tail = prev;
+  }
+  q->next = NULL;
+}
+
+/* A receive still posted when its request is dropped (failed world) is cancelled, so MPI never
+   writes into a buffer its owner has moved on from; sends and collectives cannot be taken back. */
+static void sk__mp2p_cancel(sk__mreq *q) {
+  if (q->base.coll.kind != SK_COLL_RECV || q->done || q->np == 0) return;
+  for (int j = 0; j < q->np; j++)
+    if (q->preq[j] != MPI_REQUEST_NULL) MPI_Cancel(&q->preq[j]);
+  int flag = 0;
+  for (int i = 0; i < 64 && !flag; i++) /* cancelling an unmatched receive is local: at once */
+    if (MPI_Testall(q->np, q->preq, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) flag = 1;
+  if (flag) q->done = 1;
+}
+
+/* Frees q, or, when MPI still holds it (timeout or abort), hands it to the orphan list that
+   shardkit's MPI_Finalize frees: freeing it now would let MPI write into freed memory. */
 static void sk__mreq_free(sk_request *base) {
   sk__mreq *q = (sk__mreq *)base;
-  if (!q->done) { /* still in MPI (after a timeout or abort): MPI may write into it; abandon it */
-    q->orphan = 1;
-    q->m->mw->abandoned = true;
+  sk__mcomm *m = q->m;
+  sk__mreq_unlink(q);
+  sk__mp2p_cancel(q);
+  if (sk__mreq_in_mpi(q)) {
+    m->mw->abandoned = true;
+    q->m = NULL;
+    q->lnext = sk__m_orphans;
+    sk__m_orphans = q;
     return;
   }
-  sk__mreq_release_scratch(q);
-  sk__free(q->alloc, q->preq);
-  sk__free(q->alloc, q->pst);
-  sk__free(q->alloc, q);
+  sk__mreq_release(q);
 }
 
 static sk__mreq *sk__mreq_new(sk__mcomm *m, const sk_coll *op) {
@@ -650,9 +948,19 @@ static sk__mreq *sk__mreq_new(sk__mcomm *m, const sk_coll *op) {
   q->base.coll = *op;
   q->base.free_fn = sk__mreq_free;
   q->m = m;
-  q->alloc = m->mw->alloc;
+  q->alloc = *m->mw->alloc;
   q->mr = MPI_REQUEST_NULL;
+  q->lnext = m->live;
+  if (m->live) m->live->lprev = q;
+  m->live = q;
   return q;
+}
+
+/* " (world rank N)" after a rank of a sub-communicator; nothing on the world's own. */
+static const char *sk__m_wr(const sk__mcomm *m, int rank, char *buf, size_t cap) {
+  buf[0] = 0;
+  if (m->mc != m->mw->comm && rank >= 0 && rank < m->comm->size) snprintf(buf, cap, " (world rank %d)", m->wranks[rank]);
+  return buf;
 }
 
 /* Point to point: every chunk is posted now (MPI keeps pairs in order). */
@@ -661,8 +969,8 @@ static sk_result sk__mp2p_post(sk__mreq *q) {
   size_t L = q->m->mw->max_count, es = sk_dtype_size(o->dtype);
   size_t nchunks = o->count == 0 ? 1 : (o->count + L - 1) / L;
   if (nchunks > (size_t)INT_MAX) return sk__mreq_fail(q, SK_ERR_INVALID_ARGUMENT, "%s: too many chunks", sk_coll_kind_name(o->kind));
-  q->preq = (MPI_Request *)sk__alloc(q->alloc, sizeof(MPI_Request) * nchunks, 64);
-  q->pst = (MPI_Status *)sk__alloc(q->alloc, sizeof(MPI_Status) * nchunks, 64);
+  q->preq = (MPI_Request *)sk__alloc(&q->alloc, sizeof(MPI_Request) * nchunks, 64);
+  q->pst = (MPI_Status *)sk__alloc(&q->alloc, sizeof(MPI_Status) * nchunks, 64);
   if (!q->preq || !q->pst) return sk__mreq_fail(q, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(o->kind));
   q->mt = sk__m_move_type(o->dtype);
   for (size_t j = 0; j < nchunks; j++) {
@@ -682,19 +990,28 @@ static sk_result sk__mp2p_post(sk__mreq *q) {
   return SK_OK;
 }
 
+/* A finished receive must have got exactly what it asked for; MPI reports a longer message as
+   truncation and lets a shorter one pass, so both are checked here, naming both sides. */
 static sk_result sk__mp2p_test(sk__mreq *q) {
-  int flag = 0;
-  int e = MPI_Testall(q->np, q->preq, &flag, q->pst);
+  const sk_coll *o = &q->base.coll;
+  char me[32], peer[32];
+  int flag = 0, e = MPI_Testall(q->np, q->preq, &flag, q->pst), cls = 0;
   if (e != MPI_SUCCESS) {
     for (int j = 0; j < q->np; j++)
       if (q->pst[j].MPI_ERROR != MPI_SUCCESS && q->pst[j].MPI_ERROR != MPI_ERR_PENDING) e = q->pst[j].MPI_ERROR;
     q->done = 1;
-    return q->result = sk__mreq_mpi(q, e, q->base.coll.kind == SK_COLL_SEND ? "MPI_Isend" : "MPI_Irecv");
+    MPI_Error_class(e, &cls);
+    if (o->kind == SK_COLL_RECV && cls == MPI_ERR_TRUNCATE)
+      return q->result = sk__mreq_fail(q, SK_ERR_MISMATCH,
+                                       "mismatch: recv: rank %d%s receives %zu x %s from rank %d%s, which sent more "
+                                       "(MPI_Irecv: MPI_ERR_TRUNCATE)",
+                                       q->m->comm->rank, sk__m_wr(q->m, q->m->comm->rank, me, sizeof me), o->count,
+                                       sk_dtype_name(o->dtype), o->root, sk__m_wr(q->m, o->root, peer, sizeof peer));
+    return q->result = sk__mreq_mpi(q, e, o->kind == SK_COLL_SEND ? "MPI_Isend" : "MPI_Irecv");
   }
   if (!flag) return SK_OK;
   q->done = 1;
-  const sk_coll *o = &q->base.coll;
-  if (o->kind == SK_COLL_RECV) { /* a shorter message than asked for is a mismatch too */
+  if (o->kind == SK_COLL_RECV) {
     size_t got = 0;
     for (int j = 0; j < q->np; j++) {
       int cnt = 0;
@@ -702,8 +1019,9 @@ static sk_result sk__mp2p_test(sk__mreq *q) {
       got += cnt == MPI_UNDEFINED ? 0 : (size_t)cnt;
     }
     if (got != o->count)
-      q->result = sk__mreq_fail(q, SK_ERR_MISMATCH, "mismatch: rank %d receives %zu x %s from rank %d, which sent %zu",
-                                q->m->comm->rank, o->count, sk_dtype_name(o->dtype), o->root, got);
+      q->result = sk__mreq_fail(q, SK_ERR_MISMATCH, "mismatch: recv: rank %d%s receives %zu x %s from rank %d%s, which sent %zu",
+                                q->m->comm->rank, sk__m_wr(q->m, q->m->comm->rank, me, sizeof me), o->count,
+                                sk_dtype_name(o->dtype), o->root, sk__m_wr(q->m, o->root, peer, sizeof peer), got);
   }
   return q->result;
 }
@@ -722,6 +1040,16 @@ static sk_result sk__mreq_outcome(sk__mreq *q) {
   return q->result;
 }
 
+/* Appends a planned collective to its communicator's queue and starts it if it is first. */
+static void sk__mreq_enqueue(sk__mcomm *m, sk__mreq *q) {
+  if (m->tail)
+    m->tail->next = q;
+  else
+    m->head = q;
+  m->tail = q;
+  sk__mcomm_progress(m);
+}
+
 static sk_result sk__mpi_start(sk_comm *c, const sk_coll *op, sk_request **req) {
   sk__mcomm *m = SK__MCOMM(c);
   *req = NULL;
@@ -729,6 +1057,13 @@ static sk_result sk__mpi_start(sk_comm *c, const sk_coll *op, sk_request **req) 
   if (!q) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "%s: allocating a request", sk_coll_kind_name(op->kind));
   *req = &q->base;
   if (op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV) {
+    if (sk__m_aborted(m->mw)) { /* as for collectives: never post into a failed world */
+      q->done = 1;
+      sk_result r = sk__m_abort_msg(q, false);
+      sk__mreq_free(&q->base);
+      *req = NULL;
+      return r;
+    }
     sk_result r = sk__mp2p_post(q);
     if (r != SK_OK) {
       q->done = q->np == 0;
@@ -740,12 +1075,7 @@ static sk_result sk__mpi_start(sk_comm *c, const sk_coll *op, sk_request **req) 
     return SK_OK;
   }
   sk__mreq_plan(q);
-  if (m->tail)
-    m->tail->next = q;
-  else
-    m->head = q;
-  m->tail = q;
-  sk__mcomm_progress(m); /* starts it now if the queue was empty */
+  sk__mreq_enqueue(m, q);
   return SK_OK;
 }
 
@@ -754,10 +1084,9 @@ static sk_result sk__mpi_test(sk_request *base, bool *done) {
   sk__mreq_poll(q);
   *done = q->done != 0;
   if (*done) return sk__mreq_outcome(q);
-  if (sk__m_aborted(q->m->mw)) { /* it can never complete now: report and let it be freed (abandoned) */
+  if (sk__m_aborted(q->m->mw)) { /* it can never complete now: report, and its free orphans it */
     *done = true;
-    return sk_comm_set_error(q->m->comm, SK_ERR_ABORTED, "%s: the world was aborted%s",
-                             sk_coll_kind_name(q->base.coll.kind), q->m->mw->abort_seen ? " by a peer's notice" : "");
+    return sk__m_abort_msg(q, false);
   }
   return SK_OK;
 }
@@ -765,27 +1094,13 @@ static sk_result sk__mpi_test(sk_request *base, bool *done) {
 static sk_result sk__mpi_wait(sk_request *base) {
   sk__mreq *q = (sk__mreq *)base;
   sk__mworld *mw = q->m->mw;
-  sk_world *w = mw->w;
-  uint64_t start = sk_now_ns(), now = start, deadline = start + (uint64_t)w->desc.timeout_ms * 1000000ull;
-  const char *name = sk_coll_kind_name(q->base.coll.kind);
+  uint64_t start = sk_now_ns(), now = start, deadline = start + (uint64_t)mw->w->desc.timeout_ms * 1000000ull;
   for (;;) {
     sk__mreq_poll(q);
     if (q->done) return sk__mreq_outcome(q);
-    if (sk__m_aborted(mw)) {
-      if (mw->abort_seen)
-        return sk_comm_set_error(q->m->comm, SK_ERR_ABORTED, "%s: the world was aborted (world rank %d failed or aborted)",
-                                 name, mw->abort_in);
-      return sk_comm_set_error(q->m->comm, SK_ERR_ABORTED, "%s: the world was aborted", name);
-    }
+    if (sk__m_aborted(mw)) return sk__m_abort_msg(q, true);
     now = sk_now_ns();
-    if (now >= deadline) {
-      sk_comm_set_error(q->m->comm, SK_ERR_TIMEOUT,
-                        "%s: timed out after %u ms (world rank %d; the MPI request stays in flight: abort)", name,
-                        (unsigned)w->desc.timeout_ms, mw->rank);
-      sk_world_fail(w, SK_ERR_TIMEOUT, q->m->comm->error_msg);
-      sk__m_notify(mw);
-      return SK_ERR_TIMEOUT;
-    }
+    if (now >= deadline) return sk__m_timeout(q);
     if (!mw->spin || now - start > SK__M_SPIN_NS) sched_yield();
   }
 }
@@ -820,62 +1135,180 @@ static sk_result sk__m_fail_mpi(sk_error *err, int e, const char *call) {
   return sk__fail(err, SK_ERR_BACKEND, "mpi backend: %s: %s", call, text);
 }
 
-static void sk__m_release_mpi(void) {
+/* Polls r (a request MPI completes on its own, e.g. a cancelled receive or an eager send) for up
+   to ms; true once it is complete, and then its buffer may go. */
+static bool sk__m_settle(int n, MPI_Request *r, uint32_t ms) {
+  uint64_t end = sk_now_ns() + (uint64_t)ms * 1000000ull;
+  for (;;) {
+    int flag = 0;
+    if (MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return false;
+    if (flag) return true;
+    if (sk_now_ns() >= end) return false;
+    sched_yield();
+  }
+}
+
+/* Finalises MPI when shardkit initialised it and its last world is gone, but only once every
+   process of the job has got here too (a polled MPI_Ibarrier, at most bound_ms): MPI_Finalize
+   waits for all of them, so a stuck peer would hold it forever. Past the bound MPI stays
+   initialised and this returns false: the job has failed, and the process should exit with a
+   non-zero status (mpirun then ends the others). Requests orphaned by failed worlds are freed
+   after MPI_Finalize, when MPI can no longer write into them. */
+static bool sk__m_finalize(uint32_t bound_ms) {
+  int fin = 0, flag = 0, e = MPI_SUCCESS;
+  MPI_Finalized(&fin);
+  if (!sk__m_initialised || fin) return true;
+  if (sk__m_fin_req == MPI_REQUEST_NULL && sk__m_fin_comm != MPI_COMM_NULL) /* else: one left pending before */
+    e = MPI_Ibarrier(sk__m_fin_comm, &sk__m_fin_req);
+  uint64_t end = sk_now_ns() + (uint64_t)bound_ms * 1000000ull;
+  while (e == MPI_SUCCESS && sk__m_fin_req != MPI_REQUEST_NULL) {
+    e = sk__m_test_coll(&sk__m_fin_req, &flag);
+    if (flag) break;
+    if (sk_now_ns() >= end) return false;
+    sched_yield();
+  }
+  if (e != MPI_SUCCESS) return false;
+  if (sk__m_fin_comm != MPI_COMM_NULL) MPI_Comm_free(&sk__m_fin_comm);
+  MPI_Finalize();
+  while (sk__m_orphans) {
+    sk__mreq *q = sk__m_orphans;
+    sk__m_orphans = q->lnext;
+    sk__mreq_release(q);
+  }
+  while (sk__m_graves) {
+    sk__mworld *mw = sk__m_graves;
+    sk__m_graves = mw->grave_next;
+    sk__free(&mw->alloc_copy, mw->ntx);
+    sk__free(&mw->alloc_copy, mw);
+  }
+  return true;
+}
+
+/* Whether every process of the world reached teardown without a failure (an allreduce on the
+   notice communicator, polled up to bound_ms). Only then is no message still on its way to the
+   world's communicators, so only then may they be freed: Open MPI hands a message that arrives
+   for a freed communicator to the next one that gets the same id, and derails it. */
+static bool sk__m_quiet(sk__mworld *mw, bool failed, uint32_t bound_ms, bool *pending) {
+  int flag = 0, e;
+  mw->td_in = !failed;
+  e = MPI_Iallreduce(&mw->td_in, &mw->td_out, 1, MPI_INT, MPI_MIN, mw->abort_comm, &mw->td_req);
+  uint64_t end = sk_now_ns() + (uint64_t)bound_ms * 1000000ull;
+  while (e == MPI_SUCCESS && !flag) {
+    if ((e = sk__m_test_coll(&mw->td_req, &flag)) != MPI_SUCCESS || flag) break;
+    if (sk_now_ns() >= end) {
+      *pending = true; /* MPI may still write td_out */
+      return false;
+    }
+    sched_yield();
+  }
+  return e == MPI_SUCCESS && mw->td_out == 1;
+}
+
+/* Frees a world's MPI state; every step is bounded. The pending notice receive is cancelled (a
+   local act), the notices sent get a grace period to leave, and memory MPI may still touch is
+   not freed. The world's communicators are freed only when every process ended healthy (see
+   sk__m_quiet); otherwise those two MPI objects stay allocated. A failed world waits for its
+   peers briefly (the healthy ones are tearing down too; a stuck one never comes), a healthy one
+   up to its timeout. `created` false: a failed sk_world_create (no traffic yet), which also
+   leaves MPI initialised so that a retry can work. */
+static void sk__m_world_free(sk_world *w, sk__mworld *mw, bool created) {
+  const sk_allocator *a = mw->alloc;
+  if (mw->ntx) sk__m_poll_notices(mw); /* a peer's failure that came meanwhile */
+  bool failed = sk_world_aborted(w), rx_done = true, tx_done = true, td_pending = false;
+  uint32_t grace = sk__m_grace_ms(w->desc.timeout_ms), bound = failed ? grace : w->desc.timeout_ms;
+  bool quiet = !created || (mw->abort_comm != MPI_COMM_NULL && sk__m_quiet(mw, failed, bound, &td_pending));
+  if (mw->abort_rx != MPI_REQUEST_NULL) {
+    MPI_Cancel(&mw->abort_rx);
+    rx_done = sk__m_settle(1, &mw->abort_rx, grace);
+  }
+  if (mw->ntx) tx_done = sk__m_settle(mw->size, mw->ntx, grace);
+  if (quiet && mw->abort_comm != MPI_COMM_NULL) MPI_Comm_free(&mw->abort_comm);
+  if (quiet && mw->comm != MPI_COMM_NULL && !mw->abandoned) MPI_Comm_free(&mw->comm);
+  if (rx_done && tx_done && !td_pending) {
+    sk__free(a, mw->ntx);
+    sk__free(a, mw);
+  } else { /* MPI may still read or write them: they go when MPI is finalised */
+    mw->alloc_copy = *a;
+    mw->grave_next = sk__m_graves;
+    sk__m_graves = mw;
+  }
+  if (!created) {
+    sk__m_live--;
+    return;
+  }
   if (--sk__m_live > 0) return;
   sk__m_types_fini();
-  int fin = 0;
-  MPI_Finalized(&fin);
-  if (sk__m_initialised && !fin) MPI_Finalize();
+  if (!sk__m_finalize(bound))
+    sk__log(&w->desc.logger, SK_LOG_ERROR,
+            "mpi backend: MPI_Finalize skipped: not every process reached it within %u ms (a peer is hung or "
+            "gone); MPI stays initialised: exit with a non-zero status",
+            (unsigned)bound);
 }
 
-static void sk__mpi_world_destroy(sk_world *w, void *state) {
-  (void)w;
-  sk__mworld *mw = (sk__mworld *)state;
-  if (mw->abort_rx != MPI_REQUEST_NULL) {
-    int flag = 0;
-    MPI_Test(&mw->abort_rx, &flag, MPI_STATUS_IGNORE);
-    if (!flag) {
-      MPI_Cancel(&mw->abort_rx);
-      MPI_Wait(&mw->abort_rx, MPI_STATUS_IGNORE);
-    }
-  }
-  if (mw->abort_comm != MPI_COMM_NULL) MPI_Comm_free(&mw->abort_comm);
-  if (mw->comm != MPI_COMM_NULL && !mw->abandoned) MPI_Comm_free(&mw->comm);
-  const sk_allocator *a = mw->alloc;
-  sk__free(a, mw);
-  sk__m_release_mpi();
-}
+static void sk__mpi_world_destroy(sk_world *w, void *state) { sk__m_world_free(w, (sk__mworld *)state, true); }
 
-static sk_result sk__mpi_world_create(sk_world *w, const sk_world_desc *desc, void **state, int *ndevices, sk_error *err) {
-  const sk_mpi_config *cfg = (const sk_mpi_config *)desc->backend_config;
-  int inited = 0, fin = 0;
+/* MPI_Init_thread when nobody has, plus the duplicate of MPI_COMM_WORLD that the barrier before
+   MPI_Finalize runs on (made now: every process is here, and a later dup could block). */
+static sk_result sk__m_init_mpi(sk_error *err) {
+  int inited = 0, fin = 0, provided = 0, e;
   MPI_Finalized(&fin);
   if (fin)
     return sk__fail(err, SK_ERR_INVALID_USAGE,
                     "mpi backend: MPI was already finalised (it cannot restart): keep one MPI world alive while "
                     "creating the next, or initialise MPI yourself");
   MPI_Initialized(&inited);
-  if (!inited) {
-    int provided = 0;
-    int e = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
-    if (e != MPI_SUCCESS) return sk__m_fail_mpi(err, e, "MPI_Init_thread");
-    sk__m_initialised = 1;
+  if (inited) return SK_OK;
+  if ((e = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS)
+    return sk__m_fail_mpi(err, e, "MPI_Init_thread");
+  sk__m_initialised = 1;
+  if ((e = MPI_Comm_dup(MPI_COMM_WORLD, &sk__m_fin_comm)) != MPI_SUCCESS) return sk__m_fail_mpi(err, e, "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(sk__m_fin_comm, MPI_ERRORS_RETURN);
+  return SK_OK;
+}
+
+/* The world's MPI objects, all collective over the base communicator (every process takes part
+   in the same calls), each with MPI_ERRORS_RETURN so every error comes back as a code. */
+static sk_result sk__m_world_mpi(sk__mworld *mw, MPI_Comm base, sk_error *err) {
+  int e;
+  if ((e = MPI_Comm_dup(base, &mw->comm)) != MPI_SUCCESS) return sk__m_fail_mpi(err, e, "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(mw->comm, MPI_ERRORS_RETURN);
+  if ((e = MPI_Comm_dup(mw->comm, &mw->abort_comm)) != MPI_SUCCESS) return sk__m_fail_mpi(err, e, "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(mw->abort_comm, MPI_ERRORS_RETURN);
+  if ((e = sk__m_types_init()) != MPI_SUCCESS) return sk__m_fail_mpi(err, e, "creating f16/bf16 types and ops");
+  MPI_Comm_rank(mw->comm, &mw->rank);
+  e = MPI_Irecv(mw->nin, 4, MPI_INT, MPI_ANY_SOURCE, SK__M_ABORT_TAG, mw->abort_comm, &mw->abort_rx);
+  if (e != MPI_SUCCESS) return sk__m_fail_mpi(err, e, "MPI_Irecv (abort notices)");
+  MPI_Comm node; /* spin only when this node has a core per process */
+  int local = mw->size;
+  if (MPI_Comm_split_type(mw->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
   }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  mw->spin = cores > 0 && local <= cores;
+  return SK_OK;
+}
+
+static sk_result sk__mpi_world_create(sk_world *w, const sk_world_desc *desc, void **state, int *ndevices, sk_error *err) {
+  const sk_mpi_config *cfg = (const sk_mpi_config *)desc->backend_config;
+  sk_result r = sk__m_init_mpi(err);
+  if (r != SK_OK) return r;
   sk__m_live++;
   sk__mworld *mw = (sk__mworld *)sk__calloc(&w->desc.allocator, sizeof *mw, 64);
   if (!mw) {
-    sk__m_release_mpi();
+    sk__m_live--;
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the MPI world");
   }
   mw->alloc = &w->desc.allocator;
   mw->w = w;
   mw->comm = mw->abort_comm = MPI_COMM_NULL;
-  mw->abort_rx = MPI_REQUEST_NULL;
+  mw->abort_rx = mw->td_req = MPI_REQUEST_NULL;
+  mw->cause_rank = -1;
   if (cfg) mw->cfg = *cfg;
   mw->max_count = mw->cfg.max_count && mw->cfg.max_count < (size_t)INT_MAX ? mw->cfg.max_count : (size_t)INT_MAX;
   MPI_Comm base = cfg && cfg->comm ? *(const MPI_Comm *)cfg->comm : MPI_COMM_WORLD;
   int size = 0, e = MPI_Comm_size(base, &size);
-  sk_result r = SK_OK;
   if (e != MPI_SUCCESS) {
     r = sk__m_fail_mpi(err, e, "MPI_Comm_size");
   } else if (desc->ndevices != 0 && desc->ndevices != size) {
@@ -886,30 +1319,20 @@ static sk_result sk__mpi_world_create(sk_world *w, const sk_world_desc *desc, vo
     r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the MPI communicator has %d processes; shardkit allows %d", size,
                  SK_MAX_DEVICES);
   }
-  /* From here every process takes part in the same collective calls (dup, split_type). */
-  if (r == SK_OK && (e = MPI_Comm_dup(base, &mw->comm)) != MPI_SUCCESS) r = sk__m_fail_mpi(err, e, "MPI_Comm_dup");
-  if (r == SK_OK) MPI_Comm_set_errhandler(mw->comm, MPI_ERRORS_RETURN);
-  if (r == SK_OK && (e = MPI_Comm_dup(mw->comm, &mw->abort_comm)) != MPI_SUCCESS) r = sk__m_fail_mpi(err, e, "MPI_Comm_dup");
-  if (r == SK_OK && (e = sk__m_types_init()) != MPI_SUCCESS) r = sk__m_fail_mpi(err, e, "creating f16/bf16 types and ops");
-  if (r == SK_OK) {
-    MPI_Comm_rank(mw->comm, &mw->rank);
+  if (r == SK_OK) { /* notices: a send request per peer, the payload, a heard flag per peer */
     mw->size = size;
-    mw->abort_out = mw->rank;
-    e = MPI_Irecv(&mw->abort_in, 1, MPI_INT, MPI_ANY_SOURCE, SK__M_ABORT_TAG, mw->abort_comm, &mw->abort_rx);
-    if (e != MPI_SUCCESS) r = sk__m_fail_mpi(err, e, "MPI_Irecv (abort notices)");
+    mw->ntx = (MPI_Request *)sk__alloc(mw->alloc, sizeof(MPI_Request) * (size_t)size + 4 * sizeof(int) + (size_t)size, 64);
+    if (!mw->ntx) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the abort-notice state of %d processes", size);
   }
-  if (r == SK_OK) { /* spin only when this node has a core per process */
-    MPI_Comm node;
-    int local = size;
-    if (MPI_Comm_split_type(mw->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-      MPI_Comm_size(node, &local);
-      MPI_Comm_free(&node);
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    mw->spin = cores > 0 && local <= cores;
+  if (r == SK_OK) {
+    for (int i = 0; i < size; i++) mw->ntx[i] = MPI_REQUEST_NULL;
+    mw->nout = (int *)(void *)(mw->ntx + size);
+    mw->heard = (unsigned char *)(mw->nout + 4);
+    memset(mw->heard, 0, (size_t)size);
+    r = sk__m_world_mpi(mw, base, err);
   }
   if (r != SK_OK) {
-    sk__mpi_world_destroy(w, mw);
+    sk__m_world_free(w, mw, false);
     return r;
   }
   *state = mw;
@@ -917,14 +1340,17 @@ static sk_result sk__mpi_world_create(sk_world *w, const sk_world_desc *desc, vo
   return SK_OK;
 }
 
+/* The member state; ptrs and wranks share one block (one allocation to fail or free). */
 static sk__mcomm *sk__mcomm_new(sk__mworld *mw, sk_comm *c, MPI_Comm mc, bool owns, int size) {
   sk__mcomm *m = (sk__mcomm *)sk__calloc(mw->alloc, sizeof *m, 64);
   if (!m) return NULL;
-  m->ptrs = (const void **)sk__alloc(mw->alloc, sizeof(void *) * (size_t)size, 64);
+  m->ptrs = (const void **)sk__alloc(mw->alloc, (sizeof(void *) + sizeof(int)) * (size_t)size, 64);
   if (!m->ptrs) {
     sk__free(mw->alloc, m);
     return NULL;
   }
+  m->wranks = (int *)(void *)(m->ptrs + size);
+  for (int i = 0; i < size; i++) m->wranks[i] = i;
   m->mw = mw, m->comm = c, m->mc = mc, m->owns = owns;
   return m;
 }
@@ -943,52 +1369,54 @@ static sk_result sk__mpi_comm_init_rank(sk_comm *c, void **state, sk_error *err)
   return SK_OK;
 }
 
-/* Runs every queued collective of m to completion (bounded by the world's timeout). */
-static sk_result sk__mcomm_drain(sk__mcomm *m) {
-  sk_result first = SK_OK;
-  while (m->head && !sk_world_aborted(m->mw->w)) {
-    sk__mreq *q = m->tail;
-    sk_result r = sk__mpi_wait(&q->base);
-    if (r != SK_OK && first == SK_OK) first = r;
-    if (r == SK_ERR_TIMEOUT || r == SK_ERR_ABORTED) break;
-  }
-  return first;
-}
-
+/* Its requests still outstanding are waited for (bounded by the timeout, as every wait; not at
+   all once the world failed) and freed, so none leaks: handles the caller still holds become
+   invalid. Those MPI still holds after a failure go to the orphan list. */
 static void sk__mpi_comm_destroy(sk_comm *c, void *state) {
   sk__mcomm *m = (sk__mcomm *)state;
   sk__mworld *mw = m->mw;
-  sk__mcomm_drain(m);
-  /* Requests left (the world aborted) are abandoned to MPI, which keeps progressing them inside
-     later MPI calls: their memory and their communicator must outlive them, so both leak. */
-  if (m->head) mw->abandoned = true;
-  if (m->owns && !mw->abandoned) MPI_Comm_free(&m->mc);
+  while (m->live) {
+    sk__mreq *q = m->live;
+    if (!q->done && !sk_world_aborted(mw->w)) sk__mpi_wait(&q->base);
+    sk__mreq_free(&q->base);
+  }
+  /* a failed world's peers may still send on it (see sk__m_quiet): then it stays allocated */
+  if (m->owns && !mw->abandoned && !sk_world_aborted(mw->w)) MPI_Comm_free(&m->mc);
   if (!m->owns) mw->claimed = false;
   (void)c;
   sk__free(mw->alloc, (void *)m->ptrs);
   sk__free(mw->alloc, m);
 }
 
-/* Split: first an AllGather of (color, key) through the polled path, so a missing member turns
-   into a timeout or abort instead of a hang; then MPI_Comm_split (blocking, but everybody has
-   arrived). Outstanding requests on the parent run first (it is a collective on the parent). */
+/* The split's agreement: a fingerprint exchange of its own kind (SK__M_FP_SPLIT, with each
+   member's color and key) through the polled queue, whatever check_mismatch says. A missing
+   member then becomes a timeout or abort instead of a hang in MPI_Comm_split, and a member in a
+   user collective a mismatch naming both calls (with the check off there, its data is no
+   split's fingerprint, or MPI reports truncation). */
+static sk_result sk__m_split_agree(sk__mcomm *pm, int color, int key) {
+  sk_coll op;
+  memset(&op, 0, sizeof op);
+  op.kind = SK_COLL_ALLGATHER, op.dtype = SK_I64; /* count 0: the fingerprint is the whole op */
+  sk__mreq *q = sk__mreq_new(pm, &op);
+  if (!q) {
+    sk_world_fail(pm->comm->world, SK_ERR_OUT_OF_MEMORY, "split: out of memory"); /* peers would wait for us */
+    return sk_comm_set_error(pm->comm, SK_ERR_OUT_OF_MEMORY, "split: allocating a request");
+  }
+  sk__mreq_plan(q);
+  q->split = true, q->fp_pending = true;
+  q->fp[0] = SK__M_FP_SPLIT, q->fp[1] = color, q->fp[2] = key, q->fp[3] = q->fp[4] = 0;
+  sk__mreq_enqueue(pm, q);
+  sk_request *req = &q->base;
+  sk_result r = sk_wait(&req);
+  if (r == SK_ERR_OUT_OF_MEMORY) sk_world_fail(pm->comm->world, r, pm->comm->error_msg);
+  return r;
+}
+
+/* Split: the agreement, then MPI_Comm_split (blocking, but every member has arrived). */
 static sk_result sk__mpi_comm_split(sk_comm *parent, int color, int key, sk_comm *child, void **state, bool *member) {
   sk__mcomm *pm = SK__MCOMM(parent);
   sk__mworld *mw = pm->mw;
-  int k = parent->size;
-  int64_t mine[2] = {color, key};
-  int64_t *all = (int64_t *)sk__alloc(mw->alloc, sizeof(int64_t) * 2 * (size_t)k, 64);
-  if (!all) {
-    sk_world_fail(parent->world, SK_ERR_OUT_OF_MEMORY, "split: out of memory");
-    return sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "split: allocating %d entries", k);
-  }
-  sk_coll op;
-  memset(&op, 0, sizeof op);
-  op.kind = SK_COLL_ALLGATHER, op.send = mine, op.recv = all, op.count = 2, op.dtype = SK_I64;
-  sk_request *req = NULL;
-  sk_result r = sk__mpi_start(parent, &op, &req);
-  if (r == SK_OK) r = sk_wait(&req);
-  sk__free(mw->alloc, all);
+  sk_result r = sk__m_split_agree(pm, color, key);
   if (r != SK_OK) return r;
   MPI_Comm nc = MPI_COMM_NULL;
   int e = MPI_Comm_split(pm->mc, color == SK_UNDEFINED ? MPI_UNDEFINED : color, key, &nc);
@@ -999,14 +1427,24 @@ static sk_result sk__mpi_comm_split(sk_comm *parent, int color, int key, sk_comm
     return sk_comm_set_error(parent, SK_ERR_BACKEND, "split: MPI_Comm_split: %s", text);
   }
   if (nc == MPI_COMM_NULL) return SK_OK; /* SK_UNDEFINED: *member stays false */
+  MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
   int rank = 0, size = 0;
   MPI_Comm_rank(nc, &rank);
   MPI_Comm_size(nc, &size);
   sk__mcomm *m = sk__mcomm_new(mw, child, nc, true, size);
-  if (!m) {
-    MPI_Comm_free(&nc);
+  if (!m) { /* the peers have the communicator and may use it: fail the world, keep nc (see sk__m_quiet) */
+    sk_world_fail(parent->world, SK_ERR_OUT_OF_MEMORY, "split: out of memory");
     return sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "split: allocating the member state");
   }
+  /* world ranks of the members, for messages (ptrs is free scratch until a gather-path call) */
+  MPI_Group g = MPI_GROUP_NULL, gw = MPI_GROUP_NULL;
+  int *in = (int *)(void *)m->ptrs;
+  for (int i = 0; i < size; i++) in[i] = i;
+  if (MPI_Comm_group(nc, &g) != MPI_SUCCESS || MPI_Comm_group(mw->comm, &gw) != MPI_SUCCESS ||
+      MPI_Group_translate_ranks(g, size, in, gw, m->wranks) != MPI_SUCCESS)
+    for (int i = 0; i < size; i++) m->wranks[i] = -1;
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (gw != MPI_GROUP_NULL) MPI_Group_free(&gw);
   child->rank = rank, child->size = size, child->world_rank = parent->world_rank;
   *state = m;
   *member = true;

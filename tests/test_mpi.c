@@ -5,7 +5,8 @@
    self,vader -np N <program>` (built by the Makefile before the tests run) and asserts on its
    exit status and output. What is checked lives in tests/mpi/mpi_driver.c (every collective x
    dtype x op x count x placement, sub-communicators, non-blocking, chunked counts, and
-   deterministic mode equal to the threads backend bit for bit; faults), plus the benchmark's and
+   deterministic mode equal to the threads backend bit for bit; faults, tests/mpi/faults.h;
+   teardown of the last world after a fault), plus the benchmark's and
    the example's MPI modes. Open MPI refuses to run as root unless told; the permission is given
    to the launched job only (setenv in this test process, not in the user's shell).
 
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MPIRUN "mpirun.openmpi --oversubscribe --mca btl self,vader"
@@ -77,7 +79,43 @@ static void faults(int np) {
 }
 
 Test(mpi, faults_np2, .timeout = 300) { faults(2); }
+Test(mpi, faults_np3, .timeout = 300) { faults(3); }
 Test(mpi, faults_np8, .timeout = 300) { faults(8); }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The process's last world, destroyed after a fault (tests/mpi/faults.h, teardown). hang: the
+   last rank sleeps 60 s instead of calling; the others must report it and return from destroy
+   within the bound instead of blocking in MPI_Finalize, then exit without finalising, so mpirun
+   ends the sleeper and the job (non-zero status by design) well before the 60 s. left: rank 1
+   leaves at once; after rank 0's timeout every process finalises cleanly (status 0). */
+static void teardown(const char *mode, int np) {
+  need("build/mpi_driver");
+  bool hang = strcmp(mode, "teardown-hang") == 0;
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/mpi_driver %s", np, mode);
+  double t0 = now_s();
+  int st = run(cmd, out, sizeof out);
+  double s = now_s() - t0;
+  cr_expect(hang ? st != 0 : st == 0, "exit status %d:\n%s", st, out);
+  cr_expect(s < 30.0, "the job took %.1f s (the sleeper was not ended):\n%s", s, out);
+  cr_expect(!strstr(out, "FAIL"), "teardown checks failed:\n%s", out);
+  for (int r = 0; r < (hang ? np - 1 : np); r++) {
+    char want[64];
+    snprintf(want, sizeof want, "%s rank %d np=%d: ", mode, r, np);
+    const char *line = strstr(out, want);
+    cr_expect(line && strstr(line, " 0 failures") && strstr(line, " 0 failures") < strchr(line, '\n'),
+              "no clean report from rank %d:\n%s", r, out);
+  }
+}
+
+Test(mpi, teardown_after_hang_np2, .timeout = 300) { teardown("teardown-hang", 2); }
+Test(mpi, teardown_after_hang_np3, .timeout = 300) { teardown("teardown-hang", 3); }
+Test(mpi, teardown_after_leave_np3, .timeout = 300) { teardown("teardown-left", 3); }
 
 /* The benchmark's -B mpi: every row right, and the launcher rules. */
 Test(mpi, bench, .timeout = 300) {

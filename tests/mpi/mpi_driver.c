@@ -2,7 +2,8 @@
    inside a Criterion test: MPI cannot be initialised twice in a process).
 
      mpirun.openmpi --oversubscribe --mca btl self,vader -np N build/mpi_driver [suite...]
-   suites: coll groups async chunk det (default: all five), faults.
+   suites: coll groups async chunk det (default: all five), faults (tests/mpi/faults.h); or
+   alone, as a job of its own: teardown-hang, teardown-left.
 
    Each suite builds its case list (cases.h), runs it on a threads world of N devices in this
    process (the reference; only this rank's outputs are kept), then on the MPI world, and
@@ -241,132 +242,7 @@ static long run_suite(const char *suite, sk_world *mw, int tolerant) {
   return fails;
 }
 
-/* ---- faults ------------------------------------------------------------------------------------ */
-
-typedef struct fctx {
-  long fails, checks;
-  int which;
-} fctx;
-
-#define FCHECK(x, cond, ...)                                                                   \
-  do {                                                                                         \
-    (x)->checks++;                                                                             \
-    if (!(cond)) {                                                                             \
-      (x)->fails++;                                                                            \
-      fprintf(stderr, "FAIL faults np=%d rank %d line %d: ", g_size, g_rank, __LINE__);        \
-      fprintf(stderr, __VA_ARGS__);                                                            \
-      fputc('\n', stderr);                                                                     \
-    }                                                                                          \
-  } while (0)
-
-enum { F_MISMATCH, F_P2P, F_DEVICE_FAILS, F_ABORT, F_TIMEOUT };
-
-static sk_result fault_device(sk_comm *c, void *arg) {
-  fctx *x = (fctx *)arg;
-  int me = sk_comm_rank(c), n = sk_comm_size(c);
-  float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
-  sk_result r;
-  switch (x->which) {
-    case F_MISMATCH: { /* check_mismatch: every member returns MISMATCH; the next call works */
-      r = sk_allreduce(c, a, b, me == 0 ? 5 : 4, SK_F32, SK_SUM);
-      FCHECK(x, r == SK_ERR_MISMATCH && strstr(sk_comm_error_message(c), "mismatch: rank 0 called allreduce(count 5"),
-             "count mismatch: %s: %s", sk_result_name(r), sk_comm_error_message(c));
-      sk_request *q = NULL;
-      r = me == 0 ? sk_ibroadcast(c, a, b, 3, SK_F32, 0, &q) : sk_ireduce(c, a, b, 3, SK_F32, SK_SUM, 0, &q);
-      if (r == SK_OK) r = sk_wait(&q);
-      FCHECK(x, r == SK_ERR_MISMATCH && strstr(sk_comm_error_message(c), "but rank 1 called reduce"),
-             "kind mismatch: %s: %s", sk_result_name(r), sk_comm_error_message(c));
-      r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM);
-      FCHECK(x, r == SK_OK && b[7] == 8.0f * (float)n, "allreduce after mismatches: %s", sk_result_name(r));
-      return SK_OK;
-    }
-    case F_P2P: /* receiver longer / shorter than the message */
-      if (me == 0) {
-        r = sk_send(c, a, 4, SK_F32, 1);
-        FCHECK(x, r == SK_OK, "send: %s", sk_result_name(r));
-        r = sk_send(c, a, 6, SK_F32, 1);
-        FCHECK(x, r == SK_OK, "send: %s", sk_result_name(r));
-      } else if (me == 1) {
-        r = sk_recv(c, b, 5, SK_F32, 0);
-        FCHECK(x, r == SK_ERR_MISMATCH && strstr(sk_comm_error_message(c), "mismatch"), "recv longer: %s: %s",
-               sk_result_name(r), sk_comm_error_message(c));
-        r = sk_recv(c, b, 5, SK_F32, 0);
-        FCHECK(x, r == SK_ERR_MISMATCH, "recv shorter: %s: %s", sk_result_name(r), sk_comm_error_message(c));
-      }
-      r = sk_barrier(c);
-      FCHECK(x, r == SK_OK, "barrier after p2p mismatches: %s", sk_result_name(r));
-      return SK_OK;
-    case F_DEVICE_FAILS: /* the last rank fails at once; the others must see ABORTED, not a timeout */
-    case F_ABORT: {      /* rank 0 calls sk_world_abort */
-      int odd = x->which == F_ABORT ? 0 : n - 1;
-      if (me == odd) {
-        if (x->which == F_ABORT) {
-          sk_world_abort(sk_comm_world(c));
-          return SK_OK;
-        }
-        return sk_comm_set_error(c, SK_ERR_INVALID_USAGE, "rank %d fails on purpose", me);
-      }
-      uint64_t t0 = sk_now_ns();
-      r = sk_barrier(c);
-      double s = (double)(sk_now_ns() - t0) * 1e-9;
-      FCHECK(x, r == SK_ERR_ABORTED && s < 10.0, "peer failure: %s after %.1f s: %s", sk_result_name(r), s,
-             sk_comm_error_message(c));
-      FCHECK(x, strstr(sk_comm_error_message(c), "aborted") != NULL, "message: %s", sk_comm_error_message(c));
-      return r;
-    }
-    case F_TIMEOUT: /* rank 0 alone in a barrier: TIMEOUT (the world then aborts) */
-      if (me == 0) {
-        r = sk_barrier(c);
-        FCHECK(x, r == SK_ERR_TIMEOUT && strstr(sk_comm_error_message(c), "timed out"), "lonely barrier: %s: %s",
-               sk_result_name(r), sk_comm_error_message(c));
-        return r;
-      }
-      return SK_OK;
-    default: return SK_OK;
-  }
-}
-
-static long run_faults(sk_world *keeper) {
-  fctx x;
-  memset(&x, 0, sizeof x);
-  sk_error err;
-  /* bad arguments: ndevices must be 0 or the world size; init_rank takes this process's rank */
-  sk_world_desc d;
-  memset(&d, 0, sizeof d);
-  d.backend = sk_mpi_backend();
-  d.ndevices = g_size + 1;
-  sk_world *w = NULL;
-  sk_result r = sk_world_create(&d, &w, &err);
-  FCHECK(&x, r == SK_ERR_INVALID_ARGUMENT && strstr(err.msg, "one device per process"), "ndevices: %s: %s",
-         sk_result_name(r), err.msg);
-  sk_comm *c = NULL;
-  r = sk_comm_init_rank(keeper, (g_rank + 1) % g_size, &c, &err);
-  FCHECK(&x, r == SK_ERR_INVALID_ARGUMENT, "init_rank of another process: %s: %s", sk_result_name(r), err.msg);
-  /* one fresh world per fault (an aborted world stays aborted) */
-  static const int which[] = {F_MISMATCH, F_P2P, F_DEVICE_FAILS, F_ABORT, F_TIMEOUT};
-  for (int i = 0; i < 5; i++) {
-    sk_mpi_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.check_mismatch = which[i] == F_MISMATCH;
-    memset(&d, 0, sizeof d);
-    d.backend = sk_mpi_backend(), d.backend_config = &cfg;
-    d.timeout_ms = which[i] == F_TIMEOUT ? 500u : 30000u;
-    r = sk_world_create(&d, &w, &err);
-    FCHECK(&x, r == SK_OK, "world: %s", err.msg);
-    if (r != SK_OK) continue;
-    x.which = which[i];
-    r = sk_world_run(w, fault_device, &x);
-    if (which[i] == F_MISMATCH || which[i] == F_P2P) FCHECK(&x, r == SK_OK, "run %d: %s", i, sk_world_error_message(w));
-    if (which[i] == F_DEVICE_FAILS)
-      FCHECK(&x, g_rank == g_size - 1 ? r == SK_ERR_INVALID_USAGE : r == SK_ERR_ABORTED, "run: %s: %s",
-             sk_result_name(r), sk_world_error_message(w));
-    if (which[i] == F_TIMEOUT) FCHECK(&x, g_rank == 0 ? r == SK_ERR_TIMEOUT : 1, "run: %s", sk_result_name(r));
-    if (which[i] != F_MISMATCH && which[i] != F_P2P) FCHECK(&x, sk_world_aborted(w) || g_rank != 0, "world not aborted");
-    sk_world_destroy(w);
-  }
-  printf("faults rank %d np=%d: %ld checks, %ld failures\n", g_rank, g_size, x.checks, x.fails);
-  return x.fails;
-}
+#include "faults.h"
 
 /* ---- main --------------------------------------------------------------------------------------- */
 
@@ -396,6 +272,9 @@ static sk_world *mpi_world(bool det, size_t max_count) {
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  /* One job each: these destroy the process's only world, which finalises MPI. */
+  if (argc == 2 && !strcmp(argv[1], "teardown-hang")) return run_teardown(true);
+  if (argc == 2 && !strcmp(argv[1], "teardown-left")) return run_teardown(false);
   /* The first world initialises MPI and is destroyed last, so MPI stays up for the others. */
   sk_world *plain = mpi_world(false, 0), *det = mpi_world(true, 0), *chunk = mpi_world(false, 7);
   if (sk_world_run(plain, who, NULL) != SK_OK) return 2;
@@ -416,6 +295,10 @@ int main(int argc, char **argv) {
   }
   sk_world_destroy(chunk);
   sk_world_destroy(det);
-  sk_world_destroy(plain);
+  sk_world_destroy(plain); /* MPI_Finalize: requests orphaned by failed worlds are freed now */
+  if (g_count.live != 0) {
+    fprintf(stderr, "FAIL rank %d: %ld allocations of the fault worlds live after MPI_Finalize\n", g_rank, g_count.live);
+    fails++;
+  }
   return fails ? 1 : 0;
 }
