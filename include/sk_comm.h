@@ -115,7 +115,8 @@ SK_API int sk_world_size(const sk_world *world);
 /* Wakes every waiter with SK_ERR_ABORTED; later calls fail with it. Safe from any thread. */
 SK_API void sk_world_abort(sk_world *world);
 SK_API bool sk_world_aborted(const sk_world *world);
-/* Tears the world down, also after an abort. No device may still be using it. */
+/* Tears the world down, also after an abort. No device may still be using it. The MPI backend
+   makes the last world's teardown a bounded collective step (see sk_mpi.h). */
 SK_API sk_result sk_world_destroy(sk_world *world);
 
 /* Bring-your-own-threads entry: the calling thread becomes device `rank` of the world. */
