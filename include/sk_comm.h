@@ -17,8 +17,10 @@
    COUNTS AND IN-PLACE follow NCCL. `count` is per rank: AllReduce / Broadcast / Reduce: the
    elements of each rank's buffer; AllGather: each rank's contribution (recv holds size*count);
    ReduceScatter: each rank's result (send holds size*count); AllToAll: elements per peer (both
-   buffers hold size*count). Any count works, including 0. In-place: AllGather
-   send == recv + rank*count; ReduceScatter recv == send + rank*count; the others send == recv.
+   buffers hold size*count); Gather / Scatter: each rank's block (the root's recv / send holds
+   size*count). Any count works, including 0. In-place: AllGather (and
+   Gather on the root) send == recv + rank*count; ReduceScatter (and Scatter on the root)
+   recv == send + rank*count; the others send == recv (the table below derives each).
    Reduce writes recv on the root only (recv may be NULL elsewhere); Broadcast reads send on the
    root only (send may be NULL elsewhere).
 
@@ -153,6 +155,12 @@ SK_API sk_result sk_reduce_scatter(sk_comm *c, const void *send, void *recv, siz
 SK_API sk_result sk_broadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
 SK_API sk_result sk_reduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root);
 SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt);
+/* Gather: every rank's count elements to the root, whose recv holds size*count in rank order
+   (recv may be NULL elsewhere). Scatter: the root's send holds size*count; rank i receives block
+   i (send may be NULL elsewhere). In place on the root: Gather send == recv + root*count,
+   Scatter recv == send + root*count (as MPI_Gather/MPI_Scatter with MPI_IN_PLACE). */
+SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
+SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
 SK_API sk_result sk_barrier(sk_comm *c);
 /* Point to point: messages between a pair match in order; counts and dtypes must agree. */
 SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer);
@@ -172,6 +180,10 @@ SK_API sk_result sk_ibroadcast(sk_comm *c, const void *send, void *recv, size_t 
 SK_API sk_result sk_ireduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
                             int root, sk_request **req);
 SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req);
+SK_API sk_result sk_igather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
+                            sk_request **req);
+SK_API sk_result sk_iscatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
+                             sk_request **req);
 SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req);
 SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req);
 SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req);
@@ -198,27 +210,127 @@ SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size
 
 /* ==== for backend authors =================================================================== */
 
+/* ==== the collectives: one table ===========================================================
+
+   One row per operation; every predicate, buffer size, in-place rule, link cost and busbw
+   factor in shardkit (the generic layer, the backends, the tests and the benches) derives from
+   it, so a new collective is a row here plus each backend's data movement.
+     X(ENUM, name, flags, send, recv, pattern)
+     flags    SK_COLLF_REDUCES (takes a reduce op), SK_COLLF_ROOTED (root matters),
+              SK_COLLF_P2P (root is the peer; matched pairwise, not collectively)
+     send     the send buffer one rank passes, in elements (SK_COLLB_*): none, count, or
+     recv     size*count; on every rank or only on the root. In place, where both buffers are
+              used on a rank: same length -> send == recv; recv the larger (gathered) ->
+              send == recv + rank*count; send the larger (scattered) -> recv == send + rank*count
+              (NCCL's forms; an in-place AllToAll is send == recv).
+     pattern  the data pattern (SK_COLLP_*), which gives the link cost (sk_link_cost_us) and the
+              nccl-tests busbw factor (sk_coll_busbw_factor). */
+#define SK_COLL_LIST(X)                                                                                          \
+  X(SK_COLL_ALLREDUCE, "allreduce", SK_COLLF_REDUCES, SK_COLLB_ONE, SK_COLLB_ONE, SK_COLLP_ALLREDUCE)             \
+  X(SK_COLL_ALLGATHER, "allgather", 0, SK_COLLB_ONE, SK_COLLB_ALL, SK_COLLP_SPREAD)                               \
+  X(SK_COLL_REDUCE_SCATTER, "reduce_scatter", SK_COLLF_REDUCES, SK_COLLB_ALL, SK_COLLB_ONE, SK_COLLP_SPREAD)      \
+  X(SK_COLL_BROADCAST, "broadcast", SK_COLLF_ROOTED, SK_COLLB_ROOT_ONE, SK_COLLB_ONE, SK_COLLP_CHAIN)             \
+  X(SK_COLL_REDUCE, "reduce", SK_COLLF_REDUCES | SK_COLLF_ROOTED, SK_COLLB_ONE, SK_COLLB_ROOT_ONE, SK_COLLP_CHAIN) \
+  X(SK_COLL_ALLTOALL, "alltoall", 0, SK_COLLB_ALL, SK_COLLB_ALL, SK_COLLP_SPREAD)                                 \
+  X(SK_COLL_BARRIER, "barrier", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER)                                \
+  X(SK_COLL_SEND, "send", SK_COLLF_P2P, SK_COLLB_ONE, SK_COLLB_NONE, SK_COLLP_P2P)                                \
+  X(SK_COLL_RECV, "recv", SK_COLLF_P2P, SK_COLLB_NONE, SK_COLLB_ONE, SK_COLLP_P2P)                                \
+  X(SK_COLL_GATHER, "gather", SK_COLLF_ROOTED, SK_COLLB_ONE, SK_COLLB_ROOT_ALL, SK_COLLP_SPREAD)                  \
+  X(SK_COLL_SCATTER, "scatter", SK_COLLF_ROOTED, SK_COLLB_ROOT_ALL, SK_COLLB_ONE, SK_COLLP_SPREAD)
+
+enum { SK_COLLF_REDUCES = 1, SK_COLLF_ROOTED = 2, SK_COLLF_P2P = 4 };
+/* A buffer: unused, count elements, or size*count elements; on every rank, or the root only. */
+typedef enum sk_coll_buf { SK_COLLB_NONE, SK_COLLB_ONE, SK_COLLB_ALL, SK_COLLB_ROOT_ONE, SK_COLLB_ROOT_ALL } sk_coll_buf;
+/* ALLREDUCE: ring reduce + gather; SPREAD: each rank's block reaches the others (AllGather,
+   ReduceScatter, AllToAll, Gather, Scatter); CHAIN: one buffer along a pipelined chain
+   (Broadcast, Reduce); P2P: one message; BARRIER: latency only. */
+typedef enum sk_coll_pattern { SK_COLLP_ALLREDUCE, SK_COLLP_SPREAD, SK_COLLP_CHAIN, SK_COLLP_P2P, SK_COLLP_BARRIER } sk_coll_pattern;
+
 typedef enum sk_coll_kind {
   SK_COLL_NONE = 0,
-  SK_COLL_ALLREDUCE,
-  SK_COLL_ALLGATHER,
-  SK_COLL_REDUCE_SCATTER,
-  SK_COLL_BROADCAST,
-  SK_COLL_REDUCE,
-  SK_COLL_ALLTOALL,
-  SK_COLL_BARRIER,
-  SK_COLL_SEND,
-  SK_COLL_RECV,
+#define SK__COLL_ENUM(e, name, flags, send, recv, pattern) e,
+  SK_COLL_LIST(SK__COLL_ENUM)
+#undef SK__COLL_ENUM
   SK_COLL_KIND_COUNT
 } sk_coll_kind;
 
+/* One row of the table (SK_COLL_NONE and invalid kinds: a row of zeros named "invalid"). */
+typedef struct sk_coll_info {
+  const char *name;
+  unsigned flags;
+  sk_coll_buf send, recv;
+  sk_coll_pattern pattern;
+} sk_coll_info;
+
+SK__INLINE sk_coll_info sk_coll_info_of(sk_coll_kind kind) {
+  static const sk_coll_info rows[] = {
+      {"none", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER},
+#define SK__COLL_ROW(e, name, flags, send, recv, pattern) {name, flags, send, recv, pattern},
+      SK_COLL_LIST(SK__COLL_ROW)
+#undef SK__COLL_ROW
+  };
+  if ((int)kind <= 0 || (int)kind >= (int)SK_COLL_KIND_COUNT) {
+    sk_coll_info bad = {"invalid", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER};
+    return bad;
+  }
+  return rows[kind];
+}
+
+SK__INLINE bool sk_coll_reduces(sk_coll_kind k) { return (sk_coll_info_of(k).flags & SK_COLLF_REDUCES) != 0; }
+SK__INLINE bool sk_coll_rooted(sk_coll_kind k) { return (sk_coll_info_of(k).flags & SK_COLLF_ROOTED) != 0; }
+SK__INLINE bool sk_coll_p2p(sk_coll_kind k) { return (sk_coll_info_of(k).flags & SK_COLLF_P2P) != 0; }
+
+/* Elements of a buffer of class b on rank `rank` of `size` for a call with `count` and `root`. */
+SK__INLINE size_t sk_coll_buf_elems(sk_coll_buf b, size_t count, int size, int rank, int root) {
+  bool here = (b != SK_COLLB_ROOT_ONE && b != SK_COLLB_ROOT_ALL) || rank == root;
+  if (b == SK_COLLB_NONE || !here) return 0;
+  return b == SK_COLLB_ALL || b == SK_COLLB_ROOT_ALL ? count * (size_t)size : count;
+}
+
+/* Whether a buffer class spans every rank's block (size*count). */
+SK__INLINE bool sk_coll_buf_all(sk_coll_buf b) { return b == SK_COLLB_ALL || b == SK_COLLB_ROOT_ALL; }
+
+/* Whether send/recv are the in-place form of kind on this rank (both buffers used here): the
+   same address, or this rank's block of the larger (gathered or scattered) buffer. */
+SK__INLINE bool sk_coll_in_place(sk_coll_kind k, const void *send, const void *recv, size_t count, sk_dtype dt, int rank) {
+  sk_coll_info i = sk_coll_info_of(k);
+  const char *s = (const char *)send, *r = (const char *)recv;
+  size_t block = (size_t)rank * count * sk_dtype_size(dt);
+  if (!s || !r) return false;
+  if (sk_coll_buf_all(i.recv) && !sk_coll_buf_all(i.send)) return s == r + block;
+  if (sk_coll_buf_all(i.send) && !sk_coll_buf_all(i.recv)) return r == s + block;
+  return s == r;
+}
+
+/* The in-place rule of kind, in words (for messages). */
+SK__INLINE const char *sk_coll_in_place_rule(sk_coll_kind k) {
+  sk_coll_info i = sk_coll_info_of(k);
+  if (sk_coll_buf_all(i.recv) && !sk_coll_buf_all(i.send)) return "send == recv + rank*count";
+  if (sk_coll_buf_all(i.send) && !sk_coll_buf_all(i.recv)) return "recv == send + rank*count";
+  return "send == recv";
+}
+
+/* nccl-tests' busbw = algbw * factor on n ranks: 2(n-1)/n for AllReduce, (n-1)/n for the
+   spreading collectives, 1 for chains and point to point, 0 for a barrier. */
+SK__INLINE double sk_coll_busbw_factor(sk_coll_kind k, int n) {
+  double q = n > 0 ? (double)n : 1;
+  switch (sk_coll_info_of(k).pattern) {
+    case SK_COLLP_ALLREDUCE: return 2 * (q - 1) / q;
+    case SK_COLLP_SPREAD: return (q - 1) / q;
+    case SK_COLLP_CHAIN:
+    case SK_COLLP_P2P: return 1;
+    default: return 0;
+  }
+}
+
 SK_API const char *sk_coll_kind_name(sk_coll_kind kind);
 
-/* Modelled duration (us) of one operation on p ranks under a link model, ring algorithms
-   (ALGORITHMS.md section 2), with count as in the call (NCCL conventions) and n its bytes:
-   AllReduce 2(p-1)a + 2(p-1)/p n/B; AllGather, ReduceScatter, AllToAll (p-1)a + (p-1)/p pn/B
-   (pn = the whole gathered / scattered array); Broadcast, Reduce (pipelined chain)
-   (p-1)a + n/B; Send/Recv a + n/B; Barrier (p-1)a. 0 for p == 1 (and for a zero model). */
+/* Modelled duration (us) of one operation on p ranks under a link model, ring algorithms, with
+   count as in the call (NCCL conventions) and n its bytes, by the row's pattern:
+   ALLREDUCE 2(p-1)a + 2(p-1)/p n/B; SPREAD (AllGather, ReduceScatter, AllToAll, Gather,
+   Scatter) (p-1)a + (p-1)/p pn/B (pn = the whole gathered / scattered array); CHAIN (Broadcast,
+   Reduce: pipelined) (p-1)a + n/B; P2P a + n/B; BARRIER (p-1)a. 0 for p == 1 (and for a zero
+   model). */
 SK_API double sk_link_cost_us(const sk_link_model *m, sk_coll_kind kind, size_t count, sk_dtype dt, int p);
 
 /* One operation as the generic layer hands it to a backend, already validated. */
@@ -351,11 +463,7 @@ SK_API uint64_t sk_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-SK_API const char *sk_coll_kind_name(sk_coll_kind kind) {
-  static const char *const names[] = {"none",      "allreduce", "allgather", "reduce_scatter", "broadcast",
-                                      "reduce",    "alltoall",  "barrier",   "send",           "recv"};
-  return (int)kind >= 0 && kind < SK_COLL_KIND_COUNT ? names[kind] : "invalid";
-}
+SK_API const char *sk_coll_kind_name(sk_coll_kind kind) { return sk_coll_info_of(kind).name; }
 
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) {
   if (comm) {
@@ -521,17 +629,13 @@ SK_API double sk_link_cost_us(const sk_link_model *m, sk_coll_kind kind, size_t 
   if (!m || m->gbps <= 0 || p <= 1 || !sk_dtype_valid(dt)) return 0;
   double a = m->alpha_us, n = (double)count * (double)sk_dtype_size(dt), q = (double)p;
   double us_per_byte = 1e-3 / m->gbps; /* 1 GB/s = 1e3 bytes per us */
-  switch (kind) {
-    case SK_COLL_ALLREDUCE: return 2 * (q - 1) * a + 2 * (q - 1) / q * n * us_per_byte;
-    case SK_COLL_ALLGATHER:
-    case SK_COLL_REDUCE_SCATTER:
-    case SK_COLL_ALLTOALL: return (q - 1) * a + (q - 1) * n * us_per_byte; /* (p-1)/p of p*n */
-    case SK_COLL_BROADCAST:
-    case SK_COLL_REDUCE: return (q - 1) * a + n * us_per_byte;
-    case SK_COLL_SEND:
-    case SK_COLL_RECV: return a + n * us_per_byte;
-    case SK_COLL_BARRIER: return (q - 1) * a;
-    default: return 0;
+  if ((int)kind <= 0 || kind >= SK_COLL_KIND_COUNT) return 0;
+  switch (sk_coll_info_of(kind).pattern) {
+    case SK_COLLP_ALLREDUCE: return 2 * (q - 1) * a + 2 * (q - 1) / q * n * us_per_byte;
+    case SK_COLLP_SPREAD: return (q - 1) * a + (q - 1) * n * us_per_byte; /* (p-1)/p of p*n */
+    case SK_COLLP_CHAIN: return (q - 1) * a + n * us_per_byte;
+    case SK_COLLP_P2P: return a + n * us_per_byte;
+    default: return (q - 1) * a;
   }
 }
 
@@ -626,54 +730,30 @@ static bool sk__overlap(const void *a, size_t na, const void *b, size_t nb) {
 /* Checks op's arguments on comm; the message names the call and the argument. */
 static sk_result sk__validate(sk_comm *c, const sk_coll *op) {
   const char *name = sk_coll_kind_name(op->kind);
+  sk_coll_info info = sk_coll_info_of(op->kind);
   if (sk_world_aborted(c->world)) return sk_comm_set_error(c, SK_ERR_ABORTED, "%s: the world was aborted", name);
   if (op->kind == SK_COLL_BARRIER) return SK_OK;
   if (!sk_dtype_valid(op->dtype)) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", name, (int)op->dtype);
-  bool reduces = op->kind == SK_COLL_ALLREDUCE || op->kind == SK_COLL_REDUCE || op->kind == SK_COLL_REDUCE_SCATTER;
-  if (reduces && !sk_redop_valid(op->op))
+  if ((info.flags & SK_COLLF_REDUCES) && !sk_redop_valid(op->op))
     return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: invalid reduce op %d", name, (int)op->op);
-  bool rooted = op->kind == SK_COLL_BROADCAST || op->kind == SK_COLL_REDUCE;
-  bool p2p = op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV;
-  if ((rooted || p2p) && (op->root < 0 || op->root >= c->size))
+  bool p2p = (info.flags & SK_COLLF_P2P) != 0;
+  if ((info.flags & (SK_COLLF_ROOTED | SK_COLLF_P2P)) && (op->root < 0 || op->root >= c->size))
     return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: %s %d out of range [0, %d)", name, p2p ? "peer" : "root",
                              op->root, c->size);
-  size_t es = sk_dtype_size(op->dtype), n = (size_t)c->size;
-  if (op->count > (SIZE_MAX / 4) / es / n) /* no buffer is that large; keeps byte sums from wrapping */
+  size_t es = sk_dtype_size(op->dtype);
+  if (op->count > (SIZE_MAX / 4) / es / (size_t)c->size) /* no buffer is that large; keeps byte sums from wrapping */
     return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: count %zu is too large for %d ranks of %s", name,
                              op->count, c->size, sk_dtype_name(op->dtype));
-  size_t sb = op->count * es, rb = op->count * es; /* bytes of send and recv on this rank */
-  bool need_send = true, need_recv = true;
-  switch (op->kind) {
-    case SK_COLL_ALLGATHER: rb *= n; break;
-    case SK_COLL_REDUCE_SCATTER: sb *= n; break;
-    case SK_COLL_ALLTOALL: sb *= n, rb *= n; break;
-    case SK_COLL_BROADCAST: need_send = c->rank == op->root; break;
-    case SK_COLL_REDUCE: need_recv = c->rank == op->root; break;
-    case SK_COLL_SEND: need_recv = false; break;
-    case SK_COLL_RECV: need_send = false; break;
-    default: break;
-  }
-  if (op->count > 0) {
-    if (need_send && !op->send) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: send buffer is NULL with count %zu", name, op->count);
-    if (need_recv && !op->recv) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: recv buffer is NULL with count %zu", name, op->count);
-  }
-  if (need_send && need_recv && op->count > 0 && sk__overlap(op->send, sb, op->recv, rb)) {
-    /* Only NCCL's in-place forms may overlap. */
-    const char *s = (const char *)op->send;
-    const char *r = (const char *)op->recv;
-    bool in_place;
-    switch (op->kind) {
-      case SK_COLL_ALLGATHER: in_place = s == r + (size_t)c->rank * sb; break;
-      case SK_COLL_REDUCE_SCATTER: in_place = r == s + (size_t)c->rank * rb; break;
-      default: in_place = s == r; break;
-    }
-    if (!in_place)
-      return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT,
-                               "%s: send and recv overlap without being the in-place form (%s)", name,
-                               op->kind == SK_COLL_ALLGATHER        ? "send == recv + rank*count"
-                               : op->kind == SK_COLL_REDUCE_SCATTER ? "recv == send + rank*count"
-                                                                    : "send == recv");
-  }
+  /* bytes of send and recv on this rank (0: not used here) */
+  size_t sb = sk_coll_buf_elems(info.send, op->count, c->size, c->rank, op->root) * es;
+  size_t rb = sk_coll_buf_elems(info.recv, op->count, c->size, c->rank, op->root) * es;
+  if (sb && !op->send) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: send buffer is NULL with count %zu", name, op->count);
+  if (rb && !op->recv) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: recv buffer is NULL with count %zu", name, op->count);
+  /* Only NCCL's in-place forms may overlap. */
+  if (sb && rb && sk__overlap(op->send, sb, op->recv, rb) &&
+      !sk_coll_in_place(op->kind, op->send, op->recv, op->count, op->dtype, c->rank))
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: send and recv overlap without being the in-place form (%s)",
+                             name, sk_coll_in_place_rule(op->kind));
   return SK_OK;
 }
 
@@ -740,6 +820,14 @@ SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t co
   sk_coll o = sk__coll(SK_COLL_ALLTOALL, send, recv, count, dt, SK_SUM, 0);
   return sk__blocking(c, &o);
 }
+SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root) {
+  sk_coll o = sk__coll(SK_COLL_GATHER, send, recv, count, dt, SK_SUM, root);
+  return sk__blocking(c, &o);
+}
+SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root) {
+  sk_coll o = sk__coll(SK_COLL_SCATTER, send, recv, count, dt, SK_SUM, root);
+  return sk__blocking(c, &o);
+}
 SK_API sk_result sk_barrier(sk_comm *c) {
   sk_coll o = sk__coll(SK_COLL_BARRIER, NULL, NULL, 0, SK_U8, SK_SUM, 0);
   return sk__blocking(c, &o);
@@ -804,6 +892,16 @@ SK_API sk_result sk_ireduce(sk_comm *c, const void *send, void *recv, size_t cou
 }
 SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req) {
   sk_coll o = sk__coll(SK_COLL_ALLTOALL, send, recv, count, dt, SK_SUM, 0);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_igather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
+                            sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_GATHER, send, recv, count, dt, SK_SUM, root);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_iscatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
+                             sk_request **req) {
+  sk_coll o = sk__coll(SK_COLL_SCATTER, send, recv, count, dt, SK_SUM, root);
   return sk__nonblocking(c, &o, req);
 }
 SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req) {

@@ -443,15 +443,7 @@ static int sk__m_block_type(MPI_Datatype base, size_t len, size_t stride, MPI_Da
 
 static bool sk__m_in_place(const sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
-  size_t es = sk_dtype_size(o->dtype);
-  const char *s = (const char *)o->send, *r = (const char *)o->recv;
-  int rank = q->m->comm->rank;
-  if (!s || !r) return false;
-  switch (o->kind) {
-    case SK_COLL_ALLGATHER: return s == r + (size_t)rank * o->count * es;
-    case SK_COLL_REDUCE_SCATTER: return r == s + (size_t)rank * o->count * es;
-    default: return s == r;
-  }
+  return sk_coll_in_place(o->kind, o->send, o->recv, o->count, o->dtype, q->m->comm->rank);
 }
 
 static void sk__mreq_plan(sk__mreq *q) {
@@ -459,7 +451,7 @@ static void sk__mreq_plan(sk__mreq *q) {
   sk__mworld *mw = q->m->mw;
   int n = q->m->comm->size;
   size_t es = sk_dtype_size(o->dtype);
-  bool reduces = o->kind == SK_COLL_ALLREDUCE || o->kind == SK_COLL_REDUCE || o->kind == SK_COLL_REDUCE_SCATTER;
+  bool reduces = sk_coll_reduces(o->kind);
   bool half = o->dtype == SK_F16 || o->dtype == SK_BF16;
   bool arith = o->op == SK_SUM || o->op == SK_PROD || o->op == SK_AVG;
   q->gather = reduces && ((sk_dtype_is_float(o->dtype) && mw->cfg.deterministic) || (half && arith) ||
@@ -486,6 +478,31 @@ static sk_result sk__mreq_scratch(sk__mreq *q, size_t bytes) {
     return sk__mreq_fail(q, SK_ERR_OUT_OF_MEMORY, "%s: allocating %zu bytes of scratch",
                          sk_coll_kind_name(q->base.coll.kind), bytes);
   return SK_OK;
+}
+
+/* Gather / Scatter, chunk [off, off+len) of every block: the root's size*count side is strided
+   (a block type) unless the chunk is the whole block. In place on the root: MPI_IN_PLACE. */
+static int sk__mchunk_rooted(sk__mreq *q, const unsigned char *s, unsigned char *r, size_t len, bool ip, const char **call) {
+  const sk_coll *o = &q->base.coll;
+  sk__mcomm *m = q->m;
+  bool root = m->comm->rank == o->root, gather = o->kind == SK_COLL_GATHER;
+  size_t es = sk_dtype_size(o->dtype);
+  int il = (int)len, e = MPI_SUCCESS, wide_n = il;
+  MPI_Datatype wide = q->mt, bt = MPI_DATATYPE_NULL;
+  if (len != o->count) { /* one element of the block type per rank */
+    e = sk__m_block_type(q->mt, len, o->count * es, &bt);
+    if (e != MPI_SUCCESS) return e;
+    wide = bt, wide_n = 1;
+  }
+  *call = gather ? "MPI_Igather" : "MPI_Iscatter";
+  if (gather)
+    e = MPI_Igather(root && ip ? MPI_IN_PLACE : (const void *)s, il, q->mt, root ? r : NULL, wide_n, wide, o->root,
+                    m->mc, &q->mr);
+  else
+    e = MPI_Iscatter(root ? (const void *)s : NULL, wide_n, wide, root && ip ? MPI_IN_PLACE : (void *)r, il, q->mt,
+                     o->root, m->mc, &q->mr);
+  if (bt != MPI_DATATYPE_NULL) MPI_Type_free(&bt); /* MPI keeps it until the operation completes */
+  return e;
 }
 
 /* Starts the chunk [q->off, q->off + q->len). */
@@ -570,6 +587,10 @@ static sk_result sk__mchunk_start(sk__mreq *q) {
       }
       break;
     }
+    case SK_COLL_GATHER:
+    case SK_COLL_SCATTER:
+      e = sk__mchunk_rooted(q, s, r, len, ip, &call);
+      break;
     default: return sk__mreq_fail(q, SK_ERR_INTERNAL, "mpi backend: unexpected op %d", (int)o->kind);
   }
   if (e != MPI_SUCCESS) return sk__mreq_mpi(q, e, call);
@@ -585,7 +606,7 @@ static sk_result sk__mchunk_finish(sk__mreq *q) {
   size_t es = sk_dtype_size(o->dtype), off = q->off, len = q->len;
   bool here = o->kind != SK_COLL_REDUCE || rank == o->root; /* this rank holds a result */
   unsigned char *r = o->recv ? (unsigned char *)o->recv + off * es : NULL;
-  if (o->kind == SK_COLL_ALLREDUCE || o->kind == SK_COLL_REDUCE || o->kind == SK_COLL_REDUCE_SCATTER) {
+  if (sk_coll_reduces(o->kind)) {
     if (q->gather && here) {
       for (int i = 0; i < n; i++) m->ptrs[i] = q->tmp + (size_t)i * len * es;
       sk_result rr = sk_reduce_local(r, m->ptrs, n, len, o->dtype, o->op);
@@ -618,8 +639,7 @@ static bool sk__mfp_same(const int64_t *a, const int64_t *b) {
   if (a[0] != b[0]) return false;
   if (a[0] == SK__M_FP_SPLIT) return true;
   sk_coll_kind k = (sk_coll_kind)a[0];
-  bool reduces = k == SK_COLL_ALLREDUCE || k == SK_COLL_REDUCE || k == SK_COLL_REDUCE_SCATTER;
-  bool rooted = k == SK_COLL_BROADCAST || k == SK_COLL_REDUCE;
+  bool reduces = sk_coll_reduces(k), rooted = sk_coll_rooted(k);
   return a[1] == b[1] && a[2] == b[2] && (!reduces || a[3] == b[3]) && (!rooted || a[4] == b[4]);
 }
 

@@ -499,9 +499,7 @@ static void sk__tdescribe(char *buf, size_t cap, int origin, const sk_coll *c) {
    agree on the verdict and on the message. */
 static bool sk__tsame_call(const sk_coll *a, const sk_coll *b) {
   if (a->kind != b->kind || a->count != b->count || a->dtype != b->dtype) return false;
-  bool reduces = a->kind == SK_COLL_ALLREDUCE || a->kind == SK_COLL_REDUCE || a->kind == SK_COLL_REDUCE_SCATTER;
-  bool rooted = a->kind == SK_COLL_BROADCAST || a->kind == SK_COLL_REDUCE;
-  return (!reduces || a->op == b->op) && (!rooted || a->root == b->root);
+  return (!sk_coll_reduces(a->kind) || a->op == b->op) && (!sk_coll_rooted(a->kind) || a->root == b->root);
 }
 
 static sk_result sk__tcheck_match(sk__tmember *m, int p) {
@@ -597,13 +595,11 @@ static sk__tplan sk__tplan_of(const sk_coll *op, int k) {
   tb = tb > SK__TASK_BYTES ? SK__TASK_BYTES : tb < (16u << 10) ? (16u << 10) : tb / SK__CL * SK__CL;
   pl.te = tb / pl.es;
   pl.per = (pl.n + pl.te - 1) / pl.te;
+  /* one range per member whose block is gathered or scattered; pairs i <= j when both are */
   uint64_t uk = (uint64_t)k;
-  switch (op->kind) {
-    case SK_COLL_REDUCE_SCATTER:
-    case SK_COLL_ALLGATHER: pl.total = uk * pl.per; break;
-    case SK_COLL_ALLTOALL: pl.total = uk * (uk + 1) / 2 * pl.per; break; /* pairs i <= j */
-    default: pl.total = pl.per; break;
-  }
+  sk_coll_info info = sk_coll_info_of(op->kind);
+  bool sall = sk_coll_buf_all(info.send), rall = sk_coll_buf_all(info.recv);
+  pl.total = sall && rall ? uk * (uk + 1) / 2 * pl.per : sall || rall ? uk * pl.per : pl.per;
   pl.nt = pl.n * pl.es * (size_t)k >= SK__NT_MIN_BYTES;
   return pl;
 }
@@ -700,6 +696,14 @@ static sk_result sk__ttask(sk__tmember *m, int p, const sk__tplan *pl, uint64_t 
       sk__tcopy_to_all(SK__SEND(seg, lo), dst, k, len * es, pl->nt);
       break;
     }
+    case SK_COLL_GATHER: /* seg = the member whose block lands in the root's recv (in place: already there) */
+      if (SK__RECV(op->root, seg * n + lo) != SK__SEND(seg, lo))
+        sk__tstore(SK__RECV(op->root, seg * n + lo), SK__SEND(seg, lo), len * es, pl->nt);
+      break;
+    case SK_COLL_SCATTER: /* seg = the member that receives block seg of the root's send */
+      if (SK__RECV(seg, lo) != SK__SEND(op->root, seg * n + lo))
+        sk__tstore(SK__RECV(seg, lo), SK__SEND(op->root, seg * n + lo), len * es, pl->nt);
+      break;
     case SK_COLL_BROADCAST: {
       unsigned char **dst = (unsigned char **)(void *)m->ptrs;
       for (int i = 0; i < k; i++) dst[i] = SK__RECV(i, lo);
@@ -1031,7 +1035,7 @@ static sk_result sk__tp2p_broken(const void *p) {
 static sk_result sk__thr_wait(sk_request *base) {
   sk__treq *q = (sk__treq *)base;
   sk__tmember *m = q->m;
-  bool p2p = q->base.coll.kind == SK_COLL_SEND || q->base.coll.kind == SK_COLL_RECV;
+  bool p2p = sk_coll_p2p(q->base.coll.kind);
   sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__treq_done, q, m->tw->spin, p2p ? sk__tp2p_broken : NULL);
   if (r == SK_OK) return sk__treq_outcome(q);
   if (!p2p) {
@@ -1077,7 +1081,7 @@ static sk_result sk__thr_start(sk_comm *c, const sk_coll *op, sk_request **req) 
   sk__tmember *m = SK__TMEMBER(c);
   sk__treq *q = NULL;
   *req = NULL;
-  sk_result r = (op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV) ? sk__tp2p_post(m, op, &q)
+  sk_result r = sk_coll_p2p(op->kind) ? sk__tp2p_post(m, op, &q)
                                                                        : sk__tenqueue(m, op, &q);
   *req = q ? &q->base : NULL;
   return r;
@@ -1085,7 +1089,7 @@ static sk_result sk__thr_start(sk_comm *c, const sk_coll *op, sk_request **req) 
 
 static sk_result sk__thr_run(sk_comm *c, const sk_coll *op) {
   sk__tmember *m = SK__TMEMBER(c);
-  bool p2p = op->kind == SK_COLL_SEND || op->kind == SK_COLL_RECV;
+  bool p2p = sk_coll_p2p(op->kind);
   /* Outstanding non-blocking work runs first: queue behind it to keep issue order. */
   if (p2p || m->issued != __atomic_load_n(&m->completed, SK__SC)) {
     sk_request *req = NULL;

@@ -14,12 +14,18 @@
 #include "shardkit.h"
 #include "comm_test_util.h"
 
-typedef enum kind { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALLTOALL, K_NKINDS } kind;
-static const char *const kind_names[K_NKINDS] = {"allreduce", "allgather", "reduce_scatter",
-                                                 "broadcast", "reduce",    "alltoall"};
+typedef enum kind {
+  K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALLTOALL, K_GATHER, K_SCATTER, K_NKINDS
+} kind;
+/* The library's table says what each kind is (reduces? rooted?); the expected values below do
+   not come from it. */
+static const sk_coll_kind kind_coll[K_NKINDS] = {SK_COLL_ALLREDUCE, SK_COLL_ALLGATHER, SK_COLL_REDUCE_SCATTER,
+                                                 SK_COLL_BROADCAST, SK_COLL_REDUCE,    SK_COLL_ALLTOALL,
+                                                 SK_COLL_GATHER,    SK_COLL_SCATTER};
+#define kind_names(k) sk_coll_kind_name(kind_coll[k])
 
-static bool kind_reduces(kind k) { return k == K_ALLREDUCE || k == K_REDUCE_SCATTER || k == K_REDUCE; }
-static bool kind_rooted(kind k) { return k == K_BROADCAST || k == K_REDUCE; }
+static bool kind_reduces(kind k) { return sk_coll_reduces(kind_coll[k]); }
+static bool kind_rooted(kind k) { return sk_coll_rooted(kind_coll[k]); }
 
 typedef struct tcase {
   kind k;
@@ -41,7 +47,7 @@ typedef struct run_arg {
 static void case_str(char *buf, size_t cap, const run_arg *a, const tcase *t, int rank) {
   char root[16] = "-";
   if (kind_rooted(t->k)) snprintf(root, sizeof root, "%d", t->root);
-  snprintf(buf, cap, "%s n=%d cfg=%s rank=%d dt=%s op=%s count=%zu %s root=%s", kind_names[t->k], a->n,
+  snprintf(buf, cap, "%s n=%d cfg=%s rank=%d dt=%s op=%s count=%zu %s root=%s", kind_names(t->k), a->n,
            ct_cfg_names[a->cfg], rank, sk_dtype_name(t->dt), kind_reduces(t->k) ? sk_redop_name(t->op) : "-",
            t->count, t->inplace ? "in-place" : "out-of-place", root);
 }
@@ -230,6 +236,66 @@ static sk_result run_alltoall(sk_comm *c, const tcase *t, ct_slot *s, const char
   return r;
 }
 
+/* Gather: block j of the root's recv is rank j's send, gen(j, i). */
+static sk_result run_gather(sk_comm *c, const tcase *t, ct_slot *s, const char *ctx) {
+  int rank = sk_comm_rank(c), n = sk_comm_size(c);
+  bool is_root = rank == t->root, ip_root = t->inplace && is_root;
+  size_t es = sk_dtype_size(t->dt), nb = t->count * es, tot = t->count * (size_t)n;
+  unsigned char *recv = is_root || (t->seed & 1) ? ct_buf(nb * (size_t)n) : NULL; /* off the root: untouched */
+  unsigned char *send = ip_root ? recv + (size_t)rank * nb : ct_buf(nb), *exp = ct_buf(nb * (size_t)n);
+  ct_fill(t->dt, CT_PAT_MOVE, t->seed, rank, 0, send, t->count);
+  const void *sp = send;
+  void *rp = recv;
+  if (t->count == 0 && !t->inplace && (t->seed & 2)) sp = NULL, rp = NULL;
+  sk_result r = sk_gather(c, sp, rp, t->count, t->dt, t->root);
+  if (ct_rc(s, r, c, ctx)) {
+    if (is_root) {
+      for (int j = 0; j < n; j++) ct_fill(t->dt, CT_PAT_MOVE, t->seed, j, 0, exp + (size_t)j * nb, t->count);
+      ct_cmp(s, ctx, "root's recv", t->dt, recv, exp, tot);
+      check_pad(s, ctx, "recv", recv, nb * (size_t)n);
+    } else if (recv) {
+      ct_check(s, ct_all_bytes(recv, nb * (size_t)n, CT_JUNK_BYTE), "%s: a non-root's recv buffer was written", ctx);
+    }
+    if (!ip_root) {
+      ct_fill(t->dt, CT_PAT_MOVE, t->seed, rank, 0, exp, t->count);
+      ct_cmp(s, ctx, "send buffer changed", t->dt, send, exp, t->count);
+      check_pad(s, ctx, "send", send, nb);
+    }
+  }
+  if (!ip_root) free(send);
+  free(recv), free(exp);
+  return r;
+}
+
+/* Scatter: rank j receives block j of the root's send, gen(root, j*count + i). */
+static sk_result run_scatter(sk_comm *c, const tcase *t, ct_slot *s, const char *ctx) {
+  int rank = sk_comm_rank(c), n = sk_comm_size(c);
+  bool is_root = rank == t->root, ip_root = t->inplace && is_root;
+  size_t es = sk_dtype_size(t->dt), nb = t->count * es, tot = t->count * (size_t)n;
+  unsigned char *send = is_root || (t->seed & 1) ? ct_buf(nb * (size_t)n) : NULL; /* off the root: untouched */
+  if (is_root) ct_fill(t->dt, CT_PAT_MOVE, t->seed, rank, 0, send, tot);
+  unsigned char *recv = ip_root ? send + (size_t)rank * nb : ct_buf(nb), *exp = ct_buf(nb * (size_t)n);
+  const void *sp = send;
+  void *rp = recv;
+  if (t->count == 0 && !t->inplace && (t->seed & 2)) sp = NULL, rp = NULL;
+  sk_result r = sk_scatter(c, sp, rp, t->count, t->dt, t->root);
+  if (ct_rc(s, r, c, ctx)) {
+    ct_fill(t->dt, CT_PAT_MOVE, t->seed, t->root, (size_t)rank * t->count, exp, t->count);
+    ct_cmp(s, ctx, "recv", t->dt, recv, exp, t->count);
+    if (!ip_root) check_pad(s, ctx, "recv", recv, nb);
+    if (is_root) {
+      ct_fill(t->dt, CT_PAT_MOVE, t->seed, rank, 0, exp, tot);
+      ct_cmp(s, ctx, "root's send buffer changed", t->dt, send, exp, tot);
+      check_pad(s, ctx, "send", send, nb * (size_t)n);
+    } else if (send) {
+      ct_check(s, ct_all_bytes(send, nb * (size_t)n, CT_JUNK_BYTE), "%s: a non-root's send buffer was written", ctx);
+    }
+  }
+  if (!ip_root) free(recv);
+  free(send), free(exp);
+  return r;
+}
+
 static sk_result run_case(sk_comm *c, const run_arg *a, const tcase *t, ct_slot *s) {
   char ctx[200];
   case_str(ctx, sizeof ctx, a, t, sk_comm_rank(c));
@@ -239,6 +305,8 @@ static sk_result run_case(sk_comm *c, const run_arg *a, const tcase *t, ct_slot 
     case K_REDUCE_SCATTER: return run_reduce_scatter(c, t, s, ctx);
     case K_BROADCAST: return run_broadcast(c, t, s, ctx);
     case K_REDUCE: return run_reduce(c, t, s, ctx);
+    case K_GATHER: return run_gather(c, t, s, ctx);
+    case K_SCATTER: return run_scatter(c, t, s, ctx);
     default: return run_alltoall(c, t, s, ctx);
   }
 }
@@ -311,7 +379,7 @@ static void run_cases(int n, int cfg, const tcase *cs, int ncases, const char *l
 static void run_grid(kind k, const grid *g, int n, int cfg) {
   tcase *cs = NULL;
   int m = expand(k, g, n, &cs);
-  run_cases(n, cfg, cs, m, kind_names[k]);
+  run_cases(n, cfg, cs, m, kind_names(k));
   free(cs);
 }
 
@@ -360,6 +428,12 @@ ParameterizedTest(param *p, comm_coll, reduce, .timeout = 30) { run_grid(K_REDUC
 
 PARAMS(alltoall, STD_PARAMS)
 ParameterizedTest(param *p, comm_coll, alltoall, .timeout = 30) { run_grid(K_ALLTOALL, &std_grid, p->n, p->cfg); }
+
+PARAMS(gather, STD_PARAMS)
+ParameterizedTest(param *p, comm_coll, gather, .timeout = 30) { run_grid(K_GATHER, &std_grid, p->n, p->cfg); }
+
+PARAMS(scatter, STD_PARAMS)
+ParameterizedTest(param *p, comm_coll, scatter, .timeout = 30) { run_grid(K_SCATTER, &std_grid, p->n, p->cfg); }
 
 /* 16 and 64 devices: every collective on a smaller grid. */
 PARAMS(big_groups, {16, CT_CFG_DEFAULT}, {16, CT_CFG_LARGE}, {64, CT_CFG_DEFAULT}, {64, CT_CFG_LARGE})

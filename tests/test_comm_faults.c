@@ -70,6 +70,9 @@ static const mm_case mm_cases[] = {
     {"iallreduce count (sk_wait)", D_COUNT, MMC(ALLREDUCE, 4, F32, SUM, 0, 1), MMC(ALLREDUCE, 5, F32, SUM, 0, 1)},
     {"ibroadcast root (sk_wait)", D_ROOT, MMC(BROADCAST, 8, I8, SUM, 0, 1), MMC(BROADCAST, 8, I8, SUM, LAST, 1)},
     {"iallreduce vs blocking allreduce, dtype", D_DTYPE, MMC(ALLREDUCE, 4, F32, SUM, 0, 1), MMC(ALLREDUCE, 4, F64, SUM, 0, 0)},
+    {"gather vs scatter", D_KIND, MMC(GATHER, 3, F32, SUM, 0, 0), MMC(SCATTER, 3, F32, SUM, 0, 0)},
+    {"gather root", D_ROOT, MMC(GATHER, 3, I32, SUM, 0, 0), MMC(GATHER, 3, I32, SUM, LAST, 0)},
+    {"iscatter count (sk_wait)", D_COUNT, MMC(SCATTER, 3, F64, SUM, 0, 1), MMC(SCATTER, 2, F64, SUM, 0, 1)},
 };
 #define MM_NCASES ((int)(sizeof mm_cases / sizeof mm_cases[0]))
 #define MM_MAXCOUNT 1000
@@ -109,6 +112,13 @@ static sk_result mm_exec(sk_comm *c, const mm_call *k, const void *send, void *r
       break;
     case SK_COLL_ALLTOALL:
       r = rq ? sk_ialltoall(c, send, recv, k->count, k->dt, rq) : sk_alltoall(c, send, recv, k->count, k->dt);
+      break;
+    case SK_COLL_GATHER:
+      r = rq ? sk_igather(c, send, recv, k->count, k->dt, k->root, rq) : sk_gather(c, send, recv, k->count, k->dt, k->root);
+      break;
+    case SK_COLL_SCATTER:
+      r = rq ? sk_iscatter(c, send, recv, k->count, k->dt, k->root, rq)
+             : sk_scatter(c, send, recv, k->count, k->dt, k->root);
       break;
     default: r = rq ? sk_ibarrier(c, rq) : sk_barrier(c); break;
   }

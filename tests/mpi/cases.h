@@ -21,14 +21,20 @@
 #include "shardkit.h"
 
 typedef enum dkind {
-  DK_ALLREDUCE, DK_ALLGATHER, DK_REDUCE_SCATTER, DK_BROADCAST, DK_REDUCE, DK_ALLTOALL,
+  DK_ALLREDUCE, DK_ALLGATHER, DK_REDUCE_SCATTER, DK_BROADCAST, DK_REDUCE, DK_ALLTOALL, DK_GATHER, DK_SCATTER,
   DK_SENDRECV, /* ring: send to rank+1, receive from rank-1 */
   DK_MULTI,    /* three non-blocking collectives outstanding at once, then sk_waitall */
   DK_BARRIER,
   DK_N
 } dkind;
 static const char *const dk_names[DK_N] = {"allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
-                                           "alltoall",  "sendrecv",  "multi",          "barrier"};
+                                           "alltoall",  "gather",    "scatter",        "sendrecv",  "multi",
+                                           "barrier"};
+/* The collectives of the grid, as the library's table names them (the rest are composites). */
+static const sk_coll_kind dk_coll[DK_N] = {SK_COLL_ALLREDUCE, SK_COLL_ALLGATHER, SK_COLL_REDUCE_SCATTER,
+                                           SK_COLL_BROADCAST, SK_COLL_REDUCE,    SK_COLL_ALLTOALL,
+                                           SK_COLL_GATHER,    SK_COLL_SCATTER,   SK_COLL_SEND,
+                                           SK_COLL_NONE,      SK_COLL_BARRIER};
 
 enum { ST_EXACT = 0, ST_RANDOM = 1 };
 /* Groups: the world; split by parity with reversed keys; create from a list; a mesh axis. */
@@ -44,8 +50,8 @@ typedef struct dcase {
   uint64_t seed;
 } dcase;
 
-static int dk_reduces(dkind k) { return k == DK_ALLREDUCE || k == DK_REDUCE_SCATTER || k == DK_REDUCE; }
-static int dk_rooted(dkind k) { return k == DK_BROADCAST || k == DK_REDUCE; }
+static int dk_reduces(dkind k) { return sk_coll_reduces(dk_coll[k]); }
+static int dk_rooted(dkind k) { return sk_coll_rooted(dk_coll[k]); }
 
 static void dcase_str(char *buf, size_t cap, const dcase *t) {
   snprintf(buf, cap, "%s %s dt=%s op=%s count=%zu %s root=%d %s group=%s", dk_names[t->k], t->nb ? "nb" : "blocking",
@@ -134,11 +140,14 @@ static sk_result drun(sk_comm *w, const dcase *t, unsigned char **out, size_t *o
     case DK_ALLGATHER: rn = (size_t)n * c; break;
     case DK_REDUCE_SCATTER: sn = (size_t)n * c; break;
     case DK_ALLTOALL: sn = rn = (size_t)n * c; break;
+    case DK_GATHER: rn = (size_t)n * c; break;
+    case DK_SCATTER: sn = (size_t)n * c; break;
     case DK_MULTI: rn = c + (size_t)n * c + c; break;
     case DK_BARRIER: sn = rn = 0; break;
     default: break;
   }
   int root = t->root % n;
+  bool ip = t->inplace && (!dk_rooted(t->k) || t->k == DK_BROADCAST || t->k == DK_REDUCE || me == root);
   size_t cap = (sn > rn ? sn : rn) * es + 1; /* in-place ReduceScatter's recv holds the whole input */
   unsigned char *recv = (unsigned char *)malloc(cap), *send = (unsigned char *)malloc(sn * es + 1);
   if (!recv || !send) {
@@ -149,15 +158,18 @@ static sk_result drun(sk_comm *w, const dcase *t, unsigned char **out, size_t *o
   memset(recv, 0x5A, cap);
   dfill(t->dt, send, sn, wr, t->seed, t->style);
   void *sp = send, *rp = recv;
-  if (t->inplace && t->k != DK_SENDRECV && t->k != DK_MULTI) {
-    size_t off = t->k == DK_ALLGATHER ? (size_t)me * c : 0;
+  /* in place: AllGather and the Gather root send from their block of recv; ReduceScatter and
+     the Scatter root receive into their block of send (NCCL's forms); Gather and Scatter have
+     it on the root only */
+  if (ip && t->k != DK_SENDRECV && t->k != DK_MULTI) {
+    size_t off = t->k == DK_ALLGATHER || t->k == DK_GATHER ? (size_t)me * c : 0;
     memcpy(recv + off * es, send, sn * es);
     sp = recv + off * es;
-    if (t->k == DK_REDUCE_SCATTER) rp = recv + (size_t)me * c * es, sp = recv;
+    if (t->k == DK_REDUCE_SCATTER || t->k == DK_SCATTER) rp = recv + (size_t)me * c * es, sp = recv;
   }
-  if (!t->inplace && t->k == DK_BROADCAST && me != root) sp = NULL; /* read on the root only */
-  bool has_out = !(t->k == DK_REDUCE && me != root);
-  if (!t->inplace && !has_out) rp = NULL;
+  if (!ip && (t->k == DK_BROADCAST || t->k == DK_SCATTER) && me != root) sp = NULL; /* read on the root only */
+  bool has_out = !((t->k == DK_REDUCE || t->k == DK_GATHER) && me != root);
+  if (!ip && !has_out) rp = NULL;
   sk_request *req = NULL;
   switch (t->k) {
     case DK_ALLREDUCE:
@@ -174,6 +186,12 @@ static sk_result drun(sk_comm *w, const dcase *t, unsigned char **out, size_t *o
       r = t->nb ? sk_ireduce(g, sp, rp, c, t->dt, t->op, root, &req) : sk_reduce(g, sp, rp, c, t->dt, t->op, root);
       break;
     case DK_ALLTOALL: r = t->nb ? sk_ialltoall(g, sp, rp, c, t->dt, &req) : sk_alltoall(g, sp, rp, c, t->dt); break;
+    case DK_GATHER:
+      r = t->nb ? sk_igather(g, sp, rp, c, t->dt, root, &req) : sk_gather(g, sp, rp, c, t->dt, root);
+      break;
+    case DK_SCATTER:
+      r = t->nb ? sk_iscatter(g, sp, rp, c, t->dt, root, &req) : sk_scatter(g, sp, rp, c, t->dt, root);
+      break;
     case DK_BARRIER: r = t->nb ? sk_ibarrier(g, &req) : sk_barrier(g); break;
     case DK_SENDRECV:
       if (t->nb) {
@@ -202,7 +220,7 @@ static sk_result drun(sk_comm *w, const dcase *t, unsigned char **out, size_t *o
   }
   if (r == SK_OK && req) r = dfinish(g, &req);
   if (r == SK_OK && has_out && rn) {
-    size_t ob = (t->inplace && t->k == DK_REDUCE_SCATTER ? c : rn) * es;
+    size_t ob = (ip && (t->k == DK_REDUCE_SCATTER || t->k == DK_SCATTER) ? c : rn) * es;
     *out = (unsigned char *)malloc(ob);
     if (!*out) r = SK_ERR_OUT_OF_MEMORY;
     else memcpy(*out, rp, ob), *outlen = ob;

@@ -49,7 +49,7 @@ static const sk_dtype all_dt[] = {SK_F32, SK_F64, SK_F16, SK_BF16, SK_I8, SK_U8,
 /* kinds x dtypes x ops (reducing kinds) x counts x placements, on one group. */
 static void grid(clist *l, int n, const sk_dtype *dts, int ndt, const sk_redop *ops, int nops, const size_t *counts,
                  int ncounts, int group, int nb, int style, bool all_roots) {
-  for (int k = 0; k <= DK_ALLTOALL; k++)
+  for (int k = 0; k <= DK_SCATTER; k++)
     for (int d = 0; d < ndt; d++)
       for (int o = 0; o < (dk_reduces((dkind)k) ? nops : 1); o++)
         for (int ci = 0; ci < ncounts; ci++)
