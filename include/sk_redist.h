@@ -1328,6 +1328,188 @@ SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
 
 static size_t sk__rd_align(size_t x) { return (x + 63) & ~(size_t)63; }
 
+/* What executor creation accumulates over the steps: one scratch area and one request array
+   serve every step (the steps run one after the other), so each is sized for the largest. */
+typedef struct sk__rd_needs {
+  size_t stage; /* scratch bytes */
+  int maxreq;   /* requests posted at once by a Send/Recv step */
+} sk__rd_needs;
+
+/* Step i's buffers and boxes. Steps chain through buffer ids (0 = the caller's src, 1 = its dst,
+   2.. = intermediates), so only the first step reads src and only the last writes dst; each
+   intermediate is allocated here, once, so that sk_redist_execute never allocates. */
+static sk_result sk__rd_prepare_buffers(sk_redist_executor *ex, int i, int me, size_t es, sk_error *err) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  x->buf_in = i == 0 ? 0 : i + 1;
+  x->buf_out = i == ex->plan->nsteps - 1 ? 1 : i + 2;
+  sk__rd_slice_box(&s->a, me, &x->abox);
+  sk__rd_slice_box(&s->b, me, &x->bbox);
+  if (x->buf_out >= 2) {
+    size_t bytes = (size_t)sk__rd_vol(&x->bbox, s->a.ndims) * es;
+    ex->inter[x->buf_out - 2] = (char *)sk__alloc(&ex->al, bytes, 64);
+    if (!ex->inter[x->buf_out - 2]) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an intermediate buffer");
+  }
+  return SK_OK;
+}
+
+/* Places the pieces of `pieces` that are not one contiguous range of the buffer holding `buf`
+   in the scratch from byte *off on, each 64-byte aligned; contiguous ones are sent from or
+   received into the caller's buffer directly (no copy), recorded as at[k] == (size_t)-1 with
+   their element offset in dir[k]. */
+static void sk__rd_place_pieces(const sk__rd_box *buf, const sk__rd_piece *pieces, int n, int nd, size_t es,
+                                size_t *at, int64_t *dir, size_t *off) {
+  for (int k = 0; k < n; k++) {
+    if (sk__rd_contig(buf, &pieces[k].box, nd, &dir[k]))
+      at[k] = (size_t)-1;
+    else
+      at[k] = *off, *off += sk__rd_align((size_t)sk__rd_vol(&pieces[k].box, nd) * es);
+  }
+}
+
+/* A Send/Recv step: this rank's pieces, where each one is staged, and (on shared memory) the
+   choice to read the senders' inputs directly instead of messaging. Received pieces are staged
+   before sent ones, both in the same scratch, as every piece is in flight at the same time. */
+static sk_result sk__rd_prepare_sendrecv(sk_redist_executor *ex, int i, int me, size_t es, sk__rd_needs *need,
+                                         sk_error *err) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  const sk_allocator *al = &ex->al;
+  int nd = s->a.ndims;
+  sk_result r;
+  x->comm = ex->comm;
+  if ((r = sk__rd_pieces(&s->a, &s->b, me, NULL, NULL, &x->lists, al)) != SK_OK)
+    return sk__fail(err, r, "allocating piece lists");
+  int nr = x->lists.nrecv, ns = x->lists.nsend;
+  /* +1 keeps every size non-zero when this rank has no pieces to receive or send */
+  x->roff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(nr + 1), 16);
+  x->soff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(ns + 1), 16);
+  x->rdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(nr + 1), 16);
+  x->sdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(ns + 1), 16);
+  if (!x->roff || !x->soff || !x->rdir || !x->sdir) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating piece offsets");
+  size_t off = 0;
+  sk__rd_place_pieces(&x->bbox, x->lists.recv, nr, nd, es, x->roff, x->rdir, &off);
+  sk__rd_place_pieces(&x->abox, x->lists.send, ns, nd, es, x->soff, x->sdir, &off);
+  if (off > need->stage) need->stage = off;
+  if (nr + ns > need->maxreq) need->maxreq = nr + ns;
+  x->peer = sk_comm_shared_memory(ex->comm);
+  return SK_OK;
+}
+
+/* A collective step's blocks, per group member k in group order (mem[k] = its mesh rank): what
+   this rank sends to k (sbox) and receives from k (rbox), by the collective's convention; and,
+   when the step reads peers directly, k's whole source slice (pbox). */
+static void sk__rd_group_blocks(const sk__rd_step *s, sk__rd_xstep *x, const int *mem, int n, bool peer_copy) {
+  int nd = s->a.ndims;
+  for (int k = 0; k < n; k++) {
+    sk__rd_box Sq, Tq;
+    sk__rd_slice_box(&s->a, mem[k], &Sq);
+    sk__rd_slice_box(&s->b, mem[k], &Tq);
+    if (peer_copy) x->pbox[k] = Sq;
+    switch (s->op) {
+      case SK_REDIST_ALLTOALL:
+        sk__rd_isect(&Tq, &x->abox, nd, &x->sbox[k]);
+        sk__rd_isect(&x->bbox, &Sq, nd, &x->rbox[k]);
+        break;
+      case SK_REDIST_ALLGATHER:
+        x->sbox[k] = x->abox;
+        x->rbox[k] = Sq;
+        break;
+      case SK_REDIST_REDUCE_SCATTER:
+        x->sbox[k] = Tq; /* member k's chunk of the (shared) source box */
+        x->rbox[k] = x->bbox;
+        break;
+      default: /* AllReduce */
+        x->sbox[k] = x->abox;
+        x->rbox[k] = x->bbox;
+        break;
+    }
+  }
+}
+
+/* Whether a collective's send and receive buffers can be the caller's own (the blocks lie back
+   to back in them, in group order) or must be packed / unpacked through the scratch; staged
+   sends come first in the scratch, staged receives after them. */
+static void sk__rd_stage_collective(const sk__rd_step *s, sk__rd_xstep *x, size_t es, sk__rd_needs *need) {
+  int nd = s->a.ndims, n = x->nmem;
+  int nsend = s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
+  int nrecv = s->op == SK_REDIST_REDUCE_SCATTER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
+  x->send_direct = sk__rd_direct(&x->abox, x->sbox, nsend, nd, &x->send_off);
+  x->recv_direct = sk__rd_direct(&x->bbox, x->rbox, nrecv, nd, &x->recv_off);
+  size_t off = 0;
+  if (!x->send_direct) x->send_stage = off, off += sk__rd_align((size_t)(s->count * nsend) * es);
+  if (!x->recv_direct) {
+    size_t rc = (size_t)s->count * (size_t)(s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL ? n : 1);
+    x->recv_stage = off, off += sk__rd_align(rc * es);
+  }
+  if (off > need->stage) need->stage = off;
+}
+
+/* A collective step: its group communicator (created collectively, once per axis set, and
+   shared by the steps that use the same axes), its blocks and their staging. On shared memory,
+   AllToAll and AllGather may read the members' inputs directly, which needs every member's
+   source box. */
+static sk_result sk__rd_prepare_collective(sk_redist_executor *ex, int i, int me, size_t es, sk__rd_needs *need,
+                                           sk_error *err) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  const sk_allocator *al = &ex->al;
+  sk_result r;
+  if ((r = sk__rd_sub(ex, &s->a.mesh, s->axes, &x->comm)) != SK_OK)
+    return sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(ex->comm));
+  int gs = s->gsize, n = 0;
+  int *mem = (int *)sk__alloc(al, sizeof(int) * (size_t)gs, 16);
+  x->sbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
+  x->rbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
+  if (!mem || !x->sbox || !x->rbox) {
+    sk__free(al, mem);
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating group blocks");
+  }
+  sk_mesh_group(&s->a.mesh, me, s->axes, mem, gs, &n, NULL);
+  x->nmem = n;
+  bool peer_copy = sk_comm_shared_memory(ex->comm) && (s->op == SK_REDIST_ALLTOALL || s->op == SK_REDIST_ALLGATHER);
+  if (peer_copy) {
+    x->pbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)n, 16);
+    x->peer = true;
+    if (!x->pbox) {
+      sk__free(al, mem);
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating peer boxes");
+    }
+  }
+  sk__rd_group_blocks(s, x, mem, n, peer_copy);
+  sk__free(al, mem);
+  sk__rd_stage_collective(s, x, es, need);
+  return SK_OK;
+}
+
+/* Everything step i needs at execute time, by how it executes (local steps need only their
+   buffers and boxes). */
+static sk_result sk__rd_prepare_step(sk_redist_executor *ex, int i, int me, size_t es, sk__rd_needs *need,
+                                     sk_error *err) {
+  sk_result r = sk__rd_prepare_buffers(ex, i, me, es, err);
+  if (r) return r;
+  switch (ex->plan->steps[i].op) {
+    case SK_REDIST_LOCAL: return SK_OK;
+    case SK_REDIST_SENDRECV: return sk__rd_prepare_sendrecv(ex, i, me, es, need, err);
+    default: return sk__rd_prepare_collective(ex, i, me, es, need, err);
+  }
+}
+
+/* The scratch and request array sized for the most demanding step; none when no step needs them. */
+static sk_result sk__rd_alloc_shared(sk_redist_executor *ex, const sk__rd_needs *need, sk_error *err) {
+  if (need->stage) {
+    ex->scratch = (char *)sk__alloc(&ex->al, need->stage, 64);
+    ex->scratch_bytes = need->stage;
+    if (!ex->scratch) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %zu bytes of scratch", need->stage);
+  }
+  if (need->maxreq) {
+    ex->reqs = (sk_request **)sk__calloc(&ex->al, sizeof(sk_request *) * (size_t)need->maxreq, 16);
+    ex->nreqs_cap = need->maxreq;
+    if (!ex->reqs) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating requests");
+  }
+  return SK_OK;
+}
+
 SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *desc, sk_redist_executor **out,
                                            sk_error *err) {
   if (!out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ex (the output pointer) is NULL");
@@ -1338,144 +1520,23 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
   if (sk_comm_size(comm) != desc->from.mesh.size)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm has %d ranks but the mesh has %d devices", sk_comm_size(comm),
                     desc->from.mesh.size);
-  const sk_allocator *al = &desc->allocator;
-  sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(al, sizeof *ex, 64);
+  sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(&desc->allocator, sizeof *ex, 64);
   if (!ex) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an executor");
   ex->comm = comm;
-  ex->al = *al;
+  ex->al = desc->allocator;
   int me = sk_comm_rank(comm);
   r = sk_redist_plan_create(desc, me, &ex->plan, err);
   if (r) {
     sk_redist_executor_destroy(ex);
     return r;
   }
-  const sk_redist_plan *p = ex->plan;
   size_t es = sk_dtype_size(desc->dtype);
-  size_t stage = 0;
-  int maxreq = 0;
+  sk__rd_needs need = {0, 0};
   ex->src_elems = (size_t)sk__rd_slice_elems(&desc->from);
   ex->dst_elems = (size_t)sk__rd_slice_elems(&desc->to);
-  for (int i = 0; i < p->nsteps && r == SK_OK; i++) {
-    const sk__rd_step *s = &p->steps[i];
-    sk__rd_xstep *x = &ex->xs[i];
-    int nd = s->a.ndims;
-    x->buf_in = i == 0 ? 0 : i + 1;
-    x->buf_out = i == p->nsteps - 1 ? 1 : i + 2;
-    sk__rd_slice_box(&s->a, me, &x->abox);
-    sk__rd_slice_box(&s->b, me, &x->bbox);
-    if (x->buf_out >= 2) {
-      size_t bytes = (size_t)sk__rd_vol(&x->bbox, nd) * es;
-      ex->inter[x->buf_out - 2] = (char *)sk__alloc(al, bytes, 64);
-      if (!ex->inter[x->buf_out - 2]) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an intermediate buffer");
-    }
-    if (r) break;
-    if (s->op == SK_REDIST_LOCAL) continue;
-    if (s->op == SK_REDIST_SENDRECV) {
-      x->comm = comm;
-      if ((r = sk__rd_pieces(&s->a, &s->b, me, NULL, NULL, &x->lists, al)) != SK_OK) {
-        r = sk__fail(err, r, "allocating piece lists");
-        break;
-      }
-      int nr = x->lists.nrecv, ns = x->lists.nsend;
-      x->roff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(nr + 1), 16);
-      x->soff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(ns + 1), 16);
-      x->rdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(nr + 1), 16);
-      x->sdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(ns + 1), 16);
-      if (!x->roff || !x->soff || !x->rdir || !x->sdir) {
-        r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating piece offsets");
-        break;
-      }
-      size_t off = 0;
-      for (int k = 0; k < nr; k++) {
-        if (sk__rd_contig(&x->bbox, &x->lists.recv[k].box, nd, &x->rdir[k]))
-          x->roff[k] = (size_t)-1;
-        else
-          x->roff[k] = off, off += sk__rd_align((size_t)sk__rd_vol(&x->lists.recv[k].box, nd) * es);
-      }
-      for (int k = 0; k < ns; k++) {
-        if (sk__rd_contig(&x->abox, &x->lists.send[k].box, nd, &x->sdir[k]))
-          x->soff[k] = (size_t)-1;
-        else
-          x->soff[k] = off, off += sk__rd_align((size_t)sk__rd_vol(&x->lists.send[k].box, nd) * es);
-      }
-      if (off > stage) stage = off;
-      if (nr + ns > maxreq) maxreq = nr + ns;
-      x->peer = sk_comm_shared_memory(comm);
-      continue;
-    }
-    /* collectives */
-    if ((r = sk__rd_sub(ex, &s->a.mesh, s->axes, &x->comm)) != SK_OK) {
-      r = sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(comm));
-      break;
-    }
-    int gs = s->gsize, n = 0;
-    int *mem = (int *)sk__alloc(al, sizeof(int) * (size_t)gs, 16);
-    x->sbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
-    x->rbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
-    if (!mem || !x->sbox || !x->rbox) {
-      sk__free(al, mem);
-      r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating group blocks");
-      break;
-    }
-    sk_mesh_group(&s->a.mesh, me, s->axes, mem, gs, &n, NULL);
-    x->nmem = n;
-    bool peer_copy = sk_comm_shared_memory(comm) && (s->op == SK_REDIST_ALLTOALL || s->op == SK_REDIST_ALLGATHER);
-    if (peer_copy) {
-      x->pbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)n, 16);
-      x->peer = true;
-      if (!x->pbox) {
-        sk__free(al, mem);
-        r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating peer boxes");
-        break;
-      }
-    }
-    for (int k = 0; k < n; k++) {
-      sk__rd_box Sq, Tq;
-      sk__rd_slice_box(&s->a, mem[k], &Sq);
-      sk__rd_slice_box(&s->b, mem[k], &Tq);
-      if (peer_copy) x->pbox[k] = Sq;
-      switch (s->op) {
-        case SK_REDIST_ALLTOALL:
-          sk__rd_isect(&Tq, &x->abox, nd, &x->sbox[k]);
-          sk__rd_isect(&x->bbox, &Sq, nd, &x->rbox[k]);
-          break;
-        case SK_REDIST_ALLGATHER:
-          x->sbox[k] = x->abox;
-          x->rbox[k] = Sq;
-          break;
-        case SK_REDIST_REDUCE_SCATTER:
-          x->sbox[k] = Tq; /* member k's chunk of the (shared) source box */
-          x->rbox[k] = x->bbox;
-          break;
-        default: /* AllReduce */
-          x->sbox[k] = x->abox;
-          x->rbox[k] = x->bbox;
-          break;
-      }
-    }
-    sk__free(al, mem);
-    int nsend = s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
-    int nrecv = s->op == SK_REDIST_REDUCE_SCATTER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
-    x->send_direct = sk__rd_direct(&x->abox, x->sbox, nsend, nd, &x->send_off);
-    x->recv_direct = sk__rd_direct(&x->bbox, x->rbox, nrecv, nd, &x->recv_off);
-    size_t off = 0;
-    if (!x->send_direct) x->send_stage = off, off += sk__rd_align((size_t)(s->count * nsend) * es);
-    if (!x->recv_direct) {
-      size_t rc = (size_t)s->count * (size_t)(s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL ? n : 1);
-      x->recv_stage = off, off += sk__rd_align(rc * es);
-    }
-    if (off > stage) stage = off;
-  }
-  if (r == SK_OK && stage) {
-    ex->scratch = (char *)sk__alloc(al, stage, 64);
-    ex->scratch_bytes = stage;
-    if (!ex->scratch) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %zu bytes of scratch", stage);
-  }
-  if (r == SK_OK && maxreq) {
-    ex->reqs = (sk_request **)sk__calloc(al, sizeof(sk_request *) * (size_t)maxreq, 16);
-    ex->nreqs_cap = maxreq;
-    if (!ex->reqs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating requests");
-  }
+  /* the first failure stops the preparation; destroy frees whatever the steps got so far */
+  for (int i = 0; i < ex->plan->nsteps && r == SK_OK; i++) r = sk__rd_prepare_step(ex, i, me, es, &need, err);
+  if (r == SK_OK) r = sk__rd_alloc_shared(ex, &need, err);
   if (r) {
     sk_redist_executor_destroy(ex);
     return r;
@@ -1522,52 +1583,73 @@ static void sk__rd_peer_blocks(void *pv, const void *const *peers) {
     sk__rd_copy(c->out, &c->x->bbox, (const char *)peers[k], &c->x->pbox[k], &c->x->rbox[k], c->s->a.ndims, c->es);
 }
 
-static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, char *out) {
-  const sk__rd_step *s = &ex->plan->steps[i];
-  sk__rd_xstep *x = &ex->xs[i];
+/* A Send/Recv step over messages: the receives are posted first, so arriving pieces find
+   their buffers; pieces that are not contiguous go through the scratch (packed before their
+   send, unpacked after the wait); the local piece is copied while the messages are in flight. */
+static sk_result sk__rd_run_sendrecv(sk_redist_executor *ex, const sk__rd_step *s, const sk__rd_xstep *x,
+                                     const char *in, char *out) {
   int nd = s->a.ndims;
   sk_dtype dt = ex->plan->desc.dtype;
   size_t es = sk_dtype_size(dt);
   sk_result r = SK_OK;
-  if (s->op == SK_REDIST_LOCAL) {
-    sk__rd_copy(out, &x->bbox, in, &x->abox, &x->bbox, nd, es);
-    return SK_OK;
+  const sk__rd_lists *L = &x->lists;
+  int nq = 0;
+  for (int k = 0; k < L->nrecv && r == SK_OK; k++) {
+    char *dst = x->roff[k] == (size_t)-1 ? out + (size_t)x->rdir[k] * es : ex->scratch + x->roff[k];
+    r = sk_irecv(ex->comm, dst, (size_t)sk__rd_vol(&L->recv[k].box, nd), dt, L->recv[k].peer, &ex->reqs[nq]);
+    if (r == SK_OK) nq++;
   }
-  if (s->op == SK_REDIST_SENDRECV && x->peer) {
-    /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
-    sk__rd_peer_ctx ctx = {s, x, in, out, es};
-    return sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx);
-  }
-  if (s->op == SK_REDIST_SENDRECV) {
-    sk__rd_lists *L = &x->lists;
-    int nq = 0;
-    for (int k = 0; k < L->nrecv && r == SK_OK; k++) {
-      char *dst = x->roff[k] == (size_t)-1 ? out + (size_t)x->rdir[k] * es : ex->scratch + x->roff[k];
-      r = sk_irecv(ex->comm, dst, (size_t)sk__rd_vol(&L->recv[k].box, nd), dt, L->recv[k].peer, &ex->reqs[nq]);
-      if (r == SK_OK) nq++;
+  for (int k = 0; k < L->nsend && r == SK_OK; k++) {
+    const char *src;
+    if (x->soff[k] == (size_t)-1)
+      src = in + (size_t)x->sdir[k] * es;
+    else {
+      char *st = ex->scratch + x->soff[k];
+      sk__rd_copy(st, &L->send[k].box, in, &x->abox, &L->send[k].box, nd, es);
+      src = st;
     }
-    for (int k = 0; k < L->nsend && r == SK_OK; k++) {
-      const char *src;
-      if (x->soff[k] == (size_t)-1)
-        src = in + (size_t)x->sdir[k] * es;
-      else {
-        char *st = ex->scratch + x->soff[k];
-        sk__rd_copy(st, &L->send[k].box, in, &x->abox, &L->send[k].box, nd, es);
-        src = st;
-      }
-      r = sk_isend(ex->comm, src, (size_t)sk__rd_vol(&L->send[k].box, nd), dt, L->send[k].peer, &ex->reqs[nq]);
-      if (r == SK_OK) nq++;
-    }
-    if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
-    /* a post that failed leaves peers' matching posts unmatched: fail the world, not the timeout */
-    if (r != SK_OK && r != SK_ERR_ABORTED) sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
-    sk_result w = sk_waitall(nq, ex->reqs);
-    if (r == SK_OK) r = w;
-    if (r) return r;
-    for (int k = 0; k < L->nrecv; k++)
-      if (x->roff[k] != (size_t)-1) sk__rd_copy(out, &x->bbox, ex->scratch + x->roff[k], &L->recv[k].box, &L->recv[k].box, nd, es);
-    return SK_OK;
+    r = sk_isend(ex->comm, src, (size_t)sk__rd_vol(&L->send[k].box, nd), dt, L->send[k].peer, &ex->reqs[nq]);
+    if (r == SK_OK) nq++;
   }
+  if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
+  /* a post that failed leaves peers' matching posts unmatched: fail the world, not the timeout */
+  if (r != SK_OK && r != SK_ERR_ABORTED) sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
+  sk_result w = sk_waitall(nq, ex->reqs);
+  if (r == SK_OK) r = w;
+  if (r) return r;
+  for (int k = 0; k < L->nrecv; k++)
+    if (x->roff[k] != (size_t)-1) sk__rd_copy(out, &x->bbox, ex->scratch + x->roff[k], &L->recv[k].box, &L->recv[k].box, nd, es);
+  return SK_OK;
+}
+
+/* Copies n blocks, back to back in `packed`, from or to the buffer `buf` holding box `bb`:
+   the collectives take and deliver group-ordered contiguous blocks, the slices are strided. */
+static void sk__rd_pack(char *packed, const char *buf, const sk__rd_box *bb, const sk__rd_box *blocks, int n, int nd,
+                        size_t es) {
+  size_t off = 0;
+  for (int k = 0; k < n; k++) {
+    sk__rd_copy(packed + off, &blocks[k], buf, bb, &blocks[k], nd, es);
+    off += (size_t)sk__rd_vol(&blocks[k], nd) * es;
+  }
+}
+
+static void sk__rd_unpack(char *buf, const sk__rd_box *bb, const char *packed, const sk__rd_box *blocks, int n, int nd,
+                          size_t es) {
+  size_t off = 0;
+  for (int k = 0; k < n; k++) {
+    sk__rd_copy(buf, bb, packed + off, &blocks[k], &blocks[k], nd, es);
+    off += (size_t)sk__rd_vol(&blocks[k], nd) * es;
+  }
+}
+
+/* A collective step. Errors of a sub-communicator are copied to the executor's comm, where
+   sk_comm_error_message(comm) -- what the caller reads -- finds them. */
+static sk_result sk__rd_run_collective(sk_redist_executor *ex, const sk__rd_step *s, const sk__rd_xstep *x,
+                                       const char *in, char *out) {
+  int nd = s->a.ndims;
+  sk_dtype dt = ex->plan->desc.dtype;
+  size_t es = sk_dtype_size(dt);
+  sk_result r;
   int n = x->nmem;
   if (x->peer && !(x->send_direct && x->recv_direct)) {
     /* Shared memory and strided blocks: read each block straight from the member's input
@@ -1586,11 +1668,7 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
     sp = in + (size_t)x->send_off * es;
   else {
     char *st = ex->scratch + x->send_stage;
-    size_t off = 0;
-    for (int k = 0; k < nsend; k++) {
-      sk__rd_copy(st + off, &x->sbox[k], in, &x->abox, &x->sbox[k], nd, es);
-      off += (size_t)sk__rd_vol(&x->sbox[k], nd) * es;
-    }
+    sk__rd_pack(st, in, &x->abox, x->sbox, nsend, nd, es);
     sp = st;
   }
   rp = x->recv_direct ? out + (size_t)x->recv_off * es : ex->scratch + x->recv_stage;
@@ -1605,14 +1683,25 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
     if (x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
     return r;
   }
-  if (!x->recv_direct) {
-    size_t off = 0;
-    for (int k = 0; k < nrecv; k++) {
-      sk__rd_copy(out, &x->bbox, rp + off, &x->rbox[k], &x->rbox[k], nd, es);
-      off += (size_t)sk__rd_vol(&x->rbox[k], nd) * es;
-    }
-  }
+  if (!x->recv_direct) sk__rd_unpack(out, &x->bbox, rp, x->rbox, nrecv, nd, es);
   return SK_OK;
+}
+
+static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, char *out) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  size_t es = sk_dtype_size(ex->plan->desc.dtype);
+  if (s->op == SK_REDIST_LOCAL) {
+    sk__rd_copy(out, &x->bbox, in, &x->abox, &x->bbox, s->a.ndims, es);
+    return SK_OK;
+  }
+  if (s->op == SK_REDIST_SENDRECV && x->peer) {
+    /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
+    sk__rd_peer_ctx ctx = {s, x, in, out, es};
+    return sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx);
+  }
+  if (s->op == SK_REDIST_SENDRECV) return sk__rd_run_sendrecv(ex, s, x, in, out);
+  return sk__rd_run_collective(ex, s, x, in, out);
 }
 
 /* FNV-1a over what decides the data movement: layouts (mesh dims, shape, maps), partial axes,
