@@ -8,4 +8,4 @@
 #include "sk_threads.h"
 #include "sk_ops.h"
 #include "sk_fusion.h"
-#include "sk_redist.h"
+#include "sk_redist.h" /* brings sk_redist_ms.h (MindSpore's operator sequence) with it */

@@ -4,6 +4,14 @@
                              #include "shardkit.h"
    Needs sk_layout.h and sk_comm.h (and a backend to execute on). Link with -lpthread.
 
+   FILES
+     This header declares the whole redistribution API and implements planning and execution.
+     The emulation of MindSpore's operator sequence (the SK_REDIST_MINDSPORE modes) is kept in
+     sk_redist_ms.h, which declares nothing of its own: its implementation uses this one's
+     private planner and is emitted from the end of this implementation section. So include
+     this header (or shardkit.h) as before; SK_IMPL, SK_REDIST_IMPL or SK_REDIST_MS_IMPL in
+     one TU emits both parts once, whichever of the two headers is included first.
+
    WHAT IT IS
      MindSpore inserts "tensor redistribution" between operators whose layouts differ
      (SEMANTICS.md section 5). This module does the same as a library call. Input: a tensor
@@ -40,7 +48,8 @@
        expanded, size-1 dims squeezed, common refinement of the two factorizations); where
        MindSpore would also have to split a device axis we take its fallback (source -> fully
        replicated -> target). Every operator is executed as a minimal move between the layouts
-       before and after it, so MindSpore plans run too (for comparisons).
+       before and after it, so MindSpore plans run too (for comparisons). The emulation lives
+       in sk_redist_ms.h; its API is declared here with the rest.
 
    BYTES AND COSTS
      recv bytes of a rank = what it obtains from other ranks (what it already holds does not
@@ -90,6 +99,10 @@
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_REDIST_IMPL)
+#define SK_REDIST_IMPL
+#endif
+/* sk_redist_ms.h's implementation is a part of this one (FILES above): asking for it asks for both */
+#if defined(SK_REDIST_MS_IMPL) && !defined(SK_REDIST_IMPL)
 #define SK_REDIST_IMPL
 #endif
 #ifndef SK_REDIST_H
@@ -215,9 +228,10 @@ SK_EXTERN_C_END
 
 SK_EXTERN_C_BEGIN
 
-/* Layout of this section:  >>out  >>box (boxes and copies)  >>check (desc validation)
-   >>classify (what collective an exchange is)  >>pieces  >>plan  >>partial  >>mindspore
-   >>format  >>exec */
+/* Layout of this section:  >>out  >>mindspore (entry points into sk_redist_ms.h)  >>box (boxes
+   and copies)  >>check (desc validation)  >>classify (what collective an exchange is)  >>pieces
+   >>plan  >>partial  >>format  >>exec; then sk_redist_ms.h's implementation, included at the
+   end. */
 
 #define SK__RD_MAX_STEPS 48
 #define SK__RD_DETAIL 128
@@ -245,6 +259,14 @@ static SK__PRINTF(2, 3) void sk__rd_put(sk__rd_out *o, const char *fmt, ...) {
   va_end(ap);
   if (n > 0) o->len += (size_t)n;
 }
+
+/* >>mindspore -- MindSpore's operator sequence (the SK_REDIST_MINDSPORE modes) is implemented
+   in sk_redist_ms.h on top of this section's planner (the plan and step records,
+   sk__rd_add_exchange), so it is included at the end of this section, into the same
+   translation unit; these are the three functions of it the planner calls. */
+static sk_result sk__ms_check_desc(const sk_redist_desc *d, sk_error *err); /* MindSpore mode's own checks */
+static sk_result sk__ms_plan(sk_redist_plan *p, sk_error *err);              /* the steps and p->ms */
+static void sk__ms_format_cost(const sk_redist_plan *p, sk__rd_out *o);      /* the plan text's cost line */
 
 /* >>box -- a box is [lo, hi) per dim, in global tensor coordinates */
 typedef struct sk__rd_box {
@@ -396,14 +418,7 @@ static sk_result sk__rd_check_desc(const sk_redist_desc *d, sk_error *err) {
                     "partial axis '%s' also splits the source; a partial axis must be one the from layout does not use",
                     f->mesh.names[a]);
   }
-  if (d->mode != SK_REDIST_MINIMAL) {
-    if (d->partial)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
-                      "MindSpore mode covers non-partial sources only (MindSpore sums partials in the operators)");
-    bool same = f->mesh.naxes == t->mesh.naxes;
-    for (int k = 0; same && k < f->mesh.naxes; k++) same = f->mesh.dims[k] == t->mesh.dims[k];
-    if (!same) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore mode needs the same device matrix for both layouts");
-  }
+  if (d->mode != SK_REDIST_MINIMAL) return sk__ms_check_desc(d, err);
   return SK_OK;
 }
 
@@ -767,295 +782,6 @@ static sk_result sk__rd_add_reduce(sk_redist_plan *p, sk_layout *mid, sk_error *
   return SK_OK;
 }
 
-/* >>mindspore -- RedistributionOperatorInfer on unified single-axis maps */
-enum { SK__MS_SPLIT = 0, SK__MS_CONCAT = 1, SK__MS_PERMUTE = 2 };
-
-typedef struct sk__ms_ctx {
-  sk_redist_plan *p;
-  sk_mesh mesh;
-  int nd;
-  int64_t shape[SK_MAX_DIMS];
-  int cur[SK_MAX_DIMS], out[SK_MAX_DIMS]; /* mesh axis per unified dim, -1 unsplit */
-  bool in_map[SK_MAX_DIMS];               /* MindSpore's map_ (dims still to settle) */
-  bool alltoall;
-  sk_layout cur_layout;
-  sk_error *err;
-} sk__ms_ctx;
-
-static sk_result sk__ms_layout(const sk__ms_ctx *x, const int *map, sk_layout *l) {
-  sk_dim_map dm[SK_MAX_DIMS];
-  memset(dm, 0, sizeof dm);
-  for (int d = 0; d < x->nd; d++)
-    if (map[d] >= 0) dm[d].naxes = 1, dm[d].axes[0] = map[d];
-  sk_error e;
-  if (sk_layout_init(l, &x->mesh, x->nd, x->shape, dm, &e) != SK_OK)
-    return sk__fail(x->err, SK_ERR_INTERNAL, "MindSpore mode: intermediate layout: %s", e.msg);
-  return SK_OK;
-}
-
-static double sk__ms_slice(const sk__ms_ctx *x) {
-  double s = 1;
-  for (int d = 0; d < x->nd; d++) s *= (double)(x->cur[d] >= 0 ? x->shape[d] / x->mesh.dims[x->cur[d]] : x->shape[d]);
-  return s;
-}
-
-/* MindSpore's ms value of a mesh axis (counted from the right). */
-static int sk__ms_val(const sk__ms_ctx *x, int axis) { return x->mesh.naxes - 1 - axis; }
-
-/* Applies one operator: cost, new state, one plan step. */
-static sk_result sk__ms_op(sk__ms_ctx *x, int kind, int dim, int axis, int cat_dim) {
-  double s = sk__ms_slice(x), n = x->mesh.dims[axis];
-  sk_redist_ms_cost *c = &x->p->ms;
-  char detail[SK__RD_DETAIL];
-  const char *name;
-  if (kind == SK__MS_SPLIT) {
-    c->computation += s, c->memory += s;
-    x->cur[dim] = axis;
-    name = "StridedSlice";
-    snprintf(detail, sizeof detail, "dim %d split %d ways by %s (%d)", dim, (int)n, x->mesh.names[axis],
-             sk__ms_val(x, axis));
-  } else if (kind == SK__MS_CONCAT) {
-    c->forward_comm += 0.5 * s * n, c->backward_comm += 0.5 * s, c->comm += 0.5 * s * (n + 1);
-    if (dim == 0)
-      c->computation += s, c->memory += s * n;
-    else
-      c->computation += s + 2 * s * n, c->memory += 2 * s * n + s;
-    c->computation += s, c->memory += s; /* MindSpore's if/else quirk: also counted as a Split */
-    x->cur[dim] = -1;
-    name = "AllGather";
-    snprintf(detail, sizeof detail, "concat dim %d, group %s (%d), %d ranks", dim, x->mesh.names[axis],
-             sk__ms_val(x, axis), (int)n);
-  } else {
-    c->forward_comm += 2 * s, c->backward_comm += 2 * s, c->comm += 4 * s;
-    if (cat_dim == 0)
-      c->computation += s, c->memory += s;
-    else
-      c->computation += s + 2 * s * n, c->memory += 2 * s * n + s;
-    c->computation += s, c->memory += s; /* the same quirk */
-    x->cur[dim] = axis;
-    x->cur[cat_dim] = -1;
-    name = "AllToAll";
-    snprintf(detail, sizeof detail, "split_count %d, split_dim %d, concat_dim %d, group %s (%d)", (int)n, dim, cat_dim,
-             x->mesh.names[axis], sk__ms_val(x, axis));
-  }
-  sk_layout next;
-  sk_result r = sk__ms_layout(x, x->cur, &next);
-  if (r) return r;
-  r = sk__rd_add_exchange(x->p, &x->cur_layout, &next, name, detail, x->err);
-  x->cur_layout = next;
-  return r;
-}
-
-static bool sk__ms_any(const sk__ms_ctx *x, int axis) {
-  for (int d = 0; d < x->nd; d++)
-    if (x->in_map[d] && x->cur[d] == axis) return true;
-  return false;
-}
-
-static sk_result sk__ms_infer(sk__ms_ctx *x) {
-  sk_result r;
-  int guard = 0;
-  for (int d = 0; d < x->nd; d++) x->in_map[d] = true;
-  for (;;) {
-    bool any = false;
-    for (int d = 0; d < x->nd; d++) any = any || x->in_map[d];
-    if (!any) return SK_OK;
-    if (++guard > 64) return sk__fail(x->err, SK_ERR_INTERNAL, "MindSpore mode: operator inference does not converge");
-    int len_global = x->p->nsteps;
-    for (;;) {
-      int len_split = x->p->nsteps;
-      /* SplitByAxis */
-      for (int d = 0; d < x->nd; d++) {
-        if (!x->in_map[d]) continue;
-        int in = x->cur[d], o = x->out[d];
-        if (in == o) {
-          x->in_map[d] = false;
-          continue;
-        }
-        if (in == -1 && !sk__ms_any(x, o)) {
-          if ((r = sk__ms_op(x, SK__MS_SPLIT, d, o, -1))) return r;
-          x->in_map[d] = false;
-        }
-      }
-      /* PermuteByAxis, repeated while it adds operators */
-      for (;;) {
-        int len_perm = x->p->nsteps;
-        for (int d = 0; d < x->nd; d++) {
-          if (!x->in_map[d]) continue;
-          int in = x->cur[d], o = x->out[d];
-          if (in == o) {
-            x->in_map[d] = false;
-            continue;
-          }
-          if (in == -1 && sk__ms_any(x, o)) {
-            int cat = -1;
-            for (int j = 0; j < x->nd; j++)
-              if (x->cur[j] == o) cat = j;
-            if (x->alltoall) {
-              if ((r = sk__ms_op(x, SK__MS_PERMUTE, d, o, cat))) return r;
-            } else {
-              if ((r = sk__ms_op(x, SK__MS_CONCAT, cat, o, -1))) return r;
-              if ((r = sk__ms_op(x, SK__MS_SPLIT, d, o, -1))) return r;
-            }
-            x->in_map[d] = false;
-            x->in_map[cat] = true; /* map_[cat_dim] = NONE */
-          }
-        }
-        if (len_perm == x->p->nsteps) break;
-      }
-      if (len_split == x->p->nsteps) break;
-    }
-    /* ConcatByAxis */
-    for (int d = 0; d < x->nd; d++) {
-      if (!x->in_map[d]) continue;
-      int in = x->cur[d], o = x->out[d];
-      bool in_out = false;
-      for (int j = 0; j < x->nd; j++) in_out = in_out || (in >= 0 && x->out[j] == in);
-      if (in != -1 && !in_out) {
-        if ((r = sk__ms_op(x, SK__MS_CONCAT, d, in, -1))) return r;
-        if (o == -1) x->in_map[d] = false;
-      }
-    }
-    /* the deadlock breaker: force a concat on the first dim left */
-    if (len_global == x->p->nsteps) {
-      for (int d = 0; d < x->nd; d++)
-        if (x->in_map[d]) {
-          if (x->cur[d] >= 0) {
-            if ((r = sk__ms_op(x, SK__MS_CONCAT, d, x->cur[d], -1))) return r;
-          } else
-            x->in_map[d] = false; /* nothing to concat: MindSpore would erase it next round */
-          break;
-        }
-    }
-  }
-}
-
-/* Per original dim: the sub-dim sizes and axes of a (possibly tuple) map, size-1 axes ignored:
-   (a0..a_{t-1}) on L -> [d(a0), .., d(a_{t-2}), L/prod] (InitFromExtendVector). */
-static int sk__ms_expand(const sk_layout *l, int d, int64_t *sizes, int *axes) {
-  int t = 0, ax[SK_MAX_AXES];
-  for (int j = 0; j < l->map[d].naxes; j++)
-    if (l->mesh.dims[l->map[d].axes[j]] > 1) ax[t++] = l->map[d].axes[j];
-  if (!t) {
-    sizes[0] = l->shape[d], axes[0] = -1;
-    return 1;
-  }
-  int64_t rest = l->shape[d];
-  for (int j = 0; j < t - 1; j++) sizes[j] = l->mesh.dims[ax[j]], axes[j] = ax[j], rest /= l->mesh.dims[ax[j]];
-  sizes[t - 1] = rest, axes[t - 1] = ax[t - 1];
-  return t;
-}
-
-/* Common refinement of two factorizations of L (prefix products must form one divisibility
-   chain); each axis goes to the first (major) refined piece of its sub-dim and must divide it.
-   Size-1 pieces are squeezed. Returns false when not expandable. */
-static bool sk__ms_unify(const sk_layout *f, const sk_layout *t, const sk_mesh *m, int *nd, int64_t *shape, int *fm,
-                         int *tm) {
-  int n = 0;
-  for (int d = 0; d < f->ndims; d++) {
-    int64_t fs[SK_MAX_AXES + 1], ts[SK_MAX_AXES + 1];
-    int fa[SK_MAX_AXES + 1], ta[SK_MAX_AXES + 1];
-    int nf = sk__ms_expand(f, d, fs, fa), nt = sk__ms_expand(t, d, ts, ta);
-    int i = 0, j = 0;
-    int64_t pf = fs[0], pt = ts[0], prev = 1;
-    bool fnew = true, tnew = true;
-    while (i < nf && j < nt) {
-      int64_t cut = pf < pt ? pf : pt;
-      if (cut % prev) return false;
-      int64_t piece = cut / prev;
-      int af = fnew ? fa[i] : -1, at = tnew ? ta[j] : -1;
-      if (af >= 0 && piece % m->dims[af]) return false;
-      if (at >= 0 && piece % m->dims[at]) return false;
-      if (piece > 1) {
-        if (n == SK_MAX_DIMS) return false;
-        shape[n] = piece, fm[n] = af, tm[n] = at, n++;
-      } else if (af >= 0 || at >= 0)
-        return false;
-      fnew = tnew = false;
-      prev = cut;
-      if (pf == cut && ++i < nf) pf *= fs[i], fnew = true;
-      if (pt == cut && ++j < nt) pt *= ts[j], tnew = true;
-      if (pf % prev || pt % prev) return false;
-    }
-  }
-  if (n == 0) shape[0] = 1, fm[0] = tm[0] = -1, n = 1;
-  *nd = n;
-  return true;
-}
-
-static bool sk__ms_slice_shape_eq(const sk_layout *orig, int nd, const int64_t *shape, const int *map, const sk_mesh *m) {
-  int64_t s[SK_MAX_DIMS];
-  sk_layout_slice_shape(orig, s);
-  if (orig->ndims != nd) return false;
-  for (int d = 0; d < nd; d++)
-    if (s[d] != (map[d] >= 0 ? shape[d] / m->dims[map[d]] : shape[d])) return false;
-  return true;
-}
-
-static sk_result sk__ms_plan(sk_redist_plan *p, sk_error *err) {
-  const sk_layout *f = &p->desc.from, *t = &p->desc.to;
-  sk__ms_ctx x;
-  memset(&x, 0, sizeof x);
-  x.p = p;
-  x.mesh = f->mesh;
-  x.alltoall = p->desc.mode == SK_REDIST_MINDSPORE;
-  x.err = err;
-  int fm[SK_MAX_DIMS], tm[SK_MAX_DIMS];
-  sk_result r;
-  if (sk__ms_unify(f, t, &x.mesh, &x.nd, x.shape, fm, tm)) {
-    memcpy(x.cur, fm, sizeof fm);
-    memcpy(x.out, tm, sizeof tm);
-    if ((r = sk__ms_layout(&x, x.cur, &x.cur_layout))) return r;
-    bool reshape = !sk__ms_slice_shape_eq(f, x.nd, x.shape, fm, &x.mesh) || !sk__ms_slice_shape_eq(t, x.nd, x.shape, tm, &x.mesh);
-    if ((r = sk__ms_infer(&x))) return r;
-    if (reshape) {
-      double P = (double)sk__rd_slice_elems(f);
-      p->ms.computation += 2 * P, p->ms.memory += 2 * P, p->ms.reshape = true;
-    }
-  } else {
-    /* fallback: from -> replicated (on from's own expansion), Reshape, replicated -> to */
-    p->ms_fallback = true;
-    int64_t sz[SK_MAX_DIMS + SK_MAX_AXES];
-    int ax[SK_MAX_DIMS + SK_MAX_AXES];
-    for (int phase = 0; phase < 2; phase++) {
-      const sk_layout *l = phase ? t : f;
-      int n = 0;
-      for (int d = 0; d < l->ndims; d++) {
-        int64_t s1[SK_MAX_AXES + 1];
-        int a1[SK_MAX_AXES + 1];
-        int k = sk__ms_expand(l, d, s1, a1);
-        for (int j = 0; j < k; j++)
-          if (s1[j] > 1) {
-            if (n == SK_MAX_DIMS)
-              return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore mode: the expanded shape needs more than %d dims",
-                              SK_MAX_DIMS);
-            sz[n] = s1[j], ax[n] = a1[j], n++;
-          }
-      }
-      if (!n) sz[0] = 1, ax[0] = -1, n = 1;
-      x.nd = n;
-      memcpy(x.shape, sz, sizeof(int64_t) * (size_t)n);
-      for (int d = 0; d < n; d++) {
-        x.cur[d] = phase ? -1 : ax[d];
-        x.out[d] = phase ? ax[d] : -1;
-      }
-      sk_layout start;
-      if ((r = sk__ms_layout(&x, x.cur, &start))) return r;
-      x.cur_layout = start;
-      if ((r = sk__ms_infer(&x))) return r;
-    }
-    double P = 1;
-    for (int d = 0; d < f->ndims; d++) P *= (double)f->shape[d];
-    p->ms.computation += 2 * P, p->ms.memory += 2 * P, p->ms.reshape = true;
-  }
-  if (p->nsteps == 0) { /* nothing to do in MindSpore's eyes: the buffers still need a copy */
-    sk_layout a;
-    if ((r = sk__ms_layout(&x, x.cur, &a))) return r;
-    r = sk__rd_add_exchange(p, &a, &a, "Identity", "no MindSpore operator; local copy", err);
-  }
-  return r;
-}
-
 /* >>plan -- public */
 SK_API sk_result sk_redist_plan_create(const sk_redist_desc *desc, int rank, sk_redist_plan **plan, sk_error *err) {
   if (!plan) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan (the output pointer) is NULL");
@@ -1150,14 +876,7 @@ SK_API double sk_redist_plan_cost(const sk_redist_plan *p) {
   return t;
 }
 
-SK_API sk_result sk_redist_plan_ms_cost(const sk_redist_plan *p, sk_redist_ms_cost *cost, sk_error *err) {
-  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan is NULL");
-  if (!cost) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "cost is NULL");
-  if (p->desc.mode == SK_REDIST_MINIMAL)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore's cost exists for MindSpore-mode plans only");
-  *cost = p->ms;
-  return SK_OK;
-}
+/* sk_redist_plan_ms_cost: in sk_redist_ms.h */
 
 /* >>format */
 static void sk__rd_put_bytes(sk__rd_out *o, const uint64_t *v, int n) {
@@ -1235,12 +954,7 @@ SK_API size_t sk_redist_plan_format(const sk_redist_plan *p, char *buf, size_t c
     sk__rd_put(&o, "\n");
     sk__free(&d->allocator, tr);
   }
-  if (d->mode != SK_REDIST_MINIMAL)
-    sk__rd_put(&o,
-               "mindspore cost (elements): forward_comm %.0f, backward_comm %.0f, comm %.0f, computation %.0f, "
-               "memory %.0f%s%s\n",
-               p->ms.forward_comm, p->ms.backward_comm, p->ms.comm, p->ms.computation, p->ms.memory,
-               p->ms.reshape ? ", with Reshape" : "", p->ms_fallback ? " (not expandable: via fully replicated)" : "");
+  if (d->mode != SK_REDIST_MINIMAL) sk__ms_format_cost(p, &o);
   return o.len;
 }
 
@@ -1328,6 +1042,188 @@ SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
 
 static size_t sk__rd_align(size_t x) { return (x + 63) & ~(size_t)63; }
 
+/* What executor creation accumulates over the steps: one scratch area and one request array
+   serve every step (the steps run one after the other), so each is sized for the largest. */
+typedef struct sk__rd_needs {
+  size_t stage; /* scratch bytes */
+  int maxreq;   /* requests posted at once by a Send/Recv step */
+} sk__rd_needs;
+
+/* Step i's buffers and boxes. Steps chain through buffer ids (0 = the caller's src, 1 = its dst,
+   2.. = intermediates), so only the first step reads src and only the last writes dst; each
+   intermediate is allocated here, once, so that sk_redist_execute never allocates. */
+static sk_result sk__rd_prepare_buffers(sk_redist_executor *ex, int i, int me, size_t es, sk_error *err) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  x->buf_in = i == 0 ? 0 : i + 1;
+  x->buf_out = i == ex->plan->nsteps - 1 ? 1 : i + 2;
+  sk__rd_slice_box(&s->a, me, &x->abox);
+  sk__rd_slice_box(&s->b, me, &x->bbox);
+  if (x->buf_out >= 2) {
+    size_t bytes = (size_t)sk__rd_vol(&x->bbox, s->a.ndims) * es;
+    ex->inter[x->buf_out - 2] = (char *)sk__alloc(&ex->al, bytes, 64);
+    if (!ex->inter[x->buf_out - 2]) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an intermediate buffer");
+  }
+  return SK_OK;
+}
+
+/* Places the pieces of `pieces` that are not one contiguous range of the buffer holding `buf`
+   in the scratch from byte *off on, each 64-byte aligned; contiguous ones are sent from or
+   received into the caller's buffer directly (no copy), recorded as at[k] == (size_t)-1 with
+   their element offset in dir[k]. */
+static void sk__rd_place_pieces(const sk__rd_box *buf, const sk__rd_piece *pieces, int n, int nd, size_t es,
+                                size_t *at, int64_t *dir, size_t *off) {
+  for (int k = 0; k < n; k++) {
+    if (sk__rd_contig(buf, &pieces[k].box, nd, &dir[k]))
+      at[k] = (size_t)-1;
+    else
+      at[k] = *off, *off += sk__rd_align((size_t)sk__rd_vol(&pieces[k].box, nd) * es);
+  }
+}
+
+/* A Send/Recv step: this rank's pieces, where each one is staged, and (on shared memory) the
+   choice to read the senders' inputs directly instead of messaging. Received pieces are staged
+   before sent ones, both in the same scratch, as every piece is in flight at the same time. */
+static sk_result sk__rd_prepare_sendrecv(sk_redist_executor *ex, int i, int me, size_t es, sk__rd_needs *need,
+                                         sk_error *err) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  const sk_allocator *al = &ex->al;
+  int nd = s->a.ndims;
+  sk_result r;
+  x->comm = ex->comm;
+  if ((r = sk__rd_pieces(&s->a, &s->b, me, NULL, NULL, &x->lists, al)) != SK_OK)
+    return sk__fail(err, r, "allocating piece lists");
+  int nr = x->lists.nrecv, ns = x->lists.nsend;
+  /* +1 keeps every size non-zero when this rank has no pieces to receive or send */
+  x->roff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(nr + 1), 16);
+  x->soff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(ns + 1), 16);
+  x->rdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(nr + 1), 16);
+  x->sdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(ns + 1), 16);
+  if (!x->roff || !x->soff || !x->rdir || !x->sdir) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating piece offsets");
+  size_t off = 0;
+  sk__rd_place_pieces(&x->bbox, x->lists.recv, nr, nd, es, x->roff, x->rdir, &off);
+  sk__rd_place_pieces(&x->abox, x->lists.send, ns, nd, es, x->soff, x->sdir, &off);
+  if (off > need->stage) need->stage = off;
+  if (nr + ns > need->maxreq) need->maxreq = nr + ns;
+  x->peer = sk_comm_shared_memory(ex->comm);
+  return SK_OK;
+}
+
+/* A collective step's blocks, per group member k in group order (mem[k] = its mesh rank): what
+   this rank sends to k (sbox) and receives from k (rbox), by the collective's convention; and,
+   when the step reads peers directly, k's whole source slice (pbox). */
+static void sk__rd_group_blocks(const sk__rd_step *s, sk__rd_xstep *x, const int *mem, int n, bool peer_copy) {
+  int nd = s->a.ndims;
+  for (int k = 0; k < n; k++) {
+    sk__rd_box Sq, Tq;
+    sk__rd_slice_box(&s->a, mem[k], &Sq);
+    sk__rd_slice_box(&s->b, mem[k], &Tq);
+    if (peer_copy) x->pbox[k] = Sq;
+    switch (s->op) {
+      case SK_REDIST_ALLTOALL:
+        sk__rd_isect(&Tq, &x->abox, nd, &x->sbox[k]);
+        sk__rd_isect(&x->bbox, &Sq, nd, &x->rbox[k]);
+        break;
+      case SK_REDIST_ALLGATHER:
+        x->sbox[k] = x->abox;
+        x->rbox[k] = Sq;
+        break;
+      case SK_REDIST_REDUCE_SCATTER:
+        x->sbox[k] = Tq; /* member k's chunk of the (shared) source box */
+        x->rbox[k] = x->bbox;
+        break;
+      default: /* AllReduce */
+        x->sbox[k] = x->abox;
+        x->rbox[k] = x->bbox;
+        break;
+    }
+  }
+}
+
+/* Whether a collective's send and receive buffers can be the caller's own (the blocks lie back
+   to back in them, in group order) or must be packed / unpacked through the scratch; staged
+   sends come first in the scratch, staged receives after them. */
+static void sk__rd_stage_collective(const sk__rd_step *s, sk__rd_xstep *x, size_t es, sk__rd_needs *need) {
+  int nd = s->a.ndims, n = x->nmem;
+  int nsend = s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
+  int nrecv = s->op == SK_REDIST_REDUCE_SCATTER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
+  x->send_direct = sk__rd_direct(&x->abox, x->sbox, nsend, nd, &x->send_off);
+  x->recv_direct = sk__rd_direct(&x->bbox, x->rbox, nrecv, nd, &x->recv_off);
+  size_t off = 0;
+  if (!x->send_direct) x->send_stage = off, off += sk__rd_align((size_t)(s->count * nsend) * es);
+  if (!x->recv_direct) {
+    size_t rc = (size_t)s->count * (size_t)(s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL ? n : 1);
+    x->recv_stage = off, off += sk__rd_align(rc * es);
+  }
+  if (off > need->stage) need->stage = off;
+}
+
+/* A collective step: its group communicator (created collectively, once per axis set, and
+   shared by the steps that use the same axes), its blocks and their staging. On shared memory,
+   AllToAll and AllGather may read the members' inputs directly, which needs every member's
+   source box. */
+static sk_result sk__rd_prepare_collective(sk_redist_executor *ex, int i, int me, size_t es, sk__rd_needs *need,
+                                           sk_error *err) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  const sk_allocator *al = &ex->al;
+  sk_result r;
+  if ((r = sk__rd_sub(ex, &s->a.mesh, s->axes, &x->comm)) != SK_OK)
+    return sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(ex->comm));
+  int gs = s->gsize, n = 0;
+  int *mem = (int *)sk__alloc(al, sizeof(int) * (size_t)gs, 16);
+  x->sbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
+  x->rbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
+  if (!mem || !x->sbox || !x->rbox) {
+    sk__free(al, mem);
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating group blocks");
+  }
+  sk_mesh_group(&s->a.mesh, me, s->axes, mem, gs, &n, NULL);
+  x->nmem = n;
+  bool peer_copy = sk_comm_shared_memory(ex->comm) && (s->op == SK_REDIST_ALLTOALL || s->op == SK_REDIST_ALLGATHER);
+  if (peer_copy) {
+    x->pbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)n, 16);
+    x->peer = true;
+    if (!x->pbox) {
+      sk__free(al, mem);
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating peer boxes");
+    }
+  }
+  sk__rd_group_blocks(s, x, mem, n, peer_copy);
+  sk__free(al, mem);
+  sk__rd_stage_collective(s, x, es, need);
+  return SK_OK;
+}
+
+/* Everything step i needs at execute time, by how it executes (local steps need only their
+   buffers and boxes). */
+static sk_result sk__rd_prepare_step(sk_redist_executor *ex, int i, int me, size_t es, sk__rd_needs *need,
+                                     sk_error *err) {
+  sk_result r = sk__rd_prepare_buffers(ex, i, me, es, err);
+  if (r) return r;
+  switch (ex->plan->steps[i].op) {
+    case SK_REDIST_LOCAL: return SK_OK;
+    case SK_REDIST_SENDRECV: return sk__rd_prepare_sendrecv(ex, i, me, es, need, err);
+    default: return sk__rd_prepare_collective(ex, i, me, es, need, err);
+  }
+}
+
+/* The scratch and request array sized for the most demanding step; none when no step needs them. */
+static sk_result sk__rd_alloc_shared(sk_redist_executor *ex, const sk__rd_needs *need, sk_error *err) {
+  if (need->stage) {
+    ex->scratch = (char *)sk__alloc(&ex->al, need->stage, 64);
+    ex->scratch_bytes = need->stage;
+    if (!ex->scratch) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %zu bytes of scratch", need->stage);
+  }
+  if (need->maxreq) {
+    ex->reqs = (sk_request **)sk__calloc(&ex->al, sizeof(sk_request *) * (size_t)need->maxreq, 16);
+    ex->nreqs_cap = need->maxreq;
+    if (!ex->reqs) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating requests");
+  }
+  return SK_OK;
+}
+
 SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *desc, sk_redist_executor **out,
                                            sk_error *err) {
   if (!out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ex (the output pointer) is NULL");
@@ -1338,144 +1234,23 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
   if (sk_comm_size(comm) != desc->from.mesh.size)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm has %d ranks but the mesh has %d devices", sk_comm_size(comm),
                     desc->from.mesh.size);
-  const sk_allocator *al = &desc->allocator;
-  sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(al, sizeof *ex, 64);
+  sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(&desc->allocator, sizeof *ex, 64);
   if (!ex) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an executor");
   ex->comm = comm;
-  ex->al = *al;
+  ex->al = desc->allocator;
   int me = sk_comm_rank(comm);
   r = sk_redist_plan_create(desc, me, &ex->plan, err);
   if (r) {
     sk_redist_executor_destroy(ex);
     return r;
   }
-  const sk_redist_plan *p = ex->plan;
   size_t es = sk_dtype_size(desc->dtype);
-  size_t stage = 0;
-  int maxreq = 0;
+  sk__rd_needs need = {0, 0};
   ex->src_elems = (size_t)sk__rd_slice_elems(&desc->from);
   ex->dst_elems = (size_t)sk__rd_slice_elems(&desc->to);
-  for (int i = 0; i < p->nsteps && r == SK_OK; i++) {
-    const sk__rd_step *s = &p->steps[i];
-    sk__rd_xstep *x = &ex->xs[i];
-    int nd = s->a.ndims;
-    x->buf_in = i == 0 ? 0 : i + 1;
-    x->buf_out = i == p->nsteps - 1 ? 1 : i + 2;
-    sk__rd_slice_box(&s->a, me, &x->abox);
-    sk__rd_slice_box(&s->b, me, &x->bbox);
-    if (x->buf_out >= 2) {
-      size_t bytes = (size_t)sk__rd_vol(&x->bbox, nd) * es;
-      ex->inter[x->buf_out - 2] = (char *)sk__alloc(al, bytes, 64);
-      if (!ex->inter[x->buf_out - 2]) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an intermediate buffer");
-    }
-    if (r) break;
-    if (s->op == SK_REDIST_LOCAL) continue;
-    if (s->op == SK_REDIST_SENDRECV) {
-      x->comm = comm;
-      if ((r = sk__rd_pieces(&s->a, &s->b, me, NULL, NULL, &x->lists, al)) != SK_OK) {
-        r = sk__fail(err, r, "allocating piece lists");
-        break;
-      }
-      int nr = x->lists.nrecv, ns = x->lists.nsend;
-      x->roff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(nr + 1), 16);
-      x->soff = (size_t *)sk__alloc(al, sizeof(size_t) * (size_t)(ns + 1), 16);
-      x->rdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(nr + 1), 16);
-      x->sdir = (int64_t *)sk__alloc(al, sizeof(int64_t) * (size_t)(ns + 1), 16);
-      if (!x->roff || !x->soff || !x->rdir || !x->sdir) {
-        r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating piece offsets");
-        break;
-      }
-      size_t off = 0;
-      for (int k = 0; k < nr; k++) {
-        if (sk__rd_contig(&x->bbox, &x->lists.recv[k].box, nd, &x->rdir[k]))
-          x->roff[k] = (size_t)-1;
-        else
-          x->roff[k] = off, off += sk__rd_align((size_t)sk__rd_vol(&x->lists.recv[k].box, nd) * es);
-      }
-      for (int k = 0; k < ns; k++) {
-        if (sk__rd_contig(&x->abox, &x->lists.send[k].box, nd, &x->sdir[k]))
-          x->soff[k] = (size_t)-1;
-        else
-          x->soff[k] = off, off += sk__rd_align((size_t)sk__rd_vol(&x->lists.send[k].box, nd) * es);
-      }
-      if (off > stage) stage = off;
-      if (nr + ns > maxreq) maxreq = nr + ns;
-      x->peer = sk_comm_shared_memory(comm);
-      continue;
-    }
-    /* collectives */
-    if ((r = sk__rd_sub(ex, &s->a.mesh, s->axes, &x->comm)) != SK_OK) {
-      r = sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(comm));
-      break;
-    }
-    int gs = s->gsize, n = 0;
-    int *mem = (int *)sk__alloc(al, sizeof(int) * (size_t)gs, 16);
-    x->sbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
-    x->rbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
-    if (!mem || !x->sbox || !x->rbox) {
-      sk__free(al, mem);
-      r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating group blocks");
-      break;
-    }
-    sk_mesh_group(&s->a.mesh, me, s->axes, mem, gs, &n, NULL);
-    x->nmem = n;
-    bool peer_copy = sk_comm_shared_memory(comm) && (s->op == SK_REDIST_ALLTOALL || s->op == SK_REDIST_ALLGATHER);
-    if (peer_copy) {
-      x->pbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)n, 16);
-      x->peer = true;
-      if (!x->pbox) {
-        sk__free(al, mem);
-        r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating peer boxes");
-        break;
-      }
-    }
-    for (int k = 0; k < n; k++) {
-      sk__rd_box Sq, Tq;
-      sk__rd_slice_box(&s->a, mem[k], &Sq);
-      sk__rd_slice_box(&s->b, mem[k], &Tq);
-      if (peer_copy) x->pbox[k] = Sq;
-      switch (s->op) {
-        case SK_REDIST_ALLTOALL:
-          sk__rd_isect(&Tq, &x->abox, nd, &x->sbox[k]);
-          sk__rd_isect(&x->bbox, &Sq, nd, &x->rbox[k]);
-          break;
-        case SK_REDIST_ALLGATHER:
-          x->sbox[k] = x->abox;
-          x->rbox[k] = Sq;
-          break;
-        case SK_REDIST_REDUCE_SCATTER:
-          x->sbox[k] = Tq; /* member k's chunk of the (shared) source box */
-          x->rbox[k] = x->bbox;
-          break;
-        default: /* AllReduce */
-          x->sbox[k] = x->abox;
-          x->rbox[k] = x->bbox;
-          break;
-      }
-    }
-    sk__free(al, mem);
-    int nsend = s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
-    int nrecv = s->op == SK_REDIST_REDUCE_SCATTER || s->op == SK_REDIST_ALLREDUCE ? 1 : n;
-    x->send_direct = sk__rd_direct(&x->abox, x->sbox, nsend, nd, &x->send_off);
-    x->recv_direct = sk__rd_direct(&x->bbox, x->rbox, nrecv, nd, &x->recv_off);
-    size_t off = 0;
-    if (!x->send_direct) x->send_stage = off, off += sk__rd_align((size_t)(s->count * nsend) * es);
-    if (!x->recv_direct) {
-      size_t rc = (size_t)s->count * (size_t)(s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL ? n : 1);
-      x->recv_stage = off, off += sk__rd_align(rc * es);
-    }
-    if (off > stage) stage = off;
-  }
-  if (r == SK_OK && stage) {
-    ex->scratch = (char *)sk__alloc(al, stage, 64);
-    ex->scratch_bytes = stage;
-    if (!ex->scratch) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %zu bytes of scratch", stage);
-  }
-  if (r == SK_OK && maxreq) {
-    ex->reqs = (sk_request **)sk__calloc(al, sizeof(sk_request *) * (size_t)maxreq, 16);
-    ex->nreqs_cap = maxreq;
-    if (!ex->reqs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating requests");
-  }
+  /* the first failure stops the preparation; destroy frees whatever the steps got so far */
+  for (int i = 0; i < ex->plan->nsteps && r == SK_OK; i++) r = sk__rd_prepare_step(ex, i, me, es, &need, err);
+  if (r == SK_OK) r = sk__rd_alloc_shared(ex, &need, err);
   if (r) {
     sk_redist_executor_destroy(ex);
     return r;
@@ -1522,52 +1297,73 @@ static void sk__rd_peer_blocks(void *pv, const void *const *peers) {
     sk__rd_copy(c->out, &c->x->bbox, (const char *)peers[k], &c->x->pbox[k], &c->x->rbox[k], c->s->a.ndims, c->es);
 }
 
-static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, char *out) {
-  const sk__rd_step *s = &ex->plan->steps[i];
-  sk__rd_xstep *x = &ex->xs[i];
+/* A Send/Recv step over messages: the receives are posted first, so arriving pieces find
+   their buffers; pieces that are not contiguous go through the scratch (packed before their
+   send, unpacked after the wait); the local piece is copied while the messages are in flight. */
+static sk_result sk__rd_run_sendrecv(sk_redist_executor *ex, const sk__rd_step *s, const sk__rd_xstep *x,
+                                     const char *in, char *out) {
   int nd = s->a.ndims;
   sk_dtype dt = ex->plan->desc.dtype;
   size_t es = sk_dtype_size(dt);
   sk_result r = SK_OK;
-  if (s->op == SK_REDIST_LOCAL) {
-    sk__rd_copy(out, &x->bbox, in, &x->abox, &x->bbox, nd, es);
-    return SK_OK;
+  const sk__rd_lists *L = &x->lists;
+  int nq = 0;
+  for (int k = 0; k < L->nrecv && r == SK_OK; k++) {
+    char *dst = x->roff[k] == (size_t)-1 ? out + (size_t)x->rdir[k] * es : ex->scratch + x->roff[k];
+    r = sk_irecv(ex->comm, dst, (size_t)sk__rd_vol(&L->recv[k].box, nd), dt, L->recv[k].peer, &ex->reqs[nq]);
+    if (r == SK_OK) nq++;
   }
-  if (s->op == SK_REDIST_SENDRECV && x->peer) {
-    /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
-    sk__rd_peer_ctx ctx = {s, x, in, out, es};
-    return sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx);
-  }
-  if (s->op == SK_REDIST_SENDRECV) {
-    sk__rd_lists *L = &x->lists;
-    int nq = 0;
-    for (int k = 0; k < L->nrecv && r == SK_OK; k++) {
-      char *dst = x->roff[k] == (size_t)-1 ? out + (size_t)x->rdir[k] * es : ex->scratch + x->roff[k];
-      r = sk_irecv(ex->comm, dst, (size_t)sk__rd_vol(&L->recv[k].box, nd), dt, L->recv[k].peer, &ex->reqs[nq]);
-      if (r == SK_OK) nq++;
+  for (int k = 0; k < L->nsend && r == SK_OK; k++) {
+    const char *src;
+    if (x->soff[k] == (size_t)-1)
+      src = in + (size_t)x->sdir[k] * es;
+    else {
+      char *st = ex->scratch + x->soff[k];
+      sk__rd_copy(st, &L->send[k].box, in, &x->abox, &L->send[k].box, nd, es);
+      src = st;
     }
-    for (int k = 0; k < L->nsend && r == SK_OK; k++) {
-      const char *src;
-      if (x->soff[k] == (size_t)-1)
-        src = in + (size_t)x->sdir[k] * es;
-      else {
-        char *st = ex->scratch + x->soff[k];
-        sk__rd_copy(st, &L->send[k].box, in, &x->abox, &L->send[k].box, nd, es);
-        src = st;
-      }
-      r = sk_isend(ex->comm, src, (size_t)sk__rd_vol(&L->send[k].box, nd), dt, L->send[k].peer, &ex->reqs[nq]);
-      if (r == SK_OK) nq++;
-    }
-    if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
-    /* a post that failed leaves peers' matching posts unmatched: fail the world, not the timeout */
-    if (r != SK_OK && r != SK_ERR_ABORTED) sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
-    sk_result w = sk_waitall(nq, ex->reqs);
-    if (r == SK_OK) r = w;
-    if (r) return r;
-    for (int k = 0; k < L->nrecv; k++)
-      if (x->roff[k] != (size_t)-1) sk__rd_copy(out, &x->bbox, ex->scratch + x->roff[k], &L->recv[k].box, &L->recv[k].box, nd, es);
-    return SK_OK;
+    r = sk_isend(ex->comm, src, (size_t)sk__rd_vol(&L->send[k].box, nd), dt, L->send[k].peer, &ex->reqs[nq]);
+    if (r == SK_OK) nq++;
   }
+  if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
+  /* a post that failed leaves peers' matching posts unmatched: fail the world, not the timeout */
+  if (r != SK_OK && r != SK_ERR_ABORTED) sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
+  sk_result w = sk_waitall(nq, ex->reqs);
+  if (r == SK_OK) r = w;
+  if (r) return r;
+  for (int k = 0; k < L->nrecv; k++)
+    if (x->roff[k] != (size_t)-1) sk__rd_copy(out, &x->bbox, ex->scratch + x->roff[k], &L->recv[k].box, &L->recv[k].box, nd, es);
+  return SK_OK;
+}
+
+/* Copies n blocks, back to back in `packed`, from or to the buffer `buf` holding box `bb`:
+   the collectives take and deliver group-ordered contiguous blocks, the slices are strided. */
+static void sk__rd_pack(char *packed, const char *buf, const sk__rd_box *bb, const sk__rd_box *blocks, int n, int nd,
+                        size_t es) {
+  size_t off = 0;
+  for (int k = 0; k < n; k++) {
+    sk__rd_copy(packed + off, &blocks[k], buf, bb, &blocks[k], nd, es);
+    off += (size_t)sk__rd_vol(&blocks[k], nd) * es;
+  }
+}
+
+static void sk__rd_unpack(char *buf, const sk__rd_box *bb, const char *packed, const sk__rd_box *blocks, int n, int nd,
+                          size_t es) {
+  size_t off = 0;
+  for (int k = 0; k < n; k++) {
+    sk__rd_copy(buf, bb, packed + off, &blocks[k], &blocks[k], nd, es);
+    off += (size_t)sk__rd_vol(&blocks[k], nd) * es;
+  }
+}
+
+/* A collective step. Errors of a sub-communicator are copied to the executor's comm, where
+   sk_comm_error_message(comm) -- what the caller reads -- finds them. */
+static sk_result sk__rd_run_collective(sk_redist_executor *ex, const sk__rd_step *s, const sk__rd_xstep *x,
+                                       const char *in, char *out) {
+  int nd = s->a.ndims;
+  sk_dtype dt = ex->plan->desc.dtype;
+  size_t es = sk_dtype_size(dt);
+  sk_result r;
   int n = x->nmem;
   if (x->peer && !(x->send_direct && x->recv_direct)) {
     /* Shared memory and strided blocks: read each block straight from the member's input
@@ -1586,11 +1382,7 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
     sp = in + (size_t)x->send_off * es;
   else {
     char *st = ex->scratch + x->send_stage;
-    size_t off = 0;
-    for (int k = 0; k < nsend; k++) {
-      sk__rd_copy(st + off, &x->sbox[k], in, &x->abox, &x->sbox[k], nd, es);
-      off += (size_t)sk__rd_vol(&x->sbox[k], nd) * es;
-    }
+    sk__rd_pack(st, in, &x->abox, x->sbox, nsend, nd, es);
     sp = st;
   }
   rp = x->recv_direct ? out + (size_t)x->recv_off * es : ex->scratch + x->recv_stage;
@@ -1605,14 +1397,25 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
     if (x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
     return r;
   }
-  if (!x->recv_direct) {
-    size_t off = 0;
-    for (int k = 0; k < nrecv; k++) {
-      sk__rd_copy(out, &x->bbox, rp + off, &x->rbox[k], &x->rbox[k], nd, es);
-      off += (size_t)sk__rd_vol(&x->rbox[k], nd) * es;
-    }
-  }
+  if (!x->recv_direct) sk__rd_unpack(out, &x->bbox, rp, x->rbox, nrecv, nd, es);
   return SK_OK;
+}
+
+static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, char *out) {
+  const sk__rd_step *s = &ex->plan->steps[i];
+  sk__rd_xstep *x = &ex->xs[i];
+  size_t es = sk_dtype_size(ex->plan->desc.dtype);
+  if (s->op == SK_REDIST_LOCAL) {
+    sk__rd_copy(out, &x->bbox, in, &x->abox, &x->bbox, s->a.ndims, es);
+    return SK_OK;
+  }
+  if (s->op == SK_REDIST_SENDRECV && x->peer) {
+    /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
+    sk__rd_peer_ctx ctx = {s, x, in, out, es};
+    return sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx);
+  }
+  if (s->op == SK_REDIST_SENDRECV) return sk__rd_run_sendrecv(ex, s, x, in, out);
+  return sk__rd_run_collective(ex, s, x, in, out);
 }
 
 /* FNV-1a over what decides the data movement: layouts (mesh dims, shape, maps), partial axes,
@@ -1713,5 +1516,12 @@ SK_API sk_result sk_redist(sk_comm *comm, const sk_redist_desc *desc, const void
 }
 
 SK_EXTERN_C_END
+
+/* MindSpore's operator sequence: its implementation needs everything above and defines the
+   functions declared at >>mindspore, so it is emitted here, whichever header came first. */
+#ifndef SK_REDIST_MS_IMPL
+#define SK_REDIST_MS_IMPL
+#endif
+#include "sk_redist_ms.h"
 
 #endif /* SK_REDIST_IMPL */
