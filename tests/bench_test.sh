@@ -5,7 +5,8 @@
 # exit 2 with a message. Runs in well under 60 s on the 2-core machine.
 set -u
 cd "$(dirname "$0")/.."
-PROGS="all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf alltoall_perf sendrecv_perf"
+PROGS="all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf alltoall_perf sendrecv_perf gather_perf
+       scatter_perf"
 for p in $PROGS; do
   [ -x "build/$p" ] || make -s "build/$p" >/dev/null || { echo "bench: cannot build build/$p"; exit 1; }
 done

@@ -1,0 +1,59 @@
+/* gather_perf -- Gather, nccl-tests style (see bench_common.h and README.md). */
+#define _GNU_SOURCE
+#include "bench_common.h"
+
+/* busbw = algbw * (n-1)/n (nccl-tests; sk_coll_busbw_factor) */
+static double ga_factor(int n) { return sk_coll_busbw_factor(SK_COLL_GATHER, n); }
+
+/* nccl-tests: the swept size is the root's gathered (receive) buffer; each rank sends
+   count/n elements (the count column and the call's count); in place (on the root),
+   send = recv + rank*count. */
+static void ga_counts(size_t count, int n, bench_counts *k) {
+  size_t per = count / (size_t)n;
+  k->send = per, k->recv = per * (size_t)n, k->param = per;
+  k->send_ip = per, k->recv_ip = 0;
+}
+
+/* Minimum traffic, S = the gathered size: the N inputs of S/N are read once (S) and the root's
+   output of S is written once (S): 2S. */
+static double ga_min_bytes(double S, int n) {
+  (void)n;
+  return 2.0 * S;
+}
+
+static unsigned ga_touches(int rank, int n, int root) {
+  (void)n;
+  return rank == root ? 3 : 1; /* every send; the root's recv */
+}
+
+static sk_result ga_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
+  (void)op;
+  return sk_gather(c, s, r, count, dt, root);
+}
+
+/* Rank j's input element i is value(j, j*count + i): the root's buffer is value(j, k). */
+static void ga_fill(const bench_io *io) {
+  size_t cnt = io->count, es = io->es;
+  if (!io->in_place) {
+    bench_poison(io->recv, cnt * (size_t)io->n * es);
+  } else { /* everything of the gathered buffer but this rank's own block */
+    bench_poison(io->recvbuf, cnt * (size_t)io->rank * es);
+    bench_poison(io->recvbuf + cnt * (size_t)(io->rank + 1) * es, cnt * (size_t)(io->n - io->rank - 1) * es);
+  }
+  bench_fill_values(io->dt, io->send, cnt, io->rank, (size_t)io->rank * cnt, io->rep);
+}
+
+static int64_t ga_check(const bench_io *io) {
+  if (io->rank != io->root) return 0; /* only the root receives */
+  int64_t bad = 0;
+  for (int j = 0; j < io->n; j++)
+    bad += bench_count_wrong_values(io->dt, (unsigned char *)io->recv + (size_t)j * io->count * io->es, io->count, j,
+                                    (size_t)j * io->count, io->rep);
+  return bad;
+}
+
+int main(int argc, char **argv) {
+  static const bench_coll coll = {"Gather", false,  true,  false, true, ga_factor, ga_counts, ga_min_bytes,
+                                  ga_touches, ga_run, ga_fill, NULL, NULL, ga_check};
+  return bench_main(argc, argv, &coll);
+}
