@@ -3,17 +3,24 @@
 #   make test       header checks + the Criterion suites (the MPI ones launch mpirun.openmpi)
 #   make demo       the MindSpore tutorial tables (and later the 8-card training demo)
 #   make sanitize   the suites under ASan + UBSan;   make tsan   under ThreadSanitizer
+#   make test-clang the Criterion suites built with Clang (same warnings, -Werror) and run, plus a
+#                   Clang compile of every example, tool, benchmark and the MPI test driver
+#   make analyze    Clang's static analyzer over each header's implementation (SK_IMPL) and every
+#                   example, tool, benchmark and test source; fails on any report in our files
+#                   (tests/analyze.sh; ANALYZE_JOBS=N, default 2; known reports: tests/analyze.known)
 #   make install PREFIX=/usr/local   headers + shardkit.pc
 #   make deps       install the Debian packages below that are missing (as root), or name them
 
 # Every Debian package the build, tests, demo and benchmarks use. One list, checked by `deps`.
 DEB_PACKAGES := gcc g++ make pkg-config libcriterion-dev openmpi-bin libopenmpi-dev zlib1g-dev libopenblas-dev \
-                dataset-fashion-mnist gnuplot-nox
+                dataset-fashion-mnist gnuplot-nox clang
 
 PREFIX ?= /usr/local
 BUILD  := build
 CC     := gcc
 CXX    := g++
+# The second compiler (test-clang, the Clang header checks) and the analyzer's (analyze).
+CLANG  := clang
 WARN   := -Wall -Wextra -Werror -pedantic
 CFLAGS := -std=c11 $(WARN) -O2 -g
 CPPFLAGS := -Iinclude
@@ -35,7 +42,7 @@ MPI_EXAMPLES := $(BUILD)/both_backends
 # Tests run with a per-test timeout inside the suites; CRITERION_JOBS keeps the 2-core box sane.
 CRITERION_ARGS ?= --jobs 2
 
-.PHONY: all test demo sanitize tsan install deps check-headers clean
+.PHONY: all test demo sanitize tsan test-clang analyze install deps check-headers clean
 
 all: $(TOOLS) $(EXAMPLES) $(BENCHES)
 
@@ -114,6 +121,33 @@ tsan: $(BUILD)/tsan/unit
 	@if setarch $$(uname -m) -R true 2>/dev/null; then r="setarch $$(uname -m) -R"; else r=""; fi; \
 	echo "TSAN_OPTIONS=halt_on_error=1 $$r $(BUILD)/tsan/unit"; \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $$r $(BUILD)/tsan/unit
+
+# ---- Clang -------------------------------------------------------------------------------
+# The suites again, built by the second compiler: Clang warns where GCC does not, and its code
+# generation exercises the atomics and the threads backend differently. The MPI cases use the
+# programs in build/, as under `make sanitize`.
+$(BUILD)/clang/unit: $(TEST_SRCS) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	$(CLANG) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(LDLIBS)
+
+# Every other program compiled (not linked: linking checks nothing Clang-specific) by Clang,
+# through Open MPI's wrapper with OMPI_CC so the MPI ones find mpi.h.
+CLANG_OBJS := $(patsubst %.c,$(BUILD)/clang/%.o,$(wildcard examples/*.c bench/*.c) tests/mpi/mpi_driver.c)
+$(BUILD)/clang/examples/%.o: examples/%.c $(wildcard examples/*.h) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+$(BUILD)/clang/bench/%.o: bench/%.c $(wildcard bench/*.h) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) -DSK_BENCH_MPI $(CFLAGS) -c -o $@ $<
+$(BUILD)/clang/tests/mpi/mpi_driver.o: $(wildcard tests/mpi/*.c tests/mpi/*.h) $(HEADERS) | deps
+	@mkdir -p $(@D)
+	OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) -Itests/mpi $(CFLAGS) -c -o $@ tests/mpi/mpi_driver.c
+
+test-clang: $(BUILD)/clang/unit $(CLANG_OBJS) $(BUILD)/mpi_driver
+	$(BUILD)/clang/unit $(CRITERION_ARGS)
+
+analyze: | deps
+	@CLANG=$(CLANG) sh tests/analyze.sh
 
 demo: $(BUILD)/sk-layout $(BUILD)/operator_parallel
 	@echo '== Layout((2,2,2),("dp","sp","mp")), x[16,784] under layout("mp",("sp","dp")) =='

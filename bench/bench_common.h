@@ -790,6 +790,7 @@ BENCH_FN size_t bench__max_buf(const bench_coll *coll, const bench_opts *o, int 
   size_t maxbuf = 64, exp = 0;
   for (int ti = 0; ti < o->ndtypes; ti++) {
     size_t es = sk_dtype_size(o->dtypes[ti]);
+    if (es == 0) continue; /* not a dtype: bench__parse only lets valid ones through */
     for (size_t b = o->minbytes; b <= o->maxbytes;) {
       bench_counts k;
       coll->counts(b / es, n, &k);
@@ -818,6 +819,11 @@ BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
                                          : bench_world_threads(&o, &w, &nlocal, &local0);
   if (st) return st;
   int n = o.ngpus;
+  if (n < 1) { /* both world makers set it; the counts divide by it */
+    fprintf(stderr, "%s: the world has no device\n", o.prog);
+    sk_world_destroy(w);
+    return 1;
+  }
   if (coll->has_root && o.root >= n) {
     sk_world_destroy(w);
     char buf[64];
@@ -836,6 +842,7 @@ BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
   x.expected = x.expected_cap ? bench__alloc(x.expected_cap) : NULL;
   if (!x.dev || (x.expected_cap && !x.expected)) {
     fprintf(stderr, "%s: out of memory\n", o.prog);
+    free(x.dev), free(x.expected);
     sk_world_destroy(w);
     return 1;
   }

@@ -380,7 +380,7 @@ static sk_result fp_probe(fp_dev *d, double *a_us, double *c_us) {
     r = sk_iallreduce(d->c, buf, buf, big / 4, SK_F32, SK_SUM, &q);
     if (r == SK_OK) r = sk_wait(&q);
     large[i] = (double)(sk_now_ns() - t0) / 1e3;
-    if ((r = sk_barrier(d->c)) != SK_OK) break;
+    if (r != SK_OK || (r = sk_barrier(d->c)) != SK_OK) break; /* a failed wait ends the probe too */
     t0 = sk_now_ns();
     if (!x->o->zero_copy && d->ws && d->grad) { /* pack + unpack: two copies of `big` bytes */
       size_t done = 0;
@@ -525,7 +525,10 @@ int main(int argc, char **argv) {
   memset(&x, 0, sizeof x);
   x.o = &o;
   int st = fp_load(&x, argv[0]);
-  if (st) return st;
+  if (st) {
+    free(x.t); /* what a failed load read so far */
+    return st;
+  }
   /* configs: the swept thresholds, "0" added first when missing (the reference), auto last */
   bool has0 = false;
   for (int i = 0; i < o.nthr; i++) has0 = has0 || o.thr[i] == 0;
@@ -539,7 +542,10 @@ int main(int argc, char **argv) {
     memset(&bo, 0, sizeof bo);
     bo.prog = o.prog, bo.ngpus = o.ngpus, bo.backend = "mpi";
     st = bench_world_mpi(&bo, &w, &x.nlocal, &x.local0);
-    if (st) return st;
+    if (st) {
+      free(x.t);
+      return st;
+    }
     x.n = bo.ngpus;
   } else {
     sk_world_desc d;
@@ -550,13 +556,19 @@ int main(int argc, char **argv) {
     sk_error err;
     if (sk_world_create(&d, &w, &err) != SK_OK) {
       fprintf(stderr, "%s: cannot create the threads world: %s\n", o.prog, err.msg);
+      free(x.t);
       return 1;
     }
     x.n = d.ndevices, x.nlocal = d.ndevices, x.local0 = 0;
   }
   x.meas = (double *)calloc((size_t)(x.ncfg * o.rounds), sizeof(double));
   x.model = (double *)calloc((size_t)(x.ncfg * o.rounds), sizeof(double));
-  if (!x.meas || !x.model) return 1;
+  if (!x.meas || !x.model) {
+    fprintf(stderr, "%s: out of memory\n", o.prog);
+    sk_world_destroy(w);
+    free(x.meas), free(x.model), free(x.t);
+    return 1;
+  }
   bool root = x.local0 == 0;
   if (root) {
     printf("# shardkit %d.%d.%d  %s  backend: %s  devices: %d\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH,
@@ -577,7 +589,7 @@ int main(int argc, char **argv) {
   }
   if (root && status == 0) {
     double tm[FP_MAXCFG + 1], ex[FP_MAXCFG + 1], mm[FP_MAXCFG + 1], mx[FP_MAXCFG + 1];
-    int ref = -1;
+    int ref = 0; /* the threshold-0 config (main always adds one); starting at 0 keeps tm[ref] in bounds */
     for (int i = 0; i < x.ncfg; i++) {
       tm[i] = fp_median(x.meas + i * o.rounds, o.rounds);
       mm[i] = fp_median(x.model + i * o.rounds, o.rounds);

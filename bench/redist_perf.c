@@ -57,7 +57,7 @@ static int64_t gidx(const sk_layout *l, const sk_slice *s, int64_t i) {
 
 static int ppos(const sk_mesh *m, uint32_t partial, int rank) {
   int c[SK_MAX_AXES], k = 0;
-  sk_mesh_coords(m, rank, c, NULL);
+  if (sk_mesh_coords(m, rank, c, NULL) != SK_OK) return 0; /* never: the ranks come from the world */
   for (int a = 0; a < m->naxes; a++)
     if (partial & (1u << a)) k = k * m->dims[a] + c[a];
   return k;
@@ -70,16 +70,17 @@ static sk_result device(sk_comm *c, void *arg) {
   int r = sk_comm_rank(c);
   const sk_redist_desc *d = &x->desc;
   sk_slice fs, ts;
-  sk_layout_slice(&d->from, r, &fs, NULL);
-  sk_layout_slice(&d->to, r, &ts, NULL);
+  sk_error e;
+  sk_result rc = sk_layout_slice(&d->from, r, &fs, &e);
+  if (rc == SK_OK) rc = sk_layout_slice(&d->to, r, &ts, &e);
+  if (rc) return sk_comm_set_error(c, rc, "%s", e.msg);
   int k = ppos(&d->from.mesh, d->partial, r), g = 1;
   for (int a = 0; a < d->from.mesh.naxes; a++)
     if (d->partial & (1u << a)) g *= d->from.mesh.dims[a];
   for (size_t i = 0; i < x->nsrc[r]; i++) x->src[r][i] = val(gidx(&d->from, &fs, (int64_t)i), d->partial ? k : 0);
   memset(x->dst[r], 0, x->ndst[r] * 4);
   sk_redist_executor *ex;
-  sk_error e;
-  sk_result rc = sk_redist_executor_create(c, d, &ex, &e);
+  rc = sk_redist_executor_create(c, d, &ex, &e);
   if (rc) return sk_comm_set_error(c, rc, "%s", e.msg);
   /* check once */
   rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32);
@@ -188,9 +189,9 @@ int main(int argc, char **argv) {
     double planb = 0;
     for (int i = 0; i < sk_redist_plan_nsteps(p); i++) {
       sk_redist_step_info s;
-      sk_redist_plan_step(p, i, &s, NULL);
+      if (sk_redist_plan_step(p, i, &s, &e)) die(mv->label, &e);
       snprintf(plan + strlen(plan), sizeof plan - strlen(plan), "%s%s", i ? "+" : "", s.name);
-      int64_t sh[SK_MAX_DIMS], v = 1;
+      int64_t sh[SK_MAX_DIMS] = {0}, v = 1; /* slice_shape leaves sh alone on a bad layout */
       sk_layout_slice_shape(s.to, sh);
       for (int k = 0; k < s.to->ndims; k++) v *= sh[k];
       planb += (double)v * 4 * ndev * (1 + (s.from_partial ? s.group_size : 1));
@@ -202,9 +203,9 @@ int main(int argc, char **argv) {
       if (x.desc.partial & (1u << a)) g *= m.dims[a];
     for (int r = 0; r < ndev; r++) {
       uint64_t rv, sv;
-      sk_redist_plan_bytes(p, -1, r, &rv, &sv, NULL);
+      if (sk_redist_plan_bytes(p, -1, r, &rv, &sv, &e)) die(mv->label, &e);
       if (rv > rmax) rmax = rv;
-      int64_t fshape[2], tshape[2];
+      int64_t fshape[SK_MAX_DIMS] = {0}, tshape[SK_MAX_DIMS] = {0};
       sk_layout_slice_shape(&x.desc.from, fshape);
       sk_layout_slice_shape(&x.desc.to, tshape);
       x.nsrc[r] = (size_t)(fshape[0] * fshape[1]);

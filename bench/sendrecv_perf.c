@@ -30,6 +30,7 @@ static unsigned sr_touches(int rank, int n, int root) {
 static sk_result sr_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
   (void)op, (void)root;
   int n = sk_comm_size(c), me = sk_comm_rank(c);
+  if (n < 1) return SK_ERR_INVALID_ARGUMENT; /* no communicator: the modulo below needs n */
   return sk_sendrecv(c, s, count, (me + 1) % n, r, count, (me - 1 + n) % n, dt);
 }
 

@@ -47,11 +47,17 @@ static int mnist__read(gzFile f, void *buf, size_t n) {
   return 0;
 }
 
-/* Loads one split ("train" or "t10k"). Returns 0, or -1 with a message in err. */
-static int mnist_load(const char *dir, const char *split, mnist_set *out, char *err, size_t errcap) {
+/* Leaves *s empty, so freeing it again is harmless. */
+static void mnist_free(mnist_set *s) {
+  free(s->images);
+  free(s->labels);
+  s->images = NULL, s->labels = NULL, s->n = 0;
+}
+
+/* mnist_load's body: may leave buffers in *out when it fails. */
+static int mnist__load(const char *dir, const char *split, mnist_set *out, char *err, size_t errcap) {
   char name[64], path[1024];
   unsigned char hdr[16];
-  memset(out, 0, sizeof *out);
   snprintf(name, sizeof name, "%s-images-idx3-ubyte", split);
   gzFile fi = mnist__open(dir, name, path, sizeof path);
   if (!fi) {
@@ -115,10 +121,12 @@ static int mnist_load(const char *dir, const char *split, mnist_set *out, char *
   return 0;
 }
 
-static void mnist_free(mnist_set *s) {
-  free(s->images);
-  free(s->labels);
-  memset(s, 0, sizeof *s);
+/* Loads one split ("train" or "t10k"). Returns 0, or -1 with a message in err and *out empty. */
+static int mnist_load(const char *dir, const char *split, mnist_set *out, char *err, size_t errcap) {
+  memset(out, 0, sizeof *out);
+  if (mnist__load(dir, split, out, err, errcap) == 0) return 0;
+  mnist_free(out);
+  return -1;
 }
 
 #endif

@@ -327,7 +327,7 @@ static sk_result train_step(device *d, const shared *S, long batch_index, double
   sk_result r;
   /* each device reads only the rows its data layout gives it (all 32 with full_batch) */
   sk_slice xs;
-  sk_layout_slice(&p->data_x, me, &xs, NULL);
+  if ((r = sk_layout_slice(&p->data_x, me, &xs, NULL))) return r;
   size_t row0 = (size_t)batch_index * BATCH;
   for (int64_t i = xs.start[0]; i < xs.stop[0]; i++) {
     const float *img = S->train.images + (row0 + (size_t)i) * IN;
@@ -513,23 +513,24 @@ static sk_result run_world(sk_world *w, shared *S, char *msg, size_t cap) {
   return r;
 }
 
-int main(int argc, char **argv) {
-  options o;
-  memset(&o, 0, sizeof o);
-  o.devices = 8, o.epochs = 3;
-  for (int i = 1; i < argc; i++) {
+/* Parses argv into *o. Returns 0, or the exit code of a usage error. */
+static int parse_options(int argc, char **argv, options *o) {
+  memset(o, 0, sizeof *o);
+  o->devices = 8, o->epochs = 3;
+  /* argv[i] is non-NULL below argc; the explicit test tells the static analyzer so */
+  for (int i = 1; i < argc && argv[i]; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--devices") && v) o.devices = atoi(v), i++;
-    else if (!strcmp(a, "--epochs") && v) o.epochs = atoi(v), i++;
-    else if (!strcmp(a, "--steps") && v) o.steps = atol(v), i++;
-    else if (!strcmp(a, "--layouts")) o.layouts = true;
-    else if (!strcmp(a, "--check")) o.check = true;
+    if (!strcmp(a, "--devices") && v) o->devices = atoi(v), i++;
+    else if (!strcmp(a, "--epochs") && v) o->epochs = atoi(v), i++;
+    else if (!strcmp(a, "--steps") && v) o->steps = atol(v), i++;
+    else if (!strcmp(a, "--layouts")) o->layouts = true;
+    else if (!strcmp(a, "--check")) o->check = true;
     else if (!strcmp(a, "--dataset-strategy") && v) {
-      if (!strcmp(v, "full_batch")) o.full_batch = true;
+      if (!strcmp(v, "full_batch")) o->full_batch = true;
       else if (strcmp(v, "data_parallel")) return usage("--dataset-strategy takes data_parallel or full_batch");
       i++;
     } else if (!strcmp(a, "--backend") && v) {
-      if (!strcmp(v, "mpi")) o.mpi = true;
+      if (!strcmp(v, "mpi")) o->mpi = true;
       else if (strcmp(v, "threads")) return usage("--backend takes threads or mpi");
       i++;
     } else {
@@ -538,68 +539,96 @@ int main(int argc, char **argv) {
       return usage(m);
     }
   }
-  if (o.devices != 1 && o.devices != 8) return usage("--devices must be 8 (the tutorial's strategies) or 1 (the baseline)");
-  if (o.epochs < 1 || o.steps < 0) return usage("--epochs must be >= 1 and --steps >= 0");
-  openblas_set_num_threads(1); /* the devices are the threads */
-  shared S;
-  memset(&S, 0, sizeof S);
-  S.opt = o;
+  if (o->devices != 1 && o->devices != 8) return usage("--devices must be 8 (the tutorial's strategies) or 1 (the baseline)");
+  if (o->epochs < 1 || o->steps < 0) return usage("--epochs must be >= 1 and --steps >= 0");
+  return 0;
+}
+
+/* Loads the data set and draws the initial weights; the loss logs hold total + 1 entries. */
+static int shared_init(shared *S, double **base) {
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (!dir || !*dir) dir = MNIST_DEFAULT_DIR;
   char err[1024];
-  if (mnist_load(dir, "train", &S.train, err, sizeof err) || mnist_load(dir, "t10k", &S.test, err, sizeof err)) {
+  if (mnist_load(dir, "train", &S->train, err, sizeof err) || mnist_load(dir, "t10k", &S->test, err, sizeof err)) {
     fprintf(stderr, "operator_parallel: %s\n", err);
-    return 1;
+    return -1;
   }
+  bool ok = true;
   for (int i = 0; i < 3; i++) { /* HeUniform(negative_slope = sqrt(5)): uniform in +-1/sqrt(fan_in) */
     size_t n = (size_t)(W_SHAPE[i][0] * W_SHAPE[i][1]);
     double bound = 1.0 / sqrt((double)W_SHAPE[i][0]);
-    S.w0[i] = (double *)malloc(sizeof(double) * n);
-    for (size_t j = 0; S.w0[i] && j < n; j++) S.w0[i][j] = (2 * rng_uniform() - 1) * bound;
+    S->w0[i] = (double *)malloc(sizeof(double) * n);
+    ok = ok && S->w0[i];
+    for (size_t j = 0; S->w0[i] && j < n; j++) S->w0[i][j] = (2 * rng_uniform() - 1) * bound;
   }
-  long total = (long)o.epochs * (S.train.n / BATCH);
-  if (o.steps && o.steps < total) total = o.steps;
-  S.losses = (double *)calloc((size_t)total + 1, sizeof(double));
-  double *base = (double *)calloc((size_t)total + 1, sizeof(double));
+  long total = (long)S->opt.epochs * (S->train.n / BATCH);
+  if (S->opt.steps && S->opt.steps < total) total = S->opt.steps;
+  S->losses = (double *)calloc((size_t)total + 1, sizeof(double));
+  *base = (double *)calloc((size_t)total + 1, sizeof(double));
+  if (ok && S->losses && *base) return 0;
+  fprintf(stderr, "operator_parallel: out of memory\n");
+  return -1;
+}
+
+/* Frees what shared_init allocated (also after it failed half-way). */
+static void shared_free(shared *S, double *base) {
+  mnist_free(&S->train), mnist_free(&S->test);
+  for (int i = 0; i < 3; i++) free(S->w0[i]);
+  free(S->losses), free(base);
+}
+
+/* Trains once on a single device, from the same data and weights, into B.losses = base. */
+static sk_result run_baseline(const shared *S, double *base, long *nbase, double *seconds, char *msg, size_t cap) {
+  shared B = *S;
+  sk_world *bw = NULL;
+  B.opt.devices = 1, B.opt.mpi = false, B.printing = 0, B.losses = base;
+  sk_result r = make_world(1, false, &bw, msg, cap);
+  if (r == SK_OK) r = run_world(bw, &B, msg, cap);
+  if (bw) sk_world_destroy(bw);
+  *nbase = B.nlosses, *seconds = B.epoch_seconds;
+  return r;
+}
+
+static void print_summary(const shared *S, const double *base, long nbase, double base_seconds) {
+  const options *o = &S->opt;
+  printf("# %d device(s), %s backend, %.3f s per epoch (of %ld steps)\n", o->devices, o->mpi ? "mpi" : "threads",
+         S->epoch_seconds, (long)(S->train.n / BATCH));
+  if (!o->check || o->devices == 1) return;
+  long n = nbase < S->nlosses ? nbase : S->nlosses;
+  double worst = 0;
+  for (long i = 0; i < n; i++) {
+    double rel = fabs(S->losses[i] - base[i]) / fabs(base[i]);
+    worst = rel > worst ? rel : worst;
+  }
+  printf("# single device: %.3f s per epoch\n", base_seconds);
+  printf("check: max relative loss difference %.3g over %ld steps\n", worst, n);
+}
+
+int main(int argc, char **argv) {
+  shared S;
+  memset(&S, 0, sizeof S);
+  int code = parse_options(argc, argv, &S.opt);
+  if (code) return code;
+  openblas_set_num_threads(1); /* the devices are the threads */
+  double *base = NULL;
+  if (shared_init(&S, &base)) {
+    shared_free(&S, base);
+    return 1;
+  }
   long nbase = 0;
   double base_seconds = 0;
   char msg[512];
   sk_world *w = NULL;
-  sk_result r = make_world(o.devices, o.mpi, &w, msg, sizeof msg);
+  sk_result r = make_world(S.opt.devices, S.opt.mpi, &w, msg, sizeof msg);
   int process = 0;
-  if (r == SK_OK && o.mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
-  if (r == SK_OK && o.check && o.devices != 1 && process == 0) { /* the single-device baseline, here */
-    shared B = S;
-    sk_world *bw = NULL;
-    B.opt.devices = 1, B.opt.mpi = false, B.printing = 0, B.losses = base;
-    r = make_world(1, false, &bw, msg, sizeof msg);
-    if (r == SK_OK) r = run_world(bw, &B, msg, sizeof msg);
-    if (bw) sk_world_destroy(bw);
-    nbase = B.nlosses, base_seconds = B.epoch_seconds;
-  }
+  if (r == SK_OK && S.opt.mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
+  if (r == SK_OK && S.opt.check && S.opt.devices != 1 && process == 0) /* the single-device baseline, here */
+    r = run_baseline(&S, base, &nbase, &base_seconds, msg, sizeof msg);
   S.printing = 1;
   if (r == SK_OK) r = run_world(w, &S, msg, sizeof msg);
   if (w) sk_world_destroy(w);
-  if (r != SK_OK) {
-    fprintf(stderr, "operator_parallel: %s: %s\n", sk_result_name(r), msg);
-    return 1;
-  }
-  if (S.lead_process) {
-    printf("# %d device(s), %s backend, %.3f s per epoch (of %ld steps)\n", o.devices, o.mpi ? "mpi" : "threads",
-           S.epoch_seconds, (long)(S.train.n / BATCH));
-    if (o.check && o.devices != 1) {
-      long n = nbase < S.nlosses ? nbase : S.nlosses;
-      double worst = 0;
-      for (long i = 0; i < n; i++) {
-        double rel = fabs(S.losses[i] - base[i]) / fabs(base[i]);
-        worst = rel > worst ? rel : worst;
-      }
-      printf("# single device: %.3f s per epoch\n", base_seconds);
-      printf("check: max relative loss difference %.3g over %ld steps\n", worst, n);
-    }
-  }
-  mnist_free(&S.train), mnist_free(&S.test);
-  for (int i = 0; i < 3; i++) free(S.w0[i]);
-  free(S.losses), free(base);
-  return 0;
+  if (r != SK_OK) fprintf(stderr, "operator_parallel: %s: %s\n", sk_result_name(r), msg);
+  else if (S.lead_process) print_summary(&S, base, nbase, base_seconds);
+  shared_free(&S, base);
+  return r != SK_OK;
 }

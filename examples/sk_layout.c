@@ -55,8 +55,9 @@ static const char usage[] =
     "                     every element: prints ok, or the first wrong element (exit 1)\n"
     "  -h, --help         this text\n";
 
-/* One line on stderr, exit 2: the contract for bad input. */
-static void die(const char *fmt, ...) {
+/* One line on stderr, exit 2: the contract for bad input. _Noreturn also tells the static
+   analyzer that the paths after a die() never run. */
+static _Noreturn void die(const char *fmt, ...) {
   va_list ap;
   fputs("sk-layout: error: ", stderr);
   va_start(ap, fmt);
@@ -221,14 +222,18 @@ static sk_result exec_device(sk_comm *c, void *arg) {
   int r = sk_comm_rank(c);
   size_t es = sk_dtype_size(d->dtype);
   sk_slice fs, ts;
-  sk_layout_slice(&d->from, r, &fs, NULL);
-  sk_layout_slice(&d->to, r, &ts, NULL);
+  sk_error e;
+  x->bad_index[r] = -1;
+  if ((x->rc[r] = sk_layout_slice(&d->from, r, &fs, &e)) || (x->rc[r] = sk_layout_slice(&d->to, r, &ts, &e))) {
+    snprintf(x->msg[r], SK_ERROR_MSG_MAX, "%s", e.msg);
+    return x->rc[r];
+  }
   int64_t nf = 1, nt = 1;
   for (int k = 0; k < fs.ndims; k++) nf *= fs.stop[k] - fs.start[k], nt *= ts.stop[k] - ts.start[k];
+  /* every size + 1: malloc(0) may return NULL, which would read as out of memory */
   unsigned char *src = (unsigned char *)malloc((size_t)nf * es + 1), *dst = (unsigned char *)malloc((size_t)nt * es + 1);
-  unsigned char *want = (unsigned char *)malloc(es), *parts = (unsigned char *)malloc(es * (size_t)x->gsize);
-  const void **srcs = (const void **)malloc(sizeof(void *) * (size_t)x->gsize);
-  x->bad_index[r] = -1;
+  unsigned char *want = (unsigned char *)malloc(es + 1), *parts = (unsigned char *)malloc(es * (size_t)x->gsize + 1);
+  const void **srcs = (const void **)malloc(sizeof(void *) * (size_t)x->gsize + 1);
   if (!src || !dst || !want || !parts || !srcs) {
     free(src), free(dst), free(want), free(parts), free(srcs);
     x->rc[r] = SK_ERR_OUT_OF_MEMORY;
@@ -238,7 +243,6 @@ static sk_result exec_device(sk_comm *c, void *arg) {
   int k = partial_pos(&d->from.mesh, d->partial, r);
   for (int64_t i = 0; i < nf; i++) gen_value(d->dtype, src, (size_t)i, global_index(&d->from, &fs, i, NULL), k, d->partial != 0);
   memset(dst, 0xA5, (size_t)nt * es);
-  sk_error e;
   sk_result rc = sk_redist(c, d, src, (size_t)nf, dst, (size_t)nt, &e);
   x->rc[r] = rc;
   if (rc != SK_OK) {

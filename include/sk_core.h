@@ -137,7 +137,12 @@ typedef enum sk_dtype {
   SK_DTYPE_COUNT
 } sk_dtype;
 
-SK__INLINE bool sk_dtype_valid(sk_dtype dt) { return (int)dt >= 0 && (int)dt < (int)SK_DTYPE_COUNT; }
+/* The range test, spelled once for sk_dtype_valid and sk_dtype_size so that the latter makes no
+   call: the clang static analyzer stops following calls a few levels deep, and past that point
+   it believed a dtype already checked could have size 0 (and reported divisions by it). */
+#define SK__DTYPE_IN_RANGE(dt) ((int)(dt) >= 0 && (int)(dt) < (int)SK_DTYPE_COUNT)
+
+SK__INLINE bool sk_dtype_valid(sk_dtype dt) { return SK__DTYPE_IN_RANGE(dt); }
 
 /* Bytes per element; 0 for an invalid dtype. */
 SK__INLINE size_t sk_dtype_size(sk_dtype dt) {
@@ -146,7 +151,7 @@ SK__INLINE size_t sk_dtype_size(sk_dtype dt) {
       SK_DTYPE_LIST(SK__DTYPE_SIZE)
 #undef SK__DTYPE_SIZE
   };
-  return sk_dtype_valid(dt) ? sizes[dt] : 0;
+  return SK__DTYPE_IN_RANGE(dt) ? sizes[dt] : 0;
 }
 
 /* Short name ("f32"); "invalid" for an invalid dtype. */
@@ -337,17 +342,28 @@ SK_EXTERN_C_END
 
 #define SK__DEF(v, d) ((v) ? (v) : (d))
 
-/* Writes the message into err (if given) and returns code, so `return sk__fail(err, ...)`. */
-static SK__UNUSED SK__PRINTF(3, 4) sk_result sk__fail(sk_error *err, sk_result code, const char *fmt, ...) {
+/* sk__fail(err, code, fmt, ...) writes the message into err (if given) and returns code, so
+   `return sk__fail(err, ...)`. A macro over two functions, because the clang static analyzer does
+   not step into variadic calls: from one function it could not tell that the result is `code`,
+   and it would follow every failure path on as if it had returned SK_OK. err is evaluated twice:
+   pass a plain pointer. */
+static SK__UNUSED SK__PRINTF(2, 3) int sk__fail_msg(sk_error *err, const char *fmt, ...) {
   if (err) {
     va_list ap;
     va_start(ap, fmt);
-    err->code = code;
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
   }
+  return 0;
+}
+
+static SK__UNUSED sk_result sk__fail_code(sk_error *err, sk_result code, int msg_written) {
+  (void)msg_written; /* only orders the message before the return */
+  if (err) err->code = code;
   return code;
 }
+
+#define sk__fail(err, code, ...) sk__fail_code((err), (code), sk__fail_msg((err), __VA_ARGS__))
 
 static SK__UNUSED bool sk__allocator_ok(const sk_allocator *a) { return !a || (!a->alloc) == (!a->free); }
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Header-only discipline: every header compiles alone as C11 and C++17 with -Werror, with and
-# without its implementation, also after a system header came first; all modules link from one
-# implementation TU; two SK_STATIC copies link together.
+# without its implementation, also after a system header came first, under GCC and (when
+# installed: make deps) Clang, whose warnings differ; all modules link from one implementation
+# TU; two SK_STATIC copies link together.
 set -u
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -11,6 +12,9 @@ try() { # description, compiler command...
   desc=$1; shift; n=$((n + 1))
   if ! "$@" >"$tmp/log" 2>&1; then echo "FAIL: $desc"; sed 's/^/    /' "$tmp/log" | head -20; fail=$((fail + 1)); fi
 }
+compilers="gcc:g++"
+if command -v clang >/dev/null 2>&1 && command -v clang++ >/dev/null 2>&1; then compilers="$compilers clang:clang++"
+else echo "skip the Clang header checks (no clang: make deps)"; fi
 for h in include/*.h; do
   name=${h#include/}
   extra=""
@@ -21,11 +25,14 @@ for h in include/*.h; do
   printf '#define SK_IMPL\n#include "%s"\nint sk_check_dummy;\n' "$name" >"$tmp/impl.c"
   printf '#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#define SK_IMPL\n#include "%s"\nint sk_check_dummy;\n' "$name" >"$tmp/late.c"
   cp "$tmp/decl.c" "$tmp/decl.cc"; cp "$tmp/impl.c" "$tmp/impl.cc"
-  try "$name as C11, declarations"        gcc -std=c11 $W $extra -c "$tmp/decl.c" -o "$tmp/o"
-  try "$name as C11, SK_IMPL"             gcc -std=c11 $W $extra -c "$tmp/impl.c" -o "$tmp/o"
-  try "$name as C11, SK_IMPL after <stdio.h>" gcc -std=c11 $W $extra -c "$tmp/late.c" -o "$tmp/o"
-  try "$name as C++17, declarations"      g++ -std=c++17 $W $extra -c "$tmp/decl.cc" -o "$tmp/o"
-  try "$name as C++17, SK_IMPL"           g++ -std=c++17 $W $extra -c "$tmp/impl.cc" -o "$tmp/o"
+  for pair in $compilers; do
+    cc=${pair%:*}; cxx=${pair#*:}
+    try "$name as C11 ($cc), declarations"        $cc -std=c11 $W $extra -c "$tmp/decl.c" -o "$tmp/o"
+    try "$name as C11 ($cc), SK_IMPL"             $cc -std=c11 $W $extra -c "$tmp/impl.c" -o "$tmp/o"
+    try "$name as C11 ($cc), SK_IMPL after <stdio.h>" $cc -std=c11 $W $extra -c "$tmp/late.c" -o "$tmp/o"
+    try "$name as C++17 ($cxx), declarations"     $cxx -std=c++17 $W $extra -c "$tmp/decl.cc" -o "$tmp/o"
+    try "$name as C++17 ($cxx), SK_IMPL"          $cxx -std=c++17 $W $extra -c "$tmp/impl.cc" -o "$tmp/o"
+  done
 done
 # Implementation in one TU, declarations in another, linked into one program.
 printf '#define SK_IMPL\n#include "shardkit.h"\n' >"$tmp/a.c"

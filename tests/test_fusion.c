@@ -432,7 +432,7 @@ typedef struct rt_tensor {
   size_t count;
   int id;
   unsigned char *send, *recv, *ref;
-  size_t sbytes, rbytes;
+  size_t selems, sbytes, rbytes; /* send elements; send and receive bytes */
   int h;
 } rt_tensor;
 
@@ -517,7 +517,8 @@ static sk_result rt_device(sk_comm *c, void *argp) {
   size_t off = 0;
   for (int i = 0; i < nt; i++) {
     size_t es = sk_dtype_size(t[i].dt), n = (size_t)N;
-    t[i].sbytes = t[i].count * es * (t[i].kind == SK_COLL_REDUCE_SCATTER ? n : 1);
+    t[i].selems = t[i].count * (t[i].kind == SK_COLL_REDUCE_SCATTER ? n : 1);
+    t[i].sbytes = t[i].selems * es;
     t[i].rbytes = t[i].count * es * (t[i].kind == SK_COLL_ALLGATHER ? n : 1);
     if (flat) {
       t[i].send = t[i].recv = flatbuf + off;
@@ -557,8 +558,7 @@ static sk_result rt_device(sk_comm *c, void *argp) {
     uint64_t seed = 1000u + (uint64_t)step * 17u + (uint64_t)a->mode;
     for (int i = 0; i < nt; i++) {
       int pat = t[i].kind == SK_COLL_ALLGATHER ? CT_PAT_MOVE : ct_pat_for(t[i].op);
-      size_t es = sk_dtype_size(t[i].dt);
-      ct_fill(t[i].dt, pat, seed + (uint64_t)i, rank, 0, t[i].send, t[i].sbytes / es);
+      ct_fill(t[i].dt, pat, seed + (uint64_t)i, rank, 0, t[i].send, t[i].selems);
       if (!flat) memset(t[i].recv, CT_JUNK_BYTE, t[i].rbytes);
     }
     /* references: the same ops unfused and blocking (flat: from a copy, as they are in place) */
