@@ -7,7 +7,7 @@
 #                   Clang compile of every example, tool, benchmark and the MPI test driver
 #   make analyze    Clang's static analyzer over each header's implementation (SK_IMPL) and every
 #                   example, tool, benchmark and test source; fails on any report in our files
-#                   (tests/analyze.sh; ANALYZE_JOBS=N, default 2; known reports: tests/analyze.known)
+#                   (tests/analyze.sh; ANALYZE_JOBS=N, default 2)
 #   make install PREFIX=/usr/local   headers + shardkit.pc
 #   make deps       install the Debian packages below that are missing (as root), or name them
 

@@ -406,6 +406,7 @@ SK_API sk_result sk_mesh_init(sk_mesh *mesh, int naxes, const int *dims, const c
 
 SK_API sk_result sk_mesh_parse(sk_mesh *mesh, const char *text, sk_error *err) {
   if (!mesh) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh is NULL");
+  memset(mesh, 0, sizeof *mesh); /* a failed parse leaves an empty mesh, never a half-filled one */
   if (!text) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh text is NULL");
   char names[SK_MAX_AXES][SK_AXIS_NAME_MAX];
   const char *name_ptrs[SK_MAX_AXES];
@@ -612,7 +613,7 @@ SK_API sk_result sk_mesh_group(const sk_mesh *mesh, int rank, uint32_t axis_mask
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ranks has room for %d entries; the group needs %d", cap, size);
   /* base = rank with its coordinates on the masked axes set to 0 */
   int base = 0, stride = 1, x = rank;
-  for (int k = mesh->naxes - 1; k >= 0; k--) {
+  for (int k = (mesh->naxes < SK_MAX_AXES ? mesh->naxes : SK_MAX_AXES) - 1; k >= 0; k--) { /* bound: checked above */
     int ck = x % mesh->dims[k];
     x /= mesh->dims[k];
     if (!(axis_mask & (1u << k))) base += ck * stride;
@@ -1037,7 +1038,10 @@ SK_API int sk_layout_split_count(const sk_layout *layout, int dim) {
 
 SK_API void sk_layout_slice_shape(const sk_layout *layout, int64_t *shape) {
   if (!layout || !shape || !sk__layout_sane(layout)) return;
-  for (int d = 0; d < layout->ndims; d++) shape[d] = layout->shape[d] / sk_layout_split_count(layout, d);
+  for (int d = 0; d < layout->ndims; d++) {
+    int split = sk_layout_split_count(layout, d); /* >= 1 for a sane layout */
+    shape[d] = split ? layout->shape[d] / split : 0;
+  }
 }
 
 SK_API sk_result sk_layout_slice(const sk_layout *layout, int rank, sk_slice *slice, sk_error *err) {
@@ -1161,7 +1165,7 @@ SK_API sk_result sk_layout_standard(const sk_layout *in, sk_layout *out, sk_erro
 
 /* >>table -- two passes: measure every column over all ranks, then print aligned. */
 static SK__UNUSED void sk__layout_put_coords(sk__layout_out *o, const sk_mesh *m, int rank) {
-  int c[SK_MAX_AXES];
+  int c[SK_MAX_AXES] = {0};
   sk_mesh_coords(m, rank, c, NULL);
   sk__layout_put(o, "(");
   for (int k = 0; k < m->naxes; k++) sk__layout_put(o, "%s%d", k ? "," : "", c[k]);
@@ -1179,6 +1183,7 @@ SK_API size_t sk_layout_format_table(const sk_layout *layout, const char *name, 
   /* header: x[16,784] on mesh dp=2,sp=2,mp=2 (8 devices), layout "mp,(sp,dp)", tensor_map (0,(1,2)) */
   char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 8];
   sk_dim_map ms[SK_MAX_DIMS];
+  memset(ms, 0, sizeof ms);
   sk__layout_put(&o, "%s[", tn);
   for (int d = 0; d < nd; d++) sk__layout_put(&o, "%s%lld", d ? "," : "", (long long)layout->shape[d]);
   sk__layout_put(&o, "] on mesh ");
@@ -1189,7 +1194,7 @@ SK_API size_t sk_layout_format_table(const sk_layout *layout, const char *name, 
   sk_ms_map_format(ms, nd, text, sizeof text);
   sk__layout_put(&o, "%s\n", text);
   /* column widths: rank, coords, one per dim, slice shape */
-  size_t w_rank = 4, w_coords, w_dim[SK_MAX_DIMS], w_shape;
+  size_t w_rank = 4, w_coords, w_dim[SK_MAX_DIMS]; /* the last column, the slice shape, needs no width */
   sk__layout_out_init(&z, NULL, 0);
   sk__layout_put(&z, "(");
   for (int k = 0; k < m->naxes; k++) sk__layout_put(&z, "%s%s", k ? "," : "", m->names[k]);
@@ -1200,9 +1205,9 @@ SK_API size_t sk_layout_format_table(const sk_layout *layout, const char *name, 
     sk__layout_put(&z, "%s dim %d", tn, d);
     w_dim[d] = z.len;
   }
-  w_shape = 11; /* "slice shape" */
   for (int r = 0; r < m->size; r++) {
     sk_slice s;
+    memset(&s, 0, sizeof s);
     sk_layout_slice(layout, r, &s, NULL);
     sk__layout_out_init(&z, NULL, 0);
     sk__layout_put(&z, "%d", r);
@@ -1216,13 +1221,8 @@ SK_API size_t sk_layout_format_table(const sk_layout *layout, const char *name, 
       if (z.len > w_dim[d]) w_dim[d] = z.len;
     }
   }
-  int64_t shape[SK_MAX_DIMS];
+  int64_t shape[SK_MAX_DIMS] = {0}; /* every rank's slice shape (the last column) */
   sk_layout_slice_shape(layout, shape);
-  sk__layout_out_init(&z, NULL, 0);
-  sk__layout_put(&z, "[");
-  for (int d = 0; d < nd; d++) sk__layout_put(&z, "%s%lld", d ? "," : "", (long long)shape[d]);
-  sk__layout_put(&z, "]");
-  if (z.len > w_shape) w_shape = z.len;
   /* column titles */
   size_t at;
   sk__layout_put(&o, "%*s  ", (int)w_rank, "rank");

@@ -460,7 +460,7 @@ static void sk__mreq_plan(sk__mreq *q) {
   if (reduces) sk__m_reduce_type(o->dtype, o->op, &q->rt, &q->rop);
   q->total = o->kind == SK_COLL_BARRIER ? 1 : o->count;
   q->L = mw->max_count;
-  if (q->gather) {
+  if (q->gather && es) { /* es: validated dtype */
     size_t g = SK__M_GATHER_BYTES / ((size_t)n * es);
     if (g < 1) g = 1;
     if (g < q->L) q->L = g;
@@ -1114,7 +1114,7 @@ static sk_result sk__mpi_test(sk_request *base, bool *done) {
 static sk_result sk__mpi_wait(sk_request *base) {
   sk__mreq *q = (sk__mreq *)base;
   sk__mworld *mw = q->m->mw;
-  uint64_t start = sk_now_ns(), now = start, deadline = start + (uint64_t)mw->w->desc.timeout_ms * 1000000ull;
+  uint64_t start = sk_now_ns(), now, deadline = start + (uint64_t)mw->w->desc.timeout_ms * 1000000ull;
   for (;;) {
     sk__mreq_poll(q);
     if (q->done) return sk__mreq_outcome(q);
@@ -1395,8 +1395,8 @@ static sk_result sk__mpi_comm_init_rank(sk_comm *c, void **state, sk_error *err)
 static void sk__mpi_comm_destroy(sk_comm *c, void *state) {
   sk__mcomm *m = (sk__mcomm *)state;
   sk__mworld *mw = m->mw;
-  while (m->live) {
-    sk__mreq *q = m->live;
+  for (sk__mreq *q = m->live, *next; q; q = next) {
+    next = q->lnext; /* read first: freeing unlinks q (or moves it to the orphans) */
     if (!q->done && !sk_world_aborted(mw->w)) sk__mpi_wait(&q->base);
     sk__mreq_free(&q->base);
   }

@@ -274,11 +274,13 @@ typedef struct sk__rd_box {
 } sk__rd_box;
 
 static void sk__rd_box_of(const sk_slice *s, sk__rd_box *b) {
+  memset(b, 0, sizeof *b);
   for (int d = 0; d < s->ndims; d++) b->lo[d] = s->start[d], b->hi[d] = s->stop[d];
 }
 
 static void sk__rd_slice_box(const sk_layout *l, int rank, sk__rd_box *b) {
   sk_slice s;
+  memset(&s, 0, sizeof s); /* the layout was validated: the call cannot fail, but stay defined */
   sk_layout_slice(l, rank, &s, NULL);
   sk__rd_box_of(&s, b);
 }
@@ -612,7 +614,7 @@ SK_API const char *sk_redist_op_name(sk_redist_op op) {
 }
 
 static int64_t sk__rd_slice_elems(const sk_layout *l) {
-  int64_t s[SK_MAX_DIMS], v = 1;
+  int64_t s[SK_MAX_DIMS] = {0}, v = 1;
   sk_layout_slice_shape(l, s);
   for (int d = 0; d < l->ndims; d++) v *= s[d];
   return v;
@@ -621,6 +623,7 @@ static int64_t sk__rd_slice_elems(const sk_layout *l) {
 static int sk__rd_plan_slot(const sk_redist_plan *p, int rank) { return p->rank == SK_REDIST_ALL_RANKS ? rank : 0; }
 
 static sk_result sk__rd_new_step(sk_redist_plan *p, sk__rd_step **out, sk_error *err) {
+  *out = NULL;
   if (p->nsteps == SK__RD_MAX_STEPS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the plan needs more than %d steps", SK__RD_MAX_STEPS);
   sk__rd_step *s = &p->steps[p->nsteps];
@@ -644,7 +647,7 @@ static sk_result sk__rd_add_exchange(sk_redist_plan *p, const sk_layout *a, cons
                                      const char *detail, sk_error *err) {
   sk__rd_step *s;
   sk_result r = sk__rd_new_step(p, &s, err);
-  if (r) return r;
+  if (r || !s) return r ? r : SK_ERR_INTERNAL;
   sk__rd_class c;
   sk__rd_classify(a, b, &c);
   s->op = c.op;
@@ -751,7 +754,7 @@ static sk_result sk__rd_add_reduce(sk_redist_plan *p, sk_layout *mid, sk_error *
   }
   sk__rd_step *s;
   sk_result r = sk__rd_new_step(p, &s, err);
-  if (r) return r;
+  if (r || !s) return r ? r : SK_ERR_INTERNAL;
   int g = 1;
   for (int k = 0; k < m->naxes; k++)
     if (P & (1u << k)) g *= m->dims[k];

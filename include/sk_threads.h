@@ -611,6 +611,7 @@ static sk__tplan sk__tplan_of(const sk_coll *op, int k) {
 static void sk__treduce_to(sk__tmember *m, const sk_coll *op, int nout, size_t len, bool nt) {
   int k = m->g->size;
   size_t es = sk_dtype_size(op->dtype);
+  if (!es) return; /* validated before: never an invalid dtype */
   unsigned char tmp[8192];
   size_t block = sizeof tmp / es;
   const void **in = m->ptrs + k; /* second half: the inputs advanced block by block */
@@ -1190,7 +1191,11 @@ static void sk__tfinish_requests(sk__tmember *m) {
   /* a Send or Recv a peer has matched is being copied by that peer: the copy ends soon */
   for (sk__treq *q = m->live; q; q = q->live_next)
     while (!sk__treq_done(q)) sched_yield();
-  while (m->live) sk__treq_free(&m->live->base);
+  for (sk__treq *q = m->live, *next; q; q = next) {
+    next = q->live_next;
+    sk__free(m->tw->alloc, q);
+  }
+  m->live = NULL;
 }
 
 static void sk__thr_comm_destroy(sk_comm *c, void *state) {
@@ -1310,11 +1315,13 @@ static sk_result sk__thr_comm_split(sk_comm *parent, int color, int key, sk_comm
   int *order = (int *)sk__alloc(tw->alloc, sizeof(int) * (size_t)k, SK__CL);
   int32_t failed = INT32_MAX;
   sk_result r = sk__tsplit_agree(pm, info && order, &failed);
-  if (r == SK_OK && failed != INT32_MAX)
-    r = sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "comm_split: rank %d could not allocate its %d-entry table",
-                          (int)failed, k);
+  if (r == SK_OK && (failed != INT32_MAX || !info || !order)) {
+    sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "comm_split: rank %d could not allocate its %d-entry table",
+                      failed != INT32_MAX ? (int)failed : parent->rank, k);
+    r = SK_ERR_OUT_OF_MEMORY;
+  }
   sk__tgroup *g = NULL;
-  if (r == SK_OK) r = sk__tsplit_exchange(pm, color, key, info, order, &g, &me, &n);
+  if (r == SK_OK && info && order) r = sk__tsplit_exchange(pm, color, key, info, order, &g, &me, &n);
   sk__tmember *m = NULL;
   if (r == SK_OK && g) {
     m = sk__tmember_new(tw, g, me, child);

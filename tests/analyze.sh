@@ -5,12 +5,7 @@
 # through many TUs is the same bug) with its path notes, and fails on any report in our files;
 # system headers and Criterion are not ours and the analyzer already keeps quiet about them.
 #
-# tests/analyze.known lists reports in files under another change at the time this step was
-# added; they are printed but do not fail the run. Delete a line when its finding is fixed
-# (stale lines are named at the end), and never add one to dodge a new report.
-#
 # Usage: sh tests/analyze.sh [FILE...]   (default: everything)   ANALYZE_JOBS=N (default 2)
-#        ANALYZE_KNOWN_PATHS=1 prints the known reports' path notes too
 set -u
 cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -68,34 +63,16 @@ for i in $(seq 1 "$n"); do cat "$tmp/$i.log"; done | awk -v out="$tmp/reports" '
   { keep = 0 }
   END { print nrep + 0 }' >"$tmp/count"
 
-# A known report is keyed by file, checker and the text of its line, so it survives edits above it.
-key() { # "file:line:col: warning: message [checker]"
-  file=${1%%:*}; rest=${1#*:}; line=${rest%%:*}
-  checker=$(printf '%s\n' "$1" | sed -n 's/.*\[\([^]]*\)\]$/\1/p')
-  text=$(sed -n "${line}p" "$file" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
-  printf '%s|%s|%s\n' "$file" "${checker:-compiler}" "$text"
-}
-known=tests/analyze.known
-new=0; old=0; quiet=0
-: >"$tmp/used"
+# Every report fails the run: the project keeps zero.
+new=0
 if [ -s "$tmp/reports" ]; then
   while IFS= read -r l; do
     case $l in
-      *" warning: "*)
-        k=$(key "$l")
-        if [ -f "$known" ] && grep -qxF -- "$k" "$known"; then
-          old=$((old + 1)); quiet=1; [ "${ANALYZE_KNOWN_PATHS:-0}" = 1 ] && quiet=0
-          echo "$k" >>"$tmp/used"; echo "KNOWN $l"
-        else new=$((new + 1)); quiet=0; echo; echo "NEW   $l"; fi ;;
+      *" warning: "*) new=$((new + 1)); echo; echo "$l" ;;
       "") ;;
-      *) [ "$quiet" = 1 ] || echo "$l" ;; # a known report: one line
+      *) echo "$l" ;;
     esac
   done <"$tmp/reports"
 fi
-if [ -f "$known" ] && [ $# -eq 0 ]; then
-  grep -v '^#' "$known" | grep -v '^$' | while IFS= read -r k; do
-    grep -qxF -- "$k" "$tmp/used" || echo "analyze: stale line in $known (fixed? delete it): $k"
-  done
-fi
-echo "analyze: $new new report(s), $old known (tests/analyze.known)"
+echo "analyze: $new report(s) in the project's own files"
 [ "$new" -eq 0 ]

@@ -41,35 +41,47 @@ static sk_result pend_start(sk_comm *c, pend *p) {
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   size_t es = sk_dtype_size(p->dt), nb = p->count * es, N = (size_t)n;
   int pat = ct_pat_for(p->op);
+  /* The request comes back through a local, not &p->req: a pointer into *p would let the call
+     (as far as the analyzer knows) overwrite p->send too, losing track of the buffer. */
+  sk_request *req = NULL;
+  sk_result r;
   p->send = p->recv = NULL;
   p->req = NULL;
   switch (p->kind) {
     case P_ALLREDUCE:
       p->send = ct_buf(nb), p->recv = ct_buf(nb);
       ct_fill(p->dt, pat, p->seed, rank, 0, p->send, p->count);
-      return sk_iallreduce(c, p->send, p->recv, p->count, p->dt, p->op, &p->req);
+      r = sk_iallreduce(c, p->send, p->recv, p->count, p->dt, p->op, &req);
+      break;
     case P_ALLGATHER:
       p->send = ct_buf(nb), p->recv = ct_buf(nb * N);
       ct_fill(p->dt, CT_PAT_MOVE, p->seed, rank, 0, p->send, p->count);
-      return sk_iallgather(c, p->send, p->recv, p->count, p->dt, &p->req);
+      r = sk_iallgather(c, p->send, p->recv, p->count, p->dt, &req);
+      break;
     case P_REDUCE_SCATTER:
       p->send = ct_buf(nb * N), p->recv = ct_buf(nb);
       ct_fill(p->dt, pat, p->seed, rank, 0, p->send, p->count * N);
-      return sk_ireduce_scatter(c, p->send, p->recv, p->count, p->dt, p->op, &p->req);
+      r = sk_ireduce_scatter(c, p->send, p->recv, p->count, p->dt, p->op, &req);
+      break;
     case P_BROADCAST:
       p->send = ct_buf(nb), p->recv = ct_buf(nb);
       ct_fill(p->dt, CT_PAT_MOVE, p->seed, rank, 0, p->send, p->count);
-      return sk_ibroadcast(c, p->send, p->recv, p->count, p->dt, p->root, &p->req);
+      r = sk_ibroadcast(c, p->send, p->recv, p->count, p->dt, p->root, &req);
+      break;
     case P_REDUCE:
       p->send = ct_buf(nb), p->recv = ct_buf(nb);
       ct_fill(p->dt, pat, p->seed, rank, 0, p->send, p->count);
-      return sk_ireduce(c, p->send, p->recv, p->count, p->dt, p->op, p->root, &p->req);
+      r = sk_ireduce(c, p->send, p->recv, p->count, p->dt, p->op, p->root, &req);
+      break;
     case P_ALLTOALL:
       p->send = ct_buf(nb * N), p->recv = ct_buf(nb * N);
       ct_fill(p->dt, CT_PAT_MOVE, p->seed, rank, 0, p->send, p->count * N);
-      return sk_ialltoall(c, p->send, p->recv, p->count, p->dt, &p->req);
-    default: return sk_ibarrier(c, &p->req);
+      r = sk_ialltoall(c, p->send, p->recv, p->count, p->dt, &req);
+      break;
+    default: r = sk_ibarrier(c, &req); break;
   }
+  p->req = req;
+  return r;
 }
 
 /* After completion: recv must hold the expected result. Frees the buffers. */
@@ -114,6 +126,20 @@ static void pend_check(sk_comm *c, pend *p, ct_slot *s, const char *ctx0) {
   free(exp);
   free(p->send), free(p->recv);
   p->send = p->recv = NULL;
+}
+
+/* A failure path's cleanup (pend_check frees on success): completes the request if it is still
+   outstanding (its result is moot, the failure is already recorded) since the library may write
+   the buffers until then, then frees them. Safe on a pend never started (NULL buffers). */
+static void pend_free(pend *p) {
+  if (p->req) sk_wait(&p->req);
+  free(p->send), free(p->recv);
+  p->send = p->recv = NULL;
+}
+
+/* pend_free on ps[0..n-1], in issue order. */
+static void pend_free_all(pend *ps, int n) {
+  for (int i = 0; i < n; i++) pend_free(&ps[i]);
 }
 
 /* A fixed mix of 8 operations (different kinds, dtypes, ops, counts, roots). */
@@ -174,14 +200,14 @@ static sk_result outstanding_device(sk_comm *c, void *pv) {
     snprintf(ctx, sizeof ctx, "outstanding mode %d round %d cfg=%s", a->mode, round, ct_cfg_names[a->cfg]);
     sk_result r = SK_OK;
     for (int i = 0; i < 8 && r == SK_OK; i++) r = pend_start(c, &ps[i]);
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, 8); return r; }
     if (a->mode == 0) {
       r = sk_wait(&ps[7].req);
-      if (!ct_rc(s, r, c, ctx)) return r;
+      if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, 8); return r; }
       for (int i = 0; i < 7; i++) {
         bool done = false;
         r = ct_test(&ps[i].req, &done);
-        if (!ct_rc(s, r, c, ctx)) return r;
+        if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, 8); return r; }
         ct_check(s, done && ps[i].req == NULL, "%s rank %d: request %d (%s) not done after request 7 completed", ctx,
                  rank, i, p_names[ps[i].kind]);
         if (!done) r = sk_wait(&ps[i].req);
@@ -220,7 +246,7 @@ static sk_result outstanding_device(sk_comm *c, void *pv) {
       ct_check(s, left == 0, "%s rank %d: %d requests still pending after 20 s of sk_test", ctx, rank, left);
       for (int i = 0; i < 8; i++) sk_wait(&ps[i].req);
     }
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, 8); return r; }
     for (int i = 0; i < 8; i++) pend_check(c, &ps[i], s, ctx);
   }
   s->ran = 1;
@@ -251,7 +277,7 @@ static sk_result spin_test_device(sk_comm *c, void *pv) {
     char ctx[64];
     snprintf(ctx, sizeof ctx, "spin on sk_test round %d", round);
     sk_result r = pend_start(c, &p);
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free(&p); return r; }
     bool done = false;
     long polls = 0;
     uint64_t t0 = sk_now_ns();
@@ -259,9 +285,9 @@ static sk_result spin_test_device(sk_comm *c, void *pv) {
       r = ct_test(&p.req, &done);
       polls++;
     }
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free(&p); return r; }
     if (!ct_check(s, done, "%s n=%d rank %d: not done after %ld polls over 20 s", ctx, n, rank, polls)) {
-      sk_wait(&p.req);
+      pend_free(&p);
       return SK_ERR_TIMEOUT;
     }
     ct_check(s, p.req == NULL, "%s rank %d: sk_test reported done but left *req set", ctx, rank);
@@ -307,7 +333,7 @@ static sk_result late_device(sk_comm *c, void *pv) {
   snprintf(ctx, sizeof ctx, "late device %d mode %d", late, a->mode);
   sk_result r = SK_OK;
   for (int i = 0; i < np && r == SK_OK; i++) r = pend_start(c, &ps[i]);
-  if (!ct_rc(s, r, c, ctx)) return r;
+  if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, np); return r; }
   if (rank == late) {
     uint64_t t0 = sk_now_ns();
     while (atomic_load(&a->counter) < n - 1 && sk_now_ns() - t0 < 15000000000ull) ct_sleep_ms(1);
@@ -335,7 +361,7 @@ static sk_result late_device(sk_comm *c, void *pv) {
       if (r == SK_OK) r = r2;
     }
   }
-  if (!ct_rc(s, r, c, ctx)) return r;
+  if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, np); return r; }
   for (int i = 0; i < np; i++) pend_check(c, &ps[i], s, ctx);
   s->ran = 1;
   return SK_OK;
@@ -359,7 +385,7 @@ static sk_result overlap_device(sk_comm *c, void *pv) {
   for (int round = 0; round < 2; round++) {
     pend p = {P_ALLREDUCE, SK_F32, round == 1 ? SK_AVG : SK_SUM, 30011, 0, 700u + (uint64_t)round, NULL, NULL, NULL};
     sk_result r = pend_start(c, &p);
-    if (!ct_rc(s, r, c, "overlap: start")) return r;
+    if (!ct_rc(s, r, c, "overlap: start")) { pend_free(&p); return r; }
     /* compute that touches neither buffer */
     const size_t m = 50000;
     uint32_t *work = (uint32_t *)malloc(m * sizeof(uint32_t));
@@ -380,7 +406,7 @@ static sk_result overlap_device(sk_comm *c, void *pv) {
     free(work);
     ct_check(s, sum == sum2, "overlap rank %d: compute result changed while the collective ran", rank);
     r = sk_wait(&p.req);
-    if (!ct_rc(s, r, c, "overlap: wait")) return r;
+    if (!ct_rc(s, r, c, "overlap: wait")) { pend_free(&p); return r; }
     pend_check(c, &p, s, "overlap");
   }
   s->ran = 1;
@@ -611,19 +637,19 @@ static sk_result mixed_device(sk_comm *c, void *pv) {
     pend p1 = {P_ALLREDUCE, SK_F32, SK_SUM, 2049, 0, 900u + (uint64_t)round * 10, NULL, NULL, NULL};
     pend p2 = {P_ALLGATHER, SK_I8, SK_SUM, 31, 0, 901u + (uint64_t)round * 10, NULL, NULL, NULL};
     sk_result r = pend_start(c, &p1);
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     /* a blocking allreduce while p1 is outstanding: runs after it */
     int64_t v = rank + round, sum = -1;
     r = sk_allreduce(c, &v, &sum, 1, SK_I64, SK_SUM);
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     ct_check(s, sum == (int64_t)n * (n - 1) / 2 + (int64_t)n * round, "%s rank %d: blocking allreduce gave %lld", ctx,
              rank, (long long)sum);
     r = pend_start(c, &p2);
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     /* point to point in the middle: ring shift of one value */
     int32_t o = rank * 10 + round, in = -1;
     r = sk_sendrecv(c, &o, 1, (rank + 1) % n, &in, 1, (rank + n - 1) % n, SK_I32);
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     ct_check(s, in == ((rank + n - 1) % n) * 10 + round, "%s rank %d: sendrecv got %d", ctx, rank, in);
     r = sk_barrier(c);
     if (r == SK_OK) {
@@ -631,11 +657,11 @@ static sk_result mixed_device(sk_comm *c, void *pv) {
       r = sk_broadcast(c, &b, &b, 1, SK_I32, round % n);
       ct_check(s, r != SK_OK || b == 4242 + round, "%s rank %d: broadcast gave %d", ctx, rank, b);
     }
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     /* wait out of order: p2 first, then p1 */
     r = sk_wait(&p2.req);
     if (r == SK_OK) r = sk_wait(&p1.req);
-    if (!ct_rc(s, r, c, ctx)) return r;
+    if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     pend_check(c, &p1, s, ctx);
     pend_check(c, &p2, s, ctx);
   }
@@ -684,6 +710,7 @@ static void *byo_thread(void *pv) {
     r = pend_start(c, &ps[i]);
     if (r == SK_OK) r = sk_wait(&ps[i].req);
     if (ct_rc(s, r, c, "BYO")) pend_check(c, &ps[i], s, "BYO blocking-by-wait");
+    else pend_free(&ps[i]);
   }
   pend_mix(ps, n, 4343);
   for (int i = 0; i < 8 && r == SK_OK; i++) r = pend_start(c, &ps[i]);
@@ -693,6 +720,8 @@ static void *byo_thread(void *pv) {
   }
   if (ct_rc(s, r, c, "BYO outstanding"))
     for (int i = 0; i < 8; i++) pend_check(c, &ps[i], s, "BYO outstanding");
+  else
+    pend_free_all(ps, 8);
   sk_comm *half = NULL;
   if (r == SK_OK) r = sk_comm_split(c, rank % 2, 0, &half);
   if (ct_rc(s, r, c, "BYO split")) {

@@ -177,7 +177,9 @@ static sk_result split_device(sk_comm *c, void *p) {
   garg *a = (garg *)p;
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   ct_slot *s = &a->slots[rank];
-  int color[MAXN], key[MAXN], members[MAXN];
+  /* members[] is zeroed: the nested split below reads sk_comm_size(sub) of its entries, which
+     equals m unless check_comm has already failed the size */
+  int color[MAXN], key[MAXN], members[MAXN] = {0};
   for (int sc = 0; sc < SC_COUNT; sc++) {
     scenario(sc, n, color, key);
     char ctx[160];

@@ -71,7 +71,11 @@ static sk_result big_device(sk_comm *w, void *pv) {
   size_t count = a->kind == SK_COLL_ALLREDUCE || a->kind == SK_COLL_BROADCAST ? H_ELEMS : H_ELEMS / (size_t)n, ns, nr;
   big_sizes(a->kind, count, n, &ns, &nr);
   float *s = (float *)malloc(ns * sizeof(float)), *r = (float *)malloc(nr * sizeof(float));
-  if (!s || !r) return a->rc[rank] = SK_ERR_OUT_OF_MEMORY;
+  if (!s || !r) {
+    free(s), free(r);
+    if (sub) sk_comm_destroy(sub);
+    return a->rc[rank] = SK_ERR_OUT_OF_MEMORY;
+  }
   memset(s, 0, ns * sizeof(float));
   atomic_fetch_add(&a->entered, 1);
   sk_result rc;

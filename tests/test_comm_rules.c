@@ -398,7 +398,8 @@ Test(comm_rules, determinism_across_worlds_and_collectives, .timeout = 30) {
   const int n = 8;
   const size_t count = 3001, tot = count * (size_t)n;
   size_t bytes = (tot + count) * sizeof(float);
-  unsigned char *ref = (unsigned char *)malloc(tot * sizeof(float));
+  const size_t ref_bytes = tot * sizeof(float);
+  unsigned char *ref = (unsigned char *)malloc(ref_bytes);
   ct_ref_gen(ref, SK_F32, SK_SUM, CT_PAT_RAND, 99, n, 0, tot);
   for (int world = 0; world < 4; world++) {
     det2_arg a;
@@ -409,7 +410,7 @@ Test(comm_rules, determinism_across_worlds_and_collectives, .timeout = 30) {
     ct_run(n, cfg, det2_device, &a, "determinism_across_worlds");
     ct_expect_slots(a.slots, n, "determinism_across_worlds");
     for (int r = 0; r < n; r++) {
-      cr_expect(memcmp(a.out[r], ref, tot * sizeof(float)) == 0,
+      cr_expect(memcmp(a.out[r], ref, ref_bytes) == 0,
                 "world %d cfg=%s rank %d: allreduce bits differ from the left-to-right reference", world,
                 ct_cfg_names[cfg], r);
       cr_expect(memcmp(a.out[r] + tot * sizeof(float), ref + (size_t)r * count * sizeof(float),

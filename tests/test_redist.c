@@ -119,7 +119,8 @@ static sk_result rt_device(sk_comm *comm, void *arg) {
   int r = sk_comm_rank(comm);
   ct_slot *s = &x->slots[r];
   size_t es = sk_dtype_size(x->dt);
-  unsigned char *src = NULL, *dst = NULL, *want = malloc(es), *parts = malloc(es * 64);
+  /* es is 0 for an invalid dtype (executor_create then fails the case): + 1 keeps malloc off 0 bytes */
+  unsigned char *src = NULL, *dst = NULL, *want = malloc(es + 1), *parts = malloc(es * 64 + 1);
   const void *ptrs[64];
   for (int k = 0; k < 64; k++) ptrs[k] = parts + (size_t)k * es;
   for (int ci = 0; ci < x->ncases; ci++) {
