@@ -613,7 +613,8 @@ SK_API sk_result sk_mesh_group(const sk_mesh *mesh, int rank, uint32_t axis_mask
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ranks has room for %d entries; the group needs %d", cap, size);
   /* base = rank with its coordinates on the masked axes set to 0 */
   int base = 0, stride = 1, x = rank;
-  for (int k = (mesh->naxes < SK_MAX_AXES ? mesh->naxes : SK_MAX_AXES) - 1; k >= 0; k--) { /* bound: checked above */
+  int na = mesh->naxes < 1 ? 1 : mesh->naxes > SK_MAX_AXES ? SK_MAX_AXES : mesh->naxes; /* checked above; stated again */
+  for (int k = na - 1; k >= 0; k--) {
     int ck = x % mesh->dims[k];
     x /= mesh->dims[k];
     if (!(axis_mask & (1u << k))) base += ck * stride;
@@ -759,7 +760,7 @@ SK_API sk_result sk_layout_parse(sk_layout *layout, const sk_mesh *mesh, const c
         if (sk__streq(name, "None"))
           return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "'None' inside a tuple at position %d in layout \"%s\"",
                           sk__layout_pos(&c) - 4, q);
-        int a;
+        int a = 0;
         if ((r = sk__layout_take_axis(&c, mesh, name, &used, &a, err))) return r;
         dm->axes[dm->naxes++] = a; /* cannot overflow: each of <= 8 axes is taken once */
         sk__layout_skip_ws(&c);
@@ -779,7 +780,7 @@ SK_API sk_result sk_layout_parse(sk_layout *layout, const sk_mesh *mesh, const c
       if ((r = sk__layout_scan_name(&c, name, &len, err))) return r;
       if (!len) return sk__layout_unexpected(&c, err);
       if (!sk__streq(name, "None")) {
-        int a;
+        int a = 0;
         if ((r = sk__layout_take_axis(&c, mesh, name, &used, &a, err))) return r;
         dm->axes[dm->naxes++] = a;
       }
