@@ -2,8 +2,8 @@
 #define _GNU_SOURCE
 #include "bench_common.h"
 
-/* busbw = algbw * (n-1)/n (nccl-tests) */
-static double ag_factor(int n) { return (double)(n - 1) / n; }
+/* busbw = algbw * (n-1)/n (nccl-tests; sk_coll_busbw_factor) */
+static double ag_factor(int n) { return sk_coll_busbw_factor(SK_COLL_ALLGATHER, n); }
 
 /* nccl-tests: the swept size is the gathered (receive) buffer; each rank contributes
    count/n elements (the count column and the call's count); in place, send = recv + rank*count. */

@@ -2,8 +2,8 @@
 #define _GNU_SOURCE
 #include "bench_common.h"
 
-/* busbw = algbw * 2(n-1)/n (nccl-tests) */
-static double ar_factor(int n) { return 2.0 * (n - 1) / n; }
+/* busbw = algbw * 2(n-1)/n (nccl-tests; sk_coll_busbw_factor) */
+static double ar_factor(int n) { return sk_coll_busbw_factor(SK_COLL_ALLREDUCE, n); }
 
 /* count = S / es elements on every rank, in and out (nccl-tests). */
 static void ar_counts(size_t count, int n, bench_counts *k) {

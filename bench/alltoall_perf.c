@@ -2,8 +2,8 @@
 #define _GNU_SOURCE
 #include "bench_common.h"
 
-/* busbw = algbw * (n-1)/n (nccl-tests) */
-static double a2a_factor(int n) { return (double)(n - 1) / n; }
+/* busbw = algbw * (n-1)/n (nccl-tests; sk_coll_busbw_factor) */
+static double a2a_factor(int n) { return sk_coll_busbw_factor(SK_COLL_ALLTOALL, n); }
 
 /* nccl-tests: both buffers hold n blocks of count = size/es/n elements (the count column is the
    per-peer count); in place, send == recv. */

@@ -2,11 +2,8 @@
 #define _GNU_SOURCE
 #include "bench_common.h"
 
-/* busbw = algbw (nccl-tests) */
-static double bc_factor(int n) {
-  (void)n;
-  return 1.0;
-}
+/* busbw = algbw (nccl-tests; sk_coll_busbw_factor) */
+static double bc_factor(int n) { return sk_coll_busbw_factor(SK_COLL_BROADCAST, n); }
 
 /* count = S / es elements on every rank (nccl-tests); in place, send == recv. */
 static void bc_counts(size_t count, int n, bench_counts *k) {

@@ -2,8 +2,8 @@
 #define _GNU_SOURCE
 #include "bench_common.h"
 
-/* busbw = algbw * (n-1)/n (nccl-tests) */
-static double rs_factor(int n) { return (double)(n - 1) / n; }
+/* busbw = algbw * (n-1)/n (nccl-tests; sk_coll_busbw_factor) */
+static double rs_factor(int n) { return sk_coll_busbw_factor(SK_COLL_REDUCE_SCATTER, n); }
 
 /* nccl-tests: the swept size is the send buffer (n * count elements); each rank receives
    count = size/es/n elements (the count column); in place, recv = send + rank*count. */

@@ -5,11 +5,8 @@
 #define _GNU_SOURCE
 #include "bench_common.h"
 
-/* busbw = algbw (nccl-tests) */
-static double sr_factor(int n) {
-  (void)n;
-  return 1.0;
-}
+/* busbw = algbw (nccl-tests; sk_coll_busbw_factor) */
+static double sr_factor(int n) { return sk_coll_busbw_factor(SK_COLL_SEND, n); }
 
 /* count = S / es elements sent and received by every rank (nccl-tests). */
 static void sr_counts(size_t count, int n, bench_counts *k) {
