@@ -114,6 +114,8 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
 SK_API sk_result sk_world_run(sk_world *world, sk_device_fn fn, void *arg);
 SK_API const char *sk_world_error_message(const sk_world *world);
 SK_API int sk_world_size(const sk_world *world);
+/* The world's link model (a zero model: none); zero for NULL. */
+SK_API sk_link_model sk_world_link(const sk_world *world);
 /* Wakes every waiter with SK_ERR_ABORTED; later calls fail with it. Safe from any thread. */
 SK_API void sk_world_abort(sk_world *world);
 SK_API bool sk_world_aborted(const sk_world *world);
@@ -544,6 +546,11 @@ SK_API const char *sk_world_error_message(const sk_world *w) {
 }
 
 SK_API int sk_world_size(const sk_world *w) { return w ? w->ndevices : 0; }
+
+SK_API sk_link_model sk_world_link(const sk_world *w) {
+  sk_link_model none = {0, 0};
+  return w ? w->desc.link : none;
+}
 
 SK_API void sk_world_abort(sk_world *w) {
   if (!w) return;

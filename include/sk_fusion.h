@@ -838,7 +838,7 @@ static void sk__fpoll(sk_fusion *f) {
     /* Under a link model, completing a request moves the device's virtual clock to its
        modelled end; polling would make that depend on real-time races. The threads backend
        (the only one with a link model) progresses without polling, so leave it to wait. */
-    if (!b->completed && sk_comm_world(b->comm)->desc.link.gbps > 0) return;
+    if (!b->completed && sk_world_link(sk_comm_world(b->comm)).gbps > 0) return;
     if (!b->completed) {
       bool done = false;
       sk_result r = sk_test(&b->req, &done);

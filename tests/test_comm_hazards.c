@@ -485,3 +485,17 @@ Test(comm_hazards, link_model_not_finite, .timeout = 10) {
     cr_expect_null(w);
   }
 }
+
+/* The world's link model is readable without reaching into the world record. */
+Test(comm_hazards, world_link_query, .timeout = 10) {
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = 2, d.backend = sk_threads_backend(), d.link.alpha_us = 5, d.link.gbps = 25;
+  sk_world *w = NULL;
+  cr_assert_eq(sk_world_create(&d, &w, NULL), SK_OK);
+  sk_link_model l = sk_world_link(w);
+  cr_expect(l.alpha_us == 5 && l.gbps == 25, "sk_world_link gave {%g, %g}", l.alpha_us, l.gbps);
+  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  l = sk_world_link(NULL);
+  cr_expect(l.alpha_us == 0 && l.gbps == 0, "sk_world_link(NULL) gave {%g, %g}", l.alpha_us, l.gbps);
+}
