@@ -34,6 +34,7 @@
 typedef struct big_arg {
   sk_coll_kind kind;
   int fail_rank;        /* >= 0: this rank returns an error instead of calling (other sub-group) */
+  int repeat;           /* calls of the collective (until one fails) */
   atomic_int entered;   /* devices about to call the collective */
   sk_result rc[H_N];
   char msg[H_N][SK_ERROR_MSG_MAX];
@@ -84,8 +85,9 @@ static sk_result big_device(sk_comm *w, void *pv) {
     rc = SK_ERR_INVALID_USAGE;
   } else if (a->fail_rank >= 0 && rank % 2) {
     rc = sk_barrier(c); /* the failing rank's group: never completes */
-  } else {
-    rc = big_call(c, a->kind, s, r, count);
+  } else { /* repeated, so that the abort lands mid-collective however late its thread runs */
+    rc = SK_OK;
+    for (int it = 0; it < a->repeat && rc == SK_OK; it++) rc = big_call(c, a->kind, s, r, count);
   }
   free(s); /* at once: a peer still writing here would write freed memory */
   free(r);
@@ -122,7 +124,7 @@ ParameterizedTestParameters(comm_hazards, abort_mid_collective) {
 ParameterizedTest(sk_coll_kind *kind, comm_hazards, abort_mid_collective, .timeout = 60) {
   static big_arg a;
   memset(&a, 0, sizeof a);
-  a.kind = *kind, a.fail_rank = -1;
+  a.kind = *kind, a.fail_rank = -1, a.repeat = 200;
   sk_world *w = ct_world(H_N, CT_CFG_DEFAULT, 0);
   big_abort b = {w, &a, 0};
   pthread_t th;
@@ -141,8 +143,9 @@ ParameterizedTest(sk_coll_kind *kind, comm_hazards, abort_mid_collective, .timeo
       cr_expect(strstr(a.msg[q], "aborted") != NULL, "%s: rank %d's message '%s'", name, q, a.msg[q]);
     }
   }
-  /* 8 x 16 MiB cannot finish in 2 ms; tasks stop at the next block, not at the collective's end */
-  cr_expect_gt(aborted, 0, "%s: the abort came after the collective had finished", name);
+  /* 200 rounds of 8 x 16 MiB outlast the abort thread's start; tasks stop at the next block,
+     not at the collective's end */
+  cr_expect_gt(aborted, 0, "%s: the abort came after the collectives had finished", name);
   double ms = (double)(end - b.abort_ns) / 1e6;
   cr_expect_lt(ms, 500.0, "%s: the run returned %.0f ms after the abort", name, ms);
   cr_expect_eq(sk_world_destroy(w), SK_OK);
@@ -152,7 +155,7 @@ ParameterizedTest(sk_coll_kind *kind, comm_hazards, abort_mid_collective, .timeo
 Test(comm_hazards, failing_device_in_other_group, .timeout = 60) {
   static big_arg a;
   memset(&a, 0, sizeof a);
-  a.kind = SK_COLL_ALLREDUCE, a.fail_rank = 3;
+  a.kind = SK_COLL_ALLREDUCE, a.fail_rank = 3, a.repeat = 1;
   sk_world *w = ct_world(H_N, CT_CFG_DEFAULT, 0);
   uint64_t t0 = sk_now_ns();
   sk_result r = sk_world_run(w, big_device, &a);
@@ -177,7 +180,7 @@ Test(comm_hazards, timeout_mid_collective, .timeout = 60) {
   for (int i = 0; i < 3; i++) {
     static big_arg a;
     memset(&a, 0, sizeof a);
-    a.kind = big_kinds[i], a.fail_rank = -1;
+    a.kind = big_kinds[i], a.fail_rank = -1, a.repeat = 1;
     sk_world *w = ct_world(H_N, CT_CFG_DEFAULT, 1);
     uint64_t t0 = sk_now_ns();
     sk_result r = sk_world_run(w, big_device, &a);
