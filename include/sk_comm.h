@@ -163,6 +163,15 @@ SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t co
    Scatter recv == send + root*count (as MPI_Gather/MPI_Scatter with MPI_IN_PLACE). */
 SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
 SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
+/* AllToAllV (as MPI_Alltoallv, and MindSpore's AlltoAllV of MoE layers): rank i sends
+   send_counts[j] elements, from send + send_displs[j], to rank j, which receives them at
+   recv + recv_displs[i]. So recv_counts[i] on rank j must equal send_counts[j] on rank i
+   (SK_ERR_MISMATCH on every member otherwise). Each array holds size entries, in elements;
+   a NULL displs array means packed in rank order. No in-place form: send and recv must not
+   overlap, nor may two recv blocks. Non-blocking: the four arrays, like the buffers, stay the
+   caller's and must stay valid until the request completes. */
+SK_API sk_result sk_alltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
+                              void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt);
 SK_API sk_result sk_barrier(sk_comm *c);
 /* Point to point: messages between a pair match in order; counts and dtypes must agree. */
 SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer);
@@ -186,6 +195,9 @@ SK_API sk_result sk_igather(sk_comm *c, const void *send, void *recv, size_t cou
                             sk_request **req);
 SK_API sk_result sk_iscatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
                              sk_request **req);
+SK_API sk_result sk_ialltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
+                               void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt,
+                               sk_request **req);
 SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req);
 SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req);
 SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req);
@@ -238,11 +250,16 @@ SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size
   X(SK_COLL_SEND, "send", SK_COLLF_P2P, SK_COLLB_ONE, SK_COLLB_NONE, SK_COLLP_P2P)                                \
   X(SK_COLL_RECV, "recv", SK_COLLF_P2P, SK_COLLB_NONE, SK_COLLB_ONE, SK_COLLP_P2P)                                \
   X(SK_COLL_GATHER, "gather", SK_COLLF_ROOTED, SK_COLLB_ONE, SK_COLLB_ROOT_ALL, SK_COLLP_SPREAD)                  \
-  X(SK_COLL_SCATTER, "scatter", SK_COLLF_ROOTED, SK_COLLB_ROOT_ALL, SK_COLLB_ONE, SK_COLLP_SPREAD)
+  X(SK_COLL_SCATTER, "scatter", SK_COLLF_ROOTED, SK_COLLB_ROOT_ALL, SK_COLLB_ONE, SK_COLLP_SPREAD)                \
+  X(SK_COLL_ALLTOALLV, "alltoallv", SK_COLLF_VECTOR, SK_COLLB_VEC, SK_COLLB_VEC, SK_COLLP_SPREAD)
 
-enum { SK_COLLF_REDUCES = 1, SK_COLLF_ROOTED = 2, SK_COLLF_P2P = 4 };
-/* A buffer: unused, count elements, or size*count elements; on every rank, or the root only. */
-typedef enum sk_coll_buf { SK_COLLB_NONE, SK_COLLB_ONE, SK_COLLB_ALL, SK_COLLB_ROOT_ONE, SK_COLLB_ROOT_ALL } sk_coll_buf;
+/* VECTOR: per-peer counts and displacements (sk_coll.v) instead of one count; no in-place form. */
+enum { SK_COLLF_REDUCES = 1, SK_COLLF_ROOTED = 2, SK_COLLF_P2P = 4, SK_COLLF_VECTOR = 8 };
+/* A buffer: unused, count elements, or size*count elements; on every rank, or the root only;
+   VEC: block j at displs[j], counts[j] long (sk_coll_vec_extent). */
+typedef enum sk_coll_buf {
+  SK_COLLB_NONE, SK_COLLB_ONE, SK_COLLB_ALL, SK_COLLB_ROOT_ONE, SK_COLLB_ROOT_ALL, SK_COLLB_VEC
+} sk_coll_buf;
 /* ALLREDUCE: ring reduce + gather; SPREAD: each rank's block reaches the others (AllGather,
    ReduceScatter, AllToAll, Gather, Scatter); CHAIN: one buffer along a pipelined chain
    (Broadcast, Reduce); P2P: one message; BARRIER: latency only. */
@@ -281,6 +298,27 @@ SK__INLINE sk_coll_info sk_coll_info_of(sk_coll_kind kind) {
 SK__INLINE bool sk_coll_reduces(sk_coll_kind k) { return (sk_coll_info_of(k).flags & SK_COLLF_REDUCES) != 0; }
 SK__INLINE bool sk_coll_rooted(sk_coll_kind k) { return (sk_coll_info_of(k).flags & SK_COLLF_ROOTED) != 0; }
 SK__INLINE bool sk_coll_p2p(sk_coll_kind k) { return (sk_coll_info_of(k).flags & SK_COLLF_P2P) != 0; }
+SK__INLINE bool sk_coll_vector(sk_coll_kind k) { return (sk_coll_info_of(k).flags & SK_COLLF_VECTOR) != 0; }
+
+/* Where block j of a vector buffer starts, in elements: displs[j], or packed (the sum of the
+   counts before j) when displs is NULL. */
+SK__INLINE size_t sk_coll_vec_displ(const size_t *counts, const size_t *displs, int j) {
+  size_t d = 0;
+  if (displs) return displs[j];
+  for (int i = 0; i < j; i++) d += counts[i];
+  return d;
+}
+
+/* Elements a vector buffer spans: the largest displs[j] + counts[j] (0 when every count is 0). */
+SK__INLINE size_t sk_coll_vec_extent(const size_t *counts, const size_t *displs, int size) {
+  size_t end = 0, packed = 0;
+  for (int j = 0; j < size; j++) {
+    size_t d = displs ? displs[j] : packed;
+    packed += counts[j];
+    if (counts[j] && d + counts[j] > end) end = d + counts[j];
+  }
+  return end;
+}
 
 /* Elements of a buffer of class b on rank `rank` of `size` for a call with `count` and `root`. */
 SK__INLINE size_t sk_coll_buf_elems(sk_coll_buf b, size_t count, int size, int rank, int root) {
@@ -289,8 +327,8 @@ SK__INLINE size_t sk_coll_buf_elems(sk_coll_buf b, size_t count, int size, int r
   return b == SK_COLLB_ALL || b == SK_COLLB_ROOT_ALL ? count * (size_t)size : count;
 }
 
-/* Whether a buffer class spans every rank's block (size*count). */
-SK__INLINE bool sk_coll_buf_all(sk_coll_buf b) { return b == SK_COLLB_ALL || b == SK_COLLB_ROOT_ALL; }
+/* Whether a buffer class spans every rank's block (size*count, or per-peer blocks). */
+SK__INLINE bool sk_coll_buf_all(sk_coll_buf b) { return b == SK_COLLB_ALL || b == SK_COLLB_ROOT_ALL || b == SK_COLLB_VEC; }
 
 /* Whether send/recv are the in-place form of kind on this rank (both buffers used here): the
    same address, or this rank's block of the larger (gathered or scattered) buffer. */
@@ -298,7 +336,7 @@ SK__INLINE bool sk_coll_in_place(sk_coll_kind k, const void *send, const void *r
   sk_coll_info i = sk_coll_info_of(k);
   const char *s = (const char *)send, *r = (const char *)recv;
   size_t block = (size_t)rank * count * sk_dtype_size(dt);
-  if (!s || !r) return false;
+  if (!s || !r || (i.flags & SK_COLLF_VECTOR)) return false;
   if (sk_coll_buf_all(i.recv) && !sk_coll_buf_all(i.send)) return s == r + block;
   if (sk_coll_buf_all(i.send) && !sk_coll_buf_all(i.recv)) return r == s + block;
   return s == r;
@@ -307,6 +345,7 @@ SK__INLINE bool sk_coll_in_place(sk_coll_kind k, const void *send, const void *r
 /* The in-place rule of kind, in words (for messages). */
 SK__INLINE const char *sk_coll_in_place_rule(sk_coll_kind k) {
   sk_coll_info i = sk_coll_info_of(k);
+  if (i.flags & SK_COLLF_VECTOR) return "none: send and recv must not overlap";
   if (sk_coll_buf_all(i.recv) && !sk_coll_buf_all(i.send)) return "send == recv + rank*count";
   if (sk_coll_buf_all(i.send) && !sk_coll_buf_all(i.recv)) return "recv == send + rank*count";
   return "send == recv";
@@ -332,19 +371,28 @@ SK_API const char *sk_coll_kind_name(sk_coll_kind kind);
    ALLREDUCE 2(p-1)a + 2(p-1)/p n/B; SPREAD (AllGather, ReduceScatter, AllToAll, Gather,
    Scatter) (p-1)a + (p-1)/p pn/B (pn = the whole gathered / scattered array); CHAIN (Broadcast,
    Reduce: pipelined) (p-1)a + n/B; P2P a + n/B; BARRIER (p-1)a. 0 for p == 1 (and for a zero
-   model). */
+   model). AllToAllV is SPREAD with count = elements per peer of the busiest member (the most
+   it sends to, or receives from, the others, divided by p-1). */
 SK_API double sk_link_cost_us(const sk_link_model *m, sk_coll_kind kind, size_t count, sk_dtype dt, int p);
+
+/* The per-peer layout of a vector collective (AllToAllV): size entries each, in elements;
+   a NULL displs array means packed in rank order (sk_coll_vec_displ). */
+typedef struct sk_coll_vec {
+  const size_t *send_counts, *send_displs;
+  const size_t *recv_counts, *recv_displs;
+} sk_coll_vec;
 
 /* One operation as the generic layer hands it to a backend, already validated. */
 typedef struct sk_coll {
   sk_coll_kind kind;
   const void *send;
   void *recv;
-  size_t count;
+  size_t count; /* vector kinds: 0 (the counts are in v) */
   sk_dtype dtype;
   sk_redop op;
   int root; /* root of Broadcast/Reduce; peer of Send/Recv */
   double issue_us; /* link model: the issuing device's virtual clock at the call */
+  sk_coll_vec v;   /* vector kinds only; zero otherwise */
 } sk_coll;
 
 /* The generic part of a request; a backend allocates requests that start with this struct. */
@@ -734,6 +782,44 @@ static bool sk__overlap(const void *a, size_t na, const void *b, size_t nb) {
   return x < y + nb && y < x + na;
 }
 
+/* One side of a vector collective: counts present and each block addressable without
+   wrapping; *extent receives the elements the buffer spans. */
+static sk_result sk__validate_vec_side(sk_comm *c, const char *name, const char *side, const void *buf,
+                                       const size_t *counts, const size_t *displs, size_t es, size_t *extent) {
+  size_t limit = (SIZE_MAX / 4) / es / (size_t)c->size; /* as the count limit of the other kinds */
+  if (!counts) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: %s_counts is NULL", name, side);
+  for (int j = 0; j < c->size; j++) {
+    if (counts[j] > limit || (displs && displs[j] > limit * (size_t)c->size))
+      return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: %s block %d (count %zu, displ %zu) is too large", name,
+                               side, j, counts[j], displs ? displs[j] : 0);
+  }
+  *extent = sk_coll_vec_extent(counts, displs, c->size);
+  if (*extent && !buf)
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: %s buffer is NULL with %zu elements to move", name, side,
+                             *extent);
+  return SK_OK;
+}
+
+/* AllToAllV: both sides sane, send and recv apart (no in-place form), recv blocks disjoint
+   (two peers writing one element is erroneous in MPI too). */
+static sk_result sk__validate_vec(sk_comm *c, const sk_coll *op, const char *name) {
+  size_t es = sk_dtype_size(op->dtype), sx = 0, rx = 0;
+  const sk_coll_vec *v = &op->v;
+  sk_result r = sk__validate_vec_side(c, name, "send", op->send, v->send_counts, v->send_displs, es, &sx);
+  if (r == SK_OK) r = sk__validate_vec_side(c, name, "recv", op->recv, v->recv_counts, v->recv_displs, es, &rx);
+  if (r != SK_OK) return r;
+  if (sk__overlap(op->send, sx * es, op->recv, rx * es))
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: send and recv overlap (it has no in-place form)", name);
+  if (!v->recv_displs) return SK_OK; /* packed blocks never overlap */
+  for (int i = 0; i < c->size; i++)
+    for (int j = i + 1; j < c->size; j++) {
+      size_t a = v->recv_displs[i], b = v->recv_displs[j], na = v->recv_counts[i], nb = v->recv_counts[j];
+      if (na && nb && a < b + nb && b < a + na)
+        return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: recv blocks of ranks %d and %d overlap", name, i, j);
+    }
+  return SK_OK;
+}
+
 /* Checks op's arguments on comm; the message names the call and the argument. */
 static sk_result sk__validate(sk_comm *c, const sk_coll *op) {
   const char *name = sk_coll_kind_name(op->kind);
@@ -748,6 +834,7 @@ static sk_result sk__validate(sk_comm *c, const sk_coll *op) {
     return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: %s %d out of range [0, %d)", name, p2p ? "peer" : "root",
                              op->root, c->size);
   size_t es = sk_dtype_size(op->dtype);
+  if (info.flags & SK_COLLF_VECTOR) return sk__validate_vec(c, op, name);
   if (op->count > (SIZE_MAX / 4) / es / (size_t)c->size) /* no buffer is that large; keeps byte sums from wrapping */
     return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "%s: count %zu is too large for %d ranks of %s", name,
                              op->count, c->size, sk_dtype_name(op->dtype));
@@ -798,8 +885,8 @@ static sk_result sk__nonblocking(sk_comm *c, const sk_coll *op, sk_request **req
 
 static sk_coll sk__coll(sk_coll_kind kind, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root) {
   sk_coll c;
+  memset(&c, 0, sizeof c);
   c.kind = kind, c.send = send, c.recv = recv, c.count = count, c.dtype = dt, c.op = op, c.root = root;
-  c.issue_us = 0;
   return c;
 }
 
@@ -833,6 +920,18 @@ SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t coun
 }
 SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root) {
   sk_coll o = sk__coll(SK_COLL_SCATTER, send, recv, count, dt, SK_SUM, root);
+  return sk__blocking(c, &o);
+}
+static sk_coll sk__coll_vec(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                            const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt) {
+  sk_coll o = sk__coll(SK_COLL_ALLTOALLV, send, recv, 0, dt, SK_SUM, 0);
+  o.v.send_counts = send_counts, o.v.send_displs = send_displs;
+  o.v.recv_counts = recv_counts, o.v.recv_displs = recv_displs;
+  return o;
+}
+SK_API sk_result sk_alltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
+                              void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt) {
+  sk_coll o = sk__coll_vec(send, send_counts, send_displs, recv, recv_counts, recv_displs, dt);
   return sk__blocking(c, &o);
 }
 SK_API sk_result sk_barrier(sk_comm *c) {
@@ -909,6 +1008,12 @@ SK_API sk_result sk_igather(sk_comm *c, const void *send, void *recv, size_t cou
 SK_API sk_result sk_iscatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
                              sk_request **req) {
   sk_coll o = sk__coll(SK_COLL_SCATTER, send, recv, count, dt, SK_SUM, root);
+  return sk__nonblocking(c, &o, req);
+}
+SK_API sk_result sk_ialltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
+                               void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt,
+                               sk_request **req) {
+  sk_coll o = sk__coll_vec(send, send_counts, send_displs, recv, recv_counts, recv_displs, dt);
   return sk__nonblocking(c, &o, req);
 }
 SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req) {

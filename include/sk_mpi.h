@@ -1094,6 +1094,11 @@ static sk_result sk__mpi_start(sk_comm *c, const sk_coll *op, sk_request **req) 
     }
     return SK_OK;
   }
+  if (sk_coll_vector(op->kind)) { /* not yet mapped onto MPI_Ialltoallv */
+    sk__mreq_free(&q->base);
+    *req = NULL;
+    return sk_comm_set_error(c, SK_ERR_UNSUPPORTED, "%s: not supported by the MPI backend yet", sk_coll_kind_name(op->kind));
+  }
   sk__mreq_plan(q);
   sk__mreq_enqueue(m, q);
   return SK_OK;

@@ -211,6 +211,10 @@ typedef struct sk__tslot {
   uint64_t seq;      /* owner only: collectives this member has posted */
   uint64_t tasks;    /* owner only: tasks of all earlier collectives (the claim counter's base) */
   double link_free;  /* owner only, link model: when the group's last collective ends (us) */
+  /* AllToAllV, by parity: values a peer may read after this member has returned (its count
+     arrays may be gone by then): the largest block it sends, and its busiest side (elements to
+     or from the others) for the link model. */
+  size_t vmax[2], vbusy[2];
   char pad[SK__CL];
 } sk__tslot;
 
@@ -232,7 +236,10 @@ typedef struct sk__tgroup {
   sk__tslot *slots; /* size entries */
   unsigned char *inline_data; /* size * 2 * small_bytes: small AllReduce inputs */
   size_t small_bytes;
-  pthread_mutex_t p2p_lock;
+  pthread_mutex_t p2p_lock; /* also guards vbad */
+  /* AllToAllV's verdict, by parity: the lowest ordered pair (i * size + j) whose counts disagree
+     (SIZE_MAX: none), with what i sends and j expects. Tasks find it; members read it after. */
+  struct { size_t pair, sent, want; } vbad[2];
   sk__tp2p *p2p_head, *p2p_tail; /* unmatched sends and receives, in posting order */
   void *mem;        /* the one allocation holding this group */
   struct sk__tgroup *reg_prev, *reg_next; /* the world's registry of sub-groups */
@@ -665,6 +672,64 @@ static void sk__texchange(unsigned char *da, const unsigned char *sb, unsigned c
   }
 }
 
+/* AllToAllV: one range of tasks per ordered pair (i, j), sized by the largest block any member
+   sends (from the postings, so every member derives the same plan). Every pair has a task even
+   when nothing moves: the tasks also check that the pair's counts agree. */
+static sk__tplan sk__tplan_vec(const sk__tgroup *g, int p) {
+  sk__tplan pl;
+  memset(&pl, 0, sizeof pl);
+  size_t most = 0;
+  for (int i = 0; i < g->size; i++) most = g->slots[i].vmax[p] > most ? g->slots[i].vmax[p] : most;
+  pl.n = most, pl.es = sk_dtype_size(g->slots[0].coll[p].dtype);
+  size_t tb = most * pl.es;
+  tb = tb > SK__TASK_BYTES ? SK__TASK_BYTES : tb < pl.es ? pl.es : tb;
+  pl.te = tb / pl.es;
+  pl.per = most ? (most + pl.te - 1) / pl.te : 1;
+  pl.total = (uint64_t)g->size * (uint64_t)g->size * pl.per;
+  pl.nt = most * pl.es * (size_t)g->size >= SK__NT_MIN_BYTES;
+  return pl;
+}
+
+/* Records a pair whose counts disagree; the lowest pair wins, so the verdict (and message) is
+   the same whichever member ran which task. */
+static void sk__tvec_bad(sk__tgroup *g, int p, size_t pair, size_t sent, size_t want) {
+  pthread_mutex_lock(&g->p2p_lock);
+  if (pair < g->vbad[p].pair) g->vbad[p].pair = pair, g->vbad[p].sent = sent, g->vbad[p].want = want;
+  pthread_mutex_unlock(&g->p2p_lock);
+}
+
+/* AllToAllV task: range r of the block member i sends to member j (pair = i * size + j). Both
+   members' arrays are read here, while no member can have returned (every member waits for
+   every task). A pair whose counts disagree moves nothing. */
+static void sk__ttask_vec(sk__tgroup *g, int p, const sk__tplan *pl, size_t pair, size_t r) {
+  int k = g->size, i = (int)(pair / (size_t)k), j = (int)(pair % (size_t)k);
+  const sk_coll *si = &g->slots[i].coll[p], *sj = &g->slots[j].coll[p];
+  size_t n = si->v.send_counts[j], lo = r * pl->te;
+  if (n != sj->v.recv_counts[i]) {
+    if (r == 0) sk__tvec_bad(g, p, pair, n, sj->v.recv_counts[i]);
+    return;
+  }
+  if (lo >= n) return;
+  size_t len = n - lo < pl->te ? n - lo : pl->te;
+  size_t sd = sk_coll_vec_displ(si->v.send_counts, si->v.send_displs, j);
+  size_t rd = sk_coll_vec_displ(sj->v.recv_counts, sj->v.recv_displs, i);
+  sk__tstore((unsigned char *)sj->recv + (rd + lo) * pl->es, (const unsigned char *)si->send + (sd + lo) * pl->es,
+             len * pl->es, pl->nt);
+}
+
+/* After every task: the verdict, the same on every member. */
+static sk_result sk__tvec_verdict(sk__tmember *m, int p) {
+  sk__tgroup *g = m->g;
+  pthread_mutex_lock(&g->p2p_lock);
+  size_t pair = g->vbad[p].pair, sent = g->vbad[p].sent, want = g->vbad[p].want;
+  pthread_mutex_unlock(&g->p2p_lock);
+  if (pair == SIZE_MAX) return SK_OK;
+  int k = g->size;
+  return sk_comm_set_error(m->comm, SK_ERR_MISMATCH,
+                           "mismatch: alltoallv: rank %d sends %zu elements to rank %d, which expects %zu from it",
+                           (int)(pair / (size_t)k), sent, (int)(pair % (size_t)k), want);
+}
+
 /* Runs task t of the collective posted under parity p. */
 static sk_result sk__ttask(sk__tmember *m, int p, const sk__tplan *pl, uint64_t t) {
   sk__tgroup *g = m->g;
@@ -711,6 +776,9 @@ static sk_result sk__ttask(sk__tmember *m, int p, const sk__tplan *pl, uint64_t 
       sk__tcopy_to_all(SK__SEND(op->root, lo), dst, k, len * es, pl->nt);
       break;
     }
+    case SK_COLL_ALLTOALLV: /* seg = the ordered pair (i, j) */
+      sk__ttask_vec(g, p, pl, seg, r);
+      break;
     case SK_COLL_ALLTOALL: { /* seg = the pair (i, j), i <= j: exchanges block j of i and block i of j */
       size_t i, j;
       sk__tpair((size_t)k, seg, &i, &j);
@@ -738,6 +806,14 @@ static bool sk__tclaim(sk__tgroup *g, uint64_t end, uint64_t *t) {
   return false;
 }
 
+/* AllToAllV's count for the link model: elements per peer of the busiest member (the most it
+   sends to, or receives from, the others, over p-1, rounded up). */
+static size_t sk__tvec_per_peer(const sk__tgroup *g, int p) {
+  size_t most = 0;
+  for (int i = 0; i < g->size; i++) most = g->slots[i].vbusy[p] > most ? g->slots[i].vbusy[p] : most;
+  return g->size > 1 ? (most + (size_t)g->size - 2) / (size_t)(g->size - 1) : 0;
+}
+
 /* Link model: a collective starts when every member has issued it and the group's previous one
    has ended. Every member computes the same value from the same postings. */
 static double sk__tmodel_end(sk__tmember *m, int p, const sk_coll *op) {
@@ -748,7 +824,8 @@ static double sk__tmodel_end(sk__tmember *m, int p, const sk_coll *op) {
   double start = sl->link_free;
   for (int i = 0; i < g->size; i++)
     if (g->slots[i].coll[p].issue_us > start) start = g->slots[i].coll[p].issue_us;
-  sl->link_free = start + sk_link_cost_us(link, op->kind, op->count, op->dtype, g->size);
+  size_t count = sk_coll_vector(op->kind) ? sk__tvec_per_peer(g, p) : op->count;
+  sl->link_free = start + sk_link_cost_us(link, op->kind, count, op->dtype, g->size);
   return sl->link_free;
 }
 
@@ -760,6 +837,22 @@ static void sk__tpeer_task(sk__tmember *m, int p, uint64_t t) {
   owner->peer_fn[p](owner->peer_ctx[p], m->ptrs);
 }
 
+/* AllToAllV: this member's scalars, and the verdict reset (no task of this parity runs before
+   every member has posted, and none of the collective two back is still running). */
+static void sk__tvec_post(sk__tmember *m, const sk_coll *op, int p) {
+  sk__tgroup *g = m->g;
+  size_t most = 0, out = 0, in = 0;
+  for (int j = 0; j < g->size; j++) {
+    most = op->v.send_counts[j] > most ? op->v.send_counts[j] : most;
+    if (j != m->me) out += op->v.send_counts[j], in += op->v.recv_counts[j];
+  }
+  g->slots[m->me].vmax[p] = most;
+  g->slots[m->me].vbusy[p] = out > in ? out : in;
+  pthread_mutex_lock(&g->p2p_lock);
+  g->vbad[p].pair = SIZE_MAX;
+  pthread_mutex_unlock(&g->p2p_lock);
+}
+
 /* Posts member m's call (sequence s, parity p) and announces its arrival. */
 static void sk__tpost(sk__tmember *m, const sk_coll *op, int origin, uint64_t s, bool small) {
   sk__tgroup *g = m->g;
@@ -767,6 +860,7 @@ static void sk__tpost(sk__tmember *m, const sk_coll *op, int origin, uint64_t s,
   int p = (int)(s & 1);
   sl->coll[p] = *op;
   sl->origin[p] = origin;
+  if (sk_coll_vector(op->kind)) sk__tvec_post(m, op, p);
   size_t bytes = op->count * sk_dtype_size(op->dtype);
   if (small && bytes) memcpy(g->inline_data + ((size_t)m->me * 2 + (size_t)p) * g->small_bytes, op->send, bytes);
   __atomic_store_n(&sl->posted, s, SK__SC);
@@ -779,7 +873,7 @@ static void sk__tpost(sk__tmember *m, const sk_coll *op, int origin, uint64_t s,
 static sk_result sk__trun_tasks(sk__tmember *m, const sk_coll *op, int origin, int p, const char *name) {
   sk__tgroup *g = m->g;
   sk__tslot *sl = &g->slots[m->me];
-  sk__tplan pl = sk__tplan_of(op, g->size);
+  sk__tplan pl = sk_coll_vector(op->kind) ? sk__tplan_vec(g, p) : sk__tplan_of(op, g->size);
   if (origin == SK__ORIGIN_PEER) pl.total = (uint64_t)g->size;
   if (pl.total == 0) return SK_OK;
   uint64_t base = sl->tasks, end = base + pl.total, t;
@@ -794,6 +888,7 @@ static sk_result sk__trun_tasks(sk__tmember *m, const sk_coll *op, int origin, i
     if (d == end || (__atomic_load_n(&g->claim, SK__SC) & SK__CLOSED)) sk__twake(&g->sig); /* drainers wait too */
   }
   sk_result r2 = sk__twait_tasks(m, end, name);
+  if (r == SK_OK && r2 == SK_OK && sk_coll_vector(op->kind)) r2 = sk__tvec_verdict(m, p);
   return r != SK_OK ? r : r2;
 }
 

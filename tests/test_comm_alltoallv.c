@@ -1,0 +1,210 @@
+/* test_comm_alltoallv.c -- AllToAllV on the threads backend: per-peer counts and displacements.
+
+   Counts follow a skewed pattern (rank i sends (i + 2j + seed) % 5 blocks of `unit` elements to
+   rank j, zero included), so empty blocks, unequal blocks and the packed and strided layouts all
+   occur. Expected values: element e of the block i sends to j is ct_gen(seed, i, j * 1000003 + e),
+   computed by the receiver without looking at the sender's buffer. Gaps between strided blocks
+   must keep the junk byte. Mismatched counts, bad arguments and the link model's cost are checked
+   too. Device threads record into ct_slot; the test thread asserts. */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "shardkit.h"
+#include "comm_test_util.h"
+
+/* Elements rank i sends to rank j. */
+static size_t vcount(int i, int j, size_t unit, int seed) { return (size_t)((i + 2 * j + seed) % 5) * unit; }
+
+typedef struct vcase {
+  int n;
+  sk_dtype dt;
+  size_t unit;
+  int seed;
+  bool strided; /* displacements with gaps between blocks (else NULL: packed) */
+  bool nb;      /* through sk_ialltoallv + sk_wait */
+  ct_slot *slots;
+} vcase;
+
+/* counts[j] and displs[j] of one side; gaps of 3 elements when strided. */
+static size_t vlayout(const vcase *a, int me, bool send, size_t *counts, size_t *displs) {
+  size_t at = 0;
+  for (int j = 0; j < a->n; j++) {
+    counts[j] = send ? vcount(me, j, a->unit, a->seed) : vcount(j, me, a->unit, a->seed);
+    displs[j] = at;
+    at += counts[j] + (a->strided ? 3 : 0);
+  }
+  return at;
+}
+
+static sk_result vcase_device(sk_comm *c, void *p) {
+  const vcase *a = (const vcase *)p;
+  int me = sk_comm_rank(c), n = a->n;
+  ct_slot *s = &a->slots[me];
+  size_t es = sk_dtype_size(a->dt), sc[64], sd[64], rc[64], rd[64];
+  size_t sn = vlayout(a, me, true, sc, sd), rn = vlayout(a, me, false, rc, rd);
+  unsigned char *send = ct_buf(sn * es), *recv = ct_buf(rn * es), *want = ct_buf(es);
+  for (int j = 0; j < n; j++)
+    for (size_t e = 0; e < sc[j]; e++) ct_gen(a->dt, 0, (uint64_t)a->seed, me, (size_t)j * 1000003 + e, send + (sd[j] + e) * es);
+  memset(recv, CT_JUNK_BYTE, rn * es);
+  const size_t *sdp = a->strided ? sd : NULL, *rdp = a->strided ? rd : NULL;
+  sk_result r;
+  if (a->nb) {
+    sk_request *q = NULL;
+    r = sk_ialltoallv(c, send, sc, sdp, recv, rc, rdp, a->dt, &q);
+    if (r == SK_OK) r = sk_wait(&q);
+  } else {
+    r = sk_alltoallv(c, send, sc, sdp, recv, rc, rdp, a->dt);
+  }
+  if (ct_rc(s, r, c, "alltoallv")) {
+    char ctx[96];
+    snprintf(ctx, sizeof ctx, "n=%d %s unit=%zu %s %s rank %d", n, sk_dtype_name(a->dt), a->unit,
+             a->strided ? "strided" : "packed", a->nb ? "nb" : "blocking", me);
+    for (int i = 0; i < n; i++) {
+      for (size_t e = 0; e < rc[i]; e++) {
+        ct_gen(a->dt, 0, (uint64_t)a->seed, i, (size_t)me * 1000003 + e, want);
+        if (!ct_cmp(s, ctx, "recv", a->dt, recv + (rd[i] + e) * es, want, 1)) break;
+      }
+      if (a->strided) ct_check(s, ct_all_bytes(recv + (rd[i] + rc[i]) * es, 3 * es, CT_JUNK_BYTE), "%s: gap after block %d written", ctx, i);
+    }
+    ct_check(s, ct_pad_ok(recv, rn * es) && ct_pad_ok(send, sn * es), "%s: guard bytes overwritten", ctx);
+  }
+  free(send), free(recv), free(want);
+  s->ran = 1;
+  return r;
+}
+
+static void run_vcase(vcase a, int cfg) {
+  a.slots = ct_slots_new(a.n);
+  char lab[96];
+  snprintf(lab, sizeof lab, "alltoallv n=%d %s unit=%zu", a.n, sk_dtype_name(a.dt), a.unit);
+  ct_run(a.n, cfg, vcase_device, &a, lab);
+  ct_expect_slots(a.slots, a.n, lab);
+  free(a.slots);
+}
+
+typedef struct vparam {
+  int n, cfg;
+} vparam;
+
+ParameterizedTestParameters(comm_alltoallv, grid) {
+  static vparam ps[] = {{1, 0}, {2, 0}, {3, 0}, {5, 1}, {8, 0}, {8, 1}, {16, 0}};
+  return cr_make_param_array(vparam, ps, sizeof ps / sizeof ps[0]);
+}
+
+/* Every dtype, packed and strided, blocking and not, small units and blocks past one task. */
+ParameterizedTest(vparam *p, comm_alltoallv, grid, .timeout = 60) {
+  static const size_t units[] = {1, 7, 70001};
+  for (int d = 0; d < CT_NDTYPES; d++)
+    for (int u = 0; u < 3; u++) {
+      if (units[u] > 7 && (d % 3 != 0 || p->n > 8)) continue; /* large blocks: a few dtypes suffice */
+      for (int v = 0; v < 4; v++) {
+        vcase a = {p->n, ct_all_dtypes[d], units[u], d + u + v, (v & 1) != 0, (v & 2) != 0, NULL};
+        run_vcase(a, p->cfg);
+      }
+    }
+}
+
+/* ---- mismatch and bad arguments ----------------------------------------------------------- */
+
+typedef struct bad_arg {
+  int n, mode;
+  sk_result rc[8];
+  char msg[8][SK_ERROR_MSG_MAX];
+} bad_arg;
+
+enum { BAD_COUNTS, BAD_NULL_COUNTS, BAD_OVERLAP, BAD_RECV_OVERLAP, BAD_NULL_BUF };
+
+static sk_result bad_device(sk_comm *c, void *p) {
+  bad_arg *a = (bad_arg *)p;
+  int me = sk_comm_rank(c);
+  size_t sc[8], rc[8], rd[8];
+  float buf[64] = {0}, out[64];
+  for (int j = 0; j < a->n; j++) sc[j] = rc[j] = 2, rd[j] = 4 * (size_t)j;
+  if (a->mode == BAD_COUNTS && me == 1) rc[0] = 3; /* rank 0 sends 2 to rank 1, which expects 3 */
+  if (a->mode == BAD_RECV_OVERLAP && me == 0) rd[1] = 1; /* block 0 is [0, 2), block 1 [1, 3) */
+  sk_result r;
+  if (a->mode == BAD_NULL_COUNTS)
+    r = sk_alltoallv(c, buf, me == 0 ? NULL : sc, NULL, out, rc, NULL, SK_F32);
+  else if (a->mode == BAD_OVERLAP)
+    r = sk_alltoallv(c, buf, sc, NULL, buf + 1, rc, NULL, SK_F32);
+  else if (a->mode == BAD_NULL_BUF)
+    r = sk_alltoallv(c, NULL, sc, NULL, out, rc, NULL, SK_F32);
+  else
+    r = sk_alltoallv(c, buf, sc, NULL, out, rc, rd, SK_F32);
+  a->rc[me] = r;
+  snprintf(a->msg[me], sizeof a->msg[me], "%s", sk_comm_error_message(c));
+  return SK_OK; /* report, do not abort: the checks below read every rank's result */
+}
+
+static bad_arg *run_bad(int n, int mode) {
+  static bad_arg a;
+  memset(&a, 0, sizeof a);
+  a.n = n, a.mode = mode;
+  sk_world *w = ct_world(n, 0, 2000);
+  sk_result r = sk_world_run(w, bad_device, &a);
+  sk_world_destroy(w);
+  cr_assert(r == SK_OK || r == SK_ERR_MISMATCH || r == SK_ERR_INVALID_ARGUMENT, "world_run: %s", sk_result_name(r));
+  return &a;
+}
+
+Test(comm_alltoallv, mismatched_counts_fail_on_every_rank, .timeout = 30) {
+  bad_arg *a = run_bad(3, BAD_COUNTS);
+  for (int i = 0; i < 3; i++) {
+    cr_expect_eq(a->rc[i], SK_ERR_MISMATCH, "rank %d: %s", i, sk_result_name(a->rc[i]));
+    cr_expect(strstr(a->msg[i], "rank 0 sends 2 elements to rank 1, which expects 3"), "rank %d: %s", i, a->msg[i]);
+  }
+}
+
+Test(comm_alltoallv, bad_arguments_name_what_is_wrong, .timeout = 30) {
+  /* Only rank 0's arguments are bad in these: it fails alone (peers then time out or see it
+     leave); what matters is rank 0's result and message. */
+  bad_arg *a = run_bad(2, BAD_NULL_COUNTS);
+  cr_expect_eq(a->rc[0], SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(a->msg[0], "send_counts is NULL"), "%s", a->msg[0]);
+  a = run_bad(2, BAD_RECV_OVERLAP);
+  cr_expect_eq(a->rc[0], SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(a->msg[0], "recv blocks of ranks 0 and 1 overlap"), "%s", a->msg[0]);
+  a = run_bad(2, BAD_OVERLAP);
+  for (int i = 0; i < 2; i++) {
+    cr_expect_eq(a->rc[i], SK_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(a->msg[i], "no in-place form"), "%s", a->msg[i]);
+  }
+  a = run_bad(2, BAD_NULL_BUF);
+  cr_expect(strstr(a->msg[0], "send buffer is NULL"), "%s", a->msg[0]);
+}
+
+/* ---- link model ------------------------------------------------------------------------------ */
+
+typedef struct link_arg {
+  double end[4];
+} link_arg;
+
+/* Rank 0 sends 1000 f32 to each peer, the others send nothing: the busiest member moves 1000
+   elements per peer, so every member's clock ends at the SPREAD cost of count 1000. */
+static sk_result link_device(sk_comm *c, void *p) {
+  link_arg *a = (link_arg *)p;
+  int me = sk_comm_rank(c);
+  size_t sc[4] = {0}, rc[4] = {0};
+  static float src[4][4000], dst[4][4000];
+  for (int j = 0; j < 4; j++) sc[j] = me == 0 && j != 0 ? 1000 : 0, rc[j] = me != 0 && j == 0 ? 1000 : 0;
+  sk_result r = sk_alltoallv(c, src[me], sc, NULL, dst[me], rc, NULL, SK_F32);
+  a->end[me] = sk_comm_clock_us(c);
+  return r;
+}
+
+Test(comm_alltoallv, link_model_charges_the_busiest_member, .timeout = 30) {
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = 4, d.backend = sk_threads_backend(), d.link.alpha_us = 5, d.link.gbps = 10;
+  sk_world *w;
+  sk_error e;
+  cr_assert_eq(sk_world_create(&d, &w, &e), SK_OK, "%s", e.msg);
+  link_arg a;
+  memset(&a, 0, sizeof a);
+  cr_assert_eq(sk_world_run(w, link_device, &a), SK_OK, "%s", sk_world_error_message(w));
+  sk_world_destroy(w);
+  double want = 3 * 5 + 3 * 1000 * 4 * 1e-3 / 10; /* (p-1)a + (p-1) * per-peer bytes / B */
+  cr_expect_float_eq(want, sk_link_cost_us(&d.link, SK_COLL_ALLTOALLV, 1000, SK_F32, 4), 1e-9);
+  for (int i = 0; i < 4; i++) cr_expect_float_eq(a.end[i], want, 1e-9, "rank %d ends at %g us, want %g", i, a.end[i], want);
+}
