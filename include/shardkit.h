@@ -5,6 +5,7 @@
 #include "sk_core.h"
 #include "sk_layout.h"
 #include "sk_comm.h"
+#include "sk_backend.h" /* the backend contract: sk_coll, sk_backend (for backend authors) */
 #include "sk_threads.h"
 #include "sk_ops.h"
 #include "sk_fusion.h"

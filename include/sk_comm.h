@@ -44,13 +44,8 @@
    wait is bounded by the world's timeout; sk_world_abort() or a device function returning an
    error wakes every waiter with SK_ERR_ABORTED.
 
-   WRITING A BACKEND (NCCL, HCCL, ...): fill an sk_backend (below) and set desc.backend. The
-   generic layer validates every argument before a hook sees it, keeps the error text, and
-   turns blocking calls into start + wait when `run` is NULL. A hook reports failure with
-   sk_comm_set_error(). For NCCL: world_create would make one ncclComm per device with
-   ncclCommInitAll or ncclCommInitRank, start() maps sk_coll onto ncclAllReduce & co. on a
-   per-comm stream and records an event, test()/wait() poll that event against the deadline, and
-   abort() calls ncclCommAbort.
+   WORLDS, COMMUNICATORS AND REQUESTS are opaque: hold them by pointer, use the functions below.
+   Writing a backend (NCCL, HCCL, ...): sk_backend.h.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_COMM_IMPL)
@@ -222,8 +217,6 @@ SK_API void sk_comm_compute(sk_comm *c, double us);
    rules above (avg divides by n). dst may alias srcs[0]. */
 SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size_t count, sk_dtype dt, sk_redop op);
 
-/* ==== for backend authors =================================================================== */
-
 /* ==== the collectives: one table ===========================================================
 
    One row per operation; every predicate, buffer size, in-place rule, link cost and busbw
@@ -375,96 +368,8 @@ SK_API const char *sk_coll_kind_name(sk_coll_kind kind);
    it sends to, or receives from, the others, divided by p-1). */
 SK_API double sk_link_cost_us(const sk_link_model *m, sk_coll_kind kind, size_t count, sk_dtype dt, int p);
 
-/* The per-peer layout of a vector collective (AllToAllV): size entries each, in elements;
-   a NULL displs array means packed in rank order (sk_coll_vec_displ). */
-typedef struct sk_coll_vec {
-  const size_t *send_counts, *send_displs;
-  const size_t *recv_counts, *recv_displs;
-} sk_coll_vec;
-
-/* One operation as the generic layer hands it to a backend, already validated. */
-typedef struct sk_coll {
-  sk_coll_kind kind;
-  const void *send;
-  void *recv;
-  size_t count; /* vector kinds: 0 (the counts are in v) */
-  sk_dtype dtype;
-  sk_redop op;
-  int root; /* root of Broadcast/Reduce; peer of Send/Recv */
-  double issue_us; /* link model: the issuing device's virtual clock at the call */
-  sk_coll_vec v;   /* vector kinds only; zero otherwise */
-} sk_coll;
-
-/* The generic part of a request; a backend allocates requests that start with this struct. */
-struct sk_request {
-  sk_comm *comm;
-  sk_coll coll;
-  void (*free_fn)(sk_request *req); /* set by the backend */
-  double model_end_us;              /* link model: set by the backend when it completes */
-};
-
-#define SK_BACKEND_VERSION 1
-
 /* One member's part of sk_comm_peer_access: peers[i] is the address member i offered. */
 typedef void (*sk_peer_fn)(void *ctx, const void *const *peers);
-
-/* Hook table. Required hooks: world_create, world_destroy, world_run, comm_init_rank,
-   comm_split, comm_destroy, start, test, wait, abort. Optional (NULL = generic path):
-   run (blocking fast path; else start + wait). Reserved slots keep the struct's size stable for
-   what later versions add (direct peer-buffer access for redistribution; a link model with a
-   per-device virtual clock). A hook returns SK_ERR_UNSUPPORTED for "not on this backend". */
-struct sk_backend {
-  int version; /* SK_BACKEND_VERSION */
-  const char *name;
-  /* Builds backend state for a world; sets *ndevices (may read desc->ndevices). */
-  sk_result (*world_create)(sk_world *world, const sk_world_desc *desc, void **state, int *ndevices, sk_error *err);
-  void (*world_destroy)(sk_world *world, void *state);
-  sk_result (*world_run)(sk_world *world, sk_device_fn fn, void *arg);
-  /* comm is allocated by the generic layer with world, rank, size, world_rank filled. */
-  sk_result (*comm_init_rank)(sk_comm *comm, void **state, sk_error *err);
-  /* Collective over parent. child is allocated by the generic layer; the hook fills rank, size,
-     world_rank and *state, or sets *member = false for SK_UNDEFINED. */
-  sk_result (*comm_split)(sk_comm *parent, int color, int key, sk_comm *child, void **state, bool *member);
-  void (*comm_destroy)(sk_comm *comm, void *state);
-  /* Starts op; *req receives a request (backend-allocated, starting with struct sk_request). */
-  sk_result (*start)(sk_comm *comm, const sk_coll *op, sk_request **req);
-  sk_result (*test)(sk_request *req, bool *done);
-  sk_result (*wait)(sk_request *req);
-  sk_result (*run)(sk_comm *comm, const sk_coll *op);
-  void (*abort)(sk_world *world);
-  /* Optional. Called before anything else on every call that takes comm (or a request of
-     it): a non-OK result is returned at once and nothing is written to comm, because the
-     caller may not be comm's owner (the threads backend binds a communicator to its thread). */
-  sk_result (*check_caller)(const sk_comm *comm);
-  /* Optional (shared_address_space backends): sk_comm_peer_access. NULL = SK_ERR_UNSUPPORTED. */
-  sk_result (*peer_access)(sk_comm *comm, const void *mine, sk_peer_fn fn, void *ctx);
-  void *reserved[6];
-  /* 1 when every device of a world lives in this process's address space (the threads
-     backend): collective callers may then exchange buffer pointers and copy straight from
-     peers' buffers, bracketed by synchronisation (see sk_comm_shared_memory). */
-  int shared_address_space;
-};
-
-/* The world and communicator records. Users treat them as opaque; backends read them. */
-struct sk_world {
-  sk_world_desc desc; /* defaults applied */
-  const sk_backend *backend;
-  void *state;
-  int ndevices;
-  int aborted;      /* atomic */
-  int first_error;  /* atomic: first sk_result (not ABORTED) a device returned */
-  int error_claimed; /* atomic: who writes error_msg */
-  char error_msg[SK_ERROR_MSG_MAX];
-  double *clocks;    /* link model: virtual clock per device (us), touched by its device only */
-};
-
-struct sk_comm {
-  sk_world *world;
-  int rank, size, world_rank;
-  void *state;
-  char error_msg[SK_ERROR_MSG_MAX];
-  double model_end_us; /* link model: end of the last blocking op the backend ran directly */
-};
 
 /* Whether comm's peers share this address space (sk_backend.shared_address_space). A module
    may then, collectively, allgather raw pointers, read peers' buffers directly, and barrier
@@ -479,6 +384,10 @@ SK_API bool sk_comm_shared_memory(const sk_comm *comm);
    SK_ERR_MISMATCH when it left or called something else). SK_ERR_UNSUPPORTED where
    !sk_comm_shared_memory(comm). */
 SK_API sk_result sk_comm_peer_access(sk_comm *comm, const void *mine, sk_peer_fn fn, void *ctx);
+/* Copies bytes between two of this device's buffers through the backend (a device-memory
+   backend cannot memcpy them): what modules use to pack and unpack (sk_fusion.h, sk_redist.h).
+   Not collective. */
+SK_API sk_result sk_comm_copy(sk_comm *comm, void *dst, const void *src, size_t bytes);
 /* Sets comm's detailed message; returns code (for `return sk_comm_set_error(...)`). */
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) SK__PRINTF(3, 4);
 /* Records a device failure: aborts the world and keeps the first root cause. */
@@ -495,6 +404,7 @@ SK_EXTERN_C_END
 #define SK_COMM_IMPL_DONE
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
+#include "sk_backend.h"
 #include <time.h>
 
 #if !defined(__cplusplus)
@@ -506,6 +416,30 @@ extern int clock_gettime(int clock_id, struct timespec *tp);
 #define SK__CLOCK_MONOTONIC 1 /* Linux's CLOCK_MONOTONIC */
 
 SK_EXTERN_C_BEGIN
+
+/* The records. Private to this implementation: users and backends go through functions. */
+struct sk_world {
+  sk_world_desc desc; /* defaults applied */
+  const sk_backend *backend;
+  void *state;
+  int ndevices;
+  int aborted;       /* atomic */
+  int first_error;   /* atomic: first sk_result (not ABORTED) a device returned */
+  int error_claimed; /* atomic: who writes error_msg */
+  char error_msg[SK_ERROR_MSG_MAX];
+  double *clocks; /* link model: virtual clock per device (us), touched by its device only */
+};
+
+struct sk_comm {
+  sk_world *world;
+  int rank, size, world_rank;
+  void *state;
+  char error_msg[SK_ERROR_MSG_MAX];
+};
+
+SK_API void *sk_world_state(const sk_world *w) { return w ? w->state : NULL; }
+SK_API void *sk_comm_state(const sk_comm *c) { return c ? c->state : NULL; }
+SK_API const sk_world_desc *sk_world_config(const sk_world *w) { return w ? &w->desc : NULL; }
 
 SK_API uint64_t sk_now_ns(void) {
   struct timespec ts;
@@ -581,9 +515,38 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
   return SK_OK;
 }
 
+typedef struct sk__device_fn {
+  sk_device_fn fn;
+  void *arg;
+} sk__device_fn;
+
+/* The generic body of every device (sk_device_entry): join, run, record a failure as the
+   world's root cause, leave. */
+static sk_result sk__device_entry(sk_world *w, int rank, void *ctx) {
+  const sk__device_fn *d = (const sk__device_fn *)ctx;
+  sk_comm *c = NULL;
+  sk_error err;
+  char msg[SK_ERROR_MSG_MAX + 64];
+  sk_result r = sk_comm_init_rank(w, rank, &c, &err);
+  if (r != SK_OK) {
+    snprintf(msg, sizeof msg, "device %d: %s", rank, err.msg);
+    sk_world_fail(w, r, msg);
+    return r;
+  }
+  r = d->fn(c, d->arg);
+  if (r != SK_OK) {
+    snprintf(msg, sizeof msg, "device %d returned %s%s%s", rank, sk_result_name(r), c->error_msg[0] ? ": " : "",
+             c->error_msg);
+    sk_world_fail(w, r, msg);
+  }
+  sk_comm_destroy(c);
+  return r;
+}
+
 SK_API sk_result sk_world_run(sk_world *w, sk_device_fn fn, void *arg) {
   if (!w || !fn) return SK_ERR_INVALID_ARGUMENT;
-  sk_result r = w->backend->world_run(w, fn, arg);
+  sk__device_fn d = {fn, arg};
+  sk_result r = w->backend->world_run(w, sk__device_entry, &d);
   int first = __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE);
   return first ? (sk_result)first : r;
 }
@@ -611,10 +574,10 @@ SK_API bool sk_world_aborted(const sk_world *w) { return w && __atomic_load_n(&w
 SK_API sk_result sk_world_destroy(sk_world *w) {
   if (!w) return SK_ERR_INVALID_ARGUMENT;
   sk_allocator a = w->desc.allocator;
-  w->backend->world_destroy(w, w->state);
+  sk_result r = w->backend->world_destroy(w, w->state);
   sk__free(&a, w->clocks);
   sk__free(&a, w);
-  return SK_OK;
+  return r;
 }
 
 /* ---- communicators -------------------------------------------------------------------------- */
@@ -639,7 +602,7 @@ SK_API sk_result sk_comm_init_rank(sk_world *w, int rank, sk_comm **comm, sk_err
   c->world = w;
   c->rank = c->world_rank = rank;
   c->size = w->ndevices;
-  sk_result r = w->backend->comm_init_rank(c, &c->state, err);
+  sk_result r = w->backend->comm_init_rank(c, rank, &c->state, err);
   if (r != SK_OK) {
     sk__free(&w->desc.allocator, c);
     return r;
@@ -674,6 +637,41 @@ SK_API sk_result sk_comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn
     return sk_comm_set_error(c, SK_ERR_UNSUPPORTED, "peer_access: backend '%s' does not share an address space",
                              b->name ? b->name : "?");
   return b->peer_access(c, mine, fn, ctx);
+}
+
+SK_API sk_result sk_comm_copy(sk_comm *c, void *dst, const void *src, size_t bytes) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_result r = sk__check_caller(c);
+  if (r != SK_OK) return r;
+  if (bytes && (!dst || !src))
+    return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "copy: %s is NULL with %zu bytes", dst ? "src" : "dst", bytes);
+  if (!bytes || dst == src) return SK_OK;
+  const sk_backend *b = c->world->backend;
+  if (b->copy) return b->copy(c, dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return SK_OK;
+}
+
+/* ---- mismatch ------------------------------------------------------------------------------- */
+
+SK_API bool sk_coll_same_call(const sk_coll *a, const sk_coll *b) {
+  if (!a || !b || a->kind != b->kind || a->count != b->count || a->dtype != b->dtype) return false;
+  return (!sk_coll_reduces(a->kind) || a->op == b->op) && (!sk_coll_rooted(a->kind) || a->root == b->root);
+}
+
+SK_API void sk_coll_describe(char *buf, size_t cap, const sk_coll *c) {
+  if (!buf || !cap) return;
+  if (!c) {
+    snprintf(buf, cap, "nothing");
+    return;
+  }
+  snprintf(buf, cap, "%s(count %zu, %s, %s, root %d)", sk_coll_kind_name(c->kind), c->count, sk_dtype_name(c->dtype),
+           sk_redop_name(c->op), c->root);
+}
+
+SK_API sk_result sk_comm_set_mismatch(sk_comm *c, int rank_a, const char *what_a, int rank_b, const char *what_b) {
+  return sk_comm_set_error(c, SK_ERR_MISMATCH, "mismatch: rank %d called %s but rank %d called %s", rank_a, what_a,
+                           rank_b, what_b);
 }
 
 /* ---- link model ------------------------------------------------------------------------------- */
@@ -719,9 +717,9 @@ SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out) {
   sk_comm *child = sk__comm_alloc(w);
   if (!child) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "split: allocating a communicator");
   child->world = w;
-  bool member = false;
-  sk_result r = w->backend->comm_split(c, color, key, child, &child->state, &member);
-  if (r != SK_OK || !member) {
+  child->world_rank = c->world_rank;
+  sk_result r = w->backend->comm_split(c, color, key, child, &child->state, &child->rank, &child->size);
+  if (r != SK_OK || !child->state) {
     sk__free(&w->desc.allocator, child);
     return r;
   }
@@ -860,8 +858,9 @@ static sk_result sk__blocking(sk_comm *c, const sk_coll *in) {
   op.issue_us = sk_comm_clock_us(c);
   const sk_backend *b = c->world->backend;
   if (b->run) {
-    r = b->run(c, &op);
-    sk__clock_reach(c, c->model_end_us);
+    double end_us = 0;
+    r = b->run(c, &op, &end_us);
+    sk__clock_reach(c, end_us);
     return r;
   }
   sk_request *req = NULL;

@@ -774,34 +774,30 @@ static void sk__fbucket_fail(sk_fusion *f, int i, sk_result r, const char *what)
            sk_result_name(r), sk_comm_error_message(b->comm));
 }
 
-/* Packs tensor t into its bucket's fusion buffer. */
-static void sk__fpack(const sk_fusion *f, const sk__fbucket *b, const sk__ften *t) {
-  (void)f;
-  size_t es = sk_dtype_size(b->dt), bytes = t->op.count * es;
-  if (!bytes) return;
-  if (b->kind != SK_COLL_REDUCE_SCATTER) {
-    memcpy(b->sbuf + t->off * es, t->op.send, bytes);
-    return;
-  }
-  int n = sk_comm_size(b->comm);
-  size_t tot = b->count * es;
-  for (int r = 0; r < n; r++) memcpy(b->sbuf + (size_t)r * tot + t->off * es, (const char *)t->op.send + (size_t)r * bytes, bytes);
+/* Packs tensor t into its bucket's fusion buffer, through the backend's copy (a device-memory
+   backend cannot memcpy). ReduceScatter's input is n blocks, each going to its rank's part. */
+static sk_result sk__fpack(const sk__fbucket *b, const sk__ften *t) {
+  size_t es = sk_dtype_size(b->dt), bytes = t->op.count * es, tot = b->count * es;
+  int n = b->kind == SK_COLL_REDUCE_SCATTER ? sk_comm_size(b->comm) : 1;
+  sk_result r = SK_OK;
+  for (int i = 0; i < n && r == SK_OK; i++)
+    r = sk_comm_copy(b->comm, b->sbuf + (size_t)i * tot + t->off * es, (const char *)t->op.send + (size_t)i * bytes, bytes);
+  return r;
 }
 
-static void sk__funpack(sk_fusion *f, sk__fbucket *b) {
-  if (b->pack != SK_FUSION_PACKED) return;
+/* Copies every tensor's result out of the bucket; AllGather's output is n blocks. */
+static sk_result sk__funpack(const sk_fusion *f, const sk__fbucket *b) {
+  if (b->pack != SK_FUSION_PACKED) return SK_OK;
   size_t es = sk_dtype_size(b->dt), tot = b->count * es;
-  int n = sk_comm_size(b->comm);
-  for (int j = 0; j < b->n; j++) {
+  int n = b->kind == SK_COLL_ALLGATHER ? sk_comm_size(b->comm) : 1;
+  sk_result r = SK_OK;
+  for (int j = 0; j < b->n && r == SK_OK; j++) {
     const sk__ften *t = &f->t[f->order[b->start + j]];
     size_t bytes = t->op.count * es;
-    if (!bytes) continue;
-    if (b->kind != SK_COLL_ALLGATHER) {
-      memcpy(t->op.recv, b->rbuf + t->off * es, bytes);
-    } else {
-      for (int r = 0; r < n; r++) memcpy((char *)t->op.recv + (size_t)r * bytes, b->rbuf + (size_t)r * tot + t->off * es, bytes);
-    }
+    for (int i = 0; i < n && r == SK_OK; i++)
+      r = sk_comm_copy(b->comm, (char *)t->op.recv + (size_t)i * bytes, b->rbuf + (size_t)i * tot + t->off * es, bytes);
   }
+  return r;
 }
 
 static void sk__flaunch(sk_fusion *f, int i) {
@@ -850,8 +846,8 @@ static void sk__fpoll(sk_fusion *f) {
       b->completed = true;
       if (r != SK_OK)
         sk__fbucket_fail(f, f->next_done, r, "failed");
-      else
-        sk__funpack(f, b);
+      else if ((r = sk__funpack(f, b)) != SK_OK)
+        sk__fbucket_fail(f, f->next_done, r, "unpacking");
     }
     f->next_done++;
   }
@@ -873,7 +869,12 @@ SK_API sk_result sk_fusion_ready(sk_fusion *f, int handle) {
                     t->name, handle, t->bucket);
   t->ready = true;
   sk__fbucket *b = &f->b[t->bucket];
-  if (b->pack == SK_FUSION_PACKED) sk__fpack(f, b, t);
+  if (b->pack == SK_FUSION_PACKED && (r = sk__fpack(b, t)) != SK_OK) {
+    /* the bucket can never launch here, and its peers would wait for it: take the world down */
+    sk_world_fail(sk_comm_world(b->comm), r, sk_comm_error_message(b->comm));
+    return sk__fset(f, r, "ready: packing tensor '%s' into bucket %d: %s", t->name, t->bucket,
+                    sk_comm_error_message(b->comm));
+  }
   b->nready++;
   sk__flaunch_ready(f);
   sk__fpoll(f);
@@ -893,8 +894,8 @@ SK_API sk_result sk_fusion_wait(sk_fusion *f) {
     b->completed = true;
     if (w != SK_OK)
       sk__fbucket_fail(f, i, w, "failed");
-    else
-      sk__funpack(f, b);
+    else if ((w = sk__funpack(f, b)) != SK_OK)
+      sk__fbucket_fail(f, i, w, "unpacking");
   }
   f->next_done = f->next_launch;
   /* the first failure, and tensors never marked ready */

@@ -126,7 +126,7 @@
 #ifndef SK_MPI_H
 #define SK_MPI_H
 
-#include "sk_comm.h"
+#include "sk_backend.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -320,8 +320,8 @@ struct sk__mreq {
   MPI_Status *pst;
 };
 
-#define SK__MWORLD(w) ((sk__mworld *)(w)->state)
-#define SK__MCOMM(c) ((sk__mcomm *)(c)->state)
+#define SK__MWORLD(w) ((sk__mworld *)sk_world_state(w))
+#define SK__MCOMM(c) ((sk__mcomm *)sk_comm_state(c))
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
@@ -345,7 +345,7 @@ static sk_result sk__mreq_mpi(sk__mreq *q, int e, const char *call) {
     return sk__mreq_fail(q, SK_ERR_MISMATCH,
                          "mismatch: %s: %s: %s: a member sent more than rank %d expects (calls or counts differ "
                          "across members; check_mismatch names them)",
-                         name, call, text, q->m->comm->rank);
+                         name, call, text, sk_comm_rank(q->m->comm));
   return sk__mreq_fail(q, SK_ERR_BACKEND, "%s: %s: %s", name, call, text);
 }
 
@@ -443,13 +443,13 @@ static int sk__m_block_type(MPI_Datatype base, size_t len, size_t stride, MPI_Da
 
 static bool sk__m_in_place(const sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
-  return sk_coll_in_place(o->kind, o->send, o->recv, o->count, o->dtype, q->m->comm->rank);
+  return sk_coll_in_place(o->kind, o->send, o->recv, o->count, o->dtype, sk_comm_rank(q->m->comm));
 }
 
 static void sk__mreq_plan(sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
   sk__mworld *mw = q->m->mw;
-  int n = q->m->comm->size;
+  int n = sk_comm_size(q->m->comm);
   size_t es = sk_dtype_size(o->dtype);
   bool reduces = sk_coll_reduces(o->kind);
   bool half = o->dtype == SK_F16 || o->dtype == SK_BF16;
@@ -485,7 +485,7 @@ static sk_result sk__mreq_scratch(sk__mreq *q, size_t bytes) {
 static int sk__mchunk_rooted(sk__mreq *q, const unsigned char *s, unsigned char *r, size_t len, bool ip, const char **call) {
   const sk_coll *o = &q->base.coll;
   sk__mcomm *m = q->m;
-  bool root = m->comm->rank == o->root, gather = o->kind == SK_COLL_GATHER;
+  bool root = sk_comm_rank(m->comm) == o->root, gather = o->kind == SK_COLL_GATHER;
   size_t es = sk_dtype_size(o->dtype);
   int il = (int)len, e = MPI_SUCCESS, wide_n = il;
   MPI_Datatype wide = q->mt, bt = MPI_DATATYPE_NULL;
@@ -510,7 +510,7 @@ static sk_result sk__mchunk_start(sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
   sk__mcomm *m = q->m;
   MPI_Comm mc = m->mc;
-  int n = m->comm->size, rank = m->comm->rank;
+  int n = sk_comm_size(m->comm), rank = sk_comm_rank(m->comm);
   size_t es = sk_dtype_size(o->dtype), off = q->off, len = q->total - off < q->L ? q->total - off : q->L;
   size_t c = o->count;
   q->len = len;
@@ -602,7 +602,7 @@ static sk_result sk__mchunk_start(sk__mreq *q) {
 static sk_result sk__mchunk_finish(sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
   sk__mcomm *m = q->m;
-  int n = m->comm->size, rank = m->comm->rank;
+  int n = sk_comm_size(m->comm), rank = sk_comm_rank(m->comm);
   size_t es = sk_dtype_size(o->dtype), off = q->off, len = q->len;
   bool here = o->kind != SK_COLL_REDUCE || rank == o->root; /* this rank holds a result */
   unsigned char *r = o->recv ? (unsigned char *)o->recv + off * es : NULL;
@@ -618,36 +618,43 @@ static sk_result sk__mchunk_finish(sk__mreq *q) {
   return SK_OK;
 }
 
-/* One fingerprint as the call that made it. Entries left zero (a member that sent something
-   else, e.g. its own data with the check off there) read as "another call". */
+/* A fingerprint as the call it describes (kind, count, dtype, op, root). */
+static sk_coll sk__mfp_coll(const int64_t *f) {
+  sk_coll c;
+  memset(&c, 0, sizeof c);
+  c.kind = (sk_coll_kind)f[0], c.count = (size_t)f[1], c.dtype = (sk_dtype)f[2], c.op = (sk_redop)f[3];
+  c.root = (int)f[4];
+  return c;
+}
+
+/* One fingerprint as the call that made it (the generic description). Entries left zero (a
+   member that sent something else, e.g. its own data with the check off there) read as
+   "another call". */
 static void sk__mfp_str(char *buf, size_t cap, const int64_t *f) {
-  sk_coll_kind k = (sk_coll_kind)f[0];
+  sk_coll c = sk__mfp_coll(f);
   if (f[0] == SK__M_FP_SPLIT)
     snprintf(buf, cap, "split(color %lld, key %lld)", (long long)f[1], (long long)f[2]);
   else if (f[0] <= SK_COLL_NONE || f[0] >= SK_COLL_KIND_COUNT || f[0] == SK_COLL_SEND || f[0] == SK_COLL_RECV ||
-           !sk_dtype_valid((sk_dtype)f[2]) || !sk_redop_valid((sk_redop)f[3]))
+           !sk_dtype_valid(c.dtype) || !sk_redop_valid(c.op) || f[1] < 0)
     snprintf(buf, cap, "another call (no fingerprint: a collective without the check, or not a split)");
   else
-    snprintf(buf, cap, "%s(count %lld, %s, %s, root %lld)", sk_coll_kind_name(k), (long long)f[1],
-             sk_dtype_name((sk_dtype)f[2]), sk_redop_name((sk_redop)f[3]), (long long)f[4]);
+    sk_coll_describe(buf, cap, &c);
 }
 
-/* Whether two fingerprints are the same call: kind, count and dtype, plus op and root where
-   they matter. Splits agree with splits only (their other fields are each member's color and
-   key). */
+/* Whether two fingerprints are the same call (the generic rule). Splits agree with splits only
+   (their other fields are each member's color and key). */
 static bool sk__mfp_same(const int64_t *a, const int64_t *b) {
   if (a[0] != b[0]) return false;
   if (a[0] == SK__M_FP_SPLIT) return true;
-  sk_coll_kind k = (sk_coll_kind)a[0];
-  bool reduces = sk_coll_reduces(k), rooted = sk_coll_rooted(k);
-  return a[1] == b[1] && a[2] == b[2] && (!reduces || a[3] == b[3]) && (!rooted || a[4] == b[4]);
+  sk_coll ca = sk__mfp_coll(a), cb = sk__mfp_coll(b);
+  return sk_coll_same_call(&ca, &cb);
 }
 
 /* The fingerprint check: every member compares all fingerprints with rank 0's, so all agree on
    the verdict and the message (which names world ranks too on a sub-communicator). */
 static sk_result sk__mfp_check(sk__mreq *q) {
   sk__mcomm *m = q->m;
-  int n = m->comm->size;
+  int n = sk_comm_size(m->comm);
   const int64_t *all = (const int64_t *)(const void *)q->tmp;
   for (int i = 1; i < n; i++) {
     const int64_t *b = all + SK__M_FP_N * i;
@@ -668,7 +675,7 @@ static sk_result sk__mfp_check(sk__mreq *q) {
 static sk_result sk__mreq_activate(sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
   sk__mcomm *m = q->m;
-  int n = m->comm->size, rank = m->comm->rank;
+  int n = sk_comm_size(m->comm), rank = sk_comm_rank(m->comm);
   size_t es = sk_dtype_size(o->dtype);
   sk_result rr;
   if (q->fp_pending) {
@@ -827,8 +834,8 @@ static bool sk__m_is_silent(const sk__mworld *mw, int wr) {
 static int sk__m_silent(sk__mcomm *m, int only, bool listen, char *buf, size_t cap) {
   sk__mworld *mw = m->mw;
   listen = listen && !mw->listened;
-  uint64_t end = sk_now_ns() + (listen ? sk__m_grace_ms(mw->w->desc.timeout_ms) * 1000000ull : 0);
-  int n, lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : m->comm->size;
+  uint64_t end = sk_now_ns() + (listen ? sk__m_grace_ms(sk_world_config(mw->w)->timeout_ms) * 1000000ull : 0);
+  int n, lo = only >= 0 ? only : 0, hi = only >= 0 ? only + 1 : sk_comm_size(m->comm);
   for (;;) {
     sk__m_poll_notices(mw);
     n = 0;
@@ -885,13 +892,13 @@ static sk_result sk__m_timeout(sk__mreq *q) {
     sk_comm_set_error(c, SK_ERR_TIMEOUT,
                       "%s: timed out after %u ms waiting for world rank %s (silent: hung, dead or gone; the MPI request "
                       "stays in flight)",
-                      sk__mreq_name(q), (unsigned)mw->w->desc.timeout_ms, silent);
+                      sk__mreq_name(q), (unsigned)sk_world_config(mw->w)->timeout_ms, silent);
   else
     sk_comm_set_error(c, SK_ERR_TIMEOUT,
                       "%s: timed out after %u ms; every member answered the abort notice, so they wait in other calls "
                       "(mismatched calls? check_mismatch names them)",
-                      sk__mreq_name(q), (unsigned)mw->w->desc.timeout_ms);
-  sk_world_fail(mw->w, SK_ERR_TIMEOUT, c->error_msg);
+                      sk__mreq_name(q), (unsigned)sk_world_config(mw->w)->timeout_ms);
+  sk_world_fail(mw->w, SK_ERR_TIMEOUT, sk_comm_error_message(c));
   return SK_ERR_TIMEOUT;
 }
 
@@ -979,7 +986,7 @@ static sk__mreq *sk__mreq_new(sk__mcomm *m, const sk_coll *op) {
 /* " (world rank N)" after a rank of a sub-communicator; nothing on the world's own. */
 static const char *sk__m_wr(const sk__mcomm *m, int rank, char *buf, size_t cap) {
   buf[0] = 0;
-  if (m->mc != m->mw->comm && rank >= 0 && rank < m->comm->size) snprintf(buf, cap, " (world rank %d)", m->wranks[rank]);
+  if (m->mc != m->mw->comm && rank >= 0 && rank < sk_comm_size(m->comm)) snprintf(buf, cap, " (world rank %d)", m->wranks[rank]);
   return buf;
 }
 
@@ -1025,7 +1032,7 @@ static sk_result sk__mp2p_test(sk__mreq *q) {
       return q->result = sk__mreq_fail(q, SK_ERR_MISMATCH,
                                        "mismatch: recv: rank %d%s receives %zu x %s from rank %d%s, which sent more "
                                        "(MPI_Irecv: MPI_ERR_TRUNCATE)",
-                                       q->m->comm->rank, sk__m_wr(q->m, q->m->comm->rank, me, sizeof me), o->count,
+                                       sk_comm_rank(q->m->comm), sk__m_wr(q->m, sk_comm_rank(q->m->comm), me, sizeof me), o->count,
                                        sk_dtype_name(o->dtype), o->root, sk__m_wr(q->m, o->root, peer, sizeof peer));
     return q->result = sk__mreq_mpi(q, e, o->kind == SK_COLL_SEND ? "MPI_Isend" : "MPI_Irecv");
   }
@@ -1040,7 +1047,7 @@ static sk_result sk__mp2p_test(sk__mreq *q) {
     }
     if (got != o->count)
       q->result = sk__mreq_fail(q, SK_ERR_MISMATCH, "mismatch: recv: rank %d%s receives %zu x %s from rank %d%s, which sent %zu",
-                                q->m->comm->rank, sk__m_wr(q->m, q->m->comm->rank, me, sizeof me), o->count,
+                                sk_comm_rank(q->m->comm), sk__m_wr(q->m, sk_comm_rank(q->m->comm), me, sizeof me), o->count,
                                 sk_dtype_name(o->dtype), o->root, sk__m_wr(q->m, o->root, peer, sizeof peer), got);
   }
   return q->result;
@@ -1119,7 +1126,7 @@ static sk_result sk__mpi_test(sk_request *base, bool *done) {
 static sk_result sk__mpi_wait(sk_request *base) {
   sk__mreq *q = (sk__mreq *)base;
   sk__mworld *mw = q->m->mw;
-  uint64_t start = sk_now_ns(), now, deadline = start + (uint64_t)mw->w->desc.timeout_ms * 1000000ull;
+  uint64_t start = sk_now_ns(), now, deadline = start + (uint64_t)sk_world_config(mw->w)->timeout_ms * 1000000ull;
   for (;;) {
     sk__mreq_poll(q);
     if (q->done) return sk__mreq_outcome(q);
@@ -1236,11 +1243,11 @@ static bool sk__m_quiet(sk__mworld *mw, bool failed, uint32_t bound_ms, bool *pe
    peers briefly (the healthy ones are tearing down too; a stuck one never comes), a healthy one
    up to its timeout. `created` false: a failed sk_world_create (no traffic yet), which also
    leaves MPI initialised so that a retry can work. */
-static void sk__m_world_free(sk_world *w, sk__mworld *mw, bool created) {
+static bool sk__m_world_free(sk_world *w, sk__mworld *mw, bool created) {
   const sk_allocator *a = mw->alloc;
   if (mw->ntx) sk__m_poll_notices(mw); /* a peer's failure that came meanwhile */
   bool failed = sk_world_aborted(w), rx_done = true, tx_done = true, td_pending = false;
-  uint32_t grace = sk__m_grace_ms(w->desc.timeout_ms), bound = failed ? grace : w->desc.timeout_ms;
+  uint32_t grace = sk__m_grace_ms(sk_world_config(w)->timeout_ms), bound = failed ? grace : sk_world_config(w)->timeout_ms;
   bool quiet = !created || (mw->abort_comm != MPI_COMM_NULL && sk__m_quiet(mw, failed, bound, &td_pending));
   if (mw->abort_rx != MPI_REQUEST_NULL) {
     MPI_Cancel(&mw->abort_rx);
@@ -1259,18 +1266,22 @@ static void sk__m_world_free(sk_world *w, sk__mworld *mw, bool created) {
   }
   if (!created) {
     sk__m_live--;
-    return;
+    return true;
   }
-  if (--sk__m_live > 0) return;
+  if (--sk__m_live > 0) return true;
   sk__m_types_fini();
-  if (!sk__m_finalize(bound))
-    sk__log(&w->desc.logger, SK_LOG_ERROR,
-            "mpi backend: MPI_Finalize skipped: not every process reached it within %u ms (a peer is hung or "
-            "gone); MPI stays initialised: exit with a non-zero status",
-            (unsigned)bound);
+  if (sk__m_finalize(bound)) return true;
+  sk__log(&sk_world_config(w)->logger, SK_LOG_ERROR,
+          "mpi backend: MPI_Finalize skipped: not every process reached it within %u ms (a peer is hung or "
+          "gone); MPI stays initialised: exit with a non-zero status",
+          (unsigned)bound);
+  return false;
 }
 
-static void sk__mpi_world_destroy(sk_world *w, void *state) { sk__m_world_free(w, (sk__mworld *)state, true); }
+/* SK_ERR_TIMEOUT when the last world's bounded teardown gave up on MPI_Finalize. */
+static sk_result sk__mpi_world_destroy(sk_world *w, void *state) {
+  return sk__m_world_free(w, (sk__mworld *)state, true) ? SK_OK : SK_ERR_TIMEOUT;
+}
 
 /* MPI_Init_thread when nobody has, plus the duplicate of MPI_COMM_WORLD that the barrier before
    MPI_Finalize runs on (made now: every process is here, and a later dup could block). */
@@ -1320,12 +1331,12 @@ static sk_result sk__mpi_world_create(sk_world *w, const sk_world_desc *desc, vo
   sk_result r = sk__m_init_mpi(err);
   if (r != SK_OK) return r;
   sk__m_live++;
-  sk__mworld *mw = (sk__mworld *)sk__calloc(&w->desc.allocator, sizeof *mw, 64);
+  sk__mworld *mw = (sk__mworld *)sk__calloc(&sk_world_config(w)->allocator, sizeof *mw, 64);
   if (!mw) {
     sk__m_live--;
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the MPI world");
   }
-  mw->alloc = &w->desc.allocator;
+  mw->alloc = &sk_world_config(w)->allocator;
   mw->w = w;
   mw->comm = mw->abort_comm = MPI_COMM_NULL;
   mw->abort_rx = mw->td_req = MPI_REQUEST_NULL;
@@ -1380,15 +1391,15 @@ static sk__mcomm *sk__mcomm_new(sk__mworld *mw, sk_comm *c, MPI_Comm mc, bool ow
   return m;
 }
 
-static sk_result sk__mpi_comm_init_rank(sk_comm *c, void **state, sk_error *err) {
-  sk__mworld *mw = SK__MWORLD(c->world);
-  if (c->rank != mw->rank)
+static sk_result sk__mpi_comm_init_rank(sk_comm *c, int rank, void **state, sk_error *err) {
+  sk__mworld *mw = SK__MWORLD(sk_comm_world(c));
+  if (rank != mw->rank)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
                     "rank %d: this process is rank %d of the MPI world (one device per process: pass its own rank)",
-                    c->rank, mw->rank);
-  if (mw->claimed) return sk__fail(err, SK_ERR_INVALID_USAGE, "rank %d already joined the world in this process", c->rank);
-  sk__mcomm *m = sk__mcomm_new(mw, c, mw->comm, false, c->size);
-  if (!m) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the communicator of rank %d", c->rank);
+                    rank, mw->rank);
+  if (mw->claimed) return sk__fail(err, SK_ERR_INVALID_USAGE, "rank %d already joined the world in this process", rank);
+  sk__mcomm *m = sk__mcomm_new(mw, c, mw->comm, false, mw->size);
+  if (!m) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the communicator of rank %d", rank);
   mw->claimed = true;
   *state = m;
   return SK_OK;
@@ -1424,7 +1435,7 @@ static sk_result sk__m_split_agree(sk__mcomm *pm, int color, int key) {
   op.kind = SK_COLL_ALLGATHER, op.dtype = SK_I64; /* count 0: the fingerprint is the whole op */
   sk__mreq *q = sk__mreq_new(pm, &op);
   if (!q) {
-    sk_world_fail(pm->comm->world, SK_ERR_OUT_OF_MEMORY, "split: out of memory"); /* peers would wait for us */
+    sk_world_fail(sk_comm_world(pm->comm), SK_ERR_OUT_OF_MEMORY, "split: out of memory"); /* peers would wait for us */
     return sk_comm_set_error(pm->comm, SK_ERR_OUT_OF_MEMORY, "split: allocating a request");
   }
   sk__mreq_plan(q);
@@ -1433,12 +1444,13 @@ static sk_result sk__m_split_agree(sk__mcomm *pm, int color, int key) {
   sk__mreq_enqueue(pm, q);
   sk_request *req = &q->base;
   sk_result r = sk_wait(&req);
-  if (r == SK_ERR_OUT_OF_MEMORY) sk_world_fail(pm->comm->world, r, pm->comm->error_msg);
+  if (r == SK_ERR_OUT_OF_MEMORY) sk_world_fail(sk_comm_world(pm->comm), r, sk_comm_error_message(pm->comm));
   return r;
 }
 
 /* Split: the agreement, then MPI_Comm_split (blocking, but every member has arrived). */
-static sk_result sk__mpi_comm_split(sk_comm *parent, int color, int key, sk_comm *child, void **state, bool *member) {
+static sk_result sk__mpi_comm_split(sk_comm *parent, int color, int key, sk_comm *child, void **state, int *rank_out,
+                                    int *size_out) {
   sk__mcomm *pm = SK__MCOMM(parent);
   sk__mworld *mw = pm->mw;
   sk_result r = sk__m_split_agree(pm, color, key);
@@ -1451,14 +1463,14 @@ static sk_result sk__mpi_comm_split(sk_comm *parent, int color, int key, sk_comm
     MPI_Error_string(e, text, &len);
     return sk_comm_set_error(parent, SK_ERR_BACKEND, "split: MPI_Comm_split: %s", text);
   }
-  if (nc == MPI_COMM_NULL) return SK_OK; /* SK_UNDEFINED: *member stays false */
+  if (nc == MPI_COMM_NULL) return SK_OK; /* SK_UNDEFINED: *state stays NULL */
   MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
   int rank = 0, size = 0;
   MPI_Comm_rank(nc, &rank);
   MPI_Comm_size(nc, &size);
   sk__mcomm *m = sk__mcomm_new(mw, child, nc, true, size);
   if (!m) { /* the peers have the communicator and may use it: fail the world, keep nc (see sk__m_quiet) */
-    sk_world_fail(parent->world, SK_ERR_OUT_OF_MEMORY, "split: out of memory");
+    sk_world_fail(sk_comm_world(parent), SK_ERR_OUT_OF_MEMORY, "split: out of memory");
     return sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "split: allocating the member state");
   }
   /* world ranks of the members, for messages (ptrs is free scratch until a gather-path call) */
@@ -1470,34 +1482,18 @@ static sk_result sk__mpi_comm_split(sk_comm *parent, int color, int key, sk_comm
     for (int i = 0; i < size; i++) m->wranks[i] = -1;
   if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
   if (gw != MPI_GROUP_NULL) MPI_Group_free(&gw);
-  child->rank = rank, child->size = size, child->world_rank = parent->world_rank;
+  *rank_out = rank, *size_out = size;
   *state = m;
-  *member = true;
   return SK_OK;
 }
 
-static sk_result sk__mpi_world_run(sk_world *w, sk_device_fn fn, void *arg) {
+/* This process's one device. The abort notices go out after it, also when the device itself
+   called sk_world_abort. */
+static sk_result sk__mpi_world_run(sk_world *w, sk_device_entry entry, void *ctx) {
   sk__mworld *mw = SK__MWORLD(w);
   if (sk_world_aborted(w)) return SK_ERR_ABORTED;
-  sk_comm *c = NULL;
-  sk_error err;
-  sk_result r = sk_comm_init_rank(w, mw->rank, &c, &err);
-  if (r != SK_OK) {
-    char msg[SK_ERROR_MSG_MAX + 32];
-    snprintf(msg, sizeof msg, "device %d: %s", mw->rank, err.msg);
-    sk_world_fail(w, r, msg);
-    sk__m_notify(mw);
-    return r;
-  }
-  r = fn(c, arg);
-  if (r != SK_OK) {
-    char msg[SK_ERROR_MSG_MAX + 64];
-    snprintf(msg, sizeof msg, "device %d returned %s%s%s", mw->rank, sk_result_name(r), c->error_msg[0] ? ": " : "",
-             c->error_msg);
-    sk_world_fail(w, r, msg);
-  }
-  if (sk_world_aborted(w)) sk__m_notify(mw); /* also after sk_world_abort from the device */
-  sk_comm_destroy(c);
+  sk_result r = entry(w, mw->rank, ctx);
+  if (sk_world_aborted(w)) sk__m_notify(mw);
   return r;
 }
 
@@ -1509,23 +1505,23 @@ static void sk__mpi_abort(sk_world *w) {
 }
 
 static const sk_backend sk__mpi_backend_table = {
-    SK_BACKEND_VERSION,
-    "mpi",
-    sk__mpi_world_create,
-    sk__mpi_world_destroy,
-    sk__mpi_world_run,
-    sk__mpi_comm_init_rank,
-    sk__mpi_comm_split,
-    sk__mpi_comm_destroy,
-    sk__mpi_start,
-    sk__mpi_test,
-    sk__mpi_wait,
-    NULL,
-    sk__mpi_abort,
-    NULL, /* check_caller */
-    NULL, /* peer_access: no shared address space */
-    {NULL, NULL, NULL, NULL, NULL, NULL},
-    0, /* shared_address_space: one process per device */
+    SK_HOOK(version) SK_BACKEND_VERSION,
+    SK_HOOK(name) "mpi",
+    SK_HOOK(world_create) sk__mpi_world_create,
+    SK_HOOK(world_destroy) sk__mpi_world_destroy,
+    SK_HOOK(world_run) sk__mpi_world_run,
+    SK_HOOK(comm_init_rank) sk__mpi_comm_init_rank,
+    SK_HOOK(comm_split) sk__mpi_comm_split,
+    SK_HOOK(comm_destroy) sk__mpi_comm_destroy,
+    SK_HOOK(start) sk__mpi_start,
+    SK_HOOK(test) sk__mpi_test,
+    SK_HOOK(wait) sk__mpi_wait,
+    SK_HOOK(run) NULL, /* blocking = start + wait */
+    SK_HOOK(abort) sk__mpi_abort,
+    SK_HOOK(check_caller) NULL,
+    SK_HOOK(peer_access) NULL, /* no shared address space */
+    SK_HOOK(copy) NULL,        /* host memory: memcpy */
+    SK_HOOK(shared_address_space) 0, /* one process per device */
 };
 
 SK_API const sk_backend *sk_mpi_backend(void) { return &sk__mpi_backend_table; }

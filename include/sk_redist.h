@@ -311,9 +311,11 @@ static bool sk__rd_box_eq(const sk__rd_box *a, const sk__rd_box *b, int nd) {
 }
 
 /* Copies box x from a row-major buffer holding box `sb` to one holding box `db`. Runs of
-   dims that are whole in both buffers are merged into one memcpy. */
-static void sk__rd_copy(char *dst, const sk__rd_box *db, const char *src, const sk__rd_box *sb, const sk__rd_box *x,
-                        int nd, size_t es) {
+   dims that are whole in both buffers are merged into one copy, made by via's backend
+   (sk_comm_copy: device memory cannot be memcpy'd); via NULL: memcpy, inside peer functions
+   (host memory by contract, and they may not call shardkit). Returns the first failed copy. */
+static sk_result sk__rd_copy(sk_comm *via, char *dst, const sk__rd_box *db, const char *src, const sk__rd_box *sb,
+                             const sk__rd_box *x, int nd, size_t es) {
   int64_t ext[SK_MAX_DIMS] = {0}, dstr[SK_MAX_DIMS] = {0}, sstr[SK_MAX_DIMS] = {0};
   int64_t ds = 1, ss = 1;
   for (int d = nd - 1; d >= 0; d--) {
@@ -324,7 +326,7 @@ static void sk__rd_copy(char *dst, const sk__rd_box *db, const char *src, const 
   }
   int64_t doff = 0, soff = 0;
   for (int d = 0; d < nd; d++) {
-    if (ext[d] <= 0) return;
+    if (ext[d] <= 0) return SK_OK;
     doff += (x->lo[d] - db->lo[d]) * dstr[d];
     soff += (x->lo[d] - sb->lo[d]) * sstr[d];
   }
@@ -338,7 +340,12 @@ static void sk__rd_copy(char *dst, const sk__rd_box *db, const char *src, const 
   size_t rb = (size_t)run * es;
   int64_t idx[SK_MAX_DIMS] = {0};
   for (;;) {
-    memcpy(dst + (size_t)doff * es, src + (size_t)soff * es, rb);
+    sk_result r = SK_OK;
+    if (via)
+      r = sk_comm_copy(via, dst + (size_t)doff * es, src + (size_t)soff * es, rb);
+    else
+      memcpy(dst + (size_t)doff * es, src + (size_t)soff * es, rb);
+    if (r != SK_OK) return r;
     int d = inner - 1;
     for (; d >= 0; d--) {
       doff += dstr[d], soff += sstr[d];
@@ -346,7 +353,7 @@ static void sk__rd_copy(char *dst, const sk__rd_box *db, const char *src, const 
       doff -= dstr[d] * ext[d], soff -= sstr[d] * ext[d];
       idx[d] = 0;
     }
-    if (d < 0) return;
+    if (d < 0) return SK_OK;
   }
 }
 
@@ -1288,16 +1295,17 @@ static void sk__rd_peer_pieces(void *pv, const void *const *peers) {
   for (int k = 0; k < L->nrecv; k++) {
     sk__rd_box pb;
     sk__rd_slice_box(&c->s->a, L->recv[k].peer, &pb);
-    sk__rd_copy(c->out, &c->x->bbox, (const char *)peers[L->recv[k].peer], &pb, &L->recv[k].box, nd, c->es);
+    (void)sk__rd_copy(NULL, c->out, &c->x->bbox, (const char *)peers[L->recv[k].peer], &pb, &L->recv[k].box, nd, c->es);
   }
-  if (L->nlocal) sk__rd_copy(c->out, &c->x->bbox, c->in, &c->x->abox, &L->local, nd, c->es);
+  if (L->nlocal) (void)sk__rd_copy(NULL, c->out, &c->x->bbox, c->in, &c->x->abox, &L->local, nd, c->es);
 }
 
 /* AllToAll / AllGather step: member k's block from member k's input. */
 static void sk__rd_peer_blocks(void *pv, const void *const *peers) {
   const sk__rd_peer_ctx *c = (const sk__rd_peer_ctx *)pv;
   for (int k = 0; k < c->x->nmem; k++)
-    sk__rd_copy(c->out, &c->x->bbox, (const char *)peers[k], &c->x->pbox[k], &c->x->rbox[k], c->s->a.ndims, c->es);
+    (void)sk__rd_copy(NULL, c->out, &c->x->bbox, (const char *)peers[k], &c->x->pbox[k], &c->x->rbox[k], c->s->a.ndims,
+                      c->es);
 }
 
 /* A Send/Recv step over messages: the receives are posted first, so arriving pieces find
@@ -1322,41 +1330,47 @@ static sk_result sk__rd_run_sendrecv(sk_redist_executor *ex, const sk__rd_step *
       src = in + (size_t)x->sdir[k] * es;
     else {
       char *st = ex->scratch + x->soff[k];
-      sk__rd_copy(st, &L->send[k].box, in, &x->abox, &L->send[k].box, nd, es);
+      r = sk__rd_copy(ex->comm, st, &L->send[k].box, in, &x->abox, &L->send[k].box, nd, es);
       src = st;
     }
+    if (r != SK_OK) break;
     r = sk_isend(ex->comm, src, (size_t)sk__rd_vol(&L->send[k].box, nd), dt, L->send[k].peer, &ex->reqs[nq]);
     if (r == SK_OK) nq++;
   }
-  if (r == SK_OK && L->nlocal) sk__rd_copy(out, &x->bbox, in, &x->abox, &L->local, nd, es);
+  if (r == SK_OK && L->nlocal) r = sk__rd_copy(ex->comm, out, &x->bbox, in, &x->abox, &L->local, nd, es);
   /* a post that failed leaves peers' matching posts unmatched: fail the world, not the timeout */
   if (r != SK_OK && r != SK_ERR_ABORTED) sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
   sk_result w = sk_waitall(nq, ex->reqs);
   if (r == SK_OK) r = w;
   if (r) return r;
-  for (int k = 0; k < L->nrecv; k++)
-    if (x->roff[k] != (size_t)-1) sk__rd_copy(out, &x->bbox, ex->scratch + x->roff[k], &L->recv[k].box, &L->recv[k].box, nd, es);
-  return SK_OK;
+  for (int k = 0; k < L->nrecv && r == SK_OK; k++)
+    if (x->roff[k] != (size_t)-1)
+      r = sk__rd_copy(ex->comm, out, &x->bbox, ex->scratch + x->roff[k], &L->recv[k].box, &L->recv[k].box, nd, es);
+  return r;
 }
 
 /* Copies n blocks, back to back in `packed`, from or to the buffer `buf` holding box `bb`:
    the collectives take and deliver group-ordered contiguous blocks, the slices are strided. */
-static void sk__rd_pack(char *packed, const char *buf, const sk__rd_box *bb, const sk__rd_box *blocks, int n, int nd,
-                        size_t es) {
+static sk_result sk__rd_pack(sk_comm *via, char *packed, const char *buf, const sk__rd_box *bb, const sk__rd_box *blocks,
+                             int n, int nd, size_t es) {
   size_t off = 0;
-  for (int k = 0; k < n; k++) {
-    sk__rd_copy(packed + off, &blocks[k], buf, bb, &blocks[k], nd, es);
+  sk_result r = SK_OK;
+  for (int k = 0; k < n && r == SK_OK; k++) {
+    r = sk__rd_copy(via, packed + off, &blocks[k], buf, bb, &blocks[k], nd, es);
     off += (size_t)sk__rd_vol(&blocks[k], nd) * es;
   }
+  return r;
 }
 
-static void sk__rd_unpack(char *buf, const sk__rd_box *bb, const char *packed, const sk__rd_box *blocks, int n, int nd,
-                          size_t es) {
+static sk_result sk__rd_unpack(sk_comm *via, char *buf, const sk__rd_box *bb, const char *packed,
+                               const sk__rd_box *blocks, int n, int nd, size_t es) {
   size_t off = 0;
-  for (int k = 0; k < n; k++) {
-    sk__rd_copy(buf, bb, packed + off, &blocks[k], &blocks[k], nd, es);
+  sk_result r = SK_OK;
+  for (int k = 0; k < n && r == SK_OK; k++) {
+    r = sk__rd_copy(via, buf, bb, packed + off, &blocks[k], &blocks[k], nd, es);
     off += (size_t)sk__rd_vol(&blocks[k], nd) * es;
   }
+  return r;
 }
 
 /* A collective step. Errors of a sub-communicator are copied to the executor's comm, where
@@ -1385,7 +1399,11 @@ static sk_result sk__rd_run_collective(sk_redist_executor *ex, const sk__rd_step
     sp = in + (size_t)x->send_off * es;
   else {
     char *st = ex->scratch + x->send_stage;
-    sk__rd_pack(st, in, &x->abox, x->sbox, nsend, nd, es);
+    r = sk__rd_pack(ex->comm, st, in, &x->abox, x->sbox, nsend, nd, es);
+    if (r != SK_OK) { /* the peers are entering the collective: take the world down */
+      sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
+      return r;
+    }
     sp = st;
   }
   rp = x->recv_direct ? out + (size_t)x->recv_off * es : ex->scratch + x->recv_stage;
@@ -1400,18 +1418,14 @@ static sk_result sk__rd_run_collective(sk_redist_executor *ex, const sk__rd_step
     if (x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
     return r;
   }
-  if (!x->recv_direct) sk__rd_unpack(out, &x->bbox, rp, x->rbox, nrecv, nd, es);
-  return SK_OK;
+  return x->recv_direct ? SK_OK : sk__rd_unpack(ex->comm, out, &x->bbox, rp, x->rbox, nrecv, nd, es);
 }
 
 static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, char *out) {
   const sk__rd_step *s = &ex->plan->steps[i];
   sk__rd_xstep *x = &ex->xs[i];
   size_t es = sk_dtype_size(ex->plan->desc.dtype);
-  if (s->op == SK_REDIST_LOCAL) {
-    sk__rd_copy(out, &x->bbox, in, &x->abox, &x->bbox, s->a.ndims, es);
-    return SK_OK;
-  }
+  if (s->op == SK_REDIST_LOCAL) return sk__rd_copy(ex->comm, out, &x->bbox, in, &x->abox, &x->bbox, s->a.ndims, es);
   if (s->op == SK_REDIST_SENDRECV && x->peer) {
     /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
     sk__rd_peer_ctx ctx = {s, x, in, out, es};

@@ -48,7 +48,7 @@
 #ifndef SK_THREADS_H
 #define SK_THREADS_H
 
-#include "sk_comm.h"
+#include "sk_backend.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -149,11 +149,11 @@ static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const vo
       }
       now = sk_now_ns();
     }
-  uint64_t deadline = start + (uint64_t)w->desc.timeout_ms * 1000000ull;
+  uint64_t deadline = start + (uint64_t)sk_world_config(w)->timeout_ms * 1000000ull;
   while (now - start < SK__SPIN_NS + SK__YIELD_NS) {
     sched_yield();
     if (pred(arg)) return SK_OK;
-    if (__atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE)) return SK_ERR_ABORTED;
+    if (sk_world_aborted(w)) return SK_ERR_ABORTED;
     sk_result b = broken ? broken(arg) : SK_OK;
     if (b != SK_OK) return pred(arg) ? SK_OK : b;
     now = sk_now_ns();
@@ -166,7 +166,7 @@ static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const vo
       return SK_OK;
     }
     now = sk_now_ns();
-    bool aborted = __atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE);
+    bool aborted = sk_world_aborted(w);
     sk_result b = broken && !aborted ? broken(arg) : SK_OK;
     if (aborted || b != SK_OK || now >= deadline) {
       __atomic_fetch_sub(&s->sleepers, 1, SK__SC);
@@ -301,8 +301,8 @@ struct sk__tp2p {
   sk__treq *req;
 };
 
-#define SK__TWORLD(w) ((sk__tworld *)(w)->state)
-#define SK__TMEMBER(c) ((sk__tmember *)(c)->state)
+#define SK__TWORLD(w) ((sk__tworld *)sk_world_state(w))
+#define SK__TMEMBER(c) ((sk__tmember *)sk_comm_state(c))
 
 /* ---- groups ------------------------------------------------------------------------------- */
 
@@ -441,19 +441,19 @@ static void sk__tclose_drain(sk__tgroup *g);
 /* Turns a failed arrival wait into the member's message; the group's sequence is broken, so a
    timeout or a departure takes the world down. */
 static sk_result sk__tarrive_failed(sk__tmember *m, sk_result r, const sk__tarrive_arg *a, const char *what) {
-  sk_world *w = m->comm->world;
+  sk_world *w = sk_comm_world(m->comm);
   if (r == SK_ERR_TIMEOUT) {
     char who[160];
     sk__tmissing(m->g, a->seq, who, sizeof who);
     sk_comm_set_error(m->comm, r, "%s: timed out after %u ms waiting for group ranks %s", what,
-                      (unsigned)w->desc.timeout_ms, who);
+                      (unsigned)sk_world_config(w)->timeout_ms, who);
   } else if (r == SK_ERR_MISMATCH) {
     sk_comm_set_error(m->comm, r, "%s: group rank %d (world rank %d) has left (its communicator was destroyed or its "
                       "device function returned) without making this call", what, a->gone, m->g->wranks[a->gone]);
   } else {
     sk_comm_set_error(m->comm, r, "%s: the world was aborted (a device failed or sk_world_abort was called)", what);
   }
-  if (r != SK_ERR_ABORTED) sk_world_fail(w, r, m->comm->error_msg);
+  if (r != SK_ERR_ABORTED) sk_world_fail(w, r, sk_comm_error_message(m->comm));
   sk__tclose_drain(m->g);
   return r;
 }
@@ -462,7 +462,7 @@ static sk_result sk__tarrive_failed(sk__tmember *m, sk_result r, const sk__tarri
 static sk_result sk__twait_arrival(sk__tmember *m, uint64_t s, const char *what) {
   sk__tarrive_arg a;
   a.c.ctr = &m->g->arrive, a.c.target = s * (uint64_t)m->g->size, a.m = m, a.seq = s, a.gone = -1;
-  sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__tcount_reached, &a, m->tw->spin, sk__tarrive_broken);
+  sk_result r = sk__twait(sk_comm_world(m->comm), &m->g->sig, sk__tcount_reached, &a, m->tw->spin, sk__tarrive_broken);
   return r == SK_OK ? r : sk__tarrive_failed(m, r, &a, what);
 }
 
@@ -470,13 +470,13 @@ static sk_result sk__twait_arrival(sk__tmember *m, uint64_t s, const char *what)
 static sk_result sk__twait_tasks(sk__tmember *m, uint64_t end, const char *what) {
   sk__tcount_arg a;
   a.ctr = &m->g->done, a.target = end;
-  sk_world *w = m->comm->world;
+  sk_world *w = sk_comm_world(m->comm);
   sk_result r = sk__twait(w, &m->g->sig, sk__tcount_reached, &a, m->tw->spin, NULL);
   if (r == SK_OK) return r;
   if (r == SK_ERR_TIMEOUT) {
     sk_comm_set_error(m->comm, r, "%s: timed out after %u ms waiting for %llu outstanding tasks", what,
-                      (unsigned)w->desc.timeout_ms, (unsigned long long)(end - __atomic_load_n(&m->g->done, SK__SC)));
-    sk_world_fail(w, r, m->comm->error_msg);
+                      (unsigned)sk_world_config(w)->timeout_ms, (unsigned long long)(end - __atomic_load_n(&m->g->done, SK__SC)));
+    sk_world_fail(w, r, sk_comm_error_message(m->comm));
   } else {
     sk_comm_set_error(m->comm, r, "%s: the world was aborted (a device failed or sk_world_abort was called)", what);
   }
@@ -491,24 +491,18 @@ static void sk__tclose_drain(sk__tgroup *g) {
   sk__tidle(&g->sig, sk__tcount_reached, &a);
 }
 
-/* Writes what one member called ("allreduce(count 4, f32, sum, root 0)", or "comm_split"). */
+/* Writes what one member called: the collective, or the backend's own traffic by name. */
 static void sk__tdescribe(char *buf, size_t cap, int origin, const sk_coll *c) {
   if (origin == SK__ORIGIN_SPLIT)
     snprintf(buf, cap, "comm_split");
   else if (origin == SK__ORIGIN_PEER)
     snprintf(buf, cap, "peer_access");
   else
-    snprintf(buf, cap, "%s(count %zu, %s, %s, root %d)", sk_coll_kind_name(c->kind), c->count, sk_dtype_name(c->dtype),
-             sk_redop_name(c->op), c->root);
+    sk_coll_describe(buf, cap, c);
 }
 
 /* Compares every member's posting with rank 0's. All members see the same postings, so they
    agree on the verdict and on the message. */
-static bool sk__tsame_call(const sk_coll *a, const sk_coll *b) {
-  if (a->kind != b->kind || a->count != b->count || a->dtype != b->dtype) return false;
-  return (!sk_coll_reduces(a->kind) || a->op == b->op) && (!sk_coll_rooted(a->kind) || a->root == b->root);
-}
-
 static sk_result sk__tcheck_match(sk__tmember *m, int p) {
   const sk__tgroup *g = m->g;
   const sk_coll *a = &g->slots[0].coll[p];
@@ -516,11 +510,11 @@ static sk_result sk__tcheck_match(sk__tmember *m, int p) {
   for (int i = 1; i < g->size; i++) {
     const sk_coll *o = &g->slots[i].coll[p];
     int oo = g->slots[i].origin[p];
-    if (oa == oo && sk__tsame_call(a, o)) continue;
+    if (oa == oo && sk_coll_same_call(a, o)) continue;
     char da[96], db[96];
     sk__tdescribe(da, sizeof da, oa, a);
     sk__tdescribe(db, sizeof db, oo, o);
-    return sk_comm_set_error(m->comm, SK_ERR_MISMATCH, "mismatch: rank 0 called %s but rank %d called %s", da, i, db);
+    return sk_comm_set_mismatch(m->comm, 0, da, i, db);
   }
   return SK_OK;
 }
@@ -817,7 +811,7 @@ static size_t sk__tvec_per_peer(const sk__tgroup *g, int p) {
 /* Link model: a collective starts when every member has issued it and the group's previous one
    has ended. Every member computes the same value from the same postings. */
 static double sk__tmodel_end(sk__tmember *m, int p, const sk_coll *op) {
-  const sk_link_model *link = &m->comm->world->desc.link;
+  const sk_link_model *link = &sk_world_config(sk_comm_world(m->comm))->link;
   if (link->gbps <= 0) return 0;
   sk__tgroup *g = m->g;
   sk__tslot *sl = &g->slots[m->me];
@@ -879,7 +873,7 @@ static sk_result sk__trun_tasks(sk__tmember *m, const sk_coll *op, int origin, i
   uint64_t base = sl->tasks, end = base + pl.total, t;
   sl->tasks = end;
   sk_result r = SK_OK;
-  while (!sk_world_aborted(m->comm->world) && sk__tclaim(g, end, &t)) {
+  while (!sk_world_aborted(sk_comm_world(m->comm)) && sk__tclaim(g, end, &t)) {
     if (origin == SK__ORIGIN_PEER)
       sk__tpeer_task(m, p, t - base);
     else if (r == SK_OK)
@@ -964,7 +958,7 @@ static bool sk__tqueue_ready(const void *p) {
 
 static void *sk__tprogress_main(void *arg) {
   sk__tmember *m = (sk__tmember *)arg;
-  sk_world *w = m->comm->world;
+  sk_world *w = sk_comm_world(m->comm);
   for (;;) {
     sk__tidle(&m->qsig, sk__tqueue_ready, m);
     if (__atomic_load_n(&m->stop, SK__SC)) break;
@@ -972,7 +966,7 @@ static void *sk__tprogress_main(void *arg) {
     sk__treq *q = m->qhead;
     pthread_mutex_unlock(&m->qlock);
     sk_result res = sk_world_aborted(w) ? SK_ERR_ABORTED : sk__texec(m, &q->base.coll, SK__ORIGIN_USER, &q->base.model_end_us);
-    if (res == SK_ERR_ABORTED && !m->comm->error_msg[0])
+    if (res == SK_ERR_ABORTED && !sk_comm_error_message(m->comm)[0])
       sk_comm_set_error(m->comm, res, "%s: the world was aborted", sk_coll_kind_name(q->base.coll.kind));
     pthread_mutex_lock(&m->qlock);
     __atomic_store_n(&m->qhead, q->next, SK__SC);
@@ -1056,7 +1050,7 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
   } else {
     /* link model: the message moves once both sides have posted */
     double start = so->issue_us > ro->issue_us ? so->issue_us : ro->issue_us;
-    double end = start + sk_link_cost_us(&m->comm->world->desc.link, SK_COLL_SEND, so->count, so->dtype, 2);
+    double end = start + sk_link_cost_us(&sk_world_config(sk_comm_world(m->comm))->link, SK_COLL_SEND, so->count, so->dtype, 2);
     sq->base.model_end_us = rq->base.model_end_us = end;
     size_t bytes = so->count * sk_dtype_size(so->dtype);
     if (bytes) {
@@ -1132,7 +1126,7 @@ static sk_result sk__thr_wait(sk_request *base) {
   sk__treq *q = (sk__treq *)base;
   sk__tmember *m = q->m;
   bool p2p = sk_coll_p2p(q->base.coll.kind);
-  sk_result r = sk__twait(m->comm->world, &m->g->sig, sk__treq_done, q, m->tw->spin, p2p ? sk__tp2p_broken : NULL);
+  sk_result r = sk__twait(sk_comm_world(m->comm), &m->g->sig, sk__treq_done, q, m->tw->spin, p2p ? sk__tp2p_broken : NULL);
   if (r == SK_OK) return sk__treq_outcome(q);
   if (!p2p) {
     /* The progress thread runs it; its own waits are bounded and it completes the request with
@@ -1144,12 +1138,12 @@ static sk_result sk__thr_wait(sk_request *base) {
   if (r == SK_ERR_TIMEOUT) {
     sk_comm_set_error(m->comm, r, "%s: no matching %s from rank %d within %u ms", name,
                       q->base.coll.kind == SK_COLL_SEND ? "recv" : "send", q->base.coll.root,
-                      (unsigned)m->comm->world->desc.timeout_ms);
-    sk_world_fail(m->comm->world, r, m->comm->error_msg);
+                      (unsigned)sk_world_config(sk_comm_world(m->comm))->timeout_ms);
+    sk_world_fail(sk_comm_world(m->comm), r, sk_comm_error_message(m->comm));
   } else if (r == SK_ERR_MISMATCH) {
     sk_comm_set_error(m->comm, r, "%s: rank %d (world rank %d) has left without a matching %s", name, q->base.coll.root,
                       m->g->wranks[q->base.coll.root], q->base.coll.kind == SK_COLL_SEND ? "recv" : "send");
-    sk_world_fail(m->comm->world, r, m->comm->error_msg);
+    sk_world_fail(sk_comm_world(m->comm), r, sk_comm_error_message(m->comm));
   } else {
     sk_comm_set_error(m->comm, r, "%s: the world was aborted", name);
   }
@@ -1169,7 +1163,7 @@ static sk_result sk__thr_test(sk_request *base, bool *done) {
    would post into the same member slot concurrently. Nothing is written to the communicator
    (its message belongs to the owner, who may be using it right now). */
 static sk_result sk__thr_check_caller(const sk_comm *c) {
-  const sk__tmember *m = (const sk__tmember *)c->state;
+  const sk__tmember *m = SK__TMEMBER(c);
   return pthread_equal(pthread_self(), m->owner) ? SK_OK : SK_ERR_INVALID_ARGUMENT;
 }
 
@@ -1183,7 +1177,7 @@ static sk_result sk__thr_start(sk_comm *c, const sk_coll *op, sk_request **req) 
   return r;
 }
 
-static sk_result sk__thr_run(sk_comm *c, const sk_coll *op) {
+static sk_result sk__thr_run(sk_comm *c, const sk_coll *op, double *end_us) {
   sk__tmember *m = SK__TMEMBER(c);
   bool p2p = sk_coll_p2p(op->kind);
   /* Outstanding non-blocking work runs first: queue behind it to keep issue order. */
@@ -1193,8 +1187,8 @@ static sk_result sk__thr_run(sk_comm *c, const sk_coll *op) {
     if (r != SK_OK) return r;
     return sk_wait(&req);
   }
-  sk_result r = sk__texec(m, op, SK__ORIGIN_USER, &c->model_end_us);
-  if (r == SK_ERR_ABORTED && !c->error_msg[0]) sk_comm_set_error(c, r, "%s: the world was aborted", sk_coll_kind_name(op->kind));
+  sk_result r = sk__texec(m, op, SK__ORIGIN_USER, end_us);
+  if (r == SK_ERR_ABORTED && !sk_comm_error_message(c)[0]) sk_comm_set_error(c, r, "%s: the world was aborted", sk_coll_kind_name(op->kind));
   return r;
 }
 
@@ -1203,13 +1197,13 @@ static sk_result sk__thr_world_create(sk_world *w, const sk_world_desc *desc, vo
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.ndevices = %d; the threads backend needs 1..%d", desc->ndevices,
                     SK_MAX_DEVICES);
   const sk_threads_config *cfg = (const sk_threads_config *)desc->backend_config;
-  sk__tworld *tw = (sk__tworld *)sk__calloc(&w->desc.allocator, sizeof *tw, SK__CL);
+  sk__tworld *tw = (sk__tworld *)sk__calloc(&sk_world_config(w)->allocator, sizeof *tw, SK__CL);
   if (!tw) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the threads world");
   if (pthread_mutex_init(&tw->lock, NULL) != 0) {
-    sk__free(&w->desc.allocator, tw);
+    sk__free(&sk_world_config(w)->allocator, tw);
     return sk__fail(err, SK_ERR_SYSTEM, "initialising the threads world's lock");
   }
-  tw->alloc = &w->desc.allocator;
+  tw->alloc = &sk_world_config(w)->allocator;
   tw->n = desc->ndevices;
   size_t sb = cfg && cfg->small_bytes ? cfg->small_bytes : 256;
   tw->small_bytes = sb > SK__SMALL_CAP ? SK__SMALL_CAP : sb;
@@ -1233,7 +1227,7 @@ static sk_result sk__thr_world_create(sk_world *w, const sk_world_desc *desc, vo
   return SK_OK;
 }
 
-static void sk__thr_world_destroy(sk_world *w, void *state) {
+static sk_result sk__thr_world_destroy(sk_world *w, void *state) {
   (void)w;
   sk__tworld *tw = (sk__tworld *)state;
   while (tw->groups) sk__tgroup_free(tw, tw->groups); /* left unreleased by a fault */
@@ -1242,32 +1236,33 @@ static void sk__thr_world_destroy(sk_world *w, void *state) {
   sk__free(tw->alloc, tw->claimed);
   sk__free(tw->alloc, tw->gone);
   sk__free(tw->alloc, tw);
+  return SK_OK;
 }
 
 static sk_result sk__thr_comm_attach(sk_comm *c, sk__tgroup *g, int me, void **state) {
-  sk__tworld *tw = SK__TWORLD(c->world);
+  sk__tworld *tw = SK__TWORLD(sk_comm_world(c));
   sk__tmember *m = sk__tmember_new(tw, g, me, c);
   if (!m) return SK_ERR_OUT_OF_MEMORY;
   *state = m;
   return SK_OK;
 }
 
-static sk_result sk__thr_comm_init_rank(sk_comm *c, void **state, sk_error *err) {
-  sk__tworld *tw = SK__TWORLD(c->world);
+static sk_result sk__thr_comm_init_rank(sk_comm *c, int rank, void **state, sk_error *err) {
+  sk__tworld *tw = SK__TWORLD(sk_comm_world(c));
   int expected = 0;
-  if (!__atomic_compare_exchange_n(&tw->claimed[c->rank], &expected, 1, false, SK__SC, SK__SC))
-    return sk__fail(err, SK_ERR_INVALID_USAGE, "rank %d already joined the world (one thread per rank)", c->rank);
-  sk_result r = sk__thr_comm_attach(c, tw->world_group, c->rank, state);
+  if (!__atomic_compare_exchange_n(&tw->claimed[rank], &expected, 1, false, SK__SC, SK__SC))
+    return sk__fail(err, SK_ERR_INVALID_USAGE, "rank %d already joined the world (one thread per rank)", rank);
+  sk_result r = sk__thr_comm_attach(c, tw->world_group, rank, state);
   if (r != SK_OK) {
-    __atomic_store_n(&tw->claimed[c->rank], 0, SK__SC);
-    return sk__fail(err, r, "allocating the communicator of rank %d", c->rank);
+    __atomic_store_n(&tw->claimed[rank], 0, SK__SC);
+    return sk__fail(err, r, "allocating the communicator of rank %d", rank);
   }
   return SK_OK;
 }
 
 /* Finishes every request still outstanding on m (bounded: each wait is), then frees them. */
 static void sk__tfinish_requests(sk__tmember *m) {
-  sk_world *w = m->comm->world;
+  sk_world *w = sk_comm_world(m->comm);
   if (m->thread_started) {
     sk__tcount_arg a; /* issued == completed; an abort ends every queued wait at once */
     a.ctr = &m->completed, a.target = m->issued;
@@ -1315,7 +1310,7 @@ static void sk__thr_comm_destroy(sk_comm *c, void *state) {
 static void sk__tflush(sk__tmember *m) {
   sk__tcount_arg a;
   a.ctr = &m->completed, a.target = m->issued;
-  while (!sk__tcount_reached(&a) && !sk_world_aborted(m->comm->world)) sk__tidle_slice(&m->g->sig, sk__tcount_reached, &a);
+  while (!sk__tcount_reached(&a) && !sk_world_aborted(sk_comm_world(m->comm))) sk__tidle_slice(&m->g->sig, sk__tcount_reached, &a);
 }
 
 static sk_result sk__tinternal(sk__tmember *m, int origin, sk_coll_kind kind, const void *send, void *recv, size_t count,
@@ -1331,7 +1326,7 @@ static sk_result sk__tinternal(sk__tmember *m, int origin, sk_coll_kind kind, co
 /* Collective verdict of a split step: every member learns the lowest parent rank that failed
    (INT32_MAX: none). One element: the inline path, which allocates nothing. */
 static sk_result sk__tsplit_agree(sk__tmember *pm, bool ok, int32_t *lowest_failed) {
-  int32_t mine = ok ? INT32_MAX : (int32_t)pm->comm->rank;
+  int32_t mine = ok ? INT32_MAX : (int32_t)sk_comm_rank(pm->comm);
   return sk__tinternal(pm, SK__ORIGIN_SPLIT, SK_COLL_ALLREDUCE, &mine, lowest_failed, 1, SK_I32, SK_MIN);
 }
 
@@ -1380,12 +1375,12 @@ static sk_result sk__tsplit_exchange(sk__tmember *pm, int color, int key, int64_
   *out = NULL;
   int64_t mine[3] = {color, key, 0};
   sk_result r = sk__tinternal(pm, SK__ORIGIN_SPLIT, SK_COLL_ALLGATHER, mine, info, 3, SK_I64, SK_SUM);
-  int lowest = pm->comm->size;
+  int lowest = sk_comm_size(pm->comm);
   sk__tgroup *built = NULL;
   if (r == SK_OK && color != SK_UNDEFINED) {
-    *n = sk__tsplit_order(info, pm->comm->size, color, pm->comm->rank, order, me);
+    *n = sk__tsplit_order(info, sk_comm_size(pm->comm), color, sk_comm_rank(pm->comm), order, me);
     for (int i = 0; i < *n; i++) lowest = order[i] < lowest ? order[i] : lowest;
-    if (lowest == pm->comm->rank) built = sk__tsplit_build(pm, order, *n);
+    if (lowest == sk_comm_rank(pm->comm)) built = sk__tsplit_build(pm, order, *n);
   }
   if (r != SK_OK) return r;
   mine[2] = (int64_t)(intptr_t)built;
@@ -1402,17 +1397,18 @@ static sk_result sk__tsplit_exchange(sk__tmember *pm, int color, int key, int64_
    (color, key) and group addresses through the backend's own tagged traffic, then agree that
    everyone could attach; any failure fails the split on every member (SK_ERR_OUT_OF_MEMORY
    naming the rank), rolled back without a leak. */
-static sk_result sk__thr_comm_split(sk_comm *parent, int color, int key, sk_comm *child, void **state, bool *member) {
+static sk_result sk__thr_comm_split(sk_comm *parent, int color, int key, sk_comm *child, void **state, int *rank,
+                                    int *size) {
   sk__tmember *pm = SK__TMEMBER(parent);
   sk__tworld *tw = pm->tw;
-  int k = parent->size, me = -1, n = 0;
+  int k = sk_comm_size(parent), me = -1, n = 0;
   int64_t *info = (int64_t *)sk__alloc(tw->alloc, sizeof(int64_t) * 3 * (size_t)k, SK__CL);
   int *order = (int *)sk__alloc(tw->alloc, sizeof(int) * (size_t)k, SK__CL);
   int32_t failed = INT32_MAX;
   sk_result r = sk__tsplit_agree(pm, info && order, &failed);
   if (r == SK_OK && (failed != INT32_MAX || !info || !order)) {
     sk_comm_set_error(parent, SK_ERR_OUT_OF_MEMORY, "comm_split: rank %d could not allocate its %d-entry table",
-                      failed != INT32_MAX ? (int)failed : parent->rank, k);
+                      failed != INT32_MAX ? (int)failed : sk_comm_rank(parent), k);
     r = SK_ERR_OUT_OF_MEMORY;
   }
   sk__tgroup *g = NULL;
@@ -1436,9 +1432,8 @@ static sk_result sk__thr_comm_split(sk_comm *parent, int color, int key, sk_comm
   sk__free(tw->alloc, info);
   sk__free(tw->alloc, order);
   if (r != SK_OK || !m) return r;
-  child->rank = me, child->size = n, child->world_rank = parent->world_rank;
+  *rank = me, *size = n;
   *state = m;
-  *member = true;
   return SK_OK;
 }
 
@@ -1456,38 +1451,22 @@ static sk_result sk__thr_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn
 typedef struct sk__trun_arg {
   sk_world *w;
   int rank;
-  sk_device_fn fn;
-  void *arg;
+  sk_device_entry entry;
+  void *ctx;
   sk_result result;
 } sk__trun_arg;
 
+/* One device thread: the generic body, then the departure its peers' waits look for. */
 static void *sk__tdevice_main(void *p) {
   sk__trun_arg *a = (sk__trun_arg *)p;
-  sk_comm *c = NULL;
-  sk_error err;
-  sk_result r = sk_comm_init_rank(a->w, a->rank, &c, &err);
-  if (r != SK_OK) {
-    char msg[SK_ERROR_MSG_MAX + 32];
-    snprintf(msg, sizeof msg, "device %d: %s", a->rank, err.msg);
-    sk_world_fail(a->w, r, msg);
-  } else {
-    r = a->fn(c, a->arg);
-    if (r != SK_OK) {
-      char msg[SK_ERROR_MSG_MAX + 64];
-      snprintf(msg, sizeof msg, "device %d returned %s%s%s", a->rank, sk_result_name(r), c->error_msg[0] ? ": " : "",
-               c->error_msg);
-      sk_world_fail(a->w, r, msg);
-    }
-    sk_comm_destroy(c);
-  }
+  a->result = a->entry(a->w, a->rank, a->ctx);
   sk__tworld *tw = SK__TWORLD(a->w);
   __atomic_store_n(&tw->gone[a->rank], 1, SK__SC);
   sk__twake(&tw->world_group->sig); /* sub-group waiters notice within one sleep slice */
-  a->result = r;
   return NULL;
 }
 
-static sk_result sk__thr_world_run(sk_world *w, sk_device_fn fn, void *arg) {
+static sk_result sk__thr_world_run(sk_world *w, sk_device_entry entry, void *ctx) {
   sk__tworld *tw = SK__TWORLD(w);
   int n = tw->n;
   pthread_t *th = (pthread_t *)sk__alloc(tw->alloc, sizeof(pthread_t) * (size_t)n, SK__CL);
@@ -1500,7 +1479,7 @@ static sk_result sk__thr_world_run(sk_world *w, sk_device_fn fn, void *arg) {
   int started = 0;
   for (int i = 0; i < n; i++) __atomic_store_n(&tw->gone[i], 0, SK__SC); /* a new run: nobody has left */
   for (int i = 0; i < n; i++) {
-    args[i].w = w, args[i].rank = i, args[i].fn = fn, args[i].arg = arg;
+    args[i].w = w, args[i].rank = i, args[i].entry = entry, args[i].ctx = ctx;
     if (pthread_create(&th[i], NULL, sk__tdevice_main, &args[i]) != 0) {
       sk_world_fail(w, SK_ERR_SYSTEM, "could not start a device thread");
       break;
@@ -1524,23 +1503,23 @@ static void sk__thr_abort(sk_world *w) {
 }
 
 static const sk_backend sk__threads_backend_table = {
-    SK_BACKEND_VERSION,
-    "threads",
-    sk__thr_world_create,
-    sk__thr_world_destroy,
-    sk__thr_world_run,
-    sk__thr_comm_init_rank,
-    sk__thr_comm_split,
-    sk__thr_comm_destroy,
-    sk__thr_start,
-    sk__thr_test,
-    sk__thr_wait,
-    sk__thr_run,
-    sk__thr_abort,
-    sk__thr_check_caller,
-    sk__thr_peer_access,
-    {NULL, NULL, NULL, NULL, NULL, NULL},
-    1, /* shared_address_space: the devices are threads of this process */
+    SK_HOOK(version) SK_BACKEND_VERSION,
+    SK_HOOK(name) "threads",
+    SK_HOOK(world_create) sk__thr_world_create,
+    SK_HOOK(world_destroy) sk__thr_world_destroy,
+    SK_HOOK(world_run) sk__thr_world_run,
+    SK_HOOK(comm_init_rank) sk__thr_comm_init_rank,
+    SK_HOOK(comm_split) sk__thr_comm_split,
+    SK_HOOK(comm_destroy) sk__thr_comm_destroy,
+    SK_HOOK(start) sk__thr_start,
+    SK_HOOK(test) sk__thr_test,
+    SK_HOOK(wait) sk__thr_wait,
+    SK_HOOK(run) sk__thr_run,
+    SK_HOOK(abort) sk__thr_abort,
+    SK_HOOK(check_caller) sk__thr_check_caller,
+    SK_HOOK(peer_access) sk__thr_peer_access,
+    SK_HOOK(copy) NULL, /* host memory: memcpy */
+    SK_HOOK(shared_address_space) 1, /* the devices are threads of this process */
 };
 
 SK_API const sk_backend *sk_threads_backend(void) { return &sk__threads_backend_table; }
