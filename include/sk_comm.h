@@ -419,22 +419,22 @@ SK_EXTERN_C_BEGIN
 
 /* The records. Private to this implementation: users and backends go through functions. */
 struct sk_world {
-  sk_world_desc desc; /* defaults applied */
+  sk_object_head head; /* the root cause once failed (claimed by error_claimed), else the last misuse */
+  sk_world_desc desc;  /* defaults applied */
   const sk_backend *backend;
   void *state;
   int ndevices;
   int aborted;       /* atomic */
   int first_error;   /* atomic: first sk_result (not ABORTED) a device returned */
-  int error_claimed; /* atomic: who writes error_msg */
-  char error_msg[SK_ERROR_MSG_MAX];
+  int error_claimed; /* atomic: who writes the head's root cause */
   double *clocks; /* link model: virtual clock per device (us), touched by its device only */
 };
 
 struct sk_comm {
+  sk_object_head head; /* the last failed call */
   sk_world *world;
   int rank, size, world_rank;
   void *state;
-  char error_msg[SK_ERROR_MSG_MAX];
 };
 
 SK_API void *sk_world_state(const sk_world *w) { return w ? w->state : NULL; }
@@ -453,8 +453,9 @@ SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fm
   if (comm) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(comm->error_msg, sizeof comm->error_msg, fmt, ap);
+    vsnprintf(comm->head.msg, sizeof comm->head.msg, fmt, ap);
     va_end(ap);
+    comm->head.code = code;
   }
   return code;
 }
@@ -464,7 +465,7 @@ SK_API void sk_world_fail(sk_world *w, sk_result code, const char *msg) {
   if (code != SK_ERR_ABORTED) {
     int expected = 0;
     if (__atomic_compare_exchange_n(&w->error_claimed, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      snprintf(w->error_msg, sizeof w->error_msg, "%s", msg ? msg : sk_result_string(code));
+      sk_object_set_error(&w->head, code, msg ? msg : sk_result_string(code));
       __atomic_store_n(&w->first_error, (int)code, __ATOMIC_RELEASE);
     }
   }
@@ -496,6 +497,7 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
                     lk->alpha_us, lk->gbps);
   sk_world *w = (sk_world *)sk__calloc(&desc->allocator, sizeof *w, 64);
   if (!w) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world (%zu bytes)", sizeof *w);
+  w->head.magic = SK_OBJECT_MAGIC;
   w->desc = *desc;
   w->desc.timeout_ms = SK__DEF(desc->timeout_ms, SK_DEFAULT_TIMEOUT_MS);
   w->backend = desc->backend;
@@ -535,16 +537,23 @@ static sk_result sk__device_entry(sk_world *w, int rank, void *ctx) {
   }
   r = d->fn(c, d->arg);
   if (r != SK_OK) {
-    snprintf(msg, sizeof msg, "device %d returned %s%s%s", rank, sk_result_name(r), c->error_msg[0] ? ": " : "",
-             c->error_msg);
+    snprintf(msg, sizeof msg, "device %d returned %s%s%s", rank, sk_result_name(r), c->head.msg[0] ? ": " : "",
+             c->head.msg);
     sk_world_fail(w, r, msg);
   }
   sk_comm_destroy(c);
   return r;
 }
 
+/* A misuse of the world itself (not a device failure): recorded unless a root cause is. */
+static sk_result sk__world_misuse(sk_world *w, sk_result code, const char *msg) {
+  if (!__atomic_load_n(&w->error_claimed, __ATOMIC_ACQUIRE)) sk_object_set_error(&w->head, code, msg);
+  return code;
+}
+
 SK_API sk_result sk_world_run(sk_world *w, sk_device_fn fn, void *arg) {
-  if (!w || !fn) return SK_ERR_INVALID_ARGUMENT;
+  if (!w) return SK_ERR_INVALID_ARGUMENT;
+  if (!fn) return sk__world_misuse(w, SK_ERR_INVALID_ARGUMENT, "world_run: fn is NULL");
   sk__device_fn d = {fn, arg};
   sk_result r = w->backend->world_run(w, sk__device_entry, &d);
   int first = __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE);
@@ -553,7 +562,7 @@ SK_API sk_result sk_world_run(sk_world *w, sk_device_fn fn, void *arg) {
 
 SK_API const char *sk_world_error_message(const sk_world *w) {
   if (!w) return "world is NULL";
-  return __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE) ? w->error_msg : "";
+  return __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE) ? w->head.msg : "";
 }
 
 SK_API int sk_world_size(const sk_world *w) { return w ? w->ndevices : 0; }
@@ -599,6 +608,7 @@ SK_API sk_result sk_comm_init_rank(sk_world *w, int rank, sk_comm **comm, sk_err
   if (sk_world_aborted(w)) return sk__fail(err, SK_ERR_ABORTED, "the world was aborted");
   sk_comm *c = sk__comm_alloc(w);
   if (!c) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating a communicator");
+  c->head.magic = SK_OBJECT_MAGIC;
   c->world = w;
   c->rank = c->world_rank = rank;
   c->size = w->ndevices;
@@ -624,7 +634,7 @@ SK_API int sk_comm_size(const sk_comm *c) { return c ? c->size : 0; }
 SK_API int sk_comm_world_rank(const sk_comm *c) { return c ? c->world_rank : -1; }
 SK_API sk_world *sk_comm_world(const sk_comm *c) { return c ? c->world : NULL; }
 SK_API bool sk_comm_shared_memory(const sk_comm *c) { return c && c->world->backend->shared_address_space; }
-SK_API const char *sk_comm_error_message(const sk_comm *c) { return c ? c->error_msg : "comm is NULL"; }
+SK_API const char *sk_comm_error_message(const sk_comm *c) { return c ? c->head.msg : "comm is NULL"; }
 
 SK_API sk_result sk_comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn, void *ctx) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
@@ -716,6 +726,7 @@ SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out) {
   sk_world *w = c->world;
   sk_comm *child = sk__comm_alloc(w);
   if (!child) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "split: allocating a communicator");
+  child->head.magic = SK_OBJECT_MAGIC;
   child->world = w;
   child->world_rank = c->world_rank;
   sk_result r = w->backend->comm_split(c, color, key, child, &child->state, &child->rank, &child->size);
@@ -964,7 +975,7 @@ SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, in
   if (r != SK_OK) {
     /* The posted send may never be matched (the peer's own sendrecv may have failed the same
        way): take the world down so that neither side waits for the timeout. */
-    if (r != SK_ERR_ABORTED) sk_world_fail(c->world, r, c->error_msg);
+    if (r != SK_ERR_ABORTED) sk_world_fail(c->world, r, c->head.msg);
     sk_wait(&reqs[0]);
     return r;
   }

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h> /* snprintf in sk_last_error */
 
 #define SK_VERSION_MAJOR 0
 #define SK_VERSION_MINOR 1
@@ -116,6 +117,45 @@ typedef struct sk_error {
   sk_result code;
   char msg[SK_ERROR_MSG_MAX];
 } sk_error;
+
+/* ---- one way to read any failure ---------------------------------------------------------- */
+
+/* Every object a call can fail on -- world, communicator, fusion scheduler, redistribution
+   executor -- starts with this head, holding its last failure (a world: its root cause, once it
+   failed). Calls that create an object write an sk_error; for everything else,
+   sk_last_error(object, &err) copies the object's failure into an sk_error. So every failure is
+   read the same way: err.code and err.msg. Returns the code (SK_OK and "" when none). The
+   per-object functions (sk_comm_error_message, sk_world_error_message,
+   sk_fusion_error_message) read the same head. A call passed a NULL object returns
+   SK_ERR_INVALID_ARGUMENT and has nowhere to write; so does sk_reduce_local, which takes none. */
+#define SK_OBJECT_MAGIC 0x6f626b73u
+typedef struct sk_object_head {
+  uint32_t magic; /* SK_OBJECT_MAGIC */
+  sk_result code;
+  char msg[SK_ERROR_MSG_MAX];
+} sk_object_head;
+
+SK__INLINE sk_result sk_last_error(const void *object, sk_error *out) {
+  const sk_object_head *h = (const sk_object_head *)object;
+  sk_result code = SK_ERR_INVALID_ARGUMENT;
+  const char *msg = "object is NULL";
+  if (h && h->magic != SK_OBJECT_MAGIC) msg = "not a shardkit object (world, communicator, fusion scheduler, executor)";
+  if (h && h->magic == SK_OBJECT_MAGIC) code = h->code, msg = h->msg;
+  if (out) {
+    out->code = code;
+    snprintf(out->msg, sizeof out->msg, "%s", msg);
+  }
+  return code;
+}
+
+/* Writes an object's failure (modules' helper). */
+SK__INLINE sk_result sk_object_set_error(sk_object_head *h, sk_result code, const char *msg) {
+  if (!h) return code;
+  h->magic = SK_OBJECT_MAGIC;
+  h->code = code;
+  snprintf(h->msg, sizeof h->msg, "%s", msg ? msg : "");
+  return code;
+}
 
 /* ---- dtypes ------------------------------------------------------------------------------- */
 

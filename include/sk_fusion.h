@@ -262,6 +262,7 @@ typedef struct sk__fbucket {
 } sk__fbucket;
 
 struct sk_fusion {
+  sk_object_head head; /* the last failure, for sk_last_error (the first SK_ERROR_MSG_MAX bytes of msg) */
   sk_fusion_desc desc;
   sk__ften *t;
   int nt, capt;
@@ -283,7 +284,7 @@ static SK__PRINTF(3, 4) sk_result sk__fset(sk_fusion *f, sk_result code, const c
   va_start(ap, fmt);
   vsnprintf(f->msg, sizeof f->msg, fmt, ap);
   va_end(ap);
-  return code;
+  return sk_object_set_error(&f->head, code, f->msg);
 }
 
 SK_API const char *sk_fusion_mode_name(sk_fusion_mode m) {
@@ -339,6 +340,7 @@ SK_API sk_result sk_fusion_create(const sk_fusion_desc *desc, sk_fusion **out, s
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.workspace is NULL with workspace_bytes %zu", desc->workspace_bytes);
   sk_fusion *f = (sk_fusion *)sk__calloc(&desc->allocator, sizeof *f, 64);
   if (!f) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the scheduler");
+  f->head.magic = SK_OBJECT_MAGIC;
   f->desc = *desc;
   *out = f;
   return SK_OK;

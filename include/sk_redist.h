@@ -986,6 +986,7 @@ typedef struct sk__rd_xstep {
 } sk__rd_xstep;
 
 struct sk_redist_executor {
+  sk_object_head head; /* the last failed execute, for sk_last_error (its communicator's message) */
   sk_comm *comm;
   sk_redist_plan *plan;
   sk_allocator al;
@@ -1246,6 +1247,7 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
                     desc->from.mesh.size);
   sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(&desc->allocator, sizeof *ex, 64);
   if (!ex) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an executor");
+  ex->head.magic = SK_OBJECT_MAGIC;
   ex->comm = comm;
   ex->al = desc->allocator;
   int me = sk_comm_rank(comm);
@@ -1475,9 +1477,20 @@ static sk_result sk__rd_plan_mismatch(sk_comm *c, int64_t mine, int64_t lowest) 
                            (long long)w[0], (long long)w[1]);
 }
 
+static sk_result sk__rd_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
+                                size_t dst_count, sk_dtype dt);
+
+/* The executor keeps its last failure (its communicator's message) for sk_last_error. */
 SK_API sk_result sk_redist_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
                                    size_t dst_count, sk_dtype dt) {
   if (!ex) return SK_ERR_INVALID_ARGUMENT;
+  sk_result r = sk__rd_execute(ex, src, src_count, dst, dst_count, dt);
+  if (r != SK_OK) sk_object_set_error(&ex->head, r, sk_comm_error_message(ex->comm));
+  return r;
+}
+
+static sk_result sk__rd_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
+                                size_t dst_count, sk_dtype dt) {
   sk_comm *c = ex->comm;
   const sk_redist_plan *p = ex->plan;
   size_t es = sk_dtype_size(p->desc.dtype);
