@@ -143,7 +143,7 @@ SK__INLINE sk_result sk_last_error(const void *object, sk_error *out) {
   if (h && h->magic == SK_OBJECT_MAGIC) code = h->code, msg = h->msg;
   if (out) {
     out->code = code;
-    snprintf(out->msg, sizeof out->msg, "%s", msg);
+    snprintf(out->msg, sizeof out->msg, "%.*s", (int)sizeof out->msg - 1, msg);
   }
   return code;
 }
@@ -153,7 +153,7 @@ SK__INLINE sk_result sk_object_set_error(sk_object_head *h, sk_result code, cons
   if (!h) return code;
   h->magic = SK_OBJECT_MAGIC;
   h->code = code;
-  snprintf(h->msg, sizeof h->msg, "%s", msg ? msg : "");
+  snprintf(h->msg, sizeof h->msg, "%.*s", (int)sizeof h->msg - 1, msg ? msg : ""); /* truncates long text */
   return code;
 }
 
