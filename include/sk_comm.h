@@ -390,6 +390,8 @@ SK_API sk_result sk_comm_peer_access(sk_comm *comm, const void *mine, sk_peer_fn
 SK_API sk_result sk_comm_copy(sk_comm *comm, void *dst, const void *src, size_t bytes);
 /* Sets comm's detailed message; returns code (for `return sk_comm_set_error(...)`). */
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) SK__PRINTF(3, 4);
+/* Logs one item through the world's logger (sk_world_desc.logger), about this device. */
+SK_API void sk_comm_log(sk_comm *comm, sk_log_level level, sk_log_id id, const char *fmt, ...) SK__PRINTF(4, 5);
 /* Records a device failure: aborts the world and keeps the first root cause. */
 SK_API void sk_world_fail(sk_world *world, sk_result code, const char *msg);
 /* Monotonic nanoseconds (for deadlines). */
@@ -467,6 +469,7 @@ SK_API void sk_world_fail(sk_world *w, sk_result code, const char *msg) {
     if (__atomic_compare_exchange_n(&w->error_claimed, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
       sk_object_set_error(&w->head, code, msg ? msg : sk_result_string(code));
       __atomic_store_n(&w->first_error, (int)code, __ATOMIC_RELEASE);
+      sk__log(&w->desc.logger, SK_LOG_ERROR, SK_LOG_WORLD_FAILED, -1, "%s: %s", sk_result_name(code), w->head.msg);
     }
   }
   sk_world_abort(w);
@@ -575,6 +578,7 @@ SK_API sk_link_model sk_world_link(const sk_world *w) {
 SK_API void sk_world_abort(sk_world *w) {
   if (!w) return;
   if (__atomic_exchange_n(&w->aborted, 1, __ATOMIC_ACQ_REL)) return;
+  sk__log(&w->desc.logger, SK_LOG_WARN, SK_LOG_ABORT, -1, "the world was aborted");
   w->backend->abort(w);
 }
 
@@ -662,6 +666,21 @@ SK_API sk_result sk_comm_copy(sk_comm *c, void *dst, const void *src, size_t byt
   return SK_OK;
 }
 
+SK_API void sk_comm_log(sk_comm *c, sk_log_level level, sk_log_id id, const char *fmt, ...) {
+  if (!c || !fmt) return;
+  va_list ap;
+  va_start(ap, fmt);
+  sk__vlog(&c->world->desc.logger, level, id, c->world_rank, fmt, ap);
+  va_end(ap);
+}
+
+/* A call's outcome as the logger hears it: timeouts and mismatches, per device. */
+static sk_result sk__logged(sk_comm *c, sk_result r) {
+  if (r == SK_ERR_TIMEOUT) sk_comm_log(c, SK_LOG_ERROR, SK_LOG_TIMEOUT, "%s", c->head.msg);
+  if (r == SK_ERR_MISMATCH) sk_comm_log(c, SK_LOG_ERROR, SK_LOG_MISMATCH, "%s", c->head.msg);
+  return r;
+}
+
 /* ---- mismatch ------------------------------------------------------------------------------- */
 
 SK_API bool sk_coll_same_call(const sk_coll *a, const sk_coll *b) {
@@ -729,7 +748,7 @@ SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out) {
   child->head.magic = SK_OBJECT_MAGIC;
   child->world = w;
   child->world_rank = c->world_rank;
-  sk_result r = w->backend->comm_split(c, color, key, child, &child->state, &child->rank, &child->size);
+  sk_result r = sk__logged(c, w->backend->comm_split(c, color, key, child, &child->state, &child->rank, &child->size));
   if (r != SK_OK || !child->state) {
     sk__free(&w->desc.allocator, child);
     return r;
@@ -872,7 +891,7 @@ static sk_result sk__blocking(sk_comm *c, const sk_coll *in) {
     double end_us = 0;
     r = b->run(c, &op, &end_us);
     sk__clock_reach(c, end_us);
-    return r;
+    return sk__logged(c, r);
   }
   sk_request *req = NULL;
   r = b->start(c, &op, &req);
@@ -1045,7 +1064,7 @@ SK_API sk_result sk_wait(sk_request **req) {
   if (!r) return SK_OK;
   sk_result res = sk__check_caller(r->comm);
   if (res != SK_OK) return res;
-  res = r->comm->world->backend->wait(r);
+  res = sk__logged(r->comm, r->comm->world->backend->wait(r));
   sk__clock_reach(r->comm, r->model_end_us);
   *req = NULL;
   r->free_fn(r);
@@ -1072,6 +1091,7 @@ SK_API sk_result sk_test(sk_request **req, bool *done) {
     return SK_OK;
   }
   if (*done) {
+    sk__logged(r->comm, res);
     sk__clock_reach(r->comm, r->model_end_us);
     *req = NULL;
     r->free_fn(r);

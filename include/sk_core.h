@@ -360,12 +360,49 @@ typedef struct sk_allocator {
 
 typedef enum sk_log_level { SK_LOG_ERROR = 1, SK_LOG_WARN = 2, SK_LOG_INFO = 3, SK_LOG_DEBUG = 4 } sk_log_level;
 
+/* What a log item is about: stable ids, so that programs (and tests) act on the id, never on
+   the prose. Names are the ids as text; the text form of an item is "<name>: <message>". */
+#define SK_LOG_ID_LIST(X)                                                                        \
+  X(SK_LOG_WORLD_FAILED, "sk.world_failed") /* a world's first failure: its root cause; ERROR */ \
+  X(SK_LOG_ABORT, "sk.abort")               /* a world was aborted (whatever the cause); WARN */ \
+  X(SK_LOG_TIMEOUT, "sk.timeout")           /* a call gave up waiting; ERROR, per device */      \
+  X(SK_LOG_MISMATCH, "sk.mismatch")         /* members called different things; ERROR, per device */ \
+  X(SK_LOG_FUSION_PLAN, "sk.fusion_plan")   /* a fusion scheduler's buckets; INFO */              \
+  X(SK_LOG_TEARDOWN, "sk.teardown")         /* a bounded teardown gave up (MPI); ERROR */
+
+typedef enum sk_log_id {
+  SK_LOG_NONE = 0,
+#define SK__LOG_ENUM(e, name) e,
+  SK_LOG_ID_LIST(SK__LOG_ENUM)
+#undef SK__LOG_ENUM
+  SK_LOG_ID_COUNT
+} sk_log_id;
+
+SK__INLINE const char *sk_log_id_name(sk_log_id id) {
+  static const char *const names[] = {"sk.none",
+#define SK__LOG_NAME(e, name) name,
+                                      SK_LOG_ID_LIST(SK__LOG_NAME)
+#undef SK__LOG_NAME
+  };
+  return (int)id >= 0 && (int)id < (int)SK_LOG_ID_COUNT ? names[id] : "sk.unknown";
+}
+
+/* One log item. world_rank: the device it concerns (-1: the whole world). */
+typedef struct sk_log_item {
+  sk_log_level level;
+  sk_log_id id;
+  int world_rank;
+  const char *msg;
+} sk_log_item;
+
 /* A log sink. Zero = silent. `max_level` 0 means SK_LOG_WARN. Called from any device thread;
-   the sink must be thread-safe. */
+   the sink must be thread-safe. `item`, when set, receives each item whole (id included);
+   otherwise `func` receives its text form, "<id name>: <message>". */
 typedef struct sk_logger {
   void (*func)(void *user, sk_log_level level, const char *msg);
   void *user;
   sk_log_level max_level;
+  void (*item)(void *user, const sk_log_item *item);
 } sk_logger;
 
 SK_EXTERN_C_END
@@ -429,13 +466,26 @@ static SK__UNUSED void sk__free(const sk_allocator *a, void *p) {
     free(p);
 }
 
-static SK__UNUSED SK__PRINTF(3, 4) void sk__log(const sk_logger *l, sk_log_level level, const char *fmt, ...) {
-  if (!l || !l->func || level > (l->max_level ? l->max_level : SK_LOG_WARN)) return;
-  char buf[512];
+/* Hands one item to the logger: whole to `item`, or as "<id name>: <message>" to `func`. */
+static SK__UNUSED SK__PRINTF(5, 0) void sk__vlog(const sk_logger *l, sk_log_level level, sk_log_id id, int world_rank,
+                                                 const char *fmt, va_list ap) {
+  if (!l || (!l->func && !l->item) || level > (l->max_level ? l->max_level : SK_LOG_WARN)) return;
+  char msg[512], text[560];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  if (l->item) {
+    sk_log_item it = {level, id, world_rank, msg};
+    l->item(l->user, &it);
+    return;
+  }
+  snprintf(text, sizeof text, "%s: %s", sk_log_id_name(id), msg);
+  l->func(l->user, level, text);
+}
+
+static SK__UNUSED SK__PRINTF(5, 6) void sk__log(const sk_logger *l, sk_log_level level, sk_log_id id, int world_rank,
+                                                const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  sk__vlog(l, level, id, world_rank, fmt, ap);
   va_end(ap);
-  l->func(l->user, level, buf);
 }
 #endif /* SK__CORE_PRIVATE */

@@ -642,6 +642,14 @@ static sk_result sk__fplan(sk_fusion *f) {
   return SK_OK;
 }
 
+/* The plan, one item (SK_LOG_FUSION_PLAN, INFO) through the first bucket's world logger. */
+static void sk__flog_plan(sk_fusion *f) {
+  size_t bytes = 0;
+  for (int i = 0; i < f->nb; i++) bytes += f->b[i].bytes;
+  sk_comm_log(f->b[0].comm, SK_LOG_INFO, SK_LOG_FUSION_PLAN, "%d tensors in %d buckets, %zu bytes", f->nt, f->nb,
+              bytes);
+}
+
 SK_API sk_result sk_fusion_plan(sk_fusion *f) {
   if (!f) return SK_ERR_INVALID_ARGUMENT;
   if (f->planned) {
@@ -650,6 +658,7 @@ SK_API sk_result sk_fusion_plan(sk_fusion *f) {
   }
   f->planned = true;
   f->plan_result = sk__fplan(f);
+  if (f->plan_result == SK_OK && f->nb > 0) sk__flog_plan(f);
   return f->plan_result;
 }
 

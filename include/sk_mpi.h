@@ -1271,7 +1271,7 @@ static bool sk__m_world_free(sk_world *w, sk__mworld *mw, bool created) {
   if (--sk__m_live > 0) return true;
   sk__m_types_fini();
   if (sk__m_finalize(bound)) return true;
-  sk__log(&sk_world_config(w)->logger, SK_LOG_ERROR,
+  sk__log(&sk_world_config(w)->logger, SK_LOG_ERROR, SK_LOG_TEARDOWN, -1,
           "mpi backend: MPI_Finalize skipped: not every process reached it within %u ms (a peer is hung or "
           "gone); MPI stays initialised: exit with a non-zero status",
           (unsigned)bound);
