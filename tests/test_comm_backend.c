@@ -1,0 +1,287 @@
+/* test_comm_backend.c -- the backend contract (sk_backend.h) from a backend author's side, the
+   one way to read failures (sk_last_error) and the logger's stable ids.
+
+   A wrapping backend reuses the threads backend's hooks but declares no shared address space
+   and copies through its own counting hook: redistribution must then take its message path and
+   copy through the backend, never memcpy. Device threads record; the test thread asserts. */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+
+#include "shardkit.h"
+#include "comm_test_util.h"
+
+/* ---- a wrapping backend ----------------------------------------------------------------------- */
+
+static atomic_int copies, fail_copies, destroy_result;
+
+static sk_result counting_copy(sk_comm *c, void *dst, const void *src, size_t bytes) {
+  atomic_fetch_add(&copies, 1);
+  if (atomic_load(&fail_copies)) return sk_comm_set_error(c, SK_ERR_BACKEND, "copy: the device refused");
+  memcpy(dst, src, bytes);
+  return SK_OK;
+}
+
+static sk_result wrapped_destroy(sk_world *w, void *state) {
+  sk_result r = sk_threads_backend()->world_destroy(w, state);
+  return r != SK_OK ? r : (sk_result)atomic_load(&destroy_result);
+}
+
+static sk_backend wrapped(void) {
+  sk_backend b = *sk_threads_backend();
+  b.name = "wrapped-threads";
+  b.copy = counting_copy;
+  b.world_destroy = wrapped_destroy;
+  b.peer_access = NULL, b.shared_address_space = 0; /* as a device-memory backend */
+  return b;
+}
+
+static sk_world *wrapped_world(const sk_backend *b, int n, uint32_t timeout_ms) {
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = n, d.backend = b, d.timeout_ms = timeout_ms;
+  sk_world *w = NULL;
+  sk_error e;
+  cr_assert_eq(sk_world_create(&d, &w, &e), SK_OK, "%s", e.msg);
+  return w;
+}
+
+typedef struct redist_arg {
+  ct_slot slots[4];
+  sk_result rc[4];
+  sk_error err[4];
+} redist_arg;
+
+/* A [8, 8] float tensor from rows split over 4 devices to columns split: every element checked. */
+static sk_result redist_device(sk_comm *c, void *p) {
+  redist_arg *a = (redist_arg *)p;
+  int r = sk_comm_rank(c);
+  static const int64_t shape[] = {8, 8};
+  sk_redist_desc d;
+  memset(&d, 0, sizeof d);
+  sk_mesh m;
+  sk_mesh_parse(&m, "dp=4", NULL);
+  sk_layout_parse(&d.from, &m, "dp,None", 2, shape, NULL);
+  sk_layout_parse(&d.to, &m, "None,dp", 2, shape, NULL);
+  d.dtype = SK_F32;
+  float src[16], dst[16];
+  for (int i = 0; i < 16; i++) src[i] = (float)(r * 16 + i), dst[i] = -1; /* row-major: rows 2r, 2r+1 */
+  sk_redist_executor *ex = NULL;
+  a->rc[r] = sk_redist_executor_create(c, &d, &ex, &a->err[r]);
+  if (a->rc[r] == SK_OK) {
+    a->rc[r] = sk_redist_execute(ex, src, 16, dst, 16, SK_F32);
+    sk_last_error(ex, &a->err[r]);
+    sk_redist_executor_destroy(ex);
+  }
+  if (a->rc[r] == SK_OK)
+    for (int i = 0; i < 16; i++) { /* dst: all 8 rows of columns 2r, 2r+1 */
+      int row = i / 2, col = 2 * r + i % 2;
+      ct_check(&a->slots[r], dst[i] == (float)(row * 8 + col), "rank %d: dst[%d] = %g, want %d", r, i, (double)dst[i],
+               row * 8 + col);
+    }
+  a->slots[r].ran = 1;
+  return SK_OK;
+}
+
+Test(comm_backend, redistribution_copies_through_the_backend, .timeout = 30) {
+  sk_backend b = wrapped();
+  atomic_store(&copies, 0), atomic_store(&fail_copies, 0), atomic_store(&destroy_result, SK_OK);
+  sk_world *w = wrapped_world(&b, 4, 10000);
+  redist_arg a;
+  memset(&a, 0, sizeof a);
+  cr_assert_eq(sk_world_run(w, redist_device, &a), SK_OK, "%s", sk_world_error_message(w));
+  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  ct_expect_slots(a.slots, 4, "redist through the wrapped backend");
+  for (int i = 0; i < 4; i++) cr_expect_eq(a.rc[i], SK_OK, "rank %d: %s", i, a.err[i].msg);
+  cr_expect_gt(atomic_load(&copies), 0, "no copy went through the backend's hook");
+}
+
+Test(comm_backend, a_failing_copy_fails_the_redistribution, .timeout = 30) {
+  sk_backend b = wrapped();
+  atomic_store(&copies, 0), atomic_store(&fail_copies, 1), atomic_store(&destroy_result, SK_OK);
+  sk_world *w = wrapped_world(&b, 4, 5000);
+  redist_arg a;
+  memset(&a, 0, sizeof a);
+  sk_world_run(w, redist_device, &a);
+  sk_world_destroy(w);
+  int refused = 0;
+  for (int i = 0; i < 4; i++) {
+    cr_expect_neq(a.rc[i], SK_OK, "rank %d succeeded with a failing copy hook", i);
+    if (a.rc[i] == SK_ERR_BACKEND) {
+      refused++;
+      cr_expect(strstr(a.err[i].msg, "the device refused"), "rank %d: sk_last_error(executor): %s", i, a.err[i].msg);
+    }
+  }
+  cr_expect_gt(refused, 0, "no rank reported the backend's copy failure");
+}
+
+Test(comm_backend, world_destroy_returns_the_backend_result, .timeout = 30) {
+  sk_backend b = wrapped();
+  atomic_store(&destroy_result, SK_ERR_TIMEOUT);
+  sk_world *w = wrapped_world(&b, 2, 1000);
+  cr_expect_eq(sk_world_destroy(w), SK_ERR_TIMEOUT);
+  atomic_store(&destroy_result, SK_OK);
+}
+
+Test(comm_backend, another_table_version_is_refused_by_name) {
+  sk_backend b = *sk_threads_backend();
+  b.version = 1;
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = 2, d.backend = &b;
+  sk_world *w = NULL;
+  sk_error e;
+  cr_expect_eq(sk_world_create(&d, &w, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "backend 'threads' has hook table version 1; this build needs 2"), "%s", e.msg);
+  cr_expect_null(w);
+}
+
+/* ---- sk_last_error and the logger --------------------------------------------------------------- */
+
+typedef struct log_rec {
+  atomic_int by_id[SK_LOG_ID_COUNT];
+  atomic_int ranks_mismatch; /* bit per world rank that logged a mismatch */
+  char text[256];           /* the first text-form line */
+  atomic_int have_text;
+} log_rec;
+
+static void on_item(void *user, const sk_log_item *it) {
+  log_rec *l = (log_rec *)user;
+  if ((int)it->id > 0 && it->id < SK_LOG_ID_COUNT) atomic_fetch_add(&l->by_id[it->id], 1);
+  if (it->id == SK_LOG_MISMATCH && it->world_rank >= 0 && it->world_rank < 30)
+    atomic_fetch_or(&l->ranks_mismatch, 1 << it->world_rank);
+}
+
+static void on_text(void *user, sk_log_level level, const char *msg) {
+  log_rec *l = (log_rec *)user;
+  (void)level;
+  int no = 0;
+  if (atomic_compare_exchange_strong(&l->have_text, &no, 1)) snprintf(l->text, sizeof l->text, "%s", msg);
+}
+
+typedef struct mm_arg {
+  sk_error err[3];
+} mm_arg;
+
+/* Every rank calls AllReduce, rank 2 with another count: a mismatch on all three. */
+static sk_result mismatch_device(sk_comm *c, void *p) {
+  mm_arg *a = (mm_arg *)p;
+  int r = sk_comm_rank(c);
+  float x[8] = {0}, y[8];
+  sk_result rc = sk_allreduce(c, x, y, r == 2 ? 5 : 4, SK_F32, SK_SUM);
+  sk_last_error(c, &a->err[r]);
+  return rc;
+}
+
+static sk_world *logged_world(log_rec *l, bool items, sk_log_level level) {
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = 3, d.backend = sk_threads_backend(), d.timeout_ms = 5000;
+  d.logger.user = l, d.logger.max_level = level;
+  if (items)
+    d.logger.item = on_item;
+  else
+    d.logger.func = on_text;
+  sk_world *w = NULL;
+  sk_error e;
+  cr_assert_eq(sk_world_create(&d, &w, &e), SK_OK, "%s", e.msg);
+  return w;
+}
+
+Test(comm_backend, a_mismatch_is_logged_by_id_and_read_by_sk_last_error, .timeout = 30) {
+  static log_rec l;
+  memset(&l, 0, sizeof l);
+  sk_world *w = logged_world(&l, true, SK_LOG_INFO);
+  mm_arg a;
+  memset(&a, 0, sizeof a);
+  cr_expect_eq(sk_world_run(w, mismatch_device, &a), SK_ERR_MISMATCH);
+  sk_error we;
+  cr_expect_eq(sk_last_error(w, &we), SK_ERR_MISMATCH);
+  cr_expect(strstr(we.msg, "mismatch: rank 0 called allreduce(count 4"), "world: %s", we.msg);
+  sk_world_destroy(w);
+  for (int i = 0; i < 3; i++) {
+    cr_expect_eq(a.err[i].code, SK_ERR_MISMATCH, "rank %d: %s", i, a.err[i].msg);
+    cr_expect(strstr(a.err[i].msg, "but rank 2 called allreduce(count 5"), "rank %d: %s", i, a.err[i].msg);
+  }
+  cr_expect_eq(atomic_load(&l.ranks_mismatch), 7, "ranks that logged sk.mismatch: mask %d", atomic_load(&l.ranks_mismatch));
+  cr_expect_eq(atomic_load(&l.by_id[SK_LOG_WORLD_FAILED]), 1);
+  cr_expect_eq(atomic_load(&l.by_id[SK_LOG_ABORT]), 1);
+  cr_expect_eq(atomic_load(&l.by_id[SK_LOG_TIMEOUT]), 0);
+}
+
+Test(comm_backend, the_text_form_starts_with_the_id, .timeout = 30) {
+  static log_rec l;
+  memset(&l, 0, sizeof l);
+  sk_world *w = logged_world(&l, false, SK_LOG_ERROR);
+  mm_arg a;
+  sk_world_run(w, mismatch_device, &a);
+  sk_world_destroy(w);
+  cr_expect(strncmp(l.text, "sk.mismatch: ", 13) == 0 || strncmp(l.text, "sk.world_failed: ", 17) == 0, "%s", l.text);
+}
+
+/* Rank 1 never calls: the others time out. */
+static sk_result timeout_device(sk_comm *c, void *p) {
+  (void)p;
+  if (sk_comm_rank(c) == 1) {
+    ct_sleep_ms(600);
+    return SK_OK;
+  }
+  return sk_barrier(c);
+}
+
+Test(comm_backend, a_timeout_is_logged_by_id, .timeout = 30) {
+  static log_rec l;
+  memset(&l, 0, sizeof l);
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = 2, d.backend = sk_threads_backend(), d.timeout_ms = 200;
+  d.logger.user = &l, d.logger.item = on_item;
+  sk_world *w = NULL;
+  cr_assert_eq(sk_world_create(&d, &w, NULL), SK_OK);
+  cr_expect_eq(sk_world_run(w, timeout_device, NULL), SK_ERR_TIMEOUT);
+  sk_world_destroy(w);
+  cr_expect_eq(atomic_load(&l.by_id[SK_LOG_TIMEOUT]), 1);
+  cr_expect_eq(atomic_load(&l.by_id[SK_LOG_WORLD_FAILED]), 1);
+}
+
+Test(comm_backend, sk_last_error_on_every_kind_of_object) {
+  sk_error e;
+  cr_expect_eq(sk_last_error(NULL, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_str_eq(e.msg, "object is NULL");
+  int not_an_object[80] = {0};
+  cr_expect_eq(sk_last_error(not_an_object, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "not a shardkit object"), "%s", e.msg);
+  sk_world *w = ct_world(2, 0, 2000);
+  cr_expect_eq(sk_last_error(w, &e), SK_OK);
+  cr_expect_str_eq(e.msg, "");
+  cr_expect_eq(sk_world_run(w, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_last_error(w, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_str_eq(e.msg, "world_run: fn is NULL");
+  sk_world_destroy(w);
+  sk_fusion_desc fd;
+  memset(&fd, 0, sizeof fd);
+  sk_fusion *f = NULL;
+  cr_assert_eq(sk_fusion_create(&fd, &f, &e), SK_OK, "%s", e.msg);
+  cr_expect_eq(sk_fusion_add(f, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_last_error(f, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_str_eq(e.msg, sk_fusion_error_message(f));
+  sk_fusion_destroy(f);
+}
+
+/* sk_comm_copy on the threads backend: plain memcpy, arguments checked. */
+static sk_result copy_device(sk_comm *c, void *p) {
+  ct_slot *s = (ct_slot *)p + sk_comm_rank(c);
+  char a[8] = "abcdefg", b[8] = {0};
+  ct_check(s, sk_comm_copy(c, b, a, 8) == SK_OK && memcmp(a, b, 8) == 0, "copy");
+  ct_check(s, sk_comm_copy(c, NULL, a, 8) == SK_ERR_INVALID_ARGUMENT, "NULL dst");
+  ct_check(s, strstr(sk_comm_error_message(c), "copy: dst is NULL with 8 bytes") != NULL, "%s", sk_comm_error_message(c));
+  ct_check(s, sk_comm_copy(c, NULL, NULL, 0) == SK_OK, "0 bytes");
+  s->ran = 1;
+  return SK_OK;
+}
+
+Test(comm_backend, comm_copy, .timeout = 30) {
+  ct_slot *s = ct_slots_new(2);
+  ct_run(2, 0, copy_device, s, "comm_copy");
+  ct_expect_slots(s, 2, "comm_copy");
+  free(s);
+}
