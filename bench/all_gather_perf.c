@@ -22,9 +22,8 @@ static unsigned ag_touches(int rank, int n, int root) {
   return 3;
 }
 
-static sk_result ag_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)op, (void)root;
-  return sk_allgather(c, s, r, count, dt);
+static sk_result ag_run(sk_comm *c, const bench_io *io) {
+  return sk_allgather(c, io->send, io->recv, io->count, io->dt);
 }
 
 /* Rank j's input element i is value(j, j*count + i): the gathered buffer is value(j, k). */
@@ -48,7 +47,8 @@ static int64_t ag_check(const bench_io *io) {
 }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"AllGather", false,  false, false, true, ag_factor, ag_counts, ag_min_bytes,
-                                  ag_touches,  ag_run, ag_fill, NULL,  NULL, ag_check};
+  static const bench_coll coll = {.name = "AllGather", .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = ag_factor,
+                                  .counts = ag_counts, .min_bytes = ag_min_bytes, .touches = ag_touches,
+                                  .run = ag_run, .fill = ag_fill, .check = ag_check};
   return bench_main(argc, argv, &coll);
 }

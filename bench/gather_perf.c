@@ -26,9 +26,8 @@ static unsigned ga_touches(int rank, int n, int root) {
   return rank == root ? 3 : 1; /* every send; the root's recv */
 }
 
-static sk_result ga_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)op;
-  return sk_gather(c, s, r, count, dt, root);
+static sk_result ga_run(sk_comm *c, const bench_io *io) {
+  return sk_gather(c, io->send, io->recv, io->count, io->dt, io->root);
 }
 
 /* Rank j's input element i is value(j, j*count + i): the root's buffer is value(j, k). */
@@ -53,7 +52,8 @@ static int64_t ga_check(const bench_io *io) {
 }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"Gather", false,  true,  false, true, ga_factor, ga_counts, ga_min_bytes,
-                                  ga_touches, ga_run, ga_fill, NULL, NULL, ga_check};
+  static const bench_coll coll = {.name = "Gather", .has_root = true, .in_place = BENCH_IN_PLACE_NCCL,
+                                  .bus_factor = ga_factor, .counts = ga_counts, .min_bytes = ga_min_bytes,
+                                  .touches = ga_touches, .run = ga_run, .fill = ga_fill, .check = ga_check};
   return bench_main(argc, argv, &coll);
 }
