@@ -251,6 +251,33 @@ BENCH_FN int64_t bench_count_wrong_values(sk_dtype dt, const void *got, size_t n
   return bad;
 }
 
+/* Gathered buffers (AllGather, Gather): rank j contributes value(j, j*count + i), i < count,
+   and the gathered buffer holds the blocks in rank order, so its element k is value(k / count, k). */
+
+/* The fill hook of a gathering collective: this rank's input, and poison over the part of the
+   gathered buffer it does not supply itself: all of it out of place; in place
+   (send = recv + rank*count) every block but its own. */
+BENCH_FN void bench_fill_gathered(const bench_io *io) {
+  size_t block = io->count * io->es;
+  unsigned char *recv = (unsigned char *)io->recv;
+  if (!io->in_place) {
+    bench_poison(recv, block * (size_t)io->n);
+  } else {
+    bench_poison(recv, block * (size_t)io->rank);
+    bench_poison(recv + block * (size_t)(io->rank + 1), block * (size_t)(io->n - io->rank - 1));
+  }
+  bench_fill_values(io->dt, io->send, io->count, io->rank, (size_t)io->rank * io->count, io->rep);
+}
+
+/* Wrong elements of this rank's gathered buffer (io->recv). */
+BENCH_FN int64_t bench_count_wrong_gathered(const bench_io *io) {
+  int64_t bad = 0;
+  for (int j = 0; j < io->n; j++)
+    bad += bench_count_wrong_values(io->dt, (unsigned char *)io->recv + (size_t)j * io->count * io->es, io->count, j,
+                                    (size_t)j * io->count, io->rep);
+  return bad;
+}
+
 /* ---- options -------------------------------------------------------------------------------- */
 
 typedef struct bench_opts {
