@@ -22,33 +22,13 @@ static unsigned ag_touches(int rank, int n, int root) {
   return 3;
 }
 
-static sk_result ag_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)op, (void)root;
-  return sk_allgather(c, s, r, count, dt);
-}
-
-/* Rank j's input element i is value(j, j*count + i): the gathered buffer is value(j, k). */
-static void ag_fill(const bench_io *io) {
-  size_t cnt = io->count;
-  if (!io->in_place) bench_poison(io->recv, cnt * (size_t)io->n * io->es);
-  else {
-    bench_poison(io->recv, cnt * (size_t)io->rank * io->es);
-    bench_poison((unsigned char *)io->recv + cnt * (size_t)(io->rank + 1) * io->es,
-                 cnt * (size_t)(io->n - io->rank - 1) * io->es);
-  }
-  bench_fill_values(io->dt, io->send, cnt, io->rank, (size_t)io->rank * cnt, io->rep);
-}
-
-static int64_t ag_check(const bench_io *io) {
-  int64_t bad = 0;
-  for (int j = 0; j < io->n; j++)
-    bad += bench_count_wrong_values(io->dt, (unsigned char *)io->recv + (size_t)j * io->count * io->es, io->count, j,
-                                    (size_t)j * io->count, io->rep);
-  return bad;
+static sk_result ag_run(sk_comm *c, const bench_io *io) {
+  return sk_allgather(c, io->send, io->recv, io->count, io->dt);
 }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"AllGather", false,  false, false, true, ag_factor, ag_counts, ag_min_bytes,
-                                  ag_touches,  ag_run, ag_fill, NULL,  NULL, ag_check};
+  static const bench_coll coll = {.name = "AllGather", .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = ag_factor,
+                                  .counts = ag_counts, .min_bytes = ag_min_bytes, .touches = ag_touches,
+                                  .run = ag_run, .fill = bench_fill_gathered, .check = bench_count_wrong_gathered};
   return bench_main(argc, argv, &coll);
 }

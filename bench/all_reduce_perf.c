@@ -21,9 +21,8 @@ static unsigned ar_touches(int rank, int n, int root) {
   return 3; /* send and recv on every rank */
 }
 
-static sk_result ar_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)root;
-  return sk_allreduce(c, s, r, count, dt, op);
+static sk_result ar_run(sk_comm *c, const bench_io *io) {
+  return sk_allreduce(c, io->send, io->recv, io->count, io->dt, io->op);
 }
 
 static void ar_fill(const bench_io *io) {
@@ -43,7 +42,9 @@ static void ar_expected(const bench_io *io, size_t j, void *out) {
 static int64_t ar_check(const bench_io *io) { return bench_count_wrong(io->es, io->recv, io->expected, io->count); }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"AllReduce", true,  false,       true,  true,     ar_factor, ar_counts,
-                                  ar_min_bytes, ar_touches, ar_run, ar_fill, ar_expected_elems, ar_expected, ar_check};
+  static const bench_coll coll = {.name = "AllReduce", .has_op = true, .loops_ops = true,
+                                  .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = ar_factor, .counts = ar_counts,
+                                  .min_bytes = ar_min_bytes, .touches = ar_touches, .run = ar_run, .fill = ar_fill,
+                                  .expected_elems = ar_expected_elems, .expected = ar_expected, .check = ar_check};
   return bench_main(argc, argv, &coll);
 }

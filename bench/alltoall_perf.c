@@ -22,9 +22,8 @@ static unsigned a2a_touches(int rank, int n, int root) {
   return 3;
 }
 
-static sk_result a2a_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)op, (void)root;
-  return sk_alltoall(c, s, r, count, dt);
+static sk_result a2a_run(sk_comm *c, const bench_io *io) {
+  return sk_alltoall(c, io->send, io->recv, io->count, io->dt);
 }
 
 /* Rank j's send element k is value(j, k); block r of it goes to rank r. */
@@ -44,7 +43,8 @@ static int64_t a2a_check(const bench_io *io) {
 }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"AllToAll", false,   false,  false, true, a2a_factor, a2a_counts, a2a_min_bytes,
-                                  a2a_touches, a2a_run, a2a_fill, NULL, NULL, a2a_check};
+  static const bench_coll coll = {.name = "AllToAll", .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = a2a_factor,
+                                  .counts = a2a_counts, .min_bytes = a2a_min_bytes, .touches = a2a_touches,
+                                  .run = a2a_run, .fill = a2a_fill, .check = a2a_check};
   return bench_main(argc, argv, &coll);
 }

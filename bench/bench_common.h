@@ -10,6 +10,8 @@
      fill inputs -> [out-of-place only: bandwidth probe] -> `-w` warm-up iterations -> barrier ->
      `-n` timed iterations (time = mean per iteration; the row shows the maximum over ranks) ->
      `-c` check runs (fresh inputs, one run, every element compared; #wrong = sum over ranks).
+   A collective without an in-place form (bench_coll.in_place) either re-times the out-of-place
+   form there (SendRecv, as nccl-tests) or skips it and prints N/A (AllToAllV).
 
    Sizes, counts and bandwidths follow nccl-tests: for a swept size B and element size es,
    count = B / es is handed to the collective's `counts` hook (nccl-tests' getCollByteCount),
@@ -70,21 +72,39 @@ typedef struct bench_io {
   void *send, *recv;         /* the pointers the call gets (in-place forms applied) */
   unsigned char *sendbuf, *recvbuf; /* this device's whole buffers */
   const unsigned char *expected;    /* the shared expected table (when the program uses one) */
+  /* Vector collectives (bench_coll.peer_counts set; NULL otherwise): this rank's per-peer
+     counts, n entries each in elements, with displacements packed in rank order. */
+  const size_t *send_counts, *send_displs, *recv_counts, *recv_displs;
 } bench_io;
 
+/* What the in-place columns show. */
+typedef enum bench_in_place {
+  BENCH_IN_PLACE_NCCL,     /* NCCL's in-place form (bench_counts.send_ip, recv_ip), timed and checked */
+  BENCH_IN_PLACE_RETIMED,  /* none, but nccl-tests prints the columns anyway (SendRecv): they re-time
+                              the out-of-place form, #wrong N/A */
+  BENCH_IN_PLACE_NONE      /* none (AllToAllV): not run; time, algbw, busbw and #wrong print N/A */
+} bench_in_place;
+
+/* Programs fill it with designated initializers: hooks a program does not need stay NULL. */
 typedef struct bench_coll {
   const char *name;          /* nccl-tests' name, e.g. "AllReduce" */
   bool has_op;               /* the redop column names the op (else "none") */
   bool has_root;             /* the root column shows the root (else -1) */
   bool loops_ops;            /* `-o all` loops over ops (nccl-tests: reducing collectives and SendRecv) */
-  bool in_place;             /* false (SendRecv): the in-place column re-times the out-of-place form, #wrong N/A */
+  bench_in_place in_place;
+  const char *usage_notes;   /* printed after the common -h text (optional): conventions of this program */
   double (*bus_factor)(int n);
   void (*counts)(size_t count, int n, bench_counts *out);
+  /* Optional, for vector collectives: what `rank` sends to and receives from each of the n
+     peers for the count column's `count` (bench_counts.param); the driver packs the
+     displacements. `counts` must size send and recv for the largest totals of any rank. */
+  void (*peer_counts)(int rank, int n, size_t count, size_t *send_counts, size_t *recv_counts);
   /* Bytes every input read once plus every output written once, S = the size column. */
   double (*min_bytes)(double S, int n);
   /* Which of this rank's buffers the out-of-place form touches: bit 0 send, bit 1 recv. */
   unsigned (*touches)(int rank, int n, int root);
-  sk_result (*run)(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root);
+  /* One call of the collective on io->send, io->recv (and io's counts, dtype, op, root). */
+  sk_result (*run)(sk_comm *c, const bench_io *io);
   void (*fill)(const bench_io *io);
   /* Optional shared expected table: elements and element j (computed by the local devices together). */
   size_t (*expected_elems)(int n, size_t count);
@@ -231,6 +251,33 @@ BENCH_FN int64_t bench_count_wrong_values(sk_dtype dt, const void *got, size_t n
   return bad;
 }
 
+/* Gathered buffers (AllGather, Gather): rank j contributes value(j, j*count + i), i < count,
+   and the gathered buffer holds the blocks in rank order, so its element k is value(k / count, k). */
+
+/* The fill hook of a gathering collective: this rank's input, and poison over the part of the
+   gathered buffer it does not supply itself: all of it out of place; in place
+   (send = recv + rank*count) every block but its own. */
+BENCH_FN void bench_fill_gathered(const bench_io *io) {
+  size_t block = io->count * io->es;
+  unsigned char *recv = (unsigned char *)io->recv;
+  if (!io->in_place) {
+    bench_poison(recv, block * (size_t)io->n);
+  } else {
+    bench_poison(recv, block * (size_t)io->rank);
+    bench_poison(recv + block * (size_t)(io->rank + 1), block * (size_t)(io->n - io->rank - 1));
+  }
+  bench_fill_values(io->dt, io->send, io->count, io->rank, (size_t)io->rank * io->count, io->rep);
+}
+
+/* Wrong elements of this rank's gathered buffer (io->recv). */
+BENCH_FN int64_t bench_count_wrong_gathered(const bench_io *io) {
+  int64_t bad = 0;
+  for (int j = 0; j < io->n; j++)
+    bad += bench_count_wrong_values(io->dt, (unsigned char *)io->recv + (size_t)j * io->count * io->es, io->count, j,
+                                    (size_t)j * io->count, io->rep);
+  return bad;
+}
+
 /* ---- options -------------------------------------------------------------------------------- */
 
 typedef struct bench_opts {
@@ -249,7 +296,7 @@ typedef struct bench_opts {
 
 #define BENCH_DEFAULT_GPUS 8
 
-BENCH_FN void bench__usage(FILE *f, const char *prog) {
+BENCH_FN void bench__usage(FILE *f, const char *prog, const char *usage_notes) {
   fprintf(f,
           "USAGE: %s [flags]   (shardkit's nccl-tests-style benchmark)\n"
           "  -b,--minbytes <size>     smallest size, K/M/G suffixes = powers of 2 (default 32M)\n"
@@ -269,6 +316,7 @@ BENCH_FN void bench__usage(FILE *f, const char *prog) {
           "and in-place) plus %%bound = 100 * t_min / t(out-of-place); see bench/README.md.\n"
           "Exit status: 0 = all rows correct, 1 = wrong elements or a failed call, 2 = bad flags.\n",
           prog, BENCH_DEFAULT_GPUS);
+  if (usage_notes) fputs(usage_notes, f);
 }
 
 BENCH_FN int bench__bad(const char *prog, const char *fmt, const char *arg) {
@@ -309,8 +357,8 @@ BENCH_FN bool bench__parse_size(const char *s, size_t *out) {
   return true;
 }
 
-/* Returns 0 to run, 1 after -h, 2 on a bad flag (message printed). */
-BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o) {
+/* Returns 0 to run, 1 after -h (the common text, then usage_notes), 2 on a bad flag (message printed). */
+BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o, const char *usage_notes) {
   memset(o, 0, sizeof *o);
   const char *slash = strrchr(argv[0], '/');
   o->prog = slash ? slash + 1 : argv[0];
@@ -398,7 +446,7 @@ BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o) {
           return bench__bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", optarg);
         o->backend = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
         break;
-      case 'h': bench__usage(stdout, o->prog); return 1;
+      case 'h': bench__usage(stdout, o->prog, usage_notes); return 1;
       case ':': {
         char opt[3] = {'-', (char)optopt, 0};
         return bench__bad(o->prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
@@ -549,7 +597,29 @@ typedef struct bench_dev_state {
   bench_ctx *x;
   int rank, lrank;
   unsigned char *sendbuf, *recvbuf;
+  size_t *peer_layout;       /* vector collectives: 4n entries behind bench_io's four per-peer arrays */
 } bench_dev_state;
+
+/* Vector collectives: the program's per-peer counts for this rank, displacements packed in rank
+   order. Totals beyond the buffers bench_counts sized would be a program's bug: it aborts. */
+BENCH_FN void bench__setup_peers(bench_dev_state *s, bench_io *io) {
+  size_t n = (size_t)io->n;
+  size_t *send_counts = s->peer_layout, *send_displs = send_counts + n;
+  size_t *recv_counts = send_displs + n, *recv_displs = recv_counts + n;
+  s->x->coll->peer_counts(io->rank, io->n, io->count, send_counts, recv_counts);
+  size_t sent = 0, received = 0;
+  for (size_t j = 0; j < n; j++) {
+    send_displs[j] = sent, recv_displs[j] = received;
+    sent += send_counts[j], received += recv_counts[j];
+  }
+  if (sent > io->cnt.send || received > io->cnt.recv) {
+    fprintf(stderr, "%s: rank %d: per-peer counts total %zu sent, %zu received; the buffers hold %zu, %zu\n",
+            s->x->o->prog, io->rank, sent, received, io->cnt.send, io->cnt.recv);
+    abort();
+  }
+  io->send_counts = send_counts, io->send_displs = send_displs;
+  io->recv_counts = recv_counts, io->recv_displs = recv_displs;
+}
 
 BENCH_FN void bench__setup_io(bench_dev_state *s, bench_io *io, sk_dtype dt, sk_redop op, int root, size_t bytes,
                             bool in_place, int rep) {
@@ -561,18 +631,21 @@ BENCH_FN void bench__setup_io(bench_dev_state *s, bench_io *io, sk_dtype dt, sk_
   coll->counts(bytes / io->es, io->n, &io->cnt);
   io->count = io->cnt.param;
   io->sendbuf = s->sendbuf, io->recvbuf = s->recvbuf;
-  if (in_place && coll->in_place) {
+  if (in_place && coll->in_place == BENCH_IN_PLACE_NCCL) {
     io->send = s->recvbuf + io->cnt.send_ip * io->es * (size_t)s->rank;
     io->recv = s->recvbuf + io->cnt.recv_ip * io->es * (size_t)s->rank;
   } else {
     io->send = s->sendbuf, io->recv = s->recvbuf;
   }
   io->expected = s->x->expected;
+  if (coll->peer_counts) bench__setup_peers(s, io);
 }
 
 BENCH_FN sk_result bench__call(bench_dev_state *s, const bench_io *io) {
-  sk_result r = s->x->coll->run(s->c, io->send, io->recv, io->count, io->dt, io->op, io->root);
-  if (r != SK_OK && r != SK_ERR_ABORTED)
+  sk_result r = s->x->coll->run(s->c, io);
+  /* Aborted: the failing rank says why. Unsupported: a backend without this collective refuses
+     it on every rank, and bench_main says so once. */
+  if (r != SK_OK && r != SK_ERR_ABORTED && r != SK_ERR_UNSUPPORTED)
     fprintf(stderr, "%s: rank %d: %s failed: %s: %s\n", s->x->o->prog, s->rank, s->x->coll->name, sk_result_name(r),
             sk_comm_error_message(s->c));
   return r;
@@ -631,58 +704,119 @@ BENCH_FN void bench__wrong_str(char *buf, size_t cap, bool report, int64_t wrong
   else snprintf(buf, cap, "%5s", "N/A");
 }
 
-BENCH_FN sk_result bench__one_size(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes) {
+/* One row's measurements (time: max over ranks; #wrong: sum over ranks). */
+typedef struct bench_row {
+  size_t size;               /* the size column: max(send, recv bytes) of one rank */
+  size_t count;              /* the count column */
+  double t_oop, t_ip;        /* seconds per call */
+  int64_t wrong_oop, wrong_ip;
+  double t_pass;             /* the probe's best pass over the footprint (seconds) */
+  size_t footprint;          /* bytes, summed over processes */
+} bench_row;
+
+/* Out of place: fill, register the footprint, probe, time, check. */
+BENCH_FN sk_result bench__run_out_of_place(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes,
+                                           bench_row *row) {
   bench_ctx *x = s->x;
-  const bench_coll *coll = x->coll;
-  const bench_opts *o = x->o;
-  int n = x->n;
-  sk_result r;
   bench_io io;
-  /* out-of-place: fill, register the footprint, probe, time, check */
+  sk_result r;
   bench__setup_io(s, &io, dt, op, root, bytes, false, 1);
   size_t sbytes = io.cnt.send * io.es, rbytes = io.cnt.recv * io.es;
-  size_t S = sbytes > rbytes ? sbytes : rbytes;
-  coll->fill(&io);
-  unsigned t = coll->touches(s->rank, n, root);
+  row->size = sbytes > rbytes ? sbytes : rbytes;
+  row->count = io.count;
+  x->coll->fill(&io);
+  unsigned t = x->coll->touches(s->rank, x->n, root);
   bench_dev *d = &x->dev[s->lrank];
   d->reg[0].p = s->sendbuf, d->reg[0].bytes = (t & 1) ? sbytes : 0;
   d->reg[1].p = s->recvbuf, d->reg[1].bytes = (t & 2) ? rbytes : 0;
-  double t_pass = 0;
-  size_t F = 0;
-  if ((r = bench__probe(s->c, x, s->lrank, &t_pass, &F)) != SK_OK) return r;
-  double t_oop = 0, t_ip = 0;
-  if ((r = bench__time(s, &io, &t_oop)) != SK_OK) return r;
-  int64_t w_oop = 0, w_ip = 0;
-  if (o->check && (r = bench__check(s, dt, op, root, bytes, false, &w_oop)) != SK_OK) return r;
-  /* in-place (SendRecv: the out-of-place form again, as nccl-tests reports no in-place check) */
+  if ((r = bench__probe(s->c, x, s->lrank, &row->t_pass, &row->footprint)) != SK_OK) return r;
+  if ((r = bench__time(s, &io, &row->t_oop)) != SK_OK) return r;
+  if (x->o->check && (r = bench__check(s, dt, op, root, bytes, false, &row->wrong_oop)) != SK_OK) return r;
+  return SK_OK;
+}
+
+/* In place: fill, time, check. SendRecv (RETIMED) times the out-of-place form again and does not
+   check it, as nccl-tests reports no in-place check; AllToAllV (NONE) runs nothing. */
+BENCH_FN sk_result bench__run_in_place(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes,
+                                       bench_row *row) {
+  const bench_coll *coll = s->x->coll;
+  if (coll->in_place == BENCH_IN_PLACE_NONE) return SK_OK;
+  bench_io io;
+  sk_result r;
   bench__setup_io(s, &io, dt, op, root, bytes, true, 2);
   coll->fill(&io);
-  if ((r = bench__time(s, &io, &t_ip)) != SK_OK) return r;
-  if (o->check && coll->in_place && (r = bench__check(s, dt, op, root, bytes, true, &w_ip)) != SK_OK) return r;
-  if (s->rank != 0) return SK_OK;
-  /* rank 0 prints the row */
-  double factor = coll->bus_factor(n);
-  double alg_oop = t_oop > 0 ? (double)S / 1e9 / t_oop : 0, alg_ip = t_ip > 0 ? (double)S / 1e9 / t_ip : 0;
-  double min_bytes = coll->min_bytes((double)S, n);
+  if ((r = bench__time(s, &io, &row->t_ip)) != SK_OK) return r;
+  if (s->x->o->check && coll->in_place == BENCH_IN_PLACE_NCCL &&
+      (r = bench__check(s, dt, op, root, bytes, true, &row->wrong_ip)) != SK_OK)
+    return r;
+  return SK_OK;
+}
+
+/* The time, algbw and busbw cells of one placement, right-aligned; "N/A" when it did not run. */
+BENCH_FN void bench__bw_cells(char time_cell[32], char alg_cell[32], char bus_cell[32], bool ran, double t, double S,
+                              double factor) {
+  if (!ran) {
+    snprintf(time_cell, 32, "%7s", "N/A");
+    snprintf(alg_cell, 32, "%6s", "N/A");
+    snprintf(bus_cell, 32, "%6s", "N/A");
+    return;
+  }
+  double algbw = t > 0 ? S / 1e9 / t : 0;
+  bench__time_str(time_cell, 32, t * 1e6);
+  snprintf(alg_cell, 32, "%6.2f", algbw);
+  snprintf(bus_cell, 32, "%6.2f", algbw * factor);
+}
+
+/* Rank 0: prints the row and adds it to the footer's totals and the probe log. */
+BENCH_FN void bench__print_row(bench_ctx *x, sk_dtype dt, sk_redop op, int root, const bench_row *row) {
+  const bench_coll *coll = x->coll;
+  bool ran_ip = coll->in_place != BENCH_IN_PLACE_NONE, checked_ip = coll->in_place == BENCH_IN_PLACE_NCCL;
+  double factor = coll->bus_factor(x->n), S = (double)row->size;
+  char t1[32], alg1[32], bus1[32], w1[32], t2[32], alg2[32], bus2[32], w2[32];
+  bench__bw_cells(t1, alg1, bus1, true, row->t_oop, S, factor);
+  bench__bw_cells(t2, alg2, bus2, ran_ip, row->t_ip, S, factor);
+  bench__wrong_str(w1, sizeof w1, x->o->check > 0, row->wrong_oop);
+  bench__wrong_str(w2, sizeof w2, x->o->check > 0 && checked_ip, row->wrong_ip);
   /* the probe moved 2F bytes (read + write) per pass: B = 2F / t_pass */
-  double B = t_pass > 0 ? 2.0 * (double)F / t_pass : 0;
-  double t_min = B > 0 ? min_bytes / B : 0;
-  double bound = t_oop > 0 ? 100.0 * t_min / t_oop : 0;
-  char ts1[32], ts2[32], w1[32], w2[32];
-  bench__time_str(ts1, sizeof ts1, t_oop * 1e6);
-  bench__time_str(ts2, sizeof ts2, t_ip * 1e6);
-  bench__wrong_str(w1, sizeof w1, o->check > 0, w_oop);
-  bench__wrong_str(w2, sizeof w2, o->check > 0 && coll->in_place, w_ip);
-  printf("%12zu  %12zu  %8s  %6s  %6d  %7s  %6.2f  %6.2f  %5s  %7s  %6.2f  %6.2f  %5s  %6.1f\n", S, io.count,
-         sk_dtype_long_name(dt), coll->has_op ? sk_redop_name(op) : "none", coll->has_root ? root : -1, ts1, alg_oop,
-         alg_oop * factor, w1, ts2, alg_ip, alg_ip * factor, w2, bound);
+  double B = row->t_pass > 0 ? 2.0 * (double)row->footprint / row->t_pass : 0;
+  double t_min = B > 0 ? coll->min_bytes(S, x->n) / B : 0;
+  double bound = row->t_oop > 0 ? 100.0 * t_min / row->t_oop : 0;
+  printf("%12zu  %12zu  %8s  %6s  %6d  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %6.1f\n", row->size, row->count,
+         sk_dtype_long_name(dt), coll->has_op ? sk_redop_name(op) : "none", coll->has_root ? root : -1, t1, alg1, bus1,
+         w1, t2, alg2, bus2, w2, bound);
   fflush(stdout);
-  x->bw_sum += alg_oop * factor + alg_ip * factor;
-  x->bw_count += 2;
-  x->wrong_total += w_oop + w_ip;
+  /* the footer's average covers the placements that ran */
+  double alg_oop = row->t_oop > 0 ? S / 1e9 / row->t_oop : 0, alg_ip = row->t_ip > 0 ? S / 1e9 / row->t_ip : 0;
+  x->bw_sum += alg_oop * factor + (ran_ip ? alg_ip * factor : 0);
+  x->bw_count += ran_ip ? 2 : 1;
+  x->wrong_total += row->wrong_oop + row->wrong_ip;
   if (x->probe_rows < 64) {
-    snprintf(x->probe_log[x->probe_rows++], sizeof x->probe_log[0],
-             "#  %12zu  %8s  %12zu  %9.2f  %11.2f", S, sk_dtype_long_name(dt), F, B / 1e9, t_min * 1e6);
+    snprintf(x->probe_log[x->probe_rows++], sizeof x->probe_log[0], "#  %12zu  %8s  %12zu  %9.2f  %11.2f", row->size,
+             sk_dtype_long_name(dt), row->footprint, B / 1e9, t_min * 1e6);
+  }
+}
+
+BENCH_FN sk_result bench__one_size(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes) {
+  bench_row row;
+  memset(&row, 0, sizeof row);
+  sk_result r = bench__run_out_of_place(s, dt, op, root, bytes, &row);
+  if (r == SK_OK) r = bench__run_in_place(s, dt, op, root, bytes, &row);
+  if (r == SK_OK && s->rank == 0) bench__print_row(s->x, dt, op, root, &row);
+  return r;
+}
+
+/* Every device allocates and first-touches its own buffers. */
+BENCH_FN sk_result bench__alloc_device(bench_dev_state *s) {
+  bench_ctx *x = s->x;
+  s->sendbuf = bench__alloc(x->maxbuf);
+  s->recvbuf = bench__alloc(x->maxbuf);
+  if (!s->sendbuf || !s->recvbuf) {
+    fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", x->o->prog, s->rank, x->maxbuf);
+    return SK_ERR_OUT_OF_MEMORY;
+  }
+  if (x->coll->peer_counts && !(s->peer_layout = (size_t *)calloc(4 * (size_t)x->n, sizeof(size_t)))) {
+    fprintf(stderr, "%s: rank %d: cannot allocate the per-peer counts\n", x->o->prog, s->rank);
+    return SK_ERR_OUT_OF_MEMORY;
   }
   return SK_OK;
 }
@@ -692,14 +826,7 @@ BENCH_FN sk_result bench__device(sk_comm *c, void *arg) {
   bench_dev_state s;
   memset(&s, 0, sizeof s);
   s.c = c, s.x = x, s.rank = sk_comm_rank(c), s.lrank = s.rank - x->local0;
-  /* every device allocates and first-touches its own buffers */
-  s.sendbuf = bench__alloc(x->maxbuf);
-  s.recvbuf = bench__alloc(x->maxbuf);
-  sk_result r = SK_OK;
-  if (!s.sendbuf || !s.recvbuf) {
-    fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", x->o->prog, s.rank, x->maxbuf);
-    r = SK_ERR_OUT_OF_MEMORY;
-  }
+  sk_result r = bench__alloc_device(&s);
   const bench_opts *o = x->o;
   const bench_coll *coll = x->coll;
   int nops = coll->has_op || coll->loops_ops ? o->nops : 1;
@@ -716,6 +843,7 @@ BENCH_FN sk_result bench__device(sk_comm *c, void *arg) {
         }
   free(s.sendbuf);
   free(s.recvbuf);
+  free(s.peer_layout);
   return r;
 }
 
@@ -808,10 +936,52 @@ BENCH_FN size_t bench__max_buf(const bench_coll *coll, const bench_opts *o, int 
   return maxbuf;
 }
 
+/* The table's head, as nccl-tests prints it (world rank 0). */
+BENCH_FN void bench__print_header(const bench_ctx *x) {
+  const bench_opts *o = x->o;
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  printf("# shardkit %d.%d.%d  %s (%s)  backend: %s\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH, o->prog,
+         x->coll->name, o->backend);
+  printf("# Command: %s\n", o->cmdline);
+  printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %ld(factor) warmup iters: %d iters: %d agg iters: 1 "
+         "validation: %d graph: 0\n",
+         x->n, o->minbytes, o->maxbytes, o->factor, o->warmup, o->iters, o->check);
+  printf("#\n# Using devices\n");
+  for (int i = 0; i < x->n; i++)
+    printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [thread %d] shardkit %s backend\n", i, (int)getpid(), host,
+           i, i, o->backend);
+  printf("#  online cores %d; %%bound probe threads %d\n", x->cores, x->probe_threads);
+  printf("#\n");
+  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
+         "", "", "");
+  printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+  printf("  %7s  %6s  %6s %6s", "time", "algbw", "busbw", "#wrong");
+  printf("  %7s  %6s  %6s %6s  %6s\n", "time", "algbw", "busbw", "#wrong", "%bound");
+  printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+  printf("  %7s  %6s  %6s  %5s", "(us)", "(GB/s)", "(GB/s)", "");
+  printf("  %7s  %6s  %6s  %5s  %6s\n", "(us)", "(GB/s)", "(GB/s)", "", "(%)");
+  fflush(stdout);
+}
+
+/* The probe log and nccl-tests' footer (world rank 0). */
+BENCH_FN void bench__print_footer(const bench_ctx *x) {
+  if (x->probe_rows) {
+    printf("#\n# %%bound probe (in-place read+write over the out-of-place footprint, %d thread%s, best of 3-5):\n",
+           x->probe_threads, x->probe_threads == 1 ? "" : "s");
+    printf("#  %12s  %8s  %12s  %9s  %11s\n", "size (B)", "type", "footprint(B)", "B (GB/s)", "t_min (us)");
+    for (int i = 0; i < x->probe_rows; i++) printf("%s\n", x->probe_log[i]);
+    printf("#\n");
+  }
+  printf("# Out of bounds values : %lld %s\n", (long long)x->wrong_total, x->wrong_total ? "FAILED" : "OK");
+  printf("# Avg bus bandwidth    : %g \n", x->bw_count ? x->bw_sum / x->bw_count : 0.0);
+  printf("#\n");
+}
+
 BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   bench_opts o;
-  int pr = bench__parse(argc, argv, &o);
+  int pr = bench__parse(argc, argv, &o, coll->usage_notes);
   if (pr) return pr == 1 ? 0 : 2;
   sk_world *w = NULL;
   int nlocal = 0, local0 = 0;
@@ -846,49 +1016,19 @@ BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
     sk_world_destroy(w);
     return 1;
   }
-  if (local0 == 0) {
-    char host[256] = "?";
-    gethostname(host, sizeof host - 1);
-    printf("# shardkit %d.%d.%d  %s (%s)  backend: %s\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH, o.prog,
-           coll->name, o.backend);
-    printf("# Command: %s\n", o.cmdline);
-    printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %ld(factor) warmup iters: %d iters: %d agg iters: 1 "
-           "validation: %d graph: 0\n",
-           n, o.minbytes, o.maxbytes, o.factor, o.warmup, o.iters, o.check);
-    printf("#\n# Using devices\n");
-    for (int i = 0; i < n; i++)
-      printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [thread %d] shardkit %s backend\n", i, (int)getpid(), host,
-             i, i, o.backend);
-    printf("#  online cores %d; %%bound probe threads %d\n", x.cores, x.probe_threads);
-    printf("#\n");
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
-           "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
-    printf("  %7s  %6s  %6s %6s", "time", "algbw", "busbw", "#wrong");
-    printf("  %7s  %6s  %6s %6s  %6s\n", "time", "algbw", "busbw", "#wrong", "%bound");
-    printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
-    printf("  %7s  %6s  %6s  %5s", "(us)", "(GB/s)", "(GB/s)", "");
-    printf("  %7s  %6s  %6s  %5s  %6s\n", "(us)", "(GB/s)", "(GB/s)", "", "(%)");
-    fflush(stdout);
-  }
+  if (local0 == 0) bench__print_header(&x);
   sk_result r = sk_world_run(w, bench__device, &x);
   int status = 0;
-  if (r != SK_OK) {
+  if (r == SK_ERR_UNSUPPORTED) {
+    if (local0 == 0)
+      fprintf(stderr, "%s: the %s backend does not support %s: %s\n", o.prog, o.backend, coll->name,
+              sk_world_error_message(w));
+    status = 1;
+  } else if (r != SK_OK) {
     fprintf(stderr, "%s: the run failed: %s: %s\n", o.prog, sk_result_name(r), sk_world_error_message(w));
     status = 1;
   }
-  if (local0 == 0) {
-    if (x.probe_rows) {
-      printf("#\n# %%bound probe (in-place read+write over the out-of-place footprint, %d thread%s, best of 3-5):\n",
-             x.probe_threads, x.probe_threads == 1 ? "" : "s");
-      printf("#  %12s  %8s  %12s  %9s  %11s\n", "size (B)", "type", "footprint(B)", "B (GB/s)", "t_min (us)");
-      for (int i = 0; i < x.probe_rows; i++) printf("%s\n", x.probe_log[i]);
-      printf("#\n");
-    }
-    printf("# Out of bounds values : %lld %s\n", (long long)x.wrong_total, x.wrong_total ? "FAILED" : "OK");
-    printf("# Avg bus bandwidth    : %g \n", x.bw_count ? x.bw_sum / x.bw_count : 0.0);
-    printf("#\n");
-  }
+  if (local0 == 0) bench__print_footer(&x);
   if (x.wrong_total) status = 1;
   sk_world_destroy(w);
   free(x.dev);

@@ -21,9 +21,8 @@ static unsigned bc_touches(int rank, int n, int root) {
   return rank == root ? 3 : 2; /* the root's send, every recv */
 }
 
-static sk_result bc_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)op;
-  return sk_broadcast(c, s, r, count, dt, root);
+static sk_result bc_run(sk_comm *c, const bench_io *io) {
+  return sk_broadcast(c, io->send, io->recv, io->count, io->dt, io->root);
 }
 
 static void bc_fill(const bench_io *io) {
@@ -43,7 +42,8 @@ static int64_t bc_check(const bench_io *io) {
 }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"Broadcast", false,  true,  false, true, bc_factor, bc_counts, bc_min_bytes,
-                                  bc_touches,  bc_run, bc_fill, NULL,  NULL, bc_check};
+  static const bench_coll coll = {.name = "Broadcast", .has_root = true, .in_place = BENCH_IN_PLACE_NCCL,
+                                  .bus_factor = bc_factor, .counts = bc_counts, .min_bytes = bc_min_bytes,
+                                  .touches = bc_touches, .run = bc_run, .fill = bc_fill, .check = bc_check};
   return bench_main(argc, argv, &coll);
 }

@@ -26,34 +26,16 @@ static unsigned ga_touches(int rank, int n, int root) {
   return rank == root ? 3 : 1; /* every send; the root's recv */
 }
 
-static sk_result ga_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)op;
-  return sk_gather(c, s, r, count, dt, root);
+static sk_result ga_run(sk_comm *c, const bench_io *io) {
+  return sk_gather(c, io->send, io->recv, io->count, io->dt, io->root);
 }
 
-/* Rank j's input element i is value(j, j*count + i): the root's buffer is value(j, k). */
-static void ga_fill(const bench_io *io) {
-  size_t cnt = io->count, es = io->es;
-  if (!io->in_place) {
-    bench_poison(io->recv, cnt * (size_t)io->n * es);
-  } else { /* everything of the gathered buffer but this rank's own block */
-    bench_poison(io->recvbuf, cnt * (size_t)io->rank * es);
-    bench_poison(io->recvbuf + cnt * (size_t)(io->rank + 1) * es, cnt * (size_t)(io->n - io->rank - 1) * es);
-  }
-  bench_fill_values(io->dt, io->send, cnt, io->rank, (size_t)io->rank * cnt, io->rep);
-}
-
-static int64_t ga_check(const bench_io *io) {
-  if (io->rank != io->root) return 0; /* only the root receives */
-  int64_t bad = 0;
-  for (int j = 0; j < io->n; j++)
-    bad += bench_count_wrong_values(io->dt, (unsigned char *)io->recv + (size_t)j * io->count * io->es, io->count, j,
-                                    (size_t)j * io->count, io->rep);
-  return bad;
-}
+/* only the root receives */
+static int64_t ga_check(const bench_io *io) { return io->rank == io->root ? bench_count_wrong_gathered(io) : 0; }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"Gather", false,  true,  false, true, ga_factor, ga_counts, ga_min_bytes,
-                                  ga_touches, ga_run, ga_fill, NULL, NULL, ga_check};
+  static const bench_coll coll = {.name = "Gather", .has_root = true, .in_place = BENCH_IN_PLACE_NCCL,
+                                  .bus_factor = ga_factor, .counts = ga_counts, .min_bytes = ga_min_bytes,
+                                  .touches = ga_touches, .run = ga_run, .fill = bench_fill_gathered, .check = ga_check};
   return bench_main(argc, argv, &coll);
 }

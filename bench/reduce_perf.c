@@ -21,8 +21,8 @@ static unsigned rd_touches(int rank, int n, int root) {
   return rank == root ? 3 : 1; /* every send, the root's recv */
 }
 
-static sk_result rd_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  return sk_reduce(c, s, r, count, dt, op, root);
+static sk_result rd_run(sk_comm *c, const bench_io *io) {
+  return sk_reduce(c, io->send, io->recv, io->count, io->dt, io->op, io->root);
 }
 
 static void rd_fill(const bench_io *io) {
@@ -45,8 +45,9 @@ static int64_t rd_check(const bench_io *io) {
 }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"Reduce",   true,   true,    true,  true,   rd_factor,
-                                  rd_counts,  rd_min_bytes, rd_touches, rd_run, rd_fill, rd_expected_elems,
-                                  rd_expected, rd_check};
+  static const bench_coll coll = {.name = "Reduce", .has_op = true, .has_root = true, .loops_ops = true,
+                                  .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = rd_factor, .counts = rd_counts,
+                                  .min_bytes = rd_min_bytes, .touches = rd_touches, .run = rd_run, .fill = rd_fill,
+                                  .expected_elems = rd_expected_elems, .expected = rd_expected, .check = rd_check};
   return bench_main(argc, argv, &coll);
 }

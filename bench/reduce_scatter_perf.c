@@ -22,9 +22,8 @@ static unsigned rs_touches(int rank, int n, int root) {
   return 3;
 }
 
-static sk_result rs_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)root;
-  return sk_reduce_scatter(c, s, r, count, dt, op);
+static sk_result rs_run(sk_comm *c, const bench_io *io) {
+  return sk_reduce_scatter(c, io->send, io->recv, io->count, io->dt, io->op);
 }
 
 /* Rank j's input element k (k < n*count) is value(j, k). */
@@ -45,8 +44,9 @@ static int64_t rs_check(const bench_io *io) {
 }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"ReduceScatter", true,    false,  true,    true,
-                                  rs_factor,       rs_counts, rs_min_bytes, rs_touches, rs_run,
-                                  rs_fill,         rs_expected_elems, rs_expected, rs_check};
+  static const bench_coll coll = {.name = "ReduceScatter", .has_op = true, .loops_ops = true,
+                                  .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = rs_factor, .counts = rs_counts,
+                                  .min_bytes = rs_min_bytes, .touches = rs_touches, .run = rs_run, .fill = rs_fill,
+                                  .expected_elems = rs_expected_elems, .expected = rs_expected, .check = rs_check};
   return bench_main(argc, argv, &coll);
 }

@@ -26,9 +26,8 @@ static unsigned sc_touches(int rank, int n, int root) {
   return rank == root ? 3 : 2; /* the root's send, every recv */
 }
 
-static sk_result sc_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)op;
-  return sk_scatter(c, s, r, count, dt, root);
+static sk_result sc_run(sk_comm *c, const bench_io *io) {
+  return sk_scatter(c, io->send, io->recv, io->count, io->dt, io->root);
 }
 
 /* The root's send element k (k < n*count) is value(root, k): rank j receives value(root, j*count + i). */
@@ -43,7 +42,8 @@ static int64_t sc_check(const bench_io *io) {
 }
 
 int main(int argc, char **argv) {
-  static const bench_coll coll = {"Scatter", false,  true,  false, true, sc_factor, sc_counts, sc_min_bytes,
-                                  sc_touches, sc_run, sc_fill, NULL, NULL, sc_check};
+  static const bench_coll coll = {.name = "Scatter", .has_root = true, .in_place = BENCH_IN_PLACE_NCCL,
+                                  .bus_factor = sc_factor, .counts = sc_counts, .min_bytes = sc_min_bytes,
+                                  .touches = sc_touches, .run = sc_run, .fill = sc_fill, .check = sc_check};
   return bench_main(argc, argv, &coll);
 }

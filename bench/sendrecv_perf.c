@@ -24,11 +24,10 @@ static unsigned sr_touches(int rank, int n, int root) {
   return 3;
 }
 
-static sk_result sr_run(sk_comm *c, const void *s, void *r, size_t count, sk_dtype dt, sk_redop op, int root) {
-  (void)op, (void)root;
+static sk_result sr_run(sk_comm *c, const bench_io *io) {
   int n = sk_comm_size(c), me = sk_comm_rank(c);
   if (n < 1) return SK_ERR_INVALID_ARGUMENT; /* no communicator: the modulo below needs n */
-  return sk_sendrecv(c, s, count, (me + 1) % n, r, count, (me - 1 + n) % n, dt);
+  return sk_sendrecv(c, io->send, io->count, (me + 1) % n, io->recv, io->count, (me - 1 + n) % n, io->dt);
 }
 
 static void sr_fill(const bench_io *io) {
@@ -42,7 +41,9 @@ static int64_t sr_check(const bench_io *io) {
 
 int main(int argc, char **argv) {
   /* redop column: nccl-tests prints the op (default sum) and loops over -o all */
-  static const bench_coll coll = {"SendRecv", true,   false, true,  false, sr_factor, sr_counts, sr_min_bytes,
-                                  sr_touches, sr_run, sr_fill, NULL, NULL,  sr_check};
+  static const bench_coll coll = {.name = "SendRecv", .has_op = true, .loops_ops = true,
+                                  .in_place = BENCH_IN_PLACE_RETIMED, .bus_factor = sr_factor, .counts = sr_counts,
+                                  .min_bytes = sr_min_bytes, .touches = sr_touches, .run = sr_run, .fill = sr_fill,
+                                  .check = sr_check};
   return bench_main(argc, argv, &coll);
 }
