@@ -64,6 +64,18 @@
      - Counts: MPI counts are int. Longer collectives are cut into chunks of at most max_count
        elements (AllGather/AllToAll chunks use resized datatypes, ReduceScatter takes the gather
        path), so any count works.
+     - AllToAllV: MPI_Ialltoallv on the move type, its size_t counts and displacements converted
+       into int arrays the request owns. Phases, one MPI call each, in the queue like any
+       collective: [fingerprint and counts check, with check_mismatch, see FAULTS] a rounds
+       exchange (MPI_Iallreduce MAX of each member's largest block: every member must call
+       MPI_Ialltoallv equally often and none sees the others' counts; with the check on this
+       rides the verdict, no extra call), then ceil(largest / max_count) rounds (none when
+       nothing moves anywhere): round r moves elements [r*M, (r+1)*M) of every block.
+       Displacements go to MPI relative to the lowest block of a side still moving (MPI's
+       buffer pointer), so any count and offset works as long as the starts of two non-empty
+       blocks of one side lie within INT_MAX elements of each other; otherwise the call returns
+       SK_ERR_UNSUPPORTED naming the block, on that member, before anything is posted (its
+       peers then wait for it, as after a bad argument).
      - In-place (NCCL forms) map to MPI_IN_PLACE; in-place AllToAll and ReduceScatter (whose
        NCCL form overlaps send and recv in a way MPI_IN_PLACE cannot express) stage the input in
        scratch first.
@@ -113,6 +125,27 @@
        MPI_Comm_split. Send/Recv: a receive longer or shorter than the message returns
        SK_ERR_MISMATCH on the receiver; dtypes are not compared (MPI does not type-check across
        processes).
+     - AllToAllV counts that disagree (rank i sends rank j other than j expects from i): with
+       check_mismatch, after the fingerprint, MPI_Ialltoall swaps each member's send counts,
+       each compares them with its recv counts, and MPI_Iallgather of every member's lowest
+       bad pair (plus its largest block, for the rounds) lets all pick the lowest pair i*size+j:
+       every member returns SK_ERR_MISMATCH with the threads backend's message ("mismatch:
+       alltoallv: rank I sends N elements to rank J, which expects M from it"; on a
+       sub-communicator followed by " (world ranks A and B)"), and nothing moves. Cost: two
+       small collectives beyond the fingerprint (the verdict replaces the rounds exchange).
+       With the check off the data moves as given (MPI calls such counts erroneous). In one
+       round (every block within max_count, INT_MAX by default), a member that expects fewer
+       elements than its peer sends gets MPI's truncation: SK_ERR_MISMATCH naming
+       MPI_Ialltoallv, on that member alone; one that expects more is undefined in MPI (Open
+       MPI: SK_OK, the tail of the block unwritten). Over several rounds the two sides of the
+       pair are cut differently: a truncating member still joins the remaining rounds (its
+       peers would wait for it otherwise) and reports the first failure after the last; a
+       round whose receiver expects nothing while its sender sends leaves that message queued
+       in MPI, where a later collective on the communicator may receive it; a round whose
+       receiver waits for a message its sender has no more of ends in SK_ERR_TIMEOUT, which
+       fails the world. Every member makes the same number of MPI calls (the rounds come from
+       the exchange), so nothing waits past the world's bounds. Where counts may disagree,
+       turn the check on.
      - Allocation failure (a user allocator returning NULL) returns SK_ERR_OUT_OF_MEMORY and
        leaks nothing; in sk_comm_split it also fails the world, whose peers would otherwise
        wait for this member.
@@ -318,6 +351,14 @@ struct sk__mreq {
   int np;
   MPI_Request *preq;
   MPI_Status *pst;
+  /* AllToAllV (sk__mvec_*): the phase in MPI, its rounds, and scratch MPI reads until the
+     phase completes (MPI keeps the count and displacement arrays of a non-blocking call) */
+  int vphase;
+  size_t vround, vrounds;
+  sk_result verr; /* the first data round that failed here (the others still run) */
+  uint64_t *vx; /* check on: counts sent, counts received, my verdict, everyone's (6 size + 4);
+                   check off: my largest count, everyone's largest (2). vint follows it */
+  int *vint;    /* 4 x size: the round's send counts, send displs, recv counts, recv displs */
 };
 
 #define SK__MWORLD(w) ((sk__mworld *)sk_world_state(w))
@@ -671,6 +712,200 @@ static sk_result sk__mfp_check(sk__mreq *q) {
   return SK_OK;
 }
 
+/* ---- AllToAllV: MPI_Ialltoallv in rounds, after a rounds (and, checked, counts) exchange ---- */
+
+/* The phases of an AllToAllV request after the fingerprint, in order. */
+enum { SK__MV_COUNTS = 1, SK__MV_VERDICT, SK__MV_ROUNDS, SK__MV_DATA };
+
+/* Where block j of one side starts, in elements, walking j upward: packed is the running sum
+   of the counts before j (sk_coll_vec_displ, without its quadratic walk). */
+#define SK__MV_START(displs, j, packed) ((displs) ? (displs)[j] : (packed))
+
+/* The largest block this member sends or receives. Both sides count: with the check off,
+   members may disagree on a pair, and the rounds must still cover every block of every member. */
+static uint64_t sk__mvec_local_max(const sk_coll *o, int n) {
+  size_t most = 0;
+  for (int j = 0; j < n; j++) {
+    if (o->v.send_counts[j] > most) most = o->v.send_counts[j];
+    if (o->v.recv_counts[j] > most) most = o->v.recv_counts[j];
+  }
+  return (uint64_t)most;
+}
+
+/* MPI displacements are int elements. Each round's are taken relative to the lowest block of
+   the side still moving (its address becomes MPI's buffer pointer), and counts are cut into
+   rounds, so what must fit an int is only the distance between the starts of two non-empty
+   blocks of one side: UNSUPPORTED naming the block otherwise, before anything is posted. */
+static sk_result sk__mvec_check_side(sk__mreq *q, const char *side, const size_t *counts, const size_t *displs) {
+  int n = sk_comm_size(q->m->comm), low = -1;
+  size_t packed = 0, low_at = 0;
+  for (int j = 0; j < n; j++) {
+    size_t at = SK__MV_START(displs, j, packed);
+    packed += counts[j];
+    if (counts[j] && (low < 0 || at < low_at)) low = j, low_at = at;
+  }
+  packed = 0;
+  for (int j = 0; j < n; j++) {
+    size_t at = SK__MV_START(displs, j, packed);
+    packed += counts[j];
+    if (counts[j] && at - low_at > (size_t)INT_MAX)
+      return sk__mreq_fail(q, SK_ERR_UNSUPPORTED,
+                           "alltoallv: %s block %d starts at element %zu, %zu after %s block %d: MPI displacements are "
+                           "int, so the MPI backend needs the non-empty blocks of a side within INT_MAX elements",
+                           side, j, at, at - low_at, side, low);
+  }
+  return SK_OK;
+}
+
+/* AllToAllV before anything is posted: displacements MPI can express, and the request's
+   scratch (one allocation, freed with the request). Failures are this member's alone, like a
+   bad argument: its peers then wait for it until their timeout or its abort notice. */
+static sk_result sk__mvec_prepare(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  size_t n = (size_t)sk_comm_size(q->m->comm), nx = q->m->mw->cfg.check_mismatch ? 6 * n + 4 : 2;
+  sk_result r = sk__mvec_check_side(q, "send", o->v.send_counts, o->v.send_displs);
+  if (r == SK_OK) r = sk__mvec_check_side(q, "recv", o->v.recv_counts, o->v.recv_displs);
+  if (r != SK_OK) return r;
+  q->vx = (uint64_t *)sk__alloc(&q->alloc, nx * sizeof(uint64_t) + 4 * n * sizeof(int), 64);
+  if (!q->vx) return sk__mreq_fail(q, SK_ERR_OUT_OF_MEMORY, "alltoallv: allocating the counts of %zu members", n);
+  q->vint = (int *)(void *)(q->vx + nx);
+  return SK_OK;
+}
+
+/* The first phase. Every member must call MPI_Ialltoallv equally often, but each sees only its
+   own counts, and nothing all members share bounds them; so the rounds come from the largest
+   block of any member, exchanged: with the check on it rides the verdict (no extra call), with
+   it off it is one MPI_Iallreduce MAX of one integer. The check first swaps the counts
+   themselves: member j gets from each i what i sends it, to compare with what it expects. */
+static sk_result sk__mvec_begin(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  sk__mcomm *m = q->m;
+  int n = sk_comm_size(m->comm), e;
+  uint64_t *x = q->vx;
+  if (m->mw->cfg.check_mismatch) {
+    for (int j = 0; j < n; j++) x[j] = o->v.send_counts[j];
+    q->vphase = SK__MV_COUNTS, q->call = "MPI_Ialltoall (alltoallv counts)";
+    e = MPI_Ialltoall(x, 1, MPI_UINT64_T, x + n, 1, MPI_UINT64_T, m->mc, &q->mr);
+  } else {
+    x[0] = sk__mvec_local_max(o, n);
+    q->vphase = SK__MV_ROUNDS, q->call = "MPI_Iallreduce (alltoallv rounds)";
+    e = MPI_Iallreduce(x, x + 1, 1, MPI_UINT64_T, MPI_MAX, m->mc, &q->mr);
+  }
+  return e == MPI_SUCCESS ? SK_OK : sk__mreq_mpi(q, e, q->call);
+}
+
+/* Counts received: this member's verdict {lowest pair i * size + me whose counts disagree
+   (UINT64_MAX: none), what i sends, what this member expects, its largest block}, gathered by
+   every member so all pick the same lowest pair (the threads backend's order and message). */
+static sk_result sk__mvec_post_verdict(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  sk__mcomm *m = q->m;
+  int n = sk_comm_size(m->comm), me = sk_comm_rank(m->comm);
+  uint64_t *got = q->vx + n, *mine = q->vx + 2 * (size_t)n, *all = mine + 4;
+  mine[0] = UINT64_MAX, mine[1] = mine[2] = 0, mine[3] = sk__mvec_local_max(o, n);
+  for (int i = 0; i < n; i++)
+    if (got[i] != (uint64_t)o->v.recv_counts[i]) {
+      mine[0] = (uint64_t)i * (uint64_t)n + (uint64_t)me, mine[1] = got[i], mine[2] = o->v.recv_counts[i];
+      break;
+    }
+  q->vphase = SK__MV_VERDICT, q->call = "MPI_Iallgather (alltoallv verdict)";
+  int e = MPI_Iallgather(mine, 4, MPI_UINT64_T, all, 4, MPI_UINT64_T, m->mc, &q->mr);
+  return e == MPI_SUCCESS ? SK_OK : sk__mreq_mpi(q, e, q->call);
+}
+
+/* Every verdict gathered: the lowest disagreeing pair fails every member alike (nothing has
+   moved); otherwise *most is the largest block of any member. */
+static sk_result sk__mvec_verdict(sk__mreq *q, uint64_t *most) {
+  sk__mcomm *m = q->m;
+  uint64_t n = (uint64_t)sk_comm_size(m->comm);
+  const uint64_t *all = q->vx + 2 * n + 4, *bad = NULL;
+  *most = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    const uint64_t *v = all + 4 * i;
+    if (v[0] < n * n && (!bad || v[0] < bad[0])) bad = v; /* in range: it indexes wranks below */
+    if (v[3] > *most) *most = v[3];
+  }
+  if (!bad) return SK_OK;
+  int from = (int)(bad[0] / n), to = (int)(bad[0] % n);
+  char world[64] = "";
+  if (m->mc != m->mw->comm) snprintf(world, sizeof world, " (world ranks %d and %d)", m->wranks[from], m->wranks[to]);
+  return sk__mreq_fail(q, SK_ERR_MISMATCH,
+                       "mismatch: alltoallv: rank %d sends %llu elements to rank %d, which expects %llu from it%s", from,
+                       (unsigned long long)bad[1], to, (unsigned long long)bad[2], world);
+}
+
+/* Round r of one side into MPI's int arrays: elements [skip, skip + M) of every block (counts
+   clamped), displacements relative to the lowest block still moving. Returns that block's
+   start plus skip: the element MPI's buffer pointer is at (0 when nothing of this side moves). */
+static size_t sk__mvec_round_side(const size_t *counts, const size_t *displs, int n, size_t skip, size_t M, int *ic,
+                                  int *id) {
+  size_t packed = 0, low = SIZE_MAX;
+  for (int j = 0; j < n; j++) {
+    size_t at = SK__MV_START(displs, j, packed);
+    packed += counts[j];
+    if (counts[j] > skip && at < low) low = at;
+  }
+  packed = 0;
+  for (int j = 0; j < n; j++) {
+    size_t at = SK__MV_START(displs, j, packed), left = counts[j] > skip ? counts[j] - skip : 0;
+    packed += counts[j];
+    ic[j] = (int)(left < M ? left : M);     /* M <= INT_MAX */
+    id[j] = left ? (int)(at - low) : 0;     /* within INT_MAX: sk__mvec_check_side */
+  }
+  return low == SIZE_MAX ? 0 : low + skip;
+}
+
+/* Posts round q->vround: one MPI_Ialltoallv on the move type. */
+static sk_result sk__mvec_round_start(sk__mreq *q) {
+  const sk_coll *o = &q->base.coll;
+  sk__mcomm *m = q->m;
+  int n = sk_comm_size(m->comm), *sc = q->vint, *sd = sc + n, *rc = sd + n, *rd = rc + n;
+  size_t es = sk_dtype_size(o->dtype), skip = q->vround * q->L;
+  size_t s0 = sk__mvec_round_side(o->v.send_counts, o->v.send_displs, n, skip, q->L, sc, sd);
+  size_t r0 = sk__mvec_round_side(o->v.recv_counts, o->v.recv_displs, n, skip, q->L, rc, rd);
+  const unsigned char *s = o->send ? (const unsigned char *)o->send + s0 * es : NULL;
+  unsigned char *r = o->recv ? (unsigned char *)o->recv + r0 * es : NULL;
+  q->vphase = SK__MV_DATA, q->call = "MPI_Ialltoallv";
+  int e = MPI_Ialltoallv(s, sc, sd, q->mt, r, rc, rd, q->mt, m->mc, &q->mr);
+  return e == MPI_SUCCESS ? SK_OK : sk__mreq_mpi(q, e, q->call);
+}
+
+/* Starts round q->vround, or finishes after the last with the first round's failure. */
+static sk_result sk__mvec_round_or_done(sk__mreq *q) {
+  if (q->vround < q->vrounds) return sk__mvec_round_start(q);
+  q->done = 1;
+  return q->verr;
+}
+
+/* A data round completed with an error here (with the check off, MPI's truncation: a peer sent
+   more than this member expects). The peers go on to the next round, so this member joins the
+   remaining rounds too, instead of leaving them to wait until their timeout, and reports the
+   first failure after the last. */
+static bool sk__mvec_round_failed(sk__mreq *q, int e) {
+  if (!sk_coll_vector(q->base.coll.kind) || q->vphase != SK__MV_DATA) return false;
+  if (q->verr == SK_OK) q->verr = sk__mreq_mpi(q, e, q->call);
+  return true;
+}
+
+/* The phase in MPI completed: the next one. Rounds: ceil(most / max_count), the same on every
+   member since most is; none when nothing moves anywhere. */
+static sk_result sk__mvec_next(sk__mreq *q) {
+  uint64_t most = 0;
+  sk_result r;
+  switch (q->vphase) {
+    case SK__MV_COUNTS: return sk__mvec_post_verdict(q);
+    case SK__MV_VERDICT:
+      if ((r = sk__mvec_verdict(q, &most)) != SK_OK) return r;
+      break;
+    case SK__MV_ROUNDS: most = q->vx[1]; break;
+    default: /* SK__MV_DATA */
+      q->vround++;
+      return sk__mvec_round_or_done(q);
+  }
+  q->vround = 0, q->vrounds = (size_t)((most + q->L - 1) / q->L);
+  return sk__mvec_round_or_done(q);
+}
+
 /* The request became the head of its communicator's queue: stage, then the first step. */
 static sk_result sk__mreq_activate(sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
@@ -688,6 +923,7 @@ static sk_result sk__mreq_activate(sk__mreq *q) {
     int e = MPI_Iallgather(q->fp, SK__M_FP_N, MPI_INT64_T, all, SK__M_FP_N, MPI_INT64_T, m->mc, &q->mr);
     return e == MPI_SUCCESS ? SK_OK : sk__mreq_mpi(q, e, q->call);
   }
+  if (sk_coll_vector(o->kind)) return sk__mvec_begin(q);
   bool ip = sk__m_in_place(q) && o->count > 0;
   if (ip && (o->kind == SK_COLL_ALLTOALL || (o->kind == SK_COLL_REDUCE_SCATTER && !q->gather))) {
     /* MPI_IN_PLACE cannot express these: stage the input (kept apart from gather scratch) */
@@ -711,20 +947,26 @@ static void sk__mreq_release_scratch(sk__mreq *q) {
   q->src = NULL;
   sk__free(&q->alloc, q->tmp);
   q->tmp = NULL, q->tmp_bytes = 0;
+  sk__free(&q->alloc, q->vx);
+  q->vx = NULL, q->vint = NULL;
 }
 
 /* Advances an active collective as far as MPI lets it without blocking. */
 static sk_result sk__mreq_advance(sk__mreq *q) {
   while (!q->done) {
     int flag = 0;
-    int e = sk__m_test_coll(&q->mr, &flag);
-    if (e != MPI_SUCCESS) return sk__mreq_mpi(q, e, q->call ? q->call : "MPI_Test");
+    int e = sk__m_test_coll(&q->mr, &flag); /* on an error: flag set, the request freed */
+    if (e != MPI_SUCCESS && !sk__mvec_round_failed(q, e)) return sk__mreq_mpi(q, e, q->call ? q->call : "MPI_Test");
     if (!flag) return SK_OK;
     sk_result rr;
     if (q->fp_pending) {
       q->fp_pending = false;
       if ((rr = sk__mfp_check(q)) != SK_OK) return rr;
       if ((rr = sk__mreq_activate(q)) != SK_OK) return rr;
+      continue;
+    }
+    if (sk_coll_vector(q->base.coll.kind)) {
+      if ((rr = sk__mvec_next(q)) != SK_OK) return rr;
       continue;
     }
     if ((rr = sk__mchunk_finish(q)) != SK_OK) return rr;
@@ -1101,12 +1343,16 @@ static sk_result sk__mpi_start(sk_comm *c, const sk_coll *op, sk_request **req) 
     }
     return SK_OK;
   }
-  if (sk_coll_vector(op->kind)) { /* not yet mapped onto MPI_Ialltoallv */
-    sk__mreq_free(&q->base);
-    *req = NULL;
-    return sk_comm_set_error(c, SK_ERR_UNSUPPORTED, "%s: not supported by the MPI backend yet", sk_coll_kind_name(op->kind));
-  }
   sk__mreq_plan(q);
+  if (sk_coll_vector(op->kind)) {
+    sk_result r = sk__mvec_prepare(q);
+    if (r != SK_OK) { /* nothing posted: q is not in MPI */
+      sk_comm_set_error(c, r, "%s", q->msg);
+      sk__mreq_free(&q->base);
+      *req = NULL;
+      return r;
+    }
+  }
   sk__mreq_enqueue(m, q);
   return SK_OK;
 }
