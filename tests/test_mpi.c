@@ -51,11 +51,11 @@ static char out[OUT_MAX];
 static void driver(int np) {
   need("build/mpi_driver");
   char cmd[256];
-  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/mpi_driver coll groups async chunk det", np);
+  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/mpi_driver coll groups async chunk det alltoallv", np);
   int st = run(cmd, out, sizeof out);
   cr_expect_eq(st, 0, "exit status %d:\n%s", st, out);
-  static const char *const suites[] = {"coll", "groups", "async", "chunk", "det"};
-  for (int i = 0; i < 5; i++) {
+  static const char *const suites[] = {"coll", "groups", "async", "chunk", "det", "alltoallv"};
+  for (int i = 0; i < 6; i++) {
     char want[64];
     snprintf(want, sizeof want, "suite %s np=%d: ", suites[i], np);
     const char *line = strstr(out, want);

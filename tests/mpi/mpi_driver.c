@@ -2,7 +2,7 @@
    inside a Criterion test: MPI cannot be initialised twice in a process).
 
      mpirun.openmpi --oversubscribe --mca btl self,vader -np N build/mpi_driver [suite...]
-   suites: coll groups async chunk det (default: all five), faults (tests/mpi/faults.h); or
+   suites: coll groups async chunk det alltoallv (default: all six), faults (tests/mpi/faults.h); or
    alone, as a job of its own: teardown-hang, teardown-left.
 
    Each suite builds its case list (cases.h), runs it on a threads world of N devices in this
@@ -252,6 +252,7 @@ static long run_suite(const char *suite, sk_world *mw, int tolerant) {
 }
 
 #include "faults.h"
+#include "alltoallv.h"
 
 /* ---- main --------------------------------------------------------------------------------------- */
 
@@ -287,18 +288,19 @@ int main(int argc, char **argv) {
   /* The first world initialises MPI and is destroyed last, so MPI stays up for the others. */
   sk_world *plain = mpi_world(false, 0), *det = mpi_world(true, 0), *chunk = mpi_world(false, 7);
   if (sk_world_run(plain, who, NULL) != SK_OK) return 2;
-  static const char *const all[] = {"coll", "groups", "async", "chunk", "det"};
+  static const char *const all[] = {"coll", "groups", "async", "chunk", "det", "alltoallv"};
   const char *const *suites = argc > 1 ? (const char *const *)(argv + 1) : all;
-  int ns = argc > 1 ? argc - 1 : 5;
+  int ns = argc > 1 ? argc - 1 : 6;
   long fails = 0;
   for (int i = 0; i < ns; i++) {
     const char *s = suites[i];
     if (!strcmp(s, "faults")) fails += run_faults(plain);
     else if (!strcmp(s, "det")) fails += run_suite(s, det, 0);
     else if (!strcmp(s, "chunk")) fails += run_suite(s, chunk, 1);
+    else if (!strcmp(s, "alltoallv")) fails += alltoallv_suite(g_size, g_rank);
     else if (!strcmp(s, "coll") || !strcmp(s, "groups") || !strcmp(s, "async")) fails += run_suite(s, plain, 1);
     else {
-      fprintf(stderr, "mpi_driver: unknown suite '%s' (coll groups async chunk det faults)\n", s);
+      fprintf(stderr, "mpi_driver: unknown suite '%s' (coll groups async chunk det alltoallv faults)\n", s);
       fails++;
     }
   }
