@@ -318,6 +318,7 @@ typedef struct sk__mcomm {
   sk__mworld *mw;
   sk_comm *comm;
   MPI_Comm mc;
+  int size;            /* members, as created: what plans divide by (sk_comm_size(NULL) is 0) */
   bool owns;           /* a split's communicator, freed with it */
   const void **ptrs;   /* size entries: gather-path inputs */
   int *wranks;         /* size entries: each member's world rank (for messages) */
@@ -490,7 +491,7 @@ static bool sk__m_in_place(const sk__mreq *q) {
 static void sk__mreq_plan(sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
   sk__mworld *mw = q->m->mw;
-  int n = sk_comm_size(q->m->comm);
+  int n = q->m->size;
   size_t es = sk_dtype_size(o->dtype);
   bool reduces = sk_coll_reduces(o->kind);
   bool half = o->dtype == SK_F16 || o->dtype == SK_BF16;
@@ -643,7 +644,7 @@ static sk_result sk__mchunk_start(sk__mreq *q) {
 static sk_result sk__mchunk_finish(sk__mreq *q) {
   const sk_coll *o = &q->base.coll;
   sk__mcomm *m = q->m;
-  int n = sk_comm_size(m->comm), rank = sk_comm_rank(m->comm);
+  int n = m->size, rank = sk_comm_rank(m->comm);
   size_t es = sk_dtype_size(o->dtype), off = q->off, len = q->len;
   bool here = o->kind != SK_COLL_REDUCE || rank == o->root; /* this rank holds a result */
   unsigned char *r = o->recv ? (unsigned char *)o->recv + off * es : NULL;
@@ -1633,7 +1634,7 @@ static sk__mcomm *sk__mcomm_new(sk__mworld *mw, sk_comm *c, MPI_Comm mc, bool ow
   }
   m->wranks = (int *)(void *)(m->ptrs + size);
   for (int i = 0; i < size; i++) m->wranks[i] = i;
-  m->mw = mw, m->comm = c, m->mc = mc, m->owns = owns;
+  m->mw = mw, m->comm = c, m->mc = mc, m->owns = owns, m->size = size;
   return m;
 }
 
