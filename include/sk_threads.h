@@ -675,6 +675,7 @@ static sk__tplan sk__tplan_vec(const sk__tgroup *g, int p) {
   size_t most = 0;
   for (int i = 0; i < g->size; i++) most = g->slots[i].vmax[p] > most ? g->slots[i].vmax[p] : most;
   pl.n = most, pl.es = sk_dtype_size(g->slots[0].coll[p].dtype);
+  if (!pl.es) return pl; /* validated before: never an invalid dtype */
   size_t tb = most * pl.es;
   tb = tb > SK__TASK_BYTES ? SK__TASK_BYTES : tb < pl.es ? pl.es : tb;
   pl.te = tb / pl.es;
