@@ -4,6 +4,8 @@
    (prime, so no chunking splits it evenly); out-of-place and NCCL's in-place forms; every root of
    Broadcast/Reduce at count 7; each with the default config, force_large (the chunked AllReduce
    path at tiny counts) and, for AllReduce, small_bytes = 4096 (the inline path at count 1023).
+   Then the MPI driver's sub-communicator and non-blocking grids (with a Send/Recv ring, three
+   outstanding requests and barriers) on a few sizes.
 
    The cases, their expansion and their run-and-check functions are tests/coll_grid.h's, which
    the MPI driver (tests/mpi/mpi_driver.c) runs too. Expected values come from comm_test_util.h's
@@ -167,6 +169,23 @@ ParameterizedTest(param *p, comm_coll, mixed, .timeout = 30) {
     cs[m++] = t;
   }
   run_cases(n, p->cfg, cs, m, "mixed");
+}
+
+/* Sub-communicators (split, created, a mesh axis), blocking and non-blocking, with the Send/Recv
+   ring, three outstanding requests and the barrier on each: the MPI driver's groups suite. */
+PARAMS(groups, {5, CT_CFG_LARGE}, {8, CT_CFG_DEFAULT})
+ParameterizedTest(param *p, comm_coll, groups, .timeout = 30) {
+  cg_list l = {NULL, 0, 0};
+  cg_expand_groups(&l, p->n, CG_ORDERED);
+  run_list(p->n, p->cfg, &l, "groups");
+}
+
+/* Non-blocking collectives, and the composites both ways, on the world: the driver's async. */
+PARAMS(async, {3, CT_CFG_DEFAULT}, {8, CT_CFG_LARGE})
+ParameterizedTest(param *p, comm_coll, async, .timeout = 30) {
+  cg_list l = {NULL, 0, 0};
+  cg_expand_async(&l, p->n, CG_ORDERED);
+  run_list(p->n, p->cfg, &l, "async");
 }
 
 /* ---- Barrier ---------------------------------------------------------------------------------- */
