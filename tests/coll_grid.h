@@ -27,8 +27,10 @@
      (ct_elem_eq: MPI's order may pick either payload). Data movement always takes CT_PAT_MOVE.
 
    Adding a collective (AllToAllV, say): one row in CG_COLLECTIVES and one cg_run_<name> function
-   (the case's fields give it everything, e.g. per-peer counts derived from count, rank and peer);
-   the grid, the groups, non-blocking completion and both runners pick it up. */
+   (the case's fields give it everything, e.g. per-peer counts derived from count, rank and peer;
+   its buffers come from cg_buf and are freed with the case; cg_complete finishes either call
+   form; the cg_check_* helpers record into the slot); the grid, the groups, non-blocking and
+   both runners pick it up. */
 #ifndef COLL_GRID_H
 #define COLL_GRID_H
 
@@ -101,6 +103,14 @@ typedef struct cg_env {
                       nobody looks at (the MPI driver's threads world, all but one device) */
 } cg_env;
 
+/* The buffers of one case (cg_buf): cg_run_case frees them once the run-and-check function has
+   returned, so that no function needs a cleanup path of its own. */
+#define CG_MAX_BUFS 8
+typedef struct cg_bufs {
+  unsigned char *p[CG_MAX_BUFS];
+  int n;
+} cg_bufs;
+
 /* One case being run on one rank of its group. */
 typedef struct cg_run {
   sk_comm *c;        /* the case's group */
@@ -110,9 +120,21 @@ typedef struct cg_run {
   ct_slot *s;
   const cg_env *env;
   const char *ctx; /* the case in words */
+  cg_bufs *bufs;
 } cg_run;
 
 /* ---- helpers of the run-and-check functions --------------------------------------------------- */
+
+/* nbytes with guard bytes after them (ct_buf), freed with the case. */
+static inline unsigned char *cg_buf(const cg_run *x, size_t nbytes) {
+  if (x->bufs->n == CG_MAX_BUFS) {
+    fprintf(stderr, "coll_grid: %s: more than %d buffers\n", x->ctx, CG_MAX_BUFS);
+    abort();
+  }
+  unsigned char *p = ct_buf(nbytes);
+  x->bufs->p[x->bufs->n++] = p;
+  return p;
+}
 
 /* The inputs' pattern: reductions take the style's, data movement many distinct values. */
 static inline int cg_pattern(const cg_case *t, bool reduces) {
@@ -211,7 +233,7 @@ static inline sk_result cg_run_allreduce(const cg_run *x) {
   const cg_case *t = x->t;
   size_t nb = t->count * sk_dtype_size(t->dt);
   int pat = cg_pattern(t, true);
-  unsigned char *recv = ct_buf(nb), *send = t->inplace ? recv : ct_buf(nb), *exp = ct_buf(nb);
+  unsigned char *recv = cg_buf(x, nb), *send = t->inplace ? recv : cg_buf(x, nb), *exp = cg_buf(x, nb);
   cg_fill(x, pat, x->rank, 0, send, t->count);
   cg_ptrs p = cg_pass(t, 1, send, recv);
   sk_request *req = NULL;
@@ -223,16 +245,14 @@ static inline sk_result cg_run_allreduce(const cg_run *x) {
     cg_check_recv(x, "recv", recv, exp, t->count);
     if (!t->inplace) cg_check_send(x, "send buffer changed", pat, send, t->count);
   }
-  if (!t->inplace) free(send);
-  free(recv), free(exp);
   return r;
 }
 
 static inline sk_result cg_run_allgather(const cg_run *x) {
   const cg_case *t = x->t;
   size_t nb = t->count * sk_dtype_size(t->dt), all = nb * (size_t)x->n;
-  unsigned char *recv = ct_buf(all), *exp = ct_buf(all);
-  unsigned char *send = t->inplace ? recv + (size_t)x->rank * nb : ct_buf(nb);
+  unsigned char *recv = cg_buf(x, all), *exp = cg_buf(x, all);
+  unsigned char *send = t->inplace ? recv + (size_t)x->rank * nb : cg_buf(x, nb);
   cg_fill(x, CT_PAT_MOVE, x->rank, 0, send, t->count);
   cg_ptrs p = cg_pass(t, 1, send, recv);
   sk_request *req = NULL;
@@ -244,8 +264,6 @@ static inline sk_result cg_run_allgather(const cg_run *x) {
     cg_check_recv(x, "recv", recv, exp, t->count * (size_t)x->n);
     if (!t->inplace) cg_check_send(x, "send buffer changed", CT_PAT_MOVE, send, t->count);
   }
-  if (!t->inplace) free(send);
-  free(recv), free(exp);
   return r;
 }
 
@@ -253,8 +271,8 @@ static inline sk_result cg_run_reduce_scatter(const cg_run *x) {
   const cg_case *t = x->t;
   size_t nb = t->count * sk_dtype_size(t->dt), all = nb * (size_t)x->n, tot = t->count * (size_t)x->n;
   int pat = cg_pattern(t, true);
-  unsigned char *send = ct_buf(all), *exp = ct_buf(nb);
-  unsigned char *recv = t->inplace ? send + (size_t)x->rank * nb : ct_buf(nb);
+  unsigned char *send = cg_buf(x, all), *exp = cg_buf(x, nb);
+  unsigned char *recv = t->inplace ? send + (size_t)x->rank * nb : cg_buf(x, nb);
   cg_fill(x, pat, x->rank, 0, send, tot);
   cg_ptrs p = cg_pass(t, 1, send, recv);
   sk_request *req = NULL;
@@ -270,8 +288,6 @@ static inline sk_result cg_run_reduce_scatter(const cg_run *x) {
       cg_check_input(x, "send buffer changed", pat, x->rank, send, tot);
     }
   }
-  if (!t->inplace) free(recv);
-  free(send), free(exp);
   return r;
 }
 
@@ -279,15 +295,15 @@ static inline sk_result cg_run_broadcast(const cg_run *x) {
   const cg_case *t = x->t;
   bool is_root = x->rank == t->root;
   size_t nb = t->count * sk_dtype_size(t->dt);
-  unsigned char *recv = ct_buf(nb), *exp = ct_buf(nb), *send = NULL;
+  unsigned char *recv = cg_buf(x, nb), *exp = cg_buf(x, nb), *send = NULL;
   if (t->inplace) {
     send = recv;
     if (is_root) cg_fill(x, CT_PAT_MOVE, t->root, 0, recv, t->count);
   } else if (is_root) {
-    send = ct_buf(nb);
+    send = cg_buf(x, nb);
     cg_fill(x, CT_PAT_MOVE, t->root, 0, send, t->count);
   } else if (t->seed & 1) {
-    send = ct_buf(nb); /* ignored off the root: must stay untouched */
+    send = cg_buf(x, nb); /* ignored off the root: must stay untouched */
   } /* else NULL: allowed off the root */
   cg_ptrs p = cg_pass(t, 2, send, recv);
   sk_request *req = NULL;
@@ -303,8 +319,6 @@ static inline sk_result cg_run_broadcast(const cg_run *x) {
       cg_check_pad(x, "send", send, nb);
     }
   }
-  if (!t->inplace) free(send);
-  free(recv), free(exp);
   return r;
 }
 
@@ -313,12 +327,12 @@ static inline sk_result cg_run_reduce(const cg_run *x) {
   bool is_root = x->rank == t->root;
   size_t nb = t->count * sk_dtype_size(t->dt);
   int pat = cg_pattern(t, true);
-  unsigned char *send = ct_buf(nb), *exp = ct_buf(nb), *recv = NULL;
+  unsigned char *send = cg_buf(x, nb), *exp = cg_buf(x, nb), *recv = NULL;
   cg_fill(x, pat, x->rank, 0, send, t->count);
   if (t->inplace)
     recv = send;
   else if (is_root || (t->seed & 1))
-    recv = ct_buf(nb); /* off the root: ignored, must stay untouched */
+    recv = cg_buf(x, nb); /* off the root: ignored, must stay untouched */
   cg_ptrs p = cg_pass(t, 2, send, recv);
   sk_request *req = NULL;
   sk_result r = cg_complete(t->nb ? sk_ireduce(x->c, p.send, p.recv, t->count, t->dt, t->op, t->root, &req)
@@ -337,16 +351,14 @@ static inline sk_result cg_run_reduce(const cg_run *x) {
     if (!t->inplace) cg_check_input(x, "send buffer changed", pat, x->rank, send, t->count);
     cg_check_pad(x, "send", send, nb);
   }
-  if (!t->inplace) free(recv);
-  free(send), free(exp);
   return r;
 }
 
 static inline sk_result cg_run_alltoall(const cg_run *x) {
   const cg_case *t = x->t;
   size_t nb = t->count * sk_dtype_size(t->dt), all = nb * (size_t)x->n, tot = t->count * (size_t)x->n;
-  unsigned char *send = ct_buf(all), *exp = ct_buf(all);
-  unsigned char *recv = t->inplace ? send : ct_buf(all);
+  unsigned char *send = cg_buf(x, all), *exp = cg_buf(x, all);
+  unsigned char *recv = t->inplace ? send : cg_buf(x, all);
   /* send[j*count + i] goes to peer j; it is gen(rank, j*count + i) */
   cg_fill(x, CT_PAT_MOVE, x->rank, 0, send, tot);
   cg_ptrs p = cg_pass(t, 1, send, recv);
@@ -361,8 +373,6 @@ static inline sk_result cg_run_alltoall(const cg_run *x) {
     cg_check_recv(x, "recv", recv, exp, tot);
     if (!t->inplace) cg_check_send(x, "send buffer changed", CT_PAT_MOVE, send, tot);
   }
-  if (!t->inplace) free(recv);
-  free(send), free(exp);
   return r;
 }
 
@@ -371,8 +381,8 @@ static inline sk_result cg_run_gather(const cg_run *x) {
   const cg_case *t = x->t;
   bool is_root = x->rank == t->root, ip_root = t->inplace && is_root;
   size_t nb = t->count * sk_dtype_size(t->dt), all = nb * (size_t)x->n;
-  unsigned char *recv = is_root || (t->seed & 1) ? ct_buf(all) : NULL; /* off the root: untouched */
-  unsigned char *send = ip_root ? recv + (size_t)x->rank * nb : ct_buf(nb), *exp = ct_buf(all);
+  unsigned char *recv = is_root || (t->seed & 1) ? cg_buf(x, all) : NULL; /* off the root: untouched */
+  unsigned char *send = ip_root ? recv + (size_t)x->rank * nb : cg_buf(x, nb), *exp = cg_buf(x, all);
   cg_fill(x, CT_PAT_MOVE, x->rank, 0, send, t->count);
   cg_ptrs p = cg_pass(t, 2, send, recv);
   sk_request *req = NULL;
@@ -390,8 +400,6 @@ static inline sk_result cg_run_gather(const cg_run *x) {
       cg_check_send(x, "send buffer changed", CT_PAT_MOVE, send, t->count);
     }
   }
-  if (!ip_root) free(send);
-  free(recv), free(exp);
   return r;
 }
 
@@ -401,9 +409,9 @@ static inline sk_result cg_run_scatter(const cg_run *x) {
   const cg_case *t = x->t;
   bool is_root = x->rank == t->root, ip_root = t->inplace && is_root;
   size_t nb = t->count * sk_dtype_size(t->dt), all = nb * (size_t)x->n, tot = t->count * (size_t)x->n;
-  unsigned char *send = is_root || (t->seed & 1) ? ct_buf(all) : NULL; /* off the root: untouched */
+  unsigned char *send = is_root || (t->seed & 1) ? cg_buf(x, all) : NULL; /* off the root: untouched */
   if (is_root) cg_fill(x, CT_PAT_MOVE, x->rank, 0, send, tot);
-  unsigned char *recv = ip_root ? send + (size_t)x->rank * nb : ct_buf(nb), *exp = ct_buf(nb);
+  unsigned char *recv = ip_root ? send + (size_t)x->rank * nb : cg_buf(x, nb), *exp = cg_buf(x, nb);
   cg_ptrs p = cg_pass(t, 2, send, recv);
   sk_request *req = NULL;
   sk_result r = cg_complete(t->nb ? sk_iscatter(x->c, p.send, p.recv, t->count, t->dt, t->root, &req)
@@ -419,8 +427,6 @@ static inline sk_result cg_run_scatter(const cg_run *x) {
       cg_check_untouched(x, "a non-root's send buffer", send, all);
     }
   }
-  if (!ip_root) free(recv);
-  free(send), free(exp);
   return r;
 }
 
@@ -432,7 +438,7 @@ static inline sk_result cg_run_ring(const cg_run *x) {
   const cg_case *t = x->t;
   size_t nb = t->count * sk_dtype_size(t->dt);
   int to = (x->rank + 1) % x->n, from = (x->rank + x->n - 1) % x->n;
-  unsigned char *send = ct_buf(nb), *recv = ct_buf(nb), *exp = ct_buf(nb);
+  unsigned char *send = cg_buf(x, nb), *recv = cg_buf(x, nb), *exp = cg_buf(x, nb);
   cg_fill(x, CT_PAT_MOVE, x->rank, 0, send, t->count);
   sk_result r;
   if (t->nb) {
@@ -449,7 +455,6 @@ static inline sk_result cg_run_ring(const cg_run *x) {
     cg_check_recv(x, "recv from rank - 1", recv, exp, t->count);
     cg_check_send(x, "send buffer changed", CT_PAT_MOVE, send, t->count);
   }
-  free(send), free(recv), free(exp);
   return r;
 }
 
@@ -460,8 +465,8 @@ static inline sk_result cg_run_multi(const cg_run *x) {
   const cg_case *t = x->t;
   size_t nb = t->count * sk_dtype_size(t->dt), all = nb * (size_t)x->n;
   int pat = cg_pattern(t, true);
-  unsigned char *send = ct_buf(nb), *sum = ct_buf(nb), *gathered = ct_buf(all), *bcast = ct_buf(nb);
-  unsigned char *exp = ct_buf(all);
+  unsigned char *send = cg_buf(x, nb), *sum = cg_buf(x, nb), *gathered = cg_buf(x, all), *bcast = cg_buf(x, nb);
+  unsigned char *exp = cg_buf(x, all);
   cg_fill(x, pat, x->rank, 0, send, t->count);
   sk_request *q[3] = {NULL, NULL, NULL};
   sk_result r = sk_iallreduce(x->c, send, sum, t->count, t->dt, t->op, &q[0]);
@@ -479,7 +484,6 @@ static inline sk_result cg_run_multi(const cg_run *x) {
     cg_check_recv(x, "broadcast's recv", bcast, exp + (size_t)t->root * nb, t->count);
     cg_check_send(x, "send buffer changed", pat, send, t->count);
   }
-  free(send), free(sum), free(gathered), free(bcast), free(exp);
   return r;
 }
 
@@ -569,9 +573,11 @@ static inline sk_result cg_run_case(sk_comm *c, const cg_case *t, ct_slot *s, co
   if (!g) return SK_OK; /* not in this case's group */
   cg_case here = *t;
   if (cg_rooted(t->kind)) here.root = t->root % sk_comm_size(g);
-  cg_run x = {g, &here, sk_comm_rank(g), sk_comm_size(g), t->seed + 0x1000003u * (uint64_t)colour, s, env, ctx};
+  cg_bufs bufs = {{NULL}, 0};
+  cg_run x = {g, &here, sk_comm_rank(g), sk_comm_size(g), t->seed + 0x1000003u * (uint64_t)colour, s, env, ctx, &bufs};
   cg_case_str(ctx, sizeof ctx, &here, env, x.n, x.rank);
   r = cg_kinds[t->kind].run(&x);
+  for (int i = 0; i < bufs.n; i++) free(bufs.p[i]);
   if (g != c) sk_comm_destroy(g);
   return r;
 }
