@@ -201,12 +201,8 @@ static inline int ct_pat_for(sk_redop op) {
   return op == SK_PROD ? CT_PAT_PROD : (op == SK_MIN || op == SK_MAX) ? CT_PAT_MINMAX : CT_PAT_SUM;
 }
 
-static inline double ct_pow2(int e) {
-  double v = 1.0;
-  for (; e > 0; e--) v *= 2.0;
-  for (; e < 0; e++) v *= 0.5;
-  return v;
-}
+/* 2^e, exact for every e the patterns use (ldexp scales by a power of two without rounding). */
+static inline double ct_pow2(int e) { return ldexp(1.0, e); }
 
 /* Stores a double as dt (floats; f16/bf16 via the library's exact round-to-nearest-even). */
 static inline void ct_store_f(sk_dtype dt, void *out, double v) {
