@@ -54,8 +54,8 @@ static void build_chunk(cg_list *l, int n) {
 }
 
 /* On a deterministic world: order-dependent float sums (ORDERED), on the world and on a split
-   non-blocking; the EXACT style again for its NaNs (101 elements hold several), whose payloads
-   must match the threads backend's too. */
+   non-blocking; the reductions again in the EXACT style for its NaNs (101 elements hold several),
+   whose payloads must match the threads backend's too. */
 static void build_det(cg_list *l, int n) {
   static const sk_dtype float_dts[] = {SK_F32, SK_F64, SK_F16, SK_BF16};
   static const size_t counts[] = {1, 1003}, nan_counts[] = {101};
@@ -65,7 +65,8 @@ static void build_det(cg_list *l, int n) {
   cg_grid split = cg_make_grid(float_dts, 1, ct_all_ops, CT_NOPS, counts + 1, 1, true, CG_SPLIT, CG_ORDERED);
   cg_expand_collectives(l, &split, n);
   cg_grid nans = cg_make_grid(float_dts, nfloat, ct_all_ops, CT_NOPS, nan_counts, 1, false, CG_WORLD, CG_EXACT);
-  cg_expand_collectives(l, &nans, n);
+  for (int k = 0; k < CG_NCOLLS; k++)
+    if (cg_reduces((cg_kind)k)) cg_expand(l, (cg_kind)k, &nans, n);
 }
 
 static void build(const char *suite, int n, cg_list *l) {
