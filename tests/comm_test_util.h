@@ -13,11 +13,16 @@
      or unsigned type) divided by n with truncation toward zero; f16/bf16 accumulate in f32 and
      are rounded once (avg divides in f32 before that rounding); NaN propagates through min/max.
 
-   Static inline helpers only: every test file includes this header. */
+   Static inline helpers only: every test file includes this header. A program that is not a
+   Criterion suite (the MPI driver, tests/mpi/mpi_driver.c) defines CT_NO_CRITERION first: it
+   keeps the slots, patterns, reference and comparisons, and drops the few helpers that assert. */
 #ifndef COMM_TEST_UTIL_H
 #define COMM_TEST_UTIL_H
 
+#ifndef CT_NO_CRITERION
 #include <criterion/criterion.h>
+#endif
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -83,6 +88,7 @@ static inline bool ct_rc(ct_slot *s, sk_result r, const sk_comm *c, const char *
   return false;
 }
 
+#ifndef CT_NO_CRITERION
 static inline ct_slot *ct_slots_new(int n) {
   ct_slot *s = (ct_slot *)calloc((size_t)n, sizeof(ct_slot));
   cr_assert_not_null(s, "calloc of %d slots", n);
@@ -97,6 +103,7 @@ static inline void ct_expect_slots(const ct_slot *s, int n, const char *label) {
     cr_expect(s[r].ran, "%s: rank %d did not reach the end of its device function", label, r);
   }
 }
+#endif /* CT_NO_CRITERION */
 
 /* ---- worlds --------------------------------------------------------------------------------- */
 
@@ -111,6 +118,7 @@ static inline sk_threads_config *ct_cfg(int which) {
   return &cfgs[which];
 }
 
+#ifndef CT_NO_CRITERION
 /* A threads world of n devices (asserts on the test thread that creation worked). */
 static inline sk_world *ct_world(int n, int cfg, uint32_t timeout_ms) {
   sk_world_desc d;
@@ -136,6 +144,7 @@ static inline void ct_run(int n, int cfg, sk_device_fn fn, void *arg, const char
   cr_expect_eq(r, SK_OK, "%s: sk_world_run returned %s: %s", label, sk_result_name(r), sk_world_error_message(w));
   sk_world_destroy(w);
 }
+#endif /* CT_NO_CRITERION */
 
 static inline void ct_sleep_ms(unsigned ms) {
   uint64_t end = sk_now_ns() + (uint64_t)ms * 1000000u;
@@ -179,7 +188,12 @@ enum {
   CT_PAT_PROD,    /* floats: from {1, -1, 2, 0.5, 1.25, -0.75, 1.5, -2} (no zeros) */
   CT_PAT_MINMAX,  /* floats: m * 2^e, |m| <= 15, e in -6..6 (ties between ranks happen) */
   CT_PAT_MOVE,    /* floats: m * 2^e, |m| <= 1000, e in -4..4 (many distinct values) */
-  CT_PAT_RAND     /* floats: random sign, full 24-bit f32 mantissa, 2^-10..2^20 (sums round) */
+  CT_PAT_RAND,    /* floats: random sign, full 24-bit f32 mantissa, 2^-10..2^20 (sums round) */
+  CT_PAT_EXACT    /* floats: +-2^k, k in [-2, 2], and a NaN now and then (1 in 97). A sum of up
+                     to 16 of them is a multiple of 1/4 no larger than 64 and a product is +-2^K,
+                     |K| <= 32: exact in f32 and f64 whatever the order (f16 and bf16 accumulate
+                     in f32 and round once), so a backend that reduces in its own order (MPI's
+                     default mode) must still match the reference bit for bit */
 };
 /* Integers always take the full range of their type: sums and products wrap. */
 
@@ -187,12 +201,8 @@ static inline int ct_pat_for(sk_redop op) {
   return op == SK_PROD ? CT_PAT_PROD : (op == SK_MIN || op == SK_MAX) ? CT_PAT_MINMAX : CT_PAT_SUM;
 }
 
-static inline double ct_pow2(int e) {
-  double v = 1.0;
-  for (; e > 0; e--) v *= 2.0;
-  for (; e < 0; e++) v *= 0.5;
-  return v;
-}
+/* 2^e, exact for every e the patterns use (ldexp scales by a power of two without rounding). */
+static inline double ct_pow2(int e) { return ldexp(1.0, e); }
 
 /* Stores a double as dt (floats; f16/bf16 via the library's exact round-to-nearest-even). */
 static inline void ct_store_f(sk_dtype dt, void *out, double v) {
@@ -249,6 +259,7 @@ static inline void ct_gen(sk_dtype dt, int pat, uint64_t seed, int rank, size_t 
       v = (double)((h >> 40) | 0x800000u) * ct_pow2((int)((h >> 8) % 31u) - 10 - 23) * ((h & 1u) ? -1.0 : 1.0);
       break;
     case CT_PAT_MINMAX: v = (double)((int)(h % 31u) - 15) * ct_pow2((int)((h >> 8) % 13u) - 6); break;
+    case CT_PAT_EXACT: v = h % 97u == 5u ? NAN : ((h >> 7) & 1u ? -1.0 : 1.0) * ct_pow2((int)((h >> 9) % 5u) - 2); break;
     default: { /* CT_PAT_SUM: mantissa bits p, exponent in [lo, lo + span) */
       int p = dt == SK_F64 ? 53 : dt == SK_F32 ? 24 : dt == SK_F16 ? 11 : 8;
       int lo = dt == SK_F16 ? -14 : -20, span = dt == SK_F16 ? 23 : 41; /* f16: |sum of 64| < 65504 */

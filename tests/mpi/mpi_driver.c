@@ -5,249 +5,220 @@
    suites: coll groups async chunk det alltoallv (default: all six), faults (tests/mpi/faults.h); or
    alone, as a job of its own: teardown-hang, teardown-left.
 
-   Each suite builds its case list (cases.h), runs it on a threads world of N devices in this
-   process (the reference; only this rank's outputs are kept), then on the MPI world, and
-   compares the bytes: bit for bit, except that in the default mode two NaNs of different
-   payloads count as equal (MPI's NaN-aware min/max and sums pick whichever NaN they meet first).
-   det runs with deterministic = true on order-dependent float inputs: bit for bit, NaNs too.
-   Rank 0 prints one line per suite ("suite coll np=8: 1234 cases, 0 failures"); failures are
-   printed by the rank that saw them. Exit status 0 only when every rank saw no failure. */
+   The collective suites run the shared grid of tests/coll_grid.h (the one the threads suite
+   tests/test_comm_coll.c runs) on the MPI world, each case checked on every rank against the
+   independent reference of tests/comm_test_util.h: outputs, inputs left unchanged, guard bytes,
+   the buffers a rank must not receive into. MPI's default mode reduces floats in MPI's order,
+   so its suites take the EXACT input style (floats +-2^k, k in [-2, 2], and NaNs: every sum and
+   product exact in any order, compared bit for bit, any NaN equal to any NaN). det runs on a
+   deterministic world with the ORDERED style (sums that only rank order 0..N-1 gets right),
+   and also compares every output with the threads backend's, run in this process on a threads
+   world of N devices, byte for byte, NaN payloads included.
+     coll    every collective x dtype x op x count x placement x root on the world, blocking
+     groups  sub-communicators (split, create, mesh axis), blocking and non-blocking, with the
+             Send/Recv ring, three outstanding requests and the barrier
+     async   non-blocking collectives; the ring, outstanding requests and barrier both ways
+     chunk   max_count = 7: every MPI call cut into chunks
+     det     deterministic = true, bit for bit with the threads backend
+   Rank 0 prints one line per suite ("suite coll np=8: 1234 cases, 56789 checks, 0 failures";
+   failures are failed checks, summed over the ranks); the first failures of each rank are
+   printed by that rank. Exit status 0 only when every rank saw no failure. */
 #define _GNU_SOURCE
 #define SK_IMPL
+#define CT_NO_CRITERION /* a plain MPI program: the harness without its Criterion helpers */
 #include "shardkit.h"
 #include "sk_mpi.h"
 
-#include <math.h>
-#include <stdint.h>
-
-#include "cases.h"
+#include "../coll_grid.h"
 
 #define TIMEOUT_MS 60000u
+#define SHOWN_FAILURES 5 /* failed cases each rank prints per suite */
 
 static int g_rank = -1, g_size = 0;
 
-/* ---- case lists ------------------------------------------------------------------------------ */
+/* ---- the suites' grids ------------------------------------------------------------------------ */
 
-typedef struct clist {
-  dcase *v;
-  int n, cap;
-} clist;
+#define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-static void add(clist *l, dcase t) {
-  if (l->n == l->cap) {
-    l->cap = l->cap ? 2 * l->cap : 256;
-    l->v = (dcase *)realloc(l->v, sizeof(dcase) * (size_t)l->cap);
-    if (!l->v) abort();
-  }
-  t.seed = (uint64_t)l->n + 1;
-  l->v[l->n++] = t;
+/* On a world with max_count = 7: counts just above it, twice it plus one, and many chunks. */
+static void build_chunk(cg_list *l, int n) {
+  static const sk_dtype dts[] = {SK_F32, SK_I8, SK_F16, SK_F64};
+  static const sk_redop ops[] = {SK_SUM, SK_MAX, SK_AVG};
+  static const size_t counts[] = {8, 15, 100};
+  cg_grid coll = cg_make_grid(dts, NELEMS(dts), ops, NELEMS(ops), counts, NELEMS(counts), false, CG_WORLD, CG_EXACT);
+  cg_expand_collectives(l, &coll, n);
+  cg_grid nb = cg_make_grid(dts, 1, ops, 1, counts + 2, 1, true, CG_WORLD, CG_EXACT);
+  cg_expand_collectives(l, &nb, n);
+  cg_grid comp = cg_make_grid(dts, NELEMS(dts), cg_sum_only, 1, counts, NELEMS(counts), false, CG_WORLD, CG_EXACT);
+  cg_expand_composites(l, &comp, n);
 }
 
-static const sk_dtype all_dt[] = {SK_F32, SK_F64, SK_F16, SK_BF16, SK_I8, SK_U8, SK_I32, SK_I64};
-#define NDT ((int)(sizeof all_dt / sizeof all_dt[0]))
-
-/* kinds x dtypes x ops (reducing kinds) x counts x placements, on one group. */
-static void grid(clist *l, int n, const sk_dtype *dts, int ndt, const sk_redop *ops, int nops, const size_t *counts,
-                 int ncounts, int group, int nb, int style, bool all_roots) {
-  for (int k = 0; k <= DK_SCATTER; k++)
-    for (int d = 0; d < ndt; d++)
-      for (int o = 0; o < (dk_reduces((dkind)k) ? nops : 1); o++)
-        for (int ci = 0; ci < ncounts; ci++)
-          for (int ip = 0; ip < 2; ip++) {
-            int nroots = dk_rooted((dkind)k) && all_roots && counts[ci] == 7 ? n : 1;
-            for (int root = 0; root < nroots; root++) {
-              dcase t;
-              memset(&t, 0, sizeof t);
-              t.k = (dkind)k, t.dt = dts[d], t.op = ops[o], t.count = counts[ci], t.inplace = ip;
-              t.root = nroots > 1 ? root : n - 1;
-              t.group = group, t.nb = nb, t.style = style;
-              add(l, t);
-            }
-          }
+/* On a deterministic world: order-dependent float sums (ORDERED), on the world and on a split
+   non-blocking; the reductions again in the EXACT style for its NaNs (101 elements hold several),
+   whose payloads must match the threads backend's too. */
+static void build_det(cg_list *l, int n) {
+  static const sk_dtype float_dts[] = {SK_F32, SK_F64, SK_F16, SK_BF16};
+  static const size_t counts[] = {1, 1003}, nan_counts[] = {101};
+  int nfloat = NELEMS(float_dts);
+  cg_grid ordered = cg_make_grid(float_dts, nfloat, ct_all_ops, CT_NOPS, counts, 2, false, CG_WORLD, CG_ORDERED);
+  cg_expand_collectives(l, &ordered, n);
+  cg_grid split = cg_make_grid(float_dts, 1, ct_all_ops, CT_NOPS, counts + 1, 1, true, CG_SPLIT, CG_ORDERED);
+  cg_expand_collectives(l, &split, n);
+  cg_grid nans = cg_make_grid(float_dts, nfloat, ct_all_ops, CT_NOPS, nan_counts, 1, false, CG_WORLD, CG_EXACT);
+  for (int k = 0; k < CG_NCOLLS; k++)
+    if (cg_reduces((cg_kind)k)) cg_expand(l, (cg_kind)k, &nans, n);
 }
 
-static void p2p_and_multi(clist *l, const sk_dtype *dts, int ndt, const size_t *counts, int ncounts, int nb, int style) {
-  for (int d = 0; d < ndt; d++)
-    for (int ci = 0; ci < ncounts; ci++) {
-      dcase t;
-      memset(&t, 0, sizeof t);
-      t.dt = dts[d], t.count = counts[ci], t.nb = nb, t.style = style, t.op = SK_SUM;
-      t.k = DK_SENDRECV;
-      add(l, t);
-      t.k = DK_MULTI, t.nb = 1, t.root = 1;
-      add(l, t);
-    }
-  dcase b;
-  memset(&b, 0, sizeof b);
-  b.k = DK_BARRIER, b.nb = nb;
-  add(l, b);
-}
-
-static void build(const char *suite, int n, clist *l) {
-  static const sk_redop all_ops[] = {SK_SUM, SK_PROD, SK_MIN, SK_MAX, SK_AVG};
+static void build(const char *suite, int n, cg_list *l) {
   if (!strcmp(suite, "coll")) {
-    static const size_t counts[] = {0, 1, 7, 1003};
-    grid(l, n, all_dt, NDT, all_ops, 5, counts, 4, G_WORLD, 0, ST_EXACT, true);
+    cg_grid g = cg_std_grid; /* the threads suite's grid, with inputs MPI's order cannot change */
+    g.style = CG_EXACT;
+    cg_expand_collectives(l, &g, n);
   } else if (!strcmp(suite, "groups")) {
-    static const sk_dtype dts[] = {SK_F32, SK_I32, SK_BF16};
-    static const sk_redop ops[] = {SK_SUM, SK_MAX, SK_AVG};
-    static const size_t counts[] = {1, 7};
-    for (int g = G_SPLIT; g < G_N; g++) grid(l, n, dts, 3, ops, 3, counts, 2, g, g == G_MESH, ST_EXACT, false);
-    static const size_t pc[] = {5};
-    for (int g = G_SPLIT; g < G_N; g++) {
-      size_t before = (size_t)l->n;
-      p2p_and_multi(l, dts, 1, pc, 1, 0, ST_EXACT);
-      for (size_t i = before; i < (size_t)l->n; i++) l->v[i].group = g;
-    }
+    cg_expand_groups(l, n, CG_EXACT);
   } else if (!strcmp(suite, "async")) {
-    static const sk_dtype dts[] = {SK_F32, SK_I64, SK_F16, SK_U8};
-    static const sk_redop ops[] = {SK_SUM, SK_MIN, SK_AVG};
-    static const size_t counts[] = {0, 7, 1003};
-    grid(l, n, dts, 4, ops, 3, counts, 3, G_WORLD, 1, ST_EXACT, false);
-    p2p_and_multi(l, all_dt, NDT, counts, 3, 0, ST_EXACT);
-    p2p_and_multi(l, all_dt, NDT, counts, 3, 1, ST_EXACT);
-  } else if (!strcmp(suite, "chunk")) { /* max_count = 7: every chunked path */
-    static const sk_dtype dts[] = {SK_F32, SK_I8, SK_F16, SK_F64};
-    static const sk_redop ops[] = {SK_SUM, SK_MAX, SK_AVG};
-    static const size_t counts[] = {8, 15, 100};
-    grid(l, n, dts, 4, ops, 3, counts, 3, G_WORLD, 0, ST_EXACT, false);
-    grid(l, n, dts, 1, ops, 1, counts + 2, 1, G_WORLD, 1, ST_EXACT, false);
-    p2p_and_multi(l, dts, 4, counts, 3, 0, ST_EXACT);
-  } else if (!strcmp(suite, "det")) { /* order-dependent sums: bitwise equal to threads */
-    static const sk_dtype dts[] = {SK_F32, SK_F64, SK_F16, SK_BF16};
-    static const size_t counts[] = {1, 1003};
-    grid(l, n, dts, 4, all_ops, 5, counts, 2, G_WORLD, 0, ST_RANDOM, false);
-    grid(l, n, dts, 1, all_ops, 5, counts + 1, 1, G_SPLIT, 1, ST_RANDOM, false);
+    cg_expand_async(l, n, CG_EXACT);
+  } else if (!strcmp(suite, "chunk")) {
+    build_chunk(l, n);
+  } else if (!strcmp(suite, "det")) {
+    build_det(l, n);
   }
 }
 
-/* ---- reference and comparison ---------------------------------------------------------------- */
+/* ---- running a suite ---------------------------------------------------------------------------- */
 
-typedef struct ref {
-  unsigned char **out;
-  size_t *len;
-  sk_result *rc;
-} ref;
+/* A case's outputs on this rank, as the grid's tap hands them over. */
+typedef struct bytes {
+  unsigned char *p;
+  size_t len, cap;
+  bool oom;
+} bytes;
 
-typedef struct run_ctx {
-  const clist *l;
-  ref *ref;
-  int tolerant;
-  long failures, checks;
-  const char *suite;
-} run_ctx;
-
-static sk_result ref_device(sk_comm *c, void *arg) {
-  run_ctx *x = (run_ctx *)arg;
-  bool mine = sk_comm_rank(c) == g_rank;
-  for (int i = 0; i < x->l->n; i++) {
-    unsigned char *out = NULL;
-    size_t len = 0;
-    sk_result r = drun(c, &x->l->v[i], &out, &len);
-    if (mine) x->ref->out[i] = out, x->ref->len[i] = len, x->ref->rc[i] = r;
-    else free(out);
-    if (r != SK_OK) return r;
-  }
-  return SK_OK;
-}
-
-static bool same(const dcase *t, const unsigned char *a, const unsigned char *b, size_t len, int tolerant, size_t *at) {
-  size_t es = sk_dtype_size(t->dt);
-  if (!es) { /* an invalid dtype has no elements to compare: a difference, never a pass */
-    *at = 0;
-    return false;
-  }
-  for (size_t i = 0; i < len / es; i++) {
-    const unsigned char *p = a + i * es, *q = b + i * es;
-    if (!memcmp(p, q, es)) continue;
-    if (tolerant && sk_dtype_is_float(t->dt)) {
-      double u, v;
-      if (t->dt == SK_F32) { float f, g; memcpy(&f, p, 4), memcpy(&g, q, 4); u = f, v = g; }
-      else if (t->dt == SK_F64) memcpy(&u, p, 8), memcpy(&v, q, 8);
-      else {
-        uint16_t f, g;
-        memcpy(&f, p, 2), memcpy(&g, q, 2);
-        u = t->dt == SK_F16 ? sk_f16_to_f32(f) : sk_bf16_to_f32(f);
-        v = t->dt == SK_F16 ? sk_f16_to_f32(g) : sk_bf16_to_f32(g);
-      }
-      if (isnan(u) && isnan(v)) continue;
+static void keep_bytes(void *user, const void *b, size_t n) {
+  bytes *o = (bytes *)user;
+  if (o->oom || n == 0) return;
+  if (o->len + n > o->cap) {
+    size_t cap = 2 * (o->len + n);
+    unsigned char *p = (unsigned char *)realloc(o->p, cap);
+    if (!p) {
+      o->oom = true;
+      return;
     }
-    *at = i;
-    return false;
+    o->p = p, o->cap = cap;
   }
-  return true;
+  memcpy(o->p + o->len, b, n);
+  o->len += n;
+}
+
+typedef struct suite_run {
+  const char *suite;
+  const cg_list *l;
+  bytes *threads_out; /* det: per case, this rank's outputs on the threads world; else NULL */
+  long fails, checks;
+} suite_run;
+
+/* det: the case's outputs on MPI equal the threads backend's byte for byte. */
+static void check_same_as_threads(ct_slot *s, const suite_run *x, int i, const bytes *mpi) {
+  const bytes *thr = &x->threads_out[i];
+  const cg_case *t = &x->l->v[i];
+  size_t at = 0;
+  while (at < mpi->len && at < thr->len && mpi->p[at] == thr->p[at]) at++;
+  ct_check(s, !mpi->oom && !thr->oom && mpi->len == thr->len && at == mpi->len,
+           "case %d (%s dt=%s op=%s count=%zu): deterministic MPI differs from the threads backend: %zu bytes vs "
+           "%zu, first difference at byte %zu",
+           i, cg_kind_name(t->kind), sk_dtype_name(t->dt), sk_redop_name(t->op), t->count, mpi->len, thr->len, at);
+}
+
+/* The threads world of this process: every device takes part in the cases; the one with this
+   process's rank checks them against the reference and keeps its outputs (so each rank's checks
+   count once over the job, and the others' references cost nothing). */
+static sk_result threads_device(sk_comm *c, void *arg) {
+  suite_run *x = (suite_run *)arg;
+  bool mine = sk_comm_rank(c) == g_rank;
+  ct_slot s;
+  memset(&s, 0, sizeof s);
+  sk_result r = SK_OK;
+  for (int i = 0; i < x->l->n && r == SK_OK; i++) {
+    cg_env env = {"threads", mine ? keep_bytes : NULL, &x->threads_out[i], !mine};
+    r = cg_run_case(c, &x->l->v[i], &s, &env);
+  }
+  if (mine) {
+    x->fails += s.nfail, x->checks += s.nchecks;
+    if (s.nfail) fprintf(stderr, "FAIL suite %s np=%d rank %d, threads world: %d failed checks; first: %s\n", x->suite,
+                         g_size, g_rank, s.nfail, s.msg);
+  }
+  return r;
 }
 
 static sk_result mpi_device(sk_comm *c, void *arg) {
-  run_ctx *x = (run_ctx *)arg;
+  suite_run *x = (suite_run *)arg;
   int shown = 0;
+  char label[64];
+  snprintf(label, sizeof label, "mpi/%s", x->suite);
   for (int i = 0; i < x->l->n; i++) {
-    const dcase *t = &x->l->v[i];
-    unsigned char *out = NULL;
-    size_t len = 0, at = 0;
-    sk_result r = drun(c, t, &out, &len);
-    x->checks++;
-    char desc[256];
-    dcase_str(desc, sizeof desc, t);
-    const char *why = NULL;
-    if (r != x->ref->rc[i]) why = "result code differs";
-    else if (len != x->ref->len[i]) why = "output length differs";
-    else if (len && !same(t, out, x->ref->out[i], len, x->tolerant, &at)) why = "output differs";
-    if (why) {
-      x->failures++;
-      if (shown++ < 5)
-        fprintf(stderr, "FAIL suite %s np=%d rank %d: case %d (%s): %s (mpi %s, threads %s; first element %zu)\n",
-                x->suite, g_size, g_rank, i, desc, why, sk_result_name(r), sk_result_name(x->ref->rc[i]), at);
-    }
-    free(out);
-    if (r != SK_OK && r == x->ref->rc[i]) return r; /* both failed: the sequence is broken */
+    ct_slot s;
+    memset(&s, 0, sizeof s);
+    bytes out = {NULL, 0, 0, false};
+    cg_env env = {label, x->threads_out ? keep_bytes : NULL, &out, false};
+    sk_result r = cg_run_case(c, &x->l->v[i], &s, &env);
+    if (x->threads_out && r == SK_OK) check_same_as_threads(&s, x, i, &out);
+    free(out.p);
+    x->fails += s.nfail, x->checks += s.nchecks;
+    if (s.nfail && shown++ < SHOWN_FAILURES)
+      fprintf(stderr, "FAIL suite %s np=%d rank %d: case %d: %d failed checks; first: %s\n", x->suite, g_size, g_rank,
+              i, s.nfail, s.msg);
+    if (r != SK_OK) return r; /* fails the world: the peers return instead of hanging */
   }
-  long mine[2] = {x->failures, x->checks}, sum[2] = {0, 0};
+  long mine[2] = {x->fails, x->checks}, sum[2] = {0, 0};
   sk_result r = sk_allreduce(c, mine, sum, 2, SK_I64, SK_SUM);
   if (r != SK_OK) return r;
-  if (g_rank == 0) printf("suite %s np=%d: %d cases, %ld checks, %ld failures\n", x->suite, g_size, x->l->n, sum[1], sum[0]);
-  x->failures = sum[0];
+  if (g_rank == 0)
+    printf("suite %s np=%d: %d cases, %ld checks, %ld failures\n", x->suite, g_size, x->l->n, sum[1], sum[0]);
+  x->fails = sum[0];
   return SK_OK;
 }
 
-static long run_suite(const char *suite, sk_world *mw, int tolerant) {
-  clist l = {NULL, 0, 0};
-  build(suite, g_size, &l);
-  if (l.n == 0) { /* main only passes known suites; an empty case list would pass vacuously */
-    fprintf(stderr, "rank %d: suite %s has no cases\n", g_rank, suite);
-    free(l.v);
-    return 1;
-  }
-  ref rf;
-  rf.out = (unsigned char **)calloc((size_t)l.n, sizeof *rf.out);
-  rf.len = (size_t *)calloc((size_t)l.n, sizeof *rf.len);
-  rf.rc = (sk_result *)calloc((size_t)l.n, sizeof *rf.rc);
-  run_ctx x;
-  memset(&x, 0, sizeof x);
-  x.l = &l, x.ref = &rf, x.tolerant = tolerant, x.suite = suite;
+/* det's first half: the cases on a threads world of g_size devices in this process. */
+static long run_threads_reference(suite_run *x) {
   sk_world_desc d;
   memset(&d, 0, sizeof d);
   d.ndevices = g_size, d.timeout_ms = TIMEOUT_MS, d.backend = sk_threads_backend();
   sk_world *tw = NULL;
   sk_error err;
-  long fails = 0;
   if (sk_world_create(&d, &tw, &err) != SK_OK) {
     fprintf(stderr, "rank %d: threads world: %s\n", g_rank, err.msg);
-    fails = 1;
-  } else {
-    sk_result r = sk_world_run(tw, ref_device, &x);
-    if (r != SK_OK) fprintf(stderr, "rank %d: suite %s: the threads reference failed: %s\n", g_rank, suite, sk_world_error_message(tw));
-    sk_world_destroy(tw);
-    /* the reference's own failures are compared as result codes, case by case */
-    r = sk_world_run(mw, mpi_device, &x);
-    if (r != SK_OK) {
-      fprintf(stderr, "rank %d: suite %s: the MPI run failed: %s: %s\n", g_rank, suite, sk_result_name(r), sk_world_error_message(mw));
-      fails = 1;
-    }
-    fails += x.failures;
+    return 1;
   }
-  for (int i = 0; i < l.n; i++) free(rf.out[i]);
-  free(rf.out), free(rf.len), free(rf.rc), free(l.v);
+  sk_result r = sk_world_run(tw, threads_device, x);
+  if (r != SK_OK)
+    fprintf(stderr, "rank %d: suite %s: the threads run failed: %s\n", g_rank, x->suite, sk_world_error_message(tw));
+  sk_world_destroy(tw);
+  return r != SK_OK;
+}
+
+static long run_suite(const char *suite, sk_world *mw) {
+  cg_list l = {NULL, 0, 0};
+  build(suite, g_size, &l);
+  if (l.n == 0) { /* main only passes known suites; an empty case list would pass vacuously */
+    fprintf(stderr, "rank %d: suite %s has no cases\n", g_rank, suite);
+    return 1;
+  }
+  suite_run x = {suite, &l, NULL, 0, 0};
+  long fails = 0;
+  if (!strcmp(suite, "det")) {
+    x.threads_out = (bytes *)calloc((size_t)l.n, sizeof *x.threads_out);
+    if (!x.threads_out) abort();
+    fails += run_threads_reference(&x);
+  }
+  sk_result r = sk_world_run(mw, mpi_device, &x);
+  if (r != SK_OK) {
+    fprintf(stderr, "rank %d: suite %s: the MPI run failed: %s: %s\n", g_rank, suite, sk_result_name(r),
+            sk_world_error_message(mw));
+    fails++;
+  }
+  fails += x.fails;
+  for (int i = 0; x.threads_out && i < l.n; i++) free(x.threads_out[i].p);
+  free(x.threads_out), free(l.v);
   return fails;
 }
 
@@ -295,10 +266,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < ns; i++) {
     const char *s = suites[i];
     if (!strcmp(s, "faults")) fails += run_faults(plain);
-    else if (!strcmp(s, "det")) fails += run_suite(s, det, 0);
-    else if (!strcmp(s, "chunk")) fails += run_suite(s, chunk, 1);
+    else if (!strcmp(s, "det")) fails += run_suite(s, det);
+    else if (!strcmp(s, "chunk")) fails += run_suite(s, chunk);
     else if (!strcmp(s, "alltoallv")) fails += alltoallv_suite(g_size, g_rank);
-    else if (!strcmp(s, "coll") || !strcmp(s, "groups") || !strcmp(s, "async")) fails += run_suite(s, plain, 1);
+    else if (!strcmp(s, "coll") || !strcmp(s, "groups") || !strcmp(s, "async")) fails += run_suite(s, plain);
     else {
       fprintf(stderr, "mpi_driver: unknown suite '%s' (coll groups async chunk det alltoallv faults)\n", s);
       fails++;
