@@ -133,6 +133,14 @@ typedef bool (*sk__tpred)(const void *arg);
 /* Whether a wait can never succeed (a peer it waits for has left): non-OK ends the wait. */
 typedef sk_result (*sk__tbroken)(const void *arg);
 
+/* Whether a peer broke the wait. A failing device aborts the world before it is marked gone,
+   so the abort is read again after a departure is seen: a peer that left because it failed is
+   reported as the abort it caused, never as a member that skipped the call. */
+static sk_result sk__tbroken_now(sk_world *w, sk__tbroken broken, const void *arg) {
+  sk_result b = broken ? broken(arg) : SK_OK;
+  return b != SK_OK && sk_world_aborted(w) ? SK_ERR_ABORTED : b;
+}
+
 /* Waits until pred(arg): spin (if allowed), then yield, then futex sleep in bounded slices.
    Returns SK_ERR_ABORTED when the world aborts, SK_ERR_TIMEOUT at the deadline, and what
    broken(arg) returns (if given) once that is not SK_OK; abort and broken are looked at after
@@ -154,7 +162,7 @@ static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const vo
     sched_yield();
     if (pred(arg)) return SK_OK;
     if (sk_world_aborted(w)) return SK_ERR_ABORTED;
-    sk_result b = broken ? broken(arg) : SK_OK;
+    sk_result b = sk__tbroken_now(w, broken, arg);
     if (b != SK_OK) return pred(arg) ? SK_OK : b;
     now = sk_now_ns();
   }
@@ -166,11 +174,10 @@ static sk_result sk__twait(sk_world *w, sk__tsignal *s, sk__tpred pred, const vo
       return SK_OK;
     }
     now = sk_now_ns();
-    bool aborted = sk_world_aborted(w);
-    sk_result b = broken && !aborted ? broken(arg) : SK_OK;
-    if (aborted || b != SK_OK || now >= deadline) {
+    sk_result b = sk_world_aborted(w) ? SK_ERR_ABORTED : sk__tbroken_now(w, broken, arg);
+    if (b != SK_OK || now >= deadline) {
       __atomic_fetch_sub(&s->sleepers, 1, SK__SC);
-      return aborted ? SK_ERR_ABORTED : b != SK_OK ? (pred(arg) ? SK_OK : b) : SK_ERR_TIMEOUT;
+      return b == SK_ERR_ABORTED ? b : b != SK_OK ? (pred(arg) ? SK_OK : b) : SK_ERR_TIMEOUT;
     }
     uint64_t slice = deadline - now < SK__SLICE_NS ? deadline - now : SK__SLICE_NS;
     struct timespec ts;
