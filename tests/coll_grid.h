@@ -26,11 +26,11 @@
      order. Still compared bit for bit with the reference, except that any NaN equals any NaN
      (ct_elem_eq: MPI's order may pick either payload). Data movement always takes CT_PAT_MOVE.
 
-   Adding a collective (AllToAllV, say): one row in CG_COLLECTIVES and one cg_run_<name> function
-   (the case's fields give it everything, e.g. per-peer counts derived from count, rank and peer;
-   its buffers come from cg_buf and are freed with the case; cg_complete finishes either call
-   form; the cg_check_* helpers record into the slot); the grid, the groups, non-blocking and
-   both runners pick it up. */
+   Adding a collective: one row in CG_COLLECTIVES and one cg_run_<name> function (the case's
+   fields give it everything, e.g. per-peer counts derived from count, rank and peer, as
+   cg_run_alltoallv does; its buffers come from cg_buf and are freed with the case; cg_complete
+   finishes either call form; the cg_check_* helpers record into the slot); the grid, the
+   groups, non-blocking and both runners pick it up. */
 #ifndef COLL_GRID_H
 #define COLL_GRID_H
 
@@ -57,7 +57,8 @@ enum {
   X(CG_REDUCE, "reduce", SK_COLL_REDUCE, CG_F_IN_PLACE, cg_run_reduce)                                 \
   X(CG_ALLTOALL, "alltoall", SK_COLL_ALLTOALL, CG_F_IN_PLACE, cg_run_alltoall)                         \
   X(CG_GATHER, "gather", SK_COLL_GATHER, CG_F_IN_PLACE, cg_run_gather)                                 \
-  X(CG_SCATTER, "scatter", SK_COLL_SCATTER, CG_F_IN_PLACE, cg_run_scatter)
+  X(CG_SCATTER, "scatter", SK_COLL_SCATTER, CG_F_IN_PLACE, cg_run_scatter)                             \
+  X(CG_ALLTOALLV, "alltoallv", SK_COLL_ALLTOALLV, 0, cg_run_alltoallv)
 /* Not one library call each: a ring of Send/Recv, three requests outstanding at once, a barrier.
    Left out where a runner sweeps "every collective". */
 #define CG_COMPOSITES(X)                                                                   \
@@ -426,6 +427,56 @@ static inline sk_result cg_run_scatter(const cg_run *x) {
     } else if (send) {
       cg_check_untouched(x, "a non-root's send buffer", send, all);
     }
+  }
+  return r;
+}
+
+/* AllToAllV: rank i sends cg_v_count(i, j) elements to rank j, gen(i, j*count + k); the block
+   sizes range over count/4 .. count and differ per ordered pair. Seed bit 2 picks the layout:
+   packed (NULL displs) or gapped, the send blocks in reverse rank order and one junk element
+   between receive blocks, which must stay junk. */
+static inline size_t cg_v_count(const cg_case *t, int from, int to) {
+  return t->count * (size_t)(1 + (from * 3 + to * 5 + (int)(t->seed % 4)) % 4) / 4;
+}
+
+/* Counts and displacements of one side: peer j's block is count(j); displs NULL when packed. */
+static inline size_t cg_v_layout(const cg_run *x, bool sending, size_t *counts, size_t *displs) {
+  size_t at = 0;
+  for (int k = 0; k < x->n; k++) {
+    int j = sending ? x->n - 1 - k : k; /* gapped sends run in reverse rank order */
+    counts[j] = sending ? cg_v_count(x->t, x->rank, j) : cg_v_count(x->t, j, x->rank);
+    if (displs) displs[j] = at, at += 1; /* one junk element after each block */
+    at += counts[j];
+  }
+  return at;
+}
+
+static inline sk_result cg_run_alltoallv(const cg_run *x) {
+  const cg_case *t = x->t;
+  size_t es = sk_dtype_size(t->dt), arr = sizeof(size_t) * (size_t)x->n;
+  bool gapped = (t->seed & 2) != 0;
+  size_t *sc = (size_t *)cg_buf(x, arr), *rc = (size_t *)cg_buf(x, arr);
+  size_t *sd = gapped ? (size_t *)cg_buf(x, arr) : NULL, *rd = gapped ? (size_t *)cg_buf(x, arr) : NULL;
+  size_t sspan = cg_v_layout(x, true, sc, sd), rspan = cg_v_layout(x, false, rc, rd);
+  unsigned char *send = cg_buf(x, sspan * es), *recv = cg_buf(x, rspan * es), *exp = cg_buf(x, rspan * es);
+  for (int j = 0; j < x->n; j++) {
+    size_t s_at = sd ? sd[j] : 0, r_at = rd ? rd[j] : 0;
+    for (int k = 0; !sd && k < j; k++) s_at += sc[k];
+    for (int k = 0; !rd && k < j; k++) r_at += rc[k];
+    cg_fill(x, CT_PAT_MOVE, x->rank, (size_t)j * t->count, send + s_at * es, sc[j]);
+    cg_fill(x, CT_PAT_MOVE, j, (size_t)x->rank * t->count, exp + r_at * es, rc[j]);
+  }
+  unsigned char *want_send = cg_buf(x, sspan * es);
+  memcpy(want_send, send, sspan * es);
+  cg_ptrs p = cg_pass(t, 1, send, recv);
+  sk_request *req = NULL;
+  sk_result r = cg_complete(t->nb ? sk_ialltoallv(x->c, p.send, sc, sd, p.recv, rc, rd, t->dt, &req)
+                                  : sk_alltoallv(x->c, p.send, sc, sd, p.recv, rc, rd, t->dt),
+                            &req);
+  if (cg_called(x, r)) {
+    cg_check_recv(x, "recv", recv, exp, rspan);
+    ct_cmp(x->s, x->ctx, "send buffer changed", t->dt, send, want_send, sspan);
+    cg_check_pad(x, "send", send, sspan * es);
   }
   return r;
 }

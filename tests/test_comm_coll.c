@@ -120,6 +120,9 @@ ParameterizedTest(param *p, comm_coll, gather, .timeout = 30) { run_grid(CG_GATH
 PARAMS(scatter, STD_PARAMS)
 ParameterizedTest(param *p, comm_coll, scatter, .timeout = 30) { run_grid(CG_SCATTER, &cg_std_grid, p->n, p->cfg); }
 
+PARAMS(alltoallv, STD_PARAMS)
+ParameterizedTest(param *p, comm_coll, alltoallv, .timeout = 30) { run_grid(CG_ALLTOALLV, &cg_std_grid, p->n, p->cfg); }
+
 /* 16 and 64 devices: every collective on a smaller grid. */
 PARAMS(big_groups, {16, CT_CFG_DEFAULT}, {16, CT_CFG_LARGE}, {64, CT_CFG_DEFAULT}, {64, CT_CFG_LARGE})
 ParameterizedTest(param *p, comm_coll, big_groups, .timeout = 30) {
@@ -151,6 +154,8 @@ ParameterizedTest(param *p, comm_coll, large_count, .timeout = 30) {
       LARGE(CG_REDUCE, SK_U8, SK_SUM, M, true, 1, 22),
       LARGE(CG_ALLTOALL, SK_U8, SK_SUM, M, false, 0, 23),
       LARGE(CG_ALLTOALL, SK_F32, SK_SUM, M, true, 0, 24),
+      LARGE(CG_ALLTOALLV, SK_F32, SK_SUM, M, false, 0, 25), /* seed bit 2 clear: packed */
+      LARGE(CG_ALLTOALLV, SK_F16, SK_SUM, M, false, 0, 26), /* set: gapped, sends reversed */
   };
   run_cases(n, p->cfg, cs, (int)(sizeof cs / sizeof cs[0]), "large_count");
 }
@@ -163,9 +168,11 @@ ParameterizedTest(param *p, comm_coll, mixed, .timeout = 30) {
   int n = p->n, m = 0;
   cg_case cs[300];
   for (int i = 0; i < 300; i++) {
-    cg_case t = {.kind = (cg_kind)(i % CG_NCOLLS), .dt = ct_all_dtypes[(i / CG_NCOLLS) % CT_NDTYPES],
+    cg_kind k = (cg_kind)(i % CG_NCOLLS);
+    cg_case t = {.kind = k, .dt = ct_all_dtypes[(i / CG_NCOLLS) % CT_NDTYPES],
                  .op = ct_all_ops[(i / 3) % CT_NOPS], .count = counts[(i * 5 + i / 7) % 7],
-                 .inplace = ((i / 2) % 2) == 1, .root = (i / CG_NCOLLS) % n, .seed = 5000u + (uint64_t)i};
+                 .inplace = ((i / 2) % 2) == 1 && (cg_kinds[k].flags & CG_F_IN_PLACE),
+                 .root = (i / CG_NCOLLS) % n, .seed = 5000u + (uint64_t)i};
     cs[m++] = t;
   }
   run_cases(n, p->cfg, cs, m, "mixed");
