@@ -8,6 +8,7 @@
    records the failure and continues. */
 #ifndef SK_TSAN_SHIM_CRITERION_H
 #define SK_TSAN_SHIM_CRITERION_H
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -93,6 +94,9 @@ void sk_shim_skip(const char *fmt, ...);
 #define cr_expect_leq(a, b, ...) SK_SHIM_CHECK(0, (a) <= (b), __VA_ARGS__)
 #define cr_expect_null(p, ...) SK_SHIM_CHECK(0, (p) == NULL, __VA_ARGS__)
 #define cr_expect_str_neq(a, b, ...) SK_SHIM_CHECK(0, strcmp((a), (b)) != 0, __VA_ARGS__)
+/* Criterion's form: |actual - expected| <= epsilon. */
+#define cr_expect_float_eq(a, b, eps, ...) SK_SHIM_CHECK(0, fabs((double)(a) - (double)(b)) <= (eps), __VA_ARGS__)
+#define cr_assert_float_eq(a, b, eps, ...) SK_SHIM_CHECK(1, fabs((double)(a) - (double)(b)) <= (eps), __VA_ARGS__)
 #define cr_expect_fail(...) sk_shim_fail(0, __FILE__, __LINE__, "cr_expect_fail", "" __VA_ARGS__)
 #define cr_assert_fail(...) sk_shim_fail(1, __FILE__, __LINE__, "cr_assert_fail", "" __VA_ARGS__)
 #define cr_skip_test(...) sk_shim_skip("" __VA_ARGS__)
