@@ -18,7 +18,7 @@
        sk_fusion_wait(f);                          // everything reduced and unpacked
      sk_fusion_destroy(f);
 
-   RULES (MindSpore comm_fusion, SEMANTICS.md section 7; Horovod / DDP in ALGORITHMS.md section 1)
+   RULES (MindSpore's comm_fusion; docs/semantics.md section 10)
      Ops fuse only with ops of the same kind, communicator (group), dtype, reduce op (AllReduce,
      ReduceScatter) and fusion id. fusion_id: 0 in the op (a zero-initialised field) means id 1,
      MindSpore's default; SK_FUSION_NEVER (MindSpore's 0) is never fused; other positive ids are
@@ -36,9 +36,9 @@
                         registration order of that kind, each an INCLUSIVE end: {20, 35} on N ops
                         gives ops [0..20] (21), [21..35] (15), [36..N-1]. Segments are then split
                         further by key. Positions count every op of the kind (never-fuse ones too).
-     mindspore_accounting (size and auto modes) reproduces the frontend pass of SEMANTICS.md 7
-     exactly: sizes in ELEMENTS of the op's input, threshold = MB x 262144 elements (threshold_mb,
-     or threshold_bytes / 4), and
+     mindspore_accounting (size and auto modes) reproduces MindSpore's frontend fusion pass
+     exactly (docs/semantics.md section 10): sizes in ELEMENTS of the op's input, threshold =
+     MB x 262144 elements (threshold_mb, or threshold_bytes / 4), and
          seg = 0; budget = T; first = true
          for each op of the kind (registration order; never-fuse ops skipped):
            if (first || size < budget) { budget -= size; first = false; }   // joins
@@ -204,8 +204,8 @@ SK_API sk_result sk_fusion_ready(sk_fusion *f, int handle);
 /* Completes every bucket and unpacks; returns the first error (see ERRORS). Re-arms. */
 SK_API sk_result sk_fusion_wait(sk_fusion *f);
 
-/* The closed form of ALGORITHMS.md 1.6: gradients of total_bytes produced uniformly over
-   backward_us, one bucket costing a_us + c_us_per_byte * b. Compute-bound (c*r < 1, r =
+/* The closed form of docs/cost-models.md section 4: gradients of total_bytes produced
+   uniformly over backward_us, one bucket costing a_us + c_us_per_byte * b. Compute-bound (c*r < 1, r =
    total/backward): b* = a*r / (1 - c*r); comm-bound: b* = sqrt(a * total * r). Clamped to
    [0, total_bytes]; backward_us <= 0 (pure communication) gives total_bytes (one bucket). */
 SK_API double sk_fusion_pick_threshold(double a_us, double c_us_per_byte, double total_bytes, double backward_us);

@@ -1,6 +1,6 @@
 /* sk_ops.h -- operator sharding rules: from a `shard` strategy (or layouts) to every tensor's
    layout and the communication the operator needs, as MindSpore's semi-auto parallel derives
-   them (SEMANTICS.md section 3).
+   them (docs/semantics.md section 8).
 
    Do this in ONE .c file:   #define SK_IMPL  (or SK_OPS_IMPL + SK_LAYOUT_IMPL)   #include "sk_ops.h"
    Needs only libc; pure value math, no allocation.

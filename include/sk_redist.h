@@ -14,7 +14,7 @@
 
    WHAT IT IS
      MindSpore inserts "tensor redistribution" between operators whose layouts differ
-     (SEMANTICS.md section 5). This module does the same as a library call. Input: a tensor
+     (docs/semantics.md section 9). This module does the same as a library call. Input: a tensor
      shape, a dtype, a from-layout and a to-layout (same mesh, or meshes with the same device
      count), and optionally the mesh axes over which the source holds partial sums (a pending
      SUM, as the output of a MatMul with a split contraction dim). Output: a PLAN -- an ordered
@@ -57,7 +57,7 @@
      AllReduce of n bytes over g ranks counts (g-1)*n, a ReduceScatter (g-1)*n/g); send bytes =
      what other ranks obtain from it under the plan's choice of sources. Costs (seconds), with
      alpha per message, beta per byte on the wire, gamma per byte reduced or copied locally
-     (ALGORITHMS.md 2.1), g = group size, n = bytes per rank buffer:
+     (docs/cost-models.md section 3), g = group size, n = bytes per rank buffer:
        AllGather, AllToAll   (g-1)*alpha + recv*beta              (recv = (g-1)/g * n)
        ReduceScatter         (g-1)*alpha + recv*(beta + gamma)
        AllReduce (ring)      2(g-1)*alpha + 2(g-1)/g*n*beta + (g-1)/g*n*gamma

@@ -1,6 +1,6 @@
 /* comm_test_util.h -- helpers shared by the collective suites (tests/test_comm_*.c).
 
-   The rules the suites follow (STYLE.md 5.8):
+   The rules the suites follow:
    - Device (worker) threads never call cr_assert. Each rank records into its own ct_slot (a
      failure count, the first failure's text, the first non-OK result); the test's own thread
      asserts with ct_expect_slots() after sk_world_run returns or the threads are joined.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The training demo (build/operator_parallel): a short run on 8 simulated devices equals the
-# single-device run, in every variant the issue names; log format; bad input.
+# single-device run, in every variant (strategies, --layouts, full_batch); log format; bad input.
 set -u
 cd "$(dirname "$0")/.."
 bin=build/operator_parallel

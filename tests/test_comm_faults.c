@@ -1,6 +1,7 @@
-/* test_comm_faults.c -- the fault paths of the communicator (issue 4, "Faults"), beyond what
-   test_comm_async.c already covers (timeout naming a missing rank in a full collective, a failing
-   device aborting its peers, sk_world_abort from another thread, a first set of bad arguments):
+/* test_comm_faults.c -- the fault paths of the communicator (docs/writing-a-backend.md
+   section 5), beyond what test_comm_async.c already covers (timeout naming a missing rank in
+   a full collective, a failing device aborting its peers, sk_world_abort from another thread, a
+   first set of bad arguments):
    - mismatch of every kind at the same point of the sequence (different collective, count, dtype,
      reduce op, root), blocking and non-blocking, on groups of 2, 3 and 8 and on
      sub-communicators: EVERY member returns SK_ERR_MISMATCH, the message names the ranks and what

@@ -3,7 +3,7 @@
      an op above the threshold alone), auto (64 MiB), index ({20,35} -> 21, 15, rest; positions
      per kind), MindSpore accounting (elements, 1 MB = 262144, the opening op consumes nothing),
      and the key rules (kind, group, dtype, op, fusion id; ids never merged; SK_FUSION_NEVER alone);
-   - the plan printer; the closed-form threshold (ALGORITHMS.md 1.6 worked numbers);
+   - the plan printer; the closed-form threshold (docs/cost-models.md section 4's numbers);
    - results bitwise identical to unfused blocking collectives on the threads backend, with
      tensors marked ready in random orders that differ per rank, packed and zero-copy, over two
      steps (re-arming);
@@ -333,7 +333,7 @@ Test(fusion_plan, format, TO) {
 }
 
 Test(fusion_plan, pick_threshold, TO) {
-  /* ALGORITHMS.md 1.6: p = 8, alpha = 10 us -> a = 140 us; S = 100 MB, T_b = 100 ms */
+  /* docs/cost-models.md section 4: p = 8, alpha = 10 us -> a = 140 us; S = 100 MB, T_b = 100 ms */
   double b1 = sk_fusion_pick_threshold(140, 2 * 7 / 8.0 / 10e3, 1e8, 1e5); /* 10 GB/s */
   cr_expect(b1 > 169.6e3 && b1 < 169.8e3, "compute-bound b* = %g", b1);
   double b2 = sk_fusion_pick_threshold(140, 2 * 7 / 8.0 / 1e3, 1e8, 1e5); /* 1 GB/s */

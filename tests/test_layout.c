@@ -1,4 +1,4 @@
-/* sk_layout.h: MindSpore's tables (SEMANTICS.md sections 1-4), text forms, standard form, every
+/* sk_layout.h: MindSpore's tables (docs/semantics.md sections 1-6), text forms, standard form, every
    class of bad input, and exhaustive checks of small meshes against a brute-force definition
    written here from the semantics, not from the library's code. */
 #include <criterion/criterion.h>
@@ -45,7 +45,7 @@ static sk_slice slice_of(const sk_layout *l, int rank) {
               (want));                                                                                     \
   } while (0)
 
-/* ---- the tutorial's 8-card table (SEMANTICS.md section 2) ------------------------------------ */
+/* ---- the tutorial's 8-card table (docs/semantics.md section 3) ------------------------------ */
 
 Test(layout_tutorial, rank_coords_row_major_last_axis_fastest) {
   sk_mesh m = mesh_of("dp=2,sp=2,mp=2");
@@ -175,7 +175,7 @@ Test(layout_matmul, slices_fwd_allreduce_and_mirror_groups) {
   cr_assert_eq(sk_mesh_groups(&m, b_axis, all, 8, &ng, &gs, &e), SK_OK);
   cr_assert(ng == 2 && gs == 4);
   for (int i = 0; i < 8; i++) cr_assert_eq(all[i], i);
-  /* all Mirror groups: (0,4),(1,5),(2,6),(3,7) (SEMANTICS.md section 4) */
+  /* all Mirror groups: (0,4),(1,5),(2,6),(3,7) (docs/semantics.md section 8.1) */
   cr_assert_eq(sk_layout_replica_groups(&w, all, 8, &ng, &gs, &e), SK_OK);
   cr_assert(ng == 4 && gs == 2);
   const int want[8] = {0, 4, 1, 5, 2, 6, 3, 7};

@@ -1,4 +1,4 @@
-/* test_oom.c -- allocation-failure sweep (issue 11), SQLite style.
+/* test_oom.c -- allocation-failure sweep, SQLite style.
 
    A counting allocator (sk_allocator: in sk_world_desc, sk_redist_desc and sk_fusion_desc, the
    same one everywhere) numbers every allocation, atomically across device and progress threads,

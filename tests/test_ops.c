@@ -1,4 +1,4 @@
-/* sk_ops.h: operator sharding rules against SEMANTICS.md section 3, and a sharded MatMul's
+/* sk_ops.h: operator sharding rules against docs/semantics.md section 8, and a sharded MatMul's
    forward and backward on 8 device threads against the unsharded product. */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -23,7 +23,7 @@ static void group_of(const sk_mesh *mesh, int rank, uint32_t axes, int *out, int
   cr_assert_eq(sk_mesh_group(mesh, rank, axes, out, SK_MAX_DEVICES, n, &e), SK_OK, "%s", e.msg);
 }
 
-/* SEMANTICS.md 3.1: MatMul().shard(((2,4),(4,1))) on 8 devices. */
+/* docs/semantics.md 8.1: MatMul().shard(((2,4),(4,1))) on 8 devices. */
 Test(ops, matmul_strategy_table) {
   sk_op_desc d = matmul_desc(16, 784, 512);
   d.has_strategy = true;
@@ -87,7 +87,7 @@ Test(ops, relu_repeat_right) {
   cr_assert_eq(p.fwd.kind, SK_COLL_NONE);
 }
 
-/* SEMANTICS.md 3.2: the layout-configured MatMul of the operator-parallel tutorial. */
+/* docs/semantics.md 8.2: the layout-configured MatMul of the operator-parallel tutorial. */
 Test(ops, matmul_layouts_tutorial) {
   sk_mesh mesh;
   sk_error e;

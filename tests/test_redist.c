@@ -9,7 +9,7 @@
      minimality property is checked: the bytes a rank receives equal its target slice minus
      what its source slice already holds, computed here by box intersection.
    - The documented cases: MatMul out -> ReLU in needs no communication; rows-by-8 ->
-     cols-by-8 is one AllToAll; MindSpore mode (SEMANTICS.md section 5) gives MindSpore's op
+     cols-by-8 is one AllToAll; MindSpore mode (docs/semantics.md 9.3) gives MindSpore's op
      sequences and costs; rank plans agree with the whole plan.
    - Bad input: SK_ERR_INVALID_ARGUMENT with a message, before anything moves.
    Device threads never assert: they record into per-rank slots; the test thread asserts. */
@@ -423,7 +423,7 @@ static void rt_expect_ms_cost(const sk_redist_plan *p, double fwd, double bwd, d
             c.backward_comm, c.comm, c.computation, c.memory, fwd, bwd, comm, comp, mem);
 }
 
-/* SEMANTICS.md section 5, worked example: [16,784] rows-split-by-8 -> cols-split-by-8. */
+/* docs/semantics.md 9.4, worked example: [16,784] rows-split-by-8 -> cols-split-by-8. */
 Test(redist_mindspore, worked_example_alltoall_on_and_off, .timeout = 30) {
   sk_layout f = rt_layout("dp=8", "dp,None", 2, rt_x), t = rt_layout("dp=8", "None,dp", 2, rt_x);
   sk_redist_plan *p = rt_plan(&f, &t, 0, SK_REDIST_MINDSPORE, SK_REDIST_ALL_RANKS);

@@ -37,7 +37,7 @@ expect_err() {
   else ok; fi
 }
 
-# ---- the tutorial's x[16,784] under layout("mp",("sp","dp")) (SEMANTICS.md section 2) ----------
+# ---- the tutorial's x[16,784] under layout("mp",("sp","dp")) (docs/semantics.md section 3) ---
 expect_out "tutorial x tsv" "rank${tab}coords${tab}slices
 0${tab}0,0,0${tab}0:8,0:196
 1${tab}0,0,1${tab}8:16,0:196
@@ -146,7 +146,7 @@ expect_err "bad ms-map" "-1 inside a tuple" --mesh dp=2,sp=2 --shape 16 --ms-map
 expect_err "ms-map dims mismatch" "--ms-map \"(0,1)\" has 2 dims; --shape has 1" --mesh dp=2,sp=2 --shape 16 --ms-map "(0,1)"
 expect_err "flag twice" "--shape given twice" --mesh dp=2 --shape 16 --shape 16
 
-# ---- redistribution plans (issue 6) ------------------------------------------------------------
+# ---- redistribution plans (docs/semantics.md section 9) ------------------------------------------------------------
 expect_out "rows-by-8 -> cols-by-8 plan: one AllToAll" "redistribution of [16,784] float, 8 devices, minimal
   from  mesh dp=8  layout \"dp,None\"
   to    mesh dp=8  layout \"None,dp\"
