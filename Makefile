@@ -262,8 +262,9 @@ demo-run: $(BUILD)/sk-layout $(BUILD)/operator_parallel
 # package and the command-line tools. Only the tools go in bin: the benchmarks carry nccl-tests'
 # program names (all_reduce_perf, ...), which would clash with an installed nccl-tests, and they
 # are meant to be run from the tree (bench/compare); the examples are there to be read.
-# Uninstall removes the same files, then the directories install had to create, which it
-# records in $(CREATED_DIRS); it never removes a directory that existed before.
+# Uninstall removes the same files, then shardkit's own directories and those install had to
+# create (recorded in $(CREATED_DIRS)) when they are empty; bin, lib and the like that existed
+# before stay, even if empty.
 DEST         := $(DESTDIR)$(PREFIX)
 INSTALL_DIRS := bin include include/shardkit lib lib/pkgconfig lib/cmake lib/cmake/shardkit
 CMAKE_DIR    := lib/cmake/shardkit
@@ -287,7 +288,7 @@ uninstall:
 	rm -f $(patsubst %,"$(DEST)/include/shardkit/%",$(notdir $(HEADERS))) $(patsubst %,"$(DEST)/bin/%",$(notdir $(TOOLS))) \
 	  "$(DEST)/lib/pkgconfig/shardkit.pc" $(CMAKE_FILES:%="$(DEST)/$(CMAKE_DIR)/%")
 	@created=$$(cat "$(DEST)/$(CREATED_DIRS)" 2>/dev/null); rm -f "$(DEST)/$(CREATED_DIRS)"; \
-	for d in $$(printf '%s\n' $$created | sort -r); do rmdir "$(DEST)/$$d" 2>/dev/null && echo "rmdir $(DEST)/$$d"; done; :
+	for d in $$(printf '%s\n' $$created include/shardkit $(CMAKE_DIR) | sort -ru); do rmdir "$(DEST)/$$d" 2>/dev/null && echo "rmdir $(DEST)/$$d"; done; :
 
 clean:
 	rm -rf $(BUILD)
