@@ -1,19 +1,26 @@
 # shardkit -- header-only; this Makefile builds the tools, examples, benchmarks and tests.
-#   make            every example, tool and benchmark into build/
-#   make test       header checks + the Criterion suites (the MPI ones launch mpirun.openmpi)
-#   make demo       the MindSpore tutorial tables (and later the 8-card training demo)
+#   make            every tool, example and benchmark into build/ whose packages are installed; a
+#                   program that needs a missing one is skipped with a line naming it
+#   make test       make deps, then header checks, the Criterion suites (the MPI ones launch
+#                   mpirun.openmpi), and the tools', benchmarks', demo's and install tests
+#   make demo       make deps, then the MindSpore tutorial tables and the 8-card training demo
 #   make sanitize   the suites under ASan + UBSan;   make tsan   under ThreadSanitizer
 #   make test-clang the Criterion suites built with Clang (same warnings, -Werror) and run, plus a
 #                   Clang compile of every example, tool, benchmark and the MPI test driver
 #   make analyze    Clang's static analyzer over each header's implementation (SK_IMPL) and every
 #                   example, tool, benchmark and test source; fails on any report in our files
 #                   (tests/analyze.sh; ANALYZE_JOBS=N, default 2)
-#   make install PREFIX=/usr/local   headers + shardkit.pc
+#   make install PREFIX=/usr/local [DESTDIR=stage]   headers, shardkit.pc, the CMake package
+#                   (find_package(shardkit)) and the command-line tools;   make uninstall
 #   make deps       install the Debian packages below that are missing (as root), or name them
+#
+# Only deps, test and demo install packages. Every other target builds with what is there: a
+# program that needs a missing package fails with a line naming it and `make deps` (plain `make`
+# skips it instead), so `make`, `make build/<program>` and `make -n` never run apt-get.
 
 # Every Debian package the build, tests, demo and benchmarks use. One list, checked by `deps`.
 DEB_PACKAGES := gcc g++ make pkg-config libcriterion-dev openmpi-bin libopenmpi-dev zlib1g-dev libopenblas-dev \
-                dataset-fashion-mnist gnuplot-nox clang
+                dataset-fashion-mnist gnuplot-nox clang cmake
 
 PREFIX ?= /usr/local
 BUILD  := build
@@ -34,17 +41,60 @@ TSAN_FLAGS := -fsanitize=thread
 
 HEADERS   := $(wildcard include/*.h)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/impl.c
+# The headers the suites include from tests/ (the grid, the helpers): a change rebuilds them.
+TEST_HDRS := $(wildcard tests/*.h)
+# The command-line tools: what `make install` puts in $(PREFIX)/bin.
 TOOLS     := $(BUILD)/sk-layout
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c))
 EXAMPLES  := $(filter-out $(BUILD)/sk_layout,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 MPI_EXAMPLES := $(BUILD)/both_backends
+# Test programs live under build/tests/ (and build/san, tsan, clang): build/ itself holds only
+# the user's programs.
+MPI_DRIVER := $(BUILD)/tests/mpi_driver
 
 # Tests run with a per-test timeout inside the suites; CRITERION_JOBS keeps the 2-core box sane.
 CRITERION_ARGS ?= --jobs 2
 
-.PHONY: all test demo sanitize tsan test-clang analyze install deps check-headers clean
+# ---- what is installed -------------------------------------------------------------------------
+# The headers need only libc and pthreads. Beyond that a program needs some of these, each named
+# by the Debian package that provides it (all of them in DEB_PACKAGES). The checks look for files
+# and run no compiler on test programs, so every make, sub-makes included, can afford them.
+# Non-empty means present.
+PKG_mpi        := libopenmpi-dev
+PKG_openblas   := libopenblas-dev
+PKG_zlib       := zlib1g-dev
+PKG_criterion  := libcriterion-dev
+PKG_clang      := clang
+HAVE_mpi       := $(shell for d in $$($(MPICC) --showme:incdirs 2>/dev/null); do [ -f "$$d/mpi.h" ] && echo y; done)
+HAVE_openblas  := $(filter /%,$(shell $(CC) -print-file-name=libopenblas.so 2>/dev/null))
+HAVE_zlib      := $(filter /%,$(shell $(CC) -print-file-name=libz.so 2>/dev/null))
+HAVE_criterion := $(filter /%,$(shell $(CC) -print-file-name=libcriterion.so 2>/dev/null))
+HAVE_clang     := $(shell command -v $(CLANG) 2>/dev/null)
 
-all: $(TOOLS) $(EXAMPLES) $(BENCHES)
+# What each program needs beyond the headers. The training demo also reads the Fashion-MNIST
+# files, but only when it runs (make demo installs them), so building it does not need them.
+NEEDS.$(BUILD)/operator_parallel := mpi openblas zlib
+NEEDS.$(BUILD)/both_backends     := mpi
+NEEDS.$(MPI_DRIVER)              := mpi
+NEEDS.$(BUILD)/tests/unit        := criterion
+NEEDS.$(BUILD)/san/unit          := criterion
+NEEDS.$(BUILD)/clang/unit        := clang criterion
+
+# $(call missing,PROGRAM): the packages PROGRAM needs that are not installed (empty: buildable).
+missing = $(strip $(foreach t,$(NEEDS.$1),$(if $(HAVE_$t),,$(PKG_$t))))
+# The first line of every recipe that needs a package: when one is missing, fail with its name.
+need = $(if $(call missing,$@),@echo "$@: needs $(call missing,$@) (run make deps)" >&2; exit 1)
+
+PROGRAMS  := $(TOOLS) $(EXAMPLES) $(BENCHES)
+BUILDABLE := $(foreach p,$(PROGRAMS),$(if $(call missing,$p),,$p))
+SKIPPED   := $(filter-out $(BUILDABLE),$(PROGRAMS))
+
+.PHONY: all test test-run demo demo-run sanitize tsan test-clang analyze install uninstall deps \
+        check-headers clean FORCE
+
+all: $(BUILDABLE)
+	@:$(foreach p,$(SKIPPED),; echo "skipping $p: needs $(call missing,$p) (run make deps)")
+	@:$(if $(HAVE_mpi),,; echo "benchmarks built without -B mpi: needs $(PKG_mpi) (run make deps)")
 
 # Installs what is missing when root; otherwise prints the exact command and fails.
 deps:
@@ -62,60 +112,85 @@ deps:
 	  fi; \
 	fi
 
-$(BUILD)/sk-layout: examples/sk_layout.c $(HEADERS) | deps
+$(BUILD)/sk-layout: examples/sk_layout.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 # The training demo: MPI-capable, OpenBLAS for the GEMMs, zlib for the gzip'd dataset.
-$(BUILD)/operator_parallel: examples/operator_parallel.c examples/fashion_mnist.h $(HEADERS) | deps
+$(BUILD)/operator_parallel: examples/operator_parallel.c examples/fashion_mnist.h $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -lopenblas -lz $(LDLIBS)
 
-$(MPI_EXAMPLES): $(BUILD)/%: examples/%.c $(HEADERS) | deps
+$(MPI_EXAMPLES): $(BUILD)/%: examples/%.c $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-$(BUILD)/%: examples/%.c $(HEADERS) | deps
+$(BUILD)/%: examples/%.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-$(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(HEADERS) | deps
+# The benchmarks take -B mpi when Open MPI's wrapper builds them; without Open MPI they are built
+# by $(CC) for -B threads only. $(BENCH_CONFIG) holds the choice and changes only with it, so the
+# benchmarks are rebuilt when Open MPI comes or goes (not on every make).
+BENCH_CC     := $(if $(HAVE_mpi),$(MPICC) -DSK_BENCH_MPI,$(CC))
+BENCH_CONFIG := $(BUILD)/config/bench
+$(BENCH_CONFIG): FORCE
 	@mkdir -p $(@D)
-	$(MPICC) $(CPPFLAGS) -DSK_BENCH_MPI $(CFLAGS) -o $@ $< $(LDLIBS)
+	@echo '$(BENCH_CC)' | cmp -s - $@ || echo '$(BENCH_CC)' > $@
+
+$(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(HEADERS) $(BENCH_CONFIG)
+	@mkdir -p $(@D)
+	$(BENCH_CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 # The MPI test driver, run under mpirun by tests/test_mpi.c (never inside Criterion itself). It
 # runs the collective grid of tests/coll_grid.h (included by its path: no -Itests needed).
 MPI_DRIVER_DEPS := $(wildcard tests/mpi/*.c tests/mpi/*.h) tests/coll_grid.h tests/comm_test_util.h
-$(BUILD)/mpi_driver: $(MPI_DRIVER_DEPS) $(HEADERS) | deps
+$(MPI_DRIVER): $(MPI_DRIVER_DEPS) $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	$(MPICC) $(CPPFLAGS) -Itests/mpi $(CFLAGS) -o $@ tests/mpi/mpi_driver.c $(LDLIBS)
 
 # ---- tests -------------------------------------------------------------------------------
-$(BUILD)/tests/unit: $(TEST_SRCS) $(HEADERS) | deps
+$(BUILD)/tests/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(LDLIBS)
 
-$(BUILD)/san/unit: $(TEST_SRCS) $(HEADERS) | deps
+$(BUILD)/san/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN_FLAGS) -o $@ $(TEST_SRCS) -lcriterion $(LDLIBS)
 
 # Criterion cannot start under TSan (Snaipe/Criterion#274), so the threaded suites are built
 # against a small stand-in with the same assertions and run in one process (tests/tsan_shim/).
 TSAN_TEST_SRCS := $(sort $(wildcard tests/test_comm*.c) tests/test_fusion.c tests/test_redist.c tests/test_ops.c) tests/impl.c tests/tsan_shim/runner.c
-$(BUILD)/tsan/unit: $(TSAN_TEST_SRCS) $(wildcard tests/*.h tests/tsan_shim/criterion/*.h) $(HEADERS) | deps
+$(BUILD)/tsan/unit: $(TSAN_TEST_SRCS) $(TEST_HDRS) $(wildcard tests/tsan_shim/criterion/*.h) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) -Itests/tsan_shim $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror -O1 -g $(TSAN_FLAGS) -o $@ $(TSAN_TEST_SRCS) $(LDLIBS)
 
-check-headers: | deps
+# GCC always; Clang, Open MPI and C++ checks skip themselves when those are missing.
+check-headers:
 	@sh tests/check_headers.sh
 
-test: check-headers $(BUILD)/tests/unit all $(BUILD)/mpi_driver
+# `make test` first installs what is missing, then runs in a second make, which sees the new
+# packages (this one already decided what is installed when it read the Makefile). `make
+# test-run` is the same without the installing.
+test:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory test-run
+
+test-run: check-headers $(BUILD)/tests/unit all $(MPI_DRIVER)
 	$(BUILD)/tests/unit $(CRITERION_ARGS)
 	@sh tests/tools_test.sh
 	@sh tests/bench_test.sh
 	@sh tests/demo_test.sh
+	@sh tests/install_test.sh
+	@sh tests/docs_test.sh
+	@sh tests/help_test.sh
 
-sanitize: $(BUILD)/san/unit $(BUILD)/mpi_driver
+sanitize: $(BUILD)/san/unit $(MPI_DRIVER)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)
 
 # TSan on recent kernels needs a non-randomised address space (setarch -R); fall back if refused.
@@ -128,30 +203,41 @@ tsan: $(BUILD)/tsan/unit
 # The suites again, built by the second compiler: Clang warns where GCC does not, and its code
 # generation exercises the atomics and the threads backend differently. The MPI cases use the
 # programs in build/, as under `make sanitize`.
-$(BUILD)/clang/unit: $(TEST_SRCS) $(HEADERS) | deps
+$(BUILD)/clang/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	$(CLANG) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(LDLIBS)
 
 # Every other program compiled (not linked: linking checks nothing Clang-specific) by Clang,
 # through Open MPI's wrapper with OMPI_CC so the MPI ones find mpi.h.
 CLANG_OBJS := $(patsubst %.c,$(BUILD)/clang/%.o,$(wildcard examples/*.c bench/*.c) tests/mpi/mpi_driver.c)
-$(BUILD)/clang/examples/%.o: examples/%.c $(wildcard examples/*.h) $(HEADERS) | deps
+$(foreach o,$(CLANG_OBJS),$(eval NEEDS.$o := clang mpi))
+NEEDS.$(BUILD)/clang/examples/operator_parallel.o := clang mpi openblas zlib
+$(BUILD)/clang/examples/%.o: examples/%.c $(wildcard examples/*.h) $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/clang/bench/%.o: bench/%.c $(wildcard bench/*.h) $(HEADERS) | deps
+$(BUILD)/clang/bench/%.o: bench/%.c $(wildcard bench/*.h) $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) -DSK_BENCH_MPI $(CFLAGS) -c -o $@ $<
-$(BUILD)/clang/tests/mpi/mpi_driver.o: $(MPI_DRIVER_DEPS) $(HEADERS) | deps
+$(BUILD)/clang/tests/mpi/mpi_driver.o: $(MPI_DRIVER_DEPS) $(HEADERS)
+	$(need)
 	@mkdir -p $(@D)
 	OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) -Itests/mpi $(CFLAGS) -c -o $@ tests/mpi/mpi_driver.c
 
-test-clang: $(BUILD)/clang/unit $(CLANG_OBJS) $(BUILD)/mpi_driver
+test-clang: $(BUILD)/clang/unit $(CLANG_OBJS) $(MPI_DRIVER)
 	$(BUILD)/clang/unit $(CRITERION_ARGS)
 
-analyze: | deps
+# Needs clang and Open MPI; tests/analyze.sh names whichever is missing.
+analyze:
 	@CLANG=$(CLANG) sh tests/analyze.sh
 
-demo: $(BUILD)/sk-layout $(BUILD)/operator_parallel
+demo:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory demo-run
+
+demo-run: $(BUILD)/sk-layout $(BUILD)/operator_parallel
 	@echo '== Layout((2,2,2),("dp","sp","mp")), x[16,784] under layout("mp",("sp","dp")) =='
 	@$(BUILD)/sk-layout --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --name x
 	@echo
@@ -170,12 +256,39 @@ demo: $(BUILD)/sk-layout $(BUILD)/operator_parallel
 	@echo "== the tutorial's network trained on 8 simulated devices, checked against 1 device (300 steps) =="
 	@$(BUILD)/operator_parallel --devices 8 --steps 300 --check
 
-install:
-	install -d $(DESTDIR)$(PREFIX)/include/shardkit $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/shardkit/
+
+# ---- install -------------------------------------------------------------------------------
+# Headers in include/shardkit (as pkg-config and CMake consumers expect), shardkit.pc, the CMake
+# package and the command-line tools. Only the tools go in bin: the benchmarks carry nccl-tests'
+# program names (all_reduce_perf, ...), which would clash with an installed nccl-tests, and they
+# are meant to be run from the tree (bench/compare); the examples are there to be read.
+# Uninstall removes the same files, then shardkit's own directories and those install had to
+# create (recorded in $(CREATED_DIRS)) when they are empty; bin, lib and the like that existed
+# before stay, even if empty.
+DEST         := $(DESTDIR)$(PREFIX)
+INSTALL_DIRS := bin include include/shardkit lib lib/pkgconfig lib/cmake lib/cmake/shardkit
+CMAKE_DIR    := lib/cmake/shardkit
+CMAKE_FILES  := shardkitConfig.cmake shardkitConfigVersion.cmake
+CREATED_DIRS := $(CMAKE_DIR)/created-dirs
+SK_VERSION    = $(shell sed -n 's/^#define SK_VERSION_\(MAJOR\|MINOR\|PATCH\) *//p' include/sk_core.h | paste -sd.)
+
+install: $(TOOLS)
+	@new=$$(for d in $(INSTALL_DIRS); do [ -d "$(DEST)/$$d" ] || echo $$d; done); \
+	echo 'install -d $(INSTALL_DIRS:%="$(DEST)/%")'; install -d $(INSTALL_DIRS:%="$(DEST)/%") && \
+	{ cat "$(DEST)/$(CREATED_DIRS)" 2>/dev/null; printf '%s\n' $$new; } | sort -u >"$(DEST)/$(CREATED_DIRS).tmp" && \
+	mv "$(DEST)/$(CREATED_DIRS).tmp" "$(DEST)/$(CREATED_DIRS)"
+	install -m 644 $(HEADERS) "$(DEST)/include/shardkit/"
+	install -m 755 $(TOOLS) "$(DEST)/bin/"
 	printf 'prefix=%s\nincludedir=$${prefix}/include/shardkit\n\nName: shardkit\nDescription: header-only tensor sharding and collectives\nVersion: %s\nCflags: -I$${includedir}\nLibs: -lpthread -lm\n' \
-	  "$(PREFIX)" "$$(sed -n 's/^#define SK_VERSION_MAJOR //p' include/sk_core.h).$$(sed -n 's/^#define SK_VERSION_MINOR //p' include/sk_core.h).$$(sed -n 's/^#define SK_VERSION_PATCH //p' include/sk_core.h)" \
-	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shardkit.pc
+	  "$(PREFIX)" "$(SK_VERSION)" >"$(DEST)/lib/pkgconfig/shardkit.pc"
+	install -m 644 cmake/shardkitConfig.cmake "$(DEST)/$(CMAKE_DIR)/"
+	sed 's/@VERSION@/$(SK_VERSION)/' cmake/shardkitConfigVersion.cmake.in >"$(DEST)/$(CMAKE_DIR)/shardkitConfigVersion.cmake"
+
+uninstall:
+	rm -f $(patsubst %,"$(DEST)/include/shardkit/%",$(notdir $(HEADERS))) $(patsubst %,"$(DEST)/bin/%",$(notdir $(TOOLS))) \
+	  "$(DEST)/lib/pkgconfig/shardkit.pc" $(CMAKE_FILES:%="$(DEST)/$(CMAKE_DIR)/%")
+	@created=$$(cat "$(DEST)/$(CREATED_DIRS)" 2>/dev/null); rm -f "$(DEST)/$(CREATED_DIRS)"; \
+	for d in $$(printf '%s\n' $$created include/shardkit $(CMAKE_DIR) | sort -ru); do rmdir "$(DEST)/$$d" 2>/dev/null && echo "rmdir $(DEST)/$$d"; done; :
 
 clean:
 	rm -rf $(BUILD)

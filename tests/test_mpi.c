@@ -10,7 +10,7 @@
    the example's MPI modes. Open MPI refuses to run as root unless told; the permission is given
    to the launched job only (setenv in this test process, not in the user's shell).
 
-   When build/mpi_driver is missing (make sanitize builds only the unit binary) the tests skip. */
+   When build/tests/mpi_driver is missing (make sanitize builds only the unit binary) the tests skip. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -49,9 +49,9 @@ static char out[OUT_MAX];
 
 /* Every suite reports "suite <name> np=<n>: ... 0 failures". */
 static void driver(int np) {
-  need("build/mpi_driver");
+  need("build/tests/mpi_driver");
   char cmd[256];
-  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/mpi_driver coll groups async chunk det alltoallv", np);
+  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/tests/mpi_driver coll groups async chunk det alltoallv", np);
   int st = run(cmd, out, sizeof out);
   cr_expect_eq(st, 0, "exit status %d:\n%s", st, out);
   static const char *const suites[] = {"coll", "groups", "async", "chunk", "det", "alltoallv"};
@@ -70,9 +70,9 @@ Test(mpi, collectives_np3, .timeout = 300) { driver(3); }
 Test(mpi, collectives_np8, .timeout = 300) { driver(8); }
 
 static void faults(int np) {
-  need("build/mpi_driver");
+  need("build/tests/mpi_driver");
   char cmd[256];
-  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/mpi_driver faults", np);
+  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/tests/mpi_driver faults", np);
   int st = run(cmd, out, sizeof out);
   cr_expect_eq(st, 0, "exit status %d:\n%s", st, out);
   cr_expect(strstr(out, "faults rank 0 ") && !strstr(out, "FAIL"), "fault checks failed:\n%s", out);
@@ -94,10 +94,10 @@ static double now_s(void) {
    ends the sleeper and the job (non-zero status by design) well before the 60 s. left: rank 1
    leaves at once; after rank 0's timeout every process finalises cleanly (status 0). */
 static void teardown(const char *mode, int np) {
-  need("build/mpi_driver");
+  need("build/tests/mpi_driver");
   bool hang = strcmp(mode, "teardown-hang") == 0;
   char cmd[256];
-  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/mpi_driver %s", np, mode);
+  snprintf(cmd, sizeof cmd, MPIRUN " -np %d build/tests/mpi_driver %s", np, mode);
   double t0 = now_s();
   int st = run(cmd, out, sizeof out);
   double s = now_s() - t0;
