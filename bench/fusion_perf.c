@@ -25,7 +25,7 @@
    c = 2(p-1)/p / B) or else a quick probe of the backend (median time of a non-blocking 8-B
    AllReduce; of an 8 MiB one for c, plus the pack/unpack copy rate when packing), T_b = the
    total compute, S = the gradient bytes; the threshold is sk_fusion_pick_threshold's closed
-   form (ALGORITHMS.md 1.6). */
+   form (docs/cost-models.md). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <time.h>
@@ -42,7 +42,8 @@ typedef struct fp_tensor {
 } fp_tensor;
 
 typedef struct fp_opts {
-  const char *prog, *model, *backend, *csv, *plot;
+  const char *prog, *path, *model, *backend, *csv, *plot;
+  const char *backend_asked; /* -B's value, NULL when not given */
   int ngpus, rounds, warmup;
   bool zero_copy, autopick, link_on;
   sk_link_model link;
@@ -68,35 +69,32 @@ typedef struct fp_ctx {
   int done_steps, total_steps;
 } fp_ctx;
 
-static void fp_usage(FILE *f, const char *prog) {
+static void fp_usage(FILE *f, const char *path) {
   fprintf(f,
-          "USAGE: %s --model resnet50|bert-base|gpt2|small|FILE -g N [-B threads|mpi] [--link ALPHA_US,GBPS]\n"
-          "       [--zero-copy] --thresholds LIST [--auto] [--csv FILE] [--plot FILE.png] [-n ROUNDS] [-w WARMUP]\n"
+          "Usage: %s --model resnet50|bert-base|gpt2|small|FILE --thresholds LIST [-g N] [-B threads|mpi]\n"
+          "       [--link ALPHA_US,GBPS] [--zero-copy] [--auto] [--csv FILE] [--plot FILE.png] [-n ROUNDS] [-w WARMUP]\n"
           "       [--tflops X]\n"
+          "  --model       the gradients of a network: resnet50 bert-base gpt2 small (bench/models/NAME.txt) or a file\n"
           "  --thresholds  comma list of bucket thresholds: 0 (no fusion), sizes with K/M/G (powers of 2), inf\n"
           "                (one bucket); e.g. 0,256K,1M,4M,16M,64M,inf\n"
           "  --link        threads backend: model links of ALPHA_US latency and GBPS GB/s (reports modelled time)\n"
           "  --zero-copy   gradients are views of one flat buffer (zero-copy AllReduce buckets)\n"
           "  --auto        pick a threshold from an alpha-beta probe and the gradient ready rate, run it too\n"
+          "  --csv FILE    also write the table as CSV;  --plot FILE.png  draw it with gnuplot\n"
           "  -n ROUNDS     timed rounds (default 5); each round runs every threshold once; medians reported\n"
           "  -w WARMUP     warm-up rounds (default 1)\n"
           "  --tflops X    per-device backward compute rate of the FLOP model (default 100)\n"
-          "  -g N          devices (default 8); -B threads (default) or mpi (under mpirun.openmpi -np N)\n",
-          prog);
-}
-
-static int fp_bad(const char *prog, const char *fmt, const char *arg) {
-  fprintf(stderr, "%s: ", prog);
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, " (see %s -h)\n", prog);
-  return 2;
+          "  -g,--ngpus N  devices (default %d; with MPI: the number of processes, or omitted)\n"
+          "  -B,--backend  threads, or mpi (one device per process). Default: threads, or mpi when an MPI\n"
+          "                launcher started several processes (-B threads is then refused)\n"
+          "  -h,--help     this text\n"
+          "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s --model small --thresholds 0,64K,inf\n" PROG_ROOT_NOTE,
+          path, BENCH_DEFAULT_GPUS, path);
 }
 
 static int fp_parse(int argc, char **argv, fp_opts *o) {
   memset(o, 0, sizeof *o);
-  const char *slash = strrchr(argv[0], '/');
-  o->prog = slash ? slash + 1 : argv[0];
-  o->backend = "threads";
+  o->prog = prog_name(argv[0]), o->path = argv[0];
   o->rounds = 5, o->warmup = 1, o->tflops = 100;
   size_t len = 0;
   for (int i = 0; i < argc && len + 2 < sizeof o->cmdline; i++)
@@ -116,29 +114,29 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
     switch (c) {
       case 'm': o->model = optarg; break;
       case 'g':
-        if (!bench__parse_long(optarg, 1, SK_MAX_DEVICES, &v)) return fp_bad(o->prog, "-g: bad device count '%s'", optarg);
+        if (!bench__parse_long(optarg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s'", optarg);
         o->ngpus = (int)v;
         break;
       case 'B':
-        if (strcmp(optarg, "threads") && strcmp(optarg, "mpi")) return fp_bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", optarg);
-        o->backend = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
+        if (strcmp(optarg, "threads") && strcmp(optarg, "mpi")) return bench__bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", optarg);
+        o->backend_asked = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
         break;
       case 'n':
-        if (!bench__parse_long(optarg, 1, 1000, &v)) return fp_bad(o->prog, "-n: bad round count '%s' (1..1000)", optarg);
+        if (!bench__parse_long(optarg, 1, 1000, &v)) return bench__bad(o->prog, "-n: bad round count '%s' (1..1000)", optarg);
         o->rounds = (int)v;
         break;
       case 'w':
-        if (!bench__parse_long(optarg, 0, 1000, &v)) return fp_bad(o->prog, "-w: bad warm-up count '%s' (0..1000)", optarg);
+        if (!bench__parse_long(optarg, 0, 1000, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (0..1000)", optarg);
         o->warmup = (int)v;
         break;
       case 'L': {
         char *end = NULL;
         double a = strtod(optarg, &end);
-        if (end == optarg || *end != ',') return fp_bad(o->prog, "--link: bad value '%s' (ALPHA_US,GBPS, e.g. 10,25)", optarg);
+        if (end == optarg || *end != ',') return bench__bad(o->prog, "--link: bad value '%s' (ALPHA_US,GBPS, e.g. 10,25)", optarg);
         char *e2 = NULL;
         double g = strtod(end + 1, &e2);
         if (e2 == end + 1 || *e2 || !(a >= 0) || !(g > 0) || a > 1e9 || g > 1e9)
-          return fp_bad(o->prog, "--link: bad value '%s' (ALPHA_US >= 0, GBPS > 0)", optarg);
+          return bench__bad(o->prog, "--link: bad value '%s' (ALPHA_US >= 0, GBPS > 0)", optarg);
         o->link.alpha_us = a, o->link.gbps = g, o->link_on = true;
         break;
       }
@@ -150,7 +148,7 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
         char *end = NULL;
         o->tflops = strtod(optarg, &end);
         if (end == optarg || *end || !(o->tflops > 0) || o->tflops > 1e9)
-          return fp_bad(o->prog, "--tflops: bad rate '%s' (> 0)", optarg);
+          return bench__bad(o->prog, "--tflops: bad rate '%s' (> 0)", optarg);
         break;
       }
       case 't': {
@@ -158,35 +156,36 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
         char buf[512];
         snprintf(buf, sizeof buf, "%s", optarg);
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-          if (o->nthr == FP_MAXCFG) return fp_bad(o->prog, "--thresholds: more than 40 in '%s'", optarg);
+          if (o->nthr == FP_MAXCFG) return bench__bad(o->prog, "--thresholds: more than 40 in '%s'", optarg);
           size_t b;
           if (strcmp(tok, "inf") == 0)
             b = SK_FUSION_INF;
           else if (!bench__parse_size(tok, &b))
-            return fp_bad(o->prog, "--thresholds: bad size '%s' (0, a size with K/M/G, or inf)", tok);
+            return bench__bad(o->prog, "--thresholds: bad size '%s' (0, a size with K/M/G, or inf)", tok);
           for (int i = 0; i < o->nthr; i++)
-            if (o->thr[i] == b) return fp_bad(o->prog, "--thresholds: '%s' listed twice", tok);
+            if (o->thr[i] == b) return bench__bad(o->prog, "--thresholds: '%s' listed twice", tok);
           o->thr[o->nthr++] = b;
         }
-        if (!o->nthr) return fp_bad(o->prog, "--thresholds: empty list '%s'", optarg);
+        if (!o->nthr) return bench__bad(o->prog, "--thresholds: empty list '%s'", optarg);
         break;
       }
-      case 'h': fp_usage(stdout, o->prog); return 1;
+      case 'h': fp_usage(stdout, o->path); return 1;
       case ':': {
         char opt[3] = {'-', (char)optopt, 0};
-        return fp_bad(o->prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
+        return bench__bad(o->prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
       }
       default: {
         char opt[3] = {'-', (char)optopt, 0};
-        return fp_bad(o->prog, "unknown option '%s'", optopt ? opt : argv[optind - 1]);
+        return bench__bad(o->prog, "unknown option '%s'", optopt ? opt : argv[optind - 1]);
       }
     }
   }
-  if (optind < argc) return fp_bad(o->prog, "unexpected argument '%s'", argv[optind]);
-  if (!o->model) return fp_bad(o->prog, "%s", "--model is required (resnet50, bert-base, gpt2, small or a file)");
-  if (!o->nthr) return fp_bad(o->prog, "%s", "--thresholds is required (e.g. 0,256K,1M,4M,16M,64M,inf)");
+  if (optind < argc) return bench__bad(o->prog, "unexpected argument '%s'", argv[optind]);
+  if (!o->model) return bench__bad(o->prog, "%s", "--model is required (resnet50, bert-base, gpt2, small or a file)");
+  if (!o->nthr) return bench__bad(o->prog, "%s", "--thresholds is required (e.g. 0,256K,1M,4M,16M,64M,inf)");
+  if (!(o->backend = prog_backend(o->path, o->backend_asked, "-B"))) return 2;
   if (o->link_on && strcmp(o->backend, "mpi") == 0)
-    return fp_bad(o->prog, "%s", "--link needs -B threads (the MPI backend has no link model)");
+    return bench__bad(o->prog, "%s", "--link needs -B threads (the MPI backend has no link model)");
   return 0;
 }
 
@@ -210,7 +209,7 @@ static FILE *fp_open_model(const char *prog_path, const char *model, char *path,
 static int fp_load(fp_ctx *x, const char *argv0) {
   char path[1024];
   FILE *f = fp_open_model(argv0, x->o->model, path, sizeof path);
-  if (!f) return fp_bad(x->o->prog, "--model: cannot open '%s' (resnet50, bert-base, gpt2, small, or a file)", path);
+  if (!f) return bench__bad(x->o->prog, "--model: cannot open '%s' (resnet50, bert-base, gpt2, small, or a file)", path);
   char line[512];
   int cap = 256;
   x->t = (fp_tensor *)calloc((size_t)cap, sizeof(fp_tensor));
@@ -237,7 +236,7 @@ static int fp_load(fp_ctx *x, const char *argv0) {
         fclose(f);
         char where[1100];
         snprintf(where, sizeof where, "%s line %d", path, ln);
-        return fp_bad(x->o->prog, "model file: bad shape at %s", where);
+        return bench__bad(x->o->prog, "model file: bad shape at %s", where);
       }
       count *= (size_t)d;
       if (*end == 'x') p = end + 1;
@@ -255,8 +254,8 @@ static int fp_load(fp_ctx *x, const char *argv0) {
     t->count = count, t->positions = pos > 0 ? pos : 0;
   }
   fclose(f);
-  if (!x->t) return fp_bad(x->o->prog, "%s", "out of memory reading the model");
-  if (!x->nt) return fp_bad(x->o->prog, "model file '%s' lists no tensors", path);
+  if (!x->t) return bench__bad(x->o->prog, "%s", "out of memory reading the model");
+  if (!x->nt) return bench__bad(x->o->prog, "model file '%s' lists no tensors", path);
   for (int i = 0; i < x->nt; i++) {
     fp_tensor *t = &x->t[i];
     double flops = 4.0 * (double)t->count * t->positions * (double)x->batch;
