@@ -91,8 +91,8 @@ static inline int prog_refuse_launch(const char *argv0) {
   if (n <= 1) return 0;
   if (prog_launch_rank() == 0)
     fprintf(stderr,
-            "%s: runs in one process (its devices are threads); an MPI launch of %d processes would run\n"
-            "%d separate copies: start it without mpirun\n",
+            "%s: runs in one process; an MPI launch of %d processes would run %d separate copies of it:\n"
+            "start it without mpirun\n",
             prog_name(argv0), n, n);
   return 1;
 }
