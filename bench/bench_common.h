@@ -365,6 +365,44 @@ BENCH_FN bool bench__parse_size(const char *s, size_t *out) {
   return true;
 }
 
+/* getopt_long's complaint (opterr = 0, optstring starting ':'): c is ':' for a flag without its
+   value, '?' for an unknown one. Returns 2 after the message. */
+BENCH_FN int bench__bad_flag(const char *prog, int c, char **argv) {
+  char opt[3] = {'-', (char)optopt, 0};
+  const char *last = argv[optind - 1]; /* a long option's own spelling is clearer than its letter */
+  const char *name = optopt && strncmp(last, "--", 2) != 0 ? opt : last;
+  return bench__bad(prog, c == ':' ? "option %s needs a value" : "unknown option '%s'", name);
+}
+
+/* -d: one dtype or "all" (nccl-tests' order). */
+BENCH_FN bool bench__parse_dtypes(const char *arg, bench_opts *o) {
+  static const sk_dtype all[] = {SK_I8, SK_U8, SK_I32, SK_I64, SK_F16, SK_F32, SK_F64, SK_BF16};
+  sk_dtype dt;
+  if (strcmp(arg, "all") == 0) {
+    o->ndtypes = (int)(sizeof all / sizeof all[0]);
+    memcpy(o->dtypes, all, sizeof all);
+  } else if (sk_dtype_from_name(arg, &dt)) {
+    o->ndtypes = 1, o->dtypes[0] = dt;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/* -o: one op or "all". */
+BENCH_FN bool bench__parse_ops(const char *arg, bench_opts *o) {
+  sk_redop op;
+  if (strcmp(arg, "all") == 0) {
+    o->nops = (int)SK_REDOP_COUNT;
+    for (int i = 0; i < (int)SK_REDOP_COUNT; i++) o->ops[i] = (sk_redop)i;
+  } else if (sk_redop_from_name(arg, &op)) {
+    o->nops = 1, o->ops[0] = op;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 /* Returns 0 to run, 1 after -h (the common text, then usage_notes), 2 on a bad flag (message printed). */
 BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o, const char *usage_notes) {
   memset(o, 0, sizeof *o);
@@ -413,32 +451,13 @@ BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o, const char *usag
         if (!bench__parse_long(optarg, 0, 1000, &v)) return bench__bad(o->prog, "-c: bad check count '%s' (0..1000)", optarg);
         o->check = (int)v;
         break;
-      case 'd': {
-        sk_dtype dt;
-        if (strcmp(optarg, "all") == 0) {
-          /* nccl-tests' order */
-          static const sk_dtype all[] = {SK_I8, SK_U8, SK_I32, SK_I64, SK_F16, SK_F32, SK_F64, SK_BF16};
-          o->ndtypes = (int)(sizeof all / sizeof all[0]);
-          memcpy(o->dtypes, all, sizeof all);
-        } else if (sk_dtype_from_name(optarg, &dt)) {
-          o->ndtypes = 1, o->dtypes[0] = dt;
-        } else {
+      case 'd':
+        if (!bench__parse_dtypes(optarg, o))
           return bench__bad(o->prog, "-d: unknown type '%s' (float half bfloat16 double int8 uint8 int32 int64 all)", optarg);
-        }
         break;
-      }
-      case 'o': {
-        sk_redop op;
-        if (strcmp(optarg, "all") == 0) {
-          o->nops = (int)SK_REDOP_COUNT;
-          for (int i = 0; i < (int)SK_REDOP_COUNT; i++) o->ops[i] = (sk_redop)i;
-        } else if (sk_redop_from_name(optarg, &op)) {
-          o->nops = 1, o->ops[0] = op;
-        } else {
-          return bench__bad(o->prog, "-o: unknown op '%s' (sum prod min max avg all)", optarg);
-        }
+      case 'o':
+        if (!bench__parse_ops(optarg, o)) return bench__bad(o->prog, "-o: unknown op '%s' (sum prod min max avg all)", optarg);
         break;
-      }
       case 'r':
         if (!bench__parse_long(optarg, -1, SK_MAX_DEVICES - 1, &v)) return bench__bad(o->prog, "-r: bad root '%s' (-1 or a rank)", optarg);
         o->root = (int)v;
@@ -453,14 +472,7 @@ BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o, const char *usag
         o->backend_asked = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
         break;
       case 'h': bench__usage(stdout, o->path, usage_notes); return 1;
-      case ':': {
-        char opt[3] = {'-', (char)optopt, 0};
-        return bench__bad(o->prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
-      }
-      default: {
-        char opt[3] = {'-', (char)optopt, 0};
-        return bench__bad(o->prog, "unknown option '%s'", optopt ? opt : argv[optind - 1]);
-      }
+      default: return bench__bad_flag(o->prog, c, argv);
     }
   }
   if (optind < argc) return bench__bad(o->prog, "unexpected argument '%s'", argv[optind]);

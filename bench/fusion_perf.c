@@ -92,6 +92,26 @@ static void fp_usage(FILE *f, const char *path) {
           path, BENCH_DEFAULT_GPUS, path);
 }
 
+/* --thresholds LIST into o->thr. Returns 0, or 2 after a message. */
+static int fp_parse_thresholds(const char *list, fp_opts *o) {
+  o->nthr = 0;
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (o->nthr == FP_MAXCFG) return bench__bad(o->prog, "--thresholds: more than 40 in '%s'", list);
+    size_t b;
+    if (strcmp(tok, "inf") == 0)
+      b = SK_FUSION_INF;
+    else if (!bench__parse_size(tok, &b))
+      return bench__bad(o->prog, "--thresholds: bad size '%s' (0, a size with K/M/G, or inf)", tok);
+    for (int i = 0; i < o->nthr; i++)
+      if (o->thr[i] == b) return bench__bad(o->prog, "--thresholds: '%s' listed twice", tok);
+    o->thr[o->nthr++] = b;
+  }
+  if (!o->nthr) return bench__bad(o->prog, "--thresholds: empty list '%s'", list);
+  return 0;
+}
+
 static int fp_parse(int argc, char **argv, fp_opts *o) {
   memset(o, 0, sizeof *o);
   o->prog = prog_name(argv[0]), o->path = argv[0];
@@ -151,33 +171,11 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
           return bench__bad(o->prog, "--tflops: bad rate '%s' (> 0)", optarg);
         break;
       }
-      case 't': {
-        o->nthr = 0;
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", optarg);
-        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-          if (o->nthr == FP_MAXCFG) return bench__bad(o->prog, "--thresholds: more than 40 in '%s'", optarg);
-          size_t b;
-          if (strcmp(tok, "inf") == 0)
-            b = SK_FUSION_INF;
-          else if (!bench__parse_size(tok, &b))
-            return bench__bad(o->prog, "--thresholds: bad size '%s' (0, a size with K/M/G, or inf)", tok);
-          for (int i = 0; i < o->nthr; i++)
-            if (o->thr[i] == b) return bench__bad(o->prog, "--thresholds: '%s' listed twice", tok);
-          o->thr[o->nthr++] = b;
-        }
-        if (!o->nthr) return bench__bad(o->prog, "--thresholds: empty list '%s'", optarg);
+      case 't':
+        if (fp_parse_thresholds(optarg, o)) return 2;
         break;
-      }
       case 'h': fp_usage(stdout, o->path); return 1;
-      case ':': {
-        char opt[3] = {'-', (char)optopt, 0};
-        return bench__bad(o->prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
-      }
-      default: {
-        char opt[3] = {'-', (char)optopt, 0};
-        return bench__bad(o->prog, "unknown option '%s'", optopt ? opt : argv[optind - 1]);
-      }
+      default: return bench__bad_flag(o->prog, c, argv);
     }
   }
   if (optind < argc) return bench__bad(o->prog, "unexpected argument '%s'", argv[optind]);
@@ -515,6 +513,123 @@ static void fp_plot(const fp_ctx *x, const double *tm, const double *mm, int ref
   if (st != 0) fprintf(stderr, "%s: --plot: gnuplot failed (status %d; make deps installs gnuplot-nox)\n", o->prog, st);
 }
 
+/* The world of -B: one device per MPI process, or o->ngpus threads (with the link model).
+   Returns 0, or an exit status after a message. */
+static int fp_make_world(const fp_opts *o, fp_ctx *x, sk_world **w) {
+  if (strcmp(o->backend, "mpi") == 0) {
+    bench_opts bo;
+    memset(&bo, 0, sizeof bo);
+    bo.prog = o->prog, bo.ngpus = o->ngpus, bo.backend = "mpi";
+    int st = bench_world_mpi(&bo, w, &x->nlocal, &x->local0);
+    x->n = bo.ngpus;
+    return st;
+  }
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = o->ngpus ? o->ngpus : BENCH_DEFAULT_GPUS;
+  d.backend = sk_threads_backend();
+  d.link = o->link;
+  sk_error err;
+  if (sk_world_create(&d, w, &err) != SK_OK) {
+    fprintf(stderr, "%s: cannot create the threads world: %s\n", o->prog, err.msg);
+    return 1;
+  }
+  x->n = d.ndevices, x->nlocal = d.ndevices, x->local0 = 0;
+  return 0;
+}
+
+static void fp_print_header(const fp_ctx *x) {
+  const fp_opts *o = x->o;
+  printf("# shardkit %d.%d.%d  %s  backend: %s  devices: %d\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH,
+         o->prog, o->backend, x->n);
+  printf("# Command: %s\n", o->cmdline);
+  printf("# model %s: %d tensors, %zu bytes of f32 gradients; batch %d; FLOP-model backward %.1f us at %g TFLOP/s\n",
+         o->model, x->nt, x->total_bytes, x->batch, x->compute_total_us, o->tflops);
+  printf("# gradients: %s; in-place AllReduce sum; registered in backward order; %d warm-up + %d timed rounds, medians\n",
+         o->zero_copy ? "views of one flat buffer (zero-copy)" : "separate buffers (packed)", o->warmup, o->rounds);
+  if (o->link_on)
+    printf("# link model: alpha %g us, %g GB/s (ring costs); modelled times from the virtual clocks\n", o->link.alpha_us,
+           o->link.gbps);
+  fflush(stdout);
+}
+
+/* One row per threshold (and the CSV): measured and modelled medians, speedups against no fusion. */
+static int fp_print_rows(const fp_ctx *x, const double *tm, const double *ex, const double *mm, const double *mx,
+                         int ref, int *best, int *bestm) {
+  const fp_opts *o = x->o;
+  int status = 0;
+  printf("#\n# %16s %8s %12s %12s %8s", "threshold_bytes", "buckets", "time_us", "exposed_us", "speedup");
+  if (o->link_on) printf(" %14s %16s %10s", "model_time_us", "model_exposed_us", "model_spdup");
+  printf("\n");
+  FILE *csv = o->csv ? fopen(o->csv, "w") : NULL;
+  if (o->csv && !csv) {
+    fprintf(stderr, "%s: --csv: cannot write '%s'\n", o->prog, o->csv);
+    status = 1;
+  }
+  if (csv)
+    fprintf(csv, "threshold_bytes,buckets,time_us,exposed_us,speedup%s\n",
+            o->link_on ? ",model_time_us,model_exposed_us,model_speedup" : "");
+  *best = -1, *bestm = -1;
+  for (int i = 0; i < x->ncfg; i++) {
+    char s[48];
+    fp_thr_str(s, sizeof s, x->cfg_thr[i], x->cfg_auto[i]);
+    double sp = tm[i] > 0 ? tm[ref] / tm[i] : 0, spm = mm[i] > 0 ? mm[ref] / mm[i] : 0;
+    printf("  %16s %8d %12.1f %12.1f %8.2f", s, x->buckets[i], tm[i], ex[i], sp);
+    if (o->link_on) printf(" %14.1f %16.1f %10.2f", mm[i], mx[i], spm);
+    printf("\n");
+    if (csv) {
+      fprintf(csv, "%s,%d,%.1f,%.1f,%.3f", s, x->buckets[i], tm[i], ex[i], sp);
+      if (o->link_on) fprintf(csv, ",%.1f,%.1f,%.3f", mm[i], mx[i], spm);
+      fprintf(csv, "\n");
+    }
+    if (!x->cfg_auto[i] && x->cfg_thr[i] != 0) {
+      if (*best < 0 || tm[i] < tm[*best]) *best = i;
+      if (*bestm < 0 || mm[i] < mm[*bestm]) *bestm = i;
+    }
+  }
+  if (csv) fclose(csv);
+  return status;
+}
+
+/* World rank 0, after the run: the table, the best thresholds, the plot. Returns an exit status. */
+static int fp_report(const fp_ctx *x) {
+  const fp_opts *o = x->o;
+  double tm[FP_MAXCFG + 1], ex[FP_MAXCFG + 1], mm[FP_MAXCFG + 1], mx[FP_MAXCFG + 1];
+  int ref = 0; /* the threshold-0 config (main always adds one); starting at 0 keeps tm[ref] in bounds */
+  for (int i = 0; i < x->ncfg; i++) {
+    tm[i] = fp_median(x->meas + i * o->rounds, o->rounds);
+    mm[i] = fp_median(x->model + i * o->rounds, o->rounds);
+    ex[i] = tm[i] - x->compute_total_us;
+    mx[i] = mm[i] - x->compute_total_us;
+    if (ex[i] < 0) ex[i] = 0;
+    if (mx[i] < 0) mx[i] = 0;
+    if (!x->cfg_auto[i] && x->cfg_thr[i] == 0) ref = i;
+  }
+  if (o->autopick)
+    printf("# auto: a = %.2f us, c = %.3g us/B (%s), S = %zu B, T_b = %.1f us -> threshold %.0f B\n", x->probe_a,
+           x->probe_c, o->link_on ? "link model" : "probe of the backend", x->total_bytes, x->compute_total_us,
+           x->auto_bytes);
+  int best, bestm;
+  int status = fp_print_rows(x, tm, ex, mm, mx, ref, &best, &bestm);
+  if (best >= 0) {
+    char s[48];
+    fp_thr_str(s, sizeof s, x->cfg_thr[best], false);
+    printf("# best swept (measured): %s, %.1f us, %.2fx against no fusion\n", s, tm[best], tm[ref] / tm[best]);
+    if (o->link_on) {
+      fp_thr_str(s, sizeof s, x->cfg_thr[bestm], false);
+      printf("# best swept (modelled): %s, %.1f us, %.2fx against no fusion\n", s, mm[bestm], mm[ref] / mm[bestm]);
+    }
+    if (o->autopick) {
+      int ai = x->ncfg - 1;
+      printf("# auto (%zu B): measured %.1f us = %.3f x best swept", x->cfg_thr[ai], tm[ai], tm[ai] / tm[best]);
+      if (o->link_on) printf("; modelled %.1f us = %.3f x best swept", mm[ai], mm[ai] / mm[bestm]);
+      printf("\n");
+    }
+  }
+  if (o->plot) fp_plot(x, tm, mm, ref);
+  return status;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   fp_opts o;
@@ -534,31 +649,11 @@ int main(int argc, char **argv) {
   if (!has0) x.cfg_thr[x.ncfg++] = 0;
   for (int i = 0; i < o.nthr; i++) x.cfg_thr[x.ncfg++] = o.thr[i];
   if (o.autopick) x.cfg_auto[x.ncfg++] = true;
-  /* world */
   sk_world *w = NULL;
-  if (strcmp(o.backend, "mpi") == 0) {
-    bench_opts bo;
-    memset(&bo, 0, sizeof bo);
-    bo.prog = o.prog, bo.ngpus = o.ngpus, bo.backend = "mpi";
-    st = bench_world_mpi(&bo, &w, &x.nlocal, &x.local0);
-    if (st) {
-      free(x.t);
-      return st;
-    }
-    x.n = bo.ngpus;
-  } else {
-    sk_world_desc d;
-    memset(&d, 0, sizeof d);
-    d.ndevices = o.ngpus ? o.ngpus : BENCH_DEFAULT_GPUS;
-    d.backend = sk_threads_backend();
-    d.link = o.link;
-    sk_error err;
-    if (sk_world_create(&d, &w, &err) != SK_OK) {
-      fprintf(stderr, "%s: cannot create the threads world: %s\n", o.prog, err.msg);
-      free(x.t);
-      return 1;
-    }
-    x.n = d.ndevices, x.nlocal = d.ndevices, x.local0 = 0;
+  if ((st = fp_make_world(&o, &x, &w)) != 0) {
+    if (w) sk_world_destroy(w);
+    free(x.t);
+    return st;
   }
   x.meas = (double *)calloc((size_t)(x.ncfg * o.rounds), sizeof(double));
   x.model = (double *)calloc((size_t)(x.ncfg * o.rounds), sizeof(double));
@@ -569,86 +664,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   bool root = x.local0 == 0;
-  if (root) {
-    printf("# shardkit %d.%d.%d  %s  backend: %s  devices: %d\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH,
-           o.prog, o.backend, x.n);
-    printf("# Command: %s\n", o.cmdline);
-    printf("# model %s: %d tensors, %zu bytes of f32 gradients; batch %d; FLOP-model backward %.1f us at %g TFLOP/s\n",
-           o.model, x.nt, x.total_bytes, x.batch, x.compute_total_us, o.tflops);
-    printf("# gradients: %s; in-place AllReduce sum; registered in backward order; %d warm-up + %d timed rounds, medians\n",
-           o.zero_copy ? "views of one flat buffer (zero-copy)" : "separate buffers (packed)", o.warmup, o.rounds);
-    if (o.link_on) printf("# link model: alpha %g us, %g GB/s (ring costs); modelled times from the virtual clocks\n", o.link.alpha_us, o.link.gbps);
-    fflush(stdout);
-  }
+  if (root) fp_print_header(&x);
   sk_result r = sk_world_run(w, fp_device, &x);
   int status = 0;
   if (r != SK_OK) {
     fprintf(stderr, "%s: the run failed: %s: %s\n", o.prog, sk_result_name(r), sk_world_error_message(w));
     status = 1;
   }
-  if (root && status == 0) {
-    double tm[FP_MAXCFG + 1], ex[FP_MAXCFG + 1], mm[FP_MAXCFG + 1], mx[FP_MAXCFG + 1];
-    int ref = 0; /* the threshold-0 config (main always adds one); starting at 0 keeps tm[ref] in bounds */
-    for (int i = 0; i < x.ncfg; i++) {
-      tm[i] = fp_median(x.meas + i * o.rounds, o.rounds);
-      mm[i] = fp_median(x.model + i * o.rounds, o.rounds);
-      ex[i] = tm[i] - x.compute_total_us;
-      mx[i] = mm[i] - x.compute_total_us;
-      if (ex[i] < 0) ex[i] = 0;
-      if (mx[i] < 0) mx[i] = 0;
-      if (!x.cfg_auto[i] && x.cfg_thr[i] == 0) ref = i;
-    }
-    if (o.autopick)
-      printf("# auto: a = %.2f us, c = %.3g us/B (%s), S = %zu B, T_b = %.1f us -> threshold %.0f B\n", x.probe_a,
-             x.probe_c, o.link_on ? "link model" : "probe of the backend", x.total_bytes, x.compute_total_us, x.auto_bytes);
-    printf("#\n# %16s %8s %12s %12s %8s", "threshold_bytes", "buckets", "time_us", "exposed_us", "speedup");
-    if (o.link_on) printf(" %14s %16s %10s", "model_time_us", "model_exposed_us", "model_spdup");
-    printf("\n");
-    FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
-    if (o.csv && !csv) {
-      fprintf(stderr, "%s: --csv: cannot write '%s'\n", o.prog, o.csv);
-      status = 1;
-    }
-    if (csv) {
-      fprintf(csv, "threshold_bytes,buckets,time_us,exposed_us,speedup%s\n",
-              o.link_on ? ",model_time_us,model_exposed_us,model_speedup" : "");
-    }
-    int best = -1, bestm = -1;
-    for (int i = 0; i < x.ncfg; i++) {
-      char s[48];
-      fp_thr_str(s, sizeof s, x.cfg_thr[i], x.cfg_auto[i]);
-      double sp = tm[i] > 0 ? tm[ref] / tm[i] : 0, spm = mm[i] > 0 ? mm[ref] / mm[i] : 0;
-      printf("  %16s %8d %12.1f %12.1f %8.2f", s, x.buckets[i], tm[i], ex[i], sp);
-      if (o.link_on) printf(" %14.1f %16.1f %10.2f", mm[i], mx[i], spm);
-      printf("\n");
-      if (csv) {
-        fprintf(csv, "%s,%d,%.1f,%.1f,%.3f", s, x.buckets[i], tm[i], ex[i], sp);
-        if (o.link_on) fprintf(csv, ",%.1f,%.1f,%.3f", mm[i], mx[i], spm);
-        fprintf(csv, "\n");
-      }
-      if (!x.cfg_auto[i] && x.cfg_thr[i] != 0) {
-        if (best < 0 || tm[i] < tm[best]) best = i;
-        if (bestm < 0 || mm[i] < mm[bestm]) bestm = i;
-      }
-    }
-    if (csv) fclose(csv);
-    if (best >= 0) {
-      char s[48];
-      fp_thr_str(s, sizeof s, x.cfg_thr[best], false);
-      printf("# best swept (measured): %s, %.1f us, %.2fx against no fusion\n", s, tm[best], tm[ref] / tm[best]);
-      if (o.link_on) {
-        fp_thr_str(s, sizeof s, x.cfg_thr[bestm], false);
-        printf("# best swept (modelled): %s, %.1f us, %.2fx against no fusion\n", s, mm[bestm], mm[ref] / mm[bestm]);
-      }
-      if (o.autopick) {
-        int ai = x.ncfg - 1;
-        printf("# auto (%zu B): measured %.1f us = %.3f x best swept", x.cfg_thr[ai], tm[ai], tm[ai] / tm[best]);
-        if (o.link_on) printf("; modelled %.1f us = %.3f x best swept", mm[ai], mm[ai] / mm[bestm]);
-        printf("\n");
-      }
-    }
-    if (o.plot) fp_plot(&x, tm, mm, ref);
-  }
+  if (root && status == 0) status = fp_report(&x);
   sk_world_destroy(w);
   free(x.meas);
   free(x.model);

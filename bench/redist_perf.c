@@ -180,14 +180,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->warmup = (int)v;
         break;
       case 'h': usage(stdout, argv[0]); return 1;
-      case ':': {
-        char opt[3] = {'-', (char)optopt, 0};
-        return bench__bad(prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
-      }
-      default: {
-        char opt[3] = {'-', (char)optopt, 0};
-        return bench__bad(prog, "unknown option '%s'", optopt ? opt : argv[optind - 1]);
-      }
+      default: return bench__bad_flag(prog, c, argv);
     }
   }
   if (optind < argc) return bench__bad(prog, "unexpected argument '%s'", argv[optind]);
