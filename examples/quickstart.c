@@ -5,6 +5,7 @@
 #define SK_IMPL /* in exactly one .c file */
 #include "shardkit.h"
 #include <stdio.h>
+#include <string.h>
 
 #include "progs.h"
 
@@ -55,6 +56,7 @@ static int run_layout(void) {
   sk_slice s;
   sk_error err;
   const int64_t shape[2] = {16, 784};
+  memset(&s, 0, sizeof s); /* a failed call leaves it alone; the analyzer cannot see a good one fills it */
   if (sk_mesh_parse(&m, "dp=2,sp=2,mp=2", &err) != SK_OK ||
       sk_layout_parse(&l, &m, "mp,(sp,dp)", 2, shape, &err) != SK_OK || sk_layout_slice(&l, 2, &s, &err) != SK_OK) {
     fprintf(stderr, "quickstart: %s\n", err.msg);
