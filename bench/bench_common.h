@@ -25,8 +25,10 @@
    P = min(devices in this process, online cores) threads, bytes counted as read + write, best of
    a few repeats. min_bytes per collective is derived in each program and in bench/README.md.
 
-   Backends: `-B threads` (default; `-g` devices as threads) and `-B mpi` (one device per process
-   under mpirun.openmpi, when built with SK_BENCH_MPI as the Makefile does; see bench_world_mpi()).
+   Backends: `-B threads` (`-g` devices as threads) and `-B mpi` (one device per process under
+   mpirun.openmpi, when built with SK_BENCH_MPI as the Makefile does; see bench_world_mpi()).
+   Without -B a program uses threads, or mpi when an MPI launcher started several processes
+   (examples/progs.h: the launcher's variables tell).
    Everything else is backend-neutral: all cross-device results travel through sk_allreduce, and
    work shared between the devices of one process -- the probe and the expected-value table -- is
    split over the process's local devices only; the probe's footprint is summed over processes. */
@@ -42,6 +44,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "../examples/progs.h" /* -h/--help, the MPI launch: shared with the examples */
 
 #define SK_IMPL
 #include "shardkit.h"
@@ -290,15 +294,17 @@ typedef struct bench_opts {
   sk_redop ops[SK_REDOP_COUNT];
   int root;                   /* -1 = every root */
   int ngpus;                  /* 0 = not given */
-  const char *backend;        /* "threads" or "mpi" */
+  const char *backend;        /* "threads" or "mpi" (bench_main settles it) */
+  const char *backend_asked;  /* -B's value, NULL when not given */
+  const char *path;           /* argv[0], for commands the texts show */
   char cmdline[1024];
 } bench_opts;
 
 #define BENCH_DEFAULT_GPUS 8
 
-BENCH_FN void bench__usage(FILE *f, const char *prog, const char *usage_notes) {
+BENCH_FN void bench__usage(FILE *f, const char *path, const char *usage_notes) {
   fprintf(f,
-          "USAGE: %s [flags]   (shardkit's nccl-tests-style benchmark)\n"
+          "Usage: %s [flags]   (shardkit's nccl-tests-style benchmark)\n"
           "  -b,--minbytes <size>     smallest size, K/M/G suffixes = powers of 2 (default 32M)\n"
           "  -e,--maxbytes <size>     largest size (default 32M)\n"
           "  -f,--stepfactor <n>      multiply the size by n each step, n >= 2 (default 2)\n"
@@ -308,14 +314,16 @@ BENCH_FN void bench__usage(FILE *f, const char *prog, const char *usage_notes) {
           "  -d,--datatype <type>     float half bfloat16 double int8 uint8 int32 int64, or all (default float)\n"
           "  -o,--op <op>             sum prod min max avg, or all (default sum)\n"
           "  -r,--root <rank>         root of Broadcast/Reduce; -1 = every root (default 0)\n"
-          "  -g,--ngpus <n>           devices (threads backend: threads acting as devices; default %d;\n"
-          "                           nccl-tests' default is 1). MPI: the world size, or omitted\n"
-          "  -B,--backend <name>      threads (default) or mpi (run under mpirun.openmpi -np N)\n"
+          "  -g,--ngpus <n>           devices. threads: threads acting as devices (default %d; nccl-tests'\n"
+          "                           default is 1). mpi: the number of processes, or omitted\n"
+          "  -B,--backend <name>      threads, or mpi (one device per process). Default: threads, or mpi\n"
+          "                           when an MPI launcher started several processes (-B threads is then refused)\n"
           "  -h,--help                this text\n"
           "Columns as nccl-tests (size count type redop root, then time algbw busbw #wrong out-of-place\n"
           "and in-place) plus %%bound = 100 * t_min / t(out-of-place); see bench/README.md.\n"
-          "Exit status: 0 = all rows correct, 1 = wrong elements or a failed call, 2 = bad flags.\n",
-          prog, BENCH_DEFAULT_GPUS);
+          "Exit status: 0 = all rows correct, 1 = wrong elements or a failed call, 2 = bad flags.\n"
+          "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s -b 1M -e 16M -f 4\n" PROG_ROOT_NOTE,
+          path, BENCH_DEFAULT_GPUS, path);
   if (usage_notes) fputs(usage_notes, f);
 }
 
@@ -357,15 +365,51 @@ BENCH_FN bool bench__parse_size(const char *s, size_t *out) {
   return true;
 }
 
+/* getopt_long's complaint (opterr = 0, optstring starting ':'): c is ':' for a flag without its
+   value, '?' for an unknown one. Returns 2 after the message. */
+BENCH_FN int bench__bad_flag(const char *prog, int c, char **argv) {
+  char opt[3] = {'-', (char)optopt, 0};
+  const char *last = argv[optind - 1]; /* a long option's own spelling is clearer than its letter */
+  const char *name = optopt && strncmp(last, "--", 2) != 0 ? opt : last;
+  return bench__bad(prog, c == ':' ? "option %s needs a value" : "unknown option '%s'", name);
+}
+
+/* -d: one dtype or "all" (nccl-tests' order). */
+BENCH_FN bool bench__parse_dtypes(const char *arg, bench_opts *o) {
+  static const sk_dtype all[] = {SK_I8, SK_U8, SK_I32, SK_I64, SK_F16, SK_F32, SK_F64, SK_BF16};
+  sk_dtype dt;
+  if (strcmp(arg, "all") == 0) {
+    o->ndtypes = (int)(sizeof all / sizeof all[0]);
+    memcpy(o->dtypes, all, sizeof all);
+  } else if (sk_dtype_from_name(arg, &dt)) {
+    o->ndtypes = 1, o->dtypes[0] = dt;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/* -o: one op or "all". */
+BENCH_FN bool bench__parse_ops(const char *arg, bench_opts *o) {
+  sk_redop op;
+  if (strcmp(arg, "all") == 0) {
+    o->nops = (int)SK_REDOP_COUNT;
+    for (int i = 0; i < (int)SK_REDOP_COUNT; i++) o->ops[i] = (sk_redop)i;
+  } else if (sk_redop_from_name(arg, &op)) {
+    o->nops = 1, o->ops[0] = op;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 /* Returns 0 to run, 1 after -h (the common text, then usage_notes), 2 on a bad flag (message printed). */
 BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o, const char *usage_notes) {
   memset(o, 0, sizeof *o);
-  const char *slash = strrchr(argv[0], '/');
-  o->prog = slash ? slash + 1 : argv[0];
+  o->prog = prog_name(argv[0]), o->path = argv[0];
   o->minbytes = o->maxbytes = 32u << 20;
   o->factor = 2, o->iters = 20, o->warmup = 5, o->check = 1, o->root = 0;
   o->ndtypes = 1, o->dtypes[0] = SK_F32, o->nops = 1, o->ops[0] = SK_SUM;
-  o->backend = "threads";
   size_t len = 0;
   for (int i = 0; i < argc && len + 2 < sizeof o->cmdline; i++)
     len += (size_t)snprintf(o->cmdline + len, sizeof o->cmdline - len, "%s%s", i ? " " : "", argv[i]);
@@ -407,32 +451,13 @@ BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o, const char *usag
         if (!bench__parse_long(optarg, 0, 1000, &v)) return bench__bad(o->prog, "-c: bad check count '%s' (0..1000)", optarg);
         o->check = (int)v;
         break;
-      case 'd': {
-        sk_dtype dt;
-        if (strcmp(optarg, "all") == 0) {
-          /* nccl-tests' order */
-          static const sk_dtype all[] = {SK_I8, SK_U8, SK_I32, SK_I64, SK_F16, SK_F32, SK_F64, SK_BF16};
-          o->ndtypes = (int)(sizeof all / sizeof all[0]);
-          memcpy(o->dtypes, all, sizeof all);
-        } else if (sk_dtype_from_name(optarg, &dt)) {
-          o->ndtypes = 1, o->dtypes[0] = dt;
-        } else {
+      case 'd':
+        if (!bench__parse_dtypes(optarg, o))
           return bench__bad(o->prog, "-d: unknown type '%s' (float half bfloat16 double int8 uint8 int32 int64 all)", optarg);
-        }
         break;
-      }
-      case 'o': {
-        sk_redop op;
-        if (strcmp(optarg, "all") == 0) {
-          o->nops = (int)SK_REDOP_COUNT;
-          for (int i = 0; i < (int)SK_REDOP_COUNT; i++) o->ops[i] = (sk_redop)i;
-        } else if (sk_redop_from_name(optarg, &op)) {
-          o->nops = 1, o->ops[0] = op;
-        } else {
-          return bench__bad(o->prog, "-o: unknown op '%s' (sum prod min max avg all)", optarg);
-        }
+      case 'o':
+        if (!bench__parse_ops(optarg, o)) return bench__bad(o->prog, "-o: unknown op '%s' (sum prod min max avg all)", optarg);
         break;
-      }
       case 'r':
         if (!bench__parse_long(optarg, -1, SK_MAX_DEVICES - 1, &v)) return bench__bad(o->prog, "-r: bad root '%s' (-1 or a rank)", optarg);
         o->root = (int)v;
@@ -444,17 +469,10 @@ BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o, const char *usag
       case 'B':
         if (strcmp(optarg, "threads") != 0 && strcmp(optarg, "mpi") != 0)
           return bench__bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", optarg);
-        o->backend = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
+        o->backend_asked = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
         break;
-      case 'h': bench__usage(stdout, o->prog, usage_notes); return 1;
-      case ':': {
-        char opt[3] = {'-', (char)optopt, 0};
-        return bench__bad(o->prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
-      }
-      default: {
-        char opt[3] = {'-', (char)optopt, 0};
-        return bench__bad(o->prog, "unknown option '%s'", optopt ? opt : argv[optind - 1]);
-      }
+      case 'h': bench__usage(stdout, o->path, usage_notes); return 1;
+      default: return bench__bad_flag(o->prog, c, argv);
     }
   }
   if (optind < argc) return bench__bad(o->prog, "unexpected argument '%s'", argv[optind]);
@@ -877,16 +895,11 @@ BENCH_FN int bench_world_threads(bench_opts *o, sk_world **w, int *nlocal, int *
   return 0;
 }
 
-/* -B mpi: one device per MPI process, under mpirun.openmpi -np N. -g, if given, must equal the
-   world size. Started outside mpirun (no launcher variables: Open MPI's OMPI_COMM_WORLD_SIZE,
-   PMIx's PMIX_RANK, MPICH/Hydra's PMI_SIZE), or with one process where -g asked for more, it
-   says so and exits 2. Only world rank 0 prints (bench_main prints when *local0 == 0). */
+/* -B mpi: one device per MPI process, under an MPI launcher (prog_backend made sure there is
+   one). -g, if given, must equal the world size; if not, it says so and exits 2. Only world rank 0
+   prints (bench_main prints when *local0 == 0). */
 BENCH_FN int bench_world_mpi(bench_opts *o, sk_world **w, int *nlocal, int *local0) {
 #if defined(SK_BENCH_MPI)
-  if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_SIZE")) {
-    fprintf(stderr, "%s: -B mpi needs an MPI launcher: run it as mpirun.openmpi -np N %s -B mpi ...\n", o->prog, o->prog);
-    return 2;
-  }
   sk_world_desc d;
   memset(&d, 0, sizeof d);
   d.backend = sk_mpi_backend();
@@ -897,7 +910,7 @@ BENCH_FN int bench_world_mpi(bench_opts *o, sk_world **w, int *nlocal, int *loca
   }
   int size = sk_world_size(*w);
   if (o->ngpus && o->ngpus != size) {
-    fprintf(stderr, "%s: -g %d but the MPI world has %d process%s (one device per process: mpirun.openmpi -np %d)\n",
+    fprintf(stderr, "%s: -g %d but the MPI world has %d process%s (one device per process: " PROG_MPIRUN " -np %d)\n",
             o->prog, o->ngpus, size, size == 1 ? "" : "es", o->ngpus);
     sk_world_destroy(*w);
     *w = NULL;
@@ -983,6 +996,7 @@ BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
   bench_opts o;
   int pr = bench__parse(argc, argv, &o, coll->usage_notes);
   if (pr) return pr == 1 ? 0 : 2;
+  if (!(o.backend = prog_backend(o.path, o.backend_asked, "-B"))) return 2;
   sk_world *w = NULL;
   int nlocal = 0, local0 = 0;
   int st = strcmp(o.backend, "mpi") == 0 ? bench_world_mpi(&o, &w, &nlocal, &local0)

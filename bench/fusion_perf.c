@@ -25,7 +25,7 @@
    c = 2(p-1)/p / B) or else a quick probe of the backend (median time of a non-blocking 8-B
    AllReduce; of an 8 MiB one for c, plus the pack/unpack copy rate when packing), T_b = the
    total compute, S = the gradient bytes; the threshold is sk_fusion_pick_threshold's closed
-   form (ALGORITHMS.md 1.6). */
+   form (docs/cost-models.md). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <time.h>
@@ -42,7 +42,8 @@ typedef struct fp_tensor {
 } fp_tensor;
 
 typedef struct fp_opts {
-  const char *prog, *model, *backend, *csv, *plot;
+  const char *prog, *path, *model, *backend, *csv, *plot;
+  const char *backend_asked; /* -B's value, NULL when not given */
   int ngpus, rounds, warmup;
   bool zero_copy, autopick, link_on;
   sk_link_model link;
@@ -68,35 +69,52 @@ typedef struct fp_ctx {
   int done_steps, total_steps;
 } fp_ctx;
 
-static void fp_usage(FILE *f, const char *prog) {
+static void fp_usage(FILE *f, const char *path) {
   fprintf(f,
-          "USAGE: %s --model resnet50|bert-base|gpt2|small|FILE -g N [-B threads|mpi] [--link ALPHA_US,GBPS]\n"
-          "       [--zero-copy] --thresholds LIST [--auto] [--csv FILE] [--plot FILE.png] [-n ROUNDS] [-w WARMUP]\n"
+          "Usage: %s --model resnet50|bert-base|gpt2|small|FILE --thresholds LIST [-g N] [-B threads|mpi]\n"
+          "       [--link ALPHA_US,GBPS] [--zero-copy] [--auto] [--csv FILE] [--plot FILE.png] [-n ROUNDS] [-w WARMUP]\n"
           "       [--tflops X]\n"
+          "  --model       the gradients of a network: resnet50 bert-base gpt2 small (bench/models/NAME.txt) or a file\n"
           "  --thresholds  comma list of bucket thresholds: 0 (no fusion), sizes with K/M/G (powers of 2), inf\n"
           "                (one bucket); e.g. 0,256K,1M,4M,16M,64M,inf\n"
           "  --link        threads backend: model links of ALPHA_US latency and GBPS GB/s (reports modelled time)\n"
           "  --zero-copy   gradients are views of one flat buffer (zero-copy AllReduce buckets)\n"
           "  --auto        pick a threshold from an alpha-beta probe and the gradient ready rate, run it too\n"
+          "  --csv FILE    also write the table as CSV;  --plot FILE.png  draw it with gnuplot\n"
           "  -n ROUNDS     timed rounds (default 5); each round runs every threshold once; medians reported\n"
           "  -w WARMUP     warm-up rounds (default 1)\n"
           "  --tflops X    per-device backward compute rate of the FLOP model (default 100)\n"
-          "  -g N          devices (default 8); -B threads (default) or mpi (under mpirun.openmpi -np N)\n",
-          prog);
+          "  -g,--ngpus N  devices (default %d; with MPI: the number of processes, or omitted)\n"
+          "  -B,--backend  threads, or mpi (one device per process). Default: threads, or mpi when an MPI\n"
+          "                launcher started several processes (-B threads is then refused)\n"
+          "  -h,--help     this text\n"
+          "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s --model small --thresholds 0,64K,inf\n" PROG_ROOT_NOTE,
+          path, BENCH_DEFAULT_GPUS, path);
 }
 
-static int fp_bad(const char *prog, const char *fmt, const char *arg) {
-  fprintf(stderr, "%s: ", prog);
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, " (see %s -h)\n", prog);
-  return 2;
+/* --thresholds LIST into o->thr. Returns 0, or 2 after a message. */
+static int fp_parse_thresholds(const char *list, fp_opts *o) {
+  o->nthr = 0;
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (o->nthr == FP_MAXCFG) return bench__bad(o->prog, "--thresholds: more than 40 in '%s'", list);
+    size_t b;
+    if (strcmp(tok, "inf") == 0)
+      b = SK_FUSION_INF;
+    else if (!bench__parse_size(tok, &b))
+      return bench__bad(o->prog, "--thresholds: bad size '%s' (0, a size with K/M/G, or inf)", tok);
+    for (int i = 0; i < o->nthr; i++)
+      if (o->thr[i] == b) return bench__bad(o->prog, "--thresholds: '%s' listed twice", tok);
+    o->thr[o->nthr++] = b;
+  }
+  if (!o->nthr) return bench__bad(o->prog, "--thresholds: empty list '%s'", list);
+  return 0;
 }
 
 static int fp_parse(int argc, char **argv, fp_opts *o) {
   memset(o, 0, sizeof *o);
-  const char *slash = strrchr(argv[0], '/');
-  o->prog = slash ? slash + 1 : argv[0];
-  o->backend = "threads";
+  o->prog = prog_name(argv[0]), o->path = argv[0];
   o->rounds = 5, o->warmup = 1, o->tflops = 100;
   size_t len = 0;
   for (int i = 0; i < argc && len + 2 < sizeof o->cmdline; i++)
@@ -116,29 +134,29 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
     switch (c) {
       case 'm': o->model = optarg; break;
       case 'g':
-        if (!bench__parse_long(optarg, 1, SK_MAX_DEVICES, &v)) return fp_bad(o->prog, "-g: bad device count '%s'", optarg);
+        if (!bench__parse_long(optarg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s'", optarg);
         o->ngpus = (int)v;
         break;
       case 'B':
-        if (strcmp(optarg, "threads") && strcmp(optarg, "mpi")) return fp_bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", optarg);
-        o->backend = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
+        if (strcmp(optarg, "threads") && strcmp(optarg, "mpi")) return bench__bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", optarg);
+        o->backend_asked = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
         break;
       case 'n':
-        if (!bench__parse_long(optarg, 1, 1000, &v)) return fp_bad(o->prog, "-n: bad round count '%s' (1..1000)", optarg);
+        if (!bench__parse_long(optarg, 1, 1000, &v)) return bench__bad(o->prog, "-n: bad round count '%s' (1..1000)", optarg);
         o->rounds = (int)v;
         break;
       case 'w':
-        if (!bench__parse_long(optarg, 0, 1000, &v)) return fp_bad(o->prog, "-w: bad warm-up count '%s' (0..1000)", optarg);
+        if (!bench__parse_long(optarg, 0, 1000, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (0..1000)", optarg);
         o->warmup = (int)v;
         break;
       case 'L': {
         char *end = NULL;
         double a = strtod(optarg, &end);
-        if (end == optarg || *end != ',') return fp_bad(o->prog, "--link: bad value '%s' (ALPHA_US,GBPS, e.g. 10,25)", optarg);
+        if (end == optarg || *end != ',') return bench__bad(o->prog, "--link: bad value '%s' (ALPHA_US,GBPS, e.g. 10,25)", optarg);
         char *e2 = NULL;
         double g = strtod(end + 1, &e2);
         if (e2 == end + 1 || *e2 || !(a >= 0) || !(g > 0) || a > 1e9 || g > 1e9)
-          return fp_bad(o->prog, "--link: bad value '%s' (ALPHA_US >= 0, GBPS > 0)", optarg);
+          return bench__bad(o->prog, "--link: bad value '%s' (ALPHA_US >= 0, GBPS > 0)", optarg);
         o->link.alpha_us = a, o->link.gbps = g, o->link_on = true;
         break;
       }
@@ -150,43 +168,22 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
         char *end = NULL;
         o->tflops = strtod(optarg, &end);
         if (end == optarg || *end || !(o->tflops > 0) || o->tflops > 1e9)
-          return fp_bad(o->prog, "--tflops: bad rate '%s' (> 0)", optarg);
+          return bench__bad(o->prog, "--tflops: bad rate '%s' (> 0)", optarg);
         break;
       }
-      case 't': {
-        o->nthr = 0;
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", optarg);
-        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-          if (o->nthr == FP_MAXCFG) return fp_bad(o->prog, "--thresholds: more than 40 in '%s'", optarg);
-          size_t b;
-          if (strcmp(tok, "inf") == 0)
-            b = SK_FUSION_INF;
-          else if (!bench__parse_size(tok, &b))
-            return fp_bad(o->prog, "--thresholds: bad size '%s' (0, a size with K/M/G, or inf)", tok);
-          for (int i = 0; i < o->nthr; i++)
-            if (o->thr[i] == b) return fp_bad(o->prog, "--thresholds: '%s' listed twice", tok);
-          o->thr[o->nthr++] = b;
-        }
-        if (!o->nthr) return fp_bad(o->prog, "--thresholds: empty list '%s'", optarg);
+      case 't':
+        if (fp_parse_thresholds(optarg, o)) return 2;
         break;
-      }
-      case 'h': fp_usage(stdout, o->prog); return 1;
-      case ':': {
-        char opt[3] = {'-', (char)optopt, 0};
-        return fp_bad(o->prog, "option %s needs a value", optopt ? opt : argv[optind - 1]);
-      }
-      default: {
-        char opt[3] = {'-', (char)optopt, 0};
-        return fp_bad(o->prog, "unknown option '%s'", optopt ? opt : argv[optind - 1]);
-      }
+      case 'h': fp_usage(stdout, o->path); return 1;
+      default: return bench__bad_flag(o->prog, c, argv);
     }
   }
-  if (optind < argc) return fp_bad(o->prog, "unexpected argument '%s'", argv[optind]);
-  if (!o->model) return fp_bad(o->prog, "%s", "--model is required (resnet50, bert-base, gpt2, small or a file)");
-  if (!o->nthr) return fp_bad(o->prog, "%s", "--thresholds is required (e.g. 0,256K,1M,4M,16M,64M,inf)");
+  if (optind < argc) return bench__bad(o->prog, "unexpected argument '%s'", argv[optind]);
+  if (!o->model) return bench__bad(o->prog, "%s", "--model is required (resnet50, bert-base, gpt2, small or a file)");
+  if (!o->nthr) return bench__bad(o->prog, "%s", "--thresholds is required (e.g. 0,256K,1M,4M,16M,64M,inf)");
+  if (!(o->backend = prog_backend(o->path, o->backend_asked, "-B"))) return 2;
   if (o->link_on && strcmp(o->backend, "mpi") == 0)
-    return fp_bad(o->prog, "%s", "--link needs -B threads (the MPI backend has no link model)");
+    return bench__bad(o->prog, "%s", "--link needs -B threads (the MPI backend has no link model)");
   return 0;
 }
 
@@ -210,7 +207,7 @@ static FILE *fp_open_model(const char *prog_path, const char *model, char *path,
 static int fp_load(fp_ctx *x, const char *argv0) {
   char path[1024];
   FILE *f = fp_open_model(argv0, x->o->model, path, sizeof path);
-  if (!f) return fp_bad(x->o->prog, "--model: cannot open '%s' (resnet50, bert-base, gpt2, small, or a file)", path);
+  if (!f) return bench__bad(x->o->prog, "--model: cannot open '%s' (resnet50, bert-base, gpt2, small, or a file)", path);
   char line[512];
   int cap = 256;
   x->t = (fp_tensor *)calloc((size_t)cap, sizeof(fp_tensor));
@@ -237,7 +234,7 @@ static int fp_load(fp_ctx *x, const char *argv0) {
         fclose(f);
         char where[1100];
         snprintf(where, sizeof where, "%s line %d", path, ln);
-        return fp_bad(x->o->prog, "model file: bad shape at %s", where);
+        return bench__bad(x->o->prog, "model file: bad shape at %s", where);
       }
       count *= (size_t)d;
       if (*end == 'x') p = end + 1;
@@ -255,8 +252,8 @@ static int fp_load(fp_ctx *x, const char *argv0) {
     t->count = count, t->positions = pos > 0 ? pos : 0;
   }
   fclose(f);
-  if (!x->t) return fp_bad(x->o->prog, "%s", "out of memory reading the model");
-  if (!x->nt) return fp_bad(x->o->prog, "model file '%s' lists no tensors", path);
+  if (!x->t) return bench__bad(x->o->prog, "%s", "out of memory reading the model");
+  if (!x->nt) return bench__bad(x->o->prog, "model file '%s' lists no tensors", path);
   for (int i = 0; i < x->nt; i++) {
     fp_tensor *t = &x->t[i];
     double flops = 4.0 * (double)t->count * t->positions * (double)x->batch;
@@ -516,6 +513,123 @@ static void fp_plot(const fp_ctx *x, const double *tm, const double *mm, int ref
   if (st != 0) fprintf(stderr, "%s: --plot: gnuplot failed (status %d; make deps installs gnuplot-nox)\n", o->prog, st);
 }
 
+/* The world of -B: one device per MPI process, or o->ngpus threads (with the link model).
+   Returns 0, or an exit status after a message. */
+static int fp_make_world(const fp_opts *o, fp_ctx *x, sk_world **w) {
+  if (strcmp(o->backend, "mpi") == 0) {
+    bench_opts bo;
+    memset(&bo, 0, sizeof bo);
+    bo.prog = o->prog, bo.ngpus = o->ngpus, bo.backend = "mpi";
+    int st = bench_world_mpi(&bo, w, &x->nlocal, &x->local0);
+    x->n = bo.ngpus;
+    return st;
+  }
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = o->ngpus ? o->ngpus : BENCH_DEFAULT_GPUS;
+  d.backend = sk_threads_backend();
+  d.link = o->link;
+  sk_error err;
+  if (sk_world_create(&d, w, &err) != SK_OK) {
+    fprintf(stderr, "%s: cannot create the threads world: %s\n", o->prog, err.msg);
+    return 1;
+  }
+  x->n = d.ndevices, x->nlocal = d.ndevices, x->local0 = 0;
+  return 0;
+}
+
+static void fp_print_header(const fp_ctx *x) {
+  const fp_opts *o = x->o;
+  printf("# shardkit %d.%d.%d  %s  backend: %s  devices: %d\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH,
+         o->prog, o->backend, x->n);
+  printf("# Command: %s\n", o->cmdline);
+  printf("# model %s: %d tensors, %zu bytes of f32 gradients; batch %d; FLOP-model backward %.1f us at %g TFLOP/s\n",
+         o->model, x->nt, x->total_bytes, x->batch, x->compute_total_us, o->tflops);
+  printf("# gradients: %s; in-place AllReduce sum; registered in backward order; %d warm-up + %d timed rounds, medians\n",
+         o->zero_copy ? "views of one flat buffer (zero-copy)" : "separate buffers (packed)", o->warmup, o->rounds);
+  if (o->link_on)
+    printf("# link model: alpha %g us, %g GB/s (ring costs); modelled times from the virtual clocks\n", o->link.alpha_us,
+           o->link.gbps);
+  fflush(stdout);
+}
+
+/* One row per threshold (and the CSV): measured and modelled medians, speedups against no fusion. */
+static int fp_print_rows(const fp_ctx *x, const double *tm, const double *ex, const double *mm, const double *mx,
+                         int ref, int *best, int *bestm) {
+  const fp_opts *o = x->o;
+  int status = 0;
+  printf("#\n# %16s %8s %12s %12s %8s", "threshold_bytes", "buckets", "time_us", "exposed_us", "speedup");
+  if (o->link_on) printf(" %14s %16s %10s", "model_time_us", "model_exposed_us", "model_spdup");
+  printf("\n");
+  FILE *csv = o->csv ? fopen(o->csv, "w") : NULL;
+  if (o->csv && !csv) {
+    fprintf(stderr, "%s: --csv: cannot write '%s'\n", o->prog, o->csv);
+    status = 1;
+  }
+  if (csv)
+    fprintf(csv, "threshold_bytes,buckets,time_us,exposed_us,speedup%s\n",
+            o->link_on ? ",model_time_us,model_exposed_us,model_speedup" : "");
+  *best = -1, *bestm = -1;
+  for (int i = 0; i < x->ncfg; i++) {
+    char s[48];
+    fp_thr_str(s, sizeof s, x->cfg_thr[i], x->cfg_auto[i]);
+    double sp = tm[i] > 0 ? tm[ref] / tm[i] : 0, spm = mm[i] > 0 ? mm[ref] / mm[i] : 0;
+    printf("  %16s %8d %12.1f %12.1f %8.2f", s, x->buckets[i], tm[i], ex[i], sp);
+    if (o->link_on) printf(" %14.1f %16.1f %10.2f", mm[i], mx[i], spm);
+    printf("\n");
+    if (csv) {
+      fprintf(csv, "%s,%d,%.1f,%.1f,%.3f", s, x->buckets[i], tm[i], ex[i], sp);
+      if (o->link_on) fprintf(csv, ",%.1f,%.1f,%.3f", mm[i], mx[i], spm);
+      fprintf(csv, "\n");
+    }
+    if (!x->cfg_auto[i] && x->cfg_thr[i] != 0) {
+      if (*best < 0 || tm[i] < tm[*best]) *best = i;
+      if (*bestm < 0 || mm[i] < mm[*bestm]) *bestm = i;
+    }
+  }
+  if (csv) fclose(csv);
+  return status;
+}
+
+/* World rank 0, after the run: the table, the best thresholds, the plot. Returns an exit status. */
+static int fp_report(const fp_ctx *x) {
+  const fp_opts *o = x->o;
+  double tm[FP_MAXCFG + 1], ex[FP_MAXCFG + 1], mm[FP_MAXCFG + 1], mx[FP_MAXCFG + 1];
+  int ref = 0; /* the threshold-0 config (main always adds one); starting at 0 keeps tm[ref] in bounds */
+  for (int i = 0; i < x->ncfg; i++) {
+    tm[i] = fp_median(x->meas + i * o->rounds, o->rounds);
+    mm[i] = fp_median(x->model + i * o->rounds, o->rounds);
+    ex[i] = tm[i] - x->compute_total_us;
+    mx[i] = mm[i] - x->compute_total_us;
+    if (ex[i] < 0) ex[i] = 0;
+    if (mx[i] < 0) mx[i] = 0;
+    if (!x->cfg_auto[i] && x->cfg_thr[i] == 0) ref = i;
+  }
+  if (o->autopick)
+    printf("# auto: a = %.2f us, c = %.3g us/B (%s), S = %zu B, T_b = %.1f us -> threshold %.0f B\n", x->probe_a,
+           x->probe_c, o->link_on ? "link model" : "probe of the backend", x->total_bytes, x->compute_total_us,
+           x->auto_bytes);
+  int best, bestm;
+  int status = fp_print_rows(x, tm, ex, mm, mx, ref, &best, &bestm);
+  if (best >= 0) {
+    char s[48];
+    fp_thr_str(s, sizeof s, x->cfg_thr[best], false);
+    printf("# best swept (measured): %s, %.1f us, %.2fx against no fusion\n", s, tm[best], tm[ref] / tm[best]);
+    if (o->link_on) {
+      fp_thr_str(s, sizeof s, x->cfg_thr[bestm], false);
+      printf("# best swept (modelled): %s, %.1f us, %.2fx against no fusion\n", s, mm[bestm], mm[ref] / mm[bestm]);
+    }
+    if (o->autopick) {
+      int ai = x->ncfg - 1;
+      printf("# auto (%zu B): measured %.1f us = %.3f x best swept", x->cfg_thr[ai], tm[ai], tm[ai] / tm[best]);
+      if (o->link_on) printf("; modelled %.1f us = %.3f x best swept", mm[ai], mm[ai] / mm[bestm]);
+      printf("\n");
+    }
+  }
+  if (o->plot) fp_plot(x, tm, mm, ref);
+  return status;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   fp_opts o;
@@ -535,31 +649,11 @@ int main(int argc, char **argv) {
   if (!has0) x.cfg_thr[x.ncfg++] = 0;
   for (int i = 0; i < o.nthr; i++) x.cfg_thr[x.ncfg++] = o.thr[i];
   if (o.autopick) x.cfg_auto[x.ncfg++] = true;
-  /* world */
   sk_world *w = NULL;
-  if (strcmp(o.backend, "mpi") == 0) {
-    bench_opts bo;
-    memset(&bo, 0, sizeof bo);
-    bo.prog = o.prog, bo.ngpus = o.ngpus, bo.backend = "mpi";
-    st = bench_world_mpi(&bo, &w, &x.nlocal, &x.local0);
-    if (st) {
-      free(x.t);
-      return st;
-    }
-    x.n = bo.ngpus;
-  } else {
-    sk_world_desc d;
-    memset(&d, 0, sizeof d);
-    d.ndevices = o.ngpus ? o.ngpus : BENCH_DEFAULT_GPUS;
-    d.backend = sk_threads_backend();
-    d.link = o.link;
-    sk_error err;
-    if (sk_world_create(&d, &w, &err) != SK_OK) {
-      fprintf(stderr, "%s: cannot create the threads world: %s\n", o.prog, err.msg);
-      free(x.t);
-      return 1;
-    }
-    x.n = d.ndevices, x.nlocal = d.ndevices, x.local0 = 0;
+  if ((st = fp_make_world(&o, &x, &w)) != 0) {
+    if (w) sk_world_destroy(w);
+    free(x.t);
+    return st;
   }
   x.meas = (double *)calloc((size_t)(x.ncfg * o.rounds), sizeof(double));
   x.model = (double *)calloc((size_t)(x.ncfg * o.rounds), sizeof(double));
@@ -570,86 +664,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   bool root = x.local0 == 0;
-  if (root) {
-    printf("# shardkit %d.%d.%d  %s  backend: %s  devices: %d\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH,
-           o.prog, o.backend, x.n);
-    printf("# Command: %s\n", o.cmdline);
-    printf("# model %s: %d tensors, %zu bytes of f32 gradients; batch %d; FLOP-model backward %.1f us at %g TFLOP/s\n",
-           o.model, x.nt, x.total_bytes, x.batch, x.compute_total_us, o.tflops);
-    printf("# gradients: %s; in-place AllReduce sum; registered in backward order; %d warm-up + %d timed rounds, medians\n",
-           o.zero_copy ? "views of one flat buffer (zero-copy)" : "separate buffers (packed)", o.warmup, o.rounds);
-    if (o.link_on) printf("# link model: alpha %g us, %g GB/s (ring costs); modelled times from the virtual clocks\n", o.link.alpha_us, o.link.gbps);
-    fflush(stdout);
-  }
+  if (root) fp_print_header(&x);
   sk_result r = sk_world_run(w, fp_device, &x);
   int status = 0;
   if (r != SK_OK) {
     fprintf(stderr, "%s: the run failed: %s: %s\n", o.prog, sk_result_name(r), sk_world_error_message(w));
     status = 1;
   }
-  if (root && status == 0) {
-    double tm[FP_MAXCFG + 1], ex[FP_MAXCFG + 1], mm[FP_MAXCFG + 1], mx[FP_MAXCFG + 1];
-    int ref = 0; /* the threshold-0 config (main always adds one); starting at 0 keeps tm[ref] in bounds */
-    for (int i = 0; i < x.ncfg; i++) {
-      tm[i] = fp_median(x.meas + i * o.rounds, o.rounds);
-      mm[i] = fp_median(x.model + i * o.rounds, o.rounds);
-      ex[i] = tm[i] - x.compute_total_us;
-      mx[i] = mm[i] - x.compute_total_us;
-      if (ex[i] < 0) ex[i] = 0;
-      if (mx[i] < 0) mx[i] = 0;
-      if (!x.cfg_auto[i] && x.cfg_thr[i] == 0) ref = i;
-    }
-    if (o.autopick)
-      printf("# auto: a = %.2f us, c = %.3g us/B (%s), S = %zu B, T_b = %.1f us -> threshold %.0f B\n", x.probe_a,
-             x.probe_c, o.link_on ? "link model" : "probe of the backend", x.total_bytes, x.compute_total_us, x.auto_bytes);
-    printf("#\n# %16s %8s %12s %12s %8s", "threshold_bytes", "buckets", "time_us", "exposed_us", "speedup");
-    if (o.link_on) printf(" %14s %16s %10s", "model_time_us", "model_exposed_us", "model_spdup");
-    printf("\n");
-    FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
-    if (o.csv && !csv) {
-      fprintf(stderr, "%s: --csv: cannot write '%s'\n", o.prog, o.csv);
-      status = 1;
-    }
-    if (csv) {
-      fprintf(csv, "threshold_bytes,buckets,time_us,exposed_us,speedup%s\n",
-              o.link_on ? ",model_time_us,model_exposed_us,model_speedup" : "");
-    }
-    int best = -1, bestm = -1;
-    for (int i = 0; i < x.ncfg; i++) {
-      char s[48];
-      fp_thr_str(s, sizeof s, x.cfg_thr[i], x.cfg_auto[i]);
-      double sp = tm[i] > 0 ? tm[ref] / tm[i] : 0, spm = mm[i] > 0 ? mm[ref] / mm[i] : 0;
-      printf("  %16s %8d %12.1f %12.1f %8.2f", s, x.buckets[i], tm[i], ex[i], sp);
-      if (o.link_on) printf(" %14.1f %16.1f %10.2f", mm[i], mx[i], spm);
-      printf("\n");
-      if (csv) {
-        fprintf(csv, "%s,%d,%.1f,%.1f,%.3f", s, x.buckets[i], tm[i], ex[i], sp);
-        if (o.link_on) fprintf(csv, ",%.1f,%.1f,%.3f", mm[i], mx[i], spm);
-        fprintf(csv, "\n");
-      }
-      if (!x.cfg_auto[i] && x.cfg_thr[i] != 0) {
-        if (best < 0 || tm[i] < tm[best]) best = i;
-        if (bestm < 0 || mm[i] < mm[bestm]) bestm = i;
-      }
-    }
-    if (csv) fclose(csv);
-    if (best >= 0) {
-      char s[48];
-      fp_thr_str(s, sizeof s, x.cfg_thr[best], false);
-      printf("# best swept (measured): %s, %.1f us, %.2fx against no fusion\n", s, tm[best], tm[ref] / tm[best]);
-      if (o.link_on) {
-        fp_thr_str(s, sizeof s, x.cfg_thr[bestm], false);
-        printf("# best swept (modelled): %s, %.1f us, %.2fx against no fusion\n", s, mm[bestm], mm[ref] / mm[bestm]);
-      }
-      if (o.autopick) {
-        int ai = x.ncfg - 1;
-        printf("# auto (%zu B): measured %.1f us = %.3f x best swept", x.cfg_thr[ai], tm[ai], tm[ai] / tm[best]);
-        if (o.link_on) printf("; modelled %.1f us = %.3f x best swept", mm[ai], mm[ai] / mm[bestm]);
-        printf("\n");
-      }
-    }
-    if (o.plot) fp_plot(&x, tm, mm, ref);
-  }
+  if (root && status == 0) status = fp_report(&x);
   sk_world_destroy(w);
   free(x.meas);
   free(x.model);

@@ -2,8 +2,9 @@
    - ns per rank slice: sk_layout_slice over all 4096 ranks, many passes, median of several runs
    - all replica groups (sk_layout_replica_groups), and sk_mesh_groups over each of the 16 axis
      combinations of an 8x8x8x8 mesh
-   Targets (issue 2): <= 100 ns per slice, <= 5 ms for all groups.
-   Usage: build/layout_bench [runs]   (default 9 runs; the median is reported) */
+   Targets: <= 100 ns per slice, <= 5 ms for all groups (a training framework asks for these at
+   every graph compile, for every tensor).
+   Usage: build/layout_bench [RUNS]   (default 9 runs; the median is reported) */
 #define _GNU_SOURCE /* clock_gettime under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@
 
 #define SK_IMPL
 #include "sk_layout.h"
+
+#include "../examples/progs.h"
 
 static double now_ns(void) {
   struct timespec ts;
@@ -38,12 +41,41 @@ static void die_on(sk_result r, const sk_error *e) {
 /* Keeps the compiler from dropping the measured calls. */
 static volatile int64_t sink;
 
-int main(int argc, char **argv) {
-  int runs = argc > 1 ? atoi(argv[1]) : 9;
-  if (runs < 1 || runs > 101) {
-    fprintf(stderr, "usage: layout_bench [runs 1..101]\n");
-    return 2;
+static void usage(FILE *f, const char *path) {
+  fprintf(f,
+          "Usage: %s [RUNS]\n"
+          "Times sk_layout.h on a 4096-device mesh (dp=8,sp=8,mp=8,pp=8): sk_layout_slice per rank, all\n"
+          "replica groups, the groups of every axis combination. RUNS: 1..101 (default 9); medians reported.\n"
+          "  -h,--help   this text\n",
+          path);
+}
+
+/* RUNS from argv, or 0 after a message (or the help text: *help set). */
+static int parse_runs(int argc, char **argv, int *help) {
+  *help = argc > 1 && prog_is_help(argv[1]);
+  if (*help) {
+    usage(stdout, argv[0]);
+    return 0;
   }
+  if (argc > 2) {
+    fprintf(stderr, "layout_bench: unexpected argument '%s' (see %s -h)\n", argv[2], prog_name(argv[0]));
+    return 0;
+  }
+  if (argc < 2) return 9;
+  char *end = NULL;
+  long runs = strtol(argv[1], &end, 10);
+  if (end == argv[1] || *end || runs < 1 || runs > 101) {
+    fprintf(stderr, "layout_bench: RUNS must be 1..101, got '%s' (see %s -h)\n", argv[1], prog_name(argv[0]));
+    return 0;
+  }
+  return (int)runs;
+}
+
+int main(int argc, char **argv) {
+  int help, runs = parse_runs(argc, argv, &help);
+  if (help) return 0;
+  if (!runs) return 2;
+  if (prog_refuse_launch(argv[0])) return 2;
   sk_mesh mesh;
   sk_layout layout;
   sk_error e;

@@ -9,7 +9,7 @@
       Every move is checked element by element once (the "check" column).
    2. Planning time on a 4096-device mesh (dp=8,sp=8,mp=8,pp=8): sk_redist_plan_create for one
       rank, median and max over 64 ranks spread over the mesh (target: <= 1 ms per rank).
-   Usage: build/redist_perf [-g devices] [-b bytes] [-n iters] [-w warmup] */
+   Usage: build/redist_perf [-g 8] [-b BYTES] [-n ITERS] [-w WARMUP]   (-h: the flags) */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,30 +135,111 @@ static void die(const char *what, const sk_error *e) {
   exit(1);
 }
 
-int main(int argc, char **argv) {
-  int ndev = 8, iters = 10, warmup = 3;
-  size_t bytes = 16u << 20;
-  int opt;
-  while ((opt = getopt(argc, argv, "g:b:n:w:")) != -1) {
-    if (opt == 'g') ndev = atoi(optarg);
-    else if (opt == 'b') bytes = (size_t)strtoull(optarg, NULL, 0) << (strchr(optarg, 'M') ? 20 : 0);
-    else if (opt == 'n') iters = atoi(optarg);
-    else if (opt == 'w') warmup = atoi(optarg);
-    else {
-      fprintf(stderr, "usage: redist_perf [-g 8] [-b 16M] [-n 10] [-w 3]\n");
-      return 2;
+typedef struct opts {
+  int ndev, iters, warmup;
+  size_t bytes;
+} opts;
+
+static void usage(FILE *f, const char *path) {
+  fprintf(f,
+          "Usage: %s [-g 8] [-b BYTES] [-n ITERS] [-w WARMUP]\n"
+          "Times sk_redist.h's moves of a float tensor [BYTES/4096, 1024] between layouts over 8 devices (threads)\n"
+          "as %%bound of the memory traffic they must cause, checks each once, then times planning on 4096 devices.\n"
+          "  -g N        devices: 8, the mesh the moves are written for (default 8)\n"
+          "  -b BYTES    tensor size, K/M/G suffixes = powers of 2, a multiple of 32K (default 16M)\n"
+          "  -n ITERS    timed executions per move, >= 1 (default 10)\n"
+          "  -w WARMUP   warm-up executions per move, >= 0 (default 3)\n"
+          "  -h,--help   this text\n"
+          "Exit status: 0 = every move correct, 1 = a wrong element or a failed call, 2 = bad flags.\n",
+          path);
+}
+
+/* argv into *o. Returns 0 to run, 1 after -h, 2 after a message. */
+static int parse_args(int argc, char **argv, opts *o) {
+  o->ndev = 8, o->iters = 10, o->warmup = 3, o->bytes = 16u << 20;
+  static const struct option lo[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  const char *prog = prog_name(argv[0]);
+  long v;
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":g:b:n:w:h", lo, NULL)) != -1) {
+    switch (c) {
+      case 'g':
+        if (!bench__parse_long(optarg, 8, 8, &v)) return bench__bad(prog, "-g: '%s': the moves are written for 8 devices", optarg);
+        break;
+      case 'b':
+        if (!bench__parse_size(optarg, &o->bytes) || o->bytes == 0 || o->bytes % (32u << 10))
+          return bench__bad(prog, "-b: bad size '%s' (a multiple of 32K: 8 row blocks of 1024 floats)", optarg);
+        break;
+      case 'n':
+        if (!bench__parse_long(optarg, 1, INT_MAX, &v)) return bench__bad(prog, "-n: bad iteration count '%s' (>= 1)", optarg);
+        o->iters = (int)v;
+        break;
+      case 'w':
+        if (!bench__parse_long(optarg, 0, INT_MAX, &v)) return bench__bad(prog, "-w: bad warm-up count '%s' (>= 0)", optarg);
+        o->warmup = (int)v;
+        break;
+      case 'h': usage(stdout, argv[0]); return 1;
+      default: return bench__bad_flag(prog, c, argv);
     }
   }
-  if (ndev != 8) {
-    fprintf(stderr, "redist_perf: the moves are written for 8 devices\n");
-    return 2;
+  if (optind < argc) return bench__bad(prog, "unexpected argument '%s'", argv[optind]);
+  return 0;
+}
+
+/* Sets up x->desc for move mv on tensor `shape` and prints nothing; returns the plan's name in
+   plan, its bytes (every step's target slices written, sources read) in *planb, the largest
+   bytes one rank receives in *rmax and the least traffic any plan causes in *minb. */
+static void plan_move(ctx *x, const move *mv, const int64_t shape[2], size_t bytes, char plan[64], double *planb,
+                      uint64_t *rmax, double *minb) {
+  sk_mesh m;
+  sk_error e;
+  memset(&x->desc, 0, sizeof x->desc);
+  if (sk_mesh_parse(&m, mv->mesh, &e) || sk_layout_parse(&x->desc.from, &m, mv->from, 2, shape, &e) ||
+      sk_layout_parse(&x->desc.to, &m, mv->to, 2, shape, &e) ||
+      (mv->partial && sk_mesh_axis_mask(&m, mv->partial, &x->desc.partial, &e)))
+    die(mv->label, &e);
+  x->desc.mode = mv->mode;
+  sk_redist_plan *p;
+  if (sk_redist_plan_create(&x->desc, SK_REDIST_ALL_RANKS, &p, &e)) die(mv->label, &e);
+  plan[0] = 0, *planb = 0;
+  for (int i = 0; i < sk_redist_plan_nsteps(p); i++) {
+    sk_redist_step_info s;
+    if (sk_redist_plan_step(p, i, &s, &e)) die(mv->label, &e);
+    snprintf(plan + strlen(plan), 64 - strlen(plan), "%s%s", i ? "+" : "", s.name);
+    int64_t sh[SK_MAX_DIMS] = {0}, v = 1; /* slice_shape leaves sh alone on a bad layout */
+    sk_layout_slice_shape(s.to, sh);
+    for (int k = 0; k < s.to->ndims; k++) v *= sh[k];
+    *planb += (double)v * 4 * x->n * (1 + (s.from_partial ? s.group_size : 1));
   }
+  int g = 1;
+  for (int a = 0; a < m.naxes; a++)
+    if (x->desc.partial & (1u << a)) g *= m.dims[a];
+  *rmax = 0, *minb = 0;
+  for (int r = 0; r < x->n; r++) {
+    uint64_t rv, sv;
+    if (sk_redist_plan_bytes(p, -1, r, &rv, &sv, &e)) die(mv->label, &e);
+    if (rv > *rmax) *rmax = rv;
+    int64_t fshape[SK_MAX_DIMS] = {0}, tshape[SK_MAX_DIMS] = {0};
+    sk_layout_slice_shape(&x->desc.from, fshape);
+    sk_layout_slice_shape(&x->desc.to, tshape);
+    x->nsrc[r] = (size_t)(fshape[0] * fshape[1]);
+    x->ndst[r] = (size_t)(tshape[0] * tshape[1]);
+    *minb += (double)x->ndst[r] * 4; /* every target slice written once */
+  }
+  *minb += (double)g * (double)bytes; /* the tensor read once (every contribution when partial) */
+  sk_redist_plan_destroy(p);
+}
+
+/* Part 1: every move timed and checked on the threads world. Returns the number of wrong moves. */
+static int run_moves(const opts *o) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int64_t C = 1024, R = (int64_t)(bytes / 4) / C;
+  int ndev = o->ndev;
+  int64_t C = 1024, R = (int64_t)(o->bytes / 4) / C;
   int64_t shape[2] = {R, C};
   printf("# redist_perf: %d devices (threads), tensor [%lld,%lld] float = %zu bytes, %d iters, %d warm-up, "
          "probe threads %ld\n",
-         ndev, (long long)R, (long long)C, bytes, iters, warmup, cores < ndev ? cores : ndev);
+         ndev, (long long)R, (long long)C, o->bytes, o->iters, o->warmup, cores < ndev ? cores : ndev);
   printf("# %-32s %-24s %11s %9s %11s %11s %8s %7s %6s %6s\n", "move", "plan", "recv B/rank", "time(us)", "min bytes",
          "plan bytes", "B(GB/s)", "%bound", "%plan", "check");
   sk_world_desc wd;
@@ -170,59 +251,26 @@ int main(int argc, char **argv) {
   if (sk_world_create(&wd, &w, &e)) die("world", &e);
   ctx x;
   memset(&x, 0, sizeof x);
-  x.n = ndev, x.iters = iters, x.warmup = warmup;
+  x.n = ndev, x.iters = o->iters, x.warmup = o->warmup;
   x.probe_threads = (int)(cores < ndev ? cores : ndev);
   x.src = calloc((size_t)ndev, sizeof(float *)), x.dst = calloc((size_t)ndev, sizeof(float *));
   x.nsrc = calloc((size_t)ndev, sizeof(size_t)), x.ndst = calloc((size_t)ndev, sizeof(size_t));
+  if (!x.src || !x.dst || !x.nsrc || !x.ndst) die("out of memory", NULL);
+  int bad = 0;
   for (int mi = 0; mi < NMOVES; mi++) {
     const move *mv = &moves[mi];
-    sk_mesh m;
-    memset(&x.desc, 0, sizeof x.desc);
-    if (sk_mesh_parse(&m, mv->mesh, &e) || sk_layout_parse(&x.desc.from, &m, mv->from, 2, shape, &e) ||
-        sk_layout_parse(&x.desc.to, &m, mv->to, 2, shape, &e) ||
-        (mv->partial && sk_mesh_axis_mask(&m, mv->partial, &x.desc.partial, &e)))
-      die(mv->label, &e);
-    x.desc.mode = mv->mode;
-    sk_redist_plan *p;
-    if (sk_redist_plan_create(&x.desc, SK_REDIST_ALL_RANKS, &p, &e)) die(mv->label, &e);
-    char plan[64] = "";
-    double planb = 0;
-    for (int i = 0; i < sk_redist_plan_nsteps(p); i++) {
-      sk_redist_step_info s;
-      if (sk_redist_plan_step(p, i, &s, &e)) die(mv->label, &e);
-      snprintf(plan + strlen(plan), sizeof plan - strlen(plan), "%s%s", i ? "+" : "", s.name);
-      int64_t sh[SK_MAX_DIMS] = {0}, v = 1; /* slice_shape leaves sh alone on a bad layout */
-      sk_layout_slice_shape(s.to, sh);
-      for (int k = 0; k < s.to->ndims; k++) v *= sh[k];
-      planb += (double)v * 4 * ndev * (1 + (s.from_partial ? s.group_size : 1));
-    }
-    uint64_t rmax = 0;
-    double minb = 0;
-    int g = 1;
-    for (int a = 0; a < m.naxes; a++)
-      if (x.desc.partial & (1u << a)) g *= m.dims[a];
-    for (int r = 0; r < ndev; r++) {
-      uint64_t rv, sv;
-      if (sk_redist_plan_bytes(p, -1, r, &rv, &sv, &e)) die(mv->label, &e);
-      if (rv > rmax) rmax = rv;
-      int64_t fshape[SK_MAX_DIMS] = {0}, tshape[SK_MAX_DIMS] = {0};
-      sk_layout_slice_shape(&x.desc.from, fshape);
-      sk_layout_slice_shape(&x.desc.to, tshape);
-      x.nsrc[r] = (size_t)(fshape[0] * fshape[1]);
-      x.ndst[r] = (size_t)(tshape[0] * tshape[1]);
-      minb += (double)x.ndst[r] * 4; /* every target slice written once */
-    }
-    minb += (double)g * (double)bytes; /* the tensor read once (every contribution when partial) */
-    sk_redist_plan_destroy(p);
+    char plan[64];
+    double planb, minb;
+    uint64_t rmax;
+    plan_move(&x, mv, shape, o->bytes, plan, &planb, &rmax, &minb);
     for (int r = 0; r < ndev; r++) {
       x.src[r] = aligned_alloc(4096, (x.nsrc[r] * 4 + 4095) / 4096 * 4096);
       x.dst[r] = aligned_alloc(4096, (x.ndst[r] * 4 + 4095) / 4096 * 4096);
       if (!x.src[r] || !x.dst[r]) die("out of memory", NULL);
     }
-    sk_result rc = sk_world_run(w, device, &x);
-    if (rc) {
+    if (sk_world_run(w, device, &x)) {
       fprintf(stderr, "redist_perf: %s: %s\n", mv->label, sk_world_error_message(w));
-      return 1;
+      exit(1);
     }
     double foot = 0;
     for (int r = 0; r < ndev; r++) foot += (double)(x.nsrc[r] + x.ndst[r]) * 4;
@@ -231,11 +279,16 @@ int main(int argc, char **argv) {
     printf("  %-32s %-24s %11llu %9.1f %11.0f %11.0f %8.2f %7.1f %6.1f %6s\n", mv->label, plan,
            (unsigned long long)rmax, x.t_iter * 1e6, minb, planb, B / 1e9, 100 * tmin / x.t_iter,
            100 * planb / B / x.t_iter, x.wrong ? "WRONG" : "ok");
+    bad += x.wrong != 0;
     for (int r = 0; r < ndev; r++) free(x.src[r]), free(x.dst[r]);
   }
   sk_world_destroy(w);
+  free(x.src), free(x.dst), free(x.nsrc), free(x.ndst);
+  return bad;
+}
 
-  /* planning time on 4096 devices */
+/* Part 2: planning time per rank on 4096 devices. */
+static void plan_times(void) {
   static const struct {
     const char *label, *from, *to, *partial;
     sk_redist_mode mode;
@@ -248,6 +301,7 @@ int main(int argc, char **argv) {
       {"MindSpore mode, alltoall on", "(dp,sp),None,mp,None", "None,(dp,sp),mp,None", NULL, SK_REDIST_MINDSPORE},
   };
   sk_mesh bm;
+  sk_error e;
   if (sk_mesh_parse(&bm, "dp=8,sp=8,mp=8,pp=8", &e)) die("mesh", &e);
   static const int64_t bshape[4] = {4096, 4096, 64, 64};
   printf("\n# planning time per rank, mesh dp=8,sp=8,mp=8,pp=8 (4096 devices), x[4096,4096,64,64] float,\n"
@@ -285,5 +339,16 @@ int main(int argc, char **argv) {
     double med = 0.5 * (t[31] + t[32]), mx = t[63];
     printf("  %-40s %-24s %12.3f %12.3f %5s\n", pcases[ci].label, plan, med, mx, mx <= 1.0 ? "yes" : "NO");
   }
-  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  opts o;
+  int pr = parse_args(argc, argv, &o);
+  if (pr) return pr == 1 ? 0 : 2;
+  if (prog_refuse_launch(argv[0])) return 2;
+  int bad = run_moves(&o);
+  plan_times();
+  if (bad) fprintf(stderr, "redist_perf: %d move%s gave wrong elements\n", bad, bad == 1 ? "" : "s");
+  return bad != 0;
 }

@@ -5,7 +5,7 @@
    in-place read+write probe that %bound divides by: reading many streams at once is slower than
    one read-modify-write stream. See bench/RESULTS.md.
 
-   usage: build/reduce_ceiling [k ...]      (default: 1 2 4 8) */
+   Usage: build/reduce_ceiling [K ...]      (default: 1 2 4 8) */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +15,8 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+
+#include "../examples/progs.h"
 
 #define ELEMS (4u << 20) /* floats per array: 16 MiB */
 #define THREADS 2
@@ -59,17 +61,44 @@ static void *reduce_range(void *p) {
   return NULL;
 }
 
-int main(int argc, char **argv) {
-  int ks[16], nk = 0;
-  for (int a = 1; a < argc && nk < 16; a++) {
-    ks[nk] = atoi(argv[a]);
-    if (ks[nk] < 1 || ks[nk] > 8) {
-      fprintf(stderr, "reduce_ceiling: k must be 1..8, got '%s'\n", argv[a]);
-      return 2;
+static void usage(FILE *f, const char *path) {
+  fprintf(f,
+          "Usage: %s [K ...]\n"
+          "The memory ceiling of reducing K input streams of 16 MiB into one streamed output with %d threads\n"
+          "(a hand-written kernel outside shardkit), best of 5. Each K is 1..8, at most 16 of them\n"
+          "(default: 1 2 4 8).\n"
+          "  -h,--help   this text\n",
+          path, THREADS);
+}
+
+/* The K list from argv into ks (at most 16). Returns the count, 0 after -h, -1 after a message. */
+static int parse_ks(int argc, char **argv, int ks[16]) {
+  if (argc > 1 && prog_is_help(argv[1])) {
+    usage(stdout, argv[0]);
+    return 0;
+  }
+  if (argc - 1 > 16) {
+    fprintf(stderr, "reduce_ceiling: at most 16 values of K (see %s -h)\n", prog_name(argv[0]));
+    return -1;
+  }
+  int nk = 0;
+  for (int a = 1; a < argc; a++) {
+    char *end = NULL;
+    long k = strtol(argv[a], &end, 10);
+    if (end == argv[a] || *end || k < 1 || k > 8) {
+      fprintf(stderr, "reduce_ceiling: K must be 1..8, got '%s' (see %s -h)\n", argv[a], prog_name(argv[0]));
+      return -1;
     }
-    nk++;
+    ks[nk++] = (int)k;
   }
   if (!nk) ks[0] = 1, ks[1] = 2, ks[2] = 4, ks[3] = 8, nk = 4;
+  return nk;
+}
+
+int main(int argc, char **argv) {
+  int ks[16], nk = parse_ks(argc, argv, ks);
+  if (nk <= 0) return nk == 0 ? 0 : 2;
+  if (prog_refuse_launch(argv[0])) return 2;
   float *in[8], *out = (float *)aligned_alloc(64, ELEMS * sizeof(float));
   if (!out) return 1;
   memset(out, 0, ELEMS * sizeof(float));

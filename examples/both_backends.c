@@ -3,8 +3,10 @@
    processes, printing the same numbers bit for bit.
 
      build/both_backends --backend threads --devices 4
-     mpirun.openmpi -np 4 build/both_backends --backend mpi
+     mpirun.openmpi --oversubscribe -np 4 build/both_backends --backend mpi
 
+   (--oversubscribe: Open MPI starts no more processes than cores without it; as root it also
+   wants --allow-run-as-root.) Under an MPI launch of several processes --backend defaults to mpi.
    The MPI world runs in deterministic mode, so float reductions use the threads backend's
    order (rank 0..N-1) and the printed checksums match exactly. Built with mpicc.openmpi by the
    Makefile (one binary serves both). */
@@ -15,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "progs.h"
 
 #define N_PARAMS 1000
 
@@ -57,33 +61,55 @@ static sk_result step(sk_comm *c, void *arg) {
   return r;
 }
 
-int main(int argc, char **argv) {
-  const char *backend = "threads";
-  int devices = 4;
+static void usage(FILE *f, const char *path) {
+  fprintf(f,
+          "Usage: %s [--backend threads|mpi] [--devices N]\n"
+          "One data-parallel step (AllReduce of gradients, AllGather of losses, a mesh-group AllReduce)\n"
+          "printed as checksums that are the same bit for bit on either backend.\n"
+          "  --backend B   threads (N threads as devices) or mpi (one device per process). Default: threads,\n"
+          "                or mpi when an MPI launcher started several processes\n"
+          "  --devices N   threads backend: devices, 1..%d (default 4); with mpi, the launch's -np decides\n"
+          "  -h,--help     this text\n"
+          "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s --backend mpi\n" PROG_ROOT_NOTE,
+          path, SK_MAX_DEVICES, path);
+}
+
+/* argv into *backend_asked and *devices. Returns 0 to run, 1 after --help, 2 after a message. */
+static int parse_args(int argc, char **argv, const char **backend_asked, int *devices) {
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
-    else if (!strcmp(argv[i], "--devices") && i + 1 < argc) devices = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--backend threads|mpi] [--devices N (threads)]\n", argv[0]);
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    char *end = NULL;
+    if (prog_is_help(a)) {
+      usage(stdout, argv[0]);
+      return 1;
+    } else if (!strcmp(a, "--backend") && v && (!strcmp(v, "threads") || !strcmp(v, "mpi"))) {
+      *backend_asked = v, i++;
+    } else if (!strcmp(a, "--devices") && v && (*devices = (int)strtol(v, &end, 10)) >= 1 && !*end &&
+               *devices <= SK_MAX_DEVICES) {
+      i++;
+    } else {
+      fprintf(stderr, "both_backends: bad or incomplete argument '%s' (see %s --help)\n", a, argv[0]);
       return 2;
     }
   }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *asked = NULL, *backend;
+  int devices = 4;
+  int pr = parse_args(argc, argv, &asked, &devices);
+  if (pr) return pr == 1 ? 0 : 2;
+  if (!(backend = prog_backend(argv[0], asked, "--backend"))) return 2;
   sk_world_desc d;
   memset(&d, 0, sizeof d);
   sk_mpi_config mcfg;
   memset(&mcfg, 0, sizeof mcfg);
   if (!strcmp(backend, "mpi")) {
-    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_SIZE")) {
-      fprintf(stderr, "%s: --backend mpi needs an MPI launcher: mpirun.openmpi -np N %s --backend mpi\n", argv[0], argv[0]);
-      return 2;
-    }
     mcfg.deterministic = true; /* bitwise the threads backend's results */
     d.backend = sk_mpi_backend(), d.backend_config = &mcfg;
-  } else if (!strcmp(backend, "threads")) {
-    d.backend = sk_threads_backend(), d.ndevices = devices;
   } else {
-    fprintf(stderr, "%s: unknown backend '%s' (threads or mpi)\n", argv[0], backend);
-    return 2;
+    d.backend = sk_threads_backend(), d.ndevices = devices;
   }
   sk_world *w;
   sk_error err;

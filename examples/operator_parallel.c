@@ -16,10 +16,13 @@
    tutorial's HeUniform with negative slope sqrt(5)) and then sliced, so every device count starts
    from the same model. Data: Fashion-MNIST (DATA_PATH, or Debian's dataset-fashion-mnist).
 
-   usage: operator_parallel [--devices N] [--layouts] [--epochs E] [--steps S]
+   Usage: operator_parallel [--devices N] [--layouts] [--epochs E] [--steps S]
                             [--dataset-strategy data_parallel|full_batch] [--check]
                             [--backend threads|mpi]
-   N is 8 (the tutorial's strategies) or 1 (the single-device baseline). */
+   N is 8 (the tutorial's strategies) or 1 (the single-device baseline); --help explains the rest.
+   On 8 MPI processes: mpirun.openmpi --oversubscribe -np 8 build/operator_parallel --backend mpi
+   (--oversubscribe: Open MPI starts no more processes than cores without it; as root it also
+   wants --allow-run-as-root). Under an MPI launch of several processes --backend defaults to mpi. */
 #define _GNU_SOURCE
 #define SK_IMPL
 #include "shardkit.h"
@@ -36,6 +39,7 @@
 #include <string.h>
 
 #include "fashion_mnist.h"
+#include "progs.h"
 
 #define BATCH 32
 #define IN 784
@@ -49,7 +53,14 @@ typedef struct options {
   bool layouts, full_batch, check, mpi;
   int epochs;
   long steps; /* 0 = whole epochs */
+  const char *backend_asked; /* --backend's value, NULL when not given */
 } options;
+
+/* Seconds per epoch, from the steps timed so far (fewer than an epoch: extrapolated). */
+typedef struct epoch_timing {
+  double seconds;
+  long steps;
+} epoch_timing;
 
 typedef struct shared { /* read-only inputs every device uses */
   options opt;
@@ -60,7 +71,7 @@ typedef struct shared { /* read-only inputs every device uses */
   long nlosses;
   int printing; /* device 0 prints the log (not during --check's baseline) */
   int lead_process; /* this process holds device 0 (MPI: world rank 0) */
-  double epoch_seconds;
+  epoch_timing timing;
 } shared;
 
 static const int64_t W_SHAPE[3][2] = {{IN, HID}, {HID, HID}, {HID, CLASSES}};
@@ -452,8 +463,10 @@ static sk_result train_device(sk_comm *c, void *arg) {
       }
       done++;
     }
-    if (r == SK_OK && lead && done) /* per epoch, from the steps run so far */
-      S->epoch_seconds = (double)(sk_now_ns() - t0) / 1e9 / (double)done * (double)per_epoch;
+    if (r == SK_OK && lead && done) { /* per epoch, from the steps run so far */
+      S->timing.seconds = (double)(sk_now_ns() - t0) / 1e9 / (double)done * (double)per_epoch;
+      S->timing.steps = done;
+    }
     double acc = 0;
     if (r == SK_OK) r = test_accuracy(&d, S, &acc);
     if (r == SK_OK && lead && S->printing) {
@@ -475,11 +488,28 @@ static double rng_uniform(void) { /* xorshift64*, in [0, 1) */
   return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
 
-static int usage(const char *msg) {
-  fprintf(stderr,
-          "operator_parallel: %s\nusage: operator_parallel [--devices 1|8] [--layouts] [--epochs E] [--steps S]\n"
-          "                         [--dataset-strategy data_parallel|full_batch] [--check] [--backend threads|mpi]\n",
-          msg);
+static void usage(FILE *f, const char *path) {
+  fprintf(f,
+          "Usage: %s [--devices 1|8] [--layouts] [--epochs E] [--steps S]\n"
+          "       [--dataset-strategy data_parallel|full_batch] [--check] [--backend threads|mpi]\n"
+          "Trains MindSpore's operator-parallel tutorial network on Fashion-MNIST (from $DATA_PATH, else\n"
+          "%s: Debian's dataset-fashion-mnist) on 8 devices, or 1.\n"
+          "  --devices N    8: the tutorial's shard strategies (default); 1: the single-device baseline\n"
+          "  --layouts      the tutorial's higher-order layouts instead of the strategies\n"
+          "  --epochs E     epochs, >= 1 (default 3)\n"
+          "  --steps S      stop after S steps in all (default 0: whole epochs); the time per epoch is then\n"
+          "                 extrapolated from the steps run, and says so\n"
+          "  --dataset-strategy data_parallel|full_batch   how the batch is split (default data_parallel)\n"
+          "  --check        also train on one device and print the largest relative loss difference\n"
+          "  --backend B    threads (the devices are threads) or mpi (one device per process, 8 processes).\n"
+          "                 Default: threads, or mpi when an MPI launcher started several processes\n"
+          "  -h,--help      this text\n"
+          "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --backend mpi\n" PROG_ROOT_NOTE,
+          path, MNIST_DEFAULT_DIR, path);
+}
+
+static int bad_usage(const char *msg) {
+  fprintf(stderr, "operator_parallel: %s (see operator_parallel --help)\n", msg);
   return 2;
 }
 
@@ -499,7 +529,8 @@ static sk_result make_world(int devices, bool mpi, sk_world **w, char *msg, size
     return r;
   }
   if (sk_world_size(*w) != devices) {
-    snprintf(msg, cap, "--backend mpi needs mpirun -np %d (this world has %d processes)", devices, sk_world_size(*w));
+    snprintf(msg, cap, "--backend mpi needs %d processes: " PROG_MPIRUN " -np %d (this world has %d)", devices, devices,
+             sk_world_size(*w));
     sk_world_destroy(*w);
     *w = NULL;
     return SK_ERR_INVALID_ARGUMENT;
@@ -513,34 +544,39 @@ static sk_result run_world(sk_world *w, shared *S, char *msg, size_t cap) {
   return r;
 }
 
-/* Parses argv into *o. Returns 0, or the exit code of a usage error. */
+/* Parses argv into *o. Returns 0 to run, 1 after --help, 2 after a usage error. */
 static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->devices = 8, o->epochs = 3;
   /* argv[i] is non-NULL below argc; the explicit test tells the static analyzer so */
   for (int i = 1; i < argc && argv[i]; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--devices") && v) o->devices = atoi(v), i++;
+    if (prog_is_help(a)) {
+      usage(stdout, argv[0]);
+      return 1;
+    } else if (!strcmp(a, "--devices") && v) o->devices = atoi(v), i++;
     else if (!strcmp(a, "--epochs") && v) o->epochs = atoi(v), i++;
     else if (!strcmp(a, "--steps") && v) o->steps = atol(v), i++;
     else if (!strcmp(a, "--layouts")) o->layouts = true;
     else if (!strcmp(a, "--check")) o->check = true;
     else if (!strcmp(a, "--dataset-strategy") && v) {
       if (!strcmp(v, "full_batch")) o->full_batch = true;
-      else if (strcmp(v, "data_parallel")) return usage("--dataset-strategy takes data_parallel or full_batch");
+      else if (strcmp(v, "data_parallel")) return bad_usage("--dataset-strategy takes data_parallel or full_batch");
       i++;
     } else if (!strcmp(a, "--backend") && v) {
-      if (!strcmp(v, "mpi")) o->mpi = true;
-      else if (strcmp(v, "threads")) return usage("--backend takes threads or mpi");
-      i++;
+      if (strcmp(v, "mpi") && strcmp(v, "threads")) return bad_usage("--backend takes threads or mpi");
+      o->backend_asked = v, i++;
     } else {
       char m[160];
       snprintf(m, sizeof m, "unknown or incomplete argument '%s'", a);
-      return usage(m);
+      return bad_usage(m);
     }
   }
-  if (o->devices != 1 && o->devices != 8) return usage("--devices must be 8 (the tutorial's strategies) or 1 (the baseline)");
-  if (o->epochs < 1 || o->steps < 0) return usage("--epochs must be >= 1 and --steps >= 0");
+  if (o->devices != 1 && o->devices != 8) return bad_usage("--devices must be 8 (the tutorial's strategies) or 1 (the baseline)");
+  if (o->epochs < 1 || o->steps < 0) return bad_usage("--epochs must be >= 1 and --steps >= 0");
+  const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
+  if (!backend) return 2;
+  o->mpi = !strcmp(backend, "mpi");
   return 0;
 }
 
@@ -578,21 +614,31 @@ static void shared_free(shared *S, double *base) {
 }
 
 /* Trains once on a single device, from the same data and weights, into B.losses = base. */
-static sk_result run_baseline(const shared *S, double *base, long *nbase, double *seconds, char *msg, size_t cap) {
+static sk_result run_baseline(const shared *S, double *base, long *nbase, epoch_timing *timing, char *msg, size_t cap) {
   shared B = *S;
   sk_world *bw = NULL;
   B.opt.devices = 1, B.opt.mpi = false, B.printing = 0, B.losses = base;
   sk_result r = make_world(1, false, &bw, msg, cap);
   if (r == SK_OK) r = run_world(bw, &B, msg, cap);
   if (bw) sk_world_destroy(bw);
-  *nbase = B.nlosses, *seconds = B.epoch_seconds;
+  *nbase = B.nlosses, *timing = B.timing;
   return r;
 }
 
-static void print_summary(const shared *S, const double *base, long nbase, double base_seconds) {
+/* "11.900 s per epoch (of 1875 steps), extrapolated from 300 steps": a time per epoch says whether
+   it was measured over whole epochs or scaled up from fewer steps. */
+static void epoch_time(char *buf, size_t cap, const epoch_timing *t, long per_epoch) {
+  int n = snprintf(buf, cap, "%.3f s per epoch (of %ld steps)", t->seconds, per_epoch);
+  if (n > 0 && (size_t)n < cap && t->steps % per_epoch)
+    snprintf(buf + n, cap - (size_t)n, ", extrapolated from %ld steps", t->steps);
+}
+
+static void print_summary(const shared *S, const double *base, long nbase, const epoch_timing *base_timing) {
   const options *o = &S->opt;
-  printf("# %d device(s), %s backend, %.3f s per epoch (of %ld steps)\n", o->devices, o->mpi ? "mpi" : "threads",
-         S->epoch_seconds, (long)(S->train.n / BATCH));
+  long per_epoch = S->train.n / BATCH;
+  char t[128];
+  epoch_time(t, sizeof t, &S->timing, per_epoch);
+  printf("# %d device(s), %s backend, %s\n", o->devices, o->mpi ? "mpi" : "threads", t);
   if (!o->check || o->devices == 1) return;
   long n = nbase < S->nlosses ? nbase : S->nlosses;
   double worst = 0;
@@ -600,7 +646,8 @@ static void print_summary(const shared *S, const double *base, long nbase, doubl
     double rel = fabs(S->losses[i] - base[i]) / fabs(base[i]);
     worst = rel > worst ? rel : worst;
   }
-  printf("# single device: %.3f s per epoch\n", base_seconds);
+  epoch_time(t, sizeof t, base_timing, per_epoch);
+  printf("# single device: %s\n", t);
   printf("check: max relative loss difference %.3g over %ld steps\n", worst, n);
 }
 
@@ -608,7 +655,7 @@ int main(int argc, char **argv) {
   shared S;
   memset(&S, 0, sizeof S);
   int code = parse_options(argc, argv, &S.opt);
-  if (code) return code;
+  if (code) return code == 1 ? 0 : code;
   openblas_set_num_threads(1); /* the devices are the threads */
   double *base = NULL;
   if (shared_init(&S, &base)) {
@@ -616,19 +663,21 @@ int main(int argc, char **argv) {
     return 1;
   }
   long nbase = 0;
-  double base_seconds = 0;
+  epoch_timing base_timing = {0, 0};
   char msg[512];
   sk_world *w = NULL;
   sk_result r = make_world(S.opt.devices, S.opt.mpi, &w, msg, sizeof msg);
+  /* every process of an MPI launch finds the same wrong world size: one says so */
+  bool quiet = r != SK_OK && S.opt.mpi && prog_launch_rank() != 0;
   int process = 0;
   if (r == SK_OK && S.opt.mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
   if (r == SK_OK && S.opt.check && S.opt.devices != 1 && process == 0) /* the single-device baseline, here */
-    r = run_baseline(&S, base, &nbase, &base_seconds, msg, sizeof msg);
+    r = run_baseline(&S, base, &nbase, &base_timing, msg, sizeof msg);
   S.printing = 1;
   if (r == SK_OK) r = run_world(w, &S, msg, sizeof msg);
   if (w) sk_world_destroy(w);
-  if (r != SK_OK) fprintf(stderr, "operator_parallel: %s: %s\n", sk_result_name(r), msg);
-  else if (S.lead_process) print_summary(&S, base, nbase, base_seconds);
+  if (r != SK_OK && !quiet) fprintf(stderr, "operator_parallel: %s: %s\n", sk_result_name(r), msg);
+  else if (S.lead_process) print_summary(&S, base, nbase, &base_timing);
   shared_free(&S, base);
   return r != SK_OK;
 }

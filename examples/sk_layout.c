@@ -22,7 +22,7 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: sk-layout --mesh NAME=SIZE,... --shape L0,L1,... [--map TEXT | --ms-map TEXT] [output]\n"
+    "Usage: sk-layout --mesh NAME=SIZE,... --shape L0,L1,... [--map TEXT | --ms-map TEXT] [output]\n"
     "       sk-layout --devices N --strategy S0,S1,... --shape L0,L1,... [--repeat right|left] [output]\n"
     "\n"
     "Shows how a tensor is cut across a device mesh, MindSpore semantics (rank = row-major\n"

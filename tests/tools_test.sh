@@ -116,7 +116,7 @@ tensor_map  (1,-1)" --devices 8 --strategy 4,1 --shape 16,512 --standard
 if [ $rc -eq 0 ] && [ "$(wc -l <"$tmp/out")" -eq 10 ] && grep -q 'mp,(sp,dp)' "$tmp/out" &&
    grep -q '^   6  (1,1,0)     \[0,8)    \[588,784)  \[8,196\]$' "$tmp/out"; then ok
 else bad "default table"; sed 's/^/    /' "$tmp/out"; fi
-"$BIN" --help >"$tmp/out" 2>&1 && grep -q '^usage: sk-layout' "$tmp/out" && ok || bad "--help"
+"$BIN" --help >"$tmp/out" 2>&1 && grep -q '^Usage: sk-layout' "$tmp/out" && ok || bad "--help"
 "$BIN" -h >/dev/null 2>&1 && ok || bad "-h"
 "$BIN" --mesh=dp=4 --shape=8 --map=dp --tsv >/dev/null 2>&1 && ok || bad "--flag=value form"
 "$BIN" --mesh dp=4 --shape 8 --tsv >/dev/null 2>&1 && ok || bad "no --map means unsplit"
