@@ -68,10 +68,13 @@ namespace {
 struct Options {
   size_t min_bytes = 8, max_bytes = 16u << 20, factor = 2;
   int ranks = 2, warmup = 5, iters = 20, check = 1, verbose = 0;
+  double prune = 3; // 0: time every algorithm
   std::vector<std::string> algos; // empty: every algorithm that applies
 };
 
-const char* const kAllAlgos[] = {"ring", "ring_chunked", "halving_doubling", "bcube", "fn_ring", "fn_bcube"};
+// In the order tried. The usually fast ones go first, so that pruning (-p) has a best time to
+// compare the slow ones' first call with.
+const char* const kAllAlgos[] = {"fn_ring", "fn_bcube", "halving_doubling", "ring_chunked", "ring", "bcube"};
 
 // The AllreduceBcube class of gloo 0.5.0 (Debian's libgloo-dev; upstream has the same run())
 // is left out by default: called back to back, as any training loop or benchmark does, a rank
@@ -79,11 +82,11 @@ const char* const kAllAlgos[] = {"ring", "ring_chunked", "halving_doubling", "bc
 // consumed yet. The element check catches it at 8 ranks on a loaded machine (half of one
 // rank's elements wrong in roughly one run in three); gloo::allreduce's BCUBE (fn_bcube) is
 // unaffected and stays in.
-const char* const kDefaultAlgos[] = {"ring", "ring_chunked", "halving_doubling", "fn_ring", "fn_bcube"};
+const char* const kDefaultAlgos[] = {"fn_ring", "fn_bcube", "halving_doubling", "ring_chunked", "ring"};
 
 void usage(FILE* f, const char* argv0) {
   std::fprintf(f,
-      "Usage: %s [-b minbytes] [-e maxbytes] [-f factor] [-g ranks] [-w warmup] [-n iters] [-c 0|1] [-a algos] [-v]\n"
+      "Usage: %s [-b minbytes] [-e maxbytes] [-f factor] [-g ranks] [-w warmup] [-n iters] [-c 0|1] [-a algos] [-p x] [-v]\n"
       "  gloo AllReduce (float, sum) with N ranks as threads over TCP on 127.0.0.1, nccl-tests-style table.\n"
       "  -b,--minbytes <size>   smallest size, K/M/G suffixes = powers of 2 (default 8)\n"
       "  -e,--maxbytes <size>   largest size (default 16M)\n"
@@ -95,6 +98,8 @@ void usage(FILE* f, const char* argv0) {
       "  -a,--algos <list>      comma-separated subset of: ring ring_chunked halving_doubling bcube\n"
       "                         fn_ring fn_bcube (default: all but bcube, whose back-to-back calls\n"
       "                         race in this gloo; bcube and fn_bcube only for a power-of-2 rank count)\n"
+      "  -p,--prune <x>         skip the timed calls of an algorithm whose first call took more than\n"
+      "                         x times the best mean so far at this size (default 3; 0 = never)\n"
       "  -v,--verbose           also print every algorithm's time as a '#' line\n"
       "  -h,--help              this text\n"
       "  The row shows the fastest algorithm at that size; exit status 1 if any element was wrong.\n",
@@ -116,6 +121,14 @@ bool parse_size(const char* s, size_t* out) {
   }
   if (*end != '\0') return false;
   *out = (size_t)v << shift;
+  return true;
+}
+
+bool parse_double(const char* s, double* out) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end == s || *end || !(v >= 0)) return false;
+  *out = v;
   return true;
 }
 
@@ -168,13 +181,26 @@ bool wanted(const Options& o, const std::string& name) {
 struct Shared {
   explicit Shared(const Options& o, size_t nalgos)
       : barrier(o.ranks), secs(nalgos, std::vector<double>(o.ranks, 0.0)),
+        first(nalgos, std::vector<double>(o.ranks, 0.0)),
         wrong(nalgos, std::vector<size_t>(o.ranks, 0)) {}
   gloo::rendezvous::HashStore store;
   Barrier barrier;
-  std::vector<std::vector<double>> secs;
+  std::vector<std::vector<double>> secs;  // mean per timed call; +inf when pruned
+  std::vector<std::vector<double>> first; // the first call at this size (check or warm-up)
   std::vector<std::vector<size_t>> wrong;
   size_t total_wrong = 0; // over every size; written by rank 0 only
 };
+
+// The best mean time (max over ranks) among the correct algorithms before `a` at this size.
+double best_so_far(const Shared& sh, size_t a, int ranks) {
+  double best = std::numeric_limits<double>::infinity();
+  for (size_t b = 0; b < a; b++) {
+    size_t w = 0;
+    for (int r = 0; r < ranks; r++) w += sh.wrong[b][r];
+    if (!w) best = std::min(best, *std::max_element(sh.secs[b].begin(), sh.secs[b].end()));
+  }
+  return best;
+}
 
 void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& sh, int rank) {
   gloo::transport::tcp::attr attr;
@@ -196,6 +222,7 @@ void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& s
   const size_t max_count = std::max<size_t>(1, o.max_bytes / sizeof(float));
   std::vector<float> buf(max_count), out(max_count); // out: fn_* only (out of place)
 
+  std::vector<char> pruned(algos.size()); // this size's verdicts (the same on every rank)
   for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     const size_t count = std::max<size_t>(1, bytes / sizeof(float));
     for (size_t a = 0; a < algos.size(); a++) {
@@ -231,10 +258,16 @@ void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& s
       };
       float* result = in_place ? buf.data() : out.data();
 
+      double first = 0;
+      auto timed_call = [&] {
+        const auto t0 = std::chrono::steady_clock::now();
+        call();
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      };
       if (o.check) {
         for (size_t i = 0; i < count; i++) buf[i] = input_of(rank, i);
         if (!in_place) std::fill(out.begin(), out.begin() + count, std::nanf(""));
-        call();
+        first = timed_call();
         size_t bad = 0;
         for (size_t i = 0; i < count; i++) bad += result[i] != expected_of(o.ranks, i);
         sh.wrong[a][rank] = bad;
@@ -242,8 +275,28 @@ void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& s
       // In place, every call multiplies the data by N; after a few dozen calls it would reach
       // inf. Zeros stay zeros and cost the same to add, so the timed calls run on zeros.
       std::fill(buf.begin(), buf.begin() + count, 0.0f);
-      for (int i = 0; i < o.warmup; i++) call();
+      // No barrier between the check and the warm-up: back-to-back calls with unequal ranks
+      // are what exposes an algorithm that lets a fast rank run ahead into a slow one's data.
+      for (int i = 0; i < o.warmup; i++) {
+        const double t = timed_call();
+        if (i == 0 && !o.check) first = t;
+      }
+      sh.first[a][rank] = first;
       sh.barrier.wait();
+      // Pruning: an algorithm whose first call (max over ranks) is already several times the
+      // best mean so far cannot win; at 8 ranks the ring class takes seconds per 16 MiB call
+      // where another algorithm takes 0.2 s. Every rank reads the same published numbers after
+      // the same barrier, so all reach the same verdict without talking.
+      pruned[a] = 0;
+      if (o.prune > 0 && (o.check || o.warmup > 0)) {
+        const double f = *std::max_element(sh.first[a].begin(), sh.first[a].end());
+        pruned[a] = f > o.prune * best_so_far(sh, a, o.ranks);
+      }
+      if (pruned[a]) {
+        sh.secs[a][rank] = std::numeric_limits<double>::infinity();
+        sh.barrier.wait();
+        continue;
+      }
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.iters; i++) call();
       const auto t1 = std::chrono::steady_clock::now();
@@ -261,7 +314,10 @@ void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& s
         for (size_t x : sh.wrong[a]) w += x;
         wrong += w;
         sh.total_wrong += w;
-        if (o.verbose)
+        if (o.verbose && pruned[a])
+          std::printf("#   %12zu  %-17s    pruned      #wrong %zu  (first call %.2f us)\n", count * sizeof(float),
+                      algos[a].c_str(), w, *std::max_element(sh.first[a].begin(), sh.first[a].end()) * 1e6);
+        else if (o.verbose)
           std::printf("#   %12zu  %-17s %10.2f us  #wrong %zu\n", count * sizeof(float), algos[a].c_str(), t * 1e6, w);
         if (w == 0 && t < best) { best = t; best_a = a; }
       }
@@ -293,11 +349,11 @@ int main(int argc, char** argv) {
       {"stepfactor", required_argument, nullptr, 'f'}, {"ranks", required_argument, nullptr, 'g'},
       {"warmup_iters", required_argument, nullptr, 'w'}, {"iters", required_argument, nullptr, 'n'},
       {"check", required_argument, nullptr, 'c'}, {"algos", required_argument, nullptr, 'a'},
-      {"verbose", no_argument, nullptr, 'v'}, {"help", no_argument, nullptr, 'h'},
+      {"prune", required_argument, nullptr, 'p'}, {"verbose", no_argument, nullptr, 'v'}, {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
   int c, f = 2;
   bool ok = true;
-  while (ok && (c = getopt_long(argc, argv, "b:e:f:g:w:n:c:a:vh", longopts, nullptr)) != -1) {
+  while (ok && (c = getopt_long(argc, argv, "b:e:f:g:w:n:c:a:p:vh", longopts, nullptr)) != -1) {
     switch (c) {
       case 'b': ok = parse_size(optarg, &o.min_bytes); break;
       case 'e': ok = parse_size(optarg, &o.max_bytes); break;
@@ -306,6 +362,7 @@ int main(int argc, char** argv) {
       case 'w': ok = parse_int(optarg, 0, &o.warmup); break;
       case 'n': ok = parse_int(optarg, 1, &o.iters); break;
       case 'c': ok = parse_int(optarg, 0, &o.check) && o.check <= 1; break;
+      case 'p': ok = parse_double(optarg, &o.prune); break;
       case 'v': o.verbose = 1; break;
       case 'a': {
         std::string s(optarg);
@@ -348,8 +405,8 @@ int main(int argc, char** argv) {
 
   std::printf("# gloo_allreduce: gloo %d.%d.%d, %d ranks as threads of one process, TCP on 127.0.0.1\n",
               GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, o.ranks);
-  std::printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d validation: %d\n",
-              o.min_bytes, o.max_bytes, o.factor, o.warmup, o.iters, o.check);
+  std::printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d validation: %d prune: %g\n",
+              o.min_bytes, o.max_bytes, o.factor, o.warmup, o.iters, o.check, o.prune);
   std::printf("# algorithms tried per size:");
   for (const auto& s : algos) std::printf(" %s", s.c_str());
   std::printf("; the row shows the fastest\n#\n");
