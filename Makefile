@@ -20,7 +20,7 @@
 
 # Every Debian package the build, tests, demo and benchmarks use. One list, checked by `deps`.
 DEB_PACKAGES := gcc g++ make pkg-config libcriterion-dev openmpi-bin libopenmpi-dev zlib1g-dev libopenblas-dev \
-                dataset-fashion-mnist gnuplot-nox clang cmake
+                dataset-fashion-mnist gnuplot-nox clang cmake libgloo-dev
 
 PREFIX ?= /usr/local
 BUILD  := build
@@ -45,9 +45,11 @@ TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/impl.c
 TEST_HDRS := $(wildcard tests/*.h)
 # The command-line tools: what `make install` puts in $(PREFIX)/bin.
 TOOLS     := $(BUILD)/sk-layout
-BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c))
+BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c)) $(BUILD)/gloo_allreduce
 EXAMPLES  := $(filter-out $(BUILD)/sk_layout,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 MPI_EXAMPLES := $(BUILD)/both_backends
+# What the examples and benchmarks share (--help, the MPI launcher): every program depends on it.
+PROG_HDRS := $(wildcard examples/*.h)
 # Test programs live under build/tests/ (and build/san, tsan, clang): build/ itself holds only
 # the user's programs.
 MPI_DRIVER := $(BUILD)/tests/mpi_driver
@@ -65,16 +67,19 @@ PKG_openblas   := libopenblas-dev
 PKG_zlib       := zlib1g-dev
 PKG_criterion  := libcriterion-dev
 PKG_clang      := clang
+PKG_gloo       := libgloo-dev
 HAVE_mpi       := $(shell for d in $$($(MPICC) --showme:incdirs 2>/dev/null); do [ -f "$$d/mpi.h" ] && echo y; done)
 HAVE_openblas  := $(filter /%,$(shell $(CC) -print-file-name=libopenblas.so 2>/dev/null))
 HAVE_zlib      := $(filter /%,$(shell $(CC) -print-file-name=libz.so 2>/dev/null))
 HAVE_criterion := $(filter /%,$(shell $(CC) -print-file-name=libcriterion.so 2>/dev/null))
 HAVE_clang     := $(shell command -v $(CLANG) 2>/dev/null)
+HAVE_gloo      := $(wildcard /usr/include/gloo/allreduce.h)
 
 # What each program needs beyond the headers. The training demo also reads the Fashion-MNIST
 # files, but only when it runs (make demo installs them), so building it does not need them.
 NEEDS.$(BUILD)/operator_parallel := mpi openblas zlib
 NEEDS.$(BUILD)/both_backends     := mpi
+NEEDS.$(BUILD)/gloo_allreduce    := gloo
 NEEDS.$(MPI_DRIVER)              := mpi
 NEEDS.$(BUILD)/tests/unit        := criterion
 NEEDS.$(BUILD)/san/unit          := criterion
@@ -112,22 +117,29 @@ deps:
 	  fi; \
 	fi
 
-$(BUILD)/sk-layout: examples/sk_layout.c $(HEADERS)
+$(BUILD)/sk-layout: examples/sk_layout.c $(PROG_HDRS) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 # The training demo: MPI-capable, OpenBLAS for the GEMMs, zlib for the gzip'd dataset.
-$(BUILD)/operator_parallel: examples/operator_parallel.c examples/fashion_mnist.h $(HEADERS)
+$(BUILD)/operator_parallel: examples/operator_parallel.c $(PROG_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -lopenblas -lz $(LDLIBS)
 
-$(MPI_EXAMPLES): $(BUILD)/%: examples/%.c $(HEADERS)
+$(MPI_EXAMPLES): $(BUILD)/%: examples/%.c $(PROG_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-$(BUILD)/%: examples/%.c $(HEADERS)
+# OpenMP threads joining a world as its devices: GCC's -fopenmp (libgomp comes with gcc). A rule
+# of its own so that no other program links the OpenMP runtime; Clang compiles the example without
+# -fopenmp in test-clang, where it runs its POSIX-threads fallback.
+$(BUILD)/openmp_devices: examples/openmp_devices.c $(PROG_HDRS) $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fopenmp -o $@ $< $(LDLIBS)
+
+$(BUILD)/%: examples/%.c $(PROG_HDRS) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
@@ -140,9 +152,15 @@ $(BENCH_CONFIG): FORCE
 	@mkdir -p $(@D)
 	@echo '$(BENCH_CC)' | cmp -s - $@ || echo '$(BENCH_CC)' > $@
 
-$(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(HEADERS) $(BENCH_CONFIG)
+$(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(PROG_HDRS) $(HEADERS) $(BENCH_CONFIG)
 	@mkdir -p $(@D)
 	$(BENCH_CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# gloo, the peer bench/compare sets beside the threads backend: C++, over gloo's TCP transport.
+$(BUILD)/gloo_allreduce: bench/gloo_allreduce.cc
+	$(need)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 $(WARN) -O2 -g -o $@ $< -lgloo -lpthread
 
 # The MPI test driver, run under mpirun by tests/test_mpi.c (never inside Criterion itself). It
 # runs the collective grid of tests/coll_grid.h (included by its path: no -Itests needed).
@@ -189,6 +207,7 @@ test-run: check-headers $(BUILD)/tests/unit all $(MPI_DRIVER)
 	@sh tests/install_test.sh
 	@sh tests/docs_test.sh
 	@sh tests/help_test.sh
+	@sh tests/openmp_test.sh
 
 sanitize: $(BUILD)/san/unit $(MPI_DRIVER)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)
@@ -217,7 +236,7 @@ $(BUILD)/clang/examples/%.o: examples/%.c $(wildcard examples/*.h) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
 	OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/clang/bench/%.o: bench/%.c $(wildcard bench/*.h) $(HEADERS)
+$(BUILD)/clang/bench/%.o: bench/%.c $(wildcard bench/*.h) $(PROG_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
 	OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) -DSK_BENCH_MPI $(CFLAGS) -c -o $@ $<

@@ -49,7 +49,7 @@
 
 #define SK_IMPL
 #include "shardkit.h"
-#if defined(SK_BENCH_MPI) /* the Makefile builds the benchmarks with mpicc.openmpi and this on */
+#if defined(SK_BENCH_MPI) /* on when the Makefile builds the benchmarks with mpicc.openmpi */
 #include "sk_mpi.h"
 #endif
 
@@ -922,7 +922,7 @@ BENCH_FN int bench_world_mpi(bench_opts *o, sk_world **w, int *nlocal, int *loca
   return 0;
 #else
   (void)w, (void)nlocal, (void)local0;
-  fprintf(stderr, "%s: built without MPI (the Makefile builds the benchmarks with mpicc.openmpi)\n", o->prog);
+  fprintf(stderr, "%s: built without MPI (install Open MPI, e.g. make deps, and rebuild: make then builds the benchmarks with mpicc.openmpi)\n", o->prog);
   return 2;
 #endif
 }

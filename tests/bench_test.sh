@@ -125,5 +125,15 @@ fi
 rm -f "$tmpcsv"
 build/fusion_perf --model nosuch -g 2 --thresholds 0 >/dev/null 2>&1
 if [ $? -eq 2 ]; then pass=$((pass + 1)); else echo "FAIL: fusion_perf bad model must exit 2"; fail=$((fail + 1)); fi
+# gloo, bench/compare's peer (built only where libgloo-dev is installed): every row checked.
+if [ -x build/gloo_allreduce ]; then
+  if timeout 60 build/gloo_allreduce -g 2 -b 8 -e 64K -f 8 $FAST >"$tmp/out" 2>"$tmp/err" &&
+     awk '/^ / { rows++; if ($9 != "0") bad++ } END { exit !(rows > 0 && !bad) }' "$tmp/out"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL: gloo_allreduce -g 2: a failed run or wrong elements"; tail -5 "$tmp/err" "$tmp/out" | sed 's/^/    /'
+    fail=$((fail + 1))
+  fi
+fi
 echo "bench: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -10,7 +10,7 @@
    the example's MPI modes. Open MPI refuses to run as root unless told; the permission is given
    to the launched job only (setenv in this test process, not in the user's shell).
 
-   When build/tests/mpi_driver is missing (make sanitize builds only the unit binary) the tests skip. */
+   When build/tests/mpi_driver is missing (Open MPI not installed) the tests skip. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <stdio.h>
