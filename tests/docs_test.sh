@@ -7,10 +7,7 @@
 # Run from anywhere; needs no build.
 set -u
 cd "$(dirname "$0")/.."
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+. tests/check_lib.sh
 
 # The project's files: tracked and new ones (not build output), or every file outside build/
 # when this is not a git checkout.
@@ -75,5 +72,4 @@ while read -r f doc; do
   if [ -f "$doc" ]; then ok; else bad "$f cites $doc, which does not exist"; fi
 done <"$tmp/cited"
 
-echo "docs: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary docs

@@ -7,10 +7,7 @@
 # Run from anywhere; `make test` runs it after building everything.
 set -u
 cd "$(dirname "$0")/.."
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+. tests/check_lib.sh
 
 # help PROGRAM FLAG: exit 0, a first line "Usage: ..." on stdout
 help() {
@@ -72,5 +69,4 @@ else
   fi
 fi
 
-echo "help: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary help

@@ -7,10 +7,7 @@ set -u
 cd "$(dirname "$0")/.."
 bin=build/openmp_devices
 [ -x "$bin" ] || make -s "$bin" >/dev/null || { echo "openmp: cannot build $bin"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+. tests/check_lib.sh
 
 # run_ok <program> <devices> <thread kind>: exit 0, the header names the kind, every check ok.
 run_ok() {
@@ -67,5 +64,4 @@ for a in --bogus --devices; do
   [ $rc -eq 2 ] && grep -q '^openmp_devices: error: ' "$tmp/err" && ok || bad "'$a': want exit 2, got $rc"
 done
 
-echo "openmp: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary openmp

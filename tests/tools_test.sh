@@ -6,10 +6,7 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=build/sk-layout
 [ -x "$BIN" ] || { echo "tools: $BIN is missing (run make first)"; echo "tools: 0 passed, 1 failed"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+. tests/check_lib.sh
 tab=$(printf '\t')
 
 # expect_out NAME EXPECTED-STDOUT ARGS...: exit 0, exact stdout, empty stderr
@@ -222,5 +219,4 @@ expect_err "--plan without --to" "--plan needs --to" --mesh dp=8 --shape 16,784 
 expect_err "--exec without --to" "--exec needs --to" --mesh dp=8 --shape 16,784 --map dp,None --exec
 expect_err "--to with --groups" "not with --to" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --groups
 
-echo "tools: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary tools
