@@ -38,6 +38,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,12 +110,18 @@ typedef struct bench_coll {
   unsigned (*touches)(int rank, int n, int root);
   /* One call of the collective on io->send, io->recv (and io's counts, dtype, op, root). */
   sk_result (*run)(sk_comm *c, const bench_io *io);
+  /* Optional: the same call started non-blocking, its requests (at most BENCH_REQS_PER_CALL) in
+     req[0..]; the slots it does not use stay NULL. Without it `-m` calls run one after another. */
+  sk_result (*start)(sk_comm *c, const bench_io *io, sk_request **req);
   void (*fill)(const bench_io *io);
   /* Optional shared expected table: elements and element j (computed by the local devices together). */
   size_t (*expected_elems)(int n, size_t count);
   void (*expected)(const bench_io *io, size_t j, void *out);
   int64_t (*check)(const bench_io *io);
 } bench_coll;
+
+/* The most requests one started call leaves (SendRecv: a send and a receive). */
+#define BENCH_REQS_PER_CALL 2
 
 BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll);
 
@@ -288,12 +295,20 @@ typedef struct bench_opts {
   const char *prog;
   size_t minbytes, maxbytes;
   long factor;
+  size_t stepbytes;           /* -i: add this many bytes per step; 0 = multiply by factor */
   int iters, warmup, check;
+  int agg;                    /* -m: calls per timed iteration (time = total / (iters * agg)) */
+  int blocking;               /* -z: 0..3, see bench__iteration */
+  int average;                /* -a: the rows' time over ranks: 0 rank 0, 1 mean, 2 min, 3 max */
+  int cycles;                 /* -N: sweeps of the sizes; 0 = until interrupted */
+  long timeout_s;             /* -T: the bound of every wait, seconds; 0 = the world's default */
+  const char *json;           /* -J: path of the JSON report; NULL = none */
   int ndtypes, nops;
   sk_dtype dtypes[SK_DTYPE_COUNT];
   sk_redop ops[SK_REDOP_COUNT];
   int root;                   /* -1 = every root */
-  int ngpus;                  /* 0 = not given */
+  int ngpus;                  /* 0 = not given; after the world is made: the world size */
+  int nthreads;               /* -t; 0 = not given (one) */
   const char *backend;        /* "threads" or "mpi" (bench_main settles it) */
   const char *backend_asked;  /* -B's value, NULL when not given */
   const char *path;           /* argv[0], for commands the texts show */
@@ -301,21 +316,36 @@ typedef struct bench_opts {
 } bench_opts;
 
 #define BENCH_DEFAULT_GPUS 8
+#define BENCH_MAX_AGG 1024
 
 BENCH_FN void bench__usage(FILE *f, const char *path, const char *usage_notes) {
   fprintf(f,
           "Usage: %s [flags]   (shardkit's nccl-tests-style benchmark)\n"
-          "  -b,--minbytes <size>     smallest size, K/M/G suffixes = powers of 2 (default 32M)\n"
+          "  -b,--minbytes <size>     smallest size: bytes, K/M/G = powers of 2, fractions allowed when\n"
+          "                           they give whole bytes (1.5M = 1572864) (default 32M)\n"
           "  -e,--maxbytes <size>     largest size (default 32M)\n"
           "  -f,--stepfactor <n>      multiply the size by n each step, n >= 2 (default 2)\n"
+          "  -i,--stepbytes <size>    add <size> each step instead (fixed step; not together with -f)\n"
           "  -n,--iters <n>           timed iterations per size, >= 1 (default 20)\n"
-          "  -w,--warmup_iters <n>    warm-up iterations per size and placement (default 5)\n"
+          "  -m,--agg_iters <n>       calls per timed iteration, 1..%d; time = total / (iters * n) (default 1)\n"
+          "  -w,--warmup_iters <n>    untimed iterations before each size and placement (default 5)\n"
+          "  -N,--run_cycles <n>      sweep the sizes n times, printing every row (default 1; 0 = until\n"
+          "                           interrupted)\n"
+          "  -z,--blocking <0-3>      0: an iteration's -m calls start non-blocking, then are waited for\n"
+          "                           together (one call: the blocking call); 1: every call blocks, then a\n"
+          "                           barrier; 2: every call blocks; 3: as 0, then a barrier, not timed (default 0)\n"
+          "  -a,--average <0-3>       the time a row shows over ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 3)\n"
           "  -c,--check <n>           check runs per size: every element compared (default 1; 0 = off)\n"
           "  -d,--datatype <type>     float half bfloat16 double int8 uint8 int32 int64, or all (default float)\n"
           "  -o,--op <op>             sum prod min max avg, or all (default sum)\n"
           "  -r,--root <rank>         root of Broadcast/Reduce; -1 = every root (default 0)\n"
-          "  -g,--ngpus <n>           devices. threads: threads acting as devices (default %d; nccl-tests'\n"
-          "                           default is 1). mpi: the number of processes, or omitted\n"
+          "  -g,--ngpus <n>           devices. threads: threads acting as devices, per -t thread (default %d,\n"
+          "                           or 1 with -t; nccl-tests' default is 1). mpi: the number of processes\n"
+          "  -t,--nthreads <n>        threads: -t n -g g runs n*g devices (as nccl-tests' threads x GPUs).\n"
+          "                           mpi: 1 only (one device per process)\n"
+          "  -T,--timeout <s>         a wait longer than s seconds ends the run with an error, exit 1\n"
+          "                           (default 0: the world's bound, 300 s)\n"
+          "  -J,--output_file <file>  also write the parameters and every row as JSON to <file>\n"
           "  -B,--backend <name>      threads, or mpi (one device per process). Default: threads, or mpi\n"
           "                           when an MPI launcher started several processes (-B threads is then refused)\n"
           "  -h,--help                this text\n"
@@ -323,7 +353,7 @@ BENCH_FN void bench__usage(FILE *f, const char *path, const char *usage_notes) {
           "and in-place) plus %%bound = 100 * t_min / t(out-of-place); see bench/README.md.\n"
           "Exit status: 0 = all rows correct, 1 = wrong elements or a failed call, 2 = bad flags.\n"
           "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s -b 1M -e 16M -f 4\n" PROG_ROOT_NOTE,
-          path, BENCH_DEFAULT_GPUS, path);
+          path, BENCH_MAX_AGG, BENCH_DEFAULT_GPUS, path);
   if (usage_notes) fputs(usage_notes, f);
 }
 
@@ -344,13 +374,24 @@ BENCH_FN bool bench__parse_long(const char *s, long lo, long hi, long *out) {
   return true;
 }
 
-/* "8", "64K", "1M", "2G" (powers of 2; an optional trailing B). */
+/* "8", "64K", "1.5M", "2G", an optional trailing B; K/M/G are powers of 2 (as nccl-tests), at
+   most 1 TiB. A fraction must give a whole number of bytes: "1.5M" = 1572864, but "1.3" or
+   "1.1K" is refused rather than rounded, so the size swept is the size asked for. Computed in
+   integers: the fraction has at most 9 digits, so frac << 30 stays below 2^60. */
 BENCH_FN bool bench__parse_size(const char *s, size_t *out) {
-  if (!s || !*s || *s == '-' || *s == '+') return false;
+  if (!s || *s < '0' || *s > '9') return false;
   char *end = NULL;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return false;
+  if (errno) return false;
+  uint64_t frac = 0, scale = 1; /* the fraction is frac / scale, scale = 10^digits */
+  if (*end == '.') {
+    if (*++end < '0' || *end > '9') return false;
+    for (; *end >= '0' && *end <= '9'; end++) {
+      if (scale >= 1000000000u) return false;
+      frac = frac * 10 + (uint64_t)(*end - '0'), scale *= 10;
+    }
+  }
   unsigned shift = 0;
   switch (*end) {
     case 'k': case 'K': shift = 10, end++; break;
@@ -359,9 +400,10 @@ BENCH_FN bool bench__parse_size(const char *s, size_t *out) {
     default: break;
   }
   if (*end == 'b' || *end == 'B') end++;
-  if (*end) return false;
-  if (v > (1ull << 40) >> shift) return false; /* at most 1 TiB */
-  *out = (size_t)(v << shift);
+  if (*end || v > (1ull << 40) >> shift || (frac << shift) % scale) return false;
+  uint64_t total = ((uint64_t)v << shift) + (frac << shift) / scale;
+  if (total > 1ull << 40) return false;
+  *out = (size_t)total;
   return true;
 }
 
@@ -403,85 +445,168 @@ BENCH_FN bool bench__parse_ops(const char *arg, bench_opts *o) {
   return true;
 }
 
+#define BENCH__SIZE_HINT "a positive whole number of bytes with an optional K, M or G suffix, e.g. 64K or 1.5M"
+
+/* The sweep's flags (-b -e -f -i). Returns 0, 2 after a message, or -1 for another flag. */
+BENCH_FN int bench__parse_sweep(int c, const char *arg, bench_opts *o) {
+  long v;
+  switch (c) {
+    case 'b':
+      if (!bench__parse_size(arg, &o->minbytes) || o->minbytes == 0)
+        return bench__bad(o->prog, "-b: bad size '%s' (" BENCH__SIZE_HINT ")", arg);
+      return 0;
+    case 'e':
+      if (!bench__parse_size(arg, &o->maxbytes) || o->maxbytes == 0)
+        return bench__bad(o->prog, "-e: bad size '%s' (" BENCH__SIZE_HINT ")", arg);
+      return 0;
+    case 'i':
+      if (!bench__parse_size(arg, &o->stepbytes) || o->stepbytes == 0)
+        return bench__bad(o->prog, "-i: bad step '%s' (" BENCH__SIZE_HINT ")", arg);
+      return 0;
+    case 'f':
+      if (!bench__parse_long(arg, 2, 1 << 20, &v)) return bench__bad(o->prog, "-f: bad factor '%s' (an integer >= 2)", arg);
+      o->factor = v;
+      return 0;
+    default: return -1;
+  }
+}
+
+/* The timing loop's flags (-n -w -m -z -a -N -T). Returns as bench__parse_sweep. */
+BENCH_FN int bench__parse_timing(int c, const char *arg, bench_opts *o) {
+  long v;
+  switch (c) {
+    case 'n':
+      if (!bench__parse_long(arg, 1, INT_MAX, &v)) return bench__bad(o->prog, "-n: bad iteration count '%s' (>= 1)", arg);
+      return o->iters = (int)v, 0;
+    case 'w':
+      if (!bench__parse_long(arg, 0, INT_MAX, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (>= 0)", arg);
+      return o->warmup = (int)v, 0;
+    case 'm':
+      if (!bench__parse_long(arg, 1, BENCH_MAX_AGG, &v))
+        return bench__bad(o->prog, "-m: bad aggregation count '%s' (1..1024)", arg);
+      return o->agg = (int)v, 0;
+    case 'z':
+      if (!bench__parse_long(arg, 0, 3, &v)) return bench__bad(o->prog, "-z: bad blocking mode '%s' (0, 1, 2 or 3)", arg);
+      return o->blocking = (int)v, 0;
+    case 'a':
+      if (!bench__parse_long(arg, 0, 3, &v))
+        return bench__bad(o->prog, "-a: bad mode '%s' (0 rank 0, 1 mean, 2 min, 3 max)", arg);
+      return o->average = (int)v, 0;
+    case 'N':
+      if (!bench__parse_long(arg, 0, INT_MAX, &v)) return bench__bad(o->prog, "-N: bad cycle count '%s' (>= 0; 0 = until interrupted)", arg);
+      return o->cycles = (int)v, 0;
+    case 'T':
+      if (!bench__parse_long(arg, 0, 86400, &v)) return bench__bad(o->prog, "-T: bad timeout '%s' (seconds, 0..86400)", arg);
+      return o->timeout_s = v, 0;
+    default: return -1;
+  }
+}
+
+/* What runs and where (-c -d -o -r -g -t -B -J). Returns as bench__parse_sweep. */
+BENCH_FN int bench__parse_setup(int c, const char *arg, bench_opts *o) {
+  long v;
+  switch (c) {
+    case 'c':
+      if (!bench__parse_long(arg, 0, 1000, &v)) return bench__bad(o->prog, "-c: bad check count '%s' (0..1000)", arg);
+      return o->check = (int)v, 0;
+    case 'd':
+      if (!bench__parse_dtypes(arg, o))
+        return bench__bad(o->prog, "-d: unknown type '%s' (float half bfloat16 double int8 uint8 int32 int64 all)", arg);
+      return 0;
+    case 'o':
+      if (!bench__parse_ops(arg, o)) return bench__bad(o->prog, "-o: unknown op '%s' (sum prod min max avg all)", arg);
+      return 0;
+    case 'r':
+      if (!bench__parse_long(arg, -1, SK_MAX_DEVICES - 1, &v)) return bench__bad(o->prog, "-r: bad root '%s' (-1 or a rank)", arg);
+      return o->root = (int)v, 0;
+    case 'g':
+      if (!bench__parse_long(arg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s' (1..4096)", arg);
+      return o->ngpus = (int)v, 0;
+    case 't':
+      if (!bench__parse_long(arg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-t: bad thread count '%s' (1..4096)", arg);
+      return o->nthreads = (int)v, 0;
+    case 'B':
+      if (strcmp(arg, "threads") != 0 && strcmp(arg, "mpi") != 0)
+        return bench__bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", arg);
+      o->backend_asked = strcmp(arg, "mpi") == 0 ? "mpi" : "threads";
+      return 0;
+    case 'J':
+      if (!*arg) return bench__bad(o->prog, "-J: empty file name%s", "");
+      return o->json = arg, 0;
+    default: return -1;
+  }
+}
+
+/* The rules between flags, after all were read. Returns 0 or 2 after a message. */
+BENCH_FN int bench__check_opts(bench_opts *o, bool factor_given) {
+  char buf[64];
+  if (o->maxbytes < o->minbytes) {
+    snprintf(buf, sizeof buf, "%zu < %zu", o->maxbytes, o->minbytes);
+    return bench__bad(o->prog, "-e is below -b (%s)", buf);
+  }
+  /* nccl-tests lets -f win silently; naming both is more likely a mistake than a wish */
+  if (o->stepbytes && factor_given) return bench__bad(o->prog, "%s", "-i (a fixed step) and -f (a factor) exclude each other");
+  if (o->nthreads && o->ngpus && (long)o->nthreads * o->ngpus > SK_MAX_DEVICES) {
+    snprintf(buf, sizeof buf, "%d x %d", o->nthreads, o->ngpus);
+    return bench__bad(o->prog, "-t x -g: %s devices, more than 4096", buf);
+  }
+  return 0;
+}
+
 /* Returns 0 to run, 1 after -h (the common text, then usage_notes), 2 on a bad flag (message printed). */
 BENCH_FN int bench__parse(int argc, char **argv, bench_opts *o, const char *usage_notes) {
   memset(o, 0, sizeof *o);
   o->prog = prog_name(argv[0]), o->path = argv[0];
   o->minbytes = o->maxbytes = 32u << 20;
   o->factor = 2, o->iters = 20, o->warmup = 5, o->check = 1, o->root = 0;
+  o->agg = 1, o->average = 3, o->cycles = 1;
   o->ndtypes = 1, o->dtypes[0] = SK_F32, o->nops = 1, o->ops[0] = SK_SUM;
   size_t len = 0;
   for (int i = 0; i < argc && len + 2 < sizeof o->cmdline; i++)
     len += (size_t)snprintf(o->cmdline + len, sizeof o->cmdline - len, "%s%s", i ? " " : "", argv[i]);
   static const struct option longopts[] = {
       {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
-      {"stepfactor", required_argument, 0, 'f'}, {"iters", required_argument, 0, 'n'},
-      {"warmup_iters", required_argument, 0, 'w'}, {"check", required_argument, 0, 'c'},
+      {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
+      {"iters", required_argument, 0, 'n'}, {"warmup_iters", required_argument, 0, 'w'},
+      {"agg_iters", required_argument, 0, 'm'}, {"blocking", required_argument, 0, 'z'},
+      {"average", required_argument, 0, 'a'}, {"run_cycles", required_argument, 0, 'N'},
+      {"timeout", required_argument, 0, 'T'}, {"check", required_argument, 0, 'c'},
       {"datatype", required_argument, 0, 'd'}, {"op", required_argument, 0, 'o'},
       {"root", required_argument, 0, 'r'}, {"ngpus", required_argument, 0, 'g'},
-      {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"nthreads", required_argument, 0, 't'}, {"backend", required_argument, 0, 'B'},
+      {"output_file", required_argument, 0, 'J'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
-  long v;
+  bool factor_given = false;
   for (;;) {
-    int c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:r:g:B:h", longopts, NULL);
+    int c = getopt_long(argc, argv, ":b:e:f:i:n:w:m:z:a:N:T:c:d:o:r:g:t:B:J:h", longopts, NULL);
     if (c == -1) break;
-    switch (c) {
-      case 'b':
-        if (!bench__parse_size(optarg, &o->minbytes) || o->minbytes == 0)
-          return bench__bad(o->prog, "-b: bad size '%s' (a positive integer with an optional K, M or G suffix)", optarg);
-        break;
-      case 'e':
-        if (!bench__parse_size(optarg, &o->maxbytes) || o->maxbytes == 0)
-          return bench__bad(o->prog, "-e: bad size '%s' (a positive integer with an optional K, M or G suffix)", optarg);
-        break;
-      case 'f':
-        if (!bench__parse_long(optarg, 2, 1 << 20, &v)) return bench__bad(o->prog, "-f: bad factor '%s' (an integer >= 2)", optarg);
-        o->factor = v;
-        break;
-      case 'n':
-        if (!bench__parse_long(optarg, 1, INT_MAX, &v)) return bench__bad(o->prog, "-n: bad iteration count '%s' (>= 1)", optarg);
-        o->iters = (int)v;
-        break;
-      case 'w':
-        if (!bench__parse_long(optarg, 0, INT_MAX, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (>= 0)", optarg);
-        o->warmup = (int)v;
-        break;
-      case 'c':
-        if (!bench__parse_long(optarg, 0, 1000, &v)) return bench__bad(o->prog, "-c: bad check count '%s' (0..1000)", optarg);
-        o->check = (int)v;
-        break;
-      case 'd':
-        if (!bench__parse_dtypes(optarg, o))
-          return bench__bad(o->prog, "-d: unknown type '%s' (float half bfloat16 double int8 uint8 int32 int64 all)", optarg);
-        break;
-      case 'o':
-        if (!bench__parse_ops(optarg, o)) return bench__bad(o->prog, "-o: unknown op '%s' (sum prod min max avg all)", optarg);
-        break;
-      case 'r':
-        if (!bench__parse_long(optarg, -1, SK_MAX_DEVICES - 1, &v)) return bench__bad(o->prog, "-r: bad root '%s' (-1 or a rank)", optarg);
-        o->root = (int)v;
-        break;
-      case 'g':
-        if (!bench__parse_long(optarg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s' (1..4096)", optarg);
-        o->ngpus = (int)v;
-        break;
-      case 'B':
-        if (strcmp(optarg, "threads") != 0 && strcmp(optarg, "mpi") != 0)
-          return bench__bad(o->prog, "-B: unknown backend '%s' (threads or mpi)", optarg);
-        o->backend_asked = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
-        break;
-      case 'h': bench__usage(stdout, o->path, usage_notes); return 1;
-      default: return bench__bad_flag(o->prog, c, argv);
+    if (c == 'h') {
+      bench__usage(stdout, o->path, usage_notes);
+      return 1;
     }
+    factor_given |= c == 'f';
+    int st = bench__parse_sweep(c, optarg, o);
+    if (st < 0) st = bench__parse_timing(c, optarg, o);
+    if (st < 0) st = bench__parse_setup(c, optarg, o);
+    if (st < 0) return bench__bad_flag(o->prog, c, argv);
+    if (st) return st;
   }
   if (optind < argc) return bench__bad(o->prog, "unexpected argument '%s'", argv[optind]);
-  if (o->maxbytes < o->minbytes) {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%zu < %zu", o->maxbytes, o->minbytes);
-    return bench__bad(o->prog, "-e is below -b (%s)", buf);
+  return bench__check_opts(o, factor_given);
+}
+
+/* The size after b in the sweep (-f or -i); false when b was the last one (the next would pass
+   -e, or overflow). The only place that steps a sweep. */
+BENCH_FN bool bench__next_size(const bench_opts *o, size_t b, size_t *next) {
+  if (o->stepbytes) {
+    if (o->maxbytes < o->stepbytes || b > o->maxbytes - o->stepbytes) return false;
+    *next = b + o->stepbytes;
+  } else {
+    if (b > o->maxbytes / (size_t)o->factor) return false;
+    *next = b * (size_t)o->factor;
   }
-  return 0;
+  return true;
 }
 
 /* ---- the run context ------------------------------------------------------------------------- */
@@ -514,6 +639,8 @@ typedef struct bench_ctx {
   int rows;
   char probe_log[64][112];   /* first 64 sizes' probe figures, printed after the table */
   int probe_rows;
+  FILE *json;                /* -J's report (world rank 0), NULL without -J */
+  int json_rows;
 } bench_ctx;
 
 /* The probe: x += z over 64-bit lanes (z is zero at run time, unknown to the compiler), so each
@@ -616,6 +743,7 @@ typedef struct bench_dev_state {
   int rank, lrank;
   unsigned char *sendbuf, *recvbuf;
   size_t *peer_layout;       /* vector collectives: 4n entries behind bench_io's four per-peer arrays */
+  sk_request **reqs;         /* BENCH_REQS_PER_CALL * -m slots: one iteration's started calls */
 } bench_dev_state;
 
 /* Vector collectives: the program's per-peer counts for this rank, displacements packed in rank
@@ -659,29 +787,73 @@ BENCH_FN void bench__setup_io(bench_dev_state *s, bench_io *io, sk_dtype dt, sk_
   if (coll->peer_counts) bench__setup_peers(s, io);
 }
 
-BENCH_FN sk_result bench__call(bench_dev_state *s, const bench_io *io) {
-  sk_result r = s->x->coll->run(s->c, io);
-  /* Aborted: the failing rank says why. Unsupported: a backend without this collective refuses
-     it on every rank, and bench_main says so once. */
+/* A failed call's message. Aborted: the failing rank says why. Unsupported: a backend without
+   this collective refuses it on every rank, and bench_main says so once. */
+BENCH_FN sk_result bench__said(bench_dev_state *s, sk_result r) {
   if (r != SK_OK && r != SK_ERR_ABORTED && r != SK_ERR_UNSUPPORTED)
     fprintf(stderr, "%s: rank %d: %s failed: %s: %s\n", s->x->o->prog, s->rank, s->x->coll->name, sk_result_name(r),
             sk_comm_error_message(s->c));
   return r;
 }
 
-/* Times one placement; returns the max over ranks of the mean per iteration (seconds). */
+BENCH_FN sk_result bench__call(bench_dev_state *s, const bench_io *io) { return bench__said(s, s->x->coll->run(s->c, io)); }
+
+/* One call started non-blocking into req[0..BENCH_REQS_PER_CALL); a program without a start hook
+   runs the blocking call instead (done on return, no request). */
+BENCH_FN sk_result bench__start(bench_dev_state *s, const bench_io *io, sk_request **req) {
+  if (!s->x->coll->start) return bench__call(s, io);
+  return bench__said(s, s->x->coll->start(s->c, io, req));
+}
+
+/* One timed iteration: -m calls as -z says (nccl-tests' startColl + completeColl). Adds the time
+   the calls took to *coll_s (so -z 3 can leave its barrier out).
+     0, 3: every call started non-blocking, then all waited for together; one call alone is the
+           blocking call, which is the backend's own start + wait. 3 then adds a barrier.
+     1: each call blocks, then a barrier.   2: each call blocks. */
+BENCH_FN sk_result bench__iteration(bench_dev_state *s, const bench_io *io, double *coll_s) {
+  const bench_opts *o = s->x->o;
+  sk_result r = SK_OK;
+  uint64_t t0 = sk_now_ns();
+  if (o->blocking == 1 || o->blocking == 2 || o->agg == 1) {
+    for (int k = 0; r == SK_OK && k < o->agg; k++) {
+      r = bench__call(s, io);
+      if (r == SK_OK && o->blocking == 1) r = sk_barrier(s->c);
+    }
+  } else {
+    int nreq = BENCH_REQS_PER_CALL * o->agg;
+    for (int k = 0; r == SK_OK && k < o->agg; k++) r = bench__start(s, io, s->reqs + BENCH_REQS_PER_CALL * k);
+    sk_result w = bench__said(s, sk_waitall(nreq, s->reqs)); /* also after a failed start: frees what began */
+    if (r == SK_OK) r = w;
+  }
+  *coll_s += (double)(sk_now_ns() - t0) * 1e-9;
+  if (r == SK_OK && o->blocking == 3) r = sk_barrier(s->c);
+  return r;
+}
+
+/* -a: one time per rank to the time of the row, on every rank: rank 0's, the mean, the minimum or
+   the maximum (nccl-tests reduces its times across threads and processes the same way). */
+BENCH_FN sk_result bench__over_ranks(sk_comm *c, int mode, double mine, double *out) {
+  if (mode == 0) return sk_broadcast(c, &mine, out, 1, SK_F64, 0);
+  sk_result r = sk_allreduce(c, &mine, out, 1, SK_F64, mode == 1 ? SK_SUM : mode == 2 ? SK_MIN : SK_MAX);
+  if (r == SK_OK && mode == 1) *out /= sk_comm_size(c);
+  return r;
+}
+
+/* Times one placement: -w untimed iterations, a barrier, -n timed ones; *t = seconds per call
+   (total / (iters * agg)), over ranks as -a says. */
 BENCH_FN sk_result bench__time(bench_dev_state *s, const bench_io *io, double *t) {
   const bench_opts *o = s->x->o;
-  sk_result r;
-  for (int i = 0; i < o->warmup; i++)
-    if ((r = bench__call(s, io)) != SK_OK) return r;
-  if ((r = sk_barrier(s->c)) != SK_OK) return r;
+  sk_result r = SK_OK;
+  double coll_s = 0;
+  for (int i = 0; r == SK_OK && i < o->warmup; i++) r = bench__iteration(s, io, &coll_s);
+  if (r == SK_OK) r = sk_barrier(s->c);
+  if (r != SK_OK) return r;
+  coll_s = 0;
   uint64_t t0 = sk_now_ns();
-  for (int i = 0; i < o->iters; i++)
-    if ((r = bench__call(s, io)) != SK_OK) return r;
-  uint64_t t1 = sk_now_ns();
-  double mine = (double)(t1 - t0) * 1e-9 / o->iters;
-  return sk_allreduce(s->c, &mine, t, 1, SK_F64, SK_MAX);
+  for (int i = 0; r == SK_OK && i < o->iters; i++) r = bench__iteration(s, io, &coll_s);
+  if (r != SK_OK) return r;
+  double total = o->blocking == 3 ? coll_s : (double)(sk_now_ns() - t0) * 1e-9;
+  return bench__over_ranks(s->c, o->average, total / ((double)o->iters * o->agg), t);
 }
 
 /* -c check runs of one placement; *wrong = sum over ranks (stops at the first failing run). */
@@ -730,7 +902,148 @@ typedef struct bench_row {
   int64_t wrong_oop, wrong_ip;
   double t_pass;             /* the probe's best pass over the footprint (seconds) */
   size_t footprint;          /* bytes, summed over processes */
+  long long cycle;           /* -N: which sweep, from 0 */
 } bench_row;
+
+/* ---- the JSON report (-J) ------------------------------------------------------------------- */
+/* Written by hand, as the table is: one object with the parameters, the environment the header
+   prints, every row as it is printed, and the footer's figures. Only world rank 0 writes it. */
+
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 when it is not one. */
+BENCH_FN int bench__utf8_len(const unsigned char *p) {
+  int len = p[0] < 0x80 ? 1 : p[0] >= 0xC2 && p[0] <= 0xDF ? 2 : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
+          : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
+  for (int i = 1; i < len; i++)
+    if ((p[i] & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+/* A JSON string: quote, backslash and control characters escaped; valid UTF-8 kept as it is; any
+   other byte (a host name or argument in another encoding) escaped as the code point of that
+   byte, so the file always parses. */
+BENCH_FN void bench__json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    int len = bench__utf8_len(p);
+    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+    else if (*p < 0x20 || *p == 0x7F || len == 0) fprintf(f, "\\u%04x", *p);
+    else fwrite(p, 1, (size_t)len, f);
+    p += len > 1 ? len : 1;
+  }
+  fputc('"', f);
+}
+
+/* "key": value pairs; JSON has no NaN or infinity, so they are null. */
+BENCH_FN void bench__json_key(FILE *f, const char *key) {
+  bench__json_str(f, key);
+  fputs(": ", f);
+}
+BENCH_FN void bench__json_num(FILE *f, const char *key, double v) {
+  bench__json_key(f, key);
+  if (isfinite(v)) fprintf(f, "%.9g", v);
+  else fputs("null", f);
+}
+BENCH_FN void bench__json_int(FILE *f, const char *key, long long v) {
+  bench__json_key(f, key);
+  fprintf(f, "%lld", v);
+}
+BENCH_FN void bench__json_text(FILE *f, const char *key, const char *v) {
+  bench__json_key(f, key);
+  if (v) bench__json_str(f, v);
+  else fputs("null", f);
+}
+
+static const char *const bench__average_names[] = {"rank0", "mean", "min", "max"};
+
+/* The head: who ran what, where, with which flags; then the rows list opens. */
+BENCH_FN void bench__json_head(const bench_ctx *x) {
+  FILE *f = x->json;
+  const bench_opts *o = x->o;
+  char host[256] = "?", version[32];
+  gethostname(host, sizeof host - 1);
+  snprintf(version, sizeof version, "%d.%d.%d", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH);
+  int nthr = o->nthreads ? o->nthreads : 1;
+  fputs("{\n  ", f), bench__json_text(f, "program", o->prog);
+  fputs(",\n  ", f), bench__json_text(f, "collective", x->coll->name);
+  fputs(",\n  ", f), bench__json_text(f, "shardkit_version", version);
+  fputs(",\n  ", f), bench__json_text(f, "backend", o->backend);
+  fputs(",\n  ", f), bench__json_text(f, "command", o->cmdline);
+  fputs(",\n  \"environment\": {", f), bench__json_text(f, "host", host);
+  fputs(", ", f), bench__json_int(f, "pid", (long long)getpid());
+  fputs(", ", f), bench__json_int(f, "devices", x->n);
+  fputs(", ", f), bench__json_int(f, "online_cores", x->cores);
+  fputs(", ", f), bench__json_int(f, "probe_threads", x->probe_threads);
+  fputs("},\n  \"parameters\": {", f), bench__json_int(f, "nthreads", nthr);
+  fputs(", ", f), bench__json_int(f, "ngpus", x->n / nthr);
+  fputs(", ", f), bench__json_int(f, "minbytes", (long long)o->minbytes);
+  fputs(", ", f), bench__json_int(f, "maxbytes", (long long)o->maxbytes);
+  fputs(", ", f), bench__json_int(f, "stepfactor", o->stepbytes ? 0 : o->factor);
+  fputs(", ", f), bench__json_int(f, "stepbytes", (long long)o->stepbytes);
+  fputs(", ", f), bench__json_int(f, "iters", o->iters);
+  fputs(", ", f), bench__json_int(f, "warmup_iters", o->warmup);
+  fputs(", ", f), bench__json_int(f, "agg_iters", o->agg);
+  fputs(", ", f), bench__json_int(f, "run_cycles", o->cycles);
+  fputs(", ", f), bench__json_int(f, "blocking", o->blocking);
+  fputs(", ", f), bench__json_text(f, "average", bench__average_names[o->average]);
+  fputs(", ", f), bench__json_int(f, "check", o->check);
+  fputs(", ", f), bench__json_int(f, "root", o->root);
+  fputs(", ", f), bench__json_int(f, "timeout_s", o->timeout_s);
+  fputs("},\n  \"rows\": [", f);
+}
+
+/* One placement's cells: null where the table prints N/A. */
+BENCH_FN void bench__json_placement(FILE *f, const char *key, bool ran, bool checked, double t, double S, double factor,
+                                    int64_t wrong) {
+  double algbw = ran && t > 0 ? S / 1e9 / t : NAN;
+  bench__json_key(f, key);
+  fputs("{", f), bench__json_num(f, "time_us", ran ? t * 1e6 : NAN);
+  fputs(", ", f), bench__json_num(f, "algbw_gbps", algbw);
+  fputs(", ", f), bench__json_num(f, "busbw_gbps", algbw * factor);
+  fputs(", ", f), bench__json_key(f, "wrong");
+  if (checked) fprintf(f, "%lld}", (long long)wrong);
+  else fputs("null}", f);
+}
+
+/* One row, with every column of the table (the times in us, as printed, but unrounded) and the
+   probe's figures behind %bound. */
+BENCH_FN void bench__json_row(bench_ctx *x, sk_dtype dt, sk_redop op, int root, const bench_row *row, double bound,
+                              double B, double t_min) {
+  FILE *f = x->json;
+  const bench_coll *coll = x->coll;
+  bool ran_ip = coll->in_place != BENCH_IN_PLACE_NONE, checked = x->o->check > 0;
+  double factor = coll->bus_factor(x->n), S = (double)row->size;
+  fputs(x->json_rows++ ? ",\n    {" : "\n    {", f);
+  bench__json_int(f, "cycle", row->cycle);
+  fputs(", ", f), bench__json_int(f, "size", (long long)row->size);
+  fputs(", ", f), bench__json_int(f, "count", (long long)row->count);
+  fputs(", ", f), bench__json_text(f, "type", sk_dtype_long_name(dt));
+  fputs(", ", f), bench__json_text(f, "redop", coll->has_op ? sk_redop_name(op) : "none");
+  fputs(", ", f), bench__json_int(f, "root", coll->has_root ? root : -1);
+  fputs(",\n     ", f), bench__json_placement(f, "out_of_place", true, checked, row->t_oop, S, factor, row->wrong_oop);
+  fputs(",\n     ", f);
+  bench__json_placement(f, "in_place", ran_ip, checked && coll->in_place == BENCH_IN_PLACE_NCCL, row->t_ip, S, factor,
+                        row->wrong_ip);
+  fputs(",\n     ", f), bench__json_num(f, "bound_pct", bound);
+  fputs(", \"probe\": {", f), bench__json_int(f, "footprint_bytes", (long long)row->footprint);
+  fputs(", ", f), bench__json_num(f, "bandwidth_gbps", B / 1e9);
+  fputs(", ", f), bench__json_num(f, "t_min_us", t_min * 1e6);
+  fputs("}}", f);
+}
+
+/* The footer's figures and how the run ended (error: NULL, or why it failed); closes the object.
+   Returns false when the file could not be written. */
+BENCH_FN bool bench__json_foot(bench_ctx *x, const char *error) {
+  FILE *f = x->json;
+  fputs(x->json_rows ? "\n  ],\n  " : "],\n  ", f);
+  bench__json_int(f, "out_of_bounds", x->wrong_total);
+  fprintf(f, ",\n  \"ok\": %s,\n  ", x->wrong_total || error ? "false" : "true");
+  bench__json_num(f, "avg_busbw_gbps", x->bw_count ? x->bw_sum / x->bw_count : 0.0);
+  fputs(",\n  ", f), bench__json_text(f, "error", error);
+  fputs("\n}\n", f);
+  bool ok = !ferror(f);
+  return fclose(f) == 0 && ok;
+}
+
 
 /* Out of place: fill, register the footprint, probe, time, check. */
 BENCH_FN sk_result bench__run_out_of_place(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes,
@@ -803,6 +1116,7 @@ BENCH_FN void bench__print_row(bench_ctx *x, sk_dtype dt, sk_redop op, int root,
          sk_dtype_long_name(dt), coll->has_op ? sk_redop_name(op) : "none", coll->has_root ? root : -1, t1, alg1, bus1,
          w1, t2, alg2, bus2, w2, bound);
   fflush(stdout);
+  if (x->json) bench__json_row(x, dt, op, root, row, bound, B, t_min);
   /* the footer's average covers the placements that ran */
   double alg_oop = row->t_oop > 0 ? S / 1e9 / row->t_oop : 0, alg_ip = row->t_ip > 0 ? S / 1e9 / row->t_ip : 0;
   x->bw_sum += alg_oop * factor + (ran_ip ? alg_ip * factor : 0);
@@ -814,9 +1128,11 @@ BENCH_FN void bench__print_row(bench_ctx *x, sk_dtype dt, sk_redop op, int root,
   }
 }
 
-BENCH_FN sk_result bench__one_size(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes) {
+BENCH_FN sk_result bench__one_size(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes,
+                                   long long cycle) {
   bench_row row;
   memset(&row, 0, sizeof row);
+  row.cycle = cycle;
   sk_result r = bench__run_out_of_place(s, dt, op, root, bytes, &row);
   if (r == SK_OK) r = bench__run_in_place(s, dt, op, root, bytes, &row);
   if (r == SK_OK && s->rank == 0) bench__print_row(s->x, dt, op, root, &row);
@@ -836,7 +1152,21 @@ BENCH_FN sk_result bench__alloc_device(bench_dev_state *s) {
     fprintf(stderr, "%s: rank %d: cannot allocate the per-peer counts\n", x->o->prog, s->rank);
     return SK_ERR_OUT_OF_MEMORY;
   }
+  if (!(s->reqs = (sk_request **)calloc(BENCH_REQS_PER_CALL * (size_t)x->o->agg, sizeof *s->reqs))) {
+    fprintf(stderr, "%s: rank %d: cannot allocate the request slots\n", x->o->prog, s->rank);
+    return SK_ERR_OUT_OF_MEMORY;
+  }
   return SK_OK;
+}
+
+/* One sweep of the sizes (-b, -e, -f or -i) for one dtype, op and root. */
+BENCH_FN sk_result bench__sweep(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, long long cycle) {
+  const bench_opts *o = s->x->o;
+  sk_result r = SK_OK;
+  size_t b = o->minbytes;
+  do r = bench__one_size(s, dt, op, root, b, cycle);
+  while (r == SK_OK && bench__next_size(o, b, &b));
+  return r;
 }
 
 BENCH_FN sk_result bench__device(sk_comm *c, void *arg) {
@@ -847,21 +1177,19 @@ BENCH_FN sk_result bench__device(sk_comm *c, void *arg) {
   sk_result r = bench__alloc_device(&s);
   const bench_opts *o = x->o;
   const bench_coll *coll = x->coll;
-  int nops = coll->has_op || coll->loops_ops ? o->nops : 1;
+  bool ops = coll->has_op || coll->loops_ops;
   int root_lo = coll->has_root ? (o->root < 0 ? 0 : o->root) : -1;
   int root_hi = coll->has_root ? (o->root < 0 ? x->n - 1 : o->root) : -1;
+  /* -N repeats each sweep, as nccl-tests repeats it per type, op and root; 0 = until interrupted */
   for (int ti = 0; r == SK_OK && ti < o->ndtypes; ti++)
-    for (int oi = 0; r == SK_OK && oi < nops; oi++)
+    for (int oi = 0; r == SK_OK && oi < (ops ? o->nops : 1); oi++)
       for (int root = root_lo; r == SK_OK && root <= root_hi; root++)
-        for (size_t b = o->minbytes; r == SK_OK && b <= o->maxbytes;) {
-          r = bench__one_size(&s, o->dtypes[ti], coll->has_op || coll->loops_ops ? o->ops[oi] : SK_SUM,
-                              root < 0 ? 0 : root, b);
-          if (b > o->maxbytes / (size_t)o->factor) break;
-          b *= (size_t)o->factor;
-        }
+        for (long long cy = 0; r == SK_OK && (o->cycles == 0 || cy < o->cycles); cy++)
+          r = bench__sweep(&s, o->dtypes[ti], ops ? o->ops[oi] : SK_SUM, root < 0 ? 0 : root, cy);
   free(s.sendbuf);
   free(s.recvbuf);
   free(s.peer_layout);
+  free(s.reqs);
   return r;
 }
 
@@ -879,11 +1207,16 @@ BENCH_FN int bench__mpi_rank(sk_world *w) {
 }
 #endif
 
-/* -B threads: ndevices threads in this process. Returns 0 or an exit status. */
+/* -T: every wait of the world is bounded by it (0: the world's default). */
+BENCH_FN uint32_t bench__timeout_ms(const bench_opts *o) { return (uint32_t)o->timeout_s * 1000u; }
+
+/* -B threads: devices as threads in this process: -g of them, or -t x -g (-g then defaults to 1,
+   so nccl-tests' `-t 4` is 4 devices as there). Returns 0 or an exit status. */
 BENCH_FN int bench_world_threads(bench_opts *o, sk_world **w, int *nlocal, int *local0) {
   sk_world_desc d;
   memset(&d, 0, sizeof d);
-  d.ndevices = o->ngpus ? o->ngpus : BENCH_DEFAULT_GPUS;
+  d.ndevices = o->nthreads ? o->nthreads * (o->ngpus ? o->ngpus : 1) : o->ngpus ? o->ngpus : BENCH_DEFAULT_GPUS;
+  d.timeout_ms = bench__timeout_ms(o);
   d.backend = sk_threads_backend();
   sk_error err;
   if (sk_world_create(&d, w, &err) != SK_OK) {
@@ -896,12 +1229,19 @@ BENCH_FN int bench_world_threads(bench_opts *o, sk_world **w, int *nlocal, int *
 }
 
 /* -B mpi: one device per MPI process, under an MPI launcher (prog_backend made sure there is
-   one). -g, if given, must equal the world size; if not, it says so and exits 2. Only world rank 0
-   prints (bench_main prints when *local0 == 0). */
+   one). -g, if given, must equal the world size, and -t be 1; if not, it says so and exits 2.
+   Only world rank 0 prints (bench_main prints when *local0 == 0). */
 BENCH_FN int bench_world_mpi(bench_opts *o, sk_world **w, int *nlocal, int *local0) {
+  if (o->nthreads > 1) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d", o->nthreads);
+    return bench__bad(o->prog, "-t %s: the MPI backend runs one device per process (start more processes: "
+                      PROG_MPIRUN " -np N)", buf);
+  }
 #if defined(SK_BENCH_MPI)
   sk_world_desc d;
   memset(&d, 0, sizeof d);
+  d.timeout_ms = bench__timeout_ms(o);
   d.backend = sk_mpi_backend();
   sk_error err;
   if (sk_world_create(&d, w, &err) != SK_OK) {
@@ -941,8 +1281,7 @@ BENCH_FN size_t bench__max_buf(const bench_coll *coll, const bench_opts *o, int 
         size_t e = coll->expected_elems(n, k.param) * es;
         if (e > exp) exp = e;
       }
-      if (b > o->maxbytes / (size_t)o->factor) break;
-      b *= (size_t)o->factor;
+      if (!bench__next_size(o, b, &b)) break;
     }
   }
   *expected_bytes = exp;
@@ -957,9 +1296,16 @@ BENCH_FN void bench__print_header(const bench_ctx *x) {
   printf("# shardkit %d.%d.%d  %s (%s)  backend: %s\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH, o->prog,
          x->coll->name, o->backend);
   printf("# Command: %s\n", o->cmdline);
-  printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %ld(factor) warmup iters: %d iters: %d agg iters: 1 "
+  int nthr = o->nthreads ? o->nthreads : 1;
+  char step[48];
+  if (o->stepbytes) snprintf(step, sizeof step, "%zu(bytes)", o->stepbytes);
+  else snprintf(step, sizeof step, "%ld(factor)", o->factor);
+  printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg iters: %d "
          "validation: %d graph: 0\n",
-         x->n, o->minbytes, o->maxbytes, o->factor, o->warmup, o->iters, o->check);
+         nthr, x->n / nthr, o->minbytes, o->maxbytes, step, o->warmup, o->iters, o->agg, o->check);
+  printf("# blocking: %d  average: %d (%s over ranks)  run cycles: %d  timeout: %ld s%s\n", o->blocking, o->average,
+         bench__average_names[o->average], o->cycles, o->timeout_s ? o->timeout_s : (long)(SK_DEFAULT_TIMEOUT_MS / 1000),
+         o->timeout_s ? "" : " (default)");
   printf("#\n# Using devices\n");
   for (int i = 0; i < x->n; i++)
     printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [thread %d] shardkit %s backend\n", i, (int)getpid(), host,
@@ -991,6 +1337,91 @@ BENCH_FN void bench__print_footer(const bench_ctx *x) {
   printf("#\n");
 }
 
+/* The world -B asks for, checked against -g and -r. Returns 0 or an exit status (no world then). */
+BENCH_FN int bench__make_world(bench_opts *o, const bench_coll *coll, sk_world **w, int *nlocal, int *local0) {
+  int st = strcmp(o->backend, "mpi") == 0 ? bench_world_mpi(o, w, nlocal, local0) : bench_world_threads(o, w, nlocal, local0);
+  if (st) return st;
+  if (o->ngpus < 1) { /* both world makers set it; the counts divide by it */
+    fprintf(stderr, "%s: the world has no device\n", o->prog);
+    st = 1;
+  } else if (coll->has_root && o->root >= o->ngpus) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d", o->root);
+    st = bench__bad(o->prog, "-r: root %s is not a rank of the world", buf);
+  }
+  if (st) sk_world_destroy(*w), *w = NULL;
+  return st;
+}
+
+#if defined(SK_BENCH_MPI)
+static sk_result bench__agree_fn(sk_comm *c, void *arg) {
+  int mine = *(int *)arg, all = 0;
+  sk_result r = sk_allreduce(c, &mine, &all, 1, SK_I32, SK_MIN);
+  *(int *)arg = all;
+  return r;
+}
+#endif
+
+/* -J: world rank 0 opens the report and writes its head. Under MPI every process learns whether
+   that worked (one device per process, so the flag has one writer), so none starts a sweep rank 0
+   will not join. Returns 0, or 2 after the message. */
+BENCH_FN int bench__open_json(bench_ctx *x, sk_world *w) {
+  int ok = 1;
+  if (x->o->json && x->local0 == 0) {
+    if ((x->json = fopen(x->o->json, "w"))) bench__json_head(x);
+    else ok = 0, fprintf(stderr, "%s: -J: cannot write '%s': %s\n", x->o->prog, x->o->json, strerror(errno));
+  }
+#if defined(SK_BENCH_MPI)
+  if (x->o->json && strcmp(x->o->backend, "mpi") == 0 && sk_world_run(w, bench__agree_fn, &ok) != SK_OK) ok = 0;
+#else
+  (void)w;
+#endif
+  return ok ? 0 : 2;
+}
+
+/* Everything the devices share; returns 0 or an exit status (then nothing to free). */
+BENCH_FN int bench__setup_ctx(bench_ctx *x, bench_opts *o, const bench_coll *coll, int nlocal, int local0) {
+  memset(x, 0, sizeof *x);
+  x->o = o, x->coll = coll, x->n = o->ngpus, x->local0 = local0, x->nlocal = nlocal;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  x->cores = cores > 0 ? (int)cores : 1;
+  x->probe_threads = nlocal < x->cores ? nlocal : x->cores;
+  if (x->probe_threads > 64) x->probe_threads = 64;
+  x->maxbuf = bench__max_buf(coll, o, x->n, &x->expected_cap);
+  x->dev = (bench_dev *)calloc((size_t)nlocal, sizeof *x->dev);
+  x->expected = x->expected_cap ? bench__alloc(x->expected_cap) : NULL;
+  if (!x->dev || (x->expected_cap && !x->expected)) {
+    fprintf(stderr, "%s: out of memory\n", o->prog);
+    free(x->dev), free(x->expected);
+    return 1;
+  }
+  return 0;
+}
+
+/* After the run: why it failed (if it did), the footer and the JSON foot. Returns the exit status. */
+BENCH_FN int bench__finish(bench_ctx *x, sk_world *w, sk_result r) {
+  const bench_opts *o = x->o;
+  char why[512] = "";
+  if (r == SK_ERR_UNSUPPORTED) {
+    snprintf(why, sizeof why, "the %s backend does not support %s: %s", o->backend, x->coll->name, sk_world_error_message(w));
+    if (x->local0 != 0) why[0] = 0; /* every process would say it: rank 0 does */
+  } else if (r == SK_ERR_TIMEOUT) {
+    snprintf(why, sizeof why, "timed out: a wait passed %ld s (-T%s): %s",
+             o->timeout_s ? o->timeout_s : (long)(SK_DEFAULT_TIMEOUT_MS / 1000), o->timeout_s ? "" : "'s default",
+             sk_world_error_message(w));
+  } else if (r != SK_OK) {
+    snprintf(why, sizeof why, "the run failed: %s: %s", sk_result_name(r), sk_world_error_message(w));
+  }
+  if (why[0]) fprintf(stderr, "%s: %s\n", o->prog, why);
+  int status = r != SK_OK || x->wrong_total ? 1 : 0;
+  if (x->local0 == 0) bench__print_footer(x);
+  if (x->json && !bench__json_foot(x, r != SK_OK ? (why[0] ? why : sk_result_name(r)) : NULL)) {
+    fprintf(stderr, "%s: -J: writing '%s' failed\n", o->prog, o->json);
+    status = 1;
+  }
+  return status;
+}
+
 BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   bench_opts o;
@@ -999,55 +1430,20 @@ BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
   if (!(o.backend = prog_backend(o.path, o.backend_asked, "-B"))) return 2;
   sk_world *w = NULL;
   int nlocal = 0, local0 = 0;
-  int st = strcmp(o.backend, "mpi") == 0 ? bench_world_mpi(&o, &w, &nlocal, &local0)
-                                         : bench_world_threads(&o, &w, &nlocal, &local0);
+  int st = bench__make_world(&o, coll, &w, &nlocal, &local0);
   if (st) return st;
-  int n = o.ngpus;
-  if (n < 1) { /* both world makers set it; the counts divide by it */
-    fprintf(stderr, "%s: the world has no device\n", o.prog);
-    sk_world_destroy(w);
-    return 1;
-  }
-  if (coll->has_root && o.root >= n) {
-    sk_world_destroy(w);
-    char buf[64];
-    snprintf(buf, sizeof buf, "%d", o.root);
-    return bench__bad(o.prog, "-r: root %s is not a rank of the world", buf);
-  }
   bench_ctx x;
-  memset(&x, 0, sizeof x);
-  x.o = &o, x.coll = coll, x.n = n, x.local0 = local0, x.nlocal = nlocal;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  x.cores = cores > 0 ? (int)cores : 1;
-  x.probe_threads = nlocal < x.cores ? nlocal : x.cores;
-  if (x.probe_threads > 64) x.probe_threads = 64;
-  x.maxbuf = bench__max_buf(coll, &o, n, &x.expected_cap);
-  x.dev = (bench_dev *)calloc((size_t)nlocal, sizeof *x.dev);
-  x.expected = x.expected_cap ? bench__alloc(x.expected_cap) : NULL;
-  if (!x.dev || (x.expected_cap && !x.expected)) {
-    fprintf(stderr, "%s: out of memory\n", o.prog);
-    free(x.dev), free(x.expected);
+  if ((st = bench__setup_ctx(&x, &o, coll, nlocal, local0)) != 0) {
     sk_world_destroy(w);
-    return 1;
+    return st;
   }
   if (local0 == 0) bench__print_header(&x);
-  sk_result r = sk_world_run(w, bench__device, &x);
-  int status = 0;
-  if (r == SK_ERR_UNSUPPORTED) {
-    if (local0 == 0)
-      fprintf(stderr, "%s: the %s backend does not support %s: %s\n", o.prog, o.backend, coll->name,
-              sk_world_error_message(w));
-    status = 1;
-  } else if (r != SK_OK) {
-    fprintf(stderr, "%s: the run failed: %s: %s\n", o.prog, sk_result_name(r), sk_world_error_message(w));
-    status = 1;
-  }
-  if (local0 == 0) bench__print_footer(&x);
-  if (x.wrong_total) status = 1;
+  if ((st = bench__open_json(&x, w)) == 0) st = bench__finish(&x, w, sk_world_run(w, bench__device, &x));
+  else if (x.json) fclose(x.json);
   sk_world_destroy(w);
   free(x.dev);
   free(x.expected);
-  return status;
+  return st;
 }
 
 #endif /* BENCH_COMMON_H */
