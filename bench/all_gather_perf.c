@@ -26,9 +26,14 @@ static sk_result ag_run(sk_comm *c, const bench_io *io) {
   return sk_allgather(c, io->send, io->recv, io->count, io->dt);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result ag_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_iallgather(c, io->send, io->recv, io->count, io->dt, req);
+}
+
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "AllGather", .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = ag_factor,
                                   .counts = ag_counts, .min_bytes = ag_min_bytes, .touches = ag_touches,
-                                  .run = ag_run, .fill = bench_fill_gathered, .check = bench_count_wrong_gathered};
+                                  .run = ag_run, .start = ag_start, .fill = bench_fill_gathered, .check = bench_count_wrong_gathered};
   return bench_main(argc, argv, &coll);
 }

@@ -25,6 +25,11 @@ static sk_result ar_run(sk_comm *c, const bench_io *io) {
   return sk_allreduce(c, io->send, io->recv, io->count, io->dt, io->op);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result ar_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_iallreduce(c, io->send, io->recv, io->count, io->dt, io->op, req);
+}
+
 static void ar_fill(const bench_io *io) {
   bench_fill_values(io->dt, io->in_place ? io->recv : io->send, io->count, io->rank, 0, io->rep);
   if (!io->in_place) bench_poison(io->recv, io->count * io->es);
@@ -44,7 +49,7 @@ static int64_t ar_check(const bench_io *io) { return bench_count_wrong(io->es, i
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "AllReduce", .has_op = true, .loops_ops = true,
                                   .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = ar_factor, .counts = ar_counts,
-                                  .min_bytes = ar_min_bytes, .touches = ar_touches, .run = ar_run, .fill = ar_fill,
+                                  .min_bytes = ar_min_bytes, .touches = ar_touches, .run = ar_run, .start = ar_start, .fill = ar_fill,
                                   .expected_elems = ar_expected_elems, .expected = ar_expected, .check = ar_check};
   return bench_main(argc, argv, &coll);
 }

@@ -26,6 +26,11 @@ static sk_result a2a_run(sk_comm *c, const bench_io *io) {
   return sk_alltoall(c, io->send, io->recv, io->count, io->dt);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result a2a_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_ialltoall(c, io->send, io->recv, io->count, io->dt, req);
+}
+
 /* Rank j's send element k is value(j, k); block r of it goes to rank r. */
 static void a2a_fill(const bench_io *io) {
   size_t total = io->count * (size_t)io->n;
@@ -45,6 +50,6 @@ static int64_t a2a_check(const bench_io *io) {
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "AllToAll", .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = a2a_factor,
                                   .counts = a2a_counts, .min_bytes = a2a_min_bytes, .touches = a2a_touches,
-                                  .run = a2a_run, .fill = a2a_fill, .check = a2a_check};
+                                  .run = a2a_run, .start = a2a_start, .fill = a2a_fill, .check = a2a_check};
   return bench_main(argc, argv, &coll);
 }

@@ -64,6 +64,12 @@ static sk_result a2av_run(sk_comm *c, const bench_io *io) {
                       io->dt);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result a2av_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_ialltoallv(c, io->send, io->send_counts, io->send_displs, io->recv, io->recv_counts,
+                       io->recv_displs, io->dt, req);
+}
+
 /* Rank j's send element k is value(j, k); its block for rank r starts at a2av_send_displ(j, r). */
 static void a2av_fill(const bench_io *io) {
   size_t total = io->count * (size_t)io->n;
@@ -91,7 +97,7 @@ int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "AllToAllV", .in_place = BENCH_IN_PLACE_NONE,
                                   .usage_notes = a2av_usage_notes, .bus_factor = a2av_factor,
                                   .counts = a2av_counts, .peer_counts = a2av_peer_counts,
-                                  .min_bytes = a2av_min_bytes, .touches = a2av_touches, .run = a2av_run,
+                                  .min_bytes = a2av_min_bytes, .touches = a2av_touches, .run = a2av_run, .start = a2av_start,
                                   .fill = a2av_fill, .check = a2av_check};
   return bench_main(argc, argv, &coll);
 }

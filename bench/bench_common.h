@@ -1437,9 +1437,12 @@ BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
     sk_world_destroy(w);
     return st;
   }
-  if (local0 == 0) bench__print_header(&x);
-  if ((st = bench__open_json(&x, w)) == 0) st = bench__finish(&x, w, sk_world_run(w, bench__device, &x));
-  else if (x.json) fclose(x.json);
+  if ((st = bench__open_json(&x, w)) == 0) {
+    if (local0 == 0) bench__print_header(&x);
+    st = bench__finish(&x, w, sk_world_run(w, bench__device, &x));
+  } else if (x.json) {
+    fclose(x.json);
+  }
   sk_world_destroy(w);
   free(x.dev);
   free(x.expected);

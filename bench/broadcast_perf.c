@@ -25,6 +25,11 @@ static sk_result bc_run(sk_comm *c, const bench_io *io) {
   return sk_broadcast(c, io->send, io->recv, io->count, io->dt, io->root);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result bc_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_ibroadcast(c, io->send, io->recv, io->count, io->dt, io->root, req);
+}
+
 static void bc_fill(const bench_io *io) {
   if (!io->in_place) {
     bench_poison(io->recv, io->count * io->es);
@@ -44,6 +49,6 @@ static int64_t bc_check(const bench_io *io) {
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "Broadcast", .has_root = true, .in_place = BENCH_IN_PLACE_NCCL,
                                   .bus_factor = bc_factor, .counts = bc_counts, .min_bytes = bc_min_bytes,
-                                  .touches = bc_touches, .run = bc_run, .fill = bc_fill, .check = bc_check};
+                                  .touches = bc_touches, .run = bc_run, .start = bc_start, .fill = bc_fill, .check = bc_check};
   return bench_main(argc, argv, &coll);
 }

@@ -30,12 +30,17 @@ static sk_result ga_run(sk_comm *c, const bench_io *io) {
   return sk_gather(c, io->send, io->recv, io->count, io->dt, io->root);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result ga_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_igather(c, io->send, io->recv, io->count, io->dt, io->root, req);
+}
+
 /* only the root receives */
 static int64_t ga_check(const bench_io *io) { return io->rank == io->root ? bench_count_wrong_gathered(io) : 0; }
 
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "Gather", .has_root = true, .in_place = BENCH_IN_PLACE_NCCL,
                                   .bus_factor = ga_factor, .counts = ga_counts, .min_bytes = ga_min_bytes,
-                                  .touches = ga_touches, .run = ga_run, .fill = bench_fill_gathered, .check = ga_check};
+                                  .touches = ga_touches, .run = ga_run, .start = ga_start, .fill = bench_fill_gathered, .check = ga_check};
   return bench_main(argc, argv, &coll);
 }

@@ -25,6 +25,11 @@ static sk_result rd_run(sk_comm *c, const bench_io *io) {
   return sk_reduce(c, io->send, io->recv, io->count, io->dt, io->op, io->root);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result rd_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_ireduce(c, io->send, io->recv, io->count, io->dt, io->op, io->root, req);
+}
+
 static void rd_fill(const bench_io *io) {
   bench_fill_values(io->dt, io->in_place ? io->recv : io->send, io->count, io->rank, 0, io->rep);
   if (!io->in_place) bench_poison(io->recv, io->count * io->es);
@@ -47,7 +52,7 @@ static int64_t rd_check(const bench_io *io) {
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "Reduce", .has_op = true, .has_root = true, .loops_ops = true,
                                   .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = rd_factor, .counts = rd_counts,
-                                  .min_bytes = rd_min_bytes, .touches = rd_touches, .run = rd_run, .fill = rd_fill,
+                                  .min_bytes = rd_min_bytes, .touches = rd_touches, .run = rd_run, .start = rd_start, .fill = rd_fill,
                                   .expected_elems = rd_expected_elems, .expected = rd_expected, .check = rd_check};
   return bench_main(argc, argv, &coll);
 }

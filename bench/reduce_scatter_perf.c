@@ -26,6 +26,11 @@ static sk_result rs_run(sk_comm *c, const bench_io *io) {
   return sk_reduce_scatter(c, io->send, io->recv, io->count, io->dt, io->op);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result rs_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_ireduce_scatter(c, io->send, io->recv, io->count, io->dt, io->op, req);
+}
+
 /* Rank j's input element k (k < n*count) is value(j, k). */
 static void rs_fill(const bench_io *io) {
   size_t total = io->count * (size_t)io->n;
@@ -46,7 +51,7 @@ static int64_t rs_check(const bench_io *io) {
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "ReduceScatter", .has_op = true, .loops_ops = true,
                                   .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = rs_factor, .counts = rs_counts,
-                                  .min_bytes = rs_min_bytes, .touches = rs_touches, .run = rs_run, .fill = rs_fill,
+                                  .min_bytes = rs_min_bytes, .touches = rs_touches, .run = rs_run, .start = rs_start, .fill = rs_fill,
                                   .expected_elems = rs_expected_elems, .expected = rs_expected, .check = rs_check};
   return bench_main(argc, argv, &coll);
 }

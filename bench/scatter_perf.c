@@ -30,6 +30,11 @@ static sk_result sc_run(sk_comm *c, const bench_io *io) {
   return sk_scatter(c, io->send, io->recv, io->count, io->dt, io->root);
 }
 
+/* -m under -z 0 or 3: the same call, non-blocking. */
+static sk_result sc_start(sk_comm *c, const bench_io *io, sk_request **req) {
+  return sk_iscatter(c, io->send, io->recv, io->count, io->dt, io->root, req);
+}
+
 /* The root's send element k (k < n*count) is value(root, k): rank j receives value(root, j*count + i). */
 static void sc_fill(const bench_io *io) {
   size_t cnt = io->count, es = io->es, tot = cnt * (size_t)io->n;
@@ -44,6 +49,6 @@ static int64_t sc_check(const bench_io *io) {
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "Scatter", .has_root = true, .in_place = BENCH_IN_PLACE_NCCL,
                                   .bus_factor = sc_factor, .counts = sc_counts, .min_bytes = sc_min_bytes,
-                                  .touches = sc_touches, .run = sc_run, .fill = sc_fill, .check = sc_check};
+                                  .touches = sc_touches, .run = sc_run, .start = sc_start, .fill = sc_fill, .check = sc_check};
   return bench_main(argc, argv, &coll);
 }
