@@ -114,6 +114,119 @@ else
   echo "FAIL: alltoallv_perf --help: the per-peer count pattern"; fail=$((fail + 1))
 fi
 
+# ---- the nccl-tests flags: -i -m -z -a -N -t -T -J, sizes with fractions --------------------
+# ok_if <description> <command...>: a check that passes when the command succeeds.
+ok_if() {
+  what=$1; shift
+  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $what"; fail=$((fail + 1)); fi
+}
+# sizes <file>: the size column of the rows, space-separated
+sizes() { awk '/^ / { printf "%s%s", sep, $1; sep = " " }' "$1"; }
+# -i: a fixed step, fractions in sizes; -m and every -z on every program (odd group, all dtypes)
+run all_reduce_perf $FAST -g 3 -b 1.5K -e 6K -i 1.5K
+ok_if "-b 1.5K -i 1.5K: sizes 1536 3072 4608 6144" [ "$(sizes "$tmp/out")" = "1536 3072 4608 6144" ]
+ok_if "-i: the header names the step in bytes" grep -q 'step: 1536(bytes)' "$tmp/out"
+run all_reduce_perf $FAST -g 2 -b 0.5K -e 1.25K -i 256
+ok_if "-b 0.5K -e 1.25K -i 256: sizes 512 768 1024 1280" [ "$(sizes "$tmp/out")" = "512 768 1024 1280" ]
+for p in $PROGS; do
+  check=run
+  [ "$p" = alltoallv_perf ] && check=run_no_in_place
+  for z in 0 1 2 3; do $check "$p" $FAST -g 3 -b 7 -e 20K -f 11 -d all -r -1 -m 3 -z $z; done
+done
+run sendrecv_perf $FAST -g 1 -b 8 -e 1K -f 8 -m 4
+ok_if "-m 4: the header's agg iters" grep -q 'agg iters: 4 ' "$tmp/out"
+# -a: every mode runs and is named in the header
+for a in 0 1 2 3; do run reduce_perf $FAST -g 4 -b 1K -e 4K -f 4 -a $a; done
+ok_if "-a 3: the header says max" grep -q 'average: 3 (max over ranks)' "$tmp/out"
+# -N 3: every row three times, in the same order
+run broadcast_perf $FAST -g 3 -b 64 -e 4K -f 8 -N 3
+ok_if "-N 3: the sweep three times" [ "$(sizes "$tmp/out")" = "64 512 4096 64 512 4096 64 512 4096" ]
+# -t: threads x devices; -t alone means one device per thread, as nccl-tests
+run all_gather_perf $FAST -t 2 -g 3 -b 1K -e 1K
+ok_if "-t 2 -g 3: the header" grep -q '^# nThread 2 nGpus 3 ' "$tmp/out"
+ok_if "-t 2 -g 3: 6 devices" [ "$(grep -c '^#  Rank ' "$tmp/out")" = 6 ]
+run all_gather_perf $FAST -t 3 -b 1K -e 1K
+ok_if "-t 3: 3 devices" [ "$(grep -c '^#  Rank ' "$tmp/out")" = 3 ]
+# -T: the header shows the bound
+run all_reduce_perf $FAST -g 2 -b 1K -e 1K -T 5
+ok_if "-T 5: the header's timeout" grep -q 'timeout: 5 s$' "$tmp/out"
+# -J: a JSON report with every row and column; checked by shape (one row object per table row,
+# the footer's figures) and, where python3 is installed, parsed
+json_check() { # json_check <file> <rows>
+  [ -s "$1" ] && [ "$(grep -c '"cycle": ' "$1")" = "$2" ] && grep -q '"bound_pct": ' "$1" &&
+    grep -q '"out_of_bounds": 0,' "$1" && grep -q '"ok": true,' "$1" && grep -q '"error": null' "$1" &&
+    [ "$(tail -1 "$1")" = "}" ] &&
+    { ! command -v python3 >/dev/null 2>&1 || python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d["rows"]
+assert len(rows) == int(sys.argv[2]) and d["ok"] and d["parameters"]["agg_iters"] >= 1
+for r in rows:
+    assert r["out_of_place"]["wrong"] == 0 and r["bound_pct"] is not None and r["probe"]["footprint_bytes"] > 0
+' "$1" "$2"; }
+}
+run all_reduce_perf $FAST -g 3 -b 1K -e 16K -f 4 -d all -J "$tmp/r.json" -N 2
+ok_if "-J: a JSON report of 8 types x 3 sizes x 2 cycles" json_check "$tmp/r.json" 48
+run_no_in_place alltoallv_perf $FAST -g 2 -b 64 -e 64 -J "$tmp/v.json"
+ok_if "-J: null in-place cells where the table says N/A" grep -q '"in_place": {"time_us": null' "$tmp/v.json"
+# escaping: a quote, a backslash and a tab in the command line (the report's own name)
+odd=$(printf '%s/a"b\\c\td.json' "$tmp")
+run all_reduce_perf $FAST -g 2 -b 1K -e 1K -J "$odd"
+ok_if "-J: a report with odd characters in the command" json_check "$odd" 1
+ok_if "-J: escapes quote, backslash and tab" grep -qF 'a\"b\\c\u0009d.json' "$odd"
+# bad values of the new flags
+for args in "-i 0" "-i x" "-i 1K -f 2" "-m 0" "-m 1025" "-m x" "-z 4" "-z -1" "-a 4" "-a x" "-N -1" "-N x" \
+            "-T -1" "-T 86401" "-T x" "-t 0" "-t x" "-t 64 -g 65" "-b 1.3" "-b 1.1K" "-b 1.5.5M" "-b .5M" "-b 1.M" \
+            "-b 1.5X" "-e 2.0000000001G" "-J /nonexistent-dir/r.json"; do
+  bad all_reduce_perf -b 1K -e 1K -n 1 -w 0 $args
+done
+bad all_reduce_perf -b 1K -e 1K -J ""
+bad all_reduce_perf -J
+# -h names every new flag
+build/all_reduce_perf -h >"$tmp/help"
+for f in -i,--stepbytes -m,--agg_iters -z,--blocking -a,--average -N,--run_cycles -t,--nthreads -T,--timeout \
+         -J,--output_file; do
+  ok_if "-h names $f" grep -q -- "$f" "$tmp/help"
+done
+
+# Under MPI (when Open MPI is installed): -a, -m and -J across processes, -t refused, an
+# unwritable -J ends every process, and -T ends a hang: one rank is stopped, and the other's
+# wait must give up within -T with exit status 1, a message, and the reason in the report.
+mpirun_2() {
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun.openmpi --oversubscribe -np 2 "$@"
+}
+if command -v mpirun.openmpi >/dev/null 2>&1; then
+  mpirun_2 build/all_reduce_perf -B mpi -b 1K -e 4K -f 4 -w 1 -n 2 -a 1 -m 2 -J "$tmp/m.json" >"$tmp/out" 2>&1
+  ok_if "mpi: -a 1 -m 2 -J: all rows right" grep -q '^# Out of bounds values : 0 OK' "$tmp/out"
+  ok_if "mpi: the -J report" json_check "$tmp/m.json" 2
+  mpirun_2 build/all_reduce_perf -B mpi -t 2 -b 1K -e 1K >"$tmp/out" 2>"$tmp/err"
+  ok_if "mpi: -t 2 refused" grep -q 'all_reduce_perf: -t 2: the MPI backend runs one device per process' "$tmp/err"
+  mpirun_2 build/all_reduce_perf -B mpi -b 1K -e 1K -J /nonexistent-dir/r.json >"$tmp/out" 2>"$tmp/err"; rc=$?
+  ok_if "mpi: an unwritable -J ends every process (exit $rc)" test "$rc" != 0 -a "$rc" != 124
+  # many cycles of a tiny size, so the run is still going when a rank is stopped (the launcher's
+  # descendants, found through /proc: the subshell -> timeout -> mpirun -> the ranks)
+  mpirun_2 build/all_reduce_perf -B mpi -b 1K -e 1K -w 0 -n 1 -c 0 -N 200000 -T 2 -J "$tmp/t.json" \
+    >"$tmp/out" 2>"$tmp/err" &
+  launcher=$!
+  sleep 2
+  victim= level=$launcher
+  for _ in 1 2 3 4; do
+    next=
+    for p in $level; do next="$next $(cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$p" '$4 == p { print $1 }')"; done
+    for p in $next; do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = all_reduce_perf ] && victim=$p; done
+    [ -n "$victim" ] && break
+    level=$next
+  done
+  [ -n "$victim" ] && kill -STOP "$victim"
+  wait "$launcher"; rc=$?
+  ok_if "mpi: -T 2 ends a hang with a failure (rank stopped: ${victim:-none}, exit $rc)" \
+    test -n "$victim" -a "$rc" != 0 -a "$rc" != 124
+  ok_if "mpi: -T 2: the message" grep -q 'all_reduce_perf: timed out: a wait passed 2 s (-T)' "$tmp/err"
+  ok_if "mpi: -T 2: the report's error" grep -q '"error": "timed out' "$tmp/t.json"
+else
+  echo "skip the MPI checks of -a, -J, -t and -T (no mpirun.openmpi)"
+fi
+
 # fusion_perf: a quick sweep runs, prints its table and CSV; bad flags exit 2
 tmpcsv=$(mktemp)
 if build/fusion_perf --model small -g 3 --thresholds 0,inf -n 1 -w 0 --csv "$tmpcsv" >/dev/null 2>&1 &&
