@@ -8,7 +8,8 @@
 
    Per size, on every device (inside sk_world_run), for out-of-place then in-place:
      fill inputs -> [out-of-place only: bandwidth probe] -> `-w` warm-up iterations -> barrier ->
-     `-n` timed iterations (time = mean per iteration; the row shows the maximum over ranks) ->
+     `-n` timed iterations of `-m` calls, waited for as `-z` says (time = mean per call; the row
+     shows the maximum over ranks, or what `-a` asks) ->
      `-c` check runs (fresh inputs, one run, every element compared; #wrong = sum over ranks).
    A collective without an in-place form (bench_coll.in_place) either re-times the out-of-place
    form there (SendRecv, as nccl-tests) or skips it and prints N/A (AllToAllV).
@@ -894,7 +895,7 @@ BENCH_FN void bench__wrong_str(char *buf, size_t cap, bool report, int64_t wrong
   else snprintf(buf, cap, "%5s", "N/A");
 }
 
-/* One row's measurements (time: max over ranks; #wrong: sum over ranks). */
+/* One row's measurements (time: over ranks as -a says; #wrong: sum over ranks). */
 typedef struct bench_row {
   size_t size;               /* the size column: max(send, recv bytes) of one rank */
   size_t count;              /* the count column */
