@@ -715,8 +715,10 @@ static void fp_print_answer(const fp_ctx *x, const char *lead, int pick, const d
            "%.3fx the time\n", a, fp_ms_config_mb(x, x->cfg_thr[alt]), med[alt] / med[pick]);
 }
 
-/* Why that answer: the fastest median, no fusion's, and the near-ties. */
-static void fp_print_why(const fp_ctx *x, const char *what, const double *med, const double *se, int fastest, int ref) {
+/* Why that answer: the fastest median, no fusion's, the near-ties and, when it is not the
+   fastest, the simpler one chosen among them. */
+static void fp_print_why(const fp_ctx *x, const char *what, const double *med, const double *se, int fastest, int pick,
+                         int ref) {
   char s[48];
   fp_thr_label(s, sizeof s, x->cfg_thr[fastest], x->cfg_auto[fastest]);
   printf("# %s: fastest %s %.1f us, no fusion %.1f us (%.2fx); within noise of the fastest:", what, s, med[fastest],
@@ -726,6 +728,10 @@ static void fp_print_why(const fp_ctx *x, const char *what, const double *med, c
       fp_thr_label(s, sizeof s, x->cfg_thr[i], x->cfg_auto[i]);
       printf(" %s", s);
     }
+  if (pick != fastest) {
+    fp_thr_label(s, sizeof s, x->cfg_thr[pick], x->cfg_auto[pick]);
+    printf("; the simplest of those: %s", s);
+  }
   printf("\n");
 }
 
@@ -920,10 +926,10 @@ static int fp_report(const fp_ctx *x) {
   }
   int status = fp_print_rows(x, st, ref);
   int fastest, pick = fp_choose(x, med, se, &fastest);
-  fp_print_why(x, "measured medians", med, se, fastest, ref);
+  fp_print_why(x, "measured medians", med, se, fastest, pick, ref);
   if (o->link_on) { /* the virtual clocks have no noise: only the 1% margin applies */
     int mf, mpick = fp_choose(x, mmed, zero, &mf);
-    fp_print_why(x, "modelled", mmed, zero, mf, ref);
+    fp_print_why(x, "modelled", mmed, zero, mf, mpick, ref);
     fp_print_answer(x, "modelled (link model) choice", mpick, mmed);
   }
   if (o->autopick) {
