@@ -97,9 +97,11 @@ static void fp_usage(FILE *f, const char *path) {
           "against no fusion, [modelled columns], then mean_us median_us p99_us of the timed rounds (p99 is the\n"
           "nearest rank: the maximum below 100 rounds).\n"
           "The answer, '# recommended fusion threshold: 1 MiB (comm_fusion={...})' or 'none (no fusion)': of every\n"
-          "row (no fusion and the auto pick included), those whose median is within noise of the fastest\n"
-          "(2 standard errors of the difference, from the MAD, or 1%%), the simplest: no fusion, then a whole\n"
-          "number of MiB (what MindSpore's comm_fusion size mode takes), then any size; the fastest of those.\n"
+          "row (no fusion and the auto pick included), those within noise of the fastest median, the simplest:\n"
+          "no fusion, then a whole number of MiB (what MindSpore's comm_fusion size mode takes), then any size;\n"
+          "the fastest of those. A row is out of the noise when its median is over 1%% slower and either the\n"
+          "gap exceeds 2 standard errors (from the MAD of the rounds) or a rank test (Mann-Whitney z > 1.96)\n"
+          "finds it slower.\n"
           "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s --model small --thresholds 0,64K,inf\n" PROG_ROOT_NOTE,
           path, BENCH_DEFAULT_GPUS, path);
 }
@@ -654,26 +656,46 @@ static int fp_simplicity(const fp_ctx *x, int i) {
   return fp_ms_expressible(x->cfg_thr[i]) ? 1 : 2;
 }
 
-/* Whether config i is within noise of config f: its median exceeds f's by at most two standard
-   errors of the difference, or by at most 1% (less is not worth a configuration change). */
-static bool fp_within_noise(const double *med, const double *se, int i, int f) {
-  double d = med[i] - med[f];
-  double tol = 2 * sqrt(se[i] * se[i] + se[f] * se[f]);
-  return d <= tol || d <= 0.01 * med[f];
+/* What the choice compares: per config a median and its standard error, and the rounds'
+   samples (samp[i * n ..], for the rank test; NULL for the noiseless modelled times). */
+typedef struct fp_cmp {
+  const double *med, *se, *samp;
+  int n;
+} fp_cmp;
+
+/* Mann-Whitney's z for "a is slower than b" over n rounds each (normal approximation). Ranks
+   suit step times on a shared machine: a few descheduled rounds make the spread (and so the
+   standard error) large without making a consistently slower config look like a faster one. */
+static double fp_rank_z(const double *a, const double *b, int n) {
+  double u = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) u += a[i] > b[j] ? 1 : a[i] == b[j] ? 0.5 : 0;
+  double nn = (double)n * n;
+  return (u - nn / 2) / sqrt(nn * (2.0 * n + 1) / 12);
+}
+
+/* Whether config i is within noise of config f. Never when its median exceeds f's by more than
+   1% (less is not worth a configuration change) and either by more than two standard errors of
+   the difference or with every round ranking it slower often enough (z > 1.96). */
+static bool fp_within_noise(const fp_cmp *c, int i, int f) {
+  double d = c->med[i] - c->med[f];
+  if (d <= 0.01 * c->med[f]) return true;
+  if (d > 2 * sqrt(c->se[i] * c->se[i] + c->se[f] * c->se[f])) return false;
+  return !(c->samp && fp_rank_z(c->samp + i * c->n, c->samp + f * c->n, c->n) > 1.96);
 }
 
 /* The recommendation: among every config (no fusion, the swept thresholds, the auto pick)
    within noise of the fastest median, the simplest (fp_simplicity), then the fastest of those.
    *fastest gets the fastest config. */
-static int fp_choose(const fp_ctx *x, const double *med, const double *se, int *fastest) {
+static int fp_choose(const fp_ctx *x, const fp_cmp *c, int *fastest) {
   int f = 0;
   for (int i = 1; i < x->ncfg; i++)
-    if (med[i] < med[f]) f = i;
+    if (c->med[i] < c->med[f]) f = i;
   int pick = f;
   for (int i = 0; i < x->ncfg; i++) {
-    if (!fp_within_noise(med, se, i, f)) continue;
+    if (!fp_within_noise(c, i, f)) continue;
     int si = fp_simplicity(x, i), sp = fp_simplicity(x, pick);
-    if (si < sp || (si == sp && med[i] < med[pick])) pick = i;
+    if (si < sp || (si == sp && c->med[i] < c->med[pick])) pick = i;
   }
   *fastest = f;
   return pick;
@@ -717,14 +739,14 @@ static void fp_print_answer(const fp_ctx *x, const char *lead, int pick, const d
 
 /* Why that answer: the fastest median, no fusion's, the near-ties and, when it is not the
    fastest, the simpler one chosen among them. */
-static void fp_print_why(const fp_ctx *x, const char *what, const double *med, const double *se, int fastest, int pick,
-                         int ref) {
+static void fp_print_why(const fp_ctx *x, const char *what, const fp_cmp *c, int fastest, int pick, int ref) {
+  const double *med = c->med;
   char s[48];
   fp_thr_label(s, sizeof s, x->cfg_thr[fastest], x->cfg_auto[fastest]);
   printf("# %s: fastest %s %.1f us, no fusion %.1f us (%.2fx); within noise of the fastest:", what, s, med[fastest],
          med[ref], med[ref] / med[fastest]);
   for (int i = 0; i < x->ncfg; i++)
-    if (fp_within_noise(med, se, i, fastest)) {
+    if (fp_within_noise(c, i, fastest)) {
       fp_thr_label(s, sizeof s, x->cfg_thr[i], x->cfg_auto[i]);
       printf(" %s", s);
     }
@@ -925,11 +947,12 @@ static int fp_report(const fp_ctx *x) {
            x->auto_bytes);
   }
   int status = fp_print_rows(x, st, ref);
-  int fastest, pick = fp_choose(x, med, se, &fastest);
-  fp_print_why(x, "measured medians", med, se, fastest, pick, ref);
+  fp_cmp cm = {med, se, x->meas, o->rounds}, cz = {mmed, zero, NULL, o->rounds};
+  int fastest, pick = fp_choose(x, &cm, &fastest);
+  fp_print_why(x, "measured medians", &cm, fastest, pick, ref);
   if (o->link_on) { /* the virtual clocks have no noise: only the 1% margin applies */
-    int mf, mpick = fp_choose(x, mmed, zero, &mf);
-    fp_print_why(x, "modelled", mmed, zero, mf, mpick, ref);
+    int mf, mpick = fp_choose(x, &cz, &mf);
+    fp_print_why(x, "modelled", &cz, mf, mpick, ref);
     fp_print_answer(x, "modelled (link model) choice", mpick, mmed);
   }
   if (o->autopick) {
@@ -937,7 +960,7 @@ static int fp_report(const fp_ctx *x) {
     printf("# auto: measured %.1f us = %.3f x the fastest", med[ai], med[ai] / med[fastest]);
     if (o->link_on) {
       int mf;
-      fp_choose(x, mmed, zero, &mf);
+      fp_choose(x, &cz, &mf);
       printf("; modelled %.1f us = %.3f x the fastest", mmed[ai], mmed[ai] / mmed[mf]);
     }
     printf("\n");
