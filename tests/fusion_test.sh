@@ -2,7 +2,7 @@
 # fusion_test.sh -- build/fusion_perf's answer and pictures: the recommendation line (its exact
 # form, "none (no fusion)" as a possible answer, the MindSpore comm_fusion config or why there is
 # none), thresholds in KiB/MiB, the mean/median/p99 columns, --plot in png, svg and pdf, --help.
-# About 10 s. Run from anywhere after `make build/fusion_perf`.
+# A few seconds. Run from anywhere after `make build/fusion_perf`.
 cd "$(dirname "$0")/.." || exit 1
 . tests/check_lib.sh
 FP=build/fusion_perf
@@ -47,13 +47,26 @@ if grep -qx "# modelled (link model) choice: 64 KiB (65536 bytes; comm_fusion ca
    grep -Eq '^#   best MindSpore can express here: none \(comm_fusion=\{"openstate": False\}\), [0-9.]+x the time$' "$tmp/k"; then ok
 else bad "sub-MiB choice stated as not expressible"; grep 'choice' -A1 "$tmp/k"; fi
 
-# no fusion can be the answer: one gradient makes every threshold the same single AllReduce, so
-# all rows are within noise (the compute, slept, dominates) and the simplest wins
+# no fusion can be the answer. Deterministically on the modelled times: with a link of no
+# latency, fusing only delays the launches, so no fusion is strictly fastest.
+printf '# eight layers of 512 KiB\n# batch: 8\n' >"$tmp/eight.txt"
+for l in 1 2 3 4 5 6 7 8; do echo "128x1024 l$l 64" >>"$tmp/eight.txt"; done
+$FP --model "$tmp/eight.txt" -g 2 --link 0,25 --thresholds 0,1M,inf -n 1 -w 0 >"$tmp/e" 2>/dev/null
+if grep -qx '# modelled (link model) choice: none (no fusion)' "$tmp/e"; then ok
+else bad "modelled choice none (no fusion)"; grep -A1 'choice' "$tmp/e"; fi
+# And as the measured recommendation: with one gradient every threshold is the same single
+# AllReduce behind the same slept compute, so the rows tie and the simplest wins. A loaded machine
+# can still separate identical rows by chance, hence up to three tries.
 printf '# one gradient\n# batch: 1\n1024x256 w 256\n' >"$tmp/one.txt"
-if $FP --model "$tmp/one.txt" -g 2 --tflops 0.02 --thresholds 0,64K,1M,inf -n 5 -w 1 >"$tmp/o" 2>/dev/null &&
-   grep -qx '# recommended fusion threshold: none (no fusion)' "$tmp/o" &&
+try=0
+while [ $try -lt 3 ]; do
+  try=$((try + 1))
+  $FP --model "$tmp/one.txt" -g 2 --tflops 0.01 --thresholds 0,1M,inf -n 5 -w 1 >"$tmp/o" 2>/dev/null &&
+    grep -qx '# recommended fusion threshold: none (no fusion)' "$tmp/o" && break
+done
+if grep -qx '# recommended fusion threshold: none (no fusion)' "$tmp/o" &&
    grep -qx '#   in MindSpore: comm_fusion={"openstate": False} (turns off AllGather and ReduceScatter fusion too)' "$tmp/o"; then ok
-else bad "none (no fusion) as the answer"; grep -A1 'recommended' "$tmp/o"; fi
+else bad "none (no fusion) as the measured answer (3 tries)"; cat "$tmp/o"; fi
 
 # --plot: the format follows the extension (magic bytes); bad extensions exit 2 before running
 is_fmt() { # is_fmt EXT FILE
