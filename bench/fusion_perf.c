@@ -25,7 +25,12 @@
    c = 2(p-1)/p / B) or else a quick probe of the backend (median time of a non-blocking 8-B
    AllReduce; of an 8 MiB one for c, plus the pack/unpack copy rate when packing), T_b = the
    total compute, S = the gradient bytes; the threshold is sk_fusion_pick_threshold's closed
-   form (docs/cost-models.md). */
+   form (docs/cost-models.md).
+   The answer: every row competes (no fusion and the auto pick too) on its measured median, since
+   the mean of a few rounds on a shared machine follows its worst round; rows within noise of the
+   fastest tie and the simplest wins (no fusion, then what MindSpore's comm_fusion can say, whole
+   MB, then any size), printed as "# recommended fusion threshold: ..." with the comm_fusion
+   config, or why there is none. --plot writes the format of the file's extension. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <strings.h>
