@@ -589,7 +589,9 @@ static double fp_pct_sorted(const double *v, int n, double p) {
    noise; sigma from the median absolute deviation (x 1.4826), so one descheduled round on a
    busy machine does not inflate it the way a standard deviation would. */
 static void fp_stat_of(double *v, int n, fp_stat *s) {
-  double dev[1000];
+  double dev[1000]; /* -n is at most 1000 */
+  memset(s, 0, sizeof *s);
+  if (n < 1 || n > 1000) return;
   s->mean = fp_mean(v, n);
   s->med = fp_median(v, n);
   s->lo = v[0];
@@ -935,6 +937,7 @@ static int fp_report(const fp_ctx *x) {
   fp_stat st[FP_MAXCFG + 1];
   double med[FP_MAXCFG + 1], se[FP_MAXCFG + 1], mmed[FP_MAXCFG + 1], zero[FP_MAXCFG + 1];
   int ref = 0; /* the threshold-0 config (main always adds one); starting at 0 keeps it in bounds */
+  if (x->ncfg < 1) return 1; /* cannot happen (that config is always there); says so to the analyzer */
   for (int i = 0; i < x->ncfg; i++) {
     fp_stat *s = &st[i];
     fp_stat_of(x->meas + i * o->rounds, o->rounds, s);
