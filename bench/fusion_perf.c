@@ -3,7 +3,7 @@
 
    build/fusion_perf --model resnet50|bert-base|gpt2|small -g N [-B threads|mpi]
                      [--link ALPHA_US,GBPS] [--zero-copy] --thresholds LIST [--auto]
-                     [--csv FILE] [--plot FILE.png] [-n ROUNDS] [-w WARMUP] [--tflops X]
+                     [--csv FILE] [--plot FILE.png|svg|pdf] [-n ROUNDS] [-w WARMUP] [--tflops X]
 
    Per step, on every device: a barrier; then for each gradient in backward order (reverse
    parameter order) its compute delay passes, then sk_fusion_ready; then sk_fusion_wait. The
@@ -25,9 +25,15 @@
    c = 2(p-1)/p / B) or else a quick probe of the backend (median time of a non-blocking 8-B
    AllReduce; of an 8 MiB one for c, plus the pack/unpack copy rate when packing), T_b = the
    total compute, S = the gradient bytes; the threshold is sk_fusion_pick_threshold's closed
-   form (docs/cost-models.md). */
+   form (docs/cost-models.md).
+   The answer: every row competes (no fusion and the auto pick too) on its measured median, since
+   the mean of a few rounds on a shared machine follows its worst round; rows within noise of the
+   fastest tie and the simplest wins (no fusion, then what MindSpore's comm_fusion can say, whole
+   MB, then any size), printed as "# recommended fusion threshold: ..." with the comm_fusion
+   config, or why there is none. --plot writes the format of the file's extension. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <strings.h>
 #include <time.h>
 
 #include "bench_common.h"
@@ -44,6 +50,7 @@ typedef struct fp_tensor {
 typedef struct fp_opts {
   const char *prog, *path, *model, *backend, *csv, *plot;
   const char *backend_asked; /* -B's value, NULL when not given */
+  char plot_term[64];        /* gnuplot terminal for --plot, from the file's extension */
   int ngpus, rounds, warmup;
   bool zero_copy, autopick, link_on;
   sk_link_model link;
@@ -72,15 +79,18 @@ typedef struct fp_ctx {
 static void fp_usage(FILE *f, const char *path) {
   fprintf(f,
           "Usage: %s --model resnet50|bert-base|gpt2|small|FILE --thresholds LIST [-g N] [-B threads|mpi]\n"
-          "       [--link ALPHA_US,GBPS] [--zero-copy] [--auto] [--csv FILE] [--plot FILE.png] [-n ROUNDS] [-w WARMUP]\n"
-          "       [--tflops X]\n"
+          "       [--link ALPHA_US,GBPS] [--zero-copy] [--auto] [--csv FILE] [--plot FILE.png|svg|pdf] [-n ROUNDS]\n"
+          "       [-w WARMUP]"
+          " [--tflops X]\n"
           "  --model       the gradients of a network: resnet50 bert-base gpt2 small (bench/models/NAME.txt) or a file\n"
           "  --thresholds  comma list of bucket thresholds: 0 (no fusion), sizes with K/M/G (powers of 2), inf\n"
           "                (one bucket); e.g. 0,256K,1M,4M,16M,64M,inf\n"
           "  --link        threads backend: model links of ALPHA_US latency and GBPS GB/s (reports modelled time)\n"
           "  --zero-copy   gradients are views of one flat buffer (zero-copy AllReduce buckets)\n"
           "  --auto        pick a threshold from an alpha-beta probe and the gradient ready rate, run it too\n"
-          "  --csv FILE    also write the table as CSV;  --plot FILE.png  draw it with gnuplot\n"
+          "  --csv FILE    also write the table as CSV (threshold_bytes in bytes)\n"
+          "  --plot FILE   draw it with gnuplot, in the format of the extension: .png, .svg or .pdf; log threshold\n"
+          "                axis, measured above and (with --link) modelled below, the auto pick as a point\n"
           "  -n ROUNDS     timed rounds (default 5); each round runs every threshold once; medians reported\n"
           "  -w WARMUP     warm-up rounds (default 1)\n"
           "  --tflops X    per-device backward compute rate of the FLOP model (default 100)\n"
@@ -88,6 +98,15 @@ static void fp_usage(FILE *f, const char *path) {
           "  -B,--backend  threads, or mpi (one device per process). Default: threads, or mpi when an MPI\n"
           "                launcher started several processes (-B threads is then refused)\n"
           "  -h,--help     this text\n"
+          "Rows: threshold (none, KiB/MiB, inf, auto:SIZE), buckets, time_us (median step), exposed_us, speedup\n"
+          "against no fusion, [modelled columns], then mean_us median_us p99_us of the timed rounds (p99 is the\n"
+          "nearest rank: the maximum below 100 rounds).\n"
+          "The answer, '# recommended fusion threshold: 1 MiB (comm_fusion={...})' or 'none (no fusion)': of every\n"
+          "row (no fusion and the auto pick included), those within noise of the fastest median, the simplest:\n"
+          "no fusion, then a whole number of MiB (what MindSpore's comm_fusion size mode takes), then any size;\n"
+          "the fastest of those. A row is out of the noise when its median is over 1%% slower and either the\n"
+          "gap exceeds 2 standard errors (from the MAD of the rounds) or a rank test (Mann-Whitney z > 1.96)\n"
+          "finds it slower.\n"
           "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s --model small --thresholds 0,64K,inf\n" PROG_ROOT_NOTE,
           path, BENCH_DEFAULT_GPUS, path);
 }
@@ -110,6 +129,51 @@ static int fp_parse_thresholds(const char *list, fp_opts *o) {
   }
   if (!o->nthr) return bench__bad(o->prog, "--thresholds: empty list '%s'", list);
   return 0;
+}
+
+/* The gnuplot terminals this gnuplot has (print writes to stderr unless told otherwise), space-separated with spaces around (" png svg "), into
+   buf; false when gnuplot does not run. */
+static bool fp_gnuplot_terminals(char *buf, size_t cap) {
+  FILE *p = popen("gnuplot -e \"set print '-'; print GPVAL_TERMINALS\" 2>/dev/null </dev/null", "r");
+  if (!p) return false;
+  buf[0] = ' ';
+  size_t n = fread(buf + 1, 1, cap - 3, p);
+  int rc = pclose(p);
+  if (rc != 0 || n == 0) return false;
+  for (size_t i = 1; i <= n; i++)
+    if (buf[i] == '\n') buf[i] = ' ';
+  buf[n + 1] = ' ', buf[n + 2] = 0;
+  return true;
+}
+
+/* --plot FILE: the terminal from the extension, checked against this gnuplot before the run
+   (rather than after minutes of sweeping). Returns 0, or 2 after a message. */
+static int fp_plot_terminal(fp_opts *o) {
+  static const struct { const char *ext, *term, *size; } fmt[] = {
+      {"png", "pngcairo", "size 1000,760"}, {"png", "png", "size 1000,760"},
+      {"svg", "svg", "size 1000,760 dynamic"}, {"pdf", "pdfcairo", "size 7in,5.3in"}};
+  const char *dot = strrchr(o->plot, '.');
+  if (!dot || strchr(dot, '/')) return bench__bad(o->prog, "--plot: '%s' has no extension (.png, .svg or .pdf)", o->plot);
+  bool known = false;
+  for (size_t i = 0; i < sizeof fmt / sizeof fmt[0]; i++) known = known || strcasecmp(dot + 1, fmt[i].ext) == 0;
+  if (!known) return bench__bad(o->prog, "--plot: unknown format '%s' (.png, .svg or .pdf)", dot);
+  char terms[4096];
+  if (!fp_gnuplot_terminals(terms, sizeof terms))
+    return bench__bad(o->prog, "--plot %s: cannot run gnuplot (make deps installs gnuplot-nox)", o->plot);
+  char have[200] = "", key[40];
+  for (size_t i = 0; i < sizeof fmt / sizeof fmt[0]; i++) {
+    snprintf(key, sizeof key, " %s ", fmt[i].term);
+    if (!strstr(terms, key)) continue;
+    if (strcasecmp(dot + 1, fmt[i].ext) == 0) {
+      snprintf(o->plot_term, sizeof o->plot_term, "%s %s", fmt[i].term, fmt[i].size);
+      return 0;
+    }
+    size_t l = strlen(have);
+    snprintf(have + l, sizeof have - l, "%s.%s (%s)", l ? ", " : "", fmt[i].ext, fmt[i].term);
+  }
+  char msg[300];
+  snprintf(msg, sizeof msg, "this gnuplot has no terminal for %s; available: %s", dot, have[0] ? have : "none of .png .svg .pdf");
+  return bench__bad(o->prog, "--plot: %s", msg);
 }
 
 static int fp_parse(int argc, char **argv, fp_opts *o) {
@@ -184,7 +248,7 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
   if (!(o->backend = prog_backend(o->path, o->backend_asked, "-B"))) return 2;
   if (o->link_on && strcmp(o->backend, "mpi") == 0)
     return bench__bad(o->prog, "%s", "--link needs -B threads (the MPI backend has no link model)");
-  return 0;
+  return o->plot ? fp_plot_terminal(o) : 0;
 }
 
 /* ---- model files -------------------------------------------------------------------------------- */
@@ -473,46 +537,6 @@ static sk_result fp_device(sk_comm *c, void *arg) {
   return r;
 }
 
-/* ---- output ---------------------------------------------------------------------------------------- */
-
-static void fp_thr_str(char *buf, size_t cap, size_t thr, bool is_auto) {
-  if (is_auto) snprintf(buf, cap, "auto:%zu", thr);
-  else if (thr == 0) snprintf(buf, cap, "0");
-  else if (thr == SK_FUSION_INF) snprintf(buf, cap, "inf");
-  else snprintf(buf, cap, "%zu", thr);
-}
-
-static void fp_plot(const fp_ctx *x, const double *tm, const double *mm, int ref) {
-  const fp_opts *o = x->o;
-  FILE *g = popen("gnuplot 2>/dev/null", "w");
-  if (!g) {
-    fprintf(stderr, "%s: --plot: cannot run gnuplot (make deps installs gnuplot-nox)\n", o->prog);
-    return;
-  }
-  fprintf(g, "set terminal pngcairo size 900,540\nset output '%s'\n", o->plot);
-  fprintf(g, "set termoption noenhanced\n");
-  fprintf(g, "set title 'fusion_perf %s, %d devices%s (%s)'\n", o->model, x->n, o->zero_copy ? ", zero-copy" : "",
-          o->link_on ? "measured and modelled" : "measured");
-  fprintf(g, "set xlabel 'bucket threshold'\nset ylabel 'step time (ms)'\nset grid\nset key top left\nset style data linespoints\n");
-  fprintf(g, "set xtics rotate by -30 (");
-  for (int i = 0; i < x->ncfg; i++) {
-    char s[48];
-    fp_thr_str(s, sizeof s, x->cfg_thr[i], x->cfg_auto[i]);
-    fprintf(g, "%s'%s' %d", i ? ", " : "", s, i);
-  }
-  fprintf(g, ")\n");
-  fprintf(g, "plot '-' using 1:2 title 'measured (this machine)'%s\n", o->link_on ? ", '-' using 1:2 title 'modelled (link model)'" : "");
-  for (int i = 0; i < x->ncfg; i++) fprintf(g, "%d %g\n", i, tm[i] / 1e3);
-  fprintf(g, "e\n");
-  if (o->link_on) {
-    for (int i = 0; i < x->ncfg; i++) fprintf(g, "%d %g\n", i, mm[i] / 1e3);
-    fprintf(g, "e\n");
-  }
-  (void)ref;
-  int st = pclose(g);
-  if (st != 0) fprintf(stderr, "%s: --plot: gnuplot failed (status %d; make deps installs gnuplot-nox)\n", o->prog, st);
-}
-
 /* The world of -B: one device per MPI process, or o->ngpus threads (with the link model).
    Returns 0, or an exit status after a message. */
 static int fp_make_world(const fp_opts *o, fp_ctx *x, sk_world **w) {
@@ -538,13 +562,84 @@ static int fp_make_world(const fp_opts *o, fp_ctx *x, sk_world **w) {
   return 0;
 }
 
+
+/* ---- output ---------------------------------------------------------------------------------------- */
+
+/* Per config, over its timed rounds: the figures the table, the recommendation and the plot use. */
+typedef struct fp_stat {
+  double med, mean, p99, lo; /* measured step time, us */
+  double se;                 /* standard error of the median (robust: from the MAD), us */
+  double ex;                 /* median exposed communication, us */
+  double mmed, mex;          /* modelled median time and exposed, us */
+} fp_stat;
+
+static double fp_mean(const double *v, int n) {
+  double s = 0;
+  for (int i = 0; i < n; i++) s += v[i];
+  return n ? s / n : 0;
+}
+
+/* v[0..n) sorted: nearest-rank percentile (with fewer than 100 rounds, p99 is the maximum). */
+static double fp_pct_sorted(const double *v, int n, double p) {
+  int k = (int)ceil(p / 100.0 * n) - 1;
+  return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+/* Sorts v (fp_median does). The median's standard error is 1.2533 sigma / sqrt(n) for normal
+   noise; sigma from the median absolute deviation (x 1.4826), so one descheduled round on a
+   busy machine does not inflate it the way a standard deviation would. */
+static void fp_stat_of(double *v, int n, fp_stat *s) {
+  double dev[1000]; /* -n is at most 1000 */
+  memset(s, 0, sizeof *s);
+  if (n < 1 || n > 1000) return;
+  s->mean = fp_mean(v, n);
+  s->med = fp_median(v, n);
+  s->lo = v[0];
+  s->p99 = fp_pct_sorted(v, n, 99);
+  for (int i = 0; i < n; i++) dev[i] = fabs(v[i] - s->med);
+  double mad = fp_median(dev, n);
+  s->se = n > 1 ? 1.2533 * 1.4826 * mad / sqrt((double)n) : 0;
+}
+
+/* A size in binary units: "256 KiB", "1 MiB", "2.12 MiB", "inf"; sep goes between number and
+   unit ("" keeps a table column one word). Whole units print without decimals. */
+static void fp_size_str(char *buf, size_t cap, size_t b, const char *sep) {
+  static const char *unit[] = {"B", "KiB", "MiB", "GiB"};
+  if (b == SK_FUSION_INF) {
+    snprintf(buf, cap, "inf");
+    return;
+  }
+  int u = 0;
+  double v = (double)b;
+  while (u < 3 && v >= 1024) v /= 1024, u++;
+  if (v == floor(v)) snprintf(buf, cap, "%.0f%s%s", v, sep, unit[u]);
+  else snprintf(buf, cap, "%.*f%s%s", v < 10 ? 2 : 1, v, sep, unit[u]);
+}
+
+/* The table's threshold column: none, 256KiB, inf, auto:2.12MiB. */
+static void fp_thr_label(char *buf, size_t cap, size_t thr, bool is_auto) {
+  char s[40];
+  fp_size_str(s, sizeof s, thr, "");
+  if (is_auto) snprintf(buf, cap, "auto:%s", s);
+  else snprintf(buf, cap, "%s", thr == 0 ? "none" : s);
+}
+
+/* The CSV's threshold_bytes column stays machine-readable: 0, inf, bytes, auto:<bytes>. */
+static void fp_thr_bytes(char *buf, size_t cap, size_t thr, bool is_auto) {
+  if (is_auto) snprintf(buf, cap, "auto:%zu", thr);
+  else if (thr == SK_FUSION_INF) snprintf(buf, cap, "inf");
+  else snprintf(buf, cap, "%zu", thr);
+}
+
 static void fp_print_header(const fp_ctx *x) {
   const fp_opts *o = x->o;
   printf("# shardkit %d.%d.%d  %s  backend: %s  devices: %d\n", SK_VERSION_MAJOR, SK_VERSION_MINOR, SK_VERSION_PATCH,
          o->prog, o->backend, x->n);
   printf("# Command: %s\n", o->cmdline);
-  printf("# model %s: %d tensors, %zu bytes of f32 gradients; batch %d; FLOP-model backward %.1f us at %g TFLOP/s\n",
-         o->model, x->nt, x->total_bytes, x->batch, x->compute_total_us, o->tflops);
+  char tot[40];
+  fp_size_str(tot, sizeof tot, x->total_bytes, " ");
+  printf("# model %s: %d tensors, %s (%zu B) of f32 gradients; batch %d; FLOP-model backward %.1f us at %g TFLOP/s\n",
+         o->model, x->nt, tot, x->total_bytes, x->batch, x->compute_total_us, o->tflops);
   printf("# gradients: %s; in-place AllReduce sum; registered in backward order; %d warm-up + %d timed rounds, medians\n",
          o->zero_copy ? "views of one flat buffer (zero-copy)" : "separate buffers (packed)", o->warmup, o->rounds);
   if (o->link_on)
@@ -553,80 +648,333 @@ static void fp_print_header(const fp_ctx *x) {
   fflush(stdout);
 }
 
-/* One row per threshold (and the CSV): measured and modelled medians, speedups against no fusion. */
-static int fp_print_rows(const fp_ctx *x, const double *tm, const double *ex, const double *mm, const double *mx,
-                         int ref, int *best, int *bestm) {
+/* MindSpore's comm_fusion size mode takes a whole number of MB (MiB): an int, validated as one.
+   "inf" (one bucket) is any whole MB above the gradient total. */
+static bool fp_ms_expressible(size_t thr) { return thr == SK_FUSION_INF || (thr && thr % ((size_t)1 << 20) == 0); }
+
+static long fp_ms_config_mb(const fp_ctx *x, size_t thr) {
+  if (thr == SK_FUSION_INF) return (long)(x->total_bytes >> 20) + 1;
+  return (long)(thr >> 20);
+}
+
+/* Simplicity rank of a config: no fusion, then what MindSpore can express, then the rest. */
+static int fp_simplicity(const fp_ctx *x, int i) {
+  if (x->cfg_thr[i] == 0 && !x->cfg_auto[i]) return 0;
+  return fp_ms_expressible(x->cfg_thr[i]) ? 1 : 2;
+}
+
+/* What the choice compares: per config a median and its standard error, and the rounds'
+   samples (samp[i * n ..], for the rank test; NULL for the noiseless modelled times). */
+typedef struct fp_cmp {
+  const double *med, *se, *samp;
+  int n;
+} fp_cmp;
+
+/* Mann-Whitney's z for "a is slower than b" over n rounds each (normal approximation). Ranks
+   suit step times on a shared machine: a few descheduled rounds make the spread (and so the
+   standard error) large without making a consistently slower config look like a faster one. */
+static double fp_rank_z(const double *a, const double *b, int n) {
+  double u = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) u += a[i] > b[j] ? 1 : a[i] == b[j] ? 0.5 : 0;
+  double nn = (double)n * n;
+  return (u - nn / 2) / sqrt(nn * (2.0 * n + 1) / 12);
+}
+
+/* Whether config i is within noise of config f. Never when its median exceeds f's by more than
+   1% (less is not worth a configuration change) and either by more than two standard errors of
+   the difference or with every round ranking it slower often enough (z > 1.96). */
+static bool fp_within_noise(const fp_cmp *c, int i, int f) {
+  double d = c->med[i] - c->med[f];
+  if (d <= 0.01 * c->med[f]) return true;
+  if (d > 2 * sqrt(c->se[i] * c->se[i] + c->se[f] * c->se[f])) return false;
+  return !(c->samp && fp_rank_z(c->samp + i * c->n, c->samp + f * c->n, c->n) > 1.96);
+}
+
+/* The recommendation: among every config (no fusion, the swept thresholds, the auto pick)
+   within noise of the fastest median, the simplest (fp_simplicity), then the fastest of those.
+   *fastest gets the fastest config. */
+static int fp_choose(const fp_ctx *x, const fp_cmp *c, int *fastest) {
+  int f = 0;
+  for (int i = 1; i < x->ncfg; i++)
+    if (c->med[i] < c->med[f]) f = i;
+  int pick = f;
+  for (int i = 0; i < x->ncfg; i++) {
+    if (!fp_within_noise(c, i, f)) continue;
+    int si = fp_simplicity(x, i), sp = fp_simplicity(x, pick);
+    if (si < sp || (si == sp && c->med[i] < c->med[pick])) pick = i;
+  }
+  *fastest = f;
+  return pick;
+}
+
+/* "1 MiB (comm_fusion=...)" or "none (no fusion)", after `lead`; then what MindSpore can do
+   when it cannot say the same. Returns nothing: printing only. */
+static void fp_print_answer(const fp_ctx *x, const char *lead, int pick, const double *med) {
+  size_t thr = x->cfg_thr[pick];
+  char s[40];
+  fp_size_str(s, sizeof s, thr, " ");
+  if (thr == 0) {
+    printf("# %s: none (no fusion)\n", lead);
+    printf("#   in MindSpore: comm_fusion={\"openstate\": False} (turns off AllGather and ReduceScatter fusion too)\n");
+    return;
+  }
+  if (fp_ms_expressible(thr)) {
+    printf("# %s: %s (comm_fusion={\"allreduce\": {\"mode\": \"size\", \"config\": %ld}})\n", lead, s,
+           fp_ms_config_mb(x, thr));
+    if (thr == SK_FUSION_INF) {
+      char tot[40];
+      fp_size_str(tot, sizeof tot, x->total_bytes, " ");
+      printf("#   inf is one bucket: any whole MB above the %s of gradients does it\n", tot);
+    }
+    return;
+  }
+  printf("# %s: %s (%zu bytes; comm_fusion cannot express it: MindSpore's size mode takes whole MB)\n", lead, s, thr);
+  int alt = -1; /* the fastest config MindSpore can express (no fusion counts) */
+  for (int i = 0; i < x->ncfg; i++)
+    if (fp_simplicity(x, i) < 2 && (alt < 0 || med[i] < med[alt])) alt = i;
+  if (alt < 0) return;
+  char a[40];
+  fp_size_str(a, sizeof a, x->cfg_thr[alt], " ");
+  if (x->cfg_thr[alt] == 0)
+    printf("#   best MindSpore can express here: none (comm_fusion={\"openstate\": False}), %.3fx the time\n",
+           med[alt] / med[pick]);
+  else
+    printf("#   best MindSpore can express here: %s (comm_fusion={\"allreduce\": {\"mode\": \"size\", \"config\": %ld}}), "
+           "%.3fx the time\n", a, fp_ms_config_mb(x, x->cfg_thr[alt]), med[alt] / med[pick]);
+}
+
+/* Why that answer: the fastest median, no fusion's, the near-ties and, when it is not the
+   fastest, the simpler one chosen among them. */
+static void fp_print_why(const fp_ctx *x, const char *what, const fp_cmp *c, int fastest, int pick, int ref) {
+  const double *med = c->med;
+  char s[48];
+  fp_thr_label(s, sizeof s, x->cfg_thr[fastest], x->cfg_auto[fastest]);
+  printf("# %s: fastest %s %.1f us, no fusion %.1f us (%.2fx); within noise of the fastest:", what, s, med[fastest],
+         med[ref], med[ref] / med[fastest]);
+  for (int i = 0; i < x->ncfg; i++)
+    if (fp_within_noise(c, i, fastest)) {
+      fp_thr_label(s, sizeof s, x->cfg_thr[i], x->cfg_auto[i]);
+      printf(" %s", s);
+    }
+  if (pick != fastest) {
+    fp_thr_label(s, sizeof s, x->cfg_thr[pick], x->cfg_auto[pick]);
+    printf("; the simplest of those: %s", s);
+  }
+  printf("\n");
+}
+
+/* One row per threshold (and the CSV): medians, speedups against no fusion, then the spread
+   of the measured rounds (mean, median, p99) at the end so that the older columns keep their
+   places. */
+static int fp_print_rows(const fp_ctx *x, const fp_stat *st, int ref) {
   const fp_opts *o = x->o;
   int status = 0;
-  printf("#\n# %16s %8s %12s %12s %8s", "threshold_bytes", "buckets", "time_us", "exposed_us", "speedup");
+  printf("#\n# %16s %8s %12s %12s %8s", "threshold", "buckets", "time_us", "exposed_us", "speedup");
   if (o->link_on) printf(" %14s %16s %10s", "model_time_us", "model_exposed_us", "model_spdup");
-  printf("\n");
+  printf(" %12s %12s %12s\n", "mean_us", "median_us", "p99_us");
   FILE *csv = o->csv ? fopen(o->csv, "w") : NULL;
   if (o->csv && !csv) {
     fprintf(stderr, "%s: --csv: cannot write '%s'\n", o->prog, o->csv);
     status = 1;
   }
   if (csv)
-    fprintf(csv, "threshold_bytes,buckets,time_us,exposed_us,speedup%s\n",
+    fprintf(csv, "threshold_bytes,buckets,time_us,exposed_us,speedup%s,mean_us,median_us,p99_us\n",
             o->link_on ? ",model_time_us,model_exposed_us,model_speedup" : "");
-  *best = -1, *bestm = -1;
   for (int i = 0; i < x->ncfg; i++) {
-    char s[48];
-    fp_thr_str(s, sizeof s, x->cfg_thr[i], x->cfg_auto[i]);
-    double sp = tm[i] > 0 ? tm[ref] / tm[i] : 0, spm = mm[i] > 0 ? mm[ref] / mm[i] : 0;
-    printf("  %16s %8d %12.1f %12.1f %8.2f", s, x->buckets[i], tm[i], ex[i], sp);
-    if (o->link_on) printf(" %14.1f %16.1f %10.2f", mm[i], mx[i], spm);
-    printf("\n");
+    const fp_stat *s = &st[i];
+    char lab[48], raw[48];
+    fp_thr_label(lab, sizeof lab, x->cfg_thr[i], x->cfg_auto[i]);
+    fp_thr_bytes(raw, sizeof raw, x->cfg_thr[i], x->cfg_auto[i]);
+    double sp = s->med > 0 ? st[ref].med / s->med : 0, spm = s->mmed > 0 ? st[ref].mmed / s->mmed : 0;
+    printf("  %16s %8d %12.1f %12.1f %8.2f", lab, x->buckets[i], s->med, s->ex, sp);
+    if (o->link_on) printf(" %14.1f %16.1f %10.2f", s->mmed, s->mex, spm);
+    printf(" %12.1f %12.1f %12.1f\n", s->mean, s->med, s->p99);
     if (csv) {
-      fprintf(csv, "%s,%d,%.1f,%.1f,%.3f", s, x->buckets[i], tm[i], ex[i], sp);
-      if (o->link_on) fprintf(csv, ",%.1f,%.1f,%.3f", mm[i], mx[i], spm);
-      fprintf(csv, "\n");
-    }
-    if (!x->cfg_auto[i] && x->cfg_thr[i] != 0) {
-      if (*best < 0 || tm[i] < tm[*best]) *best = i;
-      if (*bestm < 0 || mm[i] < mm[*bestm]) *bestm = i;
+      fprintf(csv, "%s,%d,%.1f,%.1f,%.3f", raw, x->buckets[i], s->med, s->ex, sp);
+      if (o->link_on) fprintf(csv, ",%.1f,%.1f,%.3f", s->mmed, s->mex, spm);
+      fprintf(csv, ",%.1f,%.1f,%.1f\n", s->mean, s->med, s->p99);
     }
   }
-  if (csv) fclose(csv);
+  if (csv && fclose(csv) != 0) {
+    fprintf(stderr, "%s: --csv: error writing '%s'\n", o->prog, o->csv);
+    status = 1;
+  }
   return status;
 }
 
-/* World rank 0, after the run: the table, the best thresholds, the plot. Returns an exit status. */
+/* A string for gnuplot's single quotes, where a quote is written twice. */
+static void fp_gp_str(FILE *g, const char *s) {
+  fputc('\'', g);
+  for (; *s; s++) {
+    if (*s == '\'') fputc('\'', g);
+    fputc(*s, g);
+  }
+  fputc('\'', g);
+}
+
+/* Where a config sits on the logarithmic threshold axis. 0 and inf have no place on it, so they
+   sit a factor 4 beyond the smallest and largest finite thresholds (labelled none and inf). */
+static double fp_plot_x(const fp_ctx *x, int i, double lo, double hi) {
+  size_t t = x->cfg_thr[i];
+  return t == 0 ? lo / 4 : t == SK_FUSION_INF ? hi * 4 : (double)t;
+}
+
+static void fp_plot_range(const fp_ctx *x, double *lo, double *hi) {
+  *lo = *hi = (double)(x->total_bytes ? x->total_bytes : 1);
+  bool any = false;
+  for (int i = 0; i < x->ncfg; i++) {
+    size_t t = x->cfg_thr[i];
+    if (t == 0 || t == SK_FUSION_INF) continue;
+    if (!any || (double)t < *lo) *lo = (double)t;
+    if (!any || (double)t > *hi) *hi = (double)t;
+    any = true;
+  }
+  if (*hi < (double)x->total_bytes) *hi = (double)x->total_bytes; /* inf is at least one whole-model bucket */
+}
+
+/* The data blocks: the sweep sorted by threshold (a line), the auto pick and the recommendation
+   (points of their own). Columns: x, median ms, p99 ms, modelled ms. */
+static void fp_plot_data(FILE *g, const fp_ctx *x, const fp_stat *st, int pick, double lo, double hi) {
+  int idx[FP_MAXCFG + 1], n = 0;
+  for (int i = 0; i < x->ncfg; i++)
+    if (!x->cfg_auto[i]) idx[n++] = i;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && fp_plot_x(x, idx[j], lo, hi) < fp_plot_x(x, idx[j - 1], lo, hi); j--) {
+      int t = idx[j];
+      idx[j] = idx[j - 1], idx[j - 1] = t;
+    }
+  fprintf(g, "$sweep << EOD\n");
+  for (int k = 0; k < n; k++) {
+    const fp_stat *s = &st[idx[k]];
+    fprintf(g, "%.17g %g %g %g\n", fp_plot_x(x, idx[k], lo, hi), s->med / 1e3, s->p99 / 1e3, s->mmed / 1e3);
+  }
+  fprintf(g, "EOD\n$auto << EOD\n");
+  for (int i = 0; i < x->ncfg; i++)
+    if (x->cfg_auto[i])
+      fprintf(g, "%.17g %g %g %g\n", fp_plot_x(x, i, lo, hi), st[i].med / 1e3, st[i].p99 / 1e3, st[i].mmed / 1e3);
+  fprintf(g, "EOD\n$pick << EOD\n%.17g %g %g %g\nEOD\n", fp_plot_x(x, pick, lo, hi), st[pick].med / 1e3,
+          st[pick].p99 / 1e3, st[pick].mmed / 1e3);
+}
+
+/* Axis, tics and title: log x with a tic per swept threshold in KiB/MiB. */
+static void fp_plot_axes(FILE *g, const fp_ctx *x, double lo, double hi) {
+  const fp_opts *o = x->o;
+  fprintf(g, "set terminal %s\nset termoption noenhanced\nset output ", o->plot_term);
+  fp_gp_str(g, o->plot);
+  fprintf(g, "\nset logscale x 2\nset xrange [%.17g:%.17g]\nset xtics rotate by -30 (", lo / 8, hi * 8);
+  int n = 0;
+  for (int i = 0; i < x->ncfg; i++) {
+    if (x->cfg_auto[i]) continue;
+    char s[48];
+    fp_thr_label(s, sizeof s, x->cfg_thr[i], false);
+    fprintf(g, "%s'%s' %.17g", n++ ? ", " : "", s, fp_plot_x(x, i, lo, hi));
+  }
+  fprintf(g, ")\nset grid\nset key outside right top\nset lmargin at screen 0.09\nset rmargin at screen 0.70\nset xlabel 'bucket threshold (log scale; none and inf at the ends)'\n");
+}
+
+/* A log y axis when the times span more than a factor 10 (no fusion of many small tensors
+   against one bucket), else the small differences near the optimum would be flattened. */
+static void fp_plot_yscale(FILE *g, const fp_ctx *x, const fp_stat *st, bool modelled) {
+  double lo = 0, hi = 0;
+  for (int i = 0; i < x->ncfg; i++) {
+    double a = modelled ? st[i].mmed : st[i].med, b = modelled ? st[i].mmed : st[i].p99;
+    if (i == 0 || a < lo) lo = a;
+    if (i == 0 || b > hi) hi = b;
+  }
+  fprintf(g, lo > 0 && hi > 10 * lo ? "set logscale y\n" : "unset logscale y\n");
+}
+
+static void fp_plot(const fp_ctx *x, const fp_stat *st, int pick) {
+  const fp_opts *o = x->o;
+  FILE *g = popen("gnuplot", "w");
+  if (!g) {
+    fprintf(stderr, "%s: --plot: cannot run gnuplot (make deps installs gnuplot-nox)\n", o->prog);
+    return;
+  }
+  double lo, hi;
+  fp_plot_range(x, &lo, &hi);
+  fp_plot_axes(g, x, lo, hi);
+  fp_plot_data(g, x, st, pick, lo, hi);
+  char title[300];
+  snprintf(title, sizeof title, "fusion_perf %s, %d devices%s", o->model, x->n, o->zero_copy ? ", zero-copy" : "");
+  const char *pts = ", $pick using 1:%d with points pt 6 ps 3 lw 2 title 'recommended'";
+  char au[160] = "";
+  if (o->autopick) {
+    char a[40];
+    fp_size_str(a, sizeof a, x->cfg_thr[x->ncfg - 1], " ");
+    snprintf(au, sizeof au, ", $auto using 1:%%d with points pt 7 ps 1.8 title 'auto pick (%s)'", a);
+  }
+  if (o->link_on) { /* two panels: the modelled curve is near flat on the measured one's scale */
+    fprintf(g, "set multiplot layout 2,1 title ");
+    fp_gp_str(g, title);
+    fprintf(g, "\nset ylabel 'measured step time (ms)'\n");
+  } else {
+    fprintf(g, "set title ");
+    fp_gp_str(g, title);
+    fprintf(g, "\nset ylabel 'measured step time (ms)'\n");
+  }
+  fp_plot_yscale(g, x, st, false);
+  fprintf(g, "plot $sweep using 1:2 with linespoints pt 5 title 'median', $sweep using 1:3 with linespoints dt 2 pt 1 "
+             "title 'p99'");
+  fprintf(g, au, 2);
+  fprintf(g, pts, 2);
+  fprintf(g, "\n");
+  if (o->link_on) {
+    fprintf(g, "set title ''\nset ylabel 'modelled step time (ms)'\n");
+    fp_plot_yscale(g, x, st, true);
+    fprintf(g, "plot $sweep using 1:4 with linespoints pt 5 lc rgb '#2a9d3a' title 'modelled (link model)'");
+    fprintf(g, au, 4);
+    fprintf(g, "\nunset multiplot\n");
+  }
+  int rc = pclose(g);
+  if (rc != 0) fprintf(stderr, "%s: --plot: gnuplot failed (status %d)\n", o->prog, rc);
+}
+
+/* World rank 0, after the run: the table, the answer, the plot. Returns an exit status. */
 static int fp_report(const fp_ctx *x) {
   const fp_opts *o = x->o;
-  double tm[FP_MAXCFG + 1], ex[FP_MAXCFG + 1], mm[FP_MAXCFG + 1], mx[FP_MAXCFG + 1];
-  int ref = 0; /* the threshold-0 config (main always adds one); starting at 0 keeps tm[ref] in bounds */
+  fp_stat st[FP_MAXCFG + 1];
+  double med[FP_MAXCFG + 1], se[FP_MAXCFG + 1], mmed[FP_MAXCFG + 1], zero[FP_MAXCFG + 1];
+  int ref = 0; /* the threshold-0 config (main always adds one); starting at 0 keeps it in bounds */
+  if (x->ncfg < 1) return 1; /* cannot happen (that config is always there); says so to the analyzer */
   for (int i = 0; i < x->ncfg; i++) {
-    tm[i] = fp_median(x->meas + i * o->rounds, o->rounds);
-    mm[i] = fp_median(x->model + i * o->rounds, o->rounds);
-    ex[i] = tm[i] - x->compute_total_us;
-    mx[i] = mm[i] - x->compute_total_us;
-    if (ex[i] < 0) ex[i] = 0;
-    if (mx[i] < 0) mx[i] = 0;
+    fp_stat *s = &st[i];
+    fp_stat_of(x->meas + i * o->rounds, o->rounds, s);
+    s->mmed = fp_median(x->model + i * o->rounds, o->rounds);
+    s->ex = s->med > x->compute_total_us ? s->med - x->compute_total_us : 0;
+    s->mex = s->mmed > x->compute_total_us ? s->mmed - x->compute_total_us : 0;
+    med[i] = s->med, se[i] = s->se, mmed[i] = s->mmed, zero[i] = 0;
     if (!x->cfg_auto[i] && x->cfg_thr[i] == 0) ref = i;
   }
-  if (o->autopick)
-    printf("# auto: a = %.2f us, c = %.3g us/B (%s), S = %zu B, T_b = %.1f us -> threshold %.0f B\n", x->probe_a,
-           x->probe_c, o->link_on ? "link model" : "probe of the backend", x->total_bytes, x->compute_total_us,
+  if (o->autopick) {
+    char s[40];
+    fp_size_str(s, sizeof s, (size_t)x->auto_bytes, " ");
+    printf("# auto: a = %.2f us, c = %.3g us/B (%s), S = %zu B, T_b = %.1f us -> threshold %s (%.0f B)\n", x->probe_a,
+           x->probe_c, o->link_on ? "link model" : "probe of the backend", x->total_bytes, x->compute_total_us, s,
            x->auto_bytes);
-  int best, bestm;
-  int status = fp_print_rows(x, tm, ex, mm, mx, ref, &best, &bestm);
-  if (best >= 0) {
-    char s[48];
-    fp_thr_str(s, sizeof s, x->cfg_thr[best], false);
-    printf("# best swept (measured): %s, %.1f us, %.2fx against no fusion\n", s, tm[best], tm[ref] / tm[best]);
-    if (o->link_on) {
-      fp_thr_str(s, sizeof s, x->cfg_thr[bestm], false);
-      printf("# best swept (modelled): %s, %.1f us, %.2fx against no fusion\n", s, mm[bestm], mm[ref] / mm[bestm]);
-    }
-    if (o->autopick) {
-      int ai = x->ncfg - 1;
-      printf("# auto (%zu B): measured %.1f us = %.3f x best swept", x->cfg_thr[ai], tm[ai], tm[ai] / tm[best]);
-      if (o->link_on) printf("; modelled %.1f us = %.3f x best swept", mm[ai], mm[ai] / mm[bestm]);
-      printf("\n");
-    }
   }
-  if (o->plot) fp_plot(x, tm, mm, ref);
+  int status = fp_print_rows(x, st, ref);
+  fp_cmp cm = {med, se, x->meas, o->rounds}, cz = {mmed, zero, NULL, o->rounds};
+  int fastest, pick = fp_choose(x, &cm, &fastest);
+  fp_print_why(x, "measured medians", &cm, fastest, pick, ref);
+  if (o->link_on) { /* the virtual clocks have no noise: only the 1% margin applies */
+    int mf, mpick = fp_choose(x, &cz, &mf);
+    fp_print_why(x, "modelled", &cz, mf, mpick, ref);
+    fp_print_answer(x, "modelled (link model) choice", mpick, mmed);
+  }
+  if (o->autopick) {
+    int ai = x->ncfg - 1;
+    printf("# auto: measured %.1f us = %.3f x the fastest", med[ai], med[ai] / med[fastest]);
+    if (o->link_on) {
+      int mf;
+      fp_choose(x, &cz, &mf);
+      printf("; modelled %.1f us = %.3f x the fastest", mmed[ai], mmed[ai] / mmed[mf]);
+    }
+    printf("\n");
+  }
+  fp_print_answer(x, "recommended fusion threshold", pick, med);
+  if (o->plot) fp_plot(x, st, pick);
   return status;
 }
 
