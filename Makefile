@@ -208,6 +208,7 @@ test-run: check-headers $(BUILD)/tests/unit all $(MPI_DRIVER)
 	@sh tests/docs_test.sh
 	@sh tests/help_test.sh
 	@sh tests/openmp_test.sh
+	@sh tests/fusion_test.sh
 
 sanitize: $(BUILD)/san/unit $(MPI_DRIVER)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)
