@@ -202,12 +202,12 @@ double best_so_far(const Shared& sh, size_t a, int ranks) {
   return best;
 }
 
-void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& sh, int rank) {
-  gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  auto dev = gloo::transport::tcp::CreateDevice(attr);
-  // One context (full mesh of connections) per algorithm; see the top of this file. The
-  // prefix keeps the contexts' rendezvous keys apart in the one store.
+// One context (full mesh of connections) per algorithm; see the top of this file. The prefix
+// keeps the contexts' rendezvous keys apart in the one store.
+std::vector<std::shared_ptr<gloo::rendezvous::Context>> connect_all(const Options& o,
+                                                                    const std::vector<std::string>& algos,
+                                                                    Shared& sh, int rank,
+                                                                    std::shared_ptr<gloo::transport::Device> dev) {
   std::vector<std::shared_ptr<gloo::rendezvous::Context>> ctxs;
   for (const std::string& name : algos) {
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, o.ranks); // bcube base 2
@@ -218,118 +218,146 @@ void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& s
     ctx->connectFullMesh(store, dev);
     ctxs.push_back(ctx);
   }
+  return ctxs;
+}
 
+// One algorithm set up for one size: a class instance (in place on buf) or the function form's
+// options (buf to out). The classes register their pair buffers when constructed, so one object
+// per size is built (by every rank, in the same order) and called again and again; the
+// function form's options are likewise reusable across calls.
+struct Instance {
+  std::unique_ptr<gloo::Algorithm> algo;
+  std::unique_ptr<gloo::AllreduceOptions> opts;
+  bool in_place = true;
+  void call() {
+    if (algo) algo->run(); else gloo::allreduce(*opts);
+  }
+};
+
+Instance make_instance(const std::string& name, const std::shared_ptr<gloo::rendezvous::Context>& ctx,
+                       std::vector<float>& buf, std::vector<float>& out, size_t count, size_t tag) {
+  Instance in;
+  std::vector<float*> ptrs{buf.data()};
+  in.in_place = name.compare(0, 3, "fn_") != 0;
+  if (name == "ring") {
+    in.algo.reset(new gloo::AllreduceRing<float>(ctx, ptrs, (int)count));
+  } else if (name == "ring_chunked") {
+    in.algo.reset(new gloo::AllreduceRingChunked<float>(ctx, ptrs, (int)count));
+  } else if (name == "halving_doubling") {
+    in.algo.reset(new gloo::AllreduceHalvingDoubling<float>(ctx, ptrs, (int)count));
+  } else if (name == "bcube") {
+    in.algo.reset(new gloo::AllreduceBcube<float>(ctx, ptrs, (int)count));
+  } else {
+    in.opts.reset(new gloo::AllreduceOptions(ctx));
+    in.opts->setAlgorithm(name == "fn_ring" ? gloo::AllreduceOptions::Algorithm::RING
+                                            : gloo::AllreduceOptions::Algorithm::BCUBE);
+    in.opts->setInput(buf.data(), count);
+    in.opts->setOutput(out.data(), count);
+    void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+    in.opts->setReduceFunction(sum);
+    in.opts->setTag((uint32_t)tag);
+  }
+  return in;
+}
+
+double seconds_of(Instance& in) {
+  const auto t0 = std::chrono::steady_clock::now();
+  in.call();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Algorithm a at one size on this rank: the check, the warm-up, the pruning verdict and the
+// timed calls; publishes its figures in sh. Returns whether a was pruned (the same on every rank).
+bool time_algorithm(const Options& o, Shared& sh, int rank, size_t a, Instance& in, std::vector<float>& buf,
+                    std::vector<float>& out, size_t count) {
+  float* result = in.in_place ? buf.data() : out.data();
+  double first = 0;
+  if (o.check) {
+    for (size_t i = 0; i < count; i++) buf[i] = input_of(rank, i);
+    if (!in.in_place) std::fill(out.begin(), out.begin() + count, std::nanf(""));
+    first = seconds_of(in);
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i++) bad += result[i] != expected_of(o.ranks, i);
+    sh.wrong[a][rank] = bad;
+  }
+  // In place, every call multiplies the data by N; after a few dozen calls it would reach
+  // inf. Zeros stay zeros and cost the same to add, so the timed calls run on zeros.
+  std::fill(buf.begin(), buf.begin() + count, 0.0f);
+  // No barrier between the check and the warm-up: back-to-back calls with unequal ranks
+  // are what exposes an algorithm that lets a fast rank run ahead into a slow one's data.
+  for (int i = 0; i < o.warmup; i++) {
+    const double t = seconds_of(in);
+    if (i == 0 && !o.check) first = t;
+  }
+  sh.first[a][rank] = first;
+  sh.barrier.wait();
+  // Pruning: an algorithm whose first call (max over ranks) is already several times the
+  // best mean so far cannot win; at 8 ranks the ring class takes seconds per 16 MiB call
+  // where another algorithm takes 0.2 s. Every rank reads the same published numbers after
+  // the same barrier, so all reach the same verdict without talking.
+  bool pruned = false;
+  if (o.prune > 0 && (o.check || o.warmup > 0)) {
+    const double f = *std::max_element(sh.first[a].begin(), sh.first[a].end());
+    pruned = f > o.prune * best_so_far(sh, a, o.ranks);
+  }
+  if (pruned) {
+    sh.secs[a][rank] = std::numeric_limits<double>::infinity();
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.iters; i++) in.call();
+    const auto t1 = std::chrono::steady_clock::now();
+    sh.secs[a][rank] = std::chrono::duration<double>(t1 - t0).count() / o.iters;
+  }
+  // The barrier both publishes every rank's numbers (rank 0 prints the row after this size's
+  // last algorithm) and keeps the next size's buffers from overwriting them.
+  sh.barrier.wait();
+  return pruned;
+}
+
+// Rank 0's row for one size: the fastest correct algorithm's time (max over ranks), nccl-tests'
+// columns, then the algorithm's name; with -v every algorithm's figure before it.
+void print_row(const Options& o, const std::vector<std::string>& algos, Shared& sh, const std::vector<char>& pruned,
+               size_t count) {
+  double best = std::numeric_limits<double>::infinity();
+  size_t best_a = 0, wrong = 0;
+  for (size_t a = 0; a < algos.size(); a++) {
+    const double t = *std::max_element(sh.secs[a].begin(), sh.secs[a].end());
+    size_t w = 0;
+    for (size_t x : sh.wrong[a]) w += x;
+    wrong += w;
+    sh.total_wrong += w;
+    if (o.verbose && pruned[a])
+      std::printf("#   %12zu  %-17s    pruned      #wrong %zu  (first call %.2f us)\n", count * sizeof(float),
+                  algos[a].c_str(), w, *std::max_element(sh.first[a].begin(), sh.first[a].end()) * 1e6);
+    else if (o.verbose)
+      std::printf("#   %12zu  %-17s %10.2f us  #wrong %zu\n", count * sizeof(float), algos[a].c_str(), t * 1e6, w);
+    if (w == 0 && t < best) { best = t; best_a = a; }
+  }
+  if (!(best < std::numeric_limits<double>::infinity())) best = 0; // every algorithm wrong
+  const double size = (double)(count * sizeof(float));
+  const double algbw = best > 0 ? size / best / 1e9 : 0;
+  const double busbw = algbw * 2.0 * (o.ranks - 1) / o.ranks;
+  const double us = best * 1e6;
+  std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.*f  %6.2f  %6.2f  %5zu  %s\n", count * sizeof(float), count, "float",
+              "sum", -1, us < 1e4 ? 2 : 1, us, algbw, busbw, wrong, algos[best_a].c_str());
+  std::fflush(stdout);
+}
+
+void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& sh, int rank) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto dev = gloo::transport::tcp::CreateDevice(attr);
+  auto ctxs = connect_all(o, algos, sh, rank, dev);
   const size_t max_count = std::max<size_t>(1, o.max_bytes / sizeof(float));
   std::vector<float> buf(max_count), out(max_count); // out: fn_* only (out of place)
-
   std::vector<char> pruned(algos.size()); // this size's verdicts (the same on every rank)
   for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     const size_t count = std::max<size_t>(1, bytes / sizeof(float));
     for (size_t a = 0; a < algos.size(); a++) {
-      const std::string& name = algos[a];
-      const auto& ctx = ctxs[a];
-      // The algorithm classes register their pair buffers when constructed, so one object per
-      // size is built (by every rank, in the same order) and called again and again. The
-      // AllreduceOptions of the function form are likewise reusable across calls.
-      std::vector<float*> ptrs{buf.data()};
-      std::unique_ptr<gloo::Algorithm> algo;
-      std::unique_ptr<gloo::AllreduceOptions> opts;
-      const bool in_place = name.compare(0, 3, "fn_") != 0;
-      if (name == "ring") {
-        algo.reset(new gloo::AllreduceRing<float>(ctx, ptrs, (int)count));
-      } else if (name == "ring_chunked") {
-        algo.reset(new gloo::AllreduceRingChunked<float>(ctx, ptrs, (int)count));
-      } else if (name == "halving_doubling") {
-        algo.reset(new gloo::AllreduceHalvingDoubling<float>(ctx, ptrs, (int)count));
-      } else if (name == "bcube") {
-        algo.reset(new gloo::AllreduceBcube<float>(ctx, ptrs, (int)count));
-      } else {
-        opts.reset(new gloo::AllreduceOptions(ctx));
-        opts->setAlgorithm(name == "fn_ring" ? gloo::AllreduceOptions::Algorithm::RING
-                                             : gloo::AllreduceOptions::Algorithm::BCUBE);
-        opts->setInput(buf.data(), count);
-        opts->setOutput(out.data(), count);
-        void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
-        opts->setReduceFunction(sum);
-        opts->setTag((uint32_t)a);
-      }
-      auto call = [&] {
-        if (algo) algo->run(); else gloo::allreduce(*opts);
-      };
-      float* result = in_place ? buf.data() : out.data();
-
-      double first = 0;
-      auto timed_call = [&] {
-        const auto t0 = std::chrono::steady_clock::now();
-        call();
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      };
-      if (o.check) {
-        for (size_t i = 0; i < count; i++) buf[i] = input_of(rank, i);
-        if (!in_place) std::fill(out.begin(), out.begin() + count, std::nanf(""));
-        first = timed_call();
-        size_t bad = 0;
-        for (size_t i = 0; i < count; i++) bad += result[i] != expected_of(o.ranks, i);
-        sh.wrong[a][rank] = bad;
-      }
-      // In place, every call multiplies the data by N; after a few dozen calls it would reach
-      // inf. Zeros stay zeros and cost the same to add, so the timed calls run on zeros.
-      std::fill(buf.begin(), buf.begin() + count, 0.0f);
-      // No barrier between the check and the warm-up: back-to-back calls with unequal ranks
-      // are what exposes an algorithm that lets a fast rank run ahead into a slow one's data.
-      for (int i = 0; i < o.warmup; i++) {
-        const double t = timed_call();
-        if (i == 0 && !o.check) first = t;
-      }
-      sh.first[a][rank] = first;
-      sh.barrier.wait();
-      // Pruning: an algorithm whose first call (max over ranks) is already several times the
-      // best mean so far cannot win; at 8 ranks the ring class takes seconds per 16 MiB call
-      // where another algorithm takes 0.2 s. Every rank reads the same published numbers after
-      // the same barrier, so all reach the same verdict without talking.
-      pruned[a] = 0;
-      if (o.prune > 0 && (o.check || o.warmup > 0)) {
-        const double f = *std::max_element(sh.first[a].begin(), sh.first[a].end());
-        pruned[a] = f > o.prune * best_so_far(sh, a, o.ranks);
-      }
-      if (pruned[a]) {
-        sh.secs[a][rank] = std::numeric_limits<double>::infinity();
-        sh.barrier.wait();
-        continue;
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.iters; i++) call();
-      const auto t1 = std::chrono::steady_clock::now();
-      sh.secs[a][rank] = std::chrono::duration<double>(t1 - t0).count() / o.iters;
-      // Rank 0 prints the row after this size's last algorithm; the barrier both publishes
-      // every rank's numbers and keeps the next size's buffers from overwriting them.
-      sh.barrier.wait();
+      Instance in = make_instance(algos[a], ctxs[a], buf, out, count, a);
+      pruned[a] = time_algorithm(o, sh, rank, a, in, buf, out, count);
     }
-    if (rank == 0) {
-      double best = std::numeric_limits<double>::infinity();
-      size_t best_a = 0, wrong = 0;
-      for (size_t a = 0; a < algos.size(); a++) {
-        const double t = *std::max_element(sh.secs[a].begin(), sh.secs[a].end());
-        size_t w = 0;
-        for (size_t x : sh.wrong[a]) w += x;
-        wrong += w;
-        sh.total_wrong += w;
-        if (o.verbose && pruned[a])
-          std::printf("#   %12zu  %-17s    pruned      #wrong %zu  (first call %.2f us)\n", count * sizeof(float),
-                      algos[a].c_str(), w, *std::max_element(sh.first[a].begin(), sh.first[a].end()) * 1e6);
-        else if (o.verbose)
-          std::printf("#   %12zu  %-17s %10.2f us  #wrong %zu\n", count * sizeof(float), algos[a].c_str(), t * 1e6, w);
-        if (w == 0 && t < best) { best = t; best_a = a; }
-      }
-      if (!(best < std::numeric_limits<double>::infinity())) best = 0; // every algorithm wrong
-      const double size = (double)(count * sizeof(float));
-      const double algbw = best > 0 ? size / best / 1e9 : 0;
-      const double busbw = algbw * 2.0 * (o.ranks - 1) / o.ranks;
-      const double us = best * 1e6;
-      std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.*f  %6.2f  %6.2f  %5zu  %s\n", count * sizeof(float),
-                  count, "float", "sum", -1, us < 1e4 ? 2 : 1, us, algbw, busbw, wrong, algos[best_a].c_str());
-      std::fflush(stdout);
-    }
+    if (rank == 0) print_row(o, algos, sh, pruned, count);
     sh.barrier.wait(); // wrong[][] and secs[][] are rewritten by the next size
     if (bytes > o.max_bytes / o.factor) break; // no overflow past max_bytes
   }
@@ -340,10 +368,27 @@ void run_rank(const Options& o, const std::vector<std::string>& algos, Shared& s
     for (auto& ctx : ctxs) ctx->closeConnections();
 }
 
-} // namespace
 
-int main(int argc, char** argv) {
-  Options o;
+
+// -a's comma-separated list into o.algos; false after naming an unknown algorithm.
+bool parse_algos(const char* argv0, const char* arg, Options& o) {
+  std::string s(arg);
+  for (size_t p = 0; p <= s.size();) {
+    size_t q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    std::string name = s.substr(p, q - p);
+    if (std::find(std::begin(kAllAlgos), std::end(kAllAlgos), name) == std::end(kAllAlgos)) {
+      std::fprintf(stderr, "%s: unknown algorithm '%s'\n", argv0, name.c_str());
+      return false;
+    }
+    o.algos.push_back(name);
+    p = q + 1;
+  }
+  return true;
+}
+
+// The options into o. Returns -1 to go on, else the exit status (0 after --help, 2 on a bad one).
+int parse_args(int argc, char** argv, Options& o) {
   static const struct option longopts[] = {
       {"minbytes", required_argument, nullptr, 'b'}, {"maxbytes", required_argument, nullptr, 'e'},
       {"stepfactor", required_argument, nullptr, 'f'}, {"ranks", required_argument, nullptr, 'g'},
@@ -364,21 +409,9 @@ int main(int argc, char** argv) {
       case 'c': ok = parse_int(optarg, 0, &o.check) && o.check <= 1; break;
       case 'p': ok = parse_double(optarg, &o.prune); break;
       case 'v': o.verbose = 1; break;
-      case 'a': {
-        std::string s(optarg);
-        for (size_t p = 0; p <= s.size();) {
-          size_t q = s.find(',', p);
-          if (q == std::string::npos) q = s.size();
-          std::string name = s.substr(p, q - p);
-          if (std::find(std::begin(kAllAlgos), std::end(kAllAlgos), name) == std::end(kAllAlgos)) {
-            std::fprintf(stderr, "%s: unknown algorithm '%s'\n", argv[0], name.c_str());
-            return 2;
-          }
-          o.algos.push_back(name);
-          p = q + 1;
-        }
+      case 'a':
+        if (!parse_algos(argv[0], optarg, o)) return 2;
         break;
-      }
       case 'h': usage(stdout, argv[0]); return 0;
       default: ok = false; break;
     }
@@ -388,9 +421,13 @@ int main(int argc, char** argv) {
     usage(stderr, argv[0]);
     return 2;
   }
+  return -1;
+}
 
-  // bcube (both forms) is only exercised by gloo's tests for a rank count that is a power of
-  // its base (2 here); elsewhere it is left out rather than reported as a slow or wrong peer.
+// The algorithms to try. bcube (both forms) is only exercised by gloo's tests for a rank count
+// that is a power of its base (2 here); elsewhere it is left out rather than reported as a slow
+// or wrong peer.
+std::vector<std::string> choose_algos(const Options& o) {
   std::vector<std::string> algos;
   for (const char* name : kAllAlgos) {
     const std::string s(name);
@@ -398,11 +435,10 @@ int main(int argc, char** argv) {
     if ((s == "bcube" || s == "fn_bcube") && !is_pow2(o.ranks)) continue;
     algos.push_back(s);
   }
-  if (algos.empty()) {
-    std::fprintf(stderr, "%s: no algorithm applies to %d ranks\n", argv[0], o.ranks);
-    return 2;
-  }
+  return algos;
+}
 
+void print_header(const Options& o, const std::vector<std::string>& algos) {
   std::printf("# gloo_allreduce: gloo %d.%d.%d, %d ranks as threads of one process, TCP on 127.0.0.1\n",
               GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, o.ranks);
   std::printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d validation: %d prune: %g\n",
@@ -415,7 +451,20 @@ int main(int argc, char** argv) {
   std::printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "", "", "(us)",
               "(GB/s)", "(GB/s)", "");
   std::fflush(stdout);
+}
 
+} // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  int status = parse_args(argc, argv, o);
+  if (status >= 0) return status;
+  std::vector<std::string> algos = choose_algos(o);
+  if (algos.empty()) {
+    std::fprintf(stderr, "%s: no algorithm applies to %d ranks\n", argv[0], o.ranks);
+    return 2;
+  }
+  print_header(o, algos);
   Shared sh(o, algos.size());
   std::vector<std::thread> threads;
   for (int r = 0; r < o.ranks; r++) {
@@ -431,7 +480,6 @@ int main(int argc, char** argv) {
     });
   }
   for (auto& t : threads) t.join();
-
   if (sh.total_wrong) {
     std::printf("# gloo_allreduce: %zu wrong elements\n", sh.total_wrong);
     return 1;
