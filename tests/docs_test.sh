@@ -29,6 +29,16 @@ for name in "../sha""red" "SEMAN""TICS.md" "ALGOR""ITHMS.md" "DES""IGN.md" "BASE
   else ok; fi
 done
 
+# The project speaks of itself to its users, not of its work items: no "issue 12" in the pages,
+# programs and headers users read (tests may keep their history).
+: >"$tmp/hits"
+while IFS= read -r f; do
+  case $f in tests/*) continue ;; esac
+  grep -I -n -i -E -- "issue[s]? [0-9]|the issue'?s? " "$f" 2>/dev/null | sed "s|^|    $f:|" >>"$tmp/hits"
+done <"$tmp/files"
+if [ -s "$tmp/hits" ]; then bad "work items are named where users read:"; head -20 "$tmp/hits"
+else ok; fi
+
 # ---- (b) relative links in the Markdown pages -------------------------------------------------
 # anchors_of FILE: the GitHub anchors of FILE's headings (outside code fences), one per line:
 # lower case, punctuation other than '-' and '_' dropped, spaces turned into '-'.
