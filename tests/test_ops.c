@@ -372,3 +372,152 @@ static void run_sharded_matmul(int s00, int s01, int s11) {
 Test(ops, sharded_matmul_matches_unsharded_2x4x1, .timeout = 30) { run_sharded_matmul(2, 4, 1); }
 Test(ops, sharded_matmul_matches_unsharded_1x4x2, .timeout = 30) { run_sharded_matmul(1, 4, 2); }
 Test(ops, sharded_matmul_matches_unsharded_2x2x2, .timeout = 30) { run_sharded_matmul(2, 2, 2); }
+
+/* ---- binary operators broadcast both ways (docs/operators.md 2.2) ------------------------- */
+
+static sk_op_desc binary_desc(int64_t a0, int64_t a1, int64_t b0, int64_t b1, int s00, int s01, int s10, int s11) {
+  sk_op_desc d;
+  memset(&d, 0, sizeof d);
+  d.kind = SK_OP_BINARY, d.ninputs = 2;
+  d.ndims[0] = d.ndims[1] = 2;
+  d.shape[0][0] = a0, d.shape[0][1] = a1, d.shape[1][0] = b0, d.shape[1][1] = b1;
+  d.has_strategy = true;
+  d.strategy[0][0] = s00, d.strategy[0][1] = s01, d.strategy[1][0] = s10, d.strategy[1][1] = s11;
+  return d;
+}
+
+static int map_axis(const sk_layout *l, int dim) { return l->map[dim].naxes ? l->map[dim].axes[0] : -1; }
+
+/* Add([1,48], [48,1]).shard(((1,8),(4,1))) on 32 devices: device matrix [4,8]; in MindSpore's
+   right-counted maps x [-1,0], y [1,-1], output [1,0]; here axes count from the left, so x's
+   dim 1 is axis 1 (d1, 8 ways), y's dim 0 axis 0 (d0, 4 ways). */
+Test(ops_binary, add_broadcast_both_sides) {
+  sk_op_desc d = binary_desc(1, 48, 48, 1, 1, 8, 4, 1);
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 32, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.mesh.naxes, 2, "device matrix [4,8], no repeat axis");
+  cr_assert_eq(p.mesh.dims[0], 4);
+  cr_assert_eq(p.mesh.dims[1], 8);
+  cr_assert_eq(map_axis(&p.in[0], 0), -1);
+  cr_assert_eq(map_axis(&p.in[0], 1), 1);
+  cr_assert_eq(map_axis(&p.in[1], 0), 0);
+  cr_assert_eq(map_axis(&p.in[1], 1), -1);
+  cr_assert_eq(p.out.shape[0], 48);
+  cr_assert_eq(p.out.shape[1], 48);
+  cr_assert_eq(map_axis(&p.out, 0), 0);
+  cr_assert_eq(map_axis(&p.out, 1), 1);
+  sk_slice s;
+  cr_assert_eq(sk_layout_slice(&p.out, 13, &s, &e), SK_OK, "%s", e.msg);
+  /* rank 13 = (1, 5): rows [12,24), cols [30,36) */
+  cr_assert_eq(s.start[0], 12);
+  cr_assert_eq(s.stop[0], 24);
+  cr_assert_eq(s.start[1], 30);
+  cr_assert_eq(s.stop[1], 36);
+  cr_assert_eq(p.fwd.kind, SK_COLL_NONE);
+  /* x's gradient sums dy over rows (cut by d0), y's over columns (cut by d1) */
+  cr_assert_eq(p.bwd_in[0].kind, SK_COLL_ALLREDUCE);
+  cr_assert_eq(p.bwd_in[0].axes, 1u);
+  cr_assert_eq(p.bwd_in[1].kind, SK_COLL_ALLREDUCE);
+  cr_assert_eq(p.bwd_in[1].axes, 2u);
+  /* the same with the inputs swapped */
+  d = binary_desc(48, 1, 1, 48, 4, 1, 1, 8);
+  cr_assert_eq(sk_op_plan_make(&d, 32, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(map_axis(&p.in[0], 0), 0);
+  cr_assert_eq(map_axis(&p.in[1], 1), 1);
+}
+
+/* 64 devices: a repeat axis on the right, [4,8,2]; MindSpore's maps shift to x [-1,1],
+   y [2,-1], output [2,1]: the left-counted axes do not move. A parameter's gradient goes to
+   the Mirror, over the axes its map leaves out, repeat axis included. */
+Test(ops_binary, repeat_axis_and_mirror) {
+  sk_op_desc d = binary_desc(1, 48, 48, 1, 1, 8, 4, 1);
+  d.params = 2;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 64, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.mesh.naxes, 3);
+  cr_assert_eq(p.mesh.dims[2], 2);
+  cr_assert_str_eq(p.mesh.names[2], "rep");
+  cr_assert_eq(map_axis(&p.in[0], 1), 1);
+  cr_assert_eq(map_axis(&p.in[1], 0), 0);
+  cr_assert_eq(p.bwd_in[1].kind, SK_COLL_NONE, "a parameter's partial sums are the Mirror's");
+  cr_assert_eq(p.grad[1].kind, SK_COLL_ALLREDUCE);
+  cr_assert_eq(p.grad[1].axes, 2u | 4u, "Mirror over d1 and rep");
+  cr_assert_eq(p.grad[0].kind, SK_COLL_NONE);
+}
+
+/* Ranks differ: [2,16] + [16] with ((2,4),(4,)), and the shorter input first. */
+Test(ops_binary, lower_rank_either_side) {
+  sk_op_desc d = binary_desc(2, 16, 16, 0, 2, 4, 4, 0);
+  d.ndims[1] = 1;
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(map_axis(&p.in[1], 0), 1);
+  cr_assert_eq(p.bwd_in[1].axes, 1u, "the row vector's gradient sums over d0");
+  sk_op_desc s;
+  memset(&s, 0, sizeof s);
+  s.kind = SK_OP_BINARY, s.ninputs = 2, s.has_strategy = true;
+  s.ndims[0] = 1, s.shape[0][0] = 16, s.strategy[0][0] = 4;
+  s.ndims[1] = 2, s.shape[1][0] = 2, s.shape[1][1] = 16, s.strategy[1][0] = 2, s.strategy[1][1] = 4;
+  cr_assert_eq(sk_op_plan_make(&s, 8, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.out.ndims, 2);
+  cr_assert_eq(p.mesh.dims[0], 2);
+  cr_assert_eq(p.mesh.dims[1], 4);
+  cr_assert_eq(map_axis(&p.in[0], 0), 1);
+}
+
+Test(ops_binary, rejects) {
+  sk_op_plan p;
+  sk_error e;
+  sk_op_desc d = binary_desc(16, 48, 16, 48, 2, 4, 4, 2);
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT, "cuts differ on a dim neither broadcasts");
+  cr_assert(strstr(e.msg, "input 1 dim 0 is cut 4 ways but input 0 dim 0 2 ways") != NULL, "%s", e.msg);
+  d = binary_desc(16, 48, 8, 48, 1, 1, 1, 1);
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT, "16 and 8 do not broadcast");
+  cr_assert(strstr(e.msg, "does not broadcast") != NULL, "%s", e.msg);
+  d = binary_desc(1, 48, 48, 1, 2, 8, 4, 1);
+  cr_assert_eq(sk_op_plan_make(&d, 32, &p, &e), SK_ERR_INVALID_ARGUMENT, "a size-1 dim cut 2 ways");
+  cr_assert(strstr(e.msg, "input 0 dim 0 has size 1 but is cut 2 ways") != NULL, "%s", e.msg);
+  d = binary_desc(1, 48, 48, 1, 1, 8, 4, 1);
+  cr_assert_eq(sk_op_plan_make(&d, 16, &p, &e), SK_ERR_INVALID_ARGUMENT, "32 devices needed");
+  cr_assert(strstr(e.msg, "does not divide") != NULL, "%s", e.msg);
+}
+
+/* MindSpore rejects a strategy with the wrong number of tuples or a tuple of the wrong length
+   (init fails); desc.nstrategies and desc.strategy_len let them be written. */
+Test(ops, strategy_form_rejected) {
+  sk_op_desc d = binary_desc(1, 48, 48, 1, 1, 8, 4, 1);
+  sk_op_plan p;
+  sk_error e;
+  d.nstrategies = 1;
+  cr_assert_eq(sk_op_plan_make(&d, 32, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "strategy has 1 tuple for 2 inputs") != NULL, "%s", e.msg);
+  d.nstrategies = 3;
+  cr_assert_eq(sk_op_plan_make(&d, 32, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "strategy has 3 tuples for 2 inputs") != NULL, "%s", e.msg);
+  d.nstrategies = 2;
+  cr_assert_eq(sk_op_plan_make(&d, 32, &p, &e), SK_OK, "%s", e.msg);
+  d.strategy_len[1] = 3;
+  cr_assert_eq(sk_op_plan_make(&d, 32, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "input 1's tuple has 3 entries for a rank-2 tensor") != NULL, "%s", e.msg);
+  d.strategy_len[1] = 2, d.strategy_len[0] = 1;
+  cr_assert_eq(sk_op_plan_make(&d, 32, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "input 0's tuple has 1 entry for a rank-2 tensor") != NULL, "%s", e.msg);
+  /* the same checks for the other operators */
+  sk_op_desc m = matmul_desc(16, 784, 512);
+  m.has_strategy = true;
+  m.strategy[0][0] = 2, m.strategy[0][1] = 4, m.strategy[1][0] = 4, m.strategy[1][1] = 1;
+  m.strategy_len[0] = 3;
+  cr_assert_eq(sk_op_plan_make(&m, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "MatMul: input 0's tuple has 3 entries") != NULL, "%s", e.msg);
+  sk_op_desc u;
+  memset(&u, 0, sizeof u);
+  u.kind = SK_OP_UNARY, u.ninputs = 1, u.ndims[0] = 2, u.shape[0][0] = 8, u.shape[0][1] = 8;
+  u.has_strategy = true, u.strategy[0][0] = 8, u.strategy[0][1] = 1, u.nstrategies = 2;
+  cr_assert_eq(sk_op_plan_make(&u, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "strategy has 2 tuples for 1 input") != NULL, "%s", e.msg);
+  u.nstrategies = 0;
+  cr_assert_eq(sk_op_plan_make(&u, 8, &p, &e), SK_OK, "%s", e.msg);
+}
