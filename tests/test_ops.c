@@ -521,3 +521,91 @@ Test(ops, strategy_form_rejected) {
   u.nstrategies = 0;
   cr_assert_eq(sk_op_plan_make(&u, 8, &p, &e), SK_OK, "%s", e.msg);
 }
+
+/* ---- numbers: a sharded broadcasting Add forward and backward on 8 threads --------------- */
+
+#define AR 8
+#define AC 8
+static float AX[AC], AY[AR], ADOUT[AR][AC];
+
+typedef struct add_run {
+  sk_op_plan plan;
+  float z[8][AR * AC], dx[8][AC], dy[8][AR];
+  sk_slice xs[8], ys[8], zs[8];
+  sk_result rc[8];
+} add_run;
+
+/* z = x [1,AC] + y [AR,1]; dx sums dout over rows, dy over columns, each over the local piece,
+   then the plan's collectives complete the sums (bwd_in, or the Mirror for a parameter). */
+static sk_result add_device(sk_comm *c, void *arg) {
+  add_run *R = (add_run *)arg;
+  int r = sk_comm_rank(c);
+  const sk_op_plan *p = &R->plan;
+  sk_error e;
+  sk_result rc = sk_layout_slice(&p->in[0], r, &R->xs[r], &e);
+  if (rc == SK_OK) rc = sk_layout_slice(&p->in[1], r, &R->ys[r], &e);
+  if (rc == SK_OK) rc = sk_layout_slice(&p->out, r, &R->zs[r], &e);
+  if ((R->rc[r] = rc) != SK_OK) return rc;
+  const sk_slice *zs = &R->zs[r];
+  int64_t rows = zs->stop[0] - zs->start[0], cols = zs->stop[1] - zs->start[1];
+  /* the inputs' pieces must be the output's rows and columns: that is what the maps promise */
+  if (R->xs[r].start[1] != zs->start[1] || R->xs[r].stop[1] != zs->stop[1] || R->ys[r].start[0] != zs->start[0] ||
+      R->ys[r].stop[0] != zs->stop[0])
+    return R->rc[r] = SK_ERR_INTERNAL;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) R->z[r][i * cols + j] = AX[zs->start[1] + j] + AY[zs->start[0] + i];
+  for (int64_t j = 0; j < cols; j++) {
+    R->dx[r][j] = 0;
+    for (int64_t i = 0; i < rows; i++) R->dx[r][j] += ADOUT[zs->start[0] + i][zs->start[1] + j];
+  }
+  for (int64_t i = 0; i < rows; i++) {
+    R->dy[r][i] = 0;
+    for (int64_t j = 0; j < cols; j++) R->dy[r][i] += ADOUT[zs->start[0] + i][zs->start[1] + j];
+  }
+  rc = allreduce_along(c, p, &p->bwd_in[0], R->dx[r], (size_t)cols);
+  if (rc == SK_OK) rc = allreduce_along(c, p, &p->bwd_in[1], R->dy[r], (size_t)rows);
+  if (rc == SK_OK) rc = allreduce_along(c, p, &p->grad[1], R->dy[r], (size_t)rows);
+  return R->rc[r] = rc;
+}
+
+static void run_sharded_add(int sx1, int sy0, uint32_t params) {
+  for (int j = 0; j < AC; j++) AX[j] = (float)(j % 5) / 4.0f - 0.5f;
+  for (int i = 0; i < AR; i++) AY[i] = (float)(i % 3) / 2.0f - 0.25f;
+  for (int i = 0; i < AR; i++)
+    for (int j = 0; j < AC; j++) ADOUT[i][j] = (float)((3 * i + j) % 7) / 4.0f - 0.75f;
+  static add_run R;
+  memset(&R, 0, sizeof R);
+  sk_op_desc d = binary_desc(1, AC, AR, 1, 1, sx1, sy0, 1);
+  d.params = params;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &R.plan, &e), SK_OK, "%s", e.msg);
+  sk_world_desc wd = {0};
+  wd.ndevices = 8;
+  wd.backend = sk_threads_backend();
+  wd.timeout_ms = 20000;
+  sk_world *w;
+  cr_assert_eq(sk_world_create(&wd, &w, &e), SK_OK);
+  cr_assert_eq(sk_world_run(w, add_device, &R), SK_OK, "%s", sk_world_error_message(w));
+  sk_world_destroy(w);
+  for (int r = 0; r < 8; r++) {
+    const sk_slice *zs = &R.zs[r];
+    int64_t cols = zs->stop[1] - zs->start[1];
+    for (int64_t i = zs->start[0]; i < zs->stop[0]; i++)
+      for (int64_t j = zs->start[1]; j < zs->stop[1]; j++)
+        cr_assert_float_eq(R.z[r][(i - zs->start[0]) * cols + (j - zs->start[1])], AX[j] + AY[i], 1e-5, "rank %d z", r);
+    for (int64_t j = zs->start[1]; j < zs->stop[1]; j++) {
+      float want = 0;
+      for (int i = 0; i < AR; i++) want += ADOUT[i][j];
+      cr_assert_float_eq(R.dx[r][j - zs->start[1]], want, 1e-4, "rank %d dx[%lld]", r, (long long)j);
+    }
+    for (int64_t i = zs->start[0]; i < zs->stop[0]; i++) {
+      float want = 0;
+      for (int j = 0; j < AC; j++) want += ADOUT[i][j];
+      cr_assert_float_eq(R.dy[r][i - zs->start[0]], want, 1e-4, "rank %d dy[%lld]", r, (long long)i);
+    }
+  }
+}
+
+Test(ops_binary, sharded_add_matches_unsharded_1x4_2x1, .timeout = 30) { run_sharded_add(4, 2, 0); }
+Test(ops_binary, sharded_add_matches_unsharded_param_y, .timeout = 30) { run_sharded_add(4, 2, 2); }
+Test(ops_binary, sharded_add_matches_unsharded_repeat, .timeout = 30) { run_sharded_add(2, 2, 0); }
