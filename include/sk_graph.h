@@ -1,6 +1,7 @@
 /* sk_graph.h -- a network shardkit can see: inputs, parameters with initialisers, operators
    wired by tensor (each optionally carrying a `shard` strategy or layouts, a fusion id, a
-   pipeline stage and a recompute flag), shape inference, and a loss.
+   pipeline stage and a recompute flag), shape inference, a loss, and the optimizer that trains
+   it.
 
    Do this in ONE .c file:   #define SK_IMPL  (or SK_GRAPH_IMPL + SK_OPS_IMPL + SK_LAYOUT_IMPL)
                              #include "sk_graph.h"
@@ -52,6 +53,7 @@
 #include "sk_core.h"
 #include "sk_layout.h"
 #include "sk_ops.h"
+#include "sk_optim.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -121,6 +123,9 @@ typedef struct sk_graph {
   int logits; /* the tensor evaluation scores (argmax over the last dim); -1: none */
   int labels; /* the input it is scored against (class indices); -1: none */
   char dataset[SK_GRAPH_NAME_MAX]; /* what feeds the inputs: a name programs interpret ("" none) */
+  /* The optimizer training uses (sk_optim.h), set directly: zero (as sk_graph_init leaves it) is
+     SGD with MindSpore's defaults. The graph only carries it; sk_optim_update checks it. */
+  sk_optim_desc optim;
   int tensor_cap, op_cap; /* allocated lengths */
 } sk_graph;
 

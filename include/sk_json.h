@@ -12,7 +12,8 @@
      indentation, doubles with 17 significant digits (so that they read back exactly), every
      attribute left out while it holds its zero default, a final newline. sk_json_parse_network
      reads any JSON of that content (keys in any order, any spacing) back through the graph's
-     builder calls (sk_graph_add_input / _param / _op, _set_loss, _set_eval), so a loaded graph
+     builder calls (sk_graph_add_input / _param / _op, _set_loss, _set_eval; the optimizer goes
+     to g->optim once sk_optim_resolve has accepted it), so a loaded graph
      has passed every check a built one passes, and loading then saving a canonical file gives it
      back byte for byte. A strategy is kept as written, malformed tuple counts and lengths
      included: MindSpore refuses those when the network is compiled, not when it is read.
@@ -32,7 +33,8 @@
      SK_ERR_OUT_OF_MEMORY; a file that cannot be read or written: SK_ERR_SYSTEM with the path
      and the system's reason. Formatting refuses (SK_ERR_INVALID_ARGUMENT) a graph holding what
      JSON cannot carry: a count or tensor id out of range, a non-finite number, a name that is
-     not UTF-8, MatMul layouts on two different meshes.
+     not UTF-8, MatMul layouts on two different meshes; and an optimizer sk_optim_resolve
+     refuses, which loading would refuse.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_JSON_IMPL)
@@ -433,13 +435,13 @@ static sk_result sk__jr_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
 static sk_result sk__jr_out_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
   sk_op_desc *d = &op->desc;
   bool get_next = d->kind == SK_OP_GET_NEXT;
-  json_t *shapes = json_object_get(o, get_next ? "out_shapes" : "shape");
-  json_t *dtypes = json_object_get(o, get_next ? "out_dtypes" : "dtype");
-  const char *wrong = json_object_get(o, get_next ? "shape" : "out_shapes") ? (get_next ? "shape" : "out_shapes")
-                      : json_object_get(o, get_next ? "dtype" : "out_dtypes") ? (get_next ? "dtype" : "out_dtypes")
-                                                                               : NULL;
+  static const char *const multi[2] = {"out_shapes", "out_dtypes"}, *const single[2] = {"shape", "dtype"};
+  const char *const *mine = get_next ? multi : single, *const *other = get_next ? single : multi;
+  json_t *shapes = json_object_get(o, mine[0]), *dtypes = json_object_get(o, mine[1]);
   sk_result r;
-  if (wrong) return sk__jr_fail(jr, wrong, get_next ? "GetNext takes out_shapes and out_dtypes" : "GetNext only");
+  for (int k = 0; k < 2; k++)
+    if (json_object_get(o, other[k]))
+      return sk__jr_fail(jr, other[k], get_next ? "GetNext takes out_shapes and out_dtypes" : "GetNext only");
   if (!get_next) {
     if (shapes && (r = sk__jr_shape(jr, shapes, "shape", d->out_shape[0], &d->out_ndims[0]))) return r;
     if (dtypes && (r = sk__jr_dtype(jr, dtypes, "dtype", &op->out_dtype[0]))) return r;
@@ -474,8 +476,8 @@ static sk_result sk__jr_shard(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph
                        json_is_array(v) ? "a longer one" : sk__jr_type(v));
   int n = (int)json_array_size(v);
   if (n == 0 && sk__json_tuples(op) != 0)
-    return sk__jr_fail(jr, "shard", "no tuples for an operator of %d inputs cannot be stored (desc.nstrategies 0 "
-                       "means one per input)", sk__json_tuples(op));
+    return sk__jr_fail(jr, "shard", "an empty strategy cannot be stored: desc.nstrategies 0 means the default "
+                       "%d tuples", sk__json_tuples(op));
   d->has_strategy = true;
   d->nstrategies = n == sk__json_tuples(op) ? 0 : n;
   for (int i = 0; i < n; i++) {
@@ -555,7 +557,8 @@ static sk_result sk__jr_op(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size
 /* ---- the network ---- */
 
 static sk_result sk__jr_header(sk__jr *jr, json_t *root, sk_graph *g) {
-  static const char *const keys[] = {"format", "version", "dataset", "tensors", "operators", "loss", "eval", NULL};
+  static const char *const keys[] = {"format",    "version", "dataset", "tensors", "operators",
+                                     "loss",      "eval",    "optimizer", NULL};
   const char *format, *dataset;
   long long version = 0;
   sk_result r;
@@ -618,6 +621,31 @@ static sk_result sk__jr_loss_eval(sk__jr *jr, json_t *root, sk_graph *g) {
   return SK_OK;
 }
 
+/* "optimizer": {"kind": "sgd" | "momentum" | "adam", then sk_optim_desc's other fields by their
+   names}, checked as training will check it (sk_optim_resolve). */
+static sk_result sk__jr_optim(sk__jr *jr, json_t *root, sk_graph *g) {
+  static const char *const keys[] = {"kind", "lr", "momentum", "dampening", "weight_decay", "nesterov",
+                                     "beta1", "beta2", "eps", NULL};
+  json_t *v = json_object_get(root, "optimizer");
+  sk_optim_desc *d = &g->optim, resolved;
+  const char *kind;
+  sk_error e;
+  sk_result r;
+  if (!v) return SK_OK;
+  sk__jr_top(jr, "optimizer");
+  if (!json_is_object(v)) return sk__jr_fail(jr, "optimizer", "expected an object {\"kind\": ...}, got %s", sk__jr_type(v));
+  sk__jr_descend(jr, "optimizer");
+  if ((r = sk__jr_keys(jr, v, keys)) || (r = sk__jr_string(jr, v, "kind", true, &kind))) return r;
+  if (!sk_optim_kind_from_name(kind, &d->kind)) return sk__jr_fail(jr, "kind", "expected sgd, momentum or adam");
+  if ((r = sk__jr_real(jr, v, "lr", &d->lr)) || (r = sk__jr_real(jr, v, "momentum", &d->momentum)) ||
+      (r = sk__jr_real(jr, v, "dampening", &d->dampening)) || (r = sk__jr_real(jr, v, "weight_decay", &d->weight_decay)) ||
+      (r = sk__jr_bool(jr, v, "nesterov", &d->nesterov)) || (r = sk__jr_real(jr, v, "beta1", &d->beta1)) ||
+      (r = sk__jr_real(jr, v, "beta2", &d->beta2)) || (r = sk__jr_real(jr, v, "eps", &d->eps)))
+    return r;
+  if ((r = sk_optim_resolve(d, &resolved, &e))) return sk__jr_refused(jr, r, "", &e);
+  return SK_OK;
+}
+
 static sk_result sk__jr_network(sk__jr *jr, json_t *root, sk_graph *g) {
   json_t *tensors, *ops;
   size_t tensors_at, ops_at;
@@ -629,7 +657,8 @@ static sk_result sk__jr_network(sk__jr *jr, json_t *root, sk_graph *g) {
     if ((r = sk__jr_tensor(jr, g, tensors, i, tensors_at))) return r;
   for (size_t i = 0; i < json_array_size(ops); i++)
     if ((r = sk__jr_op(jr, g, ops, i, ops_at))) return r;
-  return sk__jr_loss_eval(jr, root, g);
+  if ((r = sk__jr_loss_eval(jr, root, g))) return r;
+  return sk__jr_optim(jr, root, g);
 }
 
 SK_API sk_result sk_json_parse_network(const char *text, size_t len, sk_graph *g, sk_error *err) {
@@ -848,6 +877,21 @@ static json_t *sk__jw_op(sk__jw *w, const sk_graph_op *op) {
   return o;
 }
 
+/* The optimizer: its kind, then its non-zero fields (zero is MindSpore's default). */
+static json_t *sk__jw_optim(sk__jw *w, const sk_optim_desc *d) {
+  json_t *o = json_object();
+  sk__jw_set(w, o, "kind", json_string(sk_optim_kind_name(d->kind)));
+  sk__jw_real(w, o, "lr", d->lr);
+  sk__jw_real(w, o, "momentum", d->momentum);
+  sk__jw_real(w, o, "dampening", d->dampening);
+  sk__jw_real(w, o, "weight_decay", d->weight_decay);
+  sk__jw_bool(w, o, "nesterov", d->nesterov);
+  sk__jw_real(w, o, "beta1", d->beta1);
+  sk__jw_real(w, o, "beta2", d->beta2);
+  sk__jw_real(w, o, "eps", d->eps);
+  return o;
+}
+
 static json_t *sk__jw_network(sk__jw *w) {
   const sk_graph *g = w->g;
   json_t *root = json_object(), *tensors = json_array(), *ops = json_array();
@@ -866,6 +910,7 @@ static json_t *sk__jw_network(sk__jw *w) {
     sk__jw_set(w, ev, "labels", sk__jw_name(w, g->tensors[g->labels].name));
     sk__jw_set(w, root, "eval", ev);
   }
+  sk__jw_set(w, root, "optimizer", sk__jw_optim(w, &g->optim));
   return root;
 }
 
@@ -921,6 +966,15 @@ static sk_result sk__jw_check(const sk_graph *g, sk_error *err) {
     sk_result r = sk__jw_check_op(g, &g->ops[i], err);
     if (r) return r;
   }
+  const sk_optim_desc *o = &g->optim;
+  if (!isfinite(o->lr) || !isfinite(o->momentum) || !isfinite(o->dampening) || !isfinite(o->weight_decay) ||
+      !isfinite(o->beta1) || !isfinite(o->beta2) || !isfinite(o->eps))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: the optimizer's hyper-parameters must be finite");
+  /* an optimizer the loader would refuse is refused here, so that every saved file loads */
+  sk_optim_desc resolved;
+  sk_error e;
+  sk_result r = sk_optim_resolve(&g->optim, &resolved, &e);
+  if (r) return sk__fail(err, r, "json: the optimizer: %s", e.msg);
   return SK_OK;
 }
 

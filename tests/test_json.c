@@ -111,6 +111,8 @@ static void build_mlp(sk_graph *g) {
   sk_error e = {SK_OK, ""};
   cr_assert_eq(sk_graph_set_loss(g, sk_graph_find(g, "loss"), &e), SK_OK, "%s", e.msg);
   cr_assert_eq(sk_graph_set_eval(g, sk_graph_find(g, "mm3"), sk_graph_find(g, "label"), &e), SK_OK, "%s", e.msg);
+  g->optim.kind = SK_OPTIM_MOMENTUM, g->optim.lr = 0.01, g->optim.momentum = 0.9, g->optim.weight_decay = 1e-4;
+  g->optim.nesterov = true;
 }
 
 /* The zoo's tensors, all listed before its operators (the order loading keeps). */
@@ -216,6 +218,7 @@ static void build_zoo_b(sk_graph *g) {
   add(g, (op = op_of(g, "mae", SK_OP_MAE_LOSS, "a", "b", NULL), &op));
   sk_error e = {SK_OK, ""};
   cr_assert_eq(sk_graph_set_loss(g, sk_graph_find(g, "mae"), &e), SK_OK, "%s", e.msg);
+  g->optim.kind = SK_OPTIM_ADAM, g->optim.beta1 = 0.95, g->optim.eps = 1e-7;
 }
 
 static void build_zoo(sk_graph *g) {
@@ -281,6 +284,7 @@ static void expect_same_graph(const sk_graph *a, const sk_graph *b) {
   cr_expect_eq(a->logits, b->logits);
   cr_expect_eq(a->labels, b->labels);
   cr_expect_str_eq(a->dataset, b->dataset);
+  cr_expect(!memcmp(&a->optim, &b->optim, sizeof a->optim), "optimizer differs"); /* both zeroed, then set */
   for (int t = 0; t < a->ntensors; t++) expect_same_tensor(&a->tensors[t], &b->tensors[t]);
   for (int i = 0; i < a->nops; i++) expect_same_op(&a->ops[i], &b->ops[i]);
 }
@@ -335,8 +339,10 @@ Test(json, canonical_text_has_fixed_keys_indentation_and_exact_doubles) {
   cr_expect(strstr(text, "\"layouts\": {\n        \"mesh\": \"dp=2,mp=4\",\n        \"inputs\": [\n          \"dp,mp\",\n"
                          "          \"mp,None\"\n        ]\n      }"),
             "layouts");
-  cr_expect(strstr(text, "\"loss\": \"loss\",\n  \"eval\": {\n    \"logits\": \"mm3\",\n    \"labels\": \"label\"\n  }\n}\n"),
-            "%s", text + strlen(text) - 200);
+  cr_expect(strstr(text, "\"loss\": \"loss\",\n  \"eval\": {\n    \"logits\": \"mm3\",\n    \"labels\": \"label\"\n  },\n"
+                         "  \"optimizer\": {\n    \"kind\": \"momentum\",\n    \"lr\": 0.01,\n    \"momentum\": 0.90000000000000002,\n"
+                         "    \"weight_decay\": 0.0001,\n    \"nesterov\": true\n  }\n}\n"),
+            "%s", text + strlen(text) - 300);
   cr_expect(!strstr(text, "keep_dims") && !strstr(text, "transpose_a") && !strstr(text, "false"), "zero defaults written");
   /* OneHot's strategy: the indices' tuple over the output, then the two scalars' () */
   cr_expect(strstr(text, "\"shard\": [\n        [\n          8,\n          1\n        ],\n        [],\n        []\n      ]"),
@@ -526,6 +532,29 @@ Test(json, a_duplicate_name_gives_the_line_of_the_duplicate) {
   REFUSED("\"name\": \"mm2\"", "\"name\": \"mm1\"", "line 13: operators[2] (\"mm1\"): graph: operator 'mm1'");
 }
 
+Test(json, optimizer) {
+  static const char *const loss_line = "\"loss\": \"loss\"\n";
+  REFUSED(loss_line, "\"loss\": \"loss\",\n  \"optimizer\": {\"kind\": \"rmsprop\"}\n",
+          "line 17: optimizer.kind: expected sgd, momentum or adam");
+  REFUSED(loss_line, "\"loss\": \"loss\",\n  \"optimizer\": {\"kind\": \"adam\", \"beta1\": 1.5}\n",
+          "line 17: optimizer: sk_optim_resolve (adam): beta1 1.5 is outside (0, 1)");
+  REFUSED(loss_line, "\"loss\": \"loss\",\n  \"optimizer\": {\"kind\": \"sgd\", \"lr\": \"0.1\"}\n",
+          "line 17: optimizer.lr: expected a number, got a string");
+  REFUSED(loss_line, "\"loss\": \"loss\",\n  \"optimizer\": {\"kind\": \"sgd\", \"learning_rate\": 0.1}\n",
+          "line 17: optimizer.learning_rate: unknown key");
+  REFUSED(loss_line, "\"loss\": \"loss\",\n  \"optimizer\": \"sgd\"\n", "line 17: optimizer: expected an object");
+  /* without the key: SGD with MindSpore's defaults, written out as such */
+  sk_graph g;
+  parse_ok(base_text, &g);
+  sk_optim_desc zero;
+  memset(&zero, 0, sizeof zero);
+  cr_expect(!memcmp(&g.optim, &zero, sizeof zero));
+  char *text = format_ok(&g);
+  cr_expect(strstr(text, "\n  \"optimizer\": {\n    \"kind\": \"sgd\"\n  }\n}\n"), "%s", text);
+  free(text);
+  sk_graph_free(&g);
+}
+
 Test(json, elements_without_a_name_give_the_line_of_their_list) {
   REFUSED("{\"name\": \"relu\", \"type\": \"ReLU\", \"inputs\": [\"mm1\"]}", "42", "line 10: operators[1]: expected an object, got an integer");
   REFUSED("\"name\": \"relu\", ", "", "line 10: operators[1].name: expected a string", "missing");
@@ -572,6 +601,13 @@ Test(json, format_refuses_what_json_cannot_carry) {
   cr_expect_eq(sk_json_format_network(&g, &text, &e), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(e.msg, "operator 'mm2'") && strstr(e.msg, "one mesh"), "%s", e.msg);
   g.ops[4].desc.has_layouts = false;
+  g.optim.lr = -0.5;
+  cr_expect_eq(sk_json_format_network(&g, &text, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "the optimizer") && strstr(e.msg, "lr -0.5 is negative"), "%s", e.msg);
+  g.optim.lr = NAN;
+  cr_expect_eq(sk_json_format_network(&g, &text, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "finite"), "%s", e.msg);
+  g.optim.lr = 0.01;
   g.ops[1].desc.nstrategies = 5;
   cr_expect_eq(sk_json_format_network(&g, &text, &e), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(e.msg, "operator 1"), "%s", e.msg);
