@@ -12,5 +12,7 @@
 #include "sk_kernels.h" /* every operator's forward and backward on a device's slice */
 #include "sk_optim.h"   /* SGD, Momentum, Adam as element-wise updates of a (sharded) buffer */
 #include "sk_graph.h"   /* a network: inputs, parameters, operators wired by tensor, shapes */
+#include "sk_exec.h"    /* one graph operator forward and backward on a device's buffers */
+#include "sk_train.h"   /* trains a graph on one device: the reference run */
 #include "sk_fusion.h"
 #include "sk_redist.h" /* brings sk_redist_ms.h (MindSpore's operator sequence) with it */

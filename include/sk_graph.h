@@ -417,6 +417,9 @@ SK_API sk_result sk_graph_add_op(sk_graph *g, const sk_graph_op *op, int *index,
      tensor whose element count overflows. */
   for (int k = 0; k < p.noutputs; k++)
     if ((r = sk__graph_check_shape(names[k], p.out[k].ndims, p.out[k].shape, err))) return g->nops--, r;
+  o->desc.ninputs = op->ninputs; /* the inputs' shapes, as sk_graph_op promises (OneHot: the indices') */
+  memcpy(o->desc.ndims, d.ndims, sizeof d.ndims);
+  memcpy(o->desc.shape, d.shape, sizeof d.shape);
   o->noutputs = p.noutputs;
   for (int k = 0; k < p.noutputs; k++) {
     sk_graph_tensor *t = &g->tensors[g->ntensors];

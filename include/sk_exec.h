@@ -1,0 +1,365 @@
+/* sk_exec.h -- one graph operator, forward and backward, on one device's buffers: the bridge
+   between an sk_graph_op (sk_graph.h) and the kernels (sk_kernels.h).
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_EXEC_IMPL + the modules it includes)
+                             #include "sk_exec.h"
+   Needs only libc and libm. No allocation, no global state.
+
+   WHAT IT IS
+     The single-device trainer (sk_train.h) and the distributed runtime both run operators
+     through these two calls, so an operator's math is wired to its kernels in one place. The
+     buffers are whatever the caller holds: the whole tensor on one device, or a device's slice
+     (shapes are then the LOCAL shapes). What a kernel must know about the sharding to
+     reproduce the unsharded result travels in sk_exec_facts (zero: unsharded); the collectives
+     the operator needs (sk_ops.h's plan) are the caller's.
+
+   BUFFERS
+     Float tensors are SK_F32 or SK_F64 (every float argument of one call the same dtype);
+     indices and labels SK_I32 or SK_I64; Dropout's mask (output 1) SK_U8. The forward writes
+     every output's data. The backward reads the outputs' grad (NULL: no gradient flows from
+     that output) and the forward's data, and OVERWRITES dx[k] for each input k whose dx[k] is
+     not NULL (dx[k] has input k's shape and dtype); summing the gradients of a tensor read
+     twice is the caller's. Inputs that take no gradient (indices, labels, a mask) are skipped.
+
+   ERRORS: a kernel's error, prefixed with the operator's name and kind.
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_EXEC_IMPL)
+#define SK_EXEC_IMPL
+#endif
+#ifndef SK_EXEC_H
+#define SK_EXEC_H
+
+#include "sk_core.h"
+#include "sk_graph.h"
+#include "sk_kernels.h"
+#include "sk_layout.h"
+
+SK_EXTERN_C_BEGIN
+
+typedef struct sk_exec_arg {
+  sk_dtype dtype;
+  int ndims;
+  int64_t shape[SK_MAX_DIMS];
+  void *data;
+  void *grad; /* outputs: the incoming gradient (backward); unused for inputs */
+} sk_exec_arg;
+
+/* The sharding facts kernels need (zero-initialise: unsharded). */
+typedef struct sk_exec_facts {
+  int64_t global_count; /* the fused softmax loss: global rows; MAELoss: global elements;
+                           ReduceMean: global count of the reduced elements (0: local) */
+  int64_t offset;       /* OneHot: the first class this device holds; Gather: the first row */
+  uint64_t seed;        /* Dropout: the mask's seed */
+  /* Dropout: the global shape of output 0 and this device's slice of it (global_ndims 0: the
+     local buffer is the whole tensor) */
+  int global_ndims;
+  int64_t global_shape[SK_MAX_DIMS];
+  sk_slice slice;
+  bool inference;       /* Dropout passes its input through (MindSpore's eval mode); mask all ones */
+} sk_exec_facts;
+
+SK_API sk_result sk_exec_forward(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *facts,
+                                 const sk_exec_arg *in, sk_exec_arg *out, sk_error *err);
+SK_API sk_result sk_exec_backward(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *facts,
+                                  const sk_exec_arg *in, const sk_exec_arg *out, void *const *dx, sk_error *err);
+/* The Dropout seed of operator `op` at training step `step` under run seed `seed`: a pure
+   function, so every device of a distributed run draws the same global mask. */
+SK_API uint64_t sk_exec_dropout_seed(uint64_t seed, int op, int64_t step);
+/* Whether input k of op can take a gradient (false for indices, labels of a loss, OneHot). */
+SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k);
+
+SK_EXTERN_C_END
+#endif /* SK_EXEC_H */
+
+#if defined(SK_EXEC_IMPL) && !defined(SK_EXEC_IMPL_DONE)
+#define SK_EXEC_IMPL_DONE
+#include <stdio.h>
+#include <string.h>
+
+SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k) {
+  switch (op->desc.kind) {
+    case SK_OP_SOFTMAX_CE: case SK_OP_SOFTMAX_CE_LOGITS: case SK_OP_GATHER: return k == 0;
+    case SK_OP_ONE_HOT: case SK_OP_GET_NEXT: return false;
+    default: return true;
+  }
+}
+
+static int sk__exec_axis(const sk_graph_op *op, int dflt) { return op->desc.naxis ? op->desc.axis[0] : dflt; }
+
+static sk_binop sk__exec_binop(sk_op_kind k) {
+  switch (k) {
+    case SK_OP_SUB: return SK_BIN_SUB;
+    case SK_OP_MUL: return SK_BIN_MUL;
+    case SK_OP_DIV: return SK_BIN_DIV;
+    case SK_OP_POW: return SK_BIN_POW;
+    default: return SK_BIN_ADD;
+  }
+}
+
+static sk_redop sk__exec_redop(sk_op_kind k) {
+  return k == SK_OP_REDUCE_SUM ? SK_SUM : k == SK_OP_REDUCE_MEAN ? SK_AVG : SK_MAX;
+}
+
+static int64_t sk__exec_numel(const sk_exec_arg *a) {
+  int64_t n = 1;
+  for (int d = 0; d < a->ndims; d++) n *= a->shape[d];
+  return n;
+}
+
+/* Rows of a [..., C] tensor: every element but the last dim's. */
+static int64_t sk__exec_rows(const sk_exec_arg *a) { return a->ndims ? sk__exec_numel(a) / a->shape[a->ndims - 1] : 1; }
+
+static double sk__exec_eps(const sk_graph_op *op, double dflt) { return op->epsilon > 0 ? op->epsilon : dflt; }
+
+SK_API uint64_t sk_exec_dropout_seed(uint64_t seed, int op, int64_t step) {
+  uint64_t z = seed ^ ((uint64_t)(uint32_t)op << 40) ^ (uint64_t)step * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull, z = (z ^ (z >> 27)) * 0x94D049BB133111EBull; /* splitmix64 */
+  return z ^ (z >> 31);
+}
+
+static sk_result sk__exec_dropout_fwd(const sk_graph_op *op, const sk_exec_facts *f, const sk_exec_arg *in,
+                                      sk_exec_arg *out, sk_error *err) {
+  double keep = op->keep_prob > 0 ? op->keep_prob : 0.5;
+  const sk_exec_arg *x = &in[0];
+  if (f && f->inference) {
+    if (x->ndims < 0 || x->ndims > SK_MAX_DIMS || !out[1].data)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Dropout: bad shape or NULL mask");
+    memset(out[1].data, 1, (size_t)sk__exec_numel(x));
+    return sk_kern_copy(x->dtype, x->ndims, x->shape, x->data, out[0].data, err);
+  }
+  bool sliced = f && f->global_ndims;
+  sk_result r = sk_kern_dropout_mask(f ? f->seed : 0, keep, sliced ? f->global_ndims : x->ndims,
+                                     sliced ? f->global_shape : x->shape, sliced ? &f->slice : NULL,
+                                     (uint8_t *)out[1].data, err);
+  if (r) return r;
+  return sk_kern_dropout(x->dtype, x->ndims, x->shape, keep, x->data, (const uint8_t *)out[1].data, out[0].data, err);
+}
+
+/* The operators of one or two float inputs computed element-wise or along an axis. */
+static sk_result sk__exec_fwd_simple(const sk_graph_op *op, const sk_exec_arg *in, sk_exec_arg *out, sk_error *err) {
+  const sk_exec_arg *x = &in[0];
+  sk_dtype dt = x->dtype;
+  switch (op->desc.kind) {
+    case SK_OP_RELU: return sk_kern_relu(dt, x->ndims, x->shape, x->data, out[0].data, err);
+    case SK_OP_GELU: return sk_kern_gelu(dt, x->ndims, x->shape, x->data, out[0].data, err);
+    case SK_OP_TANH: return sk_kern_tanh(dt, x->ndims, x->shape, x->data, out[0].data, err);
+    case SK_OP_CAST: return sk_kern_cast(dt, x->ndims, x->shape, x->data, out[0].dtype, out[0].data, err);
+    case SK_OP_SOFTMAX:
+      return sk_kern_softmax(dt, x->ndims, x->shape, sk__exec_axis(op, -1), x->data, out[0].data, err);
+    case SK_OP_LOG_SOFTMAX:
+      return sk_kern_log_softmax(dt, x->ndims, x->shape, sk__exec_axis(op, -1), x->data, out[0].data, err);
+    case SK_OP_L2_NORMALIZE:
+      return sk_kern_l2_normalize(dt, x->ndims, x->shape, sk__exec_axis(op, 0),
+                                  sk__exec_eps(op, SK_L2_NORMALIZE_EPSILON), x->data, out[0].data, err);
+    case SK_OP_BIAS_ADD: return sk_kern_bias_add(dt, SK_NCHW, x->ndims, x->shape, x->data, in[1].data, out[0].data, err);
+    case SK_OP_PRELU:
+      return sk_kern_prelu(dt, x->ndims, x->shape, x->data, sk__exec_numel(&in[1]), in[1].data, out[0].data, err);
+    case SK_OP_TRANSPOSE: return sk_kern_transpose(dt, x->ndims, x->shape, op->desc.perm, x->data, out[0].data, err);
+    case SK_OP_FLATTEN: case SK_OP_RESHAPE: case SK_OP_EXPAND_DIMS:
+      return sk_kern_copy(dt, x->ndims, x->shape, x->data, out[0].data, err);
+    default:
+      return sk_kern_binary(sk__exec_binop(op->desc.kind), dt, x->ndims, x->shape, x->data, in[1].ndims, in[1].shape,
+                            in[1].data, out[0].data, err);
+  }
+}
+
+static sk_result sk__exec_fwd_loss(const sk_graph_op *op, const sk_exec_facts *f, const sk_exec_arg *in,
+                                   sk_exec_arg *out, sk_error *err) {
+  const sk_exec_arg *x = &in[0], *y = &in[1];
+  int64_t g = f && f->global_count ? f->global_count : 0;
+  switch (op->desc.kind) {
+    case SK_OP_SOFTMAX_CE:
+      if (y->dtype == SK_I32 || y->dtype == SK_I64)
+        return sk_kern_sparse_softmax_ce(x->dtype, x->ndims, x->shape, x->data, y->dtype, y->data,
+                                         g ? g : sk__exec_rows(x), out[0].data, err);
+      return sk_kern_softmax_ce(x->dtype, x->ndims, x->shape, x->data, y->data, g ? g : sk__exec_rows(x), out[0].data,
+                                err);
+    case SK_OP_SOFTMAX_CE_LOGITS:
+      return sk_kern_softmax_ce_logits(x->dtype, x->ndims, x->shape, x->data, y->data, out[0].data, out[1].data, err);
+    default: /* MAELoss */
+      return sk_kern_mae_loss(x->dtype, x->ndims, x->shape, x->data, y->data, g ? g : sk__exec_numel(x), out[0].data,
+                              err);
+  }
+}
+
+static sk_result sk__exec_fwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *f,
+                              const sk_exec_arg *in, sk_exec_arg *out, sk_error *err) {
+  const sk_op_desc *d = &op->desc;
+  const sk_exec_arg *x = &in[0], *w = &in[1];
+  sk_dtype dt = x->dtype;
+  switch (d->kind) {
+    case SK_OP_MATMUL:
+      return sk_kern_matmul(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims, w->shape,
+                            w->data, out[0].data, err);
+    case SK_OP_BATCH_MATMUL:
+      return sk_kern_batch_matmul(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims,
+                                  w->shape, w->data, out[0].data, err);
+    case SK_OP_DENSE:
+      return sk_kern_dense(ctx, dt, x->ndims, x->shape, x->data, w->shape, w->data, op->ninputs > 2 ? in[2].data : NULL,
+                           out[0].data, err);
+    case SK_OP_DROPOUT: return sk__exec_dropout_fwd(op, f, in, out, err);
+    case SK_OP_LAYER_NORM:
+      return sk_kern_layer_norm(dt, x->ndims, x->shape, sk__exec_axis(op, 1), sk__exec_eps(op, SK_LAYER_NORM_EPSILON),
+                                x->data, in[1].data, in[2].data, out[0].data, out[1].data, out[2].data, err);
+    case SK_OP_SOFTMAX_CE: case SK_OP_SOFTMAX_CE_LOGITS: case SK_OP_MAE_LOSS: return sk__exec_fwd_loss(op, f, in, out, err);
+    case SK_OP_REDUCE_SUM: case SK_OP_REDUCE_MEAN: case SK_OP_REDUCE_MAX:
+      return sk_kern_reduce(sk__exec_redop(d->kind), dt, x->ndims, x->shape, d->naxis, d->axis,
+                            f ? f->global_count : 0, x->data, out[0].data, err);
+    case SK_OP_ONE_HOT: {
+      int axis = sk__exec_axis(op, -1), oa = axis < 0 ? out[0].ndims - 1 : axis;
+      return sk_kern_one_hot(dt, x->ndims, x->shape, x->data, d->depth, f ? f->offset : 0, out[0].shape[oa], axis,
+                             out[0].dtype, op->on_value != 0 ? op->on_value : 1.0, op->off_value, out[0].data, err);
+    }
+    case SK_OP_GATHER:
+      return sk_kern_gather(dt, x->ndims, x->shape, x->data, w->dtype, w->ndims, w->shape, w->data,
+                            sk__exec_axis(op, 0), f ? f->offset : 0, out[0].data, err);
+    case SK_OP_GET_NEXT: return SK_OK; /* its outputs are the data the caller feeds */
+    case SK_OP_VIRTUAL_DATASET:
+      for (int k = 0; k < op->ninputs; k++) {
+        sk_result r = sk_kern_copy(in[k].dtype, in[k].ndims, in[k].shape, in[k].data, out[k].data, err);
+        if (r) return r;
+      }
+      return SK_OK;
+    default: return sk__exec_fwd_simple(op, in, out, err);
+  }
+}
+
+/* Prefixes a kernel's message with the operator it ran for (the end of a long message is cut). */
+static sk_result sk__exec_named(const sk_graph_op *op, const char *dir, sk_result r, sk_error *err) {
+  if (r && err) {
+    char msg[SK_ERROR_MSG_MAX];
+    memcpy(msg, err->msg, sizeof msg);
+    msg[sizeof msg - 1] = 0;
+    int n = snprintf(err->msg, sizeof err->msg, "operator '%.63s' (%.40s) %.8s: ", op->name,
+                     sk_op_kind_name(op->desc.kind), dir);
+    size_t at = n > 0 ? (size_t)n : 0, len = strlen(msg), room = sizeof err->msg - 1 - at;
+    memcpy(err->msg + at, msg, len < room ? len : room);
+    err->msg[at + (len < room ? len : room)] = 0;
+  }
+  return r;
+}
+
+SK_API sk_result sk_exec_forward(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *facts,
+                                 const sk_exec_arg *in, sk_exec_arg *out, sk_error *err) {
+  if (!op || (op->ninputs && !in) || !out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "exec: NULL argument");
+  return sk__exec_named(op, "forward", sk__exec_fwd(ctx, op, facts, in, out, err), err);
+}
+
+static sk_result sk__exec_bwd_loss(const sk_graph_op *op, const sk_exec_facts *f, const sk_exec_arg *in,
+                                   const sk_exec_arg *out, void *const *dx, sk_error *err) {
+  const sk_exec_arg *x = &in[0], *y = &in[1];
+  int64_t g = f && f->global_count ? f->global_count : 0;
+  if (!out[0].grad) { /* no gradient flows: zero (the loss kernels would take a NULL dloss as 1) */
+    for (int k = 0; k < op->ninputs; k++)
+      if (dx[k]) memset(dx[k], 0, (size_t)sk__exec_numel(&in[k]) * sk_dtype_size(in[k].dtype));
+    return SK_OK;
+  }
+  switch (op->desc.kind) {
+    case SK_OP_SOFTMAX_CE:
+      if (!dx[0]) return SK_OK;
+      if (y->dtype == SK_I32 || y->dtype == SK_I64)
+        return sk_kern_sparse_softmax_ce_bwd(x->dtype, x->ndims, x->shape, x->data, y->dtype, y->data,
+                                             g ? g : sk__exec_rows(x), out[0].grad, dx[0], err);
+      return sk_kern_softmax_ce_bwd(x->dtype, x->ndims, x->shape, x->data, y->data, g ? g : sk__exec_rows(x),
+                                    out[0].grad, dx[0], err);
+    case SK_OP_SOFTMAX_CE_LOGITS:
+      if (!dx[0]) return SK_OK;
+      return sk_kern_softmax_ce_logits_bwd(x->dtype, x->ndims, x->shape, out[0].grad, out[1].data, dx[0], err);
+    default: /* MAELoss */
+      return sk_kern_mae_loss_bwd(x->dtype, x->ndims, x->shape, x->data, y->data, g ? g : sk__exec_numel(x),
+                                  out[0].grad, dx[0], op->ninputs > 1 ? dx[1] : NULL, err);
+  }
+}
+
+static sk_result sk__exec_bwd_simple(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out,
+                                     void *const *dx, sk_error *err) {
+  const sk_exec_arg *x = &in[0];
+  const void *dy = out[0].grad, *y = out[0].data;
+  sk_dtype dt = x->dtype;
+  switch (op->desc.kind) {
+    case SK_OP_RELU: return dx[0] ? sk_kern_relu_bwd(dt, x->ndims, x->shape, x->data, dy, dx[0], err) : SK_OK;
+    case SK_OP_GELU: return dx[0] ? sk_kern_gelu_bwd(dt, x->ndims, x->shape, x->data, dy, dx[0], err) : SK_OK;
+    case SK_OP_TANH: return dx[0] ? sk_kern_tanh_bwd(dt, x->ndims, x->shape, x->data, dy, dx[0], err) : SK_OK;
+    case SK_OP_CAST: return dx[0] ? sk_kern_cast(out[0].dtype, x->ndims, x->shape, dy, dt, dx[0], err) : SK_OK;
+    case SK_OP_SOFTMAX:
+      return dx[0] ? sk_kern_softmax_bwd(dt, x->ndims, x->shape, sk__exec_axis(op, -1), y, dy, dx[0], err) : SK_OK;
+    case SK_OP_LOG_SOFTMAX:
+      return dx[0] ? sk_kern_log_softmax_bwd(dt, x->ndims, x->shape, sk__exec_axis(op, -1), y, dy, dx[0], err)
+                   : SK_OK;
+    case SK_OP_L2_NORMALIZE:
+      return dx[0] ? sk_kern_l2_normalize_bwd(dt, x->ndims, x->shape, sk__exec_axis(op, 0),
+                                              sk__exec_eps(op, SK_L2_NORMALIZE_EPSILON), x->data, dy, dx[0], err)
+                   : SK_OK;
+    case SK_OP_BIAS_ADD: return sk_kern_bias_add_bwd(dt, SK_NCHW, x->ndims, x->shape, dy, dx[0], dx[1], err);
+    case SK_OP_PRELU:
+      return sk_kern_prelu_bwd(dt, x->ndims, x->shape, x->data, sk__exec_numel(&in[1]), in[1].data, dy, dx[0], dx[1],
+                               err);
+    case SK_OP_TRANSPOSE:
+      return dx[0] ? sk_kern_transpose_bwd(dt, x->ndims, x->shape, op->desc.perm, dy, dx[0], err) : SK_OK;
+    case SK_OP_FLATTEN: case SK_OP_RESHAPE: case SK_OP_EXPAND_DIMS:
+      return dx[0] ? sk_kern_copy(dt, x->ndims, x->shape, dy, dx[0], err) : SK_OK;
+    default:
+      return sk_kern_binary_bwd(sk__exec_binop(op->desc.kind), dt, x->ndims, x->shape, x->data, in[1].ndims,
+                                in[1].shape, in[1].data, dy, dx[0], dx[1], err);
+  }
+}
+
+static sk_result sk__exec_bwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *f,
+                              const sk_exec_arg *in, const sk_exec_arg *out, void *const *dx, sk_error *err) {
+  const sk_op_desc *d = &op->desc;
+  const sk_exec_arg *x = &in[0], *w = &in[1];
+  const void *dy = out[0].grad;
+  sk_dtype dt = x->dtype;
+  switch (d->kind) {
+    case SK_OP_MATMUL:
+      return sk_kern_matmul_bwd(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims,
+                                w->shape, w->data, dy, dx[0], dx[1], err);
+    case SK_OP_BATCH_MATMUL:
+      return sk_kern_batch_matmul_bwd(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims,
+                                      w->shape, w->data, dy, dx[0], dx[1], err);
+    case SK_OP_DENSE:
+      return sk_kern_dense_bwd(ctx, dt, x->ndims, x->shape, x->data, w->shape, w->data, dy, dx[0], dx[1],
+                               op->ninputs > 2 ? dx[2] : NULL, err);
+    case SK_OP_DROPOUT:
+      return dx[0] ? sk_kern_dropout_bwd(dt, x->ndims, x->shape, op->keep_prob > 0 ? op->keep_prob : 0.5, dy,
+                                         (const uint8_t *)out[1].data, dx[0], err)
+                   : SK_OK;
+    case SK_OP_LAYER_NORM:
+      return sk_kern_layer_norm_bwd(dt, x->ndims, x->shape, sk__exec_axis(op, 1),
+                                    sk__exec_eps(op, SK_LAYER_NORM_EPSILON), x->data, dy, out[1].data, out[2].data,
+                                    in[1].data, dx[0], dx[1], dx[2], err);
+    case SK_OP_SOFTMAX_CE: case SK_OP_SOFTMAX_CE_LOGITS: case SK_OP_MAE_LOSS: return sk__exec_bwd_loss(op, f, in, out, dx, err);
+    case SK_OP_REDUCE_SUM: case SK_OP_REDUCE_MEAN: case SK_OP_REDUCE_MAX:
+      return dx[0] ? sk_kern_reduce_bwd(sk__exec_redop(d->kind), dt, x->ndims, x->shape, d->naxis, d->axis,
+                                        f ? f->global_count : 0, x->data, out[0].data, NULL, dy, dx[0], err)
+                   : SK_OK;
+    case SK_OP_GATHER:
+      return dx[0] ? sk_kern_gather_bwd(dt, x->ndims, x->shape, w->dtype, w->ndims, w->shape, w->data,
+                                        sk__exec_axis(op, 0), f ? f->offset : 0, dy, dx[0], err)
+                   : SK_OK;
+    case SK_OP_ONE_HOT: case SK_OP_GET_NEXT: return SK_OK;
+    case SK_OP_VIRTUAL_DATASET:
+      for (int k = 0; k < op->ninputs; k++) {
+        if (!dx[k]) continue;
+        if (!out[k].grad) { /* no gradient flows from output k: input k's is zero, and dx[k] is still written */
+          memset(dx[k], 0, (size_t)sk__exec_numel(&in[k]) * sk_dtype_size(in[k].dtype));
+          continue;
+        }
+        sk_result r = sk_kern_copy(in[k].dtype, in[k].ndims, in[k].shape, out[k].grad, dx[k], err);
+        if (r) return r;
+      }
+      return SK_OK;
+    default: return sk__exec_bwd_simple(op, in, out, dx, err);
+  }
+}
+
+SK_API sk_result sk_exec_backward(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *facts,
+                                  const sk_exec_arg *in, const sk_exec_arg *out, void *const *dx, sk_error *err) {
+  if (!op || (op->ninputs && !in) || !out || !dx) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "exec: NULL argument");
+  void *d[SK_OP_MAX_INPUTS];
+  for (int k = 0; k < SK_OP_MAX_INPUTS; k++) d[k] = k < op->ninputs && sk_exec_differentiable(op, k) ? dx[k] : NULL;
+  return sk__exec_named(op, "backward", sk__exec_bwd(ctx, op, facts, in, out, d, err), err);
+}
+
+#endif /* SK_EXEC_IMPL */
