@@ -47,9 +47,9 @@ TEST_HDRS := $(wildcard tests/*.h)
 # implementation); the TSan binary, which leaves that suite out, does not.
 JSON_LIBS := -ljansson
 # The command-line tools: what `make install` puts in $(PREFIX)/bin.
-TOOLS     := $(BUILD)/sk-layout
+TOOLS     := $(BUILD)/sk-layout $(BUILD)/sk-sim
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c)) $(BUILD)/gloo_allreduce
-EXAMPLES  := $(filter-out $(BUILD)/sk_layout,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
+EXAMPLES  := $(filter-out $(BUILD)/sk_layout $(BUILD)/sk_sim,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 MPI_EXAMPLES := $(BUILD)/both_backends
 # What the examples and benchmarks share (--help, the MPI launcher): every program depends on it.
 PROG_HDRS := $(wildcard examples/*.h)
@@ -85,6 +85,7 @@ HAVE_jansson   := $(filter /%,$(shell $(CC) -print-file-name=libjansson.so 2>/de
 # files, but only when it runs (make demo installs them), so building it does not need them.
 NEEDS.$(BUILD)/operator_parallel := mpi openblas zlib
 NEEDS.$(BUILD)/both_backends     := mpi
+NEEDS.$(BUILD)/sk-sim            := openblas zlib jansson
 NEEDS.$(BUILD)/gloo_allreduce    := gloo
 NEEDS.$(MPI_DRIVER)              := mpi
 NEEDS.$(BUILD)/tests/unit        := criterion jansson
@@ -126,6 +127,12 @@ deps:
 $(BUILD)/sk-layout: examples/sk_layout.c $(PROG_HDRS) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# Trains a network from its JSON file: jansson reads it, OpenBLAS runs the GEMMs, zlib the dataset.
+$(BUILD)/sk-sim: examples/sk_sim.c $(PROG_HDRS) $(HEADERS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -lopenblas -ljansson -lz $(LDLIBS)
 
 # The training demo: MPI-capable, OpenBLAS for the GEMMs, zlib for the gzip'd dataset.
 $(BUILD)/operator_parallel: examples/operator_parallel.c $(PROG_HDRS) $(HEADERS)
@@ -215,6 +222,7 @@ test-run: check-headers $(BUILD)/tests/unit all $(MPI_DRIVER)
 	@sh tests/help_test.sh
 	@sh tests/openmp_test.sh
 	@sh tests/fusion_test.sh
+	@sh tests/sim_test.sh
 
 sanitize: $(BUILD)/san/unit $(MPI_DRIVER)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)
@@ -239,6 +247,7 @@ $(BUILD)/clang/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
 CLANG_OBJS := $(patsubst %.c,$(BUILD)/clang/%.o,$(wildcard examples/*.c bench/*.c) tests/mpi/mpi_driver.c)
 $(foreach o,$(CLANG_OBJS),$(eval NEEDS.$o := clang mpi))
 NEEDS.$(BUILD)/clang/examples/operator_parallel.o := clang mpi openblas zlib
+NEEDS.$(BUILD)/clang/examples/sk_sim.o := clang mpi openblas zlib jansson
 $(BUILD)/clang/examples/%.o: examples/%.c $(wildcard examples/*.h) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)

@@ -1,0 +1,68 @@
+#!/bin/sh
+# Checks build/sk-sim from the outside on the shipped networks (examples/nets): each trains on
+# one device and its loss falls within 20 steps; the operator-parallel network in f64 prints
+# the losses of the hand-wired `operator_parallel --devices 1` (compared at that program's 7
+# decimals; they agree to the last bit, see docs/training.md); f16 / bf16 / momentum runs go;
+# the output lines keep the tutorial's exact format; bad input exits non-zero with a message.
+# Run from anywhere; `make test` runs it after the unit tests.
+set -u
+cd "$(dirname "$0")/.."
+BIN=build/sk-sim
+[ -x "$BIN" ] || { echo "sim: $BIN is missing (run make first)"; echo "sim: 0 passed, 1 failed"; exit 1; }
+. tests/check_lib.sh
+
+# losses FILE: the printed losses, one per line
+losses() { sed -n 's/^epoch: [0-9]* step: [0-9]*, loss is \([-0-9.eE+]*\)$/\1/p' "$1"; }
+
+# falls NAME ARGS...: exit 0, at least 2 loss lines, the last below the first
+falls() {
+  name=$1; shift
+  "$BIN" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  n=$(losses "$tmp/out" | wc -l)
+  first=$(losses "$tmp/out" | head -1); last=$(losses "$tmp/out" | tail -1)
+  if [ $rc -ne 0 ]; then bad "$name: exit $rc: $(cat "$tmp/err")"
+  elif [ "$n" -lt 2 ]; then bad "$name: $n loss lines"
+  elif ! awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then bad "$name: loss $first -> $last does not fall"
+  else ok; fi
+}
+
+for net in operator_parallel recursive_programming transformer; do
+  falls "$net f32" --net examples/nets/$net.json --steps 20
+done
+falls "operator_parallel f64" --net examples/nets/operator_parallel.json --steps 20 --dtype f64
+falls "transformer bf16" --net examples/nets/transformer.json --steps 20 --dtype bf16
+falls "operator_parallel f16 momentum" --net examples/nets/operator_parallel.json --steps 20 --dtype f16 --optimizer momentum
+
+# every loss line in the tutorial's exact format, nothing after the number
+"$BIN" --net examples/nets/operator_parallel.json --steps 11 --dtype f64 >"$tmp/out" 2>&1
+grep '^epoch: ' "$tmp/out" | grep -v 'test accuracy' >"$tmp/lines"
+if [ "$(wc -l <"$tmp/lines")" -eq 2 ] && ! grep -vqE '^epoch: 0 step: (0|10), loss is [0-9]\.[0-9]{16}$' "$tmp/lines"; then ok
+else bad "loss lines: $(cat "$tmp/lines")"; fi
+grep -qE '^epoch: 0 test accuracy: 0\.[0-9]{4}$' "$tmp/out" && ok || bad "no test accuracy line"
+
+# the single-device reference equals the hand-wired demo on one device
+if [ -x build/operator_parallel ]; then
+  build/operator_parallel --devices 1 --steps 31 >"$tmp/demo" 2>&1
+  "$BIN" --net examples/nets/operator_parallel.json --steps 31 --dtype f64 >"$tmp/sim" 2>&1
+  losses "$tmp/demo" >"$tmp/a"; losses "$tmp/sim" | awk '{ printf "%.7f\n", $1 }' >"$tmp/b"
+  if [ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b"; then ok
+  else bad "operator_parallel.json f64 losses differ from operator_parallel --devices 1"; paste "$tmp/a" "$tmp/b" | head; fi
+else bad "build/operator_parallel is missing"; fi
+
+# bad input: exit non-zero, one message naming the problem
+expect_fail() {
+  name=$1; want=$2; shift 2
+  "$BIN" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  if [ $rc -eq 0 ]; then bad "$name: exit 0"
+  elif ! grep -q -- "$want" "$tmp/err"; then bad "$name: stderr lacks '$want': $(cat "$tmp/err")"
+  else ok; fi
+}
+expect_fail "no --net" "--net" --steps 1
+expect_fail "missing file" "nope.json" --net "$tmp/nope.json"
+printf '{"format": "shardkit-network", "version": 1,\n "tensors": [}\n' >"$tmp/bad.json"
+expect_fail "malformed file" "line 2" --net "$tmp/bad.json"
+expect_fail "several devices" "AutoParallel" --net examples/nets/operator_parallel.json --devices 8
+expect_fail "bad dtype" "--dtype" --net examples/nets/operator_parallel.json --dtype i32
+expect_fail "bad optimizer" "--optimizer" --net examples/nets/operator_parallel.json --optimizer lamb
+
+summary sim
