@@ -419,28 +419,23 @@ SK_EXTERN_C_END
 
 #define SK__DEF(v, d) ((v) ? (v) : (d))
 
-/* sk__fail(err, code, fmt, ...) writes the message into err (if given) and returns code, so
-   `return sk__fail(err, ...)`. A macro over two functions, because the clang static analyzer does
-   not step into variadic calls: from one function it could not tell that the result is `code`,
-   and it would follow every failure path on as if it had returned SK_OK. err is evaluated twice:
-   pass a plain pointer. */
-static SK__UNUSED SK__PRINTF(2, 3) int sk__fail_msg(sk_error *err, const char *fmt, ...) {
+/* sk__fail(err, code, fmt, ...) writes code and the message into err (if given) and is code, so
+   `return sk__fail(err, ...)`. A macro whose value is `code` itself, because the clang static
+   analyzer neither steps into variadic calls nor, past a few nested calls, into small functions:
+   from a function's result it could not tell that a failure is not SK_OK, and would follow every
+   failure path on as if it had succeeded. code is evaluated twice: pass a constant or a plain
+   variable. As a statement, write (void)sk__fail(...). */
+static SK__UNUSED SK__PRINTF(3, 4) void sk__fail_msg(sk_error *err, sk_result code, const char *fmt, ...) {
   if (err) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    err->code = code;
   }
-  return 0;
 }
 
-static SK__UNUSED sk_result sk__fail_code(sk_error *err, sk_result code, int msg_written) {
-  (void)msg_written; /* only orders the message before the return */
-  if (err) err->code = code;
-  return code;
-}
-
-#define sk__fail(err, code, ...) sk__fail_code((err), (code), sk__fail_msg((err), __VA_ARGS__))
+#define sk__fail(err, code, ...) (sk__fail_msg((err), (code), __VA_ARGS__), (sk_result)(code))
 
 static SK__UNUSED bool sk__allocator_ok(const sk_allocator *a) { return !a || (!a->alloc) == (!a->free); }
 
