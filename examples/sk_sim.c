@@ -44,7 +44,7 @@ static void usage(FILE *f, const char *argv0) {
           "Trains the network in FILE.json on one device (the reference run) and prints\n"
           "\"epoch: E step: S, loss is L\" every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N     devices to simulate; only 1 today (the AutoParallel compiler comes next)\n"
-          "  --steps S       stop after S steps (default: whole epochs)\n"
+          "  --steps S       run S steps, as many epochs as they take (default: whole epochs)\n"
           "  --epochs E      epochs to run (default 1)\n"
           "  --dtype D       the float dtype of the run (default f32; f16/bf16 store, compute f32)\n"
           "  --optimizer O   override the network's optimizer (its hyper-parameters stay)\n"
@@ -62,6 +62,7 @@ static int bad_usage(const char *argv0, const char *msg, const char *arg) {
 static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->devices = 1, o->epochs = 1, o->seed = 1, o->dtype = SK_F32;
+  bool steps_given = false, epochs_given = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
@@ -69,8 +70,8 @@ static int parse_options(int argc, char **argv, options *o) {
     if (!v) return bad_usage(argv[0], "unknown option or missing value", a);
     if (!strcmp(a, "--net")) o->net = v;
     else if (!strcmp(a, "--devices")) o->devices = (int)strtol(v, &end, 10);
-    else if (!strcmp(a, "--steps")) o->steps = strtol(v, &end, 10);
-    else if (!strcmp(a, "--epochs")) o->epochs = (int)strtol(v, &end, 10);
+    else if (!strcmp(a, "--steps")) o->steps = strtol(v, &end, 10), steps_given = true;
+    else if (!strcmp(a, "--epochs")) o->epochs = (int)strtol(v, &end, 10), epochs_given = true;
     else if (!strcmp(a, "--seed")) o->seed = strtoull(v, &end, 10);
     else if (!strcmp(a, "--optimizer")) o->optimizer = v;
     else if (!strcmp(a, "--dtype")) {
@@ -82,7 +83,9 @@ static int parse_options(int argc, char **argv, options *o) {
     i++;
   }
   if (!o->net) return bad_usage(argv[0], "--net FILE.json is required", NULL);
-  if (o->devices < 1 || o->steps < 0 || o->epochs < 1) return bad_usage(argv[0], "counts must be positive", NULL);
+  if (steps_given && epochs_given) return bad_usage(argv[0], "give --steps or --epochs, not both", NULL);
+  if (o->devices < 1 || o->steps < 0 || (steps_given && o->steps == 0) || o->epochs < 1)
+    return bad_usage(argv[0], "counts must be positive", NULL);
   return 0;
 }
 
@@ -148,7 +151,7 @@ static sk_result train(run *R, long *done, double *seconds, sk_error *e) {
   const options *o = R->o;
   bool f64 = o->dtype == SK_F64;
   *done = 0, *seconds = 0;
-  for (int ep = 0; ep < o->epochs; ep++) {
+  for (int ep = 0; o->steps ? *done < o->steps : ep < o->epochs; ep++) { /* --steps S: S steps, epochs wrap */
     double t0 = now_s(); /* training steps only: evaluation is not a step */
     for (long s = 0; s < R->data.train_batches && (!o->steps || *done < o->steps); s++, (*done)++) {
       double loss;
@@ -165,7 +168,6 @@ static sk_result train(run *R, long *done, double *seconds, sk_error *e) {
       printf("epoch: %d test accuracy: %.4f\n", ep, acc);
     }
     fflush(stdout);
-    if (o->steps && *done >= o->steps) break;
   }
   return SK_OK;
 }

@@ -26,6 +26,11 @@ falls() {
   else ok; fi
 }
 
+# --steps counts steps across epochs: the transformer's epoch is 64 steps
+"$BIN" --net examples/nets/transformer.json --steps 70 >"$tmp/out" 2>&1
+if grep -q '^epoch: 1 step: 0, loss' "$tmp/out" && grep -q '^# 1 device, f32, 70 steps' "$tmp/out"; then ok
+else bad "--steps 70 over a 64-step epoch: $(tail -3 "$tmp/out")"; fi
+
 for net in operator_parallel recursive_programming transformer; do
   falls "$net f32" --net examples/nets/$net.json --steps 20
 done
@@ -63,6 +68,8 @@ printf '{"format": "shardkit-network", "version": 1,\n "tensors": [}\n' >"$tmp/b
 expect_fail "malformed file" "line 2" --net "$tmp/bad.json"
 expect_fail "several devices" "AutoParallel" --net examples/nets/operator_parallel.json --devices 8
 expect_fail "bad dtype" "--dtype" --net examples/nets/operator_parallel.json --dtype i32
+expect_fail "steps and epochs" "not both" --net examples/nets/operator_parallel.json --steps 2 --epochs 1
+expect_fail "zero steps" "positive" --net examples/nets/operator_parallel.json --steps 0
 expect_fail "bad optimizer" "--optimizer" --net examples/nets/operator_parallel.json --optimizer lamb
 
 summary sim
