@@ -17,3 +17,4 @@
 #include "sk_parallel.h" /* AutoParallel's compiler: a graph and a device count -> one program per device */
 #include "sk_fusion.h"
 #include "sk_redist.h" /* brings sk_redist_ms.h (MindSpore's operator sequence) with it */
+#include "sk_runtime.h" /* AutoParallel's runtime: a compiled program trained on every device of a world */

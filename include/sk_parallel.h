@@ -135,6 +135,8 @@ SK_EXTERN_C_END
 
 #if defined(SK_PARALLEL_IMPL) && !defined(SK_PARALLEL_IMPL_DONE)
 #define SK_PARALLEL_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
