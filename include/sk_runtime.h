@@ -98,6 +98,7 @@ typedef struct sk__rt_op {
   sk_exec_arg karg[SK_OP_MAX_INPUTS];
   void *pre_rs, *dy_full;        /* output 0 before a forward ReduceScatter, its gathered gradient */
   int64_t pre_rs_count;
+  int rs_group;                  /* the ReduceScatter's group size */
   sk_redist_executor *move[SK_OP_MAX_INPUTS], *move_back[SK_OP_MAX_INPUTS];
   sk_comm *fwd, *bwd[SK_OP_MAX_INPUTS], *mirror[SK_OP_MAX_INPUTS];
   int fusion_handle[SK_OP_MAX_INPUTS]; /* -1: the Mirror runs at its step */
@@ -193,7 +194,7 @@ static sk_dtype sk__rt_dtype(const sk_runtime *rt, int t) {
 }
 
 static int64_t sk__rt_count(const sk_layout *l) {
-  int64_t s[SK_MAX_DIMS], n = 1;
+  int64_t s[SK_MAX_DIMS] = {0}, n = 1;
   sk_layout_slice_shape(l, s);
   for (int d = 0; d < l->ndims; d++) n *= s[d];
   return n;
@@ -309,7 +310,8 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   if (!r && po->plan.fwd.kind != SK_COLL_NONE) r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.fwd.axes, &ro->fwd, err);
   if (!r && po->plan.fwd.kind == SK_COLL_REDUCE_SCATTER) {
     int t = op->outputs[0];
-    ro->pre_rs_count = sk_parallel_slice_count(rt->plan, t) * sk_comm_size(ro->fwd);
+    ro->rs_group = sk_comm_size(ro->fwd);
+    ro->pre_rs_count = sk_parallel_slice_count(rt->plan, t) * ro->rs_group;
     size_t b = (size_t)ro->pre_rs_count * sk_dtype_size(sk__rt_dtype(rt, t));
     ro->pre_rs = sk__rt_alloc(rt, SK__RT_ACTS, b), ro->dy_full = sk__rt_alloc(rt, SK__RT_GRADS, b);
     if (!ro->pre_rs || !ro->dy_full) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for '%s'", op->name);
@@ -550,7 +552,7 @@ static void sk__rt_outputs(sk_runtime *rt, int o, sk_exec_arg *out, bool grads) 
     out[k].grad = grads && rt->written[t] ? rt->grads[t] : NULL;
   }
   if (ro->pre_rs) { /* before the ReduceScatter, output 0 is whole along the scattered dim */
-    out[0].data = ro->pre_rs, out[0].shape[0] *= ro->pre_rs_count / sk_parallel_slice_count(rt->plan, op->outputs[0]);
+    out[0].data = ro->pre_rs, out[0].shape[0] *= ro->rs_group;
     if (out[0].grad) out[0].grad = ro->dy_full;
   }
 }
@@ -687,8 +689,10 @@ static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
 
 static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error *err) {
   const sk_parallel_step *s = &rt->plan->steps[i];
-  sk__rt_op *ro = s->op >= 0 ? &rt->ops[s->op] : NULL;
-  int t = s->op >= 0 ? rt->g->ops[s->op].inputs[s->slot] : 0;
+  if (s->kind == SK_PSTEP_UPDATE) return sk__rt_update(rt, err);
+  if (s->op < 0 || s->op >= rt->g->nops) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "a step without its operator");
+  sk__rt_op *ro = &rt->ops[s->op];
+  int t = rt->g->ops[s->op].inputs[s->slot];
   sk_result r = SK_OK;
   switch (s->kind) {
     case SK_PSTEP_MOVE:
@@ -703,9 +707,9 @@ static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error
     case SK_PSTEP_BACKWARD_COMM: r = sk__rt_backward_comm(rt, s, err); break;
     case SK_PSTEP_MIRROR: r = sk__rt_mirror(rt, s, err); break;
     case SK_PSTEP_MOVE_BACK: r = sk__rt_move_back(rt, s, err); break;
-    default: r = sk__rt_update(rt, err); break;
+    default: r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "unknown step kind %d", (int)s->kind); break;
   }
-  if (!r && s->op >= 0) sk__rt_finish_inputs(rt, s->op, i);
+  if (!r) sk__rt_finish_inputs(rt, s->op, i);
   return r;
 }
 
