@@ -152,6 +152,7 @@ SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b) {
   /* Slice by slice: standard forms differ when one mesh cuts a dim by a tuple of axes and the
      other by one axis of their product, though every device holds the same rows. */
   if (a->ndims != b->ndims || a->mesh.size != b->mesh.size) return false;
+  if (a->ndims == 0) return true; /* scalars: whole on every device */
   for (int d = 0; d < a->ndims; d++)
     if (a->shape[d] != b->shape[d]) return false;
   for (int r = 0; r < a->mesh.size; r++) {
@@ -266,7 +267,8 @@ static sk_result sk__par_input_layout(const sk_parallel_plan *p, int t, sk_layou
   sk_mesh mesh;
   const char *names[1] = {"dp"};
   sk_result r = sk_mesh_init(&mesh, 1, &n, names, err);
-  if (r) return r;
+  if (r || x->ndims == 0) /* a scalar: whole on every device, laid out as sk_ops.h lays scalars */
+    return r ? r : (memset(out, 0, sizeof *out), out->mesh = mesh, SK_OK);
   sk_dim_map map[SK_MAX_DIMS];
   memset(map, 0, sizeof map);
   if (p->desc.dataset == SK_DATASET_DATA_PARALLEL && x->ndims > 0 && n > 1) {

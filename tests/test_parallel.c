@@ -511,6 +511,37 @@ Test(parallel, batch_not_dividing_refused) {
   sk_graph_free(&m.g);
 }
 
+/* A scalar input (x [8, 4] times s []): whole on every device under either dataset strategy,
+   read as it is stored. */
+Test(parallel, scalar_input_whole_everywhere) {
+  sk_graph g;
+  sk_graph_init(&g);
+  int64_t xsh[2] = {8, 4}, wsh[2] = {4, 3}, ysh[1] = {8};
+  int x, sc, y, w;
+  sk_init init = {SK_INIT_ONES, 0};
+  OK(sk_graph_add_input(&g, "x", SK_F32, 2, xsh, &x, E));
+  OK(sk_graph_add_input(&g, "s", SK_F32, 0, NULL, &sc, E));
+  OK(sk_graph_add_input(&g, "y", SK_I32, 1, ysh, &y, E));
+  OK(sk_graph_add_param(&g, "w", SK_F32, 2, wsh, init, &w, E));
+  sk_graph_op op;
+  memset(&op, 0, sizeof op);
+  int m = add_op(&g, &op, "m", SK_OP_MUL, 2, x, sc);
+  memset(&op, 0, sizeof op);
+  add_loss(&g, add_op(&g, &op, "z", SK_OP_MATMUL, 2, m, w), y);
+  for (int ds = 0; ds < 2; ds++) {
+    sk_parallel_plan p;
+    sk_parallel_desc d = pdesc(4, (sk_dataset_strategy)ds);
+    OK(sk_parallel_compile(&g, &d, &p, E));
+    cr_assert_eq(p.tensors[sc].layout.ndims, 0);
+    cr_assert_eq(p.tensors[sc].layout.mesh.size, 4);
+    cr_assert_eq(sk_parallel_slice_count(&p, sc), 1);
+    cr_assert(!p.ops[0].moved[1], "dataset %d: the scalar is moved", ds);
+    cr_assert_eq(p.ops[0].moved[0], ds == SK_DATASET_FULL_BATCH, "dataset %d", ds);
+    sk_parallel_free(&p);
+  }
+  sk_graph_free(&g);
+}
+
 Test(parallel, device_count_refused) {
   sk_graph g;
   sk_parallel_plan p;
@@ -569,6 +600,32 @@ Test(parallel, facts_loss_counts_global_batch) {
     memset(&f, 0x5a, sizeof f); /* the facts of an operator without any are all zero */
     OK(sk_parallel_facts(&p, fc1, r, &f, E));
     cr_assert(f.global_count == 0 && f.offset == 0 && f.global_ndims == 0 && !f.inference);
+  }
+  sk_parallel_free(&p);
+  sk_graph_free(&g);
+}
+
+/* MAELoss divides by every element of the global prediction: pred [8, 3] on 4 devices. */
+Test(parallel, facts_mae_loss_counts_every_element) {
+  sk_graph g;
+  sk_graph_init(&g);
+  int64_t xsh[2] = {8, 4}, wsh[2] = {4, 3}, lsh[2] = {8, 3};
+  int x, lab, w;
+  sk_init init = {SK_INIT_XAVIER_UNIFORM, 0};
+  OK(sk_graph_add_input(&g, "x", SK_F32, 2, xsh, &x, E));
+  OK(sk_graph_add_input(&g, "target", SK_F32, 2, lsh, &lab, E));
+  OK(sk_graph_add_param(&g, "w", SK_F32, 2, wsh, init, &w, E));
+  sk_graph_op op;
+  memset(&op, 0, sizeof op);
+  int z = add_op(&g, &op, "z", SK_OP_MATMUL, 2, x, w);
+  memset(&op, 0, sizeof op);
+  OK(sk_graph_set_loss(&g, add_op(&g, &op, "mae", SK_OP_MAE_LOSS, 2, z, lab), E));
+  sk_parallel_plan p;
+  compile(&g, 4, &p);
+  sk_exec_facts f;
+  for (int r = 0; r < 4; r++) {
+    OK(sk_parallel_facts(&p, 1, r, &f, E));
+    cr_assert_eq(f.global_count, 24, "rank %d: %lld", r, (long long)f.global_count);
   }
   sk_parallel_free(&p);
   sk_graph_free(&g);
@@ -715,6 +772,11 @@ Test(parallel, same_layout_across_meshes) {
   cr_assert(!same_slices(&a, &d));
   cr_assert(!sk_parallel_same_layout(&a, &d));
   cr_assert(!sk_parallel_same_layout(&b, &d));
+  sk_layout s1, s2; /* scalars, as sk_ops.h lays them: whole on every device of any mesh */
+  memset(&s1, 0, sizeof s1), memset(&s2, 0, sizeof s2);
+  s1.mesh = a.mesh, s2.mesh = b.mesh;
+  cr_assert(sk_parallel_same_layout(&s1, &s2));
+  cr_assert(!sk_parallel_same_layout(&s1, &a));
 }
 
 Test(parallel, same_layout_different) {
