@@ -816,7 +816,7 @@ Test(parallel, format_tutorial_rank0) {
   int lines = 0;
   for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
   cr_assert_eq(lines, p.nsteps + 1, "a header and one line per step");
-  n = sk_parallel_format_program(&p, 3, text, sizeof text);
+  cr_assert_eq(sk_parallel_format_program(&p, 3, text, sizeof text), strlen(text));
   cr_assert_not_null(strstr(text, "group {3,7}"), "rank 3's fc1 Mirror group: %s", text);
   sk_parallel_free(&p);
   sk_graph_free(&g);
