@@ -123,7 +123,7 @@ SK_API void sk_parallel_free(sk_parallel_plan *plan);
 SK_API sk_result sk_parallel_facts(const sk_parallel_plan *plan, int op, int rank, sk_exec_facts *facts, sk_error *err);
 /* The element count of tensor t's slice on every device (layouts cut evenly). */
 SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int tensor);
-/* Whether two layouts give every device the same slice (compared in MindSpore's standard form). */
+/* Whether two layouts give every device the same slice (compared rank by rank, whatever the meshes). */
 SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b);
 /* Device `rank`'s program as text, one line per step, with its groups as rank lists and its
    slices; snprintf convention. */
@@ -151,22 +151,24 @@ SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind) {
 }
 
 SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b) {
-  sk_layout sa, sb;
-  if (sk_layout_standard(a, &sa, NULL) || sk_layout_standard(b, &sb, NULL)) return false;
-  if (sa.mesh.naxes != sb.mesh.naxes || sa.ndims != sb.ndims) return false;
-  for (int i = 0; i < sa.mesh.naxes; i++)
-    if (sa.mesh.dims[i] != sb.mesh.dims[i]) return false;
-  for (int d = 0; d < sa.ndims; d++) {
-    if (sa.shape[d] != sb.shape[d] || sa.map[d].naxes != sb.map[d].naxes) return false;
-    for (int j = 0; j < sa.map[d].naxes; j++)
-      if (sa.map[d].axes[j] != sb.map[d].axes[j]) return false;
+  /* Slice by slice: standard forms differ when one mesh cuts a dim by a tuple of axes and the
+     other by one axis of their product, though every device holds the same rows. */
+  if (a->ndims != b->ndims || a->mesh.size != b->mesh.size) return false;
+  if (a->ndims == 0) return true; /* scalars: whole on every device */
+  for (int d = 0; d < a->ndims; d++)
+    if (a->shape[d] != b->shape[d]) return false;
+  for (int r = 0; r < a->mesh.size; r++) {
+    sk_slice x, y;
+    if (sk_layout_slice(a, r, &x, NULL) || sk_layout_slice(b, r, &y, NULL)) return false;
+    for (int d = 0; d < a->ndims; d++)
+      if (x.start[d] != y.start[d] || x.stop[d] != y.stop[d]) return false;
   }
   return true;
 }
 
 SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int t) {
-  if (!plan || t < 0 || t >= plan->graph->ntensors) return 0;
-  int64_t s[SK_MAX_DIMS] = {0}, n = 1;
+  if (!plan || !plan->graph || t < 0 || t >= plan->graph->ntensors) return 0;
+  int64_t s[SK_MAX_DIMS] = {0}, n = 1; /* sk_layout_slice_shape writes nothing for a scalar */
   const sk_layout *l = &plan->tensors[t].layout;
   sk_layout_slice_shape(l, s);
   for (int d = 0; d < l->ndims; d++) n *= s[d];
@@ -186,17 +188,26 @@ static void sk__par_mark_grads(sk_parallel_plan *p) {
   }
 }
 
-/* The largest product of the strategy's tuples: the devices the strategy needs at least. */
+/* The devices the strategy needs: its device matrix without the repeat axis. A rule may combine
+   tuples (MatMul's [a, b, c] takes c from w's tuple; OneHot's tuple has one entry more than its
+   input's rank), so the rule itself is asked: planned on the product of every entry, a multiple
+   of its device matrix, it shows the matrix. Where that plan fails (or the product exceeds
+   SK_MAX_DEVICES), the largest tuple product, a lower bound, stands in. */
 static int64_t sk__par_strategy_devices(const sk_op_desc *d) {
-  int64_t most = 1;
+  if (d->has_layouts) return d->layouts[0].mesh.size;
+  int64_t most = 1, all = 1;
   for (int i = 0; i < d->ninputs; i++) {
     int64_t n = 1;
-    int len = d->strategy_len[i] ? d->strategy_len[i] : d->ndims[i];
-    for (int j = 0; j < len && j < SK_MAX_DIMS; j++) n *= d->strategy[i][j] > 0 ? d->strategy[i][j] : 1;
+    int len = d->strategy_len[i] ? d->strategy_len[i] : d->ndims[i] + (d->kind == SK_OP_ONE_HOT && i == 0);
+    for (int j = 0; j < len && j < SK_MAX_DIMS; j++) /* saturating: past SK_MAX_DEVICES is too many anyway */
+      n = n <= SK_MAX_DEVICES ? n * (d->strategy[i][j] > 0 ? d->strategy[i][j] : 1) : n;
     most = n > most ? n : most;
+    all = all <= SK_MAX_DEVICES ? all * n : all;
   }
-  if (d->has_layouts) most = d->layouts[0].mesh.size;
-  return most;
+  sk_op_plan probe;
+  if (all > SK_MAX_DEVICES || sk_op_plan_make(d, (int)all, &probe, NULL)) return most;
+  int rep = sk_mesh_axis(&probe.mesh, "rep");
+  return rep < 0 ? probe.mesh.size : probe.mesh.size / probe.mesh.dims[rep];
 }
 
 /* Operator o's desc and rule; a strategy that needs more devices falls back to data parallel. */
@@ -258,7 +269,8 @@ static sk_result sk__par_input_layout(const sk_parallel_plan *p, int t, sk_layou
   sk_mesh mesh;
   const char *names[1] = {"dp"};
   sk_result r = sk_mesh_init(&mesh, 1, &n, names, err);
-  if (r) return r;
+  if (r || x->ndims == 0) /* a scalar: whole on every device, laid out as sk_ops.h lays scalars */
+    return r ? r : (memset(out, 0, sizeof *out), out->mesh = mesh, SK_OK);
   sk_dim_map map[SK_MAX_DIMS];
   memset(map, 0, sizeof map);
   if (p->desc.dataset == SK_DATASET_DATA_PARALLEL && x->ndims > 0 && n > 1) {
@@ -400,7 +412,7 @@ static int64_t sk__par_numel(int nd, const int64_t *shape, int from, int to) {
 }
 
 SK_API sk_result sk_parallel_facts(const sk_parallel_plan *p, int o, int rank, sk_exec_facts *f, sk_error *err) {
-  if (!p || !f || o < 0 || o >= p->graph->nops || rank < 0 || rank >= p->desc.ndevices)
+  if (!p || !p->graph || !f || o < 0 || o >= p->graph->nops || rank < 0 || rank >= p->desc.ndevices)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: facts: bad argument (operator %d, rank %d)", o, rank);
   memset(f, 0, sizeof *f);
   const sk_parallel_op *po = &p->ops[o];
