@@ -150,7 +150,23 @@ SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind) {
   return (int)kind >= 0 && kind < SK_PSTEP_KIND_COUNT ? names[kind] : "?";
 }
 
+/* Equal standard forms: the same slices (the cheap test; the converse does not hold). */
+static bool sk__par_same_standard(const sk_layout *a, const sk_layout *b) {
+  sk_layout sa, sb;
+  if (sk_layout_standard(a, &sa, NULL) || sk_layout_standard(b, &sb, NULL)) return false;
+  if (sa.mesh.naxes != sb.mesh.naxes || sa.ndims != sb.ndims) return false;
+  for (int i = 0; i < sa.mesh.naxes; i++)
+    if (sa.mesh.dims[i] != sb.mesh.dims[i]) return false;
+  for (int d = 0; d < sa.ndims; d++) {
+    if (sa.shape[d] != sb.shape[d] || sa.map[d].naxes != sb.map[d].naxes) return false;
+    for (int j = 0; j < sa.map[d].naxes; j++)
+      if (sa.map[d].axes[j] != sb.map[d].axes[j]) return false;
+  }
+  return true;
+}
+
 SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b) {
+  if (a->ndims > 0 && a->ndims == b->ndims && sk__par_same_standard(a, b)) return true;
   /* Slice by slice: standard forms differ when one mesh cuts a dim by a tuple of axes and the
      other by one axis of their product, though every device holds the same rows. */
   if (a->ndims != b->ndims || a->mesh.size != b->mesh.size) return false;
