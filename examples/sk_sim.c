@@ -41,6 +41,7 @@ typedef struct options {
   const char *optimizer; /* NULL: the network's */
   uint64_t seed;
   bool check, report, strict, mpi;
+  bool distributed; /* the runtime on a world (even of one device: --report, --link) */
   int dump_rank; /* -1: none */
   const char *backend_asked;
   sk_link_model link;
@@ -132,8 +133,9 @@ static int parse_options(int argc, char **argv, options *o) {
   if (o->dump_rank >= o->devices) return bad_usage(argv[0], "--dump-program takes a rank below --devices", NULL);
   if ((o->link.gbps > 0) != (o->device_tflops > 0))
     return bad_usage(argv[0], "--link and --device-tflops go together", NULL);
-  if (o->devices > 1 && (o->dtype == SK_F16 || o->dtype == SK_BF16))
-    return bad_usage(argv[0], "--dtype f16/bf16 runs on one device only for now", NULL);
+  o->distributed = o->devices > 1 || o->report || o->link.gbps > 0; /* else the trainer runs alone */
+  if (o->distributed && (o->dtype == SK_F16 || o->dtype == SK_BF16))
+    return bad_usage(argv[0], "--dtype f16/bf16 runs on one device without --report or --link for now", NULL);
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");
@@ -396,10 +398,11 @@ static double median_ms(job *J) {
 static void print_summary(job *J, const double *base, long nbase) {
   const options *o = J->o;
   long n = J->nlosses;
-  printf("# %d device%s, %s, %s backend, %ld steps, %.3f ms per step, median %.3f ms\n", o->devices,
-         o->devices > 1 ? "s" : "", sk_dtype_name(o->dtype), o->mpi ? "mpi" : "threads", n,
-         n ? J->seconds * 1e3 / (double)n : 0.0, median_ms(J));
-  if (o->report) sim_print_report(stdout, J->g, &J->plan, J->figures, o->devices, &o->link, J->model_us / (n ? n : 1));
+  char backend[32] = ""; /* the single-device reference runs on no world */
+  if (o->distributed) snprintf(backend, sizeof backend, ", %s backend", o->mpi ? "mpi" : "threads");
+  printf("# %d device%s, %s%s, %ld steps, %.3f ms per step, median %.3f ms\n", o->devices, o->devices > 1 ? "s" : "",
+         sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0, median_ms(J));
+  if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->link, o->device_tflops, J->model_us / (n ? n : 1));
   if (!o->check) return;
   long m = nbase < n ? nbase : n;
   double worst = 0;
@@ -427,11 +430,11 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   long nbase = 0;
   int process = 0, rc = 0;
   sk_world *w = NULL;
-  if (o->devices > 1 && make_world(o, &w, msg, cap)) return -1;
+  if (o->distributed && make_world(o, &w, msg, cap)) return -1;
   if (o->mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
   if (process == 0 && J->plan.nfallbacks && o->devices > 1) say_fallbacks(J, argv0);
   if (o->check && process == 0 && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
-  if (!rc && o->devices == 1) {
+  if (!rc && !o->distributed) {
     sk_error e;
     if (run_reference(J, false, &e)) snprintf(msg, cap, "%s", e.msg), rc = -1;
   } else if (!rc && sk_world_run(w, device_main, J)) {

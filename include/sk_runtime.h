@@ -52,12 +52,32 @@ typedef struct sk_runtime_desc {
   const sk_kernel_ctx *kernels; /* the GEMM hook (NULL: the built-in GEMM) */
   sk_allocator alloc;           /* zero: the C library */
   sk_fusion_desc fusion;        /* bucketing of the Mirror AllReduces (zero: auto); its allocator is alloc */
+  double device_flops;          /* the modelled device's FLOP/s: each operator reports its FLOPs' time to
+                                   the world's virtual clock (sk_comm_compute); 0: nothing reported */
 } sk_runtime_desc;
 
 /* Bytes a device holds, by kind. */
 typedef struct sk_runtime_memory {
   uint64_t parameters, gradients, optimizer_state, activations, communication;
 } sk_runtime_memory;
+
+/* What training steps did on this device, summed since create: FLOPs (a MatMul's 2mnk, and
+   twice that backward; one per output element for the others, two backward) and the
+   communication per collective kind and group size (bytes: each call's buffer, as nccl-tests
+   counts its size; kind SK_COLL_NONE: a redistribution's moves, bytes: what this device sends). */
+#define SK_RUNTIME_COMM_ROWS 32
+typedef struct sk_runtime_comm_row {
+  sk_coll_kind kind;
+  int group;
+  uint64_t calls, bytes;
+} sk_runtime_comm_row;
+
+typedef struct sk_runtime_stats {
+  int64_t steps;
+  double flops;
+  int nrows; /* rows past SK_RUNTIME_COMM_ROWS distinct (kind, group) pairs are summed into the last */
+  sk_runtime_comm_row rows[SK_RUNTIME_COMM_ROWS];
+} sk_runtime_stats;
 
 typedef struct sk_runtime sk_runtime;
 
@@ -76,6 +96,7 @@ SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *
 SK_API sk_result sk_runtime_gather(sk_runtime *rt, int tensor, void *full, sk_error *err);
 SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *mem);
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt);
+SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *stats);
 
 SK_EXTERN_C_END
 #endif /* SK_RUNTIME_H */
@@ -102,6 +123,7 @@ typedef struct sk__rt_op {
   sk_redist_executor *move[SK_OP_MAX_INPUTS], *move_back[SK_OP_MAX_INPUTS];
   sk_comm *fwd, *bwd[SK_OP_MAX_INPUTS], *mirror[SK_OP_MAX_INPUTS];
   int fusion_handle[SK_OP_MAX_INPUTS]; /* -1: the Mirror runs at its step */
+  uint64_t move_bytes[SK_OP_MAX_INPUTS], move_back_bytes[SK_OP_MAX_INPUTS]; /* this device sends */
   int last_step[SK_OP_MAX_INPUTS];     /* the last backward step touching input k's gradient */
   void *dx[SK_OP_MAX_INPUTS];          /* where this step's backward wrote input k's gradient */
   bool add[SK_OP_MAX_INPUTS];          /* ... to be summed into the tensor's gradient */
@@ -134,6 +156,8 @@ struct sk_runtime {
   void *scratch[SK_OP_MAX_INPUTS]; /* an input's gradient to be summed into one already written */
   int kind;           /* what the next allocation is counted as */
   uint64_t bytes[SK__RT_KINDS];
+  bool counting;           /* inside a training step: the stats count */
+  sk_runtime_stats stats;
   sk_allocator counted; /* desc.alloc, counted: handed to the modules that allocate for us */
 };
 
@@ -283,6 +307,14 @@ static sk_result sk__rt_move(sk_runtime *rt, const sk_layout *from, const sk_lay
   return sk_redist_executor_create(rt->comm, &rd, ex, err);
 }
 
+/* What this device sends in a move. */
+static uint64_t sk__rt_plan_sends(const sk_redist_executor *ex, int rank) {
+  uint64_t recv = 0, send = 0;
+  const sk_redist_plan *p = ex ? sk_redist_executor_plan(ex) : NULL;
+  if (!p || sk_redist_plan_bytes(p, -1, rank, &recv, &send, NULL)) return 0;
+  return send;
+}
+
 /* Operator o's buffers, groups and moves (collective). */
 static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   const sk_graph_op *op = &rt->g->ops[o];
@@ -301,6 +333,8 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
         return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for operator '%s'", op->name);
       r = sk__rt_move(rt, &rt->plan->tensors[t].layout, &po->kernel_in[k], dt, &ro->move[k], err);
       if (!r && ro->dkin[k]) r = sk__rt_move(rt, &po->kernel_in[k], &rt->plan->tensors[t].layout, dt, &ro->move_back[k], err);
+      ro->move_bytes[k] = sk__rt_plan_sends(ro->move[k], rt->rank);
+      ro->move_back_bytes[k] = sk__rt_plan_sends(ro->move_back[k], rt->rank);
     }
     sk__rt_view(&ro->karg[k], &po->kernel_in[k], dt, po->moved[k] ? ro->kin[k] : rt->values[t]);
     if (!r && po->plan.bwd_in[k].kind != SK_COLL_NONE) r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.bwd_in[k].axes, &ro->bwd[k], err);
@@ -525,6 +559,40 @@ SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const v
   return r;
 }
 
+/* ---- what a step does, counted ------------------------------------------------------------ */
+
+static void sk__rt_count_comm(sk_runtime *rt, sk_coll_kind kind, sk_comm *group, uint64_t bytes) {
+  if (!rt->counting) return;
+  int size = group ? sk_comm_size(group) : sk_comm_size(rt->comm);
+  sk_runtime_stats *st = &rt->stats;
+  int i = 0;
+  while (i < st->nrows && !(st->rows[i].kind == kind && st->rows[i].group == size)) i++;
+  if (i == st->nrows && st->nrows < SK_RUNTIME_COMM_ROWS) st->rows[st->nrows++].kind = kind, st->rows[i].group = size;
+  if (i == SK_RUNTIME_COMM_ROWS) i--;
+  st->rows[i].calls++, st->rows[i].bytes += bytes;
+}
+
+
+/* Operator o's FLOPs on this device (see sk_runtime_stats). */
+static double sk__rt_op_flops(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out, bool backward) {
+  double n = 1;
+  for (int d = 0; d < out[0].ndims; d++) n *= (double)out[0].shape[d];
+  sk_op_kind k = op->desc.kind;
+  if ((k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE) && in[0].ndims >= 2) {
+    int kd = op->desc.transpose_a ? in[0].ndims - 2 : in[0].ndims - 1;
+    n *= 2.0 * (double)in[0].shape[kd];
+  }
+  return backward ? 2 * n : n;
+}
+
+static void sk__rt_count_compute(sk_runtime *rt, const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out,
+                                 bool backward) {
+  if (!rt->counting) return;
+  double f = sk__rt_op_flops(op, in, out, backward);
+  rt->stats.flops += f;
+  if (rt->desc.device_flops > 0) sk_comm_compute(rt->comm, f / rt->desc.device_flops * 1e6);
+}
+
 /* ---- the steps ---------------------------------------------------------------------------- */
 
 static void sk__rt_scale(sk_dtype dt, void *buf, int64_t n, double s) {
@@ -565,7 +633,9 @@ static sk_result sk__rt_forward(sk_runtime *rt, int o, bool inference, sk_error 
   sk__rt_outputs(rt, o, out, false);
   sk_exec_facts f = ro->facts;
   f.seed = sk_exec_dropout_seed(rt->desc.seed, o, rt->step), f.inference = inference;
-  return sk_exec_forward(rt->desc.kernels, op, &f, ro->karg, out, err);
+  sk_result r = sk_exec_forward(rt->desc.kernels, op, &f, ro->karg, out, err);
+  if (!r) sk__rt_count_compute(rt, op, ro->karg, out, false);
+  return r;
 }
 
 static sk_result sk__rt_comm_failed(sk_runtime *rt, sk_comm *c, sk_result r, sk_error *err) {
@@ -582,6 +652,8 @@ static sk_result sk__rt_forward_comm(sk_runtime *rt, const sk_parallel_step *s, 
                     : sk_allreduce(ro->fwd, rt->values[t], rt->values[t], (size_t)n, dt, s->comm.op);
   if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
   sk__rt_scale(dt, rt->values[t], n, s->comm.scale);
+  sk__rt_count_comm(rt, s->comm.kind, ro->fwd,
+                    (uint64_t)(s->comm.kind == SK_COLL_REDUCE_SCATTER ? ro->pre_rs_count : n) * sk_dtype_size(dt));
   return SK_OK;
 }
 
@@ -595,6 +667,7 @@ static sk_result sk__rt_undo_comm(sk_runtime *rt, const sk_parallel_step *s, sk_
   if (s->comm.kind != SK_COLL_REDUCE_SCATTER) return sk__rt_scale(dt, rt->grads[t], n, s->comm.scale), SK_OK;
   sk_result r = sk_allgather(ro->fwd, rt->grads[t], ro->dy_full, (size_t)n, dt);
   if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
+  sk__rt_count_comm(rt, SK_COLL_ALLGATHER, ro->fwd, (uint64_t)ro->pre_rs_count * sk_dtype_size(dt));
   sk__rt_scale(dt, ro->dy_full, ro->pre_rs_count, s->comm.scale);
   return SK_OK;
 }
@@ -620,7 +693,9 @@ static sk_result sk__rt_backward(sk_runtime *rt, int o, sk_error *err) {
   memset(out, 0, sizeof out);
   sk__rt_outputs(rt, o, out, true);
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) ro->dx[k] = k < op->ninputs ? sk__rt_dx_target(rt, o, k) : NULL;
-  return sk_exec_backward(rt->desc.kernels, op, &ro->facts, ro->karg, out, ro->dx, err);
+  sk_result r = sk_exec_backward(rt->desc.kernels, op, &ro->facts, ro->karg, out, ro->dx, err);
+  if (!r) sk__rt_count_compute(rt, op, ro->karg, out, true);
+  return r;
 }
 
 static int64_t sk__rt_dx_count(const sk_runtime *rt, int o, int k) {
@@ -633,6 +708,7 @@ static sk_result sk__rt_backward_comm(sk_runtime *rt, const sk_parallel_step *s,
   sk_result r = sk_allreduce(ro->bwd[s->slot], ro->dx[s->slot], ro->dx[s->slot], (size_t)n, rt->cdt, s->comm.op);
   if (r) return sk__rt_comm_failed(rt, ro->bwd[s->slot], r, err);
   sk__rt_scale(rt->cdt, ro->dx[s->slot], n, s->comm.scale);
+  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, ro->bwd[s->slot], (uint64_t)n * sk_dtype_size(rt->cdt));
   return SK_OK;
 }
 
@@ -641,6 +717,7 @@ static sk_result sk__rt_mirror(sk_runtime *rt, const sk_parallel_step *s, sk_err
   int k = s->slot;
   int64_t n = sk__rt_dx_count(rt, s->op, k);
   sk__rt_scale(rt->cdt, ro->dx[k], n, 1.0 / rt->plan->ops[s->op].replication[k]);
+  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, ro->mirror[k], (uint64_t)n * sk_dtype_size(rt->cdt));
   if (ro->fusion_handle[k] >= 0) {
     sk_result r = sk_fusion_ready(rt->fusion, ro->fusion_handle[k]);
     return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion)) : SK_OK;
@@ -659,6 +736,7 @@ static sk_result sk__rt_move_back(sk_runtime *rt, const sk_parallel_step *s, sk_
   sk_result r = sk_redist_execute(ro->move_back[k], ro->dkin[k], (size_t)sk__rt_dx_count(rt, s->op, k), target,
                                   (size_t)sk_parallel_slice_count(rt->plan, t), rt->cdt);
   if (r) return sk__fail(err, r, "moving the gradient back: %s", sk_comm_error_message(rt->comm));
+  sk__rt_count_comm(rt, SK_COLL_NONE, NULL, ro->move_back_bytes[k]);
   ro->dx[k] = target;
   return SK_OK;
 }
@@ -699,6 +777,7 @@ static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error
       r = sk_redist_execute(ro->move[s->slot], rt->values[t], (size_t)sk_parallel_slice_count(rt->plan, t),
                             ro->kin[s->slot], (size_t)sk__rt_dx_count(rt, s->op, s->slot), sk__rt_dtype(rt, t));
       if (r) r = sk__fail(err, r, "%s", sk_comm_error_message(rt->comm));
+      else sk__rt_count_comm(rt, SK_COLL_NONE, NULL, ro->move_bytes[s->slot]);
       break;
     case SK_PSTEP_FORWARD: r = sk__rt_forward(rt, s->op, inference, err); break;
     case SK_PSTEP_FORWARD_COMM: r = sk__rt_forward_comm(rt, s, err); break;
@@ -738,8 +817,9 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL runtime");
   int i = 0, n = rt->plan->nsteps, lt = rt->g->loss;
   sk_result r = SK_OK;
+  rt->counting = true;
   for (; i < n && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
-  if (r) return r;
+  if (r) return rt->counting = false, r;
   if (loss) *loss = rt->cdt == SK_F64 ? ((const double *)rt->values[lt])[0] : ((const float *)rt->values[lt])[0];
   memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool));
   int64_t nl = sk_parallel_slice_count(rt->plan, lt); /* d loss / d loss = 1 on every device */
@@ -748,7 +828,8 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
     else ((float *)rt->grads[lt])[j] = 1;
   rt->written[lt] = true;
   for (; i < n && !r; i++) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
-  if (!r) rt->step++;
+  rt->counting = false;
+  if (!r) rt->step++, rt->stats.steps++;
   return r;
 }
 
@@ -815,6 +896,12 @@ SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *m) {
 }
 
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt) { return rt ? rt->step : 0; }
+
+SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *st) {
+  if (!st) return;
+  if (rt) *st = rt->stats;
+  else memset(st, 0, sizeof *st);
+}
 
 SK_EXTERN_C_END
 #endif /* SK_RUNTIME_IMPL */

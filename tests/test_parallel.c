@@ -907,6 +907,27 @@ Test(parallel, transformer_one_device) {
   sk_graph_free(&g);
 }
 
+/* On 2 and 4 devices the transformer's strategies (dp 2 x mp 4) fall back where they need 8; the
+   fallback's data parallel BatchMatMul cuts the batch dim of both inputs, as MindSpore's does,
+   so the attention products compile. */
+Test(parallel, transformer_two_and_four_devices) {
+  sk_graph g;
+  load(TRANSFORMER, &g);
+  for (int n = 2; n <= 4; n *= 2) {
+    sk_parallel_plan p;
+    compile(&g, n, &p);
+    cr_assert_gt(p.nfallbacks, 0, "%d devices", n);
+    assert_program_shape(&g, &p);
+    int scores = -1;
+    for (int o = 0; o < g.nops; o++)
+      if (!strcmp(g.ops[o].name, "b0.scores")) scores = o;
+    cr_assert_geq(scores, 0);
+    cr_assert_eq(sk_layout_split_count(&p.ops[scores].plan.in[1], 0), n, "w's batch dim on %d devices", n);
+    sk_parallel_free(&p);
+  }
+  sk_graph_free(&g);
+}
+
 /* ---- 9. memory ---------------------------------------------------------------------------- */
 
 static bool all_zero(const void *p, size_t n) {
