@@ -71,6 +71,17 @@ done
 checks "transformer 4 devices f32" 1e-5 --net examples/nets/transformer.json --devices 4 --steps 12
 checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64
 
+# the same program on MPI processes: 2 processes, rank 0 alone prints, the same check
+if command -v mpirun.openmpi >/dev/null 2>&1; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun.openmpi --oversubscribe -np 2 \
+    "$BIN" --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64 --check >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  d=$(sed -n 's/^check: max relative loss difference \([-0-9.eE+]*\) over 12 steps$/\1/p' "$tmp/out")
+  if [ $rc -eq 0 ] && [ -n "$d" ] && awk -v d="$d" 'BEGIN { exit !(d <= 1e-12) }' &&
+     [ "$(grep -c '^check:' "$tmp/out")" -eq 1 ] && grep -q 'mpi backend' "$tmp/out"; then ok
+  else bad "MPI: exit $rc: $(tail -3 "$tmp/out") $(cat "$tmp/err")"; fi
+else bad "mpirun.openmpi is missing (make deps)"; fi
+
 # the report: a memory section with one row per device, the communication, the modelled time
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 3 --report --link 5,25 --device-tflops 10 >"$tmp/out" 2>&1
 if grep -q '^memory' "$tmp/out" && [ "$(grep -cE '^ +[0-7] +[0-9]+ ' "$tmp/out")" -eq 8 ] &&
