@@ -175,7 +175,7 @@ typedef struct job {
   long nlosses, cap_losses;
   double *step_s;
   long nstep_s;
-  double seconds, model_us;
+  double seconds, model_us, compile_ms;
   sim_device_figures *figures; /* per device, for --report */
 } job;
 
@@ -373,7 +373,9 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   sk_parallel_desc pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = o->devices, pd.strict_strategies = o->strict;
+  double t0 = now_s();
   if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
+  J->compile_ms = (now_s() - t0) * 1e3;
   if (o->dump_rank >= 0) return 0;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;
@@ -459,7 +461,10 @@ int main(int argc, char **argv) {
   char msg[1024] = "";
   int rc = 0;
   if (setup(&J, &g, msg, sizeof msg)) rc = 1;
-  else if (o.dump_rank >= 0) sim_print_program(stdout, &J.plan, o.dump_rank);
+  else if (o.dump_rank >= 0) {
+    sim_print_program(stdout, &J.plan, o.dump_rank);
+    printf("# compiled for %d devices in %.3f ms\n", o.devices, J.compile_ms);
+  }
   else if (run_all(&J, argv[0], msg, sizeof msg)) rc = 1;
   bool quiet = o.mpi && prog_launch_rank() != 0; /* every process meets the same error: one says it */
   if (rc && !quiet) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), msg);
