@@ -284,6 +284,7 @@ static void count_free(void *user, void *q) {
 /* ---- one run: N devices, the steps, what each device saw ------------------------------------ */
 
 typedef struct dev_out {
+  bool ran;           /* the device function started (not when the world was down before it joined) */
   sk_result rc;       /* the first error */
   char where[16];     /* "create", "feed", "step", "evaluate", "gather" */
   char msg[SK_ERROR_MSG_MAX];
@@ -298,6 +299,8 @@ typedef struct dev_out {
   long blocks_created, blocks_end, blocks_after;
 } dev_out;
 
+enum { FAIL_IN_CREATE = 0, FAIL_FROM_FEED, FAIL_FROM_EVALUATE };
+
 typedef struct run {
   net *n;
   sk_parallel_plan plan;
@@ -307,8 +310,8 @@ typedef struct run {
   bool evaluate;           /* evaluate and gather the logits after the steps */
   bool create_only;        /* the allocation sweeps: create, destroy */
   int fail_rank;           /* the device whose allocator fails (-1: none) */
-  long fail_at;            /* ... at this call of create */
-  bool fail_after_create;  /* ... at every call after create */
+  long fail_at;            /* ... at this call of create (FAIL_IN_CREATE) */
+  int fail_phase;          /* FAIL_*: when it fails */
   int in_t[MAXIN];
   sk_dtype in_dt[MAXIN];
   int64_t in_n[MAXIN];
@@ -336,9 +339,10 @@ static sk_result device_main(sk_comm *comm, void *arg) {
   const sk_graph *g = &R->n->g;
   sk_error e;
   memset(&e, 0, sizeof e);
+  o->ran = true;
   sk_runtime_desc d = R->desc;
   if (R->counting) {
-    if (rank == R->fail_rank) o->cnt.fail_at = R->fail_at;
+    if (rank == R->fail_rank && R->fail_phase == FAIL_IN_CREATE) o->cnt.fail_at = R->fail_at;
     d.alloc.alloc = count_alloc, d.alloc.free = count_free, d.alloc.user = &o->cnt;
   }
   sk_runtime *rt = NULL;
@@ -347,7 +351,8 @@ static sk_result device_main(sk_comm *comm, void *arg) {
     o->created = true;
     sk_runtime_memory_get(rt, &o->mem_created);
     o->out_created = o->cnt.outstanding, o->blocks_created = o->cnt.blocks;
-    if (rank == R->fail_rank && R->fail_after_create) o->cnt.fail_all = true;
+    o->cnt.fail_at = 0; /* FAIL_IN_CREATE sweeps create's allocations only */
+    if (rank == R->fail_rank && R->fail_phase == FAIL_FROM_FEED) o->cnt.fail_all = true;
   }
   for (int s = 0; !r && !R->create_only && s < R->nsteps; s++) {
     for (int i = 0; !r && i < R->n->nin; i++)
@@ -356,6 +361,7 @@ static sk_result device_main(sk_comm *comm, void *arg) {
     if (!r) o->steps++;
   }
   if (!r && !R->create_only && R->evaluate) {
+    if (rank == R->fail_rank && R->fail_phase == FAIL_FROM_EVALUATE) o->cnt.fail_all = true;
     r = note(o, "evaluate", sk_runtime_evaluate(rt, &o->correct, &o->rows, &e), &e);
     if (!r) r = note(o, "gather", sk_runtime_gather(rt, g->logits, o->logits, &e), &e);
   }
@@ -870,4 +876,370 @@ Test(runtime, memory_counts_every_block, .timeout = RT_TIMEOUT) {
     run_free(&R);
     sk_graph_free(&n.g);
   }
+}
+
+/* ---- 5. failure paths ------------------------------------------------------------------------ */
+
+/* Calls a device thread makes and records (name, result, message) for the test's thread. */
+#define MAXCALLS 40
+typedef struct call_log {
+  int n;
+  const char *name[MAXCALLS];
+  sk_result rc[MAXCALLS];
+  char msg[MAXCALLS][SK_ERROR_MSG_MAX];
+  int bad;           /* a non-call check that failed (its text in note) */
+  char note[256];
+} call_log;
+
+#define TRY(log, call)                                                     \
+  do {                                                                     \
+    sk_error e_;                                                           \
+    memset(&e_, 0, sizeof e_);                                             \
+    if ((log)->n < MAXCALLS) {                                             \
+      (log)->name[(log)->n] = #call;                                       \
+      (log)->rc[(log)->n] = (call);                                        \
+      snprintf((log)->msg[(log)->n], SK_ERROR_MSG_MAX, "%s", e_.msg);      \
+      (log)->n++;                                                          \
+    }                                                                      \
+  } while (0)
+#define CHECK(log, cond)                                                   \
+  do {                                                                     \
+    if (!(cond) && !(log)->bad++) snprintf((log)->note, sizeof (log)->note, "%s", #cond); \
+  } while (0)
+
+/* Asserts that the i-th recorded call returned SK_ERR_INVALID_ARGUMENT with `word` in its message. */
+static void expect_refused(const call_log *L, int i, const char *word) {
+  cr_assert_lt(i, L->n);
+  cr_assert_eq(L->rc[i], SK_ERR_INVALID_ARGUMENT, "%s returned %s (%s)", L->name[i], sk_result_name(L->rc[i]), L->msg[i]);
+  cr_assert(strstr(L->msg[i], word) != NULL, "%s: message '%s' does not hold '%s'", L->name[i], L->msg[i], word);
+}
+
+typedef struct args_run {
+  const sk_parallel_plan *plan, *plan_no_eval;
+  run *R;
+  call_log log[MAXDEV];
+} args_run;
+
+static sk_result args_device(sk_comm *comm, void *arg) {
+  args_run *A = (args_run *)arg;
+  call_log *L = &A->log[sk_comm_rank(comm)];
+  const sk_graph *g = A->plan->graph;
+  sk_runtime_desc d;
+  memset(&d, 0, sizeof d);
+  sk_runtime *none = (sk_runtime *)&d; /* must come back NULL */
+  sk_parallel_plan empty;
+  memset(&empty, 0, sizeof empty);
+  TRY(L, sk_runtime_create(NULL, A->plan, &d, &none, &e_));                    /* 0 */
+  CHECK(L, none == NULL);
+  TRY(L, sk_runtime_create(comm, NULL, &d, &none, &e_));                       /* 1 */
+  TRY(L, sk_runtime_create(comm, &empty, &d, &none, &e_));                     /* 2 */
+  TRY(L, sk_runtime_create(comm, A->plan, &d, NULL, &e_));                     /* 3 */
+  d.alloc.alloc = count_alloc;
+  TRY(L, sk_runtime_create(comm, A->plan, &d, &none, &e_));                    /* 4 */
+  CHECK(L, none == NULL);
+  sk_runtime *rt = NULL, *rt2 = NULL;
+  TRY(L, sk_runtime_create(comm, A->plan, NULL, &rt, &e_));                    /* 5: NULL desc: defaults */
+  if (!rt) return SK_ERR_INTERNAL;
+  double x[16 * 16] = {0}, loss = 0;
+  int64_t c = 0, rows = 0;
+  int xt = A->R->in_t[0];
+  TRY(L, sk_runtime_feed(NULL, xt, SK_F64, x, 256, &e_));                      /* 6 */
+  TRY(L, sk_runtime_feed(rt, xt, SK_F64, NULL, 256, &e_));                     /* 7 */
+  TRY(L, sk_runtime_step(NULL, &loss, &e_));                                   /* 8 */
+  TRY(L, sk_runtime_evaluate(NULL, &c, &rows, &e_));                           /* 9 */
+  TRY(L, sk_runtime_evaluate(rt, NULL, &rows, &e_));                           /* 10 */
+  TRY(L, sk_runtime_evaluate(rt, &c, NULL, &e_));                              /* 11 */
+  TRY(L, sk_runtime_gather(NULL, xt, x, &e_));                                 /* 12 */
+  TRY(L, sk_runtime_gather(rt, xt, NULL, &e_));                                /* 13 */
+  TRY(L, sk_runtime_gather(rt, -1, x, &e_));                                   /* 14 */
+  TRY(L, sk_runtime_gather(rt, g->ntensors, x, &e_));                          /* 15 */
+  TRY(L, sk_runtime_create(comm, A->plan_no_eval, NULL, &rt2, &e_));           /* 16 */
+  if (rt2) TRY(L, sk_runtime_evaluate(rt2, &c, &rows, &e_));                   /* 17 */
+  sk_runtime_memory m;
+  memset(&m, 0xFF, sizeof m);
+  sk_runtime_memory_get(NULL, &m);
+  CHECK(L, mem_sum(&m) == 0);
+  sk_runtime_memory_get(rt, NULL);
+  CHECK(L, sk_runtime_steps(NULL) == 0);
+  CHECK(L, sk_runtime_steps(rt) == 0);
+  sk_runtime_destroy(NULL);
+  sk_runtime_destroy(rt2);
+  sk_runtime_destroy(rt);
+  return SK_OK;
+}
+
+Test(runtime, null_and_bad_arguments, .timeout = RT_TIMEOUT) {
+  static net n, nb;
+  static run R, RB;
+  static args_run A;
+  build_mlp(&n, 2), build_bmm(&nb, 2);
+  run_init(&R, &n, 1, SK_F32, sgd(0.1), 1);
+  run_init(&RB, &nb, 1, SK_F32, sgd(0.1), 1);
+  memset(&A, 0, sizeof A);
+  A.plan = &R.plan, A.plan_no_eval = &RB.plan, A.R = &R;
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = 1, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
+  sk_world *w = NULL;
+  OK(sk_world_create(&wd, &w, E));
+  cr_assert_eq(sk_world_run(w, args_device, &A), SK_OK);
+  sk_world_destroy(w);
+  const call_log *L = &A.log[0];
+  cr_assert_eq(L->bad, 0, "%s", L->note);
+  cr_assert_eq(L->n, 18);
+  for (int i = 0; i < 5; i++) expect_refused(L, i, "runtime");
+  expect_refused(L, 2, "NULL");
+  expect_refused(L, 3, "output");
+  expect_refused(L, 4, "alloc and free");
+  cr_assert_eq(L->rc[5], SK_OK, "a NULL desc takes the defaults: %s", L->msg[5]);
+  for (int i = 6; i < 16; i++) expect_refused(L, i, "runtime");
+  expect_refused(L, 14, "tensor -1");
+  cr_assert_eq(L->rc[16], SK_OK, "%s", L->msg[16]);
+  expect_refused(L, 17, "no eval");
+  run_free(&R), run_free(&RB);
+  sk_graph_free(&n.g), sk_graph_free(&nb.g);
+}
+
+/* A program for 4 devices on a world of 2; f16 and bf16: every device refuses at create (a
+   device whose thread joins after the first refusal aborted the world does not run at all). */
+static void expect_create_refused(run *R, const char *word, const char *word2) {
+  run_world(R);
+  cr_assert_eq(R->world_rc, SK_ERR_INVALID_ARGUMENT, "world: %s (%s)", sk_result_name(R->world_rc), R->world_msg);
+  int ran = 0;
+  for (int d = 0; d < R->ndev; d++) {
+    const dev_out *o = &R->dev[d];
+    if (!o->ran) continue;
+    ran++;
+    cr_assert_eq(o->rc, SK_ERR_INVALID_ARGUMENT, "device %d: %s (%s)", d, sk_result_name(o->rc), o->msg);
+    cr_assert_str_eq(o->where, "create");
+    cr_assert(strstr(o->msg, word) && strstr(o->msg, word2), "device %d: '%s' should name '%s' and '%s'", d, o->msg, word, word2);
+    cr_assert_eq(o->out_after, 0);
+  }
+  cr_assert_gt(ran, 0);
+}
+
+Test(runtime, communicator_size_differs_from_plan, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 1);
+  R.ndev = 2, R.counting = true;
+  expect_create_refused(&R, "4 devices", "has 2");
+  R.ndev = 8;
+  expect_create_refused(&R, "4 devices", "has 8");
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+Test(runtime, half_precision_refused, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 2);
+  run_init(&R, &n, 2, SK_F16, sgd(0.1), 1);
+  R.counting = true;
+  expect_create_refused(&R, "dtype f16", "f32 or f64");
+  R.desc.dtype = SK_BF16;
+  expect_create_refused(&R, "dtype bf16", "f32 or f64");
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* Refused feeds change nothing: the devices then feed correctly and train like one device. */
+static sk_result feed_device(sk_comm *comm, void *arg) {
+  args_run *A = (args_run *)arg;
+  run *R = A->R;
+  call_log *L = &A->log[sk_comm_rank(comm)];
+  const sk_graph *g = &R->n->g;
+  int x = R->in_t[0], y = R->in_t[1], w1 = sk_graph_find(g, "w1");
+  sk_runtime *rt = NULL;
+  TRY(L, sk_runtime_create(comm, &R->plan, &R->desc, &rt, &e_));             /* 0 */
+  if (!rt) return SK_ERR_INTERNAL;
+  int32_t ints[256] = {0};
+  TRY(L, sk_runtime_feed(rt, w1, SK_F64, R->data[0][0], 256, &e_));          /* 1: a parameter */
+  TRY(L, sk_runtime_feed(rt, sk_graph_find(g, "fc1"), SK_F64, R->data[0][0], 256, &e_)); /* 2: a value */
+  TRY(L, sk_runtime_feed(rt, -1, SK_F64, R->data[0][0], 256, &e_));          /* 3 */
+  TRY(L, sk_runtime_feed(rt, g->ntensors, SK_F64, R->data[0][0], 256, &e_)); /* 4 */
+  TRY(L, sk_runtime_feed(rt, x, SK_F64, R->data[0][0], 255, &e_));           /* 5: one element short */
+  TRY(L, sk_runtime_feed(rt, y, SK_I32, R->data[0][1], 32, &e_));            /* 6: too many */
+  TRY(L, sk_runtime_feed(rt, y, SK_F64, R->data[0][0], 16, &e_));            /* 7: floats into labels */
+  TRY(L, sk_runtime_feed(rt, x, SK_I32, ints, 256, &e_));                    /* 8: integers into floats */
+  for (int s = 0; s < R->nsteps; s++) {
+    TRY(L, sk_runtime_feed(rt, x, SK_F64, R->data[s][0], 256, &e_));
+    TRY(L, sk_runtime_feed(rt, y, SK_I32, R->data[s][1], 16, &e_));
+    TRY(L, sk_runtime_step(rt, &R->dev[sk_comm_rank(comm)].loss[s], &e_));
+  }
+  TRY(L, sk_runtime_gather(rt, w1, R->dev[sk_comm_rank(comm)].params + R->param_off[w1], &e_));
+  sk_runtime_destroy(rt);
+  return SK_OK;
+}
+
+Test(runtime, feed_refused_names_the_tensor, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  static args_run A;
+  build_mlp(&n, 2);
+  run_init(&R, &n, 2, SK_F64, sgd(0.5), 2);
+  memset(&A, 0, sizeof A);
+  A.R = &R;
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = 2, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
+  sk_world *w = NULL;
+  OK(sk_world_create(&wd, &w, E));
+  cr_assert_eq(sk_world_run(w, feed_device, &A), SK_OK);
+  sk_world_destroy(w);
+  for (int d = 0; d < 2; d++) {
+    const call_log *L = &A.log[d];
+    cr_assert_eq(L->n, 9 + 3 * R.nsteps + 1);
+    cr_assert_eq(L->rc[0], SK_OK, "%s", L->msg[0]);
+    expect_refused(L, 1, "'w1'"), expect_refused(L, 1, "not an input");
+    expect_refused(L, 2, "'fc1'"), expect_refused(L, 2, "not an input");
+    expect_refused(L, 3, "tensor -1");
+    expect_refused(L, 4, "not an input");
+    expect_refused(L, 5, "'x'"), expect_refused(L, 5, "255");
+    expect_refused(L, 6, "'y'"), expect_refused(L, 6, "32");
+    expect_refused(L, 7, "'y'");
+    expect_refused(L, 8, "'x'");
+    for (int i = 9; i < L->n; i++) cr_assert_eq(L->rc[i], SK_OK, "device %d: %s: %s", d, L->name[i], L->msg[i]);
+  }
+  /* the refused feeds left nothing behind: the losses are one device's */
+  sk_train_desc td;
+  memset(&td, 0, sizeof td);
+  td.dtype = SK_F64, td.optim = R.desc.optim, td.seed = R.desc.seed;
+  sk_trainer *t = NULL;
+  OK(sk_trainer_create(&n.g, &td, &t, E));
+  for (int s = 0; s < R.nsteps; s++) {
+    for (int i = 0; i < n.nin; i++) OK(sk_trainer_feed(t, R.in_t[i], R.in_dt[i], R.data[s][i], (size_t)R.in_n[i], E));
+    double ref;
+    OK(sk_trainer_step(t, &ref, E));
+    for (int d = 0; d < 2; d++) cr_assert(rel(R.dev[d].loss[s], ref) <= TOL64, "step %d: %.17g vs %.17g", s, R.dev[d].loss[s], ref);
+  }
+  sk_trainer_destroy(t);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* Every allocation of create failing in turn, on one device: SK_ERR_OUT_OF_MEMORY, nothing
+   outstanding, until create needs fewer allocations than k. */
+Test(runtime, create_allocation_failures_one_device, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 1, SK_F64, adam(0.01), 1);
+  R.counting = true, R.create_only = true, R.fail_rank = 0;
+  long k = 1;
+  for (;; k++) {
+    R.fail_at = k;
+    run_world(&R);
+    const dev_out *o = &R.dev[0];
+    cr_assert_eq(o->out_after, 0, "k = %ld: %zu bytes outstanding", k, o->out_after);
+    cr_assert_eq(o->blocks_after, 0);
+    if (o->created) break;
+    cr_assert_eq(o->rc, SK_ERR_OUT_OF_MEMORY, "k = %ld: %s (%s)", k, sk_result_name(o->rc), o->msg);
+    cr_assert_eq(o->cnt.refused, 1);
+  }
+  cr_assert_gt(k, 20, "create took only %ld allocations", k - 1);
+  cr_log_info("create on 1 device: %ld allocations, each refused in turn", k - 1);
+  cr_assert_eq(R.dev[0].cnt.calls, k - 1);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* The same on 4 devices, the allocator failing on one of them (each in turn): that device
+   returns SK_ERR_OUT_OF_MEMORY from create; create is collective, so the others fail in create
+   or, where theirs completed, in the step that follows, none by the world's timeout. Nothing
+   stays allocated on any device. */
+Test(runtime, create_allocation_failures_one_of_four, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 1);
+  R.counting = true;
+  R.evaluate = false;
+  int created_in_a_row = 0;
+  long k = 1;
+  for (; created_in_a_row < 4; k++) {
+    R.fail_rank = (int)(k % 4), R.fail_at = k;
+    run_world(&R);
+    for (int d = 0; d < 4; d++) {
+      cr_assert_eq(R.dev[d].out_after, 0, "k = %ld, device %d: %zu bytes outstanding", k, d, R.dev[d].out_after);
+      cr_assert_eq(R.dev[d].blocks_after, 0);
+    }
+    const dev_out *f = &R.dev[R.fail_rank];
+    if (f->created) {
+      created_in_a_row++;
+      expect_all_ok(&R, "after the sweep");
+      continue;
+    }
+    created_in_a_row = 0;
+    cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "k = %ld, device %d: %s (%s)", k, R.fail_rank, sk_result_name(f->rc), f->msg);
+    cr_assert_str_eq(f->where, "create");
+    cr_assert_neq(R.world_rc, SK_OK);
+    for (int d = 0; d < 4; d++) {
+      const dev_out *o = &R.dev[d];
+      if (!o->ran) continue; /* it joined a world already down */
+      cr_assert_neq(o->rc, SK_OK, "k = %ld: device %d went on after device %d failed", k, d, R.fail_rank);
+      cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "k = %ld: device %d waited out the timeout: %s", k, d, o->msg);
+      cr_assert_eq(o->steps, 0);
+    }
+  }
+  cr_assert_gt(k, 40);
+  cr_log_info("create on 4 devices: call k of device k %% 4 refused, k = 1..%ld", k - 5);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* A label outside [0, C) in device 0's rows at step 1: device 0's loss kernel refuses; every
+   device's step returns an error, and the world ends without waiting for its timeout. */
+Test(runtime, kernel_failure_takes_the_world_down, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 3);
+  R.counting = true;
+  ((int32_t *)R.data[1][1])[1] = 99;
+  run_world(&R);
+  cr_assert_neq(R.world_rc, SK_OK);
+  const dev_out *o = &R.dev[0];
+  cr_assert_eq(o->rc, SK_ERR_INVALID_ARGUMENT, "%s (%s)", sk_result_name(o->rc), o->msg);
+  cr_assert(strstr(o->msg, "(Forward) operator 'loss' tensor 'loss'") && strstr(o->msg, "label 99"), "'%s'", o->msg);
+  for (int d = 0; d < 4; d++) {
+    o = &R.dev[d];
+    cr_assert(o->ran, "device %d did not run", d);
+    cr_assert_str_eq(o->where, "step", "device %d failed in %s: %s", d, o->where, o->msg);
+    cr_assert_eq(o->steps, 1);
+    cr_assert_neq(o->rc, SK_OK);
+    cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "device %d: %s", d, o->msg);
+    cr_assert_eq(o->out_after, 0);
+  }
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* The allocator failing on one device after create: in its first feed, or in evaluate. */
+Test(runtime, allocation_failure_after_create_takes_the_world_down, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 2);
+  R.counting = true, R.fail_rank = 2;
+  for (int phase = FAIL_FROM_FEED; phase <= FAIL_FROM_EVALUATE; phase++) {
+    R.fail_phase = phase;
+    run_world(&R);
+    cr_assert_neq(R.world_rc, SK_OK);
+    const dev_out *f = &R.dev[2];
+    cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "phase %d: %s (%s)", phase, sk_result_name(f->rc), f->msg);
+    cr_assert_str_eq(f->where, phase == FAIL_FROM_FEED ? "feed" : "evaluate");
+    cr_assert(strstr(f->msg, phase == FAIL_FROM_FEED ? "feed 'x'" : "evaluate"), "'%s'", f->msg);
+    for (int d = 0; d < 4; d++) {
+      const dev_out *o = &R.dev[d];
+      cr_assert(o->ran, "phase %d: device %d did not run", phase, d);
+      cr_assert_neq(o->rc, SK_OK, "phase %d: device %d", phase, d);
+      cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "phase %d: device %d: %s", phase, d, o->msg);
+      cr_assert_eq(o->steps, phase == FAIL_FROM_FEED ? 0 : R.nsteps);
+      cr_assert_eq(o->out_after, 0, "phase %d: device %d: %zu bytes outstanding", phase, d, o->out_after);
+    }
+  }
+  run_free(&R);
+  sk_graph_free(&n.g);
 }
