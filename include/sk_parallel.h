@@ -166,7 +166,7 @@ SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b) {
 
 SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int t) {
   if (!plan || t < 0 || t >= plan->graph->ntensors) return 0;
-  int64_t s[SK_MAX_DIMS], n = 1;
+  int64_t s[SK_MAX_DIMS] = {0}, n = 1; /* zero when the layout is not sane (nothing written) */
   const sk_layout *l = &plan->tensors[t].layout;
   sk_layout_slice_shape(l, s);
   for (int d = 0; d < l->ndims; d++) n *= s[d];

@@ -193,7 +193,7 @@ static sk_dtype sk__rt_dtype(const sk_runtime *rt, int t) {
 }
 
 static int64_t sk__rt_count(const sk_layout *l) {
-  int64_t s[SK_MAX_DIMS], n = 1;
+  int64_t s[SK_MAX_DIMS] = {0}, n = 1; /* zero when the layout is not sane (nothing written) */
   sk_layout_slice_shape(l, s);
   for (int d = 0; d < l->ndims; d++) n *= s[d];
   return n;
@@ -556,7 +556,7 @@ static void sk__rt_outputs(sk_runtime *rt, int o, sk_exec_arg *out, bool grads) 
     out[k].grad = grads && rt->written[t] ? rt->grads[t] : NULL;
   }
   if (ro->pre_rs) { /* before the ReduceScatter, output 0 is whole along the scattered dim */
-    out[0].data = ro->pre_rs, out[0].shape[0] *= ro->pre_rs_count / sk_parallel_slice_count(rt->plan, op->outputs[0]);
+    out[0].data = ro->pre_rs, out[0].shape[0] *= sk_comm_size(ro->fwd); /* pre_rs_count / the slice's count */
     if (out[0].grad) out[0].grad = ro->dy_full;
   }
 }
@@ -696,6 +696,8 @@ static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error
   sk__rt_op *ro = s->op >= 0 ? &rt->ops[s->op] : NULL;
   int t = s->op >= 0 ? rt->g->ops[s->op].inputs[s->slot] : 0;
   sk_result r = SK_OK;
+  if (!ro && s->kind != SK_PSTEP_UPDATE)
+    return sk__fail(err, SK_ERR_INTERNAL, "runtime: step %d (%s) names no operator", i, sk_parallel_step_name(s->kind));
   switch (s->kind) {
     case SK_PSTEP_MOVE:
       r = sk_redist_execute(ro->move[s->slot], rt->values[t], (size_t)sk_parallel_slice_count(rt->plan, t),

@@ -8,6 +8,14 @@
    - every parameter, gathered after the steps (sk_runtime_gather), equals the trainer's;
    - sk_runtime_evaluate counts what sk_trainer_evaluate counts, and the gathered logits equal
      the trainer's; every device gathers the same bytes (the whole tensor on every device).
+   The cases: 1. small graphs built here, each on 2, 4 and 8 devices (moves, a ReduceScatter
+   output, a residual and a weight read twice, LayerNorm with a repeat axis, Gather with its
+   table cut by rows or columns, BatchMatMul + Softmax, Dropout, Adam and Momentum state, f32);
+   2. the shipped networks (examples/nets) on 8 devices; 3. evaluation and gather; 4. memory:
+   a counting allocator against sk_runtime_memory, nothing left after destroy; 5. failure
+   paths: bad arguments, a communicator of another size, f16 / bf16, refused feeds, every
+   allocation of create failing in turn (1 device; one device of 4), a kernel or an allocation
+   failing on one device, which must take every device down without a hang and leak nothing.
 
    TOLERANCE. f64: 1e-12 relative to 1 + |reference|. Both sides run the same kernels on the same
    values; only the order of summation differs (partial sums over shards, then a collective that
@@ -604,11 +612,10 @@ Test(runtime, matmul_reduce_scatter_output, .timeout = RT_TIMEOUT) {
 
 static void check_residual(const run *R, int N) {
   const sk_graph *g = &R->n->g;
-  int w = sk_graph_find(g, "w"), s = -1;
+  int s = -1;
   for (int o = 0; o < g->nops; o++)
     if (!strcmp(g->ops[o].name, "s")) s = o;
   cr_assert(s >= 0 && R->plan.ops[s].moved[1], "%d devices: w's second reader should read it moved", N);
-  (void)w;
 }
 
 Test(runtime, residual_and_weight_read_twice, .timeout = RT_TIMEOUT) {
@@ -829,10 +836,12 @@ static uint64_t mem_sum(const sk_runtime_memory *m) {
   return m->parameters + m->gradients + m->optimizer_state + m->activations + m->communication;
 }
 
-/* Every block the runtime takes from desc.alloc is its size rounded up to 64 plus a 64-byte
-   header, and sk_runtime_memory counts the size asked for: so, with B blocks outstanding of
-   A bytes handed out (counted here from the allocator's side, which sees the rounded sizes),
-   A - 64 B - 63 B <= sum of the five fields <= A - 64 B, and both sides are exact per block. */
+/* The runtime asks desc.alloc for every block as n = (size rounded up to 64) + 64 (its header in
+   front), and sk_runtime_memory counts `size`, what the runtime or a module asked it for. So with
+   B blocks and A bytes outstanding at the allocator (which sees only n), each block adds between
+   n - 127 and n - 64 to the five fields: A - 127 B <= sum of the fields <= A - 64 B, the right
+   side exact when every size is a multiple of 64. Parameters and optimizer state are exact: the
+   parameters' slices, and Adam's two states of each. */
 Test(runtime, memory_counts_every_block, .timeout = RT_TIMEOUT) {
   static const int counts[2] = {1, 4};
   for (int c = 0; c < 2; c++) {
@@ -864,7 +873,7 @@ Test(runtime, memory_counts_every_block, .timeout = RT_TIMEOUT) {
       /* the counter's sizes are the runtime's requests: rounded to 64, plus the 64-byte header */
       uint64_t A = o->out_created, B = (uint64_t)o->blocks_created, s = mem_sum(m);
       cr_assert_eq(A % 64, 0, "every block's size is a multiple of 64");
-      cr_assert(s <= A - 64 * B && s + 63 * B >= A - 64 * B, "device %d: fields sum to %llu, %llu bytes in %llu blocks", d,
+      cr_assert(s <= A - 64 * B && s + 127 * B >= A, "device %d: fields sum to %llu, %llu bytes in %llu blocks", d,
                 (unsigned long long)s, (unsigned long long)A, (unsigned long long)B);
       /* steps, feeds, evaluation and gathers free what they take */
       cr_assert(!memcmp(&o->mem_end, m, sizeof *m), "device %d: the counts moved during training", d);
