@@ -410,20 +410,22 @@ static sk_result sk__rt_take_slice(size_t esize, const sk_layout *l, int rank, c
   }
 }
 
-/* Every device draws the whole initial model, as one device does, and keeps its slices. */
+/* Every device draws the whole initial model, as one device does, and keeps its slices. The
+   whole tensors come from desc.alloc too (the largest buffers create takes), freed before it
+   returns. */
 static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
   const sk_graph *g = rt->g;
   void **full = (void **)calloc((size_t)g->ntensors + 1, sizeof *full);
   sk_result r = full ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing parameters");
   for (int t = 0; t < g->ntensors && !r; t++)
     if (g->tensors[t].role == SK_TENSOR_PARAM &&
-        !(full[t] = malloc((size_t)sk_graph_numel(g, t) * sk_dtype_size(rt->cdt) + 1)))
+        !(full[t] = sk__rt_alloc(rt, SK__RT_PARAMS, (size_t)sk_graph_numel(g, t) * sk_dtype_size(rt->cdt))))
       r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing '%s'", g->tensors[t].name);
   if (!r) r = sk_graph_init_params(g, rt->desc.seed, rt->cdt, full, err);
   for (int t = 0; t < g->ntensors && !r; t++)
     if (g->tensors[t].role == SK_TENSOR_PARAM)
       r = sk__rt_take_slice(sk_dtype_size(rt->cdt), &rt->plan->tensors[t].layout, rt->rank, full[t], rt->values[t], err);
-  for (int t = 0; full && t < g->ntensors; t++) free(full[t]);
+  for (int t = 0; full && t < g->ntensors; t++) sk__rt_counted_free(rt, full[t]);
   free(full);
   return r;
 }
@@ -538,8 +540,12 @@ static sk_result sk__rt_convert(sk_dtype sdt, const void *src, sk_dtype ddt, voi
 
 SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, size_t n, sk_error *err) {
   if (!rt || !global) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed: NULL runtime or data");
-  if (input < 0 || input >= rt->g->ntensors || rt->g->tensors[input].role != SK_TENSOR_INPUT)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed: tensor %d is not an input", input);
+  if (input < 0 || input >= rt->g->ntensors)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed: tensor %d is not an input (the network has %d tensors)",
+                    input, rt->g->ntensors);
+  if (rt->g->tensors[input].role != SK_TENSOR_INPUT)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed '%s': tensor %d is a %s, not an input",
+                    rt->g->tensors[input].name, input, sk_tensor_role_name(rt->g->tensors[input].role));
   const char *name = rt->g->tensors[input].name;
   if ((int64_t)n != sk_graph_numel(rt->g, input))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed '%s': %zu elements given, the tensor has %lld", name, n,
