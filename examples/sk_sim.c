@@ -64,7 +64,7 @@ static void usage(FILE *f, const char *argv0) {
           "  --backend B          threads (default) or mpi (one device per process, under mpirun)\n"
           "  --link A,G           model links of A us latency and G GB/s (with --device-tflops T: the\n"
           "                       device's speed) and report the modelled step time of that cluster\n"
-          "  --dtype D            the float dtype (default f32; f16/bf16 store, compute f32: one device only)\n"
+          "  --dtype D            the float dtype (default f32; f16/bf16 store in that format, compute f32)\n"
           "  --optimizer O        override the network's optimizer (its hyper-parameters stay)\n"
           "  --seed K             initial parameters, dropout and synthetic data (default 1)\n"
           "  --strict-strategies  refuse a strategy that needs more devices instead of using data parallel\n"
@@ -134,8 +134,6 @@ static int parse_options(int argc, char **argv, options *o) {
   if ((o->link.gbps > 0) != (o->device_tflops > 0))
     return bad_usage(argv[0], "--link and --device-tflops go together", NULL);
   o->distributed = o->devices > 1 || o->report || o->link.gbps > 0; /* else the trainer runs alone */
-  if (o->distributed && (o->dtype == SK_F16 || o->dtype == SK_BF16))
-    return bad_usage(argv[0], "--dtype f16/bf16 runs on one device without --report or --link for now", NULL);
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");

@@ -16,7 +16,10 @@
      parameters are the single-device trainer's (sk_graph_init_params with the same seed), each
      device keeping its slice, so N devices start from the model one device starts from.
 
-   DTYPES: f32 and f64 (f16 / bf16 are refused for now).
+   DTYPES: f32 and f64 compute and store in that dtype; f16 and bf16 STORE in that format and
+     compute in f32, as the single-device trainer does: inputs, parameters and every operator's
+     output are rounded to the storage format once written (an output summed by its forward
+     collective after the sum).
 
    MEMORY: every buffer the runtime allocates goes through desc.alloc and is counted by kind
      (sk_runtime_memory); the redistribution executors and the fusion scheduler allocate
@@ -143,7 +146,8 @@ struct sk_runtime {
   const sk_graph *g;
   sk_runtime_desc desc;
   sk_optim_desc optim;
-  sk_dtype cdt;
+  sk_dtype cdt;   /* compute dtype: f64 for f64, f32 otherwise */
+  sk_dtype store; /* storage format of float tensors */
   int64_t step;
   void **values, **grads, **state0, **state1;
   bool *written;
@@ -206,6 +210,14 @@ static void sk__rt_prefix(sk_error *err, const char *prefix) {
   size_t len = strlen(msg), room = sizeof err->msg - 1 - at;
   memcpy(err->msg + at, msg, len < room ? len : room);
   err->msg[at + (len < room ? len : room)] = 0;
+}
+
+/* f16 / bf16 runs: rounds n f32 values to the storage format (nothing for f32 and f64). */
+static void sk__rt_store(const sk_runtime *rt, void *buf, int64_t n) {
+  if (rt->store != SK_F16 && rt->store != SK_BF16) return;
+  float *f = (float *)buf;
+  for (int64_t i = 0; i < n; i++)
+    f[i] = rt->store == SK_F16 ? sk_f16_to_f32(sk_f32_to_f16(f[i])) : sk_bf16_to_f32(sk_f32_to_bf16(f[i]));
 }
 
 /* ---- tensors on this device --------------------------------------------------------------- */
@@ -424,7 +436,8 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
   if (!r) r = sk_graph_init_params(g, rt->desc.seed, rt->cdt, full, err);
   for (int t = 0; t < g->ntensors && !r; t++)
     if (g->tensors[t].role == SK_TENSOR_PARAM)
-      r = sk__rt_take_slice(sk_dtype_size(rt->cdt), &rt->plan->tensors[t].layout, rt->rank, full[t], rt->values[t], err);
+      r = sk__rt_take_slice(sk_dtype_size(rt->cdt), &rt->plan->tensors[t].layout, rt->rank, full[t], rt->values[t], err),
+      sk__rt_store(rt, rt->values[t], sk_parallel_slice_count(rt->plan, t));
   for (int t = 0; full && t < g->ntensors; t++) sk__rt_counted_free(rt, full[t]);
   free(full);
   return r;
@@ -438,8 +451,8 @@ static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const
   if (sk_comm_size(comm) != plan->desc.ndevices)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the program is for %d devices, the communicator has %d",
                     plan->desc.ndevices, sk_comm_size(comm));
-  if (desc->dtype != SK_F32 && desc->dtype != SK_F64)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: dtype %s (f32 or f64)", sk_dtype_name(desc->dtype));
+  if (desc->dtype != SK_F32 && desc->dtype != SK_F64 && desc->dtype != SK_F16 && desc->dtype != SK_BF16)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: dtype %s (f32, f64, f16 or bf16)", sk_dtype_name(desc->dtype));
   if ((!desc->alloc.alloc) != (!desc->alloc.free))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the allocator needs both alloc and free");
   return SK_OK;
@@ -493,7 +506,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   sk_runtime *rt = (sk_runtime *)calloc(1, sizeof *rt);
   if (!rt) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
   rt->comm = comm, rt->rank = sk_comm_rank(comm), rt->plan = plan, rt->g = plan->graph, rt->desc = *desc;
-  rt->cdt = desc->dtype == SK_F64 ? SK_F64 : SK_F32;
+  rt->cdt = desc->dtype == SK_F64 ? SK_F64 : SK_F32, rt->store = desc->dtype;
   rt->counted.alloc = sk__rt_counted_alloc, rt->counted.free = sk__rt_counted_free, rt->counted.user = rt;
   if (!rt->desc.seed) rt->desc.seed = 1;
   r = sk_optim_resolve(&desc->optim, &rt->optim, err);
@@ -556,6 +569,7 @@ SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const v
   if (!tmp) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: feed '%s': out of memory", name);
   sk_result r = sk__rt_take_slice(sk_dtype_size(dt), &rt->plan->tensors[input].layout, rt->rank, global, tmp, err);
   if (!r) r = sk__rt_convert(dt, tmp, sk__rt_dtype(rt, input), rt->values[input], count, err);
+  if (!r && sk__rt_is_float(rt->g->tensors[input].dtype)) sk__rt_store(rt, rt->values[input], (int64_t)count);
   sk__rt_counted_free(rt, tmp);
   if (r && err) {
     char pre[128];
@@ -641,6 +655,10 @@ static sk_result sk__rt_forward(sk_runtime *rt, int o, bool inference, sk_error 
   f.seed = sk_exec_dropout_seed(rt->desc.seed, o, rt->step), f.inference = inference;
   sk_result r = sk_exec_forward(rt->desc.kernels, op, &f, ro->karg, out, err);
   if (!r) sk__rt_count_compute(rt, op, ro->karg, out, false);
+  sk_coll_kind fc = rt->plan->ops[o].plan.fwd.kind; /* output 0 summed by a collective: rounded after it */
+  for (int k = fc == SK_COLL_ALLREDUCE || fc == SK_COLL_REDUCE_SCATTER ? 1 : 0; k < op->noutputs && !r; k++)
+    if (sk__rt_is_float(rt->g->tensors[op->outputs[k]].dtype))
+      sk__rt_store(rt, rt->values[op->outputs[k]], sk_parallel_slice_count(rt->plan, op->outputs[k]));
   return r;
 }
 
@@ -658,6 +676,7 @@ static sk_result sk__rt_forward_comm(sk_runtime *rt, const sk_parallel_step *s, 
                     : sk_allreduce(ro->fwd, rt->values[t], rt->values[t], (size_t)n, dt, s->comm.op);
   if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
   sk__rt_scale(dt, rt->values[t], n, s->comm.scale);
+  sk__rt_store(rt, rt->values[t], n);
   sk__rt_count_comm(rt, s->comm.kind, ro->fwd,
                     (uint64_t)(s->comm.kind == SK_COLL_REDUCE_SCATTER ? ro->pre_rs_count : n) * sk_dtype_size(dt));
   return SK_OK;
@@ -767,6 +786,7 @@ static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
     if (!rt->written[t]) memset(rt->grads[t], 0, (size_t)n * sk_dtype_size(rt->cdt)); /* no gradient reached it */
     r = sk_optim_update(&rt->optim, rt->cdt, rt->step + 1, (size_t)n, rt->values[t], rt->grads[t], rt->state0[t],
                         rt->state1[t], err);
+    sk__rt_store(rt, rt->values[t], n);
   }
   return r;
 }

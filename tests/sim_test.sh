@@ -69,6 +69,7 @@ for net in operator_parallel recursive_programming transformer; do
   checks "$net 8 devices f64" 1e-12 --net examples/nets/$net.json --devices 8 --steps 12 --dtype f64
 done
 checks "transformer 4 devices f32" 1e-5 --net examples/nets/transformer.json --devices 4 --steps 12
+checks "transformer 8 devices bf16" 1e-2 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype bf16
 checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64
 
 # the same program on MPI processes: 2 processes, rank 0 alone prints, the same check
@@ -110,7 +111,6 @@ expect_fail "no --net" "--net" --steps 1
 expect_fail "missing file" "nope.json" --net "$tmp/nope.json"
 printf '{"format": "shardkit-network", "version": 1,\n "tensors": [}\n' >"$tmp/bad.json"
 expect_fail "malformed file" "line 2" --net "$tmp/bad.json"
-expect_fail "f16 on several devices" "f16" --net examples/nets/operator_parallel.json --devices 8 --dtype f16
 expect_fail "dump of a rank past the devices" "below --devices" --net examples/nets/operator_parallel.json --devices 8 --dump-program 8
 expect_fail "link without a device speed" "together" --net examples/nets/operator_parallel.json --devices 8 --link 5,25
 printf '{"format": "shardkit-network", "version": 1}\n' >/dev/null
