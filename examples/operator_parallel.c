@@ -171,6 +171,7 @@ typedef struct results {
 typedef struct job { /* what every device reads */
   const options *o;
   const sk_graph *g;
+  int image, label; /* its input tensors */
   sk_parallel_plan plan;
   mnist_set train, test;
   results res; /* written by device 0 */
@@ -185,16 +186,22 @@ typedef struct run {
   results *out;
 } run;
 
-/* Inputs 0 and 1 of the network (image, label) from rows [row, row + BATCH) of set m. */
+/* The network's inputs from rows [row, row + BATCH) of set m (the global batch: each device
+   keeps its slice). */
 static sk_result feed(run *R, const mnist_set *m, long row, sk_error *e) {
   const float *x = m->images + (size_t)row * IN;
   const int32_t *y = m->labels + row;
   if (R->rt) {
-    sk_result r = sk_runtime_feed(R->rt, 0, SK_F32, x, (size_t)BATCH * IN, e);
-    return r ? r : sk_runtime_feed(R->rt, 1, SK_I32, y, BATCH, e);
+    sk_result r = sk_runtime_feed(R->rt, R->J->image, SK_F32, x, (size_t)BATCH * IN, e);
+    return r ? r : sk_runtime_feed(R->rt, R->J->label, SK_I32, y, BATCH, e);
   }
-  sk_result r = sk_trainer_feed(R->t, 0, SK_F32, x, (size_t)BATCH * IN, e);
-  return r ? r : sk_trainer_feed(R->t, 1, SK_I32, y, BATCH, e);
+  sk_result r = sk_trainer_feed(R->t, R->J->image, SK_F32, x, (size_t)BATCH * IN, e);
+  return r ? r : sk_trainer_feed(R->t, R->J->label, SK_I32, y, BATCH, e);
+}
+
+/* One training step on the fed batch: the runtime's (collective) or the trainer's. */
+static sk_result step(run *R, double *loss, sk_error *e) {
+  return R->rt ? sk_runtime_step(R->rt, loss, e) : sk_trainer_step(R->t, loss, e);
 }
 
 static int argmax(const double *z) {
@@ -234,7 +241,7 @@ static sk_result train(run *R, sk_error *e) {
     for (long s = 0; s < per_epoch && !(o->steps && done >= o->steps); s++, done++) {
       double loss = 0;
       sk_result r = feed(R, &R->J->train, s * BATCH, e);
-      if (!r) r = R->rt ? sk_runtime_step(R->rt, &loss, e) : sk_trainer_step(R->t, &loss, e);
+      if (!r) r = step(R, &loss, e);
       if (r) return r;
       if (R->lead) R->out->losses[done] = loss;
       if (R->lead && !R->quiet && s % 10 == 0) printf("epoch: %d step: %ld, loss is %.7f\n", ep, s, loss);
@@ -376,7 +383,7 @@ static int setup(job *J, sk_graph *g, double **base, char *msg, size_t cap) {
   pd.ndevices = J->o->devices, pd.dataset = J->o->full_batch ? SK_DATASET_FULL_BATCH : SK_DATASET_DATA_PARALLEL;
   if (build_network(g, J->o->layouts, &e) || sk_parallel_compile(g, &pd, &J->plan, &e))
     return snprintf(msg, cap, "%s", e.msg), -1;
-  J->g = g;
+  J->g = g, J->image = sk_graph_find(g, "image"), J->label = g->labels;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (!dir || !*dir) dir = MNIST_DEFAULT_DIR;
   if (mnist_load(dir, "train", &J->train, msg, cap) || mnist_load(dir, "t10k", &J->test, msg, cap)) return -1;
