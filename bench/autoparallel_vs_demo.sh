@@ -1,20 +1,23 @@
 #!/bin/sh
 # Step time of the operator-parallel tutorial network, f64, side by side in interleaved rounds (the
 # 2-core machine is shared and noisy): sk-sim on 1 device (the single-device trainer), sk-sim on 8
-# devices (AutoParallel's compiler and runtime), and the hand-wired demo on 8 devices.
+# devices (AutoParallel's compiler and runtime), and an operator_parallel demo on 8 devices: by
+# default build/operator_parallel (itself on the compiler and runtime now), or DEMO=PATH, e.g. the
+# hand-wired demo built from an older commit (before examples/operator_parallel.c was rewritten).
 # Prints a Markdown table: the median over the rounds of each run's median step (ms), and ratios.
-# Usage: sh bench/autoparallel_vs_demo.sh [ROUNDS] [STEPS]   (default 5 rounds of 200 steps)
+# Usage: [DEMO=PATH] sh bench/autoparallel_vs_demo.sh [ROUNDS] [STEPS]   (default 5 rounds of 200)
 set -u
 cd "$(dirname "$0")/.."
 rounds=${1:-5} steps=${2:-200}
 net=examples/nets/operator_parallel.json
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-for b in build/sk-sim build/operator_parallel; do [ -x "$b" ] || { echo "missing $b (run make)"; exit 1; }; done
+demo_bin=${DEMO:-build/operator_parallel}
+for b in build/sk-sim "$demo_bin"; do [ -x "$b" ] || { echo "missing $b (run make)"; exit 1; }; done
 for r in $(seq "$rounds"); do
   build/sk-sim --net $net --steps "$steps" --dtype f64 | sed -n 's/.*median \([0-9.]*\) ms$/\1/p' >>"$tmp/one"
   build/sk-sim --net $net --devices 8 --steps "$steps" --dtype f64 | sed -n 's/.*median \([0-9.]*\) ms$/\1/p' >>"$tmp/eight"
   # the demo prints seconds per epoch of 1875 steps (extrapolated from the steps run)
-  build/operator_parallel --steps "$steps" --epochs 1 2>&1 |
+  "$demo_bin" --steps "$steps" --epochs 1 2>&1 |
     sed -n 's/^# 8 device(s), threads backend, \([0-9.]*\) s per epoch (of \([0-9]*\) steps).*/\1 \2/p' |
     awk '{ printf "%.3f\n", $1 * 1000 / $2 }' >>"$tmp/demo"
 done
@@ -24,4 +27,4 @@ echo "| run | step (ms, median of $rounds rounds) | / 1 device |"
 echo "|---|---:|---:|"
 echo "| sk-sim, 1 device (trainer) | $one | 1.00 |"
 awk -v a="$eight" -v b="$one" 'BEGIN { printf "| sk-sim, 8 devices (AutoParallel) | %s | %.2f |\n", a, a / b }'
-awk -v a="$demo" -v b="$one" 'BEGIN { printf "| operator_parallel, 8 devices (hand-wired; mean step) | %s | %.2f |\n", a, a / b }'
+awk -v a="$demo" -v b="$one" -v p="$demo_bin" 'BEGIN { printf "| %s, 8 devices (mean step) | %s | %.2f |\n", p, a, a / b }'
