@@ -10,7 +10,8 @@
    Output: "epoch: E step: S, loss is L" every 10 steps (S counts within the epoch; L with 17
    significant digits in f64, 9 in f32 / f16 / bf16: enough to read the value back exactly),
    "epoch: E test accuracy: A" after each epoch where the data has a test set, and a summary
-   line starting "# " with the step time (the mean over the run's steps, and the median step). Data: the network's "dataset" (examples/datasets.h);
+   line starting "# " with the step time (the mean over the run's steps, the median step, and the
+   median step's CPU time). Data: the network's "dataset" (examples/datasets.h);
    Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist. */
 #define _POSIX_C_SOURCE 200809L
 #define SK_IMPL
@@ -114,15 +115,19 @@ typedef struct run {
   sk_trainer *t;
   void *x, *y; /* one batch */
   bool y_float;
-  double *step_s; /* each training step's seconds (feed + step), for the median */
+  double *step_s, *cpu_s; /* each training step's wall and CPU seconds (feed + step), for the medians */
   long nstep_s, cap_s;
 } run;
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+/* The process's CPU time: on a shared machine a step's wall time also counts the time another
+   process held the core; its CPU time does not. */
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static sk_result feed(run *R, bool test, long b, sk_error *e) {
   const dataset *d = &R->data;
@@ -146,14 +151,16 @@ static sk_result test_accuracy(run *R, double *acc, sk_error *e) {
 }
 
 /* Keeps one step's time; -1 when out of memory. */
-static int record_step(run *R, double s) {
+static int record_step(run *R, double wall, double cpu) {
   if (R->nstep_s == R->cap_s) {
     long cap = R->cap_s ? 2 * R->cap_s : 1024;
     double *p = (double *)realloc(R->step_s, sizeof(double) * (size_t)cap);
     if (!p) return -1;
-    R->step_s = p, R->cap_s = cap;
+    R->step_s = p;
+    if (!(p = (double *)realloc(R->cpu_s, sizeof(double) * (size_t)cap))) return -1;
+    R->cpu_s = p, R->cap_s = cap;
   }
-  R->step_s[R->nstep_s++] = s;
+  R->step_s[R->nstep_s] = wall, R->cpu_s[R->nstep_s++] = cpu;
   return 0;
 }
 
@@ -164,11 +171,10 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The median step in ms: the mean counts the first steps (cold caches, OpenBLAS's first
    buffers) and any step the shared machine slowed; the median is what a step costs. */
-static double median_ms(run *R) {
-  if (!R->nstep_s) return 0;
-  qsort(R->step_s, (size_t)R->nstep_s, sizeof(double), cmp_double);
-  long n = R->nstep_s;
-  return (n % 2 ? R->step_s[n / 2] : (R->step_s[n / 2 - 1] + R->step_s[n / 2]) / 2) * 1e3;
+static double median_ms(double *s, long n) {
+  if (!n) return 0;
+  qsort(s, (size_t)n, sizeof(double), cmp_double);
+  return (n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2) * 1e3;
 }
 
 /* The epochs; prints as it goes. */
@@ -179,11 +185,11 @@ static sk_result train(run *R, long *done, double *seconds, sk_error *e) {
   for (int ep = 0; ep < o->epochs; ep++) {
     double t0 = now_s(); /* training steps only: evaluation is not a step */
     for (long s = 0; s < R->data.train_batches && (!o->steps || *done < o->steps); s++, (*done)++) {
-      double loss, t1 = now_s();
+      double loss, t1 = now_s(), c1 = cpu_s();
       sk_result r = feed(R, false, s, e);
       if (!r) r = sk_trainer_step(R->t, &loss, e);
       if (r) return r;
-      if (record_step(R, now_s() - t1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
+      if (record_step(R, now_s() - t1, cpu_s() - c1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
       if (s % 10 == 0) printf(f64 ? "epoch: %d step: %ld, loss is %.17g\n" : "epoch: %d step: %ld, loss is %.9g\n", ep, s, loss);
     }
     *seconds += now_s() - t0;
@@ -244,9 +250,10 @@ int main(int argc, char **argv) {
   if (setup(&R, &g, msg, sizeof msg)) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), msg), rc = 1;
   else if (train(&R, &done, &seconds, &e)) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), e.msg), rc = 1;
   else
-    printf("# 1 device, %s, %ld steps, %.3f ms per step, median %.3f ms\n", sk_dtype_name(o.dtype), done,
-           done ? seconds * 1e3 / (double)done : 0.0, median_ms(&R));
-  free(R.x), free(R.y), free(R.step_s);
+    printf("# 1 device, %s, %ld steps, %.3f ms per step, median %.3f ms, median cpu %.3f ms\n",
+           sk_dtype_name(o.dtype), done, done ? seconds * 1e3 / (double)done : 0.0, median_ms(R.step_s, R.nstep_s),
+           median_ms(R.cpu_s, R.nstep_s));
+  free(R.x), free(R.y), free(R.step_s), free(R.cpu_s);
   sk_trainer_destroy(R.t);
   dataset_close(&R.data);
   sk_graph_free(&g);
