@@ -85,7 +85,7 @@ HAVE_jansson   := $(filter /%,$(shell $(CC) -print-file-name=libjansson.so 2>/de
 # files, but only when it runs (make demo installs them), so building it does not need them.
 NEEDS.$(BUILD)/operator_parallel := mpi openblas zlib
 NEEDS.$(BUILD)/both_backends     := mpi
-NEEDS.$(BUILD)/sk-sim            := openblas zlib jansson
+NEEDS.$(BUILD)/sk-sim            := mpi openblas zlib jansson
 NEEDS.$(BUILD)/gloo_allreduce    := gloo
 NEEDS.$(MPI_DRIVER)              := mpi
 NEEDS.$(BUILD)/tests/unit        := criterion jansson
@@ -128,11 +128,12 @@ $(BUILD)/sk-layout: examples/sk_layout.c $(PROG_HDRS) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-# Trains a network from its JSON file: jansson reads it, OpenBLAS runs the GEMMs, zlib the dataset.
+# Trains a network from its JSON file on N devices (threads or MPI): jansson reads it, OpenBLAS
+# runs the GEMMs, zlib the dataset.
 $(BUILD)/sk-sim: examples/sk_sim.c $(PROG_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -lopenblas -ljansson -lz $(LDLIBS)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -lopenblas -ljansson -lz $(LDLIBS)
 
 # The training demo: MPI-capable, OpenBLAS for the GEMMs, zlib for the gzip'd dataset.
 $(BUILD)/operator_parallel: examples/operator_parallel.c $(PROG_HDRS) $(HEADERS)
@@ -196,7 +197,7 @@ $(BUILD)/san/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
 
 # Criterion cannot start under TSan (Snaipe/Criterion#274), so the threaded suites are built
 # against a small stand-in with the same assertions and run in one process (tests/tsan_shim/).
-TSAN_TEST_SRCS := $(sort $(wildcard tests/test_comm*.c) tests/test_fusion.c tests/test_redist.c tests/test_redist_across.c tests/test_redist_reshape.c tests/test_ops.c tests/test_ops_sharded.c) tests/impl.c tests/tsan_shim/runner.c
+TSAN_TEST_SRCS := $(sort $(wildcard tests/test_comm*.c) tests/test_fusion.c tests/test_redist.c tests/test_redist_across.c tests/test_redist_reshape.c tests/test_ops.c tests/test_ops_sharded.c tests/test_runtime.c) tests/impl.c tests/tsan_shim/runner.c
 $(BUILD)/tsan/unit: $(TSAN_TEST_SRCS) $(TEST_HDRS) $(wildcard tests/tsan_shim/criterion/*.h) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) -Itests/tsan_shim $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror -O1 -g $(TSAN_FLAGS) -o $@ $(TSAN_TEST_SRCS) $(LDLIBS)

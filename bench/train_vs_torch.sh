@@ -37,10 +37,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # sk BINARY: "WALL,CPU", its median step in ms, from the summary line
-# "# 1 device, f64, N steps, M ms per step, median X ms, median cpu Y ms"
+# "# 1 device, f64, N steps, M ms per step, median cpu Y ms, median X ms"
 sk() {
   "$1" --net "$NET" --steps "$STEPS" --dtype f64 >"$tmp/sk.out"
-  sed -n 's/^# 1 device, f64, .* median \([0-9.]*\) ms, median cpu \([0-9.]*\) ms$/\1,\2/p' "$tmp/sk.out"
+  sed -n 's/^# 1 device, f64, .* median cpu \([0-9.]*\) ms, median \([0-9.]*\) ms$/\2,\1/p' "$tmp/sk.out"
 }
 th() {
   "$PY" bench/torch_train.py --net "$NET" --steps "$STEPS" --dtype f64 >"$tmp/th.out"

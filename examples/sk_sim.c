@@ -1,25 +1,29 @@
-/* sk-sim -- trains a network described in JSON (docs/network-json.md) and prints its losses in
-   MindSpore's tutorial format.
+/* sk-sim -- trains a network described in JSON (docs/network-json.md) on N simulated devices
+   (threads in this process, or MPI processes) and prints its losses in MindSpore's tutorial
+   format; --check compares every loss with the single-device reference.
 
-     build/sk-sim --net examples/nets/operator_parallel.json --steps 100 --dtype f64
+     build/sk-sim --net examples/nets/operator_parallel.json --devices 8 --steps 100 --check
 
-   Today it runs the single-device reference (sk_train.h): the run every distributed run of the
-   same network is checked against. --devices N > 1 needs the AutoParallel compiler, which is
-   not built yet: sk-sim says so and exits 2 rather than pretend.
+   One device is the single-device trainer (sk_train.h): the reference. N devices compile the
+   network with AutoParallel's compiler (sk_parallel.h) and run the program on every device
+   (sk_runtime.h). A strategy that needs more devices than there are falls back to data parallel
+   and sk-sim says so on stderr (--strict-strategies refuses instead).
 
    Output: "epoch: E step: S, loss is L" every 10 steps (S counts within the epoch; L with 17
-   significant digits in f64, 9 in f32 / f16 / bf16: enough to read the value back exactly),
-   "epoch: E test accuracy: A" after each epoch where the data has a test set, and a summary
-   line starting "# " with the step time (the mean over the run's steps, the median step, and the
-   median step's CPU time). Data: the network's "dataset" (examples/datasets.h);
-   Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist. */
+   significant digits in f64, 9 otherwise), "epoch: E test accuracy: A" after each epoch where
+   the data has a test set, a summary line starting "# " (the mean step; the median step's CPU
+   time, then its wall time), with --check
+   "check: max relative loss difference X over N steps", and with --report the per-device
+   report (docs/sk-sim.md). Under MPI only world rank 0 prints. Data: the network's "dataset"
+   (examples/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist. */
 #define _POSIX_C_SOURCE 200809L
 #define SK_IMPL
 #include "shardkit.h"
 #include "sk_json.h"
-#include "sk_train.h"
+#include "sk_mpi.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,31 +31,47 @@
 
 #include "datasets.h"
 #include "progs.h"
+#include "sim_report.h"
 
 typedef struct options {
   const char *net;
   int devices;
-  long steps;  /* 0: whole epochs */
-  int epochs;  /* default 1 */
+  long steps; /* 0: whole epochs */
+  int epochs; /* default 1 */
   sk_dtype dtype;
   const char *optimizer; /* NULL: the network's */
   uint64_t seed;
+  bool check, report, strict, mpi;
+  bool distributed; /* the runtime on a world (even of one device: --report, --link) */
+  int dump_rank; /* -1: none */
+  const char *backend_asked;
+  sk_link_model link;
+  double device_tflops;
 } options;
 
 static void usage(FILE *f, const char *argv0) {
   fprintf(f,
-          "Usage: %s --net FILE.json [--devices 1] [--steps S | --epochs E] [--dtype f16|bf16|f32|f64]\n"
-          "          [--optimizer sgd|momentum|adam] [--seed K]\n"
-          "Trains the network in FILE.json on one device (the reference run) and prints\n"
-          "\"epoch: E step: S, loss is L\" every 10 steps, the test accuracy per epoch, and a summary.\n"
-          "  --devices N     devices to simulate; only 1 today (the AutoParallel compiler comes next)\n"
-          "  --steps S       stop after S steps (default: whole epochs)\n"
-          "  --epochs E      epochs to run (default 1)\n"
-          "  --dtype D       the float dtype of the run (default f32; f16/bf16 store, compute f32)\n"
-          "  --optimizer O   override the network's optimizer (its hyper-parameters stay)\n"
-          "  --seed K        initial parameters, dropout and synthetic data (default 1)\n"
-          "Fashion-MNIST is read from DATA_PATH or %s.\n",
-          prog_name(argv0), MNIST_DEFAULT_DIR);
+          "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check] [--report]\n"
+          "          [--dump-program RANK] [--backend threads|mpi] [--link ALPHA_US,GBPS --device-tflops T]\n"
+          "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
+          "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
+          "every 10 steps, the test accuracy per epoch, and a summary.\n"
+          "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
+          "  --steps S            run S steps, as many epochs as they take (default: whole epochs)\n"
+          "  --epochs E           epochs to run (default 1)\n"
+          "  --check              also train on one device and print the largest relative loss difference\n"
+          "  --report             print each device's memory, the communication, FLOPs and step times\n"
+          "  --dump-program RANK  print device RANK's compiled program and exit\n"
+          "  --backend B          threads (default) or mpi (one device per process, under mpirun)\n"
+          "  --link A,G           model links of A us latency and G GB/s (with --device-tflops T: the\n"
+          "                       device's speed) and report the modelled step time of that cluster\n"
+          "  --dtype D            the float dtype (default f32; f16/bf16 store, compute f32: one device only)\n"
+          "  --optimizer O        override the network's optimizer (its hyper-parameters stay)\n"
+          "  --seed K             initial parameters, dropout and synthetic data (default 1)\n"
+          "  --strict-strategies  refuse a strategy that needs more devices instead of using data parallel\n"
+          "Fashion-MNIST is read from DATA_PATH or %s.\n"
+          "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
+          prog_name(argv0), MNIST_DEFAULT_DIR, argv0);
 }
 
 static int bad_usage(const char *argv0, const char *msg, const char *arg) {
@@ -59,31 +79,67 @@ static int bad_usage(const char *argv0, const char *msg, const char *arg) {
   return 2;
 }
 
+/* Options that take no value; 1 when `a` was one. */
+static int parse_flag(const char *a, options *o) {
+  if (!strcmp(a, "--check")) return o->check = true, 1;
+  if (!strcmp(a, "--report")) return o->report = true, 1;
+  if (!strcmp(a, "--strict-strategies")) return o->strict = true, 1;
+  return 0;
+}
+
+/* Options with a value; 0 when handled, 2 after a usage error, -1 when `a` is unknown. */
+static int parse_valued(const char *argv0, const char *a, const char *v, options *o, bool *steps, bool *epochs) {
+  char *end = NULL;
+  if (!strcmp(a, "--net")) o->net = v;
+  else if (!strcmp(a, "--devices")) o->devices = (int)strtol(v, &end, 10);
+  else if (!strcmp(a, "--steps")) o->steps = strtol(v, &end, 10), *steps = true;
+  else if (!strcmp(a, "--epochs")) o->epochs = (int)strtol(v, &end, 10), *epochs = true;
+  else if (!strcmp(a, "--seed")) o->seed = strtoull(v, &end, 10);
+  else if (!strcmp(a, "--dump-program")) o->dump_rank = (int)strtol(v, &end, 10);
+  else if (!strcmp(a, "--device-tflops")) o->device_tflops = strtod(v, &end);
+  else if (!strcmp(a, "--optimizer")) o->optimizer = v;
+  else if (!strcmp(a, "--backend")) {
+    if (strcmp(v, "threads") && strcmp(v, "mpi")) return bad_usage(argv0, "--backend takes threads or mpi", v);
+    o->backend_asked = v;
+  } else if (!strcmp(a, "--link")) {
+    if (sscanf(v, "%lf,%lf", &o->link.alpha_us, &o->link.gbps) != 2 || o->link.alpha_us < 0 || o->link.gbps <= 0)
+      return bad_usage(argv0, "--link takes ALPHA_US,GBPS (e.g. 5,25)", v);
+  } else if (!strcmp(a, "--dtype")) {
+    if (!sk_dtype_from_name(v, &o->dtype) || !(o->dtype == SK_F32 || o->dtype == SK_F64 || o->dtype == SK_F16 ||
+                                               o->dtype == SK_BF16))
+      return bad_usage(argv0, "--dtype takes f16, bf16, f32 or f64", v);
+  } else return -1;
+  if (end && (*end || end == v)) return bad_usage(argv0, "not a number", v);
+  return 0;
+}
+
 /* 0: go on; 1: --help printed; 2: bad usage. */
 static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
-  o->devices = 1, o->epochs = 1, o->seed = 1, o->dtype = SK_F32;
+  o->devices = 1, o->epochs = 1, o->seed = 1, o->dtype = SK_F32, o->dump_rank = -1;
+  bool steps = false, epochs = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    char *end = NULL;
     if (prog_is_help(a)) return usage(stdout, argv[0]), 1;
-    if (!v) return bad_usage(argv[0], "unknown option or missing value", a);
-    if (!strcmp(a, "--net")) o->net = v;
-    else if (!strcmp(a, "--devices")) o->devices = (int)strtol(v, &end, 10);
-    else if (!strcmp(a, "--steps")) o->steps = strtol(v, &end, 10);
-    else if (!strcmp(a, "--epochs")) o->epochs = (int)strtol(v, &end, 10);
-    else if (!strcmp(a, "--seed")) o->seed = strtoull(v, &end, 10);
-    else if (!strcmp(a, "--optimizer")) o->optimizer = v;
-    else if (!strcmp(a, "--dtype")) {
-      if (!sk_dtype_from_name(v, &o->dtype) || !(o->dtype == SK_F32 || o->dtype == SK_F64 || o->dtype == SK_F16 ||
-                                                 o->dtype == SK_BF16))
-        return bad_usage(argv[0], "--dtype takes f16, bf16, f32 or f64", v);
-    } else return bad_usage(argv[0], "unknown option", a);
-    if (end && (*end || end == v)) return bad_usage(argv[0], "not a number", v);
+    if (parse_flag(a, o)) continue;
+    int rc = v ? parse_valued(argv[0], a, v, o, &steps, &epochs) : -1;
+    if (rc < 0) return bad_usage(argv[0], v ? "unknown option" : "unknown option or missing value", a);
+    if (rc) return rc;
     i++;
   }
   if (!o->net) return bad_usage(argv[0], "--net FILE.json is required", NULL);
-  if (o->devices < 1 || o->steps < 0 || o->epochs < 1) return bad_usage(argv[0], "counts must be positive", NULL);
+  if (steps && epochs) return bad_usage(argv[0], "give --steps or --epochs, not both", NULL);
+  if (o->devices < 1 || o->devices > SK_MAX_DEVICES || o->steps < 0 || (steps && o->steps == 0) || o->epochs < 1)
+    return bad_usage(argv[0], "counts must be positive (--devices at most 4096)", NULL);
+  if (o->dump_rank >= o->devices) return bad_usage(argv[0], "--dump-program takes a rank below --devices", NULL);
+  if ((o->link.gbps > 0) != (o->device_tflops > 0))
+    return bad_usage(argv[0], "--link and --device-tflops go together", NULL);
+  o->distributed = o->devices > 1 || o->report || o->link.gbps > 0; /* else the trainer runs alone */
+  if (o->distributed && (o->dtype == SK_F16 || o->dtype == SK_BF16))
+    return bad_usage(argv[0], "--dtype f16/bf16 runs on one device without --report or --link for now", NULL);
+  const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
+  if (!backend) return 2;
+  o->mpi = !strcmp(backend, "mpi");
   return 0;
 }
 
@@ -108,15 +164,31 @@ static sk_result blas_gemm(void *user, sk_dtype dt, bool trans_a, bool trans_b, 
 
 static const sk_kernel_ctx BLAS = {blas_gemm, NULL};
 
-typedef struct run {
+/* What every device reads (never writes) and what the lead device writes back. */
+typedef struct job {
   const options *o;
   const sk_graph *g;
+  sk_optim_desc optim;
   dataset data;
+  sk_parallel_plan plan;
+  /* written by the lead device (rank 0) */
+  double *losses;
+  long nlosses, cap_losses;
+  double *step_s, *cpu_s; /* each step's wall and CPU seconds */
+  long nstep_s;
+  double seconds, model_us, compile_ms;
+  sim_device_figures *figures; /* per device, for --report */
+} job;
+
+/* One device's run: the trainer (one device) or its runtime. */
+typedef struct run {
+  job *J;
   sk_trainer *t;
-  void *x, *y; /* one batch */
+  sk_runtime *rt;
+  sk_comm *comm;
+  bool lead, quiet; /* quiet: --check's reference prints nothing */
+  void *x, *y;
   bool y_float;
-  double *step_s, *cpu_s; /* each training step's wall and CPU seconds (feed + step), for the medians */
-  long nstep_s, cap_s;
 } run;
 
 static double clock_s(clockid_t id) {
@@ -130,19 +202,28 @@ static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static sk_result feed(run *R, bool test, long b, sk_error *e) {
-  const dataset *d = &R->data;
+  const dataset *d = &R->J->data;
   dataset_batch(d, test, b, R->x, R->y, R->y_float);
-  sk_result r = sk_trainer_feed(R->t, d->x, d->kind ? SK_I32 : SK_F32, R->x, (size_t)(d->batch * d->per_sample_x), e);
-  if (!r) r = sk_trainer_feed(R->t, d->y, R->y_float ? SK_F32 : SK_I32, R->y, (size_t)(d->batch * d->per_sample_y), e);
-  return r;
+  size_t nx = (size_t)(d->batch * d->per_sample_x), ny = (size_t)(d->batch * d->per_sample_y);
+  sk_dtype dx = d->kind ? SK_I32 : SK_F32, dy = R->y_float ? SK_F32 : SK_I32;
+  if (R->rt) {
+    sk_result r = sk_runtime_feed(R->rt, d->x, dx, R->x, nx, e);
+    return r ? r : sk_runtime_feed(R->rt, d->y, dy, R->y, ny, e);
+  }
+  sk_result r = sk_trainer_feed(R->t, d->x, dx, R->x, nx, e);
+  return r ? r : sk_trainer_feed(R->t, d->y, dy, R->y, ny, e);
+}
+
+static sk_result step(run *R, double *loss, sk_error *e) {
+  return R->rt ? sk_runtime_step(R->rt, loss, e) : sk_trainer_step(R->t, loss, e);
 }
 
 static sk_result test_accuracy(run *R, double *acc, sk_error *e) {
   int64_t good = 0, rows = 0;
-  for (long b = 0; b < R->data.test_batches; b++) {
-    int64_t c, n;
+  for (long b = 0; b < R->J->data.test_batches; b++) {
+    int64_t c = 0, n = 0;
     sk_result r = feed(R, true, b, e);
-    if (!r) r = sk_trainer_evaluate(R->t, &c, &n, e);
+    if (!r) r = R->rt ? sk_runtime_evaluate(R->rt, &c, &n, e) : sk_trainer_evaluate(R->t, &c, &n, e);
     if (r) return r;
     good += c, rows += n;
   }
@@ -150,18 +231,164 @@ static sk_result test_accuracy(run *R, double *acc, sk_error *e) {
   return SK_OK;
 }
 
-/* Keeps one step's time; -1 when out of memory. */
-static int record_step(run *R, double wall, double cpu) {
-  if (R->nstep_s == R->cap_s) {
-    long cap = R->cap_s ? 2 * R->cap_s : 1024;
-    double *p = (double *)realloc(R->step_s, sizeof(double) * (size_t)cap);
-    if (!p) return -1;
-    R->step_s = p;
-    if (!(p = (double *)realloc(R->cpu_s, sizeof(double) * (size_t)cap))) return -1;
-    R->cpu_s = p, R->cap_s = cap;
+/* The lead device keeps every loss (for --check) and every step's wall and CPU seconds (the
+   medians). */
+static int record(job *J, long i, double loss, double seconds, double cpu) {
+  if (i >= J->cap_losses) {
+    long cap = J->cap_losses ? 2 * J->cap_losses : 1024;
+    double *l = (double *)realloc(J->losses, sizeof(double) * (size_t)cap);
+    if (l) J->losses = l;
+    double *s = l ? (double *)realloc(J->step_s, sizeof(double) * (size_t)cap) : NULL;
+    if (s) J->step_s = s;
+    double *c = s ? (double *)realloc(J->cpu_s, sizeof(double) * (size_t)cap) : NULL;
+    if (c) J->cpu_s = c;
+    if (!l || !s || !c) return -1;
+    J->cap_losses = cap;
   }
-  R->step_s[R->nstep_s] = wall, R->cpu_s[R->nstep_s++] = cpu;
+  J->losses[i] = loss, J->step_s[i] = seconds, J->cpu_s[i] = cpu, J->nlosses = J->nstep_s = i + 1;
   return 0;
+}
+
+static void print_loss(const run *R, int ep, long s, double loss) {
+  if (!R->lead || R->quiet || s % 10) return;
+  printf(R->J->o->dtype == SK_F64 ? "epoch: %d step: %ld, loss is %.17g\n" : "epoch: %d step: %ld, loss is %.9g\n", ep,
+         s, loss);
+}
+
+/* One epoch's training steps; *done counts every step of the run. */
+static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
+  job *J = R->J;
+  const options *o = J->o;
+  for (long s = 0; s < J->data.train_batches && (!o->steps || *done < o->steps); s++, (*done)++) {
+    double loss = 0, t1 = now_s(), p1 = cpu_s(), c1 = R->comm ? sk_comm_clock_us(R->comm) : 0;
+    sk_result r = feed(R, false, s, e);
+    if (!r) r = step(R, &loss, e);
+    if (r) return r;
+    if (R->lead && R->comm) J->model_us += sk_comm_clock_us(R->comm) - c1;
+    if (R->lead && record(J, *done, loss, now_s() - t1, cpu_s() - p1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
+    print_loss(R, ep, s, loss);
+  }
+  return SK_OK;
+}
+
+/* The epochs; the lead prints as it goes. */
+static sk_result train(run *R, sk_error *e) {
+  job *J = R->J;
+  const options *o = J->o;
+  long done = 0;
+  for (int ep = 0; o->steps ? done < o->steps : ep < o->epochs; ep++) { /* --steps S: S steps, epochs wrap */
+    double t0 = now_s(); /* training steps only: evaluation is not a step */
+    sk_result r = train_epoch(R, ep, &done, e);
+    if (r) return r;
+    if (R->lead) J->seconds += now_s() - t0;
+    if (J->g->logits >= 0 && !R->quiet) {
+      double acc;
+      if ((r = test_accuracy(R, &acc, e))) return r;
+      if (R->lead) printf("epoch: %d test accuracy: %.4f\n", ep, acc);
+    }
+    if (R->lead) fflush(stdout);
+  }
+  return SK_OK;
+}
+
+static int run_buffers(run *R) {
+  const dataset *d = &R->J->data;
+  R->y_float = R->J->g->tensors[d->y].dtype == SK_F32 || R->J->g->tensors[d->y].dtype == SK_F64;
+  R->x = malloc(sizeof(double) * (size_t)(d->batch * d->per_sample_x));
+  R->y = malloc(sizeof(double) * (size_t)(d->batch * d->per_sample_y));
+  return R->x && R->y ? 0 : -1;
+}
+
+/* The single-device reference: the trainer. */
+static sk_result run_reference(job *J, bool quiet, sk_error *e) {
+  run R;
+  memset(&R, 0, sizeof R);
+  R.J = J, R.lead = true, R.quiet = quiet;
+  sk_train_desc d;
+  memset(&d, 0, sizeof d);
+  d.dtype = J->o->dtype, d.optim = J->optim, d.seed = J->o->seed, d.kernels = &BLAS;
+  sk_result r = run_buffers(&R) ? sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
+  if (!r) r = sk_trainer_create(J->g, &d, &R.t, e);
+  if (!r) r = train(&R, e);
+  free(R.x), free(R.y);
+  sk_trainer_destroy(R.t);
+  return r;
+}
+
+/* One device of the distributed run (every device runs it). */
+static sk_result device_main(sk_comm *c, void *arg) {
+  job *J = (job *)arg;
+  run R;
+  memset(&R, 0, sizeof R);
+  R.J = J, R.comm = c, R.lead = sk_comm_rank(c) == 0;
+  sk_runtime_desc d;
+  memset(&d, 0, sizeof d);
+  d.dtype = J->o->dtype, d.optim = J->optim, d.seed = J->o->seed, d.kernels = &BLAS;
+  d.device_flops = J->o->device_tflops * 1e12;
+  sk_error e = {SK_OK, ""};
+  sk_result r = run_buffers(&R) ? sk__fail(&e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
+  if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
+  if (!r) r = train(&R, &e);
+  if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, &e);
+  if (r) sk_comm_set_error(c, r, "%s", e.msg);
+  free(R.x), free(R.y);
+  sk_runtime_destroy(R.rt);
+  return r;
+}
+
+static sk_result make_world(const options *o, sk_world **w, char *msg, size_t cap) {
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  static sk_mpi_config mc; /* read by sk_world_create only */
+  memset(&mc, 0, sizeof mc);
+  mc.deterministic = true; /* the threads backend's reduction order: the same losses */
+  wd.ndevices = o->mpi ? 0 : o->devices;
+  wd.backend = o->mpi ? sk_mpi_backend() : sk_threads_backend();
+  wd.backend_config = o->mpi ? (void *)&mc : NULL;
+  wd.link = o->link;
+  sk_error err;
+  sk_result r = sk_world_create(&wd, w, &err);
+  if (r) return snprintf(msg, cap, "%s", err.msg), r;
+  if (sk_world_size(*w) != o->devices) {
+    snprintf(msg, cap, "--devices %d, but the MPI world has %d processes: " PROG_MPIRUN " -np %d", o->devices,
+             sk_world_size(*w), o->devices);
+    sk_world_destroy(*w);
+    *w = NULL;
+    return SK_ERR_INVALID_ARGUMENT;
+  }
+  return SK_OK;
+}
+
+/* Says which strategies fell back to data parallel (the first few, then how many more). */
+static void say_fallbacks(const job *J, const char *argv0) {
+  int said = 0;
+  for (int i = 0; i < J->g->nops && said < 5; i++)
+    if (J->plan.ops[i].fell_back)
+      fprintf(stderr, "%s: operator '%s': its strategy needs more than %d devices: data parallel instead\n",
+              prog_name(argv0), J->g->ops[i].name, J->o->devices), said++;
+  if (J->plan.nfallbacks > said)
+    fprintf(stderr, "%s: ... and %d more operators: data parallel instead (--strict-strategies refuses)\n",
+            prog_name(argv0), J->plan.nfallbacks - said);
+}
+
+static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
+  const options *o = J->o;
+  sk_error e;
+  if (sk_json_load_network(o->net, g, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
+  J->g = g, J->optim = g->optim;
+  if (o->optimizer && !sk_optim_kind_from_name(o->optimizer, &J->optim.kind))
+    return snprintf(msg, cap, "--optimizer takes sgd, momentum or adam, not '%s'", o->optimizer), -1;
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.ndevices = o->devices, pd.strict_strategies = o->strict;
+  double t0 = now_s();
+  if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
+  J->compile_ms = (now_s() - t0) * 1e3;
+  if (o->dump_rank >= 0) return 0;
+  const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
+  if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;
+  J->figures = (sim_device_figures *)calloc((size_t)o->devices, sizeof *J->figures);
+  return J->figures ? 0 : (snprintf(msg, cap, "out of memory"), -1);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -177,85 +404,82 @@ static double median_ms(double *s, long n) {
   return (n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2) * 1e3;
 }
 
-/* The epochs; prints as it goes. */
-static sk_result train(run *R, long *done, double *seconds, sk_error *e) {
-  const options *o = R->o;
-  bool f64 = o->dtype == SK_F64;
-  *done = 0, *seconds = 0;
-  for (int ep = 0; ep < o->epochs; ep++) {
-    double t0 = now_s(); /* training steps only: evaluation is not a step */
-    for (long s = 0; s < R->data.train_batches && (!o->steps || *done < o->steps); s++, (*done)++) {
-      double loss, t1 = now_s(), c1 = cpu_s();
-      sk_result r = feed(R, false, s, e);
-      if (!r) r = sk_trainer_step(R->t, &loss, e);
-      if (r) return r;
-      if (record_step(R, now_s() - t1, cpu_s() - c1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
-      if (s % 10 == 0) printf(f64 ? "epoch: %d step: %ld, loss is %.17g\n" : "epoch: %d step: %ld, loss is %.9g\n", ep, s, loss);
-    }
-    *seconds += now_s() - t0;
-    if (R->g->logits >= 0) {
-      double acc;
-      sk_result r = test_accuracy(R, &acc, e);
-      if (r) return r;
-      printf("epoch: %d test accuracy: %.4f\n", ep, acc);
-    }
-    fflush(stdout);
-    if (o->steps && *done >= o->steps) break;
+static void print_summary(job *J, const double *base, long nbase) {
+  const options *o = J->o;
+  long n = J->nlosses;
+  char backend[32] = ""; /* the single-device reference runs on no world */
+  if (o->distributed) snprintf(backend, sizeof backend, ", %s backend", o->mpi ? "mpi" : "threads");
+  /* the wall median stays last: scripts read "median X ms" at the end of the line */
+  printf("# %d device%s, %s%s, %ld steps, %.3f ms per step, median cpu %.3f ms, median %.3f ms\n", o->devices,
+         o->devices > 1 ? "s" : "", sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0,
+         median_ms(J->cpu_s, J->nstep_s), median_ms(J->step_s, J->nstep_s));
+  if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->link, o->device_tflops, J->model_us / (n ? n : 1));
+  if (!o->check) return;
+  long m = nbase < n ? nbase : n;
+  double worst = 0;
+  for (long i = 0; i < m; i++) {
+    double rel = fabs(J->losses[i] - base[i]) / (fabs(base[i]) > 0 ? fabs(base[i]) : 1);
+    worst = rel > worst ? rel : worst;
   }
-  return SK_OK;
+  printf("check: max relative loss difference %.3g over %ld steps\n", worst, m);
 }
 
-static int setup(run *R, sk_graph *g, char *msg, size_t cap) {
-  const options *o = R->o;
+/* --check: the reference's losses, taken from a silent single-device run. */
+static int reference_losses(job *J, double **base, long *nbase, char *msg, size_t cap) {
+  job R = *J;
+  R.losses = NULL, R.step_s = NULL, R.cpu_s = NULL, R.nlosses = R.nstep_s = R.cap_losses = 0, R.seconds = 0, R.model_us = 0;
   sk_error e;
-  if (sk_json_load_network(o->net, g, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
-  R->g = g;
-  const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
-  if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &R->data, msg, cap)) return -1;
-  sk_train_desc d;
-  memset(&d, 0, sizeof d);
-  d.dtype = o->dtype, d.optim = g->optim, d.seed = o->seed, d.kernels = &BLAS;
-  if (o->optimizer && !sk_optim_kind_from_name(o->optimizer, &d.optim.kind))
-    return snprintf(msg, cap, "--optimizer takes sgd, momentum or adam, not '%s'", o->optimizer), -1;
-  if (sk_trainer_create(g, &d, &R->t, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
-  R->y_float = g->tensors[R->data.y].dtype == SK_F32 || g->tensors[R->data.y].dtype == SK_F64;
-  R->x = malloc(sizeof(double) * (size_t)(R->data.batch * R->data.per_sample_x));
-  R->y = malloc(sizeof(double) * (size_t)(R->data.batch * R->data.per_sample_y));
-  if (!R->x || !R->y) return snprintf(msg, cap, "out of memory"), -1;
-  return 0;
+  sk_result r = run_reference(&R, true, &e);
+  free(R.step_s), free(R.cpu_s);
+  *base = R.losses, *nbase = R.nlosses;
+  return r ? (snprintf(msg, cap, "the single-device reference: %s", e.msg), -1) : 0;
+}
+
+static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
+  const options *o = J->o;
+  double *base = NULL;
+  long nbase = 0;
+  int process = 0, rc = 0;
+  sk_world *w = NULL;
+  if (o->distributed && make_world(o, &w, msg, cap)) return -1;
+  if (o->mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
+  if (process == 0 && J->plan.nfallbacks && o->devices > 1) say_fallbacks(J, argv0);
+  if (o->check && process == 0 && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
+  if (!rc && !o->distributed) {
+    sk_error e;
+    if (run_reference(J, false, &e)) snprintf(msg, cap, "%s", e.msg), rc = -1;
+  } else if (!rc && sk_world_run(w, device_main, J)) {
+    snprintf(msg, cap, "%s", sk_world_error_message(w)), rc = -1;
+  }
+  if (!rc && process == 0) print_summary(J, base, nbase);
+  if (w) sk_world_destroy(w);
+  free(base);
+  return rc;
 }
 
 int main(int argc, char **argv) {
   options o;
   int code = parse_options(argc, argv, &o);
   if (code) return code == 1 ? 0 : code;
-  if (o.devices > 1) {
-    fprintf(stderr,
-            "%s: --devices %d: running a network on several devices needs the AutoParallel compiler, which this "
-            "build does not have yet; --devices 1 runs the single-device reference\n",
-            prog_name(argv[0]), o.devices);
-    return 2;
-  }
-  openblas_set_num_threads(1); /* one device, one core: the reference is timed as a device */
+  openblas_set_num_threads(1); /* the devices are the threads: one core each */
   sk_graph g;
   sk_graph_init(&g);
-  run R;
-  memset(&R, 0, sizeof R);
-  R.o = &o;
-  char msg[1024];
-  sk_error e;
-  long done = 0;
-  double seconds = 0;
+  job J;
+  memset(&J, 0, sizeof J);
+  J.o = &o;
+  char msg[1024] = "";
   int rc = 0;
-  if (setup(&R, &g, msg, sizeof msg)) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), msg), rc = 1;
-  else if (train(&R, &done, &seconds, &e)) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), e.msg), rc = 1;
-  else
-    printf("# 1 device, %s, %ld steps, %.3f ms per step, median %.3f ms, median cpu %.3f ms\n",
-           sk_dtype_name(o.dtype), done, done ? seconds * 1e3 / (double)done : 0.0, median_ms(R.step_s, R.nstep_s),
-           median_ms(R.cpu_s, R.nstep_s));
-  free(R.x), free(R.y), free(R.step_s), free(R.cpu_s);
-  sk_trainer_destroy(R.t);
-  dataset_close(&R.data);
+  if (setup(&J, &g, msg, sizeof msg)) rc = 1;
+  else if (o.dump_rank >= 0) {
+    sim_print_program(stdout, &J.plan, o.dump_rank);
+    printf("# compiled for %d devices in %.3f ms\n", o.devices, J.compile_ms);
+  }
+  else if (run_all(&J, argv[0], msg, sizeof msg)) rc = 1;
+  bool quiet = o.mpi && prog_launch_rank() != 0; /* every process meets the same error: one says it */
+  if (rc && !quiet) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), msg);
+  free(J.losses), free(J.step_s), free(J.cpu_s), free(J.figures);
+  sk_parallel_free(&J.plan);
+  dataset_close(&J.data);
   sk_graph_free(&g);
   return rc;
 }

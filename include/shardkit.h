@@ -14,5 +14,7 @@
 #include "sk_graph.h"   /* a network: inputs, parameters, operators wired by tensor, shapes */
 #include "sk_exec.h"    /* one graph operator forward and backward on a device's buffers */
 #include "sk_train.h"   /* trains a graph on one device: the reference run */
+#include "sk_parallel.h" /* AutoParallel's compiler: a graph and a device count -> one program per device */
 #include "sk_fusion.h"
 #include "sk_redist.h" /* brings sk_redist_ms.h (MindSpore's operator sequence) with it */
+#include "sk_runtime.h" /* AutoParallel's runtime: a compiled program trained on every device of a world */

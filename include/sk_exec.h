@@ -186,6 +186,12 @@ static sk_result sk__exec_fwd_loss(const sk_graph_op *op, const sk_exec_facts *f
 static sk_result sk__exec_fwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *f,
                               const sk_exec_arg *in, sk_exec_arg *out, sk_error *err) {
   const sk_op_desc *d = &op->desc;
+  if (d->kind == SK_OP_GET_NEXT) return SK_OK; /* its outputs are the data the caller feeds */
+  if (op->ninputs == 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "it reads no tensor");
+  for (int k = 0; k < op->ninputs; k++)
+    if (!in[k].data) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "input %d has no buffer", k);
+  for (int k = 0; k < op->noutputs; k++)
+    if (!out[k].data) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "output %d has no buffer", k);
   const sk_exec_arg *x = &in[0], *w = &in[1];
   sk_dtype dt = x->dtype;
   switch (d->kind) {
@@ -212,11 +218,11 @@ static sk_result sk__exec_fwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, c
                              out[0].dtype, op->on_value != 0 ? op->on_value : 1.0, op->off_value, out[0].data, err);
     }
     case SK_OP_GATHER:
+      if (op->ninputs != 2) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Gather reads 2 tensors, not %d", op->ninputs);
       return sk_kern_gather(dt, x->ndims, x->shape, x->data, w->dtype, w->ndims, w->shape, w->data,
                             sk__exec_axis(op, 0), f ? f->offset : 0, out[0].data, err);
-    case SK_OP_GET_NEXT: return SK_OK; /* its outputs are the data the caller feeds */
     case SK_OP_VIRTUAL_DATASET:
-      for (int k = 0; k < op->ninputs; k++) {
+      for (int k = 0; k < op->ninputs && k < op->noutputs; k++) {
         sk_result r = sk_kern_copy(in[k].dtype, in[k].ndims, in[k].shape, in[k].data, out[k].data, err);
         if (r) return r;
       }
@@ -340,7 +346,7 @@ static sk_result sk__exec_bwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, c
                    : SK_OK;
     case SK_OP_ONE_HOT: case SK_OP_GET_NEXT: return SK_OK;
     case SK_OP_VIRTUAL_DATASET:
-      for (int k = 0; k < op->ninputs; k++) {
+      for (int k = 0; k < op->ninputs && k < op->noutputs; k++) {
         if (!dx[k]) continue;
         if (!out[k].grad) { /* no gradient flows from output k: input k's is zero, and dx[k] is still written */
           memset(dx[k], 0, (size_t)sk__exec_numel(&in[k]) * sk_dtype_size(in[k].dtype));

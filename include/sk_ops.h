@@ -474,6 +474,8 @@ static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p,
   for (int i = 0; i < nx; i++) sx[i] = d->has_strategy ? d->strategy[0][i] : 1;
   for (int i = 0; i < nw; i++) sw[i] = d->has_strategy ? d->strategy[1][i] : 1;
   if (!d->has_strategy) sx[nx > 2 ? 0 : xm] = ndevices; /* data parallel: the batch (or rows) */
+  int wb = nw - nx; /* BatchMatMul: w's dim aligned with x's batch dim 0 (from the right), cut alike */
+  if (!d->has_strategy && batch && nx > 2 && wb >= 0 && wb < nw - 2 && d->shape[1][wb] > 1) sw[wb] = ndevices;
   if (sx[xk] != sw[wk])
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the contraction dim is cut %d ways in x but %d in w", name, sx[xk],
                     sw[wk]);

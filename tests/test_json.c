@@ -321,6 +321,34 @@ static void round_trip(void (*build)(sk_graph *)) {
 
 Test(json, mlp_round_trips_byte_for_byte_and_field_by_field) { round_trip(build_mlp); }
 
+/* The networks shipped in examples/nets are kept in the canonical form: loading one and saving it
+   again gives the same file, byte for byte (the suites run from the project root). */
+static void shipped_network_is_canonical(const char *name) {
+  char path[128];
+  snprintf(path, sizeof path, "examples/nets/%s.json", name);
+  FILE *f = fopen(path, "rb");
+  cr_assert(f, "cannot open %s (run the suites from the project root)", path);
+  static char file[1 << 20];
+  size_t n = fread(file, 1, sizeof file - 1, f);
+  fclose(f);
+  cr_assert(n > 0 && n < sizeof file - 1, "%s: %zu bytes", path, n);
+  file[n] = 0;
+  sk_graph g;
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_json_load_network(path, &g, &e), SK_OK, "%s: %s", path, e.msg);
+  cr_expect_eq(sk_graph_check(&g, &e), SK_OK, "%s: %s", path, e.msg);
+  char *text = format_ok(&g);
+  cr_expect(strcmp(text, file) == 0, "%s is not in canonical form (load and save it again)", path);
+  free(text);
+  sk_graph_free(&g);
+}
+
+Test(json, shipped_networks_are_canonical) {
+  shipped_network_is_canonical("operator_parallel");
+  shipped_network_is_canonical("recursive_programming");
+  shipped_network_is_canonical("transformer");
+}
+
 Test(json, operator_zoo_round_trips_byte_for_byte_and_field_by_field) { round_trip(build_zoo); }
 
 static void build_empty(sk_graph *g) { sk_graph_init(g); }

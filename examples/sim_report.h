@@ -1,0 +1,83 @@
+/* sim_report.h -- what sk-sim prints with --report and --dump-program: each device's memory
+   (MindSpore's "dry run": does the strategy fit?), the communication and FLOPs of a step as the
+   runtime counted them, and, under a link model, the modelled step time. Everything printed is
+   read off the run (sk_runtime_memory_get, sk_runtime_stats_get, the world's virtual clock),
+   never estimated beside it. */
+#ifndef SK_EXAMPLES_SIM_REPORT_H
+#define SK_EXAMPLES_SIM_REPORT_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shardkit.h"
+
+/* One device's figures after training. */
+typedef struct sim_device_figures {
+  sk_runtime_memory mem;
+  sk_runtime_stats stats;
+} sim_device_figures;
+
+/* Every device's figures into `all` on device 0 (collective; `all` is read only there). */
+static sk_result sim_collect_figures(sk_comm *c, const sk_runtime *rt, sim_device_figures *all, sk_error *err) {
+  sim_device_figures mine;
+  memset(&mine, 0, sizeof mine);
+  sk_runtime_memory_get(rt, &mine.mem);
+  sk_runtime_stats_get(rt, &mine.stats);
+  sk_result r = sk_gather(c, &mine, sk_comm_rank(c) == 0 ? all : NULL, sizeof mine, SK_U8, 0);
+  if (r && err) err->code = r, snprintf(err->msg, sizeof err->msg, "report: %.200s", sk_comm_error_message(c));
+  return r;
+}
+
+static void sim_print_memory(FILE *f, const sim_device_figures *all, int n) {
+  fprintf(f, "memory (bytes per device)\n");
+  fprintf(f, "%6s %14s %14s %14s %14s %14s %14s\n", "device", "parameters", "gradients", "optimizer", "activations",
+          "communication", "total");
+  for (int d = 0; d < n; d++) {
+    const sk_runtime_memory *m = &all[d].mem;
+    unsigned long long total = m->parameters + m->gradients + m->optimizer_state + m->activations + m->communication;
+    fprintf(f, "%6d %14llu %14llu %14llu %14llu %14llu %14llu\n", d, (unsigned long long)m->parameters,
+            (unsigned long long)m->gradients, (unsigned long long)m->optimizer_state,
+            (unsigned long long)m->activations, (unsigned long long)m->communication, total);
+  }
+}
+
+static void sim_print_comm(FILE *f, const sk_runtime_stats *st) {
+  double steps = st->steps ? (double)st->steps : 1;
+  fprintf(f, "communication per step (device 0)\n");
+  fprintf(f, "%-16s %6s %10s %14s\n", "kind", "group", "calls", "bytes");
+  for (int i = 0; i < st->nrows; i++) {
+    const sk_runtime_comm_row *row = &st->rows[i];
+    fprintf(f, "%-16s %6d %10.2f %14.0f\n", row->kind == SK_COLL_NONE ? "Redistribution" : sk_coll_kind_name(row->kind),
+            row->group, (double)row->calls / steps, (double)row->bytes / steps);
+  }
+  if (!st->nrows) fprintf(f, "(none)\n");
+}
+
+/* The report: memory per device, device 0's communication and FLOPs per step, the modelled
+   step time when a link model ran (model_us: device 0's virtual clock per step). */
+static void sim_print_report(FILE *f, const sim_device_figures *all, int n, const sk_link_model *link,
+                             double device_tflops, double model_us) {
+  sim_print_memory(f, all, n);
+  sim_print_comm(f, &all[0].stats);
+  double steps = all[0].stats.steps ? (double)all[0].stats.steps : 1;
+  fprintf(f, "compute per step (device 0): %.6g GFLOP\n", all[0].stats.flops / steps / 1e9);
+  if (link->gbps > 0)
+    fprintf(f, "modelled step time: %.3f ms (links %g us, %g GB/s; devices %g TFLOPS)\n", model_us / 1e3,
+            link->alpha_us, link->gbps, device_tflops);
+}
+
+/* --dump-program: device `rank`'s program. */
+static void sim_print_program(FILE *f, const sk_parallel_plan *plan, int rank) {
+  size_t n = sk_parallel_format_program(plan, rank, NULL, 0) + 1;
+  char *buf = (char *)malloc(n);
+  if (!buf) {
+    fprintf(stderr, "out of memory printing the program\n");
+    return;
+  }
+  sk_parallel_format_program(plan, rank, buf, n);
+  fputs(buf, f);
+  free(buf);
+}
+
+#endif /* SK_EXAMPLES_SIM_REPORT_H */

@@ -1,0 +1,545 @@
+/* sk_parallel.h -- AutoParallel's compiler: a network (sk_graph.h) and a device count in, one
+   explicit program out that every device runs on its own slices, like MindSpore's graph after
+   its parallel passes (semi_auto_parallel).
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_PARALLEL_IMPL + the modules it includes)
+                             #include "sk_parallel.h"
+   Needs only libc. Pure planning: no world, no buffers; the runtime (sk_runtime.h) runs a plan.
+
+   WHAT IT DECIDES
+     - Every operator's strategy: the network's `shard` strategy or layouts, or, where it has
+       none, MindSpore's default: data parallel (dim 0 of the first input cut by every device).
+       A strategy that needs more devices than the plan has (its product exceeds or does not
+       divide the count) is replaced by data parallel and counted in nfallbacks (each such
+       operator has fell_back set); desc.strict_strategies refuses it instead.
+     - Every operator's layouts and collectives: sk_ops.h's rule (sk_op_plan).
+     - Every tensor's layout, the layout its buffer has on each device: an operator's output
+       keeps the layout its operator produces; a network input takes the dataset strategy
+       (data_parallel: dim 0 cut over every device, which the global batch must divide;
+       full_batch: every device reads the whole batch); a parameter is stored in the layout its
+       first reader wants.
+     - A move (a redistribution, sk_redist.h) wherever an operator reads a tensor in another
+       layout than the tensor's, and in the backward the move of that gradient back.
+
+   THE PROGRAM (the same list on every device; groups and slices differ by rank)
+     Forward, in graph order, per operator: MOVE each input that needs it, FORWARD, then
+     FORWARD_COMM on output 0 when the rule leaves partial sums (AllReduce, or ReduceScatter).
+     Backward, in reverse order, per operator with a gradient to pass: UNDO_COMM (an AllGather of
+     the output's gradient after a forward ReduceScatter; the scale of a scaled AllReduce),
+     BACKWARD, then per input that takes a gradient: BACKWARD_COMM (the rule's bwd_in
+     collective), MIRROR for a parameter (its gradient AllReduce over its replicas, which the
+     runtime hands to the fusion scheduler), MOVE_BACK for a moved input (the gradient returns to
+     its tensor's layout). A tensor read by several operators sums their gradients. Last: UPDATE (the
+     optimizer on every parameter's slice, once every Mirror has completed).
+     Gradients come out exact for the network's loss (the losses divide by the global batch, the
+     Mirror sums), so N devices reproduce one device's training; see docs/auto-parallel.md.
+
+   ERRORS: a NULL argument, a graph that is not ready (sk_graph_check), a device count below 1 or
+     above SK_MAX_DEVICES, a batch the devices do not divide, an operator's rule refusing its
+     strategy (the message starts with the operator's name): SK_ERR_INVALID_ARGUMENT.
+     SK_ERR_OUT_OF_MEMORY when an allocation fails (nothing leaks).
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_PARALLEL_IMPL)
+#define SK_PARALLEL_IMPL
+#endif
+#ifndef SK_PARALLEL_H
+#define SK_PARALLEL_H
+
+#include "sk_core.h"
+#include "sk_exec.h"
+#include "sk_graph.h"
+#include "sk_layout.h"
+#include "sk_ops.h"
+
+SK_EXTERN_C_BEGIN
+
+typedef enum sk_dataset_strategy {
+  SK_DATASET_DATA_PARALLEL = 0, /* MindSpore's default: the batch dim cut over every device */
+  SK_DATASET_FULL_BATCH         /* every device reads the whole batch */
+} sk_dataset_strategy;
+
+/* Zero-initialise; zero fields take the defaults below. */
+typedef struct sk_parallel_desc {
+  int ndevices;                /* required: the devices the program runs on */
+  sk_dataset_strategy dataset; /* how network inputs are cut (default data parallel) */
+  bool strict_strategies;      /* refuse a strategy that needs more devices, rather than fall back */
+} sk_parallel_desc;
+
+typedef enum sk_parallel_step_kind {
+  SK_PSTEP_MOVE = 0,      /* input `slot` of `op` moves from its tensor's layout to the operator's */
+  SK_PSTEP_FORWARD,       /* the operator on this device's slices */
+  SK_PSTEP_FORWARD_COMM,  /* `comm` on output 0 (partial sums: AllReduce, or ReduceScatter) */
+  SK_PSTEP_UNDO_COMM,     /* backward of FORWARD_COMM on output 0's gradient (scale; AllGather) */
+  SK_PSTEP_BACKWARD,      /* the operator's backward: gradients of its inputs in its layouts */
+  SK_PSTEP_BACKWARD_COMM, /* `comm` on input `slot`'s gradient (the rule's bwd_in) */
+  SK_PSTEP_MIRROR,        /* a parameter's gradient AllReduce over its replicas */
+  SK_PSTEP_MOVE_BACK,     /* input `slot`'s gradient back to its tensor's layout, summed there */
+  SK_PSTEP_UPDATE,        /* the optimizer on every parameter slice */
+  SK_PSTEP_KIND_COUNT
+} sk_parallel_step_kind;
+
+typedef struct sk_parallel_step {
+  sk_parallel_step_kind kind;
+  int op;         /* the operator (-1: UPDATE) */
+  int slot;       /* the input (MOVE, BACKWARD_COMM, MIRROR, MOVE_BACK); 0 otherwise */
+  sk_op_comm comm; /* FORWARD_COMM, UNDO_COMM, BACKWARD_COMM, MIRROR: on the operator's mesh */
+} sk_parallel_step;
+
+/* What the compiler decided for one operator. */
+typedef struct sk_parallel_op {
+  sk_op_desc desc;    /* as planned: shapes, and the strategy it used */
+  sk_op_plan plan;    /* sk_ops.h's layouts and collectives */
+  bool fell_back;     /* its strategy needed more devices: data parallel replaced it */
+  /* The layout the operator's kernel reads input k in: plan.in[k], except that the axes of a
+     forward AllGather (Reshape's) are whole. */
+  sk_layout kernel_in[SK_OP_MAX_INPUTS];
+  bool moved[SK_OP_MAX_INPUTS]; /* input k is read in another layout than its tensor's */
+  int replication[SK_OP_MAX_INPUTS]; /* parameters: the Mirror's divisor (see docs) */
+} sk_parallel_op;
+
+typedef struct sk_parallel_tensor {
+  sk_layout layout; /* its buffer on each device */
+  bool needs_grad;  /* a parameter's gradient flows through it */
+} sk_parallel_tensor;
+
+typedef struct sk_parallel_plan {
+  const sk_graph *graph; /* borrowed: it must outlive the plan */
+  sk_parallel_desc desc;
+  sk_parallel_op *ops;         /* graph->nops */
+  sk_parallel_tensor *tensors; /* graph->ntensors */
+  int nsteps;
+  sk_parallel_step *steps;
+  int nfallbacks;
+} sk_parallel_plan;
+
+/* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free). */
+SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
+                                     sk_error *err);
+SK_API void sk_parallel_free(sk_parallel_plan *plan);
+
+/* The kernels' sharding facts for operator `op` on device `rank` (seed and inference are the
+   runtime's to set). */
+SK_API sk_result sk_parallel_facts(const sk_parallel_plan *plan, int op, int rank, sk_exec_facts *facts, sk_error *err);
+/* The element count of tensor t's slice on every device (layouts cut evenly). */
+SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int tensor);
+/* Whether two layouts give every device the same slice (compared rank by rank, whatever the meshes). */
+SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b);
+/* Device `rank`'s program as text, one line per step, with its groups as rank lists and its
+   slices; snprintf convention. */
+SK_API size_t sk_parallel_format_program(const sk_parallel_plan *plan, int rank, char *buf, size_t cap);
+SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind); /* "Move", "Forward", ... */
+
+SK_EXTERN_C_END
+#endif /* SK_PARALLEL_H */
+
+#if defined(SK_PARALLEL_IMPL) && !defined(SK_PARALLEL_IMPL_DONE)
+#define SK_PARALLEL_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+SK_EXTERN_C_BEGIN
+
+SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind) {
+  static const char *const names[SK_PSTEP_KIND_COUNT] = {"Move",      "Forward", "ForwardComm", "UndoComm", "Backward",
+                                                         "BackwardComm", "Mirror", "MoveBack",    "Update"};
+  return (int)kind >= 0 && kind < SK_PSTEP_KIND_COUNT ? names[kind] : "?";
+}
+
+/* Equal standard forms: the same slices (the cheap test; the converse does not hold). */
+static bool sk__par_same_standard(const sk_layout *a, const sk_layout *b) {
+  sk_layout sa, sb;
+  if (sk_layout_standard(a, &sa, NULL) || sk_layout_standard(b, &sb, NULL)) return false;
+  if (sa.mesh.naxes != sb.mesh.naxes || sa.ndims != sb.ndims) return false;
+  for (int i = 0; i < sa.mesh.naxes; i++)
+    if (sa.mesh.dims[i] != sb.mesh.dims[i]) return false;
+  for (int d = 0; d < sa.ndims; d++) {
+    if (sa.shape[d] != sb.shape[d] || sa.map[d].naxes != sb.map[d].naxes) return false;
+    for (int j = 0; j < sa.map[d].naxes; j++)
+      if (sa.map[d].axes[j] != sb.map[d].axes[j]) return false;
+  }
+  return true;
+}
+
+SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b) {
+  if (a->ndims > 0 && a->ndims == b->ndims && sk__par_same_standard(a, b)) return true;
+  /* Slice by slice: standard forms differ when one mesh cuts a dim by a tuple of axes and the
+     other by one axis of their product, though every device holds the same rows. */
+  if (a->ndims != b->ndims || a->mesh.size != b->mesh.size) return false;
+  if (a->ndims == 0) return true; /* scalars: whole on every device */
+  for (int d = 0; d < a->ndims; d++)
+    if (a->shape[d] != b->shape[d]) return false;
+  for (int r = 0; r < a->mesh.size; r++) {
+    sk_slice x, y;
+    if (sk_layout_slice(a, r, &x, NULL) || sk_layout_slice(b, r, &y, NULL)) return false;
+    for (int d = 0; d < a->ndims; d++)
+      if (x.start[d] != y.start[d] || x.stop[d] != y.stop[d]) return false;
+  }
+  return true;
+}
+
+SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int t) {
+  if (!plan || !plan->graph || t < 0 || t >= plan->graph->ntensors) return 0;
+  int64_t s[SK_MAX_DIMS] = {0}, n = 1; /* sk_layout_slice_shape writes nothing for a scalar */
+  const sk_layout *l = &plan->tensors[t].layout;
+  sk_layout_slice_shape(l, s);
+  for (int d = 0; d < l->ndims; d++) n *= s[d];
+  return n;
+}
+
+/* Which tensors a parameter's gradient flows through. */
+static void sk__par_mark_grads(sk_parallel_plan *p) {
+  const sk_graph *g = p->graph;
+  for (int i = 0; i < g->ntensors; i++) p->tensors[i].needs_grad = g->tensors[i].role == SK_TENSOR_PARAM;
+  for (int o = 0; o < g->nops; o++) {
+    const sk_graph_op *op = &g->ops[o];
+    bool any = false;
+    for (int k = 0; k < op->ninputs; k++)
+      any = any || (p->tensors[op->inputs[k]].needs_grad && sk_exec_differentiable(op, k));
+    for (int k = 0; k < op->noutputs; k++) p->tensors[op->outputs[k]].needs_grad = any;
+  }
+}
+
+/* The devices the strategy needs: its device matrix without the repeat axis. A rule may combine
+   tuples (MatMul's [a, b, c] takes c from w's tuple; OneHot's tuple has one entry more than its
+   input's rank), so the rule itself is asked: planned on the product of every entry, a multiple
+   of its device matrix, it shows the matrix. Where that plan fails (or the product exceeds
+   SK_MAX_DEVICES), the largest tuple product, a lower bound, stands in. */
+static int64_t sk__par_strategy_devices(const sk_op_desc *d) {
+  if (d->has_layouts) return d->layouts[0].mesh.size;
+  int64_t most = 1, all = 1;
+  for (int i = 0; i < d->ninputs; i++) {
+    int64_t n = 1;
+    int len = d->strategy_len[i] ? d->strategy_len[i] : d->ndims[i] + (d->kind == SK_OP_ONE_HOT && i == 0);
+    for (int j = 0; j < len && j < SK_MAX_DIMS; j++) /* saturating: past SK_MAX_DEVICES is too many anyway */
+      n = n <= SK_MAX_DEVICES ? n * (d->strategy[i][j] > 0 ? d->strategy[i][j] : 1) : n;
+    most = n > most ? n : most;
+    all = all <= SK_MAX_DEVICES ? all * n : all;
+  }
+  sk_op_plan probe;
+  if (all > SK_MAX_DEVICES || sk_op_plan_make(d, (int)all, &probe, NULL)) return most;
+  int rep = sk_mesh_axis(&probe.mesh, "rep");
+  return rep < 0 ? probe.mesh.size : probe.mesh.size / probe.mesh.dims[rep];
+}
+
+/* Operator o's desc and rule; a strategy that needs more devices falls back to data parallel. */
+static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, sk_error *err) {
+  const sk_graph *g = p->graph;
+  sk_parallel_op *po = &p->ops[o];
+  sk_result r = sk_graph_op_desc(g, o, &po->desc, err);
+  if (r) return r;
+  po->desc.params = 0;
+  for (int k = 0; k < g->ops[o].ninputs; k++)
+    if (g->tensors[g->ops[o].inputs[k]].role == SK_TENSOR_PARAM) po->desc.params |= 1u << k;
+  int n = p->desc.ndevices;
+  int64_t need = (po->desc.has_strategy || po->desc.has_layouts) ? sk__par_strategy_devices(&po->desc) : 1;
+  if (need > n || n % need) {
+    if (p->desc.strict_strategies)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                      "operator '%s': its strategy needs %lld devices, the plan has %d (strict strategies)",
+                      g->ops[o].name, (long long)need, n);
+    po->desc.has_strategy = po->desc.has_out_strategy = po->desc.has_layouts = false;
+    po->desc.nstrategies = 0;
+    memset(po->desc.strategy_len, 0, sizeof po->desc.strategy_len);
+    po->fell_back = true, p->nfallbacks++;
+  }
+  sk_error e;
+  r = sk_op_plan_make(&po->desc, n, &po->plan, &e);
+  if (r) return sk__fail(err, r, "operator '%s': %s", g->ops[o].name, e.msg);
+  return SK_OK;
+}
+
+/* The layout input k's kernel reads: plan.in[k] with a forward AllGather's axes made whole. */
+static sk_result sk__par_kernel_layout(const sk_op_plan *p, int k, sk_layout *out, sk_error *err) {
+  const sk_layout *l = &p->in[k];
+  *out = *l;
+  if (p->fwd.kind != SK_COLL_ALLGATHER || l->ndims == 0) return SK_OK;
+  sk_dim_map map[SK_MAX_DIMS];
+  for (int d = 0; d < l->ndims; d++) {
+    map[d].naxes = 0;
+    for (int j = 0; j < l->map[d].naxes; j++)
+      if (!(p->fwd.axes & (1u << l->map[d].axes[j]))) map[d].axes[map[d].naxes++] = l->map[d].axes[j];
+  }
+  return sk_layout_init(out, &l->mesh, l->ndims, l->shape, map, err);
+}
+
+/* The Mirror's divisor for parameter input k: the replication of the output's gradient along
+   the axes neither the parameter's layout nor the output's uses. There every replica holds the
+   same full gradient, which the Mirror's sum would count that many times. */
+static int sk__par_replication(const sk_op_plan *p, int k) {
+  uint32_t used = sk_layout_used_axes(&p->in[k]) | sk_layout_used_axes(&p->out[0]);
+  int n = 1;
+  for (int a = 0; a < p->mesh.naxes; a++)
+    if (!(used & (1u << a))) n *= p->mesh.dims[a];
+  return n;
+}
+
+/* A network input's layout under the dataset strategy, on a one-axis mesh "dp". */
+static sk_result sk__par_input_layout(const sk_parallel_plan *p, int t, sk_layout *out, sk_error *err) {
+  const sk_graph_tensor *x = &p->graph->tensors[t];
+  int n = p->desc.ndevices;
+  sk_mesh mesh;
+  const char *names[1] = {"dp"};
+  sk_result r = sk_mesh_init(&mesh, 1, &n, names, err);
+  if (r || x->ndims == 0) /* a scalar: whole on every device, laid out as sk_ops.h lays scalars */
+    return r ? r : (memset(out, 0, sizeof *out), out->mesh = mesh, SK_OK);
+  sk_dim_map map[SK_MAX_DIMS];
+  memset(map, 0, sizeof map);
+  if (p->desc.dataset == SK_DATASET_DATA_PARALLEL && x->ndims > 0 && n > 1) {
+    if (x->shape[0] % n)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "input '%s': its batch (%lld) does not divide by %d devices",
+                      x->name, (long long)x->shape[0], n);
+    map[0].naxes = 1, map[0].axes[0] = 0;
+  }
+  return sk_layout_init(out, &mesh, x->ndims, x->shape, map, err);
+}
+
+/* Every tensor's layout: inputs by the dataset strategy, outputs as produced, parameters as
+   first read. */
+static sk_result sk__par_tensor_layouts(sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  bool *placed = (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
+  if (!placed) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory placing tensors");
+  sk_result r = SK_OK;
+  for (int t = 0; t < g->ntensors && !r; t++)
+    if (g->tensors[t].role == SK_TENSOR_INPUT) r = sk__par_input_layout(p, t, &p->tensors[t].layout, err), placed[t] = true;
+  for (int o = 0; o < g->nops && !r; o++) {
+    const sk_graph_op *op = &g->ops[o];
+    for (int k = 0; k < op->ninputs; k++)
+      if (!placed[op->inputs[k]]) p->tensors[op->inputs[k]].layout = p->ops[o].plan.in[k], placed[op->inputs[k]] = true;
+    for (int k = 0; k < op->noutputs; k++) p->tensors[op->outputs[k]].layout = p->ops[o].plan.out[k], placed[op->outputs[k]] = true;
+  }
+  for (int t = 0; t < g->ntensors && !r; t++) /* a parameter nobody reads: whole on every device */
+    if (!placed[t]) r = sk_layout_init(&p->tensors[t].layout, &p->ops[0].plan.mesh, g->tensors[t].ndims,
+                                       g->tensors[t].shape, NULL, err);
+  free(placed);
+  return r;
+}
+
+static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  for (int o = 0; o < g->nops; o++) {
+    const sk_graph_op *op = &g->ops[o];
+    sk_parallel_op *po = &p->ops[o];
+    for (int k = 0; k < op->ninputs; k++) {
+      sk_result r = sk__par_kernel_layout(&po->plan, k, &po->kernel_in[k], err);
+      if (r) return sk__fail(err, r, "operator '%s' input %d: %s", op->name, k, err ? err->msg : "");
+      po->moved[k] = !sk_parallel_same_layout(&p->tensors[op->inputs[k]].layout, &po->kernel_in[k]);
+      po->replication[k] = (po->desc.params >> k) & 1u ? sk__par_replication(&po->plan, k) : 1;
+    }
+  }
+  return SK_OK;
+}
+
+static void sk__par_push(sk_parallel_plan *p, sk_parallel_step_kind kind, int op, int slot, const sk_op_comm *comm) {
+  sk_parallel_step *s = &p->steps[p->nsteps++];
+  memset(s, 0, sizeof *s);
+  s->kind = kind, s->op = op, s->slot = slot;
+  if (comm) s->comm = *comm;
+  else s->comm.kind = SK_COLL_NONE, s->comm.scale = 1;
+}
+
+static void sk__par_forward_steps(sk_parallel_plan *p) {
+  const sk_graph *g = p->graph;
+  for (int o = 0; o < g->nops; o++) {
+    const sk_parallel_op *po = &p->ops[o];
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (po->moved[k]) sk__par_push(p, SK_PSTEP_MOVE, o, k, NULL);
+    sk__par_push(p, SK_PSTEP_FORWARD, o, 0, NULL);
+    sk_coll_kind f = po->plan.fwd.kind;
+    if (f == SK_COLL_ALLREDUCE || f == SK_COLL_REDUCE_SCATTER) sk__par_push(p, SK_PSTEP_FORWARD_COMM, o, 0, &po->plan.fwd);
+  }
+}
+
+/* Backward of operator o, when a gradient reaches one of its outputs. */
+static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
+  const sk_graph *g = p->graph;
+  const sk_graph_op *op = &g->ops[o];
+  const sk_parallel_op *po = &p->ops[o];
+  bool takes = false;
+  for (int k = 0; k < op->ninputs; k++)
+    takes = takes || (p->tensors[op->inputs[k]].needs_grad && sk_exec_differentiable(op, k));
+  if (!takes) return;
+  const sk_op_comm *f = &po->plan.fwd; /* an AllReduce's gradient passes unchanged unless it scaled */
+  if (f->kind == SK_COLL_REDUCE_SCATTER || (f->kind == SK_COLL_ALLREDUCE && f->scale != 1))
+    sk__par_push(p, SK_PSTEP_UNDO_COMM, o, 0, f);
+  sk__par_push(p, SK_PSTEP_BACKWARD, o, 0, NULL);
+  for (int k = 0; k < op->ninputs; k++) {
+    if (!p->tensors[op->inputs[k]].needs_grad || !sk_exec_differentiable(op, k)) continue;
+    if (po->plan.bwd_in[k].kind != SK_COLL_NONE) sk__par_push(p, SK_PSTEP_BACKWARD_COMM, o, k, &po->plan.bwd_in[k]);
+    if (((po->desc.params >> k) & 1u) && po->plan.grad[k].kind != SK_COLL_NONE)
+      sk__par_push(p, SK_PSTEP_MIRROR, o, k, &po->plan.grad[k]);
+    if (po->moved[k]) sk__par_push(p, SK_PSTEP_MOVE_BACK, o, k, NULL);
+  }
+}
+
+static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  size_t most = 1;
+  for (int o = 0; o < g->nops; o++) most += 4 + 4 * (size_t)g->ops[o].ninputs;
+  p->steps = (sk_parallel_step *)calloc(most, sizeof *p->steps);
+  if (!p->steps) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the program");
+  sk__par_forward_steps(p);
+  for (int o = g->nops - 1; o >= 0; o--) sk__par_backward_steps(p, o);
+  sk__par_push(p, SK_PSTEP_UPDATE, -1, 0, NULL);
+  return SK_OK;
+}
+
+SK_API void sk_parallel_free(sk_parallel_plan *p) {
+  if (!p) return;
+  free(p->ops), free(p->tensors), free(p->steps);
+  memset(p, 0, sizeof *p);
+}
+
+SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *p,
+                                     sk_error *err) {
+  if (!g || !desc || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL argument");
+  memset(p, 0, sizeof *p);
+  if (desc->ndevices < 1 || desc->ndevices > SK_MAX_DEVICES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d devices (1..%d)", desc->ndevices, SK_MAX_DEVICES);
+  if ((unsigned)desc->dataset > SK_DATASET_FULL_BATCH)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown dataset strategy %d", (int)desc->dataset);
+  sk_result r = sk_graph_check(g, err);
+  if (r) return r;
+  p->graph = g, p->desc = *desc;
+  p->ops = (sk_parallel_op *)calloc((size_t)g->nops + 1, sizeof *p->ops);
+  p->tensors = (sk_parallel_tensor *)calloc((size_t)g->ntensors + 1, sizeof *p->tensors);
+  if (!p->ops || !p->tensors) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan");
+  if (!r) sk__par_mark_grads(p);
+  for (int o = 0; o < g->nops && !r; o++) r = sk__par_plan_op(p, o, err);
+  if (!r && g->nops == 0) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: the network has no operator");
+  if (!r) r = sk__par_tensor_layouts(p, err);
+  if (!r) r = sk__par_kernel_layouts(p, err);
+  if (!r) r = sk__par_steps(p, err);
+  if (r) sk_parallel_free(p);
+  return r;
+}
+
+/* ---- facts ---------------------------------------------------------------------------------- */
+
+static int64_t sk__par_numel(int nd, const int64_t *shape, int from, int to) {
+  int64_t n = 1;
+  for (int d = from; d < to && d < nd; d++) n *= shape[d];
+  return n;
+}
+
+SK_API sk_result sk_parallel_facts(const sk_parallel_plan *p, int o, int rank, sk_exec_facts *f, sk_error *err) {
+  if (!p || !p->graph || !f || o < 0 || o >= p->graph->nops || rank < 0 || rank >= p->desc.ndevices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: facts: bad argument (operator %d, rank %d)", o, rank);
+  memset(f, 0, sizeof *f);
+  const sk_parallel_op *po = &p->ops[o];
+  const sk_op_desc *d = &po->desc;
+  sk_slice s;
+  sk_result r = SK_OK;
+  switch (d->kind) {
+    case SK_OP_SOFTMAX_CE: f->global_count = sk__par_numel(d->ndims[0], d->shape[0], 0, d->ndims[0] - 1); break;
+    case SK_OP_MAE_LOSS: f->global_count = sk__par_numel(d->ndims[0], d->shape[0], 0, d->ndims[0]); break;
+    case SK_OP_ONE_HOT: {
+      const sk_layout *l = &po->plan.out[0];
+      int axis = d->naxis ? d->axis[0] : -1, cdim = axis == 0 ? 0 : l->ndims - 1;
+      if (!(r = sk_layout_slice(l, rank, &s, err))) f->offset = s.start[cdim];
+      break;
+    }
+    case SK_OP_GATHER: {
+      int axis = d->naxis ? d->axis[0] : 0;
+      if (!(r = sk_layout_slice(&po->kernel_in[0], rank, &s, err))) f->offset = s.start[axis < 0 ? axis + d->ndims[0] : axis];
+      break;
+    }
+    case SK_OP_DROPOUT: {
+      const sk_layout *l = &po->plan.out[0];
+      f->global_ndims = l->ndims;
+      memcpy(f->global_shape, l->shape, sizeof f->global_shape);
+      r = sk_layout_slice(l, rank, &f->slice, err);
+      break;
+    }
+    default: break; /* ReduceMean divides locally; its forward collective scales */
+  }
+  return r;
+}
+
+/* ---- printing ------------------------------------------------------------------------------- */
+
+typedef struct sk__par_text {
+  char *buf;
+  size_t cap, len;
+} sk__par_text;
+
+static SK__PRINTF(2, 3) void sk__par_put(sk__par_text *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *at = t->len < t->cap ? t->buf + t->len : NULL;
+  int n = vsnprintf(at, at ? t->cap - t->len : 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) t->len += (size_t)n;
+}
+
+static void sk__par_put_slice(sk__par_text *t, const sk_layout *l, int rank) {
+  sk_slice s;
+  if (sk_layout_slice(l, rank, &s, NULL)) {
+    sk__par_put(t, "?");
+    return;
+  }
+  sk__par_put(t, "[");
+  for (int d = 0; d < l->ndims; d++) sk__par_put(t, "%s%lld:%lld", d ? ", " : "", (long long)s.start[d], (long long)s.stop[d]);
+  sk__par_put(t, "]");
+}
+
+static void sk__par_put_group(sk__par_text *t, const sk_mesh *mesh, uint32_t axes, int rank) {
+  int ranks[SK_MAX_DEVICES], n = 0;
+  if (sk_mesh_group(mesh, rank, axes, ranks, SK_MAX_DEVICES, &n, NULL)) {
+    sk__par_put(t, " group ?");
+    return;
+  }
+  sk__par_put(t, " group {");
+  for (int i = 0; i < n && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", ranks[i]);
+  sk__par_put(t, "%s}", n > 16 ? ",..." : "");
+}
+
+static void sk__par_put_step(sk__par_text *t, const sk_parallel_plan *p, const sk_parallel_step *s, int rank) {
+  const sk_graph *g = p->graph;
+  sk__par_put(t, "%-12s", sk_parallel_step_name(s->kind));
+  if (s->kind == SK_PSTEP_UPDATE) {
+    sk__par_put(t, " every parameter\n");
+    return;
+  }
+  const sk_graph_op *op = &g->ops[s->op];
+  const sk_parallel_op *po = &p->ops[s->op];
+  sk__par_put(t, " %s (%s)", op->name, sk_op_kind_name(op->desc.kind));
+  if (s->kind == SK_PSTEP_MOVE || s->kind == SK_PSTEP_MOVE_BACK || s->kind == SK_PSTEP_BACKWARD_COMM ||
+      s->kind == SK_PSTEP_MIRROR) {
+    int t_in = op->inputs[s->slot];
+    sk__par_put(t, " input %d '%s' ", s->slot, g->tensors[t_in].name);
+    const sk_layout *a = &p->tensors[t_in].layout, *b = &po->kernel_in[s->slot];
+    if (s->kind == SK_PSTEP_MOVE) sk__par_put_slice(t, a, rank), sk__par_put(t, " -> "), sk__par_put_slice(t, b, rank);
+    else if (s->kind == SK_PSTEP_MOVE_BACK) sk__par_put_slice(t, b, rank), sk__par_put(t, " -> "), sk__par_put_slice(t, a, rank);
+    else sk__par_put_slice(t, b, rank);
+  } else if (s->kind == SK_PSTEP_FORWARD || s->kind == SK_PSTEP_FORWARD_COMM) {
+    sk__par_put(t, " out ");
+    sk__par_put_slice(t, &po->plan.out[0], rank);
+  }
+  if (s->comm.kind != SK_COLL_NONE) {
+    sk__par_put(t, " %s(%s)", sk_coll_kind_name(s->kind == SK_PSTEP_UNDO_COMM && s->comm.kind == SK_COLL_REDUCE_SCATTER
+                                                    ? SK_COLL_ALLGATHER : s->comm.kind),
+                sk_redop_name(s->comm.op));
+    sk__par_put_group(t, &po->plan.mesh, s->comm.axes, rank);
+    if (s->comm.scale != 1 && s->comm.scale != 0) sk__par_put(t, " x%.6g", s->comm.scale);
+  }
+  if (s->kind == SK_PSTEP_MIRROR && po->replication[s->slot] > 1) sk__par_put(t, " /%d first", po->replication[s->slot]);
+  sk__par_put(t, "\n");
+}
+
+SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, char *buf, size_t cap) {
+  sk__par_text t = {buf, buf ? cap : 0, 0};
+  if (cap && buf) buf[0] = 0;
+  if (!p || !p->steps || rank < 0 || rank >= p->desc.ndevices) return 0;
+  sk__par_put(&t, "# device %d of %d: %d steps\n", rank, p->desc.ndevices, p->nsteps);
+  for (int i = 0; i < p->nsteps; i++) sk__par_put(&t, "%4d ", i), sk__par_put_step(&t, p, &p->steps[i], rank);
+  return t.len;
+}
+
+SK_EXTERN_C_END
+#endif /* SK_PARALLEL_IMPL */

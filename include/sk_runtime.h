@@ -1,0 +1,913 @@
+/* sk_runtime.h -- AutoParallel's runtime: runs a compiled program (sk_parallel.h) on every
+   device of a world, forward, backward, optimizer, and evaluates.
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_RUNTIME_IMPL + the modules it includes)
+                             #include "sk_runtime.h"
+   Needs only libc and libm, and a backend (threads, MPI: the same program on either).
+
+   HOW IT RUNS
+     Every device calls sk_runtime_create with its communicator (collective: it creates the
+     groups, the redistribution executors and the fusion scheduler the program needs), then per
+     step sk_runtime_feed for each network input (the GLOBAL batch: each device keeps its slice),
+     then sk_runtime_step (collective). The program's steps run in order: moves through
+     sk_redist.h, operators through sk_exec.h, collectives through sk_comm.h; parameter gradients'
+     Mirror AllReduces go to the fusion scheduler (sk_fusion.h) as soon as their gradient is
+     ready, so they overlap the rest of the backward, and the update waits for them. Initial
+     parameters are the single-device trainer's (sk_graph_init_params with the same seed), each
+     device keeping its slice, so N devices start from the model one device starts from.
+
+   DTYPES: f32 and f64 (f16 / bf16 are refused for now).
+
+   MEMORY: every buffer the runtime allocates goes through desc.alloc and is counted by kind
+     (sk_runtime_memory); the redistribution executors and the fusion scheduler allocate
+     through it too and are counted as communication buffers.
+
+   ERRORS: a failing step returns its sk_result with a message naming the step, the operator and
+     the tensor; collectives that fail take the world down (sk_comm.h's fault rules), so a
+     device's failure ends every device's step with an error, never a hang.
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_RUNTIME_IMPL)
+#define SK_RUNTIME_IMPL
+#endif
+#ifndef SK_RUNTIME_H
+#define SK_RUNTIME_H
+
+#include "sk_comm.h"
+#include "sk_core.h"
+#include "sk_exec.h"
+#include "sk_fusion.h"
+#include "sk_kernels.h"
+#include "sk_optim.h"
+#include "sk_parallel.h"
+#include "sk_redist.h"
+
+SK_EXTERN_C_BEGIN
+
+/* Zero-initialise; zero fields take the defaults below. */
+typedef struct sk_runtime_desc {
+  sk_dtype dtype;               /* f32 (zero) or f64 */
+  sk_optim_desc optim;          /* zero: SGD with MindSpore's defaults */
+  uint64_t seed;                /* initial parameters and dropout masks (zero: 1) */
+  const sk_kernel_ctx *kernels; /* the GEMM hook (NULL: the built-in GEMM) */
+  sk_allocator alloc;           /* zero: the C library */
+  sk_fusion_desc fusion;        /* bucketing of the Mirror AllReduces (zero: auto); its allocator is alloc */
+  double device_flops;          /* the modelled device's FLOP/s: each operator reports its FLOPs' time to
+                                   the world's virtual clock (sk_comm_compute); 0: nothing reported */
+} sk_runtime_desc;
+
+/* Bytes a device holds, by kind. */
+typedef struct sk_runtime_memory {
+  uint64_t parameters, gradients, optimizer_state, activations, communication;
+} sk_runtime_memory;
+
+/* What training steps did on this device, summed since create: FLOPs (a MatMul's 2mnk, and
+   twice that backward; one per output element for the others, two backward) and the
+   communication per collective kind and group size (bytes: each call's buffer, as nccl-tests
+   counts its size; kind SK_COLL_NONE: a redistribution's moves, bytes: what this device sends). */
+#define SK_RUNTIME_COMM_ROWS 32
+typedef struct sk_runtime_comm_row {
+  sk_coll_kind kind;
+  int group;
+  uint64_t calls, bytes;
+} sk_runtime_comm_row;
+
+typedef struct sk_runtime_stats {
+  int64_t steps;
+  double flops;
+  int nrows; /* rows past SK_RUNTIME_COMM_ROWS distinct (kind, group) pairs are summed into the last */
+  sk_runtime_comm_row rows[SK_RUNTIME_COMM_ROWS];
+} sk_runtime_stats;
+
+typedef struct sk_runtime sk_runtime;
+
+SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, const sk_runtime_desc *desc,
+                                   sk_runtime **out, sk_error *err);
+SK_API void sk_runtime_destroy(sk_runtime *rt);
+/* Input `input` from the whole (global) tensor: n elements of dtype dt; this device keeps its
+   slice (floats convert to the run's dtype, integers between i32 and i64). */
+SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, size_t n, sk_error *err);
+/* One training step (collective); *loss (may be NULL): the network's loss, the same on every device. */
+SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err);
+/* Inference-mode forward over the fed inputs (collective): rows whose argmax(logits) is the label. */
+SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err);
+/* The whole tensor on every device (collective): `full` holds its global element count in the
+   run's dtype (floats) or the graph's (integers). */
+SK_API sk_result sk_runtime_gather(sk_runtime *rt, int tensor, void *full, sk_error *err);
+SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *mem);
+SK_API int64_t sk_runtime_steps(const sk_runtime *rt);
+SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *stats);
+
+SK_EXTERN_C_END
+#endif /* SK_RUNTIME_H */
+
+#if defined(SK_RUNTIME_IMPL) && !defined(SK_RUNTIME_IMPL_DONE)
+#define SK_RUNTIME_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#include <stdlib.h>
+#include <string.h>
+
+SK_EXTERN_C_BEGIN
+
+enum { SK__RT_PARAMS = 0, SK__RT_GRADS, SK__RT_STATE, SK__RT_ACTS, SK__RT_COMM, SK__RT_KINDS };
+
+/* What operator o needs on this device beyond its tensors' buffers. */
+typedef struct sk__rt_op {
+  void *kin[SK_OP_MAX_INPUTS];   /* a moved input in the kernel's layout */
+  void *dkin[SK_OP_MAX_INPUTS];  /* its gradient there */
+  sk_exec_arg karg[SK_OP_MAX_INPUTS];
+  void *pre_rs, *dy_full;        /* output 0 before a forward ReduceScatter, its gathered gradient */
+  int64_t pre_rs_count;
+  int rs_group;                  /* the ReduceScatter's group size */
+  sk_redist_executor *move[SK_OP_MAX_INPUTS], *move_back[SK_OP_MAX_INPUTS];
+  sk_comm *fwd, *bwd[SK_OP_MAX_INPUTS], *mirror[SK_OP_MAX_INPUTS];
+  int fusion_handle[SK_OP_MAX_INPUTS]; /* -1: the Mirror runs at its step */
+  uint64_t move_bytes[SK_OP_MAX_INPUTS], move_back_bytes[SK_OP_MAX_INPUTS]; /* this device sends */
+  int last_step[SK_OP_MAX_INPUTS];     /* the last backward step touching input k's gradient */
+  void *dx[SK_OP_MAX_INPUTS];          /* where this step's backward wrote input k's gradient */
+  bool add[SK_OP_MAX_INPUTS];          /* ... to be summed into the tensor's gradient */
+  sk_exec_facts facts;
+} sk__rt_op;
+
+typedef struct sk__rt_group {
+  sk_mesh mesh;
+  uint32_t axes;
+  sk_comm *comm;
+} sk__rt_group;
+
+struct sk_runtime {
+  sk_comm *comm;
+  int rank;
+  const sk_parallel_plan *plan;
+  const sk_graph *g;
+  sk_runtime_desc desc;
+  sk_optim_desc optim;
+  sk_dtype cdt;
+  int64_t step;
+  void **values, **grads, **state0, **state1;
+  bool *written;
+  int *readers;       /* how many operators read each tensor */
+  sk_exec_arg *args;  /* per tensor: its slice as sk_exec sees it */
+  sk__rt_op *ops;
+  sk__rt_group *groups;
+  int ngroups, group_cap;
+  sk_fusion *fusion;
+  void *scratch[SK_OP_MAX_INPUTS]; /* an input's gradient to be summed into one already written */
+  int kind;           /* what the next allocation is counted as */
+  uint64_t bytes[SK__RT_KINDS];
+  bool counting;           /* inside a training step: the stats count */
+  sk_runtime_stats stats;
+  sk_allocator counted; /* desc.alloc, counted: handed to the modules that allocate for us */
+};
+
+/* ---- allocation, counted by kind ------------------------------------------------------------- */
+
+typedef struct sk__rt_block { /* the header in front of every counted block */
+  size_t bytes;
+  int kind;
+  int pad[13]; /* 64 bytes: the block after it stays 64-byte aligned */
+} sk__rt_block;
+
+static void *sk__rt_counted_alloc(void *user, size_t size, size_t align) {
+  sk_runtime *rt = (sk_runtime *)user;
+  (void)align; /* 64 covers every alignment the modules ask for */
+  size_t n = (size + 63) / 64 * 64 + sizeof(sk__rt_block);
+  sk__rt_block *b = (sk__rt_block *)(rt->desc.alloc.alloc ? rt->desc.alloc.alloc(rt->desc.alloc.user, n, 64)
+                                                           : aligned_alloc(64, n));
+  if (!b) return NULL;
+  memset(b, 0, n);
+  b->bytes = size, b->kind = rt->kind;
+  rt->bytes[rt->kind] += size;
+  return b + 1;
+}
+
+static void sk__rt_counted_free(void *user, void *p) {
+  sk_runtime *rt = (sk_runtime *)user;
+  if (!p) return;
+  sk__rt_block *b = (sk__rt_block *)p - 1;
+  rt->bytes[b->kind] -= b->bytes;
+  if (rt->desc.alloc.free) rt->desc.alloc.free(rt->desc.alloc.user, b);
+  else free(b);
+}
+
+static void *sk__rt_alloc(sk_runtime *rt, int kind, size_t bytes) {
+  rt->kind = kind;
+  return sk__rt_counted_alloc(rt, bytes ? bytes : 1, 64);
+}
+
+/* Puts `prefix` in front of err's message (the end of a long message is cut). */
+static void sk__rt_prefix(sk_error *err, const char *prefix) {
+  char msg[SK_ERROR_MSG_MAX];
+  memcpy(msg, err->msg, sizeof msg);
+  msg[sizeof msg - 1] = 0;
+  size_t at = strlen(prefix) < sizeof err->msg - 1 ? strlen(prefix) : sizeof err->msg - 1;
+  memmove(err->msg, prefix, at);
+  size_t len = strlen(msg), room = sizeof err->msg - 1 - at;
+  memcpy(err->msg + at, msg, len < room ? len : room);
+  err->msg[at + (len < room ? len : room)] = 0;
+}
+
+/* ---- tensors on this device --------------------------------------------------------------- */
+
+static bool sk__rt_is_float(sk_dtype dt) { return dt == SK_F32 || dt == SK_F64 || dt == SK_F16 || dt == SK_BF16; }
+
+static sk_dtype sk__rt_dtype(const sk_runtime *rt, int t) {
+  sk_dtype dt = rt->g->tensors[t].dtype;
+  return sk__rt_is_float(dt) ? rt->cdt : dt;
+}
+
+static int64_t sk__rt_count(const sk_layout *l) {
+  int64_t s[SK_MAX_DIMS] = {0}, n = 1;
+  sk_layout_slice_shape(l, s);
+  for (int d = 0; d < l->ndims; d++) n *= s[d];
+  return n;
+}
+
+static void sk__rt_view(sk_exec_arg *a, const sk_layout *l, sk_dtype dt, void *data) {
+  memset(a, 0, sizeof *a);
+  a->dtype = dt, a->ndims = l->ndims, a->data = data;
+  sk_layout_slice_shape(l, a->shape);
+}
+
+static size_t sk__rt_bytes(const sk_runtime *rt, int t) {
+  return (size_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(sk__rt_dtype(rt, t));
+}
+
+static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
+  const sk_graph *g = rt->g;
+  int nstates = sk_optim_nstates(&rt->optim);
+  for (int t = 0; t < g->ntensors; t++) {
+    const sk_parallel_tensor *pt = &rt->plan->tensors[t];
+    bool param = g->tensors[t].role == SK_TENSOR_PARAM;
+    size_t b = sk__rt_bytes(rt, t);
+    rt->values[t] = sk__rt_alloc(rt, param ? SK__RT_PARAMS : SK__RT_ACTS, b);
+    if (pt->needs_grad) rt->grads[t] = sk__rt_alloc(rt, SK__RT_GRADS, b);
+    if (param && nstates > 0) rt->state0[t] = sk__rt_alloc(rt, SK__RT_STATE, b);
+    if (param && nstates > 1) rt->state1[t] = sk__rt_alloc(rt, SK__RT_STATE, b);
+    if (!rt->values[t] || (pt->needs_grad && !rt->grads[t]) || (param && nstates > 0 && !rt->state0[t]) ||
+        (param && nstates > 1 && !rt->state1[t]))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for tensor '%s'", g->tensors[t].name);
+    sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), rt->values[t]);
+  }
+  return SK_OK;
+}
+
+/* Scratch holds a second gradient of a tensor several operators read: its slice, or the layout
+   an operator reads it in. */
+static sk_result sk__rt_alloc_scratch(sk_runtime *rt, sk_error *err) {
+  const sk_graph *g = rt->g;
+  size_t most = 0;
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++) {
+      int t = g->ops[o].inputs[k];
+      if (rt->readers[t] < 2 || !rt->plan->tensors[t].needs_grad) continue;
+      size_t es = sk_dtype_size(sk__rt_dtype(rt, t)), a = sk__rt_bytes(rt, t);
+      size_t b = (size_t)sk__rt_count(&rt->plan->ops[o].kernel_in[k]) * es;
+      most = a > most ? a : most, most = b > most ? b : most;
+    }
+  for (int k = 0; k < SK_OP_MAX_INPUTS && most; k++)
+    if (!(rt->scratch[k] = sk__rt_alloc(rt, SK__RT_GRADS, most)))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the gradient scratch");
+  return SK_OK;
+}
+
+/* ---- groups and moves ----------------------------------------------------------------------- */
+
+static bool sk__rt_same_mesh(const sk_mesh *a, const sk_mesh *b) {
+  if (a->naxes != b->naxes) return false;
+  for (int i = 0; i < a->naxes; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+/* The communicator along `axes` of `mesh` (collective; one per distinct group set). */
+static sk_result sk__rt_group_of(sk_runtime *rt, const sk_mesh *mesh, uint32_t axes, sk_comm **out, sk_error *err) {
+  for (int i = 0; i < rt->ngroups; i++)
+    if (rt->groups[i].axes == axes && sk__rt_same_mesh(&rt->groups[i].mesh, mesh)) return *out = rt->groups[i].comm, SK_OK;
+  if (rt->ngroups == rt->group_cap) {
+    int cap = rt->group_cap ? 2 * rt->group_cap : 16;
+    sk__rt_group *g = (sk__rt_group *)realloc(rt->groups, (size_t)cap * sizeof *g);
+    if (!g) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for groups");
+    rt->groups = g, rt->group_cap = cap;
+  }
+  sk_result r = sk_comm_split_mesh(rt->comm, mesh, axes, out);
+  if (r) return sk__fail(err, r, "runtime: creating a group: %s", sk_comm_error_message(rt->comm));
+  sk__rt_group *g = &rt->groups[rt->ngroups++];
+  g->mesh = *mesh, g->axes = axes, g->comm = *out;
+  return SK_OK;
+}
+
+static sk_result sk__rt_move(sk_runtime *rt, const sk_layout *from, const sk_layout *to, sk_dtype dt,
+                             sk_redist_executor **ex, sk_error *err) {
+  sk_redist_desc rd;
+  memset(&rd, 0, sizeof rd);
+  rd.from = *from, rd.to = *to, rd.dtype = dt, rd.allocator = rt->counted;
+  rt->kind = SK__RT_COMM;
+  return sk_redist_executor_create(rt->comm, &rd, ex, err);
+}
+
+/* What this device sends in a move. */
+static uint64_t sk__rt_plan_sends(const sk_redist_executor *ex, int rank) {
+  uint64_t recv = 0, send = 0;
+  const sk_redist_plan *p = ex ? sk_redist_executor_plan(ex) : NULL;
+  if (!p || sk_redist_plan_bytes(p, -1, rank, &recv, &send, NULL)) return 0;
+  return send;
+}
+
+/* Operator o's buffers, groups and moves (collective). */
+static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
+  const sk_graph_op *op = &rt->g->ops[o];
+  const sk_parallel_op *po = &rt->plan->ops[o];
+  sk__rt_op *ro = &rt->ops[o];
+  sk_result r = sk_parallel_facts(rt->plan, o, rt->rank, &ro->facts, err);
+  for (int k = 0; k < op->ninputs && !r; k++) {
+    int t = op->inputs[k];
+    sk_dtype dt = sk__rt_dtype(rt, t);
+    ro->fusion_handle[k] = -1;
+    if (po->moved[k]) {
+      size_t b = (size_t)sk__rt_count(&po->kernel_in[k]) * sk_dtype_size(dt);
+      ro->kin[k] = sk__rt_alloc(rt, SK__RT_ACTS, b);
+      ro->dkin[k] = rt->plan->tensors[t].needs_grad ? sk__rt_alloc(rt, SK__RT_GRADS, b) : NULL;
+      if (!ro->kin[k] || (rt->plan->tensors[t].needs_grad && !ro->dkin[k]))
+        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for operator '%s'", op->name);
+      r = sk__rt_move(rt, &rt->plan->tensors[t].layout, &po->kernel_in[k], dt, &ro->move[k], err);
+      if (!r && ro->dkin[k]) r = sk__rt_move(rt, &po->kernel_in[k], &rt->plan->tensors[t].layout, dt, &ro->move_back[k], err);
+      ro->move_bytes[k] = sk__rt_plan_sends(ro->move[k], rt->rank);
+      ro->move_back_bytes[k] = sk__rt_plan_sends(ro->move_back[k], rt->rank);
+    }
+    sk__rt_view(&ro->karg[k], &po->kernel_in[k], dt, po->moved[k] ? ro->kin[k] : rt->values[t]);
+    if (!r && po->plan.bwd_in[k].kind != SK_COLL_NONE) r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.bwd_in[k].axes, &ro->bwd[k], err);
+    if (!r && po->plan.grad[k].kind != SK_COLL_NONE && ((po->desc.params >> k) & 1u))
+      r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.grad[k].axes, &ro->mirror[k], err);
+  }
+  if (!r && po->plan.fwd.kind != SK_COLL_NONE) r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.fwd.axes, &ro->fwd, err);
+  if (!r && po->plan.fwd.kind == SK_COLL_REDUCE_SCATTER) {
+    int t = op->outputs[0];
+    ro->rs_group = sk_comm_size(ro->fwd);
+    ro->pre_rs_count = sk_parallel_slice_count(rt->plan, t) * ro->rs_group;
+    size_t b = (size_t)ro->pre_rs_count * sk_dtype_size(sk__rt_dtype(rt, t));
+    ro->pre_rs = sk__rt_alloc(rt, SK__RT_ACTS, b), ro->dy_full = sk__rt_alloc(rt, SK__RT_GRADS, b);
+    if (!ro->pre_rs || !ro->dy_full) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for '%s'", op->name);
+  }
+  return r;
+}
+
+/* The Mirror of a parameter read once, in its own layout, goes through the fusion scheduler on
+   the parameter's gradient buffer; the others run at their step. */
+static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
+  sk_fusion_desc fd = rt->desc.fusion;
+  fd.allocator = rt->counted;
+  rt->kind = SK__RT_COMM;
+  sk_result r = sk_fusion_create(&fd, &rt->fusion, err);
+  for (int i = 0; i < rt->plan->nsteps && !r; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (s->kind != SK_PSTEP_MIRROR) continue;
+    int t = rt->g->ops[s->op].inputs[s->slot];
+    sk__rt_op *ro = &rt->ops[s->op];
+    if (rt->readers[t] != 1 || rt->plan->ops[s->op].moved[s->slot]) continue;
+    rt->kind = SK__RT_COMM;
+    r = sk_fusion_add_allreduce(rt->fusion, ro->mirror[s->slot], rt->grads[t], rt->grads[t],
+                                (size_t)sk_parallel_slice_count(rt->plan, t), rt->cdt, SK_SUM, rt->g->ops[s->op].fusion,
+                                rt->g->tensors[t].name, &ro->fusion_handle[s->slot]);
+    if (r) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
+  }
+  rt->kind = SK__RT_COMM;
+  if (!r && (r = sk_fusion_plan(rt->fusion))) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
+  return r;
+}
+
+static void sk__rt_last_steps(sk_runtime *rt) {
+  for (int i = 0; i < rt->plan->nsteps; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (s->kind == SK_PSTEP_BACKWARD)
+      for (int k = 0; k < SK_OP_MAX_INPUTS; k++) rt->ops[s->op].last_step[k] = i;
+    else if (s->kind == SK_PSTEP_BACKWARD_COMM || s->kind == SK_PSTEP_MIRROR || s->kind == SK_PSTEP_MOVE_BACK)
+      rt->ops[s->op].last_step[s->slot] = i;
+  }
+}
+
+/* Copies device `rank`'s slice of the whole row-major tensor `full` (elements of esize bytes)
+   into out, densely. */
+static sk_result sk__rt_take_slice(size_t esize, const sk_layout *l, int rank, const void *full, void *out,
+                                   sk_error *err) {
+  sk_slice s;
+  sk_result r = sk_layout_slice(l, rank, &s, err);
+  if (r) return r;
+  int nd = l->ndims;
+  if (nd == 0) return memcpy(out, full, esize), SK_OK;
+  int64_t idx[SK_MAX_DIMS], run = s.stop[nd - 1] - s.start[nd - 1];
+  for (int d = 0; d < nd; d++) idx[d] = s.start[d];
+  char *dst = (char *)out;
+  for (;;) {
+    int64_t at = 0;
+    for (int d = 0; d < nd; d++) at = at * l->shape[d] + idx[d];
+    memcpy(dst, (const char *)full + (size_t)at * esize, (size_t)run * esize);
+    dst += (size_t)run * esize;
+    int d = nd - 2;
+    while (d >= 0 && ++idx[d] == s.stop[d]) idx[d] = s.start[d], d--;
+    if (d < 0) return SK_OK;
+  }
+}
+
+/* Every device draws the whole initial model, as one device does, and keeps its slices. The
+   whole tensors come from desc.alloc too (the largest buffers create takes), freed before it
+   returns. */
+static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
+  const sk_graph *g = rt->g;
+  void **full = (void **)calloc((size_t)g->ntensors + 1, sizeof *full);
+  sk_result r = full ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing parameters");
+  for (int t = 0; t < g->ntensors && !r; t++)
+    if (g->tensors[t].role == SK_TENSOR_PARAM &&
+        !(full[t] = sk__rt_alloc(rt, SK__RT_PARAMS, (size_t)sk_graph_numel(g, t) * sk_dtype_size(rt->cdt))))
+      r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing '%s'", g->tensors[t].name);
+  if (!r) r = sk_graph_init_params(g, rt->desc.seed, rt->cdt, full, err);
+  for (int t = 0; t < g->ntensors && !r; t++)
+    if (g->tensors[t].role == SK_TENSOR_PARAM)
+      r = sk__rt_take_slice(sk_dtype_size(rt->cdt), &rt->plan->tensors[t].layout, rt->rank, full[t], rt->values[t], err);
+  for (int t = 0; full && t < g->ntensors; t++) sk__rt_counted_free(rt, full[t]);
+  free(full);
+  return r;
+}
+
+/* ---- create and destroy --------------------------------------------------------------------- */
+
+static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const sk_runtime_desc *desc,
+                              sk_error *err) {
+  if (!comm || !plan || !plan->graph || !plan->steps) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL argument");
+  if (sk_comm_size(comm) != plan->desc.ndevices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the program is for %d devices, the communicator has %d",
+                    plan->desc.ndevices, sk_comm_size(comm));
+  if (desc->dtype != SK_F32 && desc->dtype != SK_F64)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: dtype %s (f32 or f64)", sk_dtype_name(desc->dtype));
+  if ((!desc->alloc.alloc) != (!desc->alloc.free))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the allocator needs both alloc and free");
+  return SK_OK;
+}
+
+static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
+  size_t n = (size_t)rt->g->ntensors + 1;
+  rt->values = (void **)calloc(n, sizeof(void *)), rt->grads = (void **)calloc(n, sizeof(void *));
+  rt->state0 = (void **)calloc(n, sizeof(void *)), rt->state1 = (void **)calloc(n, sizeof(void *));
+  rt->written = (bool *)calloc(n, sizeof(bool)), rt->readers = (int *)calloc(n, sizeof(int));
+  rt->args = (sk_exec_arg *)calloc(n, sizeof(sk_exec_arg));
+  rt->ops = (sk__rt_op *)calloc((size_t)rt->g->nops + 1, sizeof(sk__rt_op));
+  if (!rt->values || !rt->grads || !rt->state0 || !rt->state1 || !rt->written || !rt->readers || !rt->args || !rt->ops)
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
+  for (int o = 0; o < rt->g->nops; o++)
+    for (int k = 0; k < rt->g->ops[o].ninputs; k++) rt->readers[rt->g->ops[o].inputs[k]]++;
+  return SK_OK;
+}
+
+SK_API void sk_runtime_destroy(sk_runtime *rt) {
+  if (!rt) return;
+  sk_fusion_destroy(rt->fusion);
+  for (int o = 0; rt->ops && o < rt->g->nops; o++) {
+    sk__rt_op *ro = &rt->ops[o];
+    for (int k = 0; k < SK_OP_MAX_INPUTS; k++) {
+      sk_redist_executor_destroy(ro->move[k]), sk_redist_executor_destroy(ro->move_back[k]);
+      sk__rt_counted_free(rt, ro->kin[k]), sk__rt_counted_free(rt, ro->dkin[k]);
+    }
+    sk__rt_counted_free(rt, ro->pre_rs), sk__rt_counted_free(rt, ro->dy_full);
+  }
+  for (int i = 0; i < rt->ngroups; i++) sk_comm_destroy(rt->groups[i].comm);
+  for (int t = 0; rt->values && t < rt->g->ntensors; t++) {
+    sk__rt_counted_free(rt, rt->values[t]), sk__rt_counted_free(rt, rt->grads[t]);
+    sk__rt_counted_free(rt, rt->state0[t]), sk__rt_counted_free(rt, rt->state1[t]);
+  }
+  for (int k = 0; k < SK_OP_MAX_INPUTS; k++) sk__rt_counted_free(rt, rt->scratch[k]);
+  free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
+  free(rt->args), free(rt->ops), free(rt->groups);
+  free(rt);
+}
+
+SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, const sk_runtime_desc *desc,
+                                   sk_runtime **out, sk_error *err) {
+  sk_runtime_desc zero;
+  memset(&zero, 0, sizeof zero);
+  if (!out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL output");
+  *out = NULL;
+  if (!desc) desc = &zero;
+  sk_result r = sk__rt_check(comm, plan, desc, err);
+  if (r) return r;
+  sk_runtime *rt = (sk_runtime *)calloc(1, sizeof *rt);
+  if (!rt) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
+  rt->comm = comm, rt->rank = sk_comm_rank(comm), rt->plan = plan, rt->g = plan->graph, rt->desc = *desc;
+  rt->cdt = desc->dtype == SK_F64 ? SK_F64 : SK_F32;
+  rt->counted.alloc = sk__rt_counted_alloc, rt->counted.free = sk__rt_counted_free, rt->counted.user = rt;
+  if (!rt->desc.seed) rt->desc.seed = 1;
+  r = sk_optim_resolve(&desc->optim, &rt->optim, err);
+  rt->optim.lr = (double)(float)rt->optim.lr; /* MindSpore holds learning_rate in a float32 Parameter */
+  if (!r) r = sk__rt_alloc_arrays(rt, err);
+  if (!r) r = sk__rt_alloc_tensors(rt, err);
+  if (!r) r = sk__rt_alloc_scratch(rt, err);
+  for (int o = 0; o < rt->g->nops && !r; o++) r = sk__rt_setup_op(rt, o, err);
+  if (!r) r = sk__rt_setup_fusion(rt, err);
+  if (!r) r = sk__rt_init_params(rt, err);
+  if (r) {
+    sk_runtime_destroy(rt);
+    return r;
+  }
+  sk__rt_last_steps(rt);
+  *out = rt;
+  return SK_OK;
+}
+
+/* ---- feeding -------------------------------------------------------------------------------- */
+
+static sk_result sk__rt_convert(sk_dtype sdt, const void *src, sk_dtype ddt, void *dst, size_t n, sk_error *err) {
+  bool sf = sk__rt_is_float(sdt), df = sk__rt_is_float(ddt);
+  for (size_t i = 0; sf && df && i < n; i++) {
+    double v = sdt == SK_F64 ? ((const double *)src)[i]
+               : sdt == SK_F32 ? ((const float *)src)[i]
+               : sdt == SK_F16 ? sk_f16_to_f32(((const uint16_t *)src)[i])
+                               : sk_bf16_to_f32(((const uint16_t *)src)[i]);
+    if (ddt == SK_F64) ((double *)dst)[i] = v;
+    else ((float *)dst)[i] = (float)v;
+  }
+  if (sf && df) return SK_OK;
+  if ((sdt == SK_I32 || sdt == SK_I64) && (ddt == SK_I32 || ddt == SK_I64)) {
+    for (size_t i = 0; i < n; i++) {
+      int64_t v = sdt == SK_I64 ? ((const int64_t *)src)[i] : ((const int32_t *)src)[i];
+      if (ddt == SK_I64) ((int64_t *)dst)[i] = v;
+      else ((int32_t *)dst)[i] = (int32_t)v;
+    }
+    return SK_OK;
+  }
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "cannot convert %s data into a %s tensor", sk_dtype_name(sdt),
+                  sk_dtype_name(ddt));
+}
+
+SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, size_t n, sk_error *err) {
+  if (!rt || !global) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed: NULL runtime or data");
+  if (input < 0 || input >= rt->g->ntensors)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed: tensor %d is not an input (the network has %d tensors)",
+                    input, rt->g->ntensors);
+  if (rt->g->tensors[input].role != SK_TENSOR_INPUT)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed '%s': tensor %d is a %s, not an input",
+                    rt->g->tensors[input].name, input, sk_tensor_role_name(rt->g->tensors[input].role));
+  const char *name = rt->g->tensors[input].name;
+  if ((int64_t)n != sk_graph_numel(rt->g, input))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed '%s': %zu elements given, the tensor has %lld", name, n,
+                    (long long)sk_graph_numel(rt->g, input));
+  size_t count = (size_t)sk_parallel_slice_count(rt->plan, input);
+  rt->kind = SK__RT_COMM;
+  void *tmp = sk__rt_counted_alloc(rt, count * sk_dtype_size(dt) + 1, 64);
+  if (!tmp) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: feed '%s': out of memory", name);
+  sk_result r = sk__rt_take_slice(sk_dtype_size(dt), &rt->plan->tensors[input].layout, rt->rank, global, tmp, err);
+  if (!r) r = sk__rt_convert(dt, tmp, sk__rt_dtype(rt, input), rt->values[input], count, err);
+  sk__rt_counted_free(rt, tmp);
+  if (r && err) {
+    char pre[128];
+    snprintf(pre, sizeof pre, "runtime: feed '%.63s': ", name);
+    sk__rt_prefix(err, pre);
+  }
+  return r;
+}
+
+/* ---- what a step does, counted ------------------------------------------------------------ */
+
+static void sk__rt_count_comm(sk_runtime *rt, sk_coll_kind kind, sk_comm *group, uint64_t bytes) {
+  if (!rt->counting) return;
+  int size = group ? sk_comm_size(group) : sk_comm_size(rt->comm);
+  sk_runtime_stats *st = &rt->stats;
+  int i = 0;
+  while (i < st->nrows && !(st->rows[i].kind == kind && st->rows[i].group == size)) i++;
+  if (i == st->nrows && st->nrows < SK_RUNTIME_COMM_ROWS) st->rows[st->nrows++].kind = kind, st->rows[i].group = size;
+  if (i == SK_RUNTIME_COMM_ROWS) i--;
+  st->rows[i].calls++, st->rows[i].bytes += bytes;
+}
+
+
+/* Operator o's FLOPs on this device (see sk_runtime_stats). */
+static double sk__rt_op_flops(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out, bool backward) {
+  double n = 1;
+  for (int d = 0; d < out[0].ndims; d++) n *= (double)out[0].shape[d];
+  sk_op_kind k = op->desc.kind;
+  if ((k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE) && in[0].ndims >= 2) {
+    int kd = op->desc.transpose_a ? in[0].ndims - 2 : in[0].ndims - 1;
+    n *= 2.0 * (double)in[0].shape[kd];
+  }
+  return backward ? 2 * n : n;
+}
+
+static void sk__rt_count_compute(sk_runtime *rt, const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out,
+                                 bool backward) {
+  if (!rt->counting) return;
+  double f = sk__rt_op_flops(op, in, out, backward);
+  rt->stats.flops += f;
+  if (rt->desc.device_flops > 0) sk_comm_compute(rt->comm, f / rt->desc.device_flops * 1e6);
+}
+
+/* ---- the steps ---------------------------------------------------------------------------- */
+
+static void sk__rt_scale(sk_dtype dt, void *buf, int64_t n, double s) {
+  if (s == 1 || s == 0) return;
+  if (dt == SK_F64)
+    for (int64_t i = 0; i < n; i++) ((double *)buf)[i] *= s;
+  else
+    for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = (float)(((float *)buf)[i] * s);
+}
+
+static void sk__rt_add(sk_dtype dt, void *acc, const void *x, int64_t n) {
+  if (dt == SK_F64)
+    for (int64_t i = 0; i < n; i++) ((double *)acc)[i] += ((const double *)x)[i];
+  else
+    for (int64_t i = 0; i < n; i++) ((float *)acc)[i] += ((const float *)x)[i];
+}
+
+/* Operator o's output views; with `grads`, each carries its gradient when one reached it. */
+static void sk__rt_outputs(sk_runtime *rt, int o, sk_exec_arg *out, bool grads) {
+  const sk_graph_op *op = &rt->g->ops[o];
+  sk__rt_op *ro = &rt->ops[o];
+  for (int k = 0; k < op->noutputs; k++) {
+    int t = op->outputs[k];
+    out[k] = rt->args[t];
+    out[k].grad = grads && rt->written[t] ? rt->grads[t] : NULL;
+  }
+  if (ro->pre_rs) { /* before the ReduceScatter, output 0 is whole along the scattered dim */
+    out[0].data = ro->pre_rs, out[0].shape[0] *= ro->rs_group;
+    if (out[0].grad) out[0].grad = ro->dy_full;
+  }
+}
+
+static sk_result sk__rt_forward(sk_runtime *rt, int o, bool inference, sk_error *err) {
+  const sk_graph_op *op = &rt->g->ops[o];
+  sk__rt_op *ro = &rt->ops[o];
+  sk_exec_arg out[SK_OP_MAX_OUTPUTS];
+  memset(out, 0, sizeof out);
+  sk__rt_outputs(rt, o, out, false);
+  sk_exec_facts f = ro->facts;
+  f.seed = sk_exec_dropout_seed(rt->desc.seed, o, rt->step), f.inference = inference;
+  sk_result r = sk_exec_forward(rt->desc.kernels, op, &f, ro->karg, out, err);
+  if (!r) sk__rt_count_compute(rt, op, ro->karg, out, false);
+  return r;
+}
+
+static sk_result sk__rt_comm_failed(sk_runtime *rt, sk_comm *c, sk_result r, sk_error *err) {
+  return sk__fail(err, r, "%s", sk_comm_error_message(c ? c : rt->comm));
+}
+
+static sk_result sk__rt_forward_comm(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
+  int t = rt->g->ops[s->op].outputs[0];
+  sk__rt_op *ro = &rt->ops[s->op];
+  int64_t n = sk_parallel_slice_count(rt->plan, t);
+  sk_dtype dt = sk__rt_dtype(rt, t);
+  sk_result r = s->comm.kind == SK_COLL_REDUCE_SCATTER
+                    ? sk_reduce_scatter(ro->fwd, ro->pre_rs, rt->values[t], (size_t)n, dt, s->comm.op)
+                    : sk_allreduce(ro->fwd, rt->values[t], rt->values[t], (size_t)n, dt, s->comm.op);
+  if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
+  sk__rt_scale(dt, rt->values[t], n, s->comm.scale);
+  sk__rt_count_comm(rt, s->comm.kind, ro->fwd,
+                    (uint64_t)(s->comm.kind == SK_COLL_REDUCE_SCATTER ? ro->pre_rs_count : n) * sk_dtype_size(dt));
+  return SK_OK;
+}
+
+/* The backward of the forward collective on output 0's gradient. */
+static sk_result sk__rt_undo_comm(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
+  int t = rt->g->ops[s->op].outputs[0];
+  sk__rt_op *ro = &rt->ops[s->op];
+  if (!rt->written[t]) return SK_OK;
+  int64_t n = sk_parallel_slice_count(rt->plan, t);
+  sk_dtype dt = sk__rt_dtype(rt, t);
+  if (s->comm.kind != SK_COLL_REDUCE_SCATTER) return sk__rt_scale(dt, rt->grads[t], n, s->comm.scale), SK_OK;
+  sk_result r = sk_allgather(ro->fwd, rt->grads[t], ro->dy_full, (size_t)n, dt);
+  if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
+  sk__rt_count_comm(rt, SK_COLL_ALLGATHER, ro->fwd, (uint64_t)ro->pre_rs_count * sk_dtype_size(dt));
+  sk__rt_scale(dt, ro->dy_full, ro->pre_rs_count, s->comm.scale);
+  return SK_OK;
+}
+
+/* Where input k's gradient goes: the moved input's buffer, the tensor's gradient when nothing
+   wrote it yet this step, else a scratch summed in when the input's steps are done. */
+static void *sk__rt_dx_target(sk_runtime *rt, int o, int k) {
+  const sk_graph_op *op = &rt->g->ops[o];
+  sk__rt_op *ro = &rt->ops[o];
+  int t = op->inputs[k];
+  ro->add[k] = false;
+  if (!rt->plan->tensors[t].needs_grad || !sk_exec_differentiable(op, k)) return NULL;
+  if (rt->plan->ops[o].moved[k]) return ro->dkin[k];
+  if (!rt->written[t]) return rt->written[t] = true, rt->grads[t];
+  ro->add[k] = true;
+  return rt->scratch[k];
+}
+
+static sk_result sk__rt_backward(sk_runtime *rt, int o, sk_error *err) {
+  const sk_graph_op *op = &rt->g->ops[o];
+  sk__rt_op *ro = &rt->ops[o];
+  sk_exec_arg out[SK_OP_MAX_OUTPUTS];
+  memset(out, 0, sizeof out);
+  sk__rt_outputs(rt, o, out, true);
+  for (int k = 0; k < SK_OP_MAX_INPUTS; k++) ro->dx[k] = k < op->ninputs ? sk__rt_dx_target(rt, o, k) : NULL;
+  sk_result r = sk_exec_backward(rt->desc.kernels, op, &ro->facts, ro->karg, out, ro->dx, err);
+  if (!r) sk__rt_count_compute(rt, op, ro->karg, out, true);
+  return r;
+}
+
+static int64_t sk__rt_dx_count(const sk_runtime *rt, int o, int k) {
+  return sk__rt_count(&rt->plan->ops[o].kernel_in[k]);
+}
+
+static sk_result sk__rt_backward_comm(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
+  sk__rt_op *ro = &rt->ops[s->op];
+  int64_t n = sk__rt_dx_count(rt, s->op, s->slot);
+  sk_result r = sk_allreduce(ro->bwd[s->slot], ro->dx[s->slot], ro->dx[s->slot], (size_t)n, rt->cdt, s->comm.op);
+  if (r) return sk__rt_comm_failed(rt, ro->bwd[s->slot], r, err);
+  sk__rt_scale(rt->cdt, ro->dx[s->slot], n, s->comm.scale);
+  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, ro->bwd[s->slot], (uint64_t)n * sk_dtype_size(rt->cdt));
+  return SK_OK;
+}
+
+static sk_result sk__rt_mirror(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
+  sk__rt_op *ro = &rt->ops[s->op];
+  int k = s->slot;
+  int64_t n = sk__rt_dx_count(rt, s->op, k);
+  sk__rt_scale(rt->cdt, ro->dx[k], n, 1.0 / rt->plan->ops[s->op].replication[k]);
+  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, ro->mirror[k], (uint64_t)n * sk_dtype_size(rt->cdt));
+  if (ro->fusion_handle[k] >= 0) {
+    sk_result r = sk_fusion_ready(rt->fusion, ro->fusion_handle[k]);
+    return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion)) : SK_OK;
+  }
+  sk_result r = sk_allreduce(ro->mirror[k], ro->dx[k], ro->dx[k], (size_t)n, rt->cdt, s->comm.op);
+  if (r) return sk__rt_comm_failed(rt, ro->mirror[k], r, err);
+  sk__rt_scale(rt->cdt, ro->dx[k], n, s->comm.scale);
+  return SK_OK;
+}
+
+static sk_result sk__rt_move_back(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
+  sk__rt_op *ro = &rt->ops[s->op];
+  int k = s->slot, t = rt->g->ops[s->op].inputs[k];
+  void *target = rt->written[t] ? rt->scratch[k] : rt->grads[t];
+  ro->add[k] = rt->written[t], rt->written[t] = true;
+  sk_result r = sk_redist_execute(ro->move_back[k], ro->dkin[k], (size_t)sk__rt_dx_count(rt, s->op, k), target,
+                                  (size_t)sk_parallel_slice_count(rt->plan, t), rt->cdt);
+  if (r) return sk__fail(err, r, "moving the gradient back: %s", sk_comm_error_message(rt->comm));
+  sk__rt_count_comm(rt, SK_COLL_NONE, NULL, ro->move_back_bytes[k]);
+  ro->dx[k] = target;
+  return SK_OK;
+}
+
+/* After input k's last backward step: a gradient in scratch is summed into the tensor's. */
+static void sk__rt_finish_inputs(sk_runtime *rt, int o, int step) {
+  sk__rt_op *ro = &rt->ops[o];
+  for (int k = 0; k < rt->g->ops[o].ninputs; k++) {
+    if (ro->last_step[k] != step || !ro->add[k] || !ro->dx[k]) continue;
+    int t = rt->g->ops[o].inputs[k];
+    sk__rt_add(rt->cdt, rt->grads[t], ro->dx[k], sk_parallel_slice_count(rt->plan, t));
+    ro->add[k] = false;
+  }
+}
+
+static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
+  sk_result r = sk_fusion_wait(rt->fusion);
+  if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion));
+  for (int t = 0; t < rt->g->ntensors && !r; t++) {
+    if (rt->g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    int64_t n = sk_parallel_slice_count(rt->plan, t);
+    if (!rt->written[t]) memset(rt->grads[t], 0, (size_t)n * sk_dtype_size(rt->cdt)); /* no gradient reached it */
+    r = sk_optim_update(&rt->optim, rt->cdt, rt->step + 1, (size_t)n, rt->values[t], rt->grads[t], rt->state0[t],
+                        rt->state1[t], err);
+  }
+  return r;
+}
+
+static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error *err) {
+  const sk_parallel_step *s = &rt->plan->steps[i];
+  if (s->kind == SK_PSTEP_UPDATE) return sk__rt_update(rt, err);
+  if (s->op < 0 || s->op >= rt->g->nops) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "a step without its operator");
+  sk__rt_op *ro = &rt->ops[s->op];
+  int t = rt->g->ops[s->op].inputs[s->slot];
+  sk_result r = SK_OK;
+  switch (s->kind) {
+    case SK_PSTEP_MOVE:
+      r = sk_redist_execute(ro->move[s->slot], rt->values[t], (size_t)sk_parallel_slice_count(rt->plan, t),
+                            ro->kin[s->slot], (size_t)sk__rt_dx_count(rt, s->op, s->slot), sk__rt_dtype(rt, t));
+      if (r) r = sk__fail(err, r, "%s", sk_comm_error_message(rt->comm));
+      else sk__rt_count_comm(rt, SK_COLL_NONE, NULL, ro->move_bytes[s->slot]);
+      break;
+    case SK_PSTEP_FORWARD: r = sk__rt_forward(rt, s->op, inference, err); break;
+    case SK_PSTEP_FORWARD_COMM: r = sk__rt_forward_comm(rt, s, err); break;
+    case SK_PSTEP_UNDO_COMM: r = sk__rt_undo_comm(rt, s, err); break;
+    case SK_PSTEP_BACKWARD: r = sk__rt_backward(rt, s->op, err); break;
+    case SK_PSTEP_BACKWARD_COMM: r = sk__rt_backward_comm(rt, s, err); break;
+    case SK_PSTEP_MIRROR: r = sk__rt_mirror(rt, s, err); break;
+    case SK_PSTEP_MOVE_BACK: r = sk__rt_move_back(rt, s, err); break;
+    default: r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "unknown step kind %d", (int)s->kind); break;
+  }
+  if (!r) sk__rt_finish_inputs(rt, s->op, i);
+  return r;
+}
+
+/* Names the step, operator and tensor in front of a failed step's message. */
+static sk_result sk__rt_named(const sk_runtime *rt, int i, sk_result r, sk_error *err) {
+  if (!r || !err) return r;
+  const sk_parallel_step *s = &rt->plan->steps[i];
+  char pre[SK_ERROR_MSG_MAX];
+  if (s->op < 0) snprintf(pre, sizeof pre, "step %d (%s): ", i, sk_parallel_step_name(s->kind));
+  else {
+    const sk_graph_op *op = &rt->g->ops[s->op];
+    bool on_output = s->kind == SK_PSTEP_FORWARD || s->kind == SK_PSTEP_FORWARD_COMM || s->kind == SK_PSTEP_UNDO_COMM ||
+                     s->kind == SK_PSTEP_BACKWARD;
+    snprintf(pre, sizeof pre, "step %d (%s) operator '%.63s' tensor '%.63s': ", i, sk_parallel_step_name(s->kind),
+             op->name, rt->g->tensors[on_output ? op->outputs[0] : op->inputs[s->slot]].name);
+  }
+  sk__rt_prefix(err, pre);
+  return r;
+}
+
+static bool sk__rt_is_forward(sk_parallel_step_kind k) {
+  return k == SK_PSTEP_MOVE || k == SK_PSTEP_FORWARD || k == SK_PSTEP_FORWARD_COMM;
+}
+
+SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
+  if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL runtime");
+  int i = 0, n = rt->plan->nsteps, lt = rt->g->loss;
+  sk_result r = SK_OK;
+  rt->counting = true;
+  for (; i < n && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
+  if (r) return rt->counting = false, r;
+  if (loss) *loss = rt->cdt == SK_F64 ? ((const double *)rt->values[lt])[0] : ((const float *)rt->values[lt])[0];
+  memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool));
+  int64_t nl = sk_parallel_slice_count(rt->plan, lt); /* d loss / d loss = 1 on every device */
+  for (int64_t j = 0; j < nl; j++)
+    if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = 1;
+    else ((float *)rt->grads[lt])[j] = 1;
+  rt->written[lt] = true;
+  for (; i < n && !r; i++) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
+  rt->counting = false;
+  if (!r) rt->step++, rt->stats.steps++;
+  return r;
+}
+
+/* ---- evaluation and reading tensors ----------------------------------------------------------- */
+
+SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *err) {
+  if (!rt || !full || t < 0 || t >= rt->g->ntensors)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: NULL runtime or buffer, or tensor %d", t);
+  const sk_layout *l = &rt->plan->tensors[t].layout;
+  sk_redist_desc rd;
+  memset(&rd, 0, sizeof rd);
+  rd.from = *l, rd.dtype = sk__rt_dtype(rt, t), rd.allocator = rt->counted;
+  sk_result r = sk_layout_init(&rd.to, &l->mesh, l->ndims, l->shape, NULL, err);
+  rt->kind = SK__RT_COMM;
+  if (!r) r = sk_redist(rt->comm, &rd, rt->values[t], (size_t)sk_parallel_slice_count(rt->plan, t), full,
+                        (size_t)sk_graph_numel(rt->g, t), err);
+  return r;
+}
+
+static int64_t sk__rt_argmax_hits(const sk_runtime *rt, const void *logits, const void *labels, int64_t rows, int64_t c) {
+  sk_dtype lt = rt->g->tensors[rt->g->labels].dtype;
+  int64_t hits = 0;
+  for (int64_t i = 0; i < rows; i++) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < c; j++) {
+      double a = rt->cdt == SK_F64 ? ((const double *)logits)[i * c + j] : ((const float *)logits)[i * c + j];
+      double b = rt->cdt == SK_F64 ? ((const double *)logits)[i * c + best] : ((const float *)logits)[i * c + best];
+      best = a > b ? j : best;
+    }
+    int64_t label = lt == SK_I64 ? ((const int64_t *)labels)[i] : ((const int32_t *)labels)[i];
+    hits += best == label;
+  }
+  return hits;
+}
+
+SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
+  if (!rt || !correct || !rows) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: evaluate: NULL argument");
+  const sk_graph *g = rt->g;
+  if (g->logits < 0 || g->labels < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: evaluate: the network has no eval");
+  sk_result r = SK_OK;
+  for (int i = 0; i < rt->plan->nsteps && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++)
+    r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, true, err), err);
+  if (r) return r;
+  int64_t nl = sk_graph_numel(g, g->logits), ny = sk_graph_numel(g, g->labels);
+  int64_t c = g->tensors[g->logits].shape[g->tensors[g->logits].ndims - 1];
+  rt->kind = SK__RT_COMM;
+  void *logits = sk__rt_counted_alloc(rt, (size_t)nl * sk_dtype_size(rt->cdt), 64);
+  void *labels = sk__rt_counted_alloc(rt, (size_t)ny * sk_dtype_size(sk__rt_dtype(rt, g->labels)), 64);
+  if (!logits || !labels) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: evaluate: out of memory");
+  if (!r) r = sk_runtime_gather(rt, g->logits, logits, err);
+  if (!r) r = sk_runtime_gather(rt, g->labels, labels, err);
+  if (!r) *correct = sk__rt_argmax_hits(rt, logits, labels, ny, c), *rows = ny;
+  sk__rt_counted_free(rt, logits), sk__rt_counted_free(rt, labels);
+  return r;
+}
+
+SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *m) {
+  if (!m) return;
+  memset(m, 0, sizeof *m);
+  if (!rt) return;
+  m->parameters = rt->bytes[SK__RT_PARAMS], m->gradients = rt->bytes[SK__RT_GRADS];
+  m->optimizer_state = rt->bytes[SK__RT_STATE], m->activations = rt->bytes[SK__RT_ACTS];
+  m->communication = rt->bytes[SK__RT_COMM];
+}
+
+SK_API int64_t sk_runtime_steps(const sk_runtime *rt) { return rt ? rt->step : 0; }
+
+SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *st) {
+  if (!st) return;
+  if (rt) *st = rt->stats;
+  else memset(st, 0, sizeof *st);
+}
+
+SK_EXTERN_C_END
+#endif /* SK_RUNTIME_IMPL */

@@ -1,0 +1,1254 @@
+/* sk_runtime.h (AutoParallel's runtime) against the single-device trainer (sk_train.h): the
+   project's bar for every distributed feature, N devices train exactly like one device.
+
+   Every case compiles a network for N devices (sk_parallel.h), runs it on N device threads of
+   the threads backend (sk_runtime_create / feed the GLOBAL batch / step), and trains the same
+   network on one device with the trainer: same seed, optimizer, dtype and fed data. Then
+   - the losses of every step, on every device, equal the trainer's;
+   - every parameter, gathered after the steps (sk_runtime_gather), equals the trainer's;
+   - sk_runtime_evaluate counts what sk_trainer_evaluate counts, and the gathered logits equal
+     the trainer's; every device gathers the same bytes (the whole tensor on every device).
+   The cases: 1. small graphs built here, each on 2, 4 and 8 devices (moves, a ReduceScatter
+   output, a residual and a weight read twice, LayerNorm with a repeat axis, Gather with its
+   table cut by rows or columns, BatchMatMul + Softmax, Dropout, Adam and Momentum state, f32);
+   2. the shipped networks (examples/nets) on 8 devices; 3. evaluation and gather; 4. memory:
+   a counting allocator against sk_runtime_memory, nothing left after destroy; 5. failure
+   paths: bad arguments, a communicator of another size, f16 / bf16, refused feeds, every
+   allocation of create failing in turn (1 device; one device of 4), a kernel or an allocation
+   failing on one device, which must take every device down without a hang and leak nothing.
+
+   TOLERANCE. f64: 1e-12 relative to 1 + |reference|. Both sides run the same kernels on the same
+   values; only the order of summation differs (partial sums over shards, then a collective that
+   reduces rank 0, 1, ..., N-1; the Mirror's division by the replication), each of which moves a
+   few hundred O(1) terms by ~1e-16 each. SGD and Momentum pass that on unchanged (measured: at
+   most 1.2e-15 over every f64 case here). Adam amplifies the absolute difference of a gradient
+   near its eps (1e-8) by up to lr / (4 eps), ~1e5: the transformer's b0.w2 agrees to 2.3e-13
+   after 3 Adam steps (1.2e-15 with SGD), still an order of magnitude inside the bound.
+   f32: see F32_TOL below (measured, the worst case over the f32 tests here).
+
+   Device threads never assert: each records its results and the first error (where, code,
+   message) in its dev_out; the test's thread asserts after sk_world_run returns. Every threaded
+   test has a timeout, and worlds a short one (a hang becomes an error, not a stuck suite). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shardkit.h"
+
+/* The TSan build (tests/tsan_shim) links neither jansson nor sk_json.h's implementation: the
+   shipped networks are loaded only in the Criterion build. */
+#ifndef SK_TSAN_SHIM_CRITERION_H
+#define RT_WITH_JSON 1
+#include "sk_json.h"
+#endif
+
+#define MAXDEV 8
+#define MAXSTEPS 10
+#define MAXIN 4
+#define TOL64 1e-12
+/* f32: the runtime and the trainer both compute in f32; summation order differs, so values
+   differ by a few f32 ulps per operation, growing slowly over the steps. Measured over 10 steps
+   of the tests below: losses within 1.4e-7, parameters within 5e-8 (relative to 1 + |value|);
+   asserted with a margin. */
+#define F32_TOL 1e-6
+#define RT_TIMEOUT 60
+#define WORLD_TIMEOUT_MS 20000u
+
+/* ---- helpers for the test's thread ---------------------------------------------------------- */
+
+#define OK(call)                                                               \
+  do {                                                                         \
+    sk_error e_;                                                               \
+    memset(&e_, 0, sizeof e_);                                                 \
+    sk_result r_ = (call);                                                     \
+    cr_assert_eq(r_, SK_OK, "%s: %s (%s)", #call, sk_result_name(r_), e_.msg); \
+  } while (0)
+#define E (&e_)
+
+static uint64_t mix(uint64_t x) { /* splitmix64 */
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+static double unit(uint64_t seed, int64_t i) { /* [0, 1) */
+  return (double)(mix(seed * 1000003u + (uint64_t)i) >> 11) / 9007199254740992.0;
+}
+
+/* ---- networks built in C -------------------------------------------------------------------- */
+
+typedef struct net {
+  sk_graph g;
+  int nin;
+  int64_t range[MAXIN]; /* by input, in tensor order: integer inputs draw from [0, range) */
+} net;
+
+static int add_input(net *n, const char *name, sk_dtype dt, int nd, const int64_t *shape, int64_t range) {
+  int id = -1;
+  OK(sk_graph_add_input(&n->g, name, dt, nd, shape, &id, E));
+  cr_assert_lt(n->nin, MAXIN);
+  n->range[n->nin++] = range;
+  return id;
+}
+
+static int add_param(net *n, const char *name, int nd, const int64_t *shape, sk_init_kind kind, double value) {
+  sk_init init = {kind, value};
+  int id = -1;
+  OK(sk_graph_add_param(&n->g, name, SK_F32, nd, shape, init, &id, E));
+  return id;
+}
+
+static sk_graph_op op_of(const char *name, sk_op_kind kind, int ninputs, const int *inputs) {
+  sk_graph_op op;
+  memset(&op, 0, sizeof op);
+  snprintf(op.name, sizeof op.name, "%s", name);
+  op.desc.kind = kind, op.ninputs = ninputs;
+  for (int k = 0; k < ninputs; k++) op.inputs[k] = inputs[k];
+  return op;
+}
+#define NARGS(...) ((int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)))
+#define OP(name, kind, ...) op_of(name, kind, NARGS(__VA_ARGS__), (int[]){__VA_ARGS__})
+
+static void shard(sk_graph_op *op, int i, int n, const int *v) {
+  op->desc.has_strategy = true;
+  for (int j = 0; j < n; j++) op->desc.strategy[i][j] = v[j];
+}
+#define SHARD(op, i, ...) shard(&(op), i, NARGS(__VA_ARGS__), (int[]){__VA_ARGS__})
+
+/* Adds op; returns its first output. *index (may be NULL): the operator's index. */
+static int add_op_at(net *n, const sk_graph_op *op, int *index) {
+  int i = -1;
+  OK(sk_graph_add_op(&n->g, op, &i, E));
+  if (index) *index = i;
+  return n->g.ops[i].outputs[0];
+}
+static int add_op(net *n, sk_graph_op op) { return add_op_at(n, &op, NULL); }
+
+static int64_t S1[1], S2[2], S3[3];
+#define SH1(a) (S1[0] = (a), S1)
+#define SH2(a, b) (S2[0] = (a), S2[1] = (b), S2)
+#define SH3(a, b, c) (S3[0] = (a), S3[1] = (b), S3[2] = (c), S3)
+
+static int loss_head(net *n, int h, int y, const char *wname, int64_t in, int64_t classes) {
+  int u = add_param(n, wname, 2, SH2(in, classes), SK_INIT_XAVIER_UNIFORM, 0);
+  int z = add_op(n, OP("z", SK_OP_MATMUL, h, u));
+  int loss = add_op(n, OP("loss", SK_OP_SOFTMAX_CE, z, y));
+  OK(sk_graph_set_loss(&n->g, loss, E));
+  OK(sk_graph_set_eval(&n->g, z, y, E));
+  return z;
+}
+
+/* The tutorial's chain: MatMul ((2, N/2), (N/2, 1)), ReLU (N/2, 1), MatMul ((1, N), (N, 1)),
+   ReLU (N, 1), then MatMul and SoftmaxCrossEntropy data parallel: every layer change moves. */
+static void build_mlp(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 16), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w1 = add_param(n, "w1", 2, SH2(16, 16), SK_INIT_XAVIER_UNIFORM, 0);
+  int w2 = add_param(n, "w2", 2, SH2(16, 16), SK_INIT_XAVIER_UNIFORM, 0);
+  sk_graph_op fc1 = OP("fc1", SK_OP_MATMUL, x, w1);
+  SHARD(fc1, 0, 2, N / 2), SHARD(fc1, 1, N / 2, 1);
+  sk_graph_op relu1 = OP("relu1", SK_OP_RELU, add_op(n, fc1));
+  SHARD(relu1, 0, N / 2, 1);
+  sk_graph_op fc2 = OP("fc2", SK_OP_MATMUL, add_op(n, relu1), w2);
+  SHARD(fc2, 0, 1, N), SHARD(fc2, 1, N, 1);
+  sk_graph_op relu2 = OP("relu2", SK_OP_RELU, add_op(n, fc2));
+  SHARD(relu2, 0, N, 1);
+  loss_head(n, add_op(n, relu2), y, "w3", 16, 4);
+}
+
+/* MatMul with the output strategy (a*b, c): a forward ReduceScatter, an AllGather backward. */
+static int build_reduce_scatter(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int a = N == 2 ? 1 : 2, b = 2, c = N / (a * b);
+  sk_graph_op fc = OP("fc", SK_OP_MATMUL, x, w);
+  SHARD(fc, 0, a, b), SHARD(fc, 1, b, c);
+  fc.desc.has_out_strategy = true, fc.desc.out_strategy[0] = a * b, fc.desc.out_strategy[1] = c;
+  int at = -1;
+  int h = add_op_at(n, &fc, &at);
+  loss_head(n, add_op(n, OP("relu", SK_OP_RELU, h)), y, "u", 8, 4);
+  return at;
+}
+
+/* A residual Add(h, f(h)) (h read by two operators in two layouts) and a weight read by two
+   MatMuls (its gradient summed from both, one of them through a move). */
+static void build_residual(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int v = add_param(n, "v", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  sk_graph_op hm = OP("h", SK_OP_MATMUL, x, w);
+  SHARD(hm, 0, N / 2, 2), SHARD(hm, 1, 2, 1);
+  int h = add_op(n, hm);
+  sk_graph_op am = OP("a", SK_OP_MATMUL, h, v);
+  SHARD(am, 0, 1, N), SHARD(am, 1, N, 1);
+  int f = add_op(n, OP("f", SK_OP_RELU, add_op(n, am)));
+  sk_graph_op add = OP("r", SK_OP_ADD, h, f);
+  SHARD(add, 0, 2, N / 2), SHARD(add, 1, 2, N / 2);
+  int r = add_op(n, add);
+  int s = add_op(n, OP("s", SK_OP_MATMUL, r, w)); /* w again, data parallel */
+  loss_head(n, s, y, "u", 8, 4);
+}
+
+/* LayerNorm cut (N/2, 1) on N devices: a repeat axis of 2, over which gamma's and beta's
+   gradients are replicated (the Mirror divides by 2 before its sum). Returns the operator. */
+static int build_layernorm(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int gamma = add_param(n, "gamma", 1, SH1(8), SK_INIT_UNIFORM, 0.5);
+  int beta = add_param(n, "beta", 1, SH1(8), SK_INIT_UNIFORM, 0.5);
+  int h = add_op(n, OP("h", SK_OP_MATMUL, x, w));
+  sk_graph_op ln = OP("ln", SK_OP_LAYER_NORM, h, gamma, beta);
+  SHARD(ln, 0, N / 2, 1), SHARD(ln, 1, 1), SHARD(ln, 2, 1);
+  ln.epsilon = 1e-5;
+  int at = -1;
+  int out = add_op_at(n, &ln, &at);
+  loss_head(n, out, y, "u", 8, 4);
+  return at;
+}
+
+/* An embedding lookup: table [16, 8] cut by rows (N, 1) (the indices whole; a ReduceScatter of
+   the partial lookups), or by columns (1, N/2) with the indices cut 2 ways. */
+static int build_gather(net *n, int N, bool rows) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int tok = add_input(n, "tokens", SK_I32, 1, SH1(16), 16), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int table = add_param(n, "table", 2, SH2(16, 8), SK_INIT_UNIFORM, 0.5);
+  sk_graph_op ga = OP("embed", SK_OP_GATHER, table, tok);
+  if (rows) SHARD(ga, 0, N, 1), SHARD(ga, 1, 1);
+  else SHARD(ga, 0, 1, N / 2), SHARD(ga, 1, 2);
+  int at = -1;
+  int e = add_op_at(n, &ga, &at);
+  loss_head(n, add_op(n, OP("act", SK_OP_TANH, e)), y, "u", 8, 4);
+  return at;
+}
+
+/* BatchMatMul [8,4,8] x [8,8,4] (contraction cut on 8 devices), Softmax over the last dim,
+   MAELoss against a float label. */
+static void build_bmm(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 3, SH3(8, 4, 8), 0), lab = add_input(n, "lab", SK_F32, 3, SH3(8, 4, 4), 0);
+  int w = add_param(n, "w", 3, SH3(8, 8, 4), SK_INIT_UNIFORM, 0.5);
+  sk_graph_op bm = OP("bmm", SK_OP_BATCH_MATMUL, x, w);
+  int k = N == 8 ? 2 : 1, m = N == 2 ? 1 : 2;
+  SHARD(bm, 0, 2, m, k), SHARD(bm, 1, 2, k, 1);
+  sk_graph_op sm = OP("softmax", SK_OP_SOFTMAX, add_op(n, bm));
+  SHARD(sm, 0, 2, N / 2, 1);
+  sk_graph_op mae = OP("loss", SK_OP_MAE_LOSS, add_op(n, sm), lab);
+  SHARD(mae, 0, 2, N / 2, 1), SHARD(mae, 1, 2, N / 2, 1);
+  int loss = add_op(n, mae);
+  OK(sk_graph_set_loss(&n->g, loss, E));
+}
+
+/* Dropout (keep 0.8) cut (N/2, 2) between two data-parallel MatMuls. */
+static void build_dropout(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int h = add_op(n, OP("h", SK_OP_MATMUL, x, w));
+  sk_graph_op dr = OP("drop", SK_OP_DROPOUT, h);
+  SHARD(dr, 0, N / 2, 2);
+  dr.keep_prob = 0.8;
+  loss_head(n, add_op(n, dr), y, "u", 8, 4);
+}
+
+/* ---- a counting allocator --------------------------------------------------------------------- */
+
+/* Per device; each block carries 64 bytes of our own header in front (its requested size). */
+typedef struct counter {
+  long calls;         /* alloc calls */
+  long fail_at;       /* refuse exactly this call (1-based; 0: none) */
+  bool fail_all;      /* refuse every call */
+  long refused;
+  size_t outstanding; /* bytes requested and not freed */
+  long blocks;        /* blocks not freed */
+} counter;
+
+static void *count_alloc(void *user, size_t size, size_t align) {
+  counter *c = (counter *)user;
+  c->calls++;
+  if (c->fail_all || c->calls == c->fail_at || align > 64) return c->refused++, NULL;
+  unsigned char *p = (unsigned char *)aligned_alloc(64, 64 + (size + 63) / 64 * 64);
+  if (!p) return NULL;
+  memcpy(p, &size, sizeof size);
+  c->outstanding += size, c->blocks++;
+  return p + 64;
+}
+
+static void count_free(void *user, void *q) {
+  if (!q) return;
+  counter *c = (counter *)user;
+  unsigned char *p = (unsigned char *)q - 64;
+  size_t size;
+  memcpy(&size, p, sizeof size);
+  c->outstanding -= size, c->blocks--;
+  free(p);
+}
+
+/* ---- one run: N devices, the steps, what each device saw ------------------------------------ */
+
+typedef struct dev_out {
+  bool ran;           /* the device function started (not when the world was down before it joined) */
+  sk_result rc;       /* the first error */
+  char where[16];     /* "create", "feed", "step", "evaluate", "gather" */
+  char msg[SK_ERROR_MSG_MAX];
+  bool created;
+  int steps;          /* steps that returned SK_OK */
+  double loss[MAXSTEPS];
+  int64_t correct, rows;
+  unsigned char *params, *logits; /* gathered (the run's dtype) */
+  counter cnt;
+  sk_runtime_memory mem_created, mem_end;
+  size_t out_created, out_end, out_after; /* the counter's outstanding bytes */
+  long blocks_created, blocks_end, blocks_after;
+} dev_out;
+
+enum { FAIL_IN_CREATE = 0, FAIL_FROM_FEED, FAIL_FROM_EVALUATE };
+
+typedef struct run {
+  net *n;
+  sk_parallel_plan plan;
+  sk_runtime_desc desc;
+  int ndev, nsteps;
+  bool counting;           /* every device allocates through its counter */
+  bool evaluate;           /* evaluate and gather the logits after the steps */
+  bool create_only;        /* the allocation sweeps: create, destroy */
+  int fail_rank;           /* the device whose allocator fails (-1: none) */
+  long fail_at;            /* ... at this call of create (FAIL_IN_CREATE) */
+  int fail_phase;          /* FAIL_*: when it fails */
+  int in_t[MAXIN];
+  sk_dtype in_dt[MAXIN];
+  int64_t in_n[MAXIN];
+  void *data[MAXSTEPS][MAXIN];
+  size_t *param_off;       /* per tensor: its offset in dev_out.params */
+  size_t params_bytes, logits_bytes;
+  sk_result world_rc;
+  char world_msg[SK_ERROR_MSG_MAX];
+  dev_out dev[MAXDEV];
+} run;
+
+static sk_result note(dev_out *o, const char *where, sk_result r, const sk_error *e) {
+  if (r && !o->rc) {
+    o->rc = r;
+    snprintf(o->where, sizeof o->where, "%s", where);
+    snprintf(o->msg, sizeof o->msg, "%s", e->msg);
+  }
+  return r;
+}
+
+static sk_result device_main(sk_comm *comm, void *arg) {
+  run *R = (run *)arg;
+  int rank = sk_comm_rank(comm);
+  dev_out *o = &R->dev[rank];
+  const sk_graph *g = &R->n->g;
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  o->ran = true;
+  sk_runtime_desc d = R->desc;
+  if (R->counting) {
+    if (rank == R->fail_rank && R->fail_phase == FAIL_IN_CREATE) o->cnt.fail_at = R->fail_at;
+    d.alloc.alloc = count_alloc, d.alloc.free = count_free, d.alloc.user = &o->cnt;
+  }
+  sk_runtime *rt = NULL;
+  sk_result r = note(o, "create", sk_runtime_create(comm, &R->plan, &d, &rt, &e), &e);
+  if (!r) {
+    o->created = true;
+    sk_runtime_memory_get(rt, &o->mem_created);
+    o->out_created = o->cnt.outstanding, o->blocks_created = o->cnt.blocks;
+    o->cnt.fail_at = 0; /* FAIL_IN_CREATE sweeps create's allocations only */
+    if (rank == R->fail_rank && R->fail_phase == FAIL_FROM_FEED) o->cnt.fail_all = true;
+  }
+  for (int s = 0; !r && !R->create_only && s < R->nsteps; s++) {
+    for (int i = 0; !r && i < R->n->nin; i++)
+      r = note(o, "feed", sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[s][i], (size_t)R->in_n[i], &e), &e);
+    if (!r) r = note(o, "step", sk_runtime_step(rt, &o->loss[s], &e), &e);
+    if (!r) o->steps++;
+  }
+  if (!r && !R->create_only && R->evaluate) {
+    if (rank == R->fail_rank && R->fail_phase == FAIL_FROM_EVALUATE) o->cnt.fail_all = true;
+    r = note(o, "evaluate", sk_runtime_evaluate(rt, &o->correct, &o->rows, &e), &e);
+    if (!r) r = note(o, "gather", sk_runtime_gather(rt, g->logits, o->logits, &e), &e);
+  }
+  for (int t = 0; !r && !R->create_only && t < g->ntensors; t++)
+    if (g->tensors[t].role == SK_TENSOR_PARAM) r = note(o, "gather", sk_runtime_gather(rt, t, o->params + R->param_off[t], &e), &e);
+  if (!r && rt) {
+    sk_runtime_memory_get(rt, &o->mem_end);
+    o->out_end = o->cnt.outstanding, o->blocks_end = o->cnt.blocks;
+  }
+  sk_runtime_destroy(rt);
+  o->out_after = o->cnt.outstanding, o->blocks_after = o->cnt.blocks;
+  return r;
+}
+
+static size_t esize(sk_dtype dt) { return sk_dtype_size(dt); }
+
+/* Compiles n for ndev devices and draws every step's data (the same for runtime and trainer). */
+static void run_init(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim, int nsteps) {
+  memset(R, 0, sizeof *R);
+  R->n = n, R->ndev = ndev, R->nsteps = nsteps, R->fail_rank = -1;
+  R->desc.dtype = dt, R->desc.optim = optim, R->desc.seed = 7;
+  R->evaluate = n->g.logits >= 0;
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.ndevices = ndev;
+  OK(sk_parallel_compile(&n->g, &pd, &R->plan, E));
+  const sk_graph *g = &n->g;
+  int i = 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (g->tensors[t].role != SK_TENSOR_INPUT) continue;
+    cr_assert_lt(i, n->nin);
+    bool integer = g->tensors[t].dtype == SK_I32 || g->tensors[t].dtype == SK_I64;
+    cr_assert_eq(integer, n->range[i] > 0, "input '%s': range %lld", g->tensors[t].name, (long long)n->range[i]);
+    R->in_t[i] = t, R->in_dt[i] = integer ? SK_I32 : SK_F64, R->in_n[i] = sk_graph_numel(g, t);
+    for (int s = 0; s < nsteps; s++) {
+      void *buf = malloc((size_t)R->in_n[i] * 8);
+      cr_assert_not_null(buf);
+      for (int64_t j = 0; j < R->in_n[i]; j++) {
+        double u = unit(mix(1000u * (uint64_t)s + (uint64_t)i + 17u), j);
+        if (integer) ((int32_t *)buf)[j] = (int32_t)(u * (double)n->range[i]);
+        else ((double *)buf)[j] = 2 * u - 1;
+      }
+      R->data[s][i] = buf;
+    }
+    i++;
+  }
+  cr_assert_eq(i, n->nin);
+  R->param_off = (size_t *)calloc((size_t)g->ntensors, sizeof(size_t));
+  cr_assert_not_null(R->param_off);
+  size_t es = esize(dt == SK_F64 ? SK_F64 : SK_F32);
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == SK_TENSOR_PARAM) R->param_off[t] = R->params_bytes, R->params_bytes += (size_t)sk_graph_numel(g, t) * es;
+  if (g->logits >= 0) R->logits_bytes = (size_t)sk_graph_numel(g, g->logits) * es;
+  for (int d = 0; d < ndev; d++) {
+    R->dev[d].params = (unsigned char *)calloc(1, R->params_bytes + 1);
+    R->dev[d].logits = (unsigned char *)calloc(1, R->logits_bytes + 1);
+    cr_assert(R->dev[d].params && R->dev[d].logits);
+  }
+}
+
+static void run_free(run *R) {
+  for (int s = 0; s < MAXSTEPS; s++)
+    for (int i = 0; i < MAXIN; i++) free(R->data[s][i]);
+  for (int d = 0; d < MAXDEV; d++) free(R->dev[d].params), free(R->dev[d].logits);
+  free(R->param_off);
+  sk_parallel_free(&R->plan);
+}
+
+/* Runs R on a fresh world of R->ndev device threads; resets what the devices record. */
+static void run_world(run *R) {
+  for (int d = 0; d < MAXDEV; d++) {
+    dev_out *o = &R->dev[d];
+    unsigned char *p = o->params, *l = o->logits;
+    memset(o, 0, sizeof *o);
+    o->params = p, o->logits = l;
+  }
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
+  sk_world *w = NULL;
+  OK(sk_world_create(&wd, &w, E));
+  R->world_rc = sk_world_run(w, device_main, R);
+  snprintf(R->world_msg, sizeof R->world_msg, "%s", sk_world_error_message(w));
+  sk_world_destroy(w);
+}
+
+static void expect_all_ok(const run *R, const char *what) {
+  cr_assert_eq(R->world_rc, SK_OK, "%s on %d devices: world %s (%s)", what, R->ndev, sk_result_name(R->world_rc), R->world_msg);
+  for (int d = 0; d < R->ndev; d++)
+    cr_assert_eq(R->dev[d].rc, SK_OK, "%s on %d devices: device %d: %s: %s (%s)", what, R->ndev, d, R->dev[d].where,
+                 sk_result_name(R->dev[d].rc), R->dev[d].msg);
+}
+
+static double get(sk_dtype dt, const void *p, int64_t i) {
+  return dt == SK_F64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
+}
+
+static double rel(double a, double ref) { return fabs(a - ref) / (1 + fabs(ref)); }
+
+typedef struct errs {
+  double loss, param, logits; /* the largest relative difference seen */
+  int worst;                  /* the parameter where param was seen */
+} errs;
+
+/* Trains R's network on one device with the same seed, optimizer, dtype and data, and compares
+   every device's losses, gathered parameters, evaluation and logits within tol. */
+static errs against_trainer(const run *R, double tol, const char *what) {
+  const sk_graph *g = &R->n->g;
+  sk_train_desc td;
+  memset(&td, 0, sizeof td);
+  td.dtype = R->desc.dtype, td.optim = R->desc.optim, td.seed = R->desc.seed;
+  sk_trainer *t = NULL;
+  OK(sk_trainer_create(g, &td, &t, E));
+  sk_dtype cdt = sk_trainer_dtype(t);
+  errs m = {0, 0, 0, -1};
+  for (int s = 0; s < R->nsteps; s++) {
+    for (int i = 0; i < R->n->nin; i++) OK(sk_trainer_feed(t, R->in_t[i], R->in_dt[i], R->data[s][i], (size_t)R->in_n[i], E));
+    double ref = 0;
+    OK(sk_trainer_step(t, &ref, E));
+    for (int d = 0; d < R->ndev; d++) {
+      double l = R->dev[d].loss[s], x = rel(l, ref);
+      m.loss = x > m.loss ? x : m.loss;
+      cr_assert(x <= tol, "%s, %d devices, step %d, device %d: loss %.17g, one device %.17g (rel %.3g)", what, R->ndev, s, d,
+                l, ref, x);
+      cr_assert(memcmp(&l, &R->dev[0].loss[s], sizeof l) == 0, "%s: step %d: device %d's loss differs from device 0's",
+                what, s, d);
+    }
+  }
+  if (R->evaluate) {
+    int64_t correct = -1, rows = -1;
+    OK(sk_trainer_evaluate(t, &correct, &rows, E));
+    for (int d = 0; d < R->ndev; d++) {
+      cr_assert_eq(R->dev[d].rows, rows, "%s: device %d evaluated %lld rows, one device %lld", what, d,
+                   (long long)R->dev[d].rows, (long long)rows);
+      cr_assert_eq(R->dev[d].correct, correct, "%s, %d devices: device %d counts %lld correct, one device %lld", what,
+                   R->ndev, d, (long long)R->dev[d].correct, (long long)correct);
+      cr_assert(memcmp(R->dev[d].logits, R->dev[0].logits, R->logits_bytes) == 0,
+                "%s: device %d gathered other logits than device 0", what, d);
+    }
+    const void *ref = sk_trainer_values(t, g->logits);
+    for (int64_t j = 0; j < sk_graph_numel(g, g->logits); j++) {
+      double a = get(cdt, R->dev[0].logits, j), b = get(cdt, ref, j), x = rel(a, b);
+      m.logits = x > m.logits ? x : m.logits;
+      cr_assert(x <= tol, "%s, %d devices: logits[%lld] %.17g, one device %.17g", what, R->ndev, (long long)j, a, b);
+    }
+  }
+  for (int p = 0; p < g->ntensors; p++) {
+    if (g->tensors[p].role != SK_TENSOR_PARAM) continue;
+    const void *ref = sk_trainer_values(t, p);
+    for (int d = 0; d < R->ndev; d++) {
+      const unsigned char *mine = R->dev[d].params + R->param_off[p];
+      cr_assert(memcmp(mine, R->dev[0].params + R->param_off[p], (size_t)sk_graph_numel(g, p) * esize(cdt)) == 0,
+                "%s: device %d gathered other values of '%s' than device 0", what, d, g->tensors[p].name);
+    }
+    for (int64_t j = 0; j < sk_graph_numel(g, p); j++) {
+      double a = get(cdt, R->dev[0].params + R->param_off[p], j), b = get(cdt, ref, j), x = rel(a, b);
+      if (x > m.param) m.param = x, m.worst = p;
+      cr_assert(x <= tol, "%s, %d devices, after %d steps: '%s'[%lld] %.17g, one device %.17g (rel %.3g)", what, R->ndev,
+                R->nsteps, g->tensors[p].name, (long long)j, a, b, x);
+    }
+  }
+  sk_trainer_destroy(t);
+  return m;
+}
+
+static sk_optim_desc sgd(double lr) {
+  sk_optim_desc o;
+  memset(&o, 0, sizeof o);
+  o.kind = SK_OPTIM_SGD, o.lr = lr;
+  return o;
+}
+
+static sk_optim_desc adam(double lr) {
+  sk_optim_desc o = sgd(lr);
+  o.kind = SK_OPTIM_ADAM;
+  return o;
+}
+
+static sk_optim_desc momentum(double lr, double mu) {
+  sk_optim_desc o = sgd(lr);
+  o.kind = SK_OPTIM_MOMENTUM, o.momentum = mu;
+  return o;
+}
+
+static int count_steps(const sk_parallel_plan *p, sk_parallel_step_kind kind) {
+  int n = 0;
+  for (int i = 0; i < p->nsteps; i++) n += p->steps[i].kind == kind;
+  return n;
+}
+
+/* Builds with build(n, N) for N = 2, 4, 8, trains `steps` steps in f64 and checks against the
+   trainer; check (may be NULL) looks at each plan first. */
+typedef void (*build_fn)(net *n, int N);
+typedef void (*plan_check_fn)(const run *R, int N);
+
+static void each_device_count(const char *what, build_fn build, plan_check_fn check, sk_optim_desc optim, int steps) {
+  static const int counts[3] = {2, 4, 8};
+  errs worst = {0, 0, 0, -1};
+  for (int c = 0; c < 3; c++) {
+    static net n;
+    static run R;
+    build(&n, counts[c]);
+    run_init(&R, &n, counts[c], SK_F64, optim, steps);
+    cr_assert_eq(R.plan.nfallbacks, 0, "%s on %d devices: %d strategies fell back", what, counts[c], R.plan.nfallbacks);
+    if (check) check(&R, counts[c]);
+    run_world(&R);
+    expect_all_ok(&R, what);
+    errs m = against_trainer(&R, TOL64, what);
+    worst.loss = fmax(worst.loss, m.loss), worst.param = fmax(worst.param, m.param);
+    run_free(&R);
+    sk_graph_free(&n.g);
+  }
+  cr_log_info("%s, 2/4/8 devices vs one, %d steps f64: losses within %.3g, parameters within %.3g", what, steps, worst.loss,
+              worst.param);
+}
+
+/* ---- 1. small graphs on 2, 4 and 8 devices -------------------------------------------------- */
+
+static void check_moves(const run *R, int N) {
+  cr_assert_gt(count_steps(&R->plan, SK_PSTEP_MOVE), 0, "%d devices: the strategies should force moves", N);
+  cr_assert_gt(count_steps(&R->plan, SK_PSTEP_MOVE_BACK), 0);
+  cr_assert_gt(count_steps(&R->plan, SK_PSTEP_MIRROR), 0);
+}
+
+Test(runtime, matmul_chain_with_moves, .timeout = RT_TIMEOUT) {
+  each_device_count("MatMul chain", build_mlp, check_moves, sgd(0.5), 4);
+}
+
+static int rs_op;
+static void build_rs(net *n, int N) { rs_op = build_reduce_scatter(n, N); }
+static void check_rs(const run *R, int N) {
+  cr_assert_eq(R->plan.ops[rs_op].plan.fwd.kind, SK_COLL_REDUCE_SCATTER, "%d devices: no ReduceScatter", N);
+  cr_assert_eq(count_steps(&R->plan, SK_PSTEP_FORWARD_COMM), 1 + (N > 1)); /* + the loss's AllReduce */
+  cr_assert_eq(count_steps(&R->plan, SK_PSTEP_UNDO_COMM), 1);
+}
+
+Test(runtime, matmul_reduce_scatter_output, .timeout = RT_TIMEOUT) {
+  each_device_count("MatMul ReduceScatter", build_rs, check_rs, sgd(0.5), 4);
+}
+
+static void check_residual(const run *R, int N) {
+  const sk_graph *g = &R->n->g;
+  int s = -1;
+  for (int o = 0; o < g->nops; o++)
+    if (!strcmp(g->ops[o].name, "s")) s = o;
+  cr_assert(s >= 0 && R->plan.ops[s].moved[1], "%d devices: w's second reader should read it moved", N);
+}
+
+Test(runtime, residual_and_weight_read_twice, .timeout = RT_TIMEOUT) {
+  each_device_count("residual", build_residual, check_residual, sgd(0.5), 4);
+}
+
+static int ln_op;
+static void build_ln(net *n, int N) { ln_op = build_layernorm(n, N); }
+static void check_ln(const run *R, int N) {
+  cr_assert_eq(R->plan.ops[ln_op].replication[1], 2, "%d devices: gamma's replication divisor", N);
+  cr_assert_eq(R->plan.ops[ln_op].replication[2], 2, "%d devices: beta's replication divisor", N);
+}
+
+Test(runtime, layernorm_repeat_axis_divisor, .timeout = RT_TIMEOUT) {
+  each_device_count("LayerNorm (N/2, 1)", build_ln, check_ln, sgd(0.5), 4);
+}
+
+static int gather_op;
+static void build_gather_rows(net *n, int N) { gather_op = build_gather(n, N, true); }
+static void build_gather_cols(net *n, int N) { gather_op = build_gather(n, N, false); }
+static void check_gather_rows(const run *R, int N) {
+  cr_assert_eq(R->plan.ops[gather_op].plan.fwd.kind, SK_COLL_REDUCE_SCATTER, "%d devices: row split without ReduceScatter", N);
+}
+
+Test(runtime, gather_row_split_table, .timeout = RT_TIMEOUT) {
+  each_device_count("Gather, rows cut", build_gather_rows, check_gather_rows, sgd(0.5), 4);
+}
+
+Test(runtime, gather_column_split_table, .timeout = RT_TIMEOUT) {
+  each_device_count("Gather, columns cut", build_gather_cols, NULL, sgd(0.5), 4);
+}
+
+Test(runtime, batchmatmul_softmax, .timeout = RT_TIMEOUT) {
+  each_device_count("BatchMatMul + Softmax", build_bmm, NULL, sgd(0.5), 4);
+}
+
+Test(runtime, dropout_mask_by_global_index, .timeout = RT_TIMEOUT) {
+  each_device_count("Dropout", build_dropout, NULL, sgd(0.5), 5);
+}
+
+Test(runtime, adam_state, .timeout = RT_TIMEOUT) { each_device_count("Adam", build_residual, NULL, adam(0.01), 5); }
+
+Test(runtime, momentum_state, .timeout = RT_TIMEOUT) {
+  each_device_count("Momentum", build_mlp, NULL, momentum(0.1, 0.9), 5);
+}
+
+/* f32: the same graphs, 10 steps on 8 devices, within F32_TOL (see its comment). */
+Test(runtime, f32_within_measured_tolerance, .timeout = RT_TIMEOUT) {
+  static const build_fn builds[] = {build_mlp, build_residual, build_ln, build_dropout};
+  static const char *const names[] = {"MatMul chain f32", "residual f32", "LayerNorm f32", "Dropout f32"};
+  errs worst = {0, 0, 0, -1};
+  for (int b = 0; b < 4; b++) {
+    static net n;
+    static run R;
+    builds[b](&n, 8);
+    run_init(&R, &n, 8, SK_F32, b % 2 ? adam(0.01) : sgd(0.5), 10);
+    run_world(&R);
+    expect_all_ok(&R, names[b]);
+    errs m = against_trainer(&R, F32_TOL, names[b]);
+    worst.loss = fmax(worst.loss, m.loss), worst.param = fmax(worst.param, m.param);
+    run_free(&R);
+    sk_graph_free(&n.g);
+  }
+  cr_log_info("f32, 8 devices vs one, 10 steps: losses within %.3g, parameters within %.3g", worst.loss, worst.param);
+}
+
+/* ---- 2. the shipped networks on 8 devices ---------------------------------------------------- */
+
+#ifdef RT_WITH_JSON
+/* Loads examples/nets/<file> (the suites run from the project root); integer inputs draw from
+   [0, range): the class count for labels, the vocabulary for tokens. */
+static void load_net(net *n, const char *file, int64_t range) {
+  char path[256];
+  snprintf(path, sizeof path, "examples/nets/%s", file);
+  sk_graph_init(&n->g), n->nin = 0;
+  OK(sk_json_load_network(path, &n->g, E));
+  for (int t = 0; t < n->g.ntensors; t++) {
+    if (n->g.tensors[t].role != SK_TENSOR_INPUT) continue;
+    cr_assert_lt(n->nin, MAXIN);
+    sk_dtype dt = n->g.tensors[t].dtype;
+    n->range[n->nin++] = dt == SK_I32 || dt == SK_I64 ? range : 0;
+  }
+}
+
+/* optim NULL: the network's own optimizer. */
+static void shipped(const char *file, int64_t range, const sk_optim_desc *optim) {
+  static net n;
+  static run R;
+  load_net(&n, file, range);
+  run_init(&R, &n, 8, SK_F64, optim ? *optim : n.g.optim, 3);
+  cr_assert_gt(count_steps(&R.plan, SK_PSTEP_MIRROR) + count_steps(&R.plan, SK_PSTEP_MOVE), 0);
+  run_world(&R);
+  expect_all_ok(&R, file);
+  errs m = against_trainer(&R, TOL64, file);
+  cr_log_info("%s, 8 devices vs one, 3 steps f64: losses within %.3g, parameters within %.3g ('%s')", file, m.loss, m.param,
+              m.worst >= 0 ? n.g.tensors[m.worst].name : "");
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+Test(runtime, net_operator_parallel, .timeout = RT_TIMEOUT) { shipped("operator_parallel.json", 10, NULL); }
+Test(runtime, net_recursive_programming, .timeout = RT_TIMEOUT) { shipped("recursive_programming.json", 0, NULL); }
+Test(runtime, net_transformer, .timeout = RT_TIMEOUT) { shipped("transformer.json", 16, NULL); }
+
+/* The transformer trains with Adam, whose first steps are nearly blind to the scale of a
+   gradient (m / sqrt(v)): again with SGD, where a gradient off by any factor shows. */
+Test(runtime, net_transformer_sgd, .timeout = RT_TIMEOUT) {
+  sk_optim_desc o = sgd(0.1);
+  shipped("transformer.json", 16, &o);
+}
+#endif
+
+/* ---- 3. evaluation and gather ------------------------------------------------------------------ */
+
+/* Before any step and after three: evaluate, then gather the logits, a model-parallel activation
+   (relu1, cut (2, 1) with a repeat of 2 on 4 devices), an integer input (the labels). */
+typedef struct eval_out {
+  sk_result rc;
+  char msg[SK_ERROR_MSG_MAX];
+  int64_t correct[2], rows[2];
+  double logits[2][16 * 4], act[16 * 16];
+  int32_t labels[16];
+} eval_out;
+
+typedef struct eval_run {
+  run *R;
+  int act;
+  eval_out dev[MAXDEV];
+} eval_run;
+
+static sk_result eval_device(sk_comm *comm, void *arg) {
+  eval_run *V = (eval_run *)arg;
+  run *R = V->R;
+  eval_out *o = &V->dev[sk_comm_rank(comm)];
+  const sk_graph *g = &R->n->g;
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  sk_runtime *rt = NULL;
+  sk_result r = sk_runtime_create(comm, &R->plan, &R->desc, &rt, &e);
+  for (int i = 0; !r && i < R->n->nin; i++) r = sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[0][i], (size_t)R->in_n[i], &e);
+  if (!r) r = sk_runtime_evaluate(rt, &o->correct[0], &o->rows[0], &e);
+  if (!r) r = sk_runtime_gather(rt, g->logits, o->logits[0], &e);
+  if (!r) r = sk_runtime_gather(rt, V->act, o->act, &e);
+  if (!r) r = sk_runtime_gather(rt, R->in_t[1], o->labels, &e);
+  for (int s = 0; !r && s < R->nsteps; s++) {
+    for (int i = 0; !r && i < R->n->nin; i++) r = sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[s][i], (size_t)R->in_n[i], &e);
+    if (!r) r = sk_runtime_step(rt, NULL, &e);
+  }
+  if (!r) r = sk_runtime_evaluate(rt, &o->correct[1], &o->rows[1], &e);
+  if (!r) r = sk_runtime_gather(rt, g->logits, o->logits[1], &e);
+  if (!r && sk_runtime_steps(rt) != R->nsteps) r = SK_ERR_INTERNAL, snprintf(e.msg, sizeof e.msg, "sk_runtime_steps");
+  sk_runtime_destroy(rt);
+  o->rc = r;
+  snprintf(o->msg, sizeof o->msg, "%s", e.msg);
+  return r;
+}
+
+Test(runtime, evaluate_and_gather_match_trainer, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  static eval_run V;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.5), 3);
+  memset(&V, 0, sizeof V);
+  V.R = &R, V.act = sk_graph_find(&n.g, "relu1");
+  cr_assert_eq(R.in_dt[1], SK_I32);
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = 4, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
+  sk_world *w = NULL;
+  OK(sk_world_create(&wd, &w, E));
+  sk_result wr = sk_world_run(w, eval_device, &V);
+  for (int d = 0; d < 4; d++) cr_assert_eq(V.dev[d].rc, SK_OK, "device %d: %s", d, V.dev[d].msg);
+  cr_assert_eq(wr, SK_OK);
+  sk_world_destroy(w);
+
+  sk_train_desc td;
+  memset(&td, 0, sizeof td);
+  td.dtype = SK_F64, td.optim = R.desc.optim, td.seed = R.desc.seed;
+  sk_trainer *t = NULL;
+  OK(sk_trainer_create(&n.g, &td, &t, E));
+  for (int i = 0; i < n.nin; i++) OK(sk_trainer_feed(t, R.in_t[i], R.in_dt[i], R.data[0][i], (size_t)R.in_n[i], E));
+  int64_t correct[2], rows[2];
+  OK(sk_trainer_evaluate(t, &correct[0], &rows[0], E));
+  const double *logits = (const double *)sk_trainer_values(t, n.g.logits), *act = (const double *)sk_trainer_values(t, V.act);
+  for (int d = 0; d < 4; d++) {
+    cr_assert_eq(V.dev[d].correct[0], correct[0], "device %d: %lld correct before training, one device %lld", d,
+                 (long long)V.dev[d].correct[0], (long long)correct[0]);
+    cr_assert_eq(V.dev[d].rows[0], rows[0]);
+    cr_assert(!memcmp(V.dev[d].labels, R.data[0][1], sizeof V.dev[d].labels), "device %d: gathered labels differ", d);
+    for (int j = 0; j < 16 * 4; j++)
+      cr_assert(rel(V.dev[d].logits[0][j], logits[j]) <= TOL64, "device %d: logits[%d] %.17g, one device %.17g", d, j,
+                V.dev[d].logits[0][j], logits[j]);
+    for (int j = 0; j < 16 * 16; j++)
+      cr_assert(rel(V.dev[d].act[j], act[j]) <= TOL64, "device %d: relu1[%d] %.17g, one device %.17g", d, j, V.dev[d].act[j],
+                act[j]);
+    cr_assert(!memcmp(V.dev[d].act, V.dev[0].act, sizeof V.dev[d].act), "device %d gathered another relu1", d);
+  }
+  for (int s = 0; s < R.nsteps; s++) {
+    for (int i = 0; i < n.nin; i++) OK(sk_trainer_feed(t, R.in_t[i], R.in_dt[i], R.data[s][i], (size_t)R.in_n[i], E));
+    OK(sk_trainer_step(t, NULL, E));
+  }
+  OK(sk_trainer_evaluate(t, &correct[1], &rows[1], E));
+  for (int d = 0; d < 4; d++) {
+    cr_assert_eq(V.dev[d].correct[1], correct[1], "device %d: %lld correct after training, one device %lld", d,
+                 (long long)V.dev[d].correct[1], (long long)correct[1]);
+    cr_assert_eq(V.dev[d].rows[1], 16);
+    for (int j = 0; j < 16 * 4; j++) cr_assert(rel(V.dev[d].logits[1][j], logits[j]) <= TOL64);
+  }
+  sk_trainer_destroy(t);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* ---- 4. memory ------------------------------------------------------------------------------- */
+
+static uint64_t mem_sum(const sk_runtime_memory *m) {
+  return m->parameters + m->gradients + m->optimizer_state + m->activations + m->communication;
+}
+
+/* The runtime asks desc.alloc for every block as n = (size rounded up to 64) + 64 (its header in
+   front), and sk_runtime_memory counts `size`, what the runtime or a module asked it for. So with
+   B blocks and A bytes outstanding at the allocator (which sees only n), each block adds between
+   n - 127 and n - 64 to the five fields: A - 127 B <= sum of the fields <= A - 64 B, the right
+   side exact when every size is a multiple of 64. Parameters and optimizer state are exact: the
+   parameters' slices, and Adam's two states of each. */
+Test(runtime, memory_counts_every_block, .timeout = RT_TIMEOUT) {
+  static const int counts[2] = {1, 4};
+  for (int c = 0; c < 2; c++) {
+    static net n;
+    static run R;
+    int N = counts[c];
+    build_mlp(&n, 4);
+    run_init(&R, &n, N, SK_F64, adam(0.01), 3);
+    R.counting = true;
+    run_world(&R);
+    expect_all_ok(&R, "memory");
+    against_trainer(&R, TOL64, "memory");
+    uint64_t params = 0, values = 0;
+    for (int t = 0; t < n.g.ntensors; t++) {
+      sk_dtype dt = n.g.tensors[t].dtype;
+      uint64_t b = (uint64_t)sk_parallel_slice_count(&R.plan, t) * (dt == SK_I32 || dt == SK_I64 ? sk_dtype_size(dt) : 8);
+      if (n.g.tensors[t].role == SK_TENSOR_PARAM) params += b;
+      else values += b;
+    }
+    for (int d = 0; d < N; d++) {
+      const dev_out *o = &R.dev[d];
+      const sk_runtime_memory *m = &o->mem_created;
+      cr_assert_eq(m->parameters, params, "%d devices, device %d: parameters %llu bytes, slices %llu", N, d,
+                   (unsigned long long)m->parameters, (unsigned long long)params);
+      cr_assert_eq(m->optimizer_state, 2 * params, "Adam keeps two states of every parameter slice");
+      cr_assert_geq(m->activations, values);
+      cr_assert_gt(m->gradients, 0);
+      if (N > 1) cr_assert_gt(m->communication, 0, "%d devices: moves and Mirrors hold buffers", N);
+      /* the counter's sizes are the runtime's requests: rounded to 64, plus the 64-byte header */
+      uint64_t A = o->out_created, B = (uint64_t)o->blocks_created, s = mem_sum(m);
+      cr_assert_eq(A % 64, 0, "every block's size is a multiple of 64");
+      cr_assert(s <= A - 64 * B && s + 127 * B >= A, "device %d: fields sum to %llu, %llu bytes in %llu blocks", d,
+                (unsigned long long)s, (unsigned long long)A, (unsigned long long)B);
+      /* steps, feeds, evaluation and gathers free what they take */
+      cr_assert(!memcmp(&o->mem_end, m, sizeof *m), "device %d: the counts moved during training", d);
+      cr_assert_eq(o->out_end, A);
+      cr_assert_eq(o->blocks_end, (long)B);
+      cr_assert_eq(o->out_after, 0, "device %d: %zu bytes outstanding after destroy", d, o->out_after);
+      cr_assert_eq(o->blocks_after, 0);
+    }
+    run_free(&R);
+    sk_graph_free(&n.g);
+  }
+}
+
+/* ---- 5. failure paths ------------------------------------------------------------------------ */
+
+/* Calls a device thread makes and records (name, result, message) for the test's thread. */
+#define MAXCALLS 40
+typedef struct call_log {
+  int n;
+  const char *name[MAXCALLS];
+  sk_result rc[MAXCALLS];
+  char msg[MAXCALLS][SK_ERROR_MSG_MAX];
+  int bad;           /* a non-call check that failed (its text in note) */
+  char note[256];
+} call_log;
+
+#define TRY(log, call)                                                     \
+  do {                                                                     \
+    sk_error e_;                                                           \
+    memset(&e_, 0, sizeof e_);                                             \
+    if ((log)->n < MAXCALLS) {                                             \
+      (log)->name[(log)->n] = #call;                                       \
+      (log)->rc[(log)->n] = (call);                                        \
+      snprintf((log)->msg[(log)->n], SK_ERROR_MSG_MAX, "%s", e_.msg);      \
+      (log)->n++;                                                          \
+    }                                                                      \
+  } while (0)
+#define CHECK(log, cond)                                                   \
+  do {                                                                     \
+    if (!(cond) && !(log)->bad++) snprintf((log)->note, sizeof (log)->note, "%s", #cond); \
+  } while (0)
+
+/* Asserts that the i-th recorded call returned SK_ERR_INVALID_ARGUMENT with `word` in its message. */
+static void expect_refused(const call_log *L, int i, const char *word) {
+  cr_assert_lt(i, L->n);
+  cr_assert_eq(L->rc[i], SK_ERR_INVALID_ARGUMENT, "%s returned %s (%s)", L->name[i], sk_result_name(L->rc[i]), L->msg[i]);
+  cr_assert(strstr(L->msg[i], word) != NULL, "%s: message '%s' does not hold '%s'", L->name[i], L->msg[i], word);
+}
+
+typedef struct args_run {
+  const sk_parallel_plan *plan, *plan_no_eval;
+  run *R;
+  call_log log[MAXDEV];
+} args_run;
+
+static sk_result args_device(sk_comm *comm, void *arg) {
+  args_run *A = (args_run *)arg;
+  call_log *L = &A->log[sk_comm_rank(comm)];
+  const sk_graph *g = A->plan->graph;
+  sk_runtime_desc d;
+  memset(&d, 0, sizeof d);
+  sk_runtime *none = (sk_runtime *)&d; /* must come back NULL */
+  sk_parallel_plan empty;
+  memset(&empty, 0, sizeof empty);
+  TRY(L, sk_runtime_create(NULL, A->plan, &d, &none, &e_));                    /* 0 */
+  CHECK(L, none == NULL);
+  TRY(L, sk_runtime_create(comm, NULL, &d, &none, &e_));                       /* 1 */
+  TRY(L, sk_runtime_create(comm, &empty, &d, &none, &e_));                     /* 2 */
+  TRY(L, sk_runtime_create(comm, A->plan, &d, NULL, &e_));                     /* 3 */
+  d.alloc.alloc = count_alloc;
+  TRY(L, sk_runtime_create(comm, A->plan, &d, &none, &e_));                    /* 4 */
+  CHECK(L, none == NULL);
+  sk_runtime *rt = NULL, *rt2 = NULL;
+  TRY(L, sk_runtime_create(comm, A->plan, NULL, &rt, &e_));                    /* 5: NULL desc: defaults */
+  if (!rt) return SK_ERR_INTERNAL;
+  double x[16 * 16] = {0}, loss = 0;
+  int64_t c = 0, rows = 0;
+  int xt = A->R->in_t[0];
+  TRY(L, sk_runtime_feed(NULL, xt, SK_F64, x, 256, &e_));                      /* 6 */
+  TRY(L, sk_runtime_feed(rt, xt, SK_F64, NULL, 256, &e_));                     /* 7 */
+  TRY(L, sk_runtime_step(NULL, &loss, &e_));                                   /* 8 */
+  TRY(L, sk_runtime_evaluate(NULL, &c, &rows, &e_));                           /* 9 */
+  TRY(L, sk_runtime_evaluate(rt, NULL, &rows, &e_));                           /* 10 */
+  TRY(L, sk_runtime_evaluate(rt, &c, NULL, &e_));                              /* 11 */
+  TRY(L, sk_runtime_gather(NULL, xt, x, &e_));                                 /* 12 */
+  TRY(L, sk_runtime_gather(rt, xt, NULL, &e_));                                /* 13 */
+  TRY(L, sk_runtime_gather(rt, -1, x, &e_));                                   /* 14 */
+  TRY(L, sk_runtime_gather(rt, g->ntensors, x, &e_));                          /* 15 */
+  TRY(L, sk_runtime_create(comm, A->plan_no_eval, NULL, &rt2, &e_));           /* 16 */
+  if (rt2) TRY(L, sk_runtime_evaluate(rt2, &c, &rows, &e_));                   /* 17 */
+  sk_runtime_memory m;
+  memset(&m, 0xFF, sizeof m);
+  sk_runtime_memory_get(NULL, &m);
+  CHECK(L, mem_sum(&m) == 0);
+  sk_runtime_memory_get(rt, NULL);
+  CHECK(L, sk_runtime_steps(NULL) == 0);
+  CHECK(L, sk_runtime_steps(rt) == 0);
+  sk_runtime_destroy(NULL);
+  sk_runtime_destroy(rt2);
+  sk_runtime_destroy(rt);
+  return SK_OK;
+}
+
+Test(runtime, null_and_bad_arguments, .timeout = RT_TIMEOUT) {
+  static net n, nb;
+  static run R, RB;
+  static args_run A;
+  build_mlp(&n, 2), build_bmm(&nb, 2);
+  run_init(&R, &n, 1, SK_F32, sgd(0.1), 1);
+  run_init(&RB, &nb, 1, SK_F32, sgd(0.1), 1);
+  memset(&A, 0, sizeof A);
+  A.plan = &R.plan, A.plan_no_eval = &RB.plan, A.R = &R;
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = 1, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
+  sk_world *w = NULL;
+  OK(sk_world_create(&wd, &w, E));
+  cr_assert_eq(sk_world_run(w, args_device, &A), SK_OK);
+  sk_world_destroy(w);
+  const call_log *L = &A.log[0];
+  cr_assert_eq(L->bad, 0, "%s", L->note);
+  cr_assert_eq(L->n, 18);
+  for (int i = 0; i < 5; i++) expect_refused(L, i, "runtime");
+  expect_refused(L, 2, "NULL");
+  expect_refused(L, 3, "output");
+  expect_refused(L, 4, "alloc and free");
+  cr_assert_eq(L->rc[5], SK_OK, "a NULL desc takes the defaults: %s", L->msg[5]);
+  for (int i = 6; i < 16; i++) expect_refused(L, i, "runtime");
+  expect_refused(L, 14, "tensor -1");
+  cr_assert_eq(L->rc[16], SK_OK, "%s", L->msg[16]);
+  expect_refused(L, 17, "no eval");
+  run_free(&R), run_free(&RB);
+  sk_graph_free(&n.g), sk_graph_free(&nb.g);
+}
+
+/* A program for 4 devices on a world of 2; f16 and bf16: every device refuses at create (a
+   device whose thread joins after the first refusal aborted the world does not run at all). */
+static void expect_create_refused(run *R, const char *word, const char *word2) {
+  run_world(R);
+  cr_assert_eq(R->world_rc, SK_ERR_INVALID_ARGUMENT, "world: %s (%s)", sk_result_name(R->world_rc), R->world_msg);
+  int ran = 0;
+  for (int d = 0; d < R->ndev; d++) {
+    const dev_out *o = &R->dev[d];
+    if (!o->ran) continue;
+    ran++;
+    cr_assert_eq(o->rc, SK_ERR_INVALID_ARGUMENT, "device %d: %s (%s)", d, sk_result_name(o->rc), o->msg);
+    cr_assert_str_eq(o->where, "create");
+    cr_assert(strstr(o->msg, word) && strstr(o->msg, word2), "device %d: '%s' should name '%s' and '%s'", d, o->msg, word, word2);
+    cr_assert_eq(o->out_after, 0);
+  }
+  cr_assert_gt(ran, 0);
+}
+
+Test(runtime, communicator_size_differs_from_plan, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 1);
+  R.ndev = 2, R.counting = true;
+  expect_create_refused(&R, "4 devices", "has 2");
+  R.ndev = 8;
+  expect_create_refused(&R, "4 devices", "has 8");
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+Test(runtime, half_precision_refused, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 2);
+  run_init(&R, &n, 2, SK_F16, sgd(0.1), 1);
+  R.counting = true;
+  expect_create_refused(&R, "dtype f16", "f32 or f64");
+  R.desc.dtype = SK_BF16;
+  expect_create_refused(&R, "dtype bf16", "f32 or f64");
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* Refused feeds change nothing: the devices then feed correctly and train like one device. */
+static sk_result feed_device(sk_comm *comm, void *arg) {
+  args_run *A = (args_run *)arg;
+  run *R = A->R;
+  call_log *L = &A->log[sk_comm_rank(comm)];
+  const sk_graph *g = &R->n->g;
+  int x = R->in_t[0], y = R->in_t[1], w1 = sk_graph_find(g, "w1");
+  sk_runtime *rt = NULL;
+  TRY(L, sk_runtime_create(comm, &R->plan, &R->desc, &rt, &e_));             /* 0 */
+  if (!rt) return SK_ERR_INTERNAL;
+  int32_t ints[256] = {0};
+  TRY(L, sk_runtime_feed(rt, w1, SK_F64, R->data[0][0], 256, &e_));          /* 1: a parameter */
+  TRY(L, sk_runtime_feed(rt, sk_graph_find(g, "fc1"), SK_F64, R->data[0][0], 256, &e_)); /* 2: a value */
+  TRY(L, sk_runtime_feed(rt, -1, SK_F64, R->data[0][0], 256, &e_));          /* 3 */
+  TRY(L, sk_runtime_feed(rt, g->ntensors, SK_F64, R->data[0][0], 256, &e_)); /* 4 */
+  TRY(L, sk_runtime_feed(rt, x, SK_F64, R->data[0][0], 255, &e_));           /* 5: one element short */
+  TRY(L, sk_runtime_feed(rt, y, SK_I32, R->data[0][1], 32, &e_));            /* 6: too many */
+  TRY(L, sk_runtime_feed(rt, y, SK_F64, R->data[0][0], 16, &e_));            /* 7: floats into labels */
+  TRY(L, sk_runtime_feed(rt, x, SK_I32, ints, 256, &e_));                    /* 8: integers into floats */
+  for (int s = 0; s < R->nsteps; s++) {
+    TRY(L, sk_runtime_feed(rt, x, SK_F64, R->data[s][0], 256, &e_));
+    TRY(L, sk_runtime_feed(rt, y, SK_I32, R->data[s][1], 16, &e_));
+    TRY(L, sk_runtime_step(rt, &R->dev[sk_comm_rank(comm)].loss[s], &e_));
+  }
+  TRY(L, sk_runtime_gather(rt, w1, R->dev[sk_comm_rank(comm)].params + R->param_off[w1], &e_));
+  sk_runtime_destroy(rt);
+  return SK_OK;
+}
+
+Test(runtime, feed_refused_names_the_tensor, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  static args_run A;
+  build_mlp(&n, 2);
+  run_init(&R, &n, 2, SK_F64, sgd(0.5), 2);
+  memset(&A, 0, sizeof A);
+  A.R = &R;
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = 2, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
+  sk_world *w = NULL;
+  OK(sk_world_create(&wd, &w, E));
+  cr_assert_eq(sk_world_run(w, feed_device, &A), SK_OK);
+  sk_world_destroy(w);
+  for (int d = 0; d < 2; d++) {
+    const call_log *L = &A.log[d];
+    cr_assert_eq(L->n, 9 + 3 * R.nsteps + 1);
+    cr_assert_eq(L->rc[0], SK_OK, "%s", L->msg[0]);
+    expect_refused(L, 1, "'w1'"), expect_refused(L, 1, "not an input");
+    expect_refused(L, 2, "'fc1'"), expect_refused(L, 2, "not an input");
+    expect_refused(L, 3, "tensor -1");
+    expect_refused(L, 4, "not an input");
+    expect_refused(L, 5, "'x'"), expect_refused(L, 5, "255");
+    expect_refused(L, 6, "'y'"), expect_refused(L, 6, "32");
+    expect_refused(L, 7, "'y'");
+    expect_refused(L, 8, "'x'");
+    for (int i = 9; i < L->n; i++) cr_assert_eq(L->rc[i], SK_OK, "device %d: %s: %s", d, L->name[i], L->msg[i]);
+  }
+  /* the refused feeds left nothing behind: the losses are one device's */
+  sk_train_desc td;
+  memset(&td, 0, sizeof td);
+  td.dtype = SK_F64, td.optim = R.desc.optim, td.seed = R.desc.seed;
+  sk_trainer *t = NULL;
+  OK(sk_trainer_create(&n.g, &td, &t, E));
+  for (int s = 0; s < R.nsteps; s++) {
+    for (int i = 0; i < n.nin; i++) OK(sk_trainer_feed(t, R.in_t[i], R.in_dt[i], R.data[s][i], (size_t)R.in_n[i], E));
+    double ref;
+    OK(sk_trainer_step(t, &ref, E));
+    for (int d = 0; d < 2; d++) cr_assert(rel(R.dev[d].loss[s], ref) <= TOL64, "step %d: %.17g vs %.17g", s, R.dev[d].loss[s], ref);
+  }
+  sk_trainer_destroy(t);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* Every allocation of create failing in turn, on one device: SK_ERR_OUT_OF_MEMORY, nothing
+   outstanding, until create needs fewer allocations than k. */
+Test(runtime, create_allocation_failures_one_device, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 1, SK_F64, adam(0.01), 1);
+  R.counting = true, R.create_only = true, R.fail_rank = 0;
+  long k = 1;
+  for (;; k++) {
+    R.fail_at = k;
+    run_world(&R);
+    const dev_out *o = &R.dev[0];
+    cr_assert_eq(o->out_after, 0, "k = %ld: %zu bytes outstanding", k, o->out_after);
+    cr_assert_eq(o->blocks_after, 0);
+    if (o->created) break;
+    cr_assert_eq(o->rc, SK_ERR_OUT_OF_MEMORY, "k = %ld: %s (%s)", k, sk_result_name(o->rc), o->msg);
+    cr_assert_eq(o->cnt.refused, 1);
+  }
+  cr_assert_gt(k, 20, "create took only %ld allocations", k - 1);
+  cr_log_info("create on 1 device: %ld allocations, each refused in turn", k - 1);
+  cr_assert_eq(R.dev[0].cnt.calls, k - 1);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* The same on 4 devices, the allocator failing on one of them (each in turn): that device
+   returns SK_ERR_OUT_OF_MEMORY from create; create is collective, so the others fail in create
+   or, where theirs completed, in the step that follows, none by the world's timeout. Nothing
+   stays allocated on any device. */
+Test(runtime, create_allocation_failures_one_of_four, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 1);
+  R.counting = true;
+  R.evaluate = false;
+  int created_in_a_row = 0;
+  long k = 1;
+  for (; created_in_a_row < 4; k++) {
+    R.fail_rank = (int)(k % 4), R.fail_at = k;
+    run_world(&R);
+    for (int d = 0; d < 4; d++) {
+      cr_assert_eq(R.dev[d].out_after, 0, "k = %ld, device %d: %zu bytes outstanding", k, d, R.dev[d].out_after);
+      cr_assert_eq(R.dev[d].blocks_after, 0);
+    }
+    const dev_out *f = &R.dev[R.fail_rank];
+    if (f->created) {
+      created_in_a_row++;
+      expect_all_ok(&R, "after the sweep");
+      continue;
+    }
+    created_in_a_row = 0;
+    cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "k = %ld, device %d: %s (%s)", k, R.fail_rank, sk_result_name(f->rc), f->msg);
+    cr_assert_str_eq(f->where, "create");
+    cr_assert_neq(R.world_rc, SK_OK);
+    for (int d = 0; d < 4; d++) {
+      const dev_out *o = &R.dev[d];
+      if (!o->ran) continue; /* it joined a world already down */
+      cr_assert_neq(o->rc, SK_OK, "k = %ld: device %d went on after device %d failed", k, d, R.fail_rank);
+      cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "k = %ld: device %d waited out the timeout: %s", k, d, o->msg);
+      cr_assert_eq(o->steps, 0);
+    }
+  }
+  cr_assert_gt(k, 40);
+  cr_log_info("create on 4 devices: call k of device k %% 4 refused, k = 1..%ld", k - 5);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* A label outside [0, C) in device 0's rows at step 1: device 0's loss kernel refuses; every
+   device's step returns an error, and the world ends without waiting for its timeout. */
+Test(runtime, kernel_failure_takes_the_world_down, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 3);
+  R.counting = true;
+  ((int32_t *)R.data[1][1])[1] = 99;
+  run_world(&R);
+  cr_assert_neq(R.world_rc, SK_OK);
+  const dev_out *o = &R.dev[0];
+  cr_assert_eq(o->rc, SK_ERR_INVALID_ARGUMENT, "%s (%s)", sk_result_name(o->rc), o->msg);
+  cr_assert(strstr(o->msg, "(Forward) operator 'loss' tensor 'loss'") && strstr(o->msg, "label 99"), "'%s'", o->msg);
+  for (int d = 0; d < 4; d++) {
+    o = &R.dev[d];
+    cr_assert(o->ran, "device %d did not run", d);
+    cr_assert_str_eq(o->where, "step", "device %d failed in %s: %s", d, o->where, o->msg);
+    cr_assert_eq(o->steps, 1);
+    cr_assert_neq(o->rc, SK_OK);
+    cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "device %d: %s", d, o->msg);
+    cr_assert_eq(o->out_after, 0);
+  }
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* The allocator failing on one device after create: in its first feed, or in evaluate. */
+Test(runtime, allocation_failure_after_create_takes_the_world_down, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 2);
+  R.counting = true, R.fail_rank = 2;
+  for (int phase = FAIL_FROM_FEED; phase <= FAIL_FROM_EVALUATE; phase++) {
+    R.fail_phase = phase;
+    run_world(&R);
+    cr_assert_neq(R.world_rc, SK_OK);
+    const dev_out *f = &R.dev[2];
+    cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "phase %d: %s (%s)", phase, sk_result_name(f->rc), f->msg);
+    cr_assert_str_eq(f->where, phase == FAIL_FROM_FEED ? "feed" : "evaluate");
+    cr_assert(strstr(f->msg, phase == FAIL_FROM_FEED ? "feed 'x'" : "evaluate"), "'%s'", f->msg);
+    for (int d = 0; d < 4; d++) {
+      const dev_out *o = &R.dev[d];
+      cr_assert(o->ran, "phase %d: device %d did not run", phase, d);
+      cr_assert_neq(o->rc, SK_OK, "phase %d: device %d", phase, d);
+      cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "phase %d: device %d: %s", phase, d, o->msg);
+      cr_assert_eq(o->steps, phase == FAIL_FROM_FEED ? 0 : R.nsteps);
+      cr_assert_eq(o->out_after, 0, "phase %d: device %d: %zu bytes outstanding", phase, d, o->out_after);
+    }
+  }
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
