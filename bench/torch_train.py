@@ -21,7 +21,9 @@ through libblas.so.3 keeps its own thread count. Run with OPENBLAS_NUM_THREADS=1
 bench/train_vs_torch.sh does) so that both sides compute a step on one core.
 
 Output: a line "torch: ..." describing the run, then the parseable line
-    median_step_ms=<float> steps=<int> dtype=<name> threads=<int>
+    median_step_ms=<float> median_cpu_ms=<float> steps=<int> dtype=<name> threads=<int>
+the median step's wall time and the median step's CPU time of the process (which, on a shared
+machine, leaves out the time another process held the core).
 """
 import argparse
 import gzip
@@ -134,20 +136,21 @@ def main():
                 t.add_(t.grad, alpha=-lr)
         return h.item()
 
-    first = None
+    first, loss = None, float("nan")
     for b in range(a.warmup):
         loss = step(b)
         first = loss if first is None else first
-    times = []
+    times, cpu = [], []
     for b in range(a.warmup, a.warmup + a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = step(b)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     print("torch: %s %s, batch %d, data %s, lr %g, loss %s -> %.4f, OPENBLAS_NUM_THREADS=%s" %
           (torch.__version__, a.dtype, batch, source, lr, "%.4f" % first if first is not None else "-", loss,
            os.environ.get("OPENBLAS_NUM_THREADS", "(unset)")))
-    print("median_step_ms=%.4f steps=%d dtype=%s threads=%d" %
-          (statistics.median(times) * 1e3, a.steps, a.dtype, torch.get_num_threads()))
+    print("median_step_ms=%.4f median_cpu_ms=%.4f steps=%d dtype=%s threads=%d" %
+          (statistics.median(times) * 1e3, statistics.median(cpu) * 1e3, a.steps, a.dtype, torch.get_num_threads()))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 
    Output: "epoch: E step: S, loss is L" every 10 steps (S counts within the epoch; L with 17
    significant digits in f64, 9 otherwise), "epoch: E test accuracy: A" after each epoch where
-   the data has a test set, a summary line starting "# ", with --check
+   the data has a test set, a summary line starting "# " (the mean step; the median step's CPU
+   time, then its wall time), with --check
    "check: max relative loss difference X over N steps", and with --report the per-device
    report (docs/sk-sim.md). Under MPI only world rank 0 prints. Data: the network's "dataset"
    (examples/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist. */
@@ -171,7 +172,7 @@ typedef struct job {
   /* written by the lead device (rank 0) */
   double *losses;
   long nlosses, cap_losses;
-  double *step_s;
+  double *step_s, *cpu_s; /* each step's wall and CPU seconds */
   long nstep_s;
   double seconds, model_us, compile_ms;
   sim_device_figures *figures; /* per device, for --report */
@@ -188,11 +189,15 @@ typedef struct run {
   bool y_float;
 } run;
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+/* The process's CPU time: on a shared machine a step's wall time also counts the time another
+   process held the core; its CPU time does not. */
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static sk_result feed(run *R, bool test, long b, sk_error *e) {
   const dataset *d = &R->J->data;
@@ -224,18 +229,21 @@ static sk_result test_accuracy(run *R, double *acc, sk_error *e) {
   return SK_OK;
 }
 
-/* The lead device keeps every loss (for --check) and every step's seconds (the median). */
-static int record(job *J, long i, double loss, double seconds) {
+/* The lead device keeps every loss (for --check) and every step's wall and CPU seconds (the
+   medians). */
+static int record(job *J, long i, double loss, double seconds, double cpu) {
   if (i >= J->cap_losses) {
     long cap = J->cap_losses ? 2 * J->cap_losses : 1024;
     double *l = (double *)realloc(J->losses, sizeof(double) * (size_t)cap);
     if (l) J->losses = l;
     double *s = l ? (double *)realloc(J->step_s, sizeof(double) * (size_t)cap) : NULL;
     if (s) J->step_s = s;
-    if (!l || !s) return -1;
+    double *c = s ? (double *)realloc(J->cpu_s, sizeof(double) * (size_t)cap) : NULL;
+    if (c) J->cpu_s = c;
+    if (!l || !s || !c) return -1;
     J->cap_losses = cap;
   }
-  J->losses[i] = loss, J->step_s[i] = seconds, J->nlosses = J->nstep_s = i + 1;
+  J->losses[i] = loss, J->step_s[i] = seconds, J->cpu_s[i] = cpu, J->nlosses = J->nstep_s = i + 1;
   return 0;
 }
 
@@ -250,12 +258,12 @@ static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
   job *J = R->J;
   const options *o = J->o;
   for (long s = 0; s < J->data.train_batches && (!o->steps || *done < o->steps); s++, (*done)++) {
-    double loss = 0, t1 = now_s(), c1 = R->comm ? sk_comm_clock_us(R->comm) : 0;
+    double loss = 0, t1 = now_s(), p1 = cpu_s(), c1 = R->comm ? sk_comm_clock_us(R->comm) : 0;
     sk_result r = feed(R, false, s, e);
     if (!r) r = step(R, &loss, e);
     if (r) return r;
     if (R->lead && R->comm) J->model_us += sk_comm_clock_us(R->comm) - c1;
-    if (R->lead && record(J, *done, loss, now_s() - t1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
+    if (R->lead && record(J, *done, loss, now_s() - t1, cpu_s() - p1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
     print_loss(R, ep, s, loss);
   }
   return SK_OK;
@@ -388,11 +396,10 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The median step in ms: the mean counts the first steps (cold caches, OpenBLAS's first
    buffers) and any step the shared machine slowed; the median is what a step costs. */
-static double median_ms(job *J) {
-  if (!J->nstep_s) return 0;
-  qsort(J->step_s, (size_t)J->nstep_s, sizeof(double), cmp_double);
-  long n = J->nstep_s;
-  return (n % 2 ? J->step_s[n / 2] : (J->step_s[n / 2 - 1] + J->step_s[n / 2]) / 2) * 1e3;
+static double median_ms(double *s, long n) {
+  if (!n) return 0;
+  qsort(s, (size_t)n, sizeof(double), cmp_double);
+  return (n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2) * 1e3;
 }
 
 static void print_summary(job *J, const double *base, long nbase) {
@@ -400,8 +407,10 @@ static void print_summary(job *J, const double *base, long nbase) {
   long n = J->nlosses;
   char backend[32] = ""; /* the single-device reference runs on no world */
   if (o->distributed) snprintf(backend, sizeof backend, ", %s backend", o->mpi ? "mpi" : "threads");
-  printf("# %d device%s, %s%s, %ld steps, %.3f ms per step, median %.3f ms\n", o->devices, o->devices > 1 ? "s" : "",
-         sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0, median_ms(J));
+  /* the wall median stays last: scripts read "median X ms" at the end of the line */
+  printf("# %d device%s, %s%s, %ld steps, %.3f ms per step, median cpu %.3f ms, median %.3f ms\n", o->devices,
+         o->devices > 1 ? "s" : "", sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0,
+         median_ms(J->cpu_s, J->nstep_s), median_ms(J->step_s, J->nstep_s));
   if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->link, o->device_tflops, J->model_us / (n ? n : 1));
   if (!o->check) return;
   long m = nbase < n ? nbase : n;
@@ -416,10 +425,10 @@ static void print_summary(job *J, const double *base, long nbase) {
 /* --check: the reference's losses, taken from a silent single-device run. */
 static int reference_losses(job *J, double **base, long *nbase, char *msg, size_t cap) {
   job R = *J;
-  R.losses = NULL, R.step_s = NULL, R.nlosses = R.nstep_s = R.cap_losses = 0, R.seconds = 0, R.model_us = 0;
+  R.losses = NULL, R.step_s = NULL, R.cpu_s = NULL, R.nlosses = R.nstep_s = R.cap_losses = 0, R.seconds = 0, R.model_us = 0;
   sk_error e;
   sk_result r = run_reference(&R, true, &e);
-  free(R.step_s);
+  free(R.step_s), free(R.cpu_s);
   *base = R.losses, *nbase = R.nlosses;
   return r ? (snprintf(msg, cap, "the single-device reference: %s", e.msg), -1) : 0;
 }
@@ -466,7 +475,7 @@ int main(int argc, char **argv) {
   else if (run_all(&J, argv[0], msg, sizeof msg)) rc = 1;
   bool quiet = o.mpi && prog_launch_rank() != 0; /* every process meets the same error: one says it */
   if (rc && !quiet) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), msg);
-  free(J.losses), free(J.step_s), free(J.figures);
+  free(J.losses), free(J.step_s), free(J.cpu_s), free(J.figures);
   sk_parallel_free(&J.plan);
   dataset_close(&J.data);
   sk_graph_free(&g);
