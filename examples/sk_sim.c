@@ -47,6 +47,10 @@ typedef struct options {
   const char *backend_asked;
   sk_link_model link;
   double device_tflops;
+  sk_dataset_strategy dataset;
+  int ndataset; /* a tuple of strategies, one per network input */
+  int dataset_strategy[SK_OP_MAX_INPUTS][SK_MAX_DIMS];
+  int dataset_strategy_len[SK_OP_MAX_INPUTS];
 } options;
 
 static void usage(FILE *f, const char *argv0) {
@@ -54,6 +58,7 @@ static void usage(FILE *f, const char *argv0) {
           "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check] [--report]\n"
           "          [--dump-program RANK] [--backend threads|mpi] [--link ALPHA_US,GBPS --device-tflops T]\n"
           "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
+          "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))]\n"
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -69,6 +74,8 @@ static void usage(FILE *f, const char *argv0) {
           "  --optimizer O        override the network's optimizer (its hyper-parameters stay)\n"
           "  --seed K             initial parameters, dropout and synthetic data (default 1)\n"
           "  --strict-strategies  refuse a strategy that needs more devices instead of using data parallel\n"
+          "  --dataset-strategy S how inputs are cut: data_parallel (default), full_batch, or one strategy\n"
+          "                       per input as MindSpore's tuple, e.g. \"((2,1),(2,))\" (repeat axis on the left)\n"
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
           prog_name(argv0), MNIST_DEFAULT_DIR, argv0);
@@ -77,6 +84,28 @@ static void usage(FILE *f, const char *argv0) {
 static int bad_usage(const char *argv0, const char *msg, const char *arg) {
   fprintf(stderr, "%s: %s%s%s (try --help)\n", prog_name(argv0), msg, arg ? ": " : "", arg ? arg : "");
   return 2;
+}
+
+/* --dataset-strategy: data_parallel, full_batch, or MindSpore's tuple "((2,1),(2,))"; 0 on success. */
+static int parse_dataset(const char *v, options *o) {
+  if (!strcmp(v, "data_parallel")) return o->dataset = SK_DATASET_DATA_PARALLEL, 0;
+  if (!strcmp(v, "full_batch")) return o->dataset = SK_DATASET_FULL_BATCH, 0;
+  const char *c = v;
+  int depth = 0, n = 0, len = 0;
+  for (; *c; c++) {
+    if (*c == ' ') continue;
+    if (*c == '(' && depth < 2) depth++, len = 0;
+    else if (*c == ')' && depth == 2) depth--, o->dataset_strategy_len[n++] = len;
+    else if (*c == ')' && depth == 1) depth--;
+    else if (*c == ',' && depth >= 1) continue;
+    else if (*c >= '0' && *c <= '9' && depth == 2 && n < SK_OP_MAX_INPUTS && len < SK_MAX_DIMS) {
+      char *end;
+      o->dataset_strategy[n][len++] = (int)strtol(c, &end, 10);
+      c = end - 1;
+    } else return -1;
+    if (depth == 0 && c[1]) return -1; /* text after the closing parenthesis */
+  }
+  return depth == 0 && n > 0 && n <= SK_OP_MAX_INPUTS ? (o->ndataset = n, 0) : -1;
 }
 
 /* Options that take no value; 1 when `a` was one. */
@@ -98,6 +127,9 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   else if (!strcmp(a, "--dump-program")) o->dump_rank = (int)strtol(v, &end, 10);
   else if (!strcmp(a, "--device-tflops")) o->device_tflops = strtod(v, &end);
   else if (!strcmp(a, "--optimizer")) o->optimizer = v;
+  else if (!strcmp(a, "--dataset-strategy")) {
+    if (parse_dataset(v, o)) return bad_usage(argv0, "--dataset-strategy takes data_parallel, full_batch or ((2,1),(2,))", v);
+  }
   else if (!strcmp(a, "--backend")) {
     if (strcmp(v, "threads") && strcmp(v, "mpi")) return bad_usage(argv0, "--backend takes threads or mpi", v);
     o->backend_asked = v;
@@ -378,7 +410,9 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
     return snprintf(msg, cap, "--optimizer takes sgd, momentum or adam, not '%s'", o->optimizer), -1;
   sk_parallel_desc pd;
   memset(&pd, 0, sizeof pd);
-  pd.ndevices = o->devices, pd.strict_strategies = o->strict;
+  pd.ndevices = o->devices, pd.strict_strategies = o->strict, pd.dataset = o->dataset, pd.ndataset = o->ndataset;
+  memcpy(pd.dataset_strategy, o->dataset_strategy, sizeof pd.dataset_strategy);
+  memcpy(pd.dataset_strategy_len, o->dataset_strategy_len, sizeof pd.dataset_strategy_len);
   double t0 = now_s();
   if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   J->compile_ms = (now_s() - t0) * 1e3;

@@ -16,8 +16,10 @@
      - Every tensor's layout, the layout its buffer has on each device: an operator's output
        keeps the layout its operator produces; a network input takes the dataset strategy
        (data_parallel: dim 0 cut over every device, which the global batch must divide;
-       full_batch: every device reads the whole batch); a parameter is stored in the layout its
-       first reader wants.
+       full_batch: every device reads the whole batch; or one strategy per input, as
+       MindSpore's dataset_strategy tuple); a parameter is stored in the layout its first reader
+       wants. A Reshape without a strategy reads its input as that input is cut (the cut of each
+       dim), as MindSpore gives a Reshape its predecessor's layout.
      - A move (a redistribution, sk_redist.h) wherever an operator reads a tensor in another
        layout than the tensor's, and in the backward the move of that gradient back.
 
@@ -64,6 +66,12 @@ typedef struct sk_parallel_desc {
   int ndevices;                /* required: the devices the program runs on */
   sk_dataset_strategy dataset; /* how network inputs are cut (default data parallel) */
   bool strict_strategies;      /* refuse a strategy that needs more devices, rather than fall back */
+  /* MindSpore's dataset_strategy as a tuple of strategies, one per network input in the order the
+     inputs were added (ndataset 0: `dataset` above decides): each input is cut as a
+     VirtualDataset with that strategy cuts it, the repeat axis on the left. */
+  int ndataset;
+  int dataset_strategy[SK_OP_MAX_INPUTS][SK_MAX_DIMS];
+  int dataset_strategy_len[SK_OP_MAX_INPUTS]; /* entries of tuple i as written (0: input i's rank) */
 } sk_parallel_desc;
 
 typedef enum sk_parallel_step_kind {
@@ -227,7 +235,7 @@ static int64_t sk__par_strategy_devices(const sk_op_desc *d) {
 }
 
 /* Operator o's desc and rule; a strategy that needs more devices falls back to data parallel. */
-static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, sk_error *err) {
+static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, bool input_placed, sk_error *err) {
   const sk_graph *g = p->graph;
   sk_parallel_op *po = &p->ops[o];
   sk_result r = sk_graph_op_desc(g, o, &po->desc, err);
@@ -235,6 +243,11 @@ static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, sk_error *err) {
   po->desc.params = 0;
   for (int k = 0; k < g->ops[o].ninputs; k++)
     if (g->tensors[g->ops[o].inputs[k]].role == SK_TENSOR_PARAM) po->desc.params |= 1u << k;
+  if (po->desc.kind == SK_OP_RESHAPE && !po->desc.has_strategy && !po->desc.has_layouts && input_placed) {
+    const sk_layout *in = &p->tensors[g->ops[o].inputs[0]].layout; /* the cut its producer left */
+    po->desc.has_strategy = true;
+    for (int d = 0; d < in->ndims; d++) po->desc.strategy[0][d] = sk_layout_split_count(in, d);
+  }
   int n = p->desc.ndevices;
   int64_t need = (po->desc.has_strategy || po->desc.has_layouts) ? sk__par_strategy_devices(&po->desc) : 1;
   if (need > n || n % need) {
@@ -298,17 +311,53 @@ static sk_result sk__par_input_layout(const sk_parallel_plan *p, int t, sk_layou
   return sk_layout_init(out, &mesh, x->ndims, x->shape, map, err);
 }
 
-/* Every tensor's layout: inputs by the dataset strategy, outputs as produced, parameters as
-   first read. */
-static sk_result sk__par_tensor_layouts(sk_parallel_plan *p, sk_error *err) {
+/* The network inputs under a tuple of strategies: cut as a VirtualDataset with that strategy
+   cuts them (sk_ops.h: the repeat axis on the left). */
+static sk_result sk__par_dataset_tuple(sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  sk_op_desc d;
+  memset(&d, 0, sizeof d);
+  d.kind = SK_OP_VIRTUAL_DATASET, d.has_strategy = true;
+  int ids[SK_OP_MAX_INPUTS], n = 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (g->tensors[t].role != SK_TENSOR_INPUT) continue;
+    if (n == SK_OP_MAX_INPUTS || n == p->desc.ndataset) {
+      n++;
+      continue;
+    }
+    ids[n] = t, d.ndims[n] = g->tensors[t].ndims;
+    memcpy(d.shape[n], g->tensors[t].shape, sizeof d.shape[n]);
+    memcpy(d.strategy[n], p->desc.dataset_strategy[n], sizeof d.strategy[n]);
+    d.strategy_len[n] = p->desc.dataset_strategy_len[n]; /* a wrong length is refused in sk_ops.h's words */
+    n++;
+  }
+  if (n != p->desc.ndataset)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dataset_strategy: %d strategies for the network's %d inputs",
+                    p->desc.ndataset, n);
+  d.ninputs = d.noutputs = n;
+  sk_op_plan plan;
+  sk_error e;
+  sk_result r = sk_op_plan_make(&d, p->desc.ndevices, &plan, &e);
+  if (r) return sk__fail(err, r, "dataset_strategy: %s", e.msg);
+  for (int k = 0; k < n; k++) p->tensors[ids[k]].layout = plan.out[k];
+  return SK_OK;
+}
+
+/* Every operator's plan and every tensor's layout, in graph order: inputs by the dataset
+   strategy, outputs as produced, parameters as first read. */
+static sk_result sk__par_place(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
   bool *placed = (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
   if (!placed) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory placing tensors");
-  sk_result r = SK_OK;
-  for (int t = 0; t < g->ntensors && !r; t++)
-    if (g->tensors[t].role == SK_TENSOR_INPUT) r = sk__par_input_layout(p, t, &p->tensors[t].layout, err), placed[t] = true;
+  sk_result r = p->desc.ndataset > 0 ? sk__par_dataset_tuple(p, err) : SK_OK;
+  for (int t = 0; t < g->ntensors && !r; t++) {
+    if (g->tensors[t].role != SK_TENSOR_INPUT) continue;
+    if (!p->desc.ndataset) r = sk__par_input_layout(p, t, &p->tensors[t].layout, err);
+    placed[t] = true;
+  }
   for (int o = 0; o < g->nops && !r; o++) {
     const sk_graph_op *op = &g->ops[o];
+    if ((r = sk__par_plan_op(p, o, op->ninputs > 0 && placed[op->inputs[0]], err))) break;
     for (int k = 0; k < op->ninputs; k++)
       if (!placed[op->inputs[k]]) p->tensors[op->inputs[k]].layout = p->ops[o].plan.in[k], placed[op->inputs[k]] = true;
     for (int k = 0; k < op->noutputs; k++) p->tensors[op->outputs[k]].layout = p->ops[o].plan.out[k], placed[op->outputs[k]] = true;
@@ -410,9 +459,10 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *
   p->tensors = (sk_parallel_tensor *)calloc((size_t)g->ntensors + 1, sizeof *p->tensors);
   if (!p->ops || !p->tensors) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan");
   if (!r) sk__par_mark_grads(p);
-  for (int o = 0; o < g->nops && !r; o++) r = sk__par_plan_op(p, o, err);
   if (!r && g->nops == 0) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: the network has no operator");
-  if (!r) r = sk__par_tensor_layouts(p, err);
+  if (!r && (desc->ndataset < 0 || desc->ndataset > SK_OP_MAX_INPUTS))
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d dataset strategies (0..%d)", desc->ndataset, SK_OP_MAX_INPUTS);
+  if (!r) r = sk__par_place(p, err);
   if (!r) r = sk__par_kernel_layouts(p, err);
   if (!r) r = sk__par_steps(p, err);
   if (r) sk_parallel_free(p);

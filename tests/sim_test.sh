@@ -70,6 +70,8 @@ for net in operator_parallel recursive_programming transformer; do
 done
 checks "transformer 4 devices f32" 1e-5 --net examples/nets/transformer.json --devices 4 --steps 12
 checks "transformer 8 devices bf16" 1e-2 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype bf16
+checks "transformer 8 devices, dataset strategy tuple" 1e-12 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype f64 --dataset-strategy "((2,1),(2,))"
+checks "operator_parallel 8 devices full batch" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 --dataset-strategy full_batch
 checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64
 
 # the same program on MPI processes: 2 processes, rank 0 alone prints, the same check
@@ -93,6 +95,11 @@ else bad "report: $(cat "$tmp/out")"; fi
 "$BIN" --net examples/nets/operator_parallel.json --devices 4 --steps 2 >"$tmp/out" 2>"$tmp/err"
 if [ $? -eq 0 ] && grep -q "operator 'fc1'.*data parallel instead" "$tmp/err"; then ok
 else bad "fallback on 4 devices: $(cat "$tmp/err")"; fi
+
+# the transformer compiles for 4096 devices with a dataset strategy that fits its batch of 16
+"$BIN" --net examples/nets/transformer.json --devices 4096 --dataset-strategy "((2,1),(2,))" --dump-program 4095 >"$tmp/out" 2>&1
+if head -1 "$tmp/out" | grep -q '^# device 4095 of 4096' && grep -q '^# compiled for 4096 devices in' "$tmp/out"; then ok
+else bad "4096 devices: $(tail -2 "$tmp/out")"; fi
 
 # --dump-program prints device RANK's program and exits
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --dump-program 4 >"$tmp/out" 2>&1
@@ -118,6 +125,8 @@ expect_fail "strict strategies on 4 devices" "strict" --net examples/nets/operat
 expect_fail "bad dtype" "--dtype" --net examples/nets/operator_parallel.json --dtype i32
 expect_fail "steps and epochs" "not both" --net examples/nets/operator_parallel.json --steps 2 --epochs 1
 expect_fail "zero steps" "positive" --net examples/nets/operator_parallel.json --steps 0
+expect_fail "dataset strategy of the wrong rank" "input 0's tuple has 2 entries" --net examples/nets/operator_parallel.json --devices 8 --dataset-strategy "((2,1),(2,))" --steps 1
+expect_fail "malformed dataset strategy" "--dataset-strategy" --net examples/nets/operator_parallel.json --dataset-strategy "((2,1)"
 expect_fail "bad optimizer" "--optimizer" --net examples/nets/operator_parallel.json --optimizer lamb
 
 summary sim

@@ -928,6 +928,74 @@ Test(parallel, transformer_two_and_four_devices) {
   sk_graph_free(&g);
 }
 
+/* A Reshape without a strategy takes its input's cut (MindSpore gives a Reshape its predecessor's
+   layout): the same number of pieces in every dim. (Its repeat axis stays on the left, as
+   sk_ops.h builds Reshapes, so replicas may still be exchanged.) */
+Test(parallel, reshape_takes_its_inputs_cut) {
+  sk_graph g;
+  sk_parallel_plan p;
+  load(TRANSFORMER, &g);
+  compile(&g, 8, &p);
+  int reshapes = 0;
+  for (int o = 0; o < g.nops; o++) {
+    if (g.ops[o].desc.kind != SK_OP_RESHAPE) continue;
+    reshapes++;
+    const sk_layout *in = &p.tensors[g.ops[o].inputs[0]].layout;
+    for (int d = 0; d < in->ndims; d++)
+      cr_assert_eq(sk_layout_split_count(&p.ops[o].plan.in[0], d), sk_layout_split_count(in, d), "'%s' dim %d",
+                   g.ops[o].name, d);
+    cr_assert(!p.ops[o].fell_back);
+  }
+  cr_assert_gt(reshapes, 0);
+  sk_parallel_free(&p);
+  sk_graph_free(&g);
+}
+
+/* dataset_strategy as a tuple: each input cut as a VirtualDataset cuts it, the repeat axis on the
+   left; the wrong number of tuples, or a cut that does not divide, is refused naming it. */
+Test(parallel, dataset_strategy_tuple) {
+  sk_graph g;
+  sk_parallel_plan p;
+  load(TUTORIAL, &g);
+  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.ndataset = 2;
+  d.dataset_strategy[0][0] = 2, d.dataset_strategy[0][1] = d.dataset_strategy[0][2] = d.dataset_strategy[0][3] = 1;
+  d.dataset_strategy[1][0] = 2;
+  OK(sk_parallel_compile(&g, &d, &p, E));
+  const sk_layout *img = &p.tensors[sk_graph_find(&g, "image")].layout;
+  cr_assert_eq(sk_layout_split_count(img, 0), 2);
+  sk_slice s0, s1;
+  OK(sk_layout_slice(img, 0, &s0, E));
+  cr_assert_eq(s0.start[0], 0);
+  OK(sk_layout_slice(img, 1, &s1, E));
+  cr_assert_eq(s1.start[0], 16, "the repeat axis on the left: rank 1 holds the second half");
+  OK(sk_layout_slice(img, 2, &s1, E));
+  cr_assert_eq(s1.start[0], 0, "rank 2 repeats rank 0's rows");
+  sk_parallel_free(&p);
+  d.ndataset = 1;
+  BAD("dataset_strategy: 1 strategies for the network's 2 inputs", sk_parallel_compile(&g, &d, &p, E));
+  d.ndataset = 2, d.dataset_strategy[1][0] = 3;
+  BAD("dataset_strategy", sk_parallel_compile(&g, &d, &p, E));
+  d.ndataset = 5;
+  BAD("dataset strategies", sk_parallel_compile(&g, &d, &p, E));
+  sk_graph_free(&g);
+}
+
+/* With a dataset strategy that fits (dp 2), the transformer compiles on 4096 devices: every
+   operator has a strategy or reads its input as cut, none falls back. */
+Test(parallel, transformer_on_4096_devices) {
+  sk_graph g;
+  sk_parallel_plan p;
+  load(TRANSFORMER, &g);
+  sk_parallel_desc d = pdesc(4096, SK_DATASET_DATA_PARALLEL);
+  d.ndataset = 2, d.dataset_strategy[0][0] = 2, d.dataset_strategy[0][1] = 1, d.dataset_strategy[1][0] = 2;
+  OK(sk_parallel_compile(&g, &d, &p, E));
+  cr_assert_eq(p.nfallbacks, 0);
+  assert_program_shape(&g, &p);
+  sk_parallel_free(&p);
+  sk_graph_free(&g);
+}
+
 /* ---- 9. memory ---------------------------------------------------------------------------- */
 
 static bool all_zero(const void *p, size_t n) {
@@ -960,7 +1028,7 @@ Test(parallel, failures_leave_plan_empty) {
   mm_build(&m, 6, 16, 4, (const int[]){1, 4}, (const int[]){4, 1}, 1);
   sk_parallel_desc d = pdesc(4, SK_DATASET_DATA_PARALLEL);
   memset(&p, 0x5a, sizeof p);
-  BAD("input 'x'", sk_parallel_compile(&m.g, &d, &p, E)); /* late: after every operator's plan */
+  BAD("input 'x'", sk_parallel_compile(&m.g, &d, &p, E)); /* placing the inputs, before any operator */
   cr_assert(all_zero(&p, sizeof p));
   d.strict_strategies = true, d.ndevices = 2; /* the MatMul needs 4 */
   memset(&p, 0x5a, sizeof p);
@@ -968,7 +1036,7 @@ Test(parallel, failures_leave_plan_empty) {
   cr_assert(all_zero(&p, sizeof p));
   sk_graph_free(&m.g);
   mm_build(&m, 6, 16, 4, NULL, NULL, 0); /* data parallel: the rule refuses 6 rows on 4 */
-  d.strict_strategies = false, d.ndevices = 4;
+  d.strict_strategies = false, d.ndevices = 4, d.dataset = SK_DATASET_FULL_BATCH; /* the inputs fit */
   memset(&p, 0x5a, sizeof p);
   BAD("'mm'", sk_parallel_compile(&m.g, &d, &p, E));
   cr_assert(all_zero(&p, sizeof p));
