@@ -30,13 +30,13 @@
 #include "shardkit.h"
 #include "sk_mpi.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fashion_mnist.h"
+#include "blas_gemm.h"
 #include "progs.h"
 
 #define BATCH 32
@@ -134,30 +134,6 @@ static sk_result build_network(sk_graph *g, bool layouts, sk_error *err) {
 }
 
 /* ---- training ------------------------------------------------------------------------------- */
-
-/* The kernels' GEMM hook: sk_kernels.h never links a BLAS, this program does (-lopenblas), so
-   its products go to cblas_dgemm (cblas_sgemm for f32, unused here but part of the contract).
-   A dimension that does not fit BLAS's integer is refused rather than truncated. */
-static sk_result blas_gemm(void *user, sk_dtype dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                           double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                           int64_t ldc) {
-  (void)user;
-  int64_t dims[] = {m, n, k, lda, ldb, ldc};
-  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-    if ((int64_t)(blasint)dims[i] != dims[i]) return SK_ERR_INVALID_ARGUMENT;
-  CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-  if (dt == SK_F64)
-    cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha, (const double *)a, (blasint)lda,
-                (const double *)b, (blasint)ldb, beta, (double *)c, (blasint)ldc);
-  else if (dt == SK_F32)
-    cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, (float)alpha, (const float *)a,
-                (blasint)lda, (const float *)b, (blasint)ldb, (float)beta, (float *)c, (blasint)ldc);
-  else
-    return SK_ERR_INVALID_ARGUMENT;
-  return SK_OK;
-}
-
-static const sk_kernel_ctx BLAS = {blas_gemm, NULL};
 
 /* What a run produced: every loss, and seconds per epoch from the steps timed so far (fewer
    than an epoch: extrapolated). */
