@@ -174,6 +174,7 @@ static bool sk__par_same_standard(const sk_layout *a, const sk_layout *b) {
 }
 
 SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b) {
+  if (!a || !b) return false;
   if (a->ndims > 0 && a->ndims == b->ndims && sk__par_same_standard(a, b)) return true;
   /* Slice by slice: standard forms differ when one mesh cuts a dim by a tuple of axes and the
      other by one axis of their product, though every device holds the same rows. */
