@@ -68,6 +68,16 @@ SK_API sk_result sk_exec_backward(const sk_kernel_ctx *ctx, const sk_graph_op *o
 SK_API uint64_t sk_exec_dropout_seed(uint64_t seed, int op, int64_t step);
 /* Whether input k of op can take a gradient (false for indices, labels of a loss, OneHot). */
 SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k);
+/* needs[t] (g->ntensors entries): whether a parameter's gradient flows through tensor t:
+   parameters, and the float outputs of an operator with a differentiable input that has one. */
+SK_API void sk_exec_grad_flow(const sk_graph *g, bool *needs);
+/* Whether dt is a float dtype (f32, f64, f16, bf16). */
+SK_API bool sk_exec_is_float(sk_dtype dt);
+/* n values from dtype `from` into dtype `to`, as the trainers feed inputs: any float dtype into
+   f32 or f64, integers between i32 and i64; false (nothing written) for another pair. */
+SK_API bool sk_exec_convert(sk_dtype from, const void *src, sk_dtype to, void *dst, size_t n);
+/* f16 / bf16 storage: rounds n f32 values to `store` and back (nothing for another dtype). */
+SK_API void sk_exec_round(sk_dtype store, float *values, int64_t n);
 
 SK_EXTERN_C_END
 #endif /* SK_EXEC_H */
@@ -83,6 +93,46 @@ SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k) {
     case SK_OP_ONE_HOT: case SK_OP_GET_NEXT: return false;
     default: return true;
   }
+}
+
+SK_API bool sk_exec_is_float(sk_dtype dt) { return dt == SK_F32 || dt == SK_F64 || dt == SK_F16 || dt == SK_BF16; }
+
+SK_API void sk_exec_grad_flow(const sk_graph *g, bool *needs) {
+  for (int i = 0; i < g->ntensors; i++) needs[i] = g->tensors[i].role == SK_TENSOR_PARAM;
+  for (int o = 0; o < g->nops; o++) {
+    const sk_graph_op *op = &g->ops[o];
+    bool any = false;
+    for (int k = 0; k < op->ninputs; k++) any = any || (needs[op->inputs[k]] && sk_exec_differentiable(op, k));
+    for (int k = 0; k < op->noutputs; k++) needs[op->outputs[k]] = any && sk_exec_is_float(g->tensors[op->outputs[k]].dtype);
+  }
+}
+
+SK_API bool sk_exec_convert(sk_dtype from, const void *src, sk_dtype to, void *dst, size_t n) {
+  if (sk_exec_is_float(from) && (to == SK_F32 || to == SK_F64)) {
+    for (size_t i = 0; i < n; i++) {
+      double v = from == SK_F64 ? ((const double *)src)[i]
+                 : from == SK_F32 ? ((const float *)src)[i]
+                 : from == SK_F16 ? sk_f16_to_f32(((const uint16_t *)src)[i])
+                                  : sk_bf16_to_f32(((const uint16_t *)src)[i]);
+      if (to == SK_F64) ((double *)dst)[i] = v;
+      else ((float *)dst)[i] = (float)v;
+    }
+    return true;
+  }
+  if ((from != SK_I32 && from != SK_I64) || (to != SK_I32 && to != SK_I64)) return false;
+  for (size_t i = 0; i < n; i++) {
+    int64_t v = from == SK_I64 ? ((const int64_t *)src)[i] : ((const int32_t *)src)[i];
+    if (to == SK_I64) ((int64_t *)dst)[i] = v;
+    else ((int32_t *)dst)[i] = (int32_t)v;
+  }
+  return true;
+}
+
+SK_API void sk_exec_round(sk_dtype store, float *f, int64_t n) {
+  if (store == SK_F16)
+    for (int64_t i = 0; i < n; i++) f[i] = sk_f16_to_f32(sk_f32_to_f16(f[i]));
+  else if (store == SK_BF16)
+    for (int64_t i = 0; i < n; i++) f[i] = sk_bf16_to_f32(sk_f32_to_bf16(f[i]));
 }
 
 static int sk__exec_axis(const sk_graph_op *op, int dflt) { return op->desc.naxis ? op->desc.axis[0] : dflt; }

@@ -200,19 +200,6 @@ SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int t) {
   return n;
 }
 
-/* Which tensors a parameter's gradient flows through. */
-static void sk__par_mark_grads(sk_parallel_plan *p) {
-  const sk_graph *g = p->graph;
-  for (int i = 0; i < g->ntensors; i++) p->tensors[i].needs_grad = g->tensors[i].role == SK_TENSOR_PARAM;
-  for (int o = 0; o < g->nops; o++) {
-    const sk_graph_op *op = &g->ops[o];
-    bool any = false;
-    for (int k = 0; k < op->ninputs; k++)
-      any = any || (p->tensors[op->inputs[k]].needs_grad && sk_exec_differentiable(op, k));
-    for (int k = 0; k < op->noutputs; k++) p->tensors[op->outputs[k]].needs_grad = any;
-  }
-}
-
 /* The devices the strategy needs: its device matrix without the repeat axis. A rule may combine
    tuples (MatMul's [a, b, c] takes c from w's tuple; OneHot's tuple has one entry more than its
    input's rank), so the rule itself is asked: planned on the product of every entry, a multiple
@@ -459,7 +446,11 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *
   p->ops = (sk_parallel_op *)calloc((size_t)g->nops + 1, sizeof *p->ops);
   p->tensors = (sk_parallel_tensor *)calloc((size_t)g->ntensors + 1, sizeof *p->tensors);
   if (!p->ops || !p->tensors) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan");
-  if (!r) sk__par_mark_grads(p);
+  bool *needs = r ? NULL : (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
+  if (!r && !needs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan");
+  if (!r) sk_exec_grad_flow(g, needs);
+  for (int t = 0; !r && t < g->ntensors; t++) p->tensors[t].needs_grad = needs[t];
+  free(needs);
   if (!r && g->nops == 0) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: the network has no operator");
   if (!r && (desc->ndataset < 0 || desc->ndataset > SK_OP_MAX_INPUTS))
     r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d dataset strategies (0..%d)", desc->ndataset, SK_OP_MAX_INPUTS);

@@ -213,20 +213,14 @@ static void sk__rt_prefix(sk_error *err, const char *prefix) {
 }
 
 /* f16 / bf16 runs: rounds n f32 values to the storage format (nothing for f32 and f64). */
-static void sk__rt_store(const sk_runtime *rt, void *buf, int64_t n) {
-  if (rt->store != SK_F16 && rt->store != SK_BF16) return;
-  float *f = (float *)buf;
-  for (int64_t i = 0; i < n; i++)
-    f[i] = rt->store == SK_F16 ? sk_f16_to_f32(sk_f32_to_f16(f[i])) : sk_bf16_to_f32(sk_f32_to_bf16(f[i]));
-}
+static void sk__rt_store(const sk_runtime *rt, void *buf, int64_t n) { sk_exec_round(rt->store, (float *)buf, n); }
 
 /* ---- tensors on this device --------------------------------------------------------------- */
 
-static bool sk__rt_is_float(sk_dtype dt) { return dt == SK_F32 || dt == SK_F64 || dt == SK_F16 || dt == SK_BF16; }
 
 static sk_dtype sk__rt_dtype(const sk_runtime *rt, int t) {
   sk_dtype dt = rt->g->tensors[t].dtype;
-  return sk__rt_is_float(dt) ? rt->cdt : dt;
+  return sk_exec_is_float(dt) ? rt->cdt : dt;
 }
 
 static int64_t sk__rt_count(const sk_layout *l) {
@@ -529,24 +523,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
 /* ---- feeding -------------------------------------------------------------------------------- */
 
 static sk_result sk__rt_convert(sk_dtype sdt, const void *src, sk_dtype ddt, void *dst, size_t n, sk_error *err) {
-  bool sf = sk__rt_is_float(sdt), df = sk__rt_is_float(ddt);
-  for (size_t i = 0; sf && df && i < n; i++) {
-    double v = sdt == SK_F64 ? ((const double *)src)[i]
-               : sdt == SK_F32 ? ((const float *)src)[i]
-               : sdt == SK_F16 ? sk_f16_to_f32(((const uint16_t *)src)[i])
-                               : sk_bf16_to_f32(((const uint16_t *)src)[i]);
-    if (ddt == SK_F64) ((double *)dst)[i] = v;
-    else ((float *)dst)[i] = (float)v;
-  }
-  if (sf && df) return SK_OK;
-  if ((sdt == SK_I32 || sdt == SK_I64) && (ddt == SK_I32 || ddt == SK_I64)) {
-    for (size_t i = 0; i < n; i++) {
-      int64_t v = sdt == SK_I64 ? ((const int64_t *)src)[i] : ((const int32_t *)src)[i];
-      if (ddt == SK_I64) ((int64_t *)dst)[i] = v;
-      else ((int32_t *)dst)[i] = (int32_t)v;
-    }
-    return SK_OK;
-  }
+  if (sk_exec_convert(sdt, src, ddt, dst, n)) return SK_OK;
   return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "cannot convert %s data into a %s tensor", sk_dtype_name(sdt),
                   sk_dtype_name(ddt));
 }
@@ -569,7 +546,7 @@ SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const v
   if (!tmp) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: feed '%s': out of memory", name);
   sk_result r = sk__rt_take_slice(sk_dtype_size(dt), &rt->plan->tensors[input].layout, rt->rank, global, tmp, err);
   if (!r) r = sk__rt_convert(dt, tmp, sk__rt_dtype(rt, input), rt->values[input], count, err);
-  if (!r && sk__rt_is_float(rt->g->tensors[input].dtype)) sk__rt_store(rt, rt->values[input], (int64_t)count);
+  if (!r && sk_exec_is_float(rt->g->tensors[input].dtype)) sk__rt_store(rt, rt->values[input], (int64_t)count);
   sk__rt_counted_free(rt, tmp);
   if (r && err) {
     char pre[128];
@@ -657,7 +634,7 @@ static sk_result sk__rt_forward(sk_runtime *rt, int o, bool inference, sk_error 
   if (!r) sk__rt_count_compute(rt, op, ro->karg, out, false);
   sk_coll_kind fc = rt->plan->ops[o].plan.fwd.kind; /* output 0 summed by a collective: rounded after it */
   for (int k = fc == SK_COLL_ALLREDUCE || fc == SK_COLL_REDUCE_SCATTER ? 1 : 0; k < op->noutputs && !r; k++)
-    if (sk__rt_is_float(rt->g->tensors[op->outputs[k]].dtype))
+    if (sk_exec_is_float(rt->g->tensors[op->outputs[k]].dtype))
       sk__rt_store(rt, rt->values[op->outputs[k]], sk_parallel_slice_count(rt->plan, op->outputs[k]));
   return r;
 }

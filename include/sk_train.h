@@ -104,7 +104,6 @@ struct sk_trainer {
   sk_exec_arg *args;               /* per tensor, the view sk_exec takes */
 };
 
-static bool sk__tr_is_float(sk_dtype dt) { return dt == SK_F32 || dt == SK_F64 || dt == SK_F16 || dt == SK_BF16; }
 
 static void *sk__tr_alloc(const sk_trainer *t, size_t bytes) {
   size_t n = (bytes + 63) / 64 * 64 + 64; /* never 0, a multiple of the alignment */
@@ -121,26 +120,13 @@ static void sk__tr_free(const sk_trainer *t, void *p) {
 
 static sk_dtype sk__tr_dtype(const sk_trainer *t, int i) {
   sk_dtype dt = t->g->tensors[i].dtype;
-  return sk__tr_is_float(dt) ? t->cdt : dt;
+  return sk_exec_is_float(dt) ? t->cdt : dt;
 }
 
 static size_t sk__tr_bytes(const sk_trainer *t, int i) {
   return (size_t)sk_graph_numel(t->g, i) * sk_dtype_size(sk__tr_dtype(t, i));
 }
 
-/* Which tensors a parameter's gradient flows through: parameters, and the outputs of an
-   operator with a differentiable input that has one. */
-static void sk__tr_mark_grads(sk_trainer *t) {
-  const sk_graph *g = t->g;
-  for (int i = 0; i < g->ntensors; i++) t->needs_grad[i] = g->tensors[i].role == SK_TENSOR_PARAM;
-  for (int o = 0; o < g->nops; o++) {
-    const sk_graph_op *op = &g->ops[o];
-    bool any = false;
-    for (int k = 0; k < op->ninputs; k++) any = any || (t->needs_grad[op->inputs[k]] && sk_exec_differentiable(op, k));
-    for (int k = 0; k < op->noutputs; k++)
-      t->needs_grad[op->outputs[k]] = any && sk__tr_is_float(g->tensors[op->outputs[k]].dtype);
-  }
-}
 
 static sk_result sk__tr_alloc_all(sk_trainer *t, sk_error *err) {
   const sk_graph *g = t->g;
@@ -151,7 +137,7 @@ static sk_result sk__tr_alloc_all(sk_trainer *t, sk_error *err) {
   t->args = (sk_exec_arg *)calloc(n, sizeof(sk_exec_arg));
   if (!t->values || !t->grads || !t->state0 || !t->state1 || !t->needs_grad || !t->written || !t->args)
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "trainer: out of memory");
-  sk__tr_mark_grads(t);
+  sk_exec_grad_flow(t->g, t->needs_grad);
   int nstates = sk_optim_nstates(&t->optim);
   for (int i = 0; i < g->ntensors; i++) {
     size_t b = sk__tr_bytes(t, i);
@@ -172,12 +158,7 @@ static sk_result sk__tr_alloc_all(sk_trainer *t, sk_error *err) {
 }
 
 /* Rounds a float buffer of the run to its storage format (f16 / bf16 runs only). */
-static void sk__tr_store(const sk_trainer *t, void *buf, int64_t n) {
-  if (t->store != SK_F16 && t->store != SK_BF16) return;
-  float *f = (float *)buf;
-  for (int64_t i = 0; i < n; i++)
-    f[i] = t->store == SK_F16 ? sk_f16_to_f32(sk_f32_to_f16(f[i])) : sk_bf16_to_f32(sk_f32_to_bf16(f[i]));
-}
+static void sk__tr_store(const sk_trainer *t, void *buf, int64_t n) { sk_exec_round(t->store, (float *)buf, n); }
 
 static sk_result sk__tr_check_desc(const sk_train_desc *d, sk_error *err) {
   if (d->dtype != SK_F32 && d->dtype != SK_F64 && d->dtype != SK_F16 && d->dtype != SK_BF16)
@@ -228,26 +209,7 @@ SK_API void sk_trainer_destroy(sk_trainer *t) {
    integers. */
 static sk_result sk__tr_convert(sk_dtype sdt, const void *src, sk_dtype ddt, void *dst, size_t n, const char *name,
                                 sk_error *err) {
-  bool sf = sk__tr_is_float(sdt), df = sk__tr_is_float(ddt);
-  if (sf && df) {
-    for (size_t i = 0; i < n; i++) {
-      double v = sdt == SK_F64 ? ((const double *)src)[i]
-                 : sdt == SK_F32 ? ((const float *)src)[i]
-                 : sdt == SK_F16 ? sk_f16_to_f32(((const uint16_t *)src)[i])
-                                 : sk_bf16_to_f32(((const uint16_t *)src)[i]);
-      if (ddt == SK_F64) ((double *)dst)[i] = v;
-      else ((float *)dst)[i] = (float)v;
-    }
-    return SK_OK;
-  }
-  if ((sdt == SK_I32 || sdt == SK_I64) && (ddt == SK_I32 || ddt == SK_I64)) {
-    for (size_t i = 0; i < n; i++) {
-      int64_t v = sdt == SK_I64 ? ((const int64_t *)src)[i] : ((const int32_t *)src)[i];
-      if (ddt == SK_I64) ((int64_t *)dst)[i] = v;
-      else ((int32_t *)dst)[i] = (int32_t)v;
-    }
-    return SK_OK;
-  }
+  if (sk_exec_convert(sdt, src, ddt, dst, n)) return SK_OK;
   return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "trainer: feed '%s': cannot convert %s data into a %s tensor", name,
                   sk_dtype_name(sdt), sk_dtype_name(ddt));
 }
@@ -261,7 +223,7 @@ SK_API sk_result sk_trainer_feed(sk_trainer *t, int input, sk_dtype dt, const vo
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "trainer: feed '%s': %zu elements given, the tensor has %lld",
                     x->name, n, (long long)sk_graph_numel(t->g, input));
   sk_result r = sk__tr_convert(dt, data, sk__tr_dtype(t, input), t->values[input], n, x->name, err);
-  if (!r && sk__tr_is_float(x->dtype)) sk__tr_store(t, t->values[input], (int64_t)n);
+  if (!r && sk_exec_is_float(x->dtype)) sk__tr_store(t, t->values[input], (int64_t)n);
   return r;
 }
 
@@ -279,7 +241,7 @@ static sk_result sk__tr_forward(sk_trainer *t, bool inference, sk_error *err) {
     sk_result r = sk_exec_forward(t->desc.kernels, op, &f, in, out, err);
     if (r) return r;
     for (int k = 0; k < op->noutputs; k++)
-      if (sk__tr_is_float(out[k].dtype) && sk__tr_is_float(g->tensors[op->outputs[k]].dtype))
+      if (sk_exec_is_float(out[k].dtype) && sk_exec_is_float(g->tensors[op->outputs[k]].dtype))
         sk__tr_store(t, out[k].data, sk_graph_numel(g, op->outputs[k]));
   }
   return SK_OK;

@@ -708,3 +708,26 @@ Test(exec, facts_dropout_slice_and_one_hot_offset) {
   for (int i = 0; i < 12; i++) cr_assert_eq(part[i], whole[(i / 3) * 6 + 3 + i % 3], "classes 3..5 [%d]", i);
   xc_end(&c);
 }
+
+/* ---- the helpers the trainers share --------------------------------------------------------- */
+
+Test(exec, convert_round_and_grad_flow) {
+  const float f[3] = {1.5f, -2.25f, 3.0f};
+  double d[3];
+  cr_assert(sk_exec_convert(SK_F32, f, SK_F64, d, 3));
+  cr_assert(d[0] == 1.5 && d[1] == -2.25 && d[2] == 3.0);
+  const int64_t big[2] = {7, -9};
+  int32_t small[2];
+  cr_assert(sk_exec_convert(SK_I64, big, SK_I32, small, 2));
+  cr_assert(small[0] == 7 && small[1] == -9);
+  cr_assert(!sk_exec_convert(SK_F32, f, SK_I32, small, 3), "floats do not convert into integers");
+  cr_assert(!sk_exec_convert(SK_F32, f, SK_F16, small, 1), "the trainers compute in f32 or f64 only");
+  float r[2] = {1.0f + 1.0f / 4096, 1.0f + 1.0f / 128};
+  sk_exec_round(SK_F16, r, 1); /* 2^-12 is below f16's ulp at 1 (2^-10): rounds to 1 */
+  cr_assert_eq(r[0], 1.0f);
+  sk_exec_round(SK_BF16, r + 1, 1); /* 2^-7 is bf16's ulp at 1: kept */
+  cr_assert_eq(r[1], 1.0f + 1.0f / 128);
+  sk_exec_round(SK_F32, r + 1, 1);
+  cr_assert_eq(r[1], 1.0f + 1.0f / 128, "f32 storage changes nothing");
+  cr_assert(sk_exec_is_float(SK_BF16) && !sk_exec_is_float(SK_I32));
+}
