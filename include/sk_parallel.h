@@ -50,8 +50,10 @@
 
 #include "sk_core.h"
 #include "sk_exec.h"
+#include "sk_fusion.h"
 #include "sk_graph.h"
 #include "sk_layout.h"
+#include "sk_layout_algebra.h"
 #include "sk_ops.h"
 
 SK_EXTERN_C_BEGIN
@@ -61,9 +63,33 @@ typedef enum sk_dataset_strategy {
   SK_DATASET_FULL_BATCH         /* every device reads the whole batch */
 } sk_dataset_strategy;
 
-/* Zero-initialise; zero fields take the defaults below. */
+/* AutoParallel(net, parallel_mode=...). Only semi_auto is built; the others are refused by name. */
+typedef enum sk_parallel_mode {
+  SK_PARALLEL_SEMI_AUTO = 0,
+  SK_PARALLEL_SHARDING_PROPAGATION,
+  SK_PARALLEL_RECURSIVE_PROGRAMMING
+} sk_parallel_mode;
+
+/* MindSpore's comm_fusion dict. Zero: openstate True, every kind auto (64 MB). The runtime hands
+   it to the fusion scheduler (sk_fusion.h), whose configs these are; index mode is AllReduce's
+   only; size mode counts MB as MindSpore does (the scheduler's mindspore_accounting). */
+typedef struct sk_comm_fusion {
+  bool closed; /* openstate False: no collective is fused */
+  sk_fusion_config allreduce, allgather, reducescatter;
+} sk_comm_fusion;
+
+/* The options of MindSpore's transformer_opt (parallel_speed_up.json) shardkit honours; the
+   others are refused by name where the file is read (sk_json.h). Zero: MindSpore's default. */
+typedef struct sk_transformer_opt {
+  bool grad_computation_allreduce_overlap; /* the gradient AllReduces overlap the backward pass */
+  bool enable_communication_fusion;        /* see docs/auto-parallel.md */
+} sk_transformer_opt;
+
+/* The parallel configuration: AutoParallel's knobs. Zero-initialise; every zero field is
+   MindSpore's default. device_num and global_rank are not here: they are the world's. */
 typedef struct sk_parallel_desc {
   int ndevices;                /* required: the devices the program runs on */
+  sk_parallel_mode mode;       /* parallel_mode: semi_auto */
   sk_dataset_strategy dataset; /* how network inputs are cut (default data parallel) */
   bool strict_strategies;      /* refuse a strategy that needs more devices, rather than fall back */
   /* MindSpore's dataset_strategy as a tuple of strategies, one per network input in the order the
@@ -72,6 +98,28 @@ typedef struct sk_parallel_desc {
   int ndataset;
   int dataset_strategy[SK_OP_MAX_INPUTS][SK_MAX_DIMS];
   int dataset_strategy_len[SK_OP_MAX_INPUTS]; /* entries of tuple i as written (0: input i's rank) */
+  /* ... or as a tuple of layouts (ndataset_layouts > 0; not with ndataset): input i's layout, on
+     a device matrix of ndevices or of a divisor of it (the repeat axis goes on the left). */
+  int ndataset_layouts;
+  sk_layout dataset_layouts[SK_OP_MAX_INPUTS];
+  bool gradients_mean;        /* enable_gradients_mean: each Mirror divides by its group size */
+  bool no_loss_repeated_mean; /* disable_loss_repeated_mean: gradients x the loss's repeat count */
+  /* f16 / bf16 runs: gradients travel in 16 bits (disable_gradient_fp32_sync), every reducing
+     collective in f32 (enable_fp32_communication). */
+  bool no_gradient_fp32_sync, fp32_communication;
+  /* The L2 norm of every parameter's gradient slice on every device, one line per step, device
+     and parameter ("step device parameter norm"): on stdout (print_local_norm), or in the file
+     dump_local_norm names (not printed); device_local_norm adds one line per device over all its
+     parameters (parameter column "device"). Written by device 0. */
+  bool print_local_norm, device_local_norm;
+  const char *dump_local_norm;
+  sk_comm_fusion comm_fusion;
+  sk_transformer_opt transformer_opt;
+  /* Strategy files (JSON, docs/strategy-files.md): read and written by sk_strategy.h's
+     sk_strategy_compile; sk_parallel_compile refuses a desc naming one. */
+  const char *save_param_strategy_file, *load_param_strategy_file;
+  const char *save_operator_strategy_file, *load_operator_strategy_file;
+  bool strategy_file_all_params; /* disable_strategy_file_only_for_trainable_params */
 } sk_parallel_desc;
 
 typedef enum sk_parallel_step_kind {
@@ -104,6 +152,9 @@ typedef struct sk_parallel_op {
   sk_layout kernel_in[SK_OP_MAX_INPUTS];
   bool moved[SK_OP_MAX_INPUTS]; /* input k is read in another layout than its tensor's */
   int replication[SK_OP_MAX_INPUTS]; /* parameters: the Mirror's divisor (see docs) */
+  /* parameters: the factor the Mirror applies after its sum: 1, or 1 / its group size under
+     desc.gradients_mean (1 where there is no Mirror) */
+  double mirror_scale[SK_OP_MAX_INPUTS];
 } sk_parallel_op;
 
 typedef struct sk_parallel_tensor {
@@ -119,6 +170,10 @@ typedef struct sk_parallel_plan {
   int nsteps;
   sk_parallel_step *steps;
   int nfallbacks;
+  /* The loss's gradient seed: 1 (MindSpore's loss_repeated_mean divides the repeated loss's
+     gradient by its repeat count, which exact gradients already are), or under
+     desc.no_loss_repeated_mean that repeat count: the devices holding the same loss slice. */
+  double loss_grad_scale;
 } sk_parallel_plan;
 
 /* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free). */
@@ -129,6 +184,11 @@ SK_API void sk_parallel_free(sk_parallel_plan *plan);
 /* The kernels' sharding facts for operator `op` on device `rank` (seed and inference are the
    runtime's to set). */
 SK_API sk_result sk_parallel_facts(const sk_parallel_plan *plan, int op, int rank, sk_exec_facts *facts, sk_error *err);
+/* What the plan's gradient knobs do to each parameter's gradient, for a single-device reference
+   that is to train like the plan: scales[o * SK_OP_MAX_INPUTS + k] is the factor on the
+   gradient parameter input k of operator o contributes (loss_grad_scale x mirror_scale[k]; 1
+   for every other input). `scales` holds graph->nops * SK_OP_MAX_INPUTS doubles. */
+SK_API void sk_parallel_grad_scales(const sk_parallel_plan *plan, double *scales);
 /* The element count of tensor t's slice on every device (layouts cut evenly). */
 SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int tensor);
 /* Whether two layouts give every device the same slice (compared rank by rank, whatever the meshes). */
@@ -331,16 +391,43 @@ static sk_result sk__par_dataset_tuple(sk_parallel_plan *p, sk_error *err) {
   return SK_OK;
 }
 
+/* The network inputs under a tuple of layouts: each on all the devices, the repeat axis on the left. */
+static sk_result sk__par_dataset_layouts(sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  int n = 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (g->tensors[t].role != SK_TENSOR_INPUT) continue;
+    if (n < p->desc.ndataset_layouts) {
+      const sk_layout *l = &p->desc.dataset_layouts[n];
+      bool same = l->ndims == g->tensors[t].ndims;
+      for (int d = 0; same && d < l->ndims; d++) same = l->shape[d] == g->tensors[t].shape[d];
+      if (!same)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dataset_strategy: layout %d is for another shape than input '%s'",
+                        n, g->tensors[t].name);
+      sk_error e;
+      sk_result r = sk_layout_to_devices(l, p->desc.ndevices, &p->tensors[t].layout, &e);
+      if (r) return sk__fail(err, r, "dataset_strategy: layout %d (input '%s'): %s", n, g->tensors[t].name, e.msg);
+    }
+    n++;
+  }
+  if (n != p->desc.ndataset_layouts)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dataset_strategy: %d layouts for the network's %d inputs",
+                    p->desc.ndataset_layouts, n);
+  return SK_OK;
+}
+
 /* Every operator's plan and every tensor's layout, in graph order: inputs by the dataset
    strategy, outputs as produced, parameters as first read. */
 static sk_result sk__par_place(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
   bool *placed = (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
   if (!placed) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory placing tensors");
-  sk_result r = p->desc.ndataset > 0 ? sk__par_dataset_tuple(p, err) : SK_OK;
+  bool tuple = p->desc.ndataset > 0 || p->desc.ndataset_layouts > 0;
+  sk_result r = p->desc.ndataset > 0 ? sk__par_dataset_tuple(p, err)
+                : p->desc.ndataset_layouts > 0 ? sk__par_dataset_layouts(p, err) : SK_OK;
   for (int t = 0; t < g->ntensors && !r; t++) {
     if (g->tensors[t].role != SK_TENSOR_INPUT) continue;
-    if (!p->desc.ndataset) r = sk__par_input_layout(p, t, &p->tensors[t].layout, err);
+    if (!tuple) r = sk__par_input_layout(p, t, &p->tensors[t].layout, err);
     placed[t] = true;
   }
   for (int o = 0; o < g->nops && !r; o++) {
@@ -357,6 +444,22 @@ static sk_result sk__par_place(sk_parallel_plan *p, sk_error *err) {
   return r;
 }
 
+static int sk__par_group_size(const sk_mesh *mesh, uint32_t axes) {
+  int n = 1;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (axes & (1u << a)) n *= mesh->dims[a];
+  return n;
+}
+
+/* The devices holding each slice of the loss (MindSpore's as_loss_divisor): every device for a
+   scalar loss. */
+static int sk__par_loss_repeat(const sk_parallel_plan *p) {
+  const sk_layout *l = &p->tensors[p->graph->loss].layout;
+  int64_t slices = 1;
+  for (int d = 0; d < l->ndims; d++) slices *= sk_layout_split_count(l, d);
+  return (int)(p->desc.ndevices / slices);
+}
+
 static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
   for (int o = 0; o < g->nops; o++) {
@@ -367,6 +470,9 @@ static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
       if (r) return sk__fail(err, r, "operator '%s' input %d: %s", op->name, k, err ? err->msg : "");
       po->moved[k] = !sk_parallel_same_layout(&p->tensors[op->inputs[k]].layout, &po->kernel_in[k]);
       po->replication[k] = (po->desc.params >> k) & 1u ? sk__par_replication(&po->plan, k) : 1;
+      po->mirror_scale[k] = 1;
+      if (p->desc.gradients_mean && ((po->desc.params >> k) & 1u) && po->plan.grad[k].kind != SK_COLL_NONE)
+        po->mirror_scale[k] = 1.0 / sk__par_group_size(&po->plan.mesh, po->plan.grad[k].axes);
     }
   }
   return SK_OK;
@@ -432,15 +538,50 @@ SK_API void sk_parallel_free(sk_parallel_plan *p) {
   memset(p, 0, sizeof *p);
 }
 
+/* One comm_fusion kind, as MindSpore's _set_*_comm_fusion checks it. */
+static sk_result sk__par_check_fusion(const sk_fusion_config *c, const char *kind, bool index_ok, sk_error *err) {
+  if ((unsigned)c->mode >= SK_FUSION_MODE_COUNT)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm_fusion: %s: unknown mode %d", kind, (int)c->mode);
+  if (c->mode == SK_FUSION_INDEX && !index_ok)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm_fusion: %s: mode 'index' is AllReduce's only ('auto' or 'size')", kind);
+  if (c->mode == SK_FUSION_SIZE && c->threshold_bytes == 0 && !(c->threshold_mb > 0))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm_fusion: %s: the size threshold must be larger than 0 MB", kind);
+  return SK_OK;
+}
+
+static const char *const sk__par_mode_names[] = {"semi_auto", "sharding_propagation", "recursive_programming"};
+
+/* The knobs that need no graph. */
+static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
+  if (d->ndevices < 1 || d->ndevices > SK_MAX_DEVICES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d devices (1..%d)", d->ndevices, SK_MAX_DEVICES);
+  if ((unsigned)d->mode > SK_PARALLEL_RECURSIVE_PROGRAMMING)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown parallel_mode %d", (int)d->mode);
+  if (d->mode != SK_PARALLEL_SEMI_AUTO)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: parallel_mode '%s' is not built (semi_auto only)",
+                    sk__par_mode_names[d->mode]);
+  if ((unsigned)d->dataset > SK_DATASET_FULL_BATCH)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown dataset strategy %d", (int)d->dataset);
+  if (d->ndataset < 0 || d->ndataset > SK_OP_MAX_INPUTS || d->ndataset_layouts < 0 || d->ndataset_layouts > SK_OP_MAX_INPUTS)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d dataset strategies, %d layouts (0..%d)", d->ndataset,
+                    d->ndataset_layouts, SK_OP_MAX_INPUTS);
+  if (d->ndataset && d->ndataset_layouts)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dataset_strategy: a tuple of strategies or of layouts, not both");
+  if (d->save_param_strategy_file || d->load_param_strategy_file || d->save_operator_strategy_file ||
+      d->load_operator_strategy_file)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: strategy files are read and written by sk_strategy_compile (sk_strategy.h)");
+  sk_result r = sk__par_check_fusion(&d->comm_fusion.allreduce, "allreduce", true, err);
+  if (!r) r = sk__par_check_fusion(&d->comm_fusion.allgather, "allgather", false, err);
+  if (!r) r = sk__par_check_fusion(&d->comm_fusion.reducescatter, "reducescatter", false, err);
+  return r;
+}
+
 SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *p,
                                      sk_error *err) {
   if (!g || !desc || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL argument");
   memset(p, 0, sizeof *p);
-  if (desc->ndevices < 1 || desc->ndevices > SK_MAX_DEVICES)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d devices (1..%d)", desc->ndevices, SK_MAX_DEVICES);
-  if ((unsigned)desc->dataset > SK_DATASET_FULL_BATCH)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown dataset strategy %d", (int)desc->dataset);
-  sk_result r = sk_graph_check(g, err);
+  sk_result r = sk__par_check_desc(desc, err);
+  if (!r) r = sk_graph_check(g, err);
   if (r) return r;
   p->graph = g, p->desc = *desc;
   p->ops = (sk_parallel_op *)calloc((size_t)g->nops + 1, sizeof *p->ops);
@@ -452,13 +593,21 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *
   for (int t = 0; !r && t < g->ntensors; t++) p->tensors[t].needs_grad = needs[t];
   free(needs);
   if (!r && g->nops == 0) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: the network has no operator");
-  if (!r && (desc->ndataset < 0 || desc->ndataset > SK_OP_MAX_INPUTS))
-    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d dataset strategies (0..%d)", desc->ndataset, SK_OP_MAX_INPUTS);
   if (!r) r = sk__par_place(p, err);
   if (!r) r = sk__par_kernel_layouts(p, err);
   if (!r) r = sk__par_steps(p, err);
+  if (!r) p->loss_grad_scale = desc->no_loss_repeated_mean ? sk__par_loss_repeat(p) : 1;
   if (r) sk_parallel_free(p);
   return r;
+}
+
+SK_API void sk_parallel_grad_scales(const sk_parallel_plan *p, double *scales) {
+  if (!p || !p->graph || !scales) return;
+  for (int o = 0; o < p->graph->nops; o++)
+    for (int k = 0; k < SK_OP_MAX_INPUTS; k++) {
+      bool param = k < p->graph->ops[o].ninputs && ((p->ops[o].desc.params >> k) & 1u);
+      scales[o * SK_OP_MAX_INPUTS + k] = param ? p->loss_grad_scale * p->ops[o].mirror_scale[k] : 1;
+    }
 }
 
 /* ---- facts ---------------------------------------------------------------------------------- */
