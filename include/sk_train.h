@@ -55,6 +55,11 @@ typedef struct sk_train_desc {
   uint64_t seed;               /* initial parameters and dropout masks (zero: 1) */
   const sk_kernel_ctx *kernels; /* the GEMM hook (NULL: the built-in GEMM) */
   sk_allocator alloc;          /* zero: the C library */
+  /* Per operator o and input k, a factor on the gradient that input contributes:
+     grad_scales[o * SK_OP_MAX_INPUTS + k] (copied at create; NULL: every factor 1). With
+     sk_parallel_grad_scales' values the trainer trains like a plan whose knobs rescale
+     gradients (gradients_mean, no_loss_repeated_mean). */
+  const double *grad_scales;
 } sk_train_desc;
 
 typedef struct sk_trainer sk_trainer;
@@ -101,6 +106,7 @@ struct sk_trainer {
   void **values, **grads, **state0, **state1;
   bool *needs_grad, *written;
   void *scratch[SK_OP_MAX_INPUTS]; /* a second gradient of a tensor read twice */
+  double *grad_scales;             /* desc.grad_scales copied, or NULL */
   sk_exec_arg *args;               /* per tensor, the view sk_exec takes */
 };
 
@@ -135,7 +141,11 @@ static sk_result sk__tr_alloc_all(sk_trainer *t, sk_error *err) {
   t->state0 = (void **)calloc(n, sizeof(void *)), t->state1 = (void **)calloc(n, sizeof(void *));
   t->needs_grad = (bool *)calloc(n, sizeof(bool)), t->written = (bool *)calloc(n, sizeof(bool));
   t->args = (sk_exec_arg *)calloc(n, sizeof(sk_exec_arg));
-  if (!t->values || !t->grads || !t->state0 || !t->state1 || !t->needs_grad || !t->written || !t->args)
+  size_t nscales = (size_t)g->nops * SK_OP_MAX_INPUTS;
+  if (t->desc.grad_scales && (t->grad_scales = (double *)malloc(nscales * sizeof(double) + 1)))
+    memcpy(t->grad_scales, t->desc.grad_scales, nscales * sizeof(double));
+  if (!t->values || !t->grads || !t->state0 || !t->state1 || !t->needs_grad || !t->written || !t->args ||
+      (t->desc.grad_scales && !t->grad_scales))
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "trainer: out of memory");
   sk_exec_grad_flow(t->g, t->needs_grad);
   int nstates = sk_optim_nstates(&t->optim);
@@ -202,7 +212,7 @@ SK_API void sk_trainer_destroy(sk_trainer *t) {
   }
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) sk__tr_free(t, t->scratch[k]);
   free(t->values), free(t->grads), free(t->state0), free(t->state1), free(t->needs_grad), free(t->written);
-  free(t->args), free(t);
+  free(t->args), free(t->grad_scales), free(t);
 }
 
 /* Converts n values from src (dtype sdt) into dst (dtype ddt): floats to floats, integers to
@@ -278,6 +288,13 @@ static void sk__tr_accumulate(sk_dtype dt, void *acc, const void *x, int64_t n) 
     for (int64_t i = 0; i < n; i++) ((float *)acc)[i] += ((const float *)x)[i];
 }
 
+static void sk__tr_scale(sk_dtype dt, void *x, int64_t n, double s) {
+  if (dt == SK_F64)
+    for (int64_t i = 0; i < n; i++) ((double *)x)[i] *= s;
+  else
+    for (int64_t i = 0; i < n; i++) ((float *)x)[i] = (float)(((float *)x)[i] * s);
+}
+
 static sk_result sk__tr_backward_op(sk_trainer *t, int o, sk_error *err) {
   const sk_graph_op *op = &t->g->ops[o];
   sk_exec_arg in[SK_OP_MAX_INPUTS], out[SK_OP_MAX_OUTPUTS];
@@ -300,6 +317,8 @@ static sk_result sk__tr_backward_op(sk_trainer *t, int o, sk_error *err) {
   for (int k = 0; k < op->ninputs; k++) {
     int ti = op->inputs[k];
     if (!dx[k]) continue;
+    double scale = t->grad_scales ? t->grad_scales[o * SK_OP_MAX_INPUTS + k] : 1;
+    if (scale != 1) sk__tr_scale(t->cdt, dx[k], sk_graph_numel(t->g, ti), scale);
     if (add[k]) sk__tr_accumulate(t->cdt, t->grads[ti], dx[k], sk_graph_numel(t->g, ti));
     t->written[ti] = true;
   }
