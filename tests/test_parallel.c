@@ -1042,3 +1042,130 @@ Test(parallel, failures_leave_plan_empty) {
   cr_assert(all_zero(&p, sizeof p));
   sk_graph_free(&m.g);
 }
+
+/* ---- the AutoParallel knobs ---------------------------------------------------------------- */
+
+/* Only semi_auto is built; the search modes are refused by name, as are strategy files (they
+   are sk_strategy.h's) and comm_fusion settings MindSpore refuses. */
+Test(parallel, knobs_refused_by_name) {
+  sk_graph g;
+  sk_parallel_plan p;
+  load(TUTORIAL, &g);
+  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.mode = SK_PARALLEL_SHARDING_PROPAGATION;
+  BAD("parallel_mode 'sharding_propagation' is not built", sk_parallel_compile(&g, &d, &p, E));
+  d.mode = SK_PARALLEL_RECURSIVE_PROGRAMMING;
+  BAD("parallel_mode 'recursive_programming'", sk_parallel_compile(&g, &d, &p, E));
+  d.mode = (sk_parallel_mode)7;
+  BAD("unknown parallel_mode 7", sk_parallel_compile(&g, &d, &p, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.load_operator_strategy_file = "/tmp/x.json";
+  BAD("sk_strategy_compile", sk_parallel_compile(&g, &d, &p, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.comm_fusion.allgather.mode = SK_FUSION_INDEX;
+  BAD("allgather: mode 'index' is AllReduce's only", sk_parallel_compile(&g, &d, &p, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.comm_fusion.reducescatter.mode = SK_FUSION_SIZE;
+  BAD("reducescatter: the size threshold must be larger than 0 MB", sk_parallel_compile(&g, &d, &p, E));
+  d.comm_fusion.reducescatter.threshold_mb = 0.5;
+  OK(sk_parallel_compile(&g, &d, &p, E));
+  sk_parallel_free(&p);
+  sk_graph_free(&g);
+}
+
+/* Rank's rows of a layout's dim 0. */
+static void assert_rows(const sk_layout *l, int rank, int64_t start, int64_t stop) {
+  sk_slice s;
+  OK(sk_layout_slice(l, rank, &s, E));
+  cr_assert(s.start[0] == start && s.stop[0] == stop, "rank %d: rows [%lld, %lld), want [%lld, %lld)", rank,
+            (long long)s.start[0], (long long)s.stop[0], (long long)start, (long long)stop);
+}
+
+/* dataset_strategy as a tuple of layouts: the image on a (2, 2) matrix cut by "dp" on its batch,
+   the label by ("dp", "mp") on 4: on 8 devices the repeat axis goes on the left. */
+Test(parallel, dataset_strategy_layouts) {
+  sk_graph g;
+  sk_parallel_plan p;
+  load(TUTORIAL, &g);
+  int img = tensor(&g, "image"), lab = tensor(&g, "label");
+  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  sk_mesh m;
+  OK(sk_mesh_init(&m, 2, (const int[]){2, 2}, (const char *[]){"dp", "mp"}, E));
+  sk_dim_map im[SK_MAX_DIMS] = {{1, {0}}}, lm[SK_MAX_DIMS] = {{2, {0, 1}}};
+  OK(sk_layout_init(&d.dataset_layouts[0], &m, g.tensors[img].ndims, g.tensors[img].shape, im, E));
+  OK(sk_layout_init(&d.dataset_layouts[1], &m, 1, g.tensors[lab].shape, lm, E));
+  d.ndataset_layouts = 2;
+  OK(sk_parallel_compile(&g, &d, &p, E));
+  const sk_layout *il = &p.tensors[img].layout, *ll = &p.tensors[lab].layout;
+  int64_t b = g.tensors[img].shape[0];
+  cr_assert_eq(il->mesh.size, 8);
+  for (int r = 0; r < 8; r++) { /* rank r holds the slice of r % 4 on the (2, 2) matrix */
+    int c = r % 4, dp = c / 2;
+    assert_rows(il, r, dp * b / 2, (dp + 1) * b / 2);
+    assert_rows(ll, r, c * b / 4, (c + 1) * b / 4);
+  }
+  sk_parallel_free(&p);
+  d.ndataset_layouts = 1;
+  BAD("dataset_strategy: 1 layouts for the network's 2 inputs", sk_parallel_compile(&g, &d, &p, E));
+  d.ndataset_layouts = 2, d.ndataset = 2;
+  BAD("not both", sk_parallel_compile(&g, &d, &p, E));
+  d.ndataset = 0, d.dataset_layouts[1] = d.dataset_layouts[0];
+  BAD("layout 1 is for another shape than input 'label'", sk_parallel_compile(&g, &d, &p, E));
+  OK(sk_mesh_init(&m, 1, (const int[]){3}, (const char *[]){"dp"}, E)); /* 3 devices do not divide 8 */
+  OK(sk_layout_init(&d.dataset_layouts[1], &m, 1, g.tensors[lab].shape, NULL, E));
+  BAD("dataset_strategy: layout 1 (input 'label')", sk_parallel_compile(&g, &d, &p, E));
+  sk_graph_free(&g);
+}
+
+/* gradients_mean: each Mirror divides by its group: fc1's weight is mirrored over {0,4} (1/2),
+   fc3's over all 8 (1/8), fc2's weight is cut over all 8 and has no Mirror (1). Off, every
+   factor is 1. */
+Test(parallel, gradients_mean_scales_mirrors) {
+  sk_graph g;
+  sk_parallel_plan p;
+  load(TUTORIAL, &g);
+  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  double s[64];
+  cr_assert_leq(g.nops * SK_OP_MAX_INPUTS, 64);
+  OK(sk_parallel_compile(&g, &d, &p, E));
+  sk_parallel_grad_scales(&p, s);
+  for (int i = 0; i < g.nops * SK_OP_MAX_INPUTS; i++) cr_assert_eq(s[i], 1.0, "factor %d: %g by default", i, s[i]);
+  cr_assert_eq(p.loss_grad_scale, 1.0);
+  sk_parallel_free(&p);
+  d.gradients_mean = true;
+  OK(sk_parallel_compile(&g, &d, &p, E));
+  int fc1 = op_index(&g, "fc1"), fc2 = op_index(&g, "fc2"), fc3 = op_index(&g, "fc3");
+  cr_assert_eq(p.ops[fc1].mirror_scale[1], 0.5);
+  cr_assert_eq(p.ops[fc2].mirror_scale[1], 1.0);
+  cr_assert_eq(p.ops[fc3].mirror_scale[1], 0.125);
+  cr_assert_eq(p.ops[fc1].mirror_scale[0], 1.0, "an activation has no Mirror");
+  sk_parallel_grad_scales(&p, s);
+  cr_assert_eq(s[fc1 * SK_OP_MAX_INPUTS + 1], 0.5);
+  cr_assert_eq(s[fc3 * SK_OP_MAX_INPUTS + 1], 0.125);
+  cr_assert_eq(s[fc1 * SK_OP_MAX_INPUTS + 0], 1.0);
+  sk_parallel_free(&p);
+  sk_graph_free(&g);
+}
+
+/* disable_loss_repeated_mean: the scalar loss is held by every device, so its gradient seed is
+   the device count (MindSpore's as_loss_divisor); every parameter's factor carries it. */
+Test(parallel, no_loss_repeated_mean_seeds_repeat_count) {
+  sk_graph g;
+  sk_parallel_plan p;
+  load(TUTORIAL, &g);
+  int fc2 = op_index(&g, "fc2"), fc3 = op_index(&g, "fc3");
+  double s[64];
+  for (int n = 1; n <= 8; n *= 2) {
+    sk_parallel_desc d = pdesc(n, SK_DATASET_DATA_PARALLEL);
+    d.no_loss_repeated_mean = true, d.gradients_mean = true;
+    OK(sk_parallel_compile(&g, &d, &p, E));
+    cr_assert_eq(p.loss_grad_scale, (double)n, "%d devices: seed %g", n, p.loss_grad_scale);
+    sk_parallel_grad_scales(&p, s);
+    cr_assert_eq(s[fc3 * SK_OP_MAX_INPUTS + 1], 1.0, "fc3's weight: the seed's x%d and its Mirror's /%d cancel", n, n);
+    /* fc2's weight is cut over all 8 (no Mirror: x8); on fewer it falls back to data parallel */
+    cr_assert_eq(s[fc2 * SK_OP_MAX_INPUTS + 1], n == 8 ? 8.0 : 1.0, "fc2's weight on %d devices", n);
+    cr_assert_eq(s[fc3 * SK_OP_MAX_INPUTS + 0], 1.0, "an activation carries no factor");
+    sk_parallel_free(&p);
+  }
+  sk_graph_free(&g);
+}

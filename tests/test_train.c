@@ -723,3 +723,49 @@ Test(train, gemm_hook_and_zero_seed) {
   sk_trainer_destroy(hooked), sk_trainer_destroy(one), sk_trainer_destroy(plain);
   sk_graph_free(&m.g);
 }
+
+/* grad_scales: a factor per (operator, input) on the gradient that read contributes. w read by
+   the MatMul (x0.5) and twice by the Mul (x3 on its first input only): w's gradient is
+   0.5 g_mm + 3 g_mul0 + g_mul1, compared with the three contributions taken apart. */
+Test(train, grad_scales_per_read) {
+  sk_graph g;
+  sk_graph_init(&g);
+  int x = input(&g, "x", SK_F32, 5, 3), y = input(&g, "y", SK_I32, 5, 0);
+  int w = param(&g, "w", 3, 3, SK_INIT_UNIFORM, 0.5);
+  int h = op2(&g, "h", SK_OP_MATMUL, 2, x, w);
+  int ce = op2(&g, "ce", SK_OP_SOFTMAX_CE, 2, h, y);
+  int q = op2(&g, "q", SK_OP_MUL, 2, w, w);
+  int reg = op2(&g, "reg", SK_OP_REDUCE_SUM, 1, q, 0);
+  OK(sk_graph_set_loss(&g, op2(&g, "loss", SK_OP_ADD, 2, ce, reg), E));
+  double scales[5 * SK_OP_MAX_INPUTS], gw[3][9];
+  const double pick[3][3] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}; /* MatMul's w, Mul's first, Mul's second */
+  for (int run = 0; run < 4; run++) {
+    for (int i = 0; i < 5 * SK_OP_MAX_INPUTS; i++) scales[i] = 1;
+    double *mm = &scales[0 * SK_OP_MAX_INPUTS + 1], *m0 = &scales[2 * SK_OP_MAX_INPUTS + 0], *m1 = &scales[2 * SK_OP_MAX_INPUTS + 1];
+    if (run < 3) *mm = pick[run][0], *m0 = pick[run][1], *m1 = pick[run][2];
+    else *mm = 0.5, *m0 = 3;
+    sk_train_desc d;
+    memset(&d, 0, sizeof d);
+    d.dtype = SK_F64, d.seed = 5, d.grad_scales = scales;
+    sk_trainer *t = NULL;
+    OK(sk_trainer_create(&g, &d, &t, E));
+    *mm = 42; /* copied at create: a later change does nothing */
+    rng_state = 77;
+    feed_random(t, x, 15);
+    int32_t lab[5] = {0, 2, 1, 1, 0};
+    OK(sk_trainer_feed(t, y, SK_I32, lab, 5, E));
+    double loss;
+    OK(sk_trainer_forward(t, &loss, E));
+    OK(sk_trainer_backward(t, E));
+    const double *gr = (const double *)sk_trainer_grad(t, w);
+    for (int i = 0; i < 9; i++) {
+      if (run < 3) gw[run][i] = gr[i];
+      else {
+        double want = 0.5 * gw[0][i] + 3 * gw[1][i] + gw[2][i];
+        cr_assert_float_eq(gr[i], want, 1e-12 * (1 + fabs(want)), "w[%d]: %.17g, want %.17g", i, gr[i], want);
+      }
+    }
+    sk_trainer_destroy(t);
+  }
+  sk_graph_free(&g);
+}
