@@ -47,10 +47,8 @@ typedef struct options {
   const char *backend_asked;
   sk_link_model link;
   double device_tflops;
-  sk_dataset_strategy dataset;
-  int ndataset; /* a tuple of strategies, one per network input */
-  int dataset_strategy[SK_OP_MAX_INPUTS][SK_MAX_DIMS];
-  int dataset_strategy_len[SK_OP_MAX_INPUTS];
+  sk_parallel_desc pd;       /* the parallel configuration the flags set (ndevices: --devices) */
+  int fusion_index[64];      /* --fusion index:I,J,...: pd.comm_fusion.allreduce.indices points here */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
@@ -58,7 +56,9 @@ static void usage(FILE *f, const char *argv0) {
           "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check] [--report]\n"
           "          [--dump-program RANK] [--backend threads|mpi] [--link ALPHA_US,GBPS --device-tflops T]\n"
           "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
-          "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))]\n"
+          "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))] [--mode semi_auto]\n"
+          "          [--gradients-mean] [--no-loss-repeated-mean] [--no-gradient-fp32-sync] [--fp32-communication]\n"
+          "          [--local-norm print|dump:FILE] [--device-local-norm] [--fusion [KIND=]none|auto|size:MB|index:I,J,...]\n"
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -76,6 +76,15 @@ static void usage(FILE *f, const char *argv0) {
           "  --strict-strategies  refuse a strategy that needs more devices instead of using data parallel\n"
           "  --dataset-strategy S how inputs are cut: data_parallel (default), full_batch, or one strategy\n"
           "                       per input as MindSpore's tuple, e.g. \"((2,1),(2,))\" (repeat axis on the left)\n"
+          "  --mode M             parallel_mode: semi_auto (the search modes are not built yet)\n"
+          "  --gradients-mean     enable_gradients_mean: each gradient AllReduce divides by its group size\n"
+          "  --no-loss-repeated-mean  disable_loss_repeated_mean: a repeated loss's gradient is not divided\n"
+          "  --no-gradient-fp32-sync  disable_gradient_fp32_sync: f16/bf16 gradients AllReduce in 16 bits\n"
+          "  --fp32-communication enable_fp32_communication: every AllReduce and ReduceScatter in f32\n"
+          "  --local-norm W       each parameter's local gradient norm per step and device: print, or dump:FILE\n"
+          "  --device-local-norm  enable_device_local_norm: also each device's norm over its parameters\n"
+          "  --fusion F           comm_fusion: none (openstate False), auto, size:MB or index:I,J,... for every\n"
+          "                       kind, or one kind with allreduce=, allgather= or reducescatter= (repeatable)\n"
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
           prog_name(argv0), MNIST_DEFAULT_DIR, argv0);
@@ -88,24 +97,73 @@ static int bad_usage(const char *argv0, const char *msg, const char *arg) {
 
 /* --dataset-strategy: data_parallel, full_batch, or MindSpore's tuple "((2,1),(2,))"; 0 on success. */
 static int parse_dataset(const char *v, options *o) {
-  if (!strcmp(v, "data_parallel")) return o->dataset = SK_DATASET_DATA_PARALLEL, 0;
-  if (!strcmp(v, "full_batch")) return o->dataset = SK_DATASET_FULL_BATCH, 0;
+  sk_parallel_desc *pd = &o->pd;
+  if (!strcmp(v, "data_parallel")) return pd->dataset = SK_DATASET_DATA_PARALLEL, 0;
+  if (!strcmp(v, "full_batch")) return pd->dataset = SK_DATASET_FULL_BATCH, 0;
   const char *c = v;
   int depth = 0, n = 0, len = 0;
   for (; *c; c++) {
     if (*c == ' ') continue;
     if (*c == '(' && depth < 2) depth++, len = 0;
-    else if (*c == ')' && depth == 2) depth--, o->dataset_strategy_len[n++] = len;
+    else if (*c == ')' && depth == 2) depth--, pd->dataset_strategy_len[n++] = len;
     else if (*c == ')' && depth == 1) depth--;
     else if (*c == ',' && depth >= 1) continue;
     else if (*c >= '0' && *c <= '9' && depth == 2 && n < SK_OP_MAX_INPUTS && len < SK_MAX_DIMS) {
       char *end;
-      o->dataset_strategy[n][len++] = (int)strtol(c, &end, 10);
+      pd->dataset_strategy[n][len++] = (int)strtol(c, &end, 10);
       c = end - 1;
     } else return -1;
     if (depth == 0 && c[1]) return -1; /* text after the closing parenthesis */
   }
-  return depth == 0 && n > 0 && n <= SK_OP_MAX_INPUTS ? (o->ndataset = n, 0) : -1;
+  return depth == 0 && n > 0 && n <= SK_OP_MAX_INPUTS ? (pd->ndataset = n, 0) : -1;
+}
+
+/* One --fusion value: [allreduce=|allgather=|reducescatter=](none|auto|size:MB|index:I,J,...).
+   Without a kind, none is openstate False, auto and size set every kind, index AllReduce's.
+   What MindSpore refuses (index for AllGather, a size of 0 MB) the compiler refuses. 0: done. */
+static int parse_fusion(const char *v, options *o) {
+  sk_comm_fusion *cf = &o->pd.comm_fusion;
+  sk_fusion_config *kinds[3] = {&cf->allreduce, &cf->allgather, &cf->reducescatter}, *one = NULL;
+  const char *names[3] = {"allreduce=", "allgather=", "reducescatter="};
+  for (int k = 0; k < 3; k++)
+    if (!strncmp(v, names[k], strlen(names[k]))) one = kinds[k], v += strlen(names[k]);
+  sk_fusion_config c;
+  memset(&c, 0, sizeof c);
+  char *end = NULL;
+  if (!strcmp(v, "none")) {
+    if (!one) return cf->closed = true, 0;
+    c.mode = SK_FUSION_NONE;
+  } else if (!strcmp(v, "auto")) c.mode = SK_FUSION_AUTO;
+  else if (!strncmp(v, "size:", 5)) {
+    c.mode = SK_FUSION_SIZE, c.threshold_mb = strtod(v + 5, &end);
+    if (end == v + 5 || *end) return -1;
+  } else if (!strncmp(v, "index:", 6)) {
+    c.mode = SK_FUSION_INDEX, c.indices = o->fusion_index, one = one ? one : &cf->allreduce;
+    for (const char *at = v + 6; c.nindices < 64; at = end + 1) {
+      o->fusion_index[c.nindices++] = (int)strtol(at, &end, 10);
+      if (end == at || (*end && *end != ',')) return -1;
+      if (!*end) break;
+    }
+    if (*end) return -1; /* more than 64 positions */
+  } else return -1;
+  for (int k = 0; k < 3; k++)
+    if (!one || one == kinds[k]) *kinds[k] = c;
+  return 0;
+}
+
+/* --local-norm print | dump:FILE */
+static int parse_local_norm(const char *v, options *o) {
+  if (!strcmp(v, "print")) return o->pd.print_local_norm = true, 0;
+  if (!strncmp(v, "dump:", 5) && v[5]) return o->pd.dump_local_norm = v + 5, 0;
+  return -1;
+}
+
+/* --mode: MindSpore's parallel_mode names (the compiler refuses the ones not built, by name). */
+static int parse_mode(const char *v, options *o) {
+  const char *modes[3] = {"semi_auto", "sharding_propagation", "recursive_programming"};
+  for (int m = 0; m < 3; m++)
+    if (!strcmp(v, modes[m])) return o->pd.mode = (sk_parallel_mode)m, 0;
+  return -1;
 }
 
 /* Options that take no value; 1 when `a` was one. */
@@ -113,6 +171,11 @@ static int parse_flag(const char *a, options *o) {
   if (!strcmp(a, "--check")) return o->check = true, 1;
   if (!strcmp(a, "--report")) return o->report = true, 1;
   if (!strcmp(a, "--strict-strategies")) return o->strict = true, 1;
+  if (!strcmp(a, "--gradients-mean")) return o->pd.gradients_mean = true, 1;
+  if (!strcmp(a, "--no-loss-repeated-mean")) return o->pd.no_loss_repeated_mean = true, 1;
+  if (!strcmp(a, "--no-gradient-fp32-sync")) return o->pd.no_gradient_fp32_sync = true, 1;
+  if (!strcmp(a, "--fp32-communication")) return o->pd.fp32_communication = true, 1;
+  if (!strcmp(a, "--device-local-norm")) return o->pd.device_local_norm = true, 1;
   return 0;
 }
 
@@ -130,7 +193,13 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   else if (!strcmp(a, "--dataset-strategy")) {
     if (parse_dataset(v, o)) return bad_usage(argv0, "--dataset-strategy takes data_parallel, full_batch or ((2,1),(2,))", v);
   }
-  else if (!strcmp(a, "--backend")) {
+  else if (!strcmp(a, "--fusion")) {
+    if (parse_fusion(v, o)) return bad_usage(argv0, "--fusion takes [allreduce=|allgather=|reducescatter=]none, auto, size:MB or index:I,J,...", v);
+  } else if (!strcmp(a, "--local-norm")) {
+    if (parse_local_norm(v, o)) return bad_usage(argv0, "--local-norm takes print or dump:FILE", v);
+  } else if (!strcmp(a, "--mode")) {
+    if (parse_mode(v, o)) return bad_usage(argv0, "--mode takes semi_auto, sharding_propagation or recursive_programming", v);
+  } else if (!strcmp(a, "--backend")) {
     if (strcmp(v, "threads") && strcmp(v, "mpi")) return bad_usage(argv0, "--backend takes threads or mpi", v);
     o->backend_asked = v;
   } else if (!strcmp(a, "--link")) {
@@ -316,10 +385,15 @@ static sk_result run_reference(job *J, bool quiet, sk_error *e) {
   sk_train_desc d;
   memset(&d, 0, sizeof d);
   d.dtype = J->o->dtype, d.optim = J->optim, d.seed = J->o->seed, d.kernels = &BLAS;
-  sk_result r = run_buffers(&R) ? sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
+  /* the factors the plan's knobs put on gradients (gradients_mean, loss_repeated_mean), so that
+     --check compares like with like */
+  double *scales = (double *)malloc(sizeof(double) * (size_t)(J->g->nops * SK_OP_MAX_INPUTS + 1));
+  if (scales) sk_parallel_grad_scales(&J->plan, scales);
+  d.grad_scales = scales;
+  sk_result r = run_buffers(&R) || !scales ? sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
   if (!r) r = sk_trainer_create(J->g, &d, &R.t, e);
   if (!r) r = train(&R, e);
-  free(R.x), free(R.y);
+  free(R.x), free(R.y), free(scales);
   sk_trainer_destroy(R.t);
   return r;
 }
@@ -389,9 +463,8 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
     return snprintf(msg, cap, "--optimizer takes sgd, momentum or adam, not '%s'", o->optimizer), -1;
   sk_parallel_desc pd;
   memset(&pd, 0, sizeof pd);
-  pd.ndevices = o->devices, pd.strict_strategies = o->strict, pd.dataset = o->dataset, pd.ndataset = o->ndataset;
-  memcpy(pd.dataset_strategy, o->dataset_strategy, sizeof pd.dataset_strategy);
-  memcpy(pd.dataset_strategy_len, o->dataset_strategy_len, sizeof pd.dataset_strategy_len);
+  pd = o->pd;
+  pd.ndevices = o->devices, pd.strict_strategies = o->strict;
   double t0 = now_s();
   if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   J->compile_ms = (now_s() - t0) * 1e3;
