@@ -3,12 +3,15 @@
      mindspore.Layout(device_matrix=(2,4), alias_name=("dp","mp"))("dp", "None")
    The constructor's call gives a mesh: the device matrix's dims, left to right, named by
    alias_name (rank_list is refused unless None: ranks are row-major). The second call gives the
-   tensor map, as the text sk_layout_parse reads. (Not part of the library: include/ holds that.)
+   tensor map, as the text sk_layout_parse reads. And a tuple of such layouts -- MindSpore's
+   dataset_strategy, one layout per network input -- reads into a mesh and a map text per entry.
+   (Not part of the library: include/ holds that.)
 
    Every function returns 0 (or what it documents) on success and -1 on an error, whose message
    is in the pylit_doc's error, as pyliteral.h's functions report: "FLAG: MESSAGE at column C in
    'TEXT'" -- except two messages, which are plain: a map text longer than its buffer ("a tensor
    map longer than N characters") and sk_mesh_init's refusal of the mesh (its own words).
+   pylayout_tuple names the flag and the column in those too.
 
    The map text ("canonical"): the map's dims separated by commas, each an axis name, None, or a
    parenthesised tuple of names, the first the major factor; no spaces:
@@ -156,6 +159,98 @@ static inline int pylayout_mesh(pylit_doc *doc, int n, sk_mesh *mesh, int *map) 
   if (pylayout_mesh_from_call(doc, outer, mesh) < 0) return -1;
   *map = n;
   return 0;
+}
+
+/* Whether text holds a Layout call ("Layout(", "mindspore.Layout (", ...), so that a flag can
+   tell a tuple of layouts from a tuple of strategies before parsing it. */
+static inline int pylayout_is_layout_text(const char *text) {
+  static const char word[] = "Layout";
+  for (const char *p = text; p && (p = strstr(p, word)) != NULL; p += sizeof word - 1) {
+    if (p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_')) continue;
+    const char *q = p + sizeof word - 1;
+    while (*q == ' ' || *q == '\t' || *q == '\n') q++;
+    if (*q == '(') return 1;
+  }
+  return 0;
+}
+
+/* One name of a map (node n, a name, a string or None) against the mesh; used marks the axes
+   taken so far. */
+static inline int pylayout_check_axis(pylit_doc *doc, int n, const sk_mesh *mesh, int *used) {
+  const pylit_node *node = &doc->nodes[n];
+  if (node->kind == PYLIT_NONE || !strcmp(node->text, "None")) return 0;
+  int a = 0;
+  while (a < mesh->naxes && strcmp(mesh->names[a], node->text)) a++;
+  if (a == mesh->naxes) return pylit_fail_at(doc, node->column, "'%s' is not an axis of the Layout's alias_name", node->text);
+  if (used[a]) return pylit_fail_at(doc, node->column, "axis '%s' used twice in the map", node->text);
+  used[a] = 1;
+  return 0;
+}
+
+/* Checks the names of the map (the call node `map`, already read by pylayout_map_text) against
+   the layout's mesh: each an axis of it, none used twice. */
+static inline int pylayout_check_axes(pylit_doc *doc, int map, const sk_mesh *mesh) {
+  int used[SK_MAX_AXES] = {0};
+  for (int i = doc->nodes[map].first; i >= 0; i = doc->nodes[i].next) {
+    if (doc->nodes[i].kind != PYLIT_TUPLE) {
+      if (pylayout_check_axis(doc, i, mesh, used) < 0) return -1;
+      continue;
+    }
+    for (int j = doc->nodes[i].first; j >= 0; j = doc->nodes[j].next)
+      if (pylayout_check_axis(doc, j, mesh, used) < 0) return -1;
+  }
+  return 0;
+}
+
+/* A tuple of layouts from `text`, the value of `flag` -- MindSpore's dataset_strategy, one
+   Layout(device_matrix, alias_name)(map...) per network input, in input order:
+     (Layout((2,4),("dp","mp"))("dp","None"), Layout((2,4),("dp","mp"))("dp",))
+   brackets optional, a trailing comma allowed (a one-entry tuple needs it in Python, not here: a
+   lone layout is one entry). At most `max` (>= 1) entries: entry i's mesh into meshes[i], its map text
+   (the format above) into maps[i], the count into *n. Each entry must carry its map; its names
+   must be axes of its own alias_name, each used once. The shapes are not checked (the caller
+   knows them later: sk_layout_parse(&l, &meshes[i], maps[i], ndims, shape, &e)). Returns 0, or
+   -1 with "FLAG: MESSAGE at column C in 'TEXT'" in err (errcap bytes, truncated to fit). */
+static inline int pylayout_tuple(const char *flag, const char *text, int max, sk_mesh *meshes, char (*maps)[PYLAYOUT_MAP_MAX],
+                                 int *n, char *err, size_t errcap) {
+  *n = 0;
+  if (errcap) err[0] = '\0';
+  pylit_doc *doc = (pylit_doc *)malloc(sizeof *doc);
+  if (!doc) {
+    if (errcap) snprintf(err, errcap, "%s: out of memory", flag);
+    return -1;
+  }
+  int items[PYLIT_MAX_NODES];
+  int count = 0, r = pylit_parse(doc, flag, text);
+  if (r == 0) {
+    int root = doc->root;
+    count = doc->nodes[root].kind == PYLIT_TUPLE ? pylit_list(doc, root, items, PYLIT_MAX_NODES) : 1;
+    if (doc->nodes[root].kind != PYLIT_TUPLE) items[0] = root;
+    if (count == 0) r = pylit_fail_at(doc, doc->nodes[root].column, "expected a tuple of Layout(...)(map...), found ()");
+    if (r == 0 && count > max) r = pylit_fail_at(doc, doc->nodes[items[max]].column, "more than %d layouts", max);
+  }
+  for (int k = 0; r == 0 && k < count; k++) {
+    int node = items[k], map;
+    int column = doc->nodes[node].column;
+    size_t flen = strlen(flag);
+    memset(&meshes[k], 0, sizeof meshes[k]);
+    r = pylayout_mesh(doc, node, &meshes[k], &map);
+    if (r == 0 && map < 0) r = pylit_fail_at(doc, column, "layout %d has no map: write Layout(...)(\"dp\", ...)", k);
+    if (r == 0 && doc->nodes[map].count == 0) r = pylit_fail_at(doc, doc->nodes[map].column, "layout %d's map has no dims", k);
+    if (r == 0) r = pylayout_map_text(doc, map, 0, maps[k], PYLAYOUT_MAP_MAX);
+    if (r == 0) r = pylayout_check_axes(doc, map, &meshes[k]);
+    if (r < 0 && (strncmp(doc->error, flag, flen) || strncmp(doc->error + flen, ": ", 2))) {
+      char plain[sizeof doc->error];
+      memcpy(plain, doc->error, sizeof plain);
+      pylit_fail_at(doc, column, "layout %d: %s", k, plain);
+    }
+  }
+  if (r == 0)
+    *n = count;
+  else if (errcap)
+    snprintf(err, errcap, "%s", doc->error);
+  free(doc);
+  return r < 0 ? -1 : 0;
 }
 
 #endif /* SK_EXAMPLES_PYLAYOUT_H */
