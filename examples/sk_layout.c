@@ -17,6 +17,7 @@
 #include "sk_redist.h"
 #include "sk_ops.h"
 #include "pyliteral.h"
+#include "pylayout.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -121,7 +122,7 @@ static void check(sk_result r, const sk_error *e) {
   if (r != SK_OK) die("%s", e->msg);
 }
 
-/* ---- Python forms of the flags' values (pyliteral.h) ----------------------------------------- */
+/* ---- Python forms of the flags' values (pyliteral.h; Layout(...) and maps: pylayout.h) ------- */
 
 /* Every flag value goes through one parser; a doc per value, kept until the program exits
    (its nodes are read while the value is interpreted, and messages quote its text). */
@@ -156,63 +157,13 @@ static void append(char *buf, size_t cap, const char *fmt, ...) {
   if (n < 0 || (size_t)n >= cap - len) die("a tensor map longer than %zu characters", cap - 1);
 }
 
-/* An axis name written bare (mp) or quoted ("mp"); the quoted "None" is None, as MindSpore
-   reads it. Names are identifiers, so that the text handed to sk_layout_parse keeps its items. */
-static int axis_name_text(pylit_doc *doc, int n, char *buf, size_t cap) {
-  const pylit_node *node = &doc->nodes[n];
-  if (node->kind == PYLIT_NONE) return append(buf, cap, "None"), 0;
-  if (node->kind != PYLIT_NAME && node->kind != PYLIT_STR) return pylit_expected(doc, n, "an axis name or None");
-  for (const char *c = node->text; *c; c++)
-    if (!isalnum((unsigned char)*c) && *c != '_')
-      return pylit_fail_at(doc, node->column, "'%s' is not an axis name", node->text);
-  if (!node->text[0]) return pylit_fail_at(doc, node->column, "an empty axis name");
-  append(buf, cap, "%s", node->text);
-  return 0;
-}
-
-/* One dim of a map: a name, None, or a tuple of names (the first the major factor). */
-static int map_dim_text(pylit_doc *doc, int n, char *buf, size_t cap) {
-  const pylit_node *node = &doc->nodes[n];
-  if (node->kind != PYLIT_TUPLE) return axis_name_text(doc, n, buf, cap);
-  if (node->count == 0) return pylit_fail_at(doc, node->column, "an empty tuple cuts nothing: write None");
-  append(buf, cap, "(");
-  for (int i = node->first, k = 0; i >= 0; i = doc->nodes[i].next, k++) {
-    if (doc->nodes[i].kind == PYLIT_TUPLE) return pylit_fail_at(doc, doc->nodes[i].column, "nested tuple in a map dim");
-    if (k) append(buf, cap, ",");
-    if (axis_name_text(doc, i, buf, cap) < 0) return -1;
-  }
-  append(buf, cap, ")");
-  return 0;
-}
-
-/* The map at node n -- "mp,(sp,dp)", ("mp",("sp","dp")), layout("mp", ("sp","dp")) -- as the
-   text sk_layout_parse reads. A 1-dim tensor's map may also be written as before: "(sp,dp)",
-   one tuple of names, which Python would read as two dims. */
-static void map_text(pylit_doc *doc, int n, int ndims, char *buf, size_t cap) {
-  const pylit_node *node = &doc->nodes[n];
-  buf[0] = '\0';
-  int one_dim_tuple = ndims == 1 && node->kind == PYLIT_TUPLE && node->bracketed && node->count > 1;
-  for (int i = node->first; one_dim_tuple && i >= 0; i = doc->nodes[i].next)
-    if (doc->nodes[i].kind == PYLIT_TUPLE) one_dim_tuple = 0;
-  if (one_dim_tuple || (node->kind != PYLIT_TUPLE && node->kind != PYLIT_CALL)) {
-    need(map_dim_text(doc, n, buf, cap), doc);
-    return;
-  }
-  if (node->count == 0) die("%s: the map has no dims in '%s'", doc->flag, doc->text);
-  for (int i = node->first, k = 0; i >= 0; i = doc->nodes[i].next, k++) {
-    if (doc->nodes[i].key[0]) need(pylit_fail_at(doc, doc->nodes[i].column, "a map takes no keyword '%s'", doc->nodes[i].key), doc);
-    if (k) append(buf, cap, ",");
-    need(map_dim_text(doc, i, buf, cap), doc);
-  }
-}
-
 /* --map / --to: a layout of `shape` on `mesh` from any of the map's forms. */
 static void layout_from_map_flag(sk_layout *l, const sk_mesh *mesh, const char *flag, const char *text, int ndims,
                                  const int64_t *shape) {
-  char canonical[1024];
+  char canonical[PYLAYOUT_MAP_MAX];
   sk_error e;
   pylit_doc *doc = parse_flag(flag, text);
-  map_text(doc, doc->root, ndims, canonical, sizeof canonical);
+  need(pylayout_map_text(doc, doc->root, ndims, canonical, sizeof canonical), doc);
   check(sk_layout_parse(l, mesh, canonical, ndims, shape, &e), &e);
 }
 
@@ -242,66 +193,6 @@ static void layout_from_ms_map_flag(sk_layout *l, const sk_mesh *mesh, const cha
   check(sk_layout_from_ms_map(l, mesh, ndims, shape, ms, &e), &e);
 }
 
-/* A call's argument: positional `index` or keyword `key`; -1 when absent. */
-static int call_argument(const pylit_doc *doc, int call, int index, const char *key) {
-  int k = 0;
-  for (int i = doc->nodes[call].first; i >= 0; i = doc->nodes[i].next) {
-    if (!doc->nodes[i].key[0] ? k++ == index : !strcmp(doc->nodes[i].key, key)) return i;
-  }
-  return -1;
-}
-
-/* MindSpore's Layout(device_matrix, alias_name) as a mesh: the device matrix's dims, left to
-   right, named by alias_name. */
-static void mesh_from_layout_call(pylit_doc *doc, int call, sk_mesh *mesh) {
-  const pylit_node *callee = &doc->nodes[doc->nodes[call].callee];
-  const char *dot = strrchr(callee->text, '.');
-  if (callee->kind != PYLIT_NAME || strcmp(dot ? dot + 1 : callee->text, "Layout"))
-    need(pylit_fail_at(doc, callee->column, "expected Layout(device_matrix, alias_name)"), doc);
-  for (int i = doc->nodes[call].first; i >= 0; i = doc->nodes[i].next) {
-    const char *key = doc->nodes[i].key;
-    if (key[0] && strcmp(key, "device_matrix") && strcmp(key, "alias_name") && strcmp(key, "rank_list"))
-      need(pylit_fail_at(doc, doc->nodes[i].column, "Layout takes no keyword '%s'", key), doc);
-  }
-  int rank_list = call_argument(doc, call, 2, "rank_list");
-  if (rank_list >= 0 && doc->nodes[rank_list].kind != PYLIT_NONE)
-    need(pylit_fail_at(doc, doc->nodes[rank_list].column, "rank_list is not supported (ranks are row-major)"), doc);
-  int matrix = call_argument(doc, call, 0, "device_matrix"), alias = call_argument(doc, call, 1, "alias_name");
-  if (matrix < 0 || alias < 0) need(pylit_fail_at(doc, doc->nodes[call].column, "Layout needs device_matrix and alias_name"), doc);
-  long long dims_ll[SK_MAX_AXES];
-  int n = pylit_int_tuple(doc, matrix, 1, SK_MAX_DEVICES, "a device matrix dim", dims_ll, SK_MAX_AXES);
-  need(n, doc);
-  int names[PYLIT_MAX_NODES];
-  int nn = pylit_list(doc, alias, names, PYLIT_MAX_NODES);
-  if (nn != n)
-    need(pylit_fail_at(doc, doc->nodes[alias].column, "alias_name has %d names for %d device matrix dims", nn, n), doc);
-  int dims[SK_MAX_AXES];
-  const char *name_ptrs[SK_MAX_AXES];
-  for (int k = 0; k < n; k++) {
-    const pylit_node *name = &doc->nodes[names[k]];
-    if (name->kind != PYLIT_STR && name->kind != PYLIT_NAME) need(pylit_expected(doc, names[k], "an axis name"), doc);
-    dims[k] = (int)dims_ll[k];
-    name_ptrs[k] = name->text;
-  }
-  sk_error e;
-  check(sk_mesh_init(mesh, n, dims, name_ptrs, &e), &e);
-}
-
-/* --layout: Layout(device_matrix, alias_name), optionally called with the map as MindSpore
-   writes it: Layout((2,2,2), ("dp","sp","mp"))("mp", ("sp","dp")). Returns the map's node, or
-   -1 when the text has no call after the constructor. */
-static int mesh_from_layout_flag(pylit_doc *doc, sk_mesh *mesh) {
-  int root = doc->root;
-  if (doc->nodes[root].kind != PYLIT_CALL) need(pylit_expected(doc, root, "Layout(device_matrix, alias_name)"), doc);
-  int outer = doc->nodes[root].callee;
-  if (doc->nodes[outer].kind == PYLIT_CALL) {
-    mesh_from_layout_call(doc, outer, mesh);
-    return root;
-  }
-  mesh_from_layout_call(doc, root, mesh);
-  return -1;
-}
-
 /* --partial: mesh axis names, "dp,mp" or ("dp", "mp"), as the mask sk_mesh_axis_mask reads. */
 static uint32_t partial_axes(const sk_mesh *mesh, const char *text) {
   pylit_doc *doc = parse_flag("--partial", text);
@@ -310,7 +201,7 @@ static uint32_t partial_axes(const sk_mesh *mesh, const char *text) {
   char names[1024] = "";
   for (int i = 0; i < n; i++) {
     if (i) append(names, sizeof names, ",");
-    need(axis_name_text(doc, items[i], names, sizeof names), doc);
+    need(pylayout_axis_name(doc, items[i], names, sizeof names), doc);
   }
   uint32_t mask;
   sk_error e;
@@ -1217,14 +1108,14 @@ static void layout_from_flags(const options *o, sk_layout *l) {
   int layout_map = -1;
   if (o->layout) {
     layout_doc = parse_flag("--layout", o->layout);
-    layout_map = mesh_from_layout_flag(layout_doc, &m);
+    need(pylayout_mesh(layout_doc, layout_doc->root, &m, &layout_map), layout_doc);
     if (layout_map >= 0 && (o->map || o->ms_map)) die("--layout already has the map (its call); no --map or --ms-map");
   } else {
     check(sk_mesh_parse(&m, o->mesh, &e), &e);
   }
   if (layout_map >= 0) {
-    char canonical[1024];
-    map_text(layout_doc, layout_map, ndims, canonical, sizeof canonical);
+    char canonical[PYLAYOUT_MAP_MAX];
+    need(pylayout_map_text(layout_doc, layout_map, ndims, canonical, sizeof canonical), layout_doc);
     check(sk_layout_parse(l, &m, canonical, ndims, shape, &e), &e);
   } else if (o->ms_map) {
     layout_from_ms_map_flag(l, &m, o->ms_map, ndims, shape);

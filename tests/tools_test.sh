@@ -182,6 +182,18 @@ expect_err "layout: not a Layout" "--layout: expected Layout(device_matrix, alia
 expect_err "layout: names and dims" "--layout: alias_name has 1 names for 2 device matrix dims" --layout 'Layout((2,2),("dp",))' --shape 16
 expect_err "layout: rank_list" "rank_list is not supported" --layout 'Layout((2,2),("dp","mp"),rank_list=(3,2,1,0))' --shape 16
 expect_err "layout: map twice" "--layout already has the map" --layout 'Layout((2,),("dp",))("dp",)' --shape 16 --map dp
+# the Layout reading shared with sk-sim (examples/pylayout.h): its messages, as sk-layout prints them
+expect_out "layout: keywords in either order, a 1-dim map of two axes" "mesh        dp=2,mp=4
+dev_matrix  [2,4]
+shape       [2,32]
+layout      dp,mp
+tensor_map  (1,0)" --layout 'Layout(alias_name=("dp","mp"), device_matrix=(2,4), rank_list=None)(("dp","mp"))' --shape 64 --standard
+expect_err "layout: empty map" "--layout: the map has no dims in 'Layout((2,4),(\"dp\",\"mp\"))()'" --layout 'Layout((2,4),("dp","mp"))()' --shape 16
+expect_err "layout: keyword in the map" "--layout: a map takes no keyword 'x' at column 29" --layout 'Layout((2,4),("dp","mp"))(x="dp")' --shape 16
+expect_err "layout: not an axis name" "--layout: 'd p' is not an axis name at column 27" --layout 'Layout((2,4),("dp","mp"))("d p","mp")' --shape 16,8
+expect_err "layout: alias_name twice" "sk-layout: error: axis name 'dp' appears twice in the mesh (axes 0 and 1)" --layout 'Layout((2,2),("dp","dp"))' --shape 16
+long=$(printf 'a_name_of_thirty_characters_%.0s,' $(seq 1 40))
+expect_err "map: longer than its buffer" "sk-layout: error: a tensor map longer than 1023 characters" --mesh a=2 --shape 16 --map "${long%,}"
 
 # ---- the operator explainer: --op (sk_ops.h) ---------------------------------------------------
 # expect_json NAME EXPECTED-LINE ARGS...: exit 0, stdout exactly one line, valid JSON
