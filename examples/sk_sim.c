@@ -31,6 +31,7 @@
 #include "datasets.h"
 #include "blas_gemm.h"
 #include "progs.h"
+#include "pylayout.h"
 #include "sim_report.h"
 
 typedef struct options {
@@ -49,6 +50,7 @@ typedef struct options {
   double device_tflops;
   sk_parallel_desc pd;       /* the parallel configuration the flags set (ndevices: --devices) */
   int fusion_index[64];      /* --fusion index:I,J,...: pd.comm_fusion.allreduce.indices points here */
+  const char *dataset_layouts; /* --dataset-strategy as a tuple of layouts: read once the inputs' shapes are known */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
@@ -75,7 +77,8 @@ static void usage(FILE *f, const char *argv0) {
           "  --seed K             initial parameters, dropout and synthetic data (default 1)\n"
           "  --strict-strategies  refuse a strategy that needs more devices instead of using data parallel\n"
           "  --dataset-strategy S how inputs are cut: data_parallel (default), full_batch, or one strategy\n"
-          "                       per input as MindSpore's tuple, e.g. \"((2,1),(2,))\" (repeat axis on the left)\n"
+          "                       per input as MindSpore's tuple, e.g. \"((2,1),(2,))\" (repeat axis on the left),\n"
+          "                       or one MindSpore layout per input: '(Layout((2,4),(\"dp\",\"mp\"))(\"dp\",\"None\"), ...)'\n"
           "  --mode M             parallel_mode: semi_auto (the search modes are not built yet)\n"
           "  --gradients-mean     enable_gradients_mean: each gradient AllReduce divides by its group size\n"
           "  --no-loss-repeated-mean  disable_loss_repeated_mean: a repeated loss's gradient is not divided\n"
@@ -98,6 +101,7 @@ static int bad_usage(const char *argv0, const char *msg, const char *arg) {
 /* --dataset-strategy: data_parallel, full_batch, or MindSpore's tuple "((2,1),(2,))"; 0 on success. */
 static int parse_dataset(const char *v, options *o) {
   sk_parallel_desc *pd = &o->pd;
+  if (pylayout_is_layout_text(v)) return o->dataset_layouts = v, 0;
   if (!strcmp(v, "data_parallel")) return pd->dataset = SK_DATASET_DATA_PARALLEL, 0;
   if (!strcmp(v, "full_batch")) return pd->dataset = SK_DATASET_FULL_BATCH, 0;
   const char *c = v;
@@ -454,6 +458,23 @@ static void say_fallbacks(const job *J, const char *argv0) {
             prog_name(argv0), J->plan.nfallbacks - said);
 }
 
+/* --dataset-strategy's tuple of layouts, one per network input in order, on those inputs' shapes. */
+static int dataset_layouts(const options *o, const sk_graph *g, sk_parallel_desc *pd, char *msg, size_t cap) {
+  sk_mesh meshes[SK_OP_MAX_INPUTS];
+  static char maps[SK_OP_MAX_INPUTS][PYLAYOUT_MAP_MAX]; /* 8 KiB: off the stack */
+  int n = 0;
+  if (pylayout_tuple("--dataset-strategy", o->dataset_layouts, SK_OP_MAX_INPUTS, meshes, maps, &n, msg, cap)) return -1;
+  pd->ndataset_layouts = n;
+  for (int t = 0, i = 0; t < g->ntensors && i < n; t++) {
+    if (g->tensors[t].role != SK_TENSOR_INPUT) continue;
+    sk_error e;
+    if (sk_layout_parse(&pd->dataset_layouts[i], &meshes[i], maps[i], g->tensors[t].ndims, g->tensors[t].shape, &e))
+      return snprintf(msg, cap, "--dataset-strategy: layout %d (input '%s'): %s", i, g->tensors[t].name, e.msg), -1;
+    i++;
+  }
+  return 0;
+}
+
 static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   const options *o = J->o;
   sk_error e;
@@ -465,6 +486,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   memset(&pd, 0, sizeof pd);
   pd = o->pd;
   pd.ndevices = o->devices, pd.strict_strategies = o->strict;
+  if (o->dataset_layouts && dataset_layouts(o, g, &pd, msg, cap)) return -1;
   double t0 = now_s();
   if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   J->compile_ms = (now_s() - t0) * 1e3;

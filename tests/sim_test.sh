@@ -72,6 +72,8 @@ checks "transformer 4 devices f32" 1e-5 --net examples/nets/transformer.json --d
 checks "transformer 8 devices bf16" 1e-2 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype bf16
 checks "transformer 8 devices, dataset strategy tuple" 1e-12 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype f64 --dataset-strategy "((2,1),(2,))"
 checks "operator_parallel 8 devices full batch" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 --dataset-strategy full_batch
+checks "operator_parallel 8 devices, dataset strategy as layouts" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 \
+  --dataset-strategy '(Layout((2,4),("dp","mp"))("dp","None","None","None"), Layout((4,),("dp",))("dp",))'
 checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64
 
 # the same program on MPI processes: 2 processes, rank 0 alone prints, the same check
@@ -106,6 +108,54 @@ else bad "4096 devices: $(tail -2 "$tmp/out")"; fi
 if head -1 "$tmp/out" | grep -q '^# device 4 of 8' && grep -q '^ *[0-9]* Update' "$tmp/out" && ! grep -q 'loss is' "$tmp/out"; then ok
 else bad "dump-program: $(head -3 "$tmp/out")"; fi
 
+# ---- the AutoParallel knobs: each keeps --check holding and shows its effect ----
+OP="--net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64"
+"$BIN" $OP >"$tmp/default" 2>&1
+# gradients_mean / loss_repeated_mean rescale gradients: the reference applies the same factors,
+# and the losses move away from the default run's
+for knob in --gradients-mean --no-loss-repeated-mean; do
+  checks "operator_parallel $knob" 1e-12 $OP $knob
+  "$BIN" $OP $knob >"$tmp/knob" 2>&1
+  if [ "$(losses "$tmp/knob" | tail -1)" != "$(losses "$tmp/default" | tail -1)" ]; then ok
+  else bad "$knob: the same last loss as the default run"; fi
+done
+checks "transformer --gradients-mean --no-loss-repeated-mean" 1e-12 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype f64 --gradients-mean --no-loss-repeated-mean
+
+# allreduce_bytes FILE: the report's AllReduce bytes per step, summed over groups
+allreduce_bytes() { awk '$1 == "allreduce" { s += $4 } END { print s + 0 }' "$1"; }
+allreduce_calls() { awk '$1 == "allreduce" { s += $3 } END { print s + 0 }' "$1"; }
+# bf16: gradients AllReduce in f32 by default, in 16 bits without fp32 sync; fp32 communication
+# puts the forward AllReduces in f32 too. The bytes move; the losses change; --check holds.
+TR="--net examples/nets/transformer.json --devices 8 --steps 12 --dtype bf16"
+"$BIN" $TR --report >"$tmp/b0" 2>&1
+"$BIN" $TR --report --no-gradient-fp32-sync >"$tmp/b1" 2>&1
+"$BIN" $TR --report --fp32-communication >"$tmp/b2" 2>&1
+b0=$(allreduce_bytes "$tmp/b0"); b1=$(allreduce_bytes "$tmp/b1"); b2=$(allreduce_bytes "$tmp/b2")
+if [ "$b1" -lt "$b0" ] && [ "$b0" -lt "$b2" ]; then ok
+else bad "AllReduce bytes: default $b0, no fp32 sync $b1, fp32 communication $b2"; fi
+if [ "$(losses "$tmp/b1" | tail -1)" != "$(losses "$tmp/b0" | tail -1)" ]; then ok
+else bad "16-bit gradient sync: the same last loss as f32 sync"; fi
+checks "transformer bf16 --no-gradient-fp32-sync" 1e-2 $TR --no-gradient-fp32-sync
+checks "transformer bf16 --fp32-communication" 1e-2 $TR --fp32-communication
+
+# comm_fusion: fusion changes the number of AllReduce calls, never the losses
+"$BIN" $OP --report --fusion none >"$tmp/f0" 2>&1
+"$BIN" $OP --report --fusion allreduce=auto >"$tmp/f1" 2>&1
+"$BIN" $OP --report --fusion allreduce=index:0 >"$tmp/f2" 2>&1
+c0=$(allreduce_calls "$tmp/f0"); c1=$(allreduce_calls "$tmp/f1"); c2=$(allreduce_calls "$tmp/f2")
+if awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { exit !(b < c && c <= a) }' &&
+   [ "$(losses "$tmp/f0")" = "$(losses "$tmp/f1")" ]; then ok
+else bad "fusion: AllReduce calls none $c0, auto $c1, index:0 $c2"; fi
+
+# local norms: one line per step, device and parameter in the dump file, nothing printed
+"$BIN" $OP --steps 3 --local-norm "dump:$tmp/norms" --device-local-norm >"$tmp/out" 2>&1
+n=$(grep -cE '^[0-9]+ [0-7] [A-Za-z0-9_.]+ [0-9.eE+-]+$' "$tmp/norms" 2>/dev/null)
+if [ "$n" -eq $((3 * 8 * 4)) ] && ! grep -qE '^[0-9]+ [0-7] ' "$tmp/out"; then ok
+else bad "local norm dump: $n lines (want 3 steps x 8 devices x (3 parameters + device))"; fi
+"$BIN" $OP --steps 2 --local-norm print >"$tmp/out" 2>&1
+if [ "$(grep -cE '^[0-9]+ [0-7] fc[123]\.weight [0-9.eE+-]+$' "$tmp/out")" -eq $((2 * 8 * 3)) ]; then ok
+else bad "local norm print: $(head -3 "$tmp/out")"; fi
+
 # bad input: exit non-zero, one message naming the problem
 expect_fail() {
   name=$1; want=$2; shift 2
@@ -128,5 +178,13 @@ expect_fail "zero steps" "positive" --net examples/nets/operator_parallel.json -
 expect_fail "dataset strategy of the wrong rank" "input 0's tuple has 2 entries" --net examples/nets/operator_parallel.json --devices 8 --dataset-strategy "((2,1),(2,))" --steps 1
 expect_fail "malformed dataset strategy" "--dataset-strategy" --net examples/nets/operator_parallel.json --dataset-strategy "((2,1)"
 expect_fail "bad optimizer" "--optimizer" --net examples/nets/operator_parallel.json --optimizer lamb
+expect_fail "a search mode" "parallel_mode 'sharding_propagation' is not built" --net examples/nets/operator_parallel.json --devices 8 --mode sharding_propagation
+expect_fail "index fusion of AllGathers" "mode 'index' is AllReduce's only" --net examples/nets/operator_parallel.json --devices 8 --fusion allgather=index:1
+expect_fail "a zero fusion size" "larger than 0 MB" --net examples/nets/operator_parallel.json --devices 8 --fusion size:0
+expect_fail "bad fusion" "--fusion" --net examples/nets/operator_parallel.json --fusion allreduce=index:1,x
+expect_fail "a dataset layout of the wrong rank" "layout 0 (input 'image')" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --dataset-strategy '(Layout((2,),("dp",))("dp","None"), Layout((2,),("dp",))("dp",))'
+expect_fail "a dataset layout naming no axis" "'xp' is not an axis" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --dataset-strategy '(Layout((2,),("dp",))("xp",),)'
+expect_fail "one dataset layout for two inputs" "1 layouts for the network's 2 inputs" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --dataset-strategy 'Layout((2,),("dp",))("dp","None","None","None")'
+expect_fail "bad local norm" "--local-norm" --net examples/nets/operator_parallel.json --local-norm file
 
 summary sim
