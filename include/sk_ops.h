@@ -1007,6 +1007,9 @@ static sk_result sk__op_one_hot(const sk_op_desc *d, int ndevices, sk_op_plan *p
   if ((r = sk__op_layout(&p->out[0], &p->mesh, no, oshape, oax, "output", err)) != SK_OK) return r;
   sk__op_no_comm(p);
   sk__op_grads(d, p);
+  /* MindSpore's OneHot declares no Mirror at all (its InferMirrorOps does nothing): the indices
+     are integer labels, never a parameter, and the on/off values are constants */
+  for (int i = 0; i < p->ninputs; i++) p->mirror[i] = p->grad[i] = sk__opc(SK_COLL_NONE, 0, 1);
   return SK_OK;
 }
 

@@ -789,6 +789,9 @@ Test(ops_rules, onehot_axis_last) {
   sk_op_desc r = onehot("[64]", 10, "(4,1),(),()", -1);
   sk_op_plan pr = plan_ok(&r, 8);
   expect_dev_matrix(&pr, "4,1,2");
+  /* replicated over the repeat axis, but still no Mirror: OneHotInfo's InferMirrorOps does
+     nothing (the indices are integer labels, never a parameter) */
+  for (int i = 0; i < 3; i++) expect_none(&pr.mirror[i], "OneHot declares no Mirror, even with a repeat");
   /* depth cut: each device keeps 5 classes */
   sk_op_desc s = onehot("[64]", 10, "(4,2),(),()", -1);
   sk_op_plan q = plan_ok(&s, 8);

@@ -319,6 +319,9 @@ grep -qF '{"shape": [], "tensor_map": [], "slice_shape": []}' "$tmp/out" && grep
 # Gather, a row split with a repeat: the repeat axis on the left, a ReduceScatter along the rows
 query "Gather rows" --op Gather --shapes "((64,32),(16,8))" --shard "((8,1),(1,1))" --devices 16 --rank 9
 grep -qF '"dev_matrix": [2, 8, 1]' "$tmp/out" && grep -qF '"forward_ops": [{"op": "ReduceScatter", "group": [8, 9, 10, 11, 12, 13, 14, 15]}]' "$tmp/out" && ok || bad "Gather rows: $(cat "$tmp/out")"
+# OneHot declares no Mirror, even when its indices are replicated over a repeat axis
+query "OneHot repeat" --op OneHot --shapes "((64,),(),())" --shard "((4,1),(),())" --devices 8 --attr depth=10
+grep -qF '"dev_matrix": [4, 1, 2]' "$tmp/out" && grep -qF '"mirror_ops": [null, null, null]' "$tmp/out" && ok || bad "OneHot repeat: $(cat "$tmp/out")"
 
 # ---- redistribution plans (docs/semantics.md section 9) ------------------------------------------------------------
 expect_out "rows-by-8 -> cols-by-8 plan: one AllToAll" "redistribution of [16,784] float, 8 devices, minimal
