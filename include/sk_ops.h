@@ -756,6 +756,11 @@ static sk_result sk__op_transpose(const sk_op_desc *d, int ndevices, sk_op_plan 
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
   unsigned seen = 0;
   int64_t oshape[SK_MAX_DIMS];
+  bool all_zero = true;
+  for (int k = 0; k < n; k++) all_zero = all_zero && d->perm[k] == 0;
+  if (n > 1 && all_zero) /* desc.perm left zero-initialised: no rank >= 2 permutation is all zeros */
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Transpose: perm is missing; give a permutation of 0..%d (output dim k is "
+                    "input dim perm[k])", n - 1);
   for (int k = 0; k < n; k++) {
     int q = d->perm[k];
     if (q < 0 || q >= n || (seen & (1u << q)))

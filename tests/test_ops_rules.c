@@ -667,6 +667,11 @@ Test(ops_rules, transpose) {
   sk_op_desc bad = op(SK_OP_TRANSPOSE, "[16,32,64]", "(2,4,8)");
   bad.perm[0] = 0, bad.perm[1] = 0, bad.perm[2] = 1;
   expect_reject(&bad, 64, "perm not a permutation", "Transpose", "perm", NULL);
+  /* perm left zero-initialised (never given): said so, not "not a permutation" */
+  sk_op_desc none = op(SK_OP_TRANSPOSE, "[16,32]", "(2,1)");
+  expect_reject(&none, 8, "perm not given", "Transpose", "perm is missing", NULL);
+  sk_op_desc one = op(SK_OP_TRANSPOSE, "[16]", "(2)"); /* rank 1: (0) is the only perm */
+  plan_ok(&one, 8);
 }
 
 /* MindSpore's Reshape test, a 32-device stage: [32,512,7,7] -> [32,25088], strategy (4,1,1,1).

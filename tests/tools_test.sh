@@ -322,6 +322,8 @@ grep -qF '"dev_matrix": [2, 8, 1]' "$tmp/out" && grep -qF '"forward_ops": [{"op"
 # OneHot declares no Mirror, even when its indices are replicated over a repeat axis
 query "OneHot repeat" --op OneHot --shapes "((64,),(),())" --shard "((4,1),(),())" --devices 8 --attr depth=10
 grep -qF '"dev_matrix": [4, 1, 2]' "$tmp/out" && grep -qF '"mirror_ops": [null, null, null]' "$tmp/out" && ok || bad "OneHot repeat: $(cat "$tmp/out")"
+# Transpose without perm says so
+expect_rejected "Transpose without perm" "Transpose: perm is missing" --op Transpose --shapes "((4,8),)" --shard "((2,1),)" --devices 8
 
 # ---- redistribution plans (docs/semantics.md section 9) ------------------------------------------------------------
 expect_out "rows-by-8 -> cols-by-8 plan: one AllToAll" "redistribution of [16,784] float, 8 devices, minimal
