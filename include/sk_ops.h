@@ -1145,29 +1145,51 @@ static sk_result sk__op_get_next(const sk_op_desc *d, int ndevices, sk_op_plan *
   return SK_OK;
 }
 
-/* VirtualDataset: the dataset strategy. Each input passes through; every tuple cuts dim 0 only,
-   all by the same count; the device matrix is the longest input's strategy with the repeat
-   axis on the LEFT, as MindSpore places it for dataset inputs. full_batch: nothing is cut. No
-   communication and no Mirror. */
+/* VirtualDataset: the dataset strategy, as MindSpore's newest VirtualDatasetInfo checks it. Each
+   input passes through; each tuple cuts at most one dim (any dim), every cut one by the same
+   count d; the device matrix is the longest input's strategy with the repeat axis on the LEFT,
+   as MindSpore places it for dataset inputs, and every input's cut dim maps to the axis of the
+   longest input's cut dim (so that input must be cut when any is). full_batch: nothing is cut.
+   No communication and no Mirror. */
 static sk_result sk__op_virtual_dataset(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  int longest = 0, s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0};
+  int longest = 0, shard = 1, s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0};
   for (int i = 0; i < d->ninputs; i++) {
     if (d->ndims[i] > d->ndims[longest]) longest = i;
-    for (int k = 0; d->has_strategy && k < d->ndims[i]; k++)
-      if (d->strategy[i][k] != (k == 0 ? d->strategy[0][0] : 1))
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "VirtualDataset: input %d dim %d is cut %d ways; a dataset strategy "
-                        "cuts dim 0 only, the same way for every input (input 0: %d)", i, k, d->strategy[i][k],
-                        d->strategy[0][0]);
+    for (int k = 0, at = -1; d->has_strategy && k < d->ndims[i]; k++) {
+      int v = d->strategy[i][k];
+      if (v == 1) continue;
+      if (at >= 0)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "VirtualDataset: input %d cuts dim %d and dim %d; a dataset "
+                        "strategy cuts at most one dim of each input", i, at, k);
+      at = k;
+      if (shard != 1 && v != shard)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "VirtualDataset: input %d dim %d is cut %d ways, but an earlier "
+                        "input %d ways; a dataset strategy cuts every input the same number of ways (or not at all)",
+                        i, k, v, shard);
+      shard = v;
+    }
   }
-  int n = d->ndims[longest];
+  int n = d->ndims[longest], slice = 0;
   for (int k = 0; k < n; k++) s[k] = d->full_batch ? 1 : d->has_strategy ? d->strategy[longest][k] : k == 0 ? ndevices : 1;
+  if (d->has_strategy && !d->full_batch && shard > 1) {
+    for (slice = 0; slice < n && s[slice] != shard; slice++) continue;
+    if (slice == n)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "VirtualDataset: input %d, the longest, is not cut, but another "
+                      "input is cut %d ways; the longest input's cut dim gives the axis every cut maps to", longest,
+                      shard);
+  }
   sk_result r = sk__op_dataset_mesh(s, n, ndevices, &p->mesh, ax, err);
   if (r != SK_OK) return r;
   p->ninputs = p->noutputs = d->ninputs;
   for (int i = 0; i < d->ninputs; i++) {
     char what[32];
+    int iax[SK_MAX_DIMS] = {0};
+    for (int k = 0; k < d->ndims[i]; k++) {
+      int v = d->full_batch ? 1 : d->has_strategy ? d->strategy[i][k] : k == 0 ? ndevices : 1;
+      iax[k] = v > 1 ? ax[slice] : -1;
+    }
     snprintf(what, sizeof what, "input %d", i);
-    if ((r = sk__op_layout(&p->in[i], &p->mesh, d->ndims[i], d->shape[i], ax, what, err)) != SK_OK) return r;
+    if ((r = sk__op_layout(&p->in[i], &p->mesh, d->ndims[i], d->shape[i], iax, what, err)) != SK_OK) return r;
     p->out[i] = p->in[i];
     p->mirror[i] = p->grad[i] = sk__opc(SK_COLL_NONE, 0, 1);
   }

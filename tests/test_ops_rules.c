@@ -970,6 +970,40 @@ Test(ops_rules, virtual_dataset) {
   expect_reject(&b2, 8, "two dims cut", "VirtualDataset", "input 0", NULL);
 }
 
+/* VirtualDataset, newest VirtualDatasetInfo::CheckStrategy: the one cut dim may be any dim ("only
+   support shard in one dim" counts the cut dims, not which); every input's cut dim maps to the
+   axis where the longest input's strategy holds the shard number; an input may stay whole. */
+Test(ops_rules, virtual_dataset_any_dim) {
+  sk_op_desc d = op(SK_OP_VIRTUAL_DATASET, "[32,16],[16]", "(1,4),(4)");
+  sk_op_plan p = plan_ok(&d, 8);
+  expect_dev_matrix(&p, "2,1,4");
+  expect_map(&p.in[0], "(-1,0)", "input 0");
+  expect_map(&p.in[1], "(0,)", "input 1");
+  expect_map(&p.out[0], "(-1,0)", "output 0");
+  expect_slice(&p.out[0], "32,4", "output 0");
+  expect_slice(&p.out[1], "4", "output 1");
+  expect_none(&p.mirror[0], "VirtualDataset declares no Mirror");
+  /* the shorter input cut along dim 0, the longer along dim 1: one axis */
+  sk_op_desc s = op(SK_OP_VIRTUAL_DATASET, "[8],[32,4,2]", "(2),(1,2,1)");
+  sk_op_plan q = plan_ok(&s, 8);
+  expect_dev_matrix(&q, "4,1,2,1");
+  expect_map(&q.in[0], "(1,)", "input 0");
+  expect_map(&q.in[1], "(-1,1,-1)", "input 1");
+  /* an input left whole */
+  sk_op_desc w = op(SK_OP_VIRTUAL_DATASET, "[32,16],[32]", "(4,1),(1)");
+  sk_op_plan u = plan_ok(&w, 8);
+  expect_map(&u.in[0], "(1,-1)", "input 0");
+  expect_map(&u.in[1], "(-1,)", "input 1, whole");
+  /* full_batch leaves every input whole whatever the strategy */
+  d.full_batch = true;
+  sk_op_plan f = plan_ok(&d, 8);
+  expect_map(&f.in[0], "(-1,-1)", "input 0 under full_batch");
+  expect_map(&f.in[1], "(-1,)", "input 1 under full_batch");
+  /* the longest input whole while another is cut: no axis to map the cut to */
+  sk_op_desc b = op(SK_OP_VIRTUAL_DATASET, "[32,16],[32]", "(1,1),(4)");
+  expect_reject(&b, 8, "the longest input not cut", "VirtualDataset", "longest", NULL);
+}
+
 /* Flatten: only the batch dim may be cut. */
 Test(ops_rules, flatten) {
   sk_op_desc d = op(SK_OP_FLATTEN, "[16,4,8]", "(8,1,1)");

@@ -324,6 +324,9 @@ query "OneHot repeat" --op OneHot --shapes "((64,),(),())" --shard "((4,1),(),()
 grep -qF '"dev_matrix": [4, 1, 2]' "$tmp/out" && grep -qF '"mirror_ops": [null, null, null]' "$tmp/out" && ok || bad "OneHot repeat: $(cat "$tmp/out")"
 # Transpose without perm says so
 expect_rejected "Transpose without perm" "Transpose: perm is missing" --op Transpose --shapes "((4,8),)" --shard "((2,1),)" --devices 8
+# VirtualDataset: the one cut dim may be any dim; every input's cut maps to one axis
+query "VirtualDataset dim 1" --op VirtualDataset --shapes "((32,16),(16,))" --shard "((1,4),(4,))" --devices 8
+grep -qF '"dev_matrix": [2, 1, 4], "inputs": [{"shape": [32, 16], "tensor_map": [-1, 0], "slice_shape": [32, 4]}, {"shape": [16], "tensor_map": [0], "slice_shape": [4]}]' "$tmp/out" && ok || bad "VirtualDataset dim 1: $(cat "$tmp/out")"
 
 # ---- redistribution plans (docs/semantics.md section 9) ------------------------------------------------------------
 expect_out "rows-by-8 -> cols-by-8 plan: one AllToAll" "redistribution of [16,784] float, 8 devices, minimal
