@@ -897,8 +897,53 @@ Test(ops_rules, gather_row_split) {
   expect_comm(&r, &r.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1,2,3,4,5,6,7", "forward AllReduce");
 }
 
+/* MindSpore's "shard batch and axis" (GatherInfo::ShardBatchAndAxis, ShardBatchAndAxisImpl):
+   axis 0, a 2-D table cut (a,1) and 2-D indices cut (c,1), a*c the stage's devices and neither
+   alone. Device matrix [c, a]; table map (0,-1), indices (1,-1), output (1,-1,-1); the forward
+   AllReduce(sum) runs along a (the group is the device matrix's dim 1); the table's Mirror
+   (GatherInfo::InferMirrorOps, by its tensor map) along c; the indices have none. */
+Test(ops_rules, gather_shard_batch_and_axis) {
+  sk_op_desc d = op(SK_OP_GATHER, "[64,32],[16,8]", "(2,1),(4,1)");
+  d.params = 1;
+  sk_op_plan p = plan_ok(&d, 8);
+  expect_dev_matrix(&p, "4,2");
+  expect_map(&p.in[0], "(0,-1)", "table");
+  expect_map(&p.in[1], "(1,-1)", "indices");
+  expect_map(&p.out[0], "(1,-1,-1)", "output");
+  expect_shape(&p.out[0], "16,8,32", "output");
+  expect_slice(&p.in[0], "32,32", "table");
+  expect_slice(&p.in[1], "4,8", "indices");
+  expect_slice(&p.out[0], "4,8,32", "output");
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1", "forward AllReduce along the table's rows");
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 5, "4,5", "forward, rank 5");
+  expect_comm(&p, &p.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 1, "1,3,5,7", "table Mirror along the indices' rows");
+  expect_comm(&p, &p.grad[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 1, "1,3,5,7", "table gradient");
+  expect_none(&p.mirror[1], "indices have no Mirror");
+  expect_none(&p.bwd_in[0], "the table's gradient is summed by its Mirror");
+  /* the device count 16: (8,1),(2,1) is the same mode */
+  sk_op_desc e = op(SK_OP_GATHER, "[64,32],[16,8]", "(8,1),(2,1)");
+  sk_op_plan q = plan_ok(&e, 16);
+  expect_dev_matrix(&q, "2,8");
+  expect_comm(&q, &q.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 9, "8,9,10,11,12,13,14,15", "forward, rank 9");
+  /* outside the mode the indices must be whole: a repeat (a*c < devices), a cut second dim,
+     1-D indices, a 1-D table, axis 1 */
+  sk_op_desc b1 = op(SK_OP_GATHER, "[64,32],[16,8]", "(2,1),(2,1)");
+  expect_reject(&b1, 8, "a*c below the device count", "Gather", "input 1 dim 0", NULL);
+  sk_op_desc b2 = op(SK_OP_GATHER, "[64,32],[16,8]", "(2,1),(2,2)");
+  expect_reject(&b2, 8, "indices' dim 1 cut", "Gather", "input 1", NULL);
+  sk_op_desc b3 = op(SK_OP_GATHER, "[64,32],[16]", "(2,1),(4)");
+  expect_reject(&b3, 8, "1-D indices", "Gather", "input 1 dim 0", NULL);
+  sk_op_desc b4 = op(SK_OP_GATHER, "[64],[16,8]", "(2),(4,1)");
+  expect_reject(&b4, 8, "1-D table", "Gather", "input 1 dim 0", NULL);
+  sk_op_desc b5 = op(SK_OP_GATHER, "[64,32],[16,8]", "(2,2),(2,1)");
+  expect_reject(&b5, 8, "table's dim 1 cut", "Gather", "input 1 dim 0", NULL);
+  sk_op_desc b6 = op(SK_OP_GATHER, "[32,64],[16,8]", "(1,2),(4,1)");
+  set_axis(&b6, 1);
+  expect_reject(&b6, 8, "axis 1", "Gather", "input 1 dim 0", NULL);
+}
+
 Test(ops_rules, gather_rejects) {
-  sk_op_desc d = op(SK_OP_GATHER, "[64,32],[16,8]", "(8,1),(2,1)");
+  sk_op_desc d = op(SK_OP_GATHER, "[64,32],[16,8]", "(8,1),(1,2)");
   expect_reject(&d, 16, "row split with split indices", "Gather", "input 1", NULL);
   /* a repeat with the rows and the columns both cut */
   sk_op_desc r = op(SK_OP_GATHER, "[64,32],[16,8]", "(4,2),(1,1)");

@@ -966,6 +966,11 @@ OPS_TEST(gather_rows_and_columns_2d_indices) { run_gather("8,4;4,3", "2,4;1,1", 
 OPS_TEST(gather_columns_indices_split) { run_gather("8,4;6", "1,4;2", 0, 8, SK_COLL_NONE); }
 OPS_TEST(gather_indices_split_repeat) { run_gather("8,4;8", "1,1;4", 0, 8, SK_COLL_NONE); }
 OPS_TEST(gather_axis1) { run_gather("4,8;6", "2,1;2", 1, 8, SK_COLL_NONE); }
+/* MindSpore's "shard batch and axis": the table's rows cut 2 ways, the indices' rows 4 ways
+   (2 * 4 = 8 devices). Each device looks up its batch slice in its rows (the kernels' offset is
+   its rows' start), the forward AllReduce along the row axis completes the output, and the
+   table's Mirror along the batch axis sums the batch slices' gradients. */
+OPS_TEST(gather_shard_batch_and_axis) { run_gather("8,4;4,3", "2,1;4,1", 0, 8, SK_COLL_ALLREDUCE); }
 
 /* ---- data input: slices only -------------------------------------------------------------------- */
 
