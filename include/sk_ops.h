@@ -16,8 +16,9 @@
        summed by AllReduce along the contraction axes (or ReduceScatter when the output strategy
        asks for it); a reduction over a cut dim AllReduces (sum, or max; ReduceMean scales by
        1/group); the scalar losses sum their batch-split parts; Gather with a row-split table
-       ReduceScatters (or AllReduces) along the row axis; Reshape gathers the cuts of the input
-       dims it cannot keep;
+       ReduceScatters (or AllReduces) along the row axis (AllReduces when the indices' rows are
+       cut too: MindSpore's "shard batch and axis"); Reshape gathers the cuts of the input dims
+       it cannot keep;
      - bwd_in[i]: the collective on input i's gradient (MatMul's dx is partial along the axes
        that split the weight's output dim; a broadcast input's gradient along the axes that cut
        the dims it broadcasts);
@@ -49,9 +50,9 @@
    device count is one, a value that does not divide its dim, a product that does not divide
    the devices, contraction strategies that disagree, a split where the operator needs a whole
    dim (the axis of Softmax, LogSoftmax, L2Normalize; LayerNorm's normalised dims; the class dim
-   of the softmax losses; indices of a row-split Gather), a repeat where the operator cannot
-   repeat (Dropout): all return SK_ERR_INVALID_ARGUMENT with a message that starts with the
-   operator's name and names the input and dim.
+   of the softmax losses; indices of a row-split Gather outside "shard batch and axis"), a
+   repeat where the operator cannot repeat (Dropout): all return SK_ERR_INVALID_ARGUMENT with a
+   message that starts with the operator's name and names the input and dim.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_OPS_IMPL)
@@ -756,6 +757,11 @@ static sk_result sk__op_transpose(const sk_op_desc *d, int ndevices, sk_op_plan 
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
   unsigned seen = 0;
   int64_t oshape[SK_MAX_DIMS];
+  bool all_zero = true;
+  for (int k = 0; k < n; k++) all_zero = all_zero && d->perm[k] == 0;
+  if (n > 1 && all_zero) /* desc.perm left zero-initialised: no rank >= 2 permutation is all zeros */
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Transpose: perm is missing; give a permutation of 0..%d (output dim k is "
+                    "input dim perm[k])", n - 1);
   for (int k = 0; k < n; k++) {
     int q = d->perm[k];
     if (q < 0 || q >= n || (seen & (1u << q)))
@@ -1007,6 +1013,9 @@ static sk_result sk__op_one_hot(const sk_op_desc *d, int ndevices, sk_op_plan *p
   if ((r = sk__op_layout(&p->out[0], &p->mesh, no, oshape, oax, "output", err)) != SK_OK) return r;
   sk__op_no_comm(p);
   sk__op_grads(d, p);
+  /* MindSpore's OneHot declares no Mirror at all (its InferMirrorOps does nothing): the indices
+     are integer labels, never a parameter, and the on/off values are constants */
+  for (int i = 0; i < p->ninputs; i++) p->mirror[i] = p->grad[i] = sk__opc(SK_COLL_NONE, 0, 1);
   return SK_OK;
 }
 
@@ -1053,7 +1062,8 @@ static sk_result sk__op_gather_rows(const sk_op_desc *d, int ndevices, int axis,
   for (int k = 0; k < ni; k++)
     if (si[k] != 1)
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Gather: the table is cut along axis %d, so the indices must be whole, "
-                      "but input 1 dim %d is cut %d ways", axis, k, si[k]);
+                      "but input 1 dim %d is cut %d ways (both may be cut only with axis 0, a 2-D table cut (a,1), "
+                      "2-D indices cut (c,1), and a*c = %d devices, neither alone)", axis, k, si[k], ndevices);
   for (int k = 0; sk__op_product(st, nt) != ndevices && k < nt; k++)
     if (k != axis && st[k] != 1)
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Gather: the table is cut along axis %d with a repeat (the strategy "
@@ -1081,6 +1091,31 @@ static sk_result sk__op_gather_rows(const sk_op_desc *d, int ndevices, int axis,
   return SK_OK;
 }
 
+/* MindSpore's "shard batch and axis" mode (GatherInfo::ShardBatchAndAxis): axis 0, a 2-D table
+   cut (a, 1), 2-D indices cut (c, 1), a * c the device count and neither a nor c alone. */
+static bool sk__op_gather_batch_and_axis(int axis, int nt, int ni, const int *st, const int *si, int ndevices) {
+  return axis == 0 && nt == 2 && ni == 2 && st[1] == 1 && si[1] == 1 && st[0] > 1 && si[0] > 1 &&
+         (long long)st[0] * si[0] == ndevices;
+}
+
+/* Shard batch and axis: device matrix [c, a] (no repeat); the table's rows are cut by a, the
+   indices' rows by c. Each device looks up its batch slice in its rows (zeros elsewhere), so the
+   output [I0, I1, E], dim 0 cut by c, is a partial sum along a: an AllReduce(sum) over a
+   completes it. The table's Mirror runs over c; the indices have none. */
+static sk_result sk__op_gather_batch_axis(const sk_op_desc *d, int ndevices, const int *st, const int *si, sk_op_plan *p,
+                                          sk_error *err) {
+  int dev[2] = {si[0], st[0]}, tax[2] = {1, -1}, iax[2] = {0, -1}, oax[3] = {0, -1, -1};
+  int64_t oshape[3] = {d->shape[1][0], d->shape[1][1], d->shape[0][1]};
+  sk_result r = sk__op_mesh(dev, 2, ndevices, false, &p->mesh, NULL, err);
+  if (r != SK_OK) return r;
+  p->ninputs = 2;
+  if ((r = sk__op_layout(&p->in[0], &p->mesh, 2, d->shape[0], tax, "input 0 (table)", err)) != SK_OK) return r;
+  if ((r = sk__op_layout(&p->in[1], &p->mesh, 2, d->shape[1], iax, "input 1 (indices)", err)) != SK_OK) return r;
+  if ((r = sk__op_layout(&p->out[0], &p->mesh, 3, oshape, oax, "output", err)) != SK_OK) return r;
+  p->fwd = sk__opc(SK_COLL_ALLREDUCE, 1u << 1, 1);
+  return SK_OK;
+}
+
 /* Gather: table [V] or [V, E, ...] and indices of any rank; axis says which table dim the
    indices pick. Default strategy: the table whole, the indices' dim 0 cut by every device. */
 static sk_result sk__op_gather(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
@@ -1091,8 +1126,12 @@ static sk_result sk__op_gather(const sk_op_desc *d, int ndevices, sk_op_plan *p,
   for (int k = 0; k < nt; k++) st[k] = d->has_strategy ? d->strategy[0][k] : 1;
   for (int k = 0; k < ni; k++) si[k] = d->has_strategy ? d->strategy[1][k] : (k == 0 ? ndevices : 1);
   sk__op_no_comm(p);
-  r = st[axis] == 1 ? sk__op_gather_columns(d, ndevices, axis, st, si, p, err)
-                    : sk__op_gather_rows(d, ndevices, axis, st, si, p, err);
+  if (st[axis] == 1)
+    r = sk__op_gather_columns(d, ndevices, axis, st, si, p, err);
+  else if (sk__op_gather_batch_and_axis(axis, nt, ni, st, si, ndevices))
+    r = sk__op_gather_batch_axis(d, ndevices, st, si, p, err);
+  else
+    r = sk__op_gather_rows(d, ndevices, axis, st, si, p, err);
   if (r != SK_OK) return r;
   sk__op_grads(d, p);
   p->mirror[1] = sk__opc(SK_COLL_NONE, 0, 1); /* MindSpore's Gather declares the table's Mirror only */
@@ -1137,29 +1176,51 @@ static sk_result sk__op_get_next(const sk_op_desc *d, int ndevices, sk_op_plan *
   return SK_OK;
 }
 
-/* VirtualDataset: the dataset strategy. Each input passes through; every tuple cuts dim 0 only,
-   all by the same count; the device matrix is the longest input's strategy with the repeat
-   axis on the LEFT, as MindSpore places it for dataset inputs. full_batch: nothing is cut. No
-   communication and no Mirror. */
+/* VirtualDataset: the dataset strategy, as MindSpore's newest VirtualDatasetInfo checks it. Each
+   input passes through; each tuple cuts at most one dim (any dim), every cut one by the same
+   count d; the device matrix is the longest input's strategy with the repeat axis on the LEFT,
+   as MindSpore places it for dataset inputs, and every input's cut dim maps to the axis of the
+   longest input's cut dim (so that input must be cut when any is). full_batch: nothing is cut.
+   No communication and no Mirror. */
 static sk_result sk__op_virtual_dataset(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  int longest = 0, s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0};
+  int longest = 0, shard = 1, s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0};
   for (int i = 0; i < d->ninputs; i++) {
     if (d->ndims[i] > d->ndims[longest]) longest = i;
-    for (int k = 0; d->has_strategy && k < d->ndims[i]; k++)
-      if (d->strategy[i][k] != (k == 0 ? d->strategy[0][0] : 1))
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "VirtualDataset: input %d dim %d is cut %d ways; a dataset strategy "
-                        "cuts dim 0 only, the same way for every input (input 0: %d)", i, k, d->strategy[i][k],
-                        d->strategy[0][0]);
+    for (int k = 0, at = -1; d->has_strategy && k < d->ndims[i]; k++) {
+      int v = d->strategy[i][k];
+      if (v == 1) continue;
+      if (at >= 0)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "VirtualDataset: input %d cuts dim %d and dim %d; a dataset "
+                        "strategy cuts at most one dim of each input", i, at, k);
+      at = k;
+      if (shard != 1 && v != shard)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "VirtualDataset: input %d dim %d is cut %d ways, but an earlier "
+                        "input %d ways; a dataset strategy cuts every input the same number of ways (or not at all)",
+                        i, k, v, shard);
+      shard = v;
+    }
   }
-  int n = d->ndims[longest];
+  int n = d->ndims[longest], slice = 0;
   for (int k = 0; k < n; k++) s[k] = d->full_batch ? 1 : d->has_strategy ? d->strategy[longest][k] : k == 0 ? ndevices : 1;
+  if (d->has_strategy && !d->full_batch && shard > 1) {
+    for (slice = 0; slice < n && s[slice] != shard; slice++) continue;
+    if (slice == n)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "VirtualDataset: input %d, the longest, is not cut, but another "
+                      "input is cut %d ways; the longest input's cut dim gives the axis every cut maps to", longest,
+                      shard);
+  }
   sk_result r = sk__op_dataset_mesh(s, n, ndevices, &p->mesh, ax, err);
   if (r != SK_OK) return r;
   p->ninputs = p->noutputs = d->ninputs;
   for (int i = 0; i < d->ninputs; i++) {
     char what[32];
+    int iax[SK_MAX_DIMS] = {0};
+    for (int k = 0; k < d->ndims[i]; k++) {
+      int v = d->full_batch ? 1 : d->has_strategy ? d->strategy[i][k] : k == 0 ? ndevices : 1;
+      iax[k] = v > 1 ? ax[slice] : -1;
+    }
     snprintf(what, sizeof what, "input %d", i);
-    if ((r = sk__op_layout(&p->in[i], &p->mesh, d->ndims[i], d->shape[i], ax, what, err)) != SK_OK) return r;
+    if ((r = sk__op_layout(&p->in[i], &p->mesh, d->ndims[i], d->shape[i], iax, what, err)) != SK_OK) return r;
     p->out[i] = p->in[i];
     p->mirror[i] = p->grad[i] = sk__opc(SK_COLL_NONE, 0, 1);
   }

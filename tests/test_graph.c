@@ -295,7 +295,7 @@ Test(graph, shape_rule_refusals_name_the_operator) {
   op = mkop("bad_rs", SK_OP_RESHAPE, 1, x, 0, 0);
   op.desc.noutputs = 1, op.desc.out_ndims[0] = 1, op.desc.out_shape[0][0] = 13;
   BAD("graph: operator 'bad_rs': Reshape: the input has 12 elements", sk_graph_add_op(&g, &op, NULL, E));
-  op = mkop("bad_tr", SK_OP_TRANSPOSE, 1, x, 0, 0), op.desc.perm[0] = 0, op.desc.perm[1] = 0;
+  op = mkop("bad_tr", SK_OP_TRANSPOSE, 1, x, 0, 0), op.desc.perm[0] = 1, op.desc.perm[1] = 1;
   BAD("graph: operator 'bad_tr': Transpose: perm is not a permutation", sk_graph_add_op(&g, &op, NULL, E));
   op = mkop("bad_axis", SK_OP_REDUCE_SUM, 1, x, 0, 0), op.desc.naxis = 1, op.desc.axis[0] = 2;
   BAD("graph: operator 'bad_axis': ReduceSum: axis 2 is out of range", sk_graph_add_op(&g, &op, NULL, E));

@@ -667,6 +667,11 @@ Test(ops_rules, transpose) {
   sk_op_desc bad = op(SK_OP_TRANSPOSE, "[16,32,64]", "(2,4,8)");
   bad.perm[0] = 0, bad.perm[1] = 0, bad.perm[2] = 1;
   expect_reject(&bad, 64, "perm not a permutation", "Transpose", "perm", NULL);
+  /* perm left zero-initialised (never given): said so, not "not a permutation" */
+  sk_op_desc none = op(SK_OP_TRANSPOSE, "[16,32]", "(2,1)");
+  expect_reject(&none, 8, "perm not given", "Transpose", "perm is missing", NULL);
+  sk_op_desc one = op(SK_OP_TRANSPOSE, "[16]", "(2)"); /* rank 1: (0) is the only perm */
+  plan_ok(&one, 8);
 }
 
 /* MindSpore's Reshape test, a 32-device stage: [32,512,7,7] -> [32,25088], strategy (4,1,1,1).
@@ -789,6 +794,9 @@ Test(ops_rules, onehot_axis_last) {
   sk_op_desc r = onehot("[64]", 10, "(4,1),(),()", -1);
   sk_op_plan pr = plan_ok(&r, 8);
   expect_dev_matrix(&pr, "4,1,2");
+  /* replicated over the repeat axis, but still no Mirror: OneHotInfo's InferMirrorOps does
+     nothing (the indices are integer labels, never a parameter) */
+  for (int i = 0; i < 3; i++) expect_none(&pr.mirror[i], "OneHot declares no Mirror, even with a repeat");
   /* depth cut: each device keeps 5 classes */
   sk_op_desc s = onehot("[64]", 10, "(4,2),(),()", -1);
   sk_op_plan q = plan_ok(&s, 8);
@@ -889,8 +897,53 @@ Test(ops_rules, gather_row_split) {
   expect_comm(&r, &r.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1,2,3,4,5,6,7", "forward AllReduce");
 }
 
+/* MindSpore's "shard batch and axis" (GatherInfo::ShardBatchAndAxis, ShardBatchAndAxisImpl):
+   axis 0, a 2-D table cut (a,1) and 2-D indices cut (c,1), a*c the stage's devices and neither
+   alone. Device matrix [c, a]; table map (0,-1), indices (1,-1), output (1,-1,-1); the forward
+   AllReduce(sum) runs along a (the group is the device matrix's dim 1); the table's Mirror
+   (GatherInfo::InferMirrorOps, by its tensor map) along c; the indices have none. */
+Test(ops_rules, gather_shard_batch_and_axis) {
+  sk_op_desc d = op(SK_OP_GATHER, "[64,32],[16,8]", "(2,1),(4,1)");
+  d.params = 1;
+  sk_op_plan p = plan_ok(&d, 8);
+  expect_dev_matrix(&p, "4,2");
+  expect_map(&p.in[0], "(0,-1)", "table");
+  expect_map(&p.in[1], "(1,-1)", "indices");
+  expect_map(&p.out[0], "(1,-1,-1)", "output");
+  expect_shape(&p.out[0], "16,8,32", "output");
+  expect_slice(&p.in[0], "32,32", "table");
+  expect_slice(&p.in[1], "4,8", "indices");
+  expect_slice(&p.out[0], "4,8,32", "output");
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1", "forward AllReduce along the table's rows");
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 5, "4,5", "forward, rank 5");
+  expect_comm(&p, &p.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 1, "1,3,5,7", "table Mirror along the indices' rows");
+  expect_comm(&p, &p.grad[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 1, "1,3,5,7", "table gradient");
+  expect_none(&p.mirror[1], "indices have no Mirror");
+  expect_none(&p.bwd_in[0], "the table's gradient is summed by its Mirror");
+  /* the device count 16: (8,1),(2,1) is the same mode */
+  sk_op_desc e = op(SK_OP_GATHER, "[64,32],[16,8]", "(8,1),(2,1)");
+  sk_op_plan q = plan_ok(&e, 16);
+  expect_dev_matrix(&q, "2,8");
+  expect_comm(&q, &q.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 9, "8,9,10,11,12,13,14,15", "forward, rank 9");
+  /* outside the mode the indices must be whole: a repeat (a*c < devices), a cut second dim,
+     1-D indices, a 1-D table, axis 1 */
+  sk_op_desc b1 = op(SK_OP_GATHER, "[64,32],[16,8]", "(2,1),(2,1)");
+  expect_reject(&b1, 8, "a*c below the device count", "Gather", "input 1 dim 0", NULL);
+  sk_op_desc b2 = op(SK_OP_GATHER, "[64,32],[16,8]", "(2,1),(2,2)");
+  expect_reject(&b2, 8, "indices' dim 1 cut", "Gather", "input 1", NULL);
+  sk_op_desc b3 = op(SK_OP_GATHER, "[64,32],[16]", "(2,1),(4)");
+  expect_reject(&b3, 8, "1-D indices", "Gather", "input 1 dim 0", NULL);
+  sk_op_desc b4 = op(SK_OP_GATHER, "[64],[16,8]", "(2),(4,1)");
+  expect_reject(&b4, 8, "1-D table", "Gather", "input 1 dim 0", NULL);
+  sk_op_desc b5 = op(SK_OP_GATHER, "[64,32],[16,8]", "(2,2),(2,1)");
+  expect_reject(&b5, 8, "table's dim 1 cut", "Gather", "input 1 dim 0", NULL);
+  sk_op_desc b6 = op(SK_OP_GATHER, "[32,64],[16,8]", "(1,2),(4,1)");
+  set_axis(&b6, 1);
+  expect_reject(&b6, 8, "axis 1", "Gather", "input 1 dim 0", NULL);
+}
+
 Test(ops_rules, gather_rejects) {
-  sk_op_desc d = op(SK_OP_GATHER, "[64,32],[16,8]", "(8,1),(2,1)");
+  sk_op_desc d = op(SK_OP_GATHER, "[64,32],[16,8]", "(8,1),(1,2)");
   expect_reject(&d, 16, "row split with split indices", "Gather", "input 1", NULL);
   /* a repeat with the rows and the columns both cut */
   sk_op_desc r = op(SK_OP_GATHER, "[64,32],[16,8]", "(4,2),(1,1)");
@@ -960,6 +1013,40 @@ Test(ops_rules, virtual_dataset) {
   expect_reject(&b1, 8, "different shard numbers", "VirtualDataset", "input 1", NULL);
   sk_op_desc b2 = op(SK_OP_VIRTUAL_DATASET, "[32,16],[32]", "(4,2),(4)");
   expect_reject(&b2, 8, "two dims cut", "VirtualDataset", "input 0", NULL);
+}
+
+/* VirtualDataset, newest VirtualDatasetInfo::CheckStrategy: the one cut dim may be any dim ("only
+   support shard in one dim" counts the cut dims, not which); every input's cut dim maps to the
+   axis where the longest input's strategy holds the shard number; an input may stay whole. */
+Test(ops_rules, virtual_dataset_any_dim) {
+  sk_op_desc d = op(SK_OP_VIRTUAL_DATASET, "[32,16],[16]", "(1,4),(4)");
+  sk_op_plan p = plan_ok(&d, 8);
+  expect_dev_matrix(&p, "2,1,4");
+  expect_map(&p.in[0], "(-1,0)", "input 0");
+  expect_map(&p.in[1], "(0,)", "input 1");
+  expect_map(&p.out[0], "(-1,0)", "output 0");
+  expect_slice(&p.out[0], "32,4", "output 0");
+  expect_slice(&p.out[1], "4", "output 1");
+  expect_none(&p.mirror[0], "VirtualDataset declares no Mirror");
+  /* the shorter input cut along dim 0, the longer along dim 1: one axis */
+  sk_op_desc s = op(SK_OP_VIRTUAL_DATASET, "[8],[32,4,2]", "(2),(1,2,1)");
+  sk_op_plan q = plan_ok(&s, 8);
+  expect_dev_matrix(&q, "4,1,2,1");
+  expect_map(&q.in[0], "(1,)", "input 0");
+  expect_map(&q.in[1], "(-1,1,-1)", "input 1");
+  /* an input left whole */
+  sk_op_desc w = op(SK_OP_VIRTUAL_DATASET, "[32,16],[32]", "(4,1),(1)");
+  sk_op_plan u = plan_ok(&w, 8);
+  expect_map(&u.in[0], "(1,-1)", "input 0");
+  expect_map(&u.in[1], "(-1,)", "input 1, whole");
+  /* full_batch leaves every input whole whatever the strategy */
+  d.full_batch = true;
+  sk_op_plan f = plan_ok(&d, 8);
+  expect_map(&f.in[0], "(-1,-1)", "input 0 under full_batch");
+  expect_map(&f.in[1], "(-1,)", "input 1 under full_batch");
+  /* the longest input whole while another is cut: no axis to map the cut to */
+  sk_op_desc b = op(SK_OP_VIRTUAL_DATASET, "[32,16],[32]", "(1,1),(4)");
+  expect_reject(&b, 8, "the longest input not cut", "VirtualDataset", "longest", NULL);
 }
 
 /* Flatten: only the batch dim may be cut. */

@@ -801,9 +801,9 @@ OPS_TEST(batch_matmul) { run_kind(SK_OP_BATCH_MATMUL, "2,4,6;2,6,4", "2,2,1;2,1,
 OPS_TEST(batch_matmul_w_missing_batch_dim) { run_kind(SK_OP_BATCH_MATMUL, "2,4,6;6,4", "2,2,2;2,1", 0x2); }
 OPS_TEST(batch_matmul_w_size1_batch_repeat) { run_kind(SK_OP_BATCH_MATMUL, "2,4,6;1,6,4", "2,1,1;1,1,2", 0x2); }
 /* x [4,6] broadcast over w's batch dim (2), cut 2 ways: device matrix d0=2,d1..d3=1,rep=4. dx =
-   sum_b dy_b w_b^T is partial over d0, but the plan's bwd_in[0] is none (BatchMatMul's rule sums dx
-   only over the c axis). FAILS until sk_ops.h adds to bwd_in[0] the axes cutting the batch dims x
-   broadcasts, as the binary operators do (plan.mirror[0], over d0 and rep, does cover them). */
+   sum_b dy_b w_b^T is partial over d0; the plan's bwd_in[0] sums it there (the shared rule: the
+   axes that cut the output but not x, the batch dims x broadcasts among them), as the binary
+   operators do. */
 OPS_TEST(batch_matmul_x_broadcast) { run_kind(SK_OP_BATCH_MATMUL, "4,6;2,6,4", "1,1;2,1,1", 0x2); }
 /* w, bias and x as activations (no parameter): their partial gradients are summed by bwd_in */
 OPS_TEST(matmul_w_activation) { run_kind(SK_OP_MATMUL, "8,12;12,6", "2,2;2,2", 0); }
@@ -966,6 +966,11 @@ OPS_TEST(gather_rows_and_columns_2d_indices) { run_gather("8,4;4,3", "2,4;1,1", 
 OPS_TEST(gather_columns_indices_split) { run_gather("8,4;6", "1,4;2", 0, 8, SK_COLL_NONE); }
 OPS_TEST(gather_indices_split_repeat) { run_gather("8,4;8", "1,1;4", 0, 8, SK_COLL_NONE); }
 OPS_TEST(gather_axis1) { run_gather("4,8;6", "2,1;2", 1, 8, SK_COLL_NONE); }
+/* MindSpore's "shard batch and axis": the table's rows cut 2 ways, the indices' rows 4 ways
+   (2 * 4 = 8 devices). Each device looks up its batch slice in its rows (the kernels' offset is
+   its rows' start), the forward AllReduce along the row axis completes the output, and the
+   table's Mirror along the batch axis sums the batch slices' gradients. */
+OPS_TEST(gather_shard_batch_and_axis) { run_gather("8,4;4,3", "2,1;4,1", 0, 8, SK_COLL_ALLREDUCE); }
 
 /* ---- data input: slices only -------------------------------------------------------------------- */
 

@@ -227,6 +227,23 @@ static int build_gather(net *n, int N, bool rows) {
   return at;
 }
 
+/* MindSpore's "shard batch and axis" Gather: table [16, 8] cut (2, 1), tokens [16, 2] cut
+   (N/2, 1) (on 2 devices, where the mode needs 4 or more, a plain row split (2, 1), (1, 1)); the
+   lookups [16, 2, 8] summed over dim 1, Tanh, then the loss head. */
+static int build_gather_batch_axis(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int tok = add_input(n, "tokens", SK_I32, 2, SH2(16, 2), 16), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int table = add_param(n, "table", 2, SH2(16, 8), SK_INIT_UNIFORM, 0.5);
+  sk_graph_op ga = OP("embed", SK_OP_GATHER, table, tok);
+  SHARD(ga, 0, 2, 1), SHARD(ga, 1, N >= 4 ? N / 2 : 1, 1);
+  int at = -1;
+  int e = add_op_at(n, &ga, &at);
+  sk_graph_op sum = OP("sum", SK_OP_REDUCE_SUM, e);
+  sum.desc.naxis = 1, sum.desc.axis[0] = 1;
+  loss_head(n, add_op(n, OP("act", SK_OP_TANH, add_op(n, sum))), y, "u", 8, 4);
+  return at;
+}
+
 /* BatchMatMul [8,4,8] x [8,8,4] (contraction cut on 8 devices), Softmax over the last dim,
    MAELoss against a float label. */
 static void build_bmm(net *n, int N) {
@@ -646,6 +663,19 @@ Test(runtime, gather_row_split_table, .timeout = RT_TIMEOUT) {
 
 Test(runtime, gather_column_split_table, .timeout = RT_TIMEOUT) {
   each_device_count("Gather, columns cut", build_gather_cols, NULL, sgd(0.5), 4);
+}
+
+static void build_gather_ba(net *n, int N) { gather_op = build_gather_batch_axis(n, N); }
+static void check_gather_ba(const run *R, int N) {
+  const sk_op_plan *p = &R->plan.ops[gather_op].plan;
+  cr_assert_eq(p->fwd.kind, N >= 4 ? SK_COLL_ALLREDUCE : SK_COLL_REDUCE_SCATTER, "%d devices: forward %s", N,
+               sk_coll_kind_name(p->fwd.kind));
+  cr_assert_eq(sk_layout_split_count(&p->in[1], 0), N >= 4 ? N / 2 : 1, "%d devices: the tokens' rows", N);
+  cr_assert_eq(sk_layout_split_count(&p->in[0], 0), 2, "%d devices: the table's rows", N);
+}
+
+Test(runtime, gather_shard_batch_and_axis, .timeout = RT_TIMEOUT) {
+  each_device_count("Gather, table rows and token rows cut", build_gather_ba, check_gather_ba, sgd(0.5), 4);
 }
 
 Test(runtime, batchmatmul_softmax, .timeout = RT_TIMEOUT) {

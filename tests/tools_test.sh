@@ -331,6 +331,20 @@ grep -qF '{"shape": [], "tensor_map": [], "slice_shape": []}' "$tmp/out" && grep
 # Gather, a row split with a repeat: the repeat axis on the left, a ReduceScatter along the rows
 query "Gather rows" --op Gather --shapes "((64,32),(16,8))" --shard "((8,1),(1,1))" --devices 16 --rank 9
 grep -qF '"dev_matrix": [2, 8, 1]' "$tmp/out" && grep -qF '"forward_ops": [{"op": "ReduceScatter", "group": [8, 9, 10, 11, 12, 13, 14, 15]}]' "$tmp/out" && ok || bad "Gather rows: $(cat "$tmp/out")"
+# Gather, "shard batch and axis": the table's rows cut 2 ways and the indices' rows 4 ways on 8;
+# device matrix [4, 2], an AllReduce along the rows' axis, the table's Mirror along the batch's
+query "Gather batch and axis" --op Gather --shapes "((64,32),(16,8))" --shard "((2,1),(4,1))" --devices 8 --attr axis=0
+grep -qF '"dev_matrix": [4, 2], "inputs": [{"shape": [64, 32], "tensor_map": [0, -1], "slice_shape": [32, 32]}, {"shape": [16, 8], "tensor_map": [1, -1], "slice_shape": [4, 8]}], "outputs": [{"shape": [16, 8, 32], "tensor_map": [1, -1, -1], "slice_shape": [4, 8, 32]}], "forward_ops": [{"op": "AllReduce", "group": [0, 1]}]' "$tmp/out" &&
+  grep -qF '"mirror_ops": [{"op": "_MirrorOperator", "group": [0, 2, 4, 6]}, null]' "$tmp/out" && ok || bad "Gather batch and axis: $(cat "$tmp/out")"
+expect_rejected "Gather: rows cut with a repeat, indices cut" "so the indices must be whole" --op Gather --shapes "((64,32),(16,8))" --shard "((2,1),(2,1))" --devices 8 --attr axis=0
+# OneHot declares no Mirror, even when its indices are replicated over a repeat axis
+query "OneHot repeat" --op OneHot --shapes "((64,),(),())" --shard "((4,1),(),())" --devices 8 --attr depth=10
+grep -qF '"dev_matrix": [4, 1, 2]' "$tmp/out" && grep -qF '"mirror_ops": [null, null, null]' "$tmp/out" && ok || bad "OneHot repeat: $(cat "$tmp/out")"
+# Transpose without perm says so
+expect_rejected "Transpose without perm" "Transpose: perm is missing" --op Transpose --shapes "((4,8),)" --shard "((2,1),)" --devices 8
+# VirtualDataset: the one cut dim may be any dim; every input's cut maps to one axis
+query "VirtualDataset dim 1" --op VirtualDataset --shapes "((32,16),(16,))" --shard "((1,4),(4,))" --devices 8
+grep -qF '"dev_matrix": [2, 1, 4], "inputs": [{"shape": [32, 16], "tensor_map": [-1, 0], "slice_shape": [32, 4]}, {"shape": [16], "tensor_map": [0], "slice_shape": [4]}]' "$tmp/out" && ok || bad "VirtualDataset dim 1: $(cat "$tmp/out")"
 
 # ---- redistribution plans (docs/semantics.md section 9) ------------------------------------------------------------
 expect_out "rows-by-8 -> cols-by-8 plan: one AllToAll" "redistribution of [16,784] float, 8 devices, minimal
