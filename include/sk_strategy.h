@@ -392,7 +392,7 @@ static sk_result sk__st_layouts(sk__st_cx *cx, const sk_graph *g, const sk_graph
   size_t up = strlen(cx->where);
   (void)snprintf(cx->where + up, sizeof cx->where - up, ".layouts");
   if ((r = sk__st_keys(cx, l, keys)) || (r = sk__st_string(cx, l, "mesh", &mesh_text))) return r;
-  if ((r = sk_mesh_parse(&mesh, mesh_text, &e))) return sk__st_fail(cx, "mesh", "%s", e.msg);
+  if (sk_mesh_parse(&mesh, mesh_text, &e)) return sk__st_fail(cx, "mesh", "%s", e.msg);
   maps = json_object_get(l, "inputs");
   if (!json_is_array(maps) || json_array_size(maps) != 2)
     return sk__st_fail(cx, "inputs", "expected a list of 2 layout texts (x's and w's)");
@@ -402,7 +402,7 @@ static sk_result sk__st_layouts(sk__st_cx *cx, const sk_graph *g, const sk_graph
     char key[32];
     (void)snprintf(key, sizeof key, "inputs[%d]", k);
     if (!json_is_string(m)) return sk__st_fail(cx, key, "expected a layout text, got %s", sk__st_type(m));
-    if ((r = sk_layout_parse(&d->layouts[k], &mesh, json_string_value(m), t->ndims, t->shape, &e)))
+    if (sk_layout_parse(&d->layouts[k], &mesh, json_string_value(m), t->ndims, t->shape, &e))
       return sk__st_fail(cx, key, "%s", e.msg);
   }
   d->has_layouts = true;
@@ -482,13 +482,13 @@ static sk_result sk__st_dataset_layout(sk__st_cx *cx, json_t *v, const sk_graph_
   if ((r = sk__st_keys(cx, v, keys)) || (r = sk__st_string(cx, v, "mesh", &mesh_text)) ||
       (r = sk__st_string(cx, v, "map", &map)))
     return r;
-  if ((r = sk_mesh_parse(&mesh, mesh_text, &e))) return sk__st_fail(cx, "mesh", "%s", e.msg);
+  if (sk_mesh_parse(&mesh, mesh_text, &e)) return sk__st_fail(cx, "mesh", "%s", e.msg);
   if (x->ndims == 0) { /* a scalar: whole on every device, as sk_ops.h lays scalars */
     if (map[0]) return sk__st_fail(cx, "map", "input '%s' is a scalar: expected \"\"", x->name);
     memset(l, 0, sizeof *l), l->mesh = mesh;
     return SK_OK;
   }
-  if ((r = sk_layout_parse(l, &mesh, map, x->ndims, x->shape, &e))) return sk__st_fail(cx, "map", "%s", e.msg);
+  if (sk_layout_parse(l, &mesh, map, x->ndims, x->shape, &e)) return sk__st_fail(cx, "map", "%s", e.msg);
   return SK_OK;
 }
 
@@ -603,10 +603,10 @@ static sk_result sk__st_file_layout(sk__st_cx *cx, json_t *v, const sk_graph_ten
   for (int a = 0; a < naxes; a++) dims[a] = (int)dims64[a], size *= dims64[a];
   if (naxes == 0 || size != ndevices)
     return sk__st_fail(cx, "device_matrix", "expected dims whose product is the %d devices", ndevices);
-  if ((r = sk_mesh_init(&mesh, naxes, dims, names, &e))) return sk__st_fail(cx, "device_matrix", "%s", e.msg);
+  if (sk_mesh_init(&mesh, naxes, dims, names, &e)) return sk__st_fail(cx, "device_matrix", "%s", e.msg);
   if ((r = sk__st_tensor_map(cx, json_object_get(v, "tensor_map"), x->ndims, ms))) return r;
   memset(l, 0, sizeof *l), l->mesh = mesh;
-  if (x->ndims && (r = sk_layout_from_ms_map(l, &mesh, x->ndims, x->shape, ms, &e)))
+  if (x->ndims && sk_layout_from_ms_map(l, &mesh, x->ndims, x->shape, ms, &e))
     return sk__st_fail(cx, "tensor_map", "%s", e.msg);
   if ((r = sk__st_ints(cx, json_object_get(v, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, slice, &ns)))
     return r;
