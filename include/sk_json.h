@@ -1,5 +1,6 @@
 /* sk_json.h -- an sk_graph as JSON: load a network description from text or a file, and save one
-   (docs/network-json.md describes the format). jansson does all the parsing and printing.
+   (docs/network-json.md describes the format). jansson does all the parsing and printing. Also
+   MindSpore's parallel_speed_up.json, read into sk_parallel.h's sk_transformer_opt.
 
    NEEDS JANSSON: link with -ljansson (Debian: libjansson-dev; `pkg-config --cflags --libs
    jansson`). That is why shardkit.h does not include this header: include it yourself.
@@ -45,6 +46,7 @@
 
 #include "sk_core.h"
 #include "sk_graph.h"
+#include "sk_parallel.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -59,6 +61,15 @@ SK_API sk_result sk_json_load_network(const char *path, sk_graph *g, sk_error *e
 SK_API sk_result sk_json_format_network(const sk_graph *g, char **text, sk_error *err);
 /* The canonical text of g written to path (created or truncated). */
 SK_API sk_result sk_json_save_network(const sk_graph *g, const char *path, sk_error *err);
+
+/* MindSpore's parallel_speed_up.json (AutoParallel's transformer_opt) into *out, overwritten only
+   on success: grad_computation_allreduce_overlap and enable_communication_fusion (booleans;
+   MindSpore's older names enable_grad_comm_opt and enable_task_opt too, which must agree with
+   the newer where both are given) are honoured. MindSpore's other options are accepted while
+   false or 0 and refused by name when set, as is any unknown key. */
+SK_API sk_result sk_json_load_transformer_opt(const char *path, sk_transformer_opt *out, sk_error *err);
+/* The same from len bytes of text. */
+SK_API sk_result sk_json_parse_transformer_opt(const char *text, size_t len, sk_transformer_opt *out, sk_error *err);
 
 SK_EXTERN_C_END
 #endif /* SK_JSON_H */
@@ -711,6 +722,94 @@ SK_API sk_result sk_json_load_network(const char *path, sk_graph *g, sk_error *e
   sk_result r = sk__json_read_file(path, &text, &len, err);
   if (r) return r;
   r = sk_json_parse_network(text, len, g, &e);
+  free(text);
+  if (r) {
+    const char *base = strrchr(path, '/');
+    return sk__fail(err, r, "%s: %s", base ? base + 1 : path, e.msg);
+  }
+  return SK_OK;
+}
+
+/* ==== parallel_speed_up.json ==================================================================== */
+
+/* MindSpore's options shardkit does not build: accepted while off, refused by name when set. */
+static const char *const sk__json_speed_up_off[] = {
+    "recomputation_communication_overlap", "grad_matmul_communication_overlap", "grad_fa_allgather_overlap",
+    "computation_allgather_overlap", "computation_communication_fusion_level", "dataset_broadcast_opt_level",
+    "allreduce_and_biasadd_swap", "enable_allreduce_slice_to_reducescatter", "enable_interleave_split_concat_branch",
+    "enable_interleave_parallel_branch", NULL};
+
+/* The honoured options: {name, its older name}. */
+static const char *const sk__json_speed_up_on[2][2] = {{"grad_computation_allreduce_overlap", "enable_grad_comm_opt"},
+                                                       {"enable_communication_fusion", "enable_task_opt"}};
+
+/* Option i of sk__json_speed_up_on under either name (false when neither is given). */
+static sk_result sk__jr_speed_up_flag(sk__jr *jr, json_t *root, int i, bool *out) {
+  const char *name = sk__json_speed_up_on[i][0], *old = sk__json_speed_up_on[i][1];
+  json_t *a = json_object_get(root, name), *b = json_object_get(root, old);
+  for (int k = 0; k < 2; k++) {
+    json_t *v = k ? b : a;
+    sk__jr_top(jr, k ? old : name);
+    if (v && !json_is_boolean(v)) return sk__jr_fail(jr, k ? old : name, "expected true or false, got %s", sk__jr_type(v));
+  }
+  if (a && b && json_is_true(a) != json_is_true(b))
+    return sk__jr_fail(jr, old, "%s, but %s (its newer name) is %s", json_is_true(b) ? "true" : "false", name,
+                       json_is_true(a) ? "true" : "false");
+  *out = json_is_true(a ? a : b);
+  return SK_OK;
+}
+
+static sk_result sk__jr_speed_up(sk__jr *jr, json_t *root, sk_transformer_opt *o) {
+  const char *key;
+  json_t *v;
+  if (!json_is_object(root)) return sk__jr_fail(jr, "", "expected an object of options, got %s", sk__jr_type(root));
+  json_object_foreach(root, key, v) {
+    bool on = false, off = false;
+    for (int i = 0; i < 2; i++) on = on || !strcmp(key, sk__json_speed_up_on[i][0]) || !strcmp(key, sk__json_speed_up_on[i][1]);
+    for (int i = 0; sk__json_speed_up_off[i]; i++) off = off || !strcmp(key, sk__json_speed_up_off[i]);
+    if (on) continue;
+    sk__jr_top(jr, key);
+    if (!off)
+      return sk__jr_fail(jr, key, "unknown option (shardkit honours grad_computation_allreduce_overlap and "
+                         "enable_communication_fusion)");
+    if (!json_is_boolean(v) && !json_is_integer(v))
+      return sk__jr_fail(jr, key, "expected a boolean or an integer, got %s", sk__jr_type(v));
+    if (json_is_true(v) || (json_is_integer(v) && json_integer_value(v) != 0))
+      return sk__jr_fail(jr, key, "not built in shardkit: only false (or 0) is accepted");
+  }
+  sk_result r = sk__jr_speed_up_flag(jr, root, 0, &o->grad_computation_allreduce_overlap);
+  return r ? r : sk__jr_speed_up_flag(jr, root, 1, &o->enable_communication_fusion);
+}
+
+SK_API sk_result sk_json_parse_transformer_opt(const char *text, size_t len, sk_transformer_opt *out, sk_error *err) {
+  if (!text || !out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL argument");
+  json_error_t je;
+  memset(&je, 0, sizeof je);
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root) { /* jansson sets no error when it cannot allocate its lexer: an empty text is that */
+    bool oom = !je.text[0] || json_error_code(&je) == json_error_out_of_memory;
+    if (oom) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "json: out of memory parsing parallel_speed_up options");
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "line %d, column %d: %s", je.line, je.column, je.text);
+  }
+  sk__jr jr;
+  memset(&jr, 0, sizeof jr);
+  jr.text = text, jr.len = len, jr.err = err;
+  sk_transformer_opt o;
+  memset(&o, 0, sizeof o);
+  sk_result r = sk__jr_speed_up(&jr, root, &o);
+  json_decref(root);
+  if (!r) *out = o;
+  return r;
+}
+
+SK_API sk_result sk_json_load_transformer_opt(const char *path, sk_transformer_opt *out, sk_error *err) {
+  if (!path || !out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL argument");
+  char *text = NULL;
+  size_t len = 0;
+  sk_error e;
+  sk_result r = sk__json_read_file(path, &text, &len, err);
+  if (r) return r;
+  r = sk_json_parse_transformer_opt(text, len, out, &e);
   free(text);
   if (r) {
     const char *base = strrchr(path, '/');

@@ -672,6 +672,104 @@ Test(json, save_then_load_a_file) {
   sk_graph_free(&g);
 }
 
+/* ---- parallel_speed_up.json ------------------------------------------------------------------- */
+
+static sk_result speed_up(const char *text, sk_transformer_opt *o, sk_error *e) {
+  return sk_json_parse_transformer_opt(text, strlen(text), o, e);
+}
+
+Test(json, speed_up_honours_two_options_under_either_name) {
+  sk_transformer_opt o;
+  sk_error e = {SK_OK, ""};
+  memset(&o, 0, sizeof o);
+  cr_assert_eq(speed_up("{\"grad_computation_allreduce_overlap\": true, \"enable_communication_fusion\": false}", &o, &e),
+               SK_OK, "%s", e.msg);
+  cr_expect(o.grad_computation_allreduce_overlap && !o.enable_communication_fusion);
+  cr_assert_eq(speed_up("{\"enable_grad_comm_opt\": false, \"enable_task_opt\": true}", &o, &e), SK_OK, "%s", e.msg);
+  cr_expect(!o.grad_computation_allreduce_overlap && o.enable_communication_fusion, "the older names");
+  cr_assert_eq(speed_up("{\"enable_task_opt\": true, \"enable_communication_fusion\": true}", &o, &e), SK_OK, "%s", e.msg);
+  cr_expect(o.enable_communication_fusion);
+  cr_assert_eq(speed_up("{}", &o, &e), SK_OK, "%s", e.msg);
+  cr_expect(!o.grad_computation_allreduce_overlap && !o.enable_communication_fusion, "MindSpore's defaults: off");
+}
+
+/* MindSpore's other options: accepted while off, each refused by name when set. */
+Test(json, speed_up_refuses_what_is_not_built_by_name) {
+  static const char *const off[] = {"recomputation_communication_overlap", "grad_matmul_communication_overlap",
+                                    "grad_fa_allgather_overlap", "computation_allgather_overlap",
+                                    "computation_communication_fusion_level", "dataset_broadcast_opt_level",
+                                    "allreduce_and_biasadd_swap", "enable_allreduce_slice_to_reducescatter",
+                                    "enable_interleave_split_concat_branch", "enable_interleave_parallel_branch"};
+  sk_transformer_opt o;
+  sk_error e = {SK_OK, ""};
+  char text[256], want[128];
+  for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+    snprintf(text, sizeof text, "{\"%s\": false, \"enable_task_opt\": true}", off[i]);
+    cr_expect_eq(speed_up(text, &o, &e), SK_OK, "%s: %s", off[i], e.msg);
+    snprintf(text, sizeof text, "{\"%s\": 0}", off[i]);
+    cr_expect_eq(speed_up(text, &o, &e), SK_OK, "%s: %s", off[i], e.msg);
+    o.enable_communication_fusion = true;
+    snprintf(text, sizeof text, "{\n  \"enable_task_opt\": false,\n  \"%s\": %s\n}", off[i], i % 2 ? "true" : "2");
+    snprintf(want, sizeof want, "line 3: %s: not built in shardkit", off[i]);
+    cr_expect_eq(speed_up(text, &o, &e), SK_ERR_INVALID_ARGUMENT, "%s", off[i]);
+    cr_expect(strstr(e.msg, want), "'%s' does not hold '%s'", e.msg, want);
+    cr_expect(o.enable_communication_fusion, "a refused text leaves *out alone");
+  }
+}
+
+Test(json, speed_up_refusals) {
+  sk_transformer_opt o;
+  sk_error e = {SK_OK, ""};
+  static const struct {
+    const char *text, *word;
+  } bad[] = {
+      {"{\"enable_comm_fusion\": true}", "line 1: enable_comm_fusion: unknown option"},
+      {"{\"grad_computation_allreduce_overlap\": 1}", "grad_computation_allreduce_overlap: expected true or false, got an integer"},
+      {"{\"enable_task_opt\": \"yes\"}", "enable_task_opt: expected true or false, got a string"},
+      {"{\n\"enable_communication_fusion\": true,\n\"enable_task_opt\": false}", "line 3: enable_task_opt: false, but "
+                                                                                 "enable_communication_fusion (its newer name) is true"},
+      {"{\"dataset_broadcast_opt_level\": \"0\"}", "dataset_broadcast_opt_level: expected a boolean or an integer"},
+      {"[true]", "expected an object of options, got a list"},
+      {"{\"enable_task_opt\": true,}", "line 1, column"},
+      {"", "line 1, column"},
+      {"{\"enable_task_opt\": true, \"enable_task_opt\": false}", "duplicate"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cr_expect_eq(speed_up(bad[i].text, &o, &e), SK_ERR_INVALID_ARGUMENT, "%s", bad[i].text);
+    cr_expect(strstr(e.msg, bad[i].word), "%s: '%s' does not hold '%s'", bad[i].text, e.msg, bad[i].word);
+  }
+  cr_expect_eq(sk_json_parse_transformer_opt(NULL, 0, &o, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_json_parse_transformer_opt("{}", 2, NULL, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_json_load_transformer_opt(NULL, &o, &e), SK_ERR_INVALID_ARGUMENT);
+}
+
+Test(json, speed_up_from_a_file) {
+  char path[] = "/tmp/sk_speed_up_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  fputs("{\n  \"grad_computation_allreduce_overlap\": true,\n  \"enable_task_opt\": true,\n"
+        "  \"grad_matmul_communication_overlap\": false\n}\n", f);
+  fclose(f);
+  sk_transformer_opt o;
+  sk_error e = {SK_OK, ""};
+  memset(&o, 0, sizeof o);
+  cr_assert_eq(sk_json_load_transformer_opt(path, &o, &e), SK_OK, "%s", e.msg);
+  cr_expect(o.grad_computation_allreduce_overlap && o.enable_communication_fusion);
+  f = fopen(path, "w");
+  cr_assert(f);
+  fputs("{\n  \"enable_task_opt\": true,\n  \"grad_matmul_communication_overlap\": true\n}\n", f);
+  fclose(f);
+  cr_expect_eq(sk_json_load_transformer_opt(path, &o, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, strrchr(path, '/') + 1) && strstr(e.msg, ": line 3: grad_matmul_communication_overlap"), "%s",
+            e.msg);
+  remove(path);
+  cr_expect_eq(sk_json_load_transformer_opt(path, &o, &e), SK_ERR_SYSTEM);
+  cr_expect(strstr(e.msg, path), "%s", e.msg);
+}
+
 /* ---- fuzzing the loader ----------------------------------------------------------------------- */
 
 static uint64_t rnd(uint64_t *s) {

@@ -1,0 +1,943 @@
+/* sk_strategy.h -- strategy files: AutoParallel's save_/load_param_strategy_file and
+   save_/load_operator_strategy_file, as JSON (docs/strategy-files.md describes the format).
+
+   NEEDS JANSSON: link with -ljansson (Debian: libjansson-dev; `pkg-config --cflags --libs
+   jansson`). That is why shardkit.h does not include this header: include it yourself.
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_STRATEGY_IMPL where the other modules'
+                             #include "sk_strategy.h"   implementations come from elsewhere)
+
+   WHAT IT DOES
+     sk_strategy_compile is sk_parallel_compile for a desc that names strategy files (which
+     sk_parallel_compile refuses):
+       1. load_operator_strategy_file: every operator takes the strategy (or layouts) the file
+          saved for it, replacing the network's own (a saved data-parallel fallback or
+          default is saved as null and clears it), and the desc takes the file's dataset
+          strategy: a saved plan is compiled again as it was, in whatever parallel mode;
+       2. the network is compiled with the file fields cleared;
+       3. load_param_strategy_file: every parameter layout the file saved must be the one the
+          plan gives that parameter (the checkpoint it describes must fit);
+       4. save_param_strategy_file / save_operator_strategy_file: the plan's parameter layouts
+          / the strategies its operators used, with its dataset strategy. The same path for both
+          writes one file holding both sections; the two loads may name one file too.
+     Parameters are the trainable ones (the loss's gradient reaches them: read at a
+     differentiable input of an operator the loss depends on) unless
+     desc->strategy_file_all_params (MindSpore's disable_strategy_file_only_for_trainable_params). The text is canonical: fixed key order,
+     2-space indentation, a final newline; the same plan gives the same bytes.
+
+   ERRORS
+     A refused file gives SK_ERR_INVALID_ARGUMENT and one line naming the FIRST mismatch, after
+     the file's base name: an empty file, invalid JSON (jansson's line and column), a file for
+     another device count, an operator or parameter the network lacks or a network operator
+     (or parameter to check) the file lacks, another operator type or parameter shape, a value
+     of the wrong kind (with its JSON path), a parameter laid out otherwise after compiling:
+       plan.json: line 40: parameters[1] ("fc2.weight"): laid out otherwise after compiling: ...
+     The line is that of the element's "name" pair, else of the top-level key holding the value.
+     The compiler's own refusals pass through unchanged. A file that cannot be read or written:
+     SK_ERR_SYSTEM with its path and the system's reason; out of memory: SK_ERR_OUT_OF_MEMORY.
+     On any failure sk_strategy_compile leaves the graph as it was and the plan empty.
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_STRATEGY_IMPL)
+#define SK_STRATEGY_IMPL
+#endif
+#ifndef SK_STRATEGY_H
+#define SK_STRATEGY_H
+
+#include "sk_core.h"
+#include "sk_exec.h"
+#include "sk_graph.h"
+#include "sk_parallel.h"
+
+SK_EXTERN_C_BEGIN
+
+/* Compiles g as sk_parallel_compile does, reading and writing the strategy files desc names
+   (see above). g's operators keep the loaded strategies (the plan borrows g); on failure g is
+   unchanged and *plan empty. */
+SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
+                                     sk_error *err);
+
+/* The canonical text of a compiled plan's strategy file, NUL-terminated, in *text (malloc'd: the
+   caller frees it; NULL on failure): its parameter layouts when `params` (every parameter when
+   all_params, else the trainable ones), its operators' strategies and dataset strategy when
+   `operators`. */
+SK_API sk_result sk_strategy_format(const sk_parallel_plan *plan, bool params, bool operators, bool all_params,
+                                    char **text, sk_error *err);
+/* The same written to path (created or truncated). */
+SK_API sk_result sk_strategy_save(const sk_parallel_plan *plan, const char *path, bool params, bool operators,
+                                  bool all_params, sk_error *err);
+
+/* Step 1 alone: the operator strategies of the file at path into g's operators and its dataset
+   strategy into *desc, whose ndevices the file's device count must equal. On failure neither
+   is changed. */
+SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_parallel_desc *desc, sk_error *err);
+/* Step 3 alone: every parameter layout the file at path holds against the compiled plan; every
+   parameter of the network (the trainable ones unless all_params) must be in the file. */
+SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_plan *plan, bool all_params,
+                                          sk_error *err);
+
+SK_EXTERN_C_END
+#endif /* SK_STRATEGY_H */
+
+#if defined(SK_STRATEGY_IMPL) && !defined(SK_STRATEGY_IMPL_DONE)
+#define SK_STRATEGY_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+SK_EXTERN_C_BEGIN
+
+#define SK__ST_FORMAT "shardkit-strategy"
+#define SK__ST_VERSION 1
+#define SK__ST_DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
+
+/* ---- shared by reading and writing ---------------------------------------------------------- */
+
+/* A strategy's default form, which desc.nstrategies == 0 and desc.strategy_len[i] == 0 stand
+   for (as sk_json.h writes a network's "shard"): one tuple per input of the operator's full
+   desc (OneHot: its indices, then the on and off scalars), each as long as its input's rank
+   (OneHot's indices: one more, the classes). */
+static int sk__st_tuples(const sk_graph_op *op) { return op->ninputs + (op->desc.kind == SK_OP_ONE_HOT ? 2 : 0); }
+
+static int sk__st_tuple_len(const sk_graph *g, const sk_graph_op *op, int i) {
+  if (i >= op->ninputs) return 0;
+  return g->tensors[op->inputs[i]].ndims + (op->desc.kind == SK_OP_ONE_HOT && i == 0 ? 1 : 0);
+}
+
+/* reach[t] (g->ntensors + 1 entries, malloc'd; NULL when out of memory): whether the loss's
+   gradient reaches tensor t, through the differentiable inputs of the operators the loss
+   depends on. A parameter it reaches is trainable; one read only as indices, or only by
+   operators the loss does not depend on, is not. */
+static bool *sk__st_trainable(const sk_graph *g) {
+  bool *reach = (bool *)calloc((size_t)g->ntensors + 1, sizeof *reach);
+  if (!reach) return NULL;
+  if (g->loss >= 0 && g->loss < g->ntensors) reach[g->loss] = true;
+  for (int o = g->nops - 1; o >= 0; o--) {
+    const sk_graph_op *op = &g->ops[o];
+    bool any = false;
+    for (int k = 0; k < op->noutputs; k++) any = any || reach[op->outputs[k]];
+    for (int k = 0; any && k < op->ninputs; k++)
+      if (sk_exec_differentiable(op, k)) reach[op->inputs[k]] = true;
+  }
+  return reach;
+}
+
+/* Whether tensor t goes into (and must be in) a file. */
+static bool sk__st_listed(const sk_graph *g, const bool *trainable, int t, bool all_params) {
+  return g->tensors[t].role == SK_TENSOR_PARAM && (all_params || trainable[t]);
+}
+
+/* "[a,b,c]" for messages (snprintf convention: cut to fit). */
+static void sk__st_list_text(const int64_t *v, int n, char *buf, size_t cap) {
+  size_t len = 0;
+  int w = snprintf(buf, cap, "[");
+  for (int k = 0; w > 0 && k < n; k++) {
+    len += (size_t)w;
+    w = len < cap ? snprintf(buf + len, cap - len, "%s%lld", k ? "," : "", (long long)v[k]) : 0;
+  }
+  len += w > 0 ? (size_t)w : 0;
+  if (len < cap) (void)snprintf(buf + len, cap - len, "]");
+}
+
+/* ==== reading ================================================================================= */
+
+typedef struct sk__st_rd {
+  char *text; /* the file, malloc'd */
+  size_t len;
+  const char *base; /* the file's base name, in front of every message */
+  sk_error *err;
+  json_t *root;
+} sk__st_rd;
+
+/* What a message is about: the line of text offset `at`, and the JSON path of the value. */
+typedef struct sk__st_cx {
+  const sk__st_rd *rd;
+  size_t at;
+  char where[160]; /* "operators[3] (\"fc1\")"; "" at the top */
+} sk__st_cx;
+
+/* "<base>: line N: <where>.<key>: <message>" into err. */
+static SK__PRINTF(3, 4) void sk__st_say(const sk__st_cx *cx, const char *key, const char *fmt, ...) {
+  char msg[SK_ERROR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  int line = 1;
+  for (size_t i = 0; i < cx->at && i < cx->rd->len; i++) line += cx->rd->text[i] == '\n';
+  const char *dot = cx->where[0] && key[0] && key[0] != '[' ? "." : "", *colon = cx->where[0] || key[0] ? ": " : "";
+  (void)sk__fail(cx->rd->err, SK_ERR_INVALID_ARGUMENT, "%s: line %d: %s%s%s%s%s", cx->rd->base, line, cx->where, dot,
+                 key, colon, msg);
+}
+
+/* A refusal, the code as the macro's value where the static analyzer sees it (as sk__fail). */
+#define sk__st_fail(cx, key, ...) (sk__st_say((cx), (key), __VA_ARGS__), SK_ERR_INVALID_ARGUMENT)
+
+static const char *sk__st_type(const json_t *v) {
+  if (!v) return "nothing (the key is missing)";
+  switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "a list";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+  }
+  return "an unknown value";
+}
+
+/* The offset of the nth (from 0) pair `key_q: val_q` at or after `from` (both quoted as jansson
+   prints them; val_q NULL: any value), or `from` when there is none. A text search, not
+   parsing: it only picks the line a message names. */
+static size_t sk__st_find(const sk__st_rd *rd, size_t from, const char *key_q, const char *val_q, size_t nth) {
+  size_t kn = strlen(key_q), vn = val_q ? strlen(val_q) : 0;
+  for (size_t i = from; i + kn <= rd->len; i++) {
+    if (memcmp(rd->text + i, key_q, kn)) continue;
+    size_t j = i + kn;
+    while (j < rd->len && strchr(" \t\r\n", rd->text[j])) j++;
+    if (j >= rd->len || rd->text[j] != ':') continue;
+    for (j++; j < rd->len && strchr(" \t\r\n", rd->text[j]);) j++;
+    if ((!val_q || (j + vn <= rd->len && !memcmp(rd->text + j, val_q, vn))) && nth-- == 0) return i;
+  }
+  return from;
+}
+
+/* Messages about top-level member `key`. */
+static void sk__st_top(sk__st_cx *cx, const sk__st_rd *rd, const char *key) {
+  char q[64];
+  cx->rd = rd, cx->where[0] = 0, cx->at = 0;
+  if (snprintf(q, sizeof q, "\"%s\"", key) < (int)sizeof q) cx->at = sk__st_find(rd, 0, q, NULL, 0);
+}
+
+static json_t *sk__st_name_of(json_t *element) {
+  json_t *name = json_is_object(element) ? json_object_get(element, "name") : NULL;
+  return json_is_string(name) ? name : NULL;
+}
+
+/* Messages about element i of top-level list `key`: `key[i] ("<name>")` at the line of its
+   "name" pair, counting the earlier elements of the same name (as a duplicate has). */
+static void sk__st_element(sk__st_cx *cx, const sk__st_rd *rd, const char *key, json_t *list, size_t i) {
+  json_t *name = sk__st_name_of(json_array_get(list, i));
+  sk__st_top(cx, rd, key);
+  char q[6 * SK_GRAPH_NAME_MAX + 8]; /* a name of the allowed length, every character escaped */
+  size_t n = name ? json_dumpb(name, q, sizeof q - 1, JSON_ENCODE_ANY) : 0, same = 0;
+  if (n > 0 && n < sizeof q) {
+    q[n] = 0;
+    for (size_t j = 0; j < i; j++) same += json_equal(sk__st_name_of(json_array_get(list, j)), name) ? 1 : 0;
+    cx->at = sk__st_find(rd, cx->at, "\"name\"", q, same);
+  }
+  if (name) (void)snprintf(cx->where, sizeof cx->where, "%s[%zu] (\"%.64s\")", key, i, json_string_value(name));
+  else (void)snprintf(cx->where, sizeof cx->where, "%s[%zu]", key, i);
+}
+
+/* A key that is not in `keys` (NULL-terminated) is refused: a misspelt one must not be dropped
+   in silence. */
+static sk_result sk__st_keys(sk__st_cx *cx, json_t *obj, const char *const *keys) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(obj, key, v) {
+    int k = 0;
+    while (keys[k] && strcmp(keys[k], key)) k++;
+    if (!keys[k]) return sk__st_fail(cx, key, "unknown key");
+  }
+  return SK_OK;
+}
+
+static sk_result sk__st_string(sk__st_cx *cx, json_t *obj, const char *key, const char **s) {
+  json_t *v = json_object_get(obj, key);
+  if (!json_is_string(v)) return sk__st_fail(cx, key, "expected a string, got %s", sk__st_type(v));
+  *s = json_string_value(v);
+  return SK_OK;
+}
+
+/* v as a list of at most max integers in lo..hi into out; *n receives its length. */
+static sk_result sk__st_ints(sk__st_cx *cx, json_t *v, const char *key, int max, long long lo, long long hi,
+                             int64_t *out, int *n) {
+  if (!json_is_array(v) || json_array_size(v) > (size_t)max)
+    return sk__st_fail(cx, key, "expected a list of at most %d integers, got %s", max,
+                       json_is_array(v) ? "a longer one" : sk__st_type(v));
+  *n = (int)json_array_size(v);
+  for (int k = 0; k < *n; k++) {
+    json_t *x = json_array_get(v, (size_t)k);
+    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
+      return sk__st_fail(cx, key, "entry %d: expected an integer in %lld..%lld, got %s", k, lo, hi,
+                         json_is_integer(x) ? "one outside" : sk__st_type(x));
+    out[k] = (int64_t)json_integer_value(x);
+  }
+  return SK_OK;
+}
+
+/* The same into an int array (strategies: any int, kept as written for the compiler to judge). */
+static sk_result sk__st_int_list(sk__st_cx *cx, json_t *v, const char *key, int *out, int *n) {
+  int64_t x[SK_MAX_DIMS];
+  sk_result r = sk__st_ints(cx, v, key, SK_MAX_DIMS, INT_MIN, INT_MAX, x, n);
+  for (int k = 0; r == SK_OK && k < *n; k++) out[k] = (int)x[k];
+  return r;
+}
+
+/* The whole file into rd->text and its JSON into rd->root. */
+static sk_result sk__st_open(sk__st_rd *rd, const char *path, sk_error *err) {
+  memset(rd, 0, sizeof *rd);
+  const char *slash = strrchr(path, '/');
+  rd->base = slash ? slash + 1 : path, rd->err = err;
+  FILE *f = fopen(path, "rb");
+  if (!f) return sk__fail(err, SK_ERR_SYSTEM, "strategy: cannot open '%s': %s", path, strerror(errno));
+  size_t cap = 0, got;
+  do { /* read to the end, so that pipes work too */
+    if (rd->len == cap) {
+      char *more = (char *)realloc(rd->text, cap = cap ? 2 * cap : 65536);
+      if (!more) return fclose(f), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory reading '%s'", path);
+      rd->text = more;
+    }
+    rd->len += got = fread(rd->text + rd->len, 1, cap - rd->len, f);
+  } while (got > 0);
+  int failed = ferror(f);
+  fclose(f);
+  if (failed) return sk__fail(err, SK_ERR_SYSTEM, "strategy: cannot read '%s'", path);
+  size_t i = 0;
+  while (i < rd->len && strchr(" \t\r\n", rd->text[i])) i++;
+  if (i == rd->len) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the file is empty", rd->base);
+  json_error_t je;
+  memset(&je, 0, sizeof je);
+  rd->root = json_loadb(rd->text, rd->len, JSON_REJECT_DUPLICATES, &je);
+  /* jansson sets no error when it cannot allocate its lexer: an empty text is that */
+  if (!rd->root && (!je.text[0] || json_error_code(&je) == json_error_out_of_memory))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory parsing the file", rd->base);
+  if (!rd->root) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: line %d, column %d: %s", rd->base, je.line, je.column, je.text);
+  return SK_OK;
+}
+
+static void sk__st_close(sk__st_rd *rd) {
+  json_decref(rd->root);
+  free(rd->text);
+  memset(rd, 0, sizeof *rd);
+}
+
+/* The top level: what the file is, and for how many devices. */
+static sk_result sk__st_header(const sk__st_rd *rd, int ndevices) {
+  static const char *const keys[] = {"format", "version", "device_num", "dataset_strategy", "operators", "parameters",
+                                     NULL};
+  sk__st_cx cx;
+  const char *format;
+  sk_result r;
+  sk__st_top(&cx, rd, "format");
+  if (!json_is_object(rd->root)) return sk__st_fail(&cx, "", "expected the strategy object, got %s", sk__st_type(rd->root));
+  if ((r = sk__st_keys(&cx, rd->root, keys)) || (r = sk__st_string(&cx, rd->root, "format", &format))) return r;
+  if (strcmp(format, SK__ST_FORMAT)) return sk__st_fail(&cx, "format", "expected \"" SK__ST_FORMAT "\"");
+  json_t *v = json_object_get(rd->root, "version"), *n = json_object_get(rd->root, "device_num");
+  sk__st_top(&cx, rd, "version");
+  if (!json_is_integer(v) || json_integer_value(v) != SK__ST_VERSION)
+    return sk__st_fail(&cx, "version", "expected %d, the version this reader knows, got %s", SK__ST_VERSION,
+                       json_is_integer(v) ? "another" : sk__st_type(v));
+  sk__st_top(&cx, rd, "device_num");
+  if (!json_is_integer(n)) return sk__st_fail(&cx, "device_num", "expected an integer, got %s", sk__st_type(n));
+  if (json_integer_value(n) != ndevices)
+    return sk__st_fail(&cx, "device_num", "the file is for %lld devices, the plan has %d",
+                       (long long)json_integer_value(n), ndevices);
+  return SK_OK;
+}
+
+/* ---- operators ---- */
+
+/* The network's operator called name, or -1 (a linear search: files are read once). */
+static int sk__st_find_op(const sk_graph *g, const char *name) {
+  for (int o = 0; o < g->nops; o++)
+    if (!strcmp(g->ops[o].name, name)) return o;
+  return -1;
+}
+
+/* "strategy": null (no strategy: MindSpore's default, data parallel) or the tuples as
+   written, the default form's counts and lengths stored as zero (as sk_json.h reads "shard"). */
+static sk_result sk__st_shard(sk__st_cx *cx, const sk_graph *g, const sk_graph_op *op, json_t *v, sk_op_desc *d) {
+  json_t *s = json_object_get(v, "strategy");
+  if (json_is_null(s)) return SK_OK;
+  if (!json_is_array(s) || json_array_size(s) > SK_OP_MAX_INPUTS)
+    return sk__st_fail(cx, "strategy", "expected null or a list of at most %d tuples, got %s", SK_OP_MAX_INPUTS,
+                       json_is_array(s) ? "a longer one" : sk__st_type(s));
+  int n = (int)json_array_size(s), tuples = sk__st_tuples(op);
+  if (n == 0 && tuples != 0)
+    return sk__st_fail(cx, "strategy", "an empty strategy for an operator of %d inputs (null is the default)", tuples);
+  d->has_strategy = true;
+  d->nstrategies = n == tuples ? 0 : n;
+  for (int i = 0; i < n; i++) {
+    char key[32];
+    int len = 0, want = sk__st_tuple_len(g, op, i);
+    (void)snprintf(key, sizeof key, "strategy[%d]", i);
+    sk_result r = sk__st_int_list(cx, json_array_get(s, (size_t)i), key, d->strategy[i], &len);
+    if (r) return r;
+    if (len == 0 && want != 0) return sk__st_fail(cx, key, "an empty tuple for a rank-%d input", want);
+    d->strategy_len[i] = len == want ? 0 : len;
+  }
+  return SK_OK;
+}
+
+/* "layouts": {"mesh": "<mesh text>", "inputs": ["<x's map>", "<w's map>"]}, as sk_json.h's. */
+static sk_result sk__st_layouts(sk__st_cx *cx, const sk_graph *g, const sk_graph_op *op, json_t *v, sk_op_desc *d) {
+  static const char *const keys[] = {"mesh", "inputs", NULL};
+  json_t *l = json_object_get(v, "layouts"), *maps;
+  const char *mesh_text;
+  sk_mesh mesh;
+  sk_error e;
+  sk_result r;
+  if (!l) return SK_OK;
+  if (!json_is_object(l)) return sk__st_fail(cx, "layouts", "expected an object, got %s", sk__st_type(l));
+  if (op->ninputs < 2) return sk__st_fail(cx, "layouts", "layouts need two inputs, the operator has %d", op->ninputs);
+  size_t up = strlen(cx->where);
+  (void)snprintf(cx->where + up, sizeof cx->where - up, ".layouts");
+  if ((r = sk__st_keys(cx, l, keys)) || (r = sk__st_string(cx, l, "mesh", &mesh_text))) return r;
+  if (sk_mesh_parse(&mesh, mesh_text, &e)) return sk__st_fail(cx, "mesh", "%s", e.msg);
+  maps = json_object_get(l, "inputs");
+  if (!json_is_array(maps) || json_array_size(maps) != 2)
+    return sk__st_fail(cx, "inputs", "expected a list of 2 layout texts (x's and w's)");
+  for (int k = 0; k < 2; k++) {
+    json_t *m = json_array_get(maps, (size_t)k);
+    const sk_graph_tensor *t = &g->tensors[op->inputs[k]];
+    char key[32];
+    (void)snprintf(key, sizeof key, "inputs[%d]", k);
+    if (!json_is_string(m)) return sk__st_fail(cx, key, "expected a layout text, got %s", sk__st_type(m));
+    if (sk_layout_parse(&d->layouts[k], &mesh, json_string_value(m), t->ndims, t->shape, &e))
+      return sk__st_fail(cx, key, "%s", e.msg);
+  }
+  d->has_layouts = true;
+  cx->where[up] = 0;
+  return SK_OK;
+}
+
+/* Operator entry i: the network's operator of that name and type, which takes its strategy. */
+static sk_result sk__st_op(const sk__st_rd *rd, const sk_graph *g, json_t *list, size_t i, sk_op_desc *descs,
+                           bool *seen) {
+  static const char *const keys[] = {"name", "type", "strategy", "out_strategy", "layouts", "fell_back", NULL};
+  json_t *v = json_array_get(list, i), *out, *fell;
+  const char *name, *type;
+  sk_op_kind kind;
+  sk__st_cx cx;
+  sk_result r;
+  sk__st_element(&cx, rd, "operators", list, i);
+  if (!json_is_object(v)) return sk__st_fail(&cx, "", "expected an object, got %s", sk__st_type(v));
+  if ((r = sk__st_keys(&cx, v, keys)) || (r = sk__st_string(&cx, v, "name", &name)) ||
+      (r = sk__st_string(&cx, v, "type", &type)))
+    return r;
+  int o = sk__st_find_op(g, name);
+  if (o < 0) return sk__st_fail(&cx, "", "operator \"%.64s\" is not in the network", name);
+  if (seen[o]) return sk__st_fail(&cx, "", "a second entry for operator \"%s\"", g->ops[o].name);
+  seen[o] = true;
+  if (!sk_op_kind_from_name(type, &kind))
+    return sk__st_fail(&cx, "type", "unknown operator type \"%.40s\" (MindSpore's primitive names)", type);
+  if (kind != g->ops[o].desc.kind)
+    return sk__st_fail(&cx, "type", "a %s in the file, a %s in the network", sk_op_kind_name(kind),
+                       sk_op_kind_name(g->ops[o].desc.kind));
+  if (!json_object_get(v, "strategy")) return sk__st_fail(&cx, "strategy", "missing (null: no strategy)");
+  if ((fell = json_object_get(v, "fell_back")) && !json_is_boolean(fell))
+    return sk__st_fail(&cx, "fell_back", "expected true or false, got %s", sk__st_type(fell));
+  sk_op_desc *d = &descs[o];
+  int n = 0;
+  d->has_strategy = d->has_out_strategy = d->has_layouts = false; /* the file's replace the network's */
+  d->nstrategies = 0;
+  memset(d->strategy, 0, sizeof d->strategy), memset(d->strategy_len, 0, sizeof d->strategy_len);
+  memset(d->out_strategy, 0, sizeof d->out_strategy), memset(d->layouts, 0, sizeof d->layouts);
+  if ((r = sk__st_shard(&cx, g, &g->ops[o], v, d))) return r;
+  if ((out = json_object_get(v, "out_strategy"))) {
+    if ((r = sk__st_int_list(&cx, out, "out_strategy", d->out_strategy, &n))) return r;
+    d->has_out_strategy = true;
+  }
+  return sk__st_layouts(&cx, g, &g->ops[o], v, d);
+}
+
+/* "operators": one entry per network operator, each the network has. */
+static sk_result sk__st_ops(const sk__st_rd *rd, const sk_graph *g, sk_op_desc *descs, bool *seen) {
+  json_t *list = json_object_get(rd->root, "operators");
+  sk__st_cx cx;
+  sk__st_top(&cx, rd, "operators");
+  if (!list) return sk__st_fail(&cx, "operators", "missing: the file holds no operator strategies");
+  if (!json_is_array(list)) return sk__st_fail(&cx, "operators", "expected a list, got %s", sk__st_type(list));
+  for (int o = 0; o < g->nops; o++) descs[o] = g->ops[o].desc;
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    sk_result r = sk__st_op(rd, g, list, i, descs, seen);
+    if (r) return r;
+  }
+  for (int o = 0; o < g->nops; o++)
+    if (!seen[o])
+      return sk__st_fail(&cx, "operators", "the network's operator \"%s\" (%s) is not in the file", g->ops[o].name,
+                         sk_op_kind_name(g->ops[o].desc.kind));
+  return SK_OK;
+}
+
+/* ---- the dataset strategy ---- */
+
+/* Dataset entry k as a layout {"mesh": ..., "map": ...} of input tensor x. */
+static sk_result sk__st_dataset_layout(sk__st_cx *cx, json_t *v, const sk_graph_tensor *x, sk_layout *l) {
+  static const char *const keys[] = {"mesh", "map", NULL};
+  const char *mesh_text, *map;
+  sk_mesh mesh;
+  sk_error e;
+  sk_result r;
+  if (!json_is_object(v)) return sk__st_fail(cx, "", "expected a layout {\"mesh\": ..., \"map\": ...}, got %s", sk__st_type(v));
+  if ((r = sk__st_keys(cx, v, keys)) || (r = sk__st_string(cx, v, "mesh", &mesh_text)) ||
+      (r = sk__st_string(cx, v, "map", &map)))
+    return r;
+  if (sk_mesh_parse(&mesh, mesh_text, &e)) return sk__st_fail(cx, "mesh", "%s", e.msg);
+  if (x->ndims == 0) { /* a scalar: whole on every device, as sk_ops.h lays scalars */
+    if (map[0]) return sk__st_fail(cx, "map", "input '%s' is a scalar: expected \"\"", x->name);
+    memset(l, 0, sizeof *l), l->mesh = mesh;
+    return SK_OK;
+  }
+  if (sk_layout_parse(l, &mesh, map, x->ndims, x->shape, &e)) return sk__st_fail(cx, "map", "%s", e.msg);
+  return SK_OK;
+}
+
+/* "dataset_strategy": "data_parallel", "full_batch", a list of strategy tuples or of layouts,
+   one per network input in the order the inputs were added. */
+static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_parallel_desc *d) {
+  json_t *v = json_object_get(rd->root, "dataset_strategy");
+  sk__st_cx cx;
+  sk__st_top(&cx, rd, "dataset_strategy");
+  d->dataset = SK_DATASET_DATA_PARALLEL, d->ndataset = d->ndataset_layouts = 0;
+  memset(d->dataset_strategy, 0, sizeof d->dataset_strategy);
+  memset(d->dataset_strategy_len, 0, sizeof d->dataset_strategy_len);
+  memset(d->dataset_layouts, 0, sizeof d->dataset_layouts);
+  if (json_is_string(v) && !strcmp(json_string_value(v), "data_parallel")) return SK_OK;
+  if (json_is_string(v) && !strcmp(json_string_value(v), "full_batch")) return d->dataset = SK_DATASET_FULL_BATCH, SK_OK;
+  if (!json_is_array(v) || json_array_size(v) == 0)
+    return sk__st_fail(&cx, "dataset_strategy", "expected \"data_parallel\", \"full_batch\" or a list of strategies or "
+                       "layouts, got %s", json_is_array(v) ? "an empty list" : sk__st_type(v));
+  int ids[SK_OP_MAX_INPUTS], n = 0;
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == SK_TENSOR_INPUT) {
+      if (n < SK_OP_MAX_INPUTS) ids[n] = t;
+      n++;
+    }
+  if (json_array_size(v) != (size_t)n || n > SK_OP_MAX_INPUTS)
+    return sk__st_fail(&cx, "dataset_strategy", "%zu entries for the network's %d inputs", json_array_size(v), n);
+  bool layouts = json_is_object(json_array_get(v, 0));
+  (void)snprintf(cx.where, sizeof cx.where, "dataset_strategy");
+  for (int k = 0; k < n; k++) {
+    const sk_graph_tensor *x = &g->tensors[ids[k]];
+    json_t *e = json_array_get(v, (size_t)k);
+    char key[32];
+    int len = 0;
+    sk_result r;
+    (void)snprintf(key, sizeof key, "[%d]", k);
+    if (layouts) {
+      size_t up = strlen(cx.where);
+      (void)snprintf(cx.where + up, sizeof cx.where - up, "%s", key);
+      if ((r = sk__st_dataset_layout(&cx, e, x, &d->dataset_layouts[k]))) return r;
+      cx.where[up] = 0;
+      continue;
+    }
+    if ((r = sk__st_int_list(&cx, e, key, d->dataset_strategy[k], &len))) return r;
+    d->dataset_strategy_len[k] = len == x->ndims ? 0 : len; /* 0 stands for the input's rank */
+  }
+  if (layouts) d->ndataset_layouts = n;
+  else d->ndataset = n;
+  return SK_OK;
+}
+
+SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_parallel_desc *desc, sk_error *err) {
+  if (!path || !g || !desc) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
+  sk_result r = sk_graph_check(g, err);
+  if (r) return r;
+  sk__st_rd rd;
+  if ((r = sk__st_open(&rd, path, err))) return sk__st_close(&rd), r;
+  sk_op_desc *descs = (sk_op_desc *)calloc((size_t)g->nops + 1, sizeof *descs);
+  bool *seen = (bool *)calloc((size_t)g->nops + 1, sizeof *seen);
+  sk_parallel_desc d = *desc;
+  if (!descs || !seen) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading '%s'", path);
+  if (!r) r = sk__st_header(&rd, desc->ndevices);
+  if (!r) r = sk__st_dataset(&rd, g, &d);
+  if (!r) r = sk__st_ops(&rd, g, descs, seen);
+  if (!r) { /* all or nothing: the graph and desc change only once the whole file is accepted */
+    for (int o = 0; o < g->nops; o++) g->ops[o].desc = descs[o];
+    *desc = d;
+  }
+  free(descs), free(seen);
+  sk__st_close(&rd);
+  return r;
+}
+
+/* ---- parameters ---- */
+
+/* The file's "tensor_map": one entry per dim, MindSpore's numbers (mesh axes counted from the
+   right, -1 unsplit, a list for a dim cut by several axes). */
+static sk_result sk__st_tensor_map(sk__st_cx *cx, json_t *v, int ndims, sk_dim_map *ms) {
+  if (!json_is_array(v) || json_array_size(v) != (size_t)ndims)
+    return sk__st_fail(cx, "tensor_map", "expected a list of %d entries, one per dim, got %s", ndims,
+                       json_is_array(v) ? "another length" : sk__st_type(v));
+  memset(ms, 0, SK_MAX_DIMS * sizeof *ms);
+  for (int d = 0; d < ndims; d++) {
+    json_t *e = json_array_get(v, (size_t)d);
+    int64_t axes[SK_MAX_AXES];
+    int n = 1;
+    char key[32];
+    (void)snprintf(key, sizeof key, "tensor_map[%d]", d);
+    if (json_is_integer(e) && json_integer_value(e) >= -1 && json_integer_value(e) < SK_MAX_AXES)
+      axes[0] = json_integer_value(e);
+    else if (!json_is_array(e) || json_array_size(e) == 0 || sk__st_ints(cx, e, key, SK_MAX_AXES, 0, SK_MAX_AXES - 1, axes, &n))
+      return sk__st_fail(cx, key, "expected -1, a mesh axis 0..%d or a non-empty list of them", SK_MAX_AXES - 1);
+    ms[d].naxes = n;
+    for (int j = 0; j < n; j++) ms[d].axes[j] = (int)axes[j];
+  }
+  return SK_OK;
+}
+
+/* The file's layout of parameter x: device matrix and tensor map, which the slice shape must
+   agree with. */
+static sk_result sk__st_file_layout(sk__st_cx *cx, json_t *v, const sk_graph_tensor *x, int ndevices, sk_layout *l) {
+  static const char *const names[SK_MAX_AXES] = {"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7"};
+  int64_t dims64[SK_MAX_AXES], slice[SK_MAX_DIMS], want[SK_MAX_DIMS] = {0};
+  int dims[SK_MAX_AXES], naxes = 0, ns = 0;
+  long long size = 1;
+  sk_dim_map ms[SK_MAX_DIMS];
+  sk_mesh mesh;
+  sk_error e;
+  sk_result r;
+  if ((r = sk__st_ints(cx, json_object_get(v, "device_matrix"), "device_matrix", SK_MAX_AXES, 1, SK_MAX_DEVICES,
+                       dims64, &naxes)))
+    return r;
+  for (int a = 0; a < naxes; a++) dims[a] = (int)dims64[a], size *= dims64[a];
+  if (naxes == 0 || size != ndevices)
+    return sk__st_fail(cx, "device_matrix", "expected dims whose product is the %d devices", ndevices);
+  if (sk_mesh_init(&mesh, naxes, dims, names, &e)) return sk__st_fail(cx, "device_matrix", "%s", e.msg);
+  if ((r = sk__st_tensor_map(cx, json_object_get(v, "tensor_map"), x->ndims, ms))) return r;
+  memset(l, 0, sizeof *l), l->mesh = mesh;
+  if (x->ndims && sk_layout_from_ms_map(l, &mesh, x->ndims, x->shape, ms, &e))
+    return sk__st_fail(cx, "tensor_map", "%s", e.msg);
+  if ((r = sk__st_ints(cx, json_object_get(v, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, slice, &ns)))
+    return r;
+  if (x->ndims) sk_layout_slice_shape(l, want);
+  bool same = ns == x->ndims;
+  for (int d = 0; same && d < ns; d++) same = slice[d] == want[d];
+  if (!same) {
+    char a[96], b[96];
+    sk__st_list_text(slice, ns, a, sizeof a), sk__st_list_text(want, x->ndims, b, sizeof b);
+    return sk__st_fail(cx, "slice_shape", "%s is not the layout's %s", a, b);
+  }
+  return SK_OK;
+}
+
+/* A layout as "device matrix [2,4], tensor map (1,-1), slice [392,128]" for messages. */
+static void sk__st_layout_text(const sk_layout *l, char *buf, size_t cap) {
+  int64_t dims[SK_MAX_AXES], slice[SK_MAX_DIMS] = {0};
+  sk_dim_map ms[SK_MAX_DIMS];
+  char d[64], m[96], s[96];
+  for (int a = 0; a < l->mesh.naxes; a++) dims[a] = l->mesh.dims[a];
+  sk__st_list_text(dims, l->mesh.naxes, d, sizeof d);
+  m[0] = 0;
+  if (l->ndims) sk_layout_to_ms_map(l, ms), sk_ms_map_format(ms, l->ndims, m, sizeof m), sk_layout_slice_shape(l, slice);
+  sk__st_list_text(slice, l->ndims, s, sizeof s);
+  (void)snprintf(buf, cap, "device matrix %s, tensor map %s, slice %s", d, l->ndims ? m : "()", s);
+}
+
+/* Parameter entry i against the compiled plan. */
+static sk_result sk__st_param(const sk__st_rd *rd, const sk_parallel_plan *p, json_t *list, size_t i, bool *seen) {
+  static const char *const keys[] = {"name", "shape", "device_matrix", "tensor_map", "slice_shape", NULL};
+  const sk_graph *g = p->graph;
+  json_t *v = json_array_get(list, i);
+  const char *name;
+  int64_t shape[SK_MAX_DIMS];
+  int n = 0;
+  sk__st_cx cx;
+  sk_result r;
+  sk__st_element(&cx, rd, "parameters", list, i);
+  if (!json_is_object(v)) return sk__st_fail(&cx, "", "expected an object, got %s", sk__st_type(v));
+  if ((r = sk__st_keys(&cx, v, keys)) || (r = sk__st_string(&cx, v, "name", &name))) return r;
+  int t = sk_graph_find(g, name);
+  if (t < 0 || g->tensors[t].role != SK_TENSOR_PARAM)
+    return sk__st_fail(&cx, "", "parameter \"%.64s\" is not in the network", name);
+  if (seen[t]) return sk__st_fail(&cx, "", "a second entry for parameter \"%s\"", g->tensors[t].name);
+  seen[t] = true;
+  const sk_graph_tensor *x = &g->tensors[t];
+  if ((r = sk__st_ints(&cx, json_object_get(v, "shape"), "shape", SK_MAX_DIMS, 1, LLONG_MAX, shape, &n))) return r;
+  bool same = n == x->ndims;
+  for (int d = 0; same && d < n; d++) same = shape[d] == x->shape[d];
+  if (!same) {
+    char a[96], b[96];
+    sk__st_list_text(shape, n, a, sizeof a), sk__st_list_text(x->shape, x->ndims, b, sizeof b);
+    return sk__st_fail(&cx, "shape", "%s in the file, %s in the network", a, b);
+  }
+  sk_layout fl;
+  if ((r = sk__st_file_layout(&cx, v, x, p->desc.ndevices, &fl))) return r;
+  const sk_layout *cl = &p->tensors[t].layout;
+  if (x->ndims == 0 || sk_parallel_same_layout(&fl, cl)) return SK_OK; /* a scalar is whole everywhere */
+  char a[200], b[200];
+  sk__st_layout_text(&fl, a, sizeof a), sk__st_layout_text(cl, b, sizeof b);
+  return sk__st_fail(&cx, "", "laid out otherwise after compiling: the file's %s; the plan's %s", a, b);
+}
+
+SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_plan *p, bool all_params, sk_error *err) {
+  if (!path || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
+  if (!p->graph || !p->tensors) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: the plan is not compiled");
+  const sk_graph *g = p->graph;
+  sk__st_rd rd;
+  sk_result r = sk__st_open(&rd, path, err);
+  if (r) return sk__st_close(&rd), r;
+  bool *seen = (bool *)calloc((size_t)g->ntensors + 1, sizeof *seen), *trainable = sk__st_trainable(g);
+  json_t *list = json_object_get(rd.root, "parameters");
+  sk__st_cx cx;
+  sk__st_top(&cx, &rd, "parameters");
+  if (!seen || !trainable) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory checking '%s'", path);
+  if (!r) r = sk__st_header(&rd, p->desc.ndevices);
+  if (!r && !list) r = sk__st_fail(&cx, "parameters", "missing: the file holds no parameter layouts");
+  if (!r && !json_is_array(list)) r = sk__st_fail(&cx, "parameters", "expected a list, got %s", sk__st_type(list));
+  for (size_t i = 0; !r && i < json_array_size(list); i++) r = sk__st_param(&rd, p, list, i, seen);
+  for (int t = 0; !r && t < g->ntensors; t++)
+    if (sk__st_listed(g, trainable, t, all_params) && !seen[t])
+      r = sk__st_fail(&cx, "parameters", "the network's parameter \"%s\" is not in the file", g->tensors[t].name);
+  free(seen), free(trainable);
+  sk__st_close(&rd);
+  return r;
+}
+
+/* ==== writing ================================================================================= */
+
+typedef struct sk__sw {
+  const sk_parallel_plan *p;
+  const bool *trainable; /* sk__st_trainable */
+  bool failed;          /* jansson could not allocate */
+  const char *bad_utf8; /* a name jansson refused as not UTF-8 */
+} sk__sw;
+
+/* jansson returns NULL values and -1 when out of memory; both calls take NULL safely and
+   release v on failure. */
+static void sk__sw_set(sk__sw *w, json_t *obj, const char *key, json_t *v) {
+  if (json_object_set_new(obj, key, v)) w->failed = true;
+}
+
+static void sk__sw_append(sk__sw *w, json_t *list, json_t *v) {
+  if (json_array_append_new(list, v)) w->failed = true;
+}
+
+/* A name as a JSON string; JSON text is UTF-8, so another encoding is refused. */
+static json_t *sk__sw_name(sk__sw *w, const char *name) {
+  json_t *s = json_string(name), *raw;
+  if (!s && (raw = json_string_nocheck(name)) != NULL) w->bad_utf8 = name, json_decref(raw);
+  return s;
+}
+
+static json_t *sk__sw_ints(sk__sw *w, const int *v, int n) {
+  json_t *list = json_array();
+  for (int k = 0; k < n; k++) sk__sw_append(w, list, json_integer(v[k]));
+  return list;
+}
+
+static json_t *sk__sw_i64s(sk__sw *w, const int64_t *v, int n) {
+  json_t *list = json_array();
+  for (int k = 0; k < n; k++) sk__sw_append(w, list, json_integer((json_int_t)v[k]));
+  return list;
+}
+
+/* The strategy operator o used: null, or its tuples as written (the default form's zero counts
+   and lengths spelt out). */
+static json_t *sk__sw_shard(sk__sw *w, int o) {
+  const sk_graph *g = w->p->graph;
+  const sk_op_desc *d = &w->p->ops[o].desc;
+  if (!d->has_strategy) return json_null();
+  json_t *tuples = json_array();
+  int n = d->nstrategies ? d->nstrategies : sk__st_tuples(&g->ops[o]);
+  for (int i = 0; i < n && i < SK_OP_MAX_INPUTS; i++) {
+    int len = d->strategy_len[i] ? d->strategy_len[i] : sk__st_tuple_len(g, &g->ops[o], i);
+    sk__sw_append(w, tuples, sk__sw_ints(w, d->strategy[i], len < SK_MAX_DIMS ? len : SK_MAX_DIMS));
+  }
+  return tuples;
+}
+
+static json_t *sk__sw_layout_texts(sk__sw *w, const sk_layout *l, const char *map_key, json_t *maps) {
+  char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 1];
+  json_t *o = json_object();
+  sk_mesh_format(&l->mesh, text, sizeof text);
+  sk__sw_set(w, o, "mesh", json_string(text));
+  if (l->ndims) sk_layout_format(l, text, sizeof text);
+  else text[0] = 0;
+  sk__sw_set(w, o, map_key, maps ? maps : json_string(text));
+  return o;
+}
+
+static json_t *sk__sw_op(sk__sw *w, int o) {
+  const sk_graph *g = w->p->graph;
+  const sk_parallel_op *po = &w->p->ops[o];
+  const sk_op_desc *d = &po->desc;
+  json_t *v = json_object();
+  sk__sw_set(w, v, "name", sk__sw_name(w, g->ops[o].name));
+  sk__sw_set(w, v, "type", json_string(sk_op_kind_name(d->kind)));
+  sk__sw_set(w, v, "strategy", sk__sw_shard(w, o));
+  if (d->has_out_strategy) { /* over output 0's rank, and any non-zero entry past it */
+    int n = g->ops[o].noutputs ? g->tensors[g->ops[o].outputs[0]].ndims : 0;
+    for (int k = n; k < SK_MAX_DIMS; k++)
+      if (d->out_strategy[k]) n = k + 1;
+    sk__sw_set(w, v, "out_strategy", sk__sw_ints(w, d->out_strategy, n));
+  }
+  if (d->has_layouts) { /* one mesh for both (sk__sw_check made sure they share it) */
+    char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 1];
+    json_t *maps = json_array();
+    for (int k = 0; k < 2; k++) sk_layout_format(&d->layouts[k], text, sizeof text), sk__sw_append(w, maps, json_string(text));
+    sk__sw_set(w, v, "layouts", sk__sw_layout_texts(w, &d->layouts[0], "inputs", maps));
+  }
+  if (po->fell_back) sk__sw_set(w, v, "fell_back", json_true());
+  return v;
+}
+
+/* The plan's dataset strategy: a name, or a list of tuples or of layouts. */
+static json_t *sk__sw_dataset(sk__sw *w) {
+  const sk_parallel_desc *d = &w->p->desc;
+  const sk_graph *g = w->p->graph;
+  if (!d->ndataset && !d->ndataset_layouts)
+    return json_string(d->dataset == SK_DATASET_FULL_BATCH ? "full_batch" : "data_parallel");
+  json_t *list = json_array();
+  for (int t = 0, k = 0; t < g->ntensors && k < SK_OP_MAX_INPUTS; t++) {
+    if (g->tensors[t].role != SK_TENSOR_INPUT) continue;
+    if (d->ndataset_layouts) {
+      if (k < d->ndataset_layouts) sk__sw_append(w, list, sk__sw_layout_texts(w, &d->dataset_layouts[k], "map", NULL));
+    } else if (k < d->ndataset) {
+      int len = d->dataset_strategy_len[k] ? d->dataset_strategy_len[k] : g->tensors[t].ndims;
+      sk__sw_append(w, list, sk__sw_ints(w, d->dataset_strategy[k], len < SK_MAX_DIMS ? len : SK_MAX_DIMS));
+    }
+    k++;
+  }
+  return list;
+}
+
+/* Parameter t's layout in the plan: device matrix, MindSpore's tensor map, slice shape. */
+static json_t *sk__sw_param(sk__sw *w, int t) {
+  const sk_graph_tensor *x = &w->p->graph->tensors[t];
+  const sk_layout *l = &w->p->tensors[t].layout;
+  json_t *v = json_object(), *map = json_array();
+  int64_t slice[SK_MAX_DIMS] = {0};
+  sk_dim_map ms[SK_MAX_DIMS];
+  sk__sw_set(w, v, "name", sk__sw_name(w, x->name));
+  sk__sw_set(w, v, "shape", sk__sw_i64s(w, x->shape, x->ndims));
+  sk__sw_set(w, v, "device_matrix", sk__sw_ints(w, l->mesh.dims, l->mesh.naxes));
+  if (x->ndims) sk_layout_to_ms_map(l, ms), sk_layout_slice_shape(l, slice);
+  for (int d = 0; d < x->ndims; d++) {
+    if (ms[d].naxes <= 1) sk__sw_append(w, map, json_integer(ms[d].naxes ? ms[d].axes[0] : -1));
+    else sk__sw_append(w, map, sk__sw_ints(w, ms[d].axes, ms[d].naxes));
+  }
+  sk__sw_set(w, v, "tensor_map", map);
+  sk__sw_set(w, v, "slice_shape", sk__sw_i64s(w, slice, x->ndims));
+  return v;
+}
+
+static json_t *sk__sw_root(sk__sw *w, bool params, bool operators, bool all_params) {
+  const sk_graph *g = w->p->graph;
+  json_t *root = json_object();
+  sk__sw_set(w, root, "format", json_string(SK__ST_FORMAT));
+  sk__sw_set(w, root, "version", json_integer(SK__ST_VERSION));
+  sk__sw_set(w, root, "device_num", json_integer(w->p->desc.ndevices));
+  if (operators) {
+    json_t *ops = json_array();
+    sk__sw_set(w, root, "dataset_strategy", sk__sw_dataset(w));
+    for (int o = 0; o < g->nops; o++) sk__sw_append(w, ops, sk__sw_op(w, o));
+    sk__sw_set(w, root, "operators", ops);
+  }
+  if (params) {
+    json_t *list = json_array();
+    for (int t = 0; t < g->ntensors; t++)
+      if (sk__st_listed(g, w->trainable, t, all_params)) sk__sw_append(w, list, sk__sw_param(w, t));
+    sk__sw_set(w, root, "parameters", list);
+  }
+  return root;
+}
+
+/* What the writer reads must be in range: a compiled plan always is, but layouts on two meshes
+   have no form in the file. */
+static sk_result sk__sw_check(const sk_parallel_plan *p, sk_error *err) {
+  if (!p->graph || !p->ops || !p->tensors) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: the plan is not compiled");
+  for (int o = 0; o < p->graph->nops; o++) {
+    const sk_op_desc *d = &p->ops[o].desc;
+    char a[512], b[512];
+    if (!d->has_layouts) continue;
+    size_t na = sk_mesh_format(&d->layouts[0].mesh, a, sizeof a), nb = sk_mesh_format(&d->layouts[1].mesh, b, sizeof b);
+    if (!na || na >= sizeof a || na != nb || strcmp(a, b))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: operator '%s': its layouts are not on one mesh", p->graph->ops[o].name);
+  }
+  return SK_OK;
+}
+
+SK_API sk_result sk_strategy_format(const sk_parallel_plan *p, bool params, bool operators, bool all_params,
+                                    char **text, sk_error *err) {
+  if (!text) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL text");
+  *text = NULL;
+  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL plan");
+  sk_result r = sk__sw_check(p, err);
+  if (r) return r;
+  sk__sw w = {p, NULL, false, NULL};
+  bool *trainable = sk__st_trainable(p->graph);
+  if (!trainable) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory formatting the strategy file");
+  w.trainable = trainable;
+  json_t *root = sk__sw_root(&w, params, operators, all_params);
+  free(trainable);
+  /* json_dumpb into a buffer of ours, so that the caller frees it with free() whatever
+     allocator jansson was given */
+  size_t n = root && !w.failed && !w.bad_utf8 ? json_dumpb(root, NULL, 0, SK__ST_DUMP_FLAGS) : 0;
+  char *buf = n ? (char *)malloc(n + 2) : NULL;
+  if (buf && json_dumpb(root, buf, n, SK__ST_DUMP_FLAGS) != n) free(buf), buf = NULL;
+  json_decref(root);
+  if (w.bad_utf8) return free(buf), sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: name '%.63s' is not UTF-8", w.bad_utf8);
+  if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory formatting the strategy file");
+  buf[n] = '\n', buf[n + 1] = 0; /* a text file ends with a newline */
+  *text = buf;
+  return SK_OK;
+}
+
+SK_API sk_result sk_strategy_save(const sk_parallel_plan *p, const char *path, bool params, bool operators,
+                                  bool all_params, sk_error *err) {
+  if (!path) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL path");
+  char *text = NULL;
+  sk_result r = sk_strategy_format(p, params, operators, all_params, &text, err);
+  if (r) return r;
+  FILE *f = fopen(path, "wb");
+  if (!f) return free(text), sk__fail(err, SK_ERR_SYSTEM, "strategy: cannot create '%s': %s", path, strerror(errno));
+  size_t len = strlen(text);
+  bool ok = fwrite(text, 1, len, f) == len;
+  ok = (fclose(f) == 0) && ok; /* fclose flushes: a full disk shows here */
+  free(text);
+  if (!ok) return sk__fail(err, SK_ERR_SYSTEM, "strategy: cannot write '%s': %s", path, strerror(errno));
+  return SK_OK;
+}
+
+/* ==== compiling ================================================================================ */
+
+/* Step 4: one file when both save paths are the same, holding both sections. */
+static sk_result sk__st_save_files(const sk_parallel_plan *p, const sk_parallel_desc *desc, sk_error *err) {
+  const char *params = desc->save_param_strategy_file, *ops = desc->save_operator_strategy_file;
+  bool all = desc->strategy_file_all_params;
+  if (params && ops && !strcmp(params, ops)) return sk_strategy_save(p, params, true, true, all, err);
+  sk_result r = params ? sk_strategy_save(p, params, true, false, all, err) : SK_OK;
+  if (!r && ops) r = sk_strategy_save(p, ops, false, true, all, err);
+  return r;
+}
+
+SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
+                                     sk_error *err) {
+  if (!g || !desc || !plan) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
+  memset(plan, 0, sizeof *plan);
+  sk_parallel_desc d = *desc;
+  d.save_param_strategy_file = d.load_param_strategy_file = NULL;
+  d.save_operator_strategy_file = d.load_operator_strategy_file = NULL;
+  sk_op_desc *backup = NULL; /* the network's own strategies, put back on failure */
+  sk_result r = SK_OK;
+  if (desc->load_operator_strategy_file) {
+    backup = (sk_op_desc *)malloc(((size_t)g->nops + 1) * sizeof *backup);
+    if (!backup) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading the strategies");
+    for (int o = 0; o < g->nops; o++) backup[o] = g->ops[o].desc;
+    r = sk_strategy_load_operators(desc->load_operator_strategy_file, g, &d, err);
+  }
+  if (!r) r = sk_parallel_compile(g, &d, plan, err);
+  if (!r && desc->load_param_strategy_file)
+    r = sk_strategy_check_params(desc->load_param_strategy_file, plan, d.strategy_file_all_params, err);
+  if (!r) r = sk__st_save_files(plan, desc, err);
+  if (r) {
+    sk_parallel_free(plan);
+    for (int o = 0; backup && o < g->nops; o++) g->ops[o].desc = backup[o];
+  }
+  free(backup);
+  return r;
+}
+
+SK_EXTERN_C_END
+#endif /* SK_STRATEGY_IMPL */
