@@ -21,6 +21,7 @@
 #include "shardkit.h"
 #include "sk_json.h"
 #include "sk_mpi.h"
+#include "sk_strategy.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ typedef struct options {
   sk_parallel_desc pd;       /* the parallel configuration the flags set (ndevices: --devices) */
   int fusion_index[64];      /* --fusion index:I,J,...: pd.comm_fusion.allreduce.indices points here */
   const char *dataset_layouts; /* --dataset-strategy as a tuple of layouts: read once the inputs' shapes are known */
+  const char *transformer_opt; /* --transformer-opt FILE (parallel_speed_up.json) */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
@@ -61,6 +63,7 @@ static void usage(FILE *f, const char *argv0) {
           "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))] [--mode semi_auto]\n"
           "          [--gradients-mean] [--no-loss-repeated-mean] [--no-gradient-fp32-sync] [--fp32-communication]\n"
           "          [--local-norm print|dump:FILE] [--device-local-norm] [--fusion [KIND=]none|auto|size:MB|index:I,J,...]\n"
+          "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -88,6 +91,9 @@ static void usage(FILE *f, const char *argv0) {
           "  --device-local-norm  enable_device_local_norm: also each device's norm over its parameters\n"
           "  --fusion F           comm_fusion: none (openstate False), auto, size:MB or index:I,J,... for every\n"
           "                       kind, or one kind with allreduce=, allgather= or reducescatter= (repeatable)\n"
+          "  --save-strategy FILE write every operator's strategy and every parameter's layout (JSON)\n"
+          "  --load-strategy FILE compile with the strategies FILE saved (the same plan, the same losses)\n"
+          "  --transformer-opt F  MindSpore's parallel_speed_up.json: the overlap options shardkit honours\n"
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
           prog_name(argv0), MNIST_DEFAULT_DIR, argv0);
@@ -197,6 +203,9 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   else if (!strcmp(a, "--dataset-strategy")) {
     if (parse_dataset(v, o)) return bad_usage(argv0, "--dataset-strategy takes data_parallel, full_batch or ((2,1),(2,))", v);
   }
+  else if (!strcmp(a, "--save-strategy")) o->pd.save_param_strategy_file = o->pd.save_operator_strategy_file = v;
+  else if (!strcmp(a, "--load-strategy")) o->pd.load_param_strategy_file = o->pd.load_operator_strategy_file = v;
+  else if (!strcmp(a, "--transformer-opt")) o->transformer_opt = v;
   else if (!strcmp(a, "--fusion")) {
     if (parse_fusion(v, o)) return bad_usage(argv0, "--fusion takes [allreduce=|allgather=|reducescatter=]none, auto, size:MB or index:I,J,...", v);
   } else if (!strcmp(a, "--local-norm")) {
@@ -487,8 +496,12 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   pd = o->pd;
   pd.ndevices = o->devices, pd.strict_strategies = o->strict;
   if (o->dataset_layouts && dataset_layouts(o, g, &pd, msg, cap)) return -1;
+  if (o->transformer_opt && sk_json_load_transformer_opt(o->transformer_opt, &pd.transformer_opt, &e))
+    return snprintf(msg, cap, "%s", e.msg), -1;
+  if (o->mpi && prog_launch_rank() != 0) /* every process compiles the same plan: one writes it */
+    pd.save_param_strategy_file = pd.save_operator_strategy_file = NULL;
   double t0 = now_s();
-  if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
+  if (sk_strategy_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   J->compile_ms = (now_s() - t0) * 1e3;
   if (o->dump_rank >= 0) return 0;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */

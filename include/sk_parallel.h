@@ -457,7 +457,7 @@ static int sk__par_loss_repeat(const sk_parallel_plan *p) {
   const sk_layout *l = &p->tensors[p->graph->loss].layout;
   int64_t slices = 1;
   for (int d = 0; d < l->ndims; d++) slices *= sk_layout_split_count(l, d);
-  return (int)(p->desc.ndevices / slices);
+  return slices > 0 ? (int)(p->desc.ndevices / slices) : 1; /* a compiled layout always has slices */
 }
 
 static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {

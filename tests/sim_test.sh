@@ -147,9 +147,25 @@ if awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { exit !(b < c && c <= a) }' &&
    [ "$(losses "$tmp/f0")" = "$(losses "$tmp/f1")" ]; then ok
 else bad "fusion: AllReduce calls none $c0, auto $c1, index:0 $c2"; fi
 
+# strategy files: a plan saved (a dataset tuple, fallbacks on 4 devices) and loaded into the
+# bare network is the same program (the bare network's differs) and gives the same losses; a
+# file that does not fit is refused naming the mismatch
+TS="--net examples/nets/transformer.json --devices 4"
+"$BIN" $TS --dataset-strategy "((2,1),(2,))" --save-strategy "$tmp/s.json" --dump-program 3 2>/dev/null | grep -v '^# compiled' >"$tmp/p0"
+"$BIN" $TS --load-strategy "$tmp/s.json" --dump-program 3 2>/dev/null | grep -v '^# compiled' >"$tmp/p1"
+"$BIN" $TS --dump-program 3 2>/dev/null | grep -v '^# compiled' >"$tmp/p2"
+if [ -s "$tmp/p0" ] && cmp -s "$tmp/p0" "$tmp/p1" && ! cmp -s "$tmp/p0" "$tmp/p2"; then ok
+else bad "strategy file: the loaded program differs from the saved one (or the bare one equals it)"; fi
+"$BIN" $TS --steps 12 --dtype f64 --dataset-strategy "((2,1),(2,))" >"$tmp/s0" 2>&1
+"$BIN" $TS --steps 12 --dtype f64 --load-strategy "$tmp/s.json" >"$tmp/s1" 2>&1
+if [ -n "$(losses "$tmp/s0")" ] && [ "$(losses "$tmp/s1")" = "$(losses "$tmp/s0")" ]; then ok
+else bad "strategy file: other losses: $(tail -2 "$tmp/s1")"; fi
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --save-strategy "$tmp/op.json" >/dev/null 2>&1
+: >"$tmp/empty.json"
+
 # local norms: one line per step, device and parameter in the dump file, nothing printed
 "$BIN" $OP --steps 3 --local-norm "dump:$tmp/norms" --device-local-norm >"$tmp/out" 2>&1
-n=$(grep -cE '^[0-9]+ [0-7] [A-Za-z0-9_.]+ [0-9.eE+-]+$' "$tmp/norms" 2>/dev/null)
+n=$(grep -cE '^[0-9]+ [0-7] [A-Za-z0-9_.]+ [0-9.eE+-]+$' "$tmp/norms" 2>/dev/null); n=${n:-0}
 if [ "$n" -eq $((3 * 8 * 4)) ] && ! grep -qE '^[0-9]+ [0-7] ' "$tmp/out"; then ok
 else bad "local norm dump: $n lines (want 3 steps x 8 devices x (3 parameters + device))"; fi
 "$BIN" $OP --steps 2 --local-norm print >"$tmp/out" 2>&1
@@ -185,6 +201,9 @@ expect_fail "bad fusion" "--fusion" --net examples/nets/operator_parallel.json -
 expect_fail "a dataset layout of the wrong rank" "layout 0 (input 'image')" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --dataset-strategy '(Layout((2,),("dp",))("dp","None"), Layout((2,),("dp",))("dp",))'
 expect_fail "a dataset layout naming no axis" "'xp' is not an axis" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --dataset-strategy '(Layout((2,),("dp",))("xp",),)'
 expect_fail "one dataset layout for two inputs" "1 layouts for the network's 2 inputs" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --dataset-strategy 'Layout((2,),("dp",))("dp","None","None","None")'
+expect_fail "an empty strategy file" "empty.json" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --load-strategy "$tmp/empty.json"
+expect_fail "another network's strategy file" "s.json: line" --net examples/nets/operator_parallel.json --devices 4 --steps 1 --load-strategy "$tmp/s.json"
+expect_fail "a strategy file for 8 devices on 4" "op.json" --net examples/nets/operator_parallel.json --devices 4 --steps 1 --load-strategy "$tmp/op.json"
 expect_fail "bad local norm" "--local-norm" --net examples/nets/operator_parallel.json --local-norm file
 
 summary sim
