@@ -54,7 +54,6 @@ typedef struct sk_runtime_desc {
   uint64_t seed;                /* initial parameters and dropout masks (zero: 1) */
   const sk_kernel_ctx *kernels; /* the GEMM hook (NULL: the built-in GEMM) */
   sk_allocator alloc;           /* zero: the C library */
-  sk_fusion_desc fusion;        /* bucketing of the Mirror AllReduces (zero: auto); its allocator is alloc */
   double device_flops;          /* the modelled device's FLOP/s: each operator reports its FLOPs' time to
                                    the world's virtual clock (sk_comm_compute); 0: nothing reported */
 } sk_runtime_desc;
@@ -108,6 +107,9 @@ SK_EXTERN_C_END
 #define SK_RUNTIME_IMPL_DONE
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +128,9 @@ typedef struct sk__rt_op {
   sk_redist_executor *move[SK_OP_MAX_INPUTS], *move_back[SK_OP_MAX_INPUTS];
   sk_comm *fwd, *bwd[SK_OP_MAX_INPUTS], *mirror[SK_OP_MAX_INPUTS];
   int fusion_handle[SK_OP_MAX_INPUTS]; /* -1: the Mirror runs at its step */
+  void *shadow[SK_OP_MAX_INPUTS];      /* a fused Mirror's 16-bit copy of the gradient (16-bit sync) */
+  int bwd_lead[SK_OP_MAX_INPUTS];      /* the input whose BackwardComm step reduces input k's gradient */
+  unsigned bwd_members[SK_OP_MAX_INPUTS]; /* a leading input: the inputs its one AllReduce carries */
   uint64_t move_bytes[SK_OP_MAX_INPUTS], move_back_bytes[SK_OP_MAX_INPUTS]; /* this device sends */
   int last_step[SK_OP_MAX_INPUTS];     /* the last backward step touching input k's gradient */
   void *dx[SK_OP_MAX_INPUTS];          /* where this step's backward wrote input k's gradient */
@@ -157,6 +162,15 @@ struct sk_runtime {
   sk__rt_group *groups;
   int ngroups, group_cap;
   sk_fusion *fusion;
+  int nfused;         /* Mirrors registered with the scheduler: handles 0 .. nfused - 1 */
+  bool overlap;       /* transformer_opt.grad_computation_allreduce_overlap */
+  sk_dtype wire;      /* forward AllReduce / ReduceScatter and BackwardComm on the wire */
+  sk_dtype mirror_wire; /* the Mirrors on the wire */
+  void *wire_buf;     /* 16-bit copies of reduced buffers, and packed BackwardComm gradients */
+  void *shadows;      /* every fused 16-bit shadow, consecutive in registration order */
+  int nnorms;         /* local norms: values per device (0: none reported) */
+  double *norms, *all_norms; /* this device's; every device's (device 0) */
+  FILE *norm_file;    /* dump_local_norm (device 0) */
   void *scratch[SK_OP_MAX_INPUTS]; /* an input's gradient to be summed into one already written */
   int kind;           /* what the next allocation is counted as */
   uint64_t bytes[SK__RT_KINDS];
@@ -359,28 +373,143 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   return r;
 }
 
-/* The Mirror of a parameter read once, in its own layout, goes through the fusion scheduler on
-   the parameter's gradient buffer; the others run at their step. */
-static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
-  sk_fusion_desc fd = rt->desc.fusion;
+/* The scheduler's configuration: the plan's comm_fusion (MindSpore counts size mode's MB in
+   elements, hence its accounting); openstate False fuses nothing. */
+static sk_fusion_desc sk__rt_fusion_desc(const sk_runtime *rt) {
+  const sk_comm_fusion *cf = &rt->plan->desc.comm_fusion;
+  sk_fusion_desc fd;
+  memset(&fd, 0, sizeof fd);
+  fd.allreduce = cf->allreduce, fd.allgather = cf->allgather, fd.reduce_scatter = cf->reducescatter;
+  sk_fusion_config *k[3] = {&fd.allreduce, &fd.allgather, &fd.reduce_scatter};
+  for (int i = 0; i < 3; i++) {
+    if (cf->closed) k[i]->mode = SK_FUSION_NONE;
+    k[i]->mindspore_accounting = k[i]->mode == SK_FUSION_AUTO || k[i]->mode == SK_FUSION_SIZE;
+  }
   fd.allocator = rt->counted;
+  return fd;
+}
+
+/* Whether the Mirror at step s goes through the scheduler: a parameter read once, in its own
+   layout (the others' gradients are consumed by a later step of the backward). */
+static bool sk__rt_fusable(const sk_runtime *rt, const sk_parallel_step *s) {
+  return s->kind == SK_PSTEP_MIRROR && rt->readers[rt->g->ops[s->op].inputs[s->slot]] == 1 &&
+         !rt->plan->ops[s->op].moved[s->slot];
+}
+
+/* 16-bit Mirrors reduce a shadow of each fused gradient: one block, the shadows consecutive in
+   registration order, so a bucket is one flat span the scheduler reduces without packing. */
+static sk_result sk__rt_alloc_shadows(sk_runtime *rt, sk_error *err) {
+  if (rt->mirror_wire == rt->cdt) return SK_OK;
+  size_t total = 0;
+  for (int i = 0; i < rt->plan->nsteps; i++)
+    if (sk__rt_fusable(rt, &rt->plan->steps[i]))
+      total += (size_t)sk_parallel_slice_count(rt->plan, rt->g->ops[rt->plan->steps[i].op].inputs[rt->plan->steps[i].slot]);
+  if (!total) return SK_OK;
+  if (!(rt->shadows = sk__rt_alloc(rt, SK__RT_COMM, total * sizeof(uint16_t))))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the 16-bit gradient shadows");
+  uint16_t *at = (uint16_t *)rt->shadows;
+  for (int i = 0; i < rt->plan->nsteps; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (!sk__rt_fusable(rt, s)) continue;
+    rt->ops[s->op].shadow[s->slot] = at;
+    at += sk_parallel_slice_count(rt->plan, rt->g->ops[s->op].inputs[s->slot]);
+  }
+  return SK_OK;
+}
+
+/* The Mirrors sk__rt_fusable takes go to the fusion scheduler, registered in backward order;
+   the others run at their step. */
+static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
+  sk_fusion_desc fd = sk__rt_fusion_desc(rt);
   rt->kind = SK__RT_COMM;
   sk_result r = sk_fusion_create(&fd, &rt->fusion, err);
+  if (!r) r = sk__rt_alloc_shadows(rt, err);
   for (int i = 0; i < rt->plan->nsteps && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->kind != SK_PSTEP_MIRROR) continue;
+    if (!sk__rt_fusable(rt, s)) continue;
     int t = rt->g->ops[s->op].inputs[s->slot];
     sk__rt_op *ro = &rt->ops[s->op];
-    if (rt->readers[t] != 1 || rt->plan->ops[s->op].moved[s->slot]) continue;
+    void *buf = ro->shadow[s->slot] ? ro->shadow[s->slot] : rt->grads[t];
     rt->kind = SK__RT_COMM;
-    r = sk_fusion_add_allreduce(rt->fusion, ro->mirror[s->slot], rt->grads[t], rt->grads[t],
-                                (size_t)sk_parallel_slice_count(rt->plan, t), rt->cdt, SK_SUM, rt->g->ops[s->op].fusion,
-                                rt->g->tensors[t].name, &ro->fusion_handle[s->slot]);
+    r = sk_fusion_add_allreduce(rt->fusion, ro->mirror[s->slot], buf, buf, (size_t)sk_parallel_slice_count(rt->plan, t),
+                                rt->mirror_wire, SK_SUM, rt->g->ops[s->op].fusion, rt->g->tensors[t].name,
+                                &ro->fusion_handle[s->slot]);
     if (r) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
+    else rt->nfused++;
   }
   rt->kind = SK__RT_COMM;
   if (!r && (r = sk_fusion_plan(rt->fusion))) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
   return r;
+}
+
+/* Which BackwardComm steps carry which inputs' gradients: each its own, or with
+   enable_communication_fusion every input of an operator reduced on the same group with the
+   same operation rides on the first one's AllReduce (the backward wrote all of them before). */
+static void sk__rt_setup_bwd_pack(sk_runtime *rt) {
+  for (int o = 0; o < rt->g->nops; o++)
+    for (int k = 0; k < SK_OP_MAX_INPUTS; k++) rt->ops[o].bwd_lead[k] = k, rt->ops[o].bwd_members[k] = 0;
+  for (int i = 0; i < rt->plan->nsteps; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (s->kind != SK_PSTEP_BACKWARD_COMM) continue;
+    sk__rt_op *ro = &rt->ops[s->op];
+    int k = s->slot, lead = k;
+    for (int j = 0; j < k && rt->plan->desc.transformer_opt.enable_communication_fusion; j++)
+      if (ro->bwd_members[j] && ro->bwd[j] == ro->bwd[k] && rt->plan->ops[s->op].plan.bwd_in[j].op == s->comm.op) {
+        lead = j;
+        break;
+      }
+    ro->bwd_lead[k] = lead, ro->bwd_members[lead] |= 1u << k;
+  }
+}
+
+/* Wire buffer elements (of the compute dtype, which is at least as wide as the wire) step s needs. */
+static int64_t sk__rt_wire_need(const sk_runtime *rt, const sk_parallel_step *s) {
+  const sk__rt_op *ro = &rt->ops[s->op];
+  bool half = rt->wire != rt->cdt;
+  if (s->kind == SK_PSTEP_FORWARD_COMM && half) {
+    int64_t n = sk_parallel_slice_count(rt->plan, rt->g->ops[s->op].outputs[0]);
+    return s->comm.kind == SK_COLL_REDUCE_SCATTER ? ro->pre_rs_count + n : n;
+  }
+  if (s->kind == SK_PSTEP_BACKWARD_COMM && ro->bwd_lead[s->slot] == s->slot && (half || ro->bwd_members[s->slot] != 1u << s->slot)) {
+    int64_t n = 0;
+    for (int j = 0; j < SK_OP_MAX_INPUTS; j++)
+      if ((ro->bwd_members[s->slot] >> j) & 1u) n += sk__rt_count(&rt->plan->ops[s->op].kernel_in[j]);
+    return n;
+  }
+  if (s->kind == SK_PSTEP_MIRROR && rt->mirror_wire != rt->cdt && ro->fusion_handle[s->slot] < 0)
+    return sk__rt_count(&rt->plan->ops[s->op].kernel_in[s->slot]);
+  return 0;
+}
+
+static sk_result sk__rt_alloc_wire(sk_runtime *rt, sk_error *err) {
+  int64_t most = 0;
+  for (int i = 0; i < rt->plan->nsteps; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    int64_t n = s->op >= 0 ? sk__rt_wire_need(rt, s) : 0;
+    most = n > most ? n : most;
+  }
+  if (most && !(rt->wire_buf = sk__rt_alloc(rt, SK__RT_COMM, (size_t)most * sk_dtype_size(rt->cdt))))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the communication buffer");
+  return SK_OK;
+}
+
+/* Local norms: this device's values, every device's on device 0, and the dump file, which
+   device 0 opens (truncating) now so a bad path fails at create. */
+static sk_result sk__rt_setup_norms(sk_runtime *rt, sk_error *err) {
+  const sk_parallel_desc *pd = &rt->plan->desc;
+  if (!pd->print_local_norm && !pd->dump_local_norm) return SK_OK;
+  for (int t = 0; t < rt->g->ntensors; t++) rt->nnorms += rt->g->tensors[t].role == SK_TENSOR_PARAM;
+  rt->nnorms += pd->device_local_norm;
+  if (!rt->nnorms) return SK_OK;
+  size_t all = rt->rank == 0 ? (size_t)pd->ndevices * (size_t)rt->nnorms : 1;
+  rt->norms = (double *)sk__rt_alloc(rt, SK__RT_COMM, (size_t)rt->nnorms * sizeof(double));
+  rt->all_norms = (double *)sk__rt_alloc(rt, SK__RT_COMM, all * sizeof(double));
+  if (!rt->norms || !rt->all_norms) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the local norms");
+  if (rt->rank != 0 || !pd->dump_local_norm) return SK_OK;
+  if (!(rt->norm_file = fopen(pd->dump_local_norm, "w")))
+    return sk__fail(err, SK_ERR_SYSTEM, "runtime: dump_local_norm: cannot open '%s' for writing: %s", pd->dump_local_norm,
+                    strerror(errno));
+  return SK_OK;
 }
 
 static void sk__rt_last_steps(sk_runtime *rt) {
@@ -452,6 +581,17 @@ static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const
   return SK_OK;
 }
 
+/* The wire dtypes (f16 / bf16 runs; f32 and f64 reduce in their own): the reducing collectives
+   travel in the storage format unless fp32_communication; the Mirrors in f32 (MindSpore's
+   gradient_fp32_sync) unless no_gradient_fp32_sync, and then not under fp32_communication. */
+static void sk__rt_setup_wire(sk_runtime *rt) {
+  const sk_parallel_desc *pd = &rt->plan->desc;
+  bool half = rt->store == SK_F16 || rt->store == SK_BF16;
+  rt->wire = half && !pd->fp32_communication ? rt->store : rt->cdt;
+  rt->mirror_wire = half && pd->no_gradient_fp32_sync && !pd->fp32_communication ? rt->store : rt->cdt;
+  rt->overlap = pd->transformer_opt.grad_computation_allreduce_overlap;
+}
+
 static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
   size_t n = (size_t)rt->g->ntensors + 1;
   rt->values = (void **)calloc(n, sizeof(void *)), rt->grads = (void **)calloc(n, sizeof(void *));
@@ -483,6 +623,9 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
     sk__rt_counted_free(rt, rt->state0[t]), sk__rt_counted_free(rt, rt->state1[t]);
   }
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) sk__rt_counted_free(rt, rt->scratch[k]);
+  sk__rt_counted_free(rt, rt->wire_buf), sk__rt_counted_free(rt, rt->shadows);
+  sk__rt_counted_free(rt, rt->norms), sk__rt_counted_free(rt, rt->all_norms);
+  if (rt->norm_file) fclose(rt->norm_file);
   free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
   free(rt->args), free(rt->ops), free(rt->groups);
   free(rt);
@@ -501,6 +644,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   if (!rt) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
   rt->comm = comm, rt->rank = sk_comm_rank(comm), rt->plan = plan, rt->g = plan->graph, rt->desc = *desc;
   rt->cdt = desc->dtype == SK_F64 ? SK_F64 : SK_F32, rt->store = desc->dtype;
+  sk__rt_setup_wire(rt);
   rt->counted.alloc = sk__rt_counted_alloc, rt->counted.free = sk__rt_counted_free, rt->counted.user = rt;
   if (!rt->desc.seed) rt->desc.seed = 1;
   r = sk_optim_resolve(&desc->optim, &rt->optim, err);
@@ -508,8 +652,11 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   if (!r) r = sk__rt_alloc_arrays(rt, err);
   if (!r) r = sk__rt_alloc_tensors(rt, err);
   if (!r) r = sk__rt_alloc_scratch(rt, err);
+  if (!r) r = sk__rt_setup_norms(rt, err);
   for (int o = 0; o < rt->g->nops && !r; o++) r = sk__rt_setup_op(rt, o, err);
+  if (!r) sk__rt_setup_bwd_pack(rt);
   if (!r) r = sk__rt_setup_fusion(rt, err);
+  if (!r) r = sk__rt_alloc_wire(rt, err);
   if (!r) r = sk__rt_init_params(rt, err);
   if (r) {
     sk_runtime_destroy(rt);
@@ -643,19 +790,52 @@ static sk_result sk__rt_comm_failed(sk_runtime *rt, sk_comm *c, sk_result r, sk_
   return sk__fail(err, r, "%s", sk_comm_error_message(c ? c : rt->comm));
 }
 
+/* A 16-bit wire: n compute (f32) values into it, and back. */
+static void sk__rt_to_wire(sk_dtype wire, const void *src, void *dst, int64_t n) {
+  const float *f = (const float *)src;
+  uint16_t *h = (uint16_t *)dst;
+  if (wire == SK_F16)
+    for (int64_t i = 0; i < n; i++) h[i] = sk_f32_to_f16(f[i]);
+  else
+    for (int64_t i = 0; i < n; i++) h[i] = sk_f32_to_bf16(f[i]);
+}
+
+static void sk__rt_from_wire(sk_dtype wire, const void *src, void *dst, int64_t n) {
+  const uint16_t *h = (const uint16_t *)src;
+  float *f = (float *)dst;
+  if (wire == SK_F16)
+    for (int64_t i = 0; i < n; i++) f[i] = sk_f16_to_f32(h[i]);
+  else
+    for (int64_t i = 0; i < n; i++) f[i] = sk_bf16_to_f32(h[i]);
+}
+
+/* A reducing collective on compute-dtype buffers, carried in `wire`: directly, or through 16-bit
+   copies in the wire buffer (a ReduceScatter's input, then its output beside it). */
+static sk_result sk__rt_reduce(sk_runtime *rt, sk_comm *c, sk_coll_kind kind, const void *send, void *recv,
+                               int64_t n_send, int64_t n_recv, sk_dtype wire, sk_redop op) {
+  bool rs = kind == SK_COLL_REDUCE_SCATTER;
+  if (wire == rt->cdt)
+    return rs ? sk_reduce_scatter(c, send, recv, (size_t)n_recv, wire, op) : sk_allreduce(c, send, recv, (size_t)n_recv, wire, op);
+  uint16_t *w = (uint16_t *)rt->wire_buf, *out = rs ? w + n_send : w;
+  sk__rt_to_wire(wire, send, w, n_send);
+  sk_result r = rs ? sk_reduce_scatter(c, w, out, (size_t)n_recv, wire, op) : sk_allreduce(c, w, w, (size_t)n_recv, wire, op);
+  if (!r) sk__rt_from_wire(wire, out, recv, n_recv);
+  return r;
+}
+
 static sk_result sk__rt_forward_comm(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
   int t = rt->g->ops[s->op].outputs[0];
   sk__rt_op *ro = &rt->ops[s->op];
   int64_t n = sk_parallel_slice_count(rt->plan, t);
   sk_dtype dt = sk__rt_dtype(rt, t);
-  sk_result r = s->comm.kind == SK_COLL_REDUCE_SCATTER
-                    ? sk_reduce_scatter(ro->fwd, ro->pre_rs, rt->values[t], (size_t)n, dt, s->comm.op)
-                    : sk_allreduce(ro->fwd, rt->values[t], rt->values[t], (size_t)n, dt, s->comm.op);
+  bool rs = s->comm.kind == SK_COLL_REDUCE_SCATTER;
+  sk_dtype wire = sk_exec_is_float(rt->g->tensors[t].dtype) ? rt->wire : dt;
+  sk_result r = sk__rt_reduce(rt, ro->fwd, s->comm.kind, rs ? ro->pre_rs : rt->values[t], rt->values[t],
+                              rs ? ro->pre_rs_count : n, n, wire, s->comm.op);
   if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
   sk__rt_scale(dt, rt->values[t], n, s->comm.scale);
   sk__rt_store(rt, rt->values[t], n);
-  sk__rt_count_comm(rt, s->comm.kind, ro->fwd,
-                    (uint64_t)(s->comm.kind == SK_COLL_REDUCE_SCATTER ? ro->pre_rs_count : n) * sk_dtype_size(dt));
+  sk__rt_count_comm(rt, s->comm.kind, ro->fwd, (uint64_t)(rs ? ro->pre_rs_count : n) * sk_dtype_size(wire));
   return SK_OK;
 }
 
@@ -704,30 +884,68 @@ static int64_t sk__rt_dx_count(const sk_runtime *rt, int o, int k) {
   return sk__rt_count(&rt->plan->ops[o].kernel_in[k]);
 }
 
+/* The gradients of the inputs input k's step reduces (k alone, or with
+   enable_communication_fusion every input of the operator on the same group), in one
+   AllReduce: in place, or packed one after the other into the wire buffer. */
 static sk_result sk__rt_backward_comm(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
   sk__rt_op *ro = &rt->ops[s->op];
-  int64_t n = sk__rt_dx_count(rt, s->op, s->slot);
-  sk_result r = sk_allreduce(ro->bwd[s->slot], ro->dx[s->slot], ro->dx[s->slot], (size_t)n, rt->cdt, s->comm.op);
-  if (r) return sk__rt_comm_failed(rt, ro->bwd[s->slot], r, err);
-  sk__rt_scale(rt->cdt, ro->dx[s->slot], n, s->comm.scale);
-  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, ro->bwd[s->slot], (uint64_t)n * sk_dtype_size(rt->cdt));
+  const sk_parallel_op *po = &rt->plan->ops[s->op];
+  int k = s->slot;
+  if (ro->bwd_lead[k] != k) return SK_OK; /* carried by its leading input's AllReduce */
+  unsigned m = ro->bwd_members[k];
+  sk_comm *c = ro->bwd[k];
+  size_t es = sk_dtype_size(rt->wire);
+  int64_t total = 0;
+  sk_result r;
+  if (m == 1u << k && rt->wire == rt->cdt) {
+    total = sk__rt_dx_count(rt, s->op, k);
+    r = sk_allreduce(c, ro->dx[k], ro->dx[k], (size_t)total, rt->cdt, s->comm.op);
+  } else {
+    char *w = (char *)rt->wire_buf;
+    for (int j = 0; j < SK_OP_MAX_INPUTS; j++) {
+      if (!((m >> j) & 1u)) continue;
+      int64_t n = sk__rt_dx_count(rt, s->op, j);
+      if (rt->wire == rt->cdt) memcpy(w + (size_t)total * es, ro->dx[j], (size_t)n * es);
+      else sk__rt_to_wire(rt->wire, ro->dx[j], w + (size_t)total * es, n);
+      total += n;
+    }
+    r = sk_allreduce(c, w, w, (size_t)total, rt->wire, s->comm.op);
+    int64_t at = 0;
+    for (int j = 0; j < SK_OP_MAX_INPUTS && !r; j++) {
+      if (!((m >> j) & 1u)) continue;
+      int64_t n = sk__rt_dx_count(rt, s->op, j);
+      if (rt->wire == rt->cdt) memcpy(ro->dx[j], w + (size_t)at * es, (size_t)n * es);
+      else sk__rt_from_wire(rt->wire, w + (size_t)at * es, ro->dx[j], n);
+      at += n;
+    }
+  }
+  if (r) return sk__rt_comm_failed(rt, c, r, err);
+  for (int j = 0; j < SK_OP_MAX_INPUTS; j++)
+    if ((m >> j) & 1u) sk__rt_scale(rt->cdt, ro->dx[j], sk__rt_dx_count(rt, s->op, j), po->plan.bwd_in[j].scale);
+  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, c, (uint64_t)total * es);
   return SK_OK;
 }
 
+/* A Mirror: the gradient is divided by its replication (replicas that hold the same full
+   gradient) and multiplied by the plan's factor (gradients_mean) BEFORE the sum, one scaling
+   for both paths. A fused Mirror is marked ready now (overlap) or at the update; a 16-bit one
+   reduces its shadow. */
 static sk_result sk__rt_mirror(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
   sk__rt_op *ro = &rt->ops[s->op];
+  const sk_parallel_op *po = &rt->plan->ops[s->op];
   int k = s->slot;
   int64_t n = sk__rt_dx_count(rt, s->op, k);
-  sk__rt_scale(rt->cdt, ro->dx[k], n, 1.0 / rt->plan->ops[s->op].replication[k]);
-  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, ro->mirror[k], (uint64_t)n * sk_dtype_size(rt->cdt));
+  double comm_scale = s->comm.scale == 0 ? 1 : s->comm.scale;
+  sk__rt_scale(rt->cdt, ro->dx[k], n, po->mirror_scale[k] * comm_scale / po->replication[k]);
   if (ro->fusion_handle[k] >= 0) {
+    if (ro->shadow[k]) sk__rt_to_wire(rt->mirror_wire, ro->dx[k], ro->shadow[k], n);
+    if (!rt->overlap) return SK_OK;
     sk_result r = sk_fusion_ready(rt->fusion, ro->fusion_handle[k]);
     return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion)) : SK_OK;
   }
-  sk_result r = sk_allreduce(ro->mirror[k], ro->dx[k], ro->dx[k], (size_t)n, rt->cdt, s->comm.op);
-  if (r) return sk__rt_comm_failed(rt, ro->mirror[k], r, err);
-  sk__rt_scale(rt->cdt, ro->dx[k], n, s->comm.scale);
-  return SK_OK;
+  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, ro->mirror[k], (uint64_t)n * sk_dtype_size(rt->mirror_wire));
+  sk_result r = sk__rt_reduce(rt, ro->mirror[k], SK_COLL_ALLREDUCE, ro->dx[k], ro->dx[k], n, n, rt->mirror_wire, s->comm.op);
+  return r ? sk__rt_comm_failed(rt, ro->mirror[k], r, err) : SK_OK;
 }
 
 static sk_result sk__rt_move_back(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
@@ -754,13 +972,77 @@ static void sk__rt_finish_inputs(sk_runtime *rt, int o, int step) {
   }
 }
 
-static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
-  sk_result r = sk_fusion_wait(rt->fusion);
+/* The L2 norm of every parameter's gradient slice on this device (with device_local_norm, then
+   of all of them), gathered on device 0, which writes one line per device and parameter. The
+   gather is not a training collective: the statistics leave it out. */
+static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
+  const sk_graph *g = rt->g;
+  double all = 0;
+  int i = 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    int64_t n = sk_parallel_slice_count(rt->plan, t);
+    double sq = 0;
+    for (int64_t j = 0; j < n; j++) {
+      double v = rt->cdt == SK_F64 ? ((const double *)rt->grads[t])[j] : ((const float *)rt->grads[t])[j];
+      sq += v * v;
+    }
+    all += sq, rt->norms[i++] = sqrt(sq);
+  }
+  if (i < rt->nnorms) rt->norms[i] = sqrt(all); /* device_local_norm */
+  sk_result r = sk_gather(rt->comm, rt->norms, rt->all_norms, (size_t)rt->nnorms, SK_F64, 0);
+  if (r) return sk__fail(err, r, "local norms: %s", sk_comm_error_message(rt->comm));
+  if (rt->rank != 0) return SK_OK;
+  const sk_parallel_desc *pd = &rt->plan->desc;
+  FILE *to[2] = {pd->print_local_norm ? stdout : NULL, rt->norm_file};
+  for (int f = 0; f < 2; f++) {
+    if (!to[f]) continue;
+    for (int d = 0; d < pd->ndevices; d++) {
+      const double *v = rt->all_norms + (size_t)d * (size_t)rt->nnorms;
+      i = 0;
+      for (int t = 0; t < g->ntensors; t++)
+        if (g->tensors[t].role == SK_TENSOR_PARAM)
+          fprintf(to[f], "%lld %d %s %.9g\n", (long long)rt->step + 1, d, g->tensors[t].name, v[i++]);
+      if (i < rt->nnorms) fprintf(to[f], "%lld %d device %.9g\n", (long long)rt->step + 1, d, v[i]);
+    }
+    if (fflush(to[f]))
+      return sk__fail(err, SK_ERR_SYSTEM, "local norms: writing %s: %s", f ? pd->dump_local_norm : "stdout", strerror(errno));
+  }
+  return SK_OK;
+}
+
+/* Completes the fused Mirrors: launched now in registration order unless they overlapped the
+   backward, waited for, 16-bit shadows back into the gradients; each bucket counted as the one
+   AllReduce it is. */
+static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
+  sk_result r = SK_OK;
+  for (int h = 0; h < rt->nfused && !rt->overlap && !r; h++) r = sk_fusion_ready(rt->fusion, h);
+  sk_result w = sk_fusion_wait(rt->fusion); /* even after a failed ready: nothing stays in flight */
+  r = r ? r : w;
   if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion));
+  for (int o = 0; o < rt->g->nops; o++)
+    for (int k = 0; k < rt->g->ops[o].ninputs; k++)
+      if (rt->ops[o].shadow[k]) {
+        int t = rt->g->ops[o].inputs[k];
+        sk__rt_from_wire(rt->mirror_wire, rt->ops[o].shadow[k], rt->grads[t], sk_parallel_slice_count(rt->plan, t));
+      }
+  int nb = sk_fusion_bucket_count(rt->fusion);
+  for (int b = 0; b < nb && rt->counting; b++) {
+    sk_fusion_bucket_info bi;
+    if (!sk_fusion_get_bucket(rt->fusion, b, &bi)) sk__rt_count_comm(rt, bi.kind, bi.comm, (uint64_t)bi.count * sk_dtype_size(bi.dtype));
+  }
+  return SK_OK;
+}
+
+static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
+  sk_result r = sk__rt_mirrors_done(rt, err);
+  for (int t = 0; t < rt->g->ntensors && !r; t++) /* no gradient reached it: zero */
+    if (rt->g->tensors[t].role == SK_TENSOR_PARAM && !rt->written[t])
+      memset(rt->grads[t], 0, (size_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(rt->cdt));
+  if (!r && rt->nnorms) r = sk__rt_local_norms(rt, err);
   for (int t = 0; t < rt->g->ntensors && !r; t++) {
     if (rt->g->tensors[t].role != SK_TENSOR_PARAM) continue;
     int64_t n = sk_parallel_slice_count(rt->plan, t);
-    if (!rt->written[t]) memset(rt->grads[t], 0, (size_t)n * sk_dtype_size(rt->cdt)); /* no gradient reached it */
     r = sk_optim_update(&rt->optim, rt->cdt, rt->step + 1, (size_t)n, rt->values[t], rt->grads[t], rt->state0[t],
                         rt->state1[t], err);
     sk__rt_store(rt, rt->values[t], n);
@@ -825,10 +1107,12 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   if (r) return rt->counting = false, r;
   if (loss) *loss = rt->cdt == SK_F64 ? ((const double *)rt->values[lt])[0] : ((const float *)rt->values[lt])[0];
   memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool));
-  int64_t nl = sk_parallel_slice_count(rt->plan, lt); /* d loss / d loss = 1 on every device */
+  /* d loss / d loss = 1 on every device, times the plan's seed (no_loss_repeated_mean) */
+  int64_t nl = sk_parallel_slice_count(rt->plan, lt);
+  double seed = rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1;
   for (int64_t j = 0; j < nl; j++)
-    if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = 1;
-    else ((float *)rt->grads[lt])[j] = 1;
+    if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = seed;
+    else ((float *)rt->grads[lt])[j] = (float)seed;
   rt->written[lt] = true;
   for (; i < n && !r; i++) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
   rt->counting = false;

@@ -29,11 +29,13 @@
    Device threads never assert: each records its results and the first error (where, code,
    message) in its dev_out; the test's thread asserts after sk_world_run returns. Every threaded
    test has a timeout, and worlds a short one (a hang becomes an error, not a stuck suite). */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, close */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shardkit.h"
 
@@ -322,6 +324,8 @@ typedef struct dev_out {
   sk_runtime_memory mem_created, mem_end;
   size_t out_created, out_end, out_after; /* the counter's outstanding bytes */
   long blocks_created, blocks_end, blocks_after;
+  sk_runtime_stats stats; /* after the steps */
+  double clock_us;        /* the device's virtual clock at the end (a world with a link model) */
 } dev_out;
 
 enum { FAIL_IN_CREATE = 0, FAIL_FROM_FEED, FAIL_FROM_EVALUATE };
@@ -337,6 +341,7 @@ typedef struct run {
   int fail_rank;           /* the device whose allocator fails (-1: none) */
   long fail_at;            /* ... at this call of create (FAIL_IN_CREATE) */
   int fail_phase;          /* FAIL_*: when it fails */
+  sk_link_model link;      /* the world's (zero: none) */
   int in_t[MAXIN];
   sk_dtype in_dt[MAXIN];
   int64_t in_n[MAXIN];
@@ -392,6 +397,8 @@ static sk_result device_main(sk_comm *comm, void *arg) {
   }
   for (int t = 0; !r && !R->create_only && t < g->ntensors; t++)
     if (g->tensors[t].role == SK_TENSOR_PARAM) r = note(o, "gather", sk_runtime_gather(rt, t, o->params + R->param_off[t], &e), &e);
+  sk_runtime_stats_get(rt, &o->stats);
+  o->clock_us = sk_comm_clock_us(comm);
   if (!r && rt) {
     sk_runtime_memory_get(rt, &o->mem_end);
     o->out_end = o->cnt.outstanding, o->blocks_end = o->cnt.blocks;
@@ -403,14 +410,17 @@ static sk_result device_main(sk_comm *comm, void *arg) {
 
 static size_t esize(sk_dtype dt) { return sk_dtype_size(dt); }
 
-/* Compiles n for ndev devices and draws every step's data (the same for runtime and trainer). */
-static void run_init(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim, int nsteps) {
+/* Compiles n for ndev devices with the knobs of `knobs` (NULL: every default) and draws every
+   step's data (the same for runtime and trainer). */
+static void run_init_knobs(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim, int nsteps,
+                           const sk_parallel_desc *knobs) {
   memset(R, 0, sizeof *R);
   R->n = n, R->ndev = ndev, R->nsteps = nsteps, R->fail_rank = -1;
   R->desc.dtype = dt, R->desc.optim = optim, R->desc.seed = 7;
   R->evaluate = n->g.logits >= 0;
   sk_parallel_desc pd;
-  memset(&pd, 0, sizeof pd);
+  if (knobs) pd = *knobs;
+  else memset(&pd, 0, sizeof pd);
   pd.ndevices = ndev;
   OK(sk_parallel_compile(&n->g, &pd, &R->plan, E));
   const sk_graph *g = &n->g;
@@ -447,6 +457,10 @@ static void run_init(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim,
   }
 }
 
+static void run_init(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim, int nsteps) {
+  run_init_knobs(R, n, ndev, dt, optim, nsteps, NULL);
+}
+
 static void run_free(run *R) {
   for (int s = 0; s < MAXSTEPS; s++)
     for (int i = 0; i < MAXIN; i++) free(R->data[s][i]);
@@ -465,7 +479,7 @@ static void run_world(run *R) {
   }
   sk_world_desc wd;
   memset(&wd, 0, sizeof wd);
-  wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
+  wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS, wd.link = R->link;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
   R->world_rc = sk_world_run(w, device_main, R);
@@ -491,13 +505,17 @@ typedef struct errs {
   int worst;                  /* the parameter where param was seen */
 } errs;
 
-/* Trains R's network on one device with the same seed, optimizer, dtype and data, and compares
+/* Trains R's network on one device with the same seed, optimizer, dtype and data, and the
+   plan's gradient factors (sk_parallel_grad_scales: all 1 unless a knob rescales), and compares
    every device's losses, gathered parameters, evaluation and logits within tol. */
 static errs against_trainer(const run *R, double tol, const char *what) {
   const sk_graph *g = &R->n->g;
+  double *scales = (double *)calloc((size_t)g->nops * SK_OP_MAX_INPUTS + 1, sizeof(double));
+  cr_assert_not_null(scales);
+  sk_parallel_grad_scales(&R->plan, scales);
   sk_train_desc td;
   memset(&td, 0, sizeof td);
-  td.dtype = R->desc.dtype, td.optim = R->desc.optim, td.seed = R->desc.seed;
+  td.dtype = R->desc.dtype, td.optim = R->desc.optim, td.seed = R->desc.seed, td.grad_scales = scales;
   sk_trainer *t = NULL;
   OK(sk_trainer_create(g, &td, &t, E));
   sk_dtype cdt = sk_trainer_dtype(t);
@@ -549,6 +567,7 @@ static errs against_trainer(const run *R, double tol, const char *what) {
     }
   }
   sk_trainer_destroy(t);
+  free(scales);
   return m;
 }
 
@@ -1299,6 +1318,420 @@ Test(runtime, allocation_failure_after_create_takes_the_world_down, .timeout = R
       cr_assert_eq(o->out_after, 0, "phase %d: device %d: %zu bytes outstanding", phase, d, o->out_after);
     }
   }
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* ---- 6. the parallel knobs (sk_parallel_desc) at run time ------------------------------------- */
+
+/* Three data-parallel MatMuls (no strategies): three Mirrors over every device, each of a
+   parameter read once, so all three go through the fusion scheduler. */
+static void build_dp(net *n, int N) {
+  (void)N;
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w1 = add_param(n, "w1", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int w2 = add_param(n, "w2", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int h1 = add_op(n, OP("relu1", SK_OP_RELU, add_op(n, OP("fc1", SK_OP_MATMUL, x, w1))));
+  int h2 = add_op(n, OP("relu2", SK_OP_RELU, add_op(n, OP("fc2", SK_OP_MATMUL, h1, w2))));
+  loss_head(n, h2, y, "u", 8, 4);
+}
+
+static uint64_t coll_calls(const sk_runtime_stats *st, sk_coll_kind kind) {
+  uint64_t n = 0;
+  for (int i = 0; i < st->nrows; i++) n += st->rows[i].kind == kind ? st->rows[i].calls : 0;
+  return n;
+}
+
+static uint64_t coll_bytes(const sk_runtime_stats *st, sk_coll_kind kind) {
+  uint64_t n = 0;
+  for (int i = 0; i < st->nrows; i++) n += st->rows[i].kind == kind ? st->rows[i].bytes : 0;
+  return n;
+}
+
+static bool same_losses(const run *A, const run *B) {
+  return A->nsteps == B->nsteps && !memcmp(A->dev[0].loss, B->dev[0].loss, (size_t)A->nsteps * sizeof(double));
+}
+
+static bool same_traffic(const sk_runtime_stats *a, const sk_runtime_stats *b) {
+  if (a->steps != b->steps || a->nrows != b->nrows) return false;
+  for (int i = 0; i < a->nrows; i++)
+    if (a->rows[i].kind != b->rows[i].kind || a->rows[i].group != b->rows[i].group || a->rows[i].calls != b->rows[i].calls ||
+        a->rows[i].bytes != b->rows[i].bytes)
+      return false;
+  return true;
+}
+
+/* Runs n on ndev devices with the knobs of pd into *R (compiled, run, checked error-free). */
+static void run_knobs(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim, int nsteps, const sk_parallel_desc *pd,
+                      const char *what) {
+  run_init_knobs(R, n, ndev, dt, optim, nsteps, pd);
+  run_world(R);
+  expect_all_ok(R, what);
+}
+
+/* comm_fusion drives the scheduler: every Mirror alone (none, or openstate closed), one bucket
+   (auto), or split where the index list says; the losses never change, the AllReduce count does
+   (a bucket is one call). */
+Test(runtime, comm_fusion_from_the_plan, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R[5];
+  static const int split[1] = {0}; /* Mirrors in backward order: [u], [w2, w1] */
+  build_dp(&n, 4);
+  sk_parallel_desc pd[5];
+  memset(pd, 0, sizeof pd);
+  pd[0].comm_fusion.allreduce.mode = SK_FUSION_NONE;
+  pd[1].comm_fusion.allreduce.mode = SK_FUSION_AUTO;
+  pd[2].comm_fusion.allreduce.mode = SK_FUSION_INDEX, pd[2].comm_fusion.allreduce.indices = split;
+  pd[2].comm_fusion.allreduce.nindices = 1;
+  pd[3].comm_fusion.closed = true; /* auto, but closed */
+  pd[4].comm_fusion.allreduce.mode = SK_FUSION_SIZE, pd[4].comm_fusion.allreduce.threshold_mb = 1;
+  static const char *const names[5] = {"none", "auto", "index {0}", "closed", "size 1 MB"};
+  static const int mirrors_per_step[5] = {3, 1, 2, 3, 1};
+  for (int i = 0; i < 5; i++) {
+    run_knobs(&R[i], &n, 4, SK_F64, sgd(0.5), 3, &pd[i], names[i]);
+    cr_assert_eq(count_steps(&R[i].plan, SK_PSTEP_MIRROR), 3);
+  }
+  against_trainer(&R[1], TOL64, "comm_fusion auto");
+  uint64_t none = coll_calls(&R[0].dev[0].stats, SK_COLL_ALLREDUCE);
+  for (int i = 0; i < 5; i++) {
+    for (int d = 0; d < 4; d++) {
+      uint64_t calls = coll_calls(&R[i].dev[d].stats, SK_COLL_ALLREDUCE);
+      cr_assert_eq(calls, none - (uint64_t)(3 - mirrors_per_step[i]) * 3, "%s, device %d: %llu AllReduce calls, none: %llu",
+                   names[i], d, (unsigned long long)calls, (unsigned long long)none);
+      /* the same data crosses the wire, only in fewer calls */
+      cr_assert_eq(coll_bytes(&R[i].dev[d].stats, SK_COLL_ALLREDUCE), coll_bytes(&R[0].dev[d].stats, SK_COLL_ALLREDUCE));
+    }
+    for (int s = 0; s < 3; s++)
+      cr_assert(rel(R[i].dev[0].loss[s], R[0].dev[0].loss[s]) <= TOL64, "%s: step %d: loss %.17g, unfused %.17g", names[i], s,
+                R[i].dev[0].loss[s], R[0].dev[0].loss[s]);
+  }
+  cr_log_info("comm_fusion: %llu AllReduce calls in 3 steps unfused, %llu auto; losses bit-identical: %s",
+              (unsigned long long)none, (unsigned long long)coll_calls(&R[1].dev[0].stats, SK_COLL_ALLREDUCE),
+              same_losses(&R[0], &R[1]) && same_losses(&R[0], &R[2]) ? "yes" : "no");
+  for (int i = 0; i < 5; i++) run_free(&R[i]);
+  sk_graph_free(&n.g);
+}
+
+/* gradients_mean (each Mirror / its group size) and no_loss_repeated_mean (the loss's gradient
+   seeded with its repeat count, here every device) change the training, and N devices still
+   train like one device given sk_parallel_grad_scales' factors. TOL64 as everywhere: the
+   factors are powers of two (4 devices, groups of 2 and 4), exact in binary floating point, so
+   only the order of summation differs, as in the default runs. */
+Test(runtime, gradient_factors_like_the_trainer, .timeout = RT_TIMEOUT) {
+  static const build_fn builds[2] = {build_dp, build_ln};
+  static const char *const bnames[2] = {"data parallel", "LayerNorm (N/2, 1)"};
+  for (int b = 0; b < 2; b++) {
+    static net n;
+    static run D, K;
+    builds[b](&n, 4);
+    run_knobs(&D, &n, 4, SK_F64, sgd(0.1), 3, NULL, bnames[b]);
+    for (int knob = 0; knob < 3; knob++) {
+      sk_parallel_desc pd;
+      memset(&pd, 0, sizeof pd);
+      pd.gradients_mean = knob != 1, pd.no_loss_repeated_mean = knob != 0;
+      run_knobs(&K, &n, 4, SK_F64, sgd(0.1), 3, &pd, bnames[b]);
+      cr_assert_eq(K.plan.loss_grad_scale, knob ? 4.0 : 1.0);
+      errs m = against_trainer(&K, TOL64, bnames[b]);
+      cr_assert(rel(K.dev[0].loss[0], D.dev[0].loss[0]) <= TOL64, "the first loss comes before any update");
+      if (knob < 2)
+        cr_assert(fabs(K.dev[0].loss[2] - D.dev[0].loss[2]) > 1e-6, "%s, knob %d: step 2's loss %.17g is the default's",
+                  bnames[b], knob, K.dev[0].loss[2]);
+      cr_log_info("%s, %s: loss at step 2 %.9g (default %.9g); vs the trainer: losses within %.3g, parameters within %.3g",
+                  bnames[b], knob == 0 ? "gradients_mean" : knob == 1 ? "no_loss_repeated_mean" : "both", K.dev[0].loss[2],
+                  D.dev[0].loss[2], m.loss, m.param);
+      run_free(&K);
+    }
+    run_free(&D);
+    sk_graph_free(&n.g);
+  }
+}
+
+/* Elements one device reduces per step: forward AllReduces and BackwardComms (`reduce`), and
+   Mirrors (`mirror`), from the plan (every layout here cuts evenly). */
+static void reduced_elements(const run *R, int64_t *reduce, int64_t *mirror) {
+  const sk_graph *g = &R->n->g;
+  *reduce = 0, *mirror = 0;
+  for (int i = 0; i < R->plan.nsteps; i++) {
+    const sk_parallel_step *s = &R->plan.steps[i];
+    int64_t shape[SK_MAX_DIMS], n = 1;
+    if (s->kind == SK_PSTEP_FORWARD_COMM) {
+      cr_assert_eq(s->comm.kind, SK_COLL_ALLREDUCE);
+      *reduce += sk_parallel_slice_count(&R->plan, g->ops[s->op].outputs[0]);
+    } else if (s->kind == SK_PSTEP_BACKWARD_COMM || s->kind == SK_PSTEP_MIRROR) {
+      const sk_layout *l = &R->plan.ops[s->op].kernel_in[s->slot];
+      sk_layout_slice_shape(l, shape);
+      for (int d = 0; d < l->ndims; d++) n *= shape[d];
+      *(s->kind == SK_PSTEP_MIRROR ? mirror : reduce) += n;
+    }
+  }
+}
+
+/* f16 / bf16 runs: the reducing collectives travel in 16 bits unless fp32_communication, the
+   Mirrors in f32 unless no_gradient_fp32_sync (and not fp32_communication): the bytes per step
+   are exactly that. 16-bit gradient sync trains differently from f32 sync; f32 and f64 runs are
+   untouched by the knobs. */
+Test(runtime, wire_dtypes_follow_the_knobs, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R[4], F[2];
+  build_mlp(&n, 8);
+  static const char *const names[4] = {"bf16 default", "bf16 fp32_communication", "bf16 no_gradient_fp32_sync", "bf16 both"};
+  static const int wr[4] = {2, 4, 2, 4}, wm[4] = {4, 4, 2, 4};
+  for (int i = 0; i < 4; i++) {
+    sk_parallel_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.fp32_communication = i & 1, pd.no_gradient_fp32_sync = i >= 2;
+    run_knobs(&R[i], &n, 8, SK_BF16, sgd(0.5), 10, &pd, names[i]);
+    int64_t er, em;
+    reduced_elements(&R[i], &er, &em);
+    cr_assert(er > 0 && em > 0, "the chain should reduce activations and Mirror parameters");
+    for (int d = 0; d < 8; d++) {
+      uint64_t bytes = coll_bytes(&R[i].dev[d].stats, SK_COLL_ALLREDUCE) + coll_bytes(&R[i].dev[d].stats, SK_COLL_REDUCE_SCATTER);
+      cr_assert_eq(bytes, (uint64_t)(10 * (er * wr[i] + em * wm[i])), "%s, device %d: %llu bytes in 10 steps", names[i], d,
+                   (unsigned long long)bytes);
+    }
+    if (i == 0) cr_log_info("bf16 chain on 8 devices: %lld reduced and %lld Mirrored elements per step", (long long)er, (long long)em);
+  }
+  bool differ = false;
+  for (int s = 1; s < 10; s++) differ = differ || R[0].dev[0].loss[s] != R[2].dev[0].loss[s];
+  /* bf16 losses carry 8 bits: over 10 steps the difference reaches them (step 6 here) */
+  cr_assert(differ, "16-bit gradient sync should change a bf16 run's losses");
+  cr_assert(memcmp(R[0].dev[0].params, R[2].dev[0].params, R[0].params_bytes), "... and its parameters");
+  cr_assert(same_losses(&R[1], &R[3]), "under fp32_communication no_gradient_fp32_sync changes nothing");
+  errs m = against_trainer(&R[1], HALF_TOL, names[1]);
+  cr_log_info("bf16: step 6 loss %.9g with f32 gradient sync, %.9g with 16-bit; fp32_communication vs the trainer: "
+              "losses within %.3g, parameters within %.3g", R[0].dev[0].loss[6], R[2].dev[0].loss[6], m.loss, m.param);
+  static const sk_dtype full[2] = {SK_F32, SK_F64};
+  for (int i = 0; i < 2; i++) {
+    sk_parallel_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.fp32_communication = true, pd.no_gradient_fp32_sync = true;
+    run_knobs(&F[0], &n, 8, full[i], sgd(0.5), 3, NULL, sk_dtype_name(full[i]));
+    run_knobs(&F[1], &n, 8, full[i], sgd(0.5), 3, &pd, sk_dtype_name(full[i]));
+    cr_assert(same_losses(&F[0], &F[1]), "%s: the 16-bit knobs changed the losses", sk_dtype_name(full[i]));
+    cr_assert(same_traffic(&F[0].dev[0].stats, &F[1].dev[0].stats), "%s: the knobs changed the traffic", sk_dtype_name(full[i]));
+    run_free(&F[0]), run_free(&F[1]);
+  }
+  for (int i = 0; i < 4; i++) run_free(&R[i]);
+  sk_graph_free(&n.g);
+}
+
+/* The L2 norm of device d's slice of a whole row-major gradient (its sum of squares in *sq). */
+static double slice_norm(const sk_layout *l, int d, sk_dtype dt, const void *whole, double *sq) {
+  sk_slice s;
+  OK(sk_layout_slice(l, d, &s, E));
+  int64_t idx[SK_MAX_DIMS];
+  for (int k = 0; k < l->ndims; k++) idx[k] = s.start[k];
+  double acc = 0;
+  for (;;) {
+    int64_t at = 0;
+    for (int k = 0; k < l->ndims; k++) at = at * l->shape[k] + idx[k];
+    double v = get(dt, whole, at);
+    acc += v * v;
+    int k = l->ndims - 1;
+    while (k >= 0 && ++idx[k] == s.stop[k]) idx[k] = s.start[k], k--;
+    if (k < 0) break;
+  }
+  *sq += acc;
+  return sqrt(acc);
+}
+
+/* dump_local_norm with device_local_norm: per step, one line per device and parameter, then the
+   device's line; each norm is that of the device's slice of one device's gradient (the trainer,
+   given the same data), to the 9 digits written (f64 runs differ by ~1e-16). */
+Test(runtime, local_norms_dumped_per_device_and_parameter, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  char path[] = "/tmp/sk_rt_norms_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  build_mlp(&n, 4);
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.dump_local_norm = path, pd.device_local_norm = true;
+  run_knobs(&R, &n, 4, SK_F64, sgd(0.5), 3, &pd, "local norms");
+  const sk_graph *g = &n.g;
+  int params[8], np = 0;
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == SK_TENSOR_PARAM) params[np++] = t;
+  sk_train_desc td;
+  memset(&td, 0, sizeof td);
+  td.dtype = SK_F64, td.optim = R.desc.optim, td.seed = R.desc.seed;
+  sk_trainer *t = NULL;
+  OK(sk_trainer_create(g, &td, &t, E));
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "%s", path);
+  double worst = 0;
+  for (int s = 0; s < R.nsteps; s++) {
+    for (int i = 0; i < n.nin; i++) OK(sk_trainer_feed(t, R.in_t[i], R.in_dt[i], R.data[s][i], (size_t)R.in_n[i], E));
+    OK(sk_trainer_step(t, NULL, E));
+    for (int d = 0; d < R.ndev; d++) {
+      double sq = 0;
+      for (int p = 0; p <= np; p++) {
+        long long step = -1;
+        int dev = -1;
+        char name[64];
+        double norm = -1;
+        cr_assert_eq(fscanf(f, "%lld %d %63s %lg", &step, &dev, name, &norm), 4, "step %d, device %d: line %d", s, d, p);
+        cr_assert_eq(step, s + 1, "steps count from 1");
+        cr_assert_eq(dev, d);
+        double want = p < np ? slice_norm(&R.plan.tensors[params[p]].layout, d, SK_F64, sk_trainer_grad(t, params[p]), &sq)
+                             : sqrt(sq);
+        cr_assert_str_eq(name, p < np ? g->tensors[params[p]].name : "device");
+        cr_assert(fabs(norm - want) <= 1e-8 * (1 + want), "step %d, device %d, '%s': %.17g, the trainer's slice %.17g", s + 1, d,
+                  name, norm, want);
+        worst = fmax(worst, fabs(norm - want) / (1 + want));
+      }
+    }
+  }
+  char extra[8];
+  cr_assert_eq(fscanf(f, "%7s", extra), EOF, "lines past the last step");
+  fclose(f);
+  remove(path);
+  sk_trainer_destroy(t);
+  cr_log_info("local norms: %d steps x 4 devices x (%d parameters + device) lines, within %.3g of the trainer's slices",
+              R.nsteps, np, worst);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* A dump file that cannot be opened: device 0's create fails naming it; nothing leaks. */
+Test(runtime, local_norm_file_refused_at_create, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 2);
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.dump_local_norm = "/nonexistent-dir/norms.txt";
+  run_init_knobs(&R, &n, 2, SK_F32, sgd(0.1), 1, &pd);
+  R.counting = true;
+  run_world(&R);
+  cr_assert_neq(R.world_rc, SK_OK);
+  const dev_out *o = &R.dev[0];
+  cr_assert_eq(o->rc, SK_ERR_SYSTEM, "%s (%s)", sk_result_name(o->rc), o->msg);
+  cr_assert_str_eq(o->where, "create");
+  cr_assert(strstr(o->msg, "/nonexistent-dir/norms.txt"), "'%s'", o->msg);
+  for (int d = 0; d < 2; d++) cr_assert_eq(R.dev[d].out_after, 0);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* transformer_opt.grad_computation_allreduce_overlap: the Mirrors launch as their gradients are
+   ready (each alone here) and hide behind the rest of the backward on the virtual clock; off,
+   MindSpore's default, they launch after the backward. The numbers are the same. */
+Test(runtime, mirror_overlap_on_the_virtual_clock, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R[2];
+  build_dp(&n, 4);
+  for (int i = 0; i < 2; i++) {
+    sk_parallel_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.comm_fusion.allreduce.mode = SK_FUSION_NONE;
+    pd.transformer_opt.grad_computation_allreduce_overlap = i == 1;
+    run_init_knobs(&R[i], &n, 4, SK_F64, sgd(0.5), 3, &pd);
+    R[i].link.alpha_us = 20, R[i].link.gbps = 0.01;
+    R[i].desc.device_flops = 1e7; /* slow devices: the backward takes as long as a Mirror */
+    R[i].evaluate = false;
+    run_world(&R[i]);
+    expect_all_ok(&R[i], i ? "overlap" : "no overlap");
+  }
+  cr_assert(same_losses(&R[0], &R[1]));
+  against_trainer(&R[1], TOL64, "overlap");
+  double off = R[0].dev[0].clock_us, on = R[1].dev[0].clock_us;
+  cr_assert_lt(on, 0.9 * off, "overlap: %.1f us, after the backward: %.1f us", on, off); /* measured: 18%% less */
+  cr_log_info("3 steps on the virtual clock: Mirrors after the backward %.1f us, overlapping it %.1f us", off, on);
+  run_free(&R[0]), run_free(&R[1]);
+  sk_graph_free(&n.g);
+}
+
+/* LayerNorm whose gamma and beta are activations (Tanh of a parameter): cut (N/2, 1), both
+   gradients are partial sums over the rows' axis, reduced by two BackwardComm steps on one
+   group; with transformer_opt.enable_communication_fusion, one AllReduce carries both. */
+static int lnact_op;
+static void build_ln_act(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int g0 = add_param(n, "g0", 1, SH1(8), SK_INIT_UNIFORM, 0.5);
+  int b0 = add_param(n, "b0", 1, SH1(8), SK_INIT_UNIFORM, 0.5);
+  int h = add_op(n, OP("h", SK_OP_MATMUL, x, w));
+  sk_graph_op tg = OP("gamma", SK_OP_TANH, g0), tb = OP("beta", SK_OP_TANH, b0);
+  SHARD(tg, 0, 1), SHARD(tb, 0, 1);
+  int gamma = add_op(n, tg), beta = add_op(n, tb);
+  sk_graph_op ln = OP("ln", SK_OP_LAYER_NORM, h, gamma, beta);
+  SHARD(ln, 0, N / 2, 1), SHARD(ln, 1, 1), SHARD(ln, 2, 1);
+  ln.epsilon = 1e-5;
+  loss_head(n, add_op_at(n, &ln, &lnact_op), y, "u", 8, 4);
+}
+
+Test(runtime, communication_fusion_packs_backward_allreduces, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R[2];
+  build_ln_act(&n, 4);
+  for (int i = 0; i < 2; i++) {
+    sk_parallel_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.transformer_opt.enable_communication_fusion = i == 1;
+    run_knobs(&R[i], &n, 4, SK_F64, sgd(0.5), 3, &pd, i ? "communication fusion" : "no communication fusion");
+    against_trainer(&R[i], TOL64, "LayerNorm, gamma and beta activations");
+  }
+  int bwd = 0;
+  for (int i = 0; i < R[0].plan.nsteps; i++) {
+    const sk_parallel_step *s = &R[0].plan.steps[i];
+    if (s->kind == SK_PSTEP_BACKWARD_COMM && s->op == lnact_op) {
+      bwd++;
+      cr_assert_eq(s->comm.axes, R[0].plan.ops[lnact_op].plan.bwd_in[1].axes, "gamma's and beta's groups differ");
+    }
+  }
+  cr_assert_eq(bwd, 2, "LayerNorm should reduce gamma's and beta's gradients");
+  for (int d = 0; d < 4; d++) {
+    uint64_t a = coll_calls(&R[0].dev[d].stats, SK_COLL_ALLREDUCE), b = coll_calls(&R[1].dev[d].stats, SK_COLL_ALLREDUCE);
+    cr_assert_eq(b, a - 3, "device %d: %llu AllReduce calls packed, %llu not: one fewer per step", d, (unsigned long long)b,
+                 (unsigned long long)a);
+    cr_assert_eq(coll_bytes(&R[0].dev[d].stats, SK_COLL_ALLREDUCE), coll_bytes(&R[1].dev[d].stats, SK_COLL_ALLREDUCE));
+  }
+  for (int s = 0; s < 3; s++) cr_assert(rel(R[1].dev[0].loss[s], R[0].dev[0].loss[s]) <= TOL64);
+  cr_log_info("communication fusion: %llu AllReduce calls in 3 steps, %llu unpacked; losses bit-identical: %s",
+              (unsigned long long)coll_calls(&R[1].dev[0].stats, SK_COLL_ALLREDUCE),
+              (unsigned long long)coll_calls(&R[0].dev[0].stats, SK_COLL_ALLREDUCE), same_losses(&R[0], &R[1]) ? "yes" : "no");
+  run_free(&R[0]), run_free(&R[1]);
+  sk_graph_free(&n.g);
+}
+
+/* Every allocation of create failing in turn on one of two devices, with every knob that
+   allocates on: 16-bit wires and shadows, packed BackwardComms, local norms. */
+Test(runtime, create_allocation_failures_with_knobs, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  char path[] = "/tmp/sk_rt_norms_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  build_ln_act(&n, 2);
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.no_gradient_fp32_sync = true, pd.dump_local_norm = path, pd.device_local_norm = true;
+  pd.transformer_opt.enable_communication_fusion = true;
+  run_init_knobs(&R, &n, 2, SK_BF16, sgd(0.1), 1, &pd);
+  R.counting = true, R.evaluate = false;
+  long k = 1;
+  int created_in_a_row = 0;
+  for (; created_in_a_row < 2; k++) {
+    R.fail_rank = (int)(k % 2), R.fail_at = k;
+    run_world(&R);
+    for (int d = 0; d < 2; d++) cr_assert_eq(R.dev[d].out_after, 0, "k = %ld, device %d", k, d);
+    const dev_out *f = &R.dev[R.fail_rank];
+    if (f->created) {
+      created_in_a_row++;
+      expect_all_ok(&R, "after the sweep");
+      continue;
+    }
+    created_in_a_row = 0;
+    cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "k = %ld, device %d: %s (%s)", k, R.fail_rank, sk_result_name(f->rc), f->msg);
+  }
+  cr_log_info("create with the knobs on 2 devices: call k of device k %% 2 refused, k = 1..%ld", k - 3);
+  remove(path);
   run_free(&R);
   sk_graph_free(&n.g);
 }
