@@ -69,7 +69,9 @@ for net in operator_parallel recursive_programming transformer; do
   checks "$net 8 devices f64" 1e-12 --net examples/nets/$net.json --devices 8 --steps 12 --dtype f64
 done
 checks "transformer 4 devices f32" 1e-5 --net examples/nets/transformer.json --devices 4 --steps 12
-checks "transformer 8 devices bf16" 1e-2 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype bf16
+# bf16: 8 significant bits; the forward AllReduces sum in bf16 (MindSpore's default without
+# fp32 communication), rounding each partial sum, so 12 steps drift by a few bf16 ulps (2^-8 each)
+checks "transformer 8 devices bf16" 3e-2 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype bf16
 checks "transformer 8 devices, dataset strategy tuple" 1e-12 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype f64 --dataset-strategy "((2,1),(2,))"
 checks "operator_parallel 8 devices full batch" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 --dataset-strategy full_batch
 checks "operator_parallel 8 devices, dataset strategy as layouts" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 \
@@ -133,19 +135,26 @@ TR="--net examples/nets/transformer.json --devices 8 --steps 12 --dtype bf16"
 b0=$(allreduce_bytes "$tmp/b0"); b1=$(allreduce_bytes "$tmp/b1"); b2=$(allreduce_bytes "$tmp/b2")
 if [ "$b1" -lt "$b0" ] && [ "$b0" -lt "$b2" ]; then ok
 else bad "AllReduce bytes: default $b0, no fp32 sync $b1, fp32 communication $b2"; fi
-if [ "$(losses "$tmp/b1" | tail -1)" != "$(losses "$tmp/b0" | tail -1)" ]; then ok
-else bad "16-bit gradient sync: the same last loss as f32 sync"; fi
-checks "transformer bf16 --no-gradient-fp32-sync" 1e-2 $TR --no-gradient-fp32-sync
-checks "transformer bf16 --fp32-communication" 1e-2 $TR --fp32-communication
+# the losses show it where the gradient's 16-bit rounding reaches the stored parameters (Adam
+# normalises the gradient; with SGD the rounding stays below a parameter's bf16 ulp)
+AD="--net examples/nets/operator_parallel.json --devices 8 --steps 31 --dtype bf16 --optimizer adam"
+"$BIN" $AD >"$tmp/a0" 2>&1
+"$BIN" $AD --no-gradient-fp32-sync >"$tmp/a1" 2>&1
+if [ -n "$(losses "$tmp/a0")" ] && [ "$(losses "$tmp/a1")" != "$(losses "$tmp/a0")" ]; then ok
+else bad "16-bit gradient sync: the same losses as f32 sync"; fi
+checks "transformer bf16 --no-gradient-fp32-sync" 3e-2 $TR --no-gradient-fp32-sync
+checks "transformer bf16 --fp32-communication" 3e-2 $TR --fp32-communication
 
-# comm_fusion: fusion changes the number of AllReduce calls, never the losses
-"$BIN" $OP --report --fusion none >"$tmp/f0" 2>&1
-"$BIN" $OP --report --fusion allreduce=auto >"$tmp/f1" 2>&1
-"$BIN" $OP --report --fusion allreduce=index:0 >"$tmp/f2" 2>&1
+# comm_fusion: fusion changes the number of AllReduce calls, never the losses (the transformer's
+# gradients share groups: auto fuses them, index:3,7 cuts the Mirrors in three segments)
+FU="--net examples/nets/transformer.json --devices 8 --steps 2 --dtype f64 --report"
+"$BIN" $FU --fusion none >"$tmp/f0" 2>&1
+"$BIN" $FU --fusion allreduce=auto >"$tmp/f1" 2>&1
+"$BIN" $FU --fusion allreduce=index:3,7 >"$tmp/f2" 2>&1
 c0=$(allreduce_calls "$tmp/f0"); c1=$(allreduce_calls "$tmp/f1"); c2=$(allreduce_calls "$tmp/f2")
-if awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { exit !(b < c && c <= a) }' &&
-   [ "$(losses "$tmp/f0")" = "$(losses "$tmp/f1")" ]; then ok
-else bad "fusion: AllReduce calls none $c0, auto $c1, index:0 $c2"; fi
+if awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { exit !(b < c && c < a) }' &&
+   [ -n "$(losses "$tmp/f0")" ] && [ "$(losses "$tmp/f0")" = "$(losses "$tmp/f1")" ]; then ok
+else bad "fusion: AllReduce calls none $c0, auto $c1, index:3,7 $c2"; fi
 
 # strategy files: a plan saved (a dataset tuple, fallbacks on 4 devices) and loaded into the
 # bare network is the same program (the bare network's differs) and gives the same losses; a
