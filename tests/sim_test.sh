@@ -172,6 +172,12 @@ else bad "strategy file: other losses: $(tail -2 "$tmp/s1")"; fi
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --save-strategy "$tmp/op.json" >/dev/null 2>&1
 : >"$tmp/empty.json"
 
+# transformer_opt (parallel_speed_up.json): the overlap options shardkit honours keep the losses;
+# one it cannot honour is refused by name
+printf '{"grad_computation_allreduce_overlap": true, "enable_communication_fusion": true, "recomputation_communication_overlap": false}\n' >"$tmp/speed.json"
+checks "transformer with transformer_opt overlap and communication fusion" 1e-12 --net examples/nets/transformer.json --devices 8 --steps 12 --dtype f64 --transformer-opt "$tmp/speed.json"
+printf '{"grad_fa_allgather_overlap": true}\n' >"$tmp/speed_bad.json"
+
 # local norms: one line per step, device and parameter in the dump file, nothing printed
 "$BIN" $OP --steps 3 --local-norm "dump:$tmp/norms" --device-local-norm >"$tmp/out" 2>&1
 n=$(grep -cE '^[0-9]+ [0-7] [A-Za-z0-9_.]+ [0-9.eE+-]+$' "$tmp/norms" 2>/dev/null); n=${n:-0}
@@ -213,6 +219,7 @@ expect_fail "one dataset layout for two inputs" "1 layouts for the network's 2 i
 expect_fail "an empty strategy file" "empty.json" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --load-strategy "$tmp/empty.json"
 expect_fail "another network's strategy file" "s.json: line" --net examples/nets/operator_parallel.json --devices 4 --steps 1 --load-strategy "$tmp/s.json"
 expect_fail "a strategy file for 8 devices on 4" "op.json" --net examples/nets/operator_parallel.json --devices 4 --steps 1 --load-strategy "$tmp/op.json"
+expect_fail "a transformer_opt option shardkit cannot honour" "grad_fa_allgather_overlap" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --transformer-opt "$tmp/speed_bad.json"
 expect_fail "bad local norm" "--local-norm" --net examples/nets/operator_parallel.json --local-norm file
 
 summary sim
