@@ -1053,6 +1053,7 @@ static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
   int nb = sk_fusion_bucket_count(rt->fusion);
   for (int b = 0; b < nb && rt->counting; b++) {
     sk_fusion_bucket_info bi;
+    memset(&bi, 0, sizeof bi);
     if (!sk_fusion_get_bucket(rt->fusion, b, &bi)) sk__rt_count_comm(rt, bi.kind, bi.comm, (uint64_t)bi.count * sk_dtype_size(bi.dtype));
   }
   return SK_OK;
