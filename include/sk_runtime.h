@@ -10,20 +10,42 @@
      groups, the redistribution executors and the fusion scheduler the program needs), then per
      step sk_runtime_feed for each network input (the GLOBAL batch: each device keeps its slice),
      then sk_runtime_step (collective). The program's steps run in order: moves through
-     sk_redist.h, operators through sk_exec.h, collectives through sk_comm.h; parameter gradients'
-     Mirror AllReduces go to the fusion scheduler (sk_fusion.h) as soon as their gradient is
-     ready, so they overlap the rest of the backward, and the update waits for them. Initial
-     parameters are the single-device trainer's (sk_graph_init_params with the same seed), each
-     device keeping its slice, so N devices start from the model one device starts from.
+     sk_redist.h, operators through sk_exec.h, collectives through sk_comm.h; the Mirror
+     AllReduces of parameters read once go to the fusion scheduler (sk_fusion.h), and the update
+     waits for them. Initial parameters are the single-device trainer's (sk_graph_init_params
+     with the same seed), each device keeping its slice, so N devices start from the model one
+     device starts from.
+
+   THE PLAN'S KNOBS (sk_parallel_desc; docs/auto-parallel.md)
+     comm_fusion          the fusion scheduler's configs (closed: nothing fused; size and auto
+                          modes count MB as MindSpore does)
+     gradients_mean, no_loss_repeated_mean
+                          the loss's gradient is seeded with plan->loss_grad_scale and each
+                          Mirror multiplies by mirror_scale[k] (folded into its 1/replication)
+     fp32_communication, no_gradient_fp32_sync
+                          f16 / bf16 runs: what travels in 16 bits (DTYPES below)
+     print_local_norm, device_local_norm, dump_local_norm
+                          after the Mirrors and before the update, every device's gradient-slice
+                          norms, written by device 0 as "step device parameter norm", steps
+                          counted from 1 (the optimizer's step)
+     transformer_opt      grad_computation_allreduce_overlap: fused Mirrors launch as their
+                          gradient is ready (else, the default, after the backward in
+                          registration order); enable_communication_fusion: an operator's
+                          BackwardComm AllReduces on one group go as one packed AllReduce
 
    DTYPES: f32 and f64 compute and store in that dtype; f16 and bf16 STORE in that format and
      compute in f32, as the single-device trainer does: inputs, parameters and every operator's
      output are rounded to the storage format once written (an output summed by its forward
-     collective after the sum).
+     collective after the sum). On the wire, f16 / bf16 runs send the reducing collectives
+     (forward AllReduce and ReduceScatter, BackwardComm) in the storage format, converted
+     through a 16-bit buffer, unless fp32_communication; the Mirrors in f32 (MindSpore's
+     gradient_fp32_sync) unless no_gradient_fp32_sync without fp32_communication. Moves and
+     AllGathers carry compute values.
 
    MEMORY: every buffer the runtime allocates goes through desc.alloc and is counted by kind
      (sk_runtime_memory); the redistribution executors and the fusion scheduler allocate
-     through it too and are counted as communication buffers.
+     through it too and are counted as communication buffers, as are the 16-bit wire buffer and
+     gradient shadows, the packed BackwardComm buffer and the local norms, all taken at create.
 
    ERRORS: a failing step returns its sk_result with a message naming the step, the operator and
      the tensor; collectives that fail take the world down (sk_comm.h's fault rules), so a
@@ -65,8 +87,10 @@ typedef struct sk_runtime_memory {
 
 /* What training steps did on this device, summed since create: FLOPs (a MatMul's 2mnk, and
    twice that backward; one per output element for the others, two backward) and the
-   communication per collective kind and group size (bytes: each call's buffer, as nccl-tests
-   counts its size; kind SK_COLL_NONE: a redistribution's moves, bytes: what this device sends). */
+   communication per collective kind and group size (bytes: each call's buffer on the wire, as
+   nccl-tests counts its size, 16-bit where the wire is; a fusion bucket or a packed BackwardComm
+   is one call; kind SK_COLL_NONE: a redistribution's moves, bytes: what this device sends). The
+   local norms' gather is not counted. */
 #define SK_RUNTIME_COMM_ROWS 32
 typedef struct sk_runtime_comm_row {
   sk_coll_kind kind;
@@ -1029,6 +1053,7 @@ static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
   int nb = sk_fusion_bucket_count(rt->fusion);
   for (int b = 0; b < nb && rt->counting; b++) {
     sk_fusion_bucket_info bi;
+    memset(&bi, 0, sizeof bi);
     if (!sk_fusion_get_bucket(rt->fusion, b, &bi)) sk__rt_count_comm(rt, bi.kind, bi.comm, (uint64_t)bi.count * sk_dtype_size(bi.dtype));
   }
   return SK_OK;
