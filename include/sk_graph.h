@@ -58,6 +58,8 @@
 SK_EXTERN_C_BEGIN
 
 #define SK_GRAPH_NAME_MAX 64 /* names, with their terminating NUL */
+/* sk_graph_op.fusion: never fused (MindSpore's Cell.set_comm_fusion(0)); sk_fusion.h's SK_FUSION_NEVER */
+#define SK_GRAPH_FUSION_NEVER (-1)
 
 typedef enum sk_tensor_role { SK_TENSOR_INPUT = 0, SK_TENSOR_PARAM, SK_TENSOR_VALUE } sk_tensor_role;
 
@@ -110,7 +112,9 @@ typedef struct sk_graph_op {
   double on_value;   /* OneHot: zero means 1 */
   double off_value;  /* OneHot */
   sk_dtype out_dtype[SK_OP_MAX_OUTPUTS]; /* Cast, OneHot, GetNext: the outputs' dtypes (zero: f32) */
-  int fusion;        /* MindSpore's fusion id of the parameters' gradient AllReduce (0: none) */
+  int fusion;        /* the fusion id of its parameters' gradient AllReduces (Cell.set_comm_fusion):
+                        0 MindSpore's default id (1), SK_GRAPH_FUSION_NEVER (MindSpore's 0) never
+                        fused, n > 0 id n; only AllReduces of one id fuse */
   int stage;         /* pipeline stage (0: the first) */
   bool recompute;
 } sk_graph_op;
@@ -379,8 +383,9 @@ static sk_result sk__graph_check_op(const sk_graph *g, const sk_graph_op *op, sk
   for (int k = 0; k < SK_OP_MAX_OUTPUTS; k++)
     if (!sk_dtype_valid(op->out_dtype[k]))
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: operator '%s' output %d has a bad dtype", op->name, k);
-  if (op->fusion < 0 || op->stage < 0)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: operator '%s': fusion id and stage must be >= 0", op->name);
+  if (op->fusion < SK_GRAPH_FUSION_NEVER || op->stage < 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "graph: operator '%s': the fusion id must be >= 0 or SK_GRAPH_FUSION_NEVER, the stage >= 0", op->name);
   return SK_OK;
 }
 

@@ -424,7 +424,7 @@ static sk_result sk__jr_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
   json_t *perm = json_object_get(o, "perm");
   int64_t p[SK_MAX_DIMS];
   int np = 0;
-  long long depth = 0, fusion = 0, stage = 0;
+  long long depth = 0, fusion = -1, stage = 0; /* fusion -1: absent, MindSpore's default id */
   sk_result r;
   if ((r = sk__jr_bool(jr, o, "transpose_a", &d->transpose_a)) || (r = sk__jr_bool(jr, o, "transpose_b", &d->transpose_b)) ||
       (r = sk__jr_axis(jr, o, d)) || (r = sk__jr_bool(jr, o, "keep_dims", &d->keep_dims)) ||
@@ -437,7 +437,8 @@ static sk_result sk__jr_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
       (r = sk__jr_bool(jr, o, "recompute", &op->recompute)))
     return r;
   for (int k = 0; k < np; k++) d->perm[k] = (int)p[k];
-  d->depth = depth, op->fusion = (int)fusion, op->stage = (int)stage;
+  /* the file holds MindSpore's ids (0: never fused); the graph's zero is the default id */
+  d->depth = depth, op->fusion = fusion < 0 ? 0 : fusion == 0 ? SK_GRAPH_FUSION_NEVER : (int)fusion, op->stage = (int)stage;
   return SK_OK;
 }
 
@@ -923,7 +924,7 @@ static void sk__jw_attrs2(sk__jw *w, json_t *o, const sk_graph_op *op) {
   }
   sk__jw_bool(w, o, "repeat_left", d->repeat_left);
   sk__jw_bool(w, o, "full_batch", d->full_batch);
-  sk__jw_int(w, o, "fusion", op->fusion);
+  if (op->fusion) sk__jw_set(w, o, "fusion", json_integer(op->fusion == SK_GRAPH_FUSION_NEVER ? 0 : op->fusion));
   sk__jw_int(w, o, "stage", op->stage);
   sk__jw_bool(w, o, "recompute", op->recompute);
 }

@@ -156,6 +156,16 @@ if awk -v a="$c0" -v b="$c1" -v c="$c2" 'BEGIN { exit !(b < c && c < a) }' &&
    [ -n "$(losses "$tmp/f0")" ] && [ "$(losses "$tmp/f0")" = "$(losses "$tmp/f1")" ]; then ok
 else bad "fusion: AllReduce calls none $c0, auto $c1, index:3,7 $c2"; fi
 
+# per-operator fusion ids (Cell.set_comm_fusion): 0 never fuses its Mirrors; another id keeps
+# them out of the default id's buckets
+sed 's/"type": "MatMul",/"type": "MatMul", "fusion": 0,/' examples/nets/transformer.json >"$tmp/tf0.json"
+sed 's/"type": "MatMul",/"type": "MatMul", "fusion": 2,/' examples/nets/transformer.json >"$tmp/tf2.json"
+"$BIN" --net "$tmp/tf0.json" --devices 8 --steps 2 --dtype f64 --report >"$tmp/i0" 2>&1
+"$BIN" --net "$tmp/tf2.json" --devices 8 --steps 2 --dtype f64 --report >"$tmp/i2" 2>&1
+i0=$(allreduce_calls "$tmp/i0"); i2=$(allreduce_calls "$tmp/i2")
+if [ "$c1" -lt "$i2" ] && [ "$i2" -lt "$i0" ] && [ "$(losses "$tmp/i0")" = "$(losses "$tmp/f1")" ]; then ok
+else bad "fusion ids: AllReduce calls default $c1, MatMuls id 2 $i2, MatMuls never $i0"; fi
+
 # strategy files: a plan saved (a dataset tuple, fallbacks on 4 devices) and loaded into the
 # bare network is the same program (the bare network's differs) and gives the same losses; a
 # file that does not fit is refused naming the mismatch

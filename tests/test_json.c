@@ -878,3 +878,29 @@ Test(json, fuzzed_texts_load_or_fail_with_a_message, .timeout = 60) {
   cr_expect_gt(accepted, 0, "no mutation was accepted: the fuzzer only tests the syntax checks");
   free(buf), free(base[0]), free(base[1]);
 }
+
+/* Fusion ids as Cell.set_comm_fusion takes them: absent is the default (the graph's 0), 0 never
+   fuses (SK_GRAPH_FUSION_NEVER), n is n; each is written back as it was read. */
+Test(json, fusion_ids_as_mindspore_writes_them) {
+  const char *mm2 = "\"name\": \"mm2\", \"type\": \"MatMul\",";
+  const char *at = strstr(base_text, mm2);
+  cr_assert(at);
+  const int ids[3] = {-1, 0, 3}, want[3] = {0, SK_GRAPH_FUSION_NEVER, 3};
+  for (int i = 0; i < 3; i++) {
+    char text[4096], key[32] = "";
+    if (ids[i] >= 0) snprintf(key, sizeof key, " \"fusion\": %d,", ids[i]);
+    int n = snprintf(text, sizeof text, "%.*s%s%s%s", (int)(at - base_text), base_text, mm2, key, at + strlen(mm2));
+    cr_assert(n > 0 && n < (int)sizeof text);
+    sk_graph g;
+    parse_ok(text, &g);
+    cr_expect_eq(g.ops[2].fusion, want[i], "\"fusion\": %d read as %d", ids[i], g.ops[2].fusion);
+    char *out = format_ok(&g);
+    char line[32];
+    snprintf(line, sizeof line, "\"fusion\": %d", ids[i]);
+    cr_expect(ids[i] < 0 ? !strstr(out, "\"fusion\"") : strstr(out, line) != NULL, "written back: %s", out);
+    free(out);
+    sk_graph_free(&g);
+  }
+  REFUSED("\"name\": \"relu\", \"type\": \"ReLU\",", "\"name\": \"relu\", \"type\": \"ReLU\", \"fusion\": -1,",
+          "operators[1] (\"relu\").fusion: expected an integer in 0..");
+}
