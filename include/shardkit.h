@@ -4,6 +4,7 @@
    implementation separately, so including this again after defining SK_IMPL emits the code. */
 #include "sk_core.h"
 #include "sk_layout.h"
+#include "sk_opt_shard.h" /* optimizer parallel (hsdp): which parameters shard, over which group */
 #include "sk_layout_algebra.h" /* refining meshes and shapes, unifying two layouts (MindSpore's layout transfer) */
 #include "sk_comm.h"
 #include "sk_backend.h" /* the backend contract: sk_coll, sk_backend (for backend authors) */
