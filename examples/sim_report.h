@@ -31,14 +31,15 @@ static sk_result sim_collect_figures(sk_comm *c, const sk_runtime *rt, sim_devic
 
 static void sim_print_memory(FILE *f, const sim_device_figures *all, int n) {
   fprintf(f, "memory (bytes per device)\n");
-  fprintf(f, "%6s %14s %14s %14s %14s %14s %14s\n", "device", "parameters", "gradients", "optimizer", "activations",
-          "communication", "total");
+  fprintf(f, "%6s %14s %14s %14s %14s %14s %14s %14s %14s\n", "device", "parameters", "gradients", "optimizer",
+          "activations", "communication", "total", "peak_params", "peak_total");
   for (int d = 0; d < n; d++) {
     const sk_runtime_memory *m = &all[d].mem;
     unsigned long long total = m->parameters + m->gradients + m->optimizer_state + m->activations + m->communication;
-    fprintf(f, "%6d %14llu %14llu %14llu %14llu %14llu %14llu\n", d, (unsigned long long)m->parameters,
+    fprintf(f, "%6d %14llu %14llu %14llu %14llu %14llu %14llu %14llu %14llu\n", d, (unsigned long long)m->parameters,
             (unsigned long long)m->gradients, (unsigned long long)m->optimizer_state,
-            (unsigned long long)m->activations, (unsigned long long)m->communication, total);
+            (unsigned long long)m->activations, (unsigned long long)m->communication, total,
+            (unsigned long long)m->peak_parameters, (unsigned long long)m->peak);
   }
 }
 

@@ -64,6 +64,7 @@ static void usage(FILE *f, const char *argv0) {
           "          [--gradients-mean] [--no-loss-repeated-mean] [--no-gradient-fp32-sync] [--fp32-communication]\n"
           "          [--local-norm print|dump:FILE] [--device-local-norm] [--fusion [KIND=]none|auto|size:MB|index:I,J,...]\n"
           "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
+          "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]]\n"
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -94,6 +95,8 @@ static void usage(FILE *f, const char *argv0) {
           "  --save-strategy FILE write every operator's strategy and every parameter's layout (JSON)\n"
           "  --load-strategy FILE compile with the strategies FILE saved (the same plan, the same losses)\n"
           "  --transformer-opt F  MindSpore's parallel_speed_up.json: the overlap options shardkit honours\n"
+          "  --hsdp [S][,KB][,L]  optimizer parallel: shard_size (-1: the replica group), threshold in KB,\n"
+          "                       level1|level2|level3 (defaults -1, 64, level1)\n"
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
           prog_name(argv0), MNIST_DEFAULT_DIR, argv0);
@@ -236,6 +239,13 @@ static int parse_options(int argc, char **argv, options *o) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (prog_is_help(a)) return usage(stdout, argv[0]), 1;
     if (parse_flag(a, o)) continue;
+    if (!strcmp(a, "--hsdp")) { /* its value is optional: hsdp() with MindSpore's defaults */
+      bool valued = v && strncmp(v, "--", 2);
+      sk_error e;
+      if (sk_hsdp_parse(valued ? v : "", &o->pd.hsdp, &e)) return bad_usage(argv[0], e.msg, v);
+      i += valued;
+      continue;
+    }
     int rc = v ? parse_valued(argv[0], a, v, o, &steps, &epochs) : -1;
     if (rc < 0) return bad_usage(argv[0], v ? "unknown option" : "unknown option or missing value", a);
     if (rc) return rc;

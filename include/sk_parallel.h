@@ -55,6 +55,7 @@
 #include "sk_layout.h"
 #include "sk_layout_algebra.h"
 #include "sk_ops.h"
+#include "sk_opt_shard.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -120,6 +121,10 @@ typedef struct sk_parallel_desc {
   const char *save_param_strategy_file, *load_param_strategy_file;
   const char *save_operator_strategy_file, *load_operator_strategy_file;
   bool strategy_file_all_params; /* disable_strategy_file_only_for_trainable_params */
+  /* hsdp(): optimizer parallel (sk_opt_shard.h decides per parameter; zero: off). A parameter
+     is sharded only when every operator reads it in its own layout; the threshold counts the
+     graph's dtype. */
+  sk_hsdp hsdp;
 } sk_parallel_desc;
 
 typedef enum sk_parallel_step_kind {
@@ -132,6 +137,11 @@ typedef enum sk_parallel_step_kind {
   SK_PSTEP_MIRROR,        /* a parameter's gradient AllReduce over its replicas */
   SK_PSTEP_MOVE_BACK,     /* input `slot`'s gradient back to its tensor's layout, summed there */
   SK_PSTEP_UPDATE,        /* the optimizer on every parameter slice */
+  /* optimizer parallel: input `slot` of `op` is a sharded parameter */
+  SK_PSTEP_PARAM_GATHER,  /* AllGather its model-parallel slice from the shards (if not held) */
+  SK_PSTEP_PARAM_RELEASE, /* level3: free the gathered slice after the forward */
+  SK_PSTEP_GRAD_REDUCE_SCATTER, /* its summed gradient ReduceScattered to the shards (then the
+                                   Mirror over the rest of the replicas); the gathered slice freed */
   SK_PSTEP_KIND_COUNT
 } sk_parallel_step_kind;
 
@@ -160,6 +170,10 @@ typedef struct sk_parallel_op {
 typedef struct sk_parallel_tensor {
   sk_layout layout; /* its buffer on each device */
   bool needs_grad;  /* a parameter's gradient flows through it */
+  /* optimizer parallel (parameters): the shard count S (0: kept whole), the Mirror group left
+     after sharding (|replicas| / S), and why a parameter stays whole ("" when sharded) */
+  int opt_size, opt_mirror;
+  const char *opt_why;
 } sk_parallel_tensor;
 
 typedef struct sk_parallel_plan {
@@ -213,8 +227,9 @@ SK_EXTERN_C_END
 SK_EXTERN_C_BEGIN
 
 SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind) {
-  static const char *const names[SK_PSTEP_KIND_COUNT] = {"Move",      "Forward", "ForwardComm", "UndoComm", "Backward",
-                                                         "BackwardComm", "Mirror", "MoveBack",    "Update"};
+  static const char *const names[SK_PSTEP_KIND_COUNT] = {
+      "Move",   "Forward",  "ForwardComm", "UndoComm",     "Backward",         "BackwardComm",
+      "Mirror", "MoveBack", "Update",      "ParamGather", "ParamRelease", "GradReduceScatter"};
   return (int)kind >= 0 && kind < SK_PSTEP_KIND_COUNT ? names[kind] : "?";
 }
 
@@ -478,6 +493,33 @@ static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
   return SK_OK;
 }
 
+/* Optimizer parallel: every parameter's shard count under desc.hsdp (the same on every rank:
+   replica groups have one size). A parameter some operator reads in another layout stays whole:
+   its gradient reaches the tensor only after that operator's Mirror and move back. */
+static sk_result sk__par_opt_shards(sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  for (int t = 0; t < g->ntensors; t++) {
+    sk_parallel_tensor *pt = &p->tensors[t];
+    pt->opt_why = "";
+    if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    const char *moved = NULL;
+    for (int o = 0; o < g->nops && !moved; o++)
+      for (int k = 0; k < g->ops[o].ninputs; k++)
+        if (g->ops[o].inputs[k] == t && p->ops[o].moved[k]) moved = g->ops[o].name;
+    sk_opt_shard os;
+    sk_result r = sk_opt_shard_of(&pt->layout, g->tensors[t].dtype, &p->desc.hsdp, 0, &os, err);
+    if (r) return sk__fail(err, r, "parameter '%s': %s", g->tensors[t].name, err ? err->msg : "");
+    pt->opt_why = os.why;
+    if (os.size && moved) pt->opt_why = "an operator reads it in another layout";
+    else pt->opt_size = os.size, pt->opt_mirror = os.mirror;
+  }
+  return SK_OK;
+}
+
+static bool sk__par_sharded_input(const sk_parallel_plan *p, int o, int k) {
+  return p->tensors[p->graph->ops[o].inputs[k]].opt_size > 0;
+}
+
 static void sk__par_push(sk_parallel_plan *p, sk_parallel_step_kind kind, int op, int slot, const sk_op_comm *comm) {
   sk_parallel_step *s = &p->steps[p->nsteps++];
   memset(s, 0, sizeof *s);
@@ -486,16 +528,33 @@ static void sk__par_push(sk_parallel_plan *p, sk_parallel_step_kind kind, int op
   else s->comm.kind = SK_COLL_NONE, s->comm.scale = 1;
 }
 
+/* A ParamGather for each sharded parameter operator o reads (the runtime skips one already held). */
+static void sk__par_gathers(sk_parallel_plan *p, int o) {
+  for (int k = 0; k < p->graph->ops[o].ninputs; k++)
+    if (sk__par_sharded_input(p, o, k)) sk__par_push(p, SK_PSTEP_PARAM_GATHER, o, k, NULL);
+}
+
 static void sk__par_forward_steps(sk_parallel_plan *p) {
   const sk_graph *g = p->graph;
   for (int o = 0; o < g->nops; o++) {
     const sk_parallel_op *po = &p->ops[o];
+    sk__par_gathers(p, o);
     for (int k = 0; k < g->ops[o].ninputs; k++)
       if (po->moved[k]) sk__par_push(p, SK_PSTEP_MOVE, o, k, NULL);
     sk__par_push(p, SK_PSTEP_FORWARD, o, 0, NULL);
     sk_coll_kind f = po->plan.fwd.kind;
     if (f == SK_COLL_ALLREDUCE || f == SK_COLL_REDUCE_SCATTER) sk__par_push(p, SK_PSTEP_FORWARD_COMM, o, 0, &po->plan.fwd);
+    for (int k = 0; k < g->ops[o].ninputs && p->desc.hsdp.level == SK_HSDP_LEVEL3; k++)
+      if (sk__par_sharded_input(p, o, k)) sk__par_push(p, SK_PSTEP_PARAM_RELEASE, o, k, NULL);
   }
+}
+
+/* The first reader of tensor t in graph order: its backward is the last to touch t's gradient. */
+static int sk__par_first_reader(const sk_graph *g, int t) {
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (g->ops[o].inputs[k] == t) return o;
+  return -1;
 }
 
 /* Backward of operator o, when a gradient reaches one of its outputs. */
@@ -507,6 +566,7 @@ static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
   for (int k = 0; k < op->ninputs; k++)
     takes = takes || (p->tensors[op->inputs[k]].needs_grad && sk_exec_differentiable(op, k));
   if (!takes) return;
+  if (p->desc.hsdp.level == SK_HSDP_LEVEL3) sk__par_gathers(p, o); /* the backward reads the weights */
   const sk_op_comm *f = &po->plan.fwd; /* an AllReduce's gradient passes unchanged unless it scaled */
   if (f->kind == SK_COLL_REDUCE_SCATTER || (f->kind == SK_COLL_ALLREDUCE && f->scale != 1))
     sk__par_push(p, SK_PSTEP_UNDO_COMM, o, 0, f);
@@ -514,16 +574,20 @@ static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
   for (int k = 0; k < op->ninputs; k++) {
     if (!p->tensors[op->inputs[k]].needs_grad || !sk_exec_differentiable(op, k)) continue;
     if (po->plan.bwd_in[k].kind != SK_COLL_NONE) sk__par_push(p, SK_PSTEP_BACKWARD_COMM, o, k, &po->plan.bwd_in[k]);
-    if (((po->desc.params >> k) & 1u) && po->plan.grad[k].kind != SK_COLL_NONE)
+    bool sharded = sk__par_sharded_input(p, o, k); /* its Mirror follows the ReduceScatter */
+    if (((po->desc.params >> k) & 1u) && po->plan.grad[k].kind != SK_COLL_NONE && !sharded)
       sk__par_push(p, SK_PSTEP_MIRROR, o, k, &po->plan.grad[k]);
     if (po->moved[k]) sk__par_push(p, SK_PSTEP_MOVE_BACK, o, k, NULL);
   }
+  for (int k = 0; k < op->ninputs; k++) /* o is the last to write a sharded parameter's gradient */
+    if (sk__par_sharded_input(p, o, k) && p->tensors[op->inputs[k]].needs_grad && sk__par_first_reader(g, op->inputs[k]) == o)
+      sk__par_push(p, SK_PSTEP_GRAD_REDUCE_SCATTER, o, k, NULL);
 }
 
 static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
   size_t most = 1;
-  for (int o = 0; o < g->nops; o++) most += 4 + 4 * (size_t)g->ops[o].ninputs;
+  for (int o = 0; o < g->nops; o++) most += 4 + 8 * (size_t)g->ops[o].ninputs;
   p->steps = (sk_parallel_step *)calloc(most, sizeof *p->steps);
   if (!p->steps) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the program");
   sk__par_forward_steps(p);
@@ -570,7 +634,8 @@ static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
   if (d->save_param_strategy_file || d->load_param_strategy_file || d->save_operator_strategy_file ||
       d->load_operator_strategy_file)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: strategy files are read and written by sk_strategy_compile (sk_strategy.h)");
-  sk_result r = sk__par_check_fusion(&d->comm_fusion.allreduce, "allreduce", true, err);
+  sk_result r = sk_hsdp_check(&d->hsdp, err);
+  if (!r) r = sk__par_check_fusion(&d->comm_fusion.allreduce, "allreduce", true, err);
   if (!r) r = sk__par_check_fusion(&d->comm_fusion.allgather, "allgather", false, err);
   if (!r) r = sk__par_check_fusion(&d->comm_fusion.reducescatter, "reducescatter", false, err);
   return r;
@@ -595,6 +660,7 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *
   if (!r && g->nops == 0) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: the network has no operator");
   if (!r) r = sk__par_place(p, err);
   if (!r) r = sk__par_kernel_layouts(p, err);
+  if (!r) r = sk__par_opt_shards(p, err);
   if (!r) r = sk__par_steps(p, err);
   if (!r) p->loss_grad_scale = desc->no_loss_repeated_mean ? sk__par_loss_repeat(p) : 1;
   if (r) sk_parallel_free(p);
@@ -690,6 +756,34 @@ static void sk__par_put_group(sk__par_text *t, const sk_mesh *mesh, uint32_t axe
   sk__par_put(t, "%s}", n > 16 ? ",..." : "");
 }
 
+/* A sharded parameter's step: its shard's rows and the AllGather group (and the Mirror group). */
+static void sk__par_put_opt(sk__par_text *t, const sk_parallel_plan *p, const sk_parallel_step *s, int rank) {
+  int tin = p->graph->ops[s->op].inputs[s->slot], ng = 0, nm = 0;
+  const sk_graph_tensor *x = &p->graph->tensors[tin];
+  sk_opt_shard os;
+  int *g = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES);
+  sk__par_put(t, " input %d '%s'", s->slot, x->name);
+  if (!g || sk_opt_shard_of(&p->tensors[tin].layout, x->dtype, &p->desc.hsdp, rank, &os, NULL) ||
+      sk_opt_shard_groups(&p->tensors[tin].layout, x->dtype, &p->desc.hsdp, rank, g, &ng, g + SK_MAX_DEVICES, &nm,
+                          SK_MAX_DEVICES, NULL)) {
+    free(g);
+    sk__par_put(t, " ?");
+    return;
+  }
+  sk__par_put(t, " rows [%lld:%lld] of %d", (long long)os.rows_start, (long long)os.rows_stop, os.size);
+  if (s->kind != SK_PSTEP_PARAM_RELEASE) {
+    sk__par_put(t, " %s group {", s->kind == SK_PSTEP_PARAM_GATHER ? "AllGather" : "ReduceScatter(sum)");
+    for (int i = 0; i < ng && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", g[i]);
+    sk__par_put(t, "%s}", ng > 16 ? ",..." : "");
+  }
+  if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER && nm > 1) {
+    sk__par_put(t, " Mirror AllReduce(sum) group {");
+    for (int i = 0; i < nm && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", g[SK_MAX_DEVICES + i]);
+    sk__par_put(t, "%s}", nm > 16 ? ",..." : "");
+  }
+  free(g);
+}
+
 static void sk__par_put_step(sk__par_text *t, const sk_parallel_plan *p, const sk_parallel_step *s, int rank) {
   const sk_graph *g = p->graph;
   sk__par_put(t, "%-12s", sk_parallel_step_name(s->kind));
@@ -700,6 +794,11 @@ static void sk__par_put_step(sk__par_text *t, const sk_parallel_plan *p, const s
   const sk_graph_op *op = &g->ops[s->op];
   const sk_parallel_op *po = &p->ops[s->op];
   sk__par_put(t, " %s (%s)", op->name, sk_op_kind_name(op->desc.kind));
+  if (s->kind >= SK_PSTEP_PARAM_GATHER) {
+    sk__par_put_opt(t, p, s, rank);
+    sk__par_put(t, "\n");
+    return;
+  }
   if (s->kind == SK_PSTEP_MOVE || s->kind == SK_PSTEP_MOVE_BACK || s->kind == SK_PSTEP_BACKWARD_COMM ||
       s->kind == SK_PSTEP_MIRROR) {
     int t_in = op->inputs[s->slot];

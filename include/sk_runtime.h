@@ -80,9 +80,12 @@ typedef struct sk_runtime_desc {
                                    the world's virtual clock (sk_comm_compute); 0: nothing reported */
 } sk_runtime_desc;
 
-/* Bytes a device holds, by kind. */
+/* Bytes a device holds, by kind: now, and the most since create returned (peak_*: per kind;
+   peak: of the sum). Under optimizer parallel, parameters are the shards outside a step and the
+   gathered slices count as parameters while they are held. */
 typedef struct sk_runtime_memory {
   uint64_t parameters, gradients, optimizer_state, activations, communication;
+  uint64_t peak_parameters, peak_gradients, peak_optimizer_state, peak_activations, peak_communication, peak;
 } sk_runtime_memory;
 
 /* What training steps did on this device, summed since create: FLOPs (a MatMul's 2mnk, and
@@ -162,6 +165,21 @@ typedef struct sk__rt_op {
   sk_exec_facts facts;
 } sk__rt_op;
 
+/* A parameter optimizer parallel shards (sk_opt_shard.h): this device keeps `count` elements,
+   chunk `index` of its model-parallel slice's dim 0. */
+typedef struct sk__rt_shard {
+  void *data;          /* the shard (parameters) */
+  void *grad;          /* its gradient after the ReduceScatter (gradients) */
+  int64_t count;
+  int index;
+  bool held;           /* the gathered slice is allocated (values[t]) */
+  sk_comm *gather;     /* the AllGather / ReduceScatter group */
+  sk_comm *mirror;     /* the rest of the replicas (NULL: none) */
+  int rs_handle;       /* its ReduceScatter in the fusion scheduler */
+  int fusion;          /* the fusion id of its first reader */
+  bool shared_groups;  /* gather / mirror belong to an earlier tensor's shard */
+} sk__rt_shard;
+
 typedef struct sk__rt_group {
   sk_mesh mesh;
   uint32_t axes;
@@ -179,6 +197,7 @@ struct sk_runtime {
   sk_dtype store; /* storage format of float tensors */
   int64_t step;
   void **values, **grads, **state0, **state1;
+  sk__rt_shard *shards; /* per tensor; data NULL: not sharded */
   bool *written;
   int *readers;       /* how many operators read each tensor */
   sk_exec_arg *args;  /* per tensor: its slice as sk_exec sees it */
@@ -197,7 +216,7 @@ struct sk_runtime {
   FILE *norm_file;    /* dump_local_norm (device 0) */
   void *scratch[SK_OP_MAX_INPUTS]; /* an input's gradient to be summed into one already written */
   int kind;           /* what the next allocation is counted as */
-  uint64_t bytes[SK__RT_KINDS];
+  uint64_t bytes[SK__RT_KINDS], peak[SK__RT_KINDS], peak_total;
   bool counting;           /* inside a training step: the stats count */
   sk_runtime_stats stats;
   sk_allocator counted; /* desc.alloc, counted: handed to the modules that allocate for us */
@@ -221,6 +240,10 @@ static void *sk__rt_counted_alloc(void *user, size_t size, size_t align) {
   memset(b, 0, n);
   b->bytes = size, b->kind = rt->kind;
   rt->bytes[rt->kind] += size;
+  uint64_t total = 0;
+  for (int k = 0; k < SK__RT_KINDS; k++) total += rt->bytes[k];
+  if (rt->bytes[rt->kind] > rt->peak[rt->kind]) rt->peak[rt->kind] = rt->bytes[rt->kind];
+  if (total > rt->peak_total) rt->peak_total = total;
   return b + 1;
 }
 
@@ -278,18 +301,41 @@ static size_t sk__rt_bytes(const sk_runtime *rt, int t) {
   return (size_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(sk__rt_dtype(rt, t));
 }
 
+/* A sharded parameter's shard, its gradient and its place in the model-parallel slice; the
+   slice itself (values[t]) exists only while gathered. */
+static sk_result sk__rt_alloc_shard(sk_runtime *rt, int t, sk_error *err) {
+  const sk_parallel_tensor *pt = &rt->plan->tensors[t];
+  sk__rt_shard *sh = &rt->shards[t];
+  sk_opt_shard os;
+  sk_result r = sk_opt_shard_of(&pt->layout, rt->g->tensors[t].dtype, &rt->plan->desc.hsdp, rt->rank, &os, err);
+  if (r) return r;
+  sh->count = sk_parallel_slice_count(rt->plan, t) / pt->opt_size, sh->index = os.index;
+  size_t b = (size_t)sh->count * sk_dtype_size(rt->cdt);
+  sh->data = sk__rt_alloc(rt, SK__RT_PARAMS, b);
+  if (pt->needs_grad) sh->grad = sk__rt_alloc(rt, SK__RT_GRADS, b);
+  if (!sh->data || (pt->needs_grad && !sh->grad))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the shard of '%s'", rt->g->tensors[t].name);
+  return SK_OK;
+}
+
 static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
   const sk_graph *g = rt->g;
   int nstates = sk_optim_nstates(&rt->optim);
   for (int t = 0; t < g->ntensors; t++) {
     const sk_parallel_tensor *pt = &rt->plan->tensors[t];
-    bool param = g->tensors[t].role == SK_TENSOR_PARAM;
-    size_t b = sk__rt_bytes(rt, t);
-    rt->values[t] = sk__rt_alloc(rt, param ? SK__RT_PARAMS : SK__RT_ACTS, b);
+    bool param = g->tensors[t].role == SK_TENSOR_PARAM, sharded = pt->opt_size > 0;
+    size_t b = sk__rt_bytes(rt, t), bs = b; /* bs: what the optimizer keeps per state */
+    if (sharded) {
+      sk_result r = sk__rt_alloc_shard(rt, t, err);
+      if (r) return r;
+      bs = (size_t)rt->shards[t].count * sk_dtype_size(rt->cdt);
+    } else {
+      rt->values[t] = sk__rt_alloc(rt, param ? SK__RT_PARAMS : SK__RT_ACTS, b);
+    }
     if (pt->needs_grad) rt->grads[t] = sk__rt_alloc(rt, SK__RT_GRADS, b);
-    if (param && nstates > 0) rt->state0[t] = sk__rt_alloc(rt, SK__RT_STATE, b);
-    if (param && nstates > 1) rt->state1[t] = sk__rt_alloc(rt, SK__RT_STATE, b);
-    if (!rt->values[t] || (pt->needs_grad && !rt->grads[t]) || (param && nstates > 0 && !rt->state0[t]) ||
+    if (param && nstates > 0) rt->state0[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
+    if (param && nstates > 1) rt->state1[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
+    if ((!sharded && !rt->values[t]) || (pt->needs_grad && !rt->grads[t]) || (param && nstates > 0 && !rt->state0[t]) ||
         (param && nstates > 1 && !rt->state1[t]))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for tensor '%s'", g->tensors[t].name);
     sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), rt->values[t]);
@@ -397,6 +443,43 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   return r;
 }
 
+/* Whether two tensors' shards have the same groups on every device: the same mesh, replica axes
+   and shard count (a rank-independent test, so every device splits the same communicators). */
+static bool sk__rt_same_shard_groups(const sk_runtime *rt, int a, int b) {
+  const sk_parallel_tensor *x = &rt->plan->tensors[a], *y = &rt->plan->tensors[b];
+  return x->opt_size == y->opt_size && sk__rt_same_mesh(&x->layout.mesh, &y->layout.mesh) &&
+         sk_layout_used_axes(&x->layout) == sk_layout_used_axes(&y->layout);
+}
+
+/* The AllGather and Mirror groups of every sharded parameter (collective: every device splits
+   the same communicators in tensor order; tensors with the same groups share them). */
+static sk_result sk__rt_setup_shard_groups(sk_runtime *rt, sk_error *err) {
+  const sk_graph *g = rt->g;
+  int *ranks = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), ng = 0, nm = 0;
+  sk_result r = ranks ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the shard groups");
+  for (int t = 0; t < g->ntensors && !r; t++) {
+    sk__rt_shard *sh = &rt->shards[t];
+    if (!sh->data) continue;
+    for (int o = g->nops - 1; o >= 0; o--) /* the first reader's fusion id, as its Mirror would have */
+      for (int k = 0; k < g->ops[o].ninputs; k++)
+        if (g->ops[o].inputs[k] == t) sh->fusion = g->ops[o].fusion;
+    int same = 0;
+    while (same < t && !(rt->shards[same].data && sk__rt_same_shard_groups(rt, same, t))) same++;
+    if (same < t) {
+      sh->gather = rt->shards[same].gather, sh->mirror = rt->shards[same].mirror, sh->shared_groups = true;
+      continue;
+    }
+    r = sk_opt_shard_groups(&rt->plan->tensors[t].layout, g->tensors[t].dtype, &rt->plan->desc.hsdp, rt->rank, ranks, &ng,
+                            ranks + SK_MAX_DEVICES, &nm, SK_MAX_DEVICES, err);
+    if (!r && (r = sk_comm_split(rt->comm, ranks[0], rt->rank, &sh->gather)))
+      r = sk__fail(err, r, "runtime: creating a shard group: %s", sk_comm_error_message(rt->comm));
+    if (!r && rt->plan->tensors[t].opt_mirror > 1 && (r = sk_comm_split(rt->comm, ranks[SK_MAX_DEVICES], rt->rank, &sh->mirror)))
+      r = sk__fail(err, r, "runtime: creating a shard's Mirror group: %s", sk_comm_error_message(rt->comm));
+  }
+  free(ranks);
+  return r;
+}
+
 /* The scheduler's configuration: the plan's comm_fusion (MindSpore counts size mode's MB in
    elements, hence its accounting); openstate False fuses nothing. */
 static sk_fusion_desc sk__rt_fusion_desc(const sk_runtime *rt) {
@@ -441,8 +524,20 @@ static sk_result sk__rt_alloc_shadows(sk_runtime *rt, sk_error *err) {
   return SK_OK;
 }
 
-/* The Mirrors sk__rt_fusable takes go to the fusion scheduler, registered in backward order;
-   the others run at their step. */
+/* A sharded parameter's gradient ReduceScatter, fused under comm_fusion's reducescatter setting
+   (in the compute dtype: a 16-bit wire applies to the AllReduces only). */
+static sk_result sk__rt_add_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
+  sk__rt_shard *sh = &rt->shards[t];
+  rt->kind = SK__RT_COMM;
+  sk_result r = sk_fusion_add_reduce_scatter(rt->fusion, sh->gather, rt->grads[t], sh->grad, (size_t)sh->count, rt->cdt,
+                                             SK_SUM, sh->fusion, rt->g->tensors[t].name, &sh->rs_handle);
+  if (r) return sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
+  rt->nfused++;
+  return SK_OK;
+}
+
+/* The Mirrors sk__rt_fusable takes go to the fusion scheduler, registered in backward order
+   with the sharded parameters' ReduceScatters; the others run at their step. */
 static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   sk_fusion_desc fd = sk__rt_fusion_desc(rt);
   rt->kind = SK__RT_COMM;
@@ -450,6 +545,10 @@ static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   if (!r) r = sk__rt_alloc_shadows(rt, err);
   for (int i = 0; i < rt->plan->nsteps && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
+    if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER) {
+      r = sk__rt_add_reduce_scatter(rt, rt->g->ops[s->op].inputs[s->slot], err);
+      continue;
+    }
     if (!sk__rt_fusable(rt, s)) continue;
     int t = rt->g->ops[s->op].inputs[s->slot];
     sk__rt_op *ro = &rt->ops[s->op];
@@ -569,6 +668,22 @@ static sk_result sk__rt_take_slice(size_t esize, const sk_layout *l, int rank, c
   }
 }
 
+/* Parameter t's slice of the whole tensor `full` (a sharded one: its chunk of that slice). */
+static sk_result sk__rt_keep_slice(sk_runtime *rt, int t, const void *full, sk_error *err) {
+  size_t es = sk_dtype_size(rt->cdt);
+  int64_t n = sk_parallel_slice_count(rt->plan, t);
+  const sk__rt_shard *sh = &rt->shards[t];
+  void *slice = sh->data ? sk__rt_alloc(rt, SK__RT_PARAMS, (size_t)n * es) : rt->values[t];
+  if (!slice) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing '%s'", rt->g->tensors[t].name);
+  sk_result r = sk__rt_take_slice(es, &rt->plan->tensors[t].layout, rt->rank, full, slice, err);
+  if (!r) sk__rt_store(rt, slice, n);
+  if (sh->data) { /* dim 0 is the outermost: chunk `index` is one contiguous run */
+    memcpy(sh->data, (const char *)slice + (size_t)(sh->index * sh->count) * es, (size_t)sh->count * es);
+    sk__rt_counted_free(rt, slice);
+  }
+  return r;
+}
+
 /* Every device draws the whole initial model, as one device does, and keeps its slices. The
    whole tensors come from desc.alloc too (the largest buffers create takes), freed before it
    returns. */
@@ -582,9 +697,7 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
       r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing '%s'", g->tensors[t].name);
   if (!r) r = sk_graph_init_params(g, rt->desc.seed, rt->cdt, full, err);
   for (int t = 0; t < g->ntensors && !r; t++)
-    if (g->tensors[t].role == SK_TENSOR_PARAM)
-      r = sk__rt_take_slice(sk_dtype_size(rt->cdt), &rt->plan->tensors[t].layout, rt->rank, full[t], rt->values[t], err),
-      sk__rt_store(rt, rt->values[t], sk_parallel_slice_count(rt->plan, t));
+    if (g->tensors[t].role == SK_TENSOR_PARAM) r = sk__rt_keep_slice(rt, t, full[t], err);
   for (int t = 0; full && t < g->ntensors; t++) sk__rt_counted_free(rt, full[t]);
   free(full);
   return r;
@@ -623,7 +736,9 @@ static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
   rt->written = (bool *)calloc(n, sizeof(bool)), rt->readers = (int *)calloc(n, sizeof(int));
   rt->args = (sk_exec_arg *)calloc(n, sizeof(sk_exec_arg));
   rt->ops = (sk__rt_op *)calloc((size_t)rt->g->nops + 1, sizeof(sk__rt_op));
-  if (!rt->values || !rt->grads || !rt->state0 || !rt->state1 || !rt->written || !rt->readers || !rt->args || !rt->ops)
+  rt->shards = (sk__rt_shard *)calloc(n, sizeof(sk__rt_shard));
+  if (!rt->values || !rt->grads || !rt->state0 || !rt->state1 || !rt->written || !rt->readers || !rt->args || !rt->ops ||
+      !rt->shards)
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
   for (int o = 0; o < rt->g->nops; o++)
     for (int k = 0; k < rt->g->ops[o].ninputs; k++) rt->readers[rt->g->ops[o].inputs[k]]++;
@@ -642,6 +757,11 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
     sk__rt_counted_free(rt, ro->pre_rs), sk__rt_counted_free(rt, ro->dy_full);
   }
   for (int i = 0; i < rt->ngroups; i++) sk_comm_destroy(rt->groups[i].comm);
+  for (int t = 0; rt->shards && t < rt->g->ntensors; t++) {
+    sk__rt_shard *sh = &rt->shards[t];
+    sk__rt_counted_free(rt, sh->data), sk__rt_counted_free(rt, sh->grad);
+    if (!sh->shared_groups) sk_comm_destroy(sh->gather), sk_comm_destroy(sh->mirror);
+  }
   for (int t = 0; rt->values && t < rt->g->ntensors; t++) {
     sk__rt_counted_free(rt, rt->values[t]), sk__rt_counted_free(rt, rt->grads[t]);
     sk__rt_counted_free(rt, rt->state0[t]), sk__rt_counted_free(rt, rt->state1[t]);
@@ -651,7 +771,7 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
   sk__rt_counted_free(rt, rt->norms), sk__rt_counted_free(rt, rt->all_norms);
   if (rt->norm_file) fclose(rt->norm_file);
   free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
-  free(rt->args), free(rt->ops), free(rt->groups);
+  free(rt->args), free(rt->ops), free(rt->groups), free(rt->shards);
   free(rt);
 }
 
@@ -678,6 +798,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   if (!r) r = sk__rt_alloc_scratch(rt, err);
   if (!r) r = sk__rt_setup_norms(rt, err);
   for (int o = 0; o < rt->g->nops && !r; o++) r = sk__rt_setup_op(rt, o, err);
+  if (!r) r = sk__rt_setup_shard_groups(rt, err);
   if (!r) sk__rt_setup_bwd_pack(rt);
   if (!r) r = sk__rt_setup_fusion(rt, err);
   if (!r) r = sk__rt_alloc_wire(rt, err);
@@ -687,6 +808,8 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
     return r;
   }
   sk__rt_last_steps(rt);
+  rt->peak_total = 0; /* peaks count from here: drawing the whole model is create's alone */
+  for (int k = 0; k < SK__RT_KINDS; k++) rt->peak[k] = rt->bytes[k], rt->peak_total += rt->bytes[k];
   *out = rt;
   return SK_OK;
 }
@@ -901,6 +1024,12 @@ static sk_result sk__rt_backward(sk_runtime *rt, int o, sk_error *err) {
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) ro->dx[k] = k < op->ninputs ? sk__rt_dx_target(rt, o, k) : NULL;
   sk_result r = sk_exec_backward(rt->desc.kernels, op, &ro->facts, ro->karg, out, ro->dx, err);
   if (!r) sk__rt_count_compute(rt, op, ro->karg, out, true);
+  const sk_parallel_op *po = &rt->plan->ops[o];
+  for (int k = 0; k < op->ninputs && !r; k++) /* a sharded parameter has no Mirror step: its scaling here */
+    if (ro->dx[k] && rt->shards[op->inputs[k]].data) {
+      double cs = po->plan.grad[k].scale == 0 ? 1 : po->plan.grad[k].scale;
+      sk__rt_scale(rt->cdt, ro->dx[k], sk__rt_count(&po->kernel_in[k]), po->mirror_scale[k] * cs / po->replication[k]);
+    }
   return r;
 }
 
@@ -972,6 +1101,106 @@ static sk_result sk__rt_mirror(sk_runtime *rt, const sk_parallel_step *s, sk_err
   return r ? sk__rt_comm_failed(rt, ro->mirror[k], r, err) : SK_OK;
 }
 
+/* ---- optimizer parallel: gathered slices of sharded parameters -------------------------------- */
+
+/* Points every view of tensor t's slice at `data` (a gathered slice, or NULL once released). */
+static void sk__rt_point(sk_runtime *rt, int t, void *data) {
+  rt->values[t] = data, rt->args[t].data = data;
+  for (int o = 0; o < rt->g->nops; o++)
+    for (int k = 0; k < rt->g->ops[o].ninputs; k++)
+      if (rt->g->ops[o].inputs[k] == t && !rt->plan->ops[o].moved[k]) rt->ops[o].karg[k].data = data;
+}
+
+static sk_result sk__rt_hold(sk_runtime *rt, int t, sk_error *err) {
+  void *v = sk__rt_alloc(rt, SK__RT_PARAMS, sk__rt_bytes(rt, t));
+  if (!v) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory gathering '%s'", rt->g->tensors[t].name);
+  sk__rt_point(rt, t, v);
+  rt->shards[t].held = true;
+  return SK_OK;
+}
+
+static void sk__rt_release(sk_runtime *rt, int t) {
+  if (!rt->shards[t].held) return;
+  sk__rt_counted_free(rt, rt->values[t]);
+  sk__rt_point(rt, t, NULL);
+  rt->shards[t].held = false;
+}
+
+static void sk__rt_release_all(sk_runtime *rt) {
+  for (int t = 0; t < rt->g->ntensors; t++) sk__rt_release(rt, t);
+}
+
+/* level3: one parameter, gathered where it is read. */
+static sk_result sk__rt_gather_one(sk_runtime *rt, int t, sk_error *err) {
+  sk__rt_shard *sh = &rt->shards[t];
+  sk_result r = sk__rt_hold(rt, t, err);
+  if (r) return r;
+  if ((r = sk_allgather(sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt)))
+    return sk__rt_comm_failed(rt, sh->gather, r, err);
+  sk__rt_count_comm(rt, SK_COLL_ALLGATHER, sh->gather, (uint64_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(rt->cdt));
+  return SK_OK;
+}
+
+/* level1 / level2: at the first gather of a step, every sharded parameter not held, fused under
+   comm_fusion's allgather setting (a scheduler per step: the gathered slices are new buffers). */
+static sk_result sk__rt_gather_all(sk_runtime *rt, sk_error *err) {
+  sk_fusion_desc fd = sk__rt_fusion_desc(rt);
+  sk_fusion *f = NULL;
+  rt->kind = SK__RT_COMM;
+  sk_result r = sk_fusion_create(&fd, &f, err);
+  int n = 0;
+  for (int t = 0; t < rt->g->ntensors && !r; t++) {
+    sk__rt_shard *sh = &rt->shards[t];
+    if (!sh->data || sh->held || (r = sk__rt_hold(rt, t, err))) continue;
+    rt->kind = SK__RT_COMM;
+    r = sk_fusion_add_allgather(f, sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt, sh->fusion,
+                                rt->g->tensors[t].name, NULL);
+    if (r) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(f));
+    n++;
+  }
+  rt->kind = SK__RT_COMM;
+  sk_result c = SK_OK;
+  bool launched = false;
+  for (int h = 0; h < n && !r && !c; h++) c = sk_fusion_ready(f, h), launched = true;
+  sk_result w = launched ? sk_fusion_wait(f) : SK_OK; /* even after a failed ready: nothing stays in flight */
+  if (!c) c = w;
+  if (!r && c) r = sk__fail(err, c, "%s", sk_fusion_error_message(f));
+  int nb = r ? 0 : sk_fusion_bucket_count(f);
+  for (int b = 0; b < nb; b++) {
+    sk_fusion_bucket_info bi;
+    if (!sk_fusion_get_bucket(f, b, &bi)) sk__rt_count_comm(rt, bi.kind, bi.comm, (uint64_t)bi.count * sk_comm_size(bi.comm) * sk_dtype_size(bi.dtype));
+  }
+  sk_fusion_destroy(f);
+  return r;
+}
+
+static sk_result sk__rt_param_gather(sk_runtime *rt, int t, sk_error *err) {
+  if (rt->shards[t].held) return SK_OK;
+  return rt->plan->desc.hsdp.level == SK_HSDP_LEVEL3 ? sk__rt_gather_one(rt, t, err) : sk__rt_gather_all(rt, err);
+}
+
+/* The summed gradient of a sharded parameter goes to the scheduler (launched now under overlap,
+   else at the update); the backward is done with the gathered slice. */
+static sk_result sk__rt_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
+  if (!rt->written[t]) memset(rt->grads[t], 0, sk__rt_bytes(rt, t)), rt->written[t] = true;
+  sk__rt_release(rt, t);
+  if (!rt->overlap) return SK_OK;
+  sk_result r = sk_fusion_ready(rt->fusion, rt->shards[t].rs_handle);
+  return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion)) : SK_OK;
+}
+
+/* After the ReduceScatters: a partially sharded parameter's Mirror over the rest of its replicas. */
+static sk_result sk__rt_shard_mirrors(sk_runtime *rt, sk_error *err) {
+  for (int t = 0; t < rt->g->ntensors; t++) {
+    sk__rt_shard *sh = &rt->shards[t];
+    if (!sh->mirror || !sh->grad) continue;
+    sk_result r = sk_allreduce(sh->mirror, sh->grad, sh->grad, (size_t)sh->count, rt->cdt, SK_SUM);
+    if (r) return sk__rt_comm_failed(rt, sh->mirror, r, err);
+    sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, sh->mirror, (uint64_t)sh->count * sk_dtype_size(rt->cdt));
+  }
+  return SK_OK;
+}
+
 static sk_result sk__rt_move_back(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
   sk__rt_op *ro = &rt->ops[s->op];
   int k = s->slot, t = rt->g->ops[s->op].inputs[k];
@@ -1005,10 +1234,12 @@ static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
   int i = 0;
   for (int t = 0; t < g->ntensors; t++) {
     if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
-    int64_t n = sk_parallel_slice_count(rt->plan, t);
+    const sk__rt_shard *sh = &rt->shards[t]; /* a sharded parameter's local slice is its shard */
+    int64_t n = sh->data ? sh->count : sk_parallel_slice_count(rt->plan, t);
+    const void *gr = sh->data ? sh->grad : rt->grads[t];
     double sq = 0;
-    for (int64_t j = 0; j < n; j++) {
-      double v = rt->cdt == SK_F64 ? ((const double *)rt->grads[t])[j] : ((const float *)rt->grads[t])[j];
+    for (int64_t j = 0; j < n && gr; j++) {
+      double v = rt->cdt == SK_F64 ? ((const double *)gr)[j] : ((const float *)gr)[j];
       sq += v * v;
     }
     all += sq, rt->norms[i++] = sqrt(sq);
@@ -1061,16 +1292,20 @@ static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
 
 static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
   sk_result r = sk__rt_mirrors_done(rt, err);
+  if (!r) r = sk__rt_shard_mirrors(rt, err);
+  sk__rt_release_all(rt); /* a parameter no gradient reached may still be gathered */
   for (int t = 0; t < rt->g->ntensors && !r; t++) /* no gradient reached it: zero */
-    if (rt->g->tensors[t].role == SK_TENSOR_PARAM && !rt->written[t])
-      memset(rt->grads[t], 0, (size_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(rt->cdt));
+    if (rt->g->tensors[t].role == SK_TENSOR_PARAM && !rt->written[t] && rt->grads[t])
+      memset(rt->grads[t], 0, sk__rt_bytes(rt, t));
   if (!r && rt->nnorms) r = sk__rt_local_norms(rt, err);
   for (int t = 0; t < rt->g->ntensors && !r; t++) {
     if (rt->g->tensors[t].role != SK_TENSOR_PARAM) continue;
-    int64_t n = sk_parallel_slice_count(rt->plan, t);
-    r = sk_optim_update(&rt->optim, rt->cdt, rt->step + 1, (size_t)n, rt->values[t], rt->grads[t], rt->state0[t],
-                        rt->state1[t], err);
-    sk__rt_store(rt, rt->values[t], n);
+    const sk__rt_shard *sh = &rt->shards[t];
+    int64_t n = sh->data ? sh->count : sk_parallel_slice_count(rt->plan, t);
+    void *v = sh->data ? sh->data : rt->values[t], *gr = sh->data ? sh->grad : rt->grads[t];
+    if (!gr) continue; /* a sharded parameter without a gradient: SGD would see none either */
+    r = sk_optim_update(&rt->optim, rt->cdt, rt->step + 1, (size_t)n, v, gr, rt->state0[t], rt->state1[t], err);
+    sk__rt_store(rt, v, n);
   }
   return r;
 }
@@ -1096,6 +1331,9 @@ static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error
     case SK_PSTEP_BACKWARD_COMM: r = sk__rt_backward_comm(rt, s, err); break;
     case SK_PSTEP_MIRROR: r = sk__rt_mirror(rt, s, err); break;
     case SK_PSTEP_MOVE_BACK: r = sk__rt_move_back(rt, s, err); break;
+    case SK_PSTEP_PARAM_GATHER: r = sk__rt_param_gather(rt, t, err); break;
+    case SK_PSTEP_PARAM_RELEASE: sk__rt_release(rt, t); break;
+    case SK_PSTEP_GRAD_REDUCE_SCATTER: r = sk__rt_grad_reduce_scatter(rt, t, err); break;
     default: r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "unknown step kind %d", (int)s->kind); break;
   }
   if (!r) sk__rt_finish_inputs(rt, s->op, i);
@@ -1119,8 +1357,10 @@ static sk_result sk__rt_named(const sk_runtime *rt, int i, sk_result r, sk_error
   return r;
 }
 
+/* The forward pass ends at the first backward step (a level3 release belongs to it). */
 static bool sk__rt_is_forward(sk_parallel_step_kind k) {
-  return k == SK_PSTEP_MOVE || k == SK_PSTEP_FORWARD || k == SK_PSTEP_FORWARD_COMM;
+  return k == SK_PSTEP_MOVE || k == SK_PSTEP_FORWARD || k == SK_PSTEP_FORWARD_COMM || k == SK_PSTEP_PARAM_GATHER ||
+         k == SK_PSTEP_PARAM_RELEASE;
 }
 
 SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
@@ -1151,13 +1391,20 @@ SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *
   if (!rt || !full || t < 0 || t >= rt->g->ntensors)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: NULL runtime or buffer, or tensor %d", t);
   const sk_layout *l = &rt->plan->tensors[t].layout;
+  const sk__rt_shard *sh = &rt->shards[t];
+  int64_t n = sk_parallel_slice_count(rt->plan, t);
   sk_redist_desc rd;
   memset(&rd, 0, sizeof rd);
   rd.from = *l, rd.dtype = sk__rt_dtype(rt, t), rd.allocator = rt->counted;
   sk_result r = sk_layout_init(&rd.to, &l->mesh, l->ndims, l->shape, NULL, err);
   rt->kind = SK__RT_COMM;
-  if (!r) r = sk_redist(rt->comm, &rd, rt->values[t], (size_t)sk_parallel_slice_count(rt->plan, t), full,
-                        (size_t)sk_graph_numel(rt->g, t), err);
+  void *slice = sh->data ? sk__rt_counted_alloc(rt, sk__rt_bytes(rt, t), 64) : rt->values[t]; /* a shard: gathered first */
+  if (!r && !slice) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: gather: out of memory");
+  if (!r && sh->data && (r = sk_allgather(sh->gather, sh->data, slice, (size_t)sh->count, rt->cdt)))
+    r = sk__rt_comm_failed(rt, sh->gather, r, err);
+  rt->kind = SK__RT_COMM;
+  if (!r) r = sk_redist(rt->comm, &rd, slice, (size_t)n, full, (size_t)sk_graph_numel(rt->g, t), err);
+  if (sh->data) sk__rt_counted_free(rt, slice);
   return r;
 }
 
@@ -1184,6 +1431,7 @@ SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *
   sk_result r = SK_OK;
   for (int i = 0; i < rt->plan->nsteps && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++)
     r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, true, err), err);
+  sk__rt_release_all(rt); /* no backward follows */
   if (r) return r;
   int64_t nl = sk_graph_numel(g, g->logits), ny = sk_graph_numel(g, g->labels);
   int64_t c = g->tensors[g->logits].shape[g->tensors[g->logits].ndims - 1];
@@ -1205,6 +1453,9 @@ SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *m) {
   m->parameters = rt->bytes[SK__RT_PARAMS], m->gradients = rt->bytes[SK__RT_GRADS];
   m->optimizer_state = rt->bytes[SK__RT_STATE], m->activations = rt->bytes[SK__RT_ACTS];
   m->communication = rt->bytes[SK__RT_COMM];
+  m->peak_parameters = rt->peak[SK__RT_PARAMS], m->peak_gradients = rt->peak[SK__RT_GRADS];
+  m->peak_optimizer_state = rt->peak[SK__RT_STATE], m->peak_activations = rt->peak[SK__RT_ACTS];
+  m->peak_communication = rt->peak[SK__RT_COMM], m->peak = rt->peak_total;
 }
 
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt) { return rt ? rt->step : 0; }
