@@ -64,7 +64,7 @@ static void usage(FILE *f, const char *argv0) {
           "          [--gradients-mean] [--no-loss-repeated-mean] [--no-gradient-fp32-sync] [--fp32-communication]\n"
           "          [--local-norm print|dump:FILE] [--device-local-norm] [--fusion [KIND=]none|auto|size:MB|index:I,J,...]\n"
           "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
-          "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]]\n"
+          "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]] [--grad-accumulation-step M]\n"
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -83,7 +83,9 @@ static void usage(FILE *f, const char *argv0) {
           "  --dataset-strategy S how inputs are cut: data_parallel (default), full_batch, or one strategy\n"
           "                       per input as MindSpore's tuple, e.g. \"((2,1),(2,))\" (repeat axis on the left),\n"
           "                       or one MindSpore layout per input: '(Layout((2,4),(\"dp\",\"mp\"))(\"dp\",\"None\"), ...)'\n"
-          "  --mode M             parallel_mode: semi_auto (the search modes are not built yet)\n"
+          "  --mode M             parallel_mode: semi_auto (the search modes are not built yet)\n",
+          prog_name(argv0));
+  fprintf(f,
           "  --gradients-mean     enable_gradients_mean: each gradient AllReduce divides by its group size\n"
           "  --no-loss-repeated-mean  disable_loss_repeated_mean: a repeated loss's gradient is not divided\n"
           "  --no-gradient-fp32-sync  disable_gradient_fp32_sync: f16/bf16 gradients AllReduce in 16 bits\n"
@@ -97,9 +99,11 @@ static void usage(FILE *f, const char *argv0) {
           "  --transformer-opt F  MindSpore's parallel_speed_up.json: the overlap options shardkit honours\n"
           "  --hsdp [S][,KB][,L]  optimizer parallel: shard_size (-1: the replica group), threshold in KB,\n"
           "                       level1|level2|level3 (defaults -1, 64, level1)\n"
+          "  --grad-accumulation-step M  each step is a micro-step: the optimizer runs on every M-th with\n"
+          "                       the gradients' mean over the M (level2 keeps that sum sharded)\n"
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
-          prog_name(argv0), MNIST_DEFAULT_DIR, argv0);
+          MNIST_DEFAULT_DIR, argv0);
 }
 
 static int bad_usage(const char *argv0, const char *msg, const char *arg) {
@@ -201,6 +205,7 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   else if (!strcmp(a, "--epochs")) o->epochs = (int)strtol(v, &end, 10), *epochs = true;
   else if (!strcmp(a, "--seed")) o->seed = strtoull(v, &end, 10);
   else if (!strcmp(a, "--dump-program")) o->dump_rank = (int)strtol(v, &end, 10);
+  else if (!strcmp(a, "--grad-accumulation-step")) o->pd.grad_accumulation_step = (int)strtol(v, &end, 10);
   else if (!strcmp(a, "--device-tflops")) o->device_tflops = strtod(v, &end);
   else if (!strcmp(a, "--optimizer")) o->optimizer = v;
   else if (!strcmp(a, "--dataset-strategy")) {
@@ -253,7 +258,8 @@ static int parse_options(int argc, char **argv, options *o) {
   }
   if (!o->net) return bad_usage(argv[0], "--net FILE.json is required", NULL);
   if (steps && epochs) return bad_usage(argv[0], "give --steps or --epochs, not both", NULL);
-  if (o->devices < 1 || o->devices > SK_MAX_DEVICES || o->steps < 0 || (steps && o->steps == 0) || o->epochs < 1)
+  if (o->devices < 1 || o->devices > SK_MAX_DEVICES || o->steps < 0 || (steps && o->steps == 0) || o->epochs < 1 ||
+      o->pd.grad_accumulation_step < 0)
     return bad_usage(argv[0], "counts must be positive (--devices at most 4096)", NULL);
   if (o->dump_rank >= o->devices) return bad_usage(argv[0], "--dump-program takes a rank below --devices", NULL);
   if ((o->link.gbps > 0) != (o->device_tflops > 0))
@@ -408,6 +414,7 @@ static sk_result run_reference(job *J, bool quiet, sk_error *e) {
   sk_train_desc d;
   memset(&d, 0, sizeof d);
   d.dtype = J->o->dtype, d.optim = J->optim, d.seed = J->o->seed, d.kernels = &BLAS;
+  d.grad_accumulation_step = J->o->pd.grad_accumulation_step;
   /* the factors the plan's knobs put on gradients (gradients_mean, loss_repeated_mean), so that
      --check compares like with like */
   double *scales = (double *)malloc(sizeof(double) * (size_t)(J->g->nops * SK_OP_MAX_INPUTS + 1));

@@ -125,6 +125,9 @@ typedef struct sk_parallel_desc {
      is sharded only when every operator reads it in its own layout; the threshold counts the
      graph's dtype. */
   sk_hsdp hsdp;
+  /* grad_accumulation_step: each runtime step is one micro-step; gradients (their mean) sum over
+     this many and the optimizer runs on the last (0 or 1: every step). */
+  int grad_accumulation_step;
 } sk_parallel_desc;
 
 typedef enum sk_parallel_step_kind {
@@ -634,6 +637,9 @@ static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
   if (d->save_param_strategy_file || d->load_param_strategy_file || d->save_operator_strategy_file ||
       d->load_operator_strategy_file)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: strategy files are read and written by sk_strategy_compile (sk_strategy.h)");
+  if (d->grad_accumulation_step < 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: grad_accumulation_step must be 1 or more, got %d",
+                    d->grad_accumulation_step);
   sk_result r = sk_hsdp_check(&d->hsdp, err);
   if (!r) r = sk__par_check_fusion(&d->comm_fusion.allreduce, "allreduce", true, err);
   if (!r) r = sk__par_check_fusion(&d->comm_fusion.allgather, "allgather", false, err);

@@ -206,6 +206,10 @@ struct sk_runtime {
   int ngroups, group_cap;
   sk_fusion *fusion;
   int nfused;         /* Mirrors registered with the scheduler: handles 0 .. nfused - 1 */
+  sk_fusion *rs_fusion; /* the sharded parameters' gradient ReduceScatters (handles 0 .. nrs - 1) */
+  int nrs;
+  int accum;          /* grad_accumulation_step (1: none) */
+  void **acc;         /* per parameter: its gradient accumulated over the micro-steps (NULL: none) */
   bool overlap;       /* transformer_opt.grad_computation_allreduce_overlap */
   sk_dtype wire;      /* forward AllReduce / ReduceScatter and BackwardComm on the wire */
   sk_dtype mirror_wire; /* the Mirrors on the wire */
@@ -339,6 +343,21 @@ static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
         (param && nstates > 1 && !rt->state1[t]))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for tensor '%s'", g->tensors[t].name);
     sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), rt->values[t]);
+  }
+  return SK_OK;
+}
+
+/* Gradient accumulation: a sum per parameter with a gradient (a level2 shard's size, else its
+   slice's). */
+static sk_result sk__rt_alloc_acc(sk_runtime *rt, sk_error *err) {
+  if (rt->accum == 1) return SK_OK;
+  for (int t = 0; t < rt->g->ntensors; t++) {
+    if (rt->g->tensors[t].role != SK_TENSOR_PARAM || !rt->grads[t]) continue;
+    const sk__rt_shard *sh = &rt->shards[t];
+    bool sharded_sum = sh->data && rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2;
+    size_t b = sharded_sum ? (size_t)sh->count * sk_dtype_size(rt->cdt) : sk__rt_bytes(rt, t);
+    if (!(rt->acc[t] = sk__rt_alloc(rt, SK__RT_GRADS, b)))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory accumulating '%s'", rt->g->tensors[t].name);
   }
   return SK_OK;
 }
@@ -529,19 +548,22 @@ static sk_result sk__rt_alloc_shadows(sk_runtime *rt, sk_error *err) {
 static sk_result sk__rt_add_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
   sk__rt_shard *sh = &rt->shards[t];
   rt->kind = SK__RT_COMM;
-  sk_result r = sk_fusion_add_reduce_scatter(rt->fusion, sh->gather, rt->grads[t], sh->grad, (size_t)sh->count, rt->cdt,
-                                             SK_SUM, sh->fusion, rt->g->tensors[t].name, &sh->rs_handle);
-  if (r) return sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
-  rt->nfused++;
+  sk_result r = sk_fusion_add_reduce_scatter(rt->rs_fusion, sh->gather, rt->grads[t], sh->grad, (size_t)sh->count,
+                                             rt->cdt, SK_SUM, sh->fusion, rt->g->tensors[t].name, &sh->rs_handle);
+  if (r) return sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->rs_fusion));
+  rt->nrs++;
   return SK_OK;
 }
 
-/* The Mirrors sk__rt_fusable takes go to the fusion scheduler, registered in backward order
-   with the sharded parameters' ReduceScatters; the others run at their step. */
+/* The Mirrors sk__rt_fusable takes go to the fusion scheduler, registered in backward order;
+   the others run at their step. The sharded parameters' ReduceScatters have their own (under
+   gradient accumulation at level1 they do not run every step). */
 static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   sk_fusion_desc fd = sk__rt_fusion_desc(rt);
   rt->kind = SK__RT_COMM;
   sk_result r = sk_fusion_create(&fd, &rt->fusion, err);
+  rt->kind = SK__RT_COMM;
+  if (!r) r = sk_fusion_create(&fd, &rt->rs_fusion, err);
   if (!r) r = sk__rt_alloc_shadows(rt, err);
   for (int i = 0; i < rt->plan->nsteps && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
@@ -562,6 +584,9 @@ static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   }
   rt->kind = SK__RT_COMM;
   if (!r && (r = sk_fusion_plan(rt->fusion))) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
+  rt->kind = SK__RT_COMM;
+  if (!r && (r = sk_fusion_plan(rt->rs_fusion)))
+    r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->rs_fusion));
   return r;
 }
 
@@ -737,8 +762,9 @@ static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
   rt->args = (sk_exec_arg *)calloc(n, sizeof(sk_exec_arg));
   rt->ops = (sk__rt_op *)calloc((size_t)rt->g->nops + 1, sizeof(sk__rt_op));
   rt->shards = (sk__rt_shard *)calloc(n, sizeof(sk__rt_shard));
+  rt->acc = (void **)calloc(n, sizeof(void *));
   if (!rt->values || !rt->grads || !rt->state0 || !rt->state1 || !rt->written || !rt->readers || !rt->args || !rt->ops ||
-      !rt->shards)
+      !rt->shards || !rt->acc)
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
   for (int o = 0; o < rt->g->nops; o++)
     for (int k = 0; k < rt->g->ops[o].ninputs; k++) rt->readers[rt->g->ops[o].inputs[k]]++;
@@ -747,7 +773,7 @@ static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
 
 SK_API void sk_runtime_destroy(sk_runtime *rt) {
   if (!rt) return;
-  sk_fusion_destroy(rt->fusion);
+  sk_fusion_destroy(rt->fusion), sk_fusion_destroy(rt->rs_fusion);
   for (int o = 0; rt->ops && o < rt->g->nops; o++) {
     sk__rt_op *ro = &rt->ops[o];
     for (int k = 0; k < SK_OP_MAX_INPUTS; k++) {
@@ -765,13 +791,14 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
   for (int t = 0; rt->values && t < rt->g->ntensors; t++) {
     sk__rt_counted_free(rt, rt->values[t]), sk__rt_counted_free(rt, rt->grads[t]);
     sk__rt_counted_free(rt, rt->state0[t]), sk__rt_counted_free(rt, rt->state1[t]);
+    if (rt->acc) sk__rt_counted_free(rt, rt->acc[t]);
   }
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) sk__rt_counted_free(rt, rt->scratch[k]);
   sk__rt_counted_free(rt, rt->wire_buf), sk__rt_counted_free(rt, rt->shadows);
   sk__rt_counted_free(rt, rt->norms), sk__rt_counted_free(rt, rt->all_norms);
   if (rt->norm_file) fclose(rt->norm_file);
   free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
-  free(rt->args), free(rt->ops), free(rt->groups), free(rt->shards);
+  free(rt->args), free(rt->ops), free(rt->groups), free(rt->shards), free(rt->acc);
   free(rt);
 }
 
@@ -791,11 +818,13 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   sk__rt_setup_wire(rt);
   rt->counted.alloc = sk__rt_counted_alloc, rt->counted.free = sk__rt_counted_free, rt->counted.user = rt;
   if (!rt->desc.seed) rt->desc.seed = 1;
+  rt->accum = plan->desc.grad_accumulation_step > 1 ? plan->desc.grad_accumulation_step : 1;
   r = sk_optim_resolve(&desc->optim, &rt->optim, err);
   rt->optim.lr = (double)(float)rt->optim.lr; /* MindSpore holds learning_rate in a float32 Parameter */
   if (!r) r = sk__rt_alloc_arrays(rt, err);
   if (!r) r = sk__rt_alloc_tensors(rt, err);
   if (!r) r = sk__rt_alloc_scratch(rt, err);
+  if (!r) r = sk__rt_alloc_acc(rt, err);
   if (!r) r = sk__rt_setup_norms(rt, err);
   for (int o = 0; o < rt->g->nops && !r; o++) r = sk__rt_setup_op(rt, o, err);
   if (!r) r = sk__rt_setup_shard_groups(rt, err);
@@ -1101,6 +1130,19 @@ static sk_result sk__rt_mirror(sk_runtime *rt, const sk_parallel_step *s, sk_err
   return r ? sk__rt_comm_failed(rt, ro->mirror[k], r, err) : SK_OK;
 }
 
+/* Each bucket of a scheduler counted as the one call it is, by its buffer as nccl-tests sizes
+   it (an AllGather's output, a ReduceScatter's input). */
+static void sk__rt_count_buckets(sk_runtime *rt, sk_fusion *f) {
+  int nb = sk_fusion_bucket_count(f);
+  for (int b = 0; b < nb && rt->counting; b++) {
+    sk_fusion_bucket_info bi;
+    memset(&bi, 0, sizeof bi);
+    if (sk_fusion_get_bucket(f, b, &bi)) continue;
+    uint64_t n = (uint64_t)bi.count * (bi.kind == SK_COLL_ALLREDUCE ? 1u : (uint64_t)sk_comm_size(bi.comm));
+    sk__rt_count_comm(rt, bi.kind, bi.comm, n * sk_dtype_size(bi.dtype));
+  }
+}
+
 /* ---- optimizer parallel: gathered slices of sharded parameters -------------------------------- */
 
 /* Points every view of tensor t's slice at `data` (a gathered slice, or NULL once released). */
@@ -1165,11 +1207,7 @@ static sk_result sk__rt_gather_all(sk_runtime *rt, sk_error *err) {
   sk_result w = launched ? sk_fusion_wait(f) : SK_OK; /* even after a failed ready: nothing stays in flight */
   if (!c) c = w;
   if (!r && c) r = sk__fail(err, c, "%s", sk_fusion_error_message(f));
-  int nb = r ? 0 : sk_fusion_bucket_count(f);
-  for (int b = 0; b < nb; b++) {
-    sk_fusion_bucket_info bi;
-    if (!sk_fusion_get_bucket(f, b, &bi)) sk__rt_count_comm(rt, bi.kind, bi.comm, (uint64_t)bi.count * sk_comm_size(bi.comm) * sk_dtype_size(bi.dtype));
-  }
+  if (!r) sk__rt_count_buckets(rt, f);
   sk_fusion_destroy(f);
   return r;
 }
@@ -1181,12 +1219,27 @@ static sk_result sk__rt_param_gather(sk_runtime *rt, int t, sk_error *err) {
 
 /* The summed gradient of a sharded parameter goes to the scheduler (launched now under overlap,
    else at the update); the backward is done with the gathered slice. */
+/* Gradient accumulation: the optimizer runs on the last of every grad_accumulation_step steps. */
+static bool sk__rt_last_micro(const sk_runtime *rt) { return (rt->step + 1) % rt->accum == 0; }
+
+/* Sharded gradients are ReduceScattered every step at level2 (they accumulate sharded), else
+   on the last micro-step (they accumulate whole, as MindSpore's grad_accumulation_shard False). */
+static bool sk__rt_scatter_now(const sk_runtime *rt) {
+  return rt->accum == 1 || rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2 || sk__rt_last_micro(rt);
+}
+
 static sk_result sk__rt_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
   if (!rt->written[t]) memset(rt->grads[t], 0, sk__rt_bytes(rt, t)), rt->written[t] = true;
   sk__rt_release(rt, t);
+  int64_t n = sk_parallel_slice_count(rt->plan, t);
+  if (!sk__rt_scatter_now(rt)) return sk__rt_add(rt->cdt, rt->acc[t], rt->grads[t], n), SK_OK;
+  if (rt->acc[t] && rt->plan->desc.hsdp.level != SK_HSDP_LEVEL2) { /* the whole accumulated gradient */
+    sk__rt_add(rt->cdt, rt->grads[t], rt->acc[t], n);
+    memset(rt->acc[t], 0, sk__rt_bytes(rt, t));
+  }
   if (!rt->overlap) return SK_OK;
-  sk_result r = sk_fusion_ready(rt->fusion, rt->shards[t].rs_handle);
-  return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion)) : SK_OK;
+  sk_result r = sk_fusion_ready(rt->rs_fusion, rt->shards[t].rs_handle);
+  return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion)) : SK_OK;
 }
 
 /* After the ReduceScatters: a partially sharded parameter's Mirror over the rest of its replicas. */
@@ -1281,22 +1334,52 @@ static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
         int t = rt->g->ops[o].inputs[k];
         sk__rt_from_wire(rt->mirror_wire, rt->ops[o].shadow[k], rt->grads[t], sk_parallel_slice_count(rt->plan, t));
       }
-  int nb = sk_fusion_bucket_count(rt->fusion);
-  for (int b = 0; b < nb && rt->counting; b++) {
-    sk_fusion_bucket_info bi;
-    memset(&bi, 0, sizeof bi);
-    if (!sk_fusion_get_bucket(rt->fusion, b, &bi)) sk__rt_count_comm(rt, bi.kind, bi.comm, (uint64_t)bi.count * sk_dtype_size(bi.dtype));
-  }
+  sk__rt_count_buckets(rt, rt->fusion);
   return SK_OK;
+}
+
+/* Completes the sharded parameters' ReduceScatters (launched now unless they overlapped). */
+static sk_result sk__rt_reduce_scatters_done(sk_runtime *rt, sk_error *err) {
+  if (!rt->nrs) return SK_OK;
+  sk_result r = SK_OK;
+  for (int h = 0; h < rt->nrs && !rt->overlap && !r; h++) r = sk_fusion_ready(rt->rs_fusion, h);
+  sk_result w = sk_fusion_wait(rt->rs_fusion);
+  r = r ? r : w;
+  if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion));
+  sk__rt_count_buckets(rt, rt->rs_fusion);
+  return SK_OK;
+}
+
+/* Gradient accumulation after a micro-step's reductions: each parameter's gradient (a level2
+   shard's, or the whole slice's; level1 / level3 shards accumulated before their ReduceScatter)
+   is added to its sum, which on the last micro-step becomes the gradient the optimizer sees. */
+static void sk__rt_accumulate(sk_runtime *rt, bool last) {
+  for (int t = 0; t < rt->g->ntensors; t++) {
+    const sk__rt_shard *sh = &rt->shards[t];
+    if (!rt->acc[t] || (sh->data && rt->plan->desc.hsdp.level != SK_HSDP_LEVEL2)) continue;
+    void *gr = sh->data ? sh->grad : rt->grads[t];
+    int64_t n = sh->data ? sh->count : sk_parallel_slice_count(rt->plan, t);
+    if (!last) {
+      sk__rt_add(rt->cdt, rt->acc[t], gr, n);
+      continue;
+    }
+    sk__rt_add(rt->cdt, gr, rt->acc[t], n);
+    memset(rt->acc[t], 0, (size_t)n * sk_dtype_size(rt->cdt));
+  }
 }
 
 static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
   sk_result r = sk__rt_mirrors_done(rt, err);
-  if (!r) r = sk__rt_shard_mirrors(rt, err);
+  if (!r && sk__rt_scatter_now(rt)) r = sk__rt_reduce_scatters_done(rt, err);
   sk__rt_release_all(rt); /* a parameter no gradient reached may still be gathered */
   for (int t = 0; t < rt->g->ntensors && !r; t++) /* no gradient reached it: zero */
     if (rt->g->tensors[t].role == SK_TENSOR_PARAM && !rt->written[t] && rt->grads[t])
       memset(rt->grads[t], 0, sk__rt_bytes(rt, t));
+  if (!r && rt->accum > 1) {
+    sk__rt_accumulate(rt, sk__rt_last_micro(rt));
+    if (!sk__rt_last_micro(rt)) return SK_OK;
+  }
+  if (!r) r = sk__rt_shard_mirrors(rt, err);
   if (!r && rt->nnorms) r = sk__rt_local_norms(rt, err);
   for (int t = 0; t < rt->g->ntensors && !r; t++) {
     if (rt->g->tensors[t].role != SK_TENSOR_PARAM) continue;
@@ -1304,7 +1387,7 @@ static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
     int64_t n = sh->data ? sh->count : sk_parallel_slice_count(rt->plan, t);
     void *v = sh->data ? sh->data : rt->values[t], *gr = sh->data ? sh->grad : rt->grads[t];
     if (!gr) continue; /* a sharded parameter without a gradient: SGD would see none either */
-    r = sk_optim_update(&rt->optim, rt->cdt, rt->step + 1, (size_t)n, v, gr, rt->state0[t], rt->state1[t], err);
+    r = sk_optim_update(&rt->optim, rt->cdt, (rt->step + 1) / rt->accum, (size_t)n, v, gr, rt->state0[t], rt->state1[t], err);
     sk__rt_store(rt, v, n);
   }
   return r;
@@ -1374,7 +1457,7 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool));
   /* d loss / d loss = 1 on every device, times the plan's seed (no_loss_repeated_mean) */
   int64_t nl = sk_parallel_slice_count(rt->plan, lt);
-  double seed = rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1;
+  double seed = (rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1) / rt->accum; /* the mean over micro-steps */
   for (int64_t j = 0; j < nl; j++)
     if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = seed;
     else ((float *)rt->grads[lt])[j] = (float)seed;

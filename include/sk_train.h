@@ -60,6 +60,9 @@ typedef struct sk_train_desc {
      sk_parallel_grad_scales' values the trainer trains like a plan whose knobs rescale
      gradients (gradients_mean, no_loss_repeated_mean). */
   const double *grad_scales;
+  /* sk_trainer_step as a micro-step: the gradients' mean over this many steps, the optimizer on
+     the last (0 or 1: every step), as sk_parallel_desc.grad_accumulation_step. */
+  int grad_accumulation_step;
 } sk_train_desc;
 
 typedef struct sk_trainer sk_trainer;
@@ -108,6 +111,8 @@ struct sk_trainer {
   void *scratch[SK_OP_MAX_INPUTS]; /* a second gradient of a tensor read twice */
   double *grad_scales;             /* desc.grad_scales copied, or NULL */
   sk_exec_arg *args;               /* per tensor, the view sk_exec takes */
+  int accum;                       /* desc.grad_accumulation_step, at least 1 */
+  void **acc;                      /* per parameter: its gradient summed over the micro-steps */
 };
 
 
@@ -141,10 +146,11 @@ static sk_result sk__tr_alloc_all(sk_trainer *t, sk_error *err) {
   t->state0 = (void **)calloc(n, sizeof(void *)), t->state1 = (void **)calloc(n, sizeof(void *));
   t->needs_grad = (bool *)calloc(n, sizeof(bool)), t->written = (bool *)calloc(n, sizeof(bool));
   t->args = (sk_exec_arg *)calloc(n, sizeof(sk_exec_arg));
+  t->acc = (void **)calloc(n, sizeof(void *));
   size_t nscales = (size_t)g->nops * SK_OP_MAX_INPUTS;
   if (t->desc.grad_scales && (t->grad_scales = (double *)malloc(nscales * sizeof(double) + 1)))
     memcpy(t->grad_scales, t->desc.grad_scales, nscales * sizeof(double));
-  if (!t->values || !t->grads || !t->state0 || !t->state1 || !t->needs_grad || !t->written || !t->args ||
+  if (!t->values || !t->grads || !t->state0 || !t->state1 || !t->needs_grad || !t->written || !t->args || !t->acc ||
       (t->desc.grad_scales && !t->grad_scales))
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "trainer: out of memory");
   sk_exec_grad_flow(t->g, t->needs_grad);
@@ -154,7 +160,8 @@ static sk_result sk__tr_alloc_all(sk_trainer *t, sk_error *err) {
     bool param = g->tensors[i].role == SK_TENSOR_PARAM;
     if (!(t->values[i] = sk__tr_alloc(t, b)) || (t->needs_grad[i] && !(t->grads[i] = sk__tr_alloc(t, b))) ||
         (param && nstates > 0 && !(t->state0[i] = sk__tr_alloc(t, b))) ||
-        (param && nstates > 1 && !(t->state1[i] = sk__tr_alloc(t, b))))
+        (param && nstates > 1 && !(t->state1[i] = sk__tr_alloc(t, b))) ||
+        (param && t->accum > 1 && t->needs_grad[i] && !(t->acc[i] = sk__tr_alloc(t, b))))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "trainer: out of memory for tensor '%s' (%zu bytes)",
                       g->tensors[i].name, b);
     if (t->needs_grad[i] && b > most) most = b;
@@ -176,6 +183,9 @@ static sk_result sk__tr_check_desc(const sk_train_desc *d, sk_error *err) {
                     sk_dtype_name(d->dtype));
   if ((!d->alloc.alloc) != (!d->alloc.free))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "trainer: set both allocator functions or neither");
+  if (d->grad_accumulation_step < 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "trainer: grad_accumulation_step must be 1 or more, got %d",
+                    d->grad_accumulation_step);
   return SK_OK;
 }
 
@@ -191,6 +201,7 @@ SK_API sk_result sk_trainer_create(const sk_graph *g, const sk_train_desc *desc,
   if (!t) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "trainer: out of memory");
   t->g = g, t->desc = *desc, t->store = desc->dtype;
   t->cdt = desc->dtype == SK_F64 ? SK_F64 : SK_F32;
+  t->accum = desc->grad_accumulation_step > 1 ? desc->grad_accumulation_step : 1;
   if (!t->desc.seed) t->desc.seed = 1;
   if ((r = sk_optim_resolve(&desc->optim, &t->optim, err))) return free(t), r;
   t->optim.lr = (double)(float)t->optim.lr;
@@ -209,10 +220,11 @@ SK_API void sk_trainer_destroy(sk_trainer *t) {
   for (int i = 0; t->values && i < t->g->ntensors; i++) {
     sk__tr_free(t, t->values[i]), sk__tr_free(t, t->grads ? t->grads[i] : NULL);
     sk__tr_free(t, t->state0 ? t->state0[i] : NULL), sk__tr_free(t, t->state1 ? t->state1[i] : NULL);
+    sk__tr_free(t, t->acc ? t->acc[i] : NULL);
   }
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) sk__tr_free(t, t->scratch[k]);
   free(t->values), free(t->grads), free(t->state0), free(t->state1), free(t->needs_grad), free(t->written);
-  free(t->args), free(t->grad_scales), free(t);
+  free(t->args), free(t->grad_scales), free(t->acc), free(t);
 }
 
 /* Converts n values from src (dtype sdt) into dst (dtype ddt): floats to floats, integers to
@@ -330,8 +342,8 @@ SK_API sk_result sk_trainer_backward(sk_trainer *t, sk_error *err) {
   const sk_graph *g = t->g;
   memset(t->written, 0, sizeof(bool) * (size_t)g->ntensors);
   if (!t->needs_grad[g->loss]) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "trainer: no parameter reaches the loss");
-  if (t->cdt == SK_F64) *(double *)t->grads[g->loss] = 1.0;
-  else *(float *)t->grads[g->loss] = 1.0f;
+  if (t->cdt == SK_F64) *(double *)t->grads[g->loss] = 1.0 / t->accum; /* the mean over micro-steps */
+  else *(float *)t->grads[g->loss] = (float)(1.0 / t->accum);
   t->written[g->loss] = true;
   for (int o = g->nops - 1; o >= 0; o--) {
     sk_result r = sk__tr_backward_op(t, o, err);
@@ -342,24 +354,45 @@ SK_API sk_result sk_trainer_backward(sk_trainer *t, sk_error *err) {
   return SK_OK;
 }
 
-SK_API sk_result sk_trainer_update(sk_trainer *t, sk_error *err) {
-  if (!t) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "trainer: NULL trainer");
+/* The optimizer's update number `number` on every parameter. */
+static sk_result sk__tr_apply(sk_trainer *t, int64_t number, sk_error *err) {
   for (int i = 0; i < t->g->ntensors; i++) {
     if (t->g->tensors[i].role != SK_TENSOR_PARAM) continue;
     int64_t n = sk_graph_numel(t->g, i);
-    sk_result r = sk_optim_update(&t->optim, t->cdt, t->step + 1, (size_t)n, t->values[i], t->grads[i], t->state0[i],
+    sk_result r = sk_optim_update(&t->optim, t->cdt, number, (size_t)n, t->values[i], t->grads[i], t->state0[i],
                                   t->state1[i], err);
     if (r) return r;
     sk__tr_store(t, t->values[i], n);
   }
-  t->step++;
   return SK_OK;
+}
+
+SK_API sk_result sk_trainer_update(sk_trainer *t, sk_error *err) {
+  if (!t) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "trainer: NULL trainer");
+  sk_result r = sk__tr_apply(t, t->step + 1, err);
+  if (!r) t->step++;
+  return r;
+}
+
+/* A micro-step under gradient accumulation: the gradients join their sums; on the last of
+   t->accum steps the sums are the gradients the optimizer sees. */
+static sk_result sk__tr_micro_update(sk_trainer *t, sk_error *err) {
+  bool last = (t->step + 1) % t->accum == 0;
+  for (int i = 0; i < t->g->ntensors; i++) {
+    if (!t->acc[i]) continue;
+    int64_t n = sk_graph_numel(t->g, i);
+    if (!last) sk__tr_accumulate(t->cdt, t->acc[i], t->grads[i], n);
+    else sk__tr_accumulate(t->cdt, t->grads[i], t->acc[i], n), memset(t->acc[i], 0, sk__tr_bytes(t, i));
+  }
+  sk_result r = last ? sk__tr_apply(t, (t->step + 1) / t->accum, err) : SK_OK;
+  if (!r) t->step++;
+  return r;
 }
 
 SK_API sk_result sk_trainer_step(sk_trainer *t, double *loss, sk_error *err) {
   sk_result r = sk_trainer_forward(t, loss, err);
   if (!r) r = sk_trainer_backward(t, err);
-  if (!r) r = sk_trainer_update(t, err);
+  if (!r) r = t->accum > 1 ? sk__tr_micro_update(t, err) : sk_trainer_update(t, err);
   return r;
 }
 
