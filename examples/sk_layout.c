@@ -1,17 +1,21 @@
 /* sk-layout: explains a MindSpore-style layout -- which slice of a tensor every rank holds, and
    which ranks hold identical copies -- and, with --to, the redistribution plan between two
-   layouts (sk_redist.h), optionally executed on the threads backend and checked.
+   layouts (sk_redist.h), optionally executed on the threads backend and checked; with --hsdp,
+   whether optimizer parallel shards a parameter of that layout and which rows a rank keeps
+   (sk_opt_shard.h).
 
      sk-layout --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)"
      sk-layout --devices 8 --strategy 4,1 --shape 16,512 --repeat left --groups
      sk-layout --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --plan
      sk-layout --mesh a=2,b=4 --shape 16,512 --map None,None --partial b --to b,None --exec
+     sk-layout --mesh a=2,b=4 --shape 784,512 --map b,None --hsdp -1,64 --rank 4 --json
 
    Exit status: 0 for a valid query (and --exec found every element right), 1 if --exec found a
    wrong element or writing the output fails, 2 (and one line "sk-layout: error: ..." on stderr)
    for bad input. */
 #define SK_IMPL
 #include "sk_layout.h"
+#include "sk_opt_shard.h"
 #include "sk_comm.h"
 #include "sk_threads.h"
 #include "sk_redist.h"
@@ -30,6 +34,8 @@ static const char usage[] =
     "Usage: sk-layout --mesh NAME=SIZE,... --shape L0,L1,... [--map TEXT | --ms-map TEXT] [output]\n"
     "       sk-layout --layout 'Layout(DEVICE_MATRIX, ALIAS_NAME)(MAP...)' --shape SHAPE [output]\n"
     "       sk-layout --devices N --strategy S0,S1,... --shape L0,L1,... [--repeat right|left] [output]\n"
+    "       sk-layout --mesh ... --shape ... --map|--ms-map ... --hsdp SHARD_SIZE,THRESHOLD_KB\n"
+    "                 [--dtype T] [--rank R] [--json]\n"
     "       sk-layout --op NAME --shapes SHAPES [--shard STRATEGY] --devices N [--rank R]\n"
     "                 [--attr NAME=VALUE ...] [--params LIST] [--json]\n"
     "\n"
@@ -69,6 +75,20 @@ static const char usage[] =
     "                     every element: prints ok, or the first wrong element (exit 1)\n"
     ;
 
+/* A third string for the same reason. */
+static const char usage_hsdp[] =
+    "optimizer parallel (sk_opt_shard.h; the layout above is the parameter's):\n"
+    "  --hsdp SIZE,KB[,LEVEL]  MindSpore's hsdp(shard_size, threshold, optimizer_level), e.g. -1,64 or\n"
+    "                     2,0,level2 (each part optional: -1, 64, level1); explains whether the\n"
+    "                     parameter is sharded, rank R's AllGather and Mirror groups, the optimizer\n"
+    "                     slice shape and the rows of dim 0 rank R keeps\n"
+    "  --dtype NAME       the parameter's element type, for the threshold: f32 (default), f16, bf16,\n"
+    "                     f64, ... (float, half, bfloat16, double too)\n"
+    "  --rank R           whose group and rows to explain (default 0)\n"
+    "  --json             one JSON object; its opt_shard member holds size (0: not sharded), group\n"
+    "                     (the AllGather group), slice_shape, rows ([start, stop) of dim 0), sharded,\n"
+    "                     replicas, index, mirror_group, why\n";
+
 /* Two strings: ISO C guarantees string literals of 4095 characters only. */
 static const char usage_op[] =
     "operator (sk_ops.h rules):\n"
@@ -101,6 +121,7 @@ static const char usage_op[] =
     "  sk-layout --op MatMul --shapes \"((32,512),(1024,512))\" --shard \"((2,1),(4,1))\" --devices 8 \\\n"
     "            --attr transpose_b=True --json\n"
     "  sk-layout --op Add --shapes \"((1,48),(48,1))\" --shard \"((1,8),(4,1))\" --devices 32\n"
+    "  sk-layout --mesh a=2,b=4 --shape 784,512 --map b,None --hsdp -1,64 --rank 4 --json\n"
     "\n"
     "Exit status: 0 for a valid query; 2 (one line \"sk-layout: error: ...\" on stderr) for bad\n"
     "input, and for a strategy the operator's rules reject (with --json: {\"ok\": false, ...} on\n"
@@ -926,6 +947,92 @@ static _Noreturn void reject(int json, const char *msg) {
   exit(2);
 }
 
+/* ---- optimizer parallel (--hsdp): one parameter under MindSpore's hsdp --------------------- */
+
+/* What --hsdp explains, gathered once so that the text and the JSON say the same. */
+typedef struct hsdp_report {
+  const sk_layout *l;
+  sk_hsdp h;
+  sk_dtype dt;
+  int rank;
+  sk_opt_shard os;
+  sk_slice mp;                  /* rank's model-parallel slice */
+  int *gather, ngather;         /* the AllGather group; none when not sharded */
+  int *mirror, nmirror;         /* the Mirror group; none when it would be the rank alone */
+  int *replicas, nreplicas;     /* the replica group */
+} hsdp_report;
+
+/* "[0, 4]"; "[]" for no rank. */
+static void format_ranks(const int *ranks, int n, char *buf, size_t cap) {
+  buf[0] = '\0';
+  append(buf, cap, "[");
+  for (int i = 0; i < n; i++) append(buf, cap, "%s%d", i ? ", " : "", ranks[i]);
+  append(buf, cap, "]");
+}
+
+static int64_t param_bytes(const sk_layout *l, sk_dtype dt) {
+  int64_t bytes = (int64_t)sk_dtype_size(dt);
+  for (int d = 0; d < l->ndims; d++) bytes *= l->shape[d];
+  return bytes;
+}
+
+static void print_hsdp_json(const hsdp_report *r) {
+  static char text[GROUP_TEXT_MAX];
+  int64_t mp_shape[SK_MAX_DIMS];
+  sk_layout_slice_shape(r->l, mp_shape);
+  printf("{\"dev_matrix\": [");
+  for (int k = 0; k < r->l->mesh.naxes; k++) printf("%s%d", k ? ", " : "", r->l->mesh.dims[k]);
+  format_dims(r->l->shape, r->l->ndims, text, sizeof text);
+  printf("], \"shape\": %s", text);
+  format_tensor_map(r->l, text, sizeof text);
+  printf(", \"tensor_map\": %s, \"dtype\": \"%s\", \"bytes\": %lld, \"rank\": %d", text, sk_dtype_name(r->dt),
+         (long long)param_bytes(r->l, r->dt), r->rank);
+  printf(", \"hsdp\": {\"shard_size\": %d, \"threshold_kb\": %lld, \"optimizer_level\": \"%s\"}", r->h.shard_size,
+         (long long)r->h.threshold_kb, sk_hsdp_level_name(r->h.level));
+  format_dims(mp_shape, r->l->ndims, text, sizeof text);
+  printf(", \"slice_shape\": %s", text);
+  format_ranks(r->replicas, r->nreplicas, text, sizeof text);
+  printf(", \"replica_group\": %s", text);
+  /* the promised members first: size, group, slice_shape, rows */
+  format_ranks(r->gather, r->ngather, text, sizeof text);
+  printf(", \"opt_shard\": {\"size\": %d, \"group\": %s", r->os.size, text);
+  format_dims(r->os.slice_shape, r->os.ndims, text, sizeof text);
+  printf(", \"slice_shape\": %s, \"rows\": [%lld, %lld]", text, (long long)r->os.rows_start, (long long)r->os.rows_stop);
+  printf(", \"sharded\": %s, \"replicas\": %d, \"index\": %d", r->os.size ? "true" : "false", r->os.replicas, r->os.index);
+  format_ranks(r->mirror, r->nmirror, text, sizeof text);
+  printf(", \"mirror_group\": %s, \"why\": ", text);
+  json_string(r->os.why);
+  printf("}}\n");
+}
+
+static void print_hsdp_text(const hsdp_report *r, const char *name) {
+  static char text[GROUP_TEXT_MAX];
+  char mesh[512];
+  int64_t mp_shape[SK_MAX_DIMS];
+  sk_layout_slice_shape(r->l, mp_shape);
+  sk_mesh_format(&r->l->mesh, mesh, sizeof mesh);
+  format_dims(r->l->shape, r->l->ndims, text, sizeof text);
+  printf("%s %s %s (%lld bytes) on %d devices (%s); rank %d\n", name, text, sk_dtype_name(r->dt),
+         (long long)param_bytes(r->l, r->dt), r->l->mesh.size, mesh, r->rank);
+  printf("hsdp         shard_size %d, threshold %lld KB, %s\n", r->h.shard_size, (long long)r->h.threshold_kb,
+         sk_hsdp_level_name(r->h.level));
+  format_dims(mp_shape, r->l->ndims, text, sizeof text);
+  printf("model slice  %s, rows [%lld, %lld)", text, (long long)r->mp.start[0], (long long)r->mp.stop[0]);
+  format_ranks(r->replicas, r->nreplicas, text, sizeof text);
+  printf(", %d replica%s %s\n", r->nreplicas, r->nreplicas == 1 ? "" : "s", text);
+  if (!r->os.size) {
+    printf("opt shard    none: %s\n", r->os.why);
+  } else {
+    format_dims(r->os.slice_shape, r->os.ndims, text, sizeof text);
+    printf("opt shard    %d ways: keeps %s, rows [%lld, %lld) (chunk %d)\n", r->os.size, text,
+           (long long)r->os.rows_start, (long long)r->os.rows_stop, r->os.index);
+    format_ranks(r->gather, r->ngather, text, sizeof text);
+    printf("allgather    %s (forward AllGather, backward ReduceScatter)\n", text);
+  }
+  format_ranks(r->mirror, r->nmirror, text, sizeof text);
+  printf("mirror       %s\n", r->nmirror ? text : "none (nothing left to sum)");
+}
+
 /* ---- command line ------------------------------------------------------------------------------ */
 
 #define MAX_ATTRS 32
@@ -934,6 +1041,7 @@ typedef struct options {
   const char *mesh, *layout, *shape, *map, *ms_map, *devices, *strategy, *repeat, *name;
   const char *to, *partial, *alltoall, *dtype;
   const char *op, *shapes, *shard, *rank, *params;
+  const char *hsdp; /* --hsdp: its value, "" included (hsdp() with no arguments) */
   const char *attrs[MAX_ATTRS]; /* --attr may repeat */
   int nattrs;
   int tsv, groups, standard, plan, mindspore, exec, json;
@@ -960,11 +1068,12 @@ static void parse_args(int argc, char **argv, options *o) {
       {"--ms-map", &o->ms_map}, {"--devices", &o->devices}, {"--strategy", &o->strategy}, {"--repeat", &o->repeat},
       {"--name", &o->name}, {"--to", &o->to}, {"--partial", &o->partial}, {"--alltoall", &o->alltoall},
       {"--dtype", &o->dtype}, {"--op", &o->op}, {"--shapes", &o->shapes}, {"--shard", &o->shard},
-      {"--rank", &o->rank}, {"--params", &o->params}};
+      {"--rank", &o->rank}, {"--params", &o->params}, {"--hsdp", &o->hsdp}};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       fputs(usage, stdout);
+      fputs(usage_hsdp, stdout);
       fputs(usage_op, stdout);
       exit(0);
     }
@@ -1042,11 +1151,11 @@ static int op_main(const options *o) {
 }
 
 static void check_layout_flags(const options *o) {
-  const char *op_only[] = {o->shapes, o->shard, o->rank, o->params};
+  const char *op_only[] = {o->shapes, o->shard, o->hsdp ? NULL : o->rank, o->params};
   for (size_t k = 0; k < sizeof op_only / sizeof *op_only; k++)
-    if (op_only[k]) die("--shapes, --shard, --rank and --params go with --op");
+    if (op_only[k]) die("--shapes, --shard and --params go with --op, --rank with --op or --hsdp");
   if (o->nattrs) die("--attr goes with --op");
-  if (o->json) die("--json goes with --op");
+  if (o->json && !o->hsdp) die("--json goes with --op or --hsdp");
   if (o->tsv + o->groups + o->standard > 1) die("choose one of --tsv, --groups, --standard");
   if (o->to && (o->groups || o->standard)) die("--groups and --standard describe one layout; not with --to");
   if (!o->to) {
@@ -1054,7 +1163,7 @@ static void check_layout_flags(const options *o) {
     if (o->partial) die("--partial needs --to");
     if (o->mindspore) die("--mindspore needs --to");
     if (o->exec) die("--exec needs --to");
-    if (o->dtype) die("--dtype needs --to");
+    if (o->dtype && !o->hsdp) die("--dtype needs --to or --hsdp");
   }
   if (o->alltoall && !o->mindspore) die("--alltoall needs --mindspore");
   if (!o->shape) die("--shape is required (try --help)");
@@ -1126,13 +1235,51 @@ static void layout_from_flags(const options *o, sk_layout *l) {
   }
 }
 
+/* --hsdp explains one parameter: the layout flags plus --dtype, --rank, --json and --name; the
+   other outputs describe something else, so they are refused rather than ignored. */
+static void check_hsdp_flags(const options *o) {
+  if (!o->shape || (!o->mesh && !o->layout && !o->strategy))
+    die("--hsdp needs the parameter's layout: --shape and --mesh (with --map or --ms-map), --layout or --strategy");
+  if (o->to || o->partial || o->mindspore || o->alltoall || o->plan || o->exec)
+    die("--hsdp explains one layout; not with --to or the redistribution flags");
+  if (o->tsv || o->groups || o->standard) die("--hsdp prints its own explanation; not with --tsv, --groups or --standard");
+}
+
+/* --hsdp: whether optimizer parallel shards the parameter laid out by `l`, and rank R's part. */
+static int hsdp_main(const options *o, const sk_layout *l) {
+  static int gather[SK_MAX_DEVICES], mirror[SK_MAX_DEVICES], replicas[SK_MAX_DEVICES];
+  hsdp_report r;
+  sk_error e;
+  memset(&r, 0, sizeof r);
+  r.l = l, r.dt = SK_F32, r.gather = gather, r.mirror = mirror, r.replicas = replicas;
+  check(sk_hsdp_parse(o->hsdp, &r.h, &e), &e);
+  if (o->dtype && !sk_dtype_from_name(o->dtype, &r.dt))
+    die("--dtype: unknown type '%s' (f32, f16, bf16, f64, i8, u8, i32, i64, or float, half, bfloat16, double, ...)",
+        o->dtype);
+  r.rank = o->rank ? parse_int_flag("--rank", o->rank, 0, l->mesh.size - 1) : 0;
+  check(sk_opt_shard_of(l, r.dt, &r.h, r.rank, &r.os, &e), &e);
+  check(sk_opt_shard_groups(l, r.dt, &r.h, r.rank, gather, &r.ngather, mirror, &r.nmirror, SK_MAX_DEVICES, &e), &e);
+  check(sk_layout_replica_group(l, r.rank, replicas, SK_MAX_DEVICES, &r.nreplicas, &e), &e);
+  check(sk_layout_slice(l, r.rank, &r.mp, &e), &e);
+  /* a Mirror over the rank alone sums nothing: MindSpore inserts none */
+  if (r.nmirror == 1) r.nmirror = 0;
+  if (o->json)
+    print_hsdp_json(&r);
+  else
+    print_hsdp_text(&r, o->name ? o->name : "parameter");
+  return finish_output();
+}
+
 int main(int argc, char **argv) {
   options o;
   parse_args(argc, argv, &o);
+  if (o.op && o.hsdp) die("--hsdp explains a parameter's layout (--mesh, --layout or --strategy); not with --op");
   if (o.op) return op_main(&o);
+  if (o.hsdp) check_hsdp_flags(&o);
   check_layout_flags(&o);
   sk_layout l;
   layout_from_flags(&o, &l);
+  if (o.hsdp) return hsdp_main(&o, &l);
   if (o.to) return redistribution(&l, o.to, o.partial, o.mindspore, o.alltoall, o.dtype, o.plan, o.tsv, o.exec);
   if (o.tsv)
     print_tsv(&l);

@@ -422,4 +422,41 @@ expect_err "--plan without --to" "--plan needs --to" --mesh dp=8 --shape 16,784 
 expect_err "--exec without --to" "--exec needs --to" --mesh dp=8 --shape 16,784 --map dp,None --exec
 expect_err "--to with --groups" "not with --to" --mesh dp=8 --shape 16,784 --map dp,None --to None,dp --groups
 
+# ---- optimizer parallel: --hsdp (sk_opt_shard.h) -------------------------------------------------
+# MindSpore's fc1_weight [784,512] f32 under MatMul ((2,4),(4,1)) on 8: dim 0 by the axis of 4, so
+# each [196,512] slice has 2 replicas, r and r + 4; 1.53 MB is over 64 KB: each keeps [98,512],
+# rank 0 rows [0,98), rank 4 [98,196); fully sharded, so no Mirror
+FC1="--mesh a=2,b=4 --shape 784,512 --map b,None --hsdp -1,64"
+expect_json "hsdp fc1 rank 0" '{"dev_matrix": [2, 4], "shape": [784, 512], "tensor_map": [0, -1], "dtype": "f32", "bytes": 1605632, "rank": 0, "hsdp": {"shard_size": -1, "threshold_kb": 64, "optimizer_level": "level1"}, "slice_shape": [196, 512], "replica_group": [0, 4], "opt_shard": {"size": 2, "group": [0, 4], "slice_shape": [98, 512], "rows": [0, 98], "sharded": true, "replicas": 2, "index": 0, "mirror_group": [], "why": ""}}' $FC1
+expect_json "hsdp fc1 rank 4" '{"dev_matrix": [2, 4], "shape": [784, 512], "tensor_map": [0, -1], "dtype": "f32", "bytes": 1605632, "rank": 4, "hsdp": {"shard_size": -1, "threshold_kb": 64, "optimizer_level": "level1"}, "slice_shape": [196, 512], "replica_group": [0, 4], "opt_shard": {"size": 2, "group": [0, 4], "slice_shape": [98, 512], "rows": [98, 196], "sharded": true, "replicas": 2, "index": 1, "mirror_group": [], "why": ""}}' $FC1 --rank 4
+# the same layout through --ms-map and a level: the level does not change the explanation
+"$BIN" --mesh a=2,b=4 --shape 784,512 --ms-map "(0,-1)" --hsdp -1,64,level3 --rank 4 --json >"$tmp/out" 2>&1
+grep -qF '"opt_shard": {"size": 2, "group": [0, 4], "slice_shape": [98, 512], "rows": [98, 196],' "$tmp/out" &&
+  grep -qF '"optimizer_level": "level3"' "$tmp/out" && ok || bad "hsdp via --ms-map, level3: $(cat "$tmp/out")"
+expect_out "hsdp fc1 rank 4: text" "fc1 [784, 512] f32 (1605632 bytes) on 8 devices (a=2,b=4); rank 4
+hsdp         shard_size -1, threshold 64 KB, level1
+model slice  [196, 512], rows [0, 196), 2 replicas [0, 4]
+opt shard    2 ways: keeps [98, 512], rows [98, 196) (chunk 1)
+allgather    [0, 4] (forward AllGather, backward ReduceScatter)
+mirror       none (nothing left to sum)" $FC1 --rank 4 --name fc1
+# not sharded: the bias [512] in f16 is 1 KB, under 64 KB: size 0, no group, the model slice
+expect_json "hsdp under the threshold" '{"dev_matrix": [2, 4], "shape": [512], "tensor_map": [-1], "dtype": "f16", "bytes": 1024, "rank": 3, "hsdp": {"shard_size": -1, "threshold_kb": 64, "optimizer_level": "level1"}, "slice_shape": [512], "replica_group": [0, 1, 2, 3, 4, 5, 6, 7], "opt_shard": {"size": 0, "group": [], "slice_shape": [512], "rows": [0, 512], "sharded": false, "replicas": 8, "index": 0, "mirror_group": [0, 1, 2, 3, 4, 5, 6, 7], "why": "smaller than the threshold"}}' --mesh a=2,b=4 --shape 512 --hsdp "" --dtype f16 --rank 3
+# a layout using every device: a replica group of one, size 0 whatever the threshold
+"$BIN" --mesh a=2,b=4 --shape 784,512 --map a,b --hsdp -1,0 --rank 5 --json >"$tmp/out" 2>&1
+grep -qF '"opt_shard": {"size": 0, "group": [], "slice_shape": [392, 128], "rows": [392, 784], "sharded": false, "replicas": 1,' "$tmp/out" &&
+  grep -qF '"mirror_group": [], "why": "no replicas: the layout uses every device"}}' "$tmp/out" && ok || bad "hsdp, replica group of one: $(cat "$tmp/out")"
+# shard_size 2 of a replica group of 4 on 32: consecutive gather pairs, a Mirror over the rest
+"$BIN" --mesh a=4,b=8 --shape 64,8 --map None,b --hsdp 2,0 --rank 16 --json >"$tmp/out" 2>&1
+grep -qF '"opt_shard": {"size": 2, "group": [16, 24], "slice_shape": [32, 1], "rows": [0, 32], "sharded": true, "replicas": 4, "index": 0, "mirror_group": [0, 16], "why": ""}}' "$tmp/out" &&
+  ok || bad "hsdp shard_size 2 of 4: $(cat "$tmp/out")"
+# bad input
+expect_err "hsdp: bad shard_size" "hsdp: shard_size must be -1 or a positive integer, got 0" --mesh a=2,b=4 --shape 784,512 --map b,None --hsdp 0
+expect_err "hsdp: not a number" "hsdp: shard_size 'x' is not an integer" --mesh a=2,b=4 --shape 784,512 --hsdp x,64 --json
+expect_err "hsdp: bad level" "got 'level9'" --mesh a=2,b=4 --shape 784,512 --hsdp 2,64,level9
+expect_err "hsdp without a layout" "--hsdp needs the parameter's layout" --hsdp 2,64 --json
+expect_err "hsdp: rank outside the mesh" "--rank 8; allowed 0..7" $FC1 --rank 8
+expect_err "hsdp with --to" "not with --to" $FC1 --to None,b
+expect_err "hsdp with --op" "not with --op" $MM --devices 8 --hsdp 2,64
+expect_err "--json without --op or --hsdp" "--json goes with --op or --hsdp" --mesh a=2,b=4 --shape 784,512 --json
+
 summary tools
