@@ -137,6 +137,7 @@ SK_EXTERN_C_BEGIN
    row-major index over the unused axes alone; it orders a base group's members ascending. */
 typedef struct sk__rd_shape {
   const sk_layout *l;
+  int naxes;      /* l->mesh.naxes, bounded by SK_MAX_AXES for the analyzer's sake */
   uint32_t used;  /* mesh axes the layout uses */
   int K;          /* optimizer-shard size, 1 = none */
   int S;          /* base group length: product of the unused axes */
@@ -166,12 +167,13 @@ static SK__UNUSED bool sk__rd_layout_ok(const sk_layout *l) {
 static SK__UNUSED sk__rd_shape sk__rd_shape_of(const sk_layout *l, int opt_shard_size) {
   sk__rd_shape s;
   s.l = l;
+  s.naxes = l->mesh.naxes < 0 ? 0 : l->mesh.naxes > SK_MAX_AXES ? SK_MAX_AXES : l->mesh.naxes;
   s.used = 0;
   for (int d = 0; d < l->ndims; d++)
     for (int j = 0; j < l->map[d].naxes; j++) s.used |= 1u << l->map[d].axes[j];
   s.K = opt_shard_size > 1 ? opt_shard_size : 1;
   s.S = s.G = 1;
-  for (int k = 0; k < l->mesh.naxes; k++) {
+  for (int k = 0; k < s.naxes; k++) {
     if (s.used & (1u << k))
       s.G *= l->mesh.dims[k];
     else
@@ -184,16 +186,16 @@ static SK__UNUSED sk__rd_shape sk__rd_shape_of(const sk_layout *l, int opt_shard
 /* Position p's coordinates and its unused index. */
 static SK__UNUSED int sk__rd_coords(const sk__rd_shape *s, int p, int *c) {
   const sk_mesh *m = &s->l->mesh;
-  for (int k = m->naxes - 1; k >= 0; k--) c[k] = p % m->dims[k], p /= m->dims[k];
+  for (int k = s->naxes - 1; k >= 0; k--) c[k] = p % m->dims[k], p /= m->dims[k];
   int u = 0;
-  for (int k = 0; k < m->naxes; k++)
+  for (int k = 0; k < s->naxes; k++)
     if (!(s->used & (1u << k))) u = u * m->dims[k] + c[k];
   return u;
 }
 
-static SK__UNUSED int sk__rd_pos(const sk_mesh *m, const int *c) {
+static SK__UNUSED int sk__rd_pos(const sk__rd_shape *s, const int *c) {
   int p = 0;
-  for (int k = 0; k < m->naxes; k++) p = p * m->dims[k] + c[k];
+  for (int k = 0; k < s->naxes; k++) p = p * s->l->mesh.dims[k] + c[k];
   return p;
 }
 
@@ -204,16 +206,16 @@ static SK__UNUSED int sk__rd_member(const sk__rd_shape *s, int p, int k) {
   int c[SK_MAX_AXES];
   int u = sk__rd_coords(s, p, c);
   int idx = u % s->K + k * s->K;
-  for (int a = m->naxes - 1; a >= 0; a--)
+  for (int a = s->naxes - 1; a >= 0; a--)
     if (!(s->used & (1u << a))) c[a] = idx % m->dims[a], idx /= m->dims[a];
-  return sk__rd_pos(m, c);
+  return sk__rd_pos(s, c);
 }
 
 /* Whether positions p and q share a group: the same used coordinates and the same part. */
 static SK__UNUSED bool sk__rd_same(const sk__rd_shape *s, int p, int q) {
   int cp[SK_MAX_AXES], cq[SK_MAX_AXES];
   int up = sk__rd_coords(s, p, cp), uq = sk__rd_coords(s, q, cq);
-  for (int k = 0; k < s->l->mesh.naxes; k++)
+  for (int k = 0; k < s->naxes; k++)
     if ((s->used & (1u << k)) && cp[k] != cq[k]) return false;
   return up % s->K == uq % s->K;
 }
@@ -228,17 +230,18 @@ SK_API int sk_redundancy_initial_rank(const sk_layout *first, int rank) {
    which is MindSpore's key order. Its members walk the unused axes row-major (ascending). */
 static SK__UNUSED void sk__rd_emit(const sk__rd_shape *s, int initial_rank, int *ranks) {
   const sk_mesh *m = &s->l->mesh;
+  const int na = s->naxes < 0 ? 0 : s->naxes < SK_MAX_AXES ? s->naxes : SK_MAX_AXES; /* the analyzer loses the bound */
   int c[SK_MAX_AXES], out = 0;
   for (int g = 0; g < s->G; g++) {
     int x = g;
-    for (int a = 0; a < m->naxes; a++)
+    for (int a = 0; a < na; a++)
       if (s->used & (1u << a)) c[a] = x % m->dims[a], x /= m->dims[a];
     for (int part = 0; part < s->K; part++) /* g[part::K]: unused index part, part+K, ... */
       for (int idx0 = part; idx0 < s->S; idx0 += s->K) {
         int idx = idx0;
-        for (int a = m->naxes - 1; a >= 0; a--)
+        for (int a = na - 1; a >= 0; a--)
           if (!(s->used & (1u << a))) c[a] = idx % m->dims[a], idx /= m->dims[a];
-        ranks[out++] = initial_rank + sk__rd_pos(m, c);
+        ranks[out++] = initial_rank + sk__rd_pos(s, c);
       }
   }
 }
@@ -459,7 +462,7 @@ static SK__UNUSED sk_result sk__rd_check_bcast(const sk_bcast_param *bp, int siz
   if (!sk_dtype_valid(bp->dtype))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: parameter '%s': unsupported dtype %d", fn, bp->name,
                     (int)bp->dtype);
-  int64_t shape[SK_MAX_DIMS];
+  int64_t shape[SK_MAX_DIMS] = {0};
   sk_layout_slice_shape(&bp->layout, shape);
   uint64_t want = 1;
   for (int d = 0; d < bp->layout.ndims; d++) want *= (uint64_t)shape[d];

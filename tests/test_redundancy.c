@@ -73,6 +73,7 @@ static int brute_groups(const sk_layout *l, int k, int init, int *out, int *gsiz
       int t = order[j];
       order[j] = order[j - 1], order[j - 1] = t;
     }
+  if (nkeys == 0) return *gsize = 0;
   int K = k > 1 ? k : 1, S = P / nkeys, ng = 0, w = 0;
   if (S % K) return *gsize = 0;
   for (int i = 0; i < nkeys; i++) {
