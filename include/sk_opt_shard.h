@@ -11,9 +11,9 @@
      Optimizer parallel cuts dim 0 of that slice further over S of them:
        S = shard_size when shard_size is positive and at most |G|, else |G| (shard_size -1, or
        larger than the group: clamped).
-     The parameter stays whole (size 0) when |G| is 1, when S does not divide |G|, when dim 0 of
-     the model-parallel slice does not divide by S, or when the whole parameter is smaller than
-     threshold_kb KB (its dtype's bytes; 0 shards every one).
+     The parameter stays whole (size 0) when it is a scalar, when |G| is 1, when S does not
+     divide |G|, when dim 0 of the model-parallel slice does not divide by S, or when the whole
+     parameter is smaller than threshold_kb KB (its dtype's bytes; 0 shards every one).
      The rank at position i of G belongs to the AllGather group G[i/S*S .. i/S*S+S) (the
      innermost S factors of the replicas; the outer replicas keep copies) and keeps chunk i % S
      of the slice's dim 0. When S < |G| the gradient is still summed over the rest of G: the
@@ -117,7 +117,7 @@ SK_API sk_result sk_hsdp_check(const sk_hsdp *h, sk_error *err) {
 static bool sk__hsdp_int(const char *s, const char *end, long long *v) {
   char buf[32];
   size_t n = (size_t)(end - s);
-  if (n == 0 || n >= sizeof buf) return false;
+  if (n == 0 || n >= sizeof buf || !(*s == '-' || (*s >= '0' && *s <= '9'))) return false; /* no sign or blank first */
   memcpy(buf, s, n), buf[n] = 0;
   char *stop = NULL;
   *v = strtoll(buf, &stop, 10);
@@ -127,6 +127,9 @@ static bool sk__hsdp_int(const char *s, const char *end, long long *v) {
 SK_API sk_result sk_hsdp_parse(const char *text, sk_hsdp *out, sk_error *err) {
   if (!text || !out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "hsdp: NULL argument");
   sk_hsdp h = SK_HSDP_DEFAULTS;
+  int commas = 0;
+  for (const char *c = text; *c; c++) commas += *c == ',';
+  if (commas > 2) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "hsdp: '%s': at most three parts (SHARD_SIZE,THRESHOLD_KB,LEVEL)", text);
   const char *at = text;
   for (int part = 0; part < 3; part++) {
     const char *end = strchr(at, ',');
@@ -148,7 +151,6 @@ SK_API sk_result sk_hsdp_parse(const char *text, sk_hsdp *out, sk_error *err) {
       h.threshold_kb = v;
     }
     if (!*end) break;
-    if (part == 2) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "hsdp: '%s': at most three parts (SHARD_SIZE,THRESHOLD_KB,LEVEL)", text);
     at = end + 1;
   }
   sk_result r = sk_hsdp_check(&h, err);
@@ -156,9 +158,14 @@ SK_API sk_result sk_hsdp_parse(const char *text, sk_hsdp *out, sk_error *err) {
   return r;
 }
 
-/* The replica group of `rank` (ascending) and rank's position in it. */
+/* The replica group of `rank` (ascending) and rank's position in it; a scalar (no dims: whole
+   on every device, as the compiler lays scalars out) is replicated on the whole mesh. */
 static sk_result sk__opt_replicas(const sk_layout *l, int rank, int *ranks, int *n, int *pos, sk_error *err) {
-  sk_result r = sk_layout_replica_group(l, rank, ranks, SK_MAX_DEVICES, n, err);
+  sk_result r = SK_OK;
+  if (l->ndims == 0)
+    for (*n = 0; *n < l->mesh.size; (*n)++) ranks[*n] = *n;
+  else
+    r = sk_layout_replica_group(l, rank, ranks, SK_MAX_DEVICES, n, err);
   if (r) return r;
   *pos = 0;
   while (*pos < *n && ranks[*pos] != rank) (*pos)++;
@@ -175,7 +182,7 @@ static int sk__opt_size(const sk_layout *l, sk_dtype dt, const sk_hsdp *h, int r
   *why = "";
   if (!h->enabled) *why = "optimizer parallel is off";
   else if (l->ndims == 0) *why = "a scalar has no dim 0";
-  else if (bytes < h->threshold_kb * 1024) *why = "smaller than the threshold";
+  else if (h->threshold_kb > INT64_MAX / 1024 || bytes < h->threshold_kb * 1024) *why = "smaller than the threshold";
   else if (replicas == 1) *why = "no replicas: the layout uses every device";
   else if (replicas % s) *why = "shard_size does not divide the replica group";
   else if (rows[0] % s) *why = "dim 0 of the slice does not divide by the shard count";
@@ -196,7 +203,8 @@ SK_API sk_result sk_opt_shard_of(const sk_layout *l, sk_dtype dt, const sk_hsdp 
   free(ranks);
   if (r) return r;
   sk_slice s;
-  if ((r = sk_layout_slice(l, rank, &s, err))) return r;
+  memset(&s, 0, sizeof s);
+  if (l->ndims > 0 && (r = sk_layout_slice(l, rank, &s, err))) return r;
   out->size = sk__opt_size(l, dt, h, out->replicas, &out->why);
   out->ndims = l->ndims;
   sk_layout_slice_shape(l, out->slice_shape);

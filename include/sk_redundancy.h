@@ -77,8 +77,9 @@ typedef struct sk_redundancy_param {
 } sk_redundancy_param;
 
 /* A parameter for sk_parameter_broadcast: the same three fields, and this device's slice of it
-   (count elements of dtype, count == the layout's slice element count; data may be NULL only
-   when count is 0). */
+   (count elements of dtype, count == the layout's slice element count, divided by
+   opt_shard_size when that is above 1: the device holds its optimizer shard; data may be NULL
+   only when count is 0). */
 typedef struct sk_bcast_param {
   const char *name;
   sk_layout layout;
@@ -466,6 +467,7 @@ static SK__UNUSED sk_result sk__rd_check_bcast(const sk_bcast_param *bp, int siz
   sk_layout_slice_shape(&bp->layout, shape);
   uint64_t want = 1;
   for (int d = 0; d < bp->layout.ndims; d++) want *= (uint64_t)shape[d];
+  if (bp->opt_shard_size > 1) want /= (uint64_t)bp->opt_shard_size; /* a device holds its optimizer shard */
   if ((uint64_t)bp->count != want)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: parameter '%s': count %zu is not its slice's %llu elements",
                     fn, bp->name, bp->count, (unsigned long long)want);

@@ -66,6 +66,7 @@
 #include "sk_optim.h"
 #include "sk_parallel.h"
 #include "sk_redist.h"
+#include "sk_redundancy.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -78,6 +79,8 @@ typedef struct sk_runtime_desc {
   sk_allocator alloc;           /* zero: the C library */
   double device_flops;          /* the modelled device's FLOP/s: each operator reports its FLOPs' time to
                                    the world's virtual clock (sk_comm_compute); 0: nothing reported */
+  bool seed_by_rank;            /* device r draws its initial model from seed + r: replicas start
+                                   apart, as before MindSpore's parameter_broadcast */
 } sk_runtime_desc;
 
 /* Bytes a device holds, by kind: now, and the most since create returned (peak_*: per kind;
@@ -124,6 +127,11 @@ SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *
    run's dtype (floats) or the graph's (integers). */
 SK_API sk_result sk_runtime_gather(sk_runtime *rt, int tensor, void *full, sk_error *err);
 SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *mem);
+/* MindSpore's parameter_broadcast(net, layout, cur_rank, initial_rank) on every parameter
+   (collective; sk_redundancy.h): each replica takes its redundancy group owner's values (a
+   sharded parameter: per shard). cur_rank -1: this device's rank (plus initial_rank);
+   initial_rank -1: MindSpore's default. */
+SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, int initial_rank, sk_error *err);
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt);
 SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *stats);
 
@@ -720,7 +728,8 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
     if (g->tensors[t].role == SK_TENSOR_PARAM &&
         !(full[t] = sk__rt_alloc(rt, SK__RT_PARAMS, (size_t)sk_graph_numel(g, t) * sk_dtype_size(rt->cdt))))
       r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing '%s'", g->tensors[t].name);
-  if (!r) r = sk_graph_init_params(g, rt->desc.seed, rt->cdt, full, err);
+  uint64_t seed = rt->desc.seed + (rt->desc.seed_by_rank ? (uint64_t)rt->rank : 0);
+  if (!r) r = sk_graph_init_params(g, seed, rt->cdt, full, err);
   for (int t = 0; t < g->ntensors && !r; t++)
     if (g->tensors[t].role == SK_TENSOR_PARAM) r = sk__rt_keep_slice(rt, t, full[t], err);
   for (int t = 0; full && t < g->ntensors; t++) sk__rt_counted_free(rt, full[t]);
@@ -1542,6 +1551,27 @@ SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *m) {
 }
 
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt) { return rt ? rt->step : 0; }
+
+SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, int initial_rank, sk_error *err) {
+  if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter_broadcast: NULL runtime");
+  const sk_graph *g = rt->g;
+  sk_bcast_param *ps = (sk_bcast_param *)calloc((size_t)g->ntensors + 1, sizeof *ps);
+  int n = 0;
+  for (int t = 0; ps && t < g->ntensors; t++) {
+    if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    const sk__rt_shard *sh = &rt->shards[t];
+    sk_bcast_param *p = &ps[n++];
+    p->name = g->tensors[t].name, p->layout = rt->plan->tensors[t].layout;
+    p->opt_shard_size = rt->plan->tensors[t].opt_size, p->dtype = rt->cdt;
+    p->data = sh->data ? sh->data : rt->values[t];
+    p->count = (size_t)(sh->data ? sh->count : sk_parallel_slice_count(rt->plan, t));
+  }
+  if (cur_rank < 0) cur_rank = rt->rank + (initial_rank > 0 ? initial_rank : 0);
+  sk_result r = ps ? sk_parameter_broadcast(rt->comm, n, ps, cur_rank, initial_rank, err)
+                   : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: parameter_broadcast: out of memory");
+  free(ps);
+  return r;
+}
 
 SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *st) {
   if (!st) return;

@@ -270,9 +270,8 @@ Test(opt_shard, whole_dim0_divides_the_tensor_but_not_the_slice) {
 }
 
 Test(opt_shard, whole_scalar) {
-  /* A layout has 1..8 dims (sk_layout_init refuses 0), so a scalar never reaches the rule: a
-     layout emptied of its dims is refused as not initialised, for the explanation and the
-     groups alike, rather than explained with made-up rows. */
+  /* The compiler lays a scalar parameter out with no dims, whole on every device: it stays
+     whole (no dim 0 to cut), its Mirror group the whole mesh. */
   static const int64_t shape[1] = {4};
   sk_layout l = layout_of("dp=4", "None", 1, shape);
   l.ndims = 0;
@@ -280,8 +279,14 @@ Test(opt_shard, whole_scalar) {
   sk_opt_shard os;
   sk_error e;
   int g[4], ng, mg[4], nm;
-  EXPECT_BAD(sk_opt_shard_of(&l, SK_F32, &h, 2, &os, &e), &e, "0 dims");
-  EXPECT_BAD(sk_opt_shard_groups(&l, SK_F32, &h, 2, g, &ng, mg, &nm, 4, &e), &e, "0 dims");
+  cr_assert_eq(sk_opt_shard_of(&l, SK_F32, &h, 2, &os, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(os.size, 0);
+  cr_assert_eq(os.replicas, 4);
+  cr_assert(strstr(os.why, "scalar"), "why: %s", os.why);
+  cr_assert_eq(sk_opt_shard_groups(&l, SK_F32, &h, 2, g, &ng, mg, &nm, 4, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(ng, 0);
+  cr_assert_eq(nm, 4);
+  cr_assert_eq(mg[3], 3);
 }
 
 /* ---- bad configurations and arguments --------------------------------------------------------- */
