@@ -392,6 +392,7 @@ static void bc_setup(bc_world *W) {
       sk_layout_slice_shape(&p->layout, s);
       p->count = 1;
       for (int d = 0; d < BC[j].ndims; d++) p->count *= (size_t)s[d];
+      if (BC[j].k > 1) p->count /= (size_t)BC[j].k; /* a device holds its optimizer shard */
       W->data[r][j] = (double *)calloc(p->count, sizeof(double));
       cr_assert_not_null(W->data[r][j]);
       p->data = W->data[r][j];
