@@ -651,6 +651,20 @@ static inline void run_knobs(run *R, net *n, int ndev, sk_dtype dt, sk_optim_des
   expect_all_ok(R, what);
 }
 
+/* After a world in which device R->fail_rank failed (attempt k of a sweep): nothing stays
+   allocated on any device, and every device that ran returned an error, none by the timeout. */
+static inline void expect_all_failed_clean(const run *R, long k, const char *what) {
+  cr_assert_neq(R->world_rc, SK_OK, "%s: k = %ld: the world went on", what, k);
+  for (int d = 0; d < R->ndev; d++) {
+    const dev_out *o = &R->dev[d];
+    cr_assert_eq(o->out_after, 0, "%s: k = %ld, device %d: %zu bytes outstanding", what, k, d, o->out_after);
+    cr_assert_eq(o->blocks_after, 0);
+    if (!o->ran) continue; /* it joined a world already down */
+    cr_assert_neq(o->rc, SK_OK, "%s: k = %ld: device %d went on after device %d failed", what, k, d, R->fail_rank);
+    cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "%s: k = %ld: device %d waited out the timeout: %s", what, k, d, o->msg);
+  }
+}
+
 /* Every allocation of create failing in turn on one device of R->ndev (call k on device
    k % ndev) until create needs fewer: that device returns SK_ERR_OUT_OF_MEMORY from create;
    create is collective, so the others fail in create or, where theirs completed, in the step
@@ -663,12 +677,11 @@ static inline long sweep_create_failures(run *R, const char *what) {
   for (; created_in_a_row < N; k++) {
     R->fail_rank = (int)(k % N), R->fail_at = k;
     run_world(R);
-    for (int d = 0; d < N; d++) {
-      cr_assert_eq(R->dev[d].out_after, 0, "%s: k = %ld, device %d: %zu bytes outstanding", what, k, d, R->dev[d].out_after);
-      cr_assert_eq(R->dev[d].blocks_after, 0);
-    }
     const dev_out *f = &R->dev[R->fail_rank];
     if (f->created) {
+      for (int d = 0; d < N; d++)
+        cr_assert(R->dev[d].out_after == 0 && R->dev[d].blocks_after == 0, "%s: k = %ld, device %d: %zu bytes outstanding",
+                  what, k, d, R->dev[d].out_after);
       created_in_a_row++;
       expect_all_ok(R, "after the sweep");
       continue;
@@ -677,14 +690,8 @@ static inline long sweep_create_failures(run *R, const char *what) {
     cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "%s: k = %ld, device %d: %s (%s)", what, k, R->fail_rank, sk_result_name(f->rc),
                  f->msg);
     cr_assert_str_eq(f->where, "create");
-    cr_assert_neq(R->world_rc, SK_OK);
-    for (int d = 0; d < N; d++) {
-      const dev_out *o = &R->dev[d];
-      if (!o->ran) continue; /* it joined a world already down */
-      cr_assert_neq(o->rc, SK_OK, "%s: k = %ld: device %d went on after device %d failed", what, k, d, R->fail_rank);
-      cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "%s: k = %ld: device %d waited out the timeout: %s", what, k, d, o->msg);
-      cr_assert_eq(o->steps, 0);
-    }
+    expect_all_failed_clean(R, k, what);
+    for (int d = 0; d < N; d++) cr_assert_eq(R->dev[d].steps, 0);
   }
   return k;
 }

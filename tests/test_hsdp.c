@@ -625,6 +625,14 @@ Test(hsdp, communication_partial_mirror, .timeout = RT_TIMEOUT) {
 
 /* ---- 5. faults ---------------------------------------------------------------------------------- */
 
+/* The MLP on 4 devices (w1 and w3 sharded) under hsdp level1 or level3, counted, no evaluation. */
+static void init_faults(run *R, net *n, bool level3, int nsteps) {
+  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, level3 ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
+  run_init_knobs(R, n, 4, SK_F64, adam(0.01), nsteps, &pd);
+  cr_assert_eq(sharded_params(&R->plan), 2);
+  R->counting = true, R->evaluate = false;
+}
+
 /* Every allocation of create failing in turn on one device of 4, hsdp level1 and level3 (shards,
    their groups, the fused ReduceScatters). */
 Test(hsdp, create_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
@@ -632,10 +640,7 @@ Test(hsdp, create_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
   static run R;
   build_mlp(&n, 4);
   for (int l = 0; l < 2; l++) {
-    sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, l ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
-    run_init_knobs(&R, &n, 4, SK_F64, adam(0.01), 1, &pd);
-    cr_assert_eq(sharded_params(&R.plan), 2);
-    R.counting = true, R.evaluate = false;
+    init_faults(&R, &n, l, 1);
     long k = sweep_create_failures(&R, l ? "hsdp level3 create" : "hsdp level1 create");
     cr_assert_gt(k, 40);
     cr_log_info("hsdp %s create on 4 devices: call k of device k %% 4 refused, k = 1..%ld", l ? "level3" : "level1", k - 5);
@@ -646,65 +651,41 @@ Test(hsdp, create_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
 
 /* Every allocation of the first step failing in turn on one device of 4 (the gathered slices,
    the per-step AllGather scheduler): that device's step returns SK_ERR_OUT_OF_MEMORY naming the
-   step; every other device fails too, none by the timeout; nothing leaks. Then a step that
-   allocates fewer than k runs clean. */
+   ParamGather; every other device fails too, none by the timeout; nothing leaks. The sweep ends
+   at the first k the step does not reach, which must run clean. Then the allocator failing
+   from the first feed (test_runtime.c's case) with hsdp on. */
 Test(hsdp, step_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
   static net n;
   static run R;
   build_mlp(&n, 4);
   for (int l = 0; l < 2; l++) {
-    sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, l ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
-    run_init_knobs(&R, &n, 4, SK_F64, adam(0.01), 2, &pd);
-    R.counting = true, R.evaluate = false, R.fail_phase = FAIL_IN_STEP;
+    const char *what = l ? "hsdp level3 step" : "hsdp level1 step";
+    init_faults(&R, &n, l, 2);
+    R.fail_phase = FAIL_IN_STEP;
     long k = 1;
     for (;; k++) {
       R.fail_rank = (int)(k % 4), R.fail_at = k;
       run_world(&R);
-      for (int d = 0; d < 4; d++) {
-        cr_assert_eq(R.dev[d].out_after, 0, "k = %ld, device %d: %zu bytes outstanding", k, d, R.dev[d].out_after);
-        cr_assert_eq(R.dev[d].blocks_after, 0);
-      }
       const dev_out *f = &R.dev[R.fail_rank];
       if (!f->cnt.refused) {
         expect_all_ok(&R, "a step allocating fewer");
         break;
       }
-      cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "k = %ld, device %d: %s in %s (%s)", k, R.fail_rank, sk_result_name(f->rc),
-                   f->where, f->msg);
+      cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "%s: k = %ld, device %d: %s in %s (%s)", what, k, R.fail_rank,
+                   sk_result_name(f->rc), f->where, f->msg);
       cr_assert_str_eq(f->where, "step", "k = %ld: %s", k, f->msg);
       cr_assert(strstr(f->msg, "ParamGather"), "k = %ld: '%s'", k, f->msg);
-      cr_assert_neq(R.world_rc, SK_OK);
-      for (int d = 0; d < 4; d++) {
-        const dev_out *o = &R.dev[d];
-        cr_assert(o->ran);
-        cr_assert_neq(o->rc, SK_OK, "k = %ld: device %d went on after device %d failed", k, d, R.fail_rank);
-        cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "k = %ld: device %d waited out the timeout: %s", k, d, o->msg);
-      }
+      expect_all_failed_clean(&R, k, what);
+      for (int d = 0; d < 4; d++) cr_assert(R.dev[d].ran, "k = %ld: device %d did not run", k, d);
     }
     cr_assert_gt(k, 1, "the step allocated nothing");
     cr_log_info("hsdp %s: the first step's %ld allocations each refused in turn", l ? "level3" : "level1", k - 1);
+    R.fail_phase = FAIL_FROM_FEED, R.fail_rank = 2;
+    run_world(&R);
+    cr_assert_eq(R.dev[2].rc, SK_ERR_OUT_OF_MEMORY, "%s (%s)", sk_result_name(R.dev[2].rc), R.dev[2].msg);
+    cr_assert_str_eq(R.dev[2].where, "feed");
+    expect_all_failed_clean(&R, 0, "from the first feed");
     run_free(&R);
   }
-  sk_graph_free(&n.g);
-}
-
-/* The allocator failing from the first feed on one device (test_runtime.c's case) with hsdp. */
-Test(hsdp, allocation_failure_from_feed, .timeout = RT_TIMEOUT) {
-  static net n;
-  static run R;
-  build_mlp(&n, 4);
-  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
-  run_init_knobs(&R, &n, 4, SK_F64, sgd(0.1), 2, &pd);
-  R.counting = true, R.fail_rank = 2, R.fail_phase = FAIL_FROM_FEED;
-  run_world(&R);
-  cr_assert_neq(R.world_rc, SK_OK);
-  cr_assert_eq(R.dev[2].rc, SK_ERR_OUT_OF_MEMORY, "%s (%s)", sk_result_name(R.dev[2].rc), R.dev[2].msg);
-  for (int d = 0; d < 4; d++) {
-    const dev_out *o = &R.dev[d];
-    cr_assert_neq(o->rc, SK_OK, "device %d", d);
-    cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "device %d: %s", d, o->msg);
-    cr_assert_eq(o->out_after, 0, "device %d: %zu bytes outstanding", d, o->out_after);
-  }
-  run_free(&R);
   sk_graph_free(&n.g);
 }
