@@ -582,8 +582,11 @@ Test(hsdp, communication_per_step, .timeout = RT_TIMEOUT) {
       cr_assert_eq(c, COMM_STEPS * 3, "reducescatter none: one ReduceScatter per parameter, got %llu", (unsigned long long)c);
       coll_of(&L[l][0].dev[d].stats, SK_COLL_REDUCE_SCATTER, 4, &c, &b);
       cr_assert_eq(c, COMM_STEPS * 1, "reducescatter auto: one fused ReduceScatter a step, got %llu", (unsigned long long)c);
-      /* MARKED: fails with the runtime of this commit. ReduceScatter is counted by its output
-         (the shards), not its input as the forward ReduceScatter is; see the report. */
+      /* KNOWN BUG, kept failing on purpose (include/sk_runtime.h, sk__rt_mirrors_done): a fused
+         ReduceScatter bucket is counted as bi.count x dtype size, its OUTPUT (the shards, here
+         960 bytes in 3 steps), where the forward ReduceScatter (sk__rt_forward_comm) and
+         sk_runtime_stats' own rule count the buffer on the wire, its input (bi.count x group
+         size: 3840). */
       cr_expect_eq(b, COMM_STEPS * gathered, "device %d: ReduceScatter %llu bytes in %d steps; its input, the slices: %llu", d,
                    (unsigned long long)b, COMM_STEPS, (unsigned long long)(COMM_STEPS * gathered));
       coll_of(&L[l][0].dev[d].stats, SK_COLL_ALLREDUCE, 4, &c, &b);
