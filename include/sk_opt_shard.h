@@ -11,7 +11,7 @@
      Optimizer parallel cuts dim 0 of that slice further over S of them:
        S = shard_size when shard_size is positive and at most |G|, else |G| (shard_size -1, or
        larger than the group: clamped).
-     The parameter stays whole (size 0) when it is a scalar, when |G| is 1, when S does not
+     The parameter stays whole (size 0) when it is a scalar, when |G| or S is 1, when S does not
      divide |G|, when dim 0 of the model-parallel slice does not divide by S, or when the whole
      parameter is smaller than threshold_kb KB (its dtype's bytes; 0 shards every one).
      The rank at position i of G belongs to the AllGather group G[i/S*S .. i/S*S+S) (the
@@ -184,6 +184,7 @@ static int sk__opt_size(const sk_layout *l, sk_dtype dt, const sk_hsdp *h, int r
   else if (l->ndims == 0) *why = "a scalar has no dim 0";
   else if (h->threshold_kb > INT64_MAX / 1024 || bytes < h->threshold_kb * 1024) *why = "smaller than the threshold";
   else if (replicas == 1) *why = "no replicas: the layout uses every device";
+  else if (s == 1) *why = "a shard count of 1 cuts nothing";
   else if (replicas % s) *why = "shard_size does not divide the replica group";
   else if (rows[0] % s) *why = "dim 0 of the slice does not divide by the shard count";
   return **why ? 0 : s;

@@ -498,6 +498,8 @@ static sk_result sk__rt_setup_shard_groups(sk_runtime *rt, sk_error *err) {
     }
     r = sk_opt_shard_groups(&rt->plan->tensors[t].layout, g->tensors[t].dtype, &rt->plan->desc.hsdp, rt->rank, ranks, &ng,
                             ranks + SK_MAX_DEVICES, &nm, SK_MAX_DEVICES, err);
+    if (!r && (ng < 1 || nm < 1)) /* the plan and the rule disagree: never for one compiled plan */
+      r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter '%s' has no shard group", g->tensors[t].name);
     if (!r && (r = sk_comm_split(rt->comm, ranks[0], rt->rank, &sh->gather)))
       r = sk__fail(err, r, "runtime: creating a shard group: %s", sk_comm_error_message(rt->comm));
     if (!r && rt->plan->tensors[t].opt_mirror > 1 && (r = sk_comm_split(rt->comm, ranks[SK_MAX_DEVICES], rt->rank, &sh->mirror)))

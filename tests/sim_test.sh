@@ -77,6 +77,19 @@ checks "operator_parallel 8 devices full batch" 1e-12 --net examples/nets/operat
 checks "operator_parallel 8 devices, dataset strategy as layouts" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 \
   --dataset-strategy '(Layout((2,4),("dp","mp"))("dp","None","None","None"), Layout((4,),("dp",))("dp",))'
 checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64
+# optimizer parallel at every level, with gradient accumulation (level2's sharded sums) and a
+# partial shard_size: still one device's losses (f64; only the order of summation differs)
+for lv in level1 level2 level3; do
+  checks "operator_parallel 8 devices hsdp $lv, accumulation 3" 1e-12 --net examples/nets/operator_parallel.json --devices 8 \
+    --steps 12 --dtype f64 --optimizer adam --hsdp -1,0,$lv --grad-accumulation-step 3
+done
+checks "operator_parallel 8 devices hsdp shard_size 2 (fc3's Mirror over 4)" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 --hsdp 2,0
+# the report under hsdp: the ReduceScatters of the sharded gradients, and level3's lower peak
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 2 --hsdp -1,0 --report >"$tmp/h1" 2>&1
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 2 --hsdp -1,0,level3 --report >"$tmp/h3" 2>&1
+p1=$(awk '$1 == "0" && NF == 9 { print $8 }' "$tmp/h1"); p3=$(awk '$1 == "0" && NF == 9 { print $8 }' "$tmp/h3")
+if grep -q '^reduce_scatter  *2 ' "$tmp/h1" && [ -n "$p1" ] && [ -n "$p3" ] && [ "$p3" -lt "$p1" ]; then ok
+else bad "hsdp report: peak_params level1 '$p1' level3 '$p3': $(grep reduce_scatter "$tmp/h1")"; fi
 
 # the same program on MPI processes: 2 processes, rank 0 alone prints, the same check
 if command -v mpirun.openmpi >/dev/null 2>&1; then
@@ -231,5 +244,7 @@ expect_fail "another network's strategy file" "s.json: line" --net examples/nets
 expect_fail "a strategy file for 8 devices on 4" "op.json" --net examples/nets/operator_parallel.json --devices 4 --steps 1 --load-strategy "$tmp/op.json"
 expect_fail "a transformer_opt option shardkit cannot honour" "grad_fa_allgather_overlap" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --transformer-opt "$tmp/speed_bad.json"
 expect_fail "bad local norm" "--local-norm" --net examples/nets/operator_parallel.json --local-norm file
+expect_fail "hsdp shard_size 0" "shard_size must be -1 or a positive integer" --net examples/nets/operator_parallel.json --hsdp 0
+expect_fail "hsdp unknown level" "optimizer_level" --net examples/nets/operator_parallel.json --hsdp -1,64,level4
 
 summary sim
