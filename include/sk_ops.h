@@ -51,8 +51,9 @@
    the devices, contraction strategies that disagree, a split where the operator needs a whole
    dim (the axis of Softmax, LogSoftmax, L2Normalize; LayerNorm's normalised dims; the class dim
    of the softmax losses; indices of a row-split Gather outside "shard batch and axis"), a
-   repeat where the operator cannot repeat (Dropout): all return SK_ERR_INVALID_ARGUMENT with a
-   message that starts with the operator's name and names the input and dim.
+   repeat where the operator cannot repeat (a Gather table cut along axis and along another
+   dim): all return SK_ERR_INVALID_ARGUMENT with a message that starts with the
+   operator's name and names the input and dim.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_OPS_IMPL)
@@ -700,8 +701,9 @@ static sk_result sk__op_elementwise(const sk_op_desc *d, int ndevices, sk_op_pla
 /* ---- one input, element-wise or along a whole axis ------------------------------------------- */
 
 /* ReLU, GeLU, Tanh, Cast, Dropout, Softmax, LogSoftmax, L2Normalize: the device matrix is the
-   strategy, input and output share the identity map. Dropout draws a mask per device and so
-   refuses a repeat axis (MindSpore: no repeated calculation); its second output is the mask. */
+   strategy, input and output share the identity map. Dropout's second output is the mask. It
+   may repeat, as in MindSpore (which gives the replicas one seed): sk_kern_dropout_mask draws
+   each element from the op's seed and its GLOBAL index, so replicas of a slice draw one mask. */
 static sk_result sk__op_unary(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: takes 1 input, got %d", name, d->ninputs);
@@ -709,10 +711,6 @@ static sk_result sk__op_unary(const sk_op_desc *d, int ndevices, sk_op_plan *p, 
   sk__op_strategy_of(d, 0, ndevices, s);
   sk_result r = sk__op_whole_axes(d, n, s, err);
   if (r != SK_OK) return r;
-  if (d->kind == SK_OP_DROPOUT && sk__op_product(s, n) != ndevices)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Dropout: the strategy uses %lld of the %d devices; Dropout draws its "
-                    "mask per device and cannot repeat, so the strategy must use every device",
-                    sk__op_product(s, n), ndevices);
   if ((r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err)) != SK_OK) return r;
   sk__op_identity(n, first, ax);
   p->ninputs = 1;

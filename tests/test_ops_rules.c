@@ -333,7 +333,7 @@ Test(ops_rules, unary_table) {
 }
 
 /* Dropout: two outputs (result and mask), both with the input's map. */
-Test(ops_rules, dropout_two_outputs_no_repeat) {
+Test(ops_rules, dropout_two_outputs_and_repeat) {
   sk_op_desc d = op(SK_OP_DROPOUT, "[32,64]", "(4,8)");
   sk_op_plan p = plan_ok(&d, 32);
   expect_dev_matrix(&p, "4,8");
@@ -341,11 +341,17 @@ Test(ops_rules, dropout_two_outputs_no_repeat) {
   expect_map(&p.out[0], "(1,0)", "result");
   expect_map(&p.out[1], "(1,0)", "mask");
   expect_slice(&p.out[1], "8,8", "mask");
-  /* shardkit's rule (sk_ops.h): every device draws its own mask, so replicas would disagree.
-     MindSpore's newest DropoutInfo instead accepts a repeat axis and gives the replicas one
-     fixed seed when both seeds are 0 (docs/operators.md 2.1). */
+  /* A repeat axis, as MindSpore's DropoutInfo accepts (it gives the replicas one seed); the mask
+     of sk_kern_dropout_mask depends on the global index only, so the replicas agree. The repeat
+     goes on the right, like any element-wise operator's. */
   sk_op_desc r = op(SK_OP_DROPOUT, "[32,64]", "(4,4)");
-  expect_reject(&r, 32, "repeat axis", "Dropout", "repeat", NULL);
+  sk_op_plan q = plan_ok(&r, 32);
+  expect_dev_matrix(&q, "4,4,2");
+  expect_map(&q.out[0], "(2,1)", "result with a repeat");
+  expect_map(&q.out[1], "(2,1)", "mask with a repeat");
+  expect_slice(&q.out[1], "8,16", "mask with a repeat");
+  expect_none(&q.fwd, "Dropout forward");
+  expect_comm(&q, &q.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1", "Mirror over the repeat axis");
 }
 
 /* MindSpore's tensor-add test, a 32-device stage: [32,64,96] twice, ((2,4,4),(2,4,4)); and its

@@ -820,6 +820,8 @@ OPS_TEST(tanh_repeat) { run_kind(SK_OP_TANH, "8,6", "2,2", 0); }
 OPS_TEST(cast_f64_f32) { run_kind(SK_OP_CAST, "8,6", "2,2", 0); }
 OPS_TEST(dropout) { run_kind(SK_OP_DROPOUT, "8,6", "4,2", 0); }
 OPS_TEST(dropout_rows) { run_kind(SK_OP_DROPOUT, "8,6,3", "8,1,1", 0); }
+/* a repeat of 2: both replicas of a slice must draw the unsharded mask's slice */
+OPS_TEST(dropout_repeat) { run_kind(SK_OP_DROPOUT, "8,6", "2,2", 0); }
 
 /* ---- binary with broadcasting, BiasAdd, PReLU ------------------------------------------------- */
 
