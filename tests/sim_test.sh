@@ -231,6 +231,14 @@ expect_fail "steps and epochs" "not both" --net examples/nets/operator_parallel.
 expect_fail "zero steps" "positive" --net examples/nets/operator_parallel.json --steps 0
 expect_fail "dataset strategy of the wrong rank" "input 0's tuple has 2 entries" --net examples/nets/operator_parallel.json --devices 8 --dataset-strategy "((2,1),(2,))" --steps 1
 expect_fail "malformed dataset strategy" "--dataset-strategy" --net examples/nets/operator_parallel.json --dataset-strategy "((2,1)"
+# the wrong forms get AutoParallel.dataset_strategy's errors, in its words
+OPD="--net examples/nets/operator_parallel.json --devices 8 --steps 1 --dataset-strategy"
+expect_fail "a dataset strategy that is no name" "must be 'full_batch' or 'data_parallel', but got the value: batch" $OPD batch
+expect_fail "a dataset strategy of ints" "the element of dataset_strategy must be tuple or Layout, but got '2'" $OPD "(2,1)"
+expect_fail "a dataset strategy with a float" "the element of a dataset_strategy tuple must be int type, but got '2.5'" $OPD "((2.5,1,1,1),(2,))"
+expect_fail "a dataset strategy with a name" "must be int type, but got 'a'" $OPD "((2,a,1,1),(2,))"
+expect_fail "an empty dataset strategy tuple" "--dataset-strategy: tuple 0 is empty" $OPD "((),(2,))"
+expect_fail "a negative dataset strategy value" "cut -2 ways" $OPD "((-2,1,1,1),(2,))"
 expect_fail "bad optimizer" "--optimizer" --net examples/nets/operator_parallel.json --optimizer lamb
 expect_fail "a search mode" "parallel_mode 'sharding_propagation' is not built" --net examples/nets/operator_parallel.json --devices 8 --mode sharding_propagation
 expect_fail "index fusion of AllGathers" "mode 'index' is AllReduce's only" --net examples/nets/operator_parallel.json --devices 8 --fusion allgather=index:1
@@ -246,5 +254,11 @@ expect_fail "a transformer_opt option shardkit cannot honour" "grad_fa_allgather
 expect_fail "bad local norm" "--local-norm" --net examples/nets/operator_parallel.json --local-norm file
 expect_fail "hsdp shard_size 0" "shard_size must be -1 or a positive integer" --net examples/nets/operator_parallel.json --hsdp 0
 expect_fail "hsdp unknown level" "optimizer_level" --net examples/nets/operator_parallel.json --hsdp -1,64,level4
+
+# every option of --help has its row in docs/sk-sim.md
+for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do
+  if grep -q -E -- "^\|.*\`$flag[\` ]" docs/sk-sim.md; then ok
+  else bad "docs/sk-sim.md has no row for $flag"; fi
+done
 
 summary sim
