@@ -210,6 +210,18 @@ else bad "local norm dump: $n lines (want 3 steps x 8 devices x (3 parameters + 
 if [ "$(grep -cE '^[0-9]+ [0-7] fc[123]\.weight [0-9.eE+-]+$' "$tmp/out")" -eq $((2 * 8 * 3)) ]; then ok
 else bad "local norm print: $(head -3 "$tmp/out")"; fi
 
+# the knobs together: --check still holds (the reference applies the same gradient factors)
+checks "operator_parallel, many knobs" 1e-12 $OP --steps 6 --load-strategy "$tmp/op.json" --gradients-mean \
+  --no-loss-repeated-mean --fusion size:0.1 --local-norm "dump:$tmp/norms2" --device-local-norm
+checks "transformer, many knobs" 1e-12 --net examples/nets/transformer.json --devices 8 --steps 6 --dtype f64 \
+  --dataset-strategy "((2,1),(2,))" --gradients-mean --no-loss-repeated-mean --fusion allreduce=index:1,3 \
+  --fusion allgather=size:0.01 --transformer-opt "$tmp/speed.json" --hsdp 2,0,level3
+checks "recursive_programming, many knobs" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --steps 6 \
+  --dtype f64 --dataset-strategy full_batch --gradients-mean --no-loss-repeated-mean --fusion none --hsdp -1,0 \
+  --grad-accumulation-step 2
+checks "transformer bf16, many knobs" 3e-2 $TR --steps 6 --no-gradient-fp32-sync --fp32-communication --gradients-mean \
+  --no-loss-repeated-mean --transformer-opt "$tmp/speed.json" --fusion reducescatter=size:0.01 --hsdp 2,0
+
 # bad input: exit non-zero, one message naming the problem
 expect_fail() {
   name=$1; want=$2; shift 2
