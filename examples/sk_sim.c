@@ -111,28 +111,62 @@ static int bad_usage(const char *argv0, const char *msg, const char *arg) {
   return 2;
 }
 
-/* --dataset-strategy: data_parallel, full_batch, or MindSpore's tuple "((2,1),(2,))"; 0 on success. */
-static int parse_dataset(const char *v, options *o) {
+/* A wrong --dataset-strategy is told in AutoParallel.dataset_strategy's words (its ValueError and
+   TypeErrors), which a MindSpore user knows, quoting the token as written; -1. */
+static int dataset_error(char *msg, size_t cap, const char *what, const char *tok, size_t len) {
+  snprintf(msg, cap, "%s, but got '%.*s'", what, (int)len, tok);
+  return -1;
+}
+
+/* Tuple n of a dataset strategy, "(2,1)" at *at, into pd's row n; *at moves past its ')'. */
+static int parse_dataset_tuple(const char **at, sk_parallel_desc *pd, int n, char *msg, size_t cap) {
+  const char *c = *at + 1;
+  int len = 0;
+  while (*(c += strspn(c, " ")) != ')') {
+    size_t tl = strcspn(c, ",) ");
+    char *end;
+    long x = strtol(c, &end, 10);
+    if (!*c) return snprintf(msg, cap, "tuple %d is never closed", n), -1;
+    if (!tl || end != c + tl) return dataset_error(msg, cap, "the element of a dataset_strategy tuple must be int type", c, tl ? tl : 1);
+    if (x < -4096 || x > 4096) return snprintf(msg, cap, "%.*s is out of range", (int)tl, c), -1;
+    if (len == SK_MAX_DIMS) return snprintf(msg, cap, "tuple %d has more than %d values", n, SK_MAX_DIMS), -1;
+    pd->dataset_strategy[n][len++] = (int)x;
+    c += tl + strspn(c + tl, " ");
+    if (*c == ',') c++;
+    else if (*c && *c != ')') return dataset_error(msg, cap, "expected ',' or ')' in a tuple", c, 1);
+  }
+  /* an empty tuple would read as "the input's rank" (dataset_strategy_len 0): refuse it here */
+  if (!len) return snprintf(msg, cap, "tuple %d is empty", n), -1;
+  pd->dataset_strategy_len[n] = len;
+  *at = c + 1;
+  return 0;
+}
+
+/* --dataset-strategy: data_parallel, full_batch, MindSpore's tuple "((2,1),(2,))", or a tuple of
+   layouts (read once the inputs' shapes are known). 0 on success; -1 with msg saying what is wrong. */
+static int parse_dataset(const char *v, options *o, char *msg, size_t cap) {
   sk_parallel_desc *pd = &o->pd;
   if (pylayout_is_layout_text(v)) return o->dataset_layouts = v, 0;
   if (!strcmp(v, "data_parallel")) return pd->dataset = SK_DATASET_DATA_PARALLEL, 0;
   if (!strcmp(v, "full_batch")) return pd->dataset = SK_DATASET_FULL_BATCH, 0;
-  const char *c = v;
-  int depth = 0, n = 0, len = 0;
-  for (; *c; c++) {
-    if (*c == ' ') continue;
-    if (*c == '(' && depth < 2) depth++, len = 0;
-    else if (*c == ')' && depth == 2) depth--, pd->dataset_strategy_len[n++] = len;
-    else if (*c == ')' && depth == 1) depth--;
-    else if (*c == ',' && depth >= 1) continue;
-    else if (*c >= '0' && *c <= '9' && depth == 2 && n < SK_OP_MAX_INPUTS && len < SK_MAX_DIMS) {
-      char *end;
-      pd->dataset_strategy[n][len++] = (int)strtol(c, &end, 10);
-      c = end - 1;
-    } else return -1;
-    if (depth == 0 && c[1]) return -1; /* text after the closing parenthesis */
+  const char *c = v + strspn(v, " ");
+  if (*c != '(')
+    return snprintf(msg, cap, "dataset_strategy must be 'full_batch' or 'data_parallel', but got the value: %s", v), -1;
+  int n = 0;
+  for (c++; *(c += strspn(c, " ")) != ')'; n++) {
+    if (!*c) return snprintf(msg, cap, "the outer tuple is never closed"), -1;
+    if (*c != '(') return dataset_error(msg, cap, "the element of dataset_strategy must be tuple or Layout", c, strcspn(c, ",)"));
+    if (n == SK_OP_MAX_INPUTS) return snprintf(msg, cap, "more than %d tuples", SK_OP_MAX_INPUTS), -1;
+    if (parse_dataset_tuple(&c, pd, n, msg, cap)) return -1;
+    c += strspn(c, " ");
+    if (*c == ',') c++;
+    else if (*c && *c != ')') return dataset_error(msg, cap, "expected ',' or ')' after a tuple", c, 1);
   }
-  return depth == 0 && n > 0 && n <= SK_OP_MAX_INPUTS ? (pd->ndataset = n, 0) : -1;
+  c += 1 + strspn(c + 1, " ");
+  if (*c) return dataset_error(msg, cap, "text after the closing parenthesis", c, strlen(c));
+  if (!n) return snprintf(msg, cap, "an empty tuple (one strategy per network input)"), -1;
+  pd->ndataset = n;
+  return 0;
 }
 
 /* One --fusion value: [allreduce=|allgather=|reducescatter=](none|auto|size:MB|index:I,J,...).
@@ -209,7 +243,8 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   else if (!strcmp(a, "--device-tflops")) o->device_tflops = strtod(v, &end);
   else if (!strcmp(a, "--optimizer")) o->optimizer = v;
   else if (!strcmp(a, "--dataset-strategy")) {
-    if (parse_dataset(v, o)) return bad_usage(argv0, "--dataset-strategy takes data_parallel, full_batch or ((2,1),(2,))", v);
+    char msg[256];
+    if (parse_dataset(v, o, msg, sizeof msg)) return bad_usage(argv0, "--dataset-strategy", msg);
   }
   else if (!strcmp(a, "--save-strategy")) o->pd.save_param_strategy_file = o->pd.save_operator_strategy_file = v;
   else if (!strcmp(a, "--load-strategy")) o->pd.load_param_strategy_file = o->pd.load_operator_strategy_file = v;

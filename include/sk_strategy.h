@@ -532,6 +532,8 @@ static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_paral
       continue;
     }
     if ((r = sk__st_int_list(&cx, e, key, d->dataset_strategy[k], &len))) return r;
+    /* a length of 0 would read as "the input's rank" and be refused as a cut of 0 ways */
+    if (len == 0 && x->ndims != 0) return sk__st_fail(&cx, key, "an empty tuple for a rank-%d input", x->ndims);
     d->dataset_strategy_len[k] = len == x->ndims ? 0 : len; /* 0 stands for the input's rank */
   }
   if (layouts) d->ndataset_layouts = n;

@@ -210,6 +210,18 @@ else bad "local norm dump: $n lines (want 3 steps x 8 devices x (3 parameters + 
 if [ "$(grep -cE '^[0-9]+ [0-7] fc[123]\.weight [0-9.eE+-]+$' "$tmp/out")" -eq $((2 * 8 * 3)) ]; then ok
 else bad "local norm print: $(head -3 "$tmp/out")"; fi
 
+# the knobs together: --check still holds (the reference applies the same gradient factors)
+checks "operator_parallel, many knobs" 1e-12 $OP --steps 6 --load-strategy "$tmp/op.json" --gradients-mean \
+  --no-loss-repeated-mean --fusion size:0.1 --local-norm "dump:$tmp/norms2" --device-local-norm
+checks "transformer, many knobs" 1e-12 --net examples/nets/transformer.json --devices 8 --steps 6 --dtype f64 \
+  --dataset-strategy "((2,1),(2,))" --gradients-mean --no-loss-repeated-mean --fusion allreduce=index:1,3 \
+  --fusion allgather=size:0.01 --transformer-opt "$tmp/speed.json" --hsdp 2,0,level3
+checks "recursive_programming, many knobs" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --steps 6 \
+  --dtype f64 --dataset-strategy full_batch --gradients-mean --no-loss-repeated-mean --fusion none --hsdp -1,0 \
+  --grad-accumulation-step 2
+checks "transformer bf16, many knobs" 3e-2 $TR --steps 6 --no-gradient-fp32-sync --fp32-communication --gradients-mean \
+  --no-loss-repeated-mean --transformer-opt "$tmp/speed.json" --fusion reducescatter=size:0.01 --hsdp 2,0
+
 # bad input: exit non-zero, one message naming the problem
 expect_fail() {
   name=$1; want=$2; shift 2
@@ -231,6 +243,14 @@ expect_fail "steps and epochs" "not both" --net examples/nets/operator_parallel.
 expect_fail "zero steps" "positive" --net examples/nets/operator_parallel.json --steps 0
 expect_fail "dataset strategy of the wrong rank" "input 0's tuple has 2 entries" --net examples/nets/operator_parallel.json --devices 8 --dataset-strategy "((2,1),(2,))" --steps 1
 expect_fail "malformed dataset strategy" "--dataset-strategy" --net examples/nets/operator_parallel.json --dataset-strategy "((2,1)"
+# the wrong forms get AutoParallel.dataset_strategy's errors, in its words
+OPD="--net examples/nets/operator_parallel.json --devices 8 --steps 1 --dataset-strategy"
+expect_fail "a dataset strategy that is no name" "must be 'full_batch' or 'data_parallel', but got the value: batch" $OPD batch
+expect_fail "a dataset strategy of ints" "the element of dataset_strategy must be tuple or Layout, but got '2'" $OPD "(2,1)"
+expect_fail "a dataset strategy with a float" "the element of a dataset_strategy tuple must be int type, but got '2.5'" $OPD "((2.5,1,1,1),(2,))"
+expect_fail "a dataset strategy with a name" "must be int type, but got 'a'" $OPD "((2,a,1,1),(2,))"
+expect_fail "an empty dataset strategy tuple" "--dataset-strategy: tuple 0 is empty" $OPD "((),(2,))"
+expect_fail "a negative dataset strategy value" "cut -2 ways" $OPD "((-2,1,1,1),(2,))"
 expect_fail "bad optimizer" "--optimizer" --net examples/nets/operator_parallel.json --optimizer lamb
 expect_fail "a search mode" "parallel_mode 'sharding_propagation' is not built" --net examples/nets/operator_parallel.json --devices 8 --mode sharding_propagation
 expect_fail "index fusion of AllGathers" "mode 'index' is AllReduce's only" --net examples/nets/operator_parallel.json --devices 8 --fusion allgather=index:1
@@ -246,5 +266,11 @@ expect_fail "a transformer_opt option shardkit cannot honour" "grad_fa_allgather
 expect_fail "bad local norm" "--local-norm" --net examples/nets/operator_parallel.json --local-norm file
 expect_fail "hsdp shard_size 0" "shard_size must be -1 or a positive integer" --net examples/nets/operator_parallel.json --hsdp 0
 expect_fail "hsdp unknown level" "optimizer_level" --net examples/nets/operator_parallel.json --hsdp -1,64,level4
+
+# every option of --help has its row in docs/sk-sim.md
+for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do
+  if grep -q -E -- "^\|.*\`$flag[\` ]" docs/sk-sim.md; then ok
+  else bad "docs/sk-sim.md has no row for $flag"; fi
+done
 
 summary sim

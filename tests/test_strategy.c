@@ -730,6 +730,8 @@ Test(strategy, dataset_strategies_of_the_file) {
   refused(root, "dataset_strategy: expected \"data_parallel\", \"full_batch\" or a list", NULL);
   json_object_set_new(root, "dataset_strategy", json_pack("[[iiii],{ss ss}]", 2, 1, 1, 1, "mesh", "dp=8", "map", "dp"));
   refused(root, "dataset_strategy[1]: expected a list of at most 8 integers, got an object", NULL);
+  json_object_set_new(root, "dataset_strategy", json_pack("[[],[i]]", 2)); /* not "the input's rank" */
+  refused(root, "dataset_strategy[0]: an empty tuple for a rank-4 input", NULL);
   json_object_set_new(root, "dataset_strategy", json_pack("[{ss ss},{ss ss}]", "mesh", "dp=8", "map", "dp,None,None,None",
                                                           "mesh", "dp=8", "map", "dp,dp"));
   refused(root, "dataset_strategy[1].map:", NULL);
