@@ -81,4 +81,12 @@ static void sim_print_program(FILE *f, const sk_parallel_plan *plan, int rank) {
   free(buf);
 }
 
+/* Room for the longest stage line of a schedule ("F12.1 " per action at most). */
+static size_t sim_schedule_line_cap(const sk_pipe_schedule *s) {
+  size_t most = 1;
+  for (int st = 0; st < s->stages; st++)
+    if (sk_pipe_format_stage(s, st, NULL, 0) + 1 > most) most = sk_pipe_format_stage(s, st, NULL, 0) + 1;
+  return most;
+}
+
 #endif /* SK_EXAMPLES_SIM_REPORT_H */

@@ -53,6 +53,8 @@ typedef struct options {
   int fusion_index[64];      /* --fusion index:I,J,...: pd.comm_fusion.allreduce.indices points here */
   const char *dataset_layouts; /* --dataset-strategy as a tuple of layouts: read once the inputs' shapes are known */
   const char *transformer_opt; /* --transformer-opt FILE (parallel_speed_up.json) */
+  const char *recompute;       /* --recompute OP,...: the operators flagged for recomputation */
+  bool dump_schedule;          /* --dump-schedule: print each pipeline stage's action list and exit */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
@@ -65,6 +67,8 @@ static void usage(FILE *f, const char *argv0) {
           "          [--local-norm print|dump:FILE] [--device-local-norm] [--fusion [KIND=]none|auto|size:MB|index:I,J,...]\n"
           "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
           "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]] [--grad-accumulation-step M]\n"
+          "          [--pipeline STAGES --micro M [--scheduler gpipe|1f1b|zero_bubble_v] [--interleave V]\n"
+          "           [--recompute OP,...] [--dump-schedule]]\n"
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -101,6 +105,13 @@ static void usage(FILE *f, const char *argv0) {
           "                       level1|level2|level3 (defaults -1, 64, level1)\n"
           "  --grad-accumulation-step M  each step is a micro-step: the optimizer runs on every M-th with\n"
           "                       the gradients' mean over the M (level2 keeps that sum sharded)\n"
+          "  --pipeline S         pipeline stages: each holds --devices / S devices and a contiguous part of\n"
+          "                       the network (its stage annotations when they count S, else cut by FLOPs)\n"
+          "  --micro M            micro_size: the batch goes through the pipeline in M micro-batches\n"
+          "  --scheduler K        1f1b (default), gpipe or zero_bubble_v (two chunks per stage in a V)\n"
+          "  --interleave V       V chunks per stage (interleaved 1f1b; gpipe takes it too)\n"
+          "  --recompute OP,...   flag these operators for recomputation in the backward pass\n"
+          "  --dump-schedule      print each stage's actions (F<i>, B<i>, W<i>; .c: chunk) and exit\n"
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
           MNIST_DEFAULT_DIR, argv0);
@@ -227,6 +238,7 @@ static int parse_flag(const char *a, options *o) {
   if (!strcmp(a, "--no-gradient-fp32-sync")) return o->pd.no_gradient_fp32_sync = true, 1;
   if (!strcmp(a, "--fp32-communication")) return o->pd.fp32_communication = true, 1;
   if (!strcmp(a, "--device-local-norm")) return o->pd.device_local_norm = true, 1;
+  if (!strcmp(a, "--dump-schedule")) return o->dump_schedule = true, 1;
   return 0;
 }
 
@@ -242,6 +254,14 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   else if (!strcmp(a, "--grad-accumulation-step")) o->pd.grad_accumulation_step = (int)strtol(v, &end, 10);
   else if (!strcmp(a, "--device-tflops")) o->device_tflops = strtod(v, &end);
   else if (!strcmp(a, "--optimizer")) o->optimizer = v;
+  else if (!strcmp(a, "--pipeline")) o->pd.pipeline.stages = (int)strtol(v, &end, 10);
+  else if (!strcmp(a, "--micro")) o->pd.pipeline.micro = (int)strtol(v, &end, 10);
+  else if (!strcmp(a, "--interleave")) o->pd.pipeline.interleave = (int)strtol(v, &end, 10);
+  else if (!strcmp(a, "--recompute")) o->recompute = v;
+  else if (!strcmp(a, "--scheduler")) {
+    sk_error e;
+    if (sk_pipe_scheduler_parse(v, &o->pd.pipeline.scheduler, &e)) return bad_usage(argv0, e.msg, NULL);
+  }
   else if (!strcmp(a, "--dataset-strategy")) {
     char msg[256];
     if (parse_dataset(v, o, msg, sizeof msg)) return bad_usage(argv0, "--dataset-strategy", msg);
@@ -297,6 +317,8 @@ static int parse_options(int argc, char **argv, options *o) {
       o->pd.grad_accumulation_step < 0)
     return bad_usage(argv[0], "counts must be positive (--devices at most 4096)", NULL);
   if (o->dump_rank >= o->devices) return bad_usage(argv[0], "--dump-program takes a rank below --devices", NULL);
+  if (o->pd.pipeline.stages < 0 || o->pd.pipeline.micro < 0 || o->pd.pipeline.interleave < 0)
+    return bad_usage(argv[0], "--pipeline, --micro and --interleave take positive counts", NULL);
   if ((o->link.gbps > 0) != (o->device_tflops > 0))
     return bad_usage(argv[0], "--link and --device-tflops go together", NULL);
   o->distributed = o->devices > 1 || o->report || o->link.gbps > 0; /* else the trainer runs alone */
@@ -536,10 +558,24 @@ static int dataset_layouts(const options *o, const sk_graph *g, sk_parallel_desc
   return 0;
 }
 
+/* --recompute OP,...: each named operator is flagged (an unknown name is refused). */
+static int flag_recompute(const char *list, sk_graph *g, char *msg, size_t cap) {
+  for (const char *at = list; at && *at;) {
+    size_t n = strcspn(at, ",");
+    int found = 0;
+    for (int i = 0; i < g->nops; i++)
+      if (strlen(g->ops[i].name) == n && !strncmp(g->ops[i].name, at, n)) g->ops[i].recompute = true, found = 1;
+    if (!found) return snprintf(msg, cap, "--recompute: the network has no operator '%.*s'", (int)n, at), -1;
+    at += n + (at[n] == ',');
+  }
+  return 0;
+}
+
 static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   const options *o = J->o;
   sk_error e;
   if (sk_json_load_network(o->net, g, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
+  if (o->recompute && flag_recompute(o->recompute, g, msg, cap)) return -1;
   J->g = g, J->optim = g->optim;
   if (o->optimizer && !sk_optim_kind_from_name(o->optimizer, &J->optim.kind))
     return snprintf(msg, cap, "--optimizer takes sgd, momentum or adam, not '%s'", o->optimizer), -1;
@@ -555,7 +591,13 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   double t0 = now_s();
   if (sk_strategy_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   J->compile_ms = (now_s() - t0) * 1e3;
-  if (o->dump_rank >= 0) return 0;
+  if (J->plan.recut && (!o->mpi || prog_launch_rank() == 0))
+    fprintf(stderr, "sk-sim: the network's stage annotations are not used (%d stages x %d chunks): the operators are re-cut by FLOPs\n",
+            J->plan.stages, J->plan.schedule.chunks);
+  if (o->dump_rank >= 0 || o->dump_schedule) return 0;
+  if (J->plan.vstage) /* the compiler plans it; the runtime does not run a pipeline yet */
+    return snprintf(msg, cap, "--pipeline / --micro: training through pipeline stages is not built yet "
+                              "(--dump-schedule and --dump-program show the plan)"), -1;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;
   J->figures = (sim_device_figures *)calloc((size_t)o->devices, sizeof *J->figures);
@@ -641,7 +683,15 @@ int main(int argc, char **argv) {
   char msg[1024] = "";
   int rc = 0;
   if (setup(&J, &g, msg, sizeof msg)) rc = 1;
-  else if (o.dump_rank >= 0) {
+  else if (o.dump_schedule) {
+    char *line = (char *)malloc(sim_schedule_line_cap(&J.plan.schedule));
+    for (int st = 0; line && st < J.plan.schedule.stages; st++) {
+      sk_pipe_format_stage(&J.plan.schedule, st, line, sim_schedule_line_cap(&J.plan.schedule));
+      printf("stage %d: %s\n", st, line);
+    }
+    if (!J.plan.vstage) printf("stage 0: (no pipeline: --pipeline S or --micro M)\n");
+    free(line);
+  } else if (o.dump_rank >= 0) {
     sim_print_program(stdout, &J.plan, o.dump_rank);
     printf("# compiled for %d devices in %.3f ms\n", o.devices, J.compile_ms);
   }

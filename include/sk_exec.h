@@ -72,6 +72,9 @@ SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k);
    parameters, and the float outputs of an operator with a differentiable input that has one. */
 SK_API void sk_exec_grad_flow(const sk_graph *g, bool *needs);
 /* Whether dt is a float dtype (f32, f64, f16, bf16). */
+/* Operator op's FLOPs on the slices in / out (a MatMul's 2mnk, one per output element for the
+   others; backward: twice the forward): what the runtime counts and the pipeline cut weighs. */
+SK_API double sk_exec_flops(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out, bool backward);
 SK_API bool sk_exec_is_float(sk_dtype dt);
 /* n values from dtype `from` into dtype `to`, as the trainers feed inputs: any float dtype into
    f32 or f64, integers between i32 and i64; false (nothing written) for another pair. */
@@ -93,6 +96,17 @@ SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k) {
     case SK_OP_ONE_HOT: case SK_OP_GET_NEXT: return false;
     default: return true;
   }
+}
+
+SK_API double sk_exec_flops(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out, bool backward) {
+  double n = 1;
+  for (int d = 0; d < out[0].ndims; d++) n *= (double)out[0].shape[d];
+  sk_op_kind k = op->desc.kind;
+  if ((k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE) && in[0].ndims >= 2) {
+    int kd = op->desc.transpose_a ? in[0].ndims - 2 : in[0].ndims - 1;
+    n *= 2.0 * (double)in[0].shape[kd];
+  }
+  return backward ? 2 * n : n;
 }
 
 SK_API bool sk_exec_is_float(sk_dtype dt) { return dt == SK_F32 || dt == SK_F64 || dt == SK_F16 || dt == SK_BF16; }

@@ -159,6 +159,14 @@ SK_API sk_result sk_graph_op_desc(const sk_graph *g, int i, sk_op_desc *desc, sk
 /* A graph ready to train: a loss is set and every operator's inputs exist. */
 SK_API sk_result sk_graph_check(const sk_graph *g, sk_error *err);
 
+/* The network of one micro-batch (pipeline parallel's micro_size): `out` (the caller's, free
+   with sk_graph_free) is g with every input's dim 0, its batch, divided by `micro`, and so the
+   target shapes of Reshape and GetNext, whose dim 0 counts the batch as a network written for
+   the whole batch states them. Parameters (and so their initial values), operators, strategies,
+   tensor and operator ids, the loss, evaluation, dataset name and optimizer are g's. Refused,
+   naming the tensor or operator: a scalar input, a dim 0 that `micro` does not divide. */
+SK_API sk_result sk_graph_micro(const sk_graph *g, int micro, sk_graph *out, sk_error *err);
+
 /* Draws every parameter's initial values (see INITIALISERS) into values[t] for each parameter
    tensor t (values[t] of the tensor's element count in dtype dt, SK_F32 or SK_F64; entries of
    other tensors are not read). */
@@ -210,6 +218,58 @@ SK_API void sk_graph_free(sk_graph *g) {
   if (!g) return;
   free(g->tensors), free(g->ops);
   sk_graph_init(g);
+}
+
+/* Divides dim 0 of a shape by micro; `what` and `name` name it when micro does not divide. */
+static sk_result sk__graph_micro_dim0(int ndims, int64_t *shape, int micro, const char *what, const char *name,
+                                      sk_error *err) {
+  if (ndims < 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: %s '%s' is a scalar: no batch to cut into %d micro-batches", what, name, micro);
+  if (shape[0] % micro != 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: %s '%s': dim 0 (%lld) does not divide into %d micro-batches",
+                    what, name, (long long)shape[0], micro);
+  shape[0] /= micro;
+  return SK_OK;
+}
+
+/* Adds g's operator o to m at micro-batch size. */
+static sk_result sk__graph_micro_op(const sk_graph *g, int o, int micro, sk_graph *m, sk_error *err) {
+  sk_graph_op op = g->ops[o];
+  sk_result r = SK_OK;
+  bool batch_shapes = op.desc.kind == SK_OP_RESHAPE || op.desc.kind == SK_OP_GET_NEXT;
+  for (int k = 0; batch_shapes && !r && k < op.desc.noutputs; k++)
+    r = sk__graph_micro_dim0(op.desc.out_ndims[k], op.desc.out_shape[k], micro, "the target shape of operator", op.name, err);
+  int index = -1;
+  if (!r) r = sk_graph_add_op(m, &op, &index, err);
+  if (!r && index != o) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: operator '%s' does not keep its index", op.name);
+  return r;
+}
+
+SK_API sk_result sk_graph_micro(const sk_graph *g, int micro, sk_graph *out, sk_error *err) {
+  if (!g || !out || micro < 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: micro: NULL graph or micro_size %d < 1", micro);
+  sk_graph_init(out);
+  sk_result r = SK_OK;
+  for (int t = 0; !r && t < g->ntensors; t++) {
+    const sk_graph_tensor *x = &g->tensors[t];
+    int64_t shape[SK_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    int id = -1;
+    if (x->role == SK_TENSOR_INPUT) {
+      r = sk__graph_micro_dim0(x->ndims, shape, micro, "input", x->name, err);
+      if (!r) r = sk_graph_add_input(out, x->name, x->dtype, x->ndims, shape, &id, err);
+    } else if (x->role == SK_TENSOR_PARAM) {
+      r = sk_graph_add_param(out, x->name, x->dtype, x->ndims, shape, x->init, &id, err);
+    } else if (x->output_index == 0) {
+      r = sk__graph_micro_op(g, x->producer, micro, out, err);
+      id = t;
+    } else continue; /* a later output of an operator already added */
+    if (!r && id != t) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: tensor '%s' does not keep its id", x->name);
+  }
+  if (!r && g->loss >= 0) r = sk_graph_set_loss(out, g->loss, err);
+  if (!r && g->logits >= 0) r = sk_graph_set_eval(out, g->logits, g->labels, err);
+  if (r) return sk_graph_free(out), r;
+  memcpy(out->dataset, g->dataset, sizeof out->dataset);
+  out->optim = g->optim;
+  return SK_OK;
 }
 
 SK_API int sk_graph_find(const sk_graph *g, const char *name) {

@@ -56,6 +56,7 @@
 #include "sk_layout_algebra.h"
 #include "sk_ops.h"
 #include "sk_opt_shard.h"
+#include "sk_pipeline.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -128,6 +129,16 @@ typedef struct sk_parallel_desc {
   /* grad_accumulation_step: each runtime step is one micro-step; gradients (their mean) sum over
      this many and the optimizer runs on the last (0 or 1: every step). */
   int grad_accumulation_step;
+  /* pipeline(stages, output_broadcast, interleave, scheduler) with micro_size (sk_pipeline.h,
+     docs/pipeline.md); zero: no pipeline. Stages > 1 or micro > 1 compile the network of one
+     micro-batch (sk_graph_micro) for ndevices / stages devices: stage s is the world's ranks
+     [s*n, (s+1)*n), n = ndevices / stages, and each stage's layouts take the same positions
+     within it. Operators go to the model's chunks (virtual stages) by their `stage`
+     annotations when the annotations count pipeline.stages and each stage holds one chunk;
+     otherwise by a cut of the operator sequence balanced by FLOPs (plan.recut). Not with hsdp
+     or grad_accumulation_step (refused by name). */
+  sk_pipe_desc pipeline;
+  bool output_broadcast; /* inference: the last stage's output is broadcast to every stage */
 } sk_parallel_desc;
 
 typedef enum sk_parallel_step_kind {
@@ -191,6 +202,15 @@ typedef struct sk_parallel_plan {
      gradient by its repeat count, which exact gradients already are), or under
      desc.no_loss_repeated_mean that repeat count: the devices holding the same loss slice. */
   double loss_grad_scale;
+  /* Pipeline parallel (desc.pipeline): `graph` is then the network of one micro-batch (owned
+     by the plan) and desc.ndevices the devices of one stage. Without it: stages and micro 1,
+     world_devices desc.ndevices, vstage NULL. */
+  int world_devices; /* every stage's devices: desc.ndevices x stages */
+  int stages, micro;
+  int *vstage;       /* [nops]: each operator's virtual stage, its chunk's place in the model */
+  bool recut;        /* the network's stage annotations were set but not used: the cut is by FLOPs */
+  sk_pipe_schedule schedule;
+  sk_graph *micro_graph;
 } sk_parallel_plan;
 
 /* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free). */
@@ -206,12 +226,17 @@ SK_API sk_result sk_parallel_facts(const sk_parallel_plan *plan, int op, int ran
    gradient parameter input k of operator o contributes (loss_grad_scale x mirror_scale[k]; 1
    for every other input). `scales` holds graph->nops * SK_OP_MAX_INPUTS doubles. */
 SK_API void sk_parallel_grad_scales(const sk_parallel_plan *plan, double *scales);
+/* Pipeline parallel: the stage of world rank `rank` (0 without pipeline), and whether operator
+   op runs there. */
+SK_API int sk_parallel_stage_of_rank(const sk_parallel_plan *plan, int rank);
+SK_API bool sk_parallel_op_on_stage(const sk_parallel_plan *plan, int op, int stage);
 /* The element count of tensor t's slice on every device (layouts cut evenly). */
 SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int tensor);
 /* Whether two layouts give every device the same slice (compared rank by rank, whatever the meshes). */
 SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b);
 /* Device `rank`'s program as text, one line per step, with its groups as rank lists and its
-   slices; snprintf convention. */
+   slices; snprintf convention. Under pipeline parallel, rank counts the world's devices and the
+   program is its stage's: the steps of the operators its chunks hold. */
 SK_API size_t sk_parallel_format_program(const sk_parallel_plan *plan, int rank, char *buf, size_t cap);
 SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind); /* "Move", "Forward", ... */
 
@@ -601,7 +626,10 @@ static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
 
 SK_API void sk_parallel_free(sk_parallel_plan *p) {
   if (!p) return;
-  free(p->ops), free(p->tensors), free(p->steps);
+  free(p->ops), free(p->tensors), free(p->steps), free(p->vstage);
+  sk_pipe_schedule_free(&p->schedule);
+  if (p->micro_graph) sk_graph_free(p->micro_graph);
+  free(p->micro_graph);
   memset(p, 0, sizeof *p);
 }
 
@@ -647,14 +675,114 @@ static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
   return r;
 }
 
-SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *p,
-                                     sk_error *err) {
-  if (!g || !desc || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL argument");
-  memset(p, 0, sizeof *p);
-  sk_result r = sk__par_check_desc(desc, err);
-  if (!r) r = sk_graph_check(g, err);
+/* ---- pipeline parallel ---------------------------------------------------------------------- */
+
+static bool sk__par_pipelined(const sk_parallel_desc *d) { return d->pipeline.stages > 1 || d->pipeline.micro > 1; }
+
+/* The pipeline's knobs, and the features it does not combine with yet. */
+static sk_result sk__par_check_pipeline(const sk_parallel_desc *d, sk_error *err) {
+  sk_result r = sk_pipe_check(&d->pipeline, err);
   if (r) return r;
-  p->graph = g, p->desc = *desc;
+  int s = SK__DEF(d->pipeline.stages, 1);
+  if (d->ndevices % s)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: %d devices do not divide into %d stages", d->ndevices, s);
+  if (d->hsdp.enabled) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: optimizer parallel (hsdp) with a pipeline is not built");
+  if (d->grad_accumulation_step > 1)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "pipeline: grad_accumulation_step with a pipeline is not built (micro_size accumulates the gradients)");
+  return SK_OK;
+}
+
+/* Before the compile: the network of one micro-batch, on one stage's devices. */
+static sk_result sk__par_pipeline_begin(sk_parallel_plan *p, const sk_graph *g, sk_error *err) {
+  p->stages = SK__DEF(p->desc.pipeline.stages, 1), p->micro = SK__DEF(p->desc.pipeline.micro, 1);
+  p->desc.ndevices /= p->stages;
+  p->micro_graph = (sk_graph *)calloc(1, sizeof *p->micro_graph);
+  p->vstage = (int *)calloc((size_t)g->nops + 1, sizeof(int));
+  if (!p->micro_graph || !p->vstage) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "pipeline: out of memory");
+  sk_result r = sk_graph_micro(g, p->micro, p->micro_graph, err);
+  if (r) {
+    free(p->micro_graph), p->micro_graph = NULL;
+    return r;
+  }
+  p->graph = p->micro_graph;
+  return SK_OK;
+}
+
+/* Operator o's forward FLOPs at the network's shapes: the cut's weight. */
+static double sk__par_op_flops(const sk_graph *g, int o) {
+  const sk_graph_op *op = &g->ops[o];
+  sk_exec_arg in[1], out[1];
+  memset(in, 0, sizeof in), memset(out, 0, sizeof out);
+  if (op->ninputs > 0) in[0].ndims = g->tensors[op->inputs[0]].ndims, memcpy(in[0].shape, g->tensors[op->inputs[0]].shape, sizeof in[0].shape);
+  out[0].ndims = g->tensors[op->outputs[0]].ndims, memcpy(out[0].shape, g->tensors[op->outputs[0]].shape, sizeof out[0].shape);
+  return sk_exec_flops(op, in, out, false);
+}
+
+/* Every operator's virtual stage: the annotations, when they count the stages and each stage
+   holds one chunk; else the operator sequence cut into stages x chunks parts balanced by FLOPs,
+   empty parts first (the network's inputs reach every stage, and the loss stays last). */
+static sk_result sk__par_assign_vstages(sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  int parts = p->stages * p->schedule.chunks, annotated = 0;
+  for (int o = 0; o < g->nops; o++) annotated = g->ops[o].stage + 1 > annotated ? g->ops[o].stage + 1 : annotated;
+  if (p->schedule.chunks == 1 && annotated == p->stages) {
+    for (int o = 0; o < g->nops; o++) p->vstage[o] = g->ops[o].stage;
+    return SK_OK;
+  }
+  p->recut = annotated > 1;
+  double *w = (double *)malloc(sizeof(double) * ((size_t)g->nops + 1));
+  int *part = (int *)malloc(sizeof(int) * ((size_t)g->nops + 1));
+  sk_result r = w && part ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "pipeline: out of memory for the cut");
+  for (int o = 0; !r && o < g->nops; o++) w[o] = sk__par_op_flops(g, g->nops - 1 - o); /* reversed: empties first */
+  if (!r) r = sk_pipe_partition(w, g->nops, parts, part, err);
+  for (int o = 0; !r && o < g->nops; o++) p->vstage[o] = parts - 1 - part[g->nops - 1 - o];
+  free(w), free(part);
+  return r;
+}
+
+/* What the schedule needs of the cut: data flows to later chunks, the loss is on the last, and
+   a parameter lives on one stage. */
+static sk_result sk__par_check_vstages(const sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  int last = p->stages * p->schedule.chunks - 1;
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++) {
+      const sk_graph_tensor *x = &g->tensors[g->ops[o].inputs[k]];
+      if (x->producer >= 0 && p->vstage[x->producer] > p->vstage[o])
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: operator '%s' (stage %d) reads '%s' from a later stage (%d)",
+                        g->ops[o].name, p->vstage[o], x->name, p->vstage[x->producer]);
+      if (x->role != SK_TENSOR_PARAM) continue;
+      int first = sk__par_first_reader(g, g->ops[o].inputs[k]);
+      int here = sk_pipe_stage_of(&p->schedule, p->vstage[o], NULL), there = sk_pipe_stage_of(&p->schedule, p->vstage[first], NULL);
+      if (here != there)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                        "pipeline: parameter '%s' is read on stage %d (operator '%s') and stage %d (operator '%s'): "
+                        "parameters shared across stages are not supported",
+                        x->name, there, g->ops[first].name, here, g->ops[o].name);
+    }
+  int lo = g->tensors[g->loss].producer;
+  if (lo >= 0 && p->vstage[lo] != last)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: the loss '%s' is computed on stage %d, not the last (%d)",
+                    g->tensors[g->loss].name, p->vstage[lo], last);
+  return SK_OK;
+}
+
+SK_API int sk_parallel_stage_of_rank(const sk_parallel_plan *p, int rank) {
+  return p && p->desc.ndevices > 0 && p->stages > 1 ? rank / p->desc.ndevices : 0;
+}
+
+SK_API bool sk_parallel_op_on_stage(const sk_parallel_plan *p, int o, int stage) {
+  if (!p || !p->graph || o < 0 || o >= p->graph->nops) return false;
+  return !p->vstage || sk_pipe_stage_of(&p->schedule, p->vstage[o], NULL) == stage;
+}
+
+/* ---- compiling ------------------------------------------------------------------------------ */
+
+/* The plan of p->graph for p->desc.ndevices devices. */
+static sk_result sk__par_compile_graph(sk_parallel_plan *p, sk_error *err) {
+  const sk_graph *g = p->graph;
+  sk_result r = SK_OK;
   p->ops = (sk_parallel_op *)calloc((size_t)g->nops + 1, sizeof *p->ops);
   p->tensors = (sk_parallel_tensor *)calloc((size_t)g->ntensors + 1, sizeof *p->tensors);
   if (!p->ops || !p->tensors) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan");
@@ -668,7 +796,26 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *
   if (!r) r = sk__par_kernel_layouts(p, err);
   if (!r) r = sk__par_opt_shards(p, err);
   if (!r) r = sk__par_steps(p, err);
-  if (!r) p->loss_grad_scale = desc->no_loss_repeated_mean ? sk__par_loss_repeat(p) : 1;
+  if (!r) p->loss_grad_scale = p->desc.no_loss_repeated_mean ? sk__par_loss_repeat(p) : 1;
+  return r;
+}
+
+SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *p,
+                                     sk_error *err) {
+  if (!g || !desc || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL argument");
+  memset(p, 0, sizeof *p);
+  sk_result r = sk__par_check_desc(desc, err);
+  if (!r && sk__par_pipelined(desc)) r = sk__par_check_pipeline(desc, err);
+  if (!r) r = sk_graph_check(g, err);
+  if (r) return r;
+  p->graph = g, p->desc = *desc, p->stages = p->micro = 1, p->world_devices = desc->ndevices;
+  if (sk__par_pipelined(desc)) {
+    r = sk__par_pipeline_begin(p, g, err);
+    if (!r) r = sk_pipe_schedule_make(&desc->pipeline, &p->schedule, err);
+    if (!r) r = sk__par_assign_vstages(p, err);
+    if (!r) r = sk__par_check_vstages(p, err);
+  }
+  if (!r) r = sk__par_compile_graph(p, err);
   if (r) sk_parallel_free(p);
   return r;
 }
@@ -729,6 +876,7 @@ SK_API sk_result sk_parallel_facts(const sk_parallel_plan *p, int o, int rank, s
 typedef struct sk__par_text {
   char *buf;
   size_t cap, len;
+  int base; /* added to every rank printed: a pipeline stage's first world rank */
 } sk__par_text;
 
 static SK__PRINTF(2, 3) void sk__par_put(sk__par_text *t, const char *fmt, ...) {
@@ -758,7 +906,7 @@ static void sk__par_put_group(sk__par_text *t, const sk_mesh *mesh, uint32_t axe
     return;
   }
   sk__par_put(t, " group {");
-  for (int i = 0; i < n && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", ranks[i]);
+  for (int i = 0; i < n && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", t->base + ranks[i]);
   sk__par_put(t, "%s}", n > 16 ? ",..." : "");
 }
 
@@ -828,12 +976,27 @@ static void sk__par_put_step(sk__par_text *t, const sk_parallel_plan *p, const s
   sk__par_put(t, "\n");
 }
 
+/* A pipeline stage's header: which chunks it holds and how many of the program's steps. */
+static void sk__par_put_stage(sk__par_text *t, const sk_parallel_plan *p, int rank, int stage) {
+  int mine = 0;
+  for (int i = 0; i < p->nsteps; i++) mine += p->steps[i].op < 0 || sk_parallel_op_on_stage(p, p->steps[i].op, stage);
+  sk__par_put(t, "# device %d of %d: stage %d of %d (ranks %d..%d; chunks", rank, p->world_devices, stage, p->stages,
+              t->base, t->base + p->desc.ndevices - 1);
+  for (int c = 0; c < p->schedule.chunks; c++) sk__par_put(t, " %d", sk_pipe_virtual_stage(&p->schedule, stage, c));
+  sk__par_put(t, " of %d), %d micro-batches, %d steps\n", p->stages * p->schedule.chunks, p->micro, mine);
+}
+
 SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, char *buf, size_t cap) {
-  sk__par_text t = {buf, buf ? cap : 0, 0};
+  sk__par_text t = {buf, buf ? cap : 0, 0, 0};
   if (cap && buf) buf[0] = 0;
-  if (!p || !p->steps || rank < 0 || rank >= p->desc.ndevices) return 0;
-  sk__par_put(&t, "# device %d of %d: %d steps\n", rank, p->desc.ndevices, p->nsteps);
-  for (int i = 0; i < p->nsteps; i++) sk__par_put(&t, "%4d ", i), sk__par_put_step(&t, p, &p->steps[i], rank);
+  if (!p || !p->steps || rank < 0 || rank >= p->world_devices) return 0;
+  int stage = sk_parallel_stage_of_rank(p, rank), local = rank - stage * p->desc.ndevices;
+  t.base = stage * p->desc.ndevices;
+  if (p->vstage) sk__par_put_stage(&t, p, rank, stage);
+  else sk__par_put(&t, "# device %d of %d: %d steps\n", rank, p->desc.ndevices, p->nsteps);
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].op < 0 || sk_parallel_op_on_stage(p, p->steps[i].op, stage))
+      sk__par_put(&t, "%4d ", i), sk__par_put_step(&t, p, &p->steps[i], local);
   return t.len;
 }
 

@@ -904,22 +904,10 @@ static void sk__rt_count_comm(sk_runtime *rt, sk_coll_kind kind, sk_comm *group,
 }
 
 
-/* Operator o's FLOPs on this device (see sk_runtime_stats). */
-static double sk__rt_op_flops(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out, bool backward) {
-  double n = 1;
-  for (int d = 0; d < out[0].ndims; d++) n *= (double)out[0].shape[d];
-  sk_op_kind k = op->desc.kind;
-  if ((k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE) && in[0].ndims >= 2) {
-    int kd = op->desc.transpose_a ? in[0].ndims - 2 : in[0].ndims - 1;
-    n *= 2.0 * (double)in[0].shape[kd];
-  }
-  return backward ? 2 * n : n;
-}
-
 static void sk__rt_count_compute(sk_runtime *rt, const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out,
                                  bool backward) {
   if (!rt->counting) return;
-  double f = sk__rt_op_flops(op, in, out, backward);
+  double f = sk_exec_flops(op, in, out, backward);
   rt->stats.flops += f;
   if (rt->desc.device_flops > 0) sk_comm_compute(rt->comm, f / rt->desc.device_flops * 1e6);
 }

@@ -267,6 +267,25 @@ expect_fail "bad local norm" "--local-norm" --net examples/nets/operator_paralle
 expect_fail "hsdp shard_size 0" "shard_size must be -1 or a positive integer" --net examples/nets/operator_parallel.json --hsdp 0
 expect_fail "hsdp unknown level" "optimizer_level" --net examples/nets/operator_parallel.json --hsdp -1,64,level4
 
+# pipeline: --dump-schedule prints Megatron's 1F1B lists (p = 4, m = 8); the tutorial keeps its
+# two annotated stages; other stage counts re-cut and say so; what is not built is refused
+"$BIN" --net examples/nets/transformer.json --devices 8 --pipeline 4 --micro 8 --dump-schedule >"$tmp/out" 2>"$tmp/err"
+if [ "$(sed -n 1p "$tmp/out")" = "stage 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7" ] &&
+   [ "$(sed -n 4p "$tmp/out")" = "stage 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7" ] && [ "$(wc -l <"$tmp/out")" -eq 4 ]; then ok
+else bad "--dump-schedule 1f1b p4 m8: $(cat "$tmp/out" "$tmp/err")"; fi
+"$BIN" --net examples/nets/transformer.json --devices 8 --pipeline 2 --micro 4 --scheduler zero_bubble_v --dump-schedule >"$tmp/out" 2>&1
+if grep -q '^stage 0: F0.0 F1.0 F2.0 F0.1 B0.1 W0.1' "$tmp/out"; then ok; else bad "--dump-schedule zero_bubble_v: $(cat "$tmp/out")"; fi
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --dump-program 4 >"$tmp/out" 2>"$tmp/err"
+if grep -q '^# device 4 of 8: stage 1 of 2 (ranks 4..7; chunks 1 of 2)' "$tmp/out" && ! grep -q 'fc1 (Dense)' "$tmp/out" && [ ! -s "$tmp/err" ]; then ok
+else bad "--dump-program of stage 1: $(cat "$tmp/out" "$tmp/err")"; fi
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 4 --micro 4 --dump-schedule >"$tmp/out" 2>"$tmp/err"
+if grep -q 're-cut by FLOPs' "$tmp/err"; then ok; else bad "a re-cut is not said: $(cat "$tmp/err")"; fi
+expect_fail "pipeline stages that do not divide the devices" "8 devices do not divide into 3 stages" --net examples/nets/operator_parallel.json --devices 8 --pipeline 3 --micro 3 --dump-schedule
+expect_fail "1f1b with fewer micro-batches than stages" "micro_size 2 < stages 4" --net examples/nets/operator_parallel.json --devices 8 --pipeline 4 --micro 2 --dump-schedule
+expect_fail "an unknown scheduler" "'seqpipe' is not one of" --net examples/nets/operator_parallel.json --pipeline 2 --scheduler seqpipe
+expect_fail "recompute of an operator the network lacks" "no operator 'relu9'" --net examples/nets/operator_parallel.json --recompute relu1,relu9
+expect_fail "training through stages" "not built yet" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --steps 1
+
 # every option of --help has its row in docs/sk-sim.md
 for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do
   if grep -q -E -- "^\|.*\`$flag[\` ]" docs/sk-sim.md; then ok
