@@ -44,6 +44,7 @@ typedef struct options {
   const char *optimizer; /* NULL: the network's */
   uint64_t seed;
   bool check, report, strict, mpi;
+  bool broadcast; /* --parameter-broadcast: device r draws its model from seed + r, then parameter_broadcast */
   bool distributed; /* the runtime on a world (even of one device: --report, --link) */
   int dump_rank; /* -1: none */
   const char *backend_asked;
@@ -66,7 +67,7 @@ static void usage(FILE *f, const char *argv0) {
           "          [--gradients-mean] [--no-loss-repeated-mean] [--no-gradient-fp32-sync] [--fp32-communication]\n"
           "          [--local-norm print|dump:FILE] [--device-local-norm] [--fusion [KIND=]none|auto|size:MB|index:I,J,...]\n"
           "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
-          "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]] [--grad-accumulation-step M]\n"
+          "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]] [--grad-accumulation-step M] [--parameter-broadcast]\n"
           "          [--pipeline STAGES --micro M [--scheduler gpipe|1f1b|zero_bubble_v] [--interleave V]\n"
           "           [--recompute OP,...] [--dump-schedule]]\n"
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
@@ -105,6 +106,9 @@ static void usage(FILE *f, const char *argv0) {
           "                       level1|level2|level3 (defaults -1, 64, level1)\n"
           "  --grad-accumulation-step M  each step is a micro-step: the optimizer runs on every M-th with\n"
           "                       the gradients' mean over the M (level2 keeps that sum sharded)\n"
+          "  --parameter-broadcast each device draws its model from seed + rank, then MindSpore's\n"
+          "                       parameter_broadcast(net, layout, rank, 0) gives every replica its owner's\n"
+          "                       values (--check: the reference starts from the broadcast model)\n"
           "  --pipeline S         pipeline stages: each holds --devices / S devices and a contiguous part of\n"
           "                       the network (its stage annotations when they count S, else cut by FLOPs)\n"
           "  --micro M            micro_size: the batch goes through the pipeline in M micro-batches\n"
@@ -238,6 +242,7 @@ static int parse_flag(const char *a, options *o) {
   if (!strcmp(a, "--no-gradient-fp32-sync")) return o->pd.no_gradient_fp32_sync = true, 1;
   if (!strcmp(a, "--fp32-communication")) return o->pd.fp32_communication = true, 1;
   if (!strcmp(a, "--device-local-norm")) return o->pd.device_local_norm = true, 1;
+  if (!strcmp(a, "--parameter-broadcast")) return o->broadcast = true, 1;
   if (!strcmp(a, "--dump-schedule")) return o->dump_schedule = true, 1;
   return 0;
 }
@@ -321,7 +326,8 @@ static int parse_options(int argc, char **argv, options *o) {
     return bad_usage(argv[0], "--pipeline, --micro and --interleave take positive counts", NULL);
   if ((o->link.gbps > 0) != (o->device_tflops > 0))
     return bad_usage(argv[0], "--link and --device-tflops go together", NULL);
-  o->distributed = o->devices > 1 || o->report || o->link.gbps > 0; /* else the trainer runs alone */
+  /* else the trainer runs alone (parameter_broadcast is the runtime's) */
+  o->distributed = o->devices > 1 || o->report || o->link.gbps > 0 || o->broadcast;
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");
@@ -342,6 +348,7 @@ typedef struct job {
   long nstep_s;
   double seconds, model_us, compile_ms;
   sim_device_figures *figures; /* per device, for --report */
+  void **init; /* --parameter-broadcast --check: per tensor, the broadcast model gathered (the lead's) */
 } job;
 
 /* One device's run: the trainer (one device) or its runtime. */
@@ -463,6 +470,14 @@ static int run_buffers(run *R) {
   return R->x && R->y ? 0 : -1;
 }
 
+/* --parameter-broadcast: the reference starts from the model the devices hold after the
+   broadcast (gathered in the run's dtype, which is the trainer's), not from its seed's. */
+static void start_from(sk_trainer *t, const job *J) {
+  size_t es = sk_dtype_size(sk_trainer_dtype(t));
+  for (int p = 0; p < J->g->ntensors; p++)
+    if (J->init[p]) memcpy(sk_trainer_values(t, p), J->init[p], (size_t)sk_graph_numel(J->g, p) * es);
+}
+
 /* The single-device reference: the trainer. */
 static sk_result run_reference(job *J, bool quiet, sk_error *e) {
   run R;
@@ -479,9 +494,29 @@ static sk_result run_reference(job *J, bool quiet, sk_error *e) {
   d.grad_scales = scales;
   sk_result r = run_buffers(&R) || !scales ? sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
   if (!r) r = sk_trainer_create(J->g, &d, &R.t, e);
+  if (!r && J->init) start_from(R.t, J);
   if (!r) r = train(&R, e);
   free(R.x), free(R.y), free(scales);
   sk_trainer_destroy(R.t);
+  return r;
+}
+
+/* --parameter-broadcast after create: every device drew its own model (seed + rank), so the
+   replicas differ until MindSpore's parameter_broadcast(net, layout, rank, 0) gives each its
+   redundancy group owner's values. With --check every device gathers the result (collective)
+   and the lead keeps it for the reference. */
+static sk_result broadcast(run *R, sk_error *e) {
+  job *J = R->J;
+  const sk_graph *g = J->g;
+  sk_result r = sk_runtime_parameter_broadcast(R->rt, sk_comm_rank(R->comm), 0, e);
+  for (int p = 0; !r && J->o->check && p < g->ntensors; p++) {
+    if (g->tensors[p].role != SK_TENSOR_PARAM) continue;
+    void *full = malloc((size_t)sk_graph_numel(g, p) * sk_dtype_size(J->o->dtype == SK_F64 ? SK_F64 : SK_F32));
+    r = full ? sk_runtime_gather(R->rt, p, full, e) : sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory gathering '%s'",
+                                                                 g->tensors[p].name);
+    if (!r && R->lead) J->init[p] = full, full = NULL;
+    free(full);
+  }
   return r;
 }
 
@@ -495,9 +530,11 @@ static sk_result device_main(sk_comm *c, void *arg) {
   memset(&d, 0, sizeof d);
   d.dtype = J->o->dtype, d.optim = J->optim, d.seed = J->o->seed, d.kernels = &BLAS;
   d.device_flops = J->o->device_tflops * 1e12;
+  d.seed_by_rank = J->o->broadcast;
   sk_error e = {SK_OK, ""};
   sk_result r = run_buffers(&R) ? sk__fail(&e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
   if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
+  if (!r && J->o->broadcast) r = broadcast(&R, &e);
   if (!r) r = train(&R, &e);
   if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, &e);
   if (r) sk_comm_set_error(c, r, "%s", e.msg);
@@ -601,7 +638,8 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;
   J->figures = (sim_device_figures *)calloc((size_t)o->devices, sizeof *J->figures);
-  return J->figures ? 0 : (snprintf(msg, cap, "out of memory"), -1);
+  if (o->broadcast && o->check) J->init = (void **)calloc((size_t)g->ntensors + 1, sizeof *J->init);
+  return J->figures && (J->init || !(o->broadcast && o->check)) ? 0 : (snprintf(msg, cap, "out of memory"), -1);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -657,13 +695,16 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   if (o->distributed && make_world(o, &w, msg, cap)) return -1;
   if (o->mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
   if (process == 0 && J->plan.nfallbacks && o->devices > 1) say_fallbacks(J, argv0);
-  if (o->check && process == 0 && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
+  /* the reference runs first unless it starts from what the broadcast leaves */
+  bool after = o->broadcast;
+  if (o->check && process == 0 && !after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && !o->distributed) {
     sk_error e;
     if (run_reference(J, false, &e)) snprintf(msg, cap, "%s", e.msg), rc = -1;
   } else if (!rc && sk_world_run(w, device_main, J)) {
     snprintf(msg, cap, "%s", sk_world_error_message(w)), rc = -1;
   }
+  if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && process == 0) print_summary(J, base, nbase);
   if (w) sk_world_destroy(w);
   free(base);
@@ -698,7 +739,8 @@ int main(int argc, char **argv) {
   else if (run_all(&J, argv[0], msg, sizeof msg)) rc = 1;
   bool quiet = o.mpi && prog_launch_rank() != 0; /* every process meets the same error: one says it */
   if (rc && !quiet) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), msg);
-  free(J.losses), free(J.step_s), free(J.cpu_s), free(J.figures);
+  for (int p = 0; J.init && p < g.ntensors; p++) free(J.init[p]);
+  free(J.losses), free(J.step_s), free(J.cpu_s), free(J.figures), free(J.init);
   sk_parallel_free(&J.plan);
   dataset_close(&J.data);
   sk_graph_free(&g);

@@ -301,6 +301,7 @@ typedef struct dev_out {
   double loss[MAXSTEPS];
   int64_t correct, rows;
   unsigned char *params, *logits; /* gathered (the run's dtype) */
+  unsigned char *init;            /* R->broadcast: the parameters gathered right after the broadcast */
   counter cnt;
   sk_runtime_memory mem_created, mem_end;
   size_t out_created, out_end, out_after; /* the counter's outstanding bytes */
@@ -324,6 +325,11 @@ typedef struct run {
   long fail_at;            /* ... at this call of create (FAIL_IN_CREATE) or of the first step (FAIL_IN_STEP) */
   int fail_phase;          /* FAIL_*: when it fails */
   sk_link_model link;      /* the world's (zero: none) */
+  /* after create, sk_runtime_parameter_broadcast(rt, rank + initial_rank + cur_rank_skew,
+     initial_rank) and a gather of every parameter (dev_out.init); against_trainer then starts
+     the trainer from device 0's. desc.seed_by_rank is the test's to set. */
+  bool broadcast;
+  int initial_rank, cur_rank_skew; /* skew nonzero: a wrong cur_rank */
   int in_t[MAXIN];
   sk_dtype in_dt[MAXIN];
   int64_t in_n[MAXIN];
@@ -365,6 +371,12 @@ static inline sk_result device_main(sk_comm *comm, void *arg) {
     o->out_created = o->cnt.outstanding, o->blocks_created = o->cnt.blocks;
     o->cnt.fail_at = 0; /* FAIL_IN_CREATE sweeps create's allocations only */
     if (rank == R->fail_rank && R->fail_phase == FAIL_FROM_FEED) o->cnt.fail_all = true;
+  }
+  if (!r && R->broadcast) {
+    int cur = rank + R->initial_rank + R->cur_rank_skew;
+    r = note(o, "broadcast", sk_runtime_parameter_broadcast(rt, cur, R->initial_rank, &e), &e);
+    for (int t = 0; !r && t < g->ntensors; t++)
+      if (g->tensors[t].role == SK_TENSOR_PARAM) r = note(o, "gather", sk_runtime_gather(rt, t, o->init + R->param_off[t], &e), &e);
   }
   for (int s = 0; !r && !R->create_only && s < R->nsteps; s++) {
     for (int i = 0; !r && i < R->n->nin; i++)
@@ -438,7 +450,8 @@ static inline void run_init_knobs(run *R, net *n, int ndev, sk_dtype dt, sk_opti
   for (int d = 0; d < ndev; d++) {
     R->dev[d].params = (unsigned char *)calloc(1, R->params_bytes + 1);
     R->dev[d].logits = (unsigned char *)calloc(1, R->logits_bytes + 1);
-    cr_assert(R->dev[d].params && R->dev[d].logits);
+    R->dev[d].init = (unsigned char *)calloc(1, R->params_bytes + 1);
+    cr_assert(R->dev[d].params && R->dev[d].logits && R->dev[d].init);
   }
 }
 
@@ -449,7 +462,7 @@ static inline void run_init(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc
 static inline void run_free(run *R) {
   for (int s = 0; s < MAXSTEPS; s++)
     for (int i = 0; i < MAXIN; i++) free(R->data[s][i]);
-  for (int d = 0; d < MAXDEV; d++) free(R->dev[d].params), free(R->dev[d].logits);
+  for (int d = 0; d < MAXDEV; d++) free(R->dev[d].params), free(R->dev[d].logits), free(R->dev[d].init);
   free(R->param_off);
   sk_parallel_free(&R->plan);
 }
@@ -458,9 +471,9 @@ static inline void run_free(run *R) {
 static inline void run_world(run *R) {
   for (int d = 0; d < MAXDEV; d++) {
     dev_out *o = &R->dev[d];
-    unsigned char *p = o->params, *l = o->logits;
+    unsigned char *p = o->params, *l = o->logits, *in = o->init;
     memset(o, 0, sizeof *o);
-    o->params = p, o->logits = l;
+    o->params = p, o->logits = l, o->init = in;
   }
   sk_world_desc wd;
   memset(&wd, 0, sizeof wd);
@@ -490,6 +503,20 @@ typedef struct errs {
   int worst;                  /* the parameter where param was seen */
 } errs;
 
+/* R->broadcast: every device gathered the same model after the broadcast (the replicas agree
+   with their owners, whichever copy a gather reads), and the trainer starts from it. */
+static inline void start_from_broadcast(const run *R, sk_trainer *t, const char *what) {
+  const sk_graph *g = &R->n->g;
+  for (int p = 0; p < g->ntensors; p++) {
+    if (g->tensors[p].role != SK_TENSOR_PARAM) continue;
+    size_t bytes = (size_t)sk_graph_numel(g, p) * esize(sk_trainer_dtype(t));
+    for (int d = 1; d < R->ndev; d++)
+      cr_assert(memcmp(R->dev[d].init + R->param_off[p], R->dev[0].init + R->param_off[p], bytes) == 0,
+                "%s: after the broadcast device %d gathered other values of '%s' than device 0", what, d, g->tensors[p].name);
+    memcpy(sk_trainer_values(t, p), R->dev[0].init + R->param_off[p], bytes);
+  }
+}
+
 /* Trains R's network on one device with the same seed, optimizer, dtype and data, and the
    plan's gradient factors (sk_parallel_grad_scales: all 1 unless a knob rescales), and compares
    every device's losses, gathered parameters, evaluation and logits within tol. */
@@ -501,9 +528,11 @@ static inline errs against_trainer(const run *R, double tol, const char *what) {
   sk_train_desc td;
   memset(&td, 0, sizeof td);
   td.dtype = R->desc.dtype, td.optim = R->desc.optim, td.seed = R->desc.seed, td.grad_scales = scales;
+  td.grad_accumulation_step = R->plan.desc.grad_accumulation_step; /* micro-steps as the plan's */
   sk_trainer *t = NULL;
   OK(sk_trainer_create(g, &td, &t, E));
   sk_dtype cdt = sk_trainer_dtype(t);
+  if (R->broadcast) start_from_broadcast(R, t, what);
   errs m = {0, 0, 0, -1};
   for (int s = 0; s < R->nsteps; s++) {
     for (int i = 0; i < R->n->nin; i++) OK(sk_trainer_feed(t, R->in_t[i], R->in_dt[i], R->data[s][i], (size_t)R->in_n[i], E));

@@ -84,6 +84,20 @@ for lv in level1 level2 level3; do
     --steps 12 --dtype f64 --optimizer adam --hsdp -1,0,$lv --grad-accumulation-step 3
 done
 checks "operator_parallel 8 devices hsdp shard_size 2 (fc3's Mirror over 4)" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 --hsdp 2,0
+# --parameter-broadcast: each device draws its model from seed + rank, the broadcast gives every
+# replica its owner's values, and --check's reference starts from the broadcast model: one
+# device's losses again, data parallel and under hsdp (per shard, partial shard_size, level3)
+checks "operator_parallel 8 devices parameter_broadcast" 1e-12 --net examples/nets/operator_parallel.json --devices 8 \
+  --steps 12 --dtype f64 --parameter-broadcast
+checks "transformer 8 devices parameter_broadcast, hsdp 2,0,level3" 1e-12 --net examples/nets/transformer.json --devices 8 \
+  --steps 12 --dtype f64 --optimizer adam --parameter-broadcast --hsdp 2,0,level3
+# ... and the broadcast model is not seed 1's: the first loss differs from a run without it
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --dtype f64 >"$tmp/nb" 2>&1
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --dtype f64 --parameter-broadcast >"$tmp/pb" 2>&1
+l0=$(losses "$tmp/nb"); l1=$(losses "$tmp/pb")
+if [ -n "$l0" ] && [ -n "$l1" ] && [ "$l0" != "$l1" ]; then ok
+else bad "--parameter-broadcast: first loss '$l1', without it '$l0' (the devices should draw seed + rank)"; fi
+
 # the report under hsdp: the ReduceScatters of the sharded gradients, and level3's lower peak
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 2 --hsdp -1,0 --report >"$tmp/h1" 2>&1
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 2 --hsdp -1,0,level3 --report >"$tmp/h3" 2>&1

@@ -15,8 +15,12 @@
       second gather, the partial Mirror, comm_fusion's allgather / reducescatter modes.
    5. Faults: every allocation of create, and every allocation of a step, failing in turn on one
       device of 4 with hsdp on: a clean error on every device, no hang, no leak.
-
-   Level2 is level1 here (gradient accumulation is not built), so it is not tested apart. */
+   6. parameter_broadcast (sk_runtime_parameter_broadcast): every device draws its model from
+      seed + rank; after the broadcast each replica holds its owner's draw (round robin in name
+      order), per shard under hsdp, initial_rank honoured, a wrong cur_rank refused on every
+      device; training then equals the trainer started from the gathered model.
+   7. Gradient accumulation: every level like the trainer accumulating the same way; level2's
+      sums at the shards' size (without accumulation level2 is level1). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -686,5 +690,154 @@ Test(hsdp, step_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
     expect_all_failed_clean(&R, 0, "from the first feed");
     run_free(&R);
   }
+  sk_graph_free(&n.g);
+}
+
+/* ---- 6. parameter_broadcast through the runtime ---------------------------------------------- */
+
+/* Every device draws its model from seed + rank (desc.seed_by_rank), so replicas start apart
+   until sk_runtime_parameter_broadcast gives each its redundancy group owner's values. */
+static void init_broadcast(run *R, net *n, int ndev, sk_optim_desc optim, const sk_parallel_desc *pd, int initial_rank) {
+  run_init_knobs(R, n, ndev, SK_F64, optim, 4, pd);
+  R->desc.seed_by_rank = true, R->broadcast = true, R->initial_rank = initial_rank;
+}
+
+/* The whole model drawn from one seed, in the run's dtype (f64), one buffer per tensor. */
+static double **drawn(const sk_graph *g, uint64_t seed) {
+  double **v = (double **)calloc((size_t)g->ntensors + 1, sizeof *v);
+  cr_assert_not_null(v);
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == SK_TENSOR_PARAM) cr_assert_not_null(v[t] = (double *)malloc((size_t)sk_graph_numel(g, t) * 8));
+  OK(sk_graph_init_params(g, seed, SK_F64, (void *const *)v, E));
+  return v;
+}
+
+static void free_drawn(const sk_graph *g, double **v) {
+  for (int t = 0; t < g->ntensors; t++) free(v[t]);
+  free(v);
+}
+
+/* Three data-parallel MatMuls on 8 devices: each weight has one redundancy group, all 8 ranks;
+   in name order (u, w1, w2) MindSpore's round robin makes ranks 0, 1 and 2 their owners. After
+   the broadcast each weight is exactly its owner's draw (seed + owner), which differs from rank
+   0's for w1 and w2; training then equals the trainer started from those values. */
+Test(hsdp, broadcast_replicas_take_their_owners_values_and_train_like_one_device, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_dp(&n, 8);
+  init_broadcast(&R, &n, 8, momentum(0.1, 0.9), NULL, 0);
+  run_world(&R);
+  expect_all_ok(&R, "parameter_broadcast, data parallel");
+  const sk_graph *g = &n.g;
+  const char *names[3] = {"u", "w1", "w2"};
+  double **by_rank[3] = {drawn(g, R.desc.seed), drawn(g, R.desc.seed + 1), drawn(g, R.desc.seed + 2)};
+  for (int i = 0; i < 3; i++) {
+    int t = tensor_named(g, names[i]);
+    size_t bytes = (size_t)sk_graph_numel(g, t) * 8;
+    for (int d = 0; d < 8; d++)
+      cr_assert(memcmp(R.dev[d].init + R.param_off[t], by_rank[i][t], bytes) == 0,
+                "device %d: '%s' is not rank %d's draw after the broadcast", d, names[i], i);
+    if (i) cr_assert(memcmp(by_rank[i][t], by_rank[0][t], bytes), "'%s': ranks 0 and %d drew the same values", names[i], i);
+  }
+  errs m = against_trainer(&R, TOL64, "parameter_broadcast, data parallel");
+  cr_log_info("parameter_broadcast on 8 data-parallel devices, 4 Momentum steps f64: losses within %.3g, parameters within %.3g",
+              m.loss, m.param);
+  for (int i = 0; i < 3; i++) free_drawn(g, by_rank[i]);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* The MLP on 8 devices under hsdp shard_size 2, level1 and level3: w1 (2 replicas, 2 shards)
+   has nothing to broadcast, each shard keeps its own rank's draw; w3 (8 replicas, 2 shards)
+   broadcasts per shard over the 4 ranks keeping the same rows; w2 has no replica. The devices
+   then train like one device started from the gathered model, with initial_rank 0 and, as a
+   second pipeline stage would call it, cur_rank = rank + 8, initial_rank 8 (the same owners). */
+Test(hsdp, broadcast_under_hsdp_per_shard_like_one_device, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R, S;
+  build_mlp(&n, 8);
+  const sk_hsdp_level levels[2] = {SK_HSDP_LEVEL1, SK_HSDP_LEVEL3};
+  for (int l = 0; l < 2; l++) {
+    sk_parallel_desc pd = knobs_of(hsdp_of(2, 0, levels[l]));
+    init_broadcast(&R, &n, 8, adam(0.01), &pd, 0);
+    cr_assert_eq(R.plan.tensors[tensor_named(&n.g, "w3")].opt_mirror, 4);
+    run_world(&R);
+    expect_all_ok(&R, "parameter_broadcast under hsdp");
+    errs m = against_trainer(&R, TOL64, "parameter_broadcast under hsdp");
+    init_broadcast(&S, &n, 8, adam(0.01), &pd, 8);
+    run_world(&S);
+    expect_all_ok(&S, "parameter_broadcast, initial_rank 8");
+    cr_assert(memcmp(S.dev[0].init, R.dev[0].init, R.params_bytes) == 0, "initial_rank 8 chose other owners");
+    cr_log_info("parameter_broadcast, hsdp shard_size 2 %s, 8 devices, 4 Adam steps f64: losses within %.3g, parameters "
+                "within %.3g", sk_hsdp_level_name(levels[l]), m.loss, m.param);
+    run_free(&R), run_free(&S);
+  }
+  sk_graph_free(&n.g);
+}
+
+/* A cur_rank that is not the device's (MindSpore's ValueError): every device returns an error
+   from the broadcast, none waits out the timeout, nothing leaks. */
+Test(hsdp, broadcast_wrong_cur_rank_fails_on_every_device, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
+  init_broadcast(&R, &n, 4, sgd(0.1), &pd, 0);
+  R.cur_rank_skew = 1, R.counting = true;
+  run_world(&R);
+  for (int d = 0; d < 4; d++) {
+    const dev_out *o = &R.dev[d];
+    cr_assert_eq(o->rc, SK_ERR_INVALID_ARGUMENT, "device %d: %s in %s (%s)", d, sk_result_name(o->rc), o->where, o->msg);
+    cr_assert_str_eq(o->where, "broadcast");
+    cr_assert_eq(o->out_after, 0, "device %d: %zu bytes outstanding", d, o->out_after);
+  }
+  cr_log_info("a wrong cur_rank: '%s'", R.dev[0].msg);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* ---- 7. gradient accumulation: what level2 changes ------------------------------------------- */
+
+/* The sum level2 keeps per sharded parameter is its shard, level1's and level3's the whole
+   slice: the difference in gradient bytes between them (f64). */
+static uint64_t level2_saving(const sk_parallel_plan *p) {
+  uint64_t saved = 0;
+  for (int t = 0; t < p->graph->ntensors; t++) {
+    int s = p->tensors[t].opt_size;
+    if (p->graph->tensors[t].role != SK_TENSOR_PARAM || !s) continue;
+    uint64_t slice = (uint64_t)sk_parallel_slice_count(p, t) * 8;
+    saved += slice - slice / (uint64_t)s;
+  }
+  return saved;
+}
+
+/* The MLP on 8 devices, 3 micro-steps per update over 9 steps (three updates), Adam and
+   Momentum: every level trains like the trainer accumulating the same way, and level2's
+   accumulated gradients are the shards' size (level1 and level3 keep whole sums). */
+Test(hsdp, accumulation_every_level_like_the_trainer_level2_sums_sharded, .timeout = 2 * RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 8);
+  uint64_t grads[3] = {0, 0, 0};
+  for (int l = 0; l < 3; l++)
+    for (int o = 0; o < 2; o++) {
+      sk_hsdp_level level = l == 0 ? SK_HSDP_LEVEL1 : l == 1 ? SK_HSDP_LEVEL2 : SK_HSDP_LEVEL3;
+      sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, level));
+      pd.grad_accumulation_step = 3;
+      char what[96];
+      snprintf(what, sizeof what, "hsdp %s, accumulation 3, %s", sk_hsdp_level_name(level), o ? "Adam" : "Momentum");
+      run_knobs(&R, &n, 8, SK_F64, o ? adam(0.01) : momentum(0.1, 0.9), 9, &pd, what);
+      errs m = against_trainer(&R, TOL64, what);
+      cr_log_info("%s, 8 devices, 9 steps f64: losses within %.3g, parameters within %.3g", what, m.loss, m.param);
+      grads[l] = R.dev[0].mem_created.gradients;
+      for (int d = 0; d < 8; d++) cr_assert_eq(R.dev[d].mem_end.gradients, R.dev[d].mem_created.gradients, "%s: device %d", what, d);
+      if (l == 1) cr_assert_eq(grads[0] - grads[1], level2_saving(&R.plan), "level2 keeps %llu gradient bytes, level1 %llu",
+                               (unsigned long long)grads[1], (unsigned long long)grads[0]);
+      run_free(&R);
+    }
+  cr_assert_gt(grads[0], grads[1], "level2's sums are no smaller");
+  cr_assert_eq(grads[2], grads[0], "level3 accumulates whole, as level1");
+  cr_log_info("accumulated gradients on device 0: level1 %llu bytes, level2 %llu, level3 %llu", (unsigned long long)grads[0],
+              (unsigned long long)grads[1], (unsigned long long)grads[2]);
   sk_graph_free(&n.g);
 }
