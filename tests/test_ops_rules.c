@@ -819,6 +819,27 @@ Test(ops_rules, onehot_axis_last) {
   expect_reject(&b, 8, "tuple of one entry", "OneHot", "input 0", NULL);
 }
 
+/* The indices' tuple is measured against the output (one rank more): the message names the
+   output's rank and says why, not "a rank-2 tensor", which the rank-1 indices are not. */
+Test(ops_rules, onehot_tuple_length_names_the_output) {
+  sk_op_desc d = onehot("[64]", 10, "(8),(),()", -1);
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "OneHot: input 0's tuple has 1 entry for the rank-2 output") != NULL, "%s", e.msg);
+  cr_expect(strstr(e.msg, "the indices' 1 dim, then the classes") != NULL, "%s", e.msg);
+  cr_expect(strstr(e.msg, "rank-2 tensor") == NULL, "%s", e.msg);
+  sk_op_desc m = onehot("[64,4]", 10, "(8,1),(),()", -1);
+  cr_assert_eq(sk_op_plan_make(&m, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "input 0's tuple has 2 entries for the rank-3 output") != NULL, "%s", e.msg);
+  cr_expect(strstr(e.msg, "the indices' 2 dims, then the classes") != NULL, "%s", e.msg);
+  /* the scalars' tuples keep the usual wording */
+  sk_op_desc v = onehot("[64]", 10, "(8,1),(1),()", -1);
+  v.strategy_len[1] = 1;
+  cr_assert_eq(sk_op_plan_make(&v, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "OneHot: input 1's tuple has 1 entry for a rank-0 tensor") != NULL, "%s", e.msg);
+}
+
 /* axis 0: output [depth, B]; the device matrix is the strategy reversed, [s1, s0], so that the
    batch stays on the left axis. MindSpore's axis-0 test (8 devices, output [10,64]); its newest
    version (disabled there) expects the repeat on the right, [4,1,2] for (1,4), and accepts (2,4). */
