@@ -643,6 +643,7 @@ static void attr_perm(sk_op_desc *d, pylit_doc *doc, size_t field) {
   need(n, doc);
   if (d->ninputs > 0 && n != d->ndims[0]) die("%s: perm has %d entries for a rank-%d input", doc->flag, n, d->ndims[0]);
   for (int i = 0; i < n; i++) d->perm[i] = (int)v[i];
+  d->has_perm = true; /* perm=(0,0) is then refused as no permutation, not as missing */
 }
 
 /* OneHot's depth. */

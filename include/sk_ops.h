@@ -135,6 +135,10 @@ typedef struct sk_op_desc {
   int axis[SK_MAX_DIMS];  /* negative counts from the end */
   bool keep_dims;         /* reductions */
   int perm[SK_MAX_DIMS];  /* Transpose: output dim i is input dim perm[i] */
+  /* perm was given, so that an all-zero perm is checked as a permutation ((0) is rank 1's; (0,0)
+     is none) instead of being read as never set. A desc that sets a non-zero entry, as descs did
+     before this field, counts as given without it. */
+  bool has_perm;
   int64_t depth;          /* OneHot */
   int noutputs;           /* Reshape: 1 (the target shape); GetNext: its outputs */
   int out_ndims[SK_OP_MAX_OUTPUTS];
@@ -766,9 +770,9 @@ static sk_result sk__op_transpose(const sk_op_desc *d, int ndevices, sk_op_plan 
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
   unsigned seen = 0;
   int64_t oshape[SK_MAX_DIMS];
-  bool all_zero = true;
-  for (int k = 0; k < n; k++) all_zero = all_zero && d->perm[k] == 0;
-  if (n > 1 && all_zero) /* desc.perm left zero-initialised: no rank >= 2 permutation is all zeros */
+  bool given = d->has_perm;
+  for (int k = 0; k < n; k++) given = given || d->perm[k] != 0;
+  if (n > 1 && !given) /* not set at all: no rank >= 2 permutation is all zeros, so say what is wrong */
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Transpose: perm is missing; give a permutation of 0..%d (output dim k is "
                     "input dim perm[k])", n - 1);
   for (int k = 0; k < n; k++) {

@@ -342,6 +342,11 @@ query "OneHot repeat" --op OneHot --shapes "((64,),(),())" --shard "((4,1),(),()
 grep -qF '"dev_matrix": [4, 1, 2]' "$tmp/out" && grep -qF '"mirror_ops": [null, null, null]' "$tmp/out" && ok || bad "OneHot repeat: $(cat "$tmp/out")"
 # Transpose without perm says so
 expect_rejected "Transpose without perm" "Transpose: perm is missing" --op Transpose --shapes "((4,8),)" --shard "((2,1),)" --devices 8
+# ... and a given all-zero perm is no permutation, not a missing one; rank 1's (0) is fine
+expect_rejected "Transpose perm=(0,0)" "Transpose: perm is not a permutation of 0..1 (entry 1 is 0)" \
+  --op Transpose --shapes "((4,8),)" --shard "((2,1),)" --devices 8 --attr "perm=(0,0)"
+query "Transpose perm=(0,)" --op Transpose --shapes "((8,),)" --shard "((2,),)" --devices 8 --attr "perm=(0,)"
+grep -qF '"outputs": [{"shape": [8], "tensor_map": [1], "slice_shape": [4]}]' "$tmp/out" && ok || bad "Transpose perm=(0,): $(cat "$tmp/out")"
 # VirtualDataset: the one cut dim may be any dim; every input's cut maps to one axis
 query "VirtualDataset dim 1" --op VirtualDataset --shapes "((32,16),(16,))" --shard "((1,4),(4,))" --devices 8
 grep -qF '"dev_matrix": [2, 1, 4], "inputs": [{"shape": [32, 16], "tensor_map": [-1, 0], "slice_shape": [32, 4]}, {"shape": [16], "tensor_map": [0], "slice_shape": [4]}]' "$tmp/out" && ok || bad "VirtualDataset dim 1: $(cat "$tmp/out")"
