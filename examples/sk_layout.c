@@ -12,7 +12,7 @@
 
    Exit status: 0 for a valid query (and --exec found every element right), 1 if --exec found a
    wrong element or writing the output fails, 2 (and one line "sk-layout: error: ..." on stderr)
-   for bad input. */
+   for bad input; under --op --json a failure is also {"ok": false, "error": ...} on stdout. */
 #define SK_IMPL
 #include "sk_layout.h"
 #include "sk_opt_shard.h"
@@ -109,7 +109,8 @@ static const char usage_op[] =
     "                     seed, seed2, epsilon, data_format, begin_params_axis, shared_name, dtype,\n"
     "                     dst_type, sparse, reduction\n"
     "  --params LIST      the inputs that are parameters, e.g. 1 or (0,1)\n"
-    "  --json             one JSON object: ok, error (when not ok), dev_matrix, inputs, outputs\n"
+    "  --json             one JSON object: ok, error (when not ok: a rejected strategy or a usage\n"
+    "                     error), dev_matrix, inputs, outputs\n"
     "                     ({shape, tensor_map, slice_shape}), forward_ops, backward_ops ({op, group}),\n"
     "                     mirror_ops (null or {op: \"_MirrorOperator\", group}); groups are rank R's\n"
     "  -h, --help         this text\n"
@@ -125,17 +126,67 @@ static const char usage_op[] =
     "\n"
     "Exit status: 0 for a valid query; 2 (one line \"sk-layout: error: ...\" on stderr) for bad\n"
     "input, and for a strategy the operator's rules reject (with --json: {\"ok\": false, ...} on\n"
-    "stdout instead); 1 if --exec found a wrong element or writing the output failed.\n";
+    "stdout instead; for bad input with --op --json, on stdout as well); 1 if --exec found a wrong\n"
+    "element or writing the output failed.\n";
 
-/* One line on stderr, exit 2: the contract for bad input. _Noreturn also tells the static
-   analyzer that the paths after a die() never run. */
+/* Set once the flags are read when they hold --op and --json: then every error also goes to
+   stdout as {"ok": false, "error": ...}, the one JSON object --json promises, so that a script
+   reads a usage error as it reads a rejected strategy. */
+static int json_errors;
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c == '\n')
+      fputs("\\n", stdout);
+    else if (c < 0x20)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
+  }
+  putchar('"');
+}
+
+/* --json's answer to a failure: {"ok": false, "error": MSG}, one line. */
+static void print_json_error(const char *msg) {
+  printf("{\"ok\": false, \"error\": ");
+  json_string(msg);
+  printf("}\n");
+  fflush(stdout);
+}
+
+/* The message of fmt, ap as the JSON error line; ap is the caller's, copied before the measuring
+   pass consumes it. */
+static void print_json_error_v(const char *fmt, va_list ap) {
+  va_list aq;
+  va_copy(aq, ap);
+  int n = vsnprintf(NULL, 0, fmt, aq);
+  va_end(aq);
+  char *msg = n < 0 ? NULL : (char *)malloc((size_t)n + 1);
+  if (!msg) {
+    print_json_error("out of memory for the error message");
+    return;
+  }
+  vsnprintf(msg, (size_t)n + 1, fmt, ap);
+  print_json_error(msg);
+  free(msg);
+}
+
+/* One line on stderr, exit 2: the contract for bad input (under --op --json, the JSON line on
+   stdout too). _Noreturn also tells the static analyzer that the paths after a die() never run. */
 static _Noreturn void die(const char *fmt, ...) {
-  va_list ap;
+  va_list ap, aq;
   fputs("sk-layout: error: ", stderr);
   va_start(ap, fmt);
+  va_copy(aq, ap);
   vfprintf(stderr, fmt, ap);
-  va_end(ap);
   fputc('\n', stderr);
+  if (json_errors) print_json_error_v(fmt, aq);
+  va_end(aq);
+  va_end(ap);
   exit(2);
 }
 
@@ -643,6 +694,7 @@ static void attr_perm(sk_op_desc *d, pylit_doc *doc, size_t field) {
   need(n, doc);
   if (d->ninputs > 0 && n != d->ndims[0]) die("%s: perm has %d entries for a rank-%d input", doc->flag, n, d->ndims[0]);
   for (int i = 0; i < n; i++) d->perm[i] = (int)v[i];
+  d->has_perm = true; /* perm=(0,0) is then refused as no permutation, not as missing */
 }
 
 /* OneHot's depth. */
@@ -795,22 +847,6 @@ static void format_group(const sk_mesh *m, int rank, uint32_t axes, char *buf, s
 /* Room for the longest group: 4096 ranks of up to 4 digits and ", ". */
 #define GROUP_TEXT_MAX (SK_MAX_DEVICES * 6 + 4)
 
-static void json_string(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c == '\n')
-      fputs("\\n", stdout);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
-}
-
 /* {"shape": [...], "tensor_map": [...], "slice_shape": [...]} for each tensor. */
 static void json_tensors(const sk_layout *tensors, int n) {
   char text[512];
@@ -940,10 +976,7 @@ static void print_plan_text(const sk_op_plan *p, const sk_op_desc *d, int ndevic
    stderr; exit 2 either way. */
 static _Noreturn void reject(int json, const char *msg) {
   if (!json) die("%s", msg);
-  printf("{\"ok\": false, \"error\": ");
-  json_string(msg);
-  printf("}\n");
-  fflush(stdout);
+  print_json_error(msg);
   exit(2);
 }
 
@@ -1047,14 +1080,26 @@ typedef struct options {
   int tsv, groups, standard, plan, mindspore, exec, json;
 } options;
 
+/* The first error in the flags. parse_args reads them all before it reports it: whether --op
+   and --json are among them, after the error too, decides whether it is also JSON. */
+static char args_error[1024];
+
+static void args_fail(const char *fmt, ...) {
+  va_list ap;
+  if (args_error[0]) return;
+  va_start(ap, fmt);
+  vsnprintf(args_error, sizeof args_error, fmt, ap);
+  va_end(ap);
+}
+
 /* The value of flag `name` in argv[*i]: "--flag VALUE" or "--flag=VALUE"; NULL when argv[*i] is
-   another flag. */
+   another flag; "" (and the error kept) when the value is missing. */
 static const char *flag_value(int argc, char **argv, int *i, const char *name) {
   size_t len = strlen(name);
   const char *a = argv[*i];
   if (strncmp(a, name, len) || (a[len] != '\0' && a[len] != '=')) return NULL;
   if (a[len] == '=') return a + len + 1;
-  if (*i + 1 >= argc) die("%s needs a value", name);
+  if (*i + 1 >= argc) return args_fail("%s needs a value", name), "";
   return argv[++*i];
 }
 
@@ -1071,7 +1116,7 @@ static void parse_args(int argc, char **argv, options *o) {
       {"--rank", &o->rank}, {"--params", &o->params}, {"--hsdp", &o->hsdp}};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if ((!strcmp(a, "-h") || !strcmp(a, "--help")) && !args_error[0]) { /* after an error: that error */
       fputs(usage, stdout);
       fputs(usage_hsdp, stdout);
       fputs(usage_op, stdout);
@@ -1081,18 +1126,22 @@ static void parse_args(int argc, char **argv, options *o) {
     for (size_t k = 0; k < sizeof switches / sizeof *switches && !known; k++)
       if (!strcmp(a, switches[k].flag)) *switches[k].set = known = 1;
     if ((v = flag_value(argc, argv, &i, "--attr"))) {
-      if (o->nattrs == MAX_ATTRS) die("more than %d --attr", MAX_ATTRS);
-      o->attrs[o->nattrs++] = v;
+      if (o->nattrs == MAX_ATTRS)
+        args_fail("more than %d --attr", MAX_ATTRS);
+      else
+        o->attrs[o->nattrs++] = v;
       known = 1;
     }
     for (size_t k = 0; k < sizeof valued / sizeof *valued && !known; k++)
       if ((v = flag_value(argc, argv, &i, valued[k].flag))) {
-        if (*valued[k].value) die("%s given twice", valued[k].flag);
+        if (*valued[k].value) args_fail("%s given twice", valued[k].flag);
         *valued[k].value = v;
         known = 1;
       }
-    if (!known) die("unknown option '%s' (try --help)", a);
+    if (!known) args_fail("unknown option '%s' (try --help)", a);
   }
+  json_errors = o->op && o->json;
+  if (args_error[0]) die("%s", args_error);
 }
 
 /* One integer flag, e.g. --devices 8, in [lo, hi]. */

@@ -437,6 +437,7 @@ static sk_result sk__jr_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
       (r = sk__jr_bool(jr, o, "recompute", &op->recompute)))
     return r;
   for (int k = 0; k < np; k++) d->perm[k] = (int)p[k];
+  d->has_perm = perm != NULL; /* a perm in the file is given, all zeros too: the rule checks it */
   /* the file holds MindSpore's ids (0: never fused); the graph's zero is the default id */
   d->depth = depth, op->fusion = fusion < 0 ? 0 : fusion == 0 ? SK_GRAPH_FUSION_NEVER : (int)fusion, op->stage = (int)stage;
   return SK_OK;
@@ -883,20 +884,23 @@ static json_t *sk__jw_tensor(sk__jw *w, const sk_graph_tensor *t) {
   return o;
 }
 
-/* transpose_a .. shape. perm runs to its last non-zero entry, and over a Transpose's whole rank. */
+/* transpose_a .. shape. perm runs to its last non-zero entry, and over a Transpose's whole rank;
+   it is written whenever given (desc.has_perm), all zeros too (rank 1's (0)), so that it reads
+   back as given. */
 static void sk__jw_attrs(sk__jw *w, json_t *o, const sk_graph_op *op) {
   const sk_op_desc *d = &op->desc;
   int np = 0;
   for (int k = 0; k < SK_MAX_DIMS; k++)
     if (d->perm[k]) np = k + 1;
-  if (np && d->kind == SK_OP_TRANSPOSE && op->ninputs && w->g->tensors[op->inputs[0]].ndims > np)
+  bool perm = np > 0 || d->has_perm;
+  if (perm && d->kind == SK_OP_TRANSPOSE && op->ninputs && w->g->tensors[op->inputs[0]].ndims > np)
     np = w->g->tensors[op->inputs[0]].ndims;
   sk__jw_bool(w, o, "transpose_a", d->transpose_a);
   sk__jw_bool(w, o, "transpose_b", d->transpose_b);
   if (d->naxis == 1) sk__jw_set(w, o, "axis", json_integer(d->axis[0]));
   if (d->naxis > 1) sk__jw_set(w, o, "axis", sk__jw_ints(w, d->axis, d->naxis));
   sk__jw_bool(w, o, "keep_dims", d->keep_dims);
-  if (np) sk__jw_set(w, o, "perm", sk__jw_ints(w, d->perm, np));
+  if (perm) sk__jw_set(w, o, "perm", sk__jw_ints(w, d->perm, np));
   sk__jw_int(w, o, "depth", d->depth);
   if (d->kind != SK_OP_GET_NEXT && d->noutputs > 0)
     sk__jw_set(w, o, "shape", sk__jw_i64s(w, d->out_shape[0], d->out_ndims[0]));

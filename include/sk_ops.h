@@ -135,6 +135,10 @@ typedef struct sk_op_desc {
   int axis[SK_MAX_DIMS];  /* negative counts from the end */
   bool keep_dims;         /* reductions */
   int perm[SK_MAX_DIMS];  /* Transpose: output dim i is input dim perm[i] */
+  /* perm was given, so that an all-zero perm is checked as a permutation ((0) is rank 1's; (0,0)
+     is none) instead of being read as never set. A desc that sets a non-zero entry, as descs did
+     before this field, counts as given without it. */
+  bool has_perm;
   int64_t depth;          /* OneHot */
   int noutputs;           /* Reshape: 1 (the target shape); GetNext: its outputs */
   int out_ndims[SK_OP_MAX_OUTPUTS];
@@ -581,6 +585,19 @@ static sk_result sk__op_binary(const sk_op_desc *d, int ndevices, sk_op_plan *p,
   return SK_OK;
 }
 
+/* Input i's tuple has the wrong number of entries. OneHot's indices tuple is measured against
+   the output, one rank more than the indices, so its message names the output: "for a rank-2
+   tensor" would send the reader to rank-1 indices. */
+static sk_result sk__op_tuple_len_fail(const sk_op_desc *d, int i, int want, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind), *entries = d->strategy_len[i] == 1 ? "y" : "ies";
+  if (d->kind == SK_OP_ONE_HOT && i == 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 0's tuple has %d entr%s for the rank-%d output; the indices' "
+                    "tuple is written over the output (the indices' %d dim%s, then the classes)", name, d->strategy_len[i],
+                    entries, want, d->ndims[0], d->ndims[0] == 1 ? "" : "s");
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d's tuple has %d entr%s for a rank-%d tensor", name, i,
+                  d->strategy_len[i], entries, want);
+}
+
 /* MindSpore's first strategy checks: one tuple per input, each as long as its input's rank,
    every value >= 1 and, when the device count is a power of two, a power of two. Whether a
    value divides its dim is checked when the layouts are built, naming the dim. */
@@ -592,9 +609,7 @@ static sk_result sk__op_check_strategy_form(const sk_op_desc *d, int ndevices, s
   bool pow2 = (ndevices & (ndevices - 1)) == 0;
   for (int i = 0; i < d->ninputs; i++) {
     int want = sk__op_tuple_len(d, i);
-    if (d->strategy_len[i] != 0 && d->strategy_len[i] != want)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d's tuple has %d entr%s for a rank-%d tensor", name, i,
-                      d->strategy_len[i], d->strategy_len[i] == 1 ? "y" : "ies", want);
+    if (d->strategy_len[i] != 0 && d->strategy_len[i] != want) return sk__op_tuple_len_fail(d, i, want, err);
     for (int k = 0; k < want; k++) {
       int v = d->strategy[i][k];
       if (v < 1)
@@ -755,9 +770,9 @@ static sk_result sk__op_transpose(const sk_op_desc *d, int ndevices, sk_op_plan 
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
   unsigned seen = 0;
   int64_t oshape[SK_MAX_DIMS];
-  bool all_zero = true;
-  for (int k = 0; k < n; k++) all_zero = all_zero && d->perm[k] == 0;
-  if (n > 1 && all_zero) /* desc.perm left zero-initialised: no rank >= 2 permutation is all zeros */
+  bool given = d->has_perm;
+  for (int k = 0; k < n; k++) given = given || d->perm[k] != 0;
+  if (n > 1 && !given) /* not set at all: no rank >= 2 permutation is all zeros, so say what is wrong */
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Transpose: perm is missing; give a permutation of 0..%d (output dim k is "
                     "input dim perm[k])", n - 1);
   for (int k = 0; k < n; k++) {

@@ -168,7 +168,7 @@ static void build_zoo_a(sk_graph *g) {
   add(g, &op);
   add(g, (op = op_of(g, "rmax", SK_OP_REDUCE_MAX, "ln", NULL, NULL), &op));
   op = op_of(g, "tr", SK_OP_TRANSPOSE, "ln", NULL, NULL);
-  op.desc.perm[0] = 1, op.desc.perm[1] = 0;
+  op.desc.perm[0] = 1, op.desc.perm[1] = 0, op.desc.has_perm = true; /* a perm read back is given */
   add(g, &op);
   op = op_of(g, "rs", SK_OP_RESHAPE, "tr", NULL, NULL);
   op.desc.noutputs = 1, op.desc.out_ndims[0] = 2, op.desc.out_shape[0][0] = 4, op.desc.out_shape[0][1] = 32;
@@ -253,7 +253,7 @@ static void expect_same_desc(const sk_op_desc *a, const sk_op_desc *b, const cha
   SAME(kind); SAME(ninputs); SAME(ndims); SAME(shape); SAME(transpose_a); SAME(transpose_b);
   SAME(has_strategy); SAME(strategy); SAME(has_out_strategy); SAME(out_strategy); SAME(has_layouts);
   SAME(params); SAME(gradients_mean); SAME(nstrategies); SAME(strategy_len); SAME(naxis); SAME(axis);
-  SAME(keep_dims); SAME(perm); SAME(depth); SAME(noutputs); SAME(out_ndims); SAME(out_shape);
+  SAME(keep_dims); SAME(perm); SAME(has_perm); SAME(depth); SAME(noutputs); SAME(out_ndims); SAME(out_shape);
   SAME(repeat_left); SAME(full_batch);
   if (a->has_layouts && b->has_layouts)
     for (int k = 0; k < 2; k++) expect_same_layout(&a->layouts[k], &b->layouts[k], name, k);
@@ -553,6 +553,34 @@ Test(json, other_semantic_errors) {
           "line 13: operators[2] (\"mm2\").layouts.inputs[1]: layout \"dp\" has 1 dims; the shape has 2");
   REFUSED("\"inputs\": [\"relu\", \"w2\"]", "\"inputs\": [\"relu\", \"w2\"], \"layouts\": {\"mesh\": \"dp=0\", \"inputs\": []}",
           "line 13: operators[2] (\"mm2\").layouts.mesh:");
+}
+
+/* A perm in the file is given (desc.has_perm), all zeros too: (0,0) is refused as no
+   permutation, not as a missing perm. */
+Test(json, a_given_all_zero_perm_is_no_permutation) {
+  REFUSED("\"type\": \"ReLU\", \"inputs\": [\"mm1\"]", "\"type\": \"Transpose\", \"inputs\": [\"mm1\"], \"perm\": [0, 0]",
+          "line 12: operators[1] (\"relu\"): graph: operator 'relu'", "Transpose: perm is not a permutation of 0..1");
+}
+
+/* Rank 1's perm (0) is all zeros: written, so that it reads back as given. */
+static void build_rank1_transpose(sk_graph *g) {
+  static const int64_t v[1] = {8};
+  sk_graph_init(g);
+  input(g, "v", SK_F32, 1, v);
+  sk_graph_op op = op_of(g, "tr", SK_OP_TRANSPOSE, "v", NULL, NULL);
+  op.desc.has_perm = true;
+  add(g, &op);
+}
+
+Test(json, a_given_all_zero_perm_round_trips) {
+  round_trip(build_rank1_transpose);
+  sk_graph g, back;
+  build_rank1_transpose(&g);
+  char *text = format_ok(&g);
+  parse_ok(text, &back);
+  cr_expect(back.ops[0].desc.has_perm, "perm (0) was not written: %s", text);
+  free(text);
+  sk_graph_free(&g), sk_graph_free(&back);
 }
 
 Test(json, a_duplicate_name_gives_the_line_of_the_duplicate) {

@@ -680,6 +680,26 @@ Test(ops_rules, transpose) {
   plan_ok(&one, 8);
 }
 
+/* A perm that was given (desc.has_perm) is checked as one even when every entry is zero: (0,0)
+   is no permutation, not a missing perm; rank 1's (0) still passes. */
+Test(ops_rules, transpose_given_all_zero_perm) {
+  sk_op_desc d = op(SK_OP_TRANSPOSE, "[16,32]", "(2,1)");
+  d.has_perm = true;
+  expect_reject(&d, 8, "perm (0,0) given", "Transpose: perm is not a permutation of 0..1 (entry 1 is 0)", NULL);
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "missing") == NULL, "%s", e.msg);
+  sk_op_desc one = op(SK_OP_TRANSPOSE, "[16]", "(2)");
+  one.has_perm = true;
+  plan_ok(&one, 8);
+  /* a desc that sets non-zero entries needs no flag, as before it existed */
+  sk_op_desc old = op(SK_OP_TRANSPOSE, "[16,32]", "(2,1)");
+  old.perm[0] = 1;
+  sk_op_plan q = plan_ok(&old, 8);
+  expect_shape(&q.out[0], "32,16", "output");
+}
+
 /* MindSpore's Reshape test, a 32-device stage: [32,512,7,7] -> [32,25088], strategy (4,1,1,1).
    The stored test expects the device matrix [8,4]: the strategy's size-1 entries dropped, the
    repeat factor on the left; input map (0,-1,-1,-1), output map (0,-1). */
@@ -817,6 +837,27 @@ Test(ops_rules, onehot_axis_last) {
   /* CheckStrategy1: one entry for a rank-2 output */
   sk_op_desc b = onehot("[64]", 10, "(16),(),()", -1);
   expect_reject(&b, 8, "tuple of one entry", "OneHot", "input 0", NULL);
+}
+
+/* The indices' tuple is measured against the output (one rank more): the message names the
+   output's rank and says why, not "a rank-2 tensor", which the rank-1 indices are not. */
+Test(ops_rules, onehot_tuple_length_names_the_output) {
+  sk_op_desc d = onehot("[64]", 10, "(8),(),()", -1);
+  sk_op_plan p;
+  sk_error e;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "OneHot: input 0's tuple has 1 entry for the rank-2 output") != NULL, "%s", e.msg);
+  cr_expect(strstr(e.msg, "the indices' 1 dim, then the classes") != NULL, "%s", e.msg);
+  cr_expect(strstr(e.msg, "rank-2 tensor") == NULL, "%s", e.msg);
+  sk_op_desc m = onehot("[64,4]", 10, "(8,1),(),()", -1);
+  cr_assert_eq(sk_op_plan_make(&m, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "input 0's tuple has 2 entries for the rank-3 output") != NULL, "%s", e.msg);
+  cr_expect(strstr(e.msg, "the indices' 2 dims, then the classes") != NULL, "%s", e.msg);
+  /* the scalars' tuples keep the usual wording */
+  sk_op_desc v = onehot("[64]", 10, "(8,1),(1),()", -1);
+  v.strategy_len[1] = 1;
+  cr_assert_eq(sk_op_plan_make(&v, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "OneHot: input 1's tuple has 1 entry for a rank-0 tensor") != NULL, "%s", e.msg);
 }
 
 /* axis 0: output [depth, B]; the device matrix is the strategy reversed, [s1, s0], so that the

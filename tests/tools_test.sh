@@ -225,6 +225,30 @@ expect_rejected() {
 valid_json() {
   ! command -v python3 >/dev/null 2>&1 || python3 -c 'import json,sys; json.load(sys.stdin)' <"$1" 2>/dev/null
 }
+# same_error JSON-FILE STDERR-FILE: the JSON is exactly {"ok": false, "error": M}, M the stderr
+# line's message (checked where python3 is installed)
+same_error() {
+  ! command -v python3 >/dev/null 2>&1 || python3 -c '
+import json, sys
+line = open(sys.argv[2]).read().rstrip("\n")
+sys.exit(json.load(open(sys.argv[1])) != {"ok": False, "error": line[len("sk-layout: error: "):]})' "$1" "$2" 2>/dev/null
+}
+# expect_usage_json NAME SUBSTRING ARGS...: a usage error of the --op form under --json (added
+# last, so an error in an earlier flag is covered): exit 2, the one stderr line containing
+# SUBSTRING, and on stdout one line {"ok": false, "error": <that message>}; without --json,
+# expect_err
+expect_usage_json() {
+  name=$1; want=$2; shift 2
+  "$BIN" "$@" --json >"$tmp/out" 2>"$tmp/err"; rc=$?
+  if [ $rc -ne 2 ]; then bad "$name: exit $rc, want 2"
+  elif [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -q '^sk-layout: error: ' "$tmp/err"; then bad "$name: want one error line on stderr: $(cat "$tmp/err")"
+  elif ! grep -qF -- "$want" "$tmp/err"; then bad "$name: stderr lacks '$want': $(cat "$tmp/err")"
+  elif [ "$(wc -l <"$tmp/out")" -ne 1 ] || ! grep -q '^{"ok": false, "error": ".*"}$' "$tmp/out"; then bad "$name: not an ok:false line: $(cat "$tmp/out")"
+  elif ! valid_json "$tmp/out"; then bad "$name: not valid JSON: $(cat "$tmp/out")"
+  elif ! same_error "$tmp/out" "$tmp/err"; then bad "$name: the JSON error is not the stderr message: $(cat "$tmp/out")"
+  else ok; fi
+  expect_err "$name (text)" "$want" "$@"
+}
 MM="--op MatMul --shapes ((32,784),(784,512)) --shard ((2,4),(4,1)) --params 1"
 
 # MatMul ((2,4),(4,1)) on 8: device matrix [a,b,c] = [2,4,1]; x [32,784] by (a,b): map [2,1],
@@ -293,16 +317,21 @@ expect_rejected "MatMul: contraction cuts differ" "the contraction dim is cut 4 
   --op MatMul --shapes "((32,784),(784,512))" --shard "((2,4),(2,1))" --devices 8
 expect_rejected "ReLU: two tuples for one input" "ReLU: strategy has 2 tuples for 1 input" --op ReLU --shapes "((16,512),)" --shard "((4,1),(4,1))" --devices 8
 expect_rejected "ReLU: an empty strategy" "ReLU: strategy has 0 tuples for 1 input" --op ReLU --shapes "((16,512),)" --shard "()" --devices 8
-# usage errors: stderr, exit 2, nothing on stdout, with or without --json
-expect_err "unknown op" "--op: unknown operator 'MatMal'" --op MatMal --shapes "((2,2),(2,2))" --devices 8 --json
-expect_err "unknown attribute" "--attr: unknown attribute 'transpose_c'" $MM --devices 8 --attr transpose_c=True --json
-expect_err "attribute not a bool" "--attr transpose_b: expected True or False, found a string at column 1 in '\"yes\"'" $MM --devices 8 --attr 'transpose_b="yes"'
-expect_err "bad Python literal in --shard" "--shard: expected ')' at column 13 in '((2,4),(4,1)'" --op MatMul --shapes "((32,784),(784,512))" --shard "((2,4),(4,1)" --devices 8
-expect_err "bad Python literal in --shapes" "--shapes: expected the end, found ')' at column 9 in '((32,),)),'" --op ReLU --shapes "((32,),)),"  --devices 8
-expect_err "a shape that is not a tuple" "--shapes: expected a shape tuple, found an integer at column 12" --op Add --shapes "((32,784), 5)" --devices 8
-expect_err "--op without --devices" "--op needs --devices" --op ReLU --shapes "(16,)"
-expect_err "--rank out of range" "--rank 8; allowed 0..7" $MM --devices 8 --rank 8
-expect_err "--op with a layout flag" "not the layout flags" $MM --devices 8 --mesh dp=8
+# usage errors of the --op form: exit 2 and the one stderr line; with --json also the JSON line
+# {"ok": false, "error": ...} on stdout, so that a script always gets JSON; without, nothing
+expect_usage_json "unknown op" "--op: unknown operator 'MatMal'" --op MatMal --shapes "((2,2),(2,2))" --devices 8
+expect_usage_json "unknown attribute" "--attr: unknown attribute 'transpose_c'" $MM --devices 8 --attr transpose_c=True
+expect_usage_json "attribute not a bool" "--attr transpose_b: expected True or False, found a string at column 1 in '\"yes\"'" $MM --devices 8 --attr 'transpose_b="yes"'
+expect_usage_json "attribute without =" "--attr takes NAME=VALUE, e.g. transpose_b=True; not 'transpose_b'" $MM --devices 8 --attr transpose_b
+expect_usage_json "bad Python literal in --shard" "--shard: expected ')' at column 13 in '((2,4),(4,1)'" --op MatMul --shapes "((32,784),(784,512))" --shard "((2,4),(4,1)" --devices 8
+expect_usage_json "bad Python literal in --shapes" "--shapes: expected the end, found ')' at column 9 in '((32,),)),'" --op ReLU --shapes "((32,),)),"  --devices 8
+expect_usage_json "a shape that is not a tuple" "--shapes: expected a shape tuple, found an integer at column 12" --op Add --shapes "((32,784), 5)" --devices 8
+expect_usage_json "--op without --devices" "--op needs --devices" --op ReLU --shapes "(16,)"
+expect_usage_json "--rank out of range" "--rank 8; allowed 0..7" $MM --devices 8 --rank 8
+expect_usage_json "--op with a layout flag" "not the layout flags" $MM --devices 8 --mesh dp=8
+# an error in a flag before --json is still JSON: every flag is read before the error is told
+expect_usage_json "unknown option before --json" "unknown option '--bogus'" --op ReLU --bogus --shapes "(16,)" --devices 8
+expect_usage_json "a flag given twice" "--devices given twice" --op ReLU --shapes "(16,)" --devices 8 --devices 4
 expect_err "--shapes without --op" "go with --op" --mesh dp=8 --shape 16 --shapes "(16,)"
 
 # ---- the other operator families -----------------------------------------------------------------
@@ -342,6 +371,11 @@ query "OneHot repeat" --op OneHot --shapes "((64,),(),())" --shard "((4,1),(),()
 grep -qF '"dev_matrix": [4, 1, 2]' "$tmp/out" && grep -qF '"mirror_ops": [null, null, null]' "$tmp/out" && ok || bad "OneHot repeat: $(cat "$tmp/out")"
 # Transpose without perm says so
 expect_rejected "Transpose without perm" "Transpose: perm is missing" --op Transpose --shapes "((4,8),)" --shard "((2,1),)" --devices 8
+# ... and a given all-zero perm is no permutation, not a missing one; rank 1's (0) is fine
+expect_rejected "Transpose perm=(0,0)" "Transpose: perm is not a permutation of 0..1 (entry 1 is 0)" \
+  --op Transpose --shapes "((4,8),)" --shard "((2,1),)" --devices 8 --attr "perm=(0,0)"
+query "Transpose perm=(0,)" --op Transpose --shapes "((8,),)" --shard "((2,),)" --devices 8 --attr "perm=(0,)"
+grep -qF '"outputs": [{"shape": [8], "tensor_map": [1], "slice_shape": [4]}]' "$tmp/out" && ok || bad "Transpose perm=(0,): $(cat "$tmp/out")"
 # VirtualDataset: the one cut dim may be any dim; every input's cut maps to one axis
 query "VirtualDataset dim 1" --op VirtualDataset --shapes "((32,16),(16,))" --shard "((1,4),(4,))" --devices 8
 grep -qF '"dev_matrix": [2, 1, 4], "inputs": [{"shape": [32, 16], "tensor_map": [-1, 0], "slice_shape": [32, 4]}, {"shape": [16], "tensor_map": [0], "slice_shape": [4]}]' "$tmp/out" && ok || bad "VirtualDataset dim 1: $(cat "$tmp/out")"
