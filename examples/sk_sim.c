@@ -572,7 +572,7 @@ static void say_fallbacks(const job *J, const char *argv0) {
   for (int i = 0; i < J->g->nops && said < 5; i++)
     if (J->plan.ops[i].fell_back)
       fprintf(stderr, "%s: operator '%s': its strategy needs more than %d devices: data parallel instead\n",
-              prog_name(argv0), J->g->ops[i].name, J->o->devices), said++;
+              prog_name(argv0), J->g->ops[i].name, J->plan.desc.ndevices), said++; /* a pipeline stage's */
   if (J->plan.nfallbacks > said)
     fprintf(stderr, "%s: ... and %d more operators: data parallel instead (--strict-strategies refuses)\n",
             prog_name(argv0), J->plan.nfallbacks - said);
@@ -632,9 +632,6 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
     fprintf(stderr, "sk-sim: the network's stage annotations are not used (%d stages x %d chunks): the operators are re-cut by FLOPs\n",
             J->plan.stages, J->plan.schedule.chunks);
   if (o->dump_rank >= 0 || o->dump_schedule) return 0;
-  if (J->plan.vstage) /* the compiler plans it; the runtime does not run a pipeline yet */
-    return snprintf(msg, cap, "--pipeline / --micro: training through pipeline stages is not built yet "
-                              "(--dump-schedule and --dump-program show the plan)"), -1;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;
   J->figures = (sim_device_figures *)calloc((size_t)o->devices, sizeof *J->figures);

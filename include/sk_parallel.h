@@ -690,6 +690,8 @@ static sk_result sk__par_check_pipeline(const sk_parallel_desc *d, sk_error *err
   if (d->grad_accumulation_step > 1)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
                     "pipeline: grad_accumulation_step with a pipeline is not built (micro_size accumulates the gradients)");
+  if (d->print_local_norm || d->dump_local_norm || d->device_local_norm)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: local norms with a pipeline are not built");
   return SK_OK;
 }
 

@@ -232,7 +232,24 @@ struct sk_runtime {
   bool counting;           /* inside a training step: the stats count */
   sk_runtime_stats stats;
   sk_allocator counted; /* desc.alloc, counted: handed to the modules that allocate for us */
+  /* Pipeline parallel (plan->vstage; "pipeline" below): comm is then this stage's devices */
+  sk_comm *world;       /* the communicator create was given: every stage */
+  sk_comm *fwd_link, *bwd_link; /* the world twice: activations on one, gradients on the other, so the
+                                   two streams between a pair of stages never take each other's messages */
+  int stage;
+  int *owner;           /* [ntensors] the chunk (virtual stage) whose slot holds a tensor here; -1: none */
+  struct sk__rt_slot *slots; /* [micro * nvstages]: one micro-batch's activations of one chunk */
+  void **feeds;         /* [micro * ntensors] each micro-batch's slice of every input read here */
+  struct sk__rt_send *sends; /* activations and gradients on their way to another stage */
+  int nsends, sends_cap;
 };
+
+/* Pipeline parallel, defined with the steps below. */
+static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err);
+static sk_result sk__rt_pipe_alloc_feeds(sk_runtime *rt, sk_error *err);
+static sk_result sk__rt_pipe_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, sk_error *err);
+static void sk__rt_pipe_unpoint(sk_runtime *rt);
+static void sk__rt_pipe_close(sk_runtime *rt);
 
 /* ---- allocation, counted by kind ------------------------------------------------------------- */
 
@@ -330,12 +347,26 @@ static sk_result sk__rt_alloc_shard(sk_runtime *rt, int t, sk_error *err) {
   return SK_OK;
 }
 
+/* Whether an operator of this device's pipeline stage reads tensor t (always, without a pipeline). */
+static bool sk__rt_read_here(const sk_runtime *rt, int t) {
+  if (!rt->world) return true;
+  for (int o = 0; o < rt->g->nops; o++)
+    for (int k = 0; k < rt->g->ops[o].ninputs; k++)
+      if (rt->g->ops[o].inputs[k] == t && sk_parallel_op_on_stage(rt->plan, o, rt->stage)) return true;
+  return false;
+}
+
 static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
   const sk_graph *g = rt->g;
   int nstates = sk_optim_nstates(&rt->optim);
   for (int t = 0; t < g->ntensors; t++) {
     const sk_parallel_tensor *pt = &rt->plan->tensors[t];
     bool param = g->tensors[t].role == SK_TENSOR_PARAM, sharded = pt->opt_size > 0;
+    /* pipeline: a stage keeps its own parameters; activations live in slots, inputs in feeds */
+    if (rt->world && (!param || !sk__rt_read_here(rt, t))) {
+      sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), NULL);
+      continue;
+    }
     size_t b = sk__rt_bytes(rt, t), bs = b; /* bs: what the optimizer keeps per state */
     if (sharded) {
       sk_result r = sk__rt_alloc_shard(rt, t, err);
@@ -378,7 +409,8 @@ static sk_result sk__rt_alloc_scratch(sk_runtime *rt, sk_error *err) {
   for (int o = 0; o < g->nops; o++)
     for (int k = 0; k < g->ops[o].ninputs; k++) {
       int t = g->ops[o].inputs[k];
-      if (rt->readers[t] < 2 || !rt->plan->tensors[t].needs_grad) continue;
+      /* pipeline: every gradient may be a second one (micro-batches sum, stages send theirs) */
+      if ((rt->readers[t] < 2 && !rt->world) || !rt->plan->tensors[t].needs_grad) continue;
       size_t es = sk_dtype_size(sk__rt_dtype(rt, t)), a = sk__rt_bytes(rt, t);
       size_t b = (size_t)sk__rt_count(&rt->plan->ops[o].kernel_in[k]) * es;
       most = a > most ? a : most, most = b > most ? b : most;
@@ -437,6 +469,7 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   const sk_graph_op *op = &rt->g->ops[o];
   const sk_parallel_op *po = &rt->plan->ops[o];
   sk__rt_op *ro = &rt->ops[o];
+  if (rt->world && !sk_parallel_op_on_stage(rt->plan, o, rt->stage)) return SK_OK; /* another stage's */
   sk_result r = sk_parallel_facts(rt->plan, o, rt->rank, &ro->facts, err);
   for (int k = 0; k < op->ninputs && !r; k++) {
     int t = op->inputs[k];
@@ -444,9 +477,9 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
     ro->fusion_handle[k] = -1;
     if (po->moved[k]) {
       size_t b = (size_t)sk__rt_count(&po->kernel_in[k]) * sk_dtype_size(dt);
-      ro->kin[k] = sk__rt_alloc(rt, SK__RT_ACTS, b);
+      ro->kin[k] = rt->world ? NULL : sk__rt_alloc(rt, SK__RT_ACTS, b); /* pipeline: the slot's */
       ro->dkin[k] = rt->plan->tensors[t].needs_grad ? sk__rt_alloc(rt, SK__RT_GRADS, b) : NULL;
-      if (!ro->kin[k] || (rt->plan->tensors[t].needs_grad && !ro->dkin[k]))
+      if ((!rt->world && !ro->kin[k]) || (rt->plan->tensors[t].needs_grad && !ro->dkin[k]))
         return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for operator '%s'", op->name);
       r = sk__rt_move(rt, &rt->plan->tensors[t].layout, &po->kernel_in[k], dt, &ro->move[k], err);
       if (!r && ro->dkin[k]) r = sk__rt_move(rt, &po->kernel_in[k], &rt->plan->tensors[t].layout, dt, &ro->move_back[k], err);
@@ -464,8 +497,10 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
     ro->rs_group = sk_comm_size(ro->fwd);
     ro->pre_rs_count = sk_parallel_slice_count(rt->plan, t) * ro->rs_group;
     size_t b = (size_t)ro->pre_rs_count * sk_dtype_size(sk__rt_dtype(rt, t));
-    ro->pre_rs = sk__rt_alloc(rt, SK__RT_ACTS, b), ro->dy_full = sk__rt_alloc(rt, SK__RT_GRADS, b);
-    if (!ro->pre_rs || !ro->dy_full) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for '%s'", op->name);
+    ro->pre_rs = rt->world ? NULL : sk__rt_alloc(rt, SK__RT_ACTS, b); /* pipeline: the slot's */
+    ro->dy_full = sk__rt_alloc(rt, SK__RT_GRADS, b);
+    if ((!rt->world && !ro->pre_rs) || !ro->dy_full)
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for '%s'", op->name);
   }
   return r;
 }
@@ -528,7 +563,7 @@ static sk_fusion_desc sk__rt_fusion_desc(const sk_runtime *rt) {
 /* Whether the Mirror at step s goes through the scheduler: a parameter read once, in its own
    layout (the others' gradients are consumed by a later step of the backward). */
 static bool sk__rt_fusable(const sk_runtime *rt, const sk_parallel_step *s) {
-  return s->kind == SK_PSTEP_MIRROR && rt->readers[rt->g->ops[s->op].inputs[s->slot]] == 1 &&
+  return !rt->world && s->kind == SK_PSTEP_MIRROR && rt->readers[rt->g->ops[s->op].inputs[s->slot]] == 1 &&
          !rt->plan->ops[s->op].moved[s->slot];
 }
 
@@ -732,8 +767,8 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
       r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing '%s'", g->tensors[t].name);
   uint64_t seed = rt->desc.seed + (rt->desc.seed_by_rank ? (uint64_t)rt->rank : 0);
   if (!r) r = sk_graph_init_params(g, seed, rt->cdt, full, err);
-  for (int t = 0; t < g->ntensors && !r; t++)
-    if (g->tensors[t].role == SK_TENSOR_PARAM) r = sk__rt_keep_slice(rt, t, full[t], err);
+  for (int t = 0; t < g->ntensors && !r; t++) /* pipeline: another stage's parameters have no buffer here */
+    if (g->tensors[t].role == SK_TENSOR_PARAM && (rt->values[t] || rt->shards[t].data)) r = sk__rt_keep_slice(rt, t, full[t], err);
   for (int t = 0; full && t < g->ntensors; t++) sk__rt_counted_free(rt, full[t]);
   free(full);
   return r;
@@ -744,13 +779,16 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
 static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const sk_runtime_desc *desc,
                               sk_error *err) {
   if (!comm || !plan || !plan->graph || !plan->steps) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL argument");
-  if (sk_comm_size(comm) != plan->desc.ndevices)
+  int devices = plan->vstage ? plan->world_devices : plan->desc.ndevices;
+  if (sk_comm_size(comm) != devices)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the program is for %d devices, the communicator has %d",
-                    plan->desc.ndevices, sk_comm_size(comm));
+                    devices, sk_comm_size(comm));
   if (desc->dtype != SK_F32 && desc->dtype != SK_F64 && desc->dtype != SK_F16 && desc->dtype != SK_BF16)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: dtype %s (f32, f64, f16 or bf16)", sk_dtype_name(desc->dtype));
   if ((!desc->alloc.alloc) != (!desc->alloc.free))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the allocator needs both alloc and free");
+  if (plan->vstage && plan->schedule.split_backward)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: pipeline: running zero_bubble_v's separate weight gradients is not built (it plans and simulates)");
   return SK_OK;
 }
 
@@ -794,6 +832,8 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
     sk__rt_counted_free(rt, ro->pre_rs), sk__rt_counted_free(rt, ro->dy_full);
   }
   for (int i = 0; i < rt->ngroups; i++) sk_comm_destroy(rt->groups[i].comm);
+  if (rt->world && rt->owner) sk__rt_pipe_unpoint(rt);
+  sk__rt_pipe_close(rt); /* after the groups: they were split from its stage's communicator */
   for (int t = 0; rt->shards && t < rt->g->ntensors; t++) {
     sk__rt_shard *sh = &rt->shards[t];
     sk__rt_counted_free(rt, sh->data), sk__rt_counted_free(rt, sh->grad);
@@ -833,7 +873,9 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   r = sk_optim_resolve(&desc->optim, &rt->optim, err);
   rt->optim.lr = (double)(float)rt->optim.lr; /* MindSpore holds learning_rate in a float32 Parameter */
   if (!r) r = sk__rt_alloc_arrays(rt, err);
+  if (!r && plan->vstage) r = sk__rt_pipe_open(rt, comm, err);
   if (!r) r = sk__rt_alloc_tensors(rt, err);
+  if (!r && rt->world) r = sk__rt_pipe_alloc_feeds(rt, err);
   if (!r) r = sk__rt_alloc_scratch(rt, err);
   if (!r) r = sk__rt_alloc_acc(rt, err);
   if (!r) r = sk__rt_setup_norms(rt, err);
@@ -871,9 +913,11 @@ SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const v
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed '%s': tensor %d is a %s, not an input",
                     rt->g->tensors[input].name, input, sk_tensor_role_name(rt->g->tensors[input].role));
   const char *name = rt->g->tensors[input].name;
-  if ((int64_t)n != sk_graph_numel(rt->g, input))
+  int64_t whole = sk_graph_numel(rt->g, input) * (rt->world ? rt->plan->micro : 1); /* pipeline: every micro-batch */
+  if ((int64_t)n != whole)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: feed '%s': %zu elements given, the tensor has %lld", name, n,
-                    (long long)sk_graph_numel(rt->g, input));
+                    (long long)whole);
+  if (rt->world) return sk__rt_pipe_feed(rt, input, dt, global, err);
   size_t count = (size_t)sk_parallel_slice_count(rt->plan, input);
   rt->kind = SK__RT_COMM;
   void *tmp = sk__rt_counted_alloc(rt, count * sk_dtype_size(dt) + 1, 64);
@@ -1445,8 +1489,438 @@ static bool sk__rt_is_forward(sk_parallel_step_kind k) {
          k == SK_PSTEP_PARAM_RELEASE;
 }
 
+static int64_t sk__rt_argmax_hits(const sk_runtime *rt, const void *logits, const void *labels, int64_t rows, int64_t c);
+
+/* ---- pipeline parallel ------------------------------------------------------------------------
+   Every device runs its stage's action list (plan->schedule). A chunk's activations of one
+   micro-batch live in a slot, opened by its F and closed after its B, so the activation memory
+   follows the schedule (GPipe m micro-batches, 1F1B p - r). Between chunks on different stages
+   the tensors that cross the boundary travel by Send/Recv between the devices at the same place
+   in the two stages: activations after F, gradients after B, each stream on its own link. A
+   tensor that skips chunks is relayed through every chunk in between, so each message goes to
+   the next chunk and both sides meet them in the same order. Gradients of parameters sum over
+   the micro-batches (each micro-batch's Mirror at its step, summed as a tensor read twice is);
+   the loss's gradient is seeded with 1/m, so the update sees the whole batch's mean gradient. */
+
+typedef struct sk__rt_slot {
+  bool live;
+  void **values, **grads; /* [ntensors]: the tensors this chunk holds (owner[t] == its chunk) */
+  bool *written;
+  void **kin;             /* [nops * SK_OP_MAX_INPUTS]: its operators' moved inputs */
+  void **pre_rs;          /* [nops]: outputs before a forward ReduceScatter */
+} sk__rt_slot;
+
+typedef struct sk__rt_send {
+  sk_request *req;
+  void *staging; /* a copy: the slot it came from may change or close before the peer takes it */
+} sk__rt_send;
+
+static int sk__rt_nvstages(const sk_runtime *rt) { return rt->plan->stages * rt->plan->schedule.chunks; }
+
+static sk__rt_slot *sk__rt_slot_at(const sk_runtime *rt, int v, int micro) {
+  return &rt->slots[(size_t)micro * (size_t)sk__rt_nvstages(rt) + (size_t)v];
+}
+
+static bool sk__rt_vstage_here(const sk_runtime *rt, int v) {
+  return sk_pipe_stage_of(&rt->plan->schedule, v, NULL) == rt->stage;
+}
+
+/* Whether tensor t crosses the boundary after virtual stage j: an activation produced at or
+   before j and read after it. */
+static bool sk__rt_crosses(const sk_runtime *rt, int t, int j) {
+  const sk_graph_tensor *x = &rt->g->tensors[t];
+  if (x->role != SK_TENSOR_VALUE || rt->plan->vstage[x->producer] > j) return false;
+  for (int o = 0; o < rt->g->nops; o++)
+    for (int k = 0; k < rt->g->ops[o].ninputs; k++)
+      if (rt->g->ops[o].inputs[k] == t && rt->plan->vstage[o] > j) return true;
+  return false;
+}
+
+/* Which chunk's slot holds each activation on this stage: its producer's, or the first chunk
+   here it crosses into. */
+static void sk__rt_pipe_owners(sk_runtime *rt) {
+  const sk_graph *g = rt->g;
+  for (int t = 0; t < g->ntensors; t++) rt->owner[t] = -1;
+  for (int v = 0; v < sk__rt_nvstages(rt); v++) {
+    if (!sk__rt_vstage_here(rt, v)) continue;
+    for (int t = 0; t < g->ntensors; t++) {
+      if (rt->owner[t] >= 0 || g->tensors[t].role != SK_TENSOR_VALUE) continue;
+      if (rt->plan->vstage[g->tensors[t].producer] == v || (v > 0 && sk__rt_crosses(rt, t, v - 1))) rt->owner[t] = v;
+    }
+  }
+}
+
+static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err) {
+  rt->world = world;
+  rt->stage = sk_parallel_stage_of_rank(rt->plan, sk_comm_rank(world));
+  sk_comm *stage = NULL;
+  sk_result r = sk_comm_split(world, rt->stage, sk_comm_rank(world), &stage);
+  if (!r) r = sk_comm_split(world, 0, sk_comm_rank(world), &rt->fwd_link);
+  if (!r) r = sk_comm_split(world, 0, sk_comm_rank(world), &rt->bwd_link);
+  if (r) return sk_comm_destroy(stage), sk__fail(err, r, "runtime: pipeline: splitting the stages: %s", sk_comm_error_message(world));
+  rt->comm = stage, rt->rank = sk_comm_rank(stage);
+  size_t nt = (size_t)rt->g->ntensors + 1, no = (size_t)rt->g->nops + 1, m = (size_t)rt->plan->micro;
+  size_t nslots = m * (size_t)sk__rt_nvstages(rt);
+  rt->owner = (int *)calloc(nt, sizeof(int));
+  rt->feeds = (void **)calloc(m * nt, sizeof(void *));
+  rt->slots = (sk__rt_slot *)calloc(nslots, sizeof(sk__rt_slot));
+  for (size_t i = 0; rt->slots && i < nslots; i++) {
+    sk__rt_slot *sl = &rt->slots[i];
+    sl->values = (void **)calloc(nt, sizeof(void *)), sl->grads = (void **)calloc(nt, sizeof(void *));
+    sl->written = (bool *)calloc(nt, sizeof(bool)), sl->pre_rs = (void **)calloc(no, sizeof(void *));
+    sl->kin = (void **)calloc(no * SK_OP_MAX_INPUTS, sizeof(void *));
+    if (!sl->values || !sl->grads || !sl->written || !sl->pre_rs || !sl->kin) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory");
+  }
+  if (!rt->owner || !rt->feeds || !rt->slots) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory");
+  sk__rt_pipe_owners(rt);
+  return SK_OK;
+}
+
+/* Every micro-batch's slice of each input an operator here reads. */
+static sk_result sk__rt_pipe_alloc_feeds(sk_runtime *rt, sk_error *err) {
+  for (int t = 0; t < rt->g->ntensors; t++) {
+    if (rt->g->tensors[t].role != SK_TENSOR_INPUT || !sk__rt_read_here(rt, t)) continue;
+    for (int i = 0; i < rt->plan->micro; i++)
+      if (!(rt->feeds[(size_t)i * (size_t)rt->g->ntensors + (size_t)t] = sk__rt_alloc(rt, SK__RT_ACTS, sk__rt_bytes(rt, t))))
+        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory for input '%s'", rt->g->tensors[t].name);
+  }
+  return SK_OK;
+}
+
+static void sk__rt_slot_close(sk_runtime *rt, sk__rt_slot *sl) {
+  for (int t = 0; t < rt->g->ntensors; t++) {
+    sk__rt_counted_free(rt, sl->values[t]), sk__rt_counted_free(rt, sl->grads[t]);
+    sl->values[t] = sl->grads[t] = NULL, sl->written[t] = false;
+  }
+  for (int o = 0; o < rt->g->nops; o++) {
+    for (int k = 0; k < SK_OP_MAX_INPUTS; k++) {
+      sk__rt_counted_free(rt, sl->kin[o * SK_OP_MAX_INPUTS + k]);
+      sl->kin[o * SK_OP_MAX_INPUTS + k] = NULL;
+    }
+    sk__rt_counted_free(rt, sl->pre_rs[o]), sl->pre_rs[o] = NULL;
+  }
+  sl->live = false;
+}
+
+/* Chunk v's buffers for one micro-batch: its tensors (and their gradients), its operators'
+   moved inputs and pre-ReduceScatter outputs. */
+static sk_result sk__rt_slot_open(sk_runtime *rt, int v, int micro, sk_error *err) {
+  sk__rt_slot *sl = sk__rt_slot_at(rt, v, micro);
+  const sk_graph *g = rt->g;
+  bool ok = true;
+  for (int t = 0; t < g->ntensors && ok; t++) {
+    if (rt->owner[t] != v) continue;
+    ok = (sl->values[t] = sk__rt_alloc(rt, SK__RT_ACTS, sk__rt_bytes(rt, t))) != NULL;
+    if (ok && rt->plan->tensors[t].needs_grad) ok = (sl->grads[t] = sk__rt_alloc(rt, SK__RT_GRADS, sk__rt_bytes(rt, t))) != NULL;
+  }
+  for (int o = 0; o < g->nops && ok; o++) {
+    if (rt->plan->vstage[o] != v) continue;
+    const sk_parallel_op *po = &rt->plan->ops[o];
+    for (int k = 0; k < g->ops[o].ninputs && ok; k++)
+      if (po->moved[k])
+        ok = (sl->kin[o * SK_OP_MAX_INPUTS + k] = sk__rt_alloc(rt, SK__RT_ACTS, (size_t)sk__rt_count(&po->kernel_in[k]) *
+                                                                               sk_dtype_size(sk__rt_dtype(rt, g->ops[o].inputs[k])))) != NULL;
+    if (ok && rt->ops[o].pre_rs_count)
+      ok = (sl->pre_rs[o] = sk__rt_alloc(rt, SK__RT_ACTS, (size_t)rt->ops[o].pre_rs_count *
+                                                            sk_dtype_size(sk__rt_dtype(rt, g->ops[o].outputs[0])))) != NULL;
+  }
+  sl->live = true;
+  if (ok) return SK_OK;
+  sk__rt_slot_close(rt, sl);
+  return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory for micro-batch %d of chunk %d", micro, v);
+}
+
+/* Points the runtime's tensors at micro-batch `micro`'s buffers: each activation at its
+   owner's slot, each input at its feed, each operator here at its chunk's slot. */
+static void sk__rt_pipe_bind(sk_runtime *rt, int micro) {
+  const sk_graph *g = rt->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (rt->owner[t] >= 0) {
+      sk__rt_slot *sl = sk__rt_slot_at(rt, rt->owner[t], micro);
+      rt->values[t] = sl->values[t], rt->grads[t] = sl->grads[t], rt->written[t] = sl->written[t];
+    } else if (g->tensors[t].role == SK_TENSOR_INPUT) {
+      rt->values[t] = rt->feeds[(size_t)micro * (size_t)g->ntensors + (size_t)t];
+    } else continue;
+    rt->args[t].data = rt->values[t];
+  }
+  for (int o = 0; o < g->nops; o++) {
+    if (!sk_parallel_op_on_stage(rt->plan, o, rt->stage)) continue;
+    sk__rt_slot *sl = sk__rt_slot_at(rt, rt->plan->vstage[o], micro);
+    sk__rt_op *ro = &rt->ops[o];
+    for (int k = 0; k < g->ops[o].ninputs; k++) {
+      ro->kin[k] = sl->kin[o * SK_OP_MAX_INPUTS + k];
+      ro->karg[k].data = rt->plan->ops[o].moved[k] ? ro->kin[k] : rt->values[g->ops[o].inputs[k]];
+    }
+    ro->pre_rs = sl->pre_rs[o];
+  }
+}
+
+/* Keeps what the runtime learned about the micro-batch's gradients in their slots. */
+static void sk__rt_pipe_unbind(sk_runtime *rt, int micro) {
+  for (int t = 0; t < rt->g->ntensors; t++)
+    if (rt->owner[t] >= 0) sk__rt_slot_at(rt, rt->owner[t], micro)->written[t] = rt->written[t];
+}
+
+/* The device at this device's place in the stage holding virtual stage v. */
+static int sk__rt_pipe_peer(const sk_runtime *rt, int v) {
+  return sk_pipe_stage_of(&rt->plan->schedule, v, NULL) * rt->plan->desc.ndevices + rt->rank;
+}
+
+/* Completes the sends in flight: those done (all of them with `all`), freeing their copies. A
+   failure still waits for every send, so no copy is freed while a peer may read it. */
+static sk_result sk__rt_pipe_sends(sk_runtime *rt, bool all, sk_error *err) {
+  sk_result r = SK_OK;
+  int kept = 0;
+  for (int i = 0; i < rt->nsends; i++) {
+    bool done = false;
+    sk_result q = all ? sk_wait(&rt->sends[i].req) : sk_test(&rt->sends[i].req, &done);
+    if (all || done || q) {
+      if (q && !all) q = sk_wait(&rt->sends[i].req);
+      if (q && !r) r = sk__fail(err, q, "runtime: pipeline: a send to the next stage: %s", sk_comm_error_message(rt->world));
+      sk__rt_counted_free(rt, rt->sends[i].staging);
+    } else rt->sends[kept++] = rt->sends[i];
+  }
+  rt->nsends = all ? 0 : kept;
+  return r;
+}
+
+static sk_result sk__rt_pipe_send(sk_runtime *rt, sk_comm *link, int peer, const void *buf, int t, sk_error *err) {
+  if (rt->nsends == rt->sends_cap) {
+    int cap = rt->sends_cap ? 2 * rt->sends_cap : 16;
+    sk__rt_send *ns = (sk__rt_send *)realloc(rt->sends, (size_t)cap * sizeof *ns);
+    if (!ns) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory sending");
+    rt->sends = ns, rt->sends_cap = cap;
+  }
+  size_t n = (size_t)sk_parallel_slice_count(rt->plan, t), b = sk__rt_bytes(rt, t);
+  sk__rt_send *s = &rt->sends[rt->nsends];
+  if (!(s->staging = sk__rt_alloc(rt, SK__RT_COMM, b))) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory sending '%s'", rt->g->tensors[t].name);
+  if (buf) memcpy(s->staging, buf, b);
+  else memset(s->staging, 0, b); /* a crossing tensor no gradient reached: zero, so the streams stay paired */
+  sk_result r = sk_isend(link, s->staging, n, sk__rt_dtype(rt, t), peer, &s->req);
+  if (r) {
+    sk__rt_counted_free(rt, s->staging);
+    return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(link));
+  }
+  rt->nsends++;
+  sk__rt_count_comm(rt, SK_COLL_SEND, rt->world, b);
+  return SK_OK;
+}
+
+/* Before F of chunk v: the activations crossing into it from the previous chunk's stage. */
+static sk_result sk__rt_pipe_recv_values(sk_runtime *rt, int v, sk_error *err) {
+  if (v == 0 || sk__rt_vstage_here(rt, v - 1)) return SK_OK;
+  for (int t = 0; t < rt->g->ntensors; t++) {
+    if (!sk__rt_crosses(rt, t, v - 1)) continue;
+    sk_result r = sk_recv(rt->fwd_link, rt->values[t], (size_t)sk_parallel_slice_count(rt->plan, t), sk__rt_dtype(rt, t),
+                          sk__rt_pipe_peer(rt, v - 1));
+    if (r) return sk__fail(err, r, "runtime: pipeline: receiving '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(rt->fwd_link));
+  }
+  return SK_OK;
+}
+
+/* After F of chunk v: the activations crossing out of it, to the next chunk's stage. */
+static sk_result sk__rt_pipe_send_values(sk_runtime *rt, int v, sk_error *err) {
+  if (v + 1 >= sk__rt_nvstages(rt) || sk__rt_vstage_here(rt, v + 1)) return SK_OK;
+  sk_result r = SK_OK;
+  for (int t = 0; t < rt->g->ntensors && !r; t++)
+    if (sk__rt_crosses(rt, t, v)) r = sk__rt_pipe_send(rt, rt->fwd_link, sk__rt_pipe_peer(rt, v + 1), rt->values[t], t, err);
+  return r;
+}
+
+/* Before B of chunk v: the gradients of what crossed out of it, summed into theirs. */
+static sk_result sk__rt_pipe_recv_grads(sk_runtime *rt, int v, sk_error *err) {
+  if (v + 1 >= sk__rt_nvstages(rt) || sk__rt_vstage_here(rt, v + 1)) return SK_OK;
+  for (int t = 0; t < rt->g->ntensors; t++) {
+    if (!sk__rt_crosses(rt, t, v) || !rt->plan->tensors[t].needs_grad) continue;
+    int64_t n = sk_parallel_slice_count(rt->plan, t);
+    bool add = rt->written[t];
+    void *to = add ? rt->scratch[0] : rt->grads[t];
+    sk_result r = sk_recv(rt->bwd_link, to, (size_t)n, rt->cdt, sk__rt_pipe_peer(rt, v + 1));
+    if (r) return sk__fail(err, r, "runtime: pipeline: receiving the gradient of '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(rt->bwd_link));
+    if (add) sk__rt_add(rt->cdt, rt->grads[t], to, n);
+    rt->written[t] = true;
+  }
+  return SK_OK;
+}
+
+/* After B of chunk v: the gradients of what crossed into it, to the previous chunk's stage. A
+   tensor this stage also holds for an earlier chunk starts its sum again: what was sent comes
+   back with the rest through the chunks in between. */
+static sk_result sk__rt_pipe_send_grads(sk_runtime *rt, int v, sk_error *err) {
+  if (v == 0 || sk__rt_vstage_here(rt, v - 1)) return SK_OK;
+  sk_result r = SK_OK;
+  for (int t = 0; t < rt->g->ntensors && !r; t++) {
+    if (!sk__rt_crosses(rt, t, v - 1) || !rt->plan->tensors[t].needs_grad) continue;
+    r = sk__rt_pipe_send(rt, rt->bwd_link, sk__rt_pipe_peer(rt, v - 1), rt->written[t] ? rt->grads[t] : NULL, t, err);
+    rt->written[t] = false;
+  }
+  return r;
+}
+
+/* The program's steps of chunk v's operators: the forward ones, or the backward ones. */
+static sk_result sk__rt_pipe_run(sk_runtime *rt, int v, bool forward, bool inference, sk_error *err) {
+  sk_result r = SK_OK;
+  for (int i = 0; i < rt->plan->nsteps && !r; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (s->op < 0 || rt->plan->vstage[s->op] != v || sk__rt_is_forward(s->kind) != forward) continue;
+    r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, inference, err), err);
+  }
+  return r;
+}
+
+static bool sk__rt_pipe_has_loss(const sk_runtime *rt, int v) {
+  int p = rt->g->tensors[rt->g->loss].producer;
+  return p >= 0 && rt->plan->vstage[p] == v;
+}
+
+static sk_result sk__rt_pipe_forward(sk_runtime *rt, int v, int micro, bool inference, double *loss, sk_error *err) {
+  sk_result r = sk__rt_slot_open(rt, v, micro, err);
+  if (r) return r;
+  sk__rt_pipe_bind(rt, micro);
+  r = sk__rt_pipe_recv_values(rt, v, err);
+  if (!r) r = sk__rt_pipe_run(rt, v, true, inference, err);
+  if (!r && loss && sk__rt_pipe_has_loss(rt, v)) {
+    const void *l = rt->values[rt->g->loss];
+    *loss += rt->cdt == SK_F64 ? ((const double *)l)[0] : ((const float *)l)[0];
+  }
+  if (!r) r = sk__rt_pipe_send_values(rt, v, err);
+  sk__rt_pipe_unbind(rt, micro);
+  return r;
+}
+
+static sk_result sk__rt_pipe_backward(sk_runtime *rt, int v, int micro, sk_error *err) {
+  sk__rt_pipe_bind(rt, micro);
+  sk_result r = sk__rt_pipe_recv_grads(rt, v, err);
+  int lt = rt->g->loss;
+  if (!r && sk__rt_pipe_has_loss(rt, v)) { /* d loss / d loss, over the micro-batches' mean */
+    double seed = (rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1) / rt->plan->micro;
+    for (int64_t j = 0; j < sk_parallel_slice_count(rt->plan, lt); j++)
+      if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = seed;
+      else ((float *)rt->grads[lt])[j] = (float)seed;
+    rt->written[lt] = true;
+  }
+  if (!r) r = sk__rt_pipe_run(rt, v, false, false, err);
+  if (!r) r = sk__rt_pipe_send_grads(rt, v, err);
+  sk__rt_pipe_unbind(rt, micro);
+  sk__rt_slot_close(rt, sk__rt_slot_at(rt, v, micro));
+  return r;
+}
+
+/* After a step, failed or not: nothing in flight, every slot closed. */
+static sk_result sk__rt_pipe_settle(sk_runtime *rt, sk_result r, sk_error *err) {
+  sk_error e2;
+  sk_result w = sk__rt_pipe_sends(rt, true, r ? &e2 : err);
+  size_t n = (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt);
+  for (size_t i = 0; i < n; i++)
+    if (rt->slots[i].live) sk__rt_slot_close(rt, &rt->slots[i]);
+  return r ? r : w;
+}
+
+/* One training step through the pipeline: this stage's actions, then the update; *loss (the
+   whole batch's, the mean of the micro-batches') on every device. */
+static sk_result sk__rt_pipe_step(sk_runtime *rt, double *loss, sk_error *err) {
+  const sk_pipe_schedule *s = &rt->plan->schedule;
+  double sum = 0;
+  sk_result r = SK_OK;
+  memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool)); /* parameters: sums start */
+  for (int k = 0; k < s->count[rt->stage] && !r; k++) {
+    const sk_pipe_action *a = &s->actions[rt->stage][k];
+    int v = sk_pipe_virtual_stage(s, rt->stage, a->chunk);
+    if (a->kind == SK_PIPE_F) r = sk__rt_pipe_forward(rt, v, a->micro, false, &sum, err);
+    else if (a->kind == SK_PIPE_B) r = sk__rt_pipe_backward(rt, v, a->micro, err);
+    else r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: pipeline: a separate weight-gradient action is not run (zero_bubble_v)");
+    if (!r) r = sk__rt_pipe_sends(rt, false, err);
+  }
+  r = sk__rt_pipe_settle(rt, r, err);
+  sk__rt_pipe_unpoint(rt); /* the update reads parameters only */
+  if (!r) r = sk__rt_update(rt, err);
+  double all = sk__rt_pipe_has_loss(rt, sk__rt_nvstages(rt) - 1) && sk__rt_vstage_here(rt, sk__rt_nvstages(rt) - 1) && rt->rank == 0
+                   ? sum / rt->plan->micro : 0;
+  if (!r && (r = sk_allreduce(rt->world, &all, &all, 1, SK_F64, SK_SUM))) /* the loss on every stage */
+    r = sk__fail(err, r, "runtime: pipeline: sharing the loss: %s", sk_comm_error_message(rt->world));
+  if (!r && loss) *loss = all;
+  return r;
+}
+
+/* Inference through the pipeline: every micro-batch forward, chunk after chunk; the last
+   stage scores its logits and every device gets the counts (output_broadcast). */
+static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
+  const sk_graph *g = rt->g;
+  int last = sk__rt_nvstages(rt) - 1;
+  double counts[2] = {0, 0};
+  sk_result r = SK_OK;
+  for (int i = 0; i < rt->plan->micro && !r; i++) {
+    for (int v = 0; v <= last && !r; v++)
+      if (sk__rt_vstage_here(rt, v)) r = sk__rt_pipe_forward(rt, v, i, true, NULL, err);
+    if (r || !sk__rt_vstage_here(rt, last)) continue;
+    sk__rt_pipe_bind(rt, i);
+    int64_t nl = sk_graph_numel(g, g->logits), ny = sk_graph_numel(g, g->labels);
+    int64_t c = g->tensors[g->logits].shape[g->tensors[g->logits].ndims - 1];
+    rt->kind = SK__RT_COMM;
+    void *logits = sk__rt_counted_alloc(rt, (size_t)nl * sk_dtype_size(rt->cdt), 64);
+    void *labels = sk__rt_counted_alloc(rt, (size_t)ny * sk_dtype_size(sk__rt_dtype(rt, g->labels)), 64);
+    if (!logits || !labels) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: evaluate: out of memory");
+    if (!r) r = sk_runtime_gather(rt, g->logits, logits, err);
+    if (!r) r = sk_runtime_gather(rt, g->labels, labels, err);
+    if (!r && rt->rank == 0) counts[0] += (double)sk__rt_argmax_hits(rt, logits, labels, ny, c), counts[1] += (double)ny;
+    sk__rt_counted_free(rt, logits), sk__rt_counted_free(rt, labels);
+  }
+  r = sk__rt_pipe_settle(rt, r, err);
+  sk__rt_pipe_unpoint(rt);
+  if (!r && (r = sk_allreduce(rt->world, counts, counts, 2, SK_F64, SK_SUM)))
+    r = sk__fail(err, r, "runtime: pipeline: sharing the score: %s", sk_comm_error_message(rt->world));
+  if (!r) *correct = (int64_t)counts[0], *rows = (int64_t)counts[1];
+  return r;
+}
+
+/* A micro-batch's rows of each input, fed whole: micro-batch i reads rows [i*B/m, (i+1)*B/m). */
+static sk_result sk__rt_pipe_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, sk_error *err) {
+  if (!sk__rt_read_here(rt, input)) return SK_OK;
+  size_t per = (size_t)sk_graph_numel(rt->g, input), count = (size_t)sk_parallel_slice_count(rt->plan, input);
+  rt->kind = SK__RT_COMM;
+  void *tmp = sk__rt_counted_alloc(rt, count * sk_dtype_size(dt) + 1, 64);
+  sk_result r = tmp ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: feed '%s': out of memory", rt->g->tensors[input].name);
+  for (int i = 0; i < rt->plan->micro && !r; i++) {
+    const char *rows = (const char *)global + (size_t)i * per * sk_dtype_size(dt);
+    void *to = rt->feeds[(size_t)i * (size_t)rt->g->ntensors + (size_t)input];
+    r = sk__rt_take_slice(sk_dtype_size(dt), &rt->plan->tensors[input].layout, rt->rank, rows, tmp, err);
+    if (!r) r = sk__rt_convert(dt, tmp, sk__rt_dtype(rt, input), to, count, err);
+    if (!r && sk_exec_is_float(rt->g->tensors[input].dtype)) sk__rt_store(rt, to, (int64_t)count);
+  }
+  sk__rt_counted_free(rt, tmp);
+  return r;
+}
+
+/* The runtime's tensors let go of the slots and feeds they were bound to (they own neither). */
+static void sk__rt_pipe_unpoint(sk_runtime *rt) {
+  for (int t = 0; rt->world && t < rt->g->ntensors; t++)
+    if (rt->owner[t] >= 0 || rt->g->tensors[t].role == SK_TENSOR_INPUT) rt->values[t] = rt->grads[t] = rt->args[t].data = NULL;
+}
+
+static void sk__rt_pipe_close(sk_runtime *rt) {
+  if (!rt->world) return;
+  if (rt->sends) (void)sk__rt_pipe_sends(rt, true, NULL);
+  size_t n = (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt);
+  for (size_t i = 0; rt->slots && i < n; i++) {
+    sk__rt_slot *sl = &rt->slots[i];
+    if (sl->values && sl->grads && sl->written && sl->kin && sl->pre_rs) sk__rt_slot_close(rt, sl);
+    free(sl->values), free(sl->grads), free(sl->written), free(sl->kin), free(sl->pre_rs);
+  }
+  for (size_t i = 0; rt->feeds && i < (size_t)rt->plan->micro * (size_t)rt->g->ntensors; i++) sk__rt_counted_free(rt, rt->feeds[i]);
+  free(rt->slots), free(rt->feeds), free(rt->owner), free(rt->sends);
+  sk_comm_destroy(rt->fwd_link), sk_comm_destroy(rt->bwd_link);
+  sk_comm_destroy(rt->comm); /* this stage's, split from the world */
+}
+
 SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL runtime");
+  if (rt->world) {
+    rt->counting = true;
+    sk_result pr = sk__rt_pipe_step(rt, loss, err);
+    rt->counting = false;
+    if (!pr) rt->step++, rt->stats.steps++;
+    return pr;
+  }
   int i = 0, n = rt->plan->nsteps, lt = rt->g->loss;
   sk_result r = SK_OK;
   rt->counting = true;
@@ -1472,6 +1946,9 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
 SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *err) {
   if (!rt || !full || t < 0 || t >= rt->g->ntensors)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: NULL runtime or buffer, or tensor %d", t);
+  if (rt->world && !rt->values[t])
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: '%s' is not held by pipeline stage %d",
+                    rt->g->tensors[t].name, rt->stage);
   const sk_layout *l = &rt->plan->tensors[t].layout;
   const sk__rt_shard *sh = &rt->shards[t];
   int64_t n = sk_parallel_slice_count(rt->plan, t);
@@ -1510,6 +1987,7 @@ SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *
   if (!rt || !correct || !rows) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: evaluate: NULL argument");
   const sk_graph *g = rt->g;
   if (g->logits < 0 || g->labels < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: evaluate: the network has no eval");
+  if (rt->world) return sk__rt_pipe_evaluate(rt, correct, rows, err);
   sk_result r = SK_OK;
   for (int i = 0; i < rt->plan->nsteps && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++)
     r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, true, err), err);
@@ -1544,6 +2022,7 @@ SK_API int64_t sk_runtime_steps(const sk_runtime *rt) { return rt ? rt->step : 0
 
 SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, int initial_rank, sk_error *err) {
   if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter_broadcast: NULL runtime");
+  if (rt->world) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter_broadcast with a pipeline is not built");
   const sk_graph *g = rt->g;
   sk_bcast_param *ps = (sk_bcast_param *)calloc((size_t)g->ntensors + 1, sizeof *ps);
   int n = 0;
