@@ -1895,6 +1895,10 @@ static sk_result sk__rt_pipe_feed(sk_runtime *rt, int input, sk_dtype dt, const 
 static void sk__rt_pipe_unpoint(sk_runtime *rt) {
   for (int t = 0; rt->world && t < rt->g->ntensors; t++)
     if (rt->owner[t] >= 0 || rt->g->tensors[t].role == SK_TENSOR_INPUT) rt->values[t] = rt->grads[t] = rt->args[t].data = NULL;
+  for (int o = 0; rt->world && o < rt->g->nops; o++) {
+    for (int k = 0; k < SK_OP_MAX_INPUTS; k++) rt->ops[o].kin[k] = NULL, rt->ops[o].karg[k].data = NULL;
+    rt->ops[o].pre_rs = NULL;
+  }
 }
 
 static void sk__rt_pipe_close(sk_runtime *rt) {
