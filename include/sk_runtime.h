@@ -242,6 +242,7 @@ struct sk_runtime {
   void **feeds;         /* [micro * ntensors] each micro-batch's slice of every input read here */
   struct sk__rt_send *sends; /* activations and gradients on their way to another stage */
   int nsends, sends_cap;
+  int grads_only;       /* zero_bubble_v: 1 the inputs' gradients (B), 2 the parameters' (W); 0 both */
 };
 
 /* Pipeline parallel, defined with the steps below. */
@@ -787,8 +788,6 @@ static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: dtype %s (f32, f64, f16 or bf16)", sk_dtype_name(desc->dtype));
   if ((!desc->alloc.alloc) != (!desc->alloc.free))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the allocator needs both alloc and free");
-  if (plan->vstage && plan->schedule.split_backward)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: pipeline: running zero_bubble_v's separate weight gradients is not built (it plans and simulates)");
   return SK_OK;
 }
 
@@ -1081,6 +1080,8 @@ static void *sk__rt_dx_target(sk_runtime *rt, int o, int k) {
   int t = op->inputs[k];
   ro->add[k] = false;
   if (!rt->plan->tensors[t].needs_grad || !sk_exec_differentiable(op, k)) return NULL;
+  bool param = (rt->plan->ops[o].desc.params >> k) & 1u;
+  if ((rt->grads_only == 1 && param) || (rt->grads_only == 2 && !param)) return NULL; /* the other half's */
   if (rt->plan->ops[o].moved[k]) return ro->dkin[k];
   if (!rt->written[t]) return rt->written[t] = true, rt->grads[t];
   ro->add[k] = true;
@@ -1095,7 +1096,7 @@ static sk_result sk__rt_backward(sk_runtime *rt, int o, sk_error *err) {
   sk__rt_outputs(rt, o, out, true);
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) ro->dx[k] = k < op->ninputs ? sk__rt_dx_target(rt, o, k) : NULL;
   sk_result r = sk_exec_backward(rt->desc.kernels, op, &ro->facts, ro->karg, out, ro->dx, err);
-  if (!r) sk__rt_count_compute(rt, op, ro->karg, out, true);
+  if (!r && rt->grads_only != 2) sk__rt_count_compute(rt, op, ro->karg, out, true); /* B and W: one backward's FLOPs */
   const sk_parallel_op *po = &rt->plan->ops[o];
   for (int k = 0; k < op->ninputs && !r; k++) /* a sharded parameter has no Mirror step: its scaling here */
     if (ro->dx[k] && rt->shards[op->inputs[k]].data) {
@@ -1757,12 +1758,23 @@ static sk_result sk__rt_pipe_send_grads(sk_runtime *rt, int v, sk_error *err) {
   return r;
 }
 
+/* Whether a backward step belongs to the half being run (rt->grads_only: B the inputs', W the
+   parameters'): an input's steps by its kind; UndoComm in B, and in W too when it gathers
+   (its AllGather's buffer is shared, while a scale was applied in place in B). */
+static bool sk__rt_pipe_half(const sk_runtime *rt, const sk_parallel_step *s) {
+  if (!rt->grads_only || s->kind == SK_PSTEP_BACKWARD) return true;
+  if (s->kind == SK_PSTEP_UNDO_COMM) return rt->grads_only == 1 || s->comm.kind == SK_COLL_REDUCE_SCATTER;
+  bool param = (rt->plan->ops[s->op].desc.params >> s->slot) & 1u;
+  return param == (rt->grads_only == 2);
+}
+
 /* The program's steps of chunk v's operators: the forward ones, or the backward ones. */
 static sk_result sk__rt_pipe_run(sk_runtime *rt, int v, bool forward, bool inference, sk_error *err) {
   sk_result r = SK_OK;
   for (int i = 0; i < rt->plan->nsteps && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
     if (s->op < 0 || rt->plan->vstage[s->op] != v || sk__rt_is_forward(s->kind) != forward) continue;
+    if (!forward && !sk__rt_pipe_half(rt, s)) continue;
     r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, inference, err), err);
   }
   return r;
@@ -1799,8 +1811,22 @@ static sk_result sk__rt_pipe_backward(sk_runtime *rt, int v, int micro, sk_error
       else ((float *)rt->grads[lt])[j] = (float)seed;
     rt->written[lt] = true;
   }
+  rt->grads_only = rt->plan->schedule.split_backward ? 1 : 0;
   if (!r) r = sk__rt_pipe_run(rt, v, false, false, err);
+  rt->grads_only = 0;
   if (!r) r = sk__rt_pipe_send_grads(rt, v, err);
+  sk__rt_pipe_unbind(rt, micro);
+  if (!rt->plan->schedule.split_backward) sk__rt_slot_close(rt, sk__rt_slot_at(rt, v, micro));
+  return r;
+}
+
+/* zero_bubble_v's W: the parameters' gradients of chunk v for one micro-batch, from the output
+   gradients its B left in the slot, which closes after it. */
+static sk_result sk__rt_pipe_weights(sk_runtime *rt, int v, int micro, sk_error *err) {
+  sk__rt_pipe_bind(rt, micro);
+  rt->grads_only = 2;
+  sk_result r = sk__rt_pipe_run(rt, v, false, false, err);
+  rt->grads_only = 0;
   sk__rt_pipe_unbind(rt, micro);
   sk__rt_slot_close(rt, sk__rt_slot_at(rt, v, micro));
   return r;
@@ -1828,7 +1854,7 @@ static sk_result sk__rt_pipe_step(sk_runtime *rt, double *loss, sk_error *err) {
     int v = sk_pipe_virtual_stage(s, rt->stage, a->chunk);
     if (a->kind == SK_PIPE_F) r = sk__rt_pipe_forward(rt, v, a->micro, false, &sum, err);
     else if (a->kind == SK_PIPE_B) r = sk__rt_pipe_backward(rt, v, a->micro, err);
-    else r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: pipeline: a separate weight-gradient action is not run (zero_bubble_v)");
+    else r = sk__rt_pipe_weights(rt, v, a->micro, err);
     if (!r) r = sk__rt_pipe_sends(rt, false, err);
   }
   r = sk__rt_pipe_settle(rt, r, err);
