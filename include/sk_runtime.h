@@ -1785,6 +1785,48 @@ static bool sk__rt_pipe_has_loss(const sk_runtime *rt, int v) {
   return p >= 0 && rt->plan->vstage[p] == v;
 }
 
+/* Recomputation: an output of chunk v's operator flagged `recompute` that only chunk v reads (not
+   the loss) is freed after the forward and computed again before the backward. */
+static bool sk__rt_recomputed(const sk_runtime *rt, int v, int t) {
+  const sk_graph_tensor *x = &rt->g->tensors[t];
+  if (x->role != SK_TENSOR_VALUE || t == rt->g->loss || rt->plan->vstage[x->producer] != v || !rt->g->ops[x->producer].recompute)
+    return false;
+  for (int o = 0; o < rt->g->nops; o++)
+    for (int k = 0; k < rt->g->ops[o].ninputs; k++)
+      if (rt->g->ops[o].inputs[k] == t && rt->plan->vstage[o] != v) return false;
+  return true;
+}
+
+static void sk__rt_pipe_drop(sk_runtime *rt, int v, int micro) {
+  sk__rt_slot *sl = sk__rt_slot_at(rt, v, micro);
+  for (int t = 0; t < rt->g->ntensors; t++)
+    if (sk__rt_recomputed(rt, v, t)) {
+      sk__rt_counted_free(rt, sl->values[t]);
+      sl->values[t] = rt->values[t] = rt->args[t].data = NULL;
+    }
+}
+
+/* Before chunk v's backward: its dropped outputs again, by their operators' forward steps. */
+static sk_result sk__rt_pipe_recompute(sk_runtime *rt, int v, int micro, sk_error *err) {
+  sk__rt_slot *sl = sk__rt_slot_at(rt, v, micro);
+  bool any = false;
+  for (int t = 0; t < rt->g->ntensors; t++)
+    if (sk__rt_recomputed(rt, v, t) && !sl->values[t]) {
+      if (!(sl->values[t] = sk__rt_alloc(rt, SK__RT_ACTS, sk__rt_bytes(rt, t))))
+        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory recomputing '%s'", rt->g->tensors[t].name);
+      any = true;
+    }
+  if (!any) return SK_OK;
+  sk__rt_pipe_bind(rt, micro);
+  sk_result r = SK_OK;
+  for (int i = 0; i < rt->plan->nsteps && !r; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (s->op < 0 || rt->plan->vstage[s->op] != v || !sk__rt_is_forward(s->kind) || !rt->g->ops[s->op].recompute) continue;
+    r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
+  }
+  return r;
+}
+
 static sk_result sk__rt_pipe_forward(sk_runtime *rt, int v, int micro, bool inference, double *loss, sk_error *err) {
   sk_result r = sk__rt_slot_open(rt, v, micro, err);
   if (r) return r;
@@ -1796,13 +1838,15 @@ static sk_result sk__rt_pipe_forward(sk_runtime *rt, int v, int micro, bool infe
     *loss += rt->cdt == SK_F64 ? ((const double *)l)[0] : ((const float *)l)[0];
   }
   if (!r) r = sk__rt_pipe_send_values(rt, v, err);
+  if (!r && !inference) sk__rt_pipe_drop(rt, v, micro);
   sk__rt_pipe_unbind(rt, micro);
   return r;
 }
 
 static sk_result sk__rt_pipe_backward(sk_runtime *rt, int v, int micro, sk_error *err) {
+  sk_result r = sk__rt_pipe_recompute(rt, v, micro, err);
   sk__rt_pipe_bind(rt, micro);
-  sk_result r = sk__rt_pipe_recv_grads(rt, v, err);
+  if (!r) r = sk__rt_pipe_recv_grads(rt, v, err);
   int lt = rt->g->loss;
   if (!r && sk__rt_pipe_has_loss(rt, v)) { /* d loss / d loss, over the micro-batches' mean */
     double seed = (rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1) / rt->plan->micro;
