@@ -93,7 +93,8 @@ static void usage(FILE *f, const char *argv0) {
   fprintf(f,
           "  --gradients-mean     enable_gradients_mean: each gradient AllReduce divides by its group size\n"
           "  --no-loss-repeated-mean  disable_loss_repeated_mean: a repeated loss's gradient is not divided\n"
-          "  --no-gradient-fp32-sync  disable_gradient_fp32_sync: f16/bf16 gradients AllReduce in 16 bits\n"
+          "  --no-gradient-fp32-sync  disable_gradient_fp32_sync: f16/bf16 gradients sync in 16 bits (AllReduce,\n"
+          "                       and under --hsdp the ReduceScatters)\n"
           "  --fp32-communication enable_fp32_communication: every AllReduce and ReduceScatter in f32\n"
           "  --local-norm W       each parameter's local gradient norm per step and device: print, or dump:FILE\n"
           "  --device-local-norm  enable_device_local_norm: also each device's norm over its parameters\n"

@@ -38,14 +38,16 @@
      output are rounded to the storage format once written (an output summed by its forward
      collective after the sum). On the wire, f16 / bf16 runs send the reducing collectives
      (forward AllReduce and ReduceScatter, BackwardComm) in the storage format, converted
-     through a 16-bit buffer, unless fp32_communication; the Mirrors in f32 (MindSpore's
-     gradient_fp32_sync) unless no_gradient_fp32_sync without fp32_communication. Moves and
-     AllGathers carry compute values.
+     through a 16-bit buffer, unless fp32_communication; the gradient synchronisation -- the
+     Mirrors, and under optimizer parallel the sharded gradients' ReduceScatters and partial
+     Mirrors -- in f32 (MindSpore's gradient_fp32_sync) unless no_gradient_fp32_sync without
+     fp32_communication. Moves and AllGathers carry compute values.
 
    MEMORY: every buffer the runtime allocates goes through desc.alloc and is counted by kind
      (sk_runtime_memory); the redistribution executors and the fusion scheduler allocate
      through it too and are counted as communication buffers, as are the 16-bit wire buffer and
-     gradient shadows, the packed BackwardComm buffer and the local norms, all taken at create.
+     gradient shadows (the fused Mirrors', the sharded gradients'), the packed BackwardComm
+     buffer and the local norms, all taken at create.
 
    ERRORS: a failing step returns its sk_result with a message naming the step, the operator and
      the tensor; collectives that fail take the world down (sk_comm.h's fault rules), so a
@@ -184,6 +186,8 @@ typedef struct sk__rt_shard {
   sk_comm *gather;     /* the AllGather / ReduceScatter group */
   sk_comm *mirror;     /* the rest of the replicas (NULL: none) */
   int rs_handle;       /* its ReduceScatter in the fusion scheduler */
+  void *wire_grad;     /* 16-bit sync: the gradient's 16-bit shadow (the ReduceScatter's input), */
+  void *wire_shard;    /* ... and its shard's (its output, then the partial Mirror's buffer) */
   int fusion;          /* the fusion id of its first reader */
   bool shared_groups;  /* gather / mirror belong to an earlier tensor's shard */
 } sk__rt_shard;
@@ -220,9 +224,10 @@ struct sk_runtime {
   void **acc;         /* per parameter: its gradient accumulated over the micro-steps (NULL: none) */
   bool overlap;       /* transformer_opt.grad_computation_allreduce_overlap */
   sk_dtype wire;      /* forward AllReduce / ReduceScatter and BackwardComm on the wire */
-  sk_dtype mirror_wire; /* the Mirrors on the wire */
+  sk_dtype mirror_wire; /* the gradient sync on the wire: Mirrors, sharded ReduceScatters, partial Mirrors */
   void *wire_buf;     /* 16-bit copies of reduced buffers, and packed BackwardComm gradients */
   void *shadows;      /* every fused 16-bit shadow, consecutive in registration order */
+  void *rs_shadows;   /* the sharded gradients' 16-bit shadows (sk__rt_shard.wire_*), one block */
   int nnorms;         /* local norms: values per device (0: none reported) */
   double *norms, *all_norms; /* this device's; every device's (device 0) */
   FILE *norm_file;    /* dump_local_norm (device 0) */
@@ -589,13 +594,44 @@ static sk_result sk__rt_alloc_shadows(sk_runtime *rt, sk_error *err) {
   return SK_OK;
 }
 
-/* A sharded parameter's gradient ReduceScatter, fused under comm_fusion's reducescatter setting
-   (in the compute dtype: a 16-bit wire applies to the AllReduces only). */
+/* The gradient ReduceScatter is the sharded parameter's gradient synchronisation (its Mirror),
+   so it travels in the Mirrors' wire. In 16 bits the scheduler reduces shadows, as the fused
+   Mirrors do: per sharded gradient a 16-bit copy of its slice (the input, filled when the
+   gradient is final) and of its shard (the output, read back after the wait), all in one block
+   taken at create and counted as communication. */
+static sk_result sk__rt_alloc_rs_shadows(sk_runtime *rt, sk_error *err) {
+  if (rt->mirror_wire == rt->cdt) return SK_OK;
+  size_t total = 0;
+  for (int i = 0; i < rt->plan->nsteps; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (s->kind != SK_PSTEP_GRAD_REDUCE_SCATTER) continue;
+    int t = rt->g->ops[s->op].inputs[s->slot];
+    total += (size_t)(sk_parallel_slice_count(rt->plan, t) + rt->shards[t].count);
+  }
+  if (!total) return SK_OK;
+  if (!(rt->rs_shadows = sk__rt_alloc(rt, SK__RT_COMM, total * sizeof(uint16_t))))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the 16-bit shadows of the sharded gradients");
+  uint16_t *at = (uint16_t *)rt->rs_shadows;
+  for (int i = 0; i < rt->plan->nsteps; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (s->kind != SK_PSTEP_GRAD_REDUCE_SCATTER) continue;
+    int t = rt->g->ops[s->op].inputs[s->slot];
+    sk__rt_shard *sh = &rt->shards[t];
+    sh->wire_grad = at, at += sk_parallel_slice_count(rt->plan, t);
+    sh->wire_shard = at, at += sh->count;
+  }
+  return SK_OK;
+}
+
+/* A sharded parameter's gradient ReduceScatter, fused under comm_fusion's reducescatter setting,
+   in the Mirrors' wire: on the gradient and its shard, or on their 16-bit shadows. */
 static sk_result sk__rt_add_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
   sk__rt_shard *sh = &rt->shards[t];
+  const void *send = sh->wire_grad ? sh->wire_grad : rt->grads[t];
+  void *recv = sh->wire_shard ? sh->wire_shard : sh->grad;
   rt->kind = SK__RT_COMM;
-  sk_result r = sk_fusion_add_reduce_scatter(rt->rs_fusion, sh->gather, rt->grads[t], sh->grad, (size_t)sh->count,
-                                             rt->cdt, SK_SUM, sh->fusion, rt->g->tensors[t].name, &sh->rs_handle);
+  sk_result r = sk_fusion_add_reduce_scatter(rt->rs_fusion, sh->gather, send, recv, (size_t)sh->count, rt->mirror_wire,
+                                             SK_SUM, sh->fusion, rt->g->tensors[t].name, &sh->rs_handle);
   if (r) return sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->rs_fusion));
   rt->nrs++;
   return SK_OK;
@@ -611,6 +647,7 @@ static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   rt->kind = SK__RT_COMM;
   if (!r) r = sk_fusion_create(&fd, &rt->rs_fusion, err);
   if (!r) r = sk__rt_alloc_shadows(rt, err);
+  if (!r) r = sk__rt_alloc_rs_shadows(rt, err);
   for (int i = 0; i < rt->plan->nsteps && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
     if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER) {
@@ -792,8 +829,9 @@ static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const
 }
 
 /* The wire dtypes (f16 / bf16 runs; f32 and f64 reduce in their own): the reducing collectives
-   travel in the storage format unless fp32_communication; the Mirrors in f32 (MindSpore's
-   gradient_fp32_sync) unless no_gradient_fp32_sync, and then not under fp32_communication. */
+   travel in the storage format unless fp32_communication; the gradient sync (the Mirrors, the
+   sharded gradients' ReduceScatters and partial Mirrors) in f32 (MindSpore's gradient_fp32_sync)
+   unless no_gradient_fp32_sync, and then not under fp32_communication. */
 static void sk__rt_setup_wire(sk_runtime *rt) {
   const sk_parallel_desc *pd = &rt->plan->desc;
   bool half = rt->store == SK_F16 || rt->store == SK_BF16;
@@ -844,7 +882,7 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
     if (rt->acc) sk__rt_counted_free(rt, rt->acc[t]);
   }
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) sk__rt_counted_free(rt, rt->scratch[k]);
-  sk__rt_counted_free(rt, rt->wire_buf), sk__rt_counted_free(rt, rt->shadows);
+  sk__rt_counted_free(rt, rt->wire_buf), sk__rt_counted_free(rt, rt->shadows), sk__rt_counted_free(rt, rt->rs_shadows);
   sk__rt_counted_free(rt, rt->norms), sk__rt_counted_free(rt, rt->all_norms);
   if (rt->norm_file) fclose(rt->norm_file);
   free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
@@ -1281,9 +1319,22 @@ static sk_result sk__rt_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err
     sk__rt_add(rt->cdt, rt->grads[t], rt->acc[t], n);
     memset(rt->acc[t], 0, sk__rt_bytes(rt, t));
   }
+  if (rt->shards[t].wire_grad) /* the gradient is final: its 16-bit copy is what the scheduler sends */
+    sk__rt_to_wire(rt->mirror_wire, rt->grads[t], rt->shards[t].wire_grad, n);
   if (!rt->overlap) return SK_OK;
   sk_result r = sk_fusion_ready(rt->rs_fusion, rt->shards[t].rs_handle);
   return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion)) : SK_OK;
+}
+
+/* The partial Mirror of one shard, in the Mirrors' wire: in 16 bits through the shard's shadow,
+   free again after the ReduceScatter (the shard itself may have changed since: level2 sums it
+   over the micro-steps). */
+static sk_result sk__rt_shard_mirror(sk_runtime *rt, sk__rt_shard *sh) {
+  if (!sh->wire_shard) return sk_allreduce(sh->mirror, sh->grad, sh->grad, (size_t)sh->count, rt->cdt, SK_SUM);
+  sk__rt_to_wire(rt->mirror_wire, sh->grad, sh->wire_shard, sh->count);
+  sk_result r = sk_allreduce(sh->mirror, sh->wire_shard, sh->wire_shard, (size_t)sh->count, rt->mirror_wire, SK_SUM);
+  if (!r) sk__rt_from_wire(rt->mirror_wire, sh->wire_shard, sh->grad, sh->count);
+  return r;
 }
 
 /* After the ReduceScatters: a partially sharded parameter's Mirror over the rest of its replicas. */
@@ -1291,9 +1342,9 @@ static sk_result sk__rt_shard_mirrors(sk_runtime *rt, sk_error *err) {
   for (int t = 0; t < rt->g->ntensors; t++) {
     sk__rt_shard *sh = &rt->shards[t];
     if (!sh->mirror || !sh->grad) continue;
-    sk_result r = sk_allreduce(sh->mirror, sh->grad, sh->grad, (size_t)sh->count, rt->cdt, SK_SUM);
+    sk_result r = sk__rt_shard_mirror(rt, sh);
     if (r) return sk__rt_comm_failed(rt, sh->mirror, r, err);
-    sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, sh->mirror, (uint64_t)sh->count * sk_dtype_size(rt->cdt));
+    sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, sh->mirror, (uint64_t)sh->count * sk_dtype_size(rt->mirror_wire));
   }
   return SK_OK;
 }
@@ -1382,7 +1433,8 @@ static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
   return SK_OK;
 }
 
-/* Completes the sharded parameters' ReduceScatters (launched now unless they overlapped). */
+/* Completes the sharded parameters' ReduceScatters (launched now unless they overlapped), 16-bit
+   shard shadows back into the shards; each bucket counted in its wire dtype. */
 static sk_result sk__rt_reduce_scatters_done(sk_runtime *rt, sk_error *err) {
   if (!rt->nrs) return SK_OK;
   sk_result r = SK_OK;
@@ -1390,6 +1442,10 @@ static sk_result sk__rt_reduce_scatters_done(sk_runtime *rt, sk_error *err) {
   sk_result w = sk_fusion_wait(rt->rs_fusion);
   r = r ? r : w;
   if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion));
+  for (int t = 0; t < rt->g->ntensors; t++) {
+    const sk__rt_shard *sh = &rt->shards[t];
+    if (sh->wire_shard) sk__rt_from_wire(rt->mirror_wire, sh->wire_shard, sh->grad, sh->count);
+  }
   sk__rt_count_buckets(rt, rt->rs_fusion);
   return SK_OK;
 }

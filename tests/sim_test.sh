@@ -171,6 +171,19 @@ if [ -n "$(losses "$tmp/a0")" ] && [ "$(losses "$tmp/a1")" != "$(losses "$tmp/a0
 else bad "16-bit gradient sync: the same losses as f32 sync"; fi
 checks "transformer bf16 --no-gradient-fp32-sync" 3e-2 $TR --no-gradient-fp32-sync
 checks "transformer bf16 --fp32-communication" 3e-2 $TR --fp32-communication
+# under hsdp the sharded gradients' ReduceScatters and fc3's partial Mirror (over 4) are the
+# gradient sync: f32 by default, bf16 without fp32 sync. The ReduceScatter bytes halve; the
+# AllReduces over 4 (fc1's forward AllReduce, bf16 either way, and the partial Mirror) shrink.
+HB="--net examples/nets/operator_parallel.json --devices 8 --steps 2 --dtype bf16 --hsdp 2,0 --report"
+"$BIN" $HB >"$tmp/hb0" 2>&1
+"$BIN" $HB --no-gradient-fp32-sync >"$tmp/hb1" 2>&1
+rs_bytes() { awk '$1 == "reduce_scatter" { s += $4 } END { print s + 0 }' "$1"; }
+ar4_bytes() { awk '$1 == "allreduce" && $2 == 4 { s += $4 } END { print s + 0 }' "$1"; }
+r0=$(rs_bytes "$tmp/hb0"); r1=$(rs_bytes "$tmp/hb1"); a0=$(ar4_bytes "$tmp/hb0"); a1=$(ar4_bytes "$tmp/hb1")
+if [ "$r1" -gt 0 ] && [ "$r0" -eq $((2 * r1)) ] && [ "$a1" -gt 0 ] && [ "$a1" -lt "$a0" ]; then ok
+else bad "hsdp bf16 --no-gradient-fp32-sync: ReduceScatter bytes $r0 -> $r1, AllReduce over 4 $a0 -> $a1"; fi
+checks "operator_parallel bf16 hsdp 2,0 --no-gradient-fp32-sync" 3e-2 --net examples/nets/operator_parallel.json \
+  --devices 8 --steps 12 --dtype bf16 --hsdp 2,0 --no-gradient-fp32-sync
 
 # comm_fusion: fusion changes the number of AllReduce calls, never the losses (the transformer's
 # gradients share groups: auto fuses them, index:3,7 cuts the Mirrors in three segments)

@@ -20,7 +20,11 @@
       order), per shard under hsdp, initial_rank honoured, a wrong cur_rank refused on every
       device; training then equals the trainer started from the gathered model.
    7. Gradient accumulation: every level like the trainer accumulating the same way; level2's
-      sums at the shards' size (without accumulation level2 is level1). */
+      sums at the shards' size (without accumulation level2 is level1).
+   8. bf16 with no_gradient_fp32_sync: the sharded gradients' ReduceScatters and the partial
+      Mirror travel in 16 bits (their bytes halve, the shadows counted as communication), the
+      losses change, both within HALF_TOL of the trainer; the overlap gives the same numbers,
+      fp32_communication f32 again; under accumulation at every level the bytes halve too. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -628,25 +632,29 @@ Test(hsdp, communication_partial_mirror, .timeout = RT_TIMEOUT) {
 
 /* ---- 5. faults ---------------------------------------------------------------------------------- */
 
-/* The MLP on 4 devices (w1 and w3 sharded) under hsdp level1 or level3, counted, no evaluation. */
-static void init_faults(run *R, net *n, bool level3, int nsteps) {
+/* The MLP on 4 devices (w1 and w3 sharded) under hsdp level1 or level3, counted, no evaluation;
+   sync16: bf16 with no_gradient_fp32_sync (the sharded gradients' 16-bit shadows), else f64. */
+static void init_faults(run *R, net *n, bool level3, bool sync16, int nsteps) {
   sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, level3 ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
-  run_init_knobs(R, n, 4, SK_F64, adam(0.01), nsteps, &pd);
+  pd.no_gradient_fp32_sync = sync16;
+  run_init_knobs(R, n, 4, sync16 ? SK_BF16 : SK_F64, adam(0.01), nsteps, &pd);
   cr_assert_eq(sharded_params(&R->plan), 2);
   R->counting = true, R->evaluate = false;
 }
 
 /* Every allocation of create failing in turn on one device of 4, hsdp level1 and level3 (shards,
-   their groups, the fused ReduceScatters). */
+   their groups, the fused ReduceScatters), and level1 in bf16 with 16-bit gradient sync (the
+   sharded gradients' shadows). */
 Test(hsdp, create_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
   static net n;
   static run R;
+  static const char *const what[3] = {"hsdp level1 create", "hsdp level3 create", "hsdp level1 bf16 16-bit sync create"};
   build_mlp(&n, 4);
-  for (int l = 0; l < 2; l++) {
-    init_faults(&R, &n, l, 1);
-    long k = sweep_create_failures(&R, l ? "hsdp level3 create" : "hsdp level1 create");
+  for (int l = 0; l < 3; l++) {
+    init_faults(&R, &n, l == 1, l == 2, 1);
+    long k = sweep_create_failures(&R, what[l]);
     cr_assert_gt(k, 40);
-    cr_log_info("hsdp %s create on 4 devices: call k of device k %% 4 refused, k = 1..%ld", l ? "level3" : "level1", k - 5);
+    cr_log_info("%s on 4 devices: call k of device k %% 4 refused, k = 1..%ld", what[l], k - 5);
     run_free(&R);
   }
   sk_graph_free(&n.g);
@@ -663,7 +671,7 @@ Test(hsdp, step_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
   build_mlp(&n, 4);
   for (int l = 0; l < 2; l++) {
     const char *what = l ? "hsdp level3 step" : "hsdp level1 step";
-    init_faults(&R, &n, l, 2);
+    init_faults(&R, &n, l, false, 2);
     R.fail_phase = FAIL_IN_STEP;
     long k = 1;
     for (;; k++) {
@@ -839,5 +847,133 @@ Test(hsdp, accumulation_every_level_like_the_trainer_level2_sums_sharded, .timeo
   cr_assert_eq(grads[2], grads[0], "level3 accumulates whole, as level1");
   cr_log_info("accumulated gradients on device 0: level1 %llu bytes, level2 %llu, level3 %llu", (unsigned long long)grads[0],
               (unsigned long long)grads[1], (unsigned long long)grads[2]);
+  sk_graph_free(&n.g);
+}
+
+/* ---- 8. 16-bit gradient sync under hsdp --------------------------------------------------------- */
+
+/* Per step: the elements the sharded gradients ReduceScatter (their slices: the ReduceScatter's
+   input) and the partial Mirrors AllReduce (the shards of parameters with opt_mirror > 1). */
+static void sync_elements(const sk_parallel_plan *p, uint64_t *scattered, uint64_t *mirrored, uint64_t *shadows) {
+  *scattered = *mirrored = *shadows = 0;
+  for (int t = 0; t < p->graph->ntensors; t++) {
+    int s = p->tensors[t].opt_size;
+    if (p->graph->tensors[t].role != SK_TENSOR_PARAM || !s || !p->tensors[t].needs_grad) continue;
+    uint64_t slice = (uint64_t)sk_parallel_slice_count(p, t);
+    *scattered += slice, *shadows += slice + slice / (uint64_t)s;
+    if (p->tensors[t].opt_mirror > 1) *mirrored += slice / (uint64_t)s;
+  }
+}
+
+static bool same_losses(const run *a, const run *b) {
+  return a->nsteps == b->nsteps && !memcmp(a->dev[0].loss, b->dev[0].loss, (size_t)a->nsteps * sizeof(double));
+}
+
+enum { WIRE_F32_SYNC, WIRE_16_SYNC, WIRE_16_SYNC_OVERLAP, WIRE_FP32_COMM, WIRE_RUNS };
+
+/* bf16, the MLP on 8 devices under shard_size 2 (w1 [4, 16] and w3 [16, 4] ReduceScattered over
+   2, w3's shards AllReduced over the 4 devices of its Mirror group), SGD, 10 steps. By default
+   the sharded gradients synchronise in f32 (MindSpore's gradient_fp32_sync); with
+   no_gradient_fp32_sync the ReduceScatters and the partial Mirror travel in bf16: their bytes
+   halve, the 16-bit shadows (each gradient's slice and its shard) are counted as communication
+   buffers, the losses change and both runs stay within HALF_TOL of the trainer. Launched as
+   each gradient is ready (overlap), the same numbers; under fp32_communication, f32 again. */
+Test(hsdp, bf16_gradient_sync_in_16_bits_halves_the_bytes, .timeout = 2 * RT_TIMEOUT) {
+  static net n;
+  static run R[WIRE_RUNS];
+  static const char *const names[WIRE_RUNS] = {"bf16 hsdp, f32 gradient sync", "bf16 hsdp, no_gradient_fp32_sync",
+                                                "bf16 hsdp, no_gradient_fp32_sync, overlap",
+                                                "bf16 hsdp, no_gradient_fp32_sync, fp32_communication"};
+  build_mlp(&n, 8);
+  for (int i = 0; i < WIRE_RUNS; i++) {
+    sk_parallel_desc pd = knobs_of(hsdp_of(2, 0, SK_HSDP_LEVEL1));
+    pd.no_gradient_fp32_sync = i != WIRE_F32_SYNC, pd.fp32_communication = i == WIRE_FP32_COMM;
+    pd.transformer_opt.grad_computation_allreduce_overlap = i == WIRE_16_SYNC_OVERLAP;
+    run_knobs(&R[i], &n, 8, SK_BF16, sgd(0.5), 10, &pd, names[i]);
+  }
+  uint64_t scattered, mirrored, shadows;
+  sync_elements(&R[0].plan, &scattered, &mirrored, &shadows);
+  cr_assert_eq(scattered, 64 + 64, "w1's and w3's slices");
+  cr_assert_eq(mirrored, 32, "w3's shard");
+  const uint64_t wire[WIRE_RUNS] = {4, 2, 2, 4}; /* bytes per element of the gradient sync */
+  uint64_t ar[WIRE_RUNS][2], rs[WIRE_RUNS][2];   /* [run][calls, bytes] on device 0 */
+  for (int i = 0; i < WIRE_RUNS; i++) {
+    for (int d = 0; d < 8; d++) {
+      uint64_t c, b;
+      coll_of(&R[i].dev[d].stats, SK_COLL_REDUCE_SCATTER, 0, &c, &b);
+      cr_assert_eq(b, 10 * scattered * wire[i], "%s, device %d: ReduceScatter %llu bytes in 10 steps, expected %llu", names[i],
+                   d, (unsigned long long)b, (unsigned long long)(10 * scattered * wire[i]));
+      if (d == 0) rs[i][0] = c, rs[i][1] = b;
+    }
+    coll_of(&R[i].dev[0].stats, SK_COLL_ALLREDUCE, 4, &ar[i][0], &ar[i][1]);
+    cr_assert_eq(ar[i][0], ar[0][0], "%s: %llu AllReduces over 4, %llu with f32 sync", names[i], (unsigned long long)ar[i][0],
+                 (unsigned long long)ar[0][0]);
+    cr_assert_eq(rs[i][0], rs[0][0], "%s: the ReduceScatter calls changed", names[i]);
+  }
+  /* over 4: fc1's forward AllReduce (bf16 in both) and w3's partial Mirror, whose 10 x 32 x 4
+     bytes in f32 halve */
+  cr_assert_eq(ar[WIRE_F32_SYNC][1] - ar[WIRE_16_SYNC][1], 10 * mirrored * 2,
+               "AllReduce over 4: %llu bytes with f32 sync, %llu in 16 bits", (unsigned long long)ar[WIRE_F32_SYNC][1],
+               (unsigned long long)ar[WIRE_16_SYNC][1]);
+  for (int d = 0; d < 8; d++) {
+    uint64_t extra = R[WIRE_16_SYNC].dev[d].mem_created.communication - R[WIRE_F32_SYNC].dev[d].mem_created.communication;
+    cr_assert_eq(extra, shadows * 2, "device %d: %llu more communication bytes, the 16-bit shadows %llu", d,
+                 (unsigned long long)extra, (unsigned long long)(shadows * 2));
+    cr_assert_eq(R[WIRE_16_SYNC].dev[d].mem_end.communication, R[WIRE_16_SYNC].dev[d].mem_created.communication);
+  }
+  bool differ = false;
+  for (int s = 0; s < 10; s++) differ = differ || R[WIRE_F32_SYNC].dev[0].loss[s] != R[WIRE_16_SYNC].dev[0].loss[s];
+  cr_assert(differ, "16-bit gradient sync under hsdp should change a bf16 run's losses");
+  cr_assert(memcmp(R[WIRE_F32_SYNC].dev[0].params, R[WIRE_16_SYNC].dev[0].params, R[0].params_bytes), "... and its parameters");
+  cr_assert(same_losses(&R[WIRE_16_SYNC], &R[WIRE_16_SYNC_OVERLAP]), "overlap changed the 16-bit sync's losses");
+  errs m[2];
+  for (int i = 0; i < 2; i++) m[i] = against_trainer(&R[i], HALF_TOL, names[i]);
+  cr_log_info("bf16 hsdp shard_size 2, 8 devices, 10 SGD steps: ReduceScatter %llu -> %llu bytes, partial Mirror %llu -> %llu "
+              "bytes; against the trainer losses within %.3g (f32 sync) and %.3g (16-bit), parameters %.3g and %.3g",
+              (unsigned long long)rs[WIRE_F32_SYNC][1], (unsigned long long)rs[WIRE_16_SYNC][1],
+              (unsigned long long)(10 * mirrored * 4), (unsigned long long)(10 * mirrored * 2), m[0].loss, m[1].loss,
+              m[0].param, m[1].param);
+  for (int i = 0; i < WIRE_RUNS; i++) run_free(&R[i]);
+  sk_graph_free(&n.g);
+}
+
+/* The same under gradient accumulation (3 micro-steps, 9 steps, Adam) at every level: level2
+   ReduceScatters at every micro-step and sums the 16-bit-synchronised shards, level1 and level3
+   once per update; the partial Mirror runs once per update. The bytes halve, the parameters
+   change (measured: the losses of these 9 steps do not, Adam's steps being small), both runs
+   stay within HALF_TOL of the trainer accumulating the same way. */
+Test(hsdp, bf16_gradient_sync_in_16_bits_under_accumulation, .timeout = 2 * RT_TIMEOUT) {
+  static net n;
+  static run R[2];
+  build_mlp(&n, 8);
+  for (int l = 0; l < 3; l++) {
+    sk_hsdp_level level = l == 0 ? SK_HSDP_LEVEL1 : l == 1 ? SK_HSDP_LEVEL2 : SK_HSDP_LEVEL3;
+    uint64_t rs[2], ar[2], calls;
+    errs m[2];
+    for (int i = 0; i < 2; i++) {
+      sk_parallel_desc pd = knobs_of(hsdp_of(2, 0, level));
+      pd.grad_accumulation_step = 3, pd.no_gradient_fp32_sync = i;
+      char what[96];
+      snprintf(what, sizeof what, "bf16 hsdp %s, accumulation 3, %s", sk_hsdp_level_name(level), i ? "16-bit sync" : "f32 sync");
+      run_knobs(&R[i], &n, 8, SK_BF16, adam(0.01), 9, &pd, what);
+      m[i] = against_trainer(&R[i], HALF_TOL, what);
+      coll_of(&R[i].dev[0].stats, SK_COLL_REDUCE_SCATTER, 0, &calls, &rs[i]);
+      coll_of(&R[i].dev[0].stats, SK_COLL_ALLREDUCE, 4, &calls, &ar[i]);
+    }
+    uint64_t scattered, mirrored, shadows, rounds = level == SK_HSDP_LEVEL2 ? 9 : 3;
+    sync_elements(&R[0].plan, &scattered, &mirrored, &shadows);
+    cr_assert_eq(rs[0], rounds * scattered * 4, "%s: ReduceScatter %llu bytes in f32", sk_hsdp_level_name(level),
+                 (unsigned long long)rs[0]);
+    cr_assert_eq(rs[1], rounds * scattered * 2, "%s: ReduceScatter %llu bytes in 16 bits", sk_hsdp_level_name(level),
+                 (unsigned long long)rs[1]);
+    cr_assert_eq(ar[0] - ar[1], 3 * mirrored * 2, "%s: the partial Mirror, once per update, %llu -> %llu bytes over 4",
+                 sk_hsdp_level_name(level), (unsigned long long)ar[0], (unsigned long long)ar[1]);
+    cr_assert(memcmp(R[0].dev[0].params, R[1].dev[0].params, R[0].params_bytes), "%s: 16-bit sync left the parameters as they were",
+              sk_hsdp_level_name(level));
+    cr_log_info("bf16 hsdp %s, accumulation 3, 9 Adam steps: ReduceScatter %llu -> %llu bytes; against the trainer losses "
+                "within %.3g / %.3g, parameters %.3g / %.3g", sk_hsdp_level_name(level), (unsigned long long)rs[0],
+                (unsigned long long)rs[1], m[0].loss, m[1].loss, m[0].param, m[1].param);
+    run_free(&R[0]), run_free(&R[1]);
+  }
   sk_graph_free(&n.g);
 }
