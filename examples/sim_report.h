@@ -31,15 +31,15 @@ static sk_result sim_collect_figures(sk_comm *c, const sk_runtime *rt, sim_devic
 
 static void sim_print_memory(FILE *f, const sim_device_figures *all, int n) {
   fprintf(f, "memory (bytes per device)\n");
-  fprintf(f, "%6s %14s %14s %14s %14s %14s %14s %14s %14s\n", "device", "parameters", "gradients", "optimizer",
-          "activations", "communication", "total", "peak_params", "peak_total");
+  fprintf(f, "%6s %14s %14s %14s %14s %14s %14s %14s %14s %14s\n", "device", "parameters", "gradients", "optimizer",
+          "activations", "communication", "total", "peak_params", "peak_total", "peak_acts");
   for (int d = 0; d < n; d++) {
     const sk_runtime_memory *m = &all[d].mem;
     unsigned long long total = m->parameters + m->gradients + m->optimizer_state + m->activations + m->communication;
-    fprintf(f, "%6d %14llu %14llu %14llu %14llu %14llu %14llu %14llu %14llu\n", d, (unsigned long long)m->parameters,
+    fprintf(f, "%6d %14llu %14llu %14llu %14llu %14llu %14llu %14llu %14llu %14llu\n", d, (unsigned long long)m->parameters,
             (unsigned long long)m->gradients, (unsigned long long)m->optimizer_state,
             (unsigned long long)m->activations, (unsigned long long)m->communication, total,
-            (unsigned long long)m->peak_parameters, (unsigned long long)m->peak);
+            (unsigned long long)m->peak_parameters, (unsigned long long)m->peak, (unsigned long long)m->peak_activations);
   }
 }
 
@@ -66,6 +66,32 @@ static void sim_print_report(FILE *f, const sim_device_figures *all, int n, cons
   if (link->gbps > 0)
     fprintf(f, "modelled step time: %.3f ms (links %g us, %g GB/s; devices %g TFLOPS)\n", model_us / 1e3,
             link->alpha_us, link->gbps, device_tflops);
+}
+
+/* A pipeline's time per device: its stage, the share of its steps' wall time spent in kernels
+   (the rest waited: the bubble, measured), and under a link model the bubble on the virtual
+   clocks (1 - compute / step span), beside the schedule's formula and its simulation with
+   equal chunks and the measured F / B split. */
+static void sim_print_pipeline(FILE *f, const sim_device_figures *all, int n, const sk_parallel_plan *plan, bool modelled) {
+  sk_pipe_desc d = plan->desc.pipeline;
+  fprintf(f, "pipeline: %d stages x %d devices, %d micro-batches, %s, %d chunk%s per stage\n", plan->stages,
+          plan->desc.ndevices, plan->micro, sk_pipe_scheduler_name(d.scheduler), plan->schedule.chunks,
+          plan->schedule.chunks > 1 ? "s" : "");
+  fprintf(f, "%6s %6s %12s %12s %16s\n", "device", "stage", "busy_ms", "step_ms", modelled ? "modelled_bubble" : "");
+  for (int i = 0; i < n; i++) {
+    const sk_runtime_stats *st = &all[i].stats;
+    double steps = st->steps ? (double)st->steps : 1;
+    fprintf(f, "%6d %6d %12.3f %12.3f", i, sk_parallel_stage_of_rank(plan, i), st->busy_s * 1e3 / steps, st->step_s * 1e3 / steps);
+    if (modelled) fprintf(f, " %16.4f", st->clock_us > 0 ? 1 - st->compute_us / st->clock_us : 0);
+    fprintf(f, "\n");
+  }
+  sk_pipe_stats sim;
+  sk_pipe_costs c = {1, 2, 0, 0};
+  if (plan->schedule.split_backward) c.b = 1, c.w = 1;
+  double formula = sk_pipe_bubble_formula(&d);
+  if (!sk_pipe_simulate(&plan->schedule, &c, &sim, NULL))
+    fprintf(f, "bubble: formula %s%.4f, simulated %.4f (equal chunks, backward = 2 x forward)\n", formula < 0 ? "n/a " : "",
+            formula < 0 ? 0 : formula, sim.bubble_fraction);
 }
 
 /* --dump-program: device `rank`'s program. */

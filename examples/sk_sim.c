@@ -663,6 +663,7 @@ static void print_summary(job *J, const double *base, long nbase) {
          o->devices > 1 ? "s" : "", sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0,
          median_ms(J->cpu_s, J->nstep_s), median_ms(J->step_s, J->nstep_s));
   if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->link, o->device_tflops, J->model_us / (n ? n : 1));
+  if (o->report && J->plan.vstage) sim_print_pipeline(stdout, J->figures, o->devices, &J->plan, o->link.gbps > 0);
   if (!o->check) return;
   long m = nbase < n ? nbase : n;
   double worst = 0;

@@ -109,6 +109,11 @@ typedef struct sk_runtime_comm_row {
 typedef struct sk_runtime_stats {
   int64_t steps;
   double flops;
+  /* Time summed over the steps: step_s their wall time, busy_s the part inside operator kernels
+     (1 - busy_s / step_s: the idle share, a pipeline's bubble measured); under a link model,
+     clock_us their span on this device's virtual clock and compute_us the part its FLOPs took
+     (the bubble modelled). */
+  double step_s, busy_s, clock_us, compute_us;
   int nrows; /* rows past SK_RUNTIME_COMM_ROWS distinct (kind, group) pairs are summed into the last */
   sk_runtime_comm_row rows[SK_RUNTIME_COMM_ROWS];
 } sk_runtime_stats;
@@ -149,6 +154,7 @@ SK_EXTERN_C_END
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 SK_EXTERN_C_BEGIN
 
@@ -985,12 +991,22 @@ static void sk__rt_count_comm(sk_runtime *rt, sk_coll_kind kind, sk_comm *group,
 }
 
 
+/* Wall seconds (C11's clock: the header needs no POSIX). */
+static double sk__rt_now_s(void) {
+  struct timespec ts;
+  if (!timespec_get(&ts, TIME_UTC)) return 0;
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A kernel that started at t0 (sk__rt_now_s): its FLOPs, its wall time, and its modelled time. */
 static void sk__rt_count_compute(sk_runtime *rt, const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out,
-                                 bool backward) {
+                                 bool backward, double t0) {
   if (!rt->counting) return;
   double f = sk_exec_flops(op, in, out, backward);
-  rt->stats.flops += f;
-  if (rt->desc.device_flops > 0) sk_comm_compute(rt->comm, f / rt->desc.device_flops * 1e6);
+  rt->stats.flops += f, rt->stats.busy_s += sk__rt_now_s() - t0;
+  if (rt->desc.device_flops <= 0) return;
+  rt->stats.compute_us += f / rt->desc.device_flops * 1e6;
+  sk_comm_compute(rt->comm, f / rt->desc.device_flops * 1e6);
 }
 
 /* ---- the steps ---------------------------------------------------------------------------- */
@@ -1033,8 +1049,9 @@ static sk_result sk__rt_forward(sk_runtime *rt, int o, bool inference, sk_error 
   sk__rt_outputs(rt, o, out, false);
   sk_exec_facts f = ro->facts;
   f.seed = sk_exec_dropout_seed(rt->desc.seed, o, rt->step), f.inference = inference;
+  double t0 = sk__rt_now_s();
   sk_result r = sk_exec_forward(rt->desc.kernels, op, &f, ro->karg, out, err);
-  if (!r) sk__rt_count_compute(rt, op, ro->karg, out, false);
+  if (!r) sk__rt_count_compute(rt, op, ro->karg, out, false, t0);
   sk_coll_kind fc = rt->plan->ops[o].plan.fwd.kind; /* output 0 summed by a collective: rounded after it */
   for (int k = fc == SK_COLL_ALLREDUCE || fc == SK_COLL_REDUCE_SCATTER ? 1 : 0; k < op->noutputs && !r; k++)
     if (sk_exec_is_float(rt->g->tensors[op->outputs[k]].dtype))
@@ -1133,8 +1150,10 @@ static sk_result sk__rt_backward(sk_runtime *rt, int o, sk_error *err) {
   memset(out, 0, sizeof out);
   sk__rt_outputs(rt, o, out, true);
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) ro->dx[k] = k < op->ninputs ? sk__rt_dx_target(rt, o, k) : NULL;
+  double t0 = sk__rt_now_s();
   sk_result r = sk_exec_backward(rt->desc.kernels, op, &ro->facts, ro->karg, out, ro->dx, err);
-  if (!r && rt->grads_only != 2) sk__rt_count_compute(rt, op, ro->karg, out, true); /* B and W: one backward's FLOPs */
+  if (!r && rt->grads_only != 2) sk__rt_count_compute(rt, op, ro->karg, out, true, t0); /* B and W: one backward's FLOPs */
+  if (!r && rt->grads_only == 2) rt->stats.busy_s += sk__rt_now_s() - t0; /* W's time is still busy time */
   const sk_parallel_op *po = &rt->plan->ops[o];
   for (int k = 0; k < op->ninputs && !r; k++) /* a sharded parameter has no Mirror step: its scaling here */
     if (ro->dx[k] && rt->shards[op->inputs[k]].data) {
@@ -2042,15 +2061,7 @@ static void sk__rt_pipe_close(sk_runtime *rt) {
   sk_comm_destroy(rt->comm); /* this stage's, split from the world */
 }
 
-SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
-  if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL runtime");
-  if (rt->world) {
-    rt->counting = true;
-    sk_result pr = sk__rt_pipe_step(rt, loss, err);
-    rt->counting = false;
-    if (!pr) rt->step++, rt->stats.steps++;
-    return pr;
-  }
+static sk_result sk__rt_plain_step(sk_runtime *rt, double *loss, sk_error *err) {
   int i = 0, n = rt->plan->nsteps, lt = rt->g->loss;
   sk_result r = SK_OK;
   rt->counting = true;
@@ -2067,8 +2078,22 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   rt->written[lt] = true;
   for (; i < n && !r; i++) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
   rt->counting = false;
-  if (!r) rt->step++, rt->stats.steps++;
   return r;
+}
+
+SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
+  if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL runtime");
+  double t0 = sk__rt_now_s(), c0 = sk_comm_clock_us(rt->world ? rt->world : rt->comm);
+  sk_result r;
+  if (rt->world) {
+    rt->counting = true;
+    r = sk__rt_pipe_step(rt, loss, err);
+    rt->counting = false;
+  } else r = sk__rt_plain_step(rt, loss, err);
+  if (r) return r;
+  rt->step++, rt->stats.steps++;
+  rt->stats.step_s += sk__rt_now_s() - t0, rt->stats.clock_us += sk_comm_clock_us(rt->world ? rt->world : rt->comm) - c0;
+  return SK_OK;
 }
 
 /* ---- evaluation and reading tensors ----------------------------------------------------------- */

@@ -101,7 +101,7 @@ else bad "--parameter-broadcast: first loss '$l1', without it '$l0' (the devices
 # the report under hsdp: the ReduceScatters of the sharded gradients, and level3's lower peak
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 2 --hsdp -1,0 --report >"$tmp/h1" 2>&1
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 2 --hsdp -1,0,level3 --report >"$tmp/h3" 2>&1
-p1=$(awk '$1 == "0" && NF == 9 { print $8 }' "$tmp/h1"); p3=$(awk '$1 == "0" && NF == 9 { print $8 }' "$tmp/h3")
+p1=$(awk '$1 == "0" && NF == 10 { print $8 }' "$tmp/h1"); p3=$(awk '$1 == "0" && NF == 10 { print $8 }' "$tmp/h3")
 if grep -q '^reduce_scatter  *2 ' "$tmp/h1" && [ -n "$p1" ] && [ -n "$p3" ] && [ "$p3" -lt "$p1" ]; then ok
 else bad "hsdp report: peak_params level1 '$p1' level3 '$p3': $(grep reduce_scatter "$tmp/h1")"; fi
 
