@@ -1,4 +1,5 @@
-/* runtime_harness.h -- what the runtime suites share (tests/test_runtime.c, tests/test_hsdp.c):
+/* runtime_harness.h -- what the runtime suites share (tests/test_runtime.c, tests/test_hsdp.c,
+   tests/test_pipeline_runtime.c):
    networks built in C, a counting allocator, one run of N device threads against the
    single-device trainer (sk_train.h), and the statistics helpers.
 
@@ -7,6 +8,12 @@
    GLOBAL batch / step / evaluate / gather every parameter), and against_trainer trains the same
    network on one device with the same seed, optimizer, dtype and data and compares losses,
    parameters, evaluation and logits.
+
+   Under pipeline parallel (a plan with plan.vstage, tests/test_pipeline_runtime.c) the run's
+   devices are the world's: each device gathers only the parameters of its stage (param_stage,
+   holds_param), against_trainer compares each parameter from the first device of its stage,
+   and the logits, an activation no stage holds after evaluate, are neither gathered nor
+   compared (the evaluation's counts are, on every device). Without a pipeline nothing changes.
 
    Device threads never assert: each records its results and the first error (where, code,
    message) in its dev_out; the test's thread asserts after sk_world_run returns. Worlds have a
@@ -355,6 +362,30 @@ static inline sk_result note(dev_out *o, const char *where, sk_result r, const s
   return r;
 }
 
+/* Pipeline parallel (R->plan.vstage): the stage whose devices hold parameter t (the one its
+   readers run on: the compiler refuses parameters shared across stages); 0 without a pipeline. */
+static inline int param_stage(const run *R, int t) {
+  const sk_graph *g = R->plan.graph;
+  if (!R->plan.vstage) return 0;
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (g->ops[o].inputs[k] == t) return sk_pipe_stage_of(&R->plan.schedule, R->plan.vstage[o], NULL);
+  return 0;
+}
+
+/* Whether device `rank` can gather parameter t: always without a pipeline; under one, the
+   devices of its stage (sk_runtime_gather works only for tensors its stage holds). */
+static inline bool holds_param(const run *R, int rank, int t) {
+  return !R->plan.vstage || sk_parallel_stage_of_rank(&R->plan, rank) == param_stage(R, t);
+}
+
+/* The first device that gathers parameter t: 0 without a pipeline. */
+static inline int first_holder(const run *R, int t) {
+  for (int d = 0; d < R->ndev; d++)
+    if (holds_param(R, d, t)) return d;
+  return 0;
+}
+
 static inline sk_result device_main(sk_comm *comm, void *arg) {
   run *R = (run *)arg;
   int rank = sk_comm_rank(comm);
@@ -395,10 +426,11 @@ static inline sk_result device_main(sk_comm *comm, void *arg) {
   if (!r && !R->create_only && R->evaluate) {
     if (rank == R->fail_rank && R->fail_phase == FAIL_FROM_EVALUATE) o->cnt.fail_all = true;
     r = note(o, "evaluate", sk_runtime_evaluate(rt, &o->correct, &o->rows, &e), &e);
-    if (!r) r = note(o, "gather", sk_runtime_gather(rt, g->logits, o->logits, &e), &e);
+    /* pipeline: the logits are a micro-batch's activation, held by no stage after evaluate */
+    if (!r && !R->plan.vstage) r = note(o, "gather", sk_runtime_gather(rt, g->logits, o->logits, &e), &e);
   }
   for (int t = 0; !r && !R->create_only && t < g->ntensors; t++)
-    if (g->tensors[t].role == SK_TENSOR_PARAM) r = note(o, "gather", sk_runtime_gather(rt, t, o->params + R->param_off[t], &e), &e);
+    if (g->tensors[t].role == SK_TENSOR_PARAM && holds_param(R, rank, t)) r = note(o, "gather", sk_runtime_gather(rt, t, o->params + R->param_off[t], &e), &e);
   sk_runtime_stats_get(rt, &o->stats);
   o->clock_us = sk_comm_clock_us(comm);
   if (!r && rt) {
@@ -560,11 +592,11 @@ static inline errs against_trainer(const run *R, double tol, const char *what) {
                    (long long)R->dev[d].rows, (long long)rows);
       cr_assert_eq(R->dev[d].correct, correct, "%s, %d devices: device %d counts %lld correct, one device %lld", what,
                    R->ndev, d, (long long)R->dev[d].correct, (long long)correct);
-      cr_assert(memcmp(R->dev[d].logits, R->dev[0].logits, R->logits_bytes) == 0,
+      cr_assert(R->plan.vstage || memcmp(R->dev[d].logits, R->dev[0].logits, R->logits_bytes) == 0,
                 "%s: device %d gathered other logits than device 0", what, d);
     }
     const void *ref = sk_trainer_values(t, g->logits);
-    for (int64_t j = 0; j < sk_graph_numel(g, g->logits); j++) {
+    for (int64_t j = 0; !R->plan.vstage && j < sk_graph_numel(g, g->logits); j++) {
       double a = get(cdt, R->dev[0].logits, j), b = get(cdt, ref, j), x = rel(a, b);
       m.logits = x > m.logits ? x : m.logits;
       cr_assert(x <= tol, "%s, %d devices: logits[%lld] %.17g, one device %.17g", what, R->ndev, (long long)j, a, b);
@@ -573,13 +605,15 @@ static inline errs against_trainer(const run *R, double tol, const char *what) {
   for (int p = 0; p < g->ntensors; p++) {
     if (g->tensors[p].role != SK_TENSOR_PARAM) continue;
     const void *ref = sk_trainer_values(t, p);
+    int d0 = first_holder(R, p); /* 0 without a pipeline; under one, the first device of p's stage */
     for (int d = 0; d < R->ndev; d++) {
+      if (!holds_param(R, d, p)) continue;
       const unsigned char *mine = R->dev[d].params + R->param_off[p];
-      cr_assert(memcmp(mine, R->dev[0].params + R->param_off[p], (size_t)sk_graph_numel(g, p) * esize(cdt)) == 0,
-                "%s: device %d gathered other values of '%s' than device 0", what, d, g->tensors[p].name);
+      cr_assert(memcmp(mine, R->dev[d0].params + R->param_off[p], (size_t)sk_graph_numel(g, p) * esize(cdt)) == 0,
+                "%s: device %d gathered other values of '%s' than device %d", what, d, g->tensors[p].name, d0);
     }
     for (int64_t j = 0; j < sk_graph_numel(g, p); j++) {
-      double a = get(cdt, R->dev[0].params + R->param_off[p], j), b = get(cdt, ref, j), x = rel(a, b);
+      double a = get(cdt, R->dev[d0].params + R->param_off[p], j), b = get(cdt, ref, j), x = rel(a, b);
       if (x > m.param) m.param = x, m.worst = p;
       cr_assert(x <= tol, "%s, %d devices, after %d steps: '%s'[%lld] %.17g, one device %.17g (rel %.3g)", what, R->ndev,
                 R->nsteps, g->tensors[p].name, (long long)j, a, b, x);
