@@ -254,6 +254,7 @@ struct sk_runtime {
   struct sk__rt_send *sends; /* activations and gradients on their way to another stage */
   int nsends, sends_cap;
   int grads_only;       /* zero_bubble_v: 1 the inputs' gradients (B), 2 the parameters' (W); 0 both */
+  int micro;            /* the micro-batch bound (sk__rt_pipe_bind) */
 };
 
 /* Pipeline parallel, defined with the steps below. */
@@ -1049,6 +1050,10 @@ static sk_result sk__rt_forward(sk_runtime *rt, int o, bool inference, sk_error 
   sk__rt_outputs(rt, o, out, false);
   sk_exec_facts f = ro->facts;
   f.seed = sk_exec_dropout_seed(rt->desc.seed, o, rt->step), f.inference = inference;
+  if (rt->world && f.global_ndims > 0) { /* micro-batch i is rows [i*b, (i+1)*b) of the batch's mask */
+    int64_t b = f.global_shape[0];
+    f.global_shape[0] *= rt->plan->micro, f.slice.start[0] += rt->micro * b, f.slice.stop[0] += rt->micro * b;
+  }
   double t0 = sk__rt_now_s();
   sk_result r = sk_exec_forward(rt->desc.kernels, op, &f, ro->karg, out, err);
   if (!r) sk__rt_count_compute(rt, op, ro->karg, out, false, t0);
@@ -1710,6 +1715,7 @@ static sk_result sk__rt_slot_open(sk_runtime *rt, int v, int micro, sk_error *er
    owner's slot, each input at its feed, each operator here at its chunk's slot. */
 static void sk__rt_pipe_bind(sk_runtime *rt, int micro) {
   const sk_graph *g = rt->g;
+  rt->micro = micro;
   for (int t = 0; t < g->ntensors; t++) {
     if (rt->owner[t] >= 0) {
       sk__rt_slot *sl = sk__rt_slot_at(rt, rt->owner[t], micro);

@@ -311,7 +311,27 @@ expect_fail "pipeline stages that do not divide the devices" "8 devices do not d
 expect_fail "1f1b with fewer micro-batches than stages" "micro_size 2 < stages 4" --net examples/nets/operator_parallel.json --devices 8 --pipeline 4 --micro 2 --dump-schedule
 expect_fail "an unknown scheduler" "'seqpipe' is not one of" --net examples/nets/operator_parallel.json --pipeline 2 --scheduler seqpipe
 expect_fail "recompute of an operator the network lacks" "no operator 'relu9'" --net examples/nets/operator_parallel.json --recompute relu1,relu9
-expect_fail "training through stages" "not built yet" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --steps 1
+# training through stages equals one device (f64 to 1e-12: the micro-batches' mean gradient is
+# the batch's, summed in another order): every scheduler at 2 and 4 stages, interleaved, on MPI
+for sched in gpipe 1f1b zero_bubble_v; do
+  checks "recursive_programming 2 stages $sched" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --scheduler $sched --steps 6 --dtype f64
+  checks "transformer 4 stages $sched" 1e-12 --net examples/nets/transformer.json --devices 8 --pipeline 4 --micro 4 --scheduler $sched --steps 4 --dtype f64
+done
+checks "operator_parallel 2 stages x 2 chunks" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --interleave 2 --steps 6 --dtype f64
+checks "operator_parallel 1f1b f32" 1e-5 --net examples/nets/operator_parallel.json --devices 4 --pipeline 2 --micro 2 --steps 6
+# ... and on 4 MPI processes (2 stages x 2), the same check
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun.openmpi --oversubscribe -np 4 \
+  "$BIN" --net examples/nets/operator_parallel.json --devices 4 --pipeline 2 --micro 4 --steps 4 --dtype f64 --check --backend mpi >"$tmp/out" 2>"$tmp/err"
+d=$(sed -n 's/^check: max relative loss difference \([-0-9.eE+]*\) over [0-9]* steps$/\1/p' "$tmp/out")
+if [ -n "$d" ] && awk -v d="$d" 'BEGIN { exit !(d <= 1e-12) }'; then ok; else bad "pipeline on 4 MPI processes: $(tail -3 "$tmp/out" "$tmp/err")"; fi
+expect_fail "zero_bubble_v with 3 chunks" "interleave 3 is not 2" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --scheduler zero_bubble_v --interleave 3 --steps 1
+expect_fail "a pipeline with local norms" "local norms with a pipeline" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --local-norm print --steps 1
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --steps 4 --report >"$tmp/out" 2>"$tmp/err"
+g0=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out")
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --scheduler gpipe --steps 4 --report >"$tmp/out2" 2>"$tmp/err"
+g1=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out2")
+if grep -q '^pipeline: 2 stages x 4 devices, 4 micro-batches, 1f1b' "$tmp/out" && [ -n "$g0" ] && [ -n "$g1" ] && [ "$g1" -gt "$g0" ]; then ok
+else bad "the pipeline report, or gpipe's stage-0 activations ($g1) above 1f1b's ($g0): $(grep -A3 pipeline: "$tmp/out")"; fi
 
 # every option of --help has its row in docs/sk-sim.md
 for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do

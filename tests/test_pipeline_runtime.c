@@ -15,7 +15,7 @@
       activations' gradients) after create is exactly the most bytes of open chunk slots while
       walking its stage's action list (a slot: what the chunk owns for one micro-batch, opened
       by F, closed after B); gpipe holds m micro-batches, 1f1b stage r holds p - r.
-   4. Refusals, each naming what it refuses: zero_bubble_v at create, parameter_broadcast, a
+   4. Refusals, each naming what it refuses: parameter_broadcast, a
       communicator of another size than the world's, feeds of the wrong element count, a gather
       of another stage's parameter, and the compiler's hsdp / grad_accumulation_step / local
       norms with a pipeline.
@@ -24,7 +24,7 @@
       device (none by the world's timeout) and nothing outstanding after destroy; the same for
       the allocator failing from the first feed or from evaluate, and for a loss kernel refusing
       a label mid-schedule.
-   A last case, disabled, is a known runtime bug: Dropout's mask repeats across micro-batches.
+   6. Dropout: each micro-batch draws its rows of the whole batch's mask, so training matches too.
 
    TOLERANCE as tests/test_runtime.c: f64 1e-12 relative to 1 + |reference| (TOL64; measured at
    most 1.7e-16 here, Adam included), f32 F32_TOL (measured 7.5e-8). The pipeline's micro-batch
@@ -475,19 +475,14 @@ static void expect_refused_at(const run *R, const char *where, const char *word,
   cr_assert_gt(ran, 0);
 }
 
-Test(pipeline_runtime, zero_bubble_v_refused_at_create, .timeout = RT_TIMEOUT) {
-  static net n;
-  static run R;
-  const pcase c = {SK_PIPE_ZERO_BUBBLE_V, 4, 2, 4, 0};
-  sk_parallel_desc pd = knobs_of(&c);
-  build_skip(&n, 2);
-  run_init_knobs(&R, &n, 4, SK_F64, sgd(0.5), 1, &pd); /* it plans */
-  cr_assert(R.plan.schedule.split_backward);
-  R.counting = true;
-  run_world(&R);
-  expect_refused_at(&R, "create", "zero_bubble_v", "not built");
-  run_free(&R);
-  sk_graph_free(&n.g);
+Test(pipeline_runtime, zero_bubble_v_like_one_device, .timeout = PIPE_TIMEOUT) {
+  /* B and W split: the inputs' gradients first, the weights' later from the kept output
+     gradients; two chunks per stage in a V (the skip network relays through the V's bottom). */
+  worst w = {0, 0, 0};
+  static const pcase cs[] = {{SK_PIPE_ZERO_BUBBLE_V, 4, 2, 4, 2}, {SK_PIPE_ZERO_BUBBLE_V, 8, 4, 8, 2},
+                             {SK_PIPE_ZERO_BUBBLE_V, 8, 2, 2, 2}};
+  for (int i = 0; i < 3; i++)
+    for (int k = 0; k < 2; k++) one_case(&cs[i], &NETS[k], SK_F64, sgd(0.5), TOL64, &w);
 }
 
 Test(pipeline_runtime, parameter_broadcast_refused, .timeout = RT_TIMEOUT) {
@@ -815,16 +810,10 @@ Test(pipeline_runtime, feed_evaluate_and_kernel_failures_take_the_world_down, .t
   }
 }
 
-/* KNOWN RUNTIME BUG, disabled until fixed (see the report of the commit adding this suite):
-   Dropout under a pipeline draws the same mask for every micro-batch. The mask of an operator is
-   keyed by (sk_exec_dropout_seed(seed, op, step), the element's offset in the tensor's global
-   shape), and under a pipeline the global shape is the micro-batch's, with the same slice for
-   every micro-batch (sk_runtime.h, sk__rt_forward: f.seed = sk_exec_dropout_seed(rt->desc.seed,
-   o, rt->step), nothing of the micro-batch index). So micro-batch i reuses micro-batch 0's mask
-   (rows 0 .. B/m-1 of the whole batch's) instead of rows i*B/m .. (i+1)*B/m-1: the masks repeat
-   across micro-batches, and training differs from one device (measured: losses 2.9e-2, parameters
-   9.2e-2 relative after 3 steps, 2 stages x 4 devices, 4 micro-batches). */
-Test(pipeline_runtime, dropout_like_one_device, .timeout = PIPE_TIMEOUT, .disabled = true) {
+/* Dropout: micro-batch i draws rows i*B/m .. (i+1)*B/m-1 of the whole batch's mask (keyed by the
+   operator's seed and the element's place in the whole batch), so the pipeline trains like one
+   device. (Before the fix every micro-batch reused micro-batch 0's rows: losses 2.9e-2 apart.) */
+Test(pipeline_runtime, dropout_like_one_device, .timeout = PIPE_TIMEOUT) {
   worst w = {0, 0, 0};
   const pnet drop = {"dropout", build_dropout};
   static const pcase cs[] = {{SK_PIPE_1F1B, 8, 2, 4, 1}, {SK_PIPE_GPIPE, 8, 4, 8, 1}};
