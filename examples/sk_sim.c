@@ -115,7 +115,8 @@ static void usage(FILE *f, const char *argv0) {
           "  --micro M            micro_size: the batch goes through the pipeline in M micro-batches\n"
           "  --scheduler K        1f1b (default), gpipe or zero_bubble_v (two chunks per stage in a V)\n"
           "  --interleave V       V chunks per stage (interleaved 1f1b; gpipe takes it too)\n"
-          "  --recompute OP,...   flag these operators for recomputation in the backward pass\n"
+          "  --recompute OP,...   flag these operators for recomputation (under a pipeline: freed after the\n"
+          "                       forward, computed again before the backward)\n"
           "  --dump-schedule      print each stage's actions (F<i>, B<i>, W<i>; .c: chunk) and exit\n"
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,

@@ -845,7 +845,8 @@ SK_API sk_result sk_parallel_facts(const sk_parallel_plan *p, int o, int rank, s
   memset(f, 0, sizeof *f);
   const sk_parallel_op *po = &p->ops[o];
   const sk_op_desc *d = &po->desc;
-  sk_slice s;
+  sk_slice s; /* zeroed: a scalar layout writes no dim, and the analyzer follows that path */
+  memset(&s, 0, sizeof s);
   sk_result r = SK_OK;
   switch (d->kind) {
     case SK_OP_SOFTMAX_CE: f->global_count = sk__par_numel(d->ndims[0], d->shape[0], 0, d->ndims[0] - 1); break;

@@ -999,11 +999,12 @@ static double sk__rt_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A kernel that started at t0 (sk__rt_now_s): its FLOPs, its wall time, and its modelled time. */
+/* A kernel that started at t0 (sk__rt_now_s): its FLOPs, its wall time, and its modelled time.
+   zero_bubble_v's B and W each count half a backward (a MatMul's two GEMMs: one each). */
 static void sk__rt_count_compute(sk_runtime *rt, const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out,
                                  bool backward, double t0) {
   if (!rt->counting) return;
-  double f = sk_exec_flops(op, in, out, backward);
+  double f = sk_exec_flops(op, in, out, backward) * (backward && rt->grads_only ? 0.5 : 1);
   rt->stats.flops += f, rt->stats.busy_s += sk__rt_now_s() - t0;
   if (rt->desc.device_flops <= 0) return;
   rt->stats.compute_us += f / rt->desc.device_flops * 1e6;
@@ -1157,8 +1158,7 @@ static sk_result sk__rt_backward(sk_runtime *rt, int o, sk_error *err) {
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) ro->dx[k] = k < op->ninputs ? sk__rt_dx_target(rt, o, k) : NULL;
   double t0 = sk__rt_now_s();
   sk_result r = sk_exec_backward(rt->desc.kernels, op, &ro->facts, ro->karg, out, ro->dx, err);
-  if (!r && rt->grads_only != 2) sk__rt_count_compute(rt, op, ro->karg, out, true, t0); /* B and W: one backward's FLOPs */
-  if (!r && rt->grads_only == 2) rt->stats.busy_s += sk__rt_now_s() - t0; /* W's time is still busy time */
+  if (!r) sk__rt_count_compute(rt, op, ro->karg, out, true, t0);
   const sk_parallel_op *po = &rt->plan->ops[o];
   for (int k = 0; k < op->ninputs && !r; k++) /* a sharded parameter has no Mirror step: its scaling here */
     if (ro->dx[k] && rt->shards[op->inputs[k]].data) {
