@@ -622,6 +622,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   memset(&pd, 0, sizeof pd);
   pd = o->pd;
   pd.ndevices = o->devices, pd.strict_strategies = o->strict;
+  pd.output_broadcast = true; /* device 0, on the first stage, prints the last stage's test accuracy */
   if (o->dataset_layouts && dataset_layouts(o, g, &pd, msg, cap)) return -1;
   if (o->transformer_opt && sk_json_load_transformer_opt(o->transformer_opt, &pd.transformer_opt, &e))
     return snprintf(msg, cap, "%s", e.msg), -1;

@@ -1994,7 +1994,8 @@ static sk_result sk__rt_pipe_step(sk_runtime *rt, double *loss, sk_error *err) {
 }
 
 /* Inference through the pipeline: every micro-batch forward, chunk after chunk; the last
-   stage scores its logits and every device gets the counts (output_broadcast). */
+   stage's devices score its logits; with output_broadcast every device gets their counts, else
+   the other stages' devices report no rows (MindSpore's output_broadcast=False). */
 static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
   const sk_graph *g = rt->g;
   int last = sk__rt_nvstages(rt) - 1;
@@ -2013,13 +2014,16 @@ static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t 
     if (!logits || !labels) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: evaluate: out of memory");
     if (!r) r = sk_runtime_gather(rt, g->logits, logits, err);
     if (!r) r = sk_runtime_gather(rt, g->labels, labels, err);
-    if (!r && rt->rank == 0) counts[0] += (double)sk__rt_argmax_hits(rt, logits, labels, ny, c), counts[1] += (double)ny;
+    if (!r) counts[0] += (double)sk__rt_argmax_hits(rt, logits, labels, ny, c), counts[1] += (double)ny;
     sk__rt_counted_free(rt, logits), sk__rt_counted_free(rt, labels);
   }
   r = sk__rt_pipe_settle(rt, r, err);
   sk__rt_pipe_unpoint(rt);
-  if (!r && (r = sk_allreduce(rt->world, counts, counts, 2, SK_F64, SK_SUM)))
-    r = sk__fail(err, r, "runtime: pipeline: sharing the score: %s", sk_comm_error_message(rt->world));
+  if (!r && rt->plan->desc.output_broadcast) { /* the last stage's first device speaks for it */
+    if (!sk__rt_vstage_here(rt, last) || rt->rank != 0) counts[0] = counts[1] = 0;
+    if ((r = sk_allreduce(rt->world, counts, counts, 2, SK_F64, SK_SUM)))
+      r = sk__fail(err, r, "runtime: pipeline: broadcasting the last stage's score: %s", sk_comm_error_message(rt->world));
+  }
   if (!r) *correct = (int64_t)counts[0], *rows = (int64_t)counts[1];
   return r;
 }
