@@ -1572,6 +1572,23 @@ static bool sk__rt_is_forward(sk_parallel_step_kind k) {
 
 static int64_t sk__rt_argmax_hits(const sk_runtime *rt, const void *logits, const void *labels, int64_t rows, int64_t c);
 
+/* The evaluated logits and labels gathered whole (collective over rt->comm): rows whose argmax
+   is the label, and how many rows. */
+static sk_result sk__rt_score(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
+  const sk_graph *g = rt->g;
+  int64_t nl = sk_graph_numel(g, g->logits), ny = sk_graph_numel(g, g->labels);
+  int64_t c = g->tensors[g->logits].shape[g->tensors[g->logits].ndims - 1];
+  rt->kind = SK__RT_COMM;
+  void *logits = sk__rt_counted_alloc(rt, (size_t)nl * sk_dtype_size(rt->cdt), 64);
+  void *labels = sk__rt_counted_alloc(rt, (size_t)ny * sk_dtype_size(sk__rt_dtype(rt, g->labels)), 64);
+  sk_result r = logits && labels ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: evaluate: out of memory");
+  if (!r) r = sk_runtime_gather(rt, g->logits, logits, err);
+  if (!r) r = sk_runtime_gather(rt, g->labels, labels, err);
+  if (!r) *correct = sk__rt_argmax_hits(rt, logits, labels, ny, c), *rows = ny;
+  sk__rt_counted_free(rt, logits), sk__rt_counted_free(rt, labels);
+  return r;
+}
+
 /* ---- pipeline parallel ------------------------------------------------------------------------
    Every device runs its stage's action list (plan->schedule). A chunk's activations of one
    micro-batch live in a slot, opened by its F and closed after its B, so the activation memory
@@ -1997,7 +2014,6 @@ static sk_result sk__rt_pipe_step(sk_runtime *rt, double *loss, sk_error *err) {
    stage's devices score its logits; with output_broadcast every device gets their counts, else
    the other stages' devices report no rows (MindSpore's output_broadcast=False). */
 static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
-  const sk_graph *g = rt->g;
   int last = sk__rt_nvstages(rt) - 1;
   double counts[2] = {0, 0};
   sk_result r = SK_OK;
@@ -2006,16 +2022,9 @@ static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t 
       if (sk__rt_vstage_here(rt, v)) r = sk__rt_pipe_forward(rt, v, i, true, NULL, err);
     if (r || !sk__rt_vstage_here(rt, last)) continue;
     sk__rt_pipe_bind(rt, i);
-    int64_t nl = sk_graph_numel(g, g->logits), ny = sk_graph_numel(g, g->labels);
-    int64_t c = g->tensors[g->logits].shape[g->tensors[g->logits].ndims - 1];
-    rt->kind = SK__RT_COMM;
-    void *logits = sk__rt_counted_alloc(rt, (size_t)nl * sk_dtype_size(rt->cdt), 64);
-    void *labels = sk__rt_counted_alloc(rt, (size_t)ny * sk_dtype_size(sk__rt_dtype(rt, g->labels)), 64);
-    if (!logits || !labels) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: evaluate: out of memory");
-    if (!r) r = sk_runtime_gather(rt, g->logits, logits, err);
-    if (!r) r = sk_runtime_gather(rt, g->labels, labels, err);
-    if (!r) counts[0] += (double)sk__rt_argmax_hits(rt, logits, labels, ny, c), counts[1] += (double)ny;
-    sk__rt_counted_free(rt, logits), sk__rt_counted_free(rt, labels);
+    int64_t hits = 0, n = 0;
+    r = sk__rt_score(rt, &hits, &n, err);
+    counts[0] += (double)hits, counts[1] += (double)n;
   }
   r = sk__rt_pipe_settle(rt, r, err);
   sk__rt_pipe_unpoint(rt);
@@ -2157,18 +2166,7 @@ SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *
   for (int i = 0; i < rt->plan->nsteps && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++)
     r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, true, err), err);
   sk__rt_release_all(rt); /* no backward follows */
-  if (r) return r;
-  int64_t nl = sk_graph_numel(g, g->logits), ny = sk_graph_numel(g, g->labels);
-  int64_t c = g->tensors[g->logits].shape[g->tensors[g->logits].ndims - 1];
-  rt->kind = SK__RT_COMM;
-  void *logits = sk__rt_counted_alloc(rt, (size_t)nl * sk_dtype_size(rt->cdt), 64);
-  void *labels = sk__rt_counted_alloc(rt, (size_t)ny * sk_dtype_size(sk__rt_dtype(rt, g->labels)), 64);
-  if (!logits || !labels) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: evaluate: out of memory");
-  if (!r) r = sk_runtime_gather(rt, g->logits, logits, err);
-  if (!r) r = sk_runtime_gather(rt, g->labels, labels, err);
-  if (!r) *correct = sk__rt_argmax_hits(rt, logits, labels, ny, c), *rows = ny;
-  sk__rt_counted_free(rt, logits), sk__rt_counted_free(rt, labels);
-  return r;
+  return r ? r : sk__rt_score(rt, correct, rows, err);
 }
 
 SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *m) {
