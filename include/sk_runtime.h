@@ -2020,11 +2020,14 @@ static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t 
   for (int i = 0; i < rt->plan->micro && !r; i++) {
     for (int v = 0; v <= last && !r; v++)
       if (sk__rt_vstage_here(rt, v)) r = sk__rt_pipe_forward(rt, v, i, true, NULL, err);
-    if (r || !sk__rt_vstage_here(rt, last)) continue;
-    sk__rt_pipe_bind(rt, i);
-    int64_t hits = 0, n = 0;
-    r = sk__rt_score(rt, &hits, &n, err);
-    counts[0] += (double)hits, counts[1] += (double)n;
+    if (!r && sk__rt_vstage_here(rt, last)) {
+      int64_t hits = 0, n = 0;
+      sk__rt_pipe_bind(rt, i);
+      r = sk__rt_score(rt, &hits, &n, err);
+      counts[0] += (double)hits, counts[1] += (double)n;
+    }
+    for (int v = 0; v <= last; v++) /* no backward follows: one micro-batch held at a time */
+      if (sk__rt_slot_at(rt, v, i)->live) sk__rt_slot_close(rt, sk__rt_slot_at(rt, v, i));
   }
   r = sk__rt_pipe_settle(rt, r, err);
   sk__rt_pipe_unpoint(rt);
