@@ -1,6 +1,7 @@
 #!/bin/sh
-# Pipeline parallel against one device: every scheduler, 2 stages x 4 devices and 4 stages x 2,
-# on the shipped networks, f64, --check over STEPS steps (default 300), threads backend; then the
+# Pipeline parallel against one device: every scheduler, 2 stages x 4 devices and 4 stages x 2
+# (micro-batches: twice the stages, so each stage's devices still cut the transformer's batch of
+# 16), on the shipped networks, f64, --check over STEPS steps (default 300), threads backend; then the
 # same on 8 MPI processes for the tutorial network; then the modelled bubble of each scheduler on
 # bench/nets/identical_layers.json (4 stages of one device, 8 micro-batches, 5 us / 25 GB/s links,
 # 0.01 TFLOPS devices) beside its formula. Prints one table row per run.
@@ -17,7 +18,7 @@ for net in operator_parallel recursive_programming transformer; do
   for cfg in "2 4" "4 2"; do
     set -- $cfg
     for sched in gpipe 1f1b zero_bubble_v; do
-      d=$("$SIM" --net examples/nets/$net.json --devices 8 --pipeline "$1" --micro 8 --scheduler $sched \
+      d=$("$SIM" --net examples/nets/$net.json --devices 8 --pipeline "$1" --micro $((2 * $1)) --scheduler $sched \
           --steps "$steps" --dtype f64 --check 2>/dev/null | check)
       echo "| $net | $1 x $2 | $sched | threads | $steps | ${d:-FAILED} |"
     done
