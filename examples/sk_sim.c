@@ -56,6 +56,7 @@ typedef struct options {
   const char *transformer_opt; /* --transformer-opt FILE (parallel_speed_up.json) */
   const char *recompute;       /* --recompute OP,...: the operators flagged for recomputation */
   bool dump_schedule;          /* --dump-schedule: print each pipeline stage's action list and exit */
+  bool print_strategies;       /* --print-strategies: every operator's strategy, before training */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
@@ -63,7 +64,9 @@ static void usage(FILE *f, const char *argv0) {
           "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check] [--report]\n"
           "          [--dump-program RANK] [--backend threads|mpi] [--link ALPHA_US,GBPS --device-tflops T]\n"
           "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
-          "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))] [--mode semi_auto]\n"
+          "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))] \n"
+          "          [--mode semi_auto|sharding_propagation|recursive_programming|exhaustive] [--print-strategies]\n"
+          "          [--device-memory GB]\n"
           "          [--gradients-mean] [--no-loss-repeated-mean] [--no-gradient-fp32-sync] [--fp32-communication]\n"
           "          [--local-norm print|dump:FILE] [--device-local-norm] [--fusion [KIND=]none|auto|size:MB|index:I,J,...]\n"
           "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
@@ -88,7 +91,13 @@ static void usage(FILE *f, const char *argv0) {
           "  --dataset-strategy S how inputs are cut: data_parallel (default), full_batch, or one strategy\n"
           "                       per input as MindSpore's tuple, e.g. \"((2,1),(2,))\" (repeat axis on the left),\n"
           "                       or one MindSpore layout per input: '(Layout((2,4),(\"dp\",\"mp\"))(\"dp\",\"None\"), ...)'\n"
-          "  --mode M             parallel_mode: semi_auto (the search modes are not built yet)\n",
+          "  --mode M             parallel_mode: semi_auto (the network's strategies, data parallel where it\n"
+          "                       has none); sharding_propagation or recursive_programming search a strategy\n"
+          "                       for every operator without one; exhaustive: the exact optimum of the same\n"
+          "                       cost model (small networks). The cost unit: time under --link (and\n"
+          "                       --device-tflops), else bytes\n"
+          "  --print-strategies   print every operator's strategy (\"name ((2, 1), (1, 4))\") before training\n"
+          "  --device-memory GB   recursive_programming's memory check: the bytes a device may hold\n",
           prog_name(argv0));
   fprintf(f,
           "  --gradients-mean     enable_gradients_mean: each gradient AllReduce divides by its group size\n"
@@ -226,11 +235,10 @@ static int parse_local_norm(const char *v, options *o) {
   return -1;
 }
 
-/* --mode: MindSpore's parallel_mode names (the compiler refuses the ones not built, by name). */
+/* --mode: MindSpore's parallel_mode names, and exhaustive. */
 static int parse_mode(const char *v, options *o) {
-  const char *modes[3] = {"semi_auto", "sharding_propagation", "recursive_programming"};
-  for (int m = 0; m < 3; m++)
-    if (!strcmp(v, modes[m])) return o->pd.mode = (sk_parallel_mode)m, 0;
+  for (int m = 0; m <= SK_PARALLEL_EXHAUSTIVE; m++)
+    if (!strcmp(v, sk_parallel_mode_name((sk_parallel_mode)m))) return o->pd.mode = (sk_parallel_mode)m, 0;
   return -1;
 }
 
@@ -246,6 +254,7 @@ static int parse_flag(const char *a, options *o) {
   if (!strcmp(a, "--device-local-norm")) return o->pd.device_local_norm = true, 1;
   if (!strcmp(a, "--parameter-broadcast")) return o->broadcast = true, 1;
   if (!strcmp(a, "--dump-schedule")) return o->dump_schedule = true, 1;
+  if (!strcmp(a, "--print-strategies")) return o->print_strategies = true, 1;
   return 0;
 }
 
@@ -260,6 +269,7 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   else if (!strcmp(a, "--dump-program")) o->dump_rank = (int)strtol(v, &end, 10);
   else if (!strcmp(a, "--grad-accumulation-step")) o->pd.grad_accumulation_step = (int)strtol(v, &end, 10);
   else if (!strcmp(a, "--device-tflops")) o->device_tflops = strtod(v, &end);
+  else if (!strcmp(a, "--device-memory")) o->pd.search.device_memory = strtod(v, &end) * 1e9;
   else if (!strcmp(a, "--optimizer")) o->optimizer = v;
   else if (!strcmp(a, "--pipeline")) o->pd.pipeline.stages = (int)strtol(v, &end, 10);
   else if (!strcmp(a, "--micro")) o->pd.pipeline.micro = (int)strtol(v, &end, 10);
@@ -281,7 +291,8 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   } else if (!strcmp(a, "--local-norm")) {
     if (parse_local_norm(v, o)) return bad_usage(argv0, "--local-norm takes print or dump:FILE", v);
   } else if (!strcmp(a, "--mode")) {
-    if (parse_mode(v, o)) return bad_usage(argv0, "--mode takes semi_auto, sharding_propagation or recursive_programming", v);
+    if (parse_mode(v, o))
+      return bad_usage(argv0, "--mode takes semi_auto, sharding_propagation, recursive_programming or exhaustive", v);
   } else if (!strcmp(a, "--backend")) {
     if (strcmp(v, "threads") && strcmp(v, "mpi")) return bad_usage(argv0, "--backend takes threads or mpi", v);
     o->backend_asked = v;
@@ -610,6 +621,17 @@ static int flag_recompute(const char *list, sk_graph *g, char *msg, size_t cap) 
   return 0;
 }
 
+/* --print-strategies: one line per operator, then what the search found (if one ran). */
+static void print_strategies(const sk_parallel_plan *plan) {
+  size_t n = sk_parallel_format_strategies(plan, NULL, 0) + 1;
+  char *text = (char *)malloc(n);
+  if (text) sk_parallel_format_strategies(plan, text, n), fputs(text, stdout);
+  free(text);
+  if (plan->searched)
+    printf("# %s: plan cost %.6g %s, searched in %.3f ms\n", sk_parallel_mode_name(plan->desc.mode), plan->search_cost,
+           plan->desc.search.link.gbps > 0 ? "us" : "bytes", plan->search_ms);
+}
+
 static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   const options *o = J->o;
   sk_error e;
@@ -622,6 +644,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   memset(&pd, 0, sizeof pd);
   pd = o->pd;
   pd.ndevices = o->devices, pd.strict_strategies = o->strict;
+  pd.search.link = o->link, pd.search.device_tflops = o->device_tflops; /* the search's cost unit */
   pd.output_broadcast = true; /* device 0, on the first stage, prints the last stage's test accuracy */
   if (o->dataset_layouts && dataset_layouts(o, g, &pd, msg, cap)) return -1;
   if (o->transformer_opt && sk_json_load_transformer_opt(o->transformer_opt, &pd.transformer_opt, &e))
@@ -634,6 +657,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   if (J->plan.recut && (!o->mpi || prog_launch_rank() == 0))
     fprintf(stderr, "sk-sim: the network's stage annotations are not used (%d stages x %d chunks): the operators are re-cut by FLOPs\n",
             J->plan.stages, J->plan.schedule.chunks);
+  if (o->print_strategies && (!o->mpi || prog_launch_rank() == 0)) print_strategies(&J->plan);
   if (o->dump_rank >= 0 || o->dump_schedule) return 0;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;

@@ -19,5 +19,7 @@
 #include "sk_fusion.h"
 #include "sk_redist.h" /* brings sk_redist_ms.h (MindSpore's operator sequence) with it */
 #include "sk_runtime.h" /* AutoParallel's runtime: a compiled program trained on every device of a world */
+#include "sk_search_cost.h" /* the strategy searches' cost model: candidates, communication, redistribution */
+#include "sk_search.h" /* sharding_propagation, recursive_programming (D-Rec), the exact search */
 #include "sk_pipeline.h" /* pipeline parallel: schedulers as action lists, chunk placement, the balanced cut, a simulator */
 #include "sk_redundancy.h" /* redundancy groups, owners, parameter_broadcast (zero-then-AllReduce) */

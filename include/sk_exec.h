@@ -57,6 +57,10 @@ typedef struct sk_exec_facts {
   int64_t global_shape[SK_MAX_DIMS];
   sk_slice slice;
   bool inference;       /* Dropout passes its input through (MindSpore's eval mode); mask all ones */
+  /* Dense whose contraction dim is split, on a device that does not hold its first part: the
+     forward AllReduce sums the parts, so only the first adds the bias (MindSpore's BiasAdd
+     follows that AllReduce); the others leave it out of the forward */
+  bool skip_bias;
 } sk_exec_facts;
 
 SK_API sk_result sk_exec_forward(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *facts,
@@ -267,8 +271,8 @@ static sk_result sk__exec_fwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, c
       return sk_kern_batch_matmul(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims,
                                   w->shape, w->data, out[0].data, err);
     case SK_OP_DENSE:
-      return sk_kern_dense(ctx, dt, x->ndims, x->shape, x->data, w->shape, w->data, op->ninputs > 2 ? in[2].data : NULL,
-                           out[0].data, err);
+      return sk_kern_dense(ctx, dt, x->ndims, x->shape, x->data, w->shape, w->data,
+                           op->ninputs > 2 && !(f && f->skip_bias) ? in[2].data : NULL, out[0].data, err);
     case SK_OP_DROPOUT: return sk__exec_dropout_fwd(op, f, in, out, err);
     case SK_OP_LAYER_NORM:
       return sk_kern_layer_norm(dt, x->ndims, x->shape, sk__exec_axis(op, 1), sk__exec_eps(op, SK_LAYER_NORM_EPSILON),
@@ -389,7 +393,8 @@ static sk_result sk__exec_bwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, c
     case SK_OP_BATCH_MATMUL:
       return sk_kern_batch_matmul_bwd(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims,
                                       w->shape, w->data, dy, dx[0], dx[1], err);
-    case SK_OP_DENSE:
+    case SK_OP_DENSE: /* skip_bias changes nothing here: every part's bias gradient is the whole one, which
+                         the Mirror's divisor (the parts along the contraction) accounts for */
       return sk_kern_dense_bwd(ctx, dt, x->ndims, x->shape, x->data, w->shape, w->data, dy, dx[0], dx[1],
                                op->ninputs > 2 ? dx[2] : NULL, err);
     case SK_OP_DROPOUT:

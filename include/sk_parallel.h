@@ -57,6 +57,7 @@
 #include "sk_ops.h"
 #include "sk_opt_shard.h"
 #include "sk_pipeline.h"
+#include "sk_search.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -65,11 +66,15 @@ typedef enum sk_dataset_strategy {
   SK_DATASET_FULL_BATCH         /* every device reads the whole batch */
 } sk_dataset_strategy;
 
-/* AutoParallel(net, parallel_mode=...). Only semi_auto is built; the others are refused by name. */
+/* AutoParallel(net, parallel_mode=...): semi_auto takes the network's strategies (data parallel
+   where it has none); the search modes choose a strategy for every operator the network left
+   without one (sk_search.h): MindSpore's sharding_propagation and recursive_programming, and
+   shardkit's exhaustive (the exact optimum of the same cost model, for small networks). */
 typedef enum sk_parallel_mode {
   SK_PARALLEL_SEMI_AUTO = 0,
   SK_PARALLEL_SHARDING_PROPAGATION,
-  SK_PARALLEL_RECURSIVE_PROGRAMMING
+  SK_PARALLEL_RECURSIVE_PROGRAMMING,
+  SK_PARALLEL_EXHAUSTIVE
 } sk_parallel_mode;
 
 /* MindSpore's comm_fusion dict. Zero: openstate True, every kind auto (64 MB). The runtime hands
@@ -92,6 +97,9 @@ typedef struct sk_transformer_opt {
 typedef struct sk_parallel_desc {
   int ndevices;                /* required: the devices the program runs on */
   sk_parallel_mode mode;       /* parallel_mode: semi_auto */
+  /* the search modes' cost model (sk_search_cost.h): link, device_tflops, device_memory,
+     exhaustive_limit; the compiler sets ndevices (a stage's) and input_layouts (the dataset's) */
+  sk_search_desc search;
   sk_dataset_strategy dataset; /* how network inputs are cut (default data parallel) */
   bool strict_strategies;      /* refuse a strategy that needs more devices, rather than fall back */
   /* MindSpore's dataset_strategy as a tuple of strategies, one per network input in the order the
@@ -210,7 +218,11 @@ typedef struct sk_parallel_plan {
   int *vstage;       /* [nops]: each operator's virtual stage, its chunk's place in the model */
   bool recut;        /* the network's stage annotations were set but not used: the cut is by FLOPs */
   sk_pipe_schedule schedule;
-  sk_graph *micro_graph;
+  sk_graph *micro_graph; /* the graph the plan owns (one micro-batch's; a searched copy), or NULL */
+  /* A search mode: the searched plan's cost in the model's unit (sk_search_cost.h), the
+     search's wall time, and searched[o]: operator o's strategy came from the search. */
+  double search_cost, search_ms;
+  bool *searched;
 } sk_parallel_plan;
 
 /* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free). */
@@ -239,6 +251,12 @@ SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b);
    program is its stage's: the steps of the operators its chunks hold. */
 SK_API size_t sk_parallel_format_program(const sk_parallel_plan *plan, int rank, char *buf, size_t cap);
 SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind); /* "Move", "Forward", ... */
+/* Every operator's strategy, one line each: its name and the strategy in MindSpore's tuple
+   syntax, "fc1 ((2, 1), (1, 4))" -- as set (by the network or a search) or, for an operator
+   without one, the cuts its rule's default gave its inputs; "(layouts)" for layouts. */
+SK_API size_t sk_parallel_format_strategies(const sk_parallel_plan *plan, char *buf, size_t cap);
+/* "semi_auto", "sharding_propagation", "recursive_programming", "exhaustive" ("?" if unknown) */
+SK_API const char *sk_parallel_mode_name(sk_parallel_mode mode);
 
 SK_EXTERN_C_END
 #endif /* SK_PARALLEL_H */
@@ -251,6 +269,7 @@ SK_EXTERN_C_END
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 SK_EXTERN_C_BEGIN
 
@@ -459,12 +478,9 @@ static sk_result sk__par_dataset_layouts(sk_parallel_plan *p, sk_error *err) {
   return SK_OK;
 }
 
-/* Every operator's plan and every tensor's layout, in graph order: inputs by the dataset
-   strategy, outputs as produced, parameters as first read. */
-static sk_result sk__par_place(sk_parallel_plan *p, sk_error *err) {
+/* The network inputs' layouts, by the dataset strategy. */
+static sk_result sk__par_place_inputs(sk_parallel_plan *p, bool *placed, sk_error *err) {
   const sk_graph *g = p->graph;
-  bool *placed = (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
-  if (!placed) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory placing tensors");
   bool tuple = p->desc.ndataset > 0 || p->desc.ndataset_layouts > 0;
   sk_result r = p->desc.ndataset > 0 ? sk__par_dataset_tuple(p, err)
                 : p->desc.ndataset_layouts > 0 ? sk__par_dataset_layouts(p, err) : SK_OK;
@@ -473,6 +489,14 @@ static sk_result sk__par_place(sk_parallel_plan *p, sk_error *err) {
     if (!tuple) r = sk__par_input_layout(p, t, &p->tensors[t].layout, err);
     placed[t] = true;
   }
+  return r;
+}
+
+/* Every operator's plan and every tensor's layout, in graph order: outputs as produced,
+   parameters as first read. */
+static sk_result sk__par_place(sk_parallel_plan *p, bool *placed, sk_error *err) {
+  const sk_graph *g = p->graph;
+  sk_result r = SK_OK;
   for (int o = 0; o < g->nops && !r; o++) {
     const sk_graph_op *op = &g->ops[o];
     if ((r = sk__par_plan_op(p, o, op->ninputs > 0 && placed[op->inputs[0]], err))) break;
@@ -483,7 +507,59 @@ static sk_result sk__par_place(sk_parallel_plan *p, sk_error *err) {
   for (int t = 0; t < g->ntensors && !r; t++) /* a parameter nobody reads: whole on every device */
     if (!placed[t]) r = sk_layout_init(&p->tensors[t].layout, &p->ops[0].plan.mesh, g->tensors[t].ndims,
                                        g->tensors[t].shape, NULL, err);
-  free(placed);
+  return r;
+}
+
+/* ---- strategy search ------------------------------------------------------------------------ */
+
+static double sk__par_now_ms(void) {
+  struct timespec ts;
+  return timespec_get(&ts, TIME_UTC) ? (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6 : 0;
+}
+
+/* A search mode writes strategies into the network: the plan's own copy of it. */
+static sk_result sk__par_own_graph(sk_parallel_plan *p, sk_error *err) {
+  if (p->micro_graph) return SK_OK;
+  p->micro_graph = (sk_graph *)calloc(1, sizeof *p->micro_graph);
+  if (!p->micro_graph) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory copying the network");
+  sk_result r = sk_graph_micro(p->graph, 1, p->micro_graph, err);
+  if (r) return free(p->micro_graph), p->micro_graph = NULL, r;
+  p->graph = p->micro_graph;
+  return SK_OK;
+}
+
+static sk_result sk__par_run_search(sk_parallel_plan *p, sk_search_model *m, int *choice, sk_error *err) {
+  switch (p->desc.mode) {
+    case SK_PARALLEL_SHARDING_PROPAGATION: return sk_search_propagate(m, choice, err);
+    case SK_PARALLEL_RECURSIVE_PROGRAMMING: return sk_search_recursive(m, choice, err);
+    default: return sk_search_exhaustive(m, choice, err);
+  }
+}
+
+/* The search: every operator the network left without a strategy gets the one chosen. */
+static sk_result sk__par_search(sk_parallel_plan *p, sk_error *err) {
+  sk_graph *g = p->micro_graph;
+  sk_layout *inputs = (sk_layout *)calloc((size_t)g->ntensors + 1, sizeof *inputs);
+  int *choice = (int *)calloc((size_t)g->nops + 1, sizeof(int));
+  p->searched = (bool *)calloc((size_t)g->nops + 1, sizeof(bool));
+  if (!inputs || !choice || !p->searched)
+    return free(inputs), free(choice), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the search");
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == SK_TENSOR_INPUT) inputs[t] = p->tensors[t].layout;
+  sk_search_desc d = p->desc.search;
+  d.ndevices = p->desc.ndevices, d.input_layouts = inputs;
+  sk_search_model m;
+  double t0 = sk__par_now_ms();
+  sk_result r = sk_search_model_build(g, &d, &m, err);
+  if (!r) r = sk__par_run_search(p, &m, choice, err);
+  if (!r) p->search_ms = sk__par_now_ms() - t0, p->search_cost = sk_search_plan_cost(&m, choice);
+  for (int o = 0; !r && o < g->nops; o++) {
+    if (m.configured[o]) continue;
+    r = sk_search_apply(&m, o, &m.cands[o][choice[o]], &g->ops[o].desc, err);
+    p->searched[o] = true;
+  }
+  sk_search_model_free(&m);
+  free(inputs), free(choice);
   return r;
 }
 
@@ -626,7 +702,7 @@ static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
 
 SK_API void sk_parallel_free(sk_parallel_plan *p) {
   if (!p) return;
-  free(p->ops), free(p->tensors), free(p->steps), free(p->vstage);
+  free(p->ops), free(p->tensors), free(p->steps), free(p->vstage), free(p->searched);
   sk_pipe_schedule_free(&p->schedule);
   if (p->micro_graph) sk_graph_free(p->micro_graph);
   free(p->micro_graph);
@@ -644,17 +720,12 @@ static sk_result sk__par_check_fusion(const sk_fusion_config *c, const char *kin
   return SK_OK;
 }
 
-static const char *const sk__par_mode_names[] = {"semi_auto", "sharding_propagation", "recursive_programming"};
-
 /* The knobs that need no graph. */
 static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
   if (d->ndevices < 1 || d->ndevices > SK_MAX_DEVICES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d devices (1..%d)", d->ndevices, SK_MAX_DEVICES);
-  if ((unsigned)d->mode > SK_PARALLEL_RECURSIVE_PROGRAMMING)
+  if ((unsigned)d->mode > SK_PARALLEL_EXHAUSTIVE)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown parallel_mode %d", (int)d->mode);
-  if (d->mode != SK_PARALLEL_SEMI_AUTO)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: parallel_mode '%s' is not built (semi_auto only)",
-                    sk__par_mode_names[d->mode]);
   if ((unsigned)d->dataset > SK_DATASET_FULL_BATCH)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown dataset strategy %d", (int)d->dataset);
   if (d->ndataset < 0 || d->ndataset > SK_OP_MAX_INPUTS || d->ndataset_layouts < 0 || d->ndataset_layouts > SK_OP_MAX_INPUTS)
@@ -794,7 +865,12 @@ static sk_result sk__par_compile_graph(sk_parallel_plan *p, sk_error *err) {
   for (int t = 0; !r && t < g->ntensors; t++) p->tensors[t].needs_grad = needs[t];
   free(needs);
   if (!r && g->nops == 0) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: the network has no operator");
-  if (!r) r = sk__par_place(p, err);
+  bool *placed = r ? NULL : (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
+  if (!r && !placed) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory placing tensors");
+  if (!r) r = sk__par_place_inputs(p, placed, err);
+  if (!r && p->desc.mode != SK_PARALLEL_SEMI_AUTO) r = sk__par_search(p, err);
+  if (!r) r = sk__par_place(p, placed, err);
+  free(placed);
   if (!r) r = sk__par_kernel_layouts(p, err);
   if (!r) r = sk__par_opt_shards(p, err);
   if (!r) r = sk__par_steps(p, err);
@@ -817,6 +893,7 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *
     if (!r) r = sk__par_assign_vstages(p, err);
     if (!r) r = sk__par_check_vstages(p, err);
   }
+  if (!r && desc->mode != SK_PARALLEL_SEMI_AUTO) r = sk__par_own_graph(p, err);
   if (!r) r = sk__par_compile_graph(p, err);
   if (r) sk_parallel_free(p);
   return r;
@@ -869,6 +946,9 @@ SK_API sk_result sk_parallel_facts(const sk_parallel_plan *p, int o, int rank, s
       r = sk_layout_slice(l, rank, &f->slice, err);
       break;
     }
+    case SK_OP_DENSE: /* a split contraction dim: its forward AllReduce sums the parts, so one adds the bias */
+      if (d->ninputs > 2 && !(r = sk_layout_slice(&po->kernel_in[0], rank, &s, err))) f->skip_bias = s.start[d->ndims[0] - 1] != 0;
+      break;
     default: break; /* ReduceMean divides locally; its forward collective scales */
   }
   return r;
@@ -1000,6 +1080,43 @@ SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, ch
   for (int i = 0; i < p->nsteps; i++)
     if (p->steps[i].op < 0 || sk_parallel_op_on_stage(p, p->steps[i].op, stage))
       sk__par_put(&t, "%4d ", i), sk__par_put_step(&t, p, &p->steps[i], local);
+  return t.len;
+}
+
+SK_API const char *sk_parallel_mode_name(sk_parallel_mode mode) {
+  static const char *const names[] = {"semi_auto", "sharding_propagation", "recursive_programming", "exhaustive"};
+  return (unsigned)mode <= SK_PARALLEL_EXHAUSTIVE ? names[mode] : "?";
+}
+
+/* One operator's strategy tuples: as set, or its kernel's input cuts. */
+static void sk__par_put_strategy(sk__par_text *t, const sk_parallel_plan *p, int o) {
+  const sk_parallel_op *po = &p->ops[o];
+  const sk_op_desc *d = &po->desc;
+  if (d->has_layouts) {
+    sk__par_put(t, "(layouts)");
+    return;
+  }
+  int n = d->has_strategy && d->nstrategies ? d->nstrategies : p->graph->ops[o].ninputs;
+  sk__par_put(t, "(");
+  for (int k = 0; k < n && k < SK_OP_MAX_INPUTS; k++) {
+    int len = d->has_strategy ? SK__DEF(d->strategy_len[k], d->ndims[k]) : po->plan.in[k].ndims;
+    sk__par_put(t, "%s(", k ? ", " : "");
+    for (int e = 0; e < len; e++)
+      sk__par_put(t, "%s%d", e ? ", " : "", d->has_strategy ? d->strategy[k][e] : sk_layout_split_count(&po->plan.in[k], e));
+    sk__par_put(t, "%s)", len == 1 ? "," : "");
+  }
+  sk__par_put(t, "%s)", n == 1 ? "," : "");
+}
+
+SK_API size_t sk_parallel_format_strategies(const sk_parallel_plan *p, char *buf, size_t cap) {
+  sk__par_text t = {buf, cap, 0, 0};
+  if (buf && cap) buf[0] = 0;
+  if (!p || !p->graph || !p->ops) return 0;
+  for (int o = 0; o < p->graph->nops; o++) {
+    sk__par_put(&t, "%s ", p->graph->ops[o].name);
+    sk__par_put_strategy(&t, p, o);
+    sk__par_put(&t, "\n");
+  }
   return t.len;
 }
 

@@ -1,0 +1,796 @@
+/* sk_search_cost.h -- the cost model the strategy searches share (sk_search.h): for every
+   operator of a network, its candidate strategies, and for each the communication it causes and
+   the memory it takes on a device; for every edge of the network (a tensor one operator makes
+   and another reads, or a parameter two operators read), the cost of moving the tensor from the
+   layout one side gives it to the layout the other side wants. docs/strategy-search.md.
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_SEARCH_COST_IMPL + the modules it includes)
+                             #include "sk_search_cost.h"
+   Needs only libc. Pure planning: no world, no buffers.
+
+   CANDIDATES (MindSpore's default set)
+     An operator's strategies are the cuts of its JOINT dims: the dims its strategy tuples
+     share (MatMul: i, k, j; BatchMatMul: the broadcast batch dims, then m, k, n; element-wise
+     and broadcasting operators: the output's dims, each input taking the cut of the dim it is
+     aligned to; Gather: the table's dims and the indices' dims). A candidate cuts them with a
+     product equal to the devices, each cut dividing its dim, and is kept when sk_ops.h's rule
+     accepts it. When no cut uses every device (dims too small), the largest device count
+     that has one stands in, the rest repeating. GetNext and VirtualDataset keep their default.
+     Operators the network configured (a strategy or layouts) have one candidate: their own.
+
+   COSTS, in one unit: modelled microseconds under desc.link (sk_comm.h's alpha-beta ring costs,
+   sk_link_cost_us), or bytes when desc.link has no bandwidth (the costs then count the bytes a
+   device sends on its busiest path, latency free).
+     own(op, cand)   the operator's collectives on a device: the forward one on output 0, in the
+                     backward the undoing of a forward ReduceScatter and the rule's collective on
+                     each input gradient, and the Mirror (gradient AllReduce) of each parameter;
+                     plus, with desc.device_tflops, its compute (3 x forward FLOPs over the
+                     devices that split it).
+     edge(a, b)      the redistribution of the tensor from a's layout to b's: a device receives
+                     the part of its target slice its source slice lacks (the busiest device:
+                     computed over every rank, cached by the pair of cuts), from as many peers as
+                     source slices cover its target; plus the same move backwards for the
+                     gradient where one flows.
+     input(op, cand) the same from a network input's dataset layout to the operator's.
+     A plan's cost is the sum of own over operators, edge over edges and input over inputs.
+   Memory per device: the slices of the operator's inputs and outputs (reported; D-Rec's final
+   check sums the operators' outputs and the parameters' slices).
+
+   ERRORS: NULL, a device count outside 1..SK_MAX_DEVICES, a graph that is not ready:
+   SK_ERR_INVALID_ARGUMENT; SK_ERR_OUT_OF_MEMORY (nothing leaks).
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_SEARCH_COST_IMPL)
+#define SK_SEARCH_COST_IMPL
+#endif
+#ifndef SK_SEARCH_COST_H
+#define SK_SEARCH_COST_H
+
+#include "sk_comm.h"
+#include "sk_core.h"
+#include "sk_exec.h"
+#include "sk_graph.h"
+#include "sk_layout.h"
+#include "sk_ops.h"
+
+SK_EXTERN_C_BEGIN
+
+#define SK_SEARCH_MAX_JOINT (2 * SK_MAX_DIMS)
+#define SK_SEARCH_MAX_CANDIDATES 4096 /* per operator; the enumeration stops there */
+
+/* How one tensor dim is cut on a device count: in `count` parts, the part of rank r being
+   (r / stride) % count (count 1: whole). Layouts from different device matrices of one size
+   compare through it. */
+typedef struct sk_search_cut {
+  int32_t count, stride;
+} sk_search_cut;
+
+typedef struct sk_search_sig {
+  int ndims;
+  sk_search_cut dim[SK_MAX_DIMS];
+} sk_search_sig;
+
+typedef enum sk_search_cand_kind {
+  SK_SEARCH_CAND_STRATEGY = 0, /* the strategy below */
+  SK_SEARCH_CAND_CONFIGURED,   /* the network's own strategy or layouts */
+  SK_SEARCH_CAND_DEFAULT       /* no strategy: the rule's default (GetNext, VirtualDataset) */
+} sk_search_cand_kind;
+
+typedef struct sk_search_cand {
+  sk_search_cand_kind kind;
+  int joint[SK_SEARCH_MAX_JOINT]; /* the cut of each joint dim */
+  /* the strategy in sk_op_desc's terms: tuples, their lengths, their entries */
+  int ntuples;
+  int len[SK_OP_MAX_INPUTS];
+  int strategy[SK_OP_MAX_INPUTS][SK_MAX_DIMS];
+  int devices;    /* the product of the cuts: the devices it splits over */
+  double own;     /* own(op, cand) in the model's unit */
+  double own_bytes;
+  double memory;  /* bytes per device: its inputs' and outputs' slices */
+  double out_bytes; /* bytes per device of its outputs' slices */
+  sk_search_sig in[SK_OP_MAX_INPUTS], out[SK_OP_MAX_OUTPUTS];
+} sk_search_cand;
+
+/* A tensor between two operators: read by `dst` at input dst_slot, produced by `src` at output
+   src_slot (src_param false), or a parameter `src` reads at input src_slot (src_param true: the
+   parameter is stored as its first reader, src, wants it). */
+typedef struct sk_search_edge {
+  int src, src_slot, dst, dst_slot, tensor;
+  bool src_param;
+} sk_search_edge;
+
+typedef struct sk_search_desc {
+  int ndevices;         /* the devices every candidate spreads over (a stage's) */
+  sk_link_model link;   /* the cost unit: time under it; zero: bytes */
+  double device_tflops; /* > 0: own() adds compute time */
+  /* the dataset layout of each network input, indexed by tensor id (the others ignored);
+     NULL: data parallel, dim 0 cut by every device */
+  const sk_layout *input_layouts;
+  double device_memory; /* bytes per device D-Rec's final check allows (0: unchecked) */
+  int64_t exhaustive_limit; /* the exact search's work bound (0: 2e8 steps, about a minute) */
+} sk_search_desc;
+
+typedef struct sk_search_model {
+  const sk_graph *graph;
+  sk_search_desc desc;
+  int *ncands;            /* [nops] */
+  sk_search_cand **cands; /* [nops][ncands] */
+  bool *configured;       /* [nops]: the network set its strategy (or it keeps its default) */
+  bool *needs_grad;       /* [ntensors] */
+  sk_search_sig *input_sig; /* [ntensors]: network inputs' dataset cuts */
+  int nedges;
+  sk_search_edge *edges;
+  int *nadj, **adj; /* [nops]: the edges each operator is an end of */
+  /* joint dims per operator: sizes, and for each input dim the joint dim it takes (-1: 1) */
+  int *njoint;
+  int64_t (*joint_size)[SK_SEARCH_MAX_JOINT];
+  void *cache; /* the redistribution cache (private) */
+} sk_search_model;
+
+/* Builds the model of g: candidates, edges, costs. Free with sk_search_model_free. */
+SK_API sk_result sk_search_model_build(const sk_graph *g, const sk_search_desc *desc, sk_search_model *m,
+                                       sk_error *err);
+SK_API void sk_search_model_free(sk_search_model *m);
+/* The costs above: edge e with its source at candidate a and its target at candidate b; the
+   network inputs op reads, at candidate c. */
+SK_API double sk_search_edge_cost(sk_search_model *m, int e, int a, int b);
+SK_API double sk_search_input_cost(sk_search_model *m, int op, int c);
+/* The same for candidates that need not be in the lists (D-Rec's partial strategies). */
+SK_API double sk_search_edge_cost_of(sk_search_model *m, int e, const sk_search_cand *a, const sk_search_cand *b);
+SK_API double sk_search_input_cost_of(sk_search_model *m, int op, const sk_search_cand *c);
+/* A whole plan's cost: choice[o] is operator o's candidate. */
+SK_API double sk_search_plan_cost(sk_search_model *m, const int *choice);
+/* The bytes every device holds under a plan: the operators' outputs and the parameters' slices. */
+SK_API double sk_search_plan_memory(const sk_search_model *m, const int *choice);
+/* Evaluates operator op with the joint cuts `joint` as a candidate (the rule must accept it):
+   SK_OK and *c filled, or the rule's refusal. */
+SK_API sk_result sk_search_eval(sk_search_model *m, int op, const int *joint, sk_search_cand *c, sk_error *err);
+/* The cost of moving a tensor of `numel` elements of dt from cuts `from` to cuts `to`; the
+   bytes the busiest device receives in *bytes (may be NULL). */
+SK_API double sk_search_redist_cost(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to,
+                                    int64_t numel, sk_dtype dt, double *bytes);
+/* Writes candidate c of operator op into *desc (the graph's desc of op, its shapes filled): the
+   strategy set, layouts and output strategy cleared; CONFIGURED leaves the desc as it is. */
+SK_API sk_result sk_search_apply(const sk_search_model *m, int op, const sk_search_cand *c, sk_op_desc *desc,
+                                 sk_error *err);
+/* The strategy of a candidate in MindSpore's tuple syntax, "((2, 1), (1, 4))" ("None" for
+   DEFAULT; the network's own for CONFIGURED); snprintf convention. */
+SK_API size_t sk_search_format_strategy(const sk_search_model *m, int op, const sk_search_cand *c, char *buf,
+                                        size_t cap);
+
+SK_EXTERN_C_END
+#endif /* SK_SEARCH_COST_H */
+
+#if defined(SK_SEARCH_COST_IMPL) && !defined(SK_SEARCH_COST_IMPL_DONE)
+#define SK_SEARCH_COST_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+SK_EXTERN_C_BEGIN
+
+/* ---- joint dims -------------------------------------------------------------------------------- */
+
+typedef struct sk__sc_joint {
+  int n;
+  int64_t size[SK_SEARCH_MAX_JOINT];
+  int ntuples, len[SK_OP_MAX_INPUTS];
+  int src[SK_OP_MAX_INPUTS][SK_MAX_DIMS]; /* tuple k entry d takes joint dim src (-1: 1) */
+} sk__sc_joint;
+
+/* Inputs aligned from the right against joint dims 0..n-1 (the output's dims): a dim of size 1
+   against a larger one is broadcast (cut 1). */
+static void sk__sc_align_right(const sk_op_desc *d, int k, int n, const int64_t *size, sk__sc_joint *j) {
+  j->len[k] = d->ndims[k];
+  for (int e = 0; e < d->ndims[k]; e++) {
+    int jd = n - d->ndims[k] + e;
+    j->src[k][e] = jd >= 0 && d->shape[k][e] == size[jd] ? jd : -1;
+  }
+}
+
+/* MatMul-like: joint (batch..., m, k, n); x [.., m, k] (transpose_a: [.., k, m]), w [.., k, n]
+   (transpose_b: [.., n, k]); Dense: w [n, k] and the bias [n]. */
+static void sk__sc_joint_matmul(const sk_op_desc *d, sk__sc_joint *j) {
+  int nx = d->ndims[0], nw = d->ndims[1], nb = (nx > nw ? nx : nw) - 2;
+  bool tb = d->transpose_b || d->kind == SK_OP_DENSE;
+  for (int b = 0; b < nb; b++) { /* broadcast batch dims */
+    int ex = nx - 2 - nb + b, ew = nw - 2 - nb + b;
+    int64_t sx = ex >= 0 ? d->shape[0][ex] : 1, sw = ew >= 0 ? d->shape[1][ew] : 1;
+    j->size[b] = sx > sw ? sx : sw;
+    if (ex >= 0) j->src[0][ex] = sx == j->size[b] ? b : -1;
+    if (ew >= 0) j->src[1][ew] = sw == j->size[b] ? b : -1;
+  }
+  int im = nb, ik = nb + 1, in = nb + 2;
+  j->size[im] = d->shape[0][d->transpose_a ? nx - 1 : nx - 2];
+  j->size[ik] = d->shape[0][d->transpose_a ? nx - 2 : nx - 1];
+  j->size[in] = d->shape[1][tb ? nw - 2 : nw - 1];
+  j->src[0][nx - 2] = d->transpose_a ? ik : im, j->src[0][nx - 1] = d->transpose_a ? im : ik;
+  j->src[1][nw - 2] = tb ? in : ik, j->src[1][nw - 1] = tb ? ik : in;
+  j->n = nb + 3, j->len[0] = nx, j->len[1] = nw;
+  if (d->kind == SK_OP_DENSE && d->ninputs > 2) j->len[2] = 1, j->src[2][0] = in;
+}
+
+/* The joint dims of operator o, from its desc (shapes filled by the graph); n = 0: no search. */
+static void sk__sc_joint_of(const sk_graph *g, int o, const sk_op_desc *d, sk__sc_joint *j) {
+  memset(j, 0, sizeof *j);
+  for (int k = 0; k < SK_OP_MAX_INPUTS; k++)
+    for (int e = 0; e < SK_MAX_DIMS; e++) j->src[k][e] = -1;
+  j->ntuples = d->ninputs;
+  switch (d->kind) {
+    case SK_OP_GET_NEXT: case SK_OP_VIRTUAL_DATASET: j->n = 0; return;
+    case SK_OP_MATMUL: case SK_OP_BATCH_MATMUL: case SK_OP_DENSE: sk__sc_joint_matmul(d, j); return;
+    case SK_OP_GATHER: case SK_OP_ONE_HOT: break;
+    default: { /* the output's dims; every input aligned from the right */
+      const sk_graph_tensor *out = &g->tensors[g->ops[o].outputs[0]];
+      bool reshaping = d->kind == SK_OP_RESHAPE || d->kind == SK_OP_FLATTEN || d->kind == SK_OP_TRANSPOSE ||
+                       d->kind == SK_OP_EXPAND_DIMS || d->kind == SK_OP_REDUCE_SUM || d->kind == SK_OP_REDUCE_MEAN ||
+                       d->kind == SK_OP_REDUCE_MAX || d->kind == SK_OP_SOFTMAX_CE || d->kind == SK_OP_MAE_LOSS ||
+                       d->kind == SK_OP_SOFTMAX_CE_LOGITS || out->ndims < d->ndims[0];
+      int n = reshaping ? d->ndims[0] : out->ndims; /* operators that reshape: input 0's dims */
+      const int64_t *size = reshaping ? d->shape[0] : out->shape;
+      for (int e = 0; e < n; e++) j->size[e] = size[e];
+      j->n = n;
+      for (int k = 0; k < d->ninputs; k++) sk__sc_align_right(d, k, n, size, j);
+      if (d->kind == SK_OP_PRELU && d->ninputs > 1 && d->ndims[1] == 1 && n > 1) /* w [C]: x's dim 1 */
+        j->src[1][0] = d->shape[1][0] == size[1] ? 1 : -1;
+      if ((d->kind == SK_OP_SOFTMAX_CE || d->kind == SK_OP_SOFTMAX_CE_LOGITS) && d->ninputs > 1 && d->ndims[1] == 1)
+        j->src[1][0] = 0; /* class-index labels [B]: the batch */
+      return;
+    }
+  }
+  /* Gather: the table's and the indices' dims, independent; OneHot: the output's dims (its
+     indices' tuple has one entry more: the depth). */
+  if (d->kind == SK_OP_ONE_HOT) {
+    const sk_graph_tensor *out = &g->tensors[g->ops[o].outputs[0]];
+    j->n = out->ndims, j->len[0] = out->ndims;
+    for (int e = 0; e < out->ndims; e++) j->size[e] = out->shape[e], j->src[0][e] = e;
+    return;
+  }
+  for (int k = 0; k < d->ninputs; k++) {
+    j->len[k] = d->ndims[k];
+    for (int e = 0; e < d->ndims[k] && j->n < SK_SEARCH_MAX_JOINT; e++) j->size[j->n] = d->shape[k][e], j->src[k][e] = j->n++;
+  }
+}
+
+/* ---- evaluating a candidate -------------------------------------------------------------------- */
+
+static sk_search_sig sk__sc_sig(const sk_layout *l) {
+  sk_search_sig s;
+  memset(&s, 0, sizeof s);
+  s.ndims = l->ndims;
+  for (int d = 0; d < l->ndims; d++) {
+    int count = 1, stride = 1;
+    for (int a = 0; a < l->map[d].naxes; a++) {
+      int ax = l->map[d].axes[a];
+      count *= l->mesh.dims[ax];
+      stride = 1;
+      for (int b = ax + 1; b < l->mesh.naxes; b++) stride *= l->mesh.dims[b];
+    }
+    s.dim[d].count = count, s.dim[d].stride = count > 1 ? stride : 0;
+  }
+  return s;
+}
+
+static double sk__sc_slice_bytes(const sk_layout *l, sk_dtype dt) {
+  double n = (double)sk_dtype_size(dt);
+  for (int d = 0; d < l->ndims; d++) n *= (double)l->shape[d] / (double)sk_layout_split_count(l, d);
+  return n;
+}
+
+static int sk__sc_group(const sk_mesh *mesh, uint32_t axes) {
+  int n = 1;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (axes & (1u << a)) n *= mesh->dims[a];
+  return n;
+}
+
+/* The model's unit for one collective of `count` elements of dt on p devices; *bytes gets what
+   the ring sends from a device. */
+static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, int p, double *bytes) {
+  if (kind == SK_COLL_NONE || p <= 1 || count <= 0) return 0;
+  sk_link_model bytes_model = {0, 1e-3}; /* 1 unit per byte */
+  double b = sk_link_cost_us(&bytes_model, kind, (size_t)count, dt, p);
+  *bytes += b;
+  return m->desc.link.gbps > 0 ? sk_link_cost_us(&m->desc.link, kind, (size_t)count, dt, p) : b;
+}
+
+static double sk__sc_numel_of(const sk_layout *l) {
+  double n = 1;
+  for (int d = 0; d < l->ndims; d++) n *= (double)l->shape[d] / (double)sk_layout_split_count(l, d);
+  return n;
+}
+
+/* own(op, cand) from the rule's plan. */
+static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_search_cand *c) {
+  const sk_graph *g = m->graph;
+  const sk_graph_op *op = &g->ops[o];
+  sk_dtype dt = g->tensors[op->outputs[0]].dtype;
+  bool backward = m->needs_grad[op->outputs[0]];
+  double bytes = 0, t = 0;
+  sk_coll_kind fk = p->fwd.kind;
+  double fcount = fk == SK_COLL_ALLGATHER ? sk__sc_numel_of(&p->in[0]) : sk__sc_numel_of(&p->out[0]);
+  t += sk__sc_coll(m, fk, fcount, dt, sk__sc_group(&p->mesh, p->fwd.axes), &bytes);
+  if (backward && fk == SK_COLL_REDUCE_SCATTER) /* its backward gathers the gradient */
+    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, dt, sk__sc_group(&p->mesh, p->fwd.axes), &bytes);
+  for (int k = 0; k < op->ninputs; k++) {
+    int tk = op->inputs[k];
+    if (!m->needs_grad[tk] || !backward) continue;
+    double n = sk__sc_numel_of(&p->in[k]);
+    sk_dtype dk = g->tensors[tk].dtype;
+    t += sk__sc_coll(m, p->bwd_in[k].kind, n, dk, sk__sc_group(&p->mesh, p->bwd_in[k].axes), &bytes);
+    if (g->tensors[tk].role == SK_TENSOR_PARAM)
+      t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk__sc_group(&p->mesh, p->grad[k].axes), &bytes);
+  }
+  if (m->desc.device_tflops > 0) {
+    sk_exec_arg in[1], out[1];
+    memset(in, 0, sizeof in), memset(out, 0, sizeof out);
+    const sk_graph_tensor *x = op->ninputs ? &g->tensors[op->inputs[0]] : NULL, *y = &g->tensors[op->outputs[0]];
+    if (x) in[0].ndims = x->ndims, memcpy(in[0].shape, x->shape, sizeof in[0].shape);
+    out[0].ndims = y->ndims, memcpy(out[0].shape, y->shape, sizeof out[0].shape);
+    double flops = sk_exec_flops(op, in, out, false) * (backward ? 3 : 1);
+    t += flops / (double)c->devices / (m->desc.device_tflops * 1e6);
+  }
+  c->own = t, c->own_bytes = bytes;
+}
+
+static void sk__sc_fill_strategy(const sk__sc_joint *j, const int *joint, sk_search_cand *c) {
+  c->ntuples = j->ntuples, c->devices = 1;
+  for (int e = 0; e < j->n; e++) c->joint[e] = joint[e], c->devices *= joint[e];
+  for (int k = 0; k < j->ntuples; k++) {
+    c->len[k] = j->len[k];
+    for (int e = 0; e < j->len[k]; e++) c->strategy[k][e] = j->src[k][e] >= 0 ? joint[j->src[k][e]] : 1;
+  }
+}
+
+/* The desc operator o plans with under candidate c. */
+static sk_result sk__sc_desc(const sk_search_model *m, int o, const sk_search_cand *c, sk_op_desc *d, sk_error *err) {
+  const sk_graph *g = m->graph;
+  sk_result r = sk_graph_op_desc(g, o, d, err);
+  if (r) return r;
+  d->params = 0;
+  for (int k = 0; k < g->ops[o].ninputs; k++)
+    if (g->tensors[g->ops[o].inputs[k]].role == SK_TENSOR_PARAM) d->params |= 1u << k;
+  if (c->kind == SK_SEARCH_CAND_CONFIGURED) return SK_OK;
+  d->has_strategy = c->kind == SK_SEARCH_CAND_STRATEGY;
+  d->has_out_strategy = d->has_layouts = false;
+  d->nstrategies = 0;
+  memset(d->strategy_len, 0, sizeof d->strategy_len);
+  memset(d->strategy, 0, sizeof d->strategy);
+  for (int k = 0; d->has_strategy && k < c->ntuples; k++) {
+    if (c->len[k] != d->ndims[k]) d->strategy_len[k] = c->len[k];
+    for (int e = 0; e < c->len[k]; e++) d->strategy[k][e] = c->strategy[k][e];
+  }
+  return SK_OK;
+}
+
+SK_API sk_result sk_search_apply(const sk_search_model *m, int o, const sk_search_cand *c, sk_op_desc *d, sk_error *err) {
+  if (!m || !m->graph || !c || !d || o < 0 || o >= m->graph->nops)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: apply: NULL argument or operator %d out of range", o);
+  sk_op_desc full;
+  sk_result r = sk__sc_desc(m, o, c, &full, err);
+  if (r || c->kind == SK_SEARCH_CAND_CONFIGURED) return r;
+  d->has_strategy = full.has_strategy, d->has_out_strategy = d->has_layouts = false, d->nstrategies = 0;
+  memcpy(d->strategy_len, full.strategy_len, sizeof d->strategy_len);
+  memcpy(d->strategy, full.strategy, sizeof d->strategy);
+  return SK_OK;
+}
+
+/* Plans operator o under c and fills c's layouts' cuts, costs and memory. */
+static sk_result sk__sc_eval(sk_search_model *m, int o, sk_search_cand *c, sk_error *err) {
+  const sk_graph *g = m->graph;
+  const sk_graph_op *op = &g->ops[o];
+  sk_op_desc d;
+  sk_op_plan p;
+  sk_result r = sk__sc_desc(m, o, c, &d, err);
+  if (!r) r = sk_op_plan_make(&d, m->desc.ndevices, &p, err);
+  if (r) return r;
+  if (c->kind != SK_SEARCH_CAND_STRATEGY) {
+    int rep = sk_mesh_axis(&p.mesh, "rep");
+    c->devices = rep < 0 ? p.mesh.size : p.mesh.size / p.mesh.dims[rep];
+  }
+  c->memory = c->out_bytes = 0;
+  for (int k = 0; k < op->ninputs; k++) {
+    c->in[k] = sk__sc_sig(&p.in[k]);
+    c->memory += sk__sc_slice_bytes(&p.in[k], g->tensors[op->inputs[k]].dtype);
+  }
+  for (int k = 0; k < op->noutputs && k < SK_OP_MAX_OUTPUTS; k++) {
+    c->out[k] = sk__sc_sig(&p.out[k]);
+    c->out_bytes += sk__sc_slice_bytes(&p.out[k], g->tensors[op->outputs[k]].dtype);
+  }
+  c->memory += c->out_bytes;
+  sk__sc_own(m, o, &p, c);
+  return SK_OK;
+}
+
+SK_API sk_result sk_search_eval(sk_search_model *m, int o, const int *joint, sk_search_cand *c, sk_error *err) {
+  if (!m || !m->graph || !joint || !c || o < 0 || o >= m->graph->nops)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: eval: NULL argument or operator %d out of range", o);
+  sk__sc_joint j;
+  sk_op_desc d;
+  sk_result r = sk_graph_op_desc(m->graph, o, &d, err);
+  if (r) return r;
+  sk__sc_joint_of(m->graph, o, &d, &j);
+  memset(c, 0, sizeof *c);
+  c->kind = j.n ? SK_SEARCH_CAND_STRATEGY : SK_SEARCH_CAND_DEFAULT;
+  if (j.n) sk__sc_fill_strategy(&j, joint, c);
+  return sk__sc_eval(m, o, c, err);
+}
+
+/* ---- candidates -------------------------------------------------------------------------------- */
+
+typedef struct sk__sc_enum {
+  sk_search_model *m;
+  int op;
+  const sk__sc_joint *j;
+  int joint[SK_SEARCH_MAX_JOINT];
+  sk_search_cand *out; /* grows */
+  int n, cap;
+  sk_result oom;
+} sk__sc_enum;
+
+static void sk__sc_try(sk__sc_enum *s) {
+  if (s->n >= SK_SEARCH_MAX_CANDIDATES || s->oom) return;
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 16;
+    sk_search_cand *grown = (sk_search_cand *)realloc(s->out, (size_t)cap * sizeof *grown);
+    if (!grown) {
+      s->oom = SK_ERR_OUT_OF_MEMORY;
+      return;
+    }
+    s->out = grown, s->cap = cap;
+  }
+  sk_search_cand *c = &s->out[s->n];
+  memset(c, 0, sizeof *c);
+  c->kind = SK_SEARCH_CAND_STRATEGY;
+  sk__sc_fill_strategy(s->j, s->joint, c);
+  if (sk__sc_eval(s->m, s->op, c, NULL) == SK_OK) s->n++; /* the rule refuses: not a candidate */
+}
+
+/* Every cut of joint dims e.. with product `left`, each dividing its dim; larger cuts of earlier
+   dims first (so data parallel, the batch cut, comes first among equals). */
+static void sk__sc_enum_from(sk__sc_enum *s, int e, int left) {
+  if (e == s->j->n) {
+    if (left == 1) sk__sc_try(s);
+    return;
+  }
+  for (int f = left; f >= 1; f--) {
+    if (left % f || s->j->size[e] % f) continue;
+    s->joint[e] = f;
+    sk__sc_enum_from(s, e + 1, left / f);
+    if (s->n >= SK_SEARCH_MAX_CANDIDATES || s->oom) return;
+  }
+}
+
+/* Operator o's candidates: its own strategy, its default, or every cut using the most devices
+   (of ndevices' divisors) that has one. */
+static sk_result sk__sc_candidates(sk_search_model *m, int o, sk_error *err) {
+  const sk_graph *g = m->graph;
+  sk_op_desc d;
+  sk_result r = sk_graph_op_desc(g, o, &d, err);
+  if (r) return r;
+  sk__sc_joint *j = (sk__sc_joint *)malloc(sizeof *j);
+  if (!j) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory");
+  sk__sc_joint_of(g, o, &d, j);
+  m->njoint[o] = j->n;
+  memcpy(m->joint_size[o], j->size, sizeof j->size);
+  sk__sc_enum s;
+  memset(&s, 0, sizeof s);
+  s.m = m, s.op = o, s.j = j;
+  bool configured = d.has_strategy || d.has_layouts || j->n == 0;
+  m->configured[o] = configured;
+  if (configured) {
+    s.out = (sk_search_cand *)calloc(1, sizeof *s.out);
+    if (!s.out) return free(j), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory");
+    s.cap = 1;
+    s.out[0].kind = j->n == 0 && !d.has_strategy ? SK_SEARCH_CAND_DEFAULT : SK_SEARCH_CAND_CONFIGURED;
+    r = sk__sc_eval(m, o, &s.out[0], err);
+    if (!r) s.n = 1;
+  } else {
+    for (int t = m->desc.ndevices; t >= 1 && s.n == 0 && !s.oom; t--)
+      if (m->desc.ndevices % t == 0) sk__sc_enum_from(&s, 0, t);
+    if (s.oom) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the candidates of '%s'", g->ops[o].name);
+    else if (s.n == 0)
+      r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: operator '%s' has no strategy its rule accepts", g->ops[o].name);
+  }
+  free(j);
+  if (r) return free(s.out), r;
+  m->cands[o] = s.out, m->ncands[o] = s.n;
+  return SK_OK;
+}
+
+/* ---- redistribution ---------------------------------------------------------------------------- */
+
+typedef struct sk__sc_entry {
+  sk_search_sig from, to;
+  double held;  /* the least fraction of its target slice a device already holds */
+  double peers; /* the devices it receives from */
+  bool used;
+} sk__sc_entry;
+
+typedef struct sk__sc_cache {
+  sk__sc_entry *slots;
+  size_t cap, used;
+} sk__sc_cache;
+
+static uint64_t sk__sc_hash(const sk_search_sig *a, const sk_search_sig *b) {
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char *p[2] = {(const unsigned char *)a, (const unsigned char *)b};
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < sizeof *a; i++) h = (h ^ p[k][i]) * 1099511628211ull;
+  return h;
+}
+
+/* The part of dim d's target block on rank r that its source block covers (a fraction). */
+static double sk__sc_overlap(sk_search_cut s, sk_search_cut t, int r) {
+  int64_t cs = s.count, ct = t.count;
+  int64_t is = cs > 1 ? (r / s.stride) % cs : 0, it = ct > 1 ? (r / t.stride) % ct : 0;
+  /* in units of 1 / (cs * ct) of the dim: source [is*ct, (is+1)*ct), target [it*cs, (it+1)*cs) */
+  int64_t lo = is * ct > it * cs ? is * ct : it * cs, hi = (is + 1) * ct < (it + 1) * cs ? (is + 1) * ct : (it + 1) * cs;
+  return hi > lo ? (double)(hi - lo) / (double)cs : 0;
+}
+
+static void sk__sc_measure(const sk_search_model *m, sk__sc_entry *e) {
+  double least = 1, sources = 1;
+  for (int d = 0; d < e->to.ndims; d++) {
+    int cs = e->from.dim[d].count, ct = e->to.dim[d].count;
+    if (cs > ct) sources *= (double)((cs + ct - 1) / ct);
+  }
+  for (int r = 0; r < m->desc.ndevices && least > 0; r++) {
+    double f = 1;
+    for (int d = 0; d < e->to.ndims && f > 0; d++) f *= sk__sc_overlap(e->from.dim[d], e->to.dim[d], r);
+    least = f < least ? f : least;
+  }
+  e->held = least, e->peers = least > 0 ? sources - 1 : sources;
+  if (e->peers < 1 && least < 1) e->peers = 1;
+}
+
+static sk__sc_entry *sk__sc_lookup(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to) {
+  sk__sc_cache *c = (sk__sc_cache *)m->cache;
+  if (c->used * 2 >= c->cap) { /* grow; a failed grow keeps the table and computes uncached */
+    size_t cap = c->cap ? 2 * c->cap : 1024;
+    sk__sc_entry *slots = (sk__sc_entry *)calloc(cap, sizeof *slots);
+    if (slots) {
+      for (size_t i = 0; i < c->cap; i++) {
+        if (!c->slots[i].used) continue;
+        size_t h = (size_t)sk__sc_hash(&c->slots[i].from, &c->slots[i].to) & (cap - 1);
+        while (slots[h].used) h = (h + 1) & (cap - 1);
+        slots[h] = c->slots[i];
+      }
+      free(c->slots), c->slots = slots, c->cap = cap;
+    } else if (c->used + 1 >= c->cap) return NULL;
+  }
+  size_t h = (size_t)sk__sc_hash(from, to) & (c->cap - 1);
+  while (c->slots[h].used) {
+    if (!memcmp(&c->slots[h].from, from, sizeof *from) && !memcmp(&c->slots[h].to, to, sizeof *to)) return &c->slots[h];
+    h = (h + 1) & (c->cap - 1);
+  }
+  sk__sc_entry *e = &c->slots[h];
+  e->from = *from, e->to = *to, e->used = true, c->used++;
+  sk__sc_measure(m, e);
+  return e;
+}
+
+static double sk__sc_sig_numel(const sk_search_sig *s, int64_t numel) {
+  double n = (double)numel;
+  for (int d = 0; d < s->ndims; d++) n /= (double)s->dim[d].count;
+  return n;
+}
+
+SK_API double sk_search_redist_cost(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to, int64_t numel,
+                                    sk_dtype dt, double *bytes) {
+  if (bytes) *bytes = 0;
+  if (!m || !from || !to || !memcmp(from, to, sizeof *from) || from->ndims != to->ndims) return 0;
+  sk__sc_entry local, *e = sk__sc_lookup(m, from, to);
+  if (!e) local.from = *from, local.to = *to, sk__sc_measure(m, &local), e = &local;
+  double b = sk__sc_sig_numel(to, numel) * (double)sk_dtype_size(dt) * (1 - e->held);
+  if (bytes) *bytes = b;
+  if (b <= 0) return 0;
+  return m->desc.link.gbps > 0 ? e->peers * m->desc.link.alpha_us + b * 1e-3 / m->desc.link.gbps : b;
+}
+
+/* ---- the model --------------------------------------------------------------------------------- */
+
+SK_API double sk_search_edge_cost_of(sk_search_model *m, int ei, const sk_search_cand *a, const sk_search_cand *b) {
+  if (!m || !a || !b || ei < 0 || ei >= m->nedges) return 0;
+  const sk_search_edge *e = &m->edges[ei];
+  const sk_graph_tensor *x = &m->graph->tensors[e->tensor];
+  const sk_search_sig *from = e->src_param ? &a->in[e->src_slot] : &a->out[e->src_slot], *to = &b->in[e->dst_slot];
+  int64_t n = sk_graph_numel(m->graph, e->tensor);
+  double cost = sk_search_redist_cost(m, from, to, n, x->dtype, NULL);
+  if (m->needs_grad[e->tensor]) cost += sk_search_redist_cost(m, to, from, n, x->dtype, NULL); /* its gradient back */
+  return cost;
+}
+
+SK_API double sk_search_edge_cost(sk_search_model *m, int ei, int a, int b) {
+  if (!m || ei < 0 || ei >= m->nedges) return 0;
+  const sk_search_edge *e = &m->edges[ei];
+  if (a < 0 || a >= m->ncands[e->src] || b < 0 || b >= m->ncands[e->dst]) return 0;
+  return sk_search_edge_cost_of(m, ei, &m->cands[e->src][a], &m->cands[e->dst][b]);
+}
+
+SK_API double sk_search_input_cost_of(sk_search_model *m, int o, const sk_search_cand *c) {
+  if (!m || !c || o < 0 || o >= m->graph->nops) return 0;
+  const sk_graph_op *op = &m->graph->ops[o];
+  double cost = 0;
+  for (int k = 0; k < op->ninputs; k++) {
+    int t = op->inputs[k];
+    if (m->graph->tensors[t].role != SK_TENSOR_INPUT) continue;
+    cost += sk_search_redist_cost(m, &m->input_sig[t], &c->in[k], sk_graph_numel(m->graph, t), m->graph->tensors[t].dtype,
+                                  NULL);
+  }
+  return cost;
+}
+
+SK_API double sk_search_input_cost(sk_search_model *m, int o, int c) {
+  if (!m || o < 0 || o >= m->graph->nops || c < 0 || c >= m->ncands[o]) return 0;
+  return sk_search_input_cost_of(m, o, &m->cands[o][c]);
+}
+
+SK_API double sk_search_plan_cost(sk_search_model *m, const int *choice) {
+  if (!m || !choice) return 0;
+  double cost = 0;
+  for (int o = 0; o < m->graph->nops; o++) cost += m->cands[o][choice[o]].own + sk_search_input_cost(m, o, choice[o]);
+  for (int e = 0; e < m->nedges; e++) cost += sk_search_edge_cost(m, e, choice[m->edges[e].src], choice[m->edges[e].dst]);
+  return cost;
+}
+
+SK_API double sk_search_plan_memory(const sk_search_model *m, const int *choice) {
+  if (!m || !choice) return 0;
+  const sk_graph *g = m->graph;
+  double bytes = 0;
+  for (int o = 0; o < g->nops; o++) {
+    const sk_search_cand *c = &m->cands[o][choice[o]];
+    bytes += c->out_bytes;
+    for (int k = 0; k < g->ops[o].ninputs; k++) { /* a parameter, where its first reader stores it */
+      int t = g->ops[o].inputs[k];
+      bool first = g->tensors[t].role == SK_TENSOR_PARAM;
+      for (int e = 0; first && e < m->nedges; e++)
+        if (m->edges[e].dst == o && m->edges[e].dst_slot == k && m->edges[e].src_param) first = false;
+      if (first) bytes += sk__sc_sig_numel(&c->in[k], sk_graph_numel(g, t)) * (double)sk_dtype_size(g->tensors[t].dtype);
+    }
+  }
+  return bytes;
+}
+
+/* The dataset cuts of a network input: the desc's layout, or dim 0 over every device. */
+static void sk__sc_input_sig(sk_search_model *m, int t) {
+  const sk_graph_tensor *x = &m->graph->tensors[t];
+  sk_search_sig *s = &m->input_sig[t];
+  memset(s, 0, sizeof *s);
+  if (m->desc.input_layouts && m->desc.input_layouts[t].ndims == x->ndims && x->ndims > 0) {
+    *s = sk__sc_sig(&m->desc.input_layouts[t]);
+    return;
+  }
+  s->ndims = x->ndims;
+  for (int d = 0; d < x->ndims; d++) s->dim[d].count = 1;
+  int n = m->desc.ndevices;
+  if (x->ndims > 0 && n > 1 && x->shape[0] % n == 0) s->dim[0].count = n, s->dim[0].stride = 1;
+}
+
+static int sk__sc_first_reader(const sk_graph *g, int t, int *slot) {
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (g->ops[o].inputs[k] == t) return *slot = k, o;
+  return *slot = 0, -1;
+}
+
+static sk_result sk__sc_edges(sk_search_model *m, sk_error *err) {
+  const sk_graph *g = m->graph;
+  int cap = 0;
+  for (int o = 0; o < g->nops; o++) cap += g->ops[o].ninputs;
+  m->edges = (sk_search_edge *)calloc((size_t)cap + 1, sizeof *m->edges);
+  m->nadj = (int *)calloc((size_t)g->nops + 1, sizeof(int));
+  m->adj = (int **)calloc((size_t)g->nops + 1, sizeof(int *));
+  if (!m->edges || !m->nadj || !m->adj) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the edges");
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++) {
+      int t = g->ops[o].inputs[k], slot = 0;
+      const sk_graph_tensor *x = &g->tensors[t];
+      sk_search_edge e = {x->producer, x->output_index, o, k, t, false};
+      if (x->role == SK_TENSOR_INPUT) continue;
+      if (x->role == SK_TENSOR_PARAM) {
+        e.src = sk__sc_first_reader(g, t, &slot), e.src_slot = slot, e.src_param = true;
+        if (e.src == o) continue; /* its first reader: stored as it wants it */
+      }
+      m->edges[m->nedges++] = e;
+      m->nadj[e.src]++, m->nadj[o]++;
+    }
+  for (int o = 0; o < g->nops; o++) {
+    m->adj[o] = (int *)malloc(sizeof(int) * ((size_t)m->nadj[o] + 1));
+    if (!m->adj[o]) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the edges");
+    m->nadj[o] = 0;
+  }
+  for (int e = 0; e < m->nedges; e++) {
+    int s = m->edges[e].src, d = m->edges[e].dst;
+    m->adj[s][m->nadj[s]++] = e, m->adj[d][m->nadj[d]++] = e;
+  }
+  return SK_OK;
+}
+
+SK_API void sk_search_model_free(sk_search_model *m) {
+  if (!m) return;
+  int n = m->graph ? m->graph->nops : 0;
+  for (int o = 0; o < n; o++) {
+    if (m->cands) free(m->cands[o]);
+    if (m->adj) free(m->adj[o]);
+  }
+  free(m->cands), free(m->ncands), free(m->configured), free(m->needs_grad), free(m->input_sig);
+  free(m->edges), free(m->nadj), free(m->adj), free(m->njoint), free(m->joint_size);
+  if (m->cache) free(((sk__sc_cache *)m->cache)->slots);
+  free(m->cache);
+  memset(m, 0, sizeof *m);
+}
+
+static sk_result sk__sc_alloc(sk_search_model *m, sk_error *err) {
+  size_t no = (size_t)m->graph->nops + 1, nt = (size_t)m->graph->ntensors + 1;
+  m->ncands = (int *)calloc(no, sizeof(int));
+  m->cands = (sk_search_cand **)calloc(no, sizeof(sk_search_cand *));
+  m->configured = (bool *)calloc(no, sizeof(bool));
+  m->njoint = (int *)calloc(no, sizeof(int));
+  m->joint_size = (int64_t(*)[SK_SEARCH_MAX_JOINT])calloc(no, sizeof *m->joint_size);
+  m->needs_grad = (bool *)calloc(nt, sizeof(bool));
+  m->input_sig = (sk_search_sig *)calloc(nt, sizeof(sk_search_sig));
+  m->cache = calloc(1, sizeof(sk__sc_cache));
+  if (!m->ncands || !m->cands || !m->configured || !m->njoint || !m->joint_size || !m->needs_grad || !m->input_sig ||
+      !m->cache)
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the model");
+  return SK_OK;
+}
+
+SK_API sk_result sk_search_model_build(const sk_graph *g, const sk_search_desc *desc, sk_search_model *m, sk_error *err) {
+  if (!g || !desc || !m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: NULL argument");
+  memset(m, 0, sizeof *m);
+  if (desc->ndevices < 1 || desc->ndevices > SK_MAX_DEVICES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: %d devices (1..%d)", desc->ndevices, SK_MAX_DEVICES);
+  if (!(desc->link.gbps >= 0) || !(desc->link.alpha_us >= 0) || !(desc->device_tflops >= 0) || !(desc->device_memory >= 0))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: a negative link, device speed or device memory");
+  sk_result r = sk_graph_check(g, err);
+  if (r) return r;
+  m->graph = g, m->desc = *desc;
+  r = sk__sc_alloc(m, err);
+  if (!r) sk_exec_grad_flow(g, m->needs_grad);
+  for (int t = 0; !r && t < g->ntensors; t++)
+    if (g->tensors[t].role == SK_TENSOR_INPUT) sk__sc_input_sig(m, t);
+  if (!r) r = sk__sc_edges(m, err);
+  for (int o = 0; !r && o < g->nops; o++) r = sk__sc_candidates(m, o, err);
+  if (r) sk_search_model_free(m);
+  return r;
+}
+
+/* ---- text -------------------------------------------------------------------------------------- */
+
+static size_t sk__sc_put_tuples(int n, const int *len, const int (*s)[SK_MAX_DIMS], char *buf, size_t cap) {
+  size_t at = 0;
+#define SK__SC_PUT(...)                                                     \
+  do {                                                                      \
+    int w_ = snprintf(buf ? buf + (at < cap ? at : cap) : NULL, at < cap ? cap - at : 0, __VA_ARGS__); \
+    at += w_ > 0 ? (size_t)w_ : 0;                                          \
+  } while (0)
+  SK__SC_PUT("(");
+  for (int k = 0; k < n; k++) {
+    SK__SC_PUT("%s(", k ? ", " : "");
+    for (int e = 0; e < len[k]; e++) SK__SC_PUT("%s%d", e ? ", " : "", s[k][e]);
+    SK__SC_PUT("%s)", len[k] == 1 ? "," : "");
+  }
+  SK__SC_PUT("%s)", n == 1 ? "," : "");
+#undef SK__SC_PUT
+  return at;
+}
+
+SK_API size_t sk_search_format_strategy(const sk_search_model *m, int o, const sk_search_cand *c, char *buf, size_t cap) {
+  if (buf && cap) buf[0] = 0;
+  if (!m || !c || o < 0 || o >= m->graph->nops) return 0;
+  if (c->kind == SK_SEARCH_CAND_STRATEGY) return sk__sc_put_tuples(c->ntuples, c->len, c->strategy, buf, cap);
+  const sk_op_desc *d = &m->graph->ops[o].desc;
+  if (c->kind == SK_SEARCH_CAND_DEFAULT || (!d->has_strategy && !d->has_layouts))
+    return (size_t)snprintf(buf, cap, "None");
+  if (d->has_layouts) return (size_t)snprintf(buf, cap, "(layouts)");
+  int n = d->nstrategies ? d->nstrategies : m->graph->ops[o].ninputs, len[SK_OP_MAX_INPUTS];
+  for (int k = 0; k < n && k < SK_OP_MAX_INPUTS; k++) len[k] = d->strategy_len[k] ? d->strategy_len[k] : d->ndims[k];
+  return sk__sc_put_tuples(n < SK_OP_MAX_INPUTS ? n : SK_OP_MAX_INPUTS, len, d->strategy, buf, cap);
+}
+
+SK_EXTERN_C_END
+#endif /* SK_SEARCH_COST_IMPL */
