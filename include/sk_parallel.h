@@ -8,7 +8,9 @@
 
    WHAT IT DECIDES
      - Every operator's strategy: the network's `shard` strategy or layouts, or, where it has
-       none, MindSpore's default: data parallel (dim 0 of the first input cut by every device).
+       none, MindSpore's default: data parallel (dim 0 of the first input cut by every device);
+       under a search parallel_mode (desc.mode), the strategy the search chose (sk_search.h,
+       docs/strategy-search.md), written into the plan's copy of the network.
        A strategy that needs more devices than the plan has (its product exceeds or does not
        divide the count) is replaced by data parallel and counted in nfallbacks (each such
        operator has fell_back set); desc.strict_strategies refuses it instead.
