@@ -550,6 +550,7 @@ static sk_result sk__par_search(sk_parallel_plan *p, sk_error *err) {
     if (g->tensors[t].role == SK_TENSOR_INPUT) inputs[t] = p->tensors[t].layout;
   sk_search_desc d = p->desc.search;
   d.ndevices = p->desc.ndevices, d.input_layouts = inputs;
+  d.lazy_candidates = p->desc.mode == SK_PARALLEL_RECURSIVE_PROGRAMMING;
   sk_search_model m;
   double t0 = sk__par_now_ms();
   sk_result r = sk_search_model_build(g, &d, &m, err);

@@ -119,6 +119,8 @@ static bool sk__se_reads_input(const sk_graph *g, int o) {
 
 SK_API sk_result sk_search_propagate(sk_search_model *m, int *choice, sk_error *err) {
   if (!m || !m->graph || !choice) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: propagate: NULL argument");
+  sk_result r = sk_search_model_candidates(m, err);
+  if (r) return r;
   int n = m->graph->nops;
   sk__se_walk w = {m, choice, (int *)malloc(sizeof(int) * ((size_t)n + 1)), (bool *)calloc((size_t)n + 1, sizeof(bool)),
                    (sk_search_cand **)calloc((size_t)n + 1, sizeof(sk_search_cand *))};
@@ -443,6 +445,7 @@ SK_API sk_result sk_search_exhaustive(sk_search_model *m, int *choice, sk_error 
       p.last[o] = u > p.last[o] ? u : p.last[o];
     }
   }
+  if (!r) r = sk_search_model_candidates(m, err);
   if (!r) r = sk__se_dp_run(&p, choice, err);
   for (int v = 0; p.steps && v < g->nops; v++) free(p.steps[v].pick), free(p.steps[v].prev);
   free(p.last), free(p.steps);

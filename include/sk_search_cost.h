@@ -108,6 +108,9 @@ typedef struct sk_search_desc {
   const sk_layout *input_layouts;
   double device_memory; /* bytes per device D-Rec's final check allows (0: unchecked) */
   int64_t exhaustive_limit; /* the exact search's work bound (0: 2e8 steps, about a minute) */
+  /* list the unconfigured operators' candidates only when a search asks (D-Rec builds its own
+     cuts and never does: the compiler sets this for recursive_programming) */
+  bool lazy_candidates;
 } sk_search_desc;
 
 typedef struct sk_search_model {
@@ -124,12 +127,20 @@ typedef struct sk_search_model {
   /* joint dims per operator: sizes, and for each input dim the joint dim it takes (-1: 1) */
   int *njoint;
   int64_t (*joint_size)[SK_SEARCH_MAX_JOINT];
-  void *cache; /* the redistribution cache (private) */
+  bool enumerated; /* the unconfigured operators' candidates are listed (sk_search_model_candidates) */
+  void *cache;     /* the redistribution cache (private) */
+  void *memo;      /* the candidate lists of operators seen, by their description (private) */
 } sk_search_model;
 
-/* Builds the model of g: candidates, edges, costs. Free with sk_search_model_free. */
+/* Builds the model of g: edges, every operator's candidates (with desc.lazy_candidates only the
+   configured operators' one; the others' lists stay empty until sk_search_model_candidates).
+   Free with sk_search_model_free. */
 SK_API sk_result sk_search_model_build(const sk_graph *g, const sk_search_desc *desc, sk_search_model *m,
                                        sk_error *err);
+/* Lists every unconfigured operator's candidates (once; again is a no-op). Operators with the
+   same description (kind, attributes, shapes, dtypes, gradients) share one enumeration, so the
+   layers of a deep network cost one layer's. */
+SK_API sk_result sk_search_model_candidates(sk_search_model *m, sk_error *err);
 SK_API void sk_search_model_free(sk_search_model *m);
 /* The costs above: edge e with its source at candidate a and its target at candidate b; the
    network inputs op reads, at candidate c. */
@@ -138,7 +149,7 @@ SK_API double sk_search_input_cost(sk_search_model *m, int op, int c);
 /* The same for candidates that need not be in the lists (D-Rec's partial strategies). */
 SK_API double sk_search_edge_cost_of(sk_search_model *m, int e, const sk_search_cand *a, const sk_search_cand *b);
 SK_API double sk_search_input_cost_of(sk_search_model *m, int op, const sk_search_cand *c);
-/* A whole plan's cost: choice[o] is operator o's candidate. */
+/* A whole plan's cost: choice[o] is operator o's candidate (every list must hold it). */
 SK_API double sk_search_plan_cost(sk_search_model *m, const int *choice);
 /* The bytes every device holds under a plan: the operators' outputs and the parameters' slices. */
 SK_API double sk_search_plan_memory(const sk_search_model *m, const int *choice);
@@ -463,41 +474,130 @@ static void sk__sc_enum_from(sk__sc_enum *s, int e, int left) {
   }
 }
 
-/* Operator o's candidates: its own strategy, its default, or every cut using the most devices
-   (of ndevices' divisors) that has one. */
-static sk_result sk__sc_candidates(sk_search_model *m, int o, sk_error *err) {
+/* What an operator's candidates depend on: its description, its tensors' shapes, dtypes and
+   gradients. Zeroed first, so that equal keys compare equal byte for byte. */
+typedef struct sk__sc_key {
+  sk_op_desc desc;
+  int out_ndims[SK_OP_MAX_OUTPUTS];
+  int64_t out_shape[SK_OP_MAX_OUTPUTS][SK_MAX_DIMS];
+  int dtype[SK_OP_MAX_INPUTS + SK_OP_MAX_OUTPUTS];
+  int flags[SK_OP_MAX_INPUTS + SK_OP_MAX_OUTPUTS]; /* role and needs_grad */
+} sk__sc_key;
+
+typedef struct sk__sc_memo {
+  sk__sc_key *keys;
+  int *op; /* the operator whose list each key's is */
+  int n, cap;
+} sk__sc_memo;
+
+static void sk__sc_key_of(const sk_search_model *m, int o, const sk_op_desc *d, sk__sc_key *k) {
   const sk_graph *g = m->graph;
-  sk_op_desc d;
-  sk_result r = sk_graph_op_desc(g, o, &d, err);
-  if (r) return r;
-  sk__sc_joint *j = (sk__sc_joint *)malloc(sizeof *j);
-  if (!j) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory");
-  sk__sc_joint_of(g, o, &d, j);
-  m->njoint[o] = j->n;
-  memcpy(m->joint_size[o], j->size, sizeof j->size);
+  const sk_graph_op *op = &g->ops[o];
+  memset(k, 0, sizeof *k);
+  k->desc = *d;
+  for (int i = 0; i < op->noutputs && i < SK_OP_MAX_OUTPUTS; i++) {
+    const sk_graph_tensor *y = &g->tensors[op->outputs[i]];
+    k->out_ndims[i] = y->ndims, memcpy(k->out_shape[i], y->shape, sizeof k->out_shape[i]);
+    k->dtype[SK_OP_MAX_INPUTS + i] = (int)y->dtype, k->flags[SK_OP_MAX_INPUTS + i] = m->needs_grad[op->outputs[i]];
+  }
+  for (int i = 0; i < op->ninputs; i++) {
+    const sk_graph_tensor *x = &g->tensors[op->inputs[i]];
+    k->dtype[i] = (int)x->dtype, k->flags[i] = (int)x->role * 2 + m->needs_grad[op->inputs[i]];
+  }
+}
+
+/* An operator described as o is already listed: its list, copied. -1 none, or an error. */
+static int sk__sc_recall(sk_search_model *m, int o, const sk__sc_key *k, sk_search_cand **out, int *n) {
+  sk__sc_memo *memo = (sk__sc_memo *)m->memo;
+  for (int i = 0; i < memo->n; i++) {
+    if (memcmp(&memo->keys[i], k, sizeof *k)) continue;
+    int from = memo->op[i];
+    *out = (sk_search_cand *)malloc(((size_t)m->ncands[from] + 1) * sizeof **out);
+    if (!*out) return SK_ERR_OUT_OF_MEMORY;
+    memcpy(*out, m->cands[from], (size_t)m->ncands[from] * sizeof **out), *n = m->ncands[from];
+    return 0;
+  }
+  (void)o;
+  return -1;
+}
+
+static void sk__sc_remember(sk_search_model *m, int o, const sk__sc_key *k) {
+  sk__sc_memo *memo = (sk__sc_memo *)m->memo;
+  if (memo->n == memo->cap) { /* a failed grow only loses the sharing */
+    int cap = memo->cap ? 2 * memo->cap : 16;
+    sk__sc_key *keys = (sk__sc_key *)realloc(memo->keys, (size_t)cap * sizeof *keys);
+    if (keys) memo->keys = keys;
+    int *ops = keys ? (int *)realloc(memo->op, (size_t)cap * sizeof *ops) : NULL;
+    if (ops) memo->op = ops;
+    if (!keys || !ops) return;
+    memo->cap = cap;
+  }
+  memo->keys[memo->n] = *k, memo->op[memo->n++] = o;
+}
+
+/* Every cut of operator o's joint dims using the most devices (of ndevices' divisors) that has one. */
+static sk_result sk__sc_enumerate(sk_search_model *m, int o, const sk__sc_joint *j, sk_error *err) {
   sk__sc_enum s;
   memset(&s, 0, sizeof s);
   s.m = m, s.op = o, s.j = j;
-  bool configured = d.has_strategy || d.has_layouts || j->n == 0;
-  m->configured[o] = configured;
-  if (configured) {
-    s.out = (sk_search_cand *)calloc(1, sizeof *s.out);
-    if (!s.out) return free(j), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory");
-    s.cap = 1;
-    s.out[0].kind = j->n == 0 && !d.has_strategy ? SK_SEARCH_CAND_DEFAULT : SK_SEARCH_CAND_CONFIGURED;
-    r = sk__sc_eval(m, o, &s.out[0], err);
-    if (!r) s.n = 1;
-  } else {
-    for (int t = m->desc.ndevices; t >= 1 && s.n == 0 && !s.oom; t--)
-      if (m->desc.ndevices % t == 0) sk__sc_enum_from(&s, 0, t);
-    if (s.oom) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the candidates of '%s'", g->ops[o].name);
-    else if (s.n == 0)
-      r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: operator '%s' has no strategy its rule accepts", g->ops[o].name);
-  }
-  free(j);
+  for (int t = m->desc.ndevices; t >= 1 && s.n == 0 && !s.oom; t--)
+    if (m->desc.ndevices % t == 0) sk__sc_enum_from(&s, 0, t);
+  sk_result r = SK_OK;
+  if (s.oom) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the candidates of '%s'", m->graph->ops[o].name);
+  else if (s.n == 0)
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: operator '%s' has no strategy its rule accepts", m->graph->ops[o].name);
   if (r) return free(s.out), r;
   m->cands[o] = s.out, m->ncands[o] = s.n;
   return SK_OK;
+}
+
+/* Operator o's joint dims, and its one candidate when configured (its own strategy or layouts,
+   or its default when it has no joint dims). */
+static sk_result sk__sc_configure(sk_search_model *m, int o, sk_error *err) {
+  const sk_graph *g = m->graph;
+  sk_op_desc d;
+  sk__sc_joint j;
+  sk_result r = sk_graph_op_desc(g, o, &d, err);
+  if (r) return r;
+  sk__sc_joint_of(g, o, &d, &j);
+  m->njoint[o] = j.n;
+  memcpy(m->joint_size[o], j.size, sizeof j.size);
+  m->configured[o] = d.has_strategy || d.has_layouts || j.n == 0;
+  if (!m->configured[o]) return SK_OK;
+  sk_search_cand *c = (sk_search_cand *)calloc(1, sizeof *c);
+  if (!c) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory");
+  c->kind = j.n == 0 && !d.has_strategy && !d.has_layouts ? SK_SEARCH_CAND_DEFAULT : SK_SEARCH_CAND_CONFIGURED;
+  r = sk__sc_eval(m, o, c, err);
+  if (r) return free(c), r;
+  m->cands[o] = c, m->ncands[o] = 1;
+  return SK_OK;
+}
+
+SK_API sk_result sk_search_model_candidates(sk_search_model *m, sk_error *err) {
+  if (!m || !m->graph) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: candidates: NULL model");
+  if (m->enumerated) return SK_OK;
+  const sk_graph *g = m->graph;
+  sk_result r = SK_OK;
+  for (int o = 0; !r && o < g->nops; o++) {
+    if (m->configured[o] || m->ncands[o]) continue;
+    sk_op_desc d;
+    sk__sc_joint j;
+    sk__sc_key k;
+    r = sk_graph_op_desc(g, o, &d, err);
+    if (r) break;
+    d.params = 0;
+    for (int i = 0; i < g->ops[o].ninputs; i++)
+      if (g->tensors[g->ops[o].inputs[i]].role == SK_TENSOR_PARAM) d.params |= 1u << i;
+    sk__sc_key_of(m, o, &d, &k);
+    int got = sk__sc_recall(m, o, &k, &m->cands[o], &m->ncands[o]);
+    if (got > 0) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the candidates of '%s'", g->ops[o].name);
+    if (got != -1) continue;
+    sk__sc_joint_of(g, o, &d, &j);
+    r = sk__sc_enumerate(m, o, &j, err);
+    if (!r) sk__sc_remember(m, o, &k);
+  }
+  m->enumerated = !r;
+  return r;
 }
 
 /* ---- redistribution ---------------------------------------------------------------------------- */
@@ -516,10 +616,13 @@ typedef struct sk__sc_cache {
 
 static uint64_t sk__sc_hash(const sk_search_sig *a, const sk_search_sig *b) {
   uint64_t h = 1469598103934665603ull;
-  const unsigned char *p[2] = {(const unsigned char *)a, (const unsigned char *)b};
-  for (int k = 0; k < 2; k++)
-    for (size_t i = 0; i < sizeof *a; i++) h = (h ^ p[k][i]) * 1099511628211ull;
-  return h;
+  const sk_search_sig *s[2] = {a, b};
+  for (int k = 0; k < 2; k++) {
+    h = (h ^ (uint64_t)(uint32_t)s[k]->ndims) * 1099511628211ull;
+    for (int d = 0; d < s[k]->ndims && d < SK_MAX_DIMS; d++)
+      h = (h ^ ((uint64_t)(uint32_t)s[k]->dim[d].count << 32 | (uint32_t)s[k]->dim[d].stride)) * 1099511628211ull;
+  }
+  return h ^ (h >> 29);
 }
 
 /* The part of dim d's target block on rank r that its source block covers (a fraction). */
@@ -719,7 +822,8 @@ SK_API void sk_search_model_free(sk_search_model *m) {
   free(m->cands), free(m->ncands), free(m->configured), free(m->needs_grad), free(m->input_sig);
   free(m->edges), free(m->nadj), free(m->adj), free(m->njoint), free(m->joint_size);
   if (m->cache) free(((sk__sc_cache *)m->cache)->slots);
-  free(m->cache);
+  if (m->memo) free(((sk__sc_memo *)m->memo)->keys), free(((sk__sc_memo *)m->memo)->op);
+  free(m->cache), free(m->memo);
   memset(m, 0, sizeof *m);
 }
 
@@ -733,7 +837,8 @@ static sk_result sk__sc_alloc(sk_search_model *m, sk_error *err) {
   m->needs_grad = (bool *)calloc(nt, sizeof(bool));
   m->input_sig = (sk_search_sig *)calloc(nt, sizeof(sk_search_sig));
   m->cache = calloc(1, sizeof(sk__sc_cache));
-  if (!m->ncands || !m->cands || !m->configured || !m->njoint || !m->joint_size || !m->needs_grad || !m->input_sig ||
+  m->memo = calloc(1, sizeof(sk__sc_memo));
+  if (!m->memo || !m->ncands || !m->cands || !m->configured || !m->njoint || !m->joint_size || !m->needs_grad || !m->input_sig ||
       !m->cache)
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the model");
   return SK_OK;
@@ -754,7 +859,8 @@ SK_API sk_result sk_search_model_build(const sk_graph *g, const sk_search_desc *
   for (int t = 0; !r && t < g->ntensors; t++)
     if (g->tensors[t].role == SK_TENSOR_INPUT) sk__sc_input_sig(m, t);
   if (!r) r = sk__sc_edges(m, err);
-  for (int o = 0; !r && o < g->nops; o++) r = sk__sc_candidates(m, o, err);
+  for (int o = 0; !r && o < g->nops; o++) r = sk__sc_configure(m, o, err);
+  if (!r && !desc->lazy_candidates) r = sk_search_model_candidates(m, err);
   if (r) sk_search_model_free(m);
   return r;
 }
