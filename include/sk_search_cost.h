@@ -107,7 +107,7 @@ typedef struct sk_search_desc {
      NULL: data parallel, dim 0 cut by every device */
   const sk_layout *input_layouts;
   double device_memory; /* bytes per device D-Rec's final check allows (0: unchecked) */
-  int64_t exhaustive_limit; /* the exact search's work bound (0: 2e8 steps, about a minute) */
+  int64_t exhaustive_limit; /* the exact search's work bound (0: 4e9 steps, under a minute) */
   /* list the unconfigured operators' candidates only when a search asks (D-Rec builds its own
      cuts and never does: the compiler sets this for recursive_programming) */
   bool lazy_candidates;
