@@ -282,7 +282,7 @@ SK_API sk_result sk_search_recursive(sk_search_model *m, int *choice, sk_error *
 typedef struct sk__se_step {
   int nfront, front[64]; /* the frontier after v, least significant digit first */
   int64_t size;
-  int *pick;       /* [size]: v's candidate in the best assignment */
+  int *pick;       /* [size]: 1 + v's candidate in the best assignment (0: no state reached yet) */
   int64_t *prev;   /* [size]: the index into the previous step's table */
 } sk__se_step;
 
@@ -389,15 +389,15 @@ static void sk__se_relax(sk__se_dp *p, int v, const double *tbefore, double *taf
       double cost = tbefore[s] + m->cands[v][c].own + sk_search_input_cost(m, v, c);
       for (int i = 0; i < ntab; i++) cost += tab[i][digit[pos[i]] * nv + c];
       int64_t j = base + c * vplace;
-      if (cost < tafter[j]) tafter[j] = cost, after->pick[j] = c, after->prev[j] = s;
+      if (!after->pick[j] || cost < tafter[j]) tafter[j] = cost, after->pick[j] = c + 1, after->prev[j] = s;
     }
   }
 }
 
 static sk_result sk__se_dp_step(sk__se_dp *p, int v, const double *tbefore, double *tafter, sk_error *err) {
   sk__se_step *s = &p->steps[v];
-  s->pick = (int *)malloc(sizeof(int) * (size_t)s->size);
-  s->prev = (int64_t *)malloc(sizeof(int64_t) * (size_t)s->size);
+  s->pick = (int *)calloc((size_t)s->size, sizeof(int));
+  s->prev = (int64_t *)calloc((size_t)s->size, sizeof(int64_t));
   double *tab[SK__SE_MAX_FRONT * 4];
   int pos[SK__SE_MAX_FRONT * 4], ntab = 0;
   if (!s->pick || !s->prev) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
@@ -405,7 +405,6 @@ static sk_result sk__se_dp_step(sk__se_dp *p, int v, const double *tbefore, doub
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: exhaustive: operator '%s' has more than %d edges",
                     p->m->graph->ops[v].name, SK__SE_MAX_FRONT * 4);
   sk_result r = sk__se_edge_tables(p, v ? &p->steps[v - 1] : NULL, v, tab, pos, &ntab, err);
-  for (int64_t j = 0; j < s->size; j++) tafter[j] = DBL_MAX, s->pick[j] = 0, s->prev[j] = 0;
   if (!r) sk__se_relax(p, v, tbefore, tafter, tab, pos, ntab);
   for (int i = 0; i < ntab; i++) free(tab[i]);
   return r;
@@ -416,7 +415,7 @@ static sk_result sk__se_dp_run(sk__se_dp *p, int *choice, sk_error *err) {
   sk_result r = sk__se_dp_plan(p, err);
   double *tbefore = NULL, *tafter = NULL;
   for (int v = 0; !r && v < g->nops; v++) {
-    tafter = (double *)malloc(sizeof(double) * (size_t)p->steps[v].size);
+    tafter = (double *)calloc((size_t)p->steps[v].size, sizeof(double));
     if (!tafter) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
     if (!r) {
       double zero = 0;
@@ -426,7 +425,7 @@ static sk_result sk__se_dp_run(sk__se_dp *p, int *choice, sk_error *err) {
   }
   free(tbefore);
   int64_t j = 0; /* the last frontier is empty: one state */
-  for (int v = g->nops - 1; !r && v >= 0; v--) choice[v] = p->steps[v].pick[j], j = p->steps[v].prev[j];
+  for (int v = g->nops - 1; !r && v >= 0 && p->steps[v].pick; v--) choice[v] = p->steps[v].pick[j] - 1, j = p->steps[v].prev[j];
   return r;
 }
 
@@ -435,7 +434,7 @@ SK_API sk_result sk_search_exhaustive(sk_search_model *m, int *choice, sk_error 
   const sk_graph *g = m->graph;
   sk__se_dp p;
   p.m = m;
-  p.last = (int *)malloc(sizeof(int) * ((size_t)g->nops + 1));
+  p.last = (int *)calloc((size_t)g->nops + 1, sizeof(int));
   p.steps = (sk__se_step *)calloc((size_t)g->nops + 1, sizeof *p.steps);
   sk_result r = p.last && p.steps ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
   for (int o = 0; !r && o < g->nops; o++) {

@@ -807,6 +807,7 @@ static sk_result sk__sc_edges(sk_search_model *m, sk_error *err) {
   }
   for (int e = 0; e < m->nedges; e++) {
     int s = m->edges[e].src, d = m->edges[e].dst;
+    if (s < 0 || d < 0 || !m->adj[s] || !m->adj[d]) continue; /* cannot happen: every end is an operator */
     m->adj[s][m->nadj[s]++] = e, m->adj[d][m->nadj[d]++] = e;
   }
   return SK_OK;
