@@ -506,8 +506,8 @@ static void sk__sc_key_of(const sk_search_model *m, int o, const sk_op_desc *d, 
   }
 }
 
-/* An operator described as o is already listed: its list, copied. -1 none, or an error. */
-static int sk__sc_recall(sk_search_model *m, int o, const sk__sc_key *k, sk_search_cand **out, int *n) {
+/* An operator described by k is already listed: its list, copied (0); -1: none; > 0: out of memory. */
+static int sk__sc_recall(sk_search_model *m, const sk__sc_key *k, sk_search_cand **out, int *n) {
   sk__sc_memo *memo = (sk__sc_memo *)m->memo;
   for (int i = 0; i < memo->n; i++) {
     if (memcmp(&memo->keys[i], k, sizeof *k)) continue;
@@ -517,7 +517,6 @@ static int sk__sc_recall(sk_search_model *m, int o, const sk__sc_key *k, sk_sear
     memcpy(*out, m->cands[from], (size_t)m->ncands[from] * sizeof **out), *n = m->ncands[from];
     return 0;
   }
-  (void)o;
   return -1;
 }
 
@@ -589,7 +588,7 @@ SK_API sk_result sk_search_model_candidates(sk_search_model *m, sk_error *err) {
     for (int i = 0; i < g->ops[o].ninputs; i++)
       if (g->tensors[g->ops[o].inputs[i]].role == SK_TENSOR_PARAM) d.params |= 1u << i;
     sk__sc_key_of(m, o, &d, &k);
-    int got = sk__sc_recall(m, o, &k, &m->cands[o], &m->ncands[o]);
+    int got = sk__sc_recall(m, &k, &m->cands[o], &m->ncands[o]);
     if (got > 0) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the candidates of '%s'", g->ops[o].name);
     if (got != -1) continue;
     sk__sc_joint_of(g, o, &d, &j);
