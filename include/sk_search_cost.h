@@ -23,14 +23,15 @@
    device sends on its busiest path, latency free).
      own(op, cand)   the operator's collectives on a device: the forward one on output 0, in the
                      backward the undoing of a forward ReduceScatter and the rule's collective on
-                     each input gradient, and the Mirror (gradient AllReduce) of each parameter;
+                     each input gradient, and the Mirror (gradient AllReduce) of each parameter,
+                     by its bandwidth alone (the fusion scheduler shares its latency);
                      plus, with desc.device_tflops, its compute (3 x forward FLOPs over the
                      devices that split it).
      edge(a, b)      the redistribution of the tensor from a's layout to b's: a device receives
                      the part of its target slice its source slice lacks (the busiest device:
-                     computed over every rank, cached by the pair of cuts), from as many peers as
-                     source slices cover its target; plus the same move backwards for the
-                     gradient where one flows.
+                     computed over every rank, cached by the pair of cuts), with the latency of
+                     one collective over the devices (as the runtime moves it); plus the same
+                     move backwards for the gradient where one flows.
      input(op, cand) the same from a network input's dataset layout to the operator's.
      A plan's cost is the sum of own over operators, edge over edges and input over inputs.
    Memory per device: the slices of the operator's inputs and outputs (reported; D-Rec's final
@@ -299,12 +300,14 @@ static int sk__sc_group(const sk_mesh *mesh, uint32_t axes) {
 
 /* The model's unit for one collective of `count` elements of dt on p devices; *bytes gets what
    the ring sends from a device. */
-static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, int p, double *bytes) {
+static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, int p, double *bytes,
+                          bool fused) {
   if (kind == SK_COLL_NONE || p <= 1 || count <= 0) return 0;
-  sk_link_model bytes_model = {0, 1e-3}; /* 1 unit per byte */
+  sk_link_model bytes_model = {0, 1e-3}, link = m->desc.link; /* 1 unit per byte */
   double b = sk_link_cost_us(&bytes_model, kind, (size_t)count, dt, p);
   *bytes += b;
-  return m->desc.link.gbps > 0 ? sk_link_cost_us(&m->desc.link, kind, (size_t)count, dt, p) : b;
+  if (fused) link.alpha_us = 0; /* the fusion scheduler buckets it: a bucket's latency, shared by many */
+  return link.gbps > 0 ? sk_link_cost_us(&link, kind, (size_t)count, dt, p) : b;
 }
 
 static double sk__sc_numel_of(const sk_layout *l) {
@@ -322,17 +325,17 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
   double bytes = 0, t = 0;
   sk_coll_kind fk = p->fwd.kind;
   double fcount = fk == SK_COLL_ALLGATHER ? sk__sc_numel_of(&p->in[0]) : sk__sc_numel_of(&p->out[0]);
-  t += sk__sc_coll(m, fk, fcount, dt, sk__sc_group(&p->mesh, p->fwd.axes), &bytes);
+  t += sk__sc_coll(m, fk, fcount, dt, sk__sc_group(&p->mesh, p->fwd.axes), &bytes, false);
   if (backward && fk == SK_COLL_REDUCE_SCATTER) /* its backward gathers the gradient */
-    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, dt, sk__sc_group(&p->mesh, p->fwd.axes), &bytes);
+    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, dt, sk__sc_group(&p->mesh, p->fwd.axes), &bytes, false);
   for (int k = 0; k < op->ninputs; k++) {
     int tk = op->inputs[k];
     if (!m->needs_grad[tk] || !backward) continue;
     double n = sk__sc_numel_of(&p->in[k]);
     sk_dtype dk = g->tensors[tk].dtype;
-    t += sk__sc_coll(m, p->bwd_in[k].kind, n, dk, sk__sc_group(&p->mesh, p->bwd_in[k].axes), &bytes);
-    if (g->tensors[tk].role == SK_TENSOR_PARAM)
-      t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk__sc_group(&p->mesh, p->grad[k].axes), &bytes);
+    t += sk__sc_coll(m, p->bwd_in[k].kind, n, dk, sk__sc_group(&p->mesh, p->bwd_in[k].axes), &bytes, false);
+    if (g->tensors[tk].role == SK_TENSOR_PARAM) /* the Mirror: fused with the others, its latency shared */
+      t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk__sc_group(&p->mesh, p->grad[k].axes), &bytes, true);
   }
   if (m->desc.device_tflops > 0) {
     sk_exec_arg in[1], out[1];
@@ -604,7 +607,7 @@ SK_API sk_result sk_search_model_candidates(sk_search_model *m, sk_error *err) {
 typedef struct sk__sc_entry {
   sk_search_sig from, to;
   double held;  /* the least fraction of its target slice a device already holds */
-  double peers; /* the devices it receives from */
+  double peers; /* the latency terms: the devices of the collective that moves it, less one */
   bool used;
 } sk__sc_entry;
 
@@ -634,18 +637,15 @@ static double sk__sc_overlap(sk_search_cut s, sk_search_cut t, int r) {
 }
 
 static void sk__sc_measure(const sk_search_model *m, sk__sc_entry *e) {
-  double least = 1, sources = 1;
-  for (int d = 0; d < e->to.ndims; d++) {
-    int cs = e->from.dim[d].count, ct = e->to.dim[d].count;
-    if (cs > ct) sources *= (double)((cs + ct - 1) / ct);
-  }
+  double least = 1;
   for (int r = 0; r < m->desc.ndevices && least > 0; r++) {
     double f = 1;
     for (int d = 0; d < e->to.ndims && f > 0; d++) f *= sk__sc_overlap(e->from.dim[d], e->to.dim[d], r);
     least = f < least ? f : least;
   }
-  e->held = least, e->peers = least > 0 ? sources - 1 : sources;
-  if (e->peers < 1 && least < 1) e->peers = 1;
+  /* the runtime moves a tensor with collectives over the stage's devices (sk_redist.h): the
+     latency of one over all of them */
+  e->held = least, e->peers = m->desc.ndevices > 1 ? m->desc.ndevices - 1 : 1;
 }
 
 static sk__sc_entry *sk__sc_lookup(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to) {
