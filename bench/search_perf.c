@@ -448,6 +448,26 @@ static int quality(const char *nets, int mlps) {
 
 /* ---- the large transformer -------------------------------------------------------------------- */
 
+/* Per operator kind: operators, candidates, joint dims; and the redistribution cache's pairs
+   (each pair measured over every rank once). */
+static void kinds_of(const sk_search_model *m, const char *who, char *buf, size_t cap) {
+  const sk_graph *g = m->graph;
+  size_t at = 0;
+  long nops[64] = {0}, ncands[64] = {0};
+  int joint[64] = {0};
+  for (int o = 0; o < g->nops; o++) {
+    int k = (int)g->ops[o].desc.kind & 63;
+    nops[k]++, ncands[k] += m->ncands[o], joint[k] = m->njoint[o];
+  }
+  if (!strcmp(who, "D-Rec"))
+    for (int k = 0; k < 64; k++)
+      if (nops[k])
+        at += (size_t)snprintf(buf + (at < cap ? at : cap), at < cap ? cap - at : 0, "#   %-20s %5ld ops %8ld candidates %d joint\n",
+                               sk_op_kind_name((sk_op_kind)k), nops[k], ncands[k], joint[k]);
+  const sk__sc_cache *c = (const sk__sc_cache *)m->cache;
+  snprintf(buf + (at < cap ? at : cap), at < cap ? cap - at : 0, "#   after %s: %zu (from, to) pairs cached\n", who, c->used);
+}
+
 static int scale(int layers, int devices, int runs) {
   sk_graph g;
   double tg = now_ms();
@@ -455,6 +475,7 @@ static int scale(int layers, int devices, int runs) {
   tg = now_ms() - tg;
   sk_search_desc d = base_desc;
   d.ndevices = devices;
+  static char kinds[2][4096];
   double build[2][32], search[2][32], cbuild[2][32], csearch[2][32], cost[2] = {0, 0};
   long cands = 0;
   int nedges = 0;
@@ -470,6 +491,7 @@ static int scale(int layers, int devices, int runs) {
       double t2 = now_ms(), c2 = cpu_ms();
       build[s][r] = t1 - t0, search[s][r] = t2 - t1, cbuild[s][r] = c1 - c0, csearch[s][r] = c2 - c1;
       cost[s] = sk_search_plan_cost(&m, choice);
+      if (r == 0) kinds_of(&m, s ? "propagation" : "D-Rec", kinds[s], sizeof kinds[s]);
       cands = 0;
       for (int o = 0; o < g.nops; o++) cands += m.ncands[o];
       nedges = m.nedges;
@@ -490,6 +512,8 @@ static int scale(int layers, int devices, int runs) {
     printf("%-24s %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.0f %4s %14.6g\n", names[s], b, cb, se, cs, to, cto, target[s],
            to <= target[s] ? "yes" : (cto <= target[s] ? "cpu" : "NO"), cost[s]);
   }
+  printf("# where the candidates are (kind: operators, candidates, joint dims) and the redistribution cache:\n%s%s",
+         kinds[0], kinds[1]);
   free(choice);
   sk_graph_free(&g);
   return 0;
