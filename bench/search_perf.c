@@ -313,6 +313,30 @@ static double local_cost(sk_search_model *m, int o, int c, const bool *dec, cons
   return cost;
 }
 
+/* The data-parallel plan semi_auto gives a network without strategies: each operator's rule
+   default, found among its candidates by its layouts' cuts; false when one is not there. */
+static bool dp_choice(sk_search_model *m, int *choice) {
+  const sk_graph *g = m->graph;
+  for (int o = 0; o < g->nops; o++) {
+    sk_op_desc d;
+    sk_op_plan p;
+    if (sk_graph_op_desc(g, o, &d, NULL) || sk_op_plan_make(&d, m->desc.ndevices, &p, NULL)) return false;
+    choice[o] = -1;
+    for (int c = 0; c < m->ncands[o] && choice[o] < 0; c++) {
+      const sk_search_cand *x = &m->cands[o][c];
+      bool same = true;
+      for (int k = 0; k < g->ops[o].ninputs && same; k++) {
+        sk_search_sig s = sk__sc_sig(&p.in[k]);
+        same = !memcmp(&s, &x->in[k], sizeof s);
+      }
+      sk_search_sig s = sk__sc_sig(&p.out[0]);
+      if (same && !memcmp(&s, &x->out[0], sizeof s)) choice[o] = c;
+    }
+    if (choice[o] < 0) return false;
+  }
+  return true;
+}
+
 typedef struct tally {
   int rows, exact, prop_opt, drec_opt, seeded_opt, seeded_rows;
   double prop_log, drec_log, prop_max, drec_max;
@@ -332,9 +356,10 @@ static void quality_row(const sk_graph *g, const char *name, int n, tally *t) {
   int no = g->nops;
   int *opt = (int *)calloc((size_t)no, sizeof(int)), *prop = (int *)calloc((size_t)no, sizeof(int));
   int *rec = (int *)calloc((size_t)no, sizeof(int)), *seed = (int *)calloc((size_t)no, sizeof(int));
-  int *order = (int *)calloc((size_t)no, sizeof(int));
+  int *order = (int *)calloc((size_t)no, sizeof(int)), *dp = (int *)calloc((size_t)no, sizeof(int));
   bool *dec = (bool *)calloc((size_t)no, sizeof(bool));
-  if (!opt || !prop || !rec || !seed || !order || !dec) exit(1);
+  if (!opt || !prop || !rec || !seed || !order || !dec || !dp) exit(1);
+  double dc = dp_choice(&m, dp) ? sk_search_plan_cost(&m, dp) : NAN;
   double combos = 1;
   for (int o = 0; o < no; o++) combos *= m.ncands[o];
   double t0 = now_ms();
@@ -348,10 +373,10 @@ static void quality_row(const sk_graph *g, const char *name, int n, tally *t) {
   char key[96];
   snprintf(key, sizeof key, "%s@%d", name, n);
   if (rx) {
-    printf("%-24s %3d %3d %9.3g %12s %12.6g %7s %12.6g %7s %8s %8.2f %8.2f  exhaustive refused: %s\n", name, no, n, combos,
-           "-", pc, "-", rc, "-", "-", t2 - t1, t3 - t2, E.msg);
+    printf("%-24s %3d %3d %9.3g %12s %12.6g %7s %12.6g %7s %12.6g %7s %8s %8.2f %8.2f  exhaustive refused: %s\n", name, no,
+           n, combos, "-", pc, "-", rc, "-", dc, "-", "-", t2 - t1, t3 - t2, E.msg);
     sk_search_model_free(&m);
-    free(opt), free(prop), free(rec), free(seed), free(order), free(dec);
+    free(opt), free(prop), free(rec), free(seed), free(order), free(dec), free(dp);
     return;
   }
   double oc = sk_search_plan_cost(&m, opt);
@@ -372,8 +397,9 @@ static void quality_row(const sk_graph *g, const char *name, int n, tally *t) {
   double sc = sk_search_plan_cost(&m2, seed), sr = oc > 0 ? sc / oc : (sc > 0 ? INFINITY : 1);
   bool reached = sr <= 1 + 1e-9;
   t->seeded_rows++, t->seeded_opt += reached;
-  printf("%-24s %3d %3d %9.3g %12.6g %12.6g %7.3f %12.6g %7.3f %8.2f %8.2f %8.2f  %-10s %7.3f %s\n", name, no, n, combos, oc,
-         pc, pr, rc, rr, t1 - t0, t2 - t1, t3 - t2, g->ops[h].name, sr, reached ? "yes" : "NO");
+  printf("%-24s %3d %3d %9.3g %12.6g %12.6g %7.3f %12.6g %7.3f %12.6g %7.3f %8.2f %8.2f %8.2f  %-10s %7.3f %s\n", name, no, n,
+         combos, oc, pc, pr, rc, rr, dc, oc > 0 ? dc / oc : NAN, t1 - t0, t2 - t1, t3 - t2, g->ops[h].name, sr,
+         reached ? "yes" : "NO");
   if (!reached && t->nnotes < 64) {
     int k = walk_order(&m2, order), first = -1, at = 0;
     for (int o = 0; o < no; o++) dec[o] = m2.configured[o];
@@ -400,7 +426,7 @@ static void quality_row(const sk_graph *g, const char *name, int n, tally *t) {
   sk_search_model_free(&m2);
   sk_graph_free(&g2);
   sk_search_model_free(&m);
-  free(opt), free(prop), free(rec), free(seed), free(order), free(dec);
+  free(opt), free(prop), free(rec), free(seed), free(order), free(dec), free(dp);
 }
 
 static int quality(const char *nets, int mlps) {
@@ -408,11 +434,12 @@ static int quality(const char *nets, int mlps) {
   tally *t = (tally *)calloc(1, sizeof *t);
   if (!t) return 1;
   printf("# search_perf quality: plan cost (%s; link %.3g us, %.3g GB/s, device_tflops %.3g) of each search over the\n"
-         "# exhaustive optimum; seeded = sharding_propagation from the optimum's strategy on the heaviest op\n",
+         "# exhaustive optimum; data_par = semi_auto's data-parallel plan (the rules' defaults) in the same model;\n"
+         "# seeded = sharding_propagation from the optimum's strategy on the heaviest op\n",
          unit(), base_desc.link.alpha_us, base_desc.link.gbps, base_desc.device_tflops);
-  printf("%-24s %3s %3s %9s %12s %12s %7s %12s %7s %8s %8s %8s  %-10s %7s %s\n", "# graph", "ops", "dev", "combos",
-         "optimum", "propagation", "ratio", "D-Rec", "ratio", "exh_ms", "prop_ms", "drec_ms", "seeded_at", "ratio",
-         "reached");
+  printf("%-24s %3s %3s %9s %12s %12s %7s %12s %7s %12s %7s %8s %8s %8s  %-10s %7s %s\n", "# graph", "ops", "dev", "combos",
+         "optimum", "propagation", "ratio", "D-Rec", "ratio", "data_par", "ratio", "exh_ms", "prop_ms", "drec_ms",
+         "seeded_at", "ratio", "reached");
   for (int s = 0; s < mlps; s++) {
     sk_graph g;
     char desc[96], name[128];
