@@ -338,7 +338,7 @@ static bool dp_choice(sk_search_model *m, int *choice) {
 }
 
 typedef struct tally {
-  int rows, exact, prop_opt, drec_opt, seeded_opt, seeded_rows;
+  int rows, exact, prop_opt, drec_opt, seeded_opt, seeded_rows, prop_dp, drec_dp, seeded_worse;
   double prop_log, drec_log, prop_max, drec_max;
   char prop_worst[96], drec_worst[96];
   char notes[64][1024];
@@ -384,6 +384,7 @@ static void quality_row(const sk_graph *g, const char *name, int n, tally *t) {
   t->rows++, t->exact++;
   t->prop_opt += pr <= 1 + 1e-9, t->drec_opt += rr <= 1 + 1e-9;
   t->prop_log += log(pr), t->drec_log += log(rr);
+  t->prop_dp += pc > dc * (1 + 1e-9), t->drec_dp += rc > dc * (1 + 1e-9); /* a search worse than data parallel */
   if (pr > t->prop_max) t->prop_max = pr, snprintf(t->prop_worst, sizeof t->prop_worst, "%s", key);
   if (rr > t->drec_max) t->drec_max = rr, snprintf(t->drec_worst, sizeof t->drec_worst, "%s", key);
 
@@ -396,7 +397,7 @@ static void quality_row(const sk_graph *g, const char *name, int n, tally *t) {
   die_on(sk_search_propagate(&m2, seed, &E), &E, "seeded propagate");
   double sc = sk_search_plan_cost(&m2, seed), sr = oc > 0 ? sc / oc : (sc > 0 ? INFINITY : 1);
   bool reached = sr <= 1 + 1e-9;
-  t->seeded_rows++, t->seeded_opt += reached;
+  t->seeded_rows++, t->seeded_opt += reached, t->seeded_worse += sc > pc * (1 + 1e-9);
   printf("%-24s %3d %3d %9.3g %12.6g %12.6g %7.3f %12.6g %7.3f %12.6g %7.3f %8.2f %8.2f %8.2f  %-10s %7.3f %s\n", name, no, n,
          combos, oc, pc, pr, rc, rr, dc, oc > 0 ? dc / oc : NAN, t1 - t0, t2 - t1, t3 - t2, g->ops[h].name, sr,
          reached ? "yes" : "NO");
@@ -467,7 +468,9 @@ static int quality(const char *nets, int mlps) {
          "geomean %.4f, worst %.4f (%s)\n",
          t->exact, t->prop_opt, exp(t->prop_log / (t->exact ? t->exact : 1)), t->prop_max, t->prop_worst, t->drec_opt,
          exp(t->drec_log / (t->exact ? t->exact : 1)), t->drec_max, t->drec_worst);
-  printf("# seeded propagation reached the optimum on %d of %d\n", t->seeded_opt, t->seeded_rows);
+  printf("# costlier than the data-parallel plan: propagation on %d rows, D-Rec on %d\n", t->prop_dp, t->drec_dp);
+  printf("# seeded propagation reached the optimum on %d of %d; it was costlier than unseeded propagation on %d\n",
+         t->seeded_opt, t->seeded_rows, t->seeded_worse);
   for (int i = 0; i < t->nnotes; i++) printf("#   %s\n", t->notes[i]);
   free(t);
   return 0;
