@@ -1,6 +1,6 @@
 /* search_perf: the strategy searches of sk_search.h -- how good their plans are against the exact
    optimum of the same cost model, and how long they take on a large network.
-   - quality (the default): 20 random MLPs built with the sk_graph C API (up to 8 operators), the
+   - quality (the default): 20 random MLPs built with the sk_graph C API (2 to 6 operators), the
      two MindSpore tutorial networks (examples/nets/recursive_programming.json and
      operator_parallel.json) with their strategies stripped, and one transformer block (the block
      of examples/nets/transformer.json: 16 x 8 tokens, hidden 32, 4 heads, FFN 128), each on 2, 4
