@@ -574,6 +574,7 @@ int main(int argc, char **argv) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (prog_is_help(a)) return usage(stdout, argv[0]), 0;
     if (!strcmp(a, "--strip") && v && i + 2 < argc) {
+      if (prog_refuse_launch(argv[0])) return 2;
       sk_graph g;
       sk_graph_init(&g);
       die_on(sk_json_load_network(v, &g, &E), &E, v);
