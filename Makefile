@@ -88,6 +88,7 @@ NEEDS.$(BUILD)/operator_parallel := mpi openblas zlib
 NEEDS.$(BUILD)/both_backends     := mpi
 NEEDS.$(BUILD)/sk-sim            := mpi openblas zlib jansson
 NEEDS.$(BUILD)/gloo_allreduce    := gloo
+NEEDS.$(BUILD)/search_perf       := jansson
 NEEDS.$(MPI_DRIVER)              := mpi
 NEEDS.$(BUILD)/tests/unit        := criterion jansson
 NEEDS.$(BUILD)/san/unit          := criterion jansson
@@ -171,6 +172,12 @@ $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(PROG_HDRS) $(HEADERS) $(BENCH_CONF
 	@mkdir -p $(@D)
 	$(BENCH_CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
+# The strategy-search bench reads the tutorial networks' JSON (jansson); pure planning, no MPI.
+$(BUILD)/search_perf: bench/search_perf.c $(wildcard bench/*.h) $(PROG_HDRS) $(HEADERS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ljansson $(LDLIBS)
+
 # gloo, the peer bench/compare sets beside the threads backend: C++, over gloo's TCP transport.
 $(BUILD)/gloo_allreduce: bench/gloo_allreduce.cc
 	$(need)
@@ -250,6 +257,7 @@ CLANG_OBJS := $(patsubst %.c,$(BUILD)/clang/%.o,$(wildcard examples/*.c bench/*.
 $(foreach o,$(CLANG_OBJS),$(eval NEEDS.$o := clang mpi))
 NEEDS.$(BUILD)/clang/examples/operator_parallel.o := clang mpi openblas zlib
 NEEDS.$(BUILD)/clang/examples/sk_sim.o := clang mpi openblas zlib jansson
+NEEDS.$(BUILD)/clang/bench/search_perf.o := clang mpi jansson
 $(BUILD)/clang/examples/%.o: examples/%.c $(wildcard examples/*.h) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
