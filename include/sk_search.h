@@ -15,14 +15,18 @@
      edges; each operator it reaches takes the candidate with the least sum of its own cost, its
      inputs' dataset moves and the edges to the operators already decided (so one reached from
      several sides weighs every side decided so far); ties go to the earlier candidate.
-   sk_search_recursive (recursive_programming, D-Rec) -- one round per prime factor of the
-     device count, largest first (4096: twelve rounds of 2; 12: a round of 3, then two of 2):
-     every operator starts whole; in each round the operators, heaviest (forward FLOPs) first,
-     each cut one joint dim whose remaining extent the round's factor divides, choosing the dim
-     with the least own cost plus the edges to operators already decided in this round (and to
-     configured ones) plus its inputs' dataset moves; an operator with no dim left repeats over
-     the rest. Then a memory check: the plan's bytes per device (sk_search_plan_memory) against
-     desc.device_memory. The final strategies are appended to the candidate lists when absent.
+   sk_search_recursive (recursive_programming, D-Rec) -- the operators that compute (the MatMul
+     family and Gather; every unconfigured one when there are none) are partitioned in one round
+     per prime factor of the device count, largest first (4096: twelve rounds of 2; 12: a round
+     of 3, then two of 2): each starts whole; in each round they are visited heaviest (forward
+     FLOPs) first and each cuts one joint dim whose remaining extent the round's factor divides,
+     choosing the dim with the least own cost plus the edges to operators already decided in this
+     round (and to configured ones) plus its inputs' dataset moves; one with no dim left repeats
+     over the rest. The other operators (eliminated from MindSpore's recursive graph) then take
+     their strategies by the propagation above, from the partitioned and configured ones. Last a
+     memory check: the plan's bytes per device (sk_search_plan_memory) against
+     desc.device_memory. The partitioned strategies are appended to the candidate lists when
+     absent.
    sk_search_exhaustive -- the least plan cost over every combination of candidates, exactly: a
      dynamic programme over the operators in graph order whose state is the candidates of the
      operators decided so far that still have an undecided neighbour (the frontier). It first
@@ -117,8 +121,9 @@ static bool sk__se_reads_input(const sk_graph *g, int o) {
   return false;
 }
 
-SK_API sk_result sk_search_propagate(sk_search_model *m, int *choice, sk_error *err) {
-  if (!m || !m->graph || !choice) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: propagate: NULL argument");
+/* The walk, from the operators `fixed` marks (their choice set): each, in the graph's order,
+   then the network's inputs, then whatever no edge reached. */
+static sk_result sk__se_propagate(sk_search_model *m, int *choice, const bool *fixed, sk_error *err) {
   sk_result r = sk_search_model_candidates(m, err);
   if (r) return r;
   int n = m->graph->nops;
@@ -129,14 +134,21 @@ SK_API sk_result sk_search_propagate(sk_search_model *m, int *choice, sk_error *
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the propagation");
   }
   for (int o = 0; o < n; o++)
-    if (m->configured[o]) choice[o] = 0, w.cur[o] = &m->cands[o][0], w.decided[o] = true;
+    if (fixed[o]) w.cur[o] = &m->cands[o][choice[o]], w.decided[o] = true;
   for (int o = 0; o < n; o++)
-    if (m->configured[o]) sk__se_spread(&w, o);
+    if (fixed[o]) sk__se_spread(&w, o);
   for (int pass = 0; pass < 2; pass++) /* from the dataset, then from what no edge reached */
     for (int o = 0; o < n; o++)
       if (!w.decided[o] && (pass == 1 || sk__se_reads_input(m->graph, o))) sk__se_choose(&w, o), sk__se_spread(&w, o);
   free(w.queue), free(w.decided), free(w.cur);
   return SK_OK;
+}
+
+SK_API sk_result sk_search_propagate(sk_search_model *m, int *choice, sk_error *err) {
+  if (!m || !m->graph || !choice) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: propagate: NULL argument");
+  for (int o = 0; o < m->graph->nops; o++)
+    if (m->configured[o]) choice[o] = 0;
+  return sk__se_propagate(m, choice, m->configured, err);
 }
 
 /* ---- recursive programming (D-Rec) ------------------------------------------------------------- */
@@ -150,6 +162,14 @@ static int sk__se_primes(int n, int *f) { /* largest first */
     f[i] = f[k - 1 - i], f[k - 1 - i] = t;
   }
   return k;
+}
+
+/* The operators D-Rec partitions, as MindSpore's recursive graph keeps them: those that contract
+   (the MatMul family) and Gather; the ones that only pass a tensor on are eliminated there and
+   take their strategies from their neighbours afterwards. */
+static bool sk__se_computes(const sk_graph *g, int o) {
+  sk_op_kind k = g->ops[o].desc.kind;
+  return k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE || k == SK_OP_GATHER;
 }
 
 static double sk__se_weight(const sk_graph *g, int o) {
@@ -168,6 +188,7 @@ typedef struct sk__se_ranked {
 
 typedef struct sk__se_drec {
   sk_search_model *m;
+  bool *rec; /* the operators the rounds partition (the others follow by propagation) */
   sk_search_cand *state; /* [nops]: each operator's strategy so far */
   sk_search_cand **cur;
   bool *decided;
@@ -204,10 +225,8 @@ static void sk__se_cut(sk__se_drec *d, int o, int factor) {
 static sk_result sk__se_adopt(sk__se_drec *d, int *choice, sk_error *err) {
   sk_search_model *m = d->m;
   for (int o = 0; o < m->graph->nops; o++) {
-    if (m->configured[o]) {
-      choice[o] = 0;
-      continue;
-    }
+    if (m->configured[o]) choice[o] = 0;
+    if (!d->rec[o]) continue;
     int found = -1;
     for (int c = 0; c < m->ncands[o] && found < 0; c++)
       if (!memcmp(m->cands[o][c].joint, d->state[o].joint, sizeof d->state[o].joint)) found = c;
@@ -225,12 +244,13 @@ static sk_result sk__se_adopt(sk__se_drec *d, int *choice, sk_error *err) {
 static sk_result sk__se_drec_start(sk__se_drec *d, sk_error *err) {
   sk_search_model *m = d->m;
   const sk_graph *g = m->graph;
+  bool any = false;
+  for (int o = 0; o < g->nops; o++) any = any || (!m->configured[o] && sk__se_computes(g, o));
   for (int o = 0; o < g->nops; o++) {
     d->order[o].op = o, d->order[o].weight = sk__se_weight(g, o);
-    if (m->configured[o]) {
-      d->state[o] = m->cands[o][0];
-      continue;
-    }
+    d->rec[o] = !m->configured[o] && (!any || sk__se_computes(g, o));
+    if (m->configured[o]) d->state[o] = m->cands[o][0];
+    if (!d->rec[o]) continue; /* the others are never decided in a round: their state is not read */
     int whole[SK_SEARCH_MAX_JOINT];
     for (int e = 0; e < SK_SEARCH_MAX_JOINT; e++) whole[e] = 1;
     sk_error e;
@@ -250,9 +270,11 @@ static sk_result sk__se_drec_run(sk__se_drec *d, int *choice, sk_error *err) {
   for (int k = 0; k < rounds; k++) {
     for (int o = 0; o < n; o++) d->decided[o] = m->configured[o];
     for (int i = 0; i < n; i++)
-      if (!m->configured[d->order[i].op]) sk__se_cut(d, d->order[i].op, factors[k]);
+      if (d->rec[d->order[i].op]) sk__se_cut(d, d->order[i].op, factors[k]);
   }
   if (!r) r = sk__se_adopt(d, choice, err);
+  for (int o = 0; o < n; o++) d->rec[o] = d->rec[o] || m->configured[o]; /* fixed for the propagation */
+  if (!r) r = sk__se_propagate(m, choice, d->rec, err);
   double bytes = r ? 0 : sk_search_plan_memory(m, choice);
   if (!r && m->desc.device_memory > 0 && bytes > m->desc.device_memory)
     r = sk__fail(err, SK_ERR_INVALID_ARGUMENT,
@@ -270,9 +292,11 @@ SK_API sk_result sk_search_recursive(sk_search_model *m, int *choice, sk_error *
   d.cur = (sk_search_cand **)calloc(n, sizeof *d.cur);
   d.decided = (bool *)calloc(n, sizeof *d.decided);
   d.order = (sk__se_ranked *)calloc(n, sizeof *d.order);
-  sk_result r = d.state && d.cur && d.decided && d.order ? sk__se_drec_run(&d, choice, err)
-                                                          : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec");
-  free(d.state), free(d.cur), free(d.decided), free(d.order);
+  d.rec = (bool *)calloc(n, sizeof *d.rec);
+  sk_result r = d.state && d.cur && d.decided && d.order && d.rec
+                    ? sk__se_drec_run(&d, choice, err)
+                    : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec");
+  free(d.state), free(d.cur), free(d.decided), free(d.order), free(d.rec);
   return r;
 }
 
