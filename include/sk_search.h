@@ -15,13 +15,14 @@
      edges; each operator it reaches takes the candidate with the least sum of its own cost, its
      inputs' dataset moves and the edges to the operators already decided (so one reached from
      several sides weighs every side decided so far); ties go to the earlier candidate.
-   sk_search_recursive (recursive_programming, D-Rec) -- the operators that compute (the MatMul
-     family and Gather; every unconfigured one when there are none) are partitioned in one round
+   sk_search_recursive (recursive_programming, D-Rec) -- the operators that contract (the MatMul
+     family; every unconfigured one when there are none) are partitioned in one round
      per prime factor of the device count, largest first (4096: twelve rounds of 2; 12: a round
      of 3, then two of 2): each starts whole; in each round they are visited heaviest (forward
      FLOPs) first and each cuts one joint dim whose remaining extent the round's factor divides,
      choosing the dim with the least own cost plus the edges to operators already decided in this
-     round (and to configured ones) plus its inputs' dataset moves; one with no dim left repeats
+     round (and to configured ones; two partitioned operators joined through shape-keeping
+     element-wise operators count as neighbours) plus its inputs' dataset moves; one with no dim left repeats
      over the rest. The other operators (eliminated from MindSpore's recursive graph) then take
      their strategies by the propagation above, from the partitioned and configured ones. Last a
      memory check: the plan's bytes per device (sk_search_plan_memory) against
@@ -164,12 +165,13 @@ static int sk__se_primes(int n, int *f) { /* largest first */
   return k;
 }
 
-/* The operators D-Rec partitions, as MindSpore's recursive graph keeps them: those that contract
-   (the MatMul family) and Gather; the ones that only pass a tensor on are eliminated there and
-   take their strategies from their neighbours afterwards. */
+/* The operators D-Rec partitions: those that contract (the MatMul family), whose cuts decide a
+   network's communication; the others take their strategies from them afterwards, as the
+   operators MindSpore's recursive graph eliminates do. (A Gather partitioned on its own cuts the
+   embedding's hidden dim, where nothing is replicated, and every layer after it pays the move.) */
 static bool sk__se_computes(const sk_graph *g, int o) {
   sk_op_kind k = g->ops[o].desc.kind;
-  return k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE || k == SK_OP_GATHER;
+  return k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE;
 }
 
 static double sk__se_weight(const sk_graph *g, int o) {
@@ -186,9 +188,18 @@ typedef struct sk__se_ranked {
   int op;
 } sk__se_ranked;
 
+/* A tensor from one partitioned operator's output to another's input through operators
+   eliminated from the recursive graph that keep its shape (element-wise ones): MindSpore's
+   recursive graph joins the two directly. */
+typedef struct sk__se_link {
+  int src, src_slot, dst, dst_slot, tensor;
+} sk__se_link;
+
 typedef struct sk__se_drec {
   sk_search_model *m;
   bool *rec; /* the operators the rounds partition (the others follow by propagation) */
+  sk__se_link *links;
+  int nlinks;
   sk_search_cand *state; /* [nops]: each operator's strategy so far */
   sk_search_cand **cur;
   bool *decided;
@@ -199,6 +210,57 @@ static int sk__se_heavier(const void *a, const void *b) { /* heaviest first; the
   const sk__se_ranked *x = (const sk__se_ranked *)a, *y = (const sk__se_ranked *)b;
   if (x->weight != y->weight) return x->weight > y->weight ? -1 : 1;
   return (x->op > y->op) - (x->op < y->op);
+}
+
+/* Whether operator o passes input 0's shape through unchanged, element by element. */
+static bool sk__se_passes(const sk_graph *g, int o) {
+  const sk_graph_op *op = &g->ops[o];
+  switch (op->desc.kind) {
+    case SK_OP_RELU: case SK_OP_GELU: case SK_OP_TANH: case SK_OP_CAST: case SK_OP_DROPOUT: case SK_OP_ADD:
+    case SK_OP_SUB: case SK_OP_MUL: case SK_OP_DIV: case SK_OP_POW: case SK_OP_BIAS_ADD: case SK_OP_PRELU:
+    case SK_OP_SOFTMAX: case SK_OP_LOG_SOFTMAX: case SK_OP_L2_NORMALIZE: case SK_OP_LAYER_NORM: break;
+    default: return false;
+  }
+  const sk_graph_tensor *x = &g->tensors[op->inputs[0]], *y = &g->tensors[op->outputs[0]];
+  return x->ndims == y->ndims && !memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndims);
+}
+
+/* The links between partitioned operators: each input of one, followed back through eliminated
+   shape-keeping operators to another's output. */
+static sk_result sk__se_links(sk__se_drec *d, sk_error *err) {
+  const sk_graph *g = d->m->graph;
+  int cap = 0;
+  for (int o = 0; o < g->nops; o++) cap += g->ops[o].ninputs;
+  d->links = (sk__se_link *)calloc((size_t)cap + 1, sizeof *d->links);
+  if (!d->links) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec");
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; d->rec[o] && k < g->ops[o].ninputs; k++) {
+      int t = g->ops[o].inputs[k], p = g->tensors[t].producer, hops = 0;
+      while (p >= 0 && !d->rec[p] && !d->m->configured[p] && g->tensors[t].output_index == 0 && sk__se_passes(g, p) &&
+             hops++ < g->nops)
+        t = g->ops[p].inputs[0], p = g->tensors[t].producer;
+      if (p < 0 || !d->rec[p] || t == g->ops[o].inputs[k]) continue; /* none, or a direct edge already */
+      sk__se_link l = {p, g->tensors[t].output_index, o, k, t};
+      d->links[d->nlinks++] = l;
+    }
+  return SK_OK;
+}
+
+/* The links of o to partitioned operators decided in this round. */
+static double sk__se_linked(sk__se_drec *d, int o, const sk_search_cand *c) {
+  double cost = 0;
+  for (int i = 0; i < d->nlinks; i++) {
+    const sk__se_link *l = &d->links[i];
+    int other = l->src == o ? l->dst : l->dst == o ? l->src : -1;
+    if (other < 0 || !d->decided[other]) continue;
+    const sk_search_sig *from = l->src == o ? &c->out[l->src_slot] : &d->cur[l->src]->out[l->src_slot];
+    const sk_search_sig *to = l->dst == o ? &c->in[l->dst_slot] : &d->cur[l->dst]->in[l->dst_slot];
+    const sk_graph_tensor *x = &d->m->graph->tensors[l->tensor];
+    int64_t n = sk_graph_numel(d->m->graph, l->tensor);
+    cost += sk_search_redist_cost(d->m, from, to, n, x->dtype, NULL);
+    if (d->m->needs_grad[l->tensor]) cost += sk_search_redist_cost(d->m, to, from, n, x->dtype, NULL);
+  }
+  return cost;
 }
 
 /* One round's step for operator o: cut the joint dim the factor divides that costs least. */
@@ -214,7 +276,7 @@ static void sk__se_cut(sk__se_drec *d, int o, int factor) {
     memcpy(joint, d->state[o].joint, sizeof joint);
     joint[e] *= factor;
     if (sk_search_eval(m, o, joint, &trial, NULL)) continue; /* the rule refuses this cut */
-    double cost = sk__se_against(m, o, &trial, d->decided, d->cur);
+    double cost = sk__se_against(m, o, &trial, d->decided, d->cur) + sk__se_linked(d, o, &trial);
     if (cost < best_cost) best_cost = cost, best = trial, found = true;
   }
   if (found) d->state[o] = best;
@@ -266,6 +328,7 @@ static sk_result sk__se_drec_run(sk__se_drec *d, int *choice, sk_error *err) {
   sk_search_model *m = d->m;
   int n = m->graph->nops, factors[32];
   sk_result r = sk__se_drec_start(d, err);
+  if (!r) r = sk__se_links(d, err);
   int rounds = r ? 0 : sk__se_primes(m->desc.ndevices, factors);
   for (int k = 0; k < rounds; k++) {
     for (int o = 0; o < n; o++) d->decided[o] = m->configured[o];
@@ -293,10 +356,11 @@ SK_API sk_result sk_search_recursive(sk_search_model *m, int *choice, sk_error *
   d.decided = (bool *)calloc(n, sizeof *d.decided);
   d.order = (sk__se_ranked *)calloc(n, sizeof *d.order);
   d.rec = (bool *)calloc(n, sizeof *d.rec);
+  d.links = NULL, d.nlinks = 0;
   sk_result r = d.state && d.cur && d.decided && d.order && d.rec
                     ? sk__se_drec_run(&d, choice, err)
                     : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec");
-  free(d.state), free(d.cur), free(d.decided), free(d.order), free(d.rec);
+  free(d.state), free(d.cur), free(d.decided), free(d.order), free(d.rec), free(d.links);
   return r;
 }
 
