@@ -1,0 +1,941 @@
+/* sk_search_cost.h, sk_search.h and the search modes of sk_parallel.h: the candidate strategies
+   (MatMul's factorisations, Softmax's axis, configured operators, too-small dims, 6 and 12
+   devices) against an independent enumeration; the redistribution cost against hand-derived
+   bytes and an element-by-element brute force; the exact search against a brute force over
+   every combination of candidates on seeded random MLPs (and its refusal); propagation and D-Rec
+   never below that optimum, configured operators kept, D-Rec on 4096 devices and its memory
+   check; every search mode compiled and trained on 8 thread devices against one device (the
+   recursive-programming network, f64); Dense with a split contraction dim and a bias; the
+   strategies printed; the refused arguments. */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime_harness.h" /* OK, E, net, OP, SHARD, runs against the single-device trainer */
+#include "shardkit.h"
+#include "sk_json.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* A call that must fail with SK_ERR_INVALID_ARGUMENT and a message holding `word`. */
+#define BAD(word, call)                                                                                   \
+  do {                                                                                                    \
+    sk_error e_;                                                                                          \
+    memset(&e_, 0, sizeof e_);                                                                            \
+    sk_result r_ = (call);                                                                                \
+    cr_assert_eq(r_, SK_ERR_INVALID_ARGUMENT, "%s returned %s (%s)", #call, sk_result_name(r_), e_.msg);  \
+    cr_assert(strstr(e_.msg, word) != NULL, "%s: message '%s' does not hold '%s'", #call, e_.msg, word); \
+  } while (0)
+
+#define RP_NET "examples/nets/recursive_programming.json"
+
+static sk_search_desc sdesc(int ndevices) {
+  sk_search_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = ndevices;
+  return d;
+}
+
+static int op_named(const sk_graph *g, const char *name) {
+  for (int o = 0; o < g->nops; o++)
+    if (!strcmp(g->ops[o].name, name)) return o;
+  cr_assert_fail("no operator '%s'", name);
+  return -1;
+}
+
+static void build_model(const sk_graph *g, const sk_search_desc *d, sk_search_model *m) {
+  OK(sk_search_model_build(g, d, m, E));
+}
+
+static double relerr(double a, double b) { return fabs(a - b) / (1 + fabs(b)); }
+
+/* x [b, k] (input) MatMul w [k, n] (parameter) -> the softmax loss against y [b]; the loss
+   configured whole on every device when whole_loss. */
+static void matmul_net(net *n, int64_t b, int64_t k, int64_t nn, bool whole_loss) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(b, k), 0);
+  int y = add_input(n, "y", SK_I32, 1, SH1(b), nn);
+  int w = add_param(n, "w", 2, SH2(k, nn), SK_INIT_XAVIER_UNIFORM, 0);
+  int z = add_op(n, OP("mm", SK_OP_MATMUL, x, w));
+  sk_graph_op loss = OP("loss", SK_OP_SOFTMAX_CE, z, y);
+  if (whole_loss) SHARD(loss, 0, 1, 1), SHARD(loss, 1, 1);
+  OK(sk_graph_set_loss(&n->g, add_op(n, loss), E));
+}
+
+/* ---- 1. candidates ------------------------------------------------------------------------ */
+
+/* Every (i, k, j) with i * k * j = N, each dividing its dim: the expected candidate set. */
+static int factorisations3(int N, int64_t a, int64_t b, int64_t c, int (*out)[3]) {
+  int n = 0;
+  for (int i = 1; i <= N; i++)
+    for (int k = 1; k <= N; k++)
+      for (int j = 1; j <= N; j++)
+        if (i * k * j == N && a % i == 0 && b % k == 0 && c % j == 0) out[n][0] = i, out[n][1] = k, out[n][2] = j, n++;
+  return n;
+}
+
+static void assert_matmul_candidates(int N, int64_t b, int64_t k, int64_t nn) {
+  static net n;
+  matmul_net(&n, b, k, nn, true);
+  sk_search_desc d = sdesc(N);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int mm = op_named(&n.g, "mm"), want[512][3];
+  int nwant = factorisations3(N, b, k, nn, want);
+  cr_assert_eq(m.ncands[mm], nwant, "MatMul [%lld,%lld]x[%lld,%lld] on %d: %d candidates, want %d", (long long)b,
+               (long long)k, (long long)k, (long long)nn, N, m.ncands[mm], nwant);
+  cr_assert_eq(m.njoint[mm], 3);
+  cr_assert(m.joint_size[mm][0] == b && m.joint_size[mm][1] == k && m.joint_size[mm][2] == nn);
+  for (int w = 0; w < nwant; w++) {
+    int found = 0;
+    for (int c = 0; c < m.ncands[mm]; c++) {
+      const sk_search_cand *s = &m.cands[mm][c];
+      if (s->joint[0] == want[w][0] && s->joint[1] == want[w][1] && s->joint[2] == want[w][2]) {
+        found++;
+        cr_assert_eq(s->kind, SK_SEARCH_CAND_STRATEGY);
+        cr_assert_eq(s->devices, N);
+        cr_assert_eq(s->ntuples, 2);
+        /* x (i, k), w (k, j) */
+        cr_assert(s->strategy[0][0] == want[w][0] && s->strategy[0][1] == want[w][1] && s->strategy[1][0] == want[w][1] &&
+                  s->strategy[1][1] == want[w][2], "candidate %d: ((%d,%d),(%d,%d))", c, s->strategy[0][0],
+                  s->strategy[0][1], s->strategy[1][0], s->strategy[1][1]);
+      }
+    }
+    cr_assert_eq(found, 1, "(%d,%d,%d) found %d times", want[w][0], want[w][1], want[w][2], found);
+  }
+  /* data parallel, the batch cut, comes first */
+  cr_assert_eq(m.cands[mm][0].joint[0], b % N == 0 ? N : m.cands[mm][0].joint[0]);
+  /* the configured loss: one candidate, its own */
+  int loss = op_named(&n.g, "loss");
+  cr_assert(m.configured[loss]);
+  cr_assert_eq(m.ncands[loss], 1);
+  cr_assert_eq(m.cands[loss][0].kind, SK_SEARCH_CAND_CONFIGURED);
+  cr_assert(!m.configured[mm]);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+Test(search, matmul_candidates_are_the_factorisations_of_8) {
+  /* 2^3 over three dims: C(5, 2) = 10 ways, all dividing 16, 32, 64 */
+  int want[64][3];
+  cr_assert_eq(factorisations3(8, 16, 32, 64, want), 10);
+  assert_matmul_candidates(8, 16, 32, 64);
+}
+
+Test(search, matmul_candidates_on_6_and_12_devices) {
+  int want[512][3];
+  cr_assert_eq(factorisations3(6, 12, 18, 24, want), 9); /* the 2 and the 3 each in one of 3 dims */
+  assert_matmul_candidates(6, 12, 18, 24);
+  assert_matmul_candidates(12, 12, 18, 24);
+  assert_matmul_candidates(12, 4, 9, 8); /* k = 9 takes no 2, only k takes a 3 */
+  cr_assert_eq(factorisations3(12, 4, 9, 8, want), 3); /* the 3 on k, the 4 over i and j */
+}
+
+Test(search, matmul_candidates_on_2_and_4_devices) {
+  assert_matmul_candidates(2, 16, 32, 64);
+  assert_matmul_candidates(4, 16, 32, 64);
+  assert_matmul_candidates(1, 16, 32, 64);
+}
+
+/* A Softmax over its last axis: never cut there. */
+Test(search, softmax_never_cuts_its_axis) {
+  static net n;
+  sk_graph_init(&n.g), n.nin = 0;
+  int x = add_input(&n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(&n, "y", SK_I32, 1, SH1(16), 8);
+  int w = add_param(&n, "w", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int h = add_op(&n, OP("mm", SK_OP_MATMUL, x, w));
+  int s = add_op(&n, OP("softmax", SK_OP_SOFTMAX, h));
+  OK(sk_graph_set_loss(&n.g, add_op(&n, OP("loss", SK_OP_SOFTMAX_CE, s, y)), E));
+  for (int N = 2; N <= 8; N *= 2) {
+    sk_search_desc d = sdesc(N);
+    sk_search_model m;
+    build_model(&n.g, &d, &m);
+    int o = op_named(&n.g, "softmax");
+    cr_assert_eq(m.njoint[o], 2);
+    /* cuts of (16, 8) with product N, the last dim whole: (N, 1) alone */
+    cr_assert_eq(m.ncands[o], 1, "%d devices: %d Softmax candidates", N, m.ncands[o]);
+    cr_assert_eq(m.cands[o][0].strategy[0][0], N);
+    cr_assert_eq(m.cands[o][0].strategy[0][1], 1);
+    for (int c = 0; c < m.ncands[o]; c++) cr_assert_eq(m.cands[o][c].joint[1], 1);
+    sk_search_model_free(&m);
+  }
+  sk_graph_free(&n.g);
+}
+
+/* Dims too small for every device: the largest device count that has a cut stands in. */
+Test(search, too_small_dims_fall_back_to_the_largest_product) {
+  static net n;
+  matmul_net(&n, 2, 2, 2, true);
+  sk_search_desc d = sdesc(16);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int mm = op_named(&n.g, "mm");
+  /* 16 has no cut of (2, 2, 2); 8 has exactly one: (2, 2, 2) */
+  cr_assert_eq(m.ncands[mm], 1);
+  cr_assert_eq(m.cands[mm][0].devices, 8);
+  cr_assert(m.cands[mm][0].joint[0] == 2 && m.cands[mm][0].joint[1] == 2 && m.cands[mm][0].joint[2] == 2);
+  sk_search_model_free(&m);
+  /* on 12 devices: 12 and 6 have no cut of (2,2,2) (a 3 divides nothing), 4 has three */
+  d = sdesc(12);
+  build_model(&n.g, &d, &m);
+  cr_assert_eq(m.ncands[mm], 3);
+  for (int c = 0; c < 3; c++) cr_assert_eq(m.cands[mm][c].devices, 4);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* ---- 2. redistribution --------------------------------------------------------------------- */
+
+static sk_search_sig sig2(int c0, int s0, int c1, int s1) {
+  sk_search_sig s;
+  memset(&s, 0, sizeof s);
+  s.ndims = 2, s.dim[0].count = c0, s.dim[0].stride = c0 > 1 ? s0 : 0, s.dim[1].count = c1, s.dim[1].stride = c1 > 1 ? s1 : 0;
+  return s;
+}
+
+/* A model on N devices (the redistribution cost needs only the device count and the link). */
+static void tiny_model(int N, sk_link_model link, sk_search_model *m, net *n) {
+  matmul_net(n, 16, 16, 16, false);
+  sk_search_desc d = sdesc(N);
+  d.link = link;
+  build_model(&n->g, &d, m);
+}
+
+/* The bytes the busiest device receives, element by element: on each rank, the elements of its
+   target block its source block lacks. */
+static double brute_redist(const sk_search_sig *from, const sk_search_sig *to, int64_t r0, int64_t r1, int N, size_t es) {
+  int64_t worst = 0;
+  for (int r = 0; r < N; r++) {
+    int64_t missing = 0;
+    for (int64_t i = 0; i < r0; i++)
+      for (int64_t j = 0; j < r1; j++) {
+        int64_t at[2] = {i, j}, ext[2] = {r0, r1};
+        bool in_to = true, in_from = true;
+        for (int d = 0; d < 2; d++) {
+          int ct = to->dim[d].count, cs = from->dim[d].count;
+          int64_t bt = ct > 1 ? (r / to->dim[d].stride) % ct : 0, bs = cs > 1 ? (r / from->dim[d].stride) % cs : 0;
+          in_to = in_to && at[d] / (ext[d] / ct) == bt;
+          in_from = in_from && at[d] / (ext[d] / cs) == bs;
+        }
+        missing += in_to && !in_from;
+      }
+    worst = missing > worst ? missing : worst;
+  }
+  return (double)worst * (double)es;
+}
+
+Test(search, redistribution_identical_cuts_cost_nothing) {
+  static net n;
+  sk_search_model m;
+  sk_link_model none = {0, 0};
+  tiny_model(2, none, &m, &n);
+  sk_search_sig a = sig2(2, 1, 1, 0);
+  double bytes = -1;
+  cr_assert_eq(sk_search_redist_cost(&m, &a, &a, 64, SK_F32, &bytes), 0);
+  cr_assert_eq(bytes, 0);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+Test(search, redistribution_bytes_by_hand) {
+  static net n;
+  sk_search_model m;
+  sk_link_model none = {0, 0};
+  tiny_model(2, none, &m, &n);
+  /* [8, 8] f32 (256 bytes) on 2 devices */
+  sk_search_sig rows = sig2(2, 1, 1, 0), whole = sig2(1, 0, 1, 0), cols = sig2(1, 0, 2, 1);
+  double bytes = -1;
+  /* (2,1) -> (1,1): the whole tensor wanted, half held: 128 bytes */
+  cr_assert_float_eq(sk_search_redist_cost(&m, &rows, &whole, 64, SK_F32, &bytes), 128, 1e-9);
+  cr_assert_float_eq(bytes, 128, 1e-9);
+  /* (1,1) -> (2,1): a slice of the whole, nothing to receive */
+  cr_assert_float_eq(sk_search_redist_cost(&m, &whole, &rows, 64, SK_F32, &bytes), 0, 1e-9);
+  /* (2,1) -> (1,2) (AllToAll): the target [8,4] (128 bytes), half of it held: 64 bytes */
+  cr_assert_float_eq(sk_search_redist_cost(&m, &rows, &cols, 64, SK_F32, &bytes), 64, 1e-9);
+  cr_assert_float_eq(sk_search_redist_cost(&m, &cols, &rows, 64, SK_F64, &bytes), 128, 1e-9); /* f64: twice */
+  /* a different number of dims: no cost (not comparable) */
+  sk_search_sig one = rows;
+  one.ndims = 1;
+  cr_assert_eq(sk_search_redist_cost(&m, &rows, &one, 64, SK_F32, NULL), 0);
+  cr_assert_eq(sk_search_redist_cost(NULL, &rows, &cols, 64, SK_F32, NULL), 0);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* The same counts in the transposed device order: (2 on stride 2, 2 on stride 1) against
+   (2 on stride 1, 2 on stride 2) on 4 devices. Rank 1 holds block (0, 1) and wants (1, 0):
+   its whole target slice, [4, 4] f32 = 64 bytes. */
+Test(search, redistribution_transposed_device_order_costs) {
+  static net n;
+  sk_search_model m;
+  sk_link_model none = {0, 0};
+  tiny_model(4, none, &m, &n);
+  sk_search_sig a = sig2(2, 2, 2, 1), b = sig2(2, 1, 2, 2);
+  double bytes = -1;
+  cr_assert_float_eq(sk_search_redist_cost(&m, &a, &b, 64, SK_F32, &bytes), 64, 1e-9);
+  cr_assert_float_eq(bytes, brute_redist(&a, &b, 8, 8, 4, 4), 1e-9);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* Link mode: alpha per peer plus the bytes over the bandwidth. */
+Test(search, redistribution_link_mode) {
+  static net n;
+  sk_search_model m;
+  sk_link_model link = {5, 10}; /* 5 us, 10 GB/s = 1e4 bytes per us */
+  tiny_model(2, link, &m, &n);
+  sk_search_sig rows = sig2(2, 1, 1, 0), whole = sig2(1, 0, 1, 0), cols = sig2(1, 0, 2, 1);
+  double bytes = -1;
+  /* one peer (the other half's holder): 5 + 128 / 1e4 */
+  cr_assert_float_eq(sk_search_redist_cost(&m, &rows, &whole, 64, SK_F32, &bytes), 5 + 128e-4, 1e-12);
+  cr_assert_float_eq(bytes, 128, 1e-9);
+  cr_assert_float_eq(sk_search_redist_cost(&m, &rows, &cols, 64, SK_F32, &bytes), 5 + 64e-4, 1e-12);
+  cr_assert_float_eq(bytes, 64, 1e-9);
+  cr_assert_eq(sk_search_redist_cost(&m, &whole, &rows, 64, SK_F32, &bytes), 0);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* Random valid cut pairs on 8 devices (a mesh of factors, each tensor dim on one axis or none)
+   against the element-by-element count. */
+Test(search, redistribution_matches_brute_force) {
+  static net n;
+  sk_search_model m;
+  sk_link_model none = {0, 0};
+  tiny_model(8, none, &m, &n);
+  static const int meshes[][3] = {{2, 2, 2}, {2, 4, 1}, {4, 2, 1}, {8, 1, 1}, {1, 8, 1}, {2, 1, 4}};
+  uint64_t s = 12345;
+  for (int trial = 0; trial < 400; trial++) {
+    sk_search_sig sg[2];
+    for (int k = 0; k < 2; k++) {
+      s = mix(s);
+      const int *mesh = meshes[s % 6];
+      int stride[3] = {mesh[1] * mesh[2], mesh[2], 1};
+      int ax0 = (int)((s >> 8) % 4) - 1, ax1 = (int)((s >> 16) % 4) - 1; /* -1: whole */
+      if (ax1 == ax0) ax1 = -1;
+      sg[k] = sig2(ax0 >= 0 ? mesh[ax0] : 1, ax0 >= 0 ? stride[ax0] : 0, ax1 >= 0 ? mesh[ax1] : 1, ax1 >= 0 ? stride[ax1] : 0);
+    }
+    double bytes = -1;
+    sk_search_redist_cost(&m, &sg[0], &sg[1], 8 * 16, SK_F32, &bytes);
+    double want = memcmp(&sg[0], &sg[1], sizeof sg[0]) ? brute_redist(&sg[0], &sg[1], 8, 16, 8, 4) : 0;
+    cr_assert_float_eq(bytes, want, 1e-9, "trial %d: (%d/%d, %d/%d) -> (%d/%d, %d/%d): %g bytes, brute force %g", trial,
+                       sg[0].dim[0].count, sg[0].dim[0].stride, sg[0].dim[1].count, sg[0].dim[1].stride, sg[1].dim[0].count,
+                       sg[1].dim[0].stride, sg[1].dim[1].count, sg[1].dim[1].stride, bytes, want);
+  }
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* ---- 3. random MLPs: exhaustive against brute force; propagation and D-Rec above it -------- */
+
+static int pick(uint64_t *s, int n) {
+  *s = mix(*s);
+  return (int)((*s >> 20) % (uint64_t)n);
+}
+
+/* A seeded chain of Dense / MatMul / ReLU / Add (of a bias parameter, or of an earlier output of
+   the same shape), then a MatMul to the classes and the softmax loss. Dims divide N's primes.
+   anchor (may be NULL): the operator of that name gets strategy `astrat` (2 tuples + bias). */
+static void random_mlp(net *n, uint64_t seed, int N, const char *anchor, const sk_search_cand *astrat) {
+  sk_graph_init(&n->g), n->nin = 0;
+  uint64_t s = seed;
+  int64_t sizes[2] = {N % 3 == 0 ? 12 : 8, N % 3 == 0 ? 24 : 16};
+  int64_t B = sizes[pick(&s, 2)], D = sizes[pick(&s, 2)], C = sizes[pick(&s, 2)];
+  int x = add_input(n, "x", SK_F32, 2, SH2(B, D), 0), y = add_input(n, "y", SK_I32, 1, SH1(B), C);
+  int h = x, prev = -1; /* prev: an earlier output of h's shape */
+  int64_t prevD = -1;
+  int layers = 2 + pick(&s, 2);
+  char name[32];
+  for (int l = 0; l < layers; l++) {
+    int kind = pick(&s, 4);
+    if (l == 0 && (kind == 2 || kind == 3)) kind = 0; /* start with a weight */
+    snprintf(name, sizeof name, "op%d", l);
+    sk_graph_op op;
+    char wn[32], bn[32];
+    snprintf(wn, sizeof wn, "w%d", l), snprintf(bn, sizeof bn, "b%d", l);
+    int64_t D2 = sizes[pick(&s, 2)];
+    if (kind == 0) {
+      int w = add_param(n, wn, 2, SH2(D2, D), SK_INIT_XAVIER_UNIFORM, 0), b = add_param(n, bn, 1, SH1(D2), SK_INIT_UNIFORM, 0.5);
+      op = OP(name, SK_OP_DENSE, h, w, b);
+    } else if (kind == 1) {
+      int w = add_param(n, wn, 2, SH2(D, D2), SK_INIT_XAVIER_UNIFORM, 0);
+      op = OP(name, SK_OP_MATMUL, h, w);
+    } else if (kind == 2) {
+      op = OP(name, SK_OP_RELU, h), D2 = D;
+    } else {
+      int other = prev >= 0 && prevD == D && h != x ? prev : add_param(n, bn, 1, SH1(D), SK_INIT_UNIFORM, 0.5);
+      op = OP(name, SK_OP_ADD, h, other), D2 = D;
+    }
+    if (anchor && !strcmp(anchor, name)) {
+      op.desc.has_strategy = true;
+      for (int k = 0; k < astrat->ntuples; k++)
+        for (int e = 0; e < astrat->len[k]; e++) op.desc.strategy[k][e] = astrat->strategy[k][e];
+    }
+    if (D2 == D && h != x) prev = h, prevD = D;
+    h = add_op(n, op), D = D2;
+  }
+  int u = add_param(n, "u", 2, SH2(D, C), SK_INIT_XAVIER_UNIFORM, 0);
+  int z = add_op(n, OP("head", SK_OP_MATMUL, h, u));
+  OK(sk_graph_set_loss(&n->g, add_op(n, OP("loss", SK_OP_SOFTMAX_CE, z, y)), E));
+  OK(sk_graph_set_eval(&n->g, z, y, E));
+}
+
+/* The least sk_search_plan_cost over every combination of candidates. */
+static double brute_force(sk_search_model *m, int *best) {
+  int n = m->graph->nops, *c = (int *)calloc((size_t)n, sizeof(int));
+  cr_assert_not_null(c);
+  double least = DBL_MAX, combos = 1;
+  for (int o = 0; o < n; o++) combos *= m->ncands[o];
+  cr_assert_leq(combos, 2e6, "brute force over %g combinations", combos);
+  for (;;) {
+    double cost = sk_search_plan_cost(m, c);
+    if (cost < least) least = cost, memcpy(best, c, sizeof(int) * (size_t)n);
+    int o = 0;
+    while (o < n && ++c[o] == m->ncands[o]) c[o++] = 0;
+    if (o == n) break;
+  }
+  free(c);
+  return least;
+}
+
+static const char *describe(const sk_graph *g, char *buf, size_t cap) {
+  size_t at = 0;
+  for (int o = 0; o < g->nops && at < cap; o++) {
+    const sk_graph_tensor *t = &g->tensors[g->ops[o].outputs[0]];
+    int w = snprintf(buf + at, cap - at, "%s%s:%s[%lld,%lld]", o ? " " : "", g->ops[o].name,
+                     sk_op_kind_name(g->ops[o].desc.kind), (long long)t->shape[0], (long long)(t->ndims > 1 ? t->shape[1] : 1));
+    at += w > 0 ? (size_t)w : 0;
+  }
+  return buf;
+}
+
+typedef struct search_costs {
+  double opt, prop, drec;
+} search_costs;
+
+/* The three searches and the brute force on one model; asserts their relations. */
+static search_costs check_searches(sk_search_model *m, const char *what) {
+  int n = m->graph->nops;
+  int *best = (int *)calloc((size_t)n, sizeof(int)), *ex = (int *)calloc((size_t)n, sizeof(int));
+  int *pr = (int *)calloc((size_t)n, sizeof(int)), *dr = (int *)calloc((size_t)n, sizeof(int));
+  cr_assert(best && ex && pr && dr);
+  search_costs sc;
+  double brute = brute_force(m, best);
+  OK(sk_search_exhaustive(m, ex, E));
+  sc.opt = sk_search_plan_cost(m, ex);
+  cr_assert(relerr(sc.opt, brute) <= 1e-12, "%s: exhaustive %.17g, brute force %.17g", what, sc.opt, brute);
+  OK(sk_search_propagate(m, pr, E));
+  sc.prop = sk_search_plan_cost(m, pr);
+  cr_assert(sc.prop >= brute * (1 - 1e-12), "%s: propagation %.17g below the optimum %.17g", what, sc.prop, brute);
+  OK(sk_search_recursive(m, dr, E)); /* may append its strategies to the lists: last */
+  sc.drec = sk_search_plan_cost(m, dr);
+  cr_assert(sc.drec >= brute * (1 - 1e-12), "%s: D-Rec %.17g below the optimum %.17g", what, sc.drec, brute);
+  for (int o = 0; o < n; o++) {
+    cr_assert(ex[o] >= 0 && ex[o] < m->ncands[o] && pr[o] >= 0 && pr[o] < m->ncands[o] && dr[o] >= 0 && dr[o] < m->ncands[o]);
+    if (m->configured[o]) cr_assert(ex[o] == 0 && pr[o] == 0 && dr[o] == 0, "%s: configured operator %d moved", what, o);
+  }
+  free(best), free(ex), free(pr), free(dr);
+  return sc;
+}
+
+static void random_round(sk_link_model link, double tflops) {
+  static const int counts[4] = {2, 4, 6, 8};
+  int nets = 0, prop_opt = 0, drec_opt = 0;
+  for (int ci = 0; ci < 4; ci++)
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+      static net n;
+      random_mlp(&n, seed * 7919 + (uint64_t)counts[ci], counts[ci], NULL, NULL);
+      sk_search_desc d = sdesc(counts[ci]);
+      d.link = link, d.device_tflops = tflops;
+      sk_search_model m;
+      build_model(&n.g, &d, &m);
+      char what[512], buf[400];
+      snprintf(what, sizeof what, "%d devices, seed %llu (%s)", counts[ci], (unsigned long long)seed, describe(&n.g, buf, sizeof buf));
+      search_costs sc = check_searches(&m, what);
+      nets++, prop_opt += relerr(sc.prop, sc.opt) <= 1e-12, drec_opt += relerr(sc.drec, sc.opt) <= 1e-12;
+      sk_search_model_free(&m);
+      sk_graph_free(&n.g);
+    }
+  cr_log_info("random MLPs (link %g us, %g GB/s, %g TFLOPS): %d networks; propagation optimal on %d, D-Rec on %d", link.alpha_us,
+              link.gbps, tflops, nets, prop_opt, drec_opt);
+}
+
+Test(search, exhaustive_equals_brute_force_bytes, .timeout = 120) {
+  sk_link_model none = {0, 0};
+  random_round(none, 0);
+}
+
+Test(search, exhaustive_equals_brute_force_link, .timeout = 120) {
+  sk_link_model link = {5, 25};
+  random_round(link, 10);
+}
+
+Test(search, exhaustive_refuses_naming_the_operator) {
+  static net n;
+  random_mlp(&n, 99, 8, NULL, NULL);
+  sk_search_desc d = sdesc(8);
+  d.exhaustive_limit = 1;
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int choice[16];
+  char want[SK_GRAPH_NAME_MAX + 32];
+  snprintf(want, sizeof want, "at operator '%s'", n.g.ops[0].name);
+  BAD(want, sk_search_exhaustive(&m, choice, E));
+  BAD("too large to search exactly", sk_search_exhaustive(&m, choice, E));
+  /* a limit just above the work passes */
+  m.desc.exhaustive_limit = 0;
+  OK(sk_search_exhaustive(&m, choice, E));
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* Configured operators keep their one candidate through every search, and the exact search
+   still equals the brute force around them. */
+Test(search, configured_operators_keep_their_strategies) {
+  static net n;
+  sk_graph_init(&n.g), n.nin = 0;
+  int x = add_input(&n, "x", SK_F32, 2, SH2(16, 16), 0), y = add_input(&n, "y", SK_I32, 1, SH1(16), 8);
+  int w1 = add_param(&n, "w1", 2, SH2(16, 32), SK_INIT_XAVIER_UNIFORM, 0);
+  int w2 = add_param(&n, "w2", 2, SH2(32, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  sk_graph_op fc1 = OP("fc1", SK_OP_MATMUL, x, w1);
+  SHARD(fc1, 0, 2, 2), SHARD(fc1, 1, 2, 2);
+  int h = add_op(&n, OP("relu", SK_OP_RELU, add_op(&n, fc1)));
+  int z = add_op(&n, OP("fc2", SK_OP_MATMUL, h, w2));
+  OK(sk_graph_set_loss(&n.g, add_op(&n, OP("loss", SK_OP_SOFTMAX_CE, z, y)), E));
+  sk_search_desc d = sdesc(8);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int o = op_named(&n.g, "fc1");
+  cr_assert(m.configured[o]);
+  cr_assert_eq(m.ncands[o], 1);
+  cr_assert_eq(m.cands[o][0].kind, SK_SEARCH_CAND_CONFIGURED);
+  char buf[64];
+  sk_search_format_strategy(&m, o, &m.cands[o][0], buf, sizeof buf);
+  cr_assert_str_eq(buf, "((2, 2), (2, 2))");
+  check_searches(&m, "fc1 configured ((2,2),(2,2))");
+  sk_search_model_free(&m);
+  /* through the compiler, in every search mode: fc1 as written, the others searched */
+  for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
+    sk_parallel_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.ndevices = 8, pd.mode = (sk_parallel_mode)mode;
+    sk_parallel_plan p;
+    OK(sk_parallel_compile(&n.g, &pd, &p, E));
+    cr_assert_not_null(p.searched);
+    cr_assert(!p.searched[o]);
+    cr_assert(p.searched[op_named(p.graph, "fc2")] && p.searched[op_named(p.graph, "relu")]);
+    const sk_op_desc *pdesc = &p.ops[o].desc;
+    cr_assert(pdesc->has_strategy && pdesc->strategy[0][0] == 2 && pdesc->strategy[0][1] == 2 && pdesc->strategy[1][0] == 2 &&
+              pdesc->strategy[1][1] == 2);
+    cr_assert_neq(p.graph, &n.g, "a search mode plans its own copy of the network");
+    cr_assert(!n.g.ops[op_named(&n.g, "fc2")].desc.has_strategy, "the caller's network is left as it was");
+    cr_assert_eq(p.nfallbacks, 0);
+    sk_parallel_free(&p);
+  }
+  sk_graph_free(&n.g);
+}
+
+/* The optimum's strategy on the heaviest operator as the network's own: the exact search then
+   finds the same optimum, and propagation from that anchor is never below it. */
+Test(search, propagation_from_the_optimums_anchor, .timeout = 60) {
+  for (uint64_t seed = 1; seed <= 8; seed++) {
+    static net n;
+    int N = seed % 2 ? 8 : 4;
+    random_mlp(&n, seed * 31 + 5, N, NULL, NULL);
+    sk_search_desc d = sdesc(N);
+    sk_search_model m;
+    build_model(&n.g, &d, &m);
+    int ex[16];
+    OK(sk_search_exhaustive(&m, ex, E));
+    double opt = sk_search_plan_cost(&m, ex);
+    /* the heaviest: the most multiply-adds among the MatMuls and Denses */
+    int heavy = -1;
+    double most = -1;
+    for (int o = 0; o < n.g.nops; o++) {
+      sk_op_kind k = n.g.ops[o].desc.kind;
+      if (k != SK_OP_MATMUL && k != SK_OP_DENSE) continue;
+      double f = (double)m.joint_size[o][0] * (double)m.joint_size[o][1] * (double)m.joint_size[o][2];
+      if (f > most) most = f, heavy = o;
+    }
+    cr_assert_geq(heavy, 0);
+    sk_search_cand anchor = m.cands[heavy][ex[heavy]];
+    char name[SK_GRAPH_NAME_MAX];
+    snprintf(name, sizeof name, "%s", n.g.ops[heavy].name);
+    sk_search_model_free(&m);
+    sk_graph_free(&n.g);
+    if (!strcmp(name, "head")) continue; /* the head is not one random_mlp can anchor */
+    random_mlp(&n, seed * 31 + 5, N, name, &anchor);
+    build_model(&n.g, &d, &m);
+    int a = op_named(&n.g, name), pr[16], ex2[16];
+    cr_assert(m.configured[a]);
+    OK(sk_search_exhaustive(&m, ex2, E));
+    double opt2 = sk_search_plan_cost(&m, ex2);
+    cr_assert(relerr(opt2, opt) <= 1e-12, "seed %llu: anchored at the optimum's %s, the optimum moved: %.17g, was %.17g",
+              (unsigned long long)seed, name, opt2, opt);
+    OK(sk_search_propagate(&m, pr, E));
+    cr_assert_eq(pr[a], 0);
+    double prop = sk_search_plan_cost(&m, pr);
+    cr_assert(prop >= opt * (1 - 1e-12));
+    cr_log_info("seed %llu on %d: anchored at %s, propagation %.6g, optimum %.6g", (unsigned long long)seed, N, name, prop, opt);
+    sk_search_model_free(&m);
+    sk_graph_free(&n.g);
+  }
+}
+
+/* D-Rec on 4096 devices: every operator's cuts use them all, or no joint dim takes another
+   factor its rule accepts. */
+Test(search, recursive_on_4096_devices, .timeout = 120) {
+  static net n;
+  sk_graph_init(&n.g), n.nin = 0;
+  int x = add_input(&n, "x", SK_F32, 2, SH2(64, 128), 0), y = add_input(&n, "y", SK_I32, 1, SH1(64), 16);
+  int w1 = add_param(&n, "w1", 2, SH2(128, 256), SK_INIT_XAVIER_UNIFORM, 0);
+  int w2 = add_param(&n, "w2", 2, SH2(256, 16), SK_INIT_XAVIER_UNIFORM, 0);
+  int h = add_op(&n, OP("relu", SK_OP_RELU, add_op(&n, OP("fc1", SK_OP_MATMUL, x, w1))));
+  int z = add_op(&n, OP("fc2", SK_OP_MATMUL, h, w2));
+  OK(sk_graph_set_loss(&n.g, add_op(&n, OP("loss", SK_OP_SOFTMAX_CE, z, y)), E));
+  sk_search_desc d = sdesc(4096);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int choice[8];
+  OK(sk_search_recursive(&m, choice, E));
+  int full = 0;
+  for (int o = 0; o < n.g.nops; o++) {
+    const sk_search_cand *c = &m.cands[o][choice[o]];
+    cr_assert_eq(4096 % c->devices, 0, "%s: %d devices", n.g.ops[o].name, c->devices);
+    int prod = 1;
+    for (int e = 0; e < m.njoint[o]; e++) prod *= c->joint[e];
+    cr_assert_eq(prod, c->devices);
+    if (c->devices == 4096) {
+      full++;
+      continue;
+    }
+    for (int e = 0; e < m.njoint[o]; e++) { /* exhausted: no dim takes another 2 */
+      if ((m.joint_size[o][e] / c->joint[e]) % 2) continue;
+      int joint[SK_SEARCH_MAX_JOINT];
+      memcpy(joint, c->joint, sizeof joint);
+      joint[e] *= 2;
+      sk_search_cand t;
+      sk_error e2;
+      cr_assert_neq(sk_search_eval(&m, o, joint, &t, &e2), SK_OK, "%s: %d devices, but joint dim %d takes another 2",
+                    n.g.ops[o].name, c->devices, e);
+    }
+  }
+  /* fc1 (64 x 128 x 256 = 2^21 cuts) and relu (64 x 256) can use every device */
+  cr_assert_eq(m.cands[op_named(&n.g, "fc1")][choice[op_named(&n.g, "fc1")]].devices, 4096);
+  cr_assert_eq(m.cands[op_named(&n.g, "relu")][choice[op_named(&n.g, "relu")]].devices, 4096);
+  cr_assert_geq(full, 2);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* D-Rec's memory check names the bytes the plan needs and the device's. */
+Test(search, recursive_memory_check_refuses) {
+  static net n;
+  matmul_net(&n, 16, 32, 64, false);
+  sk_search_desc d = sdesc(8);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int choice[4];
+  OK(sk_search_recursive(&m, choice, E));
+  double need = sk_search_plan_memory(&m, choice);
+  cr_assert_gt(need, 0);
+  sk_search_model_free(&m);
+  d.device_memory = need - 1;
+  build_model(&n.g, &d, &m);
+  char want[160];
+  snprintf(want, sizeof want, "the strategies need %.0f bytes per device, the device has %.0f", need, need - 1);
+  BAD(want, sk_search_recursive(&m, choice, E));
+  sk_search_model_free(&m);
+  d.device_memory = need; /* exactly enough */
+  build_model(&n.g, &d, &m);
+  OK(sk_search_recursive(&m, choice, E));
+  sk_search_model_free(&m);
+  /* through the compiler */
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.ndevices = 8, pd.mode = SK_PARALLEL_RECURSIVE_PROGRAMMING, pd.search.device_memory = 1;
+  sk_parallel_plan p;
+  BAD("out of memory", sk_parallel_compile(&n.g, &pd, &p, E));
+  sk_graph_free(&n.g);
+}
+
+/* Plan memory by hand: MatMul x [16,32] w [32,64] -> [16,64] and the loss, data parallel on 8
+   (the first candidates), f32. The MatMul's output slice [2,64] = 512 bytes, w whole 8192; the
+   loss outputs a scalar (4 bytes) and maybe more; its inputs are no parameters. */
+Test(search, plan_memory_by_hand) {
+  static net n;
+  matmul_net(&n, 16, 32, 64, true);
+  sk_search_desc d = sdesc(8);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int mm = op_named(&n.g, "mm"), loss = op_named(&n.g, "loss"), choice[2] = {0, 0};
+  cr_assert(m.cands[mm][0].joint[0] == 8 && m.cands[mm][0].joint[1] == 1 && m.cands[mm][0].joint[2] == 1);
+  double loss_out = m.cands[loss][0].out_bytes;
+  cr_assert_float_eq(m.cands[mm][0].out_bytes, 2 * 64 * 4, 1e-9);
+  cr_assert_float_eq(sk_search_plan_memory(&m, choice), 2 * 64 * 4 + 32 * 64 * 4 + loss_out, 1e-9);
+  /* (1, 8, 1): w cut by rows, [4, 64]; the output partial, whole [16, 64] */
+  for (int c = 0; c < m.ncands[mm]; c++)
+    if (m.cands[mm][c].joint[1] == 8) {
+      choice[mm] = c;
+      cr_assert_float_eq(sk_search_plan_memory(&m, choice), 16 * 64 * 4 + 4 * 64 * 4 + loss_out, 1e-9);
+      cr_assert_float_eq(m.cands[mm][c].memory, (16 * 4 + 4 * 64 + 16 * 64) * 4.0, 1e-9);
+    }
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* ---- 4. compile in every mode, train on 8 thread devices against one ---------------------- */
+
+static void load_rp(net *n) {
+  sk_graph_init(&n->g);
+  OK(sk_json_load_network(RP_NET, &n->g, E));
+  n->nin = 2, n->range[0] = 0, n->range[1] = 0; /* image, label: both f32 */
+}
+
+/* Writes op o's strategy as the plan holds it, independently of the library's printer. */
+static void expected_line(const sk_parallel_plan *p, int o, char *buf, size_t cap) {
+  const sk_op_desc *d = &p->ops[o].desc;
+  size_t at = (size_t)snprintf(buf, cap, "%s (", p->graph->ops[o].name);
+  int nt = d->has_strategy && d->nstrategies ? d->nstrategies : p->graph->ops[o].ninputs;
+  for (int k = 0; k < nt; k++) {
+    int len = d->has_strategy ? (d->strategy_len[k] ? d->strategy_len[k] : d->ndims[k]) : p->ops[o].plan.in[k].ndims;
+    at += (size_t)snprintf(buf + at, cap - at, "%s(", k ? ", " : "");
+    for (int e = 0; e < len; e++)
+      at += (size_t)snprintf(buf + at, cap - at, "%s%d", e ? ", " : "",
+                             d->has_strategy ? d->strategy[k][e] : sk_layout_split_count(&p->ops[o].plan.in[k], e));
+    at += (size_t)snprintf(buf + at, cap - at, "%s)", len == 1 ? "," : "");
+  }
+  snprintf(buf + at, cap - at, "%s)\n", nt == 1 ? "," : "");
+}
+
+static void assert_format_strategies(const sk_parallel_plan *p, const char *what) {
+  char text[4096], line[256], *at = text;
+  size_t len = sk_parallel_format_strategies(p, text, sizeof text);
+  cr_assert_lt(len, sizeof text);
+  cr_assert_eq(len, strlen(text));
+  cr_assert_eq(sk_parallel_format_strategies(p, NULL, 0), len, "snprintf convention");
+  for (int o = 0; o < p->graph->nops; o++) {
+    expected_line(p, o, line, sizeof line);
+    cr_assert(!strncmp(at, line, strlen(line)), "%s: line %d is '%.*s', want '%s'", what, o, (int)strcspn(at, "\n"), at, line);
+    at += strlen(line);
+  }
+  cr_assert_eq(*at, 0, "%s: more lines than operators: '%s'", what, at);
+}
+
+static void train_mode(sk_parallel_mode mode) {
+  static net n;
+  static run R;
+  load_rp(&n);
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.mode = mode;
+  run_init_knobs(&R, &n, 8, SK_F64, sgd(0.01), 5, &pd);
+  const char *what = sk_parallel_mode_name(mode);
+  cr_assert_eq(R.plan.nfallbacks, 0, "%s: %d fell back", what, R.plan.nfallbacks);
+  int searched = 0;
+  for (int o = 0; mode != SK_PARALLEL_SEMI_AUTO && o < R.plan.graph->nops; o++) {
+    bool getnext = R.plan.graph->ops[o].desc.kind == SK_OP_GET_NEXT || R.plan.graph->ops[o].desc.kind == SK_OP_VIRTUAL_DATASET;
+    cr_assert(R.plan.searched[o] || getnext, "%s: '%s' not searched", what, R.plan.graph->ops[o].name);
+    searched += R.plan.searched[o];
+    if (R.plan.searched[o]) cr_assert(R.plan.ops[o].desc.has_strategy, "%s: '%s' searched without a strategy", what, R.plan.graph->ops[o].name);
+  }
+  if (mode != SK_PARALLEL_SEMI_AUTO) cr_assert(R.plan.search_cost > 0 && R.plan.search_ms >= 0);
+  else cr_assert_null(R.plan.searched);
+  assert_format_strategies(&R.plan, what);
+  char text[4096];
+  sk_parallel_format_strategies(&R.plan, text, sizeof text);
+  cr_log_info("%s on 8 devices (cost %g, %d searched):\n%s", what, R.plan.search_cost, searched, text);
+  run_world(&R);
+  expect_all_ok(&R, what);
+  errs m = against_trainer(&R, TOL64, what);
+  cr_log_info("%s: 8 devices vs one, 5 steps f64: losses within %.3g, parameters within %.3g", what, m.loss, m.param);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+Test(search, train_semi_auto_rp_net, .timeout = RT_TIMEOUT) { train_mode(SK_PARALLEL_SEMI_AUTO); }
+Test(search, train_sharding_propagation_rp_net, .timeout = RT_TIMEOUT) { train_mode(SK_PARALLEL_SHARDING_PROPAGATION); }
+Test(search, train_recursive_programming_rp_net, .timeout = RT_TIMEOUT) { train_mode(SK_PARALLEL_RECURSIVE_PROGRAMMING); }
+Test(search, train_exhaustive_rp_net, .timeout = RT_TIMEOUT) { train_mode(SK_PARALLEL_EXHAUSTIVE); }
+
+/* The exhaustive plan of the network is the least of the three modes' costs. */
+Test(search, modes_costs_on_rp_net, .timeout = 120) {
+  static net n;
+  load_rp(&n);
+  double cost[4] = {0};
+  for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
+    sk_parallel_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.ndevices = 8, pd.mode = (sk_parallel_mode)mode;
+    sk_parallel_plan p;
+    OK(sk_parallel_compile(&n.g, &pd, &p, E));
+    cost[mode] = p.search_cost;
+    sk_parallel_free(&p);
+  }
+  cr_assert(cost[SK_PARALLEL_EXHAUSTIVE] <= cost[SK_PARALLEL_SHARDING_PROPAGATION] * (1 + 1e-12));
+  cr_assert(cost[SK_PARALLEL_EXHAUSTIVE] <= cost[SK_PARALLEL_RECURSIVE_PROGRAMMING] * (1 + 1e-12));
+  cr_log_info("rp net on 8: propagation %g, D-Rec %g, exhaustive %g", cost[1], cost[2], cost[3]);
+  sk_graph_free(&n.g);
+}
+
+Test(search, format_strategies_exact_lines) {
+  static net n;
+  sk_graph_init(&n.g), n.nin = 0;
+  int x = add_input(&n, "x", SK_F32, 2, SH2(16, 32), 0), y = add_input(&n, "y", SK_I32, 1, SH1(16), 8);
+  int w = add_param(&n, "w", 2, SH2(32, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  sk_graph_op mm = OP("mm", SK_OP_MATMUL, x, w);
+  SHARD(mm, 0, 2, 4), SHARD(mm, 1, 4, 1);
+  OK(sk_graph_set_loss(&n.g, add_op(&n, OP("loss", SK_OP_SOFTMAX_CE, add_op(&n, mm), y)), E));
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.ndevices = 8;
+  sk_parallel_plan p;
+  OK(sk_parallel_compile(&n.g, &pd, &p, E));
+  char text[256];
+  cr_assert_eq(sk_parallel_format_strategies(&p, text, sizeof text), strlen("mm ((2, 4), (4, 1))\nloss ((8, 1), (8,))\n"));
+  cr_assert_str_eq(text, "mm ((2, 4), (4, 1))\nloss ((8, 1), (8,))\n");
+  char small[8];
+  cr_assert_eq(sk_parallel_format_strategies(&p, small, sizeof small), strlen(text));
+  cr_assert_str_eq(small, "mm ((2,");
+  sk_parallel_free(&p);
+  cr_assert_eq(sk_parallel_format_strategies(NULL, text, sizeof text), 0);
+  cr_assert_str_eq(text, "");
+  sk_graph_free(&n.g);
+}
+
+/* ---- 5. Dense with a split contraction dim and a bias ------------------------------------- */
+
+/* x [16, 8] Dense (w [4, 8], b [4]) -> softmax loss; strategy ((a, k), (1, k), (1,)). */
+static void build_dense_bias(net *n, int a, int k) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(4, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  int b = add_param(n, "b", 1, SH1(4), SK_INIT_UNIFORM, 0.5);
+  sk_graph_op fc = OP("fc", SK_OP_DENSE, x, w, b);
+  SHARD(fc, 0, a, k), SHARD(fc, 1, 1, k), SHARD(fc, 2, 1);
+  int z = add_op(n, fc);
+  OK(sk_graph_set_loss(&n->g, add_op(n, OP("loss", SK_OP_SOFTMAX_CE, z, y)), E));
+  OK(sk_graph_set_eval(&n->g, z, y, E));
+}
+
+static void dense_bias_case(int N, int a, int k) {
+  static net n;
+  static run R;
+  char what[96];
+  snprintf(what, sizeof what, "Dense ((%d,%d),(1,%d),(1,)) on %d devices", a, k, k, N);
+  build_dense_bias(&n, a, k);
+  run_init(&R, &n, N, SK_F64, sgd(0.5), 5);
+  cr_assert_eq(R.plan.nfallbacks, 0, "%s fell back", what);
+  char text[256], want[128];
+  sk_parallel_format_strategies(&R.plan, text, sizeof text);
+  snprintf(want, sizeof want, "fc ((%d, %d), (1, %d), (1,))\n", a, k, k);
+  cr_assert(!strncmp(text, want, strlen(want)), "%s: '%s'", what, text);
+  /* the facts: the bias on the first contraction part only */
+  int fc = op_named(&n.g, "fc"), with_bias = 0;
+  for (int r = 0; r < N; r++) {
+    sk_exec_facts f;
+    OK(sk_parallel_facts(&R.plan, fc, r, &f, E));
+    with_bias += !f.skip_bias;
+  }
+  cr_assert_eq(with_bias, N / k, "%s: %d devices add the bias, want %d", what, with_bias, N / k);
+  run_world(&R);
+  expect_all_ok(&R, what);
+  errs m = against_trainer(&R, TOL64, what);
+  cr_log_info("%s: losses within %.3g", what, m.loss);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+Test(search, dense_split_contraction_bias_2, .timeout = RT_TIMEOUT) { dense_bias_case(2, 1, 2); }
+Test(search, dense_split_contraction_bias_4, .timeout = RT_TIMEOUT) {
+  dense_bias_case(4, 1, 2); /* two of the four repeat */
+  dense_bias_case(4, 1, 4);
+  dense_bias_case(4, 2, 2);
+}
+
+/* ---- 6. errors and names ------------------------------------------------------------------ */
+
+Test(search, null_and_bad_arguments) {
+  static net n;
+  matmul_net(&n, 16, 32, 64, false);
+  sk_search_desc d = sdesc(8);
+  sk_search_model m;
+  int choice[4];
+  BAD("NULL", sk_search_model_build(NULL, &d, &m, E));
+  BAD("NULL", sk_search_model_build(&n.g, NULL, &m, E));
+  BAD("NULL", sk_search_model_build(&n.g, &d, NULL, E));
+  d.ndevices = 0;
+  BAD("0 devices", sk_search_model_build(&n.g, &d, &m, E));
+  d.ndevices = SK_MAX_DEVICES + 1;
+  BAD("devices", sk_search_model_build(&n.g, &d, &m, E));
+  d = sdesc(8), d.link.gbps = -1;
+  BAD("negative", sk_search_model_build(&n.g, &d, &m, E));
+  d = sdesc(8), d.device_memory = -1;
+  BAD("negative", sk_search_model_build(&n.g, &d, &m, E));
+  BAD("NULL", sk_search_propagate(NULL, choice, E));
+  BAD("NULL", sk_search_recursive(NULL, choice, E));
+  BAD("NULL", sk_search_exhaustive(NULL, choice, E));
+  d = sdesc(8);
+  build_model(&n.g, &d, &m);
+  BAD("NULL", sk_search_propagate(&m, NULL, E));
+  BAD("NULL", sk_search_recursive(&m, NULL, E));
+  BAD("NULL", sk_search_exhaustive(&m, NULL, E));
+  sk_search_cand c;
+  int joint[SK_SEARCH_MAX_JOINT] = {1, 1, 1};
+  BAD("out of range", sk_search_eval(&m, 5, joint, &c, E));
+  BAD("out of range", sk_search_eval(&m, -1, joint, &c, E));
+  BAD("out of range", sk_search_apply(&m, 9, &m.cands[0][0], &n.g.ops[0].desc, E));
+  joint[0] = 3; /* 3 does not divide 16 on 8 devices */
+  cr_assert_neq(sk_search_eval(&m, 0, joint, &c, NULL), SK_OK);
+  cr_assert_eq(sk_search_edge_cost(&m, -1, 0, 0), 0);
+  cr_assert_eq(sk_search_edge_cost(&m, 0, 999, 0), 0);
+  cr_assert_eq(sk_search_input_cost(&m, 99, 0), 0);
+  cr_assert_eq(sk_search_plan_cost(&m, NULL), 0);
+  cr_assert_eq(sk_search_plan_memory(NULL, choice), 0);
+  char buf[8] = "x";
+  cr_assert_eq(sk_search_format_strategy(&m, 99, &m.cands[0][0], buf, sizeof buf), 0);
+  cr_assert_str_eq(buf, "");
+  sk_search_model_free(&m);
+  sk_search_model_free(&m); /* twice: zeroed */
+  sk_search_model_free(NULL);
+  /* the compiler: an unknown mode, an exhaustive refusal (the plan left empty) */
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.ndevices = 8, pd.mode = (sk_parallel_mode)7;
+  sk_parallel_plan p;
+  BAD("unknown parallel_mode 7", sk_parallel_compile(&n.g, &pd, &p, E));
+  pd.mode = (sk_parallel_mode)-1;
+  BAD("unknown parallel_mode", sk_parallel_compile(&n.g, &pd, &p, E));
+  pd.mode = SK_PARALLEL_EXHAUSTIVE, pd.search.exhaustive_limit = 1;
+  BAD("at operator 'mm'", sk_parallel_compile(&n.g, &pd, &p, E));
+  cr_assert(!p.ops && !p.searched && !p.micro_graph, "a refused compile leaves the plan empty");
+  pd.search.exhaustive_limit = 0;
+  OK(sk_parallel_compile(&n.g, &pd, &p, E));
+  sk_parallel_free(&p);
+  cr_assert_str_eq(sk_parallel_mode_name(SK_PARALLEL_SEMI_AUTO), "semi_auto");
+  cr_assert_str_eq(sk_parallel_mode_name(SK_PARALLEL_SHARDING_PROPAGATION), "sharding_propagation");
+  cr_assert_str_eq(sk_parallel_mode_name(SK_PARALLEL_RECURSIVE_PROGRAMMING), "recursive_programming");
+  cr_assert_str_eq(sk_parallel_mode_name(SK_PARALLEL_EXHAUSTIVE), "exhaustive");
+  cr_assert_str_eq(sk_parallel_mode_name((sk_parallel_mode)4), "?");
+  sk_graph_free(&n.g);
+}
+
+/* sk_search_format_strategy: tuple syntax, one-entry tuples with a comma, DEFAULT "None". */
+Test(search, format_strategy_tuples) {
+  static net n;
+  matmul_net(&n, 16, 32, 64, false);
+  sk_search_desc d = sdesc(8);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int mm = op_named(&n.g, "mm"), loss = op_named(&n.g, "loss");
+  char buf[64];
+  cr_assert_eq(sk_search_format_strategy(&m, mm, &m.cands[mm][0], buf, sizeof buf), strlen("((8, 1), (1, 1))"));
+  cr_assert_str_eq(buf, "((8, 1), (1, 1))");
+  sk_search_format_strategy(&m, loss, &m.cands[loss][0], buf, sizeof buf);
+  cr_assert_str_eq(buf, "((8, 1), (8,))");
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
