@@ -4,9 +4,10 @@
    bytes and an element-by-element brute force; the exact search against a brute force over
    every combination of candidates on seeded random MLPs (and its refusal); propagation and D-Rec
    never below that optimum, configured operators kept, D-Rec on 4096 devices and its memory
-   check; every search mode compiled and trained on 8 thread devices against one device (the
-   recursive-programming network, f64); Dense with a split contraction dim and a bias; the
-   strategies printed; the refused arguments. */
+   check; plan memory by hand; every search mode compiled from examples/nets/
+   recursive_programming.json and trained on 8 thread devices against one device (f64); the
+   strategies printed; the refused arguments. The runs that need no JSON are in
+   tests/test_search_runtime.c (also under TSan); the helpers both share, tests/search_nets.h. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
@@ -15,42 +16,13 @@
 #include <string.h>
 
 #include "runtime_harness.h" /* OK, E, net, OP, SHARD, runs against the single-device trainer */
+#include "search_nets.h"     /* BAD, random MLPs, the brute force */
 #include "shardkit.h"
 #include "sk_json.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-/* A call that must fail with SK_ERR_INVALID_ARGUMENT and a message holding `word`. */
-#define BAD(word, call)                                                                                   \
-  do {                                                                                                    \
-    sk_error e_;                                                                                          \
-    memset(&e_, 0, sizeof e_);                                                                            \
-    sk_result r_ = (call);                                                                                \
-    cr_assert_eq(r_, SK_ERR_INVALID_ARGUMENT, "%s returned %s (%s)", #call, sk_result_name(r_), e_.msg);  \
-    cr_assert(strstr(e_.msg, word) != NULL, "%s: message '%s' does not hold '%s'", #call, e_.msg, word); \
-  } while (0)
-
 #define RP_NET "examples/nets/recursive_programming.json"
-
-static sk_search_desc sdesc(int ndevices) {
-  sk_search_desc d;
-  memset(&d, 0, sizeof d);
-  d.ndevices = ndevices;
-  return d;
-}
-
-static int op_named(const sk_graph *g, const char *name) {
-  for (int o = 0; o < g->nops; o++)
-    if (!strcmp(g->ops[o].name, name)) return o;
-  cr_assert_fail("no operator '%s'", name);
-  return -1;
-}
-
-static void build_model(const sk_graph *g, const sk_search_desc *d, sk_search_model *m) {
-  OK(sk_search_model_build(g, d, m, E));
-}
-
-static double relerr(double a, double b) { return fabs(a - b) / (1 + fabs(b)); }
 
 /* x [b, k] (input) MatMul w [k, n] (parameter) -> the softmax loss against y [b]; the loss
    configured whole on every device when whole_loss. */
@@ -331,120 +303,6 @@ Test(search, redistribution_matches_brute_force) {
 
 /* ---- 3. random MLPs: exhaustive against brute force; propagation and D-Rec above it -------- */
 
-static int pick(uint64_t *s, int n) {
-  *s = mix(*s);
-  return (int)((*s >> 20) % (uint64_t)n);
-}
-
-/* A seeded chain of Dense / MatMul / ReLU / Add (of a bias parameter, or of an earlier output of
-   the same shape), then a MatMul to the classes and the softmax loss. Dims divide N's primes.
-   anchor (may be NULL): the operator of that name gets strategy `astrat` (2 tuples + bias). */
-static void random_mlp_dims(net *n, uint64_t seed, int64_t small, const char *anchor, const sk_search_cand *astrat) {
-  sk_graph_init(&n->g), n->nin = 0;
-  uint64_t s = seed;
-  int64_t sizes[2] = {small, 2 * small};
-  int64_t B = sizes[pick(&s, 2)], D = sizes[pick(&s, 2)], C = sizes[pick(&s, 2)];
-  int x = add_input(n, "x", SK_F32, 2, SH2(B, D), 0), y = add_input(n, "y", SK_I32, 1, SH1(B), C);
-  int h = x, prev = -1; /* prev: an earlier output of h's shape */
-  int64_t prevD = -1;
-  int layers = 2 + pick(&s, 2);
-  char name[32];
-  for (int l = 0; l < layers; l++) {
-    int kind = pick(&s, 4);
-    if (l == 0 && (kind == 2 || kind == 3)) kind = 0; /* start with a weight */
-    snprintf(name, sizeof name, "op%d", l);
-    sk_graph_op op;
-    char wn[32], bn[32];
-    snprintf(wn, sizeof wn, "w%d", l), snprintf(bn, sizeof bn, "b%d", l);
-    int64_t D2 = sizes[pick(&s, 2)];
-    if (kind == 0) {
-      int w = add_param(n, wn, 2, SH2(D2, D), SK_INIT_XAVIER_UNIFORM, 0), b = add_param(n, bn, 1, SH1(D2), SK_INIT_UNIFORM, 0.5);
-      op = OP(name, SK_OP_DENSE, h, w, b);
-    } else if (kind == 1) {
-      int w = add_param(n, wn, 2, SH2(D, D2), SK_INIT_XAVIER_UNIFORM, 0);
-      op = OP(name, SK_OP_MATMUL, h, w);
-    } else if (kind == 2) {
-      op = OP(name, SK_OP_RELU, h), D2 = D;
-    } else {
-      int other = prev >= 0 && prevD == D && h != x ? prev : add_param(n, bn, 1, SH1(D), SK_INIT_UNIFORM, 0.5);
-      op = OP(name, SK_OP_ADD, h, other), D2 = D;
-    }
-    if (anchor && !strcmp(anchor, name)) {
-      op.desc.has_strategy = true;
-      for (int k = 0; k < astrat->ntuples; k++)
-        for (int e = 0; e < astrat->len[k]; e++) op.desc.strategy[k][e] = astrat->strategy[k][e];
-    }
-    if (D2 == D && h != x) prev = h, prevD = D;
-    h = add_op(n, op), D = D2;
-  }
-  int u = add_param(n, "u", 2, SH2(D, C), SK_INIT_XAVIER_UNIFORM, 0);
-  int z = add_op(n, OP("head", SK_OP_MATMUL, h, u));
-  OK(sk_graph_set_loss(&n->g, add_op(n, OP("loss", SK_OP_SOFTMAX_CE, z, y)), E));
-  OK(sk_graph_set_eval(&n->g, z, y, E));
-}
-
-static void random_mlp(net *n, uint64_t seed, int N, const char *anchor, const sk_search_cand *astrat) {
-  random_mlp_dims(n, seed, N % 3 == 0 ? 12 : 8, anchor, astrat);
-}
-
-/* The least sk_search_plan_cost over every combination of candidates. */
-static double brute_force(sk_search_model *m, int *best) {
-  int n = m->graph->nops, *c = (int *)calloc((size_t)n, sizeof(int));
-  cr_assert_not_null(c);
-  double least = DBL_MAX, combos = 1;
-  for (int o = 0; o < n; o++) combos *= m->ncands[o];
-  cr_assert_leq(combos, 2e6, "brute force over %g combinations", combos);
-  for (;;) {
-    double cost = sk_search_plan_cost(m, c);
-    if (cost < least) least = cost, memcpy(best, c, sizeof(int) * (size_t)n);
-    int o = 0;
-    while (o < n && ++c[o] == m->ncands[o]) c[o++] = 0;
-    if (o == n) break;
-  }
-  free(c);
-  return least;
-}
-
-static const char *describe(const sk_graph *g, char *buf, size_t cap) {
-  size_t at = 0;
-  for (int o = 0; o < g->nops && at < cap; o++) {
-    const sk_graph_tensor *t = &g->tensors[g->ops[o].outputs[0]];
-    int w = snprintf(buf + at, cap - at, "%s%s:%s[%lld,%lld]", o ? " " : "", g->ops[o].name,
-                     sk_op_kind_name(g->ops[o].desc.kind), (long long)t->shape[0], (long long)(t->ndims > 1 ? t->shape[1] : 1));
-    at += w > 0 ? (size_t)w : 0;
-  }
-  return buf;
-}
-
-typedef struct search_costs {
-  double opt, prop, drec;
-} search_costs;
-
-/* The three searches and the brute force on one model; asserts their relations. */
-static search_costs check_searches(sk_search_model *m, const char *what) {
-  int n = m->graph->nops;
-  int *best = (int *)calloc((size_t)n, sizeof(int)), *ex = (int *)calloc((size_t)n, sizeof(int));
-  int *pr = (int *)calloc((size_t)n, sizeof(int)), *dr = (int *)calloc((size_t)n, sizeof(int));
-  cr_assert(best && ex && pr && dr);
-  search_costs sc;
-  double brute = brute_force(m, best);
-  OK(sk_search_exhaustive(m, ex, E));
-  sc.opt = sk_search_plan_cost(m, ex);
-  cr_assert(relerr(sc.opt, brute) <= 1e-12, "%s: exhaustive %.17g, brute force %.17g", what, sc.opt, brute);
-  OK(sk_search_propagate(m, pr, E));
-  sc.prop = sk_search_plan_cost(m, pr);
-  cr_assert(sc.prop >= brute * (1 - 1e-12), "%s: propagation %.17g below the optimum %.17g", what, sc.prop, brute);
-  OK(sk_search_recursive(m, dr, E)); /* may append its strategies to the lists: last */
-  sc.drec = sk_search_plan_cost(m, dr);
-  cr_assert(sc.drec >= brute * (1 - 1e-12), "%s: D-Rec %.17g below the optimum %.17g", what, sc.drec, brute);
-  for (int o = 0; o < n; o++) {
-    cr_assert(ex[o] >= 0 && ex[o] < m->ncands[o] && pr[o] >= 0 && pr[o] < m->ncands[o] && dr[o] >= 0 && dr[o] < m->ncands[o]);
-    if (m->configured[o]) cr_assert(ex[o] == 0 && pr[o] == 0 && dr[o] == 0, "%s: configured operator %d moved", what, o);
-  }
-  free(best), free(ex), free(pr), free(dr);
-  return sc;
-}
-
 static void random_round(sk_link_model link, double tflops) {
   static const int counts[4] = {2, 4, 6, 8};
   int nets = 0, prop_opt = 0, drec_opt = 0;
@@ -691,6 +549,37 @@ Test(search, plan_memory_by_hand) {
   sk_graph_free(&n.g);
 }
 
+/* A parameter an operator reads twice (Mul(w, w)) is stored once: on one device, the outputs
+   sq [16,16], fc [16,16], z [16,8] (f32) and the loss's, plus w [16,16] and u [16,8] once each.
+   Before the fix w was counted once per slot (1024 bytes more), so D-Rec's memory check refused
+   plans that fit. */
+Test(search, plan_memory_parameter_read_twice_counted_once) {
+  static net n;
+  sk_graph_init(&n.g), n.nin = 0;
+  int x = add_input(&n, "x", SK_F32, 2, SH2(16, 16), 0), y = add_input(&n, "y", SK_I32, 1, SH1(16), 8);
+  int w = add_param(&n, "w", 2, SH2(16, 16), SK_INIT_XAVIER_UNIFORM, 0);
+  int ww = add_op(&n, OP("sq", SK_OP_MUL, w, w));
+  loss_head(&n, add_op(&n, OP("fc", SK_OP_MATMUL, x, ww)), y, "u", 16, 8);
+  sk_search_desc d = sdesc(1);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  int choice[4] = {0, 0, 0, 0}, loss = op_named(&n.g, "loss");
+  double want = 1024 + 1024 + 512 + m.cands[loss][0].out_bytes + 1024 + 512;
+  cr_assert_float_eq(sk_search_plan_memory(&m, choice), want, 1e-9, "plan memory %.0f, want %.0f",
+                     sk_search_plan_memory(&m, choice), want);
+  sk_search_model_free(&m);
+  /* on 2 devices, data parallel: every slice halves (w's rows cut by sq's (2, 1)) */
+  d = sdesc(2);
+  build_model(&n.g, &d, &m);
+  int sq = op_named(&n.g, "sq"), z = op_named(&n.g, "z");
+  cr_assert(m.cands[sq][0].in[0].dim[0].count == 2 && m.cands[z][0].in[1].dim[0].count == 1);
+  want = 512 + 512 + 256 + m.cands[loss][0].out_bytes + 512 + 512; /* u whole: z's data parallel */
+  cr_assert_float_eq(sk_search_plan_memory(&m, choice), want, 1e-9, "plan memory %.0f, want %.0f",
+                     sk_search_plan_memory(&m, choice), want);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
 /* ---- 4. compile in every mode, train on 8 thread devices against one ---------------------- */
 
 static void load_rp(net *n) {
@@ -810,56 +699,6 @@ Test(search, format_strategies_exact_lines) {
   sk_graph_free(&n.g);
 }
 
-/* ---- 5. Dense with a split contraction dim and a bias ------------------------------------- */
-
-/* x [16, 8] Dense (w [4, 8], b [4]) -> softmax loss; strategy ((a, k), (1, k), (1,)). */
-static void build_dense_bias(net *n, int a, int k) {
-  sk_graph_init(&n->g), n->nin = 0;
-  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
-  int w = add_param(n, "w", 2, SH2(4, 8), SK_INIT_XAVIER_UNIFORM, 0);
-  int b = add_param(n, "b", 1, SH1(4), SK_INIT_UNIFORM, 0.5);
-  sk_graph_op fc = OP("fc", SK_OP_DENSE, x, w, b);
-  SHARD(fc, 0, a, k), SHARD(fc, 1, 1, k), SHARD(fc, 2, 1);
-  int z = add_op(n, fc);
-  OK(sk_graph_set_loss(&n->g, add_op(n, OP("loss", SK_OP_SOFTMAX_CE, z, y)), E));
-  OK(sk_graph_set_eval(&n->g, z, y, E));
-}
-
-static void dense_bias_case(int N, int a, int k) {
-  static net n;
-  static run R;
-  char what[96];
-  snprintf(what, sizeof what, "Dense ((%d,%d),(1,%d),(1,)) on %d devices", a, k, k, N);
-  build_dense_bias(&n, a, k);
-  run_init(&R, &n, N, SK_F64, sgd(0.5), 5);
-  cr_assert_eq(R.plan.nfallbacks, 0, "%s fell back", what);
-  char text[256], want[128];
-  sk_parallel_format_strategies(&R.plan, text, sizeof text);
-  snprintf(want, sizeof want, "fc ((%d, %d), (1, %d), (1,))\n", a, k, k);
-  cr_assert(!strncmp(text, want, strlen(want)), "%s: '%s'", what, text);
-  run_world(&R);
-  expect_all_ok(&R, what);
-  errs m = against_trainer(&R, TOL64, what);
-  cr_log_info("%s: losses within %.3g", what, m.loss);
-  /* the facts: the bias on the first contraction part only */
-  int fc = op_named(&n.g, "fc"), with_bias = 0;
-  for (int r = 0; r < N; r++) {
-    sk_exec_facts f;
-    OK(sk_parallel_facts(&R.plan, fc, r, &f, E));
-    with_bias += !f.skip_bias;
-  }
-  cr_assert_eq(with_bias, N / k, "%s: %d devices add the bias, want %d", what, with_bias, N / k);
-  run_free(&R);
-  sk_graph_free(&n.g);
-}
-
-Test(search, dense_split_contraction_bias_2, .timeout = RT_TIMEOUT) { dense_bias_case(2, 1, 2); }
-Test(search, dense_split_contraction_bias_4, .timeout = RT_TIMEOUT) {
-  dense_bias_case(4, 1, 2); /* two of the four repeat */
-  dense_bias_case(4, 1, 4);
-  dense_bias_case(4, 2, 2);
-}
-
 /* ---- 6. errors and names ------------------------------------------------------------------ */
 
 Test(search, null_and_bad_arguments) {
@@ -944,79 +783,3 @@ Test(search, format_strategy_tuples) {
   sk_graph_free(&n.g);
 }
 
-/* ---- 7. searched plans train like one device ---------------------------------------------- */
-
-static void train_searched(net *n, int N, sk_parallel_mode mode, sk_dataset_strategy dataset, const char *what) {
-  static run R;
-  sk_parallel_desc pd;
-  memset(&pd, 0, sizeof pd);
-  pd.mode = mode, pd.dataset = dataset;
-  run_init_knobs(&R, n, N, SK_F64, sgd(0.2), 4, &pd);
-  for (int o = 0; o < R.plan.graph->nops; o++)
-    cr_assert(R.plan.searched[o] == !n->g.ops[o].desc.has_strategy, "%s: '%s'", what, n->g.ops[o].name);
-  run_world(&R);
-  expect_all_ok(&R, what);
-  against_trainer(&R, TOL64, what);
-  run_free(&R);
-}
-
-/* Seeded random MLPs (Dense with biases, MatMul, ReLU, Add of a bias or of an earlier output) on
-   2, 4, 6 and 8 thread devices, each search mode: one device's losses and parameters. */
-Test(search, random_mlps_train_like_one_device, .timeout = 240) {
-  static const int counts[4] = {2, 4, 6, 8};
-  for (int ci = 0; ci < 4; ci++)
-    for (uint64_t seed = 1; seed <= 3; seed++)
-      for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
-        static net n;
-        random_mlp(&n, seed * 7919 + (uint64_t)counts[ci], counts[ci], NULL, NULL);
-        char what[512], buf[400];
-        snprintf(what, sizeof what, "%s, %d devices, seed %llu (%s)", sk_parallel_mode_name((sk_parallel_mode)mode), counts[ci],
-                 (unsigned long long)seed, describe(&n.g, buf, sizeof buf));
-        train_searched(&n, counts[ci], (sk_parallel_mode)mode, SK_DATASET_DATA_PARALLEL, what);
-        sk_graph_free(&n.g);
-      }
-}
-
-/* 6 devices on dims of 8 and 16: no cut takes a 3, every operator uses 2 devices and repeats
-   over 3 (D-Rec's round of 3 cuts nothing); the batch whole on every device. */
-Test(search, six_devices_without_a_three, .timeout = 120) {
-  for (uint64_t seed = 1; seed <= 3; seed++) {
-    static net n;
-    random_mlp_dims(&n, seed * 13, 8, NULL, NULL);
-    sk_search_desc d = sdesc(6);
-    sk_search_model m;
-    build_model(&n.g, &d, &m);
-    for (int o = 0; o < n.g.nops; o++)
-      for (int c = 0; c < m.ncands[o]; c++) cr_assert_eq(m.cands[o][c].devices, 2, "%s: %d devices", n.g.ops[o].name, m.cands[o][c].devices);
-    check_searches(&m, "6 devices on dims of 8 and 16");
-    sk_search_model_free(&m);
-    for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++)
-      train_searched(&n, 6, (sk_parallel_mode)mode, SK_DATASET_FULL_BATCH, sk_parallel_mode_name((sk_parallel_mode)mode));
-    sk_graph_free(&n.g);
-  }
-}
-
-/* One weight read by two MatMuls (a parameter edge between its readers): the exact search
-   against the brute force, and every mode trains like one device. */
-Test(search, shared_weight, .timeout = 120) {
-  static net n;
-  sk_graph_init(&n.g), n.nin = 0;
-  int x = add_input(&n, "x", SK_F32, 2, SH2(16, 16), 0), y = add_input(&n, "y", SK_I32, 1, SH1(16), 8);
-  int w = add_param(&n, "w", 2, SH2(16, 16), SK_INIT_XAVIER_UNIFORM, 0);
-  int h = add_op(&n, OP("relu", SK_OP_RELU, add_op(&n, OP("fc1", SK_OP_MATMUL, x, w))));
-  h = add_op(&n, OP("fc2", SK_OP_MATMUL, h, w));
-  loss_head(&n, h, y, "u", 16, 8);
-  for (int N = 2; N <= 8; N *= 2) {
-    sk_search_desc d = sdesc(N);
-    sk_search_model m;
-    build_model(&n.g, &d, &m);
-    int params = 0;
-    for (int e = 0; e < m.nedges; e++) params += m.edges[e].src_param;
-    cr_assert_eq(params, 1, "one parameter edge, fc1 -> fc2");
-    check_searches(&m, "shared weight");
-    sk_search_model_free(&m);
-    for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++)
-      train_searched(&n, N, (sk_parallel_mode)mode, SK_DATASET_DATA_PARALLEL, sk_parallel_mode_name((sk_parallel_mode)mode));
-  }
-  sk_graph_free(&n.g);
-}
