@@ -335,6 +335,87 @@ Test(search, exhaustive_equals_brute_force_link, .timeout = 120) {
   random_round(link, 10);
 }
 
+/* A seeded random DAG: activations [B, D] all, each operator a MatMul (of a fresh or an already
+   used weight: parameter edges), ReLU, Add or Mul of random earlier activations; every
+   activation no operator read is summed into the loss's input. Frontiers of several operators,
+   parameters shared across the graph. */
+static void random_dag(net *n, uint64_t seed, int64_t B, int64_t D, int nops) {
+  sk_graph_init(&n->g), n->nin = 0;
+  uint64_t s = seed;
+  int act[32], nact = 0, wts[8], nw = 0;
+  bool used[32] = {false};
+  act[nact++] = add_input(n, "x", SK_F32, 2, SH2(B, D), 0);
+  int y = add_input(n, "y", SK_I32, 1, SH1(B), D);
+  char name[32];
+  for (int l = 0; l < nops; l++) {
+    int kind = l == 0 ? 0 : pick(&s, 4), a = pick(&s, nact), b = pick(&s, nact);
+    snprintf(name, sizeof name, "op%d", l);
+    sk_graph_op op;
+    if (kind == 0) {
+      int w;
+      if (nw > 0 && pick(&s, 3) == 0) w = wts[pick(&s, nw)];
+      else {
+        char wn[16];
+        snprintf(wn, sizeof wn, "w%d", nw);
+        w = wts[nw++] = add_param(n, wn, 2, SH2(D, D), SK_INIT_XAVIER_UNIFORM, 0);
+      }
+      op = OP(name, SK_OP_MATMUL, act[a], w);
+    } else if (kind == 1) op = OP(name, SK_OP_RELU, act[a]);
+    else op = OP(name, kind == 2 ? SK_OP_ADD : SK_OP_MUL, act[a], act[b]), used[b] = true;
+    used[a] = true;
+    act[nact++] = add_op(n, op);
+  }
+  int h = act[nact - 1], k = 0;
+  for (int i = 1; i < nact - 1; i++) /* the loose ends, summed in */
+    if (!used[i]) {
+      snprintf(name, sizeof name, "end%d", k++);
+      h = add_op(n, OP(name, SK_OP_ADD, h, act[i]));
+    }
+  OK(sk_graph_set_loss(&n->g, add_op(n, OP("loss", SK_OP_SOFTMAX_CE, h, y)), E));
+}
+
+Test(search, exhaustive_equals_brute_force_random_dags, .timeout = 120) {
+  int nets = 0, widest = 0;
+  for (uint64_t seed = 1; seed <= 40; seed++) {
+    static net n;
+    int N = seed % 3 == 0 ? 4 : 2;
+    random_dag(&n, seed * 1009, 16, 8, N == 2 ? 7 : 5);
+    for (int linked = 0; linked < 2; linked++) {
+      sk_search_desc d = sdesc(N);
+      if (linked) d.link.alpha_us = 3, d.link.gbps = 12, d.device_tflops = 5;
+      sk_search_model m;
+      build_model(&n.g, &d, &m);
+      double combos = 1;
+      for (int o = 0; o < n.g.nops; o++) combos *= m.ncands[o];
+      if (combos <= 2e6) {
+        char what[700], buf[600];
+        snprintf(what, sizeof what, "DAG seed %llu on %d%s (%s)", (unsigned long long)seed, N, linked ? ", link" : "",
+                 describe(&n.g, buf, sizeof buf));
+        check_searches(&m, what);
+        nets++;
+      }
+      /* the widest frontier: operators decided with a neighbour still to come */
+      for (int v = 0; v < n.g.nops; v++) {
+        int wide = 0;
+        for (int u = 0; u <= v; u++) {
+          bool later = false;
+          for (int i = 0; i < m.nadj[u]; i++) {
+            const sk_search_edge *e = &m.edges[m.adj[u][i]];
+            later = later || (e->src == u ? e->dst : e->src) > v;
+          }
+          wide += later;
+        }
+        widest = wide > widest ? wide : widest;
+      }
+      sk_search_model_free(&m);
+    }
+    sk_graph_free(&n.g);
+  }
+  cr_assert_geq(nets, 40);
+  cr_assert_geq(widest, 3, "the DAGs should hold frontiers of several operators");
+  cr_log_info("random DAGs: %d models, the widest frontier %d operators", nets, widest);
+}
+
 Test(search, exhaustive_refuses_naming_the_operator) {
   static net n;
   random_mlp(&n, 99, 8, NULL, NULL);
