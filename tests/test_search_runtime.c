@@ -140,3 +140,64 @@ Test(search_runtime, shared_weight, .timeout = 120) {
   }
   sk_graph_free(&n.g);
 }
+
+/* ---- the runtime suites' networks with their strategies taken out -------------------------- */
+
+static void strip_strategies(sk_graph *g) {
+  for (int o = 0; o < g->nops; o++) {
+    sk_op_desc *d = &g->ops[o].desc;
+    d->has_strategy = d->has_out_strategy = d->has_layouts = false, d->nstrategies = 0;
+    memset(d->strategy, 0, sizeof d->strategy), memset(d->strategy_len, 0, sizeof d->strategy_len);
+    memset(d->out_strategy, 0, sizeof d->out_strategy);
+  }
+}
+
+static void b_mlp(net *n, int N) { build_mlp(n, N), strip_strategies(&n->g); }
+static void b_reduce_scatter(net *n, int N) { build_reduce_scatter(n, N), strip_strategies(&n->g); }
+static void b_residual(net *n, int N) { build_residual(n, N), strip_strategies(&n->g); }
+static void b_layernorm(net *n, int N) { build_layernorm(n, N), strip_strategies(&n->g); }
+static void b_gather(net *n, int N) { build_gather(n, N, true), strip_strategies(&n->g); }
+static void b_gather_batch_axis(net *n, int N) { build_gather_batch_axis(n, N), strip_strategies(&n->g); }
+static void b_bmm(net *n, int N) { build_bmm(n, N), strip_strategies(&n->g); }
+static void b_dropout(net *n, int N) { build_dropout(n, N), strip_strategies(&n->g); }
+
+/* Element-wise operators between two MatMuls: Tanh, Sub of a bias, Mul of two branches, Gelu,
+   BiasAdd, Softmax. */
+static void b_zoo(net *n, int N) {
+  (void)N;
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(8, 16), SK_INIT_XAVIER_UNIFORM, 0);
+  int b = add_param(n, "b", 1, SH1(16), SK_INIT_UNIFORM, 0.5), c = add_param(n, "c", 1, SH1(16), SK_INIT_UNIFORM, 0.5);
+  int h = add_op(n, OP("fc", SK_OP_MATMUL, x, w));
+  int t = add_op(n, OP("tanh", SK_OP_TANH, h));
+  int s = add_op(n, OP("sub", SK_OP_SUB, t, b));
+  int m = add_op(n, OP("mul", SK_OP_MUL, s, h));
+  int g = add_op(n, OP("gelu", SK_OP_GELU, m));
+  int ba = add_op(n, OP("bias", SK_OP_BIAS_ADD, g, c));
+  int sm = add_op(n, OP("softmax", SK_OP_SOFTMAX, ba));
+  loss_head(n, sm, y, "u", 16, 4);
+}
+
+typedef struct named_build {
+  const char *name;
+  build_fn build;
+} named_build;
+
+/* Each network on 2, 4 and 8 devices in each search mode: one device's losses and parameters. */
+Test(search_runtime, harness_networks_searched_train_like_one_device, .timeout = 240) {
+  static const named_build nets[] = {{"mlp", b_mlp},         {"reduce_scatter", b_reduce_scatter},
+                                     {"residual", b_residual}, {"layernorm", b_layernorm},
+                                     {"gather", b_gather},     {"gather_batch_axis", b_gather_batch_axis},
+                                     {"bmm", b_bmm},           {"dropout", b_dropout},
+                                     {"zoo", b_zoo}};
+  for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++)
+    for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
+      sk_parallel_desc pd;
+      memset(&pd, 0, sizeof pd);
+      pd.mode = (sk_parallel_mode)mode;
+      char what[96];
+      snprintf(what, sizeof what, "%s, %s", nets[i].name, sk_parallel_mode_name((sk_parallel_mode)mode));
+      each_device_count_knobs(what, nets[i].build, NULL, sgd(0.2), 4, &pd);
+    }
+}
