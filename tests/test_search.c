@@ -159,6 +159,43 @@ Test(search, too_small_dims_fall_back_to_the_largest_product) {
   sk_graph_free(&n.g);
 }
 
+/* own() by hand: MatMul x [16,32] (an input: no gradient) by w [32,64] (a parameter) on 2
+   devices, in bytes (a ring AllReduce of n bytes on 2 sends n) and under a link of 5 us, 10 GB/s
+   (an AllReduce on 2: 2 alpha + n / bandwidth):
+     (2,1,1) data parallel: w's Mirror, 32 x 64 f32 = 8192 bytes;
+     (1,2,1) the contraction cut: the forward AllReduce of the partial [16,64] = 4096 bytes (w is
+             cut over both devices: no Mirror; x needs no gradient);
+     (1,1,2) the columns cut: nothing (x's gradient AllReduce is skipped: x needs none). */
+static double own_of(const sk_search_model *m, int o, int i, int k, int j) {
+  for (int c = 0; c < m->ncands[o]; c++)
+    if (m->cands[o][c].joint[0] == i && m->cands[o][c].joint[1] == k && m->cands[o][c].joint[2] == j) return m->cands[o][c].own;
+  cr_assert_fail("no candidate (%d,%d,%d)", i, k, j);
+  return -1;
+}
+
+Test(search, own_costs_by_hand) {
+  static net n;
+  matmul_net(&n, 16, 32, 64, true);
+  int mm = op_named(&n.g, "mm");
+  sk_search_desc d = sdesc(2);
+  sk_search_model m;
+  build_model(&n.g, &d, &m);
+  cr_assert_float_eq(own_of(&m, mm, 2, 1, 1), 8192, 1e-9);
+  cr_assert_float_eq(own_of(&m, mm, 1, 2, 1), 4096, 1e-9);
+  cr_assert_float_eq(own_of(&m, mm, 1, 1, 2), 0, 1e-9);
+  for (int c = 0; c < m.ncands[mm]; c++) cr_assert_float_eq(m.cands[mm][c].own, m.cands[mm][c].own_bytes, 1e-9);
+  sk_search_model_free(&m);
+  d.link.alpha_us = 5, d.link.gbps = 10;
+  build_model(&n.g, &d, &m);
+  cr_assert_float_eq(own_of(&m, mm, 2, 1, 1), 10 + 8192e-4, 1e-12);
+  cr_assert_float_eq(own_of(&m, mm, 1, 2, 1), 10 + 4096e-4, 1e-12);
+  cr_assert_float_eq(own_of(&m, mm, 1, 1, 2), 0, 1e-12);
+  for (int c = 0; c < m.ncands[mm]; c++) /* own_bytes stays in bytes */
+    if (m.cands[mm][c].joint[0] == 2) cr_assert_float_eq(m.cands[mm][c].own_bytes, 8192, 1e-9);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
 /* ---- 2. redistribution --------------------------------------------------------------------- */
 
 static sk_search_sig sig2(int c0, int s0, int c1, int s1) {
