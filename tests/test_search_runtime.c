@@ -16,30 +16,30 @@
 
 /* ---- 5. Dense with a split contraction dim and a bias ------------------------------------- */
 
-/* x [16, 8] Dense (w [4, 8], b [4]) -> softmax loss; strategy ((a, k), (1, k), (1,)). */
-static void build_dense_bias(net *n, int a, int k) {
+/* x [16, 8] Dense (w [4, 8], b [4]) -> softmax loss; strategy ((a, k), (c, k), (c,)). */
+static void build_dense_bias(net *n, int a, int k, int c) {
   sk_graph_init(&n->g), n->nin = 0;
   int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
   int w = add_param(n, "w", 2, SH2(4, 8), SK_INIT_XAVIER_UNIFORM, 0);
   int b = add_param(n, "b", 1, SH1(4), SK_INIT_UNIFORM, 0.5);
   sk_graph_op fc = OP("fc", SK_OP_DENSE, x, w, b);
-  SHARD(fc, 0, a, k), SHARD(fc, 1, 1, k), SHARD(fc, 2, 1);
+  SHARD(fc, 0, a, k), SHARD(fc, 1, c, k), SHARD(fc, 2, c);
   int z = add_op(n, fc);
   OK(sk_graph_set_loss(&n->g, add_op(n, OP("loss", SK_OP_SOFTMAX_CE, z, y)), E));
   OK(sk_graph_set_eval(&n->g, z, y, E));
 }
 
-static void dense_bias_case(int N, int a, int k) {
+static void dense_bias_case(int N, int a, int k, int c) {
   static net n;
   static run R;
   char what[96];
-  snprintf(what, sizeof what, "Dense ((%d,%d),(1,%d),(1,)) on %d devices", a, k, k, N);
-  build_dense_bias(&n, a, k);
+  snprintf(what, sizeof what, "Dense ((%d,%d),(%d,%d),(%d,)) on %d devices", a, k, c, k, c, N);
+  build_dense_bias(&n, a, k, c);
   run_init(&R, &n, N, SK_F64, sgd(0.5), 5);
   cr_assert_eq(R.plan.nfallbacks, 0, "%s fell back", what);
   char text[256], want[128];
   sk_parallel_format_strategies(&R.plan, text, sizeof text);
-  snprintf(want, sizeof want, "fc ((%d, %d), (1, %d), (1,))\n", a, k, k);
+  snprintf(want, sizeof want, "fc ((%d, %d), (%d, %d), (%d,))\n", a, k, c, k, c);
   cr_assert(!strncmp(text, want, strlen(want)), "%s: '%s'", what, text);
   run_world(&R);
   expect_all_ok(&R, what);
@@ -57,11 +57,18 @@ static void dense_bias_case(int N, int a, int k) {
   sk_graph_free(&n.g);
 }
 
-Test(search_runtime, dense_split_contraction_bias_2, .timeout = RT_TIMEOUT) { dense_bias_case(2, 1, 2); }
+Test(search_runtime, dense_split_contraction_bias_2, .timeout = RT_TIMEOUT) { dense_bias_case(2, 1, 2, 1); }
 Test(search_runtime, dense_split_contraction_bias_4, .timeout = RT_TIMEOUT) {
-  dense_bias_case(4, 1, 2); /* two of the four repeat */
-  dense_bias_case(4, 1, 4);
-  dense_bias_case(4, 2, 2);
+  dense_bias_case(4, 1, 2, 1); /* two of the four repeat */
+  dense_bias_case(4, 1, 4, 1);
+  dense_bias_case(4, 2, 2, 1);
+}
+/* the bias cut with the output columns too: each column part adds its bias slice once */
+Test(search_runtime, dense_split_contraction_and_columns_bias, .timeout = RT_TIMEOUT) {
+  dense_bias_case(4, 1, 2, 2);
+  dense_bias_case(8, 2, 2, 2);
+  dense_bias_case(8, 1, 2, 4);
+  dense_bias_case(8, 1, 8, 1);
 }
 
 /* ---- 7. searched plans train like one device ---------------------------------------------- */
