@@ -611,6 +611,31 @@ Test(search, recursive_on_4096_devices, .timeout = 120) {
   sk_graph_free(&n.g);
 }
 
+/* D-Rec on 12 devices: a round of 3, then two of 2. MatMul [12,18]x[18,24] takes all three
+   (12 devices, a strategy of the candidate list: nothing appended); on [16,16]x[16,16] the 3
+   divides nothing and the plan uses 4 devices, again one of the candidates (the largest
+   feasible count). */
+Test(search, recursive_rounds_on_12_devices) {
+  static const int64_t dims[2][3] = {{12, 18, 24}, {16, 16, 16}};
+  static const int want[2] = {12, 4};
+  for (int t = 0; t < 2; t++) {
+    static net n;
+    matmul_net(&n, dims[t][0], dims[t][1], dims[t][2], true);
+    sk_search_desc d = sdesc(12);
+    sk_search_model m;
+    build_model(&n.g, &d, &m);
+    int mm = op_named(&n.g, "mm"), before = m.ncands[mm], choice[2];
+    OK(sk_search_recursive(&m, choice, E));
+    const sk_search_cand *c = &m.cands[mm][choice[mm]];
+    cr_assert_eq(c->devices, want[t], "[%lld,%lld]x[%lld,%lld]: %d devices", (long long)dims[t][0], (long long)dims[t][1],
+                 (long long)dims[t][1], (long long)dims[t][2], c->devices);
+    cr_assert_eq(m.ncands[mm], before, "D-Rec's strategy is a candidate: nothing appended");
+    for (int e = 0; e < 3; e++) cr_assert_eq(dims[t][e] % c->joint[e], 0);
+    sk_search_model_free(&m);
+    sk_graph_free(&n.g);
+  }
+}
+
 /* D-Rec's memory check names the bytes the plan needs and the device's. */
 Test(search, recursive_memory_check_refuses) {
   static net n;
@@ -790,6 +815,44 @@ Test(search, modes_costs_on_rp_net, .timeout = 120) {
   cr_assert(cost[SK_PARALLEL_EXHAUSTIVE] <= cost[SK_PARALLEL_RECURSIVE_PROGRAMMING] * (1 + 1e-12));
   cr_log_info("rp net on 8: propagation %g, D-Rec %g, exhaustive %g", cost[1], cost[2], cost[3]);
   sk_graph_free(&n.g);
+}
+
+/* sk_search_apply writes what the search chose: the compiled network (its strategies now set,
+   every operator configured) modelled again costs exactly plan.search_cost. */
+static void assert_applied_cost(const sk_graph *g, int N, sk_parallel_mode mode, const char *what) {
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  pd.ndevices = N, pd.mode = mode;
+  sk_parallel_plan p;
+  OK(sk_parallel_compile(g, &pd, &p, E));
+  sk_search_desc d = sdesc(N);
+  sk_search_model m;
+  build_model(p.graph, &d, &m);
+  int *zero = (int *)calloc((size_t)p.graph->nops, sizeof(int));
+  cr_assert_not_null(zero);
+  for (int o = 0; o < p.graph->nops; o++) cr_assert(m.configured[o] && m.ncands[o] == 1, "%s: '%s' left unset", what, p.graph->ops[o].name);
+  double again = sk_search_plan_cost(&m, zero);
+  cr_assert(relerr(again, p.search_cost) <= 1e-12, "%s (%s): the applied strategies cost %.17g, the search reported %.17g", what,
+            sk_parallel_mode_name(mode), again, p.search_cost);
+  free(zero);
+  sk_search_model_free(&m);
+  sk_parallel_free(&p);
+}
+
+Test(search, applied_strategies_cost_what_the_search_reported, .timeout = 60) {
+  static net n;
+  load_rp(&n);
+  for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++)
+    assert_applied_cost(&n.g, 8, (sk_parallel_mode)mode, "recursive_programming.json");
+  sk_graph_free(&n.g);
+  static const int counts[4] = {2, 4, 6, 8};
+  for (int ci = 0; ci < 4; ci++)
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+      random_mlp(&n, seed * 7919 + (uint64_t)counts[ci], counts[ci], NULL, NULL);
+      for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++)
+        assert_applied_cost(&n.g, counts[ci], (sk_parallel_mode)mode, "random MLP");
+      sk_graph_free(&n.g);
+    }
 }
 
 Test(search, format_strategies_exact_lines) {
