@@ -168,6 +168,16 @@ static void b_gather_batch_axis(net *n, int N) { build_gather_batch_axis(n, N), 
 static void b_bmm(net *n, int N) { build_bmm(n, N), strip_strategies(&n->g); }
 static void b_dropout(net *n, int N) { build_dropout(n, N), strip_strategies(&n->g); }
 
+/* ... and as written: the search fills in only the operators without a strategy (the loss
+   heads, a few MatMuls), around the configured ones (a ReduceScatter output among them). */
+static void a_mlp(net *n, int N) { build_mlp(n, N); }
+static void a_reduce_scatter(net *n, int N) { build_reduce_scatter(n, N); }
+static void a_residual(net *n, int N) { build_residual(n, N); }
+static void a_layernorm(net *n, int N) { build_layernorm(n, N); }
+static void a_gather(net *n, int N) { build_gather(n, N, false); }
+static void a_bmm(net *n, int N) { build_bmm(n, N); }
+static void a_dropout(net *n, int N) { build_dropout(n, N); }
+
 /* Element-wise operators between two MatMuls: Tanh, Sub of a bias, Mul of two branches, Gelu,
    BiasAdd, Softmax. */
 static void b_zoo(net *n, int N) {
@@ -197,7 +207,13 @@ Test(search_runtime, harness_networks_searched_train_like_one_device, .timeout =
                                      {"residual", b_residual}, {"layernorm", b_layernorm},
                                      {"gather", b_gather},     {"gather_batch_axis", b_gather_batch_axis},
                                      {"bmm", b_bmm},           {"dropout", b_dropout},
-                                     {"zoo", b_zoo}};
+                                     {"zoo", b_zoo},           {"mlp as written", a_mlp},
+                                     {"reduce_scatter as written", a_reduce_scatter},
+                                     {"residual as written", a_residual},
+                                     {"layernorm as written", a_layernorm},
+                                     {"gather (columns) as written", a_gather},
+                                     {"bmm as written", a_bmm},
+                                     {"dropout as written", a_dropout}};
   for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++)
     for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
       sk_parallel_desc pd;
