@@ -338,6 +338,70 @@ Test(search, redistribution_matches_brute_force) {
   sk_graph_free(&n.g);
 }
 
+/* The peers the busiest device (the one holding least of its target) receives from: the source
+   blocks its target block overlaps, less its own; the largest such count among the busiest. */
+static int sig_block(const sk_search_sig *s, int d, int r) {
+  int c = s->dim[d].count;
+  return c > 1 ? (r / s->dim[d].stride) % c : 0;
+}
+
+static int brute_peers(const sk_search_sig *f, const sk_search_sig *t, int N) {
+  double least = 2;
+  int peers = 0;
+  for (int r = 0; r < N; r++) {
+    double held = 1;
+    int cover = 1;
+    bool own = true;
+    for (int d = 0; d < f->ndims; d++) {
+      double cs = f->dim[d].count, ct = t->dim[d].count;
+      double tlo = sig_block(t, d, r) / ct, thi = (sig_block(t, d, r) + 1) / ct;
+      double slo = sig_block(f, d, r) / cs, shi = (sig_block(f, d, r) + 1) / cs;
+      double ov = fmax(0, fmin(thi, shi) - fmax(tlo, slo));
+      held *= ov / (thi - tlo);
+      int n = 0;
+      for (int b = 0; b < (int)cs; b++) n += fmin(thi, (b + 1) / cs) - fmax(tlo, b / cs) > 1e-12;
+      cover *= n, own = own && ov > 1e-12;
+    }
+    int p = cover - own;
+    if (held < least - 1e-12) least = held, peers = p;
+    else if (fabs(held - least) < 1e-12 && p > peers) peers = p;
+  }
+  return peers;
+}
+
+/* Link mode against the brute force: peers x alpha + the busiest device's bytes / bandwidth. */
+Test(search, redistribution_link_mode_matches_brute_force) {
+  static net n;
+  sk_search_model m;
+  sk_link_model link = {3, 20};
+  tiny_model(8, link, &m, &n);
+  static const int meshes[][3] = {{2, 2, 2}, {2, 4, 1}, {4, 2, 1}, {8, 1, 1}, {1, 8, 1}, {2, 1, 4}, {1, 2, 4}, {4, 1, 2}};
+  uint64_t s = 777;
+  int moved = 0;
+  for (int trial = 0; trial < 1000; trial++) {
+    sk_search_sig sg[2];
+    for (int k = 0; k < 2; k++) {
+      s = mix(s);
+      const int *mesh = meshes[s % 8];
+      int stride[3] = {mesh[1] * mesh[2], mesh[2], 1};
+      int ax0 = (int)((s >> 8) % 4) - 1, ax1 = (int)((s >> 16) % 4) - 1;
+      if (ax1 == ax0) ax1 = -1;
+      sg[k] = sig2(ax0 >= 0 ? mesh[ax0] : 1, ax0 >= 0 ? stride[ax0] : 0, ax1 >= 0 ? mesh[ax1] : 1, ax1 >= 0 ? stride[ax1] : 0);
+    }
+    if (!memcmp(&sg[0], &sg[1], sizeof sg[0])) continue;
+    double bytes = brute_redist(&sg[0], &sg[1], 16, 16, 8, 4);
+    double want = bytes > 0 ? brute_peers(&sg[0], &sg[1], 8) * link.alpha_us + bytes * 1e-3 / link.gbps : 0;
+    double got = sk_search_redist_cost(&m, &sg[0], &sg[1], 256, SK_F32, NULL);
+    cr_assert_float_eq(got, want, 1e-9, "trial %d: (%d/%d, %d/%d) -> (%d/%d, %d/%d): %.12g us, brute force %.12g", trial,
+                       sg[0].dim[0].count, sg[0].dim[0].stride, sg[0].dim[1].count, sg[0].dim[1].stride, sg[1].dim[0].count,
+                       sg[1].dim[0].stride, sg[1].dim[1].count, sg[1].dim[1].stride, got, want);
+    moved += bytes > 0;
+  }
+  cr_assert_gt(moved, 300);
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
 /* ---- 3. random MLPs: exhaustive against brute force; propagation and D-Rec above it -------- */
 
 static void random_round(sk_link_model link, double tflops) {
