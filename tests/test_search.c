@@ -8,6 +8,7 @@
    recursive_programming.json and trained on 8 thread devices against one device (f64); the
    strategies printed; the refused arguments. The runs that need no JSON are in
    tests/test_search_runtime.c (also under TSan); the helpers both share, tests/search_nets.h. */
+#define _POSIX_C_SOURCE 200809L /* getpid */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
@@ -19,6 +20,8 @@
 #include "search_nets.h"     /* BAD, random MLPs, the brute force */
 #include "shardkit.h"
 #include "sk_json.h"
+#include "sk_strategy.h" /* implemented in tests/test_strategy.c */
+#include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -917,6 +920,32 @@ Test(search, applied_strategies_cost_what_the_search_reported, .timeout = 60) {
         assert_applied_cost(&n.g, counts[ci], (sk_parallel_mode)mode, "random MLP");
       sk_graph_free(&n.g);
     }
+}
+
+/* A searched plan saved as an operator strategy file (sk_strategy.h) and loaded in semi_auto
+   compiles to the same strategies. */
+Test(search, searched_strategies_saved_and_loaded) {
+  static net n;
+  load_rp(&n);
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/sk_test_search_%d.json", (int)getpid());
+  for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
+    sk_parallel_desc d;
+    memset(&d, 0, sizeof d);
+    d.ndevices = 8, d.mode = (sk_parallel_mode)mode, d.save_operator_strategy_file = path;
+    sk_parallel_plan p, q;
+    OK(sk_strategy_compile(&n.g, &d, &p, E));
+    memset(&d, 0, sizeof d);
+    d.ndevices = 8, d.load_operator_strategy_file = path;
+    OK(sk_strategy_compile(&n.g, &d, &q, E));
+    char a[2048], b[2048];
+    sk_parallel_format_strategies(&p, a, sizeof a), sk_parallel_format_strategies(&q, b, sizeof b);
+    cr_assert_str_eq(a, b, "%s: searched\n%s\nloaded from its file\n%s", sk_parallel_mode_name((sk_parallel_mode)mode), a, b);
+    cr_assert_null(q.searched);
+    sk_parallel_free(&p), sk_parallel_free(&q);
+  }
+  remove(path);
+  sk_graph_free(&n.g);
 }
 
 Test(search, format_strategies_exact_lines) {
