@@ -532,7 +532,7 @@ Test(search, exhaustive_refuses_naming_the_operator) {
   snprintf(want, sizeof want, "at operator '%s'", n.g.ops[0].name);
   BAD(want, sk_search_exhaustive(&m, choice, E));
   BAD("too large to search exactly", sk_search_exhaustive(&m, choice, E));
-  /* a limit just above the work passes */
+  /* the default limit (2e8 steps) passes */
   m.desc.exhaustive_limit = 0;
   OK(sk_search_exhaustive(&m, choice, E));
   sk_search_model_free(&m);
@@ -735,8 +735,8 @@ Test(search, recursive_memory_check_refuses) {
 }
 
 /* Plan memory by hand: MatMul x [16,32] w [32,64] -> [16,64] and the loss, data parallel on 8
-   (the first candidates), f32. The MatMul's output slice [2,64] = 512 bytes, w whole 8192; the
-   loss outputs a scalar (4 bytes) and maybe more; its inputs are no parameters. */
+   (the first candidates), f32. The MatMul's output slice [2,64] = 512 bytes, w whole 8192, plus
+   the loss's outputs (as the model gives them); the loss reads no parameter. */
 Test(search, plan_memory_by_hand) {
   static net n;
   matmul_net(&n, 16, 32, 64, true);
