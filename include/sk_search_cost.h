@@ -748,6 +748,8 @@ SK_API double sk_search_plan_memory(const sk_search_model *m, const int *choice)
     for (int k = 0; k < g->ops[o].ninputs; k++) { /* a parameter, where its first reader stores it */
       int t = g->ops[o].inputs[k];
       bool first = g->tensors[t].role == SK_TENSOR_PARAM;
+      for (int j = 0; first && j < k; j++) /* read again by the same operator: stored once */
+        if (g->ops[o].inputs[j] == t) first = false;
       for (int e = 0; first && e < m->nedges; e++)
         if (m->edges[e].dst == o && m->edges[e].dst_slot == k && m->edges[e].src_param) first = false;
       if (first) bytes += sk__sc_sig_numel(&c->in[k], sk_graph_numel(g, t)) * (double)sk_dtype_size(g->tensors[t].dtype);

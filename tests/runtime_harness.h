@@ -1,5 +1,5 @@
 /* runtime_harness.h -- what the runtime suites share (tests/test_runtime.c, tests/test_hsdp.c,
-   tests/test_pipeline_runtime.c):
+   tests/test_pipeline_runtime.c, tests/test_search.c, tests/test_search_runtime.c):
    networks built in C, a counting allocator, one run of N device threads against the
    single-device trainer (sk_train.h), and the statistics helpers.
 

@@ -77,6 +77,31 @@ checks "operator_parallel 8 devices full batch" 1e-12 --net examples/nets/operat
 checks "operator_parallel 8 devices, dataset strategy as layouts" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 \
   --dataset-strategy '(Layout((2,4),("dp","mp"))("dp","None","None","None"), Layout((4,),("dp",))("dp",))'
 checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64
+# parallel_mode: the recursive-programming network sets no strategy; every mode's plan trains
+# like one device (f64: only the order of summation differs)
+for mode in semi_auto sharding_propagation recursive_programming exhaustive; do
+  checks "recursive_programming 8 devices --mode $mode" 1e-12 --net examples/nets/recursive_programming.json --devices 8 \
+    --steps 4 --dtype f64 --mode $mode
+done
+# --print-strategies: one line per operator in MindSpore's tuple syntax, before the first step,
+# then the search's "# <mode>: plan cost C bytes|us, searched in T ms"
+TUPLE='\([0-9]+(, [0-9]+)*,?\)'
+for mode in sharding_propagation recursive_programming exhaustive; do
+  "$BIN" --net examples/nets/recursive_programming.json --devices 8 --steps 1 --mode $mode --print-strategies >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  sed '/^epoch: /,$d' "$tmp/out" >"$tmp/head"
+  n=$(grep -cE "^(flatten|fc1|relu1|fc2|relu2|fc3|loss) \\($TUPLE(, $TUPLE)*,?\\)$" "$tmp/head")
+  if [ $rc -eq 0 ] && [ "$n" -eq 7 ] && [ "$(wc -l <"$tmp/head")" -eq 8 ] &&
+     grep -qE "^# $mode: plan cost [0-9.e+]+ bytes, searched in [0-9.]+ ms$" "$tmp/head"; then ok
+  else bad "--mode $mode --print-strategies: exit $rc, $n strategy lines: $(cat "$tmp/head" "$tmp/err")"; fi
+done
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --steps 1 --mode exhaustive --print-strategies \
+  --link 5,25 --device-tflops 10 >"$tmp/out" 2>&1
+grep -qE '^# exhaustive: plan cost [0-9.e+]+ us, searched in' "$tmp/out" && ok || bad "--link: the plan cost is not in us: $(grep '^#' "$tmp/out")"
+# semi_auto prints the strategies but no search line
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --print-strategies >"$tmp/out" 2>&1
+if grep -qx 'fc1 ((2, 4), (4, 1))' "$tmp/out" && ! grep -q 'plan cost' "$tmp/out"; then ok
+else bad "semi_auto --print-strategies: $(sed -n 1,8p "$tmp/out")"; fi
 # optimizer parallel at every level, with gradient accumulation (level2's sharded sums) and a
 # partial shard_size: still one device's losses (f64; only the order of summation differs)
 for lv in level1 level2 level3; do
@@ -279,7 +304,34 @@ expect_fail "a dataset strategy with a name" "must be int type, but got 'a'" $OP
 expect_fail "an empty dataset strategy tuple" "--dataset-strategy: tuple 0 is empty" $OPD "((),(2,))"
 expect_fail "a negative dataset strategy value" "cut -2 ways" $OPD "((-2,1,1,1),(2,))"
 expect_fail "bad optimizer" "--optimizer" --net examples/nets/operator_parallel.json --optimizer lamb
-expect_fail "a search mode" "parallel_mode 'sharding_propagation' is not built" --net examples/nets/operator_parallel.json --devices 8 --mode sharding_propagation
+expect_fail "an unknown --mode" "--mode takes semi_auto, sharding_propagation, recursive_programming or exhaustive: bogus" --net examples/nets/recursive_programming.json --devices 8 --mode bogus
+expect_fail "D-Rec's memory check" "the strategies need [0-9]* bytes per device, the device has 1000" --net examples/nets/recursive_programming.json --devices 8 --steps 1 --mode recursive_programming --device-memory 0.000001
+# wide_net FILE K: K MatMuls reading one Flatten, summed by a chain of Adds: the exact search's
+# frontier holds every MatMul until its Add (10 candidates each on 8 devices)
+wide_net() {
+  f=$1; k=$2
+  {
+    printf '{"format": "shardkit-network", "version": 1, "dataset": "fashion-mnist", "loss": "loss",\n "tensors": [\n'
+    printf '  {"name": "image", "role": "input", "dtype": "f32", "shape": [32, 1, 28, 28]},\n'
+    printf '  {"name": "label", "role": "input", "dtype": "i32", "shape": [32]}'
+    i=1; while [ $i -le "$k" ]; do
+      printf ',\n  {"name": "w%d", "role": "parameter", "dtype": "f32", "shape": [784, 16], "init": {"kind": "uniform", "value": 0.03}}' $i
+      i=$((i + 1)); done
+    printf '],\n "operators": [\n  {"name": "flatten", "type": "Flatten", "inputs": ["image"]}'
+    i=1; while [ $i -le "$k" ]; do
+      printf ',\n  {"name": "fc%d", "type": "MatMul", "inputs": ["flatten", "w%d"]}' $i $i
+      i=$((i + 1)); done
+    printf ',\n  {"name": "sum2", "type": "Add", "inputs": ["fc1", "fc2"]}'
+    i=3; while [ $i -le "$k" ]; do
+      printf ',\n  {"name": "sum%d", "type": "Add", "inputs": ["sum%d", "fc%d"]}' $i $((i - 1)) $i
+      i=$((i + 1)); done
+    printf ',\n  {"name": "loss", "type": "SoftmaxCrossEntropy", "inputs": ["sum%d", "label"]}]}\n' "$k"
+  } >"$f"
+}
+wide_net "$tmp/wide3.json" 3
+wide_net "$tmp/wide9.json" 9
+checks "three MatMuls summed, --mode exhaustive" 1e-12 --net "$tmp/wide3.json" --devices 8 --steps 2 --dtype f64 --mode exhaustive
+expect_fail "exhaustive on a frontier of 9 MatMuls" "exhaustive: the graph is too large to search exactly: at operator 'fc7'" --net "$tmp/wide9.json" --devices 8 --steps 1 --mode exhaustive
 expect_fail "index fusion of AllGathers" "mode 'index' is AllReduce's only" --net examples/nets/operator_parallel.json --devices 8 --fusion allgather=index:1
 expect_fail "a zero fusion size" "larger than 0 MB" --net examples/nets/operator_parallel.json --devices 8 --fusion size:0
 expect_fail "bad fusion" "--fusion" --net examples/nets/operator_parallel.json --fusion allreduce=index:1,x

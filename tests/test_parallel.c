@@ -1045,17 +1045,18 @@ Test(parallel, failures_leave_plan_empty) {
 
 /* ---- the AutoParallel knobs ---------------------------------------------------------------- */
 
-/* Only semi_auto is built; the search modes are refused by name, as are strategy files (they
-   are sk_strategy.h's) and comm_fusion settings MindSpore refuses. */
+/* An unknown parallel_mode is refused by name (the search modes are built: tests/test_search.c),
+   as are strategy files (they are sk_strategy.h's) and comm_fusion settings MindSpore refuses. */
 Test(parallel, knobs_refused_by_name) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
   sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
-  d.mode = SK_PARALLEL_SHARDING_PROPAGATION;
-  BAD("parallel_mode 'sharding_propagation' is not built", sk_parallel_compile(&g, &d, &p, E));
-  d.mode = SK_PARALLEL_RECURSIVE_PROGRAMMING;
-  BAD("parallel_mode 'recursive_programming'", sk_parallel_compile(&g, &d, &p, E));
+  for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
+    d.mode = (sk_parallel_mode)mode;
+    OK(sk_parallel_compile(&g, &d, &p, E));
+    sk_parallel_free(&p);
+  }
   d.mode = (sk_parallel_mode)7;
   BAD("unknown parallel_mode 7", sk_parallel_compile(&g, &d, &p, E));
   d = pdesc(8, SK_DATASET_DATA_PARALLEL);
