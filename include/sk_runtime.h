@@ -403,16 +403,12 @@ static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
 }
 
 /* Gradient accumulation: a sum per parameter with a gradient (a level2 shard's size, else its
-   slice's). Pipeline at level2: a shard-sized buffer per sharded parameter, where each
-   micro-batch's ReduceScatter lands before it is added to the shard's gradient (the micro-batches'
-   sum of the other parameters is their gradient itself). */
+   slice's). */
 static sk_result sk__rt_alloc_acc(sk_runtime *rt, sk_error *err) {
-  bool pipe2 = rt->world && rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2;
-  if (rt->accum == 1 && !pipe2) return SK_OK;
+  if (rt->accum == 1) return SK_OK;
   for (int t = 0; t < rt->g->ntensors; t++) {
     if (rt->g->tensors[t].role != SK_TENSOR_PARAM || !rt->grads[t]) continue;
     const sk__rt_shard *sh = &rt->shards[t];
-    if (pipe2 && !sh->data) continue;
     bool sharded_sum = sh->data && rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2;
     size_t b = sharded_sum ? (size_t)sh->count * sk_dtype_size(rt->cdt) : sk__rt_bytes(rt, t);
     if (!(rt->acc[t] = sk__rt_alloc(rt, SK__RT_GRADS, b)))
@@ -1357,11 +1353,14 @@ static bool sk__rt_scatter_now(const sk_runtime *rt) {
 
 /* Pipeline at level2: micro-batch i's gradient of parameter t ReduceScattered now, in the
    Mirrors' wire, into the shard's gradient (the first micro-batch) or beside it and added (the
-   others, MindSpore's sharded accumulator); the next micro-batch's gradient starts a new sum. */
+   others: the shard's gradient is MindSpore's sharded accumulator); the next micro-batch's
+   gradient starts a new sum. "Beside it" is the last gradient scratch, free at this step (it
+   follows every step of its operator's inputs, each of which summed its scratch in) and at
+   least a slice long (under a pipeline every gradient may need one). */
 static sk_result sk__rt_pipe_scatter_micro(sk_runtime *rt, int t, sk_error *err) {
   sk__rt_shard *sh = &rt->shards[t];
   int64_t n = sk_parallel_slice_count(rt->plan, t);
-  void *to = sh->micros ? rt->acc[t] : sh->grad;
+  void *to = sh->micros ? rt->scratch[SK_OP_MAX_INPUTS - 1] : sh->grad;
   sk_result r;
   if (sh->wire_grad) {
     sk__rt_to_wire(rt->mirror_wire, rt->grads[t], sh->wire_grad, n);

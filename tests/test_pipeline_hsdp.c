@@ -15,7 +15,8 @@
       (every collective its own call) each device's AllGather and ReduceScatter counts are the
       ones the level implies for its stage's sharded parameters, and after the last step a
       device holds only its shards (the gathered slices were released).
-   2. shard_size 2 on stages of 4: the partial Mirror over the replicas left, per stage.
+   2. shard_size 2 on stages of 4: the partial Mirror over the replicas left, per stage. Fused
+      and overlapped collectives (f64), and bf16 with the gradient sync in 16 bits (HALF_TOL).
    3. The program names world ranks in its shard groups (stage 1's groups are ranks 4..7).
    4. Faults: every allocation of the first step failing in turn on each device of a 2 x 2
       world, at each level (the gathers' slices included): every device's step fails, none by
@@ -217,6 +218,45 @@ Test(pipeline_hsdp, shard_size_two_mirrors_the_rest_within_the_stage, .timeout =
       sk_graph_free(&n.g);
     }
   cr_log_info("shard_size 2 with a pipeline (Adam), level1 and level2: within %.3g", worst);
+}
+
+/* Fused and overlapped (comm_fusion auto, grad_computation_allreduce_overlap: level1 / level3 hand
+   each sum to the scheduler after the last micro-batch's backward), in f64; and bf16 with the
+   gradients synchronised in 16 bits (no_gradient_fp32_sync: the ReduceScatters and partial
+   Mirrors through their shadows) within HALF_TOL, as tests/test_hsdp.c's 16-bit runs. */
+Test(pipeline_hsdp, fused_overlapped_and_16_bit_gradient_sync, .timeout = PH_TIMEOUT) {
+  double worst[2] = {0, 0};
+  for (int lv = SK_HSDP_LEVEL1; lv < SK_HSDP_LEVEL_COUNT; lv++)
+    for (int i = 0; i < 2; i++)
+      for (int half = 0; half < 2; half++) {
+        static net n;
+        static run R;
+        const phcase *c = i ? &CASES[4] : &CASES[1]; /* zero_bubble_v, 1f1b */
+        sk_parallel_desc pd = knobs(c, (sk_hsdp_level)lv, half ? 2 : -1);
+        pd.comm_fusion.closed = false, pd.transformer_opt.grad_computation_allreduce_overlap = !half;
+        pd.no_gradient_fp32_sync = half;
+        const char *what = describe(c, half ? "MLP bf16, 16-bit gradient sync" : "MLP fused, overlapped", (sk_hsdp_level)lv,
+                                    half ? 2 : -1);
+        build_mlp_recompute(&n, 4);
+        run_init_knobs(&R, &n, 8, half ? SK_BF16 : SK_F64, sgd(0.5), 3, &pd);
+        run_world(&R);
+        expect_all_ok(&R, what);
+        errs m = against_trainer(&R, half ? HALF_TOL : TOL64, what);
+        worst[half] = fmax(worst[half], fmax(m.loss, m.param));
+        int scattering = 0;
+        for (int d = 0; d < 8; d++) { /* a device of a stage with sharded gradients scatters them */
+          uint64_t bytes = 0;
+          int kg = 0;
+          stage_sharded(&R, sk_parallel_stage_of_rank(&R.plan, d), &bytes, &kg);
+          scattering += kg > 0;
+          cr_assert_eq(coll_bytes(&R.dev[d].stats, SK_COLL_REDUCE_SCATTER) > 0, kg > 0, "%s: device %d: %d sharded gradients, %llu bytes scattered",
+                       what, d, kg, (unsigned long long)coll_bytes(&R.dev[d].stats, SK_COLL_REDUCE_SCATTER));
+        }
+        cr_assert_geq(scattering, 4, "%s: only %d devices hold sharded gradients", what, scattering);
+        run_free(&R);
+        sk_graph_free(&n.g);
+      }
+  cr_log_info("fused + overlapped f64 within %.3g; bf16 with 16-bit gradient sync within %.3g", worst[0], worst[1]);
 }
 
 /* ---- 3. the program's groups are world ranks ------------------------------------------------------ */
