@@ -1659,7 +1659,11 @@ static sk_result sk__rt_score(sk_runtime *rt, int64_t *correct, int64_t *rows, s
    tensor that skips chunks is relayed through every chunk in between, so each message goes to
    the next chunk and both sides meet them in the same order. Gradients of parameters sum over
    the micro-batches (each micro-batch's Mirror at its step, summed as a tensor read twice is);
-   the loss's gradient is seeded with 1/m, so the update sees the whole batch's mean gradient. */
+   the loss's gradient is seeded with 1/m, so the update sees the whole batch's mean gradient.
+   Optimizer parallel: the shard groups are within the stage (split from its communicator);
+   level1 / level2 gather once per step and keep the slices until the update, level3 per use;
+   a sharded gradient is ReduceScattered after the last micro-batch (level2: after each, into
+   the shard's gradient). docs/optimizer-parallel.md, "With a pipeline". */
 
 typedef struct sk__rt_slot {
   bool live;
