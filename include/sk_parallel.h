@@ -145,8 +145,9 @@ typedef struct sk_parallel_desc {
      [s*n, (s+1)*n), n = ndevices / stages, and each stage's layouts take the same positions
      within it. Operators go to the model's chunks (virtual stages) by their `stage`
      annotations when the annotations count pipeline.stages and each stage holds one chunk;
-     otherwise by a cut of the operator sequence balanced by FLOPs (plan.recut). Not with hsdp
-     or grad_accumulation_step (refused by name). */
+     otherwise by a cut of the operator sequence balanced by FLOPs (plan.recut). With hsdp the
+     shard groups are within a stage (a parameter's data-parallel replicas there; levels 1, 2
+     and 3, docs/optimizer-parallel.md). Not with grad_accumulation_step (refused by name). */
   sk_pipe_desc pipeline;
   bool output_broadcast; /* inference: the last stage's output is broadcast to every stage */
 } sk_parallel_desc;
@@ -760,7 +761,6 @@ static sk_result sk__par_check_pipeline(const sk_parallel_desc *d, sk_error *err
   int s = SK__DEF(d->pipeline.stages, 1);
   if (d->ndevices % s)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: %d devices do not divide into %d stages", d->ndevices, s);
-  if (d->hsdp.enabled) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: optimizer parallel (hsdp) with a pipeline is not built");
   if (d->grad_accumulation_step > 1)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
                     "pipeline: grad_accumulation_step with a pipeline is not built (micro_size accumulates the gradients)");
@@ -1013,12 +1013,12 @@ static void sk__par_put_opt(sk__par_text *t, const sk_parallel_plan *p, const sk
   sk__par_put(t, " rows [%lld:%lld] of %d", (long long)os.rows_start, (long long)os.rows_stop, os.size);
   if (s->kind != SK_PSTEP_PARAM_RELEASE) {
     sk__par_put(t, " %s group {", s->kind == SK_PSTEP_PARAM_GATHER ? "AllGather" : "ReduceScatter(sum)");
-    for (int i = 0; i < ng && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", g[i]);
+    for (int i = 0; i < ng && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", t->base + g[i]);
     sk__par_put(t, "%s}", ng > 16 ? ",..." : "");
   }
   if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER && nm > 1) {
     sk__par_put(t, " Mirror AllReduce(sum) group {");
-    for (int i = 0; i < nm && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", g[SK_MAX_DEVICES + i]);
+    for (int i = 0; i < nm && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", t->base + g[SK_MAX_DEVICES + i]);
     sk__par_put(t, "%s}", nm > 16 ? ",..." : "");
   }
   free(g);

@@ -196,6 +196,7 @@ typedef struct sk__rt_shard {
   void *wire_shard;    /* ... and its shard's (its output, then the partial Mirror's buffer) */
   int fusion;          /* the fusion id of its first reader */
   bool shared_groups;  /* gather / mirror belong to an earlier tensor's shard */
+  int micros;          /* pipeline: the micro-batches whose gradient reached its ReduceScatter step */
 } sk__rt_shard;
 
 typedef struct sk__rt_group {
@@ -255,6 +256,7 @@ struct sk_runtime {
   int nsends, sends_cap;
   int grads_only;       /* zero_bubble_v: 1 the inputs' gradients (B), 2 the parameters' (W); 0 both */
   int micro;            /* the micro-batch bound (sk__rt_pipe_bind) */
+  int nforward;         /* the program's forward steps: those before its first backward step */
 };
 
 /* Pipeline parallel, defined with the steps below. */
@@ -263,6 +265,7 @@ static sk_result sk__rt_pipe_alloc_feeds(sk_runtime *rt, sk_error *err);
 static sk_result sk__rt_pipe_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, sk_error *err);
 static void sk__rt_pipe_unpoint(sk_runtime *rt);
 static void sk__rt_pipe_close(sk_runtime *rt);
+static bool sk__rt_is_forward(sk_parallel_step_kind k);
 
 /* ---- allocation, counted by kind ------------------------------------------------------------- */
 
@@ -518,6 +521,18 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   return r;
 }
 
+/* Whether step s runs on this device: every step without a pipeline; under one, the update and
+   the steps of the operators of this device's stage. */
+static bool sk__rt_step_here(const sk_runtime *rt, const sk_parallel_step *s) {
+  return !rt->world || s->op < 0 || sk_parallel_op_on_stage(rt->plan, s->op, rt->stage);
+}
+
+/* Pipeline at level2: each micro-batch's sharded gradient is ReduceScattered at its step, not
+   through the scheduler at the update. */
+static bool sk__rt_pipe_scatters_each_micro(const sk_runtime *rt) {
+  return rt->world && rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2;
+}
+
 /* Whether two tensors' shards have the same groups on every device: the same mesh, replica axes
    and shard count (a rank-independent test, so every device splits the same communicators). */
 static bool sk__rt_same_shard_groups(const sk_runtime *rt, int a, int b) {
@@ -611,7 +626,7 @@ static sk_result sk__rt_alloc_rs_shadows(sk_runtime *rt, sk_error *err) {
   size_t total = 0;
   for (int i = 0; i < rt->plan->nsteps; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->kind != SK_PSTEP_GRAD_REDUCE_SCATTER) continue;
+    if (s->kind != SK_PSTEP_GRAD_REDUCE_SCATTER || !sk__rt_step_here(rt, s)) continue;
     int t = rt->g->ops[s->op].inputs[s->slot];
     total += (size_t)(sk_parallel_slice_count(rt->plan, t) + rt->shards[t].count);
   }
@@ -621,7 +636,7 @@ static sk_result sk__rt_alloc_rs_shadows(sk_runtime *rt, sk_error *err) {
   uint16_t *at = (uint16_t *)rt->rs_shadows;
   for (int i = 0; i < rt->plan->nsteps; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->kind != SK_PSTEP_GRAD_REDUCE_SCATTER) continue;
+    if (s->kind != SK_PSTEP_GRAD_REDUCE_SCATTER || !sk__rt_step_here(rt, s)) continue;
     int t = rt->g->ops[s->op].inputs[s->slot];
     sk__rt_shard *sh = &rt->shards[t];
     sh->wire_grad = at, at += sk_parallel_slice_count(rt->plan, t);
@@ -657,8 +672,9 @@ static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   if (!r) r = sk__rt_alloc_rs_shadows(rt, err);
   for (int i = 0; i < rt->plan->nsteps && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER) {
-      r = sk__rt_add_reduce_scatter(rt, rt->g->ops[s->op].inputs[s->slot], err);
+    if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER) { /* pipeline: this stage's parameters only */
+      if (sk__rt_step_here(rt, s) && !sk__rt_pipe_scatters_each_micro(rt))
+        r = sk__rt_add_reduce_scatter(rt, rt->g->ops[s->op].inputs[s->slot], err);
       continue;
     }
     if (!sk__rt_fusable(rt, s)) continue;
@@ -934,6 +950,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
     return r;
   }
   sk__rt_last_steps(rt);
+  while (rt->nforward < plan->nsteps && sk__rt_is_forward(plan->steps[rt->nforward].kind)) rt->nforward++;
   rt->peak_total = 0; /* peaks count from here: drawing the whole model is create's alone */
   for (int k = 0; k < SK__RT_KINDS; k++) rt->peak[k] = rt->bytes[k], rt->peak_total += rt->bytes[k];
   *out = rt;
@@ -1334,7 +1351,51 @@ static bool sk__rt_scatter_now(const sk_runtime *rt) {
   return rt->accum == 1 || rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2 || sk__rt_last_micro(rt);
 }
 
+/* Pipeline at level2: micro-batch i's gradient of parameter t ReduceScattered now, in the
+   Mirrors' wire, into the shard's gradient (the first micro-batch) or beside it and added (the
+   others: the shard's gradient is MindSpore's sharded accumulator); the next micro-batch's
+   gradient starts a new sum. "Beside it" is the last gradient scratch, free at this step (it
+   follows every step of its operator's inputs, each of which summed its scratch in) and at
+   least a slice long (under a pipeline every gradient may need one). */
+static sk_result sk__rt_pipe_scatter_micro(sk_runtime *rt, int t, sk_error *err) {
+  sk__rt_shard *sh = &rt->shards[t];
+  int64_t n = sk_parallel_slice_count(rt->plan, t);
+  void *to = sh->micros ? rt->scratch[SK_OP_MAX_INPUTS - 1] : sh->grad;
+  sk_result r;
+  if (sh->wire_grad) {
+    sk__rt_to_wire(rt->mirror_wire, rt->grads[t], sh->wire_grad, n);
+    r = sk_reduce_scatter(sh->gather, sh->wire_grad, sh->wire_shard, (size_t)sh->count, rt->mirror_wire, SK_SUM);
+    if (!r) sk__rt_from_wire(rt->mirror_wire, sh->wire_shard, to, sh->count);
+  } else {
+    r = sk_reduce_scatter(sh->gather, rt->grads[t], to, (size_t)sh->count, rt->cdt, SK_SUM);
+  }
+  if (r) return sk__rt_comm_failed(rt, sh->gather, r, err);
+  sk__rt_count_comm(rt, SK_COLL_REDUCE_SCATTER, sh->gather, (uint64_t)n * sk_dtype_size(rt->mirror_wire));
+  if (sh->micros) sk__rt_add(rt->cdt, sh->grad, to, sh->count);
+  rt->written[t] = false;
+  sh->micros++;
+  return SK_OK;
+}
+
+/* Under a pipeline the step runs once per micro-batch (after the backward of the parameter's
+   first reader). level2 scatters each; level1 and level3 sum the micro-batches' gradients whole
+   (MindSpore's grad_accumulation_shard False) and hand the sum to the scheduler after the last.
+   level1 keeps the gathered slice for the step's other micro-batches (released at the update);
+   level3 gathers per use, so it lets go now. */
+static sk_result sk__rt_pipe_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
+  sk__rt_shard *sh = &rt->shards[t];
+  if (!rt->written[t]) memset(rt->grads[t], 0, sk__rt_bytes(rt, t)), rt->written[t] = true;
+  if (rt->plan->desc.hsdp.level == SK_HSDP_LEVEL3) sk__rt_release(rt, t);
+  if (sk__rt_pipe_scatters_each_micro(rt)) return sk__rt_pipe_scatter_micro(rt, t, err);
+  if (++sh->micros < rt->plan->micro) return SK_OK;
+  if (sh->wire_grad) sk__rt_to_wire(rt->mirror_wire, rt->grads[t], sh->wire_grad, sk_parallel_slice_count(rt->plan, t));
+  if (!rt->overlap) return SK_OK;
+  sk_result r = sk_fusion_ready(rt->rs_fusion, sh->rs_handle);
+  return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion)) : SK_OK;
+}
+
 static sk_result sk__rt_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
+  if (rt->world) return sk__rt_pipe_grad_reduce_scatter(rt, t, err);
   if (!rt->written[t]) memset(rt->grads[t], 0, sk__rt_bytes(rt, t)), rt->written[t] = true;
   sk__rt_release(rt, t);
   int64_t n = sk_parallel_slice_count(rt->plan, t);
@@ -1598,7 +1659,11 @@ static sk_result sk__rt_score(sk_runtime *rt, int64_t *correct, int64_t *rows, s
    tensor that skips chunks is relayed through every chunk in between, so each message goes to
    the next chunk and both sides meet them in the same order. Gradients of parameters sum over
    the micro-batches (each micro-batch's Mirror at its step, summed as a tensor read twice is);
-   the loss's gradient is seeded with 1/m, so the update sees the whole batch's mean gradient. */
+   the loss's gradient is seeded with 1/m, so the update sees the whole batch's mean gradient.
+   Optimizer parallel: the shard groups are within the stage (split from its communicator);
+   level1 / level2 gather once per step and keep the slices until the update, level3 per use;
+   a sharded gradient is ReduceScattered after the last micro-batch (level2: after each, into
+   the shard's gradient). docs/optimizer-parallel.md, "With a pipeline". */
 
 typedef struct sk__rt_slot {
   bool live;
@@ -1860,18 +1925,20 @@ static sk_result sk__rt_pipe_send_grads(sk_runtime *rt, int v, sk_error *err) {
    parameters'): an input's steps by its kind; UndoComm in B, and in W too when it gathers
    (its AllGather's buffer is shared, while a scale was applied in place in B). */
 static bool sk__rt_pipe_half(const sk_runtime *rt, const sk_parallel_step *s) {
-  if (!rt->grads_only || s->kind == SK_PSTEP_BACKWARD) return true;
+  /* level3's gather before a backward: both halves read the weights (the second finds it held) */
+  if (!rt->grads_only || s->kind == SK_PSTEP_BACKWARD || s->kind == SK_PSTEP_PARAM_GATHER) return true;
   if (s->kind == SK_PSTEP_UNDO_COMM) return rt->grads_only == 1 || s->comm.kind == SK_COLL_REDUCE_SCATTER;
   bool param = (rt->plan->ops[s->op].desc.params >> s->slot) & 1u;
   return param == (rt->grads_only == 2);
 }
 
-/* The program's steps of chunk v's operators: the forward ones, or the backward ones. */
+/* The program's steps of chunk v's operators: the forward ones, or the backward ones (by their
+   place: level3's gathers before a backward are backward steps of a forward kind). */
 static sk_result sk__rt_pipe_run(sk_runtime *rt, int v, bool forward, bool inference, sk_error *err) {
   sk_result r = SK_OK;
   for (int i = 0; i < rt->plan->nsteps && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->op < 0 || rt->plan->vstage[s->op] != v || sk__rt_is_forward(s->kind) != forward) continue;
+    if (s->op < 0 || rt->plan->vstage[s->op] != v || (i < rt->nforward) != forward) continue;
     if (!forward && !sk__rt_pipe_half(rt, s)) continue;
     r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, inference, err), err);
   }
@@ -1919,7 +1986,7 @@ static sk_result sk__rt_pipe_recompute(sk_runtime *rt, int v, int micro, sk_erro
   sk_result r = SK_OK;
   for (int i = 0; i < rt->plan->nsteps && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->op < 0 || rt->plan->vstage[s->op] != v || !sk__rt_is_forward(s->kind) || !rt->g->ops[s->op].recompute) continue;
+    if (s->op < 0 || rt->plan->vstage[s->op] != v || i >= rt->nforward || !rt->g->ops[s->op].recompute) continue;
     r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
   }
   return r;
@@ -1991,6 +2058,7 @@ static sk_result sk__rt_pipe_step(sk_runtime *rt, double *loss, sk_error *err) {
   double sum = 0;
   sk_result r = SK_OK;
   memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool)); /* parameters: sums start */
+  for (int t = 0; t < rt->g->ntensors; t++) rt->shards[t].micros = 0;
   for (int k = 0; k < s->count[rt->stage] && !r; k++) {
     const sk_pipe_action *a = &s->actions[rt->stage][k];
     int v = sk_pipe_virtual_stage(s, rt->stage, a->chunk);
@@ -2031,6 +2099,7 @@ static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t 
   }
   r = sk__rt_pipe_settle(rt, r, err);
   sk__rt_pipe_unpoint(rt);
+  sk__rt_release_all(rt); /* hsdp: no backward follows */
   if (!r && rt->plan->desc.output_broadcast) { /* the last stage's first device speaks for it */
     if (!sk__rt_vstage_here(rt, last) || rt->rank != 0) counts[0] = counts[1] = 0;
     if ((r = sk_allreduce(rt->world, counts, counts, 2, SK_F64, SK_SUM)))
@@ -2123,7 +2192,7 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
 SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *err) {
   if (!rt || !full || t < 0 || t >= rt->g->ntensors)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: NULL runtime or buffer, or tensor %d", t);
-  if (rt->world && !rt->values[t])
+  if (rt->world && !rt->values[t] && !rt->shards[t].data) /* a shard: this stage's parameter */
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: '%s' is not held by pipeline stage %d",
                     rt->g->tensors[t].name, rt->stage);
   const sk_layout *l = &rt->plan->tensors[t].layout;

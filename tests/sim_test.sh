@@ -376,6 +376,26 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun.ope
   "$BIN" --net examples/nets/operator_parallel.json --devices 4 --pipeline 2 --micro 4 --steps 4 --dtype f64 --check --backend mpi >"$tmp/out" 2>"$tmp/err"
 d=$(sed -n 's/^check: max relative loss difference \([-0-9.eE+]*\) over [0-9]* steps$/\1/p' "$tmp/out")
 if [ -n "$d" ] && awk -v d="$d" 'BEGIN { exit !(d <= 1e-12) }'; then ok; else bad "pipeline on 4 MPI processes: $(tail -3 "$tmp/out" "$tmp/err")"; fi
+# pipeline + optimizer parallel (the strategy-search issue's setting): the tutorial network, 2
+# stages x 4 devices, 4 micro-batches, its ReLUs recomputed (the network flags them), hsdp's
+# defaults (level1: fc1 and fc2 sharded over their stage's replicas), then level2 and level3
+# under other schedulers: one device's losses in f64; and on 8 MPI processes
+checks "recursive_programming 2 stages, hsdp level1" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --hsdp --steps 6 --dtype f64
+checks "recursive_programming 2 stages zero_bubble_v, hsdp level2" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --scheduler zero_bubble_v --hsdp -1,64,level2 --steps 6 --dtype f64
+checks "recursive_programming 2 stages x 2 chunks gpipe, hsdp level3" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --scheduler gpipe --interleave 2 --hsdp -1,64,level3 --steps 6 --dtype f64
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun.openmpi --oversubscribe -np 4 \
+  "$BIN" --net examples/nets/operator_parallel.json --devices 4 --pipeline 2 --micro 4 --steps 4 --dtype f64 --hsdp -1,0,level2 --check --backend mpi >"$tmp/out" 2>"$tmp/err"
+d=$(sed -n 's/^check: max relative loss difference \([-0-9.eE+]*\) over [0-9]* steps$/\1/p' "$tmp/out")
+if [ -n "$d" ] && awk -v d="$d" 'BEGIN { exit !(d <= 1e-12) }'; then ok; else bad "pipeline + hsdp on 4 MPI processes: $(tail -3 "$tmp/out" "$tmp/err")"; fi
+# ... and its report: every device keeps its shards between steps (fewer parameter bytes than
+# without hsdp), and a step gathers and scatters the sharded parameters once each (level1)
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --steps 2 --report >"$tmp/out" 2>"$tmp/err"
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --steps 2 --hsdp --report >"$tmp/out2" 2>"$tmp/err"
+p0=$(awk '$1 == "0" && NF == 10 { print $2 }' "$tmp/out"); p1=$(awk '$1 == "0" && NF == 10 { print $2 }' "$tmp/out2")
+q0=$(awk '$1 == "4" && NF == 10 { print $2 }' "$tmp/out"); q1=$(awk '$1 == "4" && NF == 10 { print $2 }' "$tmp/out2")
+if [ -n "$p0" ] && [ -n "$p1" ] && [ -n "$q0" ] && [ -n "$q1" ] && [ "$p1" -lt "$p0" ] && [ "$q1" -lt "$q0" ] &&
+   grep -q '^allgather  *4  *1.00 ' "$tmp/out2" && grep -q '^reduce_scatter  *4  *1.00 ' "$tmp/out2"; then ok
+else bad "pipeline + hsdp report: parameters on device 0 $p0 -> $p1, device 4 $q0 -> $q1: $(grep -E 'allgather|reduce_scatter' "$tmp/out2")"; fi
 expect_fail "zero_bubble_v with 3 chunks" "interleave 3 is not 2" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --scheduler zero_bubble_v --interleave 3 --steps 1
 expect_fail "a pipeline with local norms" "local norms with a pipeline" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --local-norm print --steps 1
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --steps 4 --report >"$tmp/out" 2>"$tmp/err"

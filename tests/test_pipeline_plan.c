@@ -206,6 +206,32 @@ Test(pipeline_plan, every_shipped_network_compiles_for_every_scheduler) {
   }
 }
 
+/* ---- optimizer parallel within a stage ---------------------------------------------------------- */
+
+/* The tutorial network, 2 stages x 4 devices, hsdp threshold 0: parameters are sharded over
+   their replicas within the stage (at most the stage's 4 devices), on both stages. */
+Test(pipeline_plan, hsdp_shards_within_a_stage) {
+  sk_graph g;
+  load(RECURSIVE, &g);
+  sk_parallel_plan p;
+  sk_error e;
+  sk_parallel_desc d = pipe_desc(8, 2, 4, SK_PIPE_1F1B, 0);
+  d.hsdp = (sk_hsdp)SK_HSDP_DEFAULTS, d.hsdp.threshold_kb = 0;
+  cr_assert_eq(sk_parallel_compile(&g, &d, &p, &e), SK_OK, "%s", e.msg);
+  int sharded[2] = {0, 0};
+  for (int o = 0; o < p.graph->nops; o++)
+    for (int k = 0; k < p.graph->ops[o].ninputs; k++) {
+      const sk_parallel_tensor *pt = &p.tensors[p.graph->ops[o].inputs[k]];
+      if (p.graph->tensors[p.graph->ops[o].inputs[k]].role != SK_TENSOR_PARAM || !pt->opt_size) continue;
+      cr_assert_leq(pt->opt_size, 4, "a shard group larger than a stage: %d", pt->opt_size);
+      cr_assert_eq(pt->layout.mesh.size, 4, "a parameter laid out on %d devices, not its stage's 4", pt->layout.mesh.size);
+      sharded[sk_pipe_stage_of(&p.schedule, p.vstage[o], NULL)]++;
+    }
+  cr_assert(sharded[0] > 0 && sharded[1] > 0, "sharded parameters per stage: %d, %d", sharded[0], sharded[1]);
+  sk_parallel_free(&p);
+  sk_graph_free(&g);
+}
+
 /* ---- refusals -------------------------------------------------------------------------------- */
 
 Test(pipeline_plan, refusals) {
@@ -219,9 +245,9 @@ Test(pipeline_plan, refusals) {
   EXPECT_BAD(sk_parallel_compile(&g, &d, &p, &e), &e, "micro_size 2 < stages 4");
   d = pipe_desc(8, 2, 3, SK_PIPE_GPIPE, 0);
   EXPECT_BAD(sk_parallel_compile(&g, &d, &p, &e), &e, "input 'image': dim 0 (32) does not divide into 3");
-  d = pipe_desc(8, 2, 4, SK_PIPE_GPIPE, 0);
-  d.hsdp = (sk_hsdp)SK_HSDP_DEFAULTS;
-  EXPECT_BAD(sk_parallel_compile(&g, &d, &p, &e), &e, "hsdp");
+  d = pipe_desc(8, 2, 4, SK_PIPE_GPIPE, 0); /* hsdp combines with a pipeline; a bad one is still refused */
+  d.hsdp = (sk_hsdp)SK_HSDP_DEFAULTS, d.hsdp.shard_size = 0;
+  EXPECT_BAD(sk_parallel_compile(&g, &d, &p, &e), &e, "hsdp: shard_size must be -1 or a positive integer, got 0");
   d = pipe_desc(8, 2, 4, SK_PIPE_GPIPE, 0);
   d.grad_accumulation_step = 2;
   EXPECT_BAD(sk_parallel_compile(&g, &d, &p, &e), &e, "grad_accumulation_step");
