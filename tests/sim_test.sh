@@ -383,6 +383,12 @@ if [ -n "$d" ] && awk -v d="$d" 'BEGIN { exit !(d <= 1e-12) }'; then ok; else ba
 checks "recursive_programming 2 stages, hsdp level1" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --hsdp --steps 6 --dtype f64
 checks "recursive_programming 2 stages zero_bubble_v, hsdp level2" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --scheduler zero_bubble_v --hsdp -1,64,level2 --steps 6 --dtype f64
 checks "recursive_programming 2 stages x 2 chunks gpipe, hsdp level3" 1e-12 --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --scheduler gpipe --interleave 2 --hsdp -1,64,level3 --steps 6 --dtype f64
+# the recursive-programming tutorial as MindSpore runs it: strategies searched per stage, 2 stages
+# x 4, 4 micro-batches, optimizer parallel, the ReLUs recomputed (the network file flags them)
+for mode in recursive_programming sharding_propagation; do
+  checks "recursive_programming tutorial: --mode $mode, 2 stages, hsdp" 1e-12 --net examples/nets/recursive_programming.json \
+    --devices 8 --pipeline 2 --micro 4 --hsdp --mode $mode --steps 4 --dtype f64
+done
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun.openmpi --oversubscribe -np 4 \
   "$BIN" --net examples/nets/operator_parallel.json --devices 4 --pipeline 2 --micro 4 --steps 4 --dtype f64 --hsdp -1,0,level2 --check --backend mpi >"$tmp/out" 2>"$tmp/err"
 d=$(sed -n 's/^check: max relative loss difference \([-0-9.eE+]*\) over [0-9]* steps$/\1/p' "$tmp/out")
