@@ -20,7 +20,7 @@
 
 # Every Debian package the build, tests, demo and benchmarks use. One list, checked by `deps`.
 DEB_PACKAGES := gcc g++ make pkg-config libcriterion-dev openmpi-bin libopenmpi-dev zlib1g-dev libopenblas-dev \
-                dataset-fashion-mnist gnuplot-nox clang cmake libgloo-dev libjansson-dev
+                dataset-fashion-mnist gnuplot-nox clang cmake libgloo-dev libjansson-dev liburing-dev
 
 PREFIX ?= /usr/local
 BUILD  := build
