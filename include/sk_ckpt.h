@@ -32,7 +32,7 @@
      fsyncs its rank file;   3 rank 0 writes strategy.json and MANIFEST, fsyncs them and the
      directory;   4 renames it to ROOT/ckpt-<step> and fsyncs ROOT;   5 writes LATEST.tmp, fsyncs,
      renames it to LATEST, fsyncs ROOT. Devices agree on failures after steps 1, 2 and 5 (two
-     small AllReduces over comm), so every device returns the same result.
+     small AllReduces over comm): when one fails, the others return SK_ERR_ABORTED naming it.
 
    LOADING (sk_ckpt_open + sk_ckpt_load): any target boxes, on any device count. Each target box
      is tiled by the saved boxes of its tensor and kind that intersect it (every element exactly
@@ -806,14 +806,14 @@ static sk_result sk__ckpt_hook(const sk__ckpt_save *S, sk_ckpt_stage at, sk_erro
 }
 
 /* Every device learns whether any failed (MAX of the codes); a device that did not fail itself
-   gets a message naming the first that did. */
+   returns SK_ERR_ABORTED naming one that did (so a world's root cause stays the failure). */
 static sk_result sk__ckpt_agree(const sk__ckpt_save *S, sk_result mine, sk_error *err) {
   if (!S->comm) return mine;
   int64_t v[2] = {(int64_t)mine, mine ? (int64_t)S->rank : -1}, all[2] = {0, 0};
   sk_result r = sk_allreduce(S->comm, v, all, 2, SK_I64, SK_MAX);
   if (r) return mine ? mine : sk__fail(err, r, "checkpoint: the devices could not agree: %s", sk_comm_error_message(S->comm));
   if (!mine && all[0])
-    return sk__fail(err, (sk_result)all[0], "checkpoint: device %lld failed (its message says why)", (long long)all[1]);
+    return sk__fail(err, SK_ERR_ABORTED, "checkpoint: device %lld failed (its message says why)", (long long)all[1]);
   return mine;
 }
 
@@ -1030,7 +1030,7 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
     m.step = desc->step, m.position = desc->position, m.devices = S.size, m.block = SK_CKPT_BLOCK;
     r = sk__ckpt_commit(&S, &m, err);
   }
-  r = sk__ckpt_agree(&S, r, err); /* every device returns the same result */
+  r = sk__ckpt_agree(&S, r, err); /* every device learns of a failure */
   sk_ckpt_manifest_free(&m);
   free(S.off), free(S.crc.blocks);
   snprintf(rep.name, sizeof rep.name, "%s", S.name);
