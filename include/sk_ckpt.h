@@ -567,10 +567,10 @@ static sk_result sk__ckpt_parse_body(sk__ckpt_cur *c, const char *text, sk_ckpt_
       memcpy(c->buf, s, n), c->buf[n] = 0;
       r = sk__ckpt_parse_slice(c, &m->entries[m->nentries++], err);
     } else if (n == 12 && !memcmp(s, "crc ", 4)) {
-      char hex[9];
-      memcpy(hex, s + 4, 8), hex[8] = 0;
-      uint32_t want = (uint32_t)strtoul(hex, NULL, 16), got = (uint32_t)crc32(0L, (const Bytef *)text, (uInt)(s - text));
-      if (want != got) return sk__ckpt_bad(err, c, "the manifest's crc does not match its text (corrupt)");
+      char got[16]; /* compared as text: one spelling only (lowercase hex) */
+      snprintf(got, sizeof got, "%08x", (unsigned)crc32(0L, (const Bytef *)text, (uInt)(s - text)));
+      if (memcmp(got, s + 4, 8)) return sk__ckpt_bad(err, c, "the manifest's crc does not match its text (corrupt)");
+      if (s + n == c->end) return sk__ckpt_bad(err, c, "the crc line has no newline (incomplete manifest)");
       if (c->at != c->end) return sk__ckpt_bad(err, c, "text after the crc line");
       return sk__ckpt_check_refs(m, err);
     } else r = sk__ckpt_bad(err, c, "expected a file, slice or crc line");
@@ -846,12 +846,40 @@ static sk_result sk__ckpt_write_rank(sk__ckpt_save *S, sk_error *err) {
   return r;
 }
 
-/* Rank 0: the temporary directory, fresh. */
+/* Whether root's LATEST names `name`. */
+static bool sk__ckpt_is_latest(const char *root, const char *name) {
+  char path[4096 + 16], *text = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/LATEST", root);
+  if (sk__ckpt_get_file(path, &text, &len, NULL)) return false;
+  bool same = strcspn(text, "\n") == strlen(name) && !strncmp(text, name, strlen(name));
+  free(text);
+  return same;
+}
+
+/* What crashed saves left in root: temporary directories, never visible (one saver per root). */
+static void sk__ckpt_rm_stale(const char *root) {
+  DIR *d = opendir(root);
+  if (!d) return;
+  char path[4096 + 256];
+  for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+    if (strncmp(e->d_name, ".tmp-ckpt-", 10)) continue;
+    snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+    sk__ckpt_rm_dir(path);
+  }
+  closedir(d);
+}
+
+/* Rank 0: the temporary directory, fresh. A ckpt-<step> already there that LATEST does not name
+   was renamed by a save that crashed before moving the pointer, or is an older one a resumed run
+   saves again: it is replaced. The one LATEST names is never touched. */
 static sk_result sk__ckpt_make_tmp(sk__ckpt_save *S, sk_error *err) {
   if (mkdir(S->root, 0755) && errno != EEXIST) return sk__ckpt_sys(err, "creating", S->root);
   struct stat st;
-  if (!stat(S->final, &st)) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s already exists", S->final);
-  sk__ckpt_rm_dir(S->tmp); /* what a crashed save left */
+  if (!stat(S->final, &st) && sk__ckpt_is_latest(S->root, S->name))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s already exists and is the newest", S->final);
+  sk__ckpt_rm_stale(S->root);
+  if (!stat(S->final, &st)) sk__ckpt_rm_dir(S->final);
   if (mkdir(S->tmp, 0755)) return sk__ckpt_sys(err, "creating", S->tmp);
   return SK_OK;
 }
@@ -1082,7 +1110,10 @@ SK_API sk_result sk_ckpt_open(const char *root, sk_ckpt_manifest *m, sk_error *e
   if (ok) snprintf(dir, sizeof dir, "%s/%.*s", root, (int)n, text);
   free(text);
   if (!ok) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s does not name one checkpoint directory", path);
-  return sk_ckpt_open_dir(dir, m, err);
+  sk_error inner = {SK_OK, ""};
+  r = sk_ckpt_open_dir(dir, m, &inner);
+  if (r) return sk__fail(err, r, "LATEST names %s: %s", dir + strlen(root) + 1, inner.msg);
+  return SK_OK;
 }
 
 /* ---- reading ------------------------------------------------------------------------------- */
