@@ -36,8 +36,14 @@ typedef struct sim_ckpt_opts {
   "                       then runs S more steps, --epochs E up to epoch E\n"                                         \
   "  --checkpoint-io P    auto (io_uring when the kernel allows it, else plain), plain or io_uring\n"
 
+/* code with a message in e (sk_core.h's private sk__fail is not the examples' to use). */
+static inline sk_result sim_ckpt_fail(sk_error *e, sk_result code, const char *what, long long n) {
+  if (e) e->code = code, snprintf(e->msg, sizeof e->msg, what, n);
+  return code;
+}
+
 /* A checkpoint option `a` with value v: 0 taken, -1 not ours, 1 a bad value. */
-static int sim_ckpt_parse(const char *a, const char *v, sim_ckpt_opts *c) {
+static inline int sim_ckpt_parse(const char *a, const char *v, sim_ckpt_opts *c) {
   char *end = NULL;
   if (!strcmp(a, "--save-checkpoint")) c->save = v;
   else if (!strcmp(a, "--load-checkpoint")) c->load = v;
@@ -54,7 +60,7 @@ static int sim_ckpt_parse(const char *a, const char *v, sim_ckpt_opts *c) {
 }
 
 /* What the other options must allow; NULL when they do. */
-static const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, int stages, int accum) {
+static inline const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, int stages, int accum) {
   if (c->every && !c->save) return "--every needs --save-checkpoint DIR";
   if (!c->save && !c->load) return NULL;
   if (stages > 1) return "checkpoints under --pipeline are not built yet";
@@ -64,7 +70,7 @@ static const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, int sta
 }
 
 /* Every parameter of the plan as sk_redundancy.h sees it (for the writers). */
-static sk_redundancy_param *sim_ckpt_params(const sk_parallel_plan *plan, int *n) {
+static inline sk_redundancy_param *sim_ckpt_params(const sk_parallel_plan *plan, int *n) {
   const sk_graph *g = plan->graph;
   sk_redundancy_param *ps = (sk_redundancy_param *)calloc((size_t)g->ntensors + 1, sizeof *ps);
   *n = 0;
@@ -77,13 +83,13 @@ static sk_redundancy_param *sim_ckpt_params(const sk_parallel_plan *plan, int *n
 }
 
 /* This device's slices: each parameter and each state it keeps; `write` where it owns it. */
-static sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *plan, int rank, sk_ckpt_slice **out, int *n,
+static inline sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *plan, int rank, sk_ckpt_slice **out, int *n,
                                  sk_error *e) {
   const sk_graph *g = plan->graph;
   int np = 0;
   sk_redundancy_param *ps = sim_ckpt_params(plan, &np);
   sk_ckpt_slice *s = (sk_ckpt_slice *)calloc((size_t)g->ntensors * 3 + 1, sizeof *s);
-  sk_result r = ps && s ? SK_OK : sk__fail(e, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  sk_result r = ps && s ? SK_OK : sim_ckpt_fail(e, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory (%lld tensors)", (long long)g->ntensors);
   *n = 0;
   for (int t = 0, p = 0; !r && t < g->ntensors; t++) {
     if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
@@ -105,7 +111,7 @@ static sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *plan, i
 }
 
 /* Collective: one checkpoint of the run at `position` batches; the lead says where it went. */
-static sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, const sim_ckpt_opts *o,
+static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, const sim_ckpt_opts *o,
                                long position, bool lead, sk_error *e) {
   sk_ckpt_slice *s = NULL;
   int n = 0;
@@ -132,7 +138,7 @@ static sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_parallel_pla
 
 /* Collective: the newest checkpoint under o->load into this run; *position: where the data
    continues. Every device fails when one does (its message names the tensor and rank). */
-static sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, const sim_ckpt_opts *o,
+static inline sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, const sim_ckpt_opts *o,
                                long *position, bool lead, sk_error *e) {
   sk_ckpt_manifest m;
   memset(&m, 0, sizeof m);
@@ -146,7 +152,7 @@ static sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_parallel_pla
   if (!r) r = sk_runtime_set_steps(rt, m.step, e);
   int64_t mine[2] = {(int64_t)r, r ? rank : -1}, all[2] = {0, 0};
   sk_result a = sk_allreduce(c, mine, all, 2, SK_I64, SK_MAX);
-  if (!r && (a || all[0])) r = sk__fail(e, SK_ERR_ABORTED, "checkpoint: device %lld could not load it", (long long)all[1]);
+  if (!r && (a || all[0])) r = sim_ckpt_fail(e, SK_ERR_ABORTED, "checkpoint: device %lld could not load it", (long long)all[1]);
   if (!r && lead)
     fprintf(stderr, "sk-sim: checkpoint %s/%s loaded: step %lld, position %lld (%s)\n", o->load, m.name,
             (long long)m.step, (long long)m.position, sk_ckpt_io_name(rep.used));
