@@ -179,6 +179,13 @@ $(BENCH_CONFIG): FORCE
 	@mkdir -p $(@D)
 	@echo '$(BENCH_CC)' | cmp -s - $@ || echo '$(BENCH_CC)' > $@
 
+# Checkpoint throughput (sk_ckpt.h: zlib, liburing), threads backend only.
+NEEDS.$(BUILD)/ckpt_perf := zlib uring
+$(BUILD)/ckpt_perf: bench/ckpt_perf.c $(PROG_HDRS) $(HEADERS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -DSK_USE_URING -o $@ $< $(CKPT_LIBS) $(LDLIBS)
+
 $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(PROG_HDRS) $(HEADERS) $(BENCH_CONFIG)
 	@mkdir -p $(@D)
 	$(BENCH_CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
