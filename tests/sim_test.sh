@@ -355,6 +355,20 @@ for d in 8 4 1; do
   else ok; fi
 done
 build/sk-ckpt verify "$ck" >"$tmp/out" 2>&1 && grep -q '^ok: ' "$tmp/out" && ok || bad "sk-ckpt verify of a good checkpoint: $(cat "$tmp/out")"
+# sk-ckpt list: both checkpoints, the newest's slices as in its manifest
+build/sk-ckpt list "$ck" >"$tmp/out" 2>&1
+if grep -q '^checkpoints: ckpt-00000005 ckpt-00000010$' "$tmp/out" && grep -q 'step 10, position 10, saved by 8 devices' "$tmp/out" &&
+   [ "$(grep -c '^slice ' "$tmp/out")" -eq "$(grep -c '^slice ' "$ck/ckpt-00000010/MANIFEST")" ]; then ok
+else bad "sk-ckpt list: $(head -5 "$tmp/out")"; fi
+# sk-ckpt merge: whole tensors written by one device, which verify and resume like the original
+build/sk-ckpt merge "$ck" --out "$tmp/merged" >"$tmp/out" 2>&1 && build/sk-ckpt verify "$tmp/merged" >/dev/null 2>&1 &&
+  ! build/sk-ckpt list "$tmp/merged" | grep '^slice ' | grep -v ' rank 0 ' | grep -q . && ok || bad "sk-ckpt merge: $(cat "$tmp/out")"
+"$BIN" --net $TNET --devices 2 --steps 1 --dtype f64 --load-checkpoint "$tmp/merged" >"$tmp/out" 2>"$tmp/err"
+got=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/out"); want=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/full")
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-12) }'; then ok
+else bad "resume from the merged checkpoint on 2 devices: $got, uninterrupted $want: $(cat "$tmp/err")"; fi
+build/sk-ckpt nosuch "$ck" >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "sk-ckpt with an unknown command: exit status, want 2"
+build/sk-ckpt verify "$tmp/none" >/dev/null 2>"$tmp/err"; [ $? -eq 1 ] && grep -q LATEST "$tmp/err" && ok || bad "sk-ckpt verify of no checkpoint: $(cat "$tmp/err")"
 printf 'X' | dd of="$ck/ckpt-00000010/rank-0.bin" bs=1 seek=1000 conv=notrunc 2>/dev/null
 expect_fail "a corrupt checkpoint" "rank-0.bin: block 0" --net $TNET --devices 4 --steps 1 --dtype f64 --load-checkpoint "$ck"
 build/sk-ckpt verify "$ck" >"$tmp/out" 2>&1 && bad "sk-ckpt verify of a corrupt checkpoint: exit 0" || ok
