@@ -1163,8 +1163,8 @@ static sk_result sk__ckpt_read_piece(const sk_ckpt_manifest *m, const sk_ckpt_pi
                                      sk_ckpt_io io, sk_ckpt_report *rep, sk_error *err) {
   const sk_ckpt_entry *e = &m->entries[p->entry];
   size_t es = sk_dtype_size(e->dtype);
-  int64_t last[SK_MAX_DIMS];
-  for (int d = 0; d < e->ndims; d++) last[d] = p->box.stop[d] - 1;
+  int64_t last[SK_MAX_DIMS] = {0};
+  for (int d = 0; d < e->box.ndims; d++) last[d] = p->box.stop[d] - 1;
   uint64_t lo = e->offset + (uint64_t)sk__ckpt_index(&e->box, p->box.start) * es;
   uint64_t hi = e->offset + (uint64_t)(sk__ckpt_index(&e->box, last) + 1) * es;
   int b0 = (int)(lo / m->block), b1 = (int)((hi + m->block - 1) / m->block);
@@ -1269,6 +1269,7 @@ SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, s
     sk_result r = F->nblocks ? sk__ckpt_read_blocks(m, f, 0, F->nblocks, buf, SK_CKPT_IO_PLAIN, NULL, err) : SK_OK;
     if (r) return free(buf), r;
     buf[F->size] = 0, *text = buf, *len = (size_t)F->size;
+    return SK_OK; /* the manifest lists a name once (its text came from one writer) */
   }
   return SK_OK;
 }
