@@ -118,15 +118,19 @@ static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_paral
   char *strategy = NULL;
   sk_result r = sim_ckpt_slices(rt, plan, sk_comm_rank(c), &s, &n, e);
   if (!r && lead) r = sk_strategy_format(plan, true, true, true, &strategy, e);
+  /* every device learns whether one could not describe its slices: then nobody saves (a save
+     without one device's slices would not tile, which sk_ckpt_save refuses too) */
+  int64_t status = r, worst = 0;
+  sk_result a = sk_allreduce(c, &status, &worst, 1, SK_I64, SK_MAX);
+  if (!r && (a || worst)) r = sim_ckpt_fail(e, SK_ERR_ABORTED, "checkpoint: a device failed before saving (%lld)", (long long)worst);
+  if (r) return free(s), free(strategy), r;
   sk_ckpt_save_desc d;
   memset(&d, 0, sizeof d);
   d.step = sk_runtime_steps(rt), d.position = position, d.io = o->io;
   d.strategy = strategy, d.strategy_len = strategy ? strlen(strategy) : 0;
   sk_ckpt_report rep;
   memset(&rep, 0, sizeof rep);
-  /* a device that failed above still takes part: sk_ckpt_save agrees on failures */
-  sk_result r2 = sk_ckpt_save(c, o->save, &d, r ? 0 : n, s, &rep, r ? NULL : e);
-  r = r ? r : r2;
+  r = sk_ckpt_save(c, o->save, &d, n, s, &rep, e);
   int64_t mine[2] = {(int64_t)rep.bytes, rep.slices}, sum[2] = {0, 0};
   if (!r) r = sk_allreduce(c, mine, sum, 2, SK_I64, SK_SUM);
   if (!r && lead)

@@ -31,8 +31,10 @@
      1 rank 0 clears a stale ROOT/.tmp-ckpt-<step> and creates it;   2 every writer writes and
      fsyncs its rank file;   3 rank 0 writes strategy.json and MANIFEST, fsyncs them and the
      directory;   4 renames it to ROOT/ckpt-<step> and fsyncs ROOT;   5 writes LATEST.tmp, fsyncs,
-     renames it to LATEST, fsyncs ROOT. Devices agree on failures after steps 1, 2 and 5 (two
-     small AllReduces over comm): when one fails, the others return SK_ERR_ABORTED naming it.
+     renames it to LATEST, fsyncs ROOT. Before step 3, every tensor saved must be tiled exactly
+     once by the devices' slices (else nothing is committed). Devices agree on failures (a small
+     AllReduce over comm before step 1, after steps 1 and 2, and at the end): when one fails, the
+     others return SK_ERR_ABORTED naming it.
 
    LOADING (sk_ckpt_open + sk_ckpt_load): any target boxes, on any device count. Each target box
      is tiled by the saved boxes of its tensor and kind that intersect it (every element exactly
@@ -975,11 +977,15 @@ static sk_result sk__ckpt_put_strategy(const sk__ckpt_save *S, sk_ckpt_manifest 
   return sk__ckpt_put_file(path, S->desc->strategy, len, err);
 }
 
-/* Rank 0, steps 3 to 5 of the commit. */
+static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err);
+
+/* Rank 0, steps 3 to 5 of the commit. A tensor the devices' slices do not tile (a saver passed
+   the wrong `write` flags) is refused before anything becomes visible. */
 static sk_result sk__ckpt_commit(const sk__ckpt_save *S, sk_ckpt_manifest *m, sk_error *err) {
   char path[4096 + 64], tmp[4096 + 64], *text = NULL;
   size_t len = 0;
-  sk_result r = S->desc->strategy ? sk__ckpt_put_strategy(S, m, err) : SK_OK;
+  sk_result r = sk__ckpt_verify_tiling(m, err);
+  if (!r && S->desc->strategy) r = sk__ckpt_put_strategy(S, m, err);
   if (!r) r = sk__ckpt_hook(S, SK_CKPT_AT_MANIFEST, err);
   if (!r) r = sk_ckpt_manifest_format(m, &text, &len, err);
   snprintf(path, sizeof path, "%s/MANIFEST", S->tmp);

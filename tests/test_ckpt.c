@@ -514,3 +514,23 @@ Test(ckpt, uring_and_plain_agree) {
   expect_newest(a, 9, 3);
   rm_rf(a), rm_rf(b);
 }
+
+/* A save whose slices leave a tensor incomplete (half of "big" not written by anyone) or
+   written twice is refused before anything is visible: the previous checkpoint stays the newest. */
+Test(ckpt, a_save_that_does_not_tile_is_refused) {
+  char root[64];
+  tmp_root(root, sizeof root);
+  fill(11);
+  save_step(root, 1, SK_CKPT_IO_AUTO);
+  sk_ckpt_slice s[3];
+  int n = slices_of(s, big, small_t);
+  sk_ckpt_save_desc d;
+  memset(&d, 0, sizeof d);
+  d.step = 2;
+  s[1].write = false;
+  BAD(sk_ckpt_save(NULL, root, &d, n, s, NULL, E), SK_ERR_INVALID_ARGUMENT, "'big' param", "missing");
+  s[1].write = true, s[1].box = s[0].box; /* the first half twice */
+  BAD(sk_ckpt_save(NULL, root, &d, n, s, NULL, E), SK_ERR_INVALID_ARGUMENT, "'big' param", "overlap");
+  expect_newest(root, 11, 1);
+  rm_rf(root);
+}
