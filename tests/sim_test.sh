@@ -372,6 +372,13 @@ build/sk-ckpt verify "$tmp/none" >/dev/null 2>"$tmp/err"; [ $? -eq 1 ] && grep -
 printf 'X' | dd of="$ck/ckpt-00000010/rank-0.bin" bs=1 seek=1000 conv=notrunc 2>/dev/null
 expect_fail "a corrupt checkpoint" "rank-0.bin: block 0" --net $TNET --devices 4 --steps 1 --dtype f64 --load-checkpoint "$ck"
 build/sk-ckpt verify "$ck" >"$tmp/out" 2>&1 && bad "sk-ckpt verify of a corrupt checkpoint: exit 0" || ok
+# saved by 2 MPI processes, resumed on 4 threads: the step-10 loss within 1e-12 of the uninterrupted run's
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun.openmpi --oversubscribe -np 2 \
+  "$BIN" --net $TNET --devices 2 --steps 10 --dtype f64 --backend mpi --save-checkpoint "$tmp/ckm" >"$tmp/out" 2>"$tmp/err"
+"$BIN" --net $TNET --devices 4 --steps 1 --dtype f64 --load-checkpoint "$tmp/ckm" >"$tmp/out" 2>>"$tmp/err"
+got=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/out"); want=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/full")
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-12) }'; then ok
+else bad "saved under MPI, resumed on threads: $got, uninterrupted $want: $(cat "$tmp/err")"; fi
 expect_fail "no checkpoint there" "LATEST" --net $TNET --devices 2 --steps 1 --load-checkpoint "$tmp/none"
 expect_fail "--every alone" "--every needs --save-checkpoint" --net $TNET --devices 2 --steps 1 --every 5
 expect_fail "--every 0" "--every takes a positive count" --net $TNET --devices 2 --steps 1 --save-checkpoint "$ck" --every 0
