@@ -268,7 +268,7 @@ $(BUILD)/clang/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
 CLANG_OBJS := $(patsubst %.c,$(BUILD)/clang/%.o,$(wildcard examples/*.c bench/*.c) tests/mpi/mpi_driver.c)
 $(foreach o,$(CLANG_OBJS),$(eval NEEDS.$o := clang mpi))
 NEEDS.$(BUILD)/clang/examples/operator_parallel.o := clang mpi openblas zlib
-NEEDS.$(BUILD)/clang/examples/sk_sim.o := clang mpi openblas zlib jansson uring
+NEEDS.$(BUILD)/clang/examples/sk_sim.o := clang mpi openblas zlib jansson
 $(BUILD)/clang/examples/%.o: examples/%.c $(wildcard examples/*.h) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)

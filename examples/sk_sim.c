@@ -48,6 +48,7 @@ typedef struct options {
   bool broadcast; /* --parameter-broadcast: device r draws its model from seed + r, then parameter_broadcast */
   bool distributed; /* the runtime on a world (even of one device: --report, --link) */
   int dump_rank; /* -1: none */
+  sim_ckpt_opts ckpt;          /* --save-checkpoint, --every, --load-checkpoint, --checkpoint-io */
   const char *backend_asked;
   sk_link_model link;
   double device_tflops;
@@ -57,7 +58,6 @@ typedef struct options {
   const char *transformer_opt; /* --transformer-opt FILE (parallel_speed_up.json) */
   const char *recompute;       /* --recompute OP,...: the operators flagged for recomputation */
   bool dump_schedule;          /* --dump-schedule: print each pipeline stage's action list and exit */
-  sim_ckpt_opts ckpt;          /* --save-checkpoint, --every, --load-checkpoint, --checkpoint-io */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
