@@ -20,7 +20,7 @@
 
 # Every Debian package the build, tests, demo and benchmarks use. One list, checked by `deps`.
 DEB_PACKAGES := gcc g++ make pkg-config libcriterion-dev openmpi-bin libopenmpi-dev zlib1g-dev libopenblas-dev \
-                dataset-fashion-mnist gnuplot-nox clang cmake libgloo-dev libjansson-dev
+                dataset-fashion-mnist gnuplot-nox clang cmake libgloo-dev libjansson-dev liburing-dev
 
 PREFIX ?= /usr/local
 BUILD  := build
@@ -43,14 +43,17 @@ HEADERS   := $(wildcard include/*.h)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/impl.c
 # The headers the suites include from tests/ (the grid, the helpers) and from examples/ (the
 # command-line literals, tests/test_pylayout.c): a change rebuilds them.
-TEST_HDRS := $(wildcard tests/*.h) examples/pyliteral.h examples/pylayout.h
+TEST_HDRS := $(wildcard tests/*.h) examples/pyliteral.h examples/pylayout.h examples/sim_ckpt.h
 # sk_json.h's library. The Criterion suites link it (tests/test_json.c holds sk_json.h's
 # implementation); the TSan binary, which leaves that suite out, does not.
 JSON_LIBS := -ljansson
+# sk_ckpt.h's libraries (zlib's crc32; liburing under SK_USE_URING): tests/test_ckpt.c holds its
+# implementation, so only the suites, sk-sim and sk-ckpt link them.
+CKPT_LIBS := -luring -lz
 # The command-line tools: what `make install` puts in $(PREFIX)/bin.
-TOOLS     := $(BUILD)/sk-layout $(BUILD)/sk-sim
+TOOLS     := $(BUILD)/sk-layout $(BUILD)/sk-sim $(BUILD)/sk-ckpt
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c)) $(BUILD)/gloo_allreduce
-EXAMPLES  := $(filter-out $(BUILD)/sk_layout $(BUILD)/sk_sim,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
+EXAMPLES  := $(filter-out $(BUILD)/sk_layout $(BUILD)/sk_sim $(BUILD)/sk_ckpt,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 MPI_EXAMPLES := $(BUILD)/both_backends
 # What the examples and benchmarks share (--help, the MPI launcher): every program depends on it.
 PROG_HDRS := $(wildcard examples/*.h)
@@ -74,6 +77,7 @@ PKG_criterion  := libcriterion-dev
 PKG_clang      := clang
 PKG_gloo       := libgloo-dev
 PKG_jansson    := libjansson-dev
+PKG_uring      := liburing-dev
 HAVE_mpi       := $(shell for d in $$($(MPICC) --showme:incdirs 2>/dev/null); do [ -f "$$d/mpi.h" ] && echo y; done)
 HAVE_openblas  := $(filter /%,$(shell $(CC) -print-file-name=libopenblas.so 2>/dev/null))
 HAVE_zlib      := $(filter /%,$(shell $(CC) -print-file-name=libz.so 2>/dev/null))
@@ -81,18 +85,20 @@ HAVE_criterion := $(filter /%,$(shell $(CC) -print-file-name=libcriterion.so 2>/
 HAVE_clang     := $(shell command -v $(CLANG) 2>/dev/null)
 HAVE_gloo      := $(wildcard /usr/include/gloo/allreduce.h)
 HAVE_jansson   := $(filter /%,$(shell $(CC) -print-file-name=libjansson.so 2>/dev/null))
+HAVE_uring     := $(filter /%,$(shell $(CC) -print-file-name=liburing.so 2>/dev/null))
 
 # What each program needs beyond the headers. The training demo also reads the Fashion-MNIST
 # files, but only when it runs (make demo installs them), so building it does not need them.
 NEEDS.$(BUILD)/operator_parallel := mpi openblas zlib
 NEEDS.$(BUILD)/both_backends     := mpi
-NEEDS.$(BUILD)/sk-sim            := mpi openblas zlib jansson
+NEEDS.$(BUILD)/sk-sim            := mpi openblas zlib jansson uring
+NEEDS.$(BUILD)/sk-ckpt           := zlib uring
 NEEDS.$(BUILD)/gloo_allreduce    := gloo
 NEEDS.$(BUILD)/search_perf       := jansson
 NEEDS.$(MPI_DRIVER)              := mpi
-NEEDS.$(BUILD)/tests/unit        := criterion jansson
-NEEDS.$(BUILD)/san/unit          := criterion jansson
-NEEDS.$(BUILD)/clang/unit        := clang criterion jansson
+NEEDS.$(BUILD)/tests/unit        := criterion jansson zlib uring
+NEEDS.$(BUILD)/san/unit          := criterion jansson zlib uring
+NEEDS.$(BUILD)/clang/unit        := clang criterion jansson zlib uring
 
 # $(call missing,PROGRAM): the packages PROGRAM needs that are not installed (empty: buildable).
 missing = $(strip $(foreach t,$(NEEDS.$1),$(if $(HAVE_$t),,$(PKG_$t))))
@@ -135,7 +141,13 @@ $(BUILD)/sk-layout: examples/sk_layout.c $(PROG_HDRS) $(HEADERS)
 $(BUILD)/sk-sim: examples/sk_sim.c $(PROG_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
-	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -lopenblas -ljansson -lz $(LDLIBS)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) -DSK_USE_URING -o $@ $< -lopenblas -ljansson $(CKPT_LIBS) $(LDLIBS)
+
+# Lists, verifies and merges sk-sim's checkpoints (sk_ckpt.h: zlib, liburing).
+$(BUILD)/sk-ckpt: examples/sk_ckpt.c $(PROG_HDRS) $(HEADERS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -DSK_USE_URING -o $@ $< $(CKPT_LIBS) $(LDLIBS)
 
 # The training demo: MPI-capable, OpenBLAS for the GEMMs, zlib for the gzip'd dataset.
 $(BUILD)/operator_parallel: examples/operator_parallel.c $(PROG_HDRS) $(HEADERS)
@@ -168,6 +180,13 @@ $(BENCH_CONFIG): FORCE
 	@mkdir -p $(@D)
 	@echo '$(BENCH_CC)' | cmp -s - $@ || echo '$(BENCH_CC)' > $@
 
+# Checkpoint throughput (sk_ckpt.h: zlib, liburing), threads backend only.
+NEEDS.$(BUILD)/ckpt_perf := zlib uring
+$(BUILD)/ckpt_perf: bench/ckpt_perf.c $(PROG_HDRS) $(HEADERS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -DSK_USE_URING -o $@ $< $(CKPT_LIBS) $(LDLIBS)
+
 $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(PROG_HDRS) $(HEADERS) $(BENCH_CONFIG)
 	@mkdir -p $(@D)
 	$(BENCH_CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
@@ -196,12 +215,12 @@ $(MPI_DRIVER): $(MPI_DRIVER_DEPS) $(HEADERS)
 $(BUILD)/tests/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
 
 $(BUILD)/san/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN_FLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN_FLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
 
 # Criterion cannot start under TSan (Snaipe/Criterion#274), so the threaded suites are built
 # against a small stand-in with the same assertions and run in one process (tests/tsan_shim/).
@@ -249,7 +268,7 @@ tsan: $(BUILD)/tsan/unit
 $(BUILD)/clang/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
-	$(CLANG) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(LDLIBS)
+	$(CLANG) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
 
 # Every other program compiled (not linked: linking checks nothing Clang-specific) by Clang,
 # through Open MPI's wrapper with OMPI_CC so the MPI ones find mpi.h.

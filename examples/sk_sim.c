@@ -34,6 +34,7 @@
 #include "progs.h"
 #include "pylayout.h"
 #include "sim_report.h"
+#include "sim_ckpt.h"
 
 typedef struct options {
   const char *net;
@@ -47,6 +48,7 @@ typedef struct options {
   bool broadcast; /* --parameter-broadcast: device r draws its model from seed + r, then parameter_broadcast */
   bool distributed; /* the runtime on a world (even of one device: --report, --link) */
   int dump_rank; /* -1: none */
+  sim_ckpt_opts ckpt;          /* --save-checkpoint, --every, --load-checkpoint, --checkpoint-io */
   const char *backend_asked;
   sk_link_model link;
   double device_tflops;
@@ -72,7 +74,7 @@ static void usage(FILE *f, const char *argv0) {
           "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
           "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]] [--grad-accumulation-step M] [--parameter-broadcast]\n"
           "          [--pipeline STAGES --micro M [--scheduler gpipe|1f1b|zero_bubble_v] [--interleave V]\n"
-          "           [--recompute OP,...] [--dump-schedule]]\n"
+          "           [--recompute OP,...] [--dump-schedule]]\n" SIM_CKPT_USAGE_LINE
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -126,7 +128,7 @@ static void usage(FILE *f, const char *argv0) {
           "  --interleave V       V chunks per stage (interleaved 1f1b; gpipe takes it too)\n"
           "  --recompute OP,...   flag these operators for recomputation (under a pipeline: freed after the\n"
           "                       forward, computed again before the backward)\n"
-          "  --dump-schedule      print each stage's actions (F<i>, B<i>, W<i>; .c: chunk) and exit\n"
+          "  --dump-schedule      print each stage's actions (F<i>, B<i>, W<i>; .c: chunk) and exit\n" SIM_CKPT_USAGE
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
           MNIST_DEFAULT_DIR, argv0);
@@ -261,6 +263,8 @@ static int parse_flag(const char *a, options *o) {
 /* Options with a value; 0 when handled, 2 after a usage error, -1 when `a` is unknown. */
 static int parse_valued(const char *argv0, const char *a, const char *v, options *o, bool *steps, bool *epochs) {
   char *end = NULL;
+  int ck = sim_ckpt_parse(a, v, &o->ckpt);
+  if (ck >= 0) return ck ? bad_usage(argv0, "--every takes a positive count, --checkpoint-io auto, plain or io_uring", v) : 0;
   if (!strcmp(a, "--net")) o->net = v;
   else if (!strcmp(a, "--devices")) o->devices = (int)strtol(v, &end, 10);
   else if (!strcmp(a, "--steps")) o->steps = strtol(v, &end, 10), *steps = true;
@@ -339,8 +343,10 @@ static int parse_options(int argc, char **argv, options *o) {
     return bad_usage(argv[0], "--pipeline, --micro and --interleave take positive counts", NULL);
   if ((o->link.gbps > 0) != (o->device_tflops > 0))
     return bad_usage(argv[0], "--link and --device-tflops go together", NULL);
-  /* else the trainer runs alone (parameter_broadcast is the runtime's) */
-  o->distributed = o->devices > 1 || o->report || o->link.gbps > 0 || o->broadcast;
+  const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.pipeline.stages, o->pd.grad_accumulation_step);
+  if (ck) return bad_usage(argv[0], ck, NULL);
+  /* else the trainer runs alone (parameter_broadcast and checkpoints are the runtime's) */
+  o->distributed = o->devices > 1 || o->report || o->link.gbps > 0 || o->broadcast || o->ckpt.save || o->ckpt.load;
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");
@@ -371,6 +377,7 @@ typedef struct run {
   sk_runtime *rt;
   sk_comm *comm;
   bool lead, quiet; /* quiet: --check's reference prints nothing */
+  long start, saved; /* the batches consumed before the first step (a loaded checkpoint's position), and at the last save */
   void *x, *y;
   bool y_float;
 } run;
@@ -443,14 +450,18 @@ static void print_loss(const run *R, int ep, long s, double loss) {
 static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
   job *J = R->J;
   const options *o = J->o;
-  for (long s = 0; s < J->data.train_batches && (!o->steps || *done < o->steps); s++, (*done)++) {
+  long stop = R->start + o->steps; /* --steps S: S more steps */
+  for (long s = *done - ep * J->data.train_batches; s < J->data.train_batches && (!o->steps || *done < stop); s++, (*done)++) {
     double loss = 0, t1 = now_s(), p1 = cpu_s(), c1 = R->comm ? sk_comm_clock_us(R->comm) : 0;
     sk_result r = feed(R, false, s, e);
     if (!r) r = step(R, &loss, e);
     if (r) return r;
     if (R->lead && R->comm) J->model_us += sk_comm_clock_us(R->comm) - c1;
-    if (R->lead && record(J, *done, loss, now_s() - t1, cpu_s() - p1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
+    if (R->lead && record(J, *done - R->start, loss, now_s() - t1, cpu_s() - p1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
     print_loss(R, ep, s, loss);
+    if (o->ckpt.every && (*done + 1) % o->ckpt.every == 0 && (r = sim_ckpt_save(R->comm, R->rt, &J->plan, &o->ckpt, *done + 1, R->lead, e)))
+      return r;
+    if (o->ckpt.every && (*done + 1) % o->ckpt.every == 0) R->saved = *done + 1;
   }
   return SK_OK;
 }
@@ -459,8 +470,8 @@ static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
 static sk_result train(run *R, sk_error *e) {
   job *J = R->J;
   const options *o = J->o;
-  long done = 0;
-  for (int ep = 0; o->steps ? done < o->steps : ep < o->epochs; ep++) { /* --steps S: S steps, epochs wrap */
+  long done = R->start;
+  for (int ep = (int)(done / J->data.train_batches); o->steps ? done < R->start + o->steps : ep < o->epochs; ep++) { /* --steps S: S steps, epochs wrap */
     double t0 = now_s(); /* training steps only: evaluation is not a step */
     sk_result r = train_epoch(R, ep, &done, e);
     if (r) return r;
@@ -472,6 +483,7 @@ static sk_result train(run *R, sk_error *e) {
     }
     if (R->lead) fflush(stdout);
   }
+  if (o->ckpt.save && R->saved != done) return sim_ckpt_save(R->comm, R->rt, &J->plan, &o->ckpt, done, R->lead, e);
   return SK_OK;
 }
 
@@ -548,6 +560,8 @@ static sk_result device_main(sk_comm *c, void *arg) {
   sk_result r = run_buffers(&R) ? sk__fail(&e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
   if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
   if (!r && J->o->broadcast) r = broadcast(&R, &e);
+  if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, &J->o->ckpt, &R.start, R.lead, &e);
+  R.saved = R.start;
   if (!r) r = train(&R, &e);
   if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, &e);
   if (r) sk_comm_set_error(c, r, "%s", e.msg);

@@ -142,6 +142,34 @@ SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, in
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt);
 SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *stats);
 
+/* ==== checkpoints (sk_ckpt.h, docs/checkpoints.md): what resumes training exactly ============
+   A device's slice of a parameter and of its optimizer states, read and written in place
+   between steps, and the step count (the optimizer's step and the dropout masks follow it).
+   Under gradient accumulation only at the end of a window (steps a multiple of
+   grad_accumulation_step): the running sums are not part of the state. */
+typedef enum sk_runtime_slice_kind {
+  SK_RUNTIME_VALUES = 0, /* the parameter */
+  SK_RUNTIME_STATE0,     /* the optimizer's first state (momentum, Adam's m) */
+  SK_RUNTIME_STATE1      /* its second (Adam's v) */
+} sk_runtime_slice_kind;
+
+typedef struct sk_runtime_slice {
+  void *data;     /* NULL: this device keeps no such slice (a state the optimizer has not, a
+                     parameter of another pipeline stage) */
+  sk_dtype dtype; /* the run's compute dtype: f32 (also for f16 / bf16 runs) or f64 */
+  int64_t count;  /* elements, row-major inside box */
+  sk_slice box;   /* global coordinates: the layout's slice on this device, dim 0 narrowed to
+                     its optimizer shard's rows when the parameter is sharded */
+} sk_runtime_slice;
+
+/* Parameter `tensor`'s slice of `kind` on this device. SK_ERR_INVALID_ARGUMENT for a tensor that
+   is not a parameter; SK_ERR_INVALID_USAGE inside an accumulation window. */
+SK_API sk_result sk_runtime_param_slice(sk_runtime *rt, int tensor, sk_runtime_slice_kind kind, sk_runtime_slice *out,
+                                        sk_error *err);
+/* Sets the step count (a loaded checkpoint's): the next step is step `steps` + 1. */
+SK_API sk_result sk_runtime_set_steps(sk_runtime *rt, int64_t steps, sk_error *err);
+/* ==== end of checkpoints ================================================================== */
+
 SK_EXTERN_C_END
 #endif /* SK_RUNTIME_H */
 
@@ -2282,6 +2310,50 @@ SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *st) {
   if (rt) *st = rt->stats;
   else memset(st, 0, sizeof *st);
 }
+
+/* ==== checkpoints ========================================================================== */
+
+/* A window of gradient accumulation is open: its sums would be lost. */
+static sk_result sk__rt_ckpt_window(const sk_runtime *rt, sk_error *err) {
+  if (rt->step % rt->accum)
+    return sk__fail(err, SK_ERR_INVALID_USAGE, "runtime: step %lld is inside a gradient accumulation window of %d",
+                    (long long)rt->step, rt->accum);
+  return SK_OK;
+}
+
+SK_API sk_result sk_runtime_param_slice(sk_runtime *rt, int t, sk_runtime_slice_kind kind, sk_runtime_slice *out,
+                                        sk_error *err) {
+  if (!rt || !out || t < 0 || t >= rt->g->ntensors || rt->g->tensors[t].role != SK_TENSOR_PARAM ||
+      (int)kind < 0 || kind > SK_RUNTIME_STATE1)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: param_slice: NULL, not a parameter (%d) or a bad kind", t);
+  sk_result r = sk__rt_ckpt_window(rt, err);
+  if (r) return r;
+  const sk_parallel_tensor *pt = &rt->plan->tensors[t];
+  const sk__rt_shard *sh = &rt->shards[t];
+  memset(out, 0, sizeof *out);
+  out->dtype = rt->cdt;
+  if ((r = sk_layout_slice(&pt->layout, rt->rank, &out->box, err))) return r;
+  out->count = sk_parallel_slice_count(rt->plan, t);
+  if (sh->data) { /* the shard: rows_start..rows_stop of dim 0, as the runtime allocated it */
+    sk_opt_shard os;
+    if ((r = sk_opt_shard_of(&pt->layout, rt->g->tensors[t].dtype, &rt->plan->desc.hsdp, rt->rank, &os, err))) return r;
+    out->box.start[0] = os.rows_start, out->box.stop[0] = os.rows_stop, out->count = sh->count;
+  }
+  out->data = kind == SK_RUNTIME_VALUES ? (sh->data ? sh->data : rt->values[t])
+              : kind == SK_RUNTIME_STATE0 ? rt->state0[t] : rt->state1[t];
+  if (!out->data) out->count = 0;
+  return SK_OK;
+}
+
+SK_API sk_result sk_runtime_set_steps(sk_runtime *rt, int64_t steps, sk_error *err) {
+  if (!rt || steps < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: set_steps: NULL runtime or negative steps");
+  if (steps % rt->accum)
+    return sk__fail(err, SK_ERR_INVALID_USAGE, "runtime: step %lld is inside a gradient accumulation window of %d",
+                    (long long)steps, rt->accum);
+  rt->step = steps;
+  return SK_OK;
+}
+/* ==== end of checkpoints ================================================================== */
 
 SK_EXTERN_C_END
 #endif /* SK_RUNTIME_IMPL */

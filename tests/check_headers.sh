@@ -61,5 +61,21 @@ if jansson=$(pkg-config --cflags --libs jansson 2>/dev/null); then
   printf '#include <stdlib.h>\n#include "shardkit.h"\n#include "sk_json.h"\nint main(void) {\n  sk_graph g;\n  char *t;\n  sk_graph_init(&g);\n  if (sk_json_format_network(&g, &t, NULL)) return 1;\n  free(t);\n  return 0;\n}\n' >"$tmp/j2.c"
   try "sk_json.h implementation TU + user TU link (-ljansson)" gcc -std=c11 $W "$tmp/j1.c" "$tmp/j2.c" -o "$tmp/jj" $jansson -lpthread -lm
 fi
+# The checkpoints with io_uring (SK_USE_URING: liburing.h wants POSIX declarations, so the TU
+# defines _POSIX_C_SOURCE first), as C11 and C++17 under each compiler, and linked with -luring -lz.
+if [ -f /usr/include/liburing.h ] && [ -f /usr/include/zlib.h ]; then
+  printf '#define _POSIX_C_SOURCE 200809L\n#define SK_USE_URING\n#define SK_IMPL\n#include "sk_ckpt.h"\nint sk_check_dummy;\n' >"$tmp/u.c"
+  cp "$tmp/u.c" "$tmp/u.cc"
+  for pair in $compilers; do
+    cc=${pair%:*}; cxx=${pair#*:}
+    try "sk_ckpt.h with SK_USE_URING as C11 ($cc)" $cc -std=c11 $W -c "$tmp/u.c" -o "$tmp/o"
+    try "sk_ckpt.h with SK_USE_URING as C++17 ($cxx)" $cxx -std=c++17 $W -c "$tmp/u.cc" -o "$tmp/o"
+  done
+  printf '#define _POSIX_C_SOURCE 200809L\n#define SK_USE_URING\n#define SK_IMPL\n#include "shardkit.h"\n#include "sk_ckpt.h"\n' >"$tmp/c1.c"
+  printf '#include "sk_ckpt.h"\nint main(void) { return sk_ckpt_kind_name(SK_CKPT_STATE1)[0] == 0; }\n' >"$tmp/c2.c"
+  try "sk_ckpt.h implementation TU + user TU link (-luring -lz)" gcc -std=c11 $W "$tmp/c1.c" "$tmp/c2.c" -o "$tmp/cc" -luring -lz -lpthread -lm
+else
+  echo "skip the sk_ckpt.h io_uring checks (no liburing or zlib: make deps)"
+fi
 if [ $fail -ne 0 ]; then echo "check-headers: $fail of $n checks failed"; exit 1; fi
 echo "check-headers: $n checks passed"

@@ -411,6 +411,58 @@ g1=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out2")
 if grep -q '^pipeline: 2 stages x 4 devices, 4 micro-batches, 1f1b' "$tmp/out" && [ -n "$g0" ] && [ -n "$g1" ] && [ "$g1" -gt "$g0" ]; then ok
 else bad "the pipeline report, or gpipe's stage-0 activations ($g1) above 1f1b's ($g0): $(grep -A3 pipeline: "$tmp/out")"; fi
 
+# ---- checkpoints (docs/checkpoints.md) -----------------------------------------------------------
+# Saved by 8 devices at steps 5 and 10, resumed on 8 (bitwise the uninterrupted run's losses), 4
+# and 1 (within 1e-12: the first steps ran on 8); a flipped byte makes the load and sk-ckpt verify
+# fail naming the file; bad combinations are refused.
+ck=$tmp/ck
+TNET=examples/nets/transformer.json
+"$BIN" --net $TNET --devices 8 --steps 21 --dtype f64 >"$tmp/full" 2>&1
+"$BIN" --net $TNET --devices 8 --steps 10 --dtype f64 --save-checkpoint "$ck" --every 5 >"$tmp/out" 2>"$tmp/err"
+if [ $? -eq 0 ] && [ "$(cat "$ck/LATEST")" = ckpt-00000010 ] && [ -f "$ck/ckpt-00000005/MANIFEST" ] &&
+   grep -q 'checkpoint .*ckpt-00000010 saved at step 10' "$tmp/err"; then ok
+else bad "--save-checkpoint --every 5: $(cat "$tmp/err"; ls "$ck")"; fi
+for d in 8 4 1; do
+  "$BIN" --net $TNET --devices $d --steps 11 --dtype f64 --load-checkpoint "$ck" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  want=$(grep -E '^epoch: 0 step: (10|20),' "$tmp/full" | sed 's/.*loss is //')
+  got=$(grep -E '^epoch: 0 step: (10|20),' "$tmp/out" | sed 's/.*loss is //')
+  if [ $rc -ne 0 ] || [ "$(echo "$got" | wc -w)" -ne 2 ]; then bad "resume on $d devices: exit $rc: $(cat "$tmp/err")"
+  elif [ $d -eq 8 ] && [ "$got" != "$want" ]; then bad "resume on 8 devices: losses $got, uninterrupted $want"
+  elif ! printf '%s\n%s\n' "$got" "$want" | paste -s -d' ' | awk '{ for (i = 1; i <= 2; i++) { d = ($i - $(i+2)) / $(i+2); if (d < 0) d = -d; if (d > 1e-12) exit 1 } }'; then
+    bad "resume on $d devices: losses $got, uninterrupted $want"
+  else ok; fi
+done
+build/sk-ckpt verify "$ck" >"$tmp/out" 2>&1 && grep -q '^ok: ' "$tmp/out" && ok || bad "sk-ckpt verify of a good checkpoint: $(cat "$tmp/out")"
+# sk-ckpt list: both checkpoints, the newest's slices as in its manifest
+build/sk-ckpt list "$ck" >"$tmp/out" 2>&1
+if grep -q '^checkpoints: ckpt-00000005 ckpt-00000010$' "$tmp/out" && grep -q 'step 10, position 10, saved by 8 devices' "$tmp/out" &&
+   [ "$(grep -c '^slice ' "$tmp/out")" -eq "$(grep -c '^slice ' "$ck/ckpt-00000010/MANIFEST")" ]; then ok
+else bad "sk-ckpt list: $(head -5 "$tmp/out")"; fi
+# sk-ckpt merge: whole tensors written by one device, which verify and resume like the original
+build/sk-ckpt merge "$ck" --out "$tmp/merged" >"$tmp/out" 2>&1 && build/sk-ckpt verify "$tmp/merged" >/dev/null 2>&1 &&
+  ! build/sk-ckpt list "$tmp/merged" | grep '^slice ' | grep -v ' rank 0 ' | grep -q . && ok || bad "sk-ckpt merge: $(cat "$tmp/out")"
+"$BIN" --net $TNET --devices 2 --steps 1 --dtype f64 --load-checkpoint "$tmp/merged" >"$tmp/out" 2>"$tmp/err"
+got=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/out"); want=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/full")
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-12) }'; then ok
+else bad "resume from the merged checkpoint on 2 devices: $got, uninterrupted $want: $(cat "$tmp/err")"; fi
+build/sk-ckpt nosuch "$ck" >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "sk-ckpt with an unknown command: exit status, want 2"
+build/sk-ckpt verify "$tmp/none" >/dev/null 2>"$tmp/err"; [ $? -eq 1 ] && grep -q LATEST "$tmp/err" && ok || bad "sk-ckpt verify of no checkpoint: $(cat "$tmp/err")"
+printf 'X' | dd of="$ck/ckpt-00000010/rank-0.bin" bs=1 seek=1000 conv=notrunc 2>/dev/null
+expect_fail "a corrupt checkpoint" "rank-0.bin: block 0" --net $TNET --devices 4 --steps 1 --dtype f64 --load-checkpoint "$ck"
+build/sk-ckpt verify "$ck" >"$tmp/out" 2>&1 && bad "sk-ckpt verify of a corrupt checkpoint: exit 0" || ok
+# saved by 2 MPI processes, resumed on 4 threads: the step-10 loss within 1e-12 of the uninterrupted run's
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun.openmpi --oversubscribe -np 2 \
+  "$BIN" --net $TNET --devices 2 --steps 10 --dtype f64 --backend mpi --save-checkpoint "$tmp/ckm" >"$tmp/out" 2>"$tmp/err"
+"$BIN" --net $TNET --devices 4 --steps 1 --dtype f64 --load-checkpoint "$tmp/ckm" >"$tmp/out" 2>>"$tmp/err"
+got=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/out"); want=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/full")
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-12) }'; then ok
+else bad "saved under MPI, resumed on threads: $got, uninterrupted $want: $(cat "$tmp/err")"; fi
+expect_fail "no checkpoint there" "LATEST" --net $TNET --devices 2 --steps 1 --load-checkpoint "$tmp/none"
+expect_fail "--every alone" "--every needs --save-checkpoint" --net $TNET --devices 2 --steps 1 --every 5
+expect_fail "--every 0" "--every takes a positive count" --net $TNET --devices 2 --steps 1 --save-checkpoint "$ck" --every 0
+expect_fail "--check with a load" "not with --load-checkpoint" --net $TNET --devices 2 --steps 1 --check --load-checkpoint "$ck"
+expect_fail "checkpoints with a pipeline" "not built yet" --net $TNET --devices 4 --pipeline 2 --micro 2 --steps 1 --save-checkpoint "$ck"
+
 # every option of --help has its row in docs/sk-sim.md
 for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do
   if grep -q -E -- "^\|.*\`$flag[\` ]" docs/sk-sim.md; then ok

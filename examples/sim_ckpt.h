@@ -1,0 +1,169 @@
+/* sim_ckpt.h -- sk-sim's checkpoints (docs/checkpoints.md): --save-checkpoint DIR [--every
+   STEPS], --load-checkpoint DIR, --checkpoint-io auto|plain|io_uring.
+
+   Every device hands sk_ckpt.h the slices its runtime keeps (sk_runtime_param_slice: each
+   parameter and its optimizer states, an optimizer shard where the parameter is sharded) and
+   writes those it owns: the round-robin owner among the devices holding the same slice
+   (sk_ckpt_writes). Beside them, the plan's strategy file, the step count and the data position
+   (the batches consumed: sk-sim's batches are a function of their index, so that is where the
+   data continues). A load reads the newest checkpoint (LATEST) into whatever layouts and
+   device count this run has, then sets the step count; training continues from the position.
+
+   Needs sk_ckpt.h's implementation in the including file (sk_sim.c defines SK_IMPL) and zlib,
+   plus liburing when built with SK_USE_URING. */
+#ifndef SK_EXAMPLES_SIM_CKPT_H
+#define SK_EXAMPLES_SIM_CKPT_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shardkit.h"
+#include "sk_ckpt.h"
+#include "sk_strategy.h"
+
+typedef struct sim_ckpt_opts {
+  const char *save, *load; /* checkpoint roots */
+  long every;              /* 0: once, at the end */
+  sk_ckpt_io io;
+} sim_ckpt_opts;
+
+#define SIM_CKPT_USAGE_LINE "          [--save-checkpoint DIR [--every STEPS]] [--load-checkpoint DIR] [--checkpoint-io auto|plain|io_uring]\n"
+#define SIM_CKPT_USAGE                                                                                            \
+  "  --save-checkpoint DIR  write a sharded checkpoint under DIR at the end (DIR/ckpt-<step>, DIR/LATEST)\n"          \
+  "  --every STEPS        ... and every STEPS steps\n"                                                                \
+  "  --load-checkpoint DIR  start from DIR's newest checkpoint, on any device count and strategy; --steps S\n"       \
+  "                       then runs S more steps, --epochs E up to epoch E\n"                                         \
+  "  --checkpoint-io P    auto (io_uring when the kernel allows it, else plain), plain or io_uring\n"
+
+/* code with a message in e (sk_core.h's private sk__fail is not the examples' to use). */
+static inline sk_result sim_ckpt_fail(sk_error *e, sk_result code, const char *what, long long n) {
+  if (e) e->code = code, snprintf(e->msg, sizeof e->msg, what, n);
+  return code;
+}
+
+/* A checkpoint option `a` with value v: 0 taken, -1 not ours, 1 a bad value. */
+static inline int sim_ckpt_parse(const char *a, const char *v, sim_ckpt_opts *c) {
+  char *end = NULL;
+  if (!strcmp(a, "--save-checkpoint")) c->save = v;
+  else if (!strcmp(a, "--load-checkpoint")) c->load = v;
+  else if (!strcmp(a, "--every")) {
+    c->every = strtol(v, &end, 10);
+    if (end == v || *end || c->every < 1) return 1;
+  } else if (!strcmp(a, "--checkpoint-io")) {
+    if (!strcmp(v, "auto")) c->io = SK_CKPT_IO_AUTO;
+    else if (!strcmp(v, "plain")) c->io = SK_CKPT_IO_PLAIN;
+    else if (!strcmp(v, "io_uring")) c->io = SK_CKPT_IO_URING;
+    else return 1;
+  } else return -1;
+  return 0;
+}
+
+/* What the other options must allow; NULL when they do. */
+static inline const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, int stages, int accum) {
+  if (c->every && !c->save) return "--every needs --save-checkpoint DIR";
+  if (!c->save && !c->load) return NULL;
+  if (stages > 1) return "checkpoints under --pipeline are not built yet";
+  if (check && c->load) return "--check compares from step 0: not with --load-checkpoint";
+  if (c->every && accum > 1 && c->every % accum) return "--every must be a multiple of --grad-accumulation-step";
+  return NULL;
+}
+
+/* Every parameter of the plan as sk_redundancy.h sees it (for the writers). */
+static inline sk_redundancy_param *sim_ckpt_params(const sk_parallel_plan *plan, int *n) {
+  const sk_graph *g = plan->graph;
+  sk_redundancy_param *ps = (sk_redundancy_param *)calloc((size_t)g->ntensors + 1, sizeof *ps);
+  *n = 0;
+  for (int t = 0; ps && t < g->ntensors; t++) {
+    if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    ps[*n].name = g->tensors[t].name, ps[*n].layout = plan->tensors[t].layout;
+    ps[*n].opt_shard_size = plan->tensors[t].opt_size, (*n)++;
+  }
+  return ps;
+}
+
+/* This device's slices: each parameter and each state it keeps; `write` where it owns it. */
+static inline sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *plan, int rank, sk_ckpt_slice **out, int *n,
+                                 sk_error *e) {
+  const sk_graph *g = plan->graph;
+  int np = 0;
+  sk_redundancy_param *ps = sim_ckpt_params(plan, &np);
+  sk_ckpt_slice *s = (sk_ckpt_slice *)calloc((size_t)g->ntensors * 3 + 1, sizeof *s);
+  sk_result r = ps && s ? SK_OK : sim_ckpt_fail(e, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory (%lld tensors)", (long long)g->ntensors);
+  *n = 0;
+  for (int t = 0, p = 0; !r && t < g->ntensors; t++) {
+    if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    bool writes = false;
+    r = sk_ckpt_writes(np, ps, p++, rank, &writes, e);
+    for (int k = 0; !r && k < 3; k++) {
+      sk_runtime_slice rs;
+      if ((r = sk_runtime_param_slice(rt, t, (sk_runtime_slice_kind)k, &rs, e)) || !rs.data) continue;
+      sk_ckpt_slice *c = &s[(*n)++];
+      c->tensor = g->tensors[t].name, c->kind = (sk_ckpt_kind)k, c->dtype = rs.dtype, c->ndims = g->tensors[t].ndims;
+      memcpy(c->shape, g->tensors[t].shape, sizeof(int64_t) * (size_t)c->ndims);
+      c->box = rs.box, c->data = rs.data, c->write = writes;
+    }
+  }
+  free(ps);
+  if (r) free(s), s = NULL;
+  *out = s;
+  return r;
+}
+
+/* Collective: one checkpoint of the run at `position` batches; the lead says where it went. */
+static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, const sim_ckpt_opts *o,
+                               long position, bool lead, sk_error *e) {
+  sk_ckpt_slice *s = NULL;
+  int n = 0;
+  char *strategy = NULL;
+  sk_result r = sim_ckpt_slices(rt, plan, sk_comm_rank(c), &s, &n, e);
+  if (!r && lead) r = sk_strategy_format(plan, true, true, true, &strategy, e);
+  /* every device learns whether one could not describe its slices: then nobody saves (a save
+     without one device's slices would not tile, which sk_ckpt_save refuses too) */
+  int64_t status = r, worst = 0;
+  sk_result a = sk_allreduce(c, &status, &worst, 1, SK_I64, SK_MAX);
+  if (!r && (a || worst)) r = sim_ckpt_fail(e, SK_ERR_ABORTED, "checkpoint: a device failed before saving (%lld)", (long long)worst);
+  if (r) return free(s), free(strategy), r;
+  sk_ckpt_save_desc d;
+  memset(&d, 0, sizeof d);
+  d.step = sk_runtime_steps(rt), d.position = position, d.io = o->io;
+  d.strategy = strategy, d.strategy_len = strategy ? strlen(strategy) : 0;
+  sk_ckpt_report rep;
+  memset(&rep, 0, sizeof rep);
+  r = sk_ckpt_save(c, o->save, &d, n, s, &rep, e);
+  int64_t mine[2] = {(int64_t)rep.bytes, rep.slices}, sum[2] = {0, 0};
+  if (!r) r = sk_allreduce(c, mine, sum, 2, SK_I64, SK_SUM);
+  if (!r && lead)
+    fprintf(stderr, "sk-sim: checkpoint %s/%s saved at step %lld: %lld slices, %lld bytes (%s)\n", o->save, rep.name,
+            (long long)d.step, (long long)sum[1], (long long)sum[0], sk_ckpt_io_name(rep.used));
+  free(s), free(strategy);
+  return r;
+}
+
+/* Collective: the newest checkpoint under o->load into this run; *position: where the data
+   continues. Every device fails when one does (its message names the tensor and rank). */
+static inline sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, const sim_ckpt_opts *o,
+                               long *position, bool lead, sk_error *e) {
+  sk_ckpt_manifest m;
+  memset(&m, 0, sizeof m);
+  sk_ckpt_slice *s = NULL;
+  int n = 0, rank = sk_comm_rank(c);
+  sk_ckpt_report rep;
+  memset(&rep, 0, sizeof rep);
+  sk_result r = sk_ckpt_open(o->load, &m, e);
+  if (!r) r = sim_ckpt_slices(rt, plan, rank, &s, &n, e);
+  if (!r) r = sk_ckpt_load(&m, rank, o->io, n, s, &rep, e);
+  if (!r) r = sk_runtime_set_steps(rt, m.step, e);
+  int64_t mine[2] = {(int64_t)r, r ? rank : -1}, all[2] = {0, 0};
+  sk_result a = sk_allreduce(c, mine, all, 2, SK_I64, SK_MAX);
+  if (!r && (a || all[0])) r = sim_ckpt_fail(e, SK_ERR_ABORTED, "checkpoint: device %lld could not load it", (long long)all[1]);
+  if (!r && lead)
+    fprintf(stderr, "sk-sim: checkpoint %s/%s loaded: step %lld, position %lld (%s)\n", o->load, m.name,
+            (long long)m.step, (long long)m.position, sk_ckpt_io_name(rep.used));
+  *position = (long)m.position;
+  free(s);
+  sk_ckpt_manifest_free(&m);
+  return r;
+}
+
+#endif

@@ -1,0 +1,1321 @@
+/* sk_ckpt.h -- sharded checkpoints: which device writes which slice, the manifest, an atomic
+   commit under a checkpoint root, and loading any saved layout into any other (resharding).
+
+   NEEDS ZLIB (-lz: crc32 and crc32_combine; Debian zlib1g-dev), and LIBURING (-luring; Debian
+   liburing-dev) when built with SK_USE_URING. That is why shardkit.h does not include this
+   header: include it yourself. Without SK_USE_URING every read and write is plain pread/pwrite.
+
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_CKPT_IMPL where the other modules'
+                             [#define SK_USE_URING]       implementations come from elsewhere)
+                             #include "sk_ckpt.h"
+
+   WHAT A CHECKPOINT IS (docs/checkpoints.md)
+     A root directory holds complete checkpoints, ckpt-<step> (8 digits), and LATEST, a small
+     regular file whose one line names the newest. A checkpoint directory holds rank-<r>.bin (the
+     slices device r wrote, each at a 4096-byte aligned offset, zero padding between), optionally
+     strategy.json (the plan's strategy file) and MANIFEST, a line-based text:
+       shardkit-checkpoint 1
+       step S / position P / devices N / block B
+       file NAME size BYTES crc HEX blocks HEX,HEX,...     (one per file but the manifest)
+       slice TENSOR KIND DTYPE shape D0,D1 box a:b,c:d file F offset O length L rank R
+       crc HEX                                              (crc32 of every byte above it)
+     KIND is param, state0 or state1 (the optimizer's states). Checksums are zlib's crc32, per
+     block of B = 1 MiB of each file (a partial read verifies the blocks it covers) and per file.
+
+   WHO WRITES WHAT: each slice once, by its redundancy group's round-robin owner (MindSpore's
+     remove_param_redundancy, sk_redundancy.h); an optimizer-sharded parameter's shards are
+     distinct slices, each owned inside the devices holding that shard. A parameter's optimizer
+     states go with it. sk_ckpt_box / sk_ckpt_writes compute this without any runtime.
+
+   THE COMMIT (sk_ckpt_save; a crash at any point leaves LATEST's checkpoint loadable)
+     1 rank 0 clears a stale ROOT/.tmp-ckpt-<step> and creates it;   2 every writer writes and
+     fsyncs its rank file;   3 rank 0 writes strategy.json and MANIFEST, fsyncs them and the
+     directory;   4 renames it to ROOT/ckpt-<step> and fsyncs ROOT;   5 writes LATEST.tmp, fsyncs,
+     renames it to LATEST, fsyncs ROOT. Before step 3, every tensor saved must be tiled exactly
+     once by the devices' slices (else nothing is committed). Devices agree on failures (a small
+     AllReduce over comm before step 1, after steps 1 and 2, and at the end): when one fails, the
+     others return SK_ERR_ABORTED naming it.
+
+   LOADING (sk_ckpt_open + sk_ckpt_load): any target boxes, on any device count. Each target box
+     is tiled by the saved boxes of its tensor and kind that intersect it (every element exactly
+     once, or the load fails naming the tensor, kind, rank and what is missing); each piece
+     reads the byte range from its first to its last element of the saved slice, widened to
+     whole blocks, whose crcs are checked before a byte is copied. A rank file shorter or longer
+     than the manifest says is refused before anything is read.
+
+   ERRORS: SK_ERR_INVALID_ARGUMENT for bad arguments and for a checkpoint that is corrupt,
+     incomplete or does not fit the targets (the message names the file, the block, the tensor
+     and the rank); SK_ERR_SYSTEM with the path and errno text when the OS refuses;
+     SK_ERR_UNSUPPORTED when io_uring is demanded and not available; SK_ERR_ABORTED when the test
+     hook stopped a save. Nothing leaks on any path; no process-wide state.
+
+   License: MIT. */
+#if defined(SK_IMPL) && !defined(SK_CKPT_IMPL)
+#define SK_CKPT_IMPL
+#endif
+#ifndef SK_CKPT_H
+#define SK_CKPT_H
+
+#include "sk_comm.h"
+#include "sk_core.h"
+#include "sk_layout.h"
+#include "sk_redundancy.h"
+
+SK_EXTERN_C_BEGIN
+
+#define SK_CKPT_BLOCK ((uint32_t)1 << 20) /* bytes per checksummed block */
+#define SK_CKPT_ALIGN 4096                /* each slice's offset in its rank file */
+#define SK_CKPT_NAME_MAX 128              /* tensor names, 1..127 bytes, no blank */
+#define SK_CKPT_FILE_MAX 64               /* file and checkpoint names */
+
+typedef enum sk_ckpt_kind { SK_CKPT_PARAM = 0, SK_CKPT_STATE0, SK_CKPT_STATE1, SK_CKPT_KINDS } sk_ckpt_kind;
+SK_API const char *sk_ckpt_kind_name(sk_ckpt_kind k); /* "param", "state0", "state1" ("?") */
+
+/* How bytes move. AUTO: io_uring when built with SK_USE_URING and the kernel accepts
+   io_uring_queue_init, else plain pread/pwrite (the report says which ran); URING: io_uring or
+   SK_ERR_UNSUPPORTED; PLAIN: pread/pwrite. */
+typedef enum sk_ckpt_io { SK_CKPT_IO_AUTO = 0, SK_CKPT_IO_PLAIN, SK_CKPT_IO_URING } sk_ckpt_io;
+SK_API const char *sk_ckpt_io_name(sk_ckpt_io io); /* "auto", "plain", "io_uring" */
+
+/* One slice on this device, for saving (written when `write`) and loading (filled). data holds
+   the box's elements, row-major inside the box. */
+typedef struct sk_ckpt_slice {
+  const char *tensor;
+  sk_ckpt_kind kind;
+  sk_dtype dtype;
+  int ndims;
+  int64_t shape[SK_MAX_DIMS]; /* the whole tensor's */
+  sk_slice box;
+  void *data;
+  bool write;
+} sk_ckpt_slice;
+
+typedef struct sk_ckpt_file {
+  char name[SK_CKPT_FILE_MAX];
+  uint64_t size;
+  uint32_t crc;
+  int nblocks;
+  uint32_t *blocks; /* crc32 of each SK_CKPT_BLOCK bytes (the last: what is left) */
+} sk_ckpt_file;
+
+typedef struct sk_ckpt_entry {
+  char tensor[SK_CKPT_NAME_MAX];
+  sk_ckpt_kind kind;
+  sk_dtype dtype;
+  int ndims;
+  int64_t shape[SK_MAX_DIMS];
+  sk_slice box;
+  int file; /* index into files */
+  uint64_t offset, length;
+  int rank; /* the device that wrote it */
+} sk_ckpt_entry;
+
+typedef struct sk_ckpt_manifest {
+  char dir[4096];                 /* the checkpoint directory it was read from ("" when built) */
+  char name[SK_CKPT_FILE_MAX];    /* ckpt-<step> */
+  int64_t step, position;
+  int devices;
+  uint32_t block;
+  int nfiles, nentries;
+  sk_ckpt_file *files;
+  sk_ckpt_entry *entries;
+} sk_ckpt_manifest;
+
+/* Where a save stands when the test hook is asked (crash injection in tests). */
+typedef enum sk_ckpt_stage {
+  SK_CKPT_AT_DATA = 0,  /* the temporary directory exists, no rank file written yet */
+  SK_CKPT_AT_HALF_DATA, /* a rank file is half written */
+  SK_CKPT_AT_MANIFEST,  /* rank files fsync'd, the manifest not yet written */
+  SK_CKPT_AT_RENAME,    /* everything fsync'd, the directory not yet renamed */
+  SK_CKPT_AT_POINTER,   /* ckpt-<step> is in place, LATEST not yet moved */
+  SK_CKPT_AT_POINTER_TMP, /* LATEST.tmp written, not yet renamed */
+  SK_CKPT_STAGES
+} sk_ckpt_stage;
+
+/* Zero-initialise. strategy: optional text saved as strategy.json (len bytes). hook: called at
+   each stage on each device; nonzero stops the save there (SK_ERR_ABORTED), as a crash would,
+   leaving what is on disk (tests kill the process from it instead). */
+typedef struct sk_ckpt_save_desc {
+  int64_t step, position; /* the runtime's step count and the data position to resume from */
+  const char *strategy;
+  size_t strategy_len;
+  sk_ckpt_io io;
+  int (*hook)(void *user, sk_ckpt_stage at, int rank);
+  void *hook_user;
+} sk_ckpt_save_desc;
+
+/* What a save or load did on this device. */
+typedef struct sk_ckpt_report {
+  sk_ckpt_io used;      /* PLAIN or URING: the path that ran */
+  uint64_t bytes;       /* bytes this device wrote or read */
+  int slices;           /* slices it wrote, or pieces it read */
+  char name[SK_CKPT_FILE_MAX]; /* the checkpoint */
+} sk_ckpt_report;
+
+/* ---- pure planning ------------------------------------------------------------------------ */
+
+/* The box of a parameter laid out as l on `rank`: its slice, dim 0 narrowed to the rows of its
+   optimizer shard when opt_size > 1 (the rank at position i of its replica group keeps chunk
+   i % opt_size, as sk_opt_shard.h says). */
+SK_API sk_result sk_ckpt_box(const sk_layout *l, int opt_size, int rank, sk_slice *box, sk_error *err);
+/* Whether `rank` writes params[which]'s box: its round-robin owner among the devices holding the
+   same box (sk_redundancy_owner with params[].opt_shard_size, initial rank 0). */
+SK_API sk_result sk_ckpt_writes(int n, const sk_redundancy_param *params, int which, int rank, bool *writes,
+                                sk_error *err);
+
+/* One piece of a load: entry `entry` of the manifest gives `box` (global coordinates) of a target. */
+typedef struct sk_ckpt_piece {
+  int entry;
+  sk_slice box;
+} sk_ckpt_piece;
+/* The pieces tiling target t (at most cap in pieces; *n of them). Fails naming the tensor, kind
+   and `rank` when the saved slices do not cover the box exactly once, or the shape or dtype
+   differs. */
+SK_API sk_result sk_ckpt_read_plan(const sk_ckpt_manifest *m, const sk_ckpt_slice *t, int rank, sk_ckpt_piece *pieces,
+                                   int cap, int *n, sk_error *err);
+
+/* ---- manifests ---------------------------------------------------------------------------- */
+
+/* The manifest's text (malloc'd, NUL-terminated, ends with its crc line). */
+SK_API sk_result sk_ckpt_manifest_format(const sk_ckpt_manifest *m, char **text, size_t *len, sk_error *err);
+/* Reads len bytes of text into *m (overwritten; free it with sk_ckpt_manifest_free). The crc
+   line must hold the text's crc; every reference (file index, box inside shape, offset and
+   length inside the file) is checked. */
+SK_API sk_result sk_ckpt_manifest_parse(const char *text, size_t len, sk_ckpt_manifest *m, sk_error *err);
+SK_API void sk_ckpt_manifest_free(sk_ckpt_manifest *m);
+
+/* ---- files -------------------------------------------------------------------------------- */
+
+/* Collective over comm (NULL: this process is the only device, rank 0): the commit above. Each
+   device passes its slices (write set on those it writes). */
+SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_save_desc *desc, int n,
+                              const sk_ckpt_slice *slices, sk_ckpt_report *report, sk_error *err);
+/* The newest checkpoint of root (LATEST) into *m: its manifest read and checked, the rank files'
+   sizes and strategy.json's bytes checked. */
+SK_API sk_result sk_ckpt_open(const char *root, sk_ckpt_manifest *m, sk_error *err);
+/* One checkpoint directory (not through LATEST). */
+SK_API sk_result sk_ckpt_open_dir(const char *dir, sk_ckpt_manifest *m, sk_error *err);
+/* Fills each slice's data from the checkpoint (rank: named in messages). */
+SK_API sk_result sk_ckpt_load(const sk_ckpt_manifest *m, int rank, sk_ckpt_io io, int n, const sk_ckpt_slice *slices,
+                              sk_ckpt_report *report, sk_error *err);
+/* Every block of every file against its crc, every file's crc, and every tensor and kind tiled
+   exactly once by its slices. */
+SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_error *err);
+/* A checkpoint of m's tensors whole (every kind), as one device wrote them, under out_root
+   (committed like any other: out_root/ckpt-<step> and out_root/LATEST). */
+SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, sk_ckpt_io io, sk_error *err);
+/* The contents of strategy.json in *text (malloc'd; NULL and 0 when the checkpoint has none). */
+SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, size_t *len, sk_error *err);
+
+SK_EXTERN_C_END
+#endif /* SK_CKPT_H */
+
+/* ==== implementation ======================================================================== */
+#if defined(SK_CKPT_IMPL) && !defined(SK_CKPT_IMPL_DONE)
+#define SK_CKPT_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include <zlib.h>
+#ifdef SK_USE_URING
+#if !defined(__cplusplus) && !defined(_POSIX_C_SOURCE) && !defined(_DEFAULT_SOURCE) && !defined(_GNU_SOURCE)
+/* liburing.h uses POSIX types (sigset_t, AT_FDCWD) that strict C11 hides */
+#error "sk_ckpt.h with SK_USE_URING: define _POSIX_C_SOURCE 200809L (or -D_GNU_SOURCE) before the first include"
+#endif
+#include <liburing.h>
+#endif
+
+#if !defined(__cplusplus)
+/* Strict C11 hides these unless a feature macro came before the first system include (see
+   sk_comm.h): declared here, compatible with glibc's and musl's. */
+extern ssize_t pread(int fd, void *buf, size_t n, off_t off);
+extern ssize_t pwrite(int fd, const void *buf, size_t n, off_t off);
+#endif
+
+SK_EXTERN_C_BEGIN
+
+static const char *const sk__ckpt_kinds[SK_CKPT_KINDS] = {"param", "state0", "state1"};
+
+SK_API const char *sk_ckpt_kind_name(sk_ckpt_kind k) {
+  return (int)k >= 0 && k < SK_CKPT_KINDS ? sk__ckpt_kinds[k] : "?";
+}
+
+SK_API const char *sk_ckpt_io_name(sk_ckpt_io io) {
+  return io == SK_CKPT_IO_PLAIN ? "plain" : io == SK_CKPT_IO_URING ? "io_uring" : "auto";
+}
+
+/* ---- boxes ---------------------------------------------------------------------------------- */
+
+static int64_t sk__ckpt_volume(const sk_slice *b) {
+  int64_t v = 1;
+  for (int d = 0; d < b->ndims; d++) v *= b->stop[d] > b->start[d] ? b->stop[d] - b->start[d] : 0;
+  return v;
+}
+
+/* a ∩ b into *out; false when empty. */
+static bool sk__ckpt_intersect(const sk_slice *a, const sk_slice *b, sk_slice *out) {
+  out->ndims = a->ndims;
+  for (int d = 0; d < a->ndims; d++) {
+    out->start[d] = a->start[d] > b->start[d] ? a->start[d] : b->start[d];
+    out->stop[d] = a->stop[d] < b->stop[d] ? a->stop[d] : b->stop[d];
+    if (out->start[d] >= out->stop[d]) return false;
+  }
+  return true;
+}
+
+/* Row-major index inside box `in` of the global coordinates c. */
+static int64_t sk__ckpt_index(const sk_slice *in, const int64_t *c) {
+  int64_t i = 0;
+  for (int d = 0; d < in->ndims; d++) i = i * (in->stop[d] - in->start[d]) + (c[d] - in->start[d]);
+  return i;
+}
+
+SK_API sk_result sk_ckpt_box(const sk_layout *l, int opt_size, int rank, sk_slice *box, sk_error *err) {
+  if (!l || !box || opt_size < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_box: NULL or opt_size < 0");
+  sk_result r = sk_layout_slice(l, rank, box, err);
+  if (r || opt_size <= 1) return r;
+  int ranks[SK_MAX_DEVICES], n = 0, pos = -1;
+  if ((r = sk_layout_replica_group(l, rank, ranks, SK_MAX_DEVICES, &n, err))) return r;
+  for (int i = 0; i < n; i++)
+    if (ranks[i] == rank) pos = i;
+  int64_t rows = box->stop[0] - box->start[0];
+  if (pos < 0 || n % opt_size || rows % opt_size || box->ndims < 1)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_box: %d optimizer shards do not divide %d replicas of %lld rows",
+                    opt_size, n, (long long)rows);
+  int64_t chunk = rows / opt_size;
+  box->start[0] += (pos % opt_size) * chunk;
+  box->stop[0] = box->start[0] + chunk;
+  return SK_OK;
+}
+
+SK_API sk_result sk_ckpt_writes(int n, const sk_redundancy_param *params, int which, int rank, bool *writes,
+                                sk_error *err) {
+  if (!writes) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_writes: writes is NULL");
+  int owner = -1;
+  sk_result r = sk_redundancy_owner(n, params, which, rank, 0, &owner, err);
+  if (r) return r;
+  if (owner < 0) /* MindSpore drops a group K does not divide: here that is an error, not a lost slice */
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_writes: '%s' has no redundancy group holding rank %d",
+                    params[which].name, rank);
+  *writes = owner == rank;
+  return SK_OK;
+}
+
+/* Whether entry e is target t's tensor and kind; a shape or dtype mismatch is an error. */
+static sk_result sk__ckpt_match(const sk_ckpt_entry *e, const sk_ckpt_slice *t, int rank, bool *match, sk_error *err) {
+  *match = !strcmp(e->tensor, t->tensor) && e->kind == t->kind;
+  if (!*match) return SK_OK;
+  bool same = e->ndims == t->ndims && e->dtype == t->dtype;
+  for (int d = 0; same && d < t->ndims; d++) same = e->shape[d] == t->shape[d];
+  if (!same)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s (rank %d): saved as %s of %d dims, wanted %s of %d dims or another shape",
+                    t->tensor, sk_ckpt_kind_name(t->kind), rank, sk_dtype_name(e->dtype), e->ndims, sk_dtype_name(t->dtype), t->ndims);
+  return SK_OK;
+}
+
+SK_API sk_result sk_ckpt_read_plan(const sk_ckpt_manifest *m, const sk_ckpt_slice *t, int rank, sk_ckpt_piece *pieces,
+                                   int cap, int *n, sk_error *err) {
+  if (!m || !t || !t->tensor || !n || (cap && !pieces))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_read_plan: NULL argument");
+  int64_t covered = 0;
+  *n = 0;
+  for (int i = 0; i < m->nentries; i++) {
+    bool match = false;
+    sk_result r = sk__ckpt_match(&m->entries[i], t, rank, &match, err);
+    if (r) return r;
+    sk_slice x;
+    if (!match || !sk__ckpt_intersect(&m->entries[i].box, &t->box, &x)) continue;
+    if (*n == cap)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s (rank %d): more than %d saved pieces",
+                      t->tensor, sk_ckpt_kind_name(t->kind), rank, cap);
+    pieces[*n].entry = i, pieces[*n].box = x, (*n)++;
+    covered += sk__ckpt_volume(&x);
+  }
+  /* the pieces are disjoint when the saved boxes are (verify checks that), so the volumes add up
+     to the box's exactly when they tile it */
+  int64_t want = sk__ckpt_volume(&t->box);
+  if (covered != want)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "checkpoint: tensor '%s' %s (rank %d): %s: the saved slices hold %lld of its %lld elements",
+                    t->tensor, sk_ckpt_kind_name(t->kind), rank, covered ? "slice missing" : "missing",
+                    (long long)covered, (long long)want);
+  return SK_OK;
+}
+
+/* ---- manifest text ---------------------------------------------------------------------------- */
+
+typedef struct sk__ckpt_buf {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} sk__ckpt_buf;
+
+static SK__PRINTF(2, 3) void sk__ckpt_put(sk__ckpt_buf *b, const char *fmt, ...) {
+  for (int pass = 0; pass < 2 && !b->oom; pass++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) { b->oom = true; return; }
+    if (b->p && b->len + (size_t)k < b->cap) { b->len += (size_t)k; return; }
+    size_t cap = (b->cap + (size_t)k + 1) * 2;
+    char *p = (char *)realloc(b->p, cap);
+    if (!p) { b->oom = true; return; }
+    b->p = p, b->cap = cap;
+  }
+}
+
+static void sk__ckpt_put_dims(sk__ckpt_buf *b, const char *key, int nd, const int64_t *a, const int64_t *z) {
+  sk__ckpt_put(b, " %s ", key);
+  for (int d = 0; d < nd; d++)
+    if (z) sk__ckpt_put(b, "%s%lld:%lld", d ? "," : "", (long long)a[d], (long long)z[d]);
+    else sk__ckpt_put(b, "%s%lld", d ? "," : "", (long long)a[d]);
+  if (!nd) sk__ckpt_put(b, "-"); /* a scalar */
+}
+
+SK_API sk_result sk_ckpt_manifest_format(const sk_ckpt_manifest *m, char **text, size_t *len, sk_error *err) {
+  if (!m || !text) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_manifest_format: NULL argument");
+  sk__ckpt_buf b = {NULL, 0, 0, false};
+  sk__ckpt_put(&b, "shardkit-checkpoint 1\nname %s\nstep %lld\nposition %lld\ndevices %d\nblock %u\n", m->name,
+               (long long)m->step, (long long)m->position, m->devices, (unsigned)m->block);
+  for (int f = 0; f < m->nfiles; f++) {
+    const sk_ckpt_file *F = &m->files[f];
+    sk__ckpt_put(&b, "file %s size %llu crc %08x blocks ", F->name, (unsigned long long)F->size, (unsigned)F->crc);
+    for (int k = 0; k < F->nblocks; k++) sk__ckpt_put(&b, "%s%08x", k ? "," : "", (unsigned)F->blocks[k]);
+    sk__ckpt_put(&b, "%s\n", F->nblocks ? "" : "-");
+  }
+  for (int i = 0; i < m->nentries; i++) {
+    const sk_ckpt_entry *e = &m->entries[i];
+    sk__ckpt_put(&b, "slice %s %s %s", e->tensor, sk_ckpt_kind_name(e->kind), sk_dtype_name(e->dtype));
+    sk__ckpt_put_dims(&b, "shape", e->ndims, e->shape, NULL);
+    sk__ckpt_put_dims(&b, "box", e->ndims, e->box.start, e->box.stop);
+    sk__ckpt_put(&b, " file %d offset %llu length %llu rank %d\n", e->file, (unsigned long long)e->offset,
+                 (unsigned long long)e->length, e->rank);
+  }
+  uint32_t crc = b.oom ? 0 : (uint32_t)crc32(0L, (const Bytef *)b.p, (uInt)b.len);
+  sk__ckpt_put(&b, "crc %08x\n", (unsigned)crc);
+  if (b.oom) {
+    free(b.p);
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory formatting the manifest");
+  }
+  *text = b.p;
+  if (len) *len = b.len;
+  return SK_OK;
+}
+
+void sk_ckpt_manifest_free(sk_ckpt_manifest *m) {
+  if (!m) return;
+  for (int f = 0; m->files && f < m->nfiles; f++) free(m->files[f].blocks);
+  free(m->files), free(m->entries);
+  m->files = NULL, m->entries = NULL, m->nfiles = m->nentries = 0;
+}
+
+/* A parse cursor: one line at a time, the line number for messages. */
+typedef struct sk__ckpt_cur {
+  const char *at, *end;
+  int line;
+  char buf[8192];
+} sk__ckpt_cur;
+
+/* The next line into c->buf (NUL-terminated, without its newline); false at the end. Lines of
+   block lists can be long: they are read by sk__ckpt_blocks from c->at directly. */
+static bool sk__ckpt_line(sk__ckpt_cur *c, const char **start, size_t *n) {
+  if (c->at >= c->end) return false;
+  const char *nl = (const char *)memchr(c->at, '\n', (size_t)(c->end - c->at));
+  *start = c->at, *n = nl ? (size_t)(nl - c->at) : (size_t)(c->end - c->at);
+  c->at = nl ? nl + 1 : c->end;
+  c->line++;
+  return true;
+}
+
+/* "a,b,c" or "a:b,c:d" (range) of exactly nd numbers (pairs); "-" for none. */
+static bool sk__ckpt_dims(const char *s, int *nd, int64_t *a, int64_t *z) {
+  *nd = 0;
+  if (!strcmp(s, "-")) return true;
+  for (const char *p = s;;) {
+    char *end;
+    if (*nd == SK_MAX_DIMS) return false;
+    a[*nd] = strtoll(p, &end, 10);
+    if (end == p) return false;
+    if (z) {
+      if (*end != ':') return false;
+      p = end + 1, z[*nd] = strtoll(p, &end, 10);
+      if (end == p) return false;
+    }
+    (*nd)++;
+    if (!*end) return true;
+    if (*end != ',') return false;
+    p = end + 1;
+  }
+}
+
+static sk_result sk__ckpt_bad(sk_error *err, const sk__ckpt_cur *c, const char *what) {
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint manifest: line %d: %s", c->line, what);
+}
+
+/* "file NAME size N crc HEX blocks HEX,..." */
+static sk_result sk__ckpt_parse_file(sk__ckpt_cur *c, const char *s, size_t n, sk_ckpt_file *f, uint32_t block,
+                                     sk_error *err) {
+  char name[SK_CKPT_FILE_MAX];
+  unsigned long long size = 0;
+  unsigned crc = 0;
+  int used = 0;
+  if (n >= sizeof c->buf) n = sizeof c->buf - 1; /* the head; blocks are read from s */
+  memcpy(c->buf, s, n), c->buf[n] = 0;
+  if (sscanf(c->buf, "file %63s size %llu crc %x blocks %n", name, &size, &crc, &used) != 3 || !used)
+    return sk__ckpt_bad(err, c, "expected: file NAME size BYTES crc HEX blocks HEX,...");
+  if (strchr(name, '/') || name[0] == '.') return sk__ckpt_bad(err, c, "a file name with a path");
+  memcpy(f->name, name, sizeof name), f->size = size, f->crc = crc;
+  f->nblocks = (int)((size + block - 1) / block);
+  f->blocks = (uint32_t *)calloc((size_t)f->nblocks + 1, sizeof(uint32_t));
+  if (!f->blocks) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint manifest: out of memory");
+  const char *p = s + used, *end = s + n;
+  for (int k = 0; k < f->nblocks; k++) {
+    char *e;
+    f->blocks[k] = (uint32_t)strtoul(p, &e, 16);
+    if (e == p || e - p != 8 || e > end || (k + 1 < f->nblocks ? *e != ',' : e != end))
+      return sk__ckpt_bad(err, c, "a block list that does not hold one crc per block of the file's size");
+    p = e + 1;
+  }
+  if (!f->nblocks && (end - p != 1 || *p != '-')) return sk__ckpt_bad(err, c, "an empty file lists no blocks: '-'");
+  return SK_OK;
+}
+
+/* "slice TENSOR KIND DTYPE shape ... box ... file F offset O length L rank R" */
+static sk_result sk__ckpt_parse_slice(sk__ckpt_cur *c, sk_ckpt_entry *e, sk_error *err) {
+  char kind[16], dt[16], shape[256], box[512];
+  unsigned long long off = 0, len = 0;
+  if (sscanf(c->buf, "slice %127s %15s %15s shape %255s box %511s file %d offset %llu length %llu rank %d", e->tensor,
+             kind, dt, shape, box, &e->file, &off, &len, &e->rank) != 9)
+    return sk__ckpt_bad(err, c, "expected: slice TENSOR KIND DTYPE shape D,.. box A:B,.. file F offset O length L rank R");
+  int k = 0, nd = 0, nb = 0;
+  while (k < SK_CKPT_KINDS && strcmp(kind, sk__ckpt_kinds[k])) k++;
+  if (k == SK_CKPT_KINDS) return sk__ckpt_bad(err, c, "a kind that is not param, state0 or state1");
+  e->kind = (sk_ckpt_kind)k, e->offset = off, e->length = len;
+  if (!sk_dtype_from_name(dt, &e->dtype)) return sk__ckpt_bad(err, c, "an unknown dtype");
+  if (!sk__ckpt_dims(shape, &nd, e->shape, NULL) || !sk__ckpt_dims(box, &nb, e->box.start, e->box.stop) || nd != nb)
+    return sk__ckpt_bad(err, c, "a shape or box that is not D,... / A:B,... of the same rank");
+  e->ndims = e->box.ndims = nd;
+  for (int d = 0; d < nd; d++)
+    if (e->box.start[d] < 0 || e->box.start[d] >= e->box.stop[d] || e->box.stop[d] > e->shape[d])
+      return sk__ckpt_bad(err, c, "a box outside its tensor's shape");
+  if ((uint64_t)sk__ckpt_volume(&e->box) * sk_dtype_size(e->dtype) != e->length)
+    return sk__ckpt_bad(err, c, "a length that is not the box's bytes");
+  return SK_OK;
+}
+
+/* Counts lines starting with `key ` to size the arrays. */
+static int sk__ckpt_count(const char *text, size_t len, const char *key) {
+  int n = 0;
+  size_t k = strlen(key);
+  for (const char *p = text; p && p < text + len;) {
+    if ((size_t)(text + len - p) > k && !memcmp(p, key, k)) n++;
+    const char *nl = (const char *)memchr(p, '\n', (size_t)(text + len - p));
+    p = nl ? nl + 1 : NULL;
+  }
+  return n;
+}
+
+/* The header lines, in order. */
+static sk_result sk__ckpt_parse_head(sk__ckpt_cur *c, sk_ckpt_manifest *m, sk_error *err) {
+  static const char *const keys[5] = {"name", "step", "position", "devices", "block"};
+  const char *s;
+  size_t n;
+  if (!sk__ckpt_line(c, &s, &n) || n != 21 || memcmp(s, "shardkit-checkpoint 1", 21))
+    return sk__ckpt_bad(err, c, "not a shardkit checkpoint manifest (version 1)");
+  for (int k = 0; k < 5; k++) {
+    long long v = 0;
+    char fmt[32];
+    if (!sk__ckpt_line(c, &s, &n) || n >= sizeof c->buf) return sk__ckpt_bad(err, c, "a header line is missing");
+    memcpy(c->buf, s, n), c->buf[n] = 0;
+    snprintf(fmt, sizeof fmt, k ? "%s %%lld" : "%s %%63s", keys[k]);
+    bool ok = k ? sscanf(c->buf, fmt, &v) == 1 && v >= 0 : sscanf(c->buf, fmt, m->name) == 1;
+    if (!ok) return sk__ckpt_bad(err, c, k ? "expected a header number (step, position, devices, block)" : "expected: name NAME");
+    if (k == 1) m->step = v;
+    if (k == 2) m->position = v;
+    if (k == 3) m->devices = (int)v;
+    if (k == 4) m->block = (uint32_t)v;
+  }
+  if (m->block != SK_CKPT_BLOCK) return sk__ckpt_bad(err, c, "a block size other than 1 MiB");
+  return SK_OK;
+}
+
+/* Every entry's file and byte range inside its file. */
+static sk_result sk__ckpt_check_refs(const sk_ckpt_manifest *m, sk_error *err) {
+  for (int i = 0; i < m->nentries; i++) {
+    const sk_ckpt_entry *e = &m->entries[i];
+    if (e->file < 0 || e->file >= m->nfiles || e->offset + e->length > m->files[e->file].size)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint manifest: slice %d ('%s' %s) lies outside its file", i,
+                      e->tensor, sk_ckpt_kind_name(e->kind));
+  }
+  return SK_OK;
+}
+
+/* The body: file and slice lines, then the crc line, which must be the last. */
+static sk_result sk__ckpt_parse_body(sk__ckpt_cur *c, const char *text, sk_ckpt_manifest *m, sk_error *err) {
+  const char *s;
+  size_t n;
+  while (sk__ckpt_line(c, &s, &n)) {
+    sk_result r = SK_OK;
+    if (n > 5 && !memcmp(s, "file ", 5)) r = sk__ckpt_parse_file(c, s, n, &m->files[m->nfiles++], m->block, err);
+    else if (n > 6 && !memcmp(s, "slice ", 6) && n < sizeof c->buf) {
+      memcpy(c->buf, s, n), c->buf[n] = 0;
+      r = sk__ckpt_parse_slice(c, &m->entries[m->nentries++], err);
+    } else if (n == 12 && !memcmp(s, "crc ", 4)) {
+      char got[16]; /* compared as text: one spelling only (lowercase hex) */
+      snprintf(got, sizeof got, "%08x", (unsigned)crc32(0L, (const Bytef *)text, (uInt)(s - text)));
+      if (memcmp(got, s + 4, 8)) return sk__ckpt_bad(err, c, "the manifest's crc does not match its text (corrupt)");
+      if (s + n == c->end) return sk__ckpt_bad(err, c, "the crc line has no newline (incomplete manifest)");
+      if (c->at != c->end) return sk__ckpt_bad(err, c, "text after the crc line");
+      return sk__ckpt_check_refs(m, err);
+    } else r = sk__ckpt_bad(err, c, "expected a file, slice or crc line");
+    if (r) return r;
+  }
+  return sk__ckpt_bad(err, c, "the crc line is missing (incomplete manifest)");
+}
+
+SK_API sk_result sk_ckpt_manifest_parse(const char *text, size_t len, sk_ckpt_manifest *m, sk_error *err) {
+  if (!text || !m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_manifest_parse: NULL argument");
+  memset(m, 0, sizeof *m);
+  int nf = sk__ckpt_count(text, len, "file "), ns = sk__ckpt_count(text, len, "slice ");
+  m->files = (sk_ckpt_file *)calloc((size_t)nf + 1, sizeof *m->files);
+  m->entries = (sk_ckpt_entry *)calloc((size_t)ns + 1, sizeof *m->entries);
+  sk__ckpt_cur *c = (sk__ckpt_cur *)malloc(sizeof *c);
+  sk_result r = !m->files || !m->entries || !c ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint manifest: out of memory")
+                                               : SK_OK;
+  if (!r) {
+    c->at = text, c->end = text + len, c->line = 0;
+    r = sk__ckpt_parse_head(c, m, err);
+  }
+  if (!r) r = sk__ckpt_parse_body(c, text, m, err);
+  free(c);
+  if (r) sk_ckpt_manifest_free(m);
+  return r;
+}
+
+/* ---- I/O: io_uring or pread/pwrite ------------------------------------------------------------- */
+
+typedef struct sk__ckpt_req {
+  char *buf;
+  size_t len;
+  uint64_t off;
+} sk__ckpt_req;
+
+static sk_result sk__ckpt_sys(sk_error *err, const char *what, const char *path) {
+  return sk__fail(err, SK_ERR_SYSTEM, "checkpoint: %s %s: %s", what, path, strerror(errno));
+}
+
+static sk_result sk__ckpt_plain(int fd, bool write, sk__ckpt_req *q, int n, const char *path, sk_error *err) {
+  for (int i = 0; i < n; i++)
+    while (q[i].len) {
+      ssize_t k = write ? pwrite(fd, q[i].buf, q[i].len, (off_t)q[i].off) : pread(fd, q[i].buf, q[i].len, (off_t)q[i].off);
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0) return sk__ckpt_sys(err, write ? "writing" : "reading", path);
+      if (!k) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s ends early (truncated)", path);
+      q[i].buf += k, q[i].len -= (size_t)k, q[i].off += (uint64_t)k;
+    }
+  return SK_OK;
+}
+
+#ifdef SK_USE_URING
+#define SK__CKPT_DEPTH 32u
+/* Queues request i (at most 1 GiB of it: one SQE's length is 32 bits). */
+static void sk__ckpt_uring_prep(struct io_uring *ring, bool write, sk__ckpt_req *q, int i) {
+  struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+  unsigned len = q[i].len > (1u << 30) ? 1u << 30 : (unsigned)q[i].len;
+  if (write) io_uring_prep_write(sqe, -1, q[i].buf, len, q[i].off);
+  else io_uring_prep_read(sqe, -1, q[i].buf, len, q[i].off);
+  sqe->fd = 0, sqe->flags |= IOSQE_FIXED_FILE; /* the one registered file */
+  io_uring_sqe_set_data(sqe, (void *)(intptr_t)i);
+}
+
+/* Every request through the ring, at most DEPTH in flight; a short transfer is queued again for
+   the rest. */
+static sk_result sk__ckpt_uring_run(struct io_uring *ring, bool write, sk__ckpt_req *q, int n, const char *path,
+                                    sk_error *err) {
+  int next = 0, inflight = 0;
+  while (next < n || inflight) {
+    while (next < n && inflight < (int)SK__CKPT_DEPTH) {
+      if (!q[next].len) { next++; continue; }
+      sk__ckpt_uring_prep(ring, write, q, next++), inflight++;
+    }
+    if (!inflight) break;
+    io_uring_submit(ring);
+    struct io_uring_cqe *cqe;
+    int w = io_uring_wait_cqe(ring, &cqe);
+    if (w < 0) return errno = -w, sk__ckpt_sys(err, "waiting for io_uring on", path);
+    int i = (int)(intptr_t)io_uring_cqe_get_data(cqe), res = cqe->res;
+    io_uring_cqe_seen(ring, cqe), inflight--;
+    if (res < 0 && res != -EINTR && res != -EAGAIN) return errno = -res, sk__ckpt_sys(err, write ? "writing" : "reading", path);
+    if (res == 0 && q[i].len) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s ends early (truncated)", path);
+    if (res > 0) q[i].buf += res, q[i].len -= (size_t)res, q[i].off += (uint64_t)res;
+    if (q[i].len) sk__ckpt_uring_prep(ring, write, q, i), inflight++;
+  }
+  return SK_OK;
+}
+#endif
+
+/* The requests on fd by the path `want` asks for; *used: the one that ran. */
+static sk_result sk__ckpt_io(int fd, bool write, sk__ckpt_req *q, int n, sk_ckpt_io want, sk_ckpt_io *used,
+                             const char *path, sk_error *err) {
+#ifdef SK_USE_URING
+  if (want != SK_CKPT_IO_PLAIN) {
+    struct io_uring ring;
+    int e = io_uring_queue_init(SK__CKPT_DEPTH, &ring, 0);
+    if (!e && (e = io_uring_register_files(&ring, &fd, 1)) < 0) io_uring_queue_exit(&ring);
+    if (!e) {
+      sk_result r = sk__ckpt_uring_run(&ring, write, q, n, path, err);
+      io_uring_queue_exit(&ring);
+      if (used) *used = SK_CKPT_IO_URING;
+      return r;
+    }
+    if (want == SK_CKPT_IO_URING) /* refused (seccomp, an old kernel, io_uring_disabled) */
+      return sk__fail(err, SK_ERR_UNSUPPORTED, "checkpoint: the kernel refused io_uring: %s", strerror(-e));
+  }
+#else
+  if (want == SK_CKPT_IO_URING)
+    return sk__fail(err, SK_ERR_UNSUPPORTED, "checkpoint: io_uring asked, but built without SK_USE_URING");
+#endif
+  if (used) *used = SK_CKPT_IO_PLAIN;
+  return sk__ckpt_plain(fd, write, q, n, path, err);
+}
+
+/* ---- small files and directories ---------------------------------------------------------------- */
+
+static sk_result sk__ckpt_fsync_path(const char *path, sk_error *err) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return sk__ckpt_sys(err, "opening", path);
+  int rc = fsync(fd);
+  close(fd);
+  return rc ? sk__ckpt_sys(err, "fsync", path) : SK_OK;
+}
+
+/* len bytes to path (created or truncated), fsync'd. */
+static sk_result sk__ckpt_put_file(const char *path, const char *text, size_t len, sk_error *err) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return sk__ckpt_sys(err, "creating", path);
+  sk__ckpt_req q = {(char *)(uintptr_t)text, len, 0};
+  sk_result r = sk__ckpt_plain(fd, true, &q, 1, path, err);
+  if (!r && fsync(fd)) r = sk__ckpt_sys(err, "fsync", path);
+  close(fd);
+  return r;
+}
+
+/* A whole small file (malloc'd, NUL-terminated) into *text. */
+static sk_result sk__ckpt_get_file(const char *path, char **text, size_t *len, sk_error *err) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return sk__ckpt_sys(err, "opening", path);
+  struct stat st;
+  sk_result r = fstat(fd, &st) ? sk__ckpt_sys(err, "stat", path) : SK_OK;
+  char *p = r ? NULL : (char *)malloc((size_t)st.st_size + 1);
+  if (!r && !p) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory reading %s", path);
+  sk__ckpt_req q = {p, r ? 0 : (size_t)st.st_size, 0};
+  if (!r) r = sk__ckpt_plain(fd, false, &q, 1, path, err);
+  close(fd);
+  if (r) return free(p), r;
+  p[st.st_size] = 0, *text = p, *len = (size_t)st.st_size;
+  return SK_OK;
+}
+
+/* Removes dir and the files in it (a stale temporary directory: no subdirectories). */
+static void sk__ckpt_rm_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  char path[4096 + 256];
+  for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+/* ---- checksums while writing ------------------------------------------------------------------ */
+
+typedef struct sk__ckpt_crc {
+  uint32_t *blocks;
+  int nblocks;
+  uint32_t in_block; /* bytes of the current block fed so far */
+} sk__ckpt_crc;
+
+/* Feeds len bytes (NULL: zeros) in file order. */
+static void sk__ckpt_crc_feed(sk__ckpt_crc *c, const char *p, size_t len) {
+  static const unsigned char zeros[SK_CKPT_ALIGN] = {0};
+  while (len) {
+    size_t room = SK_CKPT_BLOCK - c->in_block, k = len < room ? len : room;
+    if (!p && k > sizeof zeros) k = sizeof zeros;
+    if (!c->in_block) c->blocks[c->nblocks++] = (uint32_t)crc32(0L, Z_NULL, 0);
+    uint32_t *b = &c->blocks[c->nblocks - 1];
+    *b = (uint32_t)crc32(*b, p ? (const Bytef *)p : zeros, (uInt)k);
+    c->in_block = (uint32_t)((c->in_block + k) % SK_CKPT_BLOCK);
+    if (p) p += k;
+    len -= k;
+  }
+}
+
+/* The whole file's crc from its blocks'. */
+static uint32_t sk__ckpt_crc_file(const uint32_t *blocks, int n, uint64_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int k = 0; k < n; k++) {
+    uint64_t len = k + 1 < n ? SK_CKPT_BLOCK : size - (uint64_t)k * SK_CKPT_BLOCK;
+    crc = crc32_combine(crc, blocks[k], (z_off_t)len);
+  }
+  return (uint32_t)crc;
+}
+
+static uint64_t sk__ckpt_slice_bytes(const sk_ckpt_slice *s) {
+  return (uint64_t)sk__ckpt_volume(&s->box) * sk_dtype_size(s->dtype);
+}
+
+/* Where this device's written slices go in its rank file, in order; the file's size. */
+static uint64_t sk__ckpt_offsets(int n, const sk_ckpt_slice *s, uint64_t *off) {
+  uint64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    if (!s[i].write) continue;
+    at = (at + SK_CKPT_ALIGN - 1) / SK_CKPT_ALIGN * SK_CKPT_ALIGN;
+    off[i] = at, at += sk__ckpt_slice_bytes(&s[i]);
+  }
+  return at;
+}
+
+/* ---- saving -------------------------------------------------------------------------------- */
+
+/* What one save carries between its steps. */
+typedef struct sk__ckpt_save {
+  sk_comm *comm;
+  const char *root;
+  const sk_ckpt_save_desc *desc;
+  int rank, size, n;
+  const sk_ckpt_slice *slices;
+  char tmp[4096], final[4096], name[SK_CKPT_FILE_MAX];
+  uint64_t *off, file_size;
+  sk__ckpt_crc crc;
+  sk_ckpt_report *rep;
+} sk__ckpt_save;
+
+static sk_result sk__ckpt_hook(const sk__ckpt_save *S, sk_ckpt_stage at, sk_error *err) {
+  if (S->desc->hook && S->desc->hook(S->desc->hook_user, at, S->rank))
+    return sk__fail(err, SK_ERR_ABORTED, "checkpoint: save stopped by its hook at stage %d", (int)at);
+  return SK_OK;
+}
+
+/* Every device learns whether any failed (MAX of the codes); a device that did not fail itself
+   returns SK_ERR_ABORTED naming one that did (so a world's root cause stays the failure). */
+static sk_result sk__ckpt_agree(const sk__ckpt_save *S, sk_result mine, sk_error *err) {
+  if (!S->comm) return mine;
+  int64_t v[2] = {(int64_t)mine, mine ? (int64_t)S->rank : -1}, all[2] = {0, 0};
+  sk_result r = sk_allreduce(S->comm, v, all, 2, SK_I64, SK_MAX);
+  if (r) return mine ? mine : sk__fail(err, r, "checkpoint: the devices could not agree: %s", sk_comm_error_message(S->comm));
+  if (!mine && all[0])
+    return sk__fail(err, SK_ERR_ABORTED, "checkpoint: device %lld failed (its message says why)", (long long)all[1]);
+  return mine;
+}
+
+/* Writes and fsyncs this device's rank file; its block crcs into S->crc. */
+static sk_result sk__ckpt_write_rank(sk__ckpt_save *S, sk_error *err) {
+  char path[4096 + 64];
+  snprintf(path, sizeof path, "%s/rank-%d.bin", S->tmp, S->rank);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return sk__ckpt_sys(err, "creating", path);
+  sk__ckpt_req *q = (sk__ckpt_req *)calloc((size_t)S->n + 1, sizeof *q);
+  sk_result r = q ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  int nq = 0;
+  uint64_t at = 0;
+  for (int i = 0; !r && i < S->n; i++) {
+    if (!S->slices[i].write) continue;
+    uint64_t len = sk__ckpt_slice_bytes(&S->slices[i]);
+    sk__ckpt_crc_feed(&S->crc, NULL, (size_t)(S->off[i] - at)); /* the padding: holes read as zeros */
+    sk__ckpt_crc_feed(&S->crc, (const char *)S->slices[i].data, (size_t)len);
+    q[nq].buf = (char *)S->slices[i].data, q[nq].len = (size_t)len, q[nq].off = S->off[i], nq++;
+    at = S->off[i] + len;
+  }
+  int half = nq / 2; /* the hook's "half written" point */
+  if (!r) r = sk__ckpt_io(fd, true, q, half, S->desc->io, &S->rep->used, path, err);
+  if (!r) r = sk__ckpt_hook(S, SK_CKPT_AT_HALF_DATA, err);
+  if (!r) r = sk__ckpt_io(fd, true, q + half, nq - half, S->desc->io, &S->rep->used, path, err);
+  if (!r && fsync(fd)) r = sk__ckpt_sys(err, "fsync", path);
+  close(fd);
+  free(q);
+  S->rep->bytes = at, S->rep->slices = nq;
+  return r;
+}
+
+/* Whether root's LATEST names `name`. */
+static bool sk__ckpt_is_latest(const char *root, const char *name) {
+  char path[4096 + 16], *text = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/LATEST", root);
+  if (sk__ckpt_get_file(path, &text, &len, NULL)) return false;
+  bool same = strcspn(text, "\n") == strlen(name) && !strncmp(text, name, strlen(name));
+  free(text);
+  return same;
+}
+
+/* What crashed saves left in root: temporary directories, never visible (one saver per root). */
+static void sk__ckpt_rm_stale(const char *root) {
+  DIR *d = opendir(root);
+  if (!d) return;
+  char path[4096 + 256];
+  for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+    if (strncmp(e->d_name, ".tmp-ckpt-", 10)) continue;
+    snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+    sk__ckpt_rm_dir(path);
+  }
+  closedir(d);
+}
+
+/* Rank 0: the temporary directory, fresh. A ckpt-<step> already there that LATEST does not name
+   was renamed by a save that crashed before moving the pointer, or is an older one a resumed run
+   saves again: it is replaced. The one LATEST names is never touched. */
+static sk_result sk__ckpt_make_tmp(sk__ckpt_save *S, sk_error *err) {
+  if (mkdir(S->root, 0755) && errno != EEXIST) return sk__ckpt_sys(err, "creating", S->root);
+  struct stat st;
+  if (!stat(S->final, &st) && sk__ckpt_is_latest(S->root, S->name))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s already exists and is the newest", S->final);
+  sk__ckpt_rm_stale(S->root);
+  if (!stat(S->final, &st)) sk__ckpt_rm_dir(S->final);
+  if (mkdir(S->tmp, 0755)) return sk__ckpt_sys(err, "creating", S->tmp);
+  return SK_OK;
+}
+
+/* Every device's rows of `width` elements of dt gathered in order (comm NULL: just ours). */
+static sk_result sk__ckpt_allgather(const sk__ckpt_save *S, const void *mine, void *all, size_t width, sk_dtype dt,
+                                    sk_error *err) {
+  if (!S->comm) return memcpy(all, mine, width * sk_dtype_size(dt)), SK_OK;
+  sk_result r = sk_allgather(S->comm, mine, all, width, dt);
+  return r ? sk__fail(err, r, "checkpoint: gathering the manifest: %s", sk_comm_error_message(S->comm)) : SK_OK;
+}
+
+/* This device's entries (the slices it wrote), zeroed around the fields so they travel as bytes. */
+static sk_ckpt_entry *sk__ckpt_my_entries(const sk__ckpt_save *S, int count) {
+  sk_ckpt_entry *e = (sk_ckpt_entry *)calloc((size_t)count + 1, sizeof *e);
+  for (int i = 0, k = 0; e && i < S->n; i++) {
+    const sk_ckpt_slice *s = &S->slices[i];
+    if (!s->write) continue;
+    snprintf(e[k].tensor, sizeof e[k].tensor, "%s", s->tensor);
+    e[k].kind = s->kind, e[k].dtype = s->dtype, e[k].ndims = s->ndims, e[k].box = s->box;
+    memcpy(e[k].shape, s->shape, sizeof s->shape);
+    e[k].file = S->rank, e[k].offset = S->off[i], e[k].length = sk__ckpt_slice_bytes(s), e[k].rank = S->rank;
+    k++;
+  }
+  return e;
+}
+
+/* Rank 0: the manifest's rank files (devices that wrote something, in rank order) and entries. */
+static sk_result sk__ckpt_collect(const sk__ckpt_save *S, const int64_t *heads, const sk_ckpt_entry *alle, int maxe,
+                                  const int64_t *allb, int maxb, sk_ckpt_manifest *m, sk_error *err) {
+  int nf = 0, ne = 0;
+  for (int d = 0; d < S->size; d++) nf += heads[4 * d] > 0, ne += (int)heads[4 * d];
+  m->files = (sk_ckpt_file *)calloc((size_t)nf + 2, sizeof *m->files); /* + strategy.json */
+  m->entries = (sk_ckpt_entry *)calloc((size_t)ne + 1, sizeof *m->entries);
+  if (!m->files || !m->entries) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  for (int d = 0; d < S->size; d++) {
+    const int64_t *h = heads + 4 * d;
+    if (!h[0]) continue;
+    sk_ckpt_file *f = &m->files[m->nfiles];
+    snprintf(f->name, sizeof f->name, "rank-%d.bin", d);
+    f->size = (uint64_t)h[1], f->crc = (uint32_t)h[2], f->nblocks = (int)h[3];
+    if (!(f->blocks = (uint32_t *)calloc((size_t)f->nblocks + 1, sizeof(uint32_t))))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+    for (int k = 0; k < f->nblocks; k++) f->blocks[k] = (uint32_t)allb[(size_t)d * (size_t)maxb + (size_t)k];
+    for (int k = 0; k < (int)h[0]; k++) {
+      m->entries[m->nentries] = alle[(size_t)d * (size_t)maxe + (size_t)k];
+      m->entries[m->nentries++].file = m->nfiles;
+    }
+    m->nfiles++;
+  }
+  return SK_OK;
+}
+
+/* Sizes first (entries, file size, crc, blocks per device), then the entries and block crcs,
+   each padded to the largest device's count. Rank 0 gets them as manifest files and entries. */
+static sk_result sk__ckpt_gather(sk__ckpt_save *S, int nmine, sk_ckpt_manifest *m, sk_error *err) {
+  int64_t head[4] = {nmine, (int64_t)S->file_size, 0, S->crc.nblocks}, *heads;
+  head[2] = sk__ckpt_crc_file(S->crc.blocks, S->crc.nblocks, S->file_size);
+  heads = (int64_t *)calloc((size_t)S->size * 4, sizeof *heads);
+  if (!heads) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  sk_result r = sk__ckpt_allgather(S, head, heads, 4, SK_I64, err);
+  int64_t maxe = 1, maxb = 1;
+  for (int d = 0; !r && d < S->size; d++) {
+    maxe = heads[4 * d] > maxe ? heads[4 * d] : maxe;
+    maxb = heads[4 * d + 3] > maxb ? heads[4 * d + 3] : maxb;
+  }
+  size_t ebytes = (size_t)maxe * sizeof(sk_ckpt_entry);
+  sk_ckpt_entry *mine = r ? NULL : sk__ckpt_my_entries(S, (int)maxe);
+  char *alle = mine ? (char *)malloc(ebytes * (size_t)S->size) : NULL;
+  int64_t *myb = alle ? (int64_t *)calloc((size_t)maxb, sizeof *myb) : NULL;
+  int64_t *allb = myb ? (int64_t *)malloc((size_t)maxb * (size_t)S->size * sizeof *allb) : NULL;
+  if (!r && !allb) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  for (int k = 0; !r && k < S->crc.nblocks; k++) myb[k] = S->crc.blocks[k];
+  if (!r) r = sk__ckpt_allgather(S, mine, alle, ebytes, SK_U8, err);
+  if (!r) r = sk__ckpt_allgather(S, myb, allb, (size_t)maxb, SK_I64, err);
+  if (!r && S->rank == 0) r = sk__ckpt_collect(S, heads, (const sk_ckpt_entry *)alle, (int)maxe, allb, (int)maxb, m, err);
+  free(heads), free(mine), free(alle), free(myb), free(allb);
+  return r;
+}
+
+/* Rank 0: strategy.json (its crcs computed like a rank file's) into the manifest's files. */
+static sk_result sk__ckpt_put_strategy(const sk__ckpt_save *S, sk_ckpt_manifest *m, sk_error *err) {
+  char path[4096 + 64];
+  snprintf(path, sizeof path, "%s/strategy.json", S->tmp);
+  size_t len = S->desc->strategy_len;
+  sk_ckpt_file *f = &m->files[m->nfiles];
+  sk__ckpt_crc c = {(uint32_t *)calloc(len / SK_CKPT_BLOCK + 2, sizeof(uint32_t)), 0, 0};
+  if (!c.blocks) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  sk__ckpt_crc_feed(&c, S->desc->strategy, len);
+  snprintf(f->name, sizeof f->name, "strategy.json");
+  f->size = len, f->blocks = c.blocks, f->nblocks = c.nblocks, f->crc = sk__ckpt_crc_file(c.blocks, c.nblocks, len);
+  m->nfiles++;
+  return sk__ckpt_put_file(path, S->desc->strategy, len, err);
+}
+
+static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err);
+
+/* Rank 0, steps 3 to 5 of the commit. A tensor the devices' slices do not tile (a saver passed
+   the wrong `write` flags) is refused before anything becomes visible. */
+static sk_result sk__ckpt_commit(const sk__ckpt_save *S, sk_ckpt_manifest *m, sk_error *err) {
+  char path[4096 + 64], tmp[4096 + 64], *text = NULL;
+  size_t len = 0;
+  sk_result r = sk__ckpt_verify_tiling(m, err);
+  if (!r && S->desc->strategy) r = sk__ckpt_put_strategy(S, m, err);
+  if (!r) r = sk__ckpt_hook(S, SK_CKPT_AT_MANIFEST, err);
+  if (!r) r = sk_ckpt_manifest_format(m, &text, &len, err);
+  snprintf(path, sizeof path, "%s/MANIFEST", S->tmp);
+  if (!r) r = sk__ckpt_put_file(path, text, len, err);
+  free(text);
+  if (!r) r = sk__ckpt_fsync_path(S->tmp, err);
+  if (!r) r = sk__ckpt_hook(S, SK_CKPT_AT_RENAME, err);
+  if (!r && rename(S->tmp, S->final)) r = sk__ckpt_sys(err, "renaming into", S->final);
+  if (!r) r = sk__ckpt_fsync_path(S->root, err);
+  if (!r) r = sk__ckpt_hook(S, SK_CKPT_AT_POINTER, err);
+  snprintf(tmp, sizeof tmp, "%s/LATEST.tmp", S->root);
+  snprintf(path, sizeof path, "%s\n", S->name);
+  if (!r) r = sk__ckpt_put_file(tmp, path, strlen(path), err);
+  if (!r) r = sk__ckpt_hook(S, SK_CKPT_AT_POINTER_TMP, err);
+  snprintf(path, sizeof path, "%s/LATEST", S->root);
+  if (!r && rename(tmp, path)) r = sk__ckpt_sys(err, "renaming into", path);
+  if (!r) r = sk__ckpt_fsync_path(S->root, err);
+  return r;
+}
+
+/* The arguments: names that fit the manifest, data where a slice is written. */
+static sk_result sk__ckpt_check_slices(int n, const sk_ckpt_slice *s, sk_error *err) {
+  for (int i = 0; i < n; i++) {
+    const char *t = s[i].tensor;
+    if (!t || !*t || strlen(t) >= SK_CKPT_NAME_MAX || strpbrk(t, " \t\n\r"))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: slice %d: a tensor name of 1..%d bytes without blanks", i,
+                      SK_CKPT_NAME_MAX - 1);
+    if ((int)s[i].kind < 0 || s[i].kind >= SK_CKPT_KINDS || !sk_dtype_valid(s[i].dtype) || s[i].ndims < 0 ||
+        s[i].ndims > SK_MAX_DIMS || s[i].box.ndims != s[i].ndims || (s[i].write && !s[i].data))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: slice %d ('%s'): bad kind, dtype, dims or NULL data", i, t);
+    for (int d = 0; d < s[i].ndims; d++)
+      if (s[i].box.start[d] < 0 || s[i].box.start[d] >= s[i].box.stop[d] || s[i].box.stop[d] > s[i].shape[d])
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: slice %d ('%s'): dim %d's box is outside its shape", i, t, d);
+  }
+  return SK_OK;
+}
+
+/* Steps 1 and 2 on every device: the temporary directory (rank 0), then the rank files. */
+static sk_result sk__ckpt_save_data(sk__ckpt_save *S, int *nmine, sk_error *err) {
+  sk_result r = S->rank == 0 ? sk__ckpt_make_tmp(S, err) : SK_OK;
+  if ((r = sk__ckpt_agree(S, r, err))) return r;
+  r = sk__ckpt_hook(S, SK_CKPT_AT_DATA, err);
+  S->off = (uint64_t *)calloc((size_t)S->n + 1, sizeof *S->off);
+  if (!r && !S->off) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  if (!r) S->file_size = sk__ckpt_offsets(S->n, S->slices, S->off);
+  S->crc.blocks = r ? NULL : (uint32_t *)calloc((size_t)(S->file_size / SK_CKPT_BLOCK) + 2, sizeof(uint32_t));
+  if (!r && !S->crc.blocks) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  *nmine = 0;
+  for (int i = 0; i < S->n; i++) *nmine += S->slices[i].write;
+  if (!r && *nmine) r = sk__ckpt_write_rank(S, err);
+  return sk__ckpt_agree(S, r, err);
+}
+
+SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_save_desc *desc, int n,
+                              const sk_ckpt_slice *slices, sk_ckpt_report *report, sk_error *err) {
+  if (!root || !*root || !desc || n < 0 || (n && !slices) || desc->step < 0 || (desc->strategy_len && !desc->strategy))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_save: NULL root, desc or slices, or a negative count");
+  sk_ckpt_report rep;
+  memset(&rep, 0, sizeof rep);
+  sk__ckpt_save S;
+  memset(&S, 0, sizeof S);
+  S.comm = comm, S.root = root, S.desc = desc, S.n = n, S.slices = slices, S.rep = &rep;
+  S.rank = comm ? sk_comm_rank(comm) : 0, S.size = comm ? sk_comm_size(comm) : 1;
+  rep.used = desc->io == SK_CKPT_IO_URING ? SK_CKPT_IO_URING : SK_CKPT_IO_PLAIN;
+  snprintf(S.name, sizeof S.name, "ckpt-%08lld", (long long)desc->step);
+  snprintf(S.tmp, sizeof S.tmp, "%s/.tmp-%s", root, S.name);
+  snprintf(S.final, sizeof S.final, "%s/%s", root, S.name);
+  int nmine = 0;
+  sk_ckpt_manifest m;
+  memset(&m, 0, sizeof m);
+  sk_result r = sk__ckpt_agree(&S, sk__ckpt_check_slices(n, slices, err), err);
+  if (!r) r = sk__ckpt_save_data(&S, &nmine, err);
+  if (!r) r = sk__ckpt_gather(&S, nmine, &m, err);
+  if (!r && S.rank == 0) {
+    snprintf(m.name, sizeof m.name, "%s", S.name);
+    m.step = desc->step, m.position = desc->position, m.devices = S.size, m.block = SK_CKPT_BLOCK;
+    r = sk__ckpt_commit(&S, &m, err);
+  }
+  r = sk__ckpt_agree(&S, r, err); /* every device learns of a failure */
+  sk_ckpt_manifest_free(&m);
+  free(S.off), free(S.crc.blocks);
+  snprintf(rep.name, sizeof rep.name, "%s", S.name);
+  if (report) *report = rep;
+  return r;
+}
+
+/* ---- opening ------------------------------------------------------------------------------- */
+
+/* Each listed file exists with the size the manifest gives (a truncated or grown rank file is
+   refused before any read). */
+static sk_result sk__ckpt_check_sizes(const sk_ckpt_manifest *m, sk_error *err) {
+  char path[4096 + 128];
+  for (int f = 0; f < m->nfiles; f++) {
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", m->dir, m->files[f].name);
+    if (stat(path, &st)) return sk__ckpt_sys(err, "missing file", path);
+    if ((uint64_t)st.st_size != m->files[f].size)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s holds %lld bytes, the manifest says %llu (incomplete)",
+                      path, (long long)st.st_size, (unsigned long long)m->files[f].size);
+  }
+  return SK_OK;
+}
+
+SK_API sk_result sk_ckpt_open_dir(const char *dir, sk_ckpt_manifest *m, sk_error *err) {
+  if (!dir || !m || strlen(dir) >= sizeof m->dir) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_open_dir: bad argument");
+  char path[4096 + 16], *text = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/MANIFEST", dir);
+  sk_result r = sk__ckpt_get_file(path, &text, &len, err);
+  if (!r) r = sk_ckpt_manifest_parse(text, len, m, err);
+  free(text);
+  if (r) return r;
+  snprintf(m->dir, sizeof m->dir, "%s", dir);
+  if ((r = sk__ckpt_check_sizes(m, err))) sk_ckpt_manifest_free(m);
+  return r;
+}
+
+SK_API sk_result sk_ckpt_open(const char *root, sk_ckpt_manifest *m, sk_error *err) {
+  if (!root || !m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_open: NULL argument");
+  char path[4096 + 16], dir[4096 + 80], *text = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/LATEST", root);
+  sk_result r = sk__ckpt_get_file(path, &text, &len, err);
+  if (r) return r;
+  size_t n = strcspn(text, "\n");
+  /* one name of this root, nothing else: never a path leading elsewhere */
+  bool ok = n > 0 && n < SK_CKPT_FILE_MAX && n + 1 >= len && !memchr(text, '/', n) && text[0] != '.';
+  if (ok) snprintf(dir, sizeof dir, "%s/%.*s", root, (int)n, text);
+  free(text);
+  if (!ok) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s does not name one checkpoint directory", path);
+  sk_error inner = {SK_OK, ""};
+  r = sk_ckpt_open_dir(dir, m, &inner);
+  if (r) return sk__fail(err, r, "LATEST names %s: %s", dir + strlen(root) + 1, inner.msg);
+  return SK_OK;
+}
+
+/* ---- reading ------------------------------------------------------------------------------- */
+
+/* Reads blocks [b0, b1) of file f into buf and checks each block's crc. */
+static sk_result sk__ckpt_read_blocks(const sk_ckpt_manifest *m, int f, int b0, int b1, char *buf, sk_ckpt_io io,
+                                      sk_ckpt_io *used, sk_error *err) {
+  const sk_ckpt_file *F = &m->files[f];
+  char path[4096 + 128];
+  snprintf(path, sizeof path, "%s/%s", m->dir, F->name);
+  uint64_t lo = (uint64_t)b0 * m->block, hi = (uint64_t)b1 * m->block;
+  hi = hi < F->size ? hi : F->size;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return sk__ckpt_sys(err, "opening", path);
+  sk__ckpt_req q = {buf, (size_t)(hi - lo), lo};
+  sk_result r = sk__ckpt_io(fd, false, &q, 1, io, used, path, err);
+  close(fd);
+  for (int b = b0; !r && b < b1; b++) {
+    uint64_t at = (uint64_t)(b - b0) * m->block, len = hi - lo - at < m->block ? hi - lo - at : m->block;
+    if ((uint32_t)crc32(0L, (const Bytef *)buf + at, (uInt)len) != F->blocks[b])
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s: block %d (bytes %llu..%llu) fails its crc (corrupt)",
+                      path, b, (unsigned long long)(lo + at), (unsigned long long)(lo + at + len));
+  }
+  return r;
+}
+
+/* Copies box x from a saved slice (its box `from`, its first byte at buf + base: base is negative
+   when the blocks read start inside it) into a target (box `to`, dst):
+   row by row along the last dim. */
+static void sk__ckpt_copy(const sk_slice *x, const sk_slice *from, const char *buf, int64_t base, const sk_slice *to,
+                          char *dst, size_t es) {
+  int nd = x->ndims, last = nd - 1;
+  int64_t c[SK_MAX_DIMS];
+  for (int d = 0; d < nd; d++) c[d] = x->start[d];
+  size_t row = nd ? (size_t)(x->stop[last] - x->start[last]) * es : es;
+  for (;;) {
+    memcpy(dst + (size_t)sk__ckpt_index(to, c) * es, buf + base + sk__ckpt_index(from, c) * (int64_t)es, row);
+    int d = last - 1;
+    while (d >= 0 && ++c[d] == x->stop[d]) c[d] = x->start[d], d--;
+    if (d < 0) return;
+  }
+}
+
+/* One piece: the bytes from its first to its last element in the saved slice, widened to whole
+   blocks, read, checked, copied. */
+static sk_result sk__ckpt_read_piece(const sk_ckpt_manifest *m, const sk_ckpt_piece *p, const sk_ckpt_slice *t, int rank,
+                                     sk_ckpt_io io, sk_ckpt_report *rep, sk_error *err) {
+  const sk_ckpt_entry *e = &m->entries[p->entry];
+  size_t es = sk_dtype_size(e->dtype);
+  int64_t last[SK_MAX_DIMS] = {0};
+  for (int d = 0; d < e->box.ndims; d++) last[d] = p->box.stop[d] - 1;
+  uint64_t lo = e->offset + (uint64_t)sk__ckpt_index(&e->box, p->box.start) * es;
+  uint64_t hi = e->offset + (uint64_t)(sk__ckpt_index(&e->box, last) + 1) * es;
+  int b0 = (int)(lo / m->block), b1 = (int)((hi + m->block - 1) / m->block);
+  char *buf = (char *)malloc((size_t)(b1 - b0) * m->block);
+  if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory reading '%s'", t->tensor);
+  sk_result r = sk__ckpt_read_blocks(m, e->file, b0, b1, buf, io, &rep->used, err);
+  if (r) {
+    char msg[SK_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+    free(buf);
+    return sk__fail(err, r, "tensor '%s' %s (rank %d, saved by rank %d): %s", t->tensor, sk_ckpt_kind_name(t->kind), rank,
+                    e->rank, msg);
+  }
+  int64_t base = (int64_t)e->offset - (int64_t)b0 * (int64_t)m->block;
+  sk__ckpt_copy(&p->box, &e->box, buf, base, &t->box, (char *)t->data, es);
+  uint64_t end = (uint64_t)b1 * m->block < m->files[e->file].size ? (uint64_t)b1 * m->block : m->files[e->file].size;
+  rep->bytes += end - (uint64_t)b0 * m->block, rep->slices++;
+  free(buf);
+  return SK_OK;
+}
+
+SK_API sk_result sk_ckpt_load(const sk_ckpt_manifest *m, int rank, sk_ckpt_io io, int n, const sk_ckpt_slice *slices,
+                              sk_ckpt_report *report, sk_error *err) {
+  if (!m || n < 0 || (n && !slices)) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_load: NULL argument");
+  sk_ckpt_report rep;
+  memset(&rep, 0, sizeof rep);
+  rep.used = io == SK_CKPT_IO_URING ? SK_CKPT_IO_URING : SK_CKPT_IO_PLAIN;
+  snprintf(rep.name, sizeof rep.name, "%s", m->name);
+  int cap = m->nentries + 1;
+  sk_ckpt_piece *pieces = (sk_ckpt_piece *)malloc((size_t)cap * sizeof *pieces);
+  sk_result r = pieces ? sk__ckpt_check_slices(n, slices, err) : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  for (int i = 0; !r && i < n; i++) {
+    int np = 0;
+    if (!slices[i].data) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_load: slice %d ('%s') has no data", i, slices[i].tensor);
+    if (!r) r = sk_ckpt_read_plan(m, &slices[i], rank, pieces, cap, &np, err);
+    for (int k = 0; !r && k < np; k++) r = sk__ckpt_read_piece(m, &pieces[k], &slices[i], rank, io, &rep, err);
+  }
+  free(pieces);
+  if (report) *report = rep;
+  return r;
+}
+
+/* Every block of file f (one block at a time) against the manifest; its size and file crc. */
+static sk_result sk__ckpt_verify_file(const sk_ckpt_manifest *m, int f, char *buf, sk_ckpt_io io, sk_error *err) {
+  const sk_ckpt_file *F = &m->files[f];
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int b = 0; b < F->nblocks; b++) {
+    sk_result r = sk__ckpt_read_blocks(m, f, b, b + 1, buf, io, NULL, err);
+    if (r) return r;
+    uint64_t len = b + 1 < F->nblocks ? m->block : F->size - (uint64_t)b * m->block;
+    crc = crc32_combine(crc, F->blocks[b], (z_off_t)len);
+  }
+  if ((uint32_t)crc != F->crc)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s/%s: the file's crc does not match its blocks'", m->dir, F->name);
+  return SK_OK;
+}
+
+/* Every tensor and kind tiled exactly once: the saved boxes of one tensor and kind are pairwise
+   disjoint and their volumes add up to its shape's. */
+static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err) {
+  for (int i = 0; i < m->nentries; i++) {
+    const sk_ckpt_entry *a = &m->entries[i];
+    int64_t sum = 0, whole = 1;
+    bool first = true;
+    for (int j = 0; j < m->nentries; j++) {
+      const sk_ckpt_entry *b = &m->entries[j];
+      if (strcmp(a->tensor, b->tensor) || a->kind != b->kind) continue;
+      first = first && j >= i;
+      sk_slice x;
+      if (j != i && sk__ckpt_intersect(&a->box, &b->box, &x))
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: slices of ranks %d and %d overlap",
+                        a->tensor, sk_ckpt_kind_name(a->kind), a->rank, b->rank);
+      sum += sk__ckpt_volume(&b->box);
+    }
+    for (int d = 0; d < a->ndims; d++) whole *= a->shape[d];
+    if (first && sum != whole)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: a slice is missing (%lld of %lld elements saved)",
+                      a->tensor, sk_ckpt_kind_name(a->kind), (long long)sum, (long long)whole);
+  }
+  return SK_OK;
+}
+
+SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_error *err) {
+  if (!m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_verify: NULL manifest");
+  sk_result r = sk__ckpt_check_sizes(m, err);
+  if (!r) r = sk__ckpt_verify_tiling(m, err);
+  char *buf = r ? NULL : (char *)malloc(m->block);
+  if (!r && !buf) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  for (int f = 0; !r && f < m->nfiles; f++) r = sk__ckpt_verify_file(m, f, buf, io, err);
+  free(buf);
+  return r;
+}
+
+SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, size_t *len, sk_error *err) {
+  if (!m || !text || !len) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_read_strategy: NULL argument");
+  *text = NULL, *len = 0;
+  for (int f = 0; f < m->nfiles; f++) {
+    if (strcmp(m->files[f].name, "strategy.json")) continue;
+    const sk_ckpt_file *F = &m->files[f];
+    char *buf = (char *)malloc((size_t)F->nblocks * m->block + 1);
+    if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+    sk_result r = F->nblocks ? sk__ckpt_read_blocks(m, f, 0, F->nblocks, buf, SK_CKPT_IO_PLAIN, NULL, err) : SK_OK;
+    if (r) return free(buf), r;
+    buf[F->size] = 0, *text = buf, *len = (size_t)F->size;
+    return SK_OK; /* the manifest lists a name once (its text came from one writer) */
+  }
+  return SK_OK;
+}
+
+/* The distinct (tensor, kind) pairs of m, as whole-tensor slices of one device (data
+   allocated; the caller frees each). */
+static sk_result sk__ckpt_whole(const sk_ckpt_manifest *m, sk_ckpt_slice *out, int *n, sk_error *err) {
+  *n = 0;
+  for (int i = 0; i < m->nentries; i++) {
+    const sk_ckpt_entry *e = &m->entries[i];
+    bool seen = false;
+    for (int k = 0; k < *n; k++) seen = seen || (!strcmp(out[k].tensor, e->tensor) && out[k].kind == e->kind);
+    if (seen) continue;
+    sk_ckpt_slice *s = &out[(*n)++];
+    memset(s, 0, sizeof *s);
+    s->tensor = e->tensor, s->kind = e->kind, s->dtype = e->dtype, s->ndims = s->box.ndims = e->ndims, s->write = true;
+    for (int d = 0; d < e->ndims; d++) s->shape[d] = s->box.stop[d] = e->shape[d];
+    if (!(s->data = malloc((size_t)sk__ckpt_volume(&s->box) * sk_dtype_size(e->dtype) + 1)))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory merging '%s'", e->tensor);
+  }
+  return SK_OK;
+}
+
+SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, sk_ckpt_io io, sk_error *err) {
+  if (!m || !out_root) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_merge: NULL argument");
+  sk_ckpt_slice *whole = (sk_ckpt_slice *)calloc((size_t)m->nentries + 1, sizeof *whole);
+  int n = 0;
+  sk_result r = whole ? sk__ckpt_whole(m, whole, &n, err) : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  if (!r) r = sk_ckpt_load(m, 0, io, n, whole, NULL, err);
+  char *strategy = NULL;
+  size_t slen = 0;
+  if (!r) r = sk_ckpt_read_strategy(m, &strategy, &slen, err);
+  sk_ckpt_save_desc d;
+  memset(&d, 0, sizeof d);
+  d.step = m->step, d.position = m->position, d.strategy = strategy, d.strategy_len = slen, d.io = io;
+  if (!r) r = sk_ckpt_save(NULL, out_root, &d, n, whole, NULL, err);
+  for (int k = 0; k < n; k++) free(whole[k].data);
+  free(whole), free(strategy);
+  return r;
+}
+
+SK_EXTERN_C_END
+#endif /* SK_CKPT_IMPL */
