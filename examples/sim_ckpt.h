@@ -89,8 +89,12 @@ static inline sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *
   int np = 0;
   sk_redundancy_param *ps = sim_ckpt_params(plan, &np);
   sk_ckpt_slice *s = (sk_ckpt_slice *)calloc((size_t)g->ntensors * 3 + 1, sizeof *s);
-  sk_result r = ps && s ? SK_OK : sim_ckpt_fail(e, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory (%lld tensors)", (long long)g->ntensors);
-  *n = 0;
+  *n = 0, *out = NULL;
+  if (!ps || !s) {
+    free(ps), free(s);
+    return sim_ckpt_fail(e, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory (%lld tensors)", (long long)g->ntensors);
+  }
+  sk_result r = SK_OK;
   for (int t = 0, p = 0; !r && t < g->ntensors; t++) {
     if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
     bool writes = false;

@@ -808,7 +808,7 @@ static sk_result sk__par_assign_vstages(sk_parallel_plan *p, sk_error *err) {
   }
   p->recut = annotated > 1;
   double *w = (double *)malloc(sizeof(double) * ((size_t)g->nops + 1));
-  int *part = (int *)malloc(sizeof(int) * ((size_t)g->nops + 1));
+  int *part = (int *)calloc((size_t)g->nops + 1, sizeof(int));
   sk_result r = w && part ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "pipeline: out of memory for the cut");
   for (int o = 0; !r && o < g->nops; o++) w[o] = sk__par_op_flops(g, g->nops - 1 - o); /* reversed: empties first */
   if (!r) r = sk_pipe_partition(w, g->nops, parts, part, err);

@@ -122,8 +122,9 @@ static bool sk__se_reads_input(const sk_graph *g, int o) {
   return false;
 }
 
-/* The walk, from the operators `fixed` marks (their choice set): each, in the graph's order,
-   then the network's inputs, then whatever no edge reached. */
+/* The walk, from the operators `fixed` marks (NULL: the configured ones; their choice set; a
+   configured operator's is its one candidate): each, in the graph's order, then the network's inputs, then whatever no edge
+   reached. */
 static sk_result sk__se_propagate(sk_search_model *m, int *choice, const bool *fixed, sk_error *err) {
   sk_result r = sk_search_model_candidates(m, err);
   if (r) return r;
@@ -134,10 +135,12 @@ static sk_result sk__se_propagate(sk_search_model *m, int *choice, const bool *f
     free(w.queue), free(w.decided), free(w.cur);
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the propagation");
   }
+  for (int o = 0; o < n; o++) {
+    if (m->configured[o]) choice[o] = 0; /* its one candidate */
+    if (fixed ? fixed[o] : m->configured[o]) w.cur[o] = &m->cands[o][choice[o]], w.decided[o] = true;
+  }
   for (int o = 0; o < n; o++)
-    if (fixed[o]) w.cur[o] = &m->cands[o][choice[o]], w.decided[o] = true;
-  for (int o = 0; o < n; o++)
-    if (fixed[o]) sk__se_spread(&w, o);
+    if (fixed ? fixed[o] : m->configured[o]) sk__se_spread(&w, o);
   for (int pass = 0; pass < 2; pass++) /* from the dataset, then from what no edge reached */
     for (int o = 0; o < n; o++)
       if (!w.decided[o] && (pass == 1 || sk__se_reads_input(m->graph, o))) sk__se_choose(&w, o), sk__se_spread(&w, o);
@@ -147,9 +150,7 @@ static sk_result sk__se_propagate(sk_search_model *m, int *choice, const bool *f
 
 SK_API sk_result sk_search_propagate(sk_search_model *m, int *choice, sk_error *err) {
   if (!m || !m->graph || !choice) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: propagate: NULL argument");
-  for (int o = 0; o < m->graph->nops; o++)
-    if (m->configured[o]) choice[o] = 0;
-  return sk__se_propagate(m, choice, m->configured, err);
+  return sk__se_propagate(m, choice, NULL, err);
 }
 
 /* ---- recursive programming (D-Rec) ------------------------------------------------------------- */
