@@ -492,6 +492,7 @@ static sk_result sk__ckpt_parse_file(sk__ckpt_cur *c, const char *s, size_t n, s
 static sk_result sk__ckpt_parse_slice(sk__ckpt_cur *c, sk_ckpt_entry *e, sk_error *err) {
   char kind[16], dt[16], shape[256], box[512];
   unsigned long long off = 0, len = 0;
+  memset(e, 0, sizeof *e); /* the dims past the box's rank stay zero */
   if (sscanf(c->buf, "slice %127s %15s %15s shape %255s box %511s file %d offset %llu length %llu rank %d", e->tensor,
              kind, dt, shape, box, &e->file, &off, &len, &e->rank) != 9)
     return sk__ckpt_bad(err, c, "expected: slice TENSOR KIND DTYPE shape D,.. box A:B,.. file F offset O length L rank R");
@@ -938,6 +939,8 @@ static sk_result sk__ckpt_collect(const sk__ckpt_save *S, const int64_t *heads, 
 /* Sizes first (entries, file size, crc, blocks per device), then the entries and block crcs,
    each padded to the largest device's count. Rank 0 gets them as manifest files and entries. */
 static sk_result sk__ckpt_gather(sk__ckpt_save *S, int nmine, sk_ckpt_manifest *m, sk_error *err) {
+  if (!S->crc.blocks) /* sk__ckpt_save_data allocates them whenever it succeeds */
+    return sk__fail(err, SK_ERR_INVALID_USAGE, "checkpoint: the rank file's block checksums are missing");
   int64_t head[4] = {nmine, (int64_t)S->file_size, 0, S->crc.nblocks}, *heads;
   head[2] = sk__ckpt_crc_file(S->crc.blocks, S->crc.nblocks, S->file_size);
   heads = (int64_t *)calloc((size_t)S->size * 4, sizeof *heads);
@@ -1152,7 +1155,7 @@ static sk_result sk__ckpt_read_blocks(const sk_ckpt_manifest *m, int f, int b0, 
 static void sk__ckpt_copy(const sk_slice *x, const sk_slice *from, const char *buf, int64_t base, const sk_slice *to,
                           char *dst, size_t es) {
   int nd = x->ndims, last = nd - 1;
-  int64_t c[SK_MAX_DIMS];
+  int64_t c[SK_MAX_DIMS] = {0};
   for (int d = 0; d < nd; d++) c[d] = x->start[d];
   size_t row = nd ? (size_t)(x->stop[last] - x->start[last]) * es : es;
   for (;;) {
