@@ -99,6 +99,9 @@ SK_API sk_result sk_mesh_rank(const sk_mesh *mesh, const int *coords, int *rank,
    mask 0 gives {rank}. */
 SK_API sk_result sk_mesh_group(const sk_mesh *mesh, int rank, uint32_t axis_mask, int *ranks, int cap, int *n,
                                sk_error *err);
+/* The number of ranks in a group along axis_mask: the product of those axes' sizes (1 for mask 0;
+   axes beyond the mesh are ignored). */
+SK_API int sk_mesh_group_size(const sk_mesh *mesh, uint32_t axis_mask);
 /* Every group along axis_mask: *ngroups groups of *group_size ranks, stored one after another in
    ranks (cap >= mesh->size), ascending within a group, groups ordered by their first rank. */
 SK_API sk_result sk_mesh_groups(const sk_mesh *mesh, uint32_t axis_mask, int *ranks, int cap, int *ngroups,
@@ -585,9 +588,9 @@ static SK__UNUSED bool sk__mesh_odo_next(sk__mesh_odo *o) {
   return false;
 }
 
-static SK__UNUSED int sk__mesh_mask_size(const sk_mesh *m, uint32_t mask) {
+SK_API int sk_mesh_group_size(const sk_mesh *m, uint32_t mask) {
   int n = 1;
-  for (int k = 0; k < m->naxes; k++)
+  for (int k = 0; m && k < m->naxes; k++)
     if (mask & (1u << k)) n *= m->dims[k];
   return n;
 }
@@ -608,7 +611,7 @@ SK_API sk_result sk_mesh_group(const sk_mesh *mesh, int rank, uint32_t axis_mask
   if ((r = sk__mesh_sane(mesh, err)) || (r = sk__mesh_check_mask(mesh, axis_mask, err))) return r;
   if (rank < 0 || rank >= mesh->size)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "rank %d out of range [0, %d)", rank, mesh->size);
-  int size = sk__mesh_mask_size(mesh, axis_mask);
+  int size = sk_mesh_group_size(mesh, axis_mask);
   if (cap < size)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ranks has room for %d entries; the group needs %d", cap, size);
   /* base = rank with its coordinates on the masked axes set to 0 */
@@ -650,7 +653,7 @@ SK_API sk_result sk_mesh_groups(const sk_mesh *mesh, uint32_t axis_mask, int *ra
     do ranks[i++] = inner.rank;
     while (sk__mesh_odo_next(&inner));
   } while (sk__mesh_odo_next(&outer));
-  *group_size = sk__mesh_mask_size(mesh, axis_mask);
+  *group_size = sk_mesh_group_size(mesh, axis_mask);
   *ngroups = mesh->size / *group_size;
   return SK_OK;
 }

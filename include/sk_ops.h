@@ -220,14 +220,6 @@ static sk_op_comm sk__opc(sk_coll_kind kind, uint32_t axes, double scale) {
   return c;
 }
 
-/* Size of the group along `axes`. */
-static int sk__axes_size(const sk_mesh *m, uint32_t axes) {
-  int n = 1;
-  for (int a = 0; a < m->naxes; a++)
-    if (axes & (1u << a)) n *= m->dims[a];
-  return n;
-}
-
 /* Drops axes of size 1 from a group mask: a collective over one device is none. */
 static uint32_t sk__real_axes(const sk_mesh *m, uint32_t axes) {
   uint32_t r = 0;
@@ -322,7 +314,7 @@ static void sk__op_grads(const sk_op_desc *d, sk_op_plan *p) {
     p->mirror[i] = sk__opc(SK_COLL_ALLREDUCE, tensor ? replicas : 0, 1);
     p->grad[i] = sk__opc(SK_COLL_NONE, 0, 1);
     if (!param) continue;
-    double scale = d->gradients_mean ? 1.0 / sk__axes_size(&p->mesh, replicas) : 1.0;
+    double scale = d->gradients_mean ? 1.0 / sk_mesh_group_size(&p->mesh, replicas) : 1.0;
     p->grad[i] = sk__opc(SK_COLL_ALLREDUCE, replicas, scale);
   }
 }
@@ -900,7 +892,7 @@ static sk_result sk__op_reduce(const sk_op_desc *d, int ndevices, sk_op_plan *p,
   if ((r = sk__op_layout(&p->out[0], &p->mesh, no, oshape, oax, "output", err)) != SK_OK) return r;
   sk__op_no_comm(p);
   partial = sk__real_axes(&p->mesh, partial);
-  double scale = d->kind == SK_OP_REDUCE_MEAN ? 1.0 / sk__axes_size(&p->mesh, partial) : 1.0;
+  double scale = d->kind == SK_OP_REDUCE_MEAN ? 1.0 / sk_mesh_group_size(&p->mesh, partial) : 1.0;
   p->fwd = sk__opc(SK_COLL_ALLREDUCE, partial, scale);
   if (d->kind == SK_OP_REDUCE_MAX) p->fwd.op = SK_MAX;
   sk__op_grads(d, p);
@@ -1319,7 +1311,7 @@ static size_t sk__op_comm_format(const sk_mesh *m, const char *what, const sk_op
   SK__OUT(" along (");
   for (int a = 0, k = 0; a < m->naxes; a++)
     if (c->axes & (1u << a)) SK__OUT("%s%s", k++ ? "," : "", m->names[a]);
-  SK__OUT("), groups of %d", sk__axes_size(m, c->axes));
+  SK__OUT("), groups of %d", sk_mesh_group_size(m, c->axes));
   if (c->scale != 1) SK__OUT(", scaled by %g", c->scale);
   SK__OUT("\n");
 #undef SK__OUT

@@ -567,13 +567,6 @@ static sk_result sk__par_search(sk_parallel_plan *p, sk_error *err) {
   return r;
 }
 
-static int sk__par_group_size(const sk_mesh *mesh, uint32_t axes) {
-  int n = 1;
-  for (int a = 0; a < mesh->naxes; a++)
-    if (axes & (1u << a)) n *= mesh->dims[a];
-  return n;
-}
-
 /* The devices holding each slice of the loss (MindSpore's as_loss_divisor): every device for a
    scalar loss. */
 static int sk__par_loss_repeat(const sk_parallel_plan *p) {
@@ -595,7 +588,7 @@ static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
       po->replication[k] = (po->desc.params >> k) & 1u ? sk__par_replication(&po->plan, k) : 1;
       po->mirror_scale[k] = 1;
       if (p->desc.gradients_mean && ((po->desc.params >> k) & 1u) && po->plan.grad[k].kind != SK_COLL_NONE)
-        po->mirror_scale[k] = 1.0 / sk__par_group_size(&po->plan.mesh, po->plan.grad[k].axes);
+        po->mirror_scale[k] = 1.0 / sk_mesh_group_size(&po->plan.mesh, po->plan.grad[k].axes);
     }
   }
   return SK_OK;

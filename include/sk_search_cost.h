@@ -291,13 +291,6 @@ static double sk__sc_slice_bytes(const sk_layout *l, sk_dtype dt) {
   return n;
 }
 
-static int sk__sc_group(const sk_mesh *mesh, uint32_t axes) {
-  int n = 1;
-  for (int a = 0; a < mesh->naxes; a++)
-    if (axes & (1u << a)) n *= mesh->dims[a];
-  return n;
-}
-
 /* The model's unit for one collective of `count` elements of dt on p devices; *bytes gets what
    the ring sends from a device. */
 static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, int p, double *bytes,
@@ -325,17 +318,17 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
   double bytes = 0, t = 0;
   sk_coll_kind fk = p->fwd.kind;
   double fcount = fk == SK_COLL_ALLGATHER ? sk__sc_numel_of(&p->in[0]) : sk__sc_numel_of(&p->out[0]);
-  t += sk__sc_coll(m, fk, fcount, dt, sk__sc_group(&p->mesh, p->fwd.axes), &bytes, false);
+  t += sk__sc_coll(m, fk, fcount, dt, sk_mesh_group_size(&p->mesh, p->fwd.axes), &bytes, false);
   if (backward && fk == SK_COLL_REDUCE_SCATTER) /* its backward gathers the gradient */
-    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, dt, sk__sc_group(&p->mesh, p->fwd.axes), &bytes, false);
+    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, dt, sk_mesh_group_size(&p->mesh, p->fwd.axes), &bytes, false);
   for (int k = 0; k < op->ninputs; k++) {
     int tk = op->inputs[k];
     if (!m->needs_grad[tk] || !backward) continue;
     double n = sk__sc_numel_of(&p->in[k]);
     sk_dtype dk = g->tensors[tk].dtype;
-    t += sk__sc_coll(m, p->bwd_in[k].kind, n, dk, sk__sc_group(&p->mesh, p->bwd_in[k].axes), &bytes, false);
+    t += sk__sc_coll(m, p->bwd_in[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->bwd_in[k].axes), &bytes, false);
     if (g->tensors[tk].role == SK_TENSOR_PARAM) /* the Mirror: fused with the others, its latency shared */
-      t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk__sc_group(&p->mesh, p->grad[k].axes), &bytes, true);
+      t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->grad[k].axes), &bytes, true);
   }
   if (m->desc.device_tflops > 0) {
     sk_exec_arg in[1], out[1];
