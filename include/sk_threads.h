@@ -1095,7 +1095,9 @@ static bool sk__tp2p_remove(sk__tmember *m, sk__treq *q) {
   return found;
 }
 
-/* A leaving member's unmatched posts are dropped (their requests were never waited for). */
+/* A leaving member's unmatched posts are dropped (their requests were never waited for) and
+   their requests marked finished: nobody can match them any more, and the destroy that called
+   this waits for every live request to be done before freeing it. */
 static void sk__tp2p_drop_all(sk__tmember *m) {
   sk__tgroup *g = m->g;
   pthread_mutex_lock(&g->p2p_lock);
@@ -1105,6 +1107,8 @@ static void sk__tp2p_drop_all(sk__tmember *m) {
     sk__tp2p *it = *link;
     if (it->req->m == m) {
       *link = it->next;
+      it->req->result = SK_ERR_ABORTED;
+      __atomic_store_n(&it->req->done, 1, SK__SC);
       sk__free(m->tw->alloc, it);
     } else {
       g->p2p_tail = it;

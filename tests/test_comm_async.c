@@ -821,6 +821,7 @@ typedef struct farg {
   double ms[64];
   char msg[64][SK_ERROR_MSG_MAX];
   atomic_int done;
+  atomic_int entered; /* ranks that reached the device function */
   sk_world *world;
 } farg;
 
@@ -828,6 +829,7 @@ static void farg_init(farg *a, int n, int failing, int mode) {
   memset(a, 0, sizeof *a);
   a->n = n, a->failing = failing, a->mode = mode;
   atomic_init(&a->done, 0);
+  atomic_init(&a->entered, 0);
   for (int i = 0; i < 64; i++) a->rc[i] = SK_ERR_INTERNAL;
 }
 
@@ -837,7 +839,12 @@ static void farg_init(farg *a, int n, int failing, int mode) {
 static sk_result fail_device(sk_comm *c, void *pv) {
   farg *a = (farg *)pv;
   int rank = sk_comm_rank(c);
+  atomic_fetch_add(&a->entered, 1);
   if (rank == a->failing) {
+    /* Fail only once every peer has joined: a peer that had not would be refused at its
+       sk_comm_init_rank and never reach a blocking call (a slow start on a loaded machine). */
+    uint64_t t0 = sk_now_ns();
+    while (atomic_load(&a->entered) < a->n && sk_now_ns() - t0 < 10000000000ull) ct_sleep_ms(1);
     ct_sleep_ms(50);
     a->rc[rank] = SK_ERR_BACKEND;
     return SK_ERR_BACKEND;

@@ -356,6 +356,39 @@ Test(comm_hazards, requests_outstanding_at_destroy, .timeout = 30) {
   cr_expect_eq(atomic_load(&h_live), 0, "%ld allocations leaked", atomic_load(&h_live));
 }
 
+/* A Send or Recv no peer ever matched, still posted when its communicator is destroyed: the
+   destroy drops it and returns (it once waited forever for a completion that could not come). */
+static sk_result unmatched_device(sk_comm *c, void *pv) {
+  ct_slot *s = &((ct_slot *)pv)[sk_comm_rank(c)];
+  int rank = sk_comm_rank(c);
+  sk_comm *sub = NULL;
+  sk_result r = sk_comm_split(c, 0, rank, &sub);
+  if (!ct_rc(s, r, c, "split")) return r;
+  static float buf[4][64];
+  sk_request *req = NULL;
+  if (rank == 0) ct_rc(s, sk_isend(sub, buf[0], 64, SK_F32, 1, &req), sub, "isend");
+  if (rank == 2) ct_rc(s, sk_irecv(sub, buf[2], 64, SK_F32, 3, &req), sub, "irecv");
+  ct_rc(s, sk_comm_destroy(sub), c, "destroy with an unmatched post");
+  s->ran = 1;
+  return SK_OK;
+}
+
+Test(comm_hazards, unmatched_post_at_destroy, .timeout = 30) {
+  atomic_store(&h_live, 0);
+  sk_world_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = 4, d.backend = sk_threads_backend(), d.timeout_ms = CT_TIMEOUT_MS;
+  d.allocator.alloc = h_alloc, d.allocator.free = h_free;
+  sk_world *w = NULL;
+  cr_assert_eq(sk_world_create(&d, &w, NULL), SK_OK);
+  ct_slot slots[4];
+  memset(slots, 0, sizeof slots);
+  cr_expect_eq(sk_world_run(w, unmatched_device, slots), SK_OK, "%s", sk_world_error_message(w));
+  ct_expect_slots(slots, 4, "unmatched post at destroy");
+  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(atomic_load(&h_live), 0, "%ld allocations leaked", atomic_load(&h_live));
+}
+
 /* ============================================================================================ */
 /* Peer access                                                                                  */
 /* ============================================================================================ */
