@@ -63,6 +63,8 @@ MPI_DRIVER := $(BUILD)/tests/mpi_driver
 
 # Tests run with a per-test timeout inside the suites; CRITERION_JOBS keeps the 2-core box sane.
 CRITERION_ARGS ?= --jobs 2
+# make test builds with this many jobs (the suites' objects, the programs, the header checks).
+JOBS ?= 2
 
 # ---- what is installed -------------------------------------------------------------------------
 # The headers need only libc and pthreads (sk_json.h: jansson too). Beyond that a program needs
@@ -212,22 +214,42 @@ $(MPI_DRIVER): $(MPI_DRIVER_DEPS) $(HEADERS)
 	$(MPICC) $(CPPFLAGS) -Itests/mpi $(CFLAGS) -o $@ tests/mpi/mpi_driver.c $(LDLIBS)
 
 # ---- tests -------------------------------------------------------------------------------
-$(BUILD)/tests/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
-	$(need)
-	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
+# Each suite source is an object of its own, so that -j2 (make test's default) keeps both cores
+# busy and a change to one suite recompiles one file. Every object depends on every header, as a
+# header-only library's must. build/<variant>/obj/ holds them: tests (GCC), san, tsan, clang.
+suite_objs  = $(patsubst %.c,$(BUILD)/$1/obj/%.o,$2)
+UNIT_OBJS   := $(call suite_objs,tests,$(TEST_SRCS))
+SAN_OBJS    := $(call suite_objs,san,$(TEST_SRCS))
+CLANGU_OBJS := $(call suite_objs,clang,$(TEST_SRCS))
+SUITE_DEPS  := $(TEST_HDRS) $(HEADERS)
+$(foreach o,$(UNIT_OBJS) $(SAN_OBJS),$(eval NEEDS.$o := criterion jansson zlib uring))
+$(foreach o,$(CLANGU_OBJS),$(eval NEEDS.$o := clang criterion jansson zlib uring))
 
-$(BUILD)/san/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
+$(BUILD)/tests/obj/%.o: %.c $(SUITE_DEPS)
 	$(need)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN_FLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+$(BUILD)/tests/unit: $(UNIT_OBJS)
+	$(need)
+	$(CC) $(CFLAGS) -o $@ $^ -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
+
+$(BUILD)/san/obj/%.o: %.c $(SUITE_DEPS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN_FLAGS) -c -o $@ $<
+$(BUILD)/san/unit: $(SAN_OBJS)
+	$(need)
+	$(CC) $(CFLAGS) -O1 $(SAN_FLAGS) -o $@ $^ -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
 
 # Criterion cannot start under TSan (Snaipe/Criterion#274), so the threaded suites are built
 # against a small stand-in with the same assertions and run in one process (tests/tsan_shim/).
 TSAN_TEST_SRCS := $(sort $(wildcard tests/test_comm*.c) tests/test_fusion.c tests/test_redist.c tests/test_redist_across.c tests/test_redist_reshape.c tests/test_ops.c tests/test_ops_sharded.c tests/test_redundancy.c tests/test_runtime.c tests/test_hsdp.c tests/test_pipeline_runtime.c tests/test_search_runtime.c tests/test_pipeline_hsdp.c) tests/impl.c tests/tsan_shim/runner.c
-$(BUILD)/tsan/unit: $(TSAN_TEST_SRCS) $(TEST_HDRS) $(wildcard tests/tsan_shim/criterion/*.h) $(HEADERS)
+TSAN_OBJS := $(call suite_objs,tsan,$(TSAN_TEST_SRCS))
+$(BUILD)/tsan/obj/%.o: %.c $(SUITE_DEPS) $(wildcard tests/tsan_shim/criterion/*.h)
 	@mkdir -p $(@D)
-	$(CC) -Itests/tsan_shim $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror -O1 -g $(TSAN_FLAGS) -o $@ $(TSAN_TEST_SRCS) $(LDLIBS)
+	$(CC) -Itests/tsan_shim $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror -O1 -g $(TSAN_FLAGS) -c -o $@ $<
+$(BUILD)/tsan/unit: $(TSAN_OBJS)
+	$(CC) $(TSAN_FLAGS) -o $@ $^ $(LDLIBS)
 
 # GCC always; Clang, Open MPI and C++ checks skip themselves when those are missing.
 check-headers:
@@ -238,7 +260,7 @@ check-headers:
 # test-run` is the same without the installing.
 test:
 	@$(MAKE) --no-print-directory deps
-	@$(MAKE) --no-print-directory test-run
+	@$(MAKE) --no-print-directory -j$(JOBS) test-run
 
 test-run: check-headers $(BUILD)/tests/unit all $(MPI_DRIVER)
 	$(BUILD)/tests/unit $(CRITERION_ARGS)
@@ -265,10 +287,13 @@ tsan: $(BUILD)/tsan/unit
 # The suites again, built by the second compiler: Clang warns where GCC does not, and its code
 # generation exercises the atomics and the threads backend differently. The MPI cases use the
 # programs in build/, as under `make sanitize`.
-$(BUILD)/clang/unit: $(TEST_SRCS) $(TEST_HDRS) $(HEADERS)
+$(BUILD)/clang/obj/%.o: %.c $(SUITE_DEPS)
 	$(need)
 	@mkdir -p $(@D)
-	$(CLANG) $(CPPFLAGS) $(CFLAGS) -o $@ $(TEST_SRCS) -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
+	$(CLANG) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+$(BUILD)/clang/unit: $(CLANGU_OBJS)
+	$(need)
+	$(CLANG) $(CFLAGS) -o $@ $^ -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
 
 # Every other program compiled (not linked: linking checks nothing Clang-specific) by Clang,
 # through Open MPI's wrapper with OMPI_CC so the MPI ones find mpi.h.
