@@ -60,10 +60,9 @@ static inline int sim_ckpt_parse(const char *a, const char *v, sim_ckpt_opts *c)
 }
 
 /* What the other options must allow; NULL when they do. */
-static inline const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, int stages, int accum) {
+static inline const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, int accum) {
   if (c->every && !c->save) return "--every needs --save-checkpoint DIR";
   if (!c->save && !c->load) return NULL;
-  if (stages > 1) return "checkpoints under --pipeline are not built yet";
   if (check && c->load) return "--check compares from step 0: not with --load-checkpoint";
   if (c->every && accum > 1 && c->every % accum) return "--every must be a multiple of --grad-accumulation-step";
   return NULL;
@@ -82,10 +81,13 @@ static inline sk_redundancy_param *sim_ckpt_params(const sk_parallel_plan *plan,
   return ps;
 }
 
-/* This device's slices: each parameter and each state it keeps; `write` where it owns it. */
-static inline sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *plan, int rank, sk_ckpt_slice **out, int *n,
-                                 sk_error *e) {
+/* This device's slices: each parameter and each state it keeps; `write` where it owns it. Under
+   a pipeline a device keeps its stage's parameters only, laid out over the stage's devices: the
+   owner is chosen among the stage's, by the device's rank there. */
+static inline sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *plan, int world_rank, sk_ckpt_slice **out,
+                                        int *n, sk_error *e) {
   const sk_graph *g = plan->graph;
+  int rank = plan->vstage ? world_rank - sk_parallel_stage_of_rank(plan, world_rank) * plan->desc.ndevices : world_rank;
   int np = 0;
   sk_redundancy_param *ps = sim_ckpt_params(plan, &np);
   sk_ckpt_slice *s = (sk_ckpt_slice *)calloc((size_t)g->ntensors * 3 + 1, sizeof *s);

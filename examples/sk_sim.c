@@ -343,7 +343,7 @@ static int parse_options(int argc, char **argv, options *o) {
     return bad_usage(argv[0], "--pipeline, --micro and --interleave take positive counts", NULL);
   if ((o->link.gbps > 0) != (o->device_tflops > 0))
     return bad_usage(argv[0], "--link and --device-tflops go together", NULL);
-  const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.pipeline.stages, o->pd.grad_accumulation_step);
+  const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
   if (ck) return bad_usage(argv[0], ck, NULL);
   /* else the trainer runs alone (parameter_broadcast and checkpoints are the runtime's) */
   o->distributed = o->devices > 1 || o->report || o->link.gbps > 0 || o->broadcast || o->ckpt.save || o->ckpt.load;
