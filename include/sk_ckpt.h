@@ -169,8 +169,8 @@ typedef struct sk_ckpt_piece {
   sk_slice box;
 } sk_ckpt_piece;
 /* The pieces tiling target t (at most cap in pieces; *n of them). Fails naming the tensor, kind
-   and `rank` when the saved slices do not cover the box exactly once, or the shape or dtype
-   differs. */
+   and `rank` when the saved slices do not cover the box exactly once, the shape differs, or the
+   dtypes differ and are not both floating. */
 SK_API sk_result sk_ckpt_read_plan(const sk_ckpt_manifest *m, const sk_ckpt_slice *t, int rank, sk_ckpt_piece *pieces,
                                    int cap, int *n, sk_error *err);
 
@@ -195,7 +195,9 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
 SK_API sk_result sk_ckpt_open(const char *root, sk_ckpt_manifest *m, sk_error *err);
 /* One checkpoint directory (not through LATEST). */
 SK_API sk_result sk_ckpt_open_dir(const char *dir, sk_ckpt_manifest *m, sk_error *err);
-/* Fills each slice's data from the checkpoint (rank: named in messages). */
+/* Fills each slice's data from the checkpoint (rank: named in messages). A slice saved in another
+   floating dtype (f64, f32, f16, bf16) is converted, rounding to nearest even, as MindSpore's
+   non-strict load does. */
 SK_API sk_result sk_ckpt_load(const sk_ckpt_manifest *m, int rank, sk_ckpt_io io, int n, const sk_ckpt_slice *slices,
                               sk_ckpt_report *report, sk_error *err);
 /* Every block of every file against its crc, every file's crc, and every tensor and kind tiled
@@ -312,7 +314,8 @@ SK_API sk_result sk_ckpt_writes(int n, const sk_redundancy_param *params, int wh
 static sk_result sk__ckpt_match(const sk_ckpt_entry *e, const sk_ckpt_slice *t, int rank, bool *match, sk_error *err) {
   *match = !strcmp(e->tensor, t->tensor) && e->kind == t->kind;
   if (!*match) return SK_OK;
-  bool same = e->ndims == t->ndims && e->dtype == t->dtype;
+  /* floating dtypes convert into each other (MindSpore's non-strict load); others must agree */
+  bool same = e->ndims == t->ndims && (e->dtype == t->dtype || (sk_dtype_is_float(e->dtype) && sk_dtype_is_float(t->dtype)));
   for (int d = 0; same && d < t->ndims; d++) same = e->shape[d] == t->shape[d];
   if (!same)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s (rank %d): saved as %s of %d dims, wanted %s of %d dims or another shape",
@@ -1152,14 +1155,39 @@ static sk_result sk__ckpt_read_blocks(const sk_ckpt_manifest *m, int f, int b0, 
 /* Copies box x from a saved slice (its box `from`, its first byte at buf + base: base is negative
    when the blocks read start inside it) into a target (box `to`, dst):
    row by row along the last dim. */
-static void sk__ckpt_copy(const sk_slice *x, const sk_slice *from, const char *buf, int64_t base, const sk_slice *to,
-                          char *dst, size_t es) {
+/* n floating elements of dtype sf at src as dtype df at dst, through double (f16 and bf16 through
+   float, their only exact path): a checkpoint saved in one precision loads into another. */
+static void sk__ckpt_convert(void *dst, sk_dtype df, const void *src, sk_dtype sf, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    double v = 0;
+    const char *s = (const char *)src + i * sk_dtype_size(sf);
+    char *d = (char *)dst + i * sk_dtype_size(df);
+    uint16_t h = 0;
+    float f = 0;
+    if (sf == SK_F64) memcpy(&v, s, sizeof v);
+    else if (sf == SK_F32) memcpy(&f, s, sizeof f), v = f;
+    else memcpy(&h, s, sizeof h), v = sf == SK_F16 ? sk_f16_to_f32(h) : sk_bf16_to_f32(h);
+    if (df == SK_F64) memcpy(d, &v, sizeof v);
+    else if (df == SK_F32) f = (float)v, memcpy(d, &f, sizeof f);
+    else h = df == SK_F16 ? sk_f32_to_f16((float)v) : sk_f32_to_bf16((float)v), memcpy(d, &h, sizeof h);
+  }
+}
+
+/* Box x of a saved slice (box `from`, dtype sf, at buf + base) into a target (box `to`, dtype df). */
+static void sk__ckpt_copy(const sk_slice *x, const sk_slice *from, sk_dtype sf, const char *buf, int64_t base,
+                          const sk_slice *to, sk_dtype df, char *dst) {
   int nd = x->ndims, last = nd - 1;
+  size_t ss = sk_dtype_size(sf), ds = sk_dtype_size(df);
   int64_t c[SK_MAX_DIMS] = {0};
   for (int d = 0; d < nd; d++) c[d] = x->start[d];
-  size_t row = nd ? (size_t)(x->stop[last] - x->start[last]) * es : es;
+  size_t row = nd ? (size_t)(x->stop[last] - x->start[last]) : 1;
   for (;;) {
-    memcpy(dst + (size_t)sk__ckpt_index(to, c) * es, buf + base + sk__ckpt_index(from, c) * (int64_t)es, row);
+    char *out = dst + (size_t)sk__ckpt_index(to, c) * ds;
+    const char *in = buf + base + sk__ckpt_index(from, c) * (int64_t)ss;
+    if (sf == df)
+      memcpy(out, in, row * ss);
+    else
+      sk__ckpt_convert(out, df, in, sf, row);
     int d = last - 1;
     while (d >= 0 && ++c[d] == x->stop[d]) c[d] = x->start[d], d--;
     if (d < 0) return;
@@ -1188,7 +1216,7 @@ static sk_result sk__ckpt_read_piece(const sk_ckpt_manifest *m, const sk_ckpt_pi
                     e->rank, msg);
   }
   int64_t base = (int64_t)e->offset - (int64_t)b0 * (int64_t)m->block;
-  sk__ckpt_copy(&p->box, &e->box, buf, base, &t->box, (char *)t->data, es);
+  sk__ckpt_copy(&p->box, &e->box, e->dtype, buf, base, &t->box, t->dtype, (char *)t->data);
   uint64_t end = (uint64_t)b1 * m->block < m->files[e->file].size ? (uint64_t)b1 * m->block : m->files[e->file].size;
   rep->bytes += end - (uint64_t)b0 * m->block, rep->slices++;
   free(buf);

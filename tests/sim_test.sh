@@ -476,6 +476,15 @@ for run in "8 --pipeline 2 --micro 4 --hsdp" "4 --pipeline 2 --micro 2 --hsdp" "
   if [ -n "$got" ] && [ -n "$want" ] && awk -v a="$got" -v b="$want" -v t=$tol 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= t) }'; then ok
   else bad "saved under a pipeline, resumed on --devices $run: $got, uninterrupted $want: $(cat "$tmp/err")"; fi
 done
+# saved in f32, resumed in f64 (floating dtypes convert on load): the step-10 loss within 1e-6
+# of the f32 run's (its f32 rounding), the step-20 loss as close to the f32 run's
+"$BIN" --net $TNET --devices 4 --steps 21 >"$tmp/full" 2>&1
+"$BIN" --net $TNET --devices 4 --steps 10 --save-checkpoint "$tmp/ck32" >"$tmp/out" 2>&1
+"$BIN" --net $TNET --devices 2 --steps 11 --dtype f64 --load-checkpoint "$tmp/ck32" >"$tmp/out" 2>"$tmp/err"
+got=$(grep -E '^epoch: 0 step: (10|20),' "$tmp/out" | sed 's/.*loss is //' | paste -s -d' ')
+want=$(grep -E '^epoch: 0 step: (10|20),' "$tmp/full" | sed 's/.*loss is //' | paste -s -d' ')
+if echo "$got $want" | awk 'NF == 4 { for (i = 1; i <= 2; i++) { d = ($i - $(i+2)) / $(i+2); if (d < 0) d = -d; if (d > 1e-6) exit 1 }; ok = 1 } END { exit !ok }'; then ok
+else bad "saved in f32, resumed in f64: losses $got, the f32 run's $want: $(cat "$tmp/err")"; fi
 
 # every option of --help has its row in docs/sk-sim.md
 for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do

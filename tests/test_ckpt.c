@@ -211,8 +211,12 @@ Test(ckpt, reading_plans_tile_the_target) {
   sk_ckpt_slice other = target("fc2.weight", SK_CKPT_PARAM, 0, 8, 0, 6);
   BAD(sk_ckpt_read_plan(&m, &other, 2, p, 8, &n, E), SK_ERR_INVALID_ARGUMENT, "'fc2.weight' param (rank 2)", "missing");
   sk_ckpt_slice shaped = target("fc1.weight", SK_CKPT_STATE1, 0, 8, 0, 6);
-  shaped.dtype = SK_F32;
-  BAD(sk_ckpt_read_plan(&m, &shaped, 1, p, 8, &n, E), SK_ERR_INVALID_ARGUMENT, "'fc1.weight'", "f32");
+  shaped.dtype = SK_F32; /* floating dtypes convert */
+  OK(sk_ckpt_read_plan(&m, &shaped, 1, p, 8, &n, E));
+  shaped.dtype = SK_I32;
+  BAD(sk_ckpt_read_plan(&m, &shaped, 1, p, 8, &n, E), SK_ERR_INVALID_ARGUMENT, "'fc1.weight'", "i32");
+  shaped.dtype = SK_F64, shaped.shape[1] = 7;
+  BAD(sk_ckpt_read_plan(&m, &shaped, 1, p, 8, &n, E), SK_ERR_INVALID_ARGUMENT, "'fc1.weight'", "another shape");
 }
 
 /* ---- files ------------------------------------------------------------------------------ */
@@ -292,6 +296,52 @@ Test(ckpt, block_crcs_are_the_files_bytes) {
   sk_ckpt_manifest_free(&m);
   expect_newest(root, 3, 5);
   rm_rf(root);
+}
+
+/* A slice saved in f64 loads into f32, f16 and bf16 targets (another box than the saved ones),
+   each element rounded once to nearest even from its float value; an f32 checkpoint loads back
+   into f64 exactly. */
+Test(ckpt, floating_dtypes_convert_on_load) {
+  char root[64];
+  tmp_root(root, sizeof root);
+  fill(6);
+  for (int i = 0; i < ROWS * 1000; i += 7) big[i] = -big[i] * 1e-3; /* signs and small values too */
+  save_step(root, 2, SK_CKPT_IO_PLAIN);
+  sk_ckpt_manifest m;
+  OK(sk_ckpt_open(root, &m, E));
+  static float f32[100 * 1000];
+  static uint16_t half[100 * 1000];
+  sk_ckpt_slice t;
+  memset(&t, 0, sizeof t);
+  t.tensor = "big", t.ndims = t.box.ndims = 2, t.shape[0] = ROWS, t.shape[1] = 1000;
+  t.box.start[0] = 100, t.box.stop[0] = 200, t.box.stop[1] = 1000; /* across the two saved halves */
+  const sk_dtype to[3] = {SK_F32, SK_F16, SK_BF16};
+  for (int k = 0; k < 3; k++) {
+    t.dtype = to[k], t.data = k ? (void *)half : (void *)f32;
+    OK(sk_ckpt_load(&m, 0, SK_CKPT_IO_PLAIN, 1, &t, NULL, E));
+    for (int i = 0; i < 100 * 1000; i++) {
+      float want = (float)big[100 * 1000 + i];
+      if (k == 0) cr_assert_eq(f32[i], want, "f32 element %d: %g, want %g", i, f32[i], want);
+      else cr_assert_eq(half[i], k == 1 ? sk_f32_to_f16(want) : sk_f32_to_bf16(want), "%s element %d", sk_dtype_name(to[k]), i);
+    }
+  }
+  sk_ckpt_manifest_free(&m);
+  /* f32 saved (the rows just loaded), read back into f64 */
+  char root2[64];
+  tmp_root(root2, sizeof root2);
+  sk_ckpt_slice s = t;
+  s.dtype = SK_F32, s.data = f32, s.write = true, s.shape[0] = 100, s.box.start[0] = 0, s.box.stop[0] = 100;
+  sk_ckpt_save_desc d;
+  memset(&d, 0, sizeof d);
+  d.step = 1;
+  OK(sk_ckpt_save(NULL, root2, &d, 1, &s, NULL, E));
+  OK(sk_ckpt_open(root2, &m, E));
+  static double back[100 * 1000];
+  s.dtype = SK_F64, s.data = back, s.write = false;
+  OK(sk_ckpt_load(&m, 0, SK_CKPT_IO_PLAIN, 1, &s, NULL, E));
+  for (int i = 0; i < 100 * 1000; i++) cr_assert_eq(back[i], (double)f32[i], "f64 element %d", i);
+  sk_ckpt_manifest_free(&m);
+  rm_rf(root), rm_rf(root2);
 }
 
 /* A byte flipped in block 2 of the rank file: a target inside block 0 still loads (its blocks
