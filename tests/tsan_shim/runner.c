@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static sk_shim_test *tests;
@@ -88,7 +89,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) {
       current = t->name;
       printf("[RUN ] %s::%s%s\n", t->suite, t->name, t->pfn ? " (parameterized)" : "");
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
       int f = run_one(t, t->pfn ? (char *)p.params + i * p.size : NULL);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+      if (s > 20) printf("[SLOW] %s::%s took %.1f s\n", t->suite, t->name, s); /* where CI's time goes */
       if (test_skipped)
         skipped++;
       else if (f)
