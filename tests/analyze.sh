@@ -45,10 +45,12 @@ done <"$list" >"$tmp/jobs"
 start=$(date +%s)
 # shellcheck disable=SC2016
 xargs -P "${ANALYZE_JOBS:-2}" -L 1 sh -c '
-  i=$1; src=$2; shift 2
+  i=$1; src=$2; shift 2; t0=$(date +%s)
   '"$clang"' --analyze '"$flags"' "$@" "$src" -o /dev/null >"'"$tmp"'/$i.log" 2>&1 || echo "$src" >>"'"$tmp"'/broken"
+  echo "$(( $(date +%s) - t0 ))s $src" >>"'"$tmp"'/times"
 ' sh <"$tmp/jobs"
-echo "analyze: $n translation units in $(( $(date +%s) - start ))s"
+echo "analyze: $n translation units in $(( $(date +%s) - start ))s; the slowest:"
+sort -rn "$tmp/times" | head -5 | sed 's/^/    /'
 if [ -s "$tmp/broken" ]; then
   echo "analyze: clang could not compile:"; sed 's/^/    /' "$tmp/broken"
   for i in $(seq 1 "$n"); do grep -q 'error:' "$tmp/$i.log" && sed 's/^/    /' "$tmp/$i.log" | head -20; done
