@@ -776,7 +776,8 @@ static void oom_sweep(const oom_scn *sc, bool persistent) {
   cr_expect_eq(nmin, nmax, "%s: allocations vary between counting runs: %lu..%lu", sc->name, nmin, nmax);
   cr_assert(nmax > 0);
   const char *only = getenv("OOM_K"), *reps_env = getenv("OOM_PASSES");
-  bool verbose = getenv("OOM_VERBOSE") && getenv("OOM_VERBOSE")[0] == '1';
+  const char *verbose_env = getenv("OOM_VERBOSE");
+  bool verbose = verbose_env && verbose_env[0] == '1';
   unsigned long k0 = 1, k1 = nmax;
   if (only && *only) k0 = k1 = strtoul(only, NULL, 10);
   int passes = reps_env && *reps_env ? atoi(reps_env) : OOM_PASSES;
