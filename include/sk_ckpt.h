@@ -220,6 +220,7 @@ SK_EXTERN_C_END
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -463,6 +464,20 @@ static sk_result sk__ckpt_bad(sk_error *err, const sk__ckpt_cur *c, const char *
   return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint manifest: line %d: %s", c->line, what);
 }
 
+/* Exactly 8 hex digits at p, all before end, into *v. Read by hand: strtoul would skip blanks,
+   take a sign or 0x, and read past end (the text need not be NUL-terminated). */
+static bool sk__ckpt_hex8(const char *p, const char *end, uint32_t *v) {
+  if (end - p < 8) return false;
+  *v = 0;
+  for (int k = 0; k < 8; k++) {
+    char ch = p[k];
+    int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    if (d < 0) return false;
+    *v = *v << 4 | (uint32_t)d;
+  }
+  return true;
+}
+
 /* "file NAME size N crc HEX blocks HEX,..." */
 static sk_result sk__ckpt_parse_file(sk__ckpt_cur *c, const char *s, size_t n, sk_ckpt_file *f, uint32_t block,
                                      sk_error *err) {
@@ -470,22 +485,25 @@ static sk_result sk__ckpt_parse_file(sk__ckpt_cur *c, const char *s, size_t n, s
   unsigned long long size = 0;
   unsigned crc = 0;
   int used = 0;
-  if (n >= sizeof c->buf) n = sizeof c->buf - 1; /* the head; blocks are read from s */
-  memcpy(c->buf, s, n), c->buf[n] = 0;
+  size_t head = n < sizeof c->buf ? n : sizeof c->buf - 1; /* the head; blocks are read from s, up to s + n */
+  memcpy(c->buf, s, head), c->buf[head] = 0;
   if (sscanf(c->buf, "file %63s size %llu crc %x blocks %n", name, &size, &crc, &used) != 3 || !used)
     return sk__ckpt_bad(err, c, "expected: file NAME size BYTES crc HEX blocks HEX,...");
   if (strchr(name, '/') || name[0] == '.') return sk__ckpt_bad(err, c, "a file name with a path");
   memcpy(f->name, name, sizeof name), f->size = size, f->crc = crc;
-  f->nblocks = (int)((size + block - 1) / block);
+  /* k blocks take 9k - 1 characters: a size the line cannot list is refused before allocating */
+  uint64_t nblocks = size / block + (size % block != 0);
+  if (nblocks > (n - (size_t)used + 1) / 9 || nblocks > INT_MAX)
+    return sk__ckpt_bad(err, c, "a block list that does not hold one crc per block of the file's size");
+  f->nblocks = (int)nblocks;
   f->blocks = (uint32_t *)calloc((size_t)f->nblocks + 1, sizeof(uint32_t));
   if (!f->blocks) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint manifest: out of memory");
   const char *p = s + used, *end = s + n;
   for (int k = 0; k < f->nblocks; k++) {
-    char *e;
-    f->blocks[k] = (uint32_t)strtoul(p, &e, 16);
-    if (e == p || e - p != 8 || e > end || (k + 1 < f->nblocks ? *e != ',' : e != end))
+    bool last = k + 1 == f->nblocks;
+    if (!sk__ckpt_hex8(p, end, &f->blocks[k]) || (last ? p + 8 != end : p + 8 == end || p[8] != ','))
       return sk__ckpt_bad(err, c, "a block list that does not hold one crc per block of the file's size");
-    p = e + 1;
+    if (!last) p += 9;
   }
   if (!f->nblocks && (end - p != 1 || *p != '-')) return sk__ckpt_bad(err, c, "an empty file lists no blocks: '-'");
   return SK_OK;

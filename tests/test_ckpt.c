@@ -9,11 +9,13 @@
    the TSan binary, which does not link zlib and liburing. */
 #define _POSIX_C_SOURCE 200809L /* fork, kill, mkdtemp, nanosleep */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -175,6 +177,69 @@ Test(ckpt, manifest_round_trip) {
   BAD(sk_ckpt_manifest_parse(text, len - 3, &back, E), SK_ERR_INVALID_ARGUMENT, "line", "crc");
   free(text), free(again);
   sk_ckpt_manifest_free(&back);
+}
+
+/* ---- manifests the fuzzer wrote (tests/fuzz/fuzz_manifest.c) ---- */
+
+#define HEAD "shardkit-checkpoint 1\nname ckpt-00000001\nstep 1\nposition 0\ndevices 1\nblock 1048576\n"
+#define FILE0 "file rank-0.bin size 4096 crc 00000000 blocks 00000000\n"
+
+/* Parses head + body (+ its crc line when `crc`), the text's last byte just before a page that
+   cannot be read: a parser reading past len faults, even inside libc. */
+static sk_result parse_guarded(const char *head, const char *body, bool crc, sk_ckpt_manifest *m, sk_error *e) {
+  char text[4096];
+  int n = snprintf(text, sizeof text, "%s%s", head, body);
+  cr_assert(n > 0 && n + 16 < (int)sizeof text);
+  if (crc) n += snprintf(text + n, 16, "crc %08x\n", (unsigned)crc32(0L, (const Bytef *)text, (uInt)n));
+  long page = sysconf(_SC_PAGESIZE);
+  int fd = open("/dev/zero", O_RDWR);
+  cr_assert(fd >= 0);
+  char *map = (char *)mmap(NULL, (size_t)page * 3, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  close(fd);
+  cr_assert(map != MAP_FAILED);
+  cr_assert_eq(mprotect(map + 2 * page, (size_t)page, PROT_NONE), 0);
+  char *at = map + 2 * page - n;
+  memcpy(at, text, (size_t)n);
+  sk_result r = sk_ckpt_manifest_parse(at, (size_t)n, m, e);
+  munmap(map, (size_t)page * 3);
+  return r;
+}
+
+/* A block list cut off at the end of the text was read past it (strtoul ran on). */
+Test(ckpt, fuzzed_manifest_block_list_at_the_end) {
+  sk_ckpt_manifest m;
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 4 crc 00000000 blocks ", false, &m, E), SK_ERR_INVALID_ARGUMENT,
+      "line 7", "block list");
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 4 crc 00000000 blocks 0000000", false, &m, E), SK_ERR_INVALID_ARGUMENT,
+      "line 7", "block list");
+  /* one spelling of a crc: 8 hex digits, no sign, blank or 0x */
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 4 crc 00000000 blocks +0000001\n", true, &m, E),
+      SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 4 crc 00000000 blocks  0000001\n", true, &m, E),
+      SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
+}
+
+/* A file's size sized the block array before its list was read: 2^50 bytes asked for 4 GiB, and
+   2^64 - 1 wrapped to no blocks at all. */
+Test(ckpt, fuzzed_manifest_file_sizes_the_line_cannot_list) {
+  sk_ckpt_manifest m;
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 1125899906842624 crc 00000000 blocks 00000000\n", true, &m, E),
+      SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 18446744073709551615 crc 00000000 blocks -\n", true, &m, E),
+      SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
+  /* a list longer than the line buffer is still read whole: 1000 blocks */
+  static char body[16384];
+  int n = snprintf(body, sizeof body, "file rank-0.bin size %llu crc 00000000 blocks ", 1000ULL << 20);
+  for (int k = 0; k < 1000; k++) n += snprintf(body + n, sizeof body - (size_t)n, "%s%08x", k ? "," : "", (unsigned)k);
+  snprintf(body + n, sizeof body - (size_t)n, "\n");
+  char *text = (char *)malloc(sizeof body + 256);
+  int len = sprintf(text, "%s%s", HEAD, body);
+  len += sprintf(text + len, "crc %08x\n", (unsigned)crc32(0L, (const Bytef *)text, (uInt)len));
+  OK(sk_ckpt_manifest_parse(text, (size_t)len, &m, E));
+  cr_assert_eq(m.files[0].nblocks, 1000);
+  cr_assert_eq(m.files[0].blocks[999], 999u);
+  sk_ckpt_manifest_free(&m);
+  free(text);
 }
 
 static sk_ckpt_slice target(const char *name, sk_ckpt_kind kind, int r0, int r1, int c0, int c1) {
