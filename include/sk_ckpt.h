@@ -560,12 +560,14 @@ static sk_result sk__ckpt_parse_head(sk__ckpt_cur *c, sk_ckpt_manifest *m, sk_er
     snprintf(fmt, sizeof fmt, k ? "%s %%lld" : "%s %%63s", keys[k]);
     bool ok = k ? sscanf(c->buf, fmt, &v) == 1 && v >= 0 : sscanf(c->buf, fmt, m->name) == 1;
     if (!ok) return sk__ckpt_bad(err, c, k ? "expected a header number (step, position, devices, block)" : "expected: name NAME");
+    /* checked before narrowing: (int)4294967297 would read as 1 device */
+    if (k == 3 && v > INT_MAX) return sk__ckpt_bad(err, c, "a device count out of range");
+    if (k == 4 && v != SK_CKPT_BLOCK) return sk__ckpt_bad(err, c, "a block size other than 1 MiB");
     if (k == 1) m->step = v;
     if (k == 2) m->position = v;
     if (k == 3) m->devices = (int)v;
     if (k == 4) m->block = (uint32_t)v;
   }
-  if (m->block != SK_CKPT_BLOCK) return sk__ckpt_bad(err, c, "a block size other than 1 MiB");
   return SK_OK;
 }
 

@@ -219,6 +219,15 @@ Test(ckpt, fuzzed_manifest_block_list_at_the_end) {
       SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
 }
 
+Test(ckpt, fuzzed_manifest_header_numbers_out_of_range) {
+  sk_ckpt_manifest m;
+  /* 2^32 + 1 devices read as 1 through (int); 2^32 + 2^20 as a 1 MiB block through (uint32_t) */
+  BAD(parse_guarded("shardkit-checkpoint 1\nname c\nstep 1\nposition 0\ndevices 4294967297\nblock 1048576\n", "", true,
+                    &m, E), SK_ERR_INVALID_ARGUMENT, "line 5", "device count");
+  BAD(parse_guarded("shardkit-checkpoint 1\nname c\nstep 1\nposition 0\ndevices 1\nblock 4296015872\n", "", true,
+                    &m, E), SK_ERR_INVALID_ARGUMENT, "line 6", "block size");
+}
+
 /* A file's size sized the block array before its list was read: 2^50 bytes asked for 4 GiB, and
    2^64 - 1 wrapped to no blocks at all. */
 Test(ckpt, fuzzed_manifest_file_sizes_the_line_cannot_list) {
