@@ -528,6 +528,13 @@ static sk_result sk__ckpt_parse_slice(sk__ckpt_cur *c, sk_ckpt_entry *e, sk_erro
   for (int d = 0; d < nd; d++)
     if (e->box.start[d] < 0 || e->box.start[d] >= e->box.stop[d] || e->box.stop[d] > e->shape[d])
       return sk__ckpt_bad(err, c, "a box outside its tensor's shape");
+  /* the whole tensor's bytes fit in int64 in any dtype (8 bytes at most), so no box's volume or
+     byte count (here, in loads, in sk_ckpt_verify's sums) can overflow */
+  int64_t elems = 1;
+  for (int d = 0; d < nd; d++) {
+    if (e->shape[d] > INT64_MAX / 8 / elems) return sk__ckpt_bad(err, c, "a shape of 2^60 elements or more");
+    elems *= e->shape[d];
+  }
   if ((uint64_t)sk__ckpt_volume(&e->box) * sk_dtype_size(e->dtype) != e->length)
     return sk__ckpt_bad(err, c, "a length that is not the box's bytes");
   return SK_OK;
@@ -575,7 +582,9 @@ static sk_result sk__ckpt_parse_head(sk__ckpt_cur *c, sk_ckpt_manifest *m, sk_er
 static sk_result sk__ckpt_check_refs(const sk_ckpt_manifest *m, sk_error *err) {
   for (int i = 0; i < m->nentries; i++) {
     const sk_ckpt_entry *e = &m->entries[i];
-    if (e->file < 0 || e->file >= m->nfiles || e->offset + e->length > m->files[e->file].size)
+    /* compared without adding: offset + length can wrap past 2^64 */
+    if (e->file < 0 || e->file >= m->nfiles || e->offset > m->files[e->file].size ||
+        e->length > m->files[e->file].size - e->offset)
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint manifest: slice %d ('%s' %s) lies outside its file", i,
                       e->tensor, sk_ckpt_kind_name(e->kind));
   }
@@ -1282,6 +1291,20 @@ static sk_result sk__ckpt_verify_file(const sk_ckpt_manifest *m, int f, char *bu
 /* Every tensor and kind tiled exactly once: the saved boxes of one tensor and kind are pairwise
    disjoint and their volumes add up to its shape's. */
 static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err) {
+  /* shapes and overlaps first: the sums below then add disjoint boxes inside one shape, which
+     cannot pass its element count (a bound sk_ckpt_manifest_parse keeps within int64) */
+  for (int i = 0; i < m->nentries; i++)
+    for (int j = i + 1; j < m->nentries; j++) {
+      const sk_ckpt_entry *a = &m->entries[i], *b = &m->entries[j];
+      if (strcmp(a->tensor, b->tensor) || a->kind != b->kind) continue;
+      bool same = a->ndims == b->ndims;
+      for (int d = 0; same && d < a->ndims; d++) same = a->shape[d] == b->shape[d];
+      sk_slice x;
+      const char *what = !same ? "disagree on its shape" : sk__ckpt_intersect(&a->box, &b->box, &x) ? "overlap" : NULL;
+      if (what)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: slices of ranks %d and %d %s",
+                        a->tensor, sk_ckpt_kind_name(a->kind), a->rank, b->rank, what);
+    }
   for (int i = 0; i < m->nentries; i++) {
     const sk_ckpt_entry *a = &m->entries[i];
     int64_t sum = 0, whole = 1;
@@ -1290,10 +1313,6 @@ static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err
       const sk_ckpt_entry *b = &m->entries[j];
       if (strcmp(a->tensor, b->tensor) || a->kind != b->kind) continue;
       first = first && j >= i;
-      sk_slice x;
-      if (j != i && sk__ckpt_intersect(&a->box, &b->box, &x))
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: slices of ranks %d and %d overlap",
-                        a->tensor, sk_ckpt_kind_name(a->kind), a->rank, b->rank);
       sum += sk__ckpt_volume(&b->box);
     }
     for (int d = 0; d < a->ndims; d++) whole *= a->shape[d];

@@ -251,6 +251,37 @@ Test(ckpt, fuzzed_manifest_file_sizes_the_line_cannot_list) {
   free(text);
 }
 
+/* Byte counts that overflowed: a shape of 2^64 elements (signed overflow), 2^61 f64 elements
+   whose 2^64 bytes wrapped to a length of 0, an offset whose end wrapped past 2^64. */
+Test(ckpt, fuzzed_manifest_byte_counts_that_overflow) {
+  sk_ckpt_manifest m;
+  BAD(parse_guarded(HEAD FILE0,
+                    "slice t param f64 shape 4611686018427387904,4 box 0:4611686018427387904,0:4 file 0 offset 0 "
+                    "length 0 rank 0\n", true, &m, E), SK_ERR_INVALID_ARGUMENT, "line 8", "2^60 elements");
+  BAD(parse_guarded(HEAD FILE0,
+                    "slice t param f64 shape 2305843009213693952 box 0:2305843009213693952 file 0 offset 0 length 0 rank 0\n",
+                    true, &m, E), SK_ERR_INVALID_ARGUMENT, "line 8", "2^60 elements");
+  BAD(parse_guarded(HEAD FILE0, "slice t param u8 shape 8 box 0:8 file 0 offset 18446744073709551615 length 8 rank 0\n",
+                    true, &m, E), SK_ERR_INVALID_ARGUMENT, "slice 0", "outside its file");
+}
+
+/* Tiling sums of boxes that overlap each other (not the first) passed int64; slices of one
+   tensor in two shapes were summed against the first's. */
+Test(ckpt, fuzzed_manifest_tiling_sums) {
+  sk_ckpt_manifest m;
+  sk_ckpt_entry e[4];
+  memset(&m, 0, sizeof m), memset(e, 0, sizeof e);
+  m.block = SK_CKPT_BLOCK, m.entries = e, m.nentries = 4;
+  for (int i = 0; i < 4; i++) {
+    snprintf(e[i].tensor, sizeof e[i].tensor, "w");
+    e[i].dtype = SK_U8, e[i].ndims = e[i].box.ndims = 1, e[i].shape[0] = (int64_t)1 << 62, e[i].rank = i;
+    e[i].box.start[0] = i ? 1 : 0, e[i].box.stop[0] = i ? e[i].shape[0] : 1;
+  }
+  BAD(sk_ckpt_verify(&m, SK_CKPT_IO_PLAIN, E), SK_ERR_INVALID_ARGUMENT, "ranks 1 and 2", "overlap");
+  m.nentries = 2, e[1].shape[0] = 2, e[1].box.stop[0] = 2; /* [0:1] of 2^62, [1:2] of 2 */
+  BAD(sk_ckpt_verify(&m, SK_CKPT_IO_PLAIN, E), SK_ERR_INVALID_ARGUMENT, "ranks 0 and 1", "disagree on its shape");
+}
+
 static sk_ckpt_slice target(const char *name, sk_ckpt_kind kind, int r0, int r1, int c0, int c1) {
   sk_ckpt_slice t;
   memset(&t, 0, sizeof t);
