@@ -165,6 +165,7 @@ Test(ckpt, manifest_round_trip) {
   char *again = NULL;
   OK(sk_ckpt_manifest_format(&back, &again, &len, E));
   cr_assert_str_eq(again, text);
+  sk_ckpt_manifest_free(&back); /* parsed into again below */
   /* every single byte changed, and every truncation, is refused */
   for (size_t i = 0; i < len; i++) {
     sk_ckpt_manifest bad;
