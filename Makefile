@@ -376,7 +376,7 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	  case $$t in json) seeds=$(FUZZ_SEEDS.json);; esac; \
 	  dict=tests/fuzz/$$t.dict; [ -f "$$dict" ] && dict=-dict=$$dict || dict=; \
 	  echo "== fuzz_$$t: $(FUZZ_TIME) s"; \
-	  $(BUILD)/fuzz/fuzz_$$t $$dict -max_total_time=$(FUZZ_TIME) -jobs=1 -timeout=5 -rss_limit_mb=2048 \
+	  $(BUILD)/fuzz/fuzz_$$t $$dict -max_total_time=$(FUZZ_TIME) -timeout=5 -rss_limit_mb=2048 \
 	    -artifact_prefix=$(BUILD)/fuzz/artifacts/$$t/ -print_final_stats=1 $(BUILD)/fuzz/corpus/$$t $$seeds \
 	    >$(BUILD)/fuzz/$$t.log 2>&1 || { tail -40 $(BUILD)/fuzz/$$t.log; echo "fuzz_$$t failed: see $(BUILD)/fuzz/$$t.log"; exit 1; }; \
 	  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' $(BUILD)/fuzz/$$t.log | tr '\n' ' '; \

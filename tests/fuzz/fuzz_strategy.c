@@ -21,6 +21,8 @@ static sk_graph graphs[NNETS];
 static sk_op_desc *saved[NNETS]; /* each network's own strategies, put back after an accepted file */
 static char path[64];
 
+static void remove_file(void) { unlink(path); }
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   for (int i = 0; i < NNETS; i++) {
@@ -37,6 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   int fd = mkstemp(path);
   if (fd < 0) exit(1);
   close(fd);
+  atexit(remove_file);
   return 0;
 }
 
