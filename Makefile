@@ -10,6 +10,8 @@
 #   make analyze    Clang's static analyzer over each header's implementation (SK_IMPL) and every
 #                   example, tool, benchmark and test source; fails on any report in our files
 #                   (tests/analyze.sh; ANALYZE_JOBS=N, default 2)
+#   make fuzz       the parsers' libFuzzer harnesses, each for FUZZ_TIME seconds (60), one at a
+#                   time; not part of make test (tests/fuzz/README.md)
 #   make install PREFIX=/usr/local [DESTDIR=stage]   headers, shardkit.pc, the CMake package
 #                   (find_package(shardkit)) and the command-line tools;   make uninstall
 #   make deps       install the Debian packages below that are missing (as root), or name them
@@ -112,7 +114,7 @@ BUILDABLE := $(foreach p,$(PROGRAMS),$(if $(call missing,$p),,$p))
 SKIPPED   := $(filter-out $(BUILDABLE),$(PROGRAMS))
 
 .PHONY: all test test-run demo demo-run sanitize tsan test-clang analyze install uninstall deps \
-        check-headers clean FORCE
+        check-headers clean fuzz FORCE
 
 all: $(BUILDABLE)
 	@:$(foreach p,$(SKIPPED),; echo "skipping $p: needs $(call missing,$p) (run make deps)")
@@ -353,6 +355,41 @@ demo-run: $(BUILD)/sk-layout $(BUILD)/operator_parallel
 	@echo "== the tutorial's network trained on 8 simulated devices, checked against 1 device (300 steps) =="
 	@$(BUILD)/operator_parallel --devices 8 --steps 300 --check
 
+
+# ---- fuzzing -----------------------------------------------------------------------------
+# libFuzzer harnesses for the text parsers (tests/fuzz/README.md), built with Clang under ASan and
+# UBSan and run one at a time for FUZZ_TIME seconds each. Not part of make test: a run is never
+# the same twice. A crash, hang or leak stops that fuzzer, leaves its input in
+# build/fuzz/artifacts/<target>/ and fails the target.
+FUZZ_TIME    ?= 60
+FUZZ_TARGETS := manifest json strategy pylayout
+FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_LIBS.manifest := -lz
+FUZZ_LIBS.json     := -ljansson
+FUZZ_LIBS.strategy := -ljansson
+FUZZ_SEEDS.json    := examples/nets
+NEEDS.$(BUILD)/fuzz/fuzz_manifest := clang zlib
+NEEDS.$(BUILD)/fuzz/fuzz_json     := clang jansson
+NEEDS.$(BUILD)/fuzz/fuzz_strategy := clang jansson
+NEEDS.$(BUILD)/fuzz/fuzz_pylayout := clang
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_guard.h $(PROG_HDRS) $(HEADERS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CLANG) $(CPPFLAGS) -Iexamples $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIBS.$*) $(LDLIBS)
+
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus/$$t $(BUILD)/fuzz/artifacts/$$t; \
+	  seeds=tests/fuzz/seeds/$$t; [ -d "$$seeds" ] || seeds=; \
+	  case $$t in json) seeds=$(FUZZ_SEEDS.json);; esac; \
+	  dict=tests/fuzz/$$t.dict; [ -f "$$dict" ] && dict=-dict=$$dict || dict=; \
+	  echo "== fuzz_$$t: $(FUZZ_TIME) s"; \
+	  $(BUILD)/fuzz/fuzz_$$t $$dict -max_total_time=$(FUZZ_TIME) -timeout=5 -rss_limit_mb=2048 \
+	    -artifact_prefix=$(BUILD)/fuzz/artifacts/$$t/ -print_final_stats=1 $(BUILD)/fuzz/corpus/$$t $$seeds \
+	    >$(BUILD)/fuzz/$$t.log 2>&1 || { tail -40 $(BUILD)/fuzz/$$t.log; echo "fuzz_$$t failed: see $(BUILD)/fuzz/$$t.log"; exit 1; }; \
+	  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' $(BUILD)/fuzz/$$t.log | tr '\n' ' '; \
+	  echo "corpus: $$(ls $(BUILD)/fuzz/corpus/$$t | wc -l) inputs"; \
+	done
 
 # ---- install -------------------------------------------------------------------------------
 # Headers in include/shardkit (as pkg-config and CMake consumers expect), shardkit.pc, the CMake

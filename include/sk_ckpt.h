@@ -220,6 +220,7 @@ SK_EXTERN_C_END
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -463,6 +464,20 @@ static sk_result sk__ckpt_bad(sk_error *err, const sk__ckpt_cur *c, const char *
   return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint manifest: line %d: %s", c->line, what);
 }
 
+/* Exactly 8 hex digits at p, all before end, into *v. Read by hand: strtoul would skip blanks,
+   take a sign or 0x, and read past end (the text need not be NUL-terminated). */
+static bool sk__ckpt_hex8(const char *p, const char *end, uint32_t *v) {
+  if (end - p < 8) return false;
+  *v = 0;
+  for (int k = 0; k < 8; k++) {
+    char ch = p[k];
+    int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    if (d < 0) return false;
+    *v = *v << 4 | (uint32_t)d;
+  }
+  return true;
+}
+
 /* "file NAME size N crc HEX blocks HEX,..." */
 static sk_result sk__ckpt_parse_file(sk__ckpt_cur *c, const char *s, size_t n, sk_ckpt_file *f, uint32_t block,
                                      sk_error *err) {
@@ -470,22 +485,25 @@ static sk_result sk__ckpt_parse_file(sk__ckpt_cur *c, const char *s, size_t n, s
   unsigned long long size = 0;
   unsigned crc = 0;
   int used = 0;
-  if (n >= sizeof c->buf) n = sizeof c->buf - 1; /* the head; blocks are read from s */
-  memcpy(c->buf, s, n), c->buf[n] = 0;
+  size_t head = n < sizeof c->buf ? n : sizeof c->buf - 1; /* the head; blocks are read from s, up to s + n */
+  memcpy(c->buf, s, head), c->buf[head] = 0;
   if (sscanf(c->buf, "file %63s size %llu crc %x blocks %n", name, &size, &crc, &used) != 3 || !used)
     return sk__ckpt_bad(err, c, "expected: file NAME size BYTES crc HEX blocks HEX,...");
   if (strchr(name, '/') || name[0] == '.') return sk__ckpt_bad(err, c, "a file name with a path");
   memcpy(f->name, name, sizeof name), f->size = size, f->crc = crc;
-  f->nblocks = (int)((size + block - 1) / block);
+  /* k blocks take 9k - 1 characters: a size the line cannot list is refused before allocating */
+  uint64_t nblocks = size / block + (size % block != 0);
+  if (nblocks > (n - (size_t)used + 1) / 9 || nblocks > INT_MAX)
+    return sk__ckpt_bad(err, c, "a block list that does not hold one crc per block of the file's size");
+  f->nblocks = (int)nblocks;
   f->blocks = (uint32_t *)calloc((size_t)f->nblocks + 1, sizeof(uint32_t));
   if (!f->blocks) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint manifest: out of memory");
   const char *p = s + used, *end = s + n;
   for (int k = 0; k < f->nblocks; k++) {
-    char *e;
-    f->blocks[k] = (uint32_t)strtoul(p, &e, 16);
-    if (e == p || e - p != 8 || e > end || (k + 1 < f->nblocks ? *e != ',' : e != end))
+    bool last = k + 1 == f->nblocks;
+    if (!sk__ckpt_hex8(p, end, &f->blocks[k]) || (last ? p + 8 != end : p + 8 == end || p[8] != ','))
       return sk__ckpt_bad(err, c, "a block list that does not hold one crc per block of the file's size");
-    p = e + 1;
+    if (!last) p += 9;
   }
   if (!f->nblocks && (end - p != 1 || *p != '-')) return sk__ckpt_bad(err, c, "an empty file lists no blocks: '-'");
   return SK_OK;
@@ -510,6 +528,13 @@ static sk_result sk__ckpt_parse_slice(sk__ckpt_cur *c, sk_ckpt_entry *e, sk_erro
   for (int d = 0; d < nd; d++)
     if (e->box.start[d] < 0 || e->box.start[d] >= e->box.stop[d] || e->box.stop[d] > e->shape[d])
       return sk__ckpt_bad(err, c, "a box outside its tensor's shape");
+  /* the whole tensor's bytes fit in int64 in any dtype (8 bytes at most), so no box's volume or
+     byte count (here, in loads, in sk_ckpt_verify's sums) can overflow */
+  int64_t elems = 1;
+  for (int d = 0; d < nd; d++) {
+    if (e->shape[d] > INT64_MAX / 8 / elems) return sk__ckpt_bad(err, c, "a shape of 2^60 elements or more");
+    elems *= e->shape[d];
+  }
   if ((uint64_t)sk__ckpt_volume(&e->box) * sk_dtype_size(e->dtype) != e->length)
     return sk__ckpt_bad(err, c, "a length that is not the box's bytes");
   return SK_OK;
@@ -542,12 +567,14 @@ static sk_result sk__ckpt_parse_head(sk__ckpt_cur *c, sk_ckpt_manifest *m, sk_er
     snprintf(fmt, sizeof fmt, k ? "%s %%lld" : "%s %%63s", keys[k]);
     bool ok = k ? sscanf(c->buf, fmt, &v) == 1 && v >= 0 : sscanf(c->buf, fmt, m->name) == 1;
     if (!ok) return sk__ckpt_bad(err, c, k ? "expected a header number (step, position, devices, block)" : "expected: name NAME");
+    /* checked before narrowing: (int)4294967297 would read as 1 device */
+    if (k == 3 && v > INT_MAX) return sk__ckpt_bad(err, c, "a device count out of range");
+    if (k == 4 && v != SK_CKPT_BLOCK) return sk__ckpt_bad(err, c, "a block size other than 1 MiB");
     if (k == 1) m->step = v;
     if (k == 2) m->position = v;
     if (k == 3) m->devices = (int)v;
     if (k == 4) m->block = (uint32_t)v;
   }
-  if (m->block != SK_CKPT_BLOCK) return sk__ckpt_bad(err, c, "a block size other than 1 MiB");
   return SK_OK;
 }
 
@@ -555,7 +582,9 @@ static sk_result sk__ckpt_parse_head(sk__ckpt_cur *c, sk_ckpt_manifest *m, sk_er
 static sk_result sk__ckpt_check_refs(const sk_ckpt_manifest *m, sk_error *err) {
   for (int i = 0; i < m->nentries; i++) {
     const sk_ckpt_entry *e = &m->entries[i];
-    if (e->file < 0 || e->file >= m->nfiles || e->offset + e->length > m->files[e->file].size)
+    /* compared without adding: offset + length can wrap past 2^64 */
+    if (e->file < 0 || e->file >= m->nfiles || e->offset > m->files[e->file].size ||
+        e->length > m->files[e->file].size - e->offset)
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint manifest: slice %d ('%s' %s) lies outside its file", i,
                       e->tensor, sk_ckpt_kind_name(e->kind));
   }
@@ -1262,6 +1291,20 @@ static sk_result sk__ckpt_verify_file(const sk_ckpt_manifest *m, int f, char *bu
 /* Every tensor and kind tiled exactly once: the saved boxes of one tensor and kind are pairwise
    disjoint and their volumes add up to its shape's. */
 static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err) {
+  /* shapes and overlaps first: the sums below then add disjoint boxes inside one shape, which
+     cannot pass its element count (a bound sk_ckpt_manifest_parse keeps within int64) */
+  for (int i = 0; i < m->nentries; i++)
+    for (int j = i + 1; j < m->nentries; j++) {
+      const sk_ckpt_entry *a = &m->entries[i], *b = &m->entries[j];
+      if (strcmp(a->tensor, b->tensor) || a->kind != b->kind) continue;
+      bool same = a->ndims == b->ndims;
+      for (int d = 0; same && d < a->ndims; d++) same = a->shape[d] == b->shape[d];
+      sk_slice x;
+      const char *what = !same ? "disagree on its shape" : sk__ckpt_intersect(&a->box, &b->box, &x) ? "overlap" : NULL;
+      if (what)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: slices of ranks %d and %d %s",
+                        a->tensor, sk_ckpt_kind_name(a->kind), a->rank, b->rank, what);
+    }
   for (int i = 0; i < m->nentries; i++) {
     const sk_ckpt_entry *a = &m->entries[i];
     int64_t sum = 0, whole = 1;
@@ -1270,10 +1313,6 @@ static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err
       const sk_ckpt_entry *b = &m->entries[j];
       if (strcmp(a->tensor, b->tensor) || a->kind != b->kind) continue;
       first = first && j >= i;
-      sk_slice x;
-      if (j != i && sk__ckpt_intersect(&a->box, &b->box, &x))
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: slices of ranks %d and %d overlap",
-                        a->tensor, sk_ckpt_kind_name(a->kind), a->rank, b->rank);
       sum += sk__ckpt_volume(&b->box);
     }
     for (int d = 0; d < a->ndims; d++) whole *= a->shape[d];

@@ -602,7 +602,8 @@ static sk_result sk__st_file_layout(sk__st_cx *cx, json_t *v, const sk_graph_ten
   if ((r = sk__st_ints(cx, json_object_get(v, "device_matrix"), "device_matrix", SK_MAX_AXES, 1, SK_MAX_DEVICES,
                        dims64, &naxes)))
     return r;
-  for (int a = 0; a < naxes; a++) dims[a] = (int)dims64[a], size *= dims64[a];
+  /* once past SK_MAX_DEVICES the product cannot be the device count: stop before it overflows */
+  for (int a = 0; a < naxes; a++) dims[a] = (int)dims64[a], size *= size <= SK_MAX_DEVICES ? dims64[a] : 1;
   if (naxes == 0 || size != ndevices)
     return sk__st_fail(cx, "device_matrix", "expected dims whose product is the %d devices", ndevices);
   if (sk_mesh_init(&mesh, naxes, dims, names, &e)) return sk__st_fail(cx, "device_matrix", "%s", e.msg);

@@ -9,11 +9,13 @@
    the TSan binary, which does not link zlib and liburing. */
 #define _POSIX_C_SOURCE 200809L /* fork, kill, mkdtemp, nanosleep */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -163,6 +165,7 @@ Test(ckpt, manifest_round_trip) {
   char *again = NULL;
   OK(sk_ckpt_manifest_format(&back, &again, &len, E));
   cr_assert_str_eq(again, text);
+  sk_ckpt_manifest_free(&back); /* parsed into again below */
   /* every single byte changed, and every truncation, is refused */
   for (size_t i = 0; i < len; i++) {
     sk_ckpt_manifest bad;
@@ -175,6 +178,109 @@ Test(ckpt, manifest_round_trip) {
   BAD(sk_ckpt_manifest_parse(text, len - 3, &back, E), SK_ERR_INVALID_ARGUMENT, "line", "crc");
   free(text), free(again);
   sk_ckpt_manifest_free(&back);
+}
+
+/* ---- manifests the fuzzer wrote (tests/fuzz/fuzz_manifest.c) ---- */
+
+#define HEAD "shardkit-checkpoint 1\nname ckpt-00000001\nstep 1\nposition 0\ndevices 1\nblock 1048576\n"
+#define FILE0 "file rank-0.bin size 4096 crc 00000000 blocks 00000000\n"
+
+/* Parses head + body (+ its crc line when `crc`), the text's last byte just before a page that
+   cannot be read: a parser reading past len faults, even inside libc. */
+static sk_result parse_guarded(const char *head, const char *body, bool crc, sk_ckpt_manifest *m, sk_error *e) {
+  char text[4096];
+  int n = snprintf(text, sizeof text, "%s%s", head, body);
+  cr_assert(n > 0 && n + 16 < (int)sizeof text);
+  if (crc) n += snprintf(text + n, 16, "crc %08x\n", (unsigned)crc32(0L, (const Bytef *)text, (uInt)n));
+  long page = sysconf(_SC_PAGESIZE);
+  int fd = open("/dev/zero", O_RDWR);
+  cr_assert(fd >= 0);
+  char *map = (char *)mmap(NULL, (size_t)page * 3, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  close(fd);
+  cr_assert(map != MAP_FAILED);
+  cr_assert_eq(mprotect(map + 2 * page, (size_t)page, PROT_NONE), 0);
+  char *at = map + 2 * page - n;
+  memcpy(at, text, (size_t)n);
+  sk_result r = sk_ckpt_manifest_parse(at, (size_t)n, m, e);
+  munmap(map, (size_t)page * 3);
+  return r;
+}
+
+/* A block list cut off at the end of the text was read past it (strtoul ran on). */
+Test(ckpt, fuzzed_manifest_block_list_at_the_end) {
+  sk_ckpt_manifest m;
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 4 crc 00000000 blocks ", false, &m, E), SK_ERR_INVALID_ARGUMENT,
+      "line 7", "block list");
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 4 crc 00000000 blocks 0000000", false, &m, E), SK_ERR_INVALID_ARGUMENT,
+      "line 7", "block list");
+  /* one spelling of a crc: 8 hex digits, no sign, blank or 0x */
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 4 crc 00000000 blocks +0000001\n", true, &m, E),
+      SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 4 crc 00000000 blocks  0000001\n", true, &m, E),
+      SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
+}
+
+Test(ckpt, fuzzed_manifest_header_numbers_out_of_range) {
+  sk_ckpt_manifest m;
+  /* 2^32 + 1 devices read as 1 through (int); 2^32 + 2^20 as a 1 MiB block through (uint32_t) */
+  BAD(parse_guarded("shardkit-checkpoint 1\nname c\nstep 1\nposition 0\ndevices 4294967297\nblock 1048576\n", "", true,
+                    &m, E), SK_ERR_INVALID_ARGUMENT, "line 5", "device count");
+  BAD(parse_guarded("shardkit-checkpoint 1\nname c\nstep 1\nposition 0\ndevices 1\nblock 4296015872\n", "", true,
+                    &m, E), SK_ERR_INVALID_ARGUMENT, "line 6", "block size");
+}
+
+/* A file's size sized the block array before its list was read: 2^50 bytes asked for 4 GiB, and
+   2^64 - 1 wrapped to no blocks at all. */
+Test(ckpt, fuzzed_manifest_file_sizes_the_line_cannot_list) {
+  sk_ckpt_manifest m;
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 1125899906842624 crc 00000000 blocks 00000000\n", true, &m, E),
+      SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
+  BAD(parse_guarded(HEAD, "file rank-0.bin size 18446744073709551615 crc 00000000 blocks -\n", true, &m, E),
+      SK_ERR_INVALID_ARGUMENT, "line 7", "block list");
+  /* a list longer than the line buffer is still read whole: 1000 blocks */
+  static char body[16384];
+  int n = snprintf(body, sizeof body, "file rank-0.bin size %llu crc 00000000 blocks ", 1000ULL << 20);
+  for (int k = 0; k < 1000; k++) n += snprintf(body + n, sizeof body - (size_t)n, "%s%08x", k ? "," : "", (unsigned)k);
+  snprintf(body + n, sizeof body - (size_t)n, "\n");
+  char *text = (char *)malloc(sizeof body + 256);
+  int len = sprintf(text, "%s%s", HEAD, body);
+  len += sprintf(text + len, "crc %08x\n", (unsigned)crc32(0L, (const Bytef *)text, (uInt)len));
+  OK(sk_ckpt_manifest_parse(text, (size_t)len, &m, E));
+  cr_assert_eq(m.files[0].nblocks, 1000);
+  cr_assert_eq(m.files[0].blocks[999], 999u);
+  sk_ckpt_manifest_free(&m);
+  free(text);
+}
+
+/* Byte counts that overflowed: a shape of 2^64 elements (signed overflow), 2^61 f64 elements
+   whose 2^64 bytes wrapped to a length of 0, an offset whose end wrapped past 2^64. */
+Test(ckpt, fuzzed_manifest_byte_counts_that_overflow) {
+  sk_ckpt_manifest m;
+  BAD(parse_guarded(HEAD FILE0,
+                    "slice t param f64 shape 4611686018427387904,4 box 0:4611686018427387904,0:4 file 0 offset 0 "
+                    "length 0 rank 0\n", true, &m, E), SK_ERR_INVALID_ARGUMENT, "line 8", "2^60 elements");
+  BAD(parse_guarded(HEAD FILE0,
+                    "slice t param f64 shape 2305843009213693952 box 0:2305843009213693952 file 0 offset 0 length 0 rank 0\n",
+                    true, &m, E), SK_ERR_INVALID_ARGUMENT, "line 8", "2^60 elements");
+  BAD(parse_guarded(HEAD FILE0, "slice t param u8 shape 8 box 0:8 file 0 offset 18446744073709551615 length 8 rank 0\n",
+                    true, &m, E), SK_ERR_INVALID_ARGUMENT, "slice 0", "outside its file");
+}
+
+/* Tiling sums of boxes that overlap each other (not the first) passed int64; slices of one
+   tensor in two shapes were summed against the first's. */
+Test(ckpt, fuzzed_manifest_tiling_sums) {
+  sk_ckpt_manifest m;
+  sk_ckpt_entry e[4];
+  memset(&m, 0, sizeof m), memset(e, 0, sizeof e);
+  m.block = SK_CKPT_BLOCK, m.entries = e, m.nentries = 4;
+  for (int i = 0; i < 4; i++) {
+    snprintf(e[i].tensor, sizeof e[i].tensor, "w");
+    e[i].dtype = SK_U8, e[i].ndims = e[i].box.ndims = 1, e[i].shape[0] = (int64_t)1 << 62, e[i].rank = i;
+    e[i].box.start[0] = i ? 1 : 0, e[i].box.stop[0] = i ? e[i].shape[0] : 1;
+  }
+  BAD(sk_ckpt_verify(&m, SK_CKPT_IO_PLAIN, E), SK_ERR_INVALID_ARGUMENT, "ranks 1 and 2", "overlap");
+  m.nentries = 2, e[1].shape[0] = 2, e[1].box.stop[0] = 2; /* [0:1] of 2^62, [1:2] of 2 */
+  BAD(sk_ckpt_verify(&m, SK_CKPT_IO_PLAIN, E), SK_ERR_INVALID_ARGUMENT, "ranks 0 and 1", "disagree on its shape");
 }
 
 static sk_ckpt_slice target(const char *name, sk_ckpt_kind kind, int r0, int r1, int c0, int c1) {

@@ -684,6 +684,18 @@ Test(strategy, another_parameter_shape_or_layout) {
   json_decref(root);
 }
 
+/* Found by tests/fuzz/fuzz_strategy.c: eight device-matrix dims of 4096 each passed the per-dim
+   check, and their product (2^96) overflowed long long (UBSan under make sanitize). */
+Test(strategy, fuzzed_device_matrix_product_overflow) {
+  json_t *root = tutorial_file();
+  json_t *w = entry(root, "parameters", "fc2.weight");
+  json_object_set_new(w, "device_matrix", json_pack("[IIIIIIII]", (json_int_t)4096, (json_int_t)4096, (json_int_t)4096,
+                                                    (json_int_t)4096, (json_int_t)4096, (json_int_t)4096,
+                                                    (json_int_t)4096, (json_int_t)4096));
+  refused(root, "device_matrix: expected dims whose product is the 8 devices", "\"name\": \"fc2.weight\"");
+  json_decref(root);
+}
+
 /* A layout written otherwise but giving every device the same slice passes. */
 Test(strategy, an_equivalent_layout_passes) {
   json_t *root = tutorial_file();

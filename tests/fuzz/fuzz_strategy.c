@@ -1,0 +1,66 @@
+/* libFuzzer harness: strategy files (sk_strategy.h), read as sk-sim --load-strategy reads them:
+   sk_strategy_compile with the input as both the operator and the parameter strategy file, on 8
+   devices, against each network of examples/nets (tests/fuzz/README.md). The loaders read a
+   path, so each input is written to a file first. Run from the repository's top directory. */
+#define _DEFAULT_SOURCE /* mkstemp */
+#define SK_IMPL
+#include "shardkit.h"
+#include "sk_json.h"
+#include "sk_strategy.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NNETS 3
+static const char *const nets[NNETS] = {"examples/nets/operator_parallel.json", "examples/nets/recursive_programming.json",
+                                        "examples/nets/transformer.json"};
+static sk_graph graphs[NNETS];
+static sk_op_desc *saved[NNETS]; /* each network's own strategies, put back after an accepted file */
+static char path[64];
+
+static void remove_file(void) { unlink(path); }
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  for (int i = 0; i < NNETS; i++) {
+    sk_error e = {SK_OK, ""};
+    if (sk_json_load_network(nets[i], &graphs[i], &e)) {
+      fprintf(stderr, "fuzz_strategy: %s (run from the repository's top directory)\n", e.msg);
+      exit(1);
+    }
+    saved[i] = (sk_op_desc *)malloc(((size_t)graphs[i].nops + 1) * sizeof *saved[i]);
+    if (!saved[i]) exit(1);
+    for (int o = 0; o < graphs[i].nops; o++) saved[i][o] = graphs[i].ops[o].desc;
+  }
+  snprintf(path, sizeof path, "/tmp/sk_fuzz_strategy.XXXXXX");
+  int fd = mkstemp(path);
+  if (fd < 0) exit(1);
+  close(fd);
+  atexit(remove_file);
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  FILE *f = fopen(path, "wb");
+  if (!f) abort();
+  if (size) fwrite(data, 1, size, f);
+  fclose(f);
+  for (int i = 0; i < NNETS; i++) {
+    sk_parallel_desc d;
+    sk_parallel_plan plan;
+    sk_error e = {SK_OK, ""};
+    memset(&d, 0, sizeof d);
+    d.ndevices = 8;
+    d.load_operator_strategy_file = d.load_param_strategy_file = path;
+    if (sk_strategy_compile(&graphs[i], &d, &plan, &e) == SK_OK) {
+      sk_parallel_free(&plan);
+      for (int o = 0; o < graphs[i].nops; o++) graphs[i].ops[o].desc = saved[i][o];
+    } else if (!e.msg[0]) {
+      abort(); /* a refusal always says why */
+    }
+  }
+  return 0;
+}
