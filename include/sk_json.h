@@ -679,10 +679,12 @@ SK_API sk_result sk_json_parse_network(const char *text, size_t len, sk_graph *g
   sk_graph_init(g);
   if (!text) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL text");
   json_error_t je;
+  memset(&je, 0, sizeof je);
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root) {
-    sk_result code = json_error_code(&je) == json_error_out_of_memory ? SK_ERR_OUT_OF_MEMORY : SK_ERR_INVALID_ARGUMENT;
-    return sk__fail(err, code, "line %d, column %d: %s", je.line, je.column, je.text);
+  if (!root) { /* jansson sets no error when it cannot allocate its lexer: an empty text is that */
+    if (!je.text[0] || json_error_code(&je) == json_error_out_of_memory)
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "json: out of memory parsing the network");
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "line %d, column %d: %s", je.line, je.column, je.text);
   }
   sk__jr jr;
   memset(&jr, 0, sizeof jr);
