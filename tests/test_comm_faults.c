@@ -22,6 +22,9 @@
 #include "comm_test_util.h"
 
 #define F_TIMEOUT_MS 150u /* the short world timeout of the timeout tests */
+/* What "it did not hang" means beside F_TIMEOUT_MS: half the tests' 30 s limit. Not a speed
+   claim: a loaded machine may take seconds to schedule the device threads. */
+#define F_HUNG_MS 15000.0
 
 /* Copies comm's message into dst (a device thread reads its own communicator's message). */
 static void f_msg(char *dst, const sk_comm *c) { snprintf(dst, SK_ERROR_MSG_MAX, "%s", sk_comm_error_message(c)); }
@@ -658,11 +661,11 @@ Test(comm_faults, bad_arguments_each, .timeout = 30) {
     ba_arg a = {n, ct_slots_new(n)};
     char lab[48];
     snprintf(lab, sizeof lab, "bad arguments, n=%d", n);
-    sk_world *w = ct_world(n, CT_CFG_DEFAULT, 5000); /* a wrongly accepted call fails in 5 s, not 5 min */
+    sk_world *w = ct_world(n, CT_CFG_DEFAULT, CT_TIMEOUT_MS); /* a wrongly accepted call fails in 10 s, not 5 min */
     uint64_t t0 = sk_now_ns();
     sk_result r = sk_world_run(w, ba_device, &a);
     cr_expect_eq(r, SK_OK, "%s: sk_world_run returned %s: %s", lab, sk_result_name(r), sk_world_error_message(w));
-    cr_expect_lt(ct_ms_since(t0), 4000.0, "%s: took %.0f ms (something waited)", lab, ct_ms_since(t0));
+    cr_expect_lt(ct_ms_since(t0), CT_TIMEOUT_MS / 2.0, "%s: took %.0f ms (something waited)", lab, ct_ms_since(t0));
     cr_expect(!sk_world_aborted(w), "%s: the world was aborted", lab);
     sk_world_destroy(w);
     ct_expect_slots(a.slots, n, lab);
@@ -693,14 +696,14 @@ static sk_result sr_bad_src_device(sk_comm *c, void *pv) {
 Test(comm_faults, sendrecv_bad_source_fails_fast, .timeout = 30) {
   sr_arg a;
   memset(&a, 0, sizeof a);
-  sk_world *w = ct_world(2, CT_CFG_DEFAULT, 1000);
+  sk_world *w = ct_world(2, CT_CFG_DEFAULT, CT_TIMEOUT_MS);
   sk_world_run(w, sr_bad_src_device, &a);
   for (int q = 0; q < 2; q++) {
     cr_expect_eq(a.rc[q], SK_ERR_INVALID_ARGUMENT, "rank %d: sk_sendrecv(src = size) returned %s", q,
                  sk_result_name(a.rc[q]));
     cr_expect(strstr(a.msg[q], "peer") != NULL, "rank %d: message '%s' does not name the peer", q, a.msg[q]);
-    cr_expect_lt(a.ms[q], 500.0, "rank %d: sk_sendrecv with a bad source took %.0f ms (waited for the posted send; "
-                 "world timeout 1000 ms)", q, a.ms[q]);
+    cr_expect_lt(a.ms[q], CT_TIMEOUT_MS / 2.0, "rank %d: sk_sendrecv with a bad source took %.0f ms (waited for the "
+                 "posted send; world timeout %u ms)", q, a.ms[q], CT_TIMEOUT_MS);
   }
   cr_expect(!sk_world_aborted(w), "a rejected sendrecv aborted the world: %s", sk_world_error_message(w));
   sk_world_destroy(w);
@@ -841,10 +844,12 @@ Test(comm_faults, bad_arg_on_one_rank, .timeout = 30) {
   cr_expect_eq(r, SK_ERR_MISMATCH, "sk_world_run returned %s: %s", sk_result_name(r), sk_world_error_message(w));
   cr_expect(strstr(sk_world_error_message(w), "group rank 1 (world rank 1) has left") != NULL, "world message '%s'",
             sk_world_error_message(w));
-  cr_expect_lt(ms, 2000.0, "the run took %.0f ms (timeout %u ms): the departure was not noticed", ms, CT_TIMEOUT_MS);
+  cr_expect_lt(ms, CT_TIMEOUT_MS / 2.0, "the run took %.0f ms (timeout %u ms): the departure was not noticed", ms,
+               CT_TIMEOUT_MS);
   cr_expect_eq(a.rc[a.bad], SK_ERR_INVALID_ARGUMENT, "the bad rank returned %s", sk_result_name(a.rc[a.bad]));
   cr_expect(strstr(a.msg[a.bad], "send buffer is NULL") != NULL, "the bad rank's message: '%s'", a.msg[a.bad]);
-  cr_expect_lt(a.ms[a.bad], 100.0, "the bad rank's rejection took %.0f ms (it must not synchronise)", a.ms[a.bad]);
+  cr_expect_lt(a.ms[a.bad], CT_TIMEOUT_MS / 2.0, "the bad rank's rejection took %.0f ms (it must not synchronise)",
+               a.ms[a.bad]);
   int named = 0;
   for (int q = 0; q < a.n; q++) {
     if (q == a.bad || a.rc[q] == SK_RESULT_COUNT) continue;
@@ -939,8 +944,8 @@ Test(comm_faults, timeout_lonely_collective, .timeout = 30) {
                  sk_world_error_message(w));
     cr_expect_eq(a.rc, SK_ERR_TIMEOUT, "%s: the lonely rank got %s: '%s'", modes[mode], sk_result_name(a.rc), a.msg);
     cr_expect_geq(a.ms, 100.0, "%s: gave up after %.0f ms, before the %u ms timeout", modes[mode], a.ms, F_TIMEOUT_MS);
-    cr_expect_lt(a.ms, 5000.0, "%s: took %.0f ms to time out (timeout %u ms)", modes[mode], a.ms, F_TIMEOUT_MS);
-    cr_expect_lt(ms, 5000.0, "%s: sk_world_run took %.0f ms", modes[mode], ms);
+    cr_expect_lt(a.ms, F_HUNG_MS, "%s: took %.0f ms to time out (timeout %u ms)", modes[mode], a.ms, F_TIMEOUT_MS);
+    cr_expect_lt(ms, F_HUNG_MS, "%s: sk_world_run took %.0f ms", modes[mode], ms);
     /* the missing ranks: world ranks 0 and 1; on the sub-communicator {0, 2}, its rank 0 */
     const char *want = mode == 2 ? "ranks 0 (world rank 0)" : "ranks 0 (world rank 0), 1 (world rank 1)";
     cr_expect(strstr(a.msg, want) != NULL && strstr(a.msg, "timed out") != NULL,
@@ -955,7 +960,7 @@ Test(comm_faults, timeout_lonely_collective, .timeout = 30) {
     r = sk_world_run(w, lonely_device, &b);
     cr_expect(r == SK_ERR_ABORTED || r == SK_ERR_TIMEOUT, "%s: a second run after the timeout returned %s", modes[mode],
               sk_result_name(r));
-    cr_expect_lt(ct_ms_since(t0), 2000.0, "%s: a second run after the timeout took %.0f ms", modes[mode],
+    cr_expect_lt(ct_ms_since(t0), F_HUNG_MS, "%s: a second run after the timeout took %.0f ms", modes[mode],
                  ct_ms_since(t0));
     cr_expect_eq(sk_world_destroy(w), SK_OK);
   }
@@ -1002,7 +1007,7 @@ Test(comm_faults, timeout_p2p_unmatched, .timeout = 30) {
     sk_result r = sk_world_run(w, p2p_timeout_device, &a);
     cr_expect_eq(r, SK_ERR_TIMEOUT, "%s: sk_world_run returned %s", modes[mode], sk_result_name(r));
     cr_expect_eq(a.rc, SK_ERR_TIMEOUT, "%s: returned %s: '%s'", modes[mode], sk_result_name(a.rc), a.msg);
-    cr_expect(a.ms >= 100.0 && a.ms < 5000.0, "%s: timed out after %.0f ms (timeout %u ms)", modes[mode], a.ms,
+    cr_expect(a.ms >= 100.0 && a.ms < F_HUNG_MS, "%s: timed out after %.0f ms (timeout %u ms)", modes[mode], a.ms,
               F_TIMEOUT_MS);
     cr_expect(strstr(a.msg, "rank 1") != NULL, "%s: message '%s' does not name the peer rank 1", modes[mode], a.msg);
     cr_expect_eq(sk_world_destroy(w), SK_OK);
@@ -1061,7 +1066,7 @@ Test(comm_faults, teardown_and_rerun_after_abort, .timeout = 30) {
     r = sk_world_run(a.w, ab_block_device, &a);
     double ms = ct_ms_since(t0);
     cr_expect_eq(r, SK_ERR_ABORTED, "run #%d on the aborted world returned %s", k + 2, sk_result_name(r));
-    cr_expect_lt(ms, 2000.0, "run #%d on the aborted world took %.0f ms", k + 2, ms);
+    cr_expect_lt(ms, 10000.0, "run #%d on the aborted world took %.0f ms (timeout 20 s)", k + 2, ms);
   }
   cr_expect_eq(sk_world_destroy(a.w), SK_OK);
 }
