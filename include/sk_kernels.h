@@ -419,7 +419,7 @@ static void sk__walk_next(sk__walk *w) {
 static sk_result sk__kbcast(sk_error *err, const char *fn, int nda, const int64_t *sha, int ndb, const int64_t *shb,
                             sk__walk *w) {
   int nd = nda > ndb ? nda : ndb;
-  int64_t sa[SK_MAX_DIMS], sb[SK_MAX_DIMS], out[SK_MAX_DIMS];
+  int64_t sa[SK_MAX_DIMS], sb[SK_MAX_DIMS], out[SK_MAX_DIMS] = {0};
   sk__kstrides(nda, sha, sa);
   sk__kstrides(ndb, shb, sb);
   for (int d = 0; d < nd; d++) {
@@ -831,7 +831,7 @@ static sk_result sk__kkeep_prob(sk_error *err, const char *fn, double keep_prob)
 SK_API sk_result sk_kern_dropout_mask(uint64_t seed, double keep_prob, int nd, const int64_t *global_shape,
                                       const sk_slice *slice, uint8_t *mask, sk_error *err) {
   static const char *fn = "sk_kern_dropout_mask";
-  int64_t n, gs[SK_MAX_DIMS], local[SK_MAX_DIMS];
+  int64_t n, gs[SK_MAX_DIMS], local[SK_MAX_DIMS] = {0};
   sk_result r;
   if ((r = sk__kkeep_prob(err, fn, keep_prob)) || (r = sk__kshape(err, fn, "global_shape", nd, global_shape, &n)) ||
       (r = sk__kptr(err, fn, mask, "mask")))
@@ -1444,7 +1444,7 @@ typedef struct sk__kred {
 static sk_result sk__kred_prep(const char *fn, sk_dtype dt, int nd, const int64_t *shape, int naxes, const int *axes,
                                sk__kred *p, sk_error *err) {
   bool mask[SK_MAX_DIMS];
-  int64_t oshape[SK_MAX_DIMS], ostr[SK_MAX_DIMS];
+  int64_t oshape[SK_MAX_DIMS] = {0}, ostr[SK_MAX_DIMS];
   sk_result r;
   if ((r = sk__kdt(err, fn, dt)) || (r = sk__kshape(err, fn, "x", nd, shape, &p->nin)) ||
       (r = sk__kaxes(err, fn, nd, naxes, axes, mask)))

@@ -273,6 +273,7 @@ static sk_result sk__op_layout(sk_layout *l, const sk_mesh *mesh, int ndims, con
                                const char *what, sk_error *err) {
   if (ndims == 0) return sk__op_scalar(l, mesh), SK_OK;
   sk_dim_map map[SK_MAX_DIMS];
+  memset(map, 0, sizeof map); /* unused dims too: GCC -O1 cannot see they are never read */
   for (int i = 0; i < ndims; i++) {
     map[i].naxes = axes[i] >= 0 ? 1 : 0;
     map[i].axes[0] = axes[i];

@@ -864,9 +864,10 @@ SK_API sk_result sk_search_model_build(const sk_graph *g, const sk_search_desc *
 
 static size_t sk__sc_put_tuples(int n, const int *len, const int (*s)[SK_MAX_DIMS], char *buf, size_t cap) {
   size_t at = 0;
+  char none[1]; /* the destination when only measuring (buf NULL, cap 0): never NULL for snprintf */
 #define SK__SC_PUT(...)                                                     \
   do {                                                                      \
-    int w_ = snprintf(buf ? buf + (at < cap ? at : cap) : NULL, at < cap ? cap - at : 0, __VA_ARGS__); \
+    int w_ = snprintf(buf ? buf + (at < cap ? at : cap) : none, buf && at < cap ? cap - at : 0, __VA_ARGS__); \
     at += w_ > 0 ? (size_t)w_ : 0;                                          \
   } while (0)
   SK__SC_PUT("(");
