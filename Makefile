@@ -368,6 +368,9 @@ FUZZ_LIBS.manifest := -lz
 FUZZ_LIBS.json     := -ljansson
 FUZZ_LIBS.strategy := -ljansson
 FUZZ_SEEDS.json    := examples/nets
+# The text harnesses (all but pylayout) compile the library with SK_MAX_TEXT_FILE_BYTES at 64 KiB,
+# above every seed: inputs may grow past it, so that the refusal of a longer text is fuzzed too.
+FUZZ_MAX_LEN       := 70000
 NEEDS.$(BUILD)/fuzz/fuzz_manifest := clang zlib
 NEEDS.$(BUILD)/fuzz/fuzz_json     := clang jansson
 NEEDS.$(BUILD)/fuzz/fuzz_strategy := clang jansson
@@ -382,9 +385,10 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	  mkdir -p $(BUILD)/fuzz/corpus/$$t $(BUILD)/fuzz/artifacts/$$t; \
 	  seeds=tests/fuzz/seeds/$$t; [ -d "$$seeds" ] || seeds=; \
 	  case $$t in json) seeds=$(FUZZ_SEEDS.json);; esac; \
+	  maxlen=-max_len=$(FUZZ_MAX_LEN); [ $$t = pylayout ] && maxlen=; \
 	  dict=tests/fuzz/$$t.dict; [ -f "$$dict" ] && dict=-dict=$$dict || dict=; \
 	  echo "== fuzz_$$t: $(FUZZ_TIME) s"; \
-	  $(BUILD)/fuzz/fuzz_$$t $$dict -max_total_time=$(FUZZ_TIME) -timeout=5 -rss_limit_mb=2048 \
+	  $(BUILD)/fuzz/fuzz_$$t $$dict $$maxlen -max_total_time=$(FUZZ_TIME) -timeout=5 -rss_limit_mb=2048 \
 	    -artifact_prefix=$(BUILD)/fuzz/artifacts/$$t/ -print_final_stats=1 $(BUILD)/fuzz/corpus/$$t $$seeds \
 	    >$(BUILD)/fuzz/$$t.log 2>&1 || { tail -40 $(BUILD)/fuzz/$$t.log; echo "fuzz_$$t failed: see $(BUILD)/fuzz/$$t.log"; exit 1; }; \
 	  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' $(BUILD)/fuzz/$$t.log | tr '\n' ' '; \

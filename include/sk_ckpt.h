@@ -49,6 +49,12 @@
      SK_ERR_UNSUPPORTED when io_uring is demanded and not available; SK_ERR_ABORTED when the test
      hook stopped a save. Nothing leaks on any path; no process-wide state.
 
+   TEXT FILES (sk_core.h): LATEST and MANIFEST are read only when each is a regular file, not a
+     symbolic link, of at most SK_MAX_TEXT_FILE_BYTES (256 MiB unless defined otherwise), and so
+     is strategy.json by sk_ckpt_read_strategy (its size as the manifest gives it); anything else
+     is refused naming it, before a byte is read, and never blocks (a FIFO named LATEST).
+     sk_ckpt_manifest_parse refuses a longer len the same way.
+
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_CKPT_IMPL)
 #define SK_CKPT_IMPL
@@ -617,6 +623,7 @@ static sk_result sk__ckpt_parse_body(sk__ckpt_cur *c, const char *text, sk_ckpt_
 SK_API sk_result sk_ckpt_manifest_parse(const char *text, size_t len, sk_ckpt_manifest *m, sk_error *err) {
   if (!text || !m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_manifest_parse: NULL argument");
   memset(m, 0, sizeof *m);
+  if (len > SK_MAX_TEXT_FILE_BYTES) return sk__fail_too_long(err, "sk_ckpt_manifest_parse", len, SK_MAX_TEXT_FILE_BYTES);
   int nf = sk__ckpt_count(text, len, "file "), ns = sk__ckpt_count(text, len, "slice ");
   m->files = (sk_ckpt_file *)calloc((size_t)nf + 1, sizeof *m->files);
   m->entries = (sk_ckpt_entry *)calloc((size_t)ns + 1, sizeof *m->entries);
@@ -741,20 +748,10 @@ static sk_result sk__ckpt_put_file(const char *path, const char *text, size_t le
   return r;
 }
 
-/* A whole small file (malloc'd, NUL-terminated) into *text. */
+/* A whole small text file inside a checkpoint root (malloc'd, NUL-terminated) into *text: a
+   regular file, not a symbolic link, of at most SK_MAX_TEXT_FILE_BYTES (sk_core.h). */
 static sk_result sk__ckpt_get_file(const char *path, char **text, size_t *len, sk_error *err) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return sk__ckpt_sys(err, "opening", path);
-  struct stat st;
-  sk_result r = fstat(fd, &st) ? sk__ckpt_sys(err, "stat", path) : SK_OK;
-  char *p = r ? NULL : (char *)malloc((size_t)st.st_size + 1);
-  if (!r && !p) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory reading %s", path);
-  sk__ckpt_req q = {p, r ? 0 : (size_t)st.st_size, 0};
-  if (!r) r = sk__ckpt_plain(fd, false, &q, 1, path, err);
-  close(fd);
-  if (r) return free(p), r;
-  p[st.st_size] = 0, *text = p, *len = (size_t)st.st_size;
-  return SK_OK;
+  return sk__read_text_file(NULL, path, false, SK_MAX_TEXT_FILE_BYTES, text, len, err);
 }
 
 /* Removes dir and the files in it (a stale temporary directory: no subdirectories). */
@@ -1340,6 +1337,9 @@ SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, s
   for (int f = 0; f < m->nfiles; f++) {
     if (strcmp(m->files[f].name, "strategy.json")) continue;
     const sk_ckpt_file *F = &m->files[f];
+    char path[4096 + 32];
+    snprintf(path, sizeof path, "%s/strategy.json", m->dir);
+    if (F->size > SK_MAX_TEXT_FILE_BYTES) return sk__fail_too_long(err, path, F->size, SK_MAX_TEXT_FILE_BYTES);
     char *buf = (char *)malloc((size_t)F->nblocks * m->block + 1);
     if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
     sk_result r = F->nblocks ? sk__ckpt_read_blocks(m, f, 0, F->nblocks, buf, SK_CKPT_IO_PLAIN, NULL, err) : SK_OK;

@@ -16,7 +16,22 @@
 
    This header defines no out-of-line symbol, so it can never be defined twice. Its second part
    (behind SK__CORE_PRIVATE, which only module implementations define) holds static helpers that
-   implementation sections share: error formatting, allocation, logging.
+   implementation sections share: error formatting, allocation, logging, reading a text file.
+
+   TEXT FILES: SK_MAX_TEXT_FILE_BYTES (default 256 MiB) bounds every text shardkit reads: network
+     JSON and parallel_speed_up.json (sk_json.h), strategy files (sk_strategy.h), a checkpoint's
+     MANIFEST, LATEST and strategy.json (sk_ckpt.h). To change it, #define it before the first
+     include in the translation unit holding the implementations (SK_IMPL): the loaders use the
+     value they were compiled with. A file is opened without blocking and read only when it is a
+     regular file (a FIFO, a device such as /dev/zero or a directory is refused by name) of at
+     most the limit; a bigger one is refused before a byte is read, with
+       PATH: N bytes exceeds the limit of L bytes
+     and one that changes size while it is read is refused too. Paths the caller names (a network
+     file, a strategy file) may be symbolic links; LATEST and MANIFEST, inside a checkpoint root,
+     may not. Every *_parse_* call that takes a text and its length refuses a longer one the same
+     way before reading the text, its own name in place of PATH ("sk_json_parse_network: N bytes
+     exceeds ..."). These refusals are SK_ERR_INVALID_ARGUMENT; a file the system cannot open or
+     read is SK_ERR_SYSTEM ("PATH: cannot open: No such file or directory").
 
    ERRORS
      Fallible calls return sk_result (SK_OK == 0). Calls that validate user input also take an
@@ -64,6 +79,11 @@
 #endif
 #endif
 #define SK__INLINE static inline SK__UNUSED
+
+/* The largest text file (or text given with its length) shardkit reads; see TEXT FILES above. */
+#ifndef SK_MAX_TEXT_FILE_BYTES
+#define SK_MAX_TEXT_FILE_BYTES ((size_t)256 << 20)
+#endif
 
 SK_EXTERN_C_BEGIN
 
@@ -412,10 +432,14 @@ SK_EXTERN_C_END
 /* ==== private helpers shared by implementation sections (static: safe in every TU) ========= */
 #if defined(SK__CORE_PRIVATE) && !defined(SK__CORE_PRIVATE_DONE)
 #define SK__CORE_PRIVATE_DONE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define SK__DEF(v, d) ((v) ? (v) : (d))
 
@@ -459,6 +483,91 @@ static SK__UNUSED void sk__free(const sk_allocator *a, void *p) {
     a->free(a->user, p);
   else
     free(p);
+}
+
+/* ---- text files (TEXT FILES in the top comment) ---- */
+
+/* Strict C11 (-std=c11) hides O_NOFOLLOW and O_CLOEXEC unless a feature macro came before the
+   first system include, which a header cannot guarantee; glibc still defines its own names for
+   them. A C library hiding both gets 0: symbolic links are then followed, and fstat still
+   refuses anything but a regular file. */
+#if defined(O_NOFOLLOW)
+#define SK__O_NOFOLLOW O_NOFOLLOW
+#elif defined(__O_NOFOLLOW)
+#define SK__O_NOFOLLOW __O_NOFOLLOW
+#else
+#define SK__O_NOFOLLOW 0
+#endif
+#if defined(O_CLOEXEC)
+#define SK__O_CLOEXEC O_CLOEXEC
+#elif defined(__O_CLOEXEC)
+#define SK__O_CLOEXEC __O_CLOEXEC
+#else
+#define SK__O_CLOEXEC 0
+#endif
+
+/* The refusal of a text of n bytes over limit, `name` (a path, or the refusing function) naming
+   it; the value is the code, as sk__fail's. */
+#define sk__fail_too_long(err, name, n, limit)                                                               \
+  sk__fail((err), SK_ERR_INVALID_ARGUMENT, "%s: %llu bytes exceeds the limit of %llu bytes", (name),          \
+           (unsigned long long)(n), (unsigned long long)(limit))
+
+/* What a file that is not a regular one is, for messages. */
+static SK__UNUSED const char *sk__file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a regular file";
+}
+
+/* Opens path for reading without blocking (a FIFO without a writer would block a plain open) into
+   *fd and checks what it is: a regular file of at most limit bytes, its size in *size. On
+   failure nothing stays open. */
+static SK__UNUSED sk_result sk__open_text_file(const char *path, bool follow_links, size_t limit, int *fd, size_t *size,
+                                               sk_error *err) {
+  *fd = open(path, O_RDONLY | O_NONBLOCK | SK__O_CLOEXEC | (follow_links ? 0 : SK__O_NOFOLLOW));
+  if (*fd < 0 && errno == ELOOP && !follow_links) /* O_NOFOLLOW's answer to a symbolic link */
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: not a regular file (a symbolic link, not followed here)", path);
+  if (*fd < 0) return sk__fail(err, SK_ERR_SYSTEM, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  sk_result r = SK_OK;
+  if (fstat(*fd, &st)) r = sk__fail(err, SK_ERR_SYSTEM, "%s: cannot stat: %s", path, strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: not a regular file (%s)", path, sk__file_kind(st.st_mode));
+  else if ((unsigned long long)st.st_size > (unsigned long long)limit) r = sk__fail_too_long(err, path, st.st_size, limit);
+  else *size = (size_t)st.st_size;
+  if (r) close(*fd), *fd = -1;
+  return r;
+}
+
+/* Reads the whole text file at path into *text (NUL-terminated, from a's allocator; with a NULL
+   a the C library's, which free() releases) and its length into *len. It must be a regular file
+   of at most limit bytes (sk__open_text_file). follow_links: whether path may be a symbolic link
+   (yes for paths a user names; no inside a checkpoint root). The reading is bounded by the size
+   fstat gave: a file that grows or shrinks meanwhile is refused, never read past its buffer. */
+static SK__UNUSED sk_result sk__read_text_file(const sk_allocator *a, const char *path, bool follow_links, size_t limit,
+                                               char **text, size_t *len, sk_error *err) {
+  size_t size = 0, got = 0;
+  int fd = -1;
+  sk_result r = sk__open_text_file(path, follow_links, limit, &fd, &size, err);
+  if (r) return r;
+  char *p = (char *)sk__alloc(a, size + 1, 1);
+  if (!p) return close(fd), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory reading %zu bytes", path, size);
+  while (!r && got <= size) { /* up to one byte more than fstat said: growth shows as got > size */
+    ssize_t k = read(fd, p + got, size + 1 - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) r = sk__fail(err, SK_ERR_SYSTEM, "%s: cannot read: %s", path, strerror(errno));
+    else if (k == 0) break;
+    else got += (size_t)k;
+  }
+  close(fd);
+  if (!r && got != size)
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: changed while being read (%zu bytes when opened, %s%zu read)", path,
+                 size, got > size ? "more than " : "", size < got ? size : got);
+  if (r) return sk__free(a, p), r;
+  p[size] = 0, *text = p, *len = size;
+  return SK_OK;
 }
 
 /* Hands one item to the logger: whole to `item`, or as "<id name>: <message>" to `func`. */

@@ -32,7 +32,11 @@
      holding the value. The graph's own refusals (an operator rule rejecting a shape, ...) follow
      the path. sk_json_load_network puts the file's base name in front. Out of memory:
      SK_ERR_OUT_OF_MEMORY; a file that cannot be read or written: SK_ERR_SYSTEM with the path
-     and the system's reason. Formatting refuses (SK_ERR_INVALID_ARGUMENT) a graph holding what
+     and the system's reason. A file is read only when it is a regular file (a symbolic link to
+     one is followed) of at most SK_MAX_TEXT_FILE_BYTES (sk_core.h, 256 MiB unless defined
+     otherwise), and the parse calls refuse a longer len before reading the text; both are
+     SK_ERR_INVALID_ARGUMENT naming the file or the call ("PATH: N bytes exceeds the limit of L
+     bytes", "PATH: not a regular file (a FIFO)"). Formatting refuses (SK_ERR_INVALID_ARGUMENT) a graph holding what
      JSON cannot carry: a count or tensor id out of range, a non-finite number, a name that is
      not UTF-8, MatMul layouts on two different meshes; and an optimizer sk_optim_resolve
      refuses, which loading would refuse.
@@ -678,6 +682,7 @@ SK_API sk_result sk_json_parse_network(const char *text, size_t len, sk_graph *g
   if (!g) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL graph");
   sk_graph_init(g);
   if (!text) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL text");
+  if (len > SK_MAX_TEXT_FILE_BYTES) return sk__fail_too_long(err, "sk_json_parse_network", len, SK_MAX_TEXT_FILE_BYTES);
   json_error_t je;
   memset(&je, 0, sizeof je);
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -695,27 +700,6 @@ SK_API sk_result sk_json_parse_network(const char *text, size_t len, sk_graph *g
   return r;
 }
 
-/* The whole file into a malloc'd buffer; read to the end, so that pipes work too. */
-static sk_result sk__json_read_file(const char *path, char **text, size_t *len, sk_error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return sk__fail(err, SK_ERR_SYSTEM, "json: cannot open '%s': %s", path, strerror(errno));
-  size_t cap = 0, n = 0, got;
-  char *buf = NULL;
-  do {
-    if (n == cap) {
-      char *more = (char *)realloc(buf, cap = cap ? 2 * cap : 65536);
-      if (!more) return free(buf), fclose(f), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "json: out of memory reading '%s'", path);
-      buf = more;
-    }
-    n += got = fread(buf + n, 1, cap - n, f);
-  } while (got > 0);
-  int failed = ferror(f);
-  fclose(f);
-  if (failed) return free(buf), sk__fail(err, SK_ERR_SYSTEM, "json: cannot read '%s'", path);
-  *text = buf, *len = n;
-  return SK_OK;
-}
-
 SK_API sk_result sk_json_load_network(const char *path, sk_graph *g, sk_error *err) {
   if (!g) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL graph");
   sk_graph_init(g);
@@ -723,7 +707,7 @@ SK_API sk_result sk_json_load_network(const char *path, sk_graph *g, sk_error *e
   char *text = NULL;
   size_t len = 0;
   sk_error e;
-  sk_result r = sk__json_read_file(path, &text, &len, err);
+  sk_result r = sk__read_text_file(NULL, path, true, SK_MAX_TEXT_FILE_BYTES, &text, &len, err);
   if (r) return r;
   r = sk_json_parse_network(text, len, g, &e);
   free(text);
@@ -787,6 +771,8 @@ static sk_result sk__jr_speed_up(sk__jr *jr, json_t *root, sk_transformer_opt *o
 
 SK_API sk_result sk_json_parse_transformer_opt(const char *text, size_t len, sk_transformer_opt *out, sk_error *err) {
   if (!text || !out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL argument");
+  if (len > SK_MAX_TEXT_FILE_BYTES)
+    return sk__fail_too_long(err, "sk_json_parse_transformer_opt", len, SK_MAX_TEXT_FILE_BYTES);
   json_error_t je;
   memset(&je, 0, sizeof je);
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -811,7 +797,7 @@ SK_API sk_result sk_json_load_transformer_opt(const char *path, sk_transformer_o
   char *text = NULL;
   size_t len = 0;
   sk_error e;
-  sk_result r = sk__json_read_file(path, &text, &len, err);
+  sk_result r = sk__read_text_file(NULL, path, true, SK_MAX_TEXT_FILE_BYTES, &text, &len, err);
   if (r) return r;
   r = sk_json_parse_transformer_opt(text, len, out, &e);
   free(text);

@@ -35,6 +35,10 @@
      The line is that of the element's "name" pair, else of the top-level key holding the value.
      The compiler's own refusals pass through unchanged. A file that cannot be read or written:
      SK_ERR_SYSTEM with its path and the system's reason; out of memory: SK_ERR_OUT_OF_MEMORY.
+     A file is read only when it is a regular file (a symbolic link to one is followed) of at
+     most SK_MAX_TEXT_FILE_BYTES (sk_core.h, 256 MiB unless defined otherwise); otherwise
+     SK_ERR_INVALID_ARGUMENT naming it ("PATH: N bytes exceeds the limit of L bytes",
+     "PATH: not a regular file (a FIFO)") before a byte is read.
      On any failure sk_strategy_compile leaves the graph as it was and the plan empty.
 
    License: MIT. */
@@ -287,20 +291,8 @@ static sk_result sk__st_open(sk__st_rd *rd, const char *path, sk_error *err) {
   memset(rd, 0, sizeof *rd);
   const char *slash = strrchr(path, '/');
   rd->base = slash ? slash + 1 : path, rd->err = err;
-  FILE *f = fopen(path, "rb");
-  if (!f) return sk__fail(err, SK_ERR_SYSTEM, "strategy: cannot open '%s': %s", path, strerror(errno));
-  size_t cap = 0, got;
-  do { /* read to the end, so that pipes work too */
-    if (rd->len == cap) {
-      char *more = (char *)realloc(rd->text, cap = cap ? 2 * cap : 65536);
-      if (!more) return fclose(f), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory reading '%s'", path);
-      rd->text = more;
-    }
-    rd->len += got = fread(rd->text + rd->len, 1, cap - rd->len, f);
-  } while (got > 0);
-  int failed = ferror(f);
-  fclose(f);
-  if (failed) return sk__fail(err, SK_ERR_SYSTEM, "strategy: cannot read '%s'", path);
+  sk_result r = sk__read_text_file(NULL, path, true, SK_MAX_TEXT_FILE_BYTES, &rd->text, &rd->len, err);
+  if (r) return r;
   size_t i = 0;
   while (i < rd->len && strchr(" \t\r\n", rd->text[i])) i++;
   if (i == rd->len) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the file is empty", rd->base);

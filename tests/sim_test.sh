@@ -286,6 +286,18 @@ expect_fail "no --net" "--net" --steps 1
 expect_fail "missing file" "nope.json" --net "$tmp/nope.json"
 printf '{"format": "shardkit-network", "version": 1,\n "tensors": [}\n' >"$tmp/bad.json"
 expect_fail "malformed file" "line 2" --net "$tmp/bad.json"
+# refused_at_once NAME WANT CMD...: exits non-zero within 20 s (never the timeout's 124), stderr
+# holding WANT: a file that never ends or blocks is refused by name, not read (sk_core.h)
+refused_at_once() {
+  name=$1; want=$2; shift 2
+  timeout 20 "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then bad "$name: exit $rc"
+  elif ! grep -q -- "$want" "$tmp/err"; then bad "$name: stderr lacks '$want': $(cat "$tmp/err")"
+  else ok; fi
+}
+refused_at_once "--net /dev/zero" "/dev/zero: not a regular file (a character device)" "$BIN" --net /dev/zero --steps 1
+mkfifo "$tmp/fifo.json"
+refused_at_once "--net FIFO" "fifo.json: not a regular file (a FIFO)" "$BIN" --net "$tmp/fifo.json" --steps 1
 expect_fail "dump of a rank past the devices" "below --devices" --net examples/nets/operator_parallel.json --devices 8 --dump-program 8
 expect_fail "link without a device speed" "together" --net examples/nets/operator_parallel.json --devices 8 --link 5,25
 printf '{"format": "shardkit-network", "version": 1}\n' >/dev/null
@@ -447,6 +459,11 @@ if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = (a - b) / b; if (d
 else bad "resume from the merged checkpoint on 2 devices: $got, uninterrupted $want: $(cat "$tmp/err")"; fi
 build/sk-ckpt nosuch "$ck" >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "sk-ckpt with an unknown command: exit status, want 2"
 build/sk-ckpt verify "$tmp/none" >/dev/null 2>"$tmp/err"; [ $? -eq 1 ] && grep -q LATEST "$tmp/err" && ok || bad "sk-ckpt verify of no checkpoint: $(cat "$tmp/err")"
+mkdir "$tmp/fifo-root" && mkfifo "$tmp/fifo-root/LATEST"
+for cmd in list verify; do
+  refused_at_once "sk-ckpt $cmd, LATEST a FIFO" "LATEST: not a regular file (a FIFO)" build/sk-ckpt $cmd "$tmp/fifo-root"
+done
+refused_at_once "--load-checkpoint, LATEST a FIFO" "LATEST: not a regular file (a FIFO)" "$BIN" --net $TNET --devices 2 --steps 1 --load-checkpoint "$tmp/fifo-root"
 printf 'X' | dd of="$ck/ckpt-00000010/rank-0.bin" bs=1 seek=1000 conv=notrunc 2>/dev/null
 expect_fail "a corrupt checkpoint" "rank-0.bin: block 0" --net $TNET --devices 4 --steps 1 --dtype f64 --load-checkpoint "$ck"
 build/sk-ckpt verify "$ck" >"$tmp/out" 2>&1 && bad "sk-ckpt verify of a corrupt checkpoint: exit 0" || ok

@@ -1,10 +1,13 @@
 /* The fuzzers' input copy: the bytes end exactly at a page that cannot be read, so that a parser
    reading past len faults even inside libc (strtoul, sscanf), where ASan's redzones do not look.
-   (tests/fuzz/README.md) */
+   And the check of the text size limit the harnesses share. (tests/fuzz/README.md) Include it
+   after shardkit's headers. */
 #ifndef SK_FUZZ_GUARD_H
 #define SK_FUZZ_GUARD_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -29,5 +32,16 @@ static int fuzz_guard(fuzz_guarded *g, const uint8_t *data, size_t size, int nul
 }
 
 static void fuzz_unguard(fuzz_guarded *g) { munmap(g->map, g->maplen); }
+
+/* A text of size bytes over SK_MAX_TEXT_FILE_BYTES must have been refused for its length: abort
+   otherwise. */
+static inline void fuzz_check_limit(size_t size, int accepted, const char *msg) {
+  if (size <= SK_MAX_TEXT_FILE_BYTES) return;
+  if (accepted || !strstr(msg, " exceeds the limit of ")) {
+    fprintf(stderr, "%zu bytes, over the limit of %zu: %s\n", size, (size_t)SK_MAX_TEXT_FILE_BYTES,
+            accepted ? "accepted" : msg);
+    abort();
+  }
+}
 
 #endif

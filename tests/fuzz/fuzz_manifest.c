@@ -6,6 +6,9 @@
    manifest is formatted and parsed again (the round trip must hold), its slices checked for
    tiling as sk_ckpt_verify does and planned for loading as sk_ckpt_load does. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS (fuzz_guard.h) */
+/* A limit the fuzzer's inputs reach (make fuzz passes -max_len above it; every seed is below it):
+   the refusal of a text over SK_MAX_TEXT_FILE_BYTES is fuzzed too (sk_core.h's TEXT FILES). */
+#define SK_MAX_TEXT_FILE_BYTES ((size_t)64 << 10)
 #define SK_IMPL
 #include "shardkit.h"
 #include "sk_ckpt.h"
@@ -32,7 +35,8 @@ static void use(const sk_ckpt_manifest *m) {
   (void)sk__ckpt_verify_tiling(m, NULL);
   char *text = NULL;
   size_t len = 0;
-  if (sk_ckpt_manifest_format(m, &text, &len, NULL) == SK_OK) {
+  /* (a canonical text over the limit is refused, as a user's) */
+  if (sk_ckpt_manifest_format(m, &text, &len, NULL) == SK_OK && len <= SK_MAX_TEXT_FILE_BYTES) {
     sk_ckpt_manifest back;
     sk_error e = {SK_OK, ""};
     if (sk_ckpt_manifest_parse(text, len, &back, &e) != SK_OK) {
@@ -50,7 +54,9 @@ static void parse(const uint8_t *data, size_t len) {
   const char *text = g.text;
   sk_ckpt_manifest m;
   sk_error e = {SK_OK, ""};
-  if (sk_ckpt_manifest_parse(text, len, &m, &e) != SK_OK) {
+  sk_result r = sk_ckpt_manifest_parse(text, len, &m, &e);
+  fuzz_check_limit(len, r == SK_OK, e.msg);
+  if (r != SK_OK) {
     if (!e.msg[0]) abort(); /* a refusal always says why */
   } else {
     use(&m);

@@ -3,6 +3,9 @@
    devices, against each network of examples/nets (tests/fuzz/README.md). The loaders read a
    path, so each input is written to a file first. Run from the repository's top directory. */
 #define _DEFAULT_SOURCE /* mkstemp */
+/* A limit the fuzzer's inputs reach (make fuzz passes -max_len above it; every seed is below it):
+   the refusal of a text over SK_MAX_TEXT_FILE_BYTES is fuzzed too (sk_core.h's TEXT FILES). */
+#define SK_MAX_TEXT_FILE_BYTES ((size_t)64 << 10)
 #define SK_IMPL
 #include "shardkit.h"
 #include "sk_json.h"
@@ -13,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "fuzz_guard.h"
 
 #define NNETS 3
 static const char *const nets[NNETS] = {"examples/nets/operator_parallel.json", "examples/nets/recursive_programming.json",
@@ -55,7 +60,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&d, 0, sizeof d);
     d.ndevices = 8;
     d.load_operator_strategy_file = d.load_param_strategy_file = path;
-    if (sk_strategy_compile(&graphs[i], &d, &plan, &e) == SK_OK) {
+    sk_result r = sk_strategy_compile(&graphs[i], &d, &plan, &e);
+    fuzz_check_limit(size, r == SK_OK, e.msg);
+    if (r == SK_OK) {
       sk_parallel_free(&plan);
       for (int o = 0; o < graphs[i].nops; o++) graphs[i].ops[o].desc = saved[i][o];
     } else if (!e.msg[0]) {
