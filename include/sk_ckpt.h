@@ -28,13 +28,14 @@
      states go with it. sk_ckpt_box / sk_ckpt_writes compute this without any runtime.
 
    SAFETY (docs/checkpoints.md, "Safety rules")
-     - Nothing inside a root is followed: a save, a merge and a load look at ckpt-<step>,
-       .tmp-ckpt-* and every file without following a symlink (lstat; O_NOFOLLOW; entries
-       removed with unlinkat on the directory's descriptor). One that is a symlink, or not a
+     - Nothing inside a root is followed: a save (a merge's too) looks at ckpt-<step> and
+       .tmp-ckpt-* with lstat and empties a stale one through unlinkat on its own O_NOFOLLOW
+       descriptor; a load refuses LATEST naming a symlink. An entry that is a symlink, or not a
        directory where a checkpoint directory belongs, is named in the error and left alone. A
        root that is itself a symlink is the caller's path and is followed.
-     - Every rank file, LATEST.tmp and file written is opened O_NONBLOCK | O_NOFOLLOW and fstat'd:
-       anything but a regular file (a FIFO would block the open for ever) is an error naming it.
+     - Every rank file (read, or its size checked) and every file a save writes is opened
+       O_NONBLOCK | O_NOFOLLOW and fstat'd: anything but a regular file (a FIFO would block the
+       open for ever) is an error naming it.
      - One writer per root: sk_ckpt_lock (flock on ROOT/.lock, the holder's pid in it) before a
        run saves; sk_ckpt_merge takes it on its output root.
 
