@@ -8,6 +8,8 @@
    (the batches consumed: sk-sim's batches are a function of their index, so that is where the
    data continues). A load reads the newest checkpoint (LATEST) into whatever layouts and
    device count this run has, then sets the step count; training continues from the position.
+   A run that saves holds its root's lock (sk_ckpt_lock) from before its first step to its end:
+   a second run saving there fails at start-up, naming the first one's process.
 
    Needs sk_ckpt.h's implementation in the including file (sk_sim.c defines SK_IMPL) and zlib,
    plus liburing when built with SK_USE_URING. */
@@ -66,6 +68,39 @@ static inline const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, 
   if (check && c->load) return "--check compares from step 0: not with --load-checkpoint";
   if (c->every && accum > 1 && c->every % accum) return "--every must be a multiple of --grad-accumulation-step";
   return NULL;
+}
+
+/* Taking the save root's lock: device 0 takes it for its process; every device learns the
+   outcome (an AllReduce), so under MPI the other processes end too instead of waiting. */
+typedef struct sim_ckpt_locking {
+  const char *root;
+  sk_ckpt_root_lock *lock;
+  char msg[SK_ERROR_MSG_MAX]; /* device 0's error */
+} sim_ckpt_locking;
+
+static inline sk_result sim_ckpt_lock_device(sk_comm *c, void *arg) {
+  sim_ckpt_locking *L = (sim_ckpt_locking *)arg;
+  sk_error e = {SK_OK, ""};
+  sk_result r = sk_comm_rank(c) == 0 ? sk_ckpt_lock(L->root, L->lock, &e) : SK_OK;
+  if (r) snprintf(L->msg, sizeof L->msg, "%s", e.msg);
+  int64_t mine = r, worst = 0;
+  sk_result a = sk_allreduce(c, &mine, &worst, 1, SK_I64, SK_MAX);
+  return r ? r : a ? a : worst ? SK_ERR_ABORTED : SK_OK;
+}
+
+/* With --save-checkpoint, its root locked for the whole run, before anything trains (*lock:
+   held until sk_ckpt_unlock or the process ends). -1 with the message when another run writes
+   there or the root cannot be created or written. w: the run's world (NULL: this process). */
+static inline int sim_ckpt_lock(sk_world *w, const sim_ckpt_opts *o, sk_ckpt_root_lock *lock, char *msg, size_t cap) {
+  if (!o->save) return 0;
+  sim_ckpt_locking L;
+  memset(&L, 0, sizeof L);
+  L.root = o->save, L.lock = lock;
+  if (w && !sk_world_run(w, sim_ckpt_lock_device, &L)) return 0;
+  sk_error e = {SK_OK, ""};
+  if (!w && !sk_ckpt_lock(o->save, lock, &e)) return 0;
+  snprintf(msg, cap, "%s", !w ? e.msg : L.msg[0] ? L.msg : sk_world_error_message(w));
+  return -1;
 }
 
 /* Every parameter of the plan as sk_redundancy.h sees it (for the writers). */

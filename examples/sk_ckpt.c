@@ -5,7 +5,8 @@
      build/sk-ckpt verify DIR    every byte against its block crc, every file's crc, every tensor
                                  covered exactly once; exit 0 only then
      build/sk-ckpt merge DIR [--out OUT]  one whole tensor per parameter and state, as one
-                                 device's checkpoint under OUT (default DIR/merged)
+                                 device's checkpoint under OUT (default DIR/merged; OUT's lock
+                                 held meanwhile); says the directory it wrote
 
    DIR is a checkpoint root (its LATEST names the newest) or one checkpoint directory (holding
    MANIFEST). Exit status: 0 done, 1 the checkpoint is missing, incomplete or corrupt (the
@@ -114,7 +115,8 @@ int main(int argc, char **argv) {
     printf("ok: %s: %d files, %d slices, every block's crc32 holds, every tensor whole\n", m.dir, m.nfiles, m.nentries);
   if (!r && !strcmp(cmd, "merge")) {
     if (!out) snprintf(merged, sizeof merged, "%s/merged", dir), out = merged;
-    if (!(r = sk_ckpt_merge(&m, out, io, &e))) printf("merged %s into %s/%s\n", m.dir, out, m.name);
+    sk_ckpt_report rep; /* the name written, never the manifest's */
+    if (!(r = sk_ckpt_merge(&m, out, io, &rep, &e))) printf("merged into %s/%s\n", out, rep.name);
   }
   if (r) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), e.msg);
   sk_ckpt_manifest_free(&m);

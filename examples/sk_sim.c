@@ -731,12 +731,14 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   long nbase = 0;
   int process = 0, rc = 0;
   sk_world *w = NULL;
+  sk_ckpt_root_lock lock = {-1, false}; /* --save-checkpoint's root, held until the end */
   if (o->distributed && make_world(o, &w, msg, cap)) return -1;
   if (o->mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
-  if (process == 0 && J->plan.nfallbacks && o->devices > 1) say_fallbacks(J, argv0);
+  if (sim_ckpt_lock(w, &o->ckpt, &lock, msg, cap)) rc = -1;
+  if (!rc && process == 0 && J->plan.nfallbacks && o->devices > 1) say_fallbacks(J, argv0);
   /* the reference runs first unless it starts from what the broadcast leaves */
   bool after = o->broadcast;
-  if (o->check && process == 0 && !after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
+  if (!rc && o->check && process == 0 && !after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && !o->distributed) {
     sk_error e;
     if (run_reference(J, false, &e)) snprintf(msg, cap, "%s", e.msg), rc = -1;
@@ -746,6 +748,7 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && process == 0) print_summary(J, base, nbase);
   if (w) sk_world_destroy(w);
+  sk_ckpt_unlock(&lock);
   free(base);
   return rc;
 }

@@ -27,6 +27,18 @@
      distinct slices, each owned inside the devices holding that shard. A parameter's optimizer
      states go with it. sk_ckpt_box / sk_ckpt_writes compute this without any runtime.
 
+   SAFETY (docs/checkpoints.md, "Safety rules")
+     - Nothing inside a root is followed: a save (a merge's too) looks at ckpt-<step> and
+       .tmp-ckpt-* with lstat and empties a stale one through unlinkat on its own O_NOFOLLOW
+       descriptor; a load refuses LATEST naming a symlink. An entry that is a symlink, or not a
+       directory where a checkpoint directory belongs, is named in the error and left alone. A
+       root that is itself a symlink is the caller's path and is followed.
+     - Every rank file (read, or its size checked) and every file a save writes is opened
+       O_NONBLOCK | O_NOFOLLOW and fstat'd: anything but a regular file (a FIFO would block the
+       open for ever) is an error naming it.
+     - One writer per root: sk_ckpt_lock (flock on ROOT/.lock, the holder's pid in it) before a
+       run saves; sk_ckpt_merge takes it on its output root.
+
    THE COMMIT (sk_ckpt_save; a crash at any point leaves LATEST's checkpoint loadable)
      1 rank 0 clears a stale ROOT/.tmp-ckpt-<step> and creates it;   2 every writer writes and
      fsyncs its rank file;   3 rank 0 writes strategy.json and MANIFEST, fsyncs them and the
@@ -45,7 +57,8 @@
 
    ERRORS: SK_ERR_INVALID_ARGUMENT for bad arguments and for a checkpoint that is corrupt,
      incomplete or does not fit the targets (the message names the file, the block, the tensor
-     and the rank); SK_ERR_SYSTEM with the path and errno text when the OS refuses;
+     and the rank), or an entry of the wrong type; SK_ERR_INVALID_USAGE for a root another
+     writer holds; SK_ERR_SYSTEM with the path and errno text when the OS refuses;
      SK_ERR_UNSUPPORTED when io_uring is demanded and not available; SK_ERR_ABORTED when the test
      hook stopped a save. Nothing leaks on any path; no process-wide state.
 
@@ -210,10 +223,34 @@ SK_API sk_result sk_ckpt_load(const sk_ckpt_manifest *m, int rank, sk_ckpt_io io
    exactly once by its slices. */
 SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_error *err);
 /* A checkpoint of m's tensors whole (every kind), as one device wrote them, under out_root
-   (committed like any other: out_root/ckpt-<step> and out_root/LATEST). */
-SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, sk_ckpt_io io, sk_error *err);
+   (committed like any other: out_root/ckpt-<step> and out_root/LATEST), holding out_root's lock
+   (sk_ckpt_lock) meanwhile. Each tensor and kind must be tiled by its saved slices, checked
+   before a whole tensor is allocated: a gap is refused naming a box of it ("merge: tensor 'w':
+   box [0:4, 0:8] is missing"). report (may be NULL): what the save wrote, its name included. */
+SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, sk_ckpt_io io, sk_ckpt_report *report,
+                               sk_error *err);
 /* The contents of strategy.json in *text (malloc'd; NULL and 0 when the checkpoint has none). */
 SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, size_t *len, sk_error *err);
+
+/* ---- one writer per root ------------------------------------------------------------------ */
+
+/* A checkpoint root taken for writing. */
+typedef struct sk_ckpt_root_lock {
+  int fd; /* ROOT/.lock, holding the flock */
+  bool held;
+} sk_ckpt_root_lock;
+/* Takes root for writing, before anything is written there: creates root if missing (a root that
+   is itself a symlink to a directory is the caller's path and is followed; entries inside a root
+   never are), opens or creates ROOT/.lock (a regular file, never a symlink; never removed),
+   takes flock(LOCK_EX | LOCK_NB) on it, writes this process's pid into it, then creates and
+   removes ROOT/.probe. Held elsewhere (another process, or another lock in this one): fails at
+   once with SK_ERR_INVALID_USAGE, "checkpoint root R is being written by process P". A root that
+   cannot be created or written: SK_ERR_SYSTEM naming it. The lock lasts until sk_ckpt_unlock or
+   the end of the process, however it ends (kill -9 never blocks a later save); a child forked
+   meanwhile shares it until it exits (exec drops it). *lock is overwritten. */
+SK_API sk_result sk_ckpt_lock(const char *root, sk_ckpt_root_lock *lock, sk_error *err);
+/* Releases a lock sk_ckpt_lock took (anything else, zeroed included: nothing happens). */
+SK_API void sk_ckpt_unlock(sk_ckpt_root_lock *lock);
 
 SK_EXTERN_C_END
 #endif /* SK_CKPT_H */
@@ -229,6 +266,7 @@ SK_EXTERN_C_END
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -246,6 +284,21 @@ SK_EXTERN_C_END
    sk_comm.h): declared here, compatible with glibc's and musl's. */
 extern ssize_t pread(int fd, void *buf, size_t n, off_t off);
 extern ssize_t pwrite(int fd, const void *buf, size_t n, off_t off);
+extern int lstat(const char *path, struct stat *st);
+extern int unlinkat(int dirfd, const char *name, int flags);
+extern DIR *fdopendir(int fd);
+extern int ftruncate(int fd, off_t length);
+#endif
+/* The open flags that keep a root's entries from being followed hide the same way; glibc keeps
+   their values under reserved names. */
+#ifdef O_NOFOLLOW
+#define SK__O_NOFOLLOW O_NOFOLLOW
+#define SK__O_DIRECTORY O_DIRECTORY
+#define SK__O_CLOEXEC O_CLOEXEC
+#else
+#define SK__O_NOFOLLOW __O_NOFOLLOW
+#define SK__O_DIRECTORY __O_DIRECTORY
+#define SK__O_CLOEXEC __O_CLOEXEC
 #endif
 
 SK_EXTERN_C_BEGIN
@@ -729,8 +782,42 @@ static sk_result sk__ckpt_io(int fd, bool write, sk__ckpt_req *q, int n, sk_ckpt
 
 /* ---- small files and directories ---------------------------------------------------------------- */
 
+/* What a directory entry is, for messages. */
+static const char *sk__ckpt_type_name(mode_t m) {
+  return S_ISLNK(m) ? "a symbolic link" : S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISREG(m) ? "a regular file"
+         : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "a socket";
+}
+
+/* The error for path, which is not a regular file (its type from lstat: never followed). */
+static sk_result sk__ckpt_not_regular(const char *path, sk_error *err) {
+  struct stat st;
+  const char *what = lstat(path, &st) ? "not a regular file" : sk__ckpt_type_name(st.st_mode);
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s is %s, not a regular file%s", path, what,
+                  !strcmp(what, "a symbolic link") ? ": not followed" : "");
+}
+
+/* path opened with flags (O_RDONLY, or O_WRONLY | O_CREAT | O_TRUNC) when it is a regular file,
+   *size its size (NULL: not wanted). Every rank file, LATEST.tmp, MANIFEST and strategy.json
+   written, goes through here: O_NOFOLLOW refuses a symlink, O_NONBLOCK keeps a FIFO from
+   blocking the open (for ever, without a writer), fstat names anything else. O_NONBLOCK is then
+   cleared: io_uring honours it on some regular files. */
+static sk_result sk__ckpt_open_file(const char *path, int flags, int *fd, uint64_t *size, sk_error *err) {
+  bool write = flags != O_RDONLY;
+  *fd = open(path, flags | O_NONBLOCK | SK__O_NOFOLLOW | SK__O_CLOEXEC, 0644);
+  if (*fd < 0 && (errno == ELOOP || errno == ENXIO)) return sk__ckpt_not_regular(path, err);
+  if (*fd < 0) return sk__ckpt_sys(err, write ? "creating" : errno == ENOENT ? "missing file" : "opening", path);
+  struct stat st;
+  int fl = fcntl(*fd, F_GETFL);
+  sk_result r = fstat(*fd, &st) ? sk__ckpt_sys(err, "stat", path) : !S_ISREG(st.st_mode) ? sk__ckpt_not_regular(path, err) : SK_OK;
+  if (!r && (fl < 0 || fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK))) r = sk__ckpt_sys(err, "fcntl", path);
+  if (r) return close(*fd), *fd = -1, r;
+  if (size) *size = (uint64_t)st.st_size;
+  return SK_OK;
+}
+
+/* A directory of ours (a checkpoint being committed, or the root) to fsync. */
 static sk_result sk__ckpt_fsync_path(const char *path, sk_error *err) {
-  int fd = open(path, O_RDONLY);
+  int fd = open(path, O_RDONLY | SK__O_DIRECTORY | SK__O_CLOEXEC);
   if (fd < 0) return sk__ckpt_sys(err, "opening", path);
   int rc = fsync(fd);
   close(fd);
@@ -739,10 +826,11 @@ static sk_result sk__ckpt_fsync_path(const char *path, sk_error *err) {
 
 /* len bytes to path (created or truncated), fsync'd. */
 static sk_result sk__ckpt_put_file(const char *path, const char *text, size_t len, sk_error *err) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return sk__ckpt_sys(err, "creating", path);
+  int fd = -1;
+  sk_result r = sk__ckpt_open_file(path, O_WRONLY | O_CREAT | O_TRUNC, &fd, NULL, err);
+  if (r) return r;
   sk__ckpt_req q = {(char *)(uintptr_t)text, len, 0};
-  sk_result r = sk__ckpt_plain(fd, true, &q, 1, path, err);
+  r = sk__ckpt_plain(fd, true, &q, 1, path, err);
   if (!r && fsync(fd)) r = sk__ckpt_sys(err, "fsync", path);
   close(fd);
   return r;
@@ -754,18 +842,37 @@ static sk_result sk__ckpt_get_file(const char *path, char **text, size_t *len, s
   return sk__read_text_file(NULL, path, false, SK_MAX_TEXT_FILE_BYTES, text, len, err);
 }
 
-/* Removes dir and the files in it (a stale temporary directory: no subdirectories). */
-static void sk__ckpt_rm_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  char path[4096 + 256];
-  for (struct dirent *e = readdir(d); e; e = readdir(d)) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    unlink(path);
+/* Whether path, an entry of a checkpoint root, is there, looked at without following it: a
+   directory (*exists) or nothing. Anything else is named and left alone: a symlink above all,
+   which removing a stale checkpoint through would empty another directory. */
+static sk_result sk__ckpt_check_dir(const char *path, bool *exists, sk_error *err) {
+  struct stat st;
+  *exists = !lstat(path, &st);
+  if (!*exists) return errno == ENOENT ? SK_OK : sk__ckpt_sys(err, "stat", path);
+  if (S_ISDIR(st.st_mode)) return SK_OK;
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s is %s, not a checkpoint directory: %sleft alone", path,
+                  sk__ckpt_type_name(st.st_mode), S_ISLNK(st.st_mode) ? "not followed, " : "");
+}
+
+/* Removes directory path and the files in it (a stale temporary or a replaced checkpoint: no
+   subdirectories). It is opened without following a symlink and its entries are unlinked
+   relative to that descriptor (an entry that is a symlink loses the link, never its target):
+   nothing outside it is removed. */
+static sk_result sk__ckpt_rm_dir(const char *path, sk_error *err) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | SK__O_DIRECTORY | SK__O_NOFOLLOW | SK__O_CLOEXEC);
+  DIR *d = fd < 0 ? NULL : fdopendir(fd);
+  if (!d) {
+    sk_result r = sk__ckpt_sys(err, "opening", path);
+    if (fd >= 0) close(fd);
+    return r;
   }
-  closedir(d);
-  rmdir(dir);
+  sk_result r = SK_OK;
+  for (struct dirent *e = readdir(d); !r && e; e = readdir(d))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && unlinkat(fd, e->d_name, 0))
+      r = sk__fail(err, SK_ERR_SYSTEM, "checkpoint: removing %s/%s: %s", path, e->d_name, strerror(errno));
+  closedir(d); /* closes fd */
+  if (!r && rmdir(path)) r = sk__ckpt_sys(err, "removing", path);
+  return r;
 }
 
 /* ---- checksums while writing ------------------------------------------------------------------ */
@@ -853,10 +960,11 @@ static sk_result sk__ckpt_agree(const sk__ckpt_save *S, sk_result mine, sk_error
 static sk_result sk__ckpt_write_rank(sk__ckpt_save *S, sk_error *err) {
   char path[4096 + 64];
   snprintf(path, sizeof path, "%s/rank-%d.bin", S->tmp, S->rank);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return sk__ckpt_sys(err, "creating", path);
+  int fd = -1;
+  sk_result r = sk__ckpt_open_file(path, O_WRONLY | O_CREAT | O_TRUNC, &fd, NULL, err);
+  if (r) return r;
   sk__ckpt_req *q = (sk__ckpt_req *)calloc((size_t)S->n + 1, sizeof *q);
-  sk_result r = q ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  if (!q) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   int nq = 0;
   uint64_t at = 0;
   for (int i = 0; !r && i < S->n; i++) {
@@ -889,31 +997,38 @@ static bool sk__ckpt_is_latest(const char *root, const char *name) {
   return same;
 }
 
-/* What crashed saves left in root: temporary directories, never visible (one saver per root). */
-static void sk__ckpt_rm_stale(const char *root) {
+/* What crashed saves left in root: temporary directories, never visible (one saver per root:
+   sk_ckpt_lock). One that is not a directory is named and left alone, as sk__ckpt_check_dir says. */
+static sk_result sk__ckpt_rm_stale(const char *root, sk_error *err) {
   DIR *d = opendir(root);
-  if (!d) return;
+  if (!d) return sk__ckpt_sys(err, "reading", root);
   char path[4096 + 256];
-  for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+  sk_result r = SK_OK;
+  for (struct dirent *e = readdir(d); !r && e; e = readdir(d)) {
     if (strncmp(e->d_name, ".tmp-ckpt-", 10)) continue;
     snprintf(path, sizeof path, "%s/%s", root, e->d_name);
-    sk__ckpt_rm_dir(path);
+    bool exists = false;
+    r = sk__ckpt_check_dir(path, &exists, err);
+    if (!r && exists) r = sk__ckpt_rm_dir(path, err);
   }
   closedir(d);
+  return r;
 }
 
 /* Rank 0: the temporary directory, fresh. A ckpt-<step> already there that LATEST does not name
    was renamed by a save that crashed before moving the pointer, or is an older one a resumed run
-   saves again: it is replaced. The one LATEST names is never touched. */
+   saves again: it is replaced. The one LATEST names is never touched. Nothing is followed: an
+   entry in the way that is a symlink or no directory fails the save, naming it. */
 static sk_result sk__ckpt_make_tmp(sk__ckpt_save *S, sk_error *err) {
   if (mkdir(S->root, 0755) && errno != EEXIST) return sk__ckpt_sys(err, "creating", S->root);
-  struct stat st;
-  if (!stat(S->final, &st) && sk__ckpt_is_latest(S->root, S->name))
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s already exists and is the newest", S->final);
-  sk__ckpt_rm_stale(S->root);
-  if (!stat(S->final, &st)) sk__ckpt_rm_dir(S->final);
-  if (mkdir(S->tmp, 0755)) return sk__ckpt_sys(err, "creating", S->tmp);
-  return SK_OK;
+  bool exists = false;
+  sk_result r = sk__ckpt_check_dir(S->final, &exists, err);
+  if (!r && exists && sk__ckpt_is_latest(S->root, S->name))
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s already exists and is the newest", S->final);
+  if (!r) r = sk__ckpt_rm_stale(S->root, err);
+  if (!r && exists) r = sk__ckpt_rm_dir(S->final, err);
+  if (!r && mkdir(S->tmp, 0755)) r = sk__ckpt_sys(err, "creating", S->tmp);
+  return r;
 }
 
 /* Every device's rows of `width` elements of dt gathered in order (comm NULL: just ours). */
@@ -1104,6 +1219,66 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
   return r;
 }
 
+/* ---- the root's lock ------------------------------------------------------------------------ */
+
+/* The holder's pid from its lock file (fd), in the message; "another process" while it has not
+   written it yet. */
+static sk_result sk__ckpt_busy(int fd, const char *root, sk_error *err) {
+  char text[32];
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  text[n > 0 ? n : 0] = 0;
+  long pid = strtol(text, NULL, 10);
+  if (pid > 0) return sk__fail(err, SK_ERR_INVALID_USAGE, "checkpoint root %s is being written by process %ld", root, pid);
+  return sk__fail(err, SK_ERR_INVALID_USAGE, "checkpoint root %s is being written by another process", root);
+}
+
+/* This process's pid into its lock file. */
+static sk_result sk__ckpt_put_pid(int fd, const char *path, sk_error *err) {
+  char text[32];
+  snprintf(text, sizeof text, "%ld\n", (long)getpid());
+  sk__ckpt_req q = {text, strlen(text), 0};
+  if (ftruncate(fd, 0)) return sk__ckpt_sys(err, "truncating", path);
+  return sk__ckpt_plain(fd, true, &q, 1, path, err);
+}
+
+/* A file created and removed in root: a root we cannot write fails before the run, not at its
+   first save. A probe a killed process left is removed first (unlink never follows a link). */
+static sk_result sk__ckpt_probe(const char *root, sk_error *err) {
+  char path[4096 + 16];
+  snprintf(path, sizeof path, "%s/.probe", root);
+  unlink(path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | SK__O_NOFOLLOW | SK__O_CLOEXEC, 0644);
+  if (fd < 0 || close(fd) || unlink(path))
+    return sk__fail(err, SK_ERR_SYSTEM, "checkpoint root %s is not writable: %s: %s", root, path, strerror(errno));
+  return SK_OK;
+}
+
+SK_API sk_result sk_ckpt_lock(const char *root, sk_ckpt_root_lock *lock, sk_error *err) {
+  if (!root || !*root || !lock || strlen(root) >= 4096) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_lock: bad argument");
+  lock->fd = -1, lock->held = false;
+  char path[4096 + 16];
+  snprintf(path, sizeof path, "%s/.lock", root);
+  if (mkdir(root, 0755) && errno != EEXIST) return sk__ckpt_sys(err, "creating", root);
+  /* no O_TRUNC: the holder's pid stays for the message until the lock is ours */
+  int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | SK__O_NOFOLLOW | SK__O_CLOEXEC, 0644);
+  if (fd < 0 && (errno == ELOOP || errno == ENXIO)) return sk__ckpt_not_regular(path, err);
+  if (fd < 0) return sk__fail(err, SK_ERR_SYSTEM, "checkpoint root %s is not writable: %s: %s", root, path, strerror(errno));
+  struct stat st;
+  sk_result r = fstat(fd, &st) ? sk__ckpt_sys(err, "stat", path) : !S_ISREG(st.st_mode) ? sk__ckpt_not_regular(path, err) : SK_OK;
+  if (!r && flock(fd, LOCK_EX | LOCK_NB)) r = errno == EWOULDBLOCK ? sk__ckpt_busy(fd, root, err) : sk__ckpt_sys(err, "locking", path);
+  if (!r) r = sk__ckpt_put_pid(fd, path, err);
+  if (!r) r = sk__ckpt_probe(root, err);
+  if (r) return close(fd), r;
+  lock->fd = fd, lock->held = true;
+  return SK_OK;
+}
+
+SK_API void sk_ckpt_unlock(sk_ckpt_root_lock *lock) {
+  if (!lock || !lock->held) return;
+  close(lock->fd); /* drops the flock; .lock stays for the next writer */
+  lock->fd = -1, lock->held = false;
+}
+
 /* ---- opening ------------------------------------------------------------------------------- */
 
 /* Each listed file exists with the size the manifest gives (a truncated or grown rank file is
@@ -1111,12 +1286,15 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
 static sk_result sk__ckpt_check_sizes(const sk_ckpt_manifest *m, sk_error *err) {
   char path[4096 + 128];
   for (int f = 0; f < m->nfiles; f++) {
-    struct stat st;
+    int fd = -1;
+    uint64_t size = 0;
     snprintf(path, sizeof path, "%s/%s", m->dir, m->files[f].name);
-    if (stat(path, &st)) return sk__ckpt_sys(err, "missing file", path);
-    if ((uint64_t)st.st_size != m->files[f].size)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s holds %lld bytes, the manifest says %llu (incomplete)",
-                      path, (long long)st.st_size, (unsigned long long)m->files[f].size);
+    sk_result r = sk__ckpt_open_file(path, O_RDONLY, &fd, &size, err);
+    if (r) return r;
+    close(fd);
+    if (size != m->files[f].size)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s holds %llu bytes, the manifest says %llu (incomplete)",
+                      path, (unsigned long long)size, (unsigned long long)m->files[f].size);
   }
   return SK_OK;
 }
@@ -1149,7 +1327,9 @@ SK_API sk_result sk_ckpt_open(const char *root, sk_ckpt_manifest *m, sk_error *e
   free(text);
   if (!ok) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s does not name one checkpoint directory", path);
   sk_error inner = {SK_OK, ""};
-  r = sk_ckpt_open_dir(dir, m, &inner);
+  bool exists = false; /* a symlink inside the root is not followed, for reading either */
+  r = sk__ckpt_check_dir(dir, &exists, &inner);
+  if (!r) r = sk_ckpt_open_dir(dir, m, &inner);
   if (r) return sk__fail(err, r, "LATEST names %s: %s", dir + strlen(root) + 1, inner.msg);
   return SK_OK;
 }
@@ -1164,10 +1344,11 @@ static sk_result sk__ckpt_read_blocks(const sk_ckpt_manifest *m, int f, int b0, 
   snprintf(path, sizeof path, "%s/%s", m->dir, F->name);
   uint64_t lo = (uint64_t)b0 * m->block, hi = (uint64_t)b1 * m->block;
   hi = hi < F->size ? hi : F->size;
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return sk__ckpt_sys(err, "opening", path);
+  int fd = -1;
+  sk_result r = sk__ckpt_open_file(path, O_RDONLY, &fd, NULL, err);
+  if (r) return r;
   sk__ckpt_req q = {buf, (size_t)(hi - lo), lo};
-  sk_result r = sk__ckpt_io(fd, false, &q, 1, io, used, path, err);
+  r = sk__ckpt_io(fd, false, &q, 1, io, used, path, err);
   close(fd);
   for (int b = b0; !r && b < b1; b++) {
     uint64_t at = (uint64_t)(b - b0) * m->block, len = hi - lo - at < m->block ? hi - lo - at : m->block;
@@ -1350,6 +1531,111 @@ SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, s
   return SK_OK;
 }
 
+/* ---- merging -------------------------------------------------------------------------------- */
+
+static bool sk__ckpt_same(const sk_ckpt_entry *a, const sk_ckpt_entry *b) {
+  return !strcmp(a->tensor, b->tensor) && a->kind == b->kind;
+}
+
+static int sk__ckpt_cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* Whether box x meets no saved box of a's tensor and kind. */
+static bool sk__ckpt_empty(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, const sk_slice *x) {
+  sk_slice y;
+  for (int i = 0; i < m->nentries; i++)
+    if (sk__ckpt_same(&m->entries[i], a) && sk__ckpt_intersect(&m->entries[i].box, x, &y)) return false;
+  return true;
+}
+
+/* The edges along dim d of the saved boxes of a's tensor and kind, 0 and the shape's end among
+   them, sorted and distinct (room: 2 per box + 2): the grid whose cells lie wholly inside or
+   wholly outside each saved box. Their count. */
+static int sk__ckpt_edges(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, int d, int64_t *edge) {
+  int n = 0, k = 0;
+  edge[n++] = 0, edge[n++] = a->shape[d];
+  for (int i = 0; i < m->nentries; i++)
+    if (sk__ckpt_same(&m->entries[i], a)) edge[n++] = m->entries[i].box.start[d], edge[n++] = m->entries[i].box.stop[d];
+  qsort(edge, (size_t)n, sizeof *edge, sk__ckpt_cmp_i64);
+  for (int i = 0; i < n; i++)
+    if (!k || edge[i] != edge[k - 1]) edge[k++] = edge[i];
+  return k;
+}
+
+/* A box of a's tensor and kind that no saved box meets: the first empty cell of the edges' grid
+   in row-major order, grown along each dim while the next cells are empty too. false when none
+   is found within `cells` cells (the search stays bounded on any manifest). */
+static bool sk__ckpt_find_gap(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, int64_t *const *edge, const int *nedge,
+                              long cells, sk_slice *gap) {
+  int nd = a->ndims, at[SK_MAX_DIMS] = {0};
+  gap->ndims = nd;
+  for (long tried = 0; tried < cells; tried++) {
+    for (int d = 0; d < nd; d++) gap->start[d] = edge[d][at[d]], gap->stop[d] = edge[d][at[d] + 1];
+    if (sk__ckpt_empty(m, a, gap)) {
+      for (int d = 0; d < nd; d++)
+        for (int k = at[d] + 1; k + 1 < nedge[d]; k++) {
+          sk_slice next = *gap;
+          next.start[d] = edge[d][k], next.stop[d] = edge[d][k + 1];
+          if (!sk__ckpt_empty(m, a, &next)) break;
+          gap->stop[d] = next.stop[d];
+        }
+      return true;
+    }
+    int d = nd - 1;
+    while (d >= 0 && ++at[d] == nedge[d] - 1) at[d] = 0, d--;
+    if (d < 0) return false;
+  }
+  return false;
+}
+
+/* The error for a's tensor and kind, which its saved boxes (holding `saved` of its elements) do
+   not cover: a box of the gap, or how much is missing when the search gives up. */
+static sk_result sk__ckpt_gap_error(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, int64_t saved, sk_error *err) {
+  int nd = a->ndims, nedge[SK_MAX_DIMS] = {0}, count = 0;
+  for (int i = 0; i < m->nentries; i++) count += sk__ckpt_same(&m->entries[i], a);
+  int64_t *room = (int64_t *)malloc((size_t)(nd ? nd : 1) * (size_t)(2 * count + 2) * sizeof *room), *edge[SK_MAX_DIMS];
+  if (!room) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "merge: out of memory checking '%s'", a->tensor);
+  for (int d = 0; d < nd; d++) edge[d] = room + (size_t)d * (size_t)(2 * count + 2), nedge[d] = sk__ckpt_edges(m, a, d, edge[d]);
+  char kind[16] = "", box[SK_MAX_DIMS * 48] = "[";
+  if (a->kind != SK_CKPT_PARAM) snprintf(kind, sizeof kind, " %s", sk_ckpt_kind_name(a->kind));
+  sk_slice gap;
+  bool found = nd > 0 && sk__ckpt_find_gap(m, a, edge, nedge, (1L << 24) / (m->nentries + 1) + 1, &gap);
+  free(room);
+  int64_t whole = 1;
+  for (int d = 0; d < nd; d++) whole *= a->shape[d];
+  if (!found)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "merge: tensor '%s'%s: %lld of its %lld elements are missing", a->tensor,
+                    kind, (long long)(whole - saved), (long long)whole);
+  for (int d = 0; d < nd; d++)
+    snprintf(box + strlen(box), sizeof box - strlen(box), "%s%lld:%lld", d ? ", " : "", (long long)gap.start[d],
+             (long long)gap.stop[d]);
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "merge: tensor '%s'%s: box %s] is missing", a->tensor, kind, box);
+}
+
+/* Before merge allocates a whole tensor: each tensor and kind is tiled by its saved slices (a gap
+   named; then overlaps and shapes, as verify checks them). The allocations are then bounded by
+   the bytes saved, whatever shape a manifest claims. */
+static sk_result sk__ckpt_merge_check(const sk_ckpt_manifest *m, sk_error *err) {
+  for (int i = 0; i < m->nentries; i++) {
+    const sk_ckpt_entry *a = &m->entries[i];
+    int64_t whole = 1, saved = 0;
+    bool first = true, same_shape = true;
+    for (int d = 0; d < a->ndims; d++) whole *= a->shape[d];
+    for (int j = 0; j < m->nentries && first; j++) {
+      const sk_ckpt_entry *b = &m->entries[j];
+      if (!sk__ckpt_same(a, b)) continue;
+      first = j >= i;
+      same_shape = same_shape && b->ndims == a->ndims;
+      for (int d = 0; same_shape && d < a->ndims; d++) same_shape = b->shape[d] == a->shape[d];
+      if (saved < whole) saved += sk__ckpt_volume(&b->box); /* each below 2^60: no overflow */
+    }
+    if (first && same_shape && saved < whole) return sk__ckpt_gap_error(m, a, saved, err);
+  }
+  return sk__ckpt_verify_tiling(m, err);
+}
+
 /* The distinct (tensor, kind) pairs of m, as whole-tensor slices of one device (data
    allocated; the caller frees each). */
 static sk_result sk__ckpt_whole(const sk_ckpt_manifest *m, sk_ckpt_slice *out, int *n, sk_error *err) {
@@ -1369,11 +1655,16 @@ static sk_result sk__ckpt_whole(const sk_ckpt_manifest *m, sk_ckpt_slice *out, i
   return SK_OK;
 }
 
-SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, sk_ckpt_io io, sk_error *err) {
+SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, sk_ckpt_io io, sk_ckpt_report *report,
+                               sk_error *err) {
   if (!m || !out_root) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_merge: NULL argument");
+  sk_ckpt_root_lock lock;
+  sk_result r = sk__ckpt_merge_check(m, err);
+  if (!r) r = sk_ckpt_lock(out_root, &lock, err);
+  if (r) return r;
   sk_ckpt_slice *whole = (sk_ckpt_slice *)calloc((size_t)m->nentries + 1, sizeof *whole);
   int n = 0;
-  sk_result r = whole ? sk__ckpt_whole(m, whole, &n, err) : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+  r = whole ? sk__ckpt_whole(m, whole, &n, err) : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   if (!r) r = sk_ckpt_load(m, 0, io, n, whole, NULL, err);
   char *strategy = NULL;
   size_t slen = 0;
@@ -1381,9 +1672,10 @@ SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, 
   sk_ckpt_save_desc d;
   memset(&d, 0, sizeof d);
   d.step = m->step, d.position = m->position, d.strategy = strategy, d.strategy_len = slen, d.io = io;
-  if (!r) r = sk_ckpt_save(NULL, out_root, &d, n, whole, NULL, err);
+  if (!r) r = sk_ckpt_save(NULL, out_root, &d, n, whole, report, err);
   for (int k = 0; k < n; k++) free(whole[k].data);
   free(whole), free(strategy);
+  sk_ckpt_unlock(&lock);
   return r;
 }
 

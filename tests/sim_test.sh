@@ -478,6 +478,28 @@ expect_fail "no checkpoint there" "LATEST" --net $TNET --devices 2 --steps 1 --l
 expect_fail "--every alone" "--every needs --save-checkpoint" --net $TNET --devices 2 --steps 1 --every 5
 expect_fail "--every 0" "--every takes a positive count" --net $TNET --devices 2 --steps 1 --save-checkpoint "$ck" --every 0
 expect_fail "--check with a load" "not with --load-checkpoint" --net $TNET --devices 2 --steps 1 --check --load-checkpoint "$ck"
+# One writer per root: while another process holds ROOT/.lock, a save run exits 1 before its
+# first step naming that process (threads, and 2 MPI processes: the other one ends too); then
+# the root is free. A symlinked ckpt-<step> in the root is named, and its files survive.
+hold_lock "$tmp/ckl"
+"$BIN" --net $TNET --devices 2 --steps 2 --save-checkpoint "$tmp/ckl" >"$tmp/out" 2>"$tmp/err"; rc=$?
+want="sk-sim: checkpoint root $tmp/ckl is being written by process $holder"
+if [ $rc -eq 1 ] && [ "$(cat "$tmp/err")" = "$want" ] && ! grep -q loss "$tmp/out"; then ok
+else bad "a second writer of a root: exit $rc: $(cat "$tmp/err"; head -3 "$tmp/out")"; fi
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun.openmpi --oversubscribe -np 2 \
+  "$BIN" --net $TNET --devices 2 --steps 2 --backend mpi --save-checkpoint "$tmp/ckl" >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c '^sk-sim: ' "$tmp/err")" -eq 1 ] && grep -qxF "$want" "$tmp/err" &&
+   ! grep -q loss "$tmp/out"; then ok
+else bad "a second writer of a root under MPI: exit $rc (124: a process waited): $(cat "$tmp/err")"; fi
+release_lock
+"$BIN" --net $TNET --devices 2 --steps 2 --save-checkpoint "$tmp/ckl" >"$tmp/out" 2>"$tmp/err" &&
+  [ "$(cat "$tmp/ckl/LATEST")" = ckpt-00000002 ] && ok || bad "saving once the holder is gone: $(cat "$tmp/err")"
+mkdir "$tmp/cks" "$tmp/victim"; echo a >"$tmp/victim/a"; echo b >"$tmp/victim/b"
+ln -s "$tmp/victim" "$tmp/cks/ckpt-00000002"
+"$BIN" --net $TNET --devices 2 --steps 2 --save-checkpoint "$tmp/cks" >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -eq 1 ] && grep -qF "$tmp/cks/ckpt-00000002 is a symbolic link, not a checkpoint directory" "$tmp/err" &&
+   [ "$(cat "$tmp/victim/a" "$tmp/victim/b" | tr -d '\n')" = ab ]; then ok
+else bad "saving over a symlinked ckpt-00000002: exit $rc: $(cat "$tmp/err"); left: $(ls "$tmp/victim")"; fi
 # Under a pipeline (2 stages x 4, searched strategies, Adam, optimizer parallel): each stage's
 # devices write its parameters; resumed on the same pipeline (bitwise), another (2 x 2), none on 8,
 # and 1 device (within 1e-12: the first steps ran in another summation order).

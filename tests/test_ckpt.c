@@ -632,7 +632,7 @@ Test(ckpt, merge_gives_whole_tensors) {
   sk_ckpt_manifest m, mm;
   OK(sk_ckpt_open(root, &m, E));
   snprintf(out, sizeof out, "%s/merged", root);
-  OK(sk_ckpt_merge(&m, out, SK_CKPT_IO_AUTO, E));
+  OK(sk_ckpt_merge(&m, out, SK_CKPT_IO_AUTO, NULL, E));
   OK(sk_ckpt_open(out, &mm, E));
   cr_assert_eq(mm.nentries, 2, "merged: %d slices", mm.nentries);
   cr_assert_eq(mm.entries[0].box.stop[0], ROWS); cr_assert_eq(mm.step, 4); cr_assert_eq(mm.position, 8);

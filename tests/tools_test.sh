@@ -493,4 +493,46 @@ expect_err "hsdp with --to" "not with --to" $FC1 --to None,b
 expect_err "hsdp with --op" "not with --op" $MM --devices 8 --hsdp 2,64
 expect_err "--json without --op or --hsdp" "--json goes with --op or --hsdp" --mesh a=2,b=4 --shape 784,512 --json
 
+# ---- sk-ckpt: the safety rules (docs/checkpoints.md) -------------------------------------------
+# A checkpoint of 8 devices (fc1.weight in four row blocks): merge never follows a symlink in its
+# output root, refuses a root another process writes, prints the path it wrote and names a
+# missing box; a FIFO where a rank file belongs is refused by name, not waited for.
+if [ -x build/sk-ckpt ] && [ -x build/sk-sim ]; then
+  ck=$tmp/ck; out=$tmp/merged
+  mkdir "$tmp/victim" "$out"; echo a >"$tmp/victim/a"; echo b >"$tmp/victim/b"
+  build/sk-sim --net examples/nets/operator_parallel.json --devices 8 --steps 2 --save-checkpoint "$ck" >/dev/null 2>"$tmp/err" ||
+    bad "sk-ckpt: saving a checkpoint to check: $(cat "$tmp/err")"
+  ln -s "$tmp/victim" "$out/ckpt-00000002"
+  build/sk-ckpt merge "$ck" --out "$out" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  if [ $rc -eq 1 ] && grep -qF "sk-ckpt: checkpoint: $out/ckpt-00000002 is a symbolic link" "$tmp/err" &&
+     [ "$(cat "$tmp/victim/a" "$tmp/victim/b" | tr -d '\n')" = ab ]; then ok
+  else bad "sk-ckpt merge, OUT/ckpt-00000002 a symlink: exit $rc: $(cat "$tmp/err"); left: $(ls "$tmp/victim")"; fi
+  rm "$out/ckpt-00000002"
+  hold_lock "$out"
+  build/sk-ckpt merge "$ck" --out "$out" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  release_lock
+  if [ $rc -eq 1 ] && [ "$(cat "$tmp/err")" = "sk-ckpt: checkpoint root $out is being written by process $holder" ]; then ok
+  else bad "sk-ckpt merge into a root another process holds: exit $rc: $(cat "$tmp/err")"; fi
+  build/sk-ckpt merge "$ck" --out "$out" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  if [ $rc -eq 0 ] && [ "$(cat "$tmp/out")" = "merged into $out/ckpt-00000002" ]; then ok
+  else bad "sk-ckpt merge: exit $rc, said '$(cat "$tmp/out")': $(cat "$tmp/err")"; fi
+  if command -v python3 >/dev/null 2>&1; then # the manifest without one slice, its crc made right
+    cp -r "$ck" "$tmp/gap"
+    python3 -c '
+import sys, zlib
+p = sys.argv[1]
+body = "".join(l for l in open(p) if not l.startswith("crc ") and " box 0:196,0:512 " not in l)
+open(p, "w").write(body + "crc %08x\n" % zlib.crc32(body.encode()))' "$tmp/gap/ckpt-00000002/MANIFEST"
+    build/sk-ckpt merge "$tmp/gap" >"$tmp/out" 2>"$tmp/err"; rc=$?
+    if [ $rc -eq 1 ] && [ "$(cat "$tmp/err")" = "sk-ckpt: merge: tensor 'fc1.weight': box [0:196, 0:512] is missing" ]; then ok
+    else bad "sk-ckpt merge of a checkpoint missing a slice: exit $rc: $(cat "$tmp/err")"; fi
+  fi
+  rm "$ck/ckpt-00000002/rank-1.bin"; mkfifo "$ck/ckpt-00000002/rank-1.bin"
+  for cmd in list verify; do
+    timeout 20 build/sk-ckpt $cmd "$ck" >"$tmp/out" 2>"$tmp/err"; rc=$?
+    if [ $rc -eq 1 ] && grep -qF "$ck/ckpt-00000002/rank-1.bin is a FIFO, not a regular file" "$tmp/err"; then ok
+    else bad "sk-ckpt $cmd, rank-1.bin a FIFO: exit $rc (124: it waited): $(cat "$tmp/err")"; fi
+  done
+else bad "build/sk-ckpt or build/sk-sim is missing (make first)"; fi
+
 summary tools
