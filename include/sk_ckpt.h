@@ -289,17 +289,7 @@ extern int unlinkat(int dirfd, const char *name, int flags);
 extern DIR *fdopendir(int fd);
 extern int ftruncate(int fd, off_t length);
 #endif
-/* The open flags that keep a root's entries from being followed hide the same way; glibc keeps
-   their values under reserved names. */
-#ifdef O_NOFOLLOW
-#define SK__O_NOFOLLOW O_NOFOLLOW
-#define SK__O_DIRECTORY O_DIRECTORY
-#define SK__O_CLOEXEC O_CLOEXEC
-#else
-#define SK__O_NOFOLLOW __O_NOFOLLOW
-#define SK__O_DIRECTORY __O_DIRECTORY
-#define SK__O_CLOEXEC __O_CLOEXEC
-#endif
+/* SK__O_NOFOLLOW, SK__O_DIRECTORY and SK__O_CLOEXEC: sk_core.h's private part. */
 
 SK_EXTERN_C_BEGIN
 

@@ -487,10 +487,10 @@ static SK__UNUSED void sk__free(const sk_allocator *a, void *p) {
 
 /* ---- text files (TEXT FILES in the top comment) ---- */
 
-/* Strict C11 (-std=c11) hides O_NOFOLLOW and O_CLOEXEC unless a feature macro came before the
-   first system include, which a header cannot guarantee; glibc still defines its own names for
-   them. A C library hiding both gets 0: symbolic links are then followed, and fstat still
-   refuses anything but a regular file. */
+/* Strict C11 (-std=c11) hides O_NOFOLLOW, O_CLOEXEC and O_DIRECTORY unless a feature macro came
+   before the first system include, which a header cannot guarantee; glibc still defines its own
+   names for them. A C library hiding both gets 0: symbolic links are then followed (lstat still
+   tells a checkpoint's entries apart), and fstat still refuses anything but a regular file. */
 #if defined(O_NOFOLLOW)
 #define SK__O_NOFOLLOW O_NOFOLLOW
 #elif defined(__O_NOFOLLOW)
@@ -504,6 +504,13 @@ static SK__UNUSED void sk__free(const sk_allocator *a, void *p) {
 #define SK__O_CLOEXEC __O_CLOEXEC
 #else
 #define SK__O_CLOEXEC 0
+#endif
+#if defined(O_DIRECTORY)
+#define SK__O_DIRECTORY O_DIRECTORY
+#elif defined(__O_DIRECTORY)
+#define SK__O_DIRECTORY __O_DIRECTORY
+#else
+#define SK__O_DIRECTORY 0
 #endif
 
 /* The refusal of a text of n bytes over limit, `name` (a path, or the refusing function) naming
