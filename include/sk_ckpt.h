@@ -1113,9 +1113,6 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
                               const sk_ckpt_slice *slices, sk_ckpt_report *report, sk_error *err) {
   if (!root || !*root || !desc || n < 0 || (n && !slices) || desc->step < 0 || (desc->strategy_len && !desc->strategy))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_save: NULL root, desc or slices, or a negative count");
-  if (desc->optimizer && !sk__ckpt_optimizer_known(desc->optimizer))
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_save: optimizer '%.32s' is not sgd, momentum or adam",
-                    desc->optimizer);
   sk_ckpt_report rep;
   memset(&rep, 0, sizeof rep);
   sk__ckpt_save S;
@@ -1129,7 +1126,11 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
   int nmine = 0;
   sk_ckpt_manifest m;
   memset(&m, 0, sizeof m);
-  sk_result r = sk__ckpt_agree(&S, sk__ckpt_check_slices(n, slices, err), err);
+  sk_result r = sk__ckpt_check_slices(n, slices, err);
+  if (!r && desc->optimizer && !sk__ckpt_optimizer_known(desc->optimizer))
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_save: optimizer '%.32s' is not sgd, momentum or adam",
+                 desc->optimizer);
+  r = sk__ckpt_agree(&S, r, err); /* before anything is written: a device refused, none saves */
   if (!r) r = sk__ckpt_save_data(&S, &nmine, err);
   if (!r) r = sk__ckpt_gather(&S, nmine, &m, err);
   if (!r && S.rank == 0) {
