@@ -1,13 +1,17 @@
 /* sim_ckpt.h -- sk-sim's checkpoints (docs/checkpoints.md): --save-checkpoint DIR [--every
-   STEPS], --load-checkpoint DIR, --checkpoint-io auto|plain|io_uring.
+   STEPS], --load-checkpoint DIR [--load-checkpoint-params-only], --checkpoint-io auto|plain|io_uring.
 
    Every device hands sk_ckpt.h the slices its runtime keeps (sk_runtime_param_slice: each
    parameter and its optimizer states, an optimizer shard where the parameter is sharded) and
    writes those it owns: the round-robin owner among the devices holding the same slice
    (sk_ckpt_writes). Beside them, the plan's strategy file, the step count and the data position
    (the batches consumed: sk-sim's batches are a function of their index, so that is where the
-   data continues). A load reads the newest checkpoint (LATEST) into whatever layouts and
-   device count this run has, then sets the step count; training continues from the position.
+   data continues), and the run's optimizer kind. A load reads the newest checkpoint (LATEST)
+   into whatever layouts and device count this run has, then sets the step count; training
+   continues from the position. The optimizer states load only into a run of the kind that saved
+   them (Momentum's state0 is not Adam's m); --load-checkpoint-params-only reads the parameters
+   alone and leaves the states as the runtime made them (zero: the optimizer starts afresh),
+   which is also the only way to load a checkpoint that does not say its kind (version 1).
    A run that saves holds its root's lock (sk_ckpt_lock) from before its first step to its end:
    a second run saving there fails at start-up, naming the first one's process.
 
@@ -28,14 +32,19 @@ typedef struct sim_ckpt_opts {
   const char *save, *load; /* checkpoint roots */
   long every;              /* 0: once, at the end */
   sk_ckpt_io io;
+  bool params_only;        /* --load-checkpoint-params-only: the parameters, not the optimizer states */
 } sim_ckpt_opts;
 
-#define SIM_CKPT_USAGE_LINE "          [--save-checkpoint DIR [--every STEPS]] [--load-checkpoint DIR] [--checkpoint-io auto|plain|io_uring]\n"
+#define SIM_CKPT_USAGE_LINE                                                                                       \
+  "          [--save-checkpoint DIR [--every STEPS]] [--load-checkpoint DIR [--load-checkpoint-params-only]]\n"    \
+  "          [--checkpoint-io auto|plain|io_uring]\n"
 #define SIM_CKPT_USAGE                                                                                            \
   "  --save-checkpoint DIR  write a sharded checkpoint under DIR at the end (DIR/ckpt-<step>, DIR/LATEST)\n"          \
   "  --every STEPS        ... and every STEPS steps\n"                                                                \
   "  --load-checkpoint DIR  start from DIR's newest checkpoint, on any device count and strategy; --steps S\n"       \
-  "                       then runs S more steps, --epochs E up to epoch E\n"                                         \
+  "                       then runs S more steps, --epochs E up to epoch E; its optimizer must be this run's\n"     \
+  "  --load-checkpoint-params-only  load the parameters only: the optimizer starts afresh (another\n"              \
+  "                       optimizer kind, or a checkpoint that does not record one)\n"                               \
   "  --checkpoint-io P    auto (io_uring when the kernel allows it, else plain), plain or io_uring\n"
 
 /* code with a message in e (sk_core.h's private sk__fail is not the examples' to use). */
@@ -61,9 +70,16 @@ static inline int sim_ckpt_parse(const char *a, const char *v, sim_ckpt_opts *c)
   return 0;
 }
 
+/* A checkpoint option without a value: true when `a` was one. */
+static inline bool sim_ckpt_flag(const char *a, sim_ckpt_opts *c) {
+  if (strcmp(a, "--load-checkpoint-params-only")) return false;
+  return c->params_only = true;
+}
+
 /* What the other options must allow; NULL when they do. */
 static inline const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, int accum) {
   if (c->every && !c->save) return "--every needs --save-checkpoint DIR";
+  if (c->params_only && !c->load) return "--load-checkpoint-params-only needs --load-checkpoint DIR";
   if (!c->save && !c->load) return NULL;
   if (check && c->load) return "--check compares from step 0: not with --load-checkpoint";
   if (c->every && accum > 1 && c->every % accum) return "--every must be a multiple of --grad-accumulation-step";
@@ -151,9 +167,10 @@ static inline sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *
   return r;
 }
 
-/* Collective: one checkpoint of the run at `position` batches; the lead says where it went. */
-static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, const sim_ckpt_opts *o,
-                               long position, bool lead, sk_error *e) {
+/* Collective: one checkpoint of the run (optimizer `optim`) at `position` batches; the lead says
+   where it went. */
+static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, sk_optim_kind optim,
+                                      const sim_ckpt_opts *o, long position, bool lead, sk_error *e) {
   sk_ckpt_slice *s = NULL;
   int n = 0;
   char *strategy = NULL;
@@ -167,7 +184,7 @@ static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_paral
   if (r) return free(s), free(strategy), r;
   sk_ckpt_save_desc d;
   memset(&d, 0, sizeof d);
-  d.step = sk_runtime_steps(rt), d.position = position, d.io = o->io;
+  d.step = sk_runtime_steps(rt), d.position = position, d.io = o->io, d.optimizer = sk_optim_kind_name(optim);
   d.strategy = strategy, d.strategy_len = strategy ? strlen(strategy) : 0;
   sk_ckpt_report rep;
   memset(&rep, 0, sizeof rep);
@@ -181,10 +198,37 @@ static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_paral
   return r;
 }
 
-/* Collective: the newest checkpoint under o->load into this run; *position: where the data
-   continues. Every device fails when one does (its message names the tensor and rank). */
-static inline sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, const sim_ckpt_opts *o,
-                               long *position, bool lead, sk_error *e) {
+/* Whether this run (optimizer `optim`) may read m's optimizer states: m was saved with the
+   same kind. Else the message says which kinds, and what loads it anyway. */
+static inline sk_result sim_ckpt_same_optimizer(const sk_ckpt_manifest *m, sk_optim_kind optim, sk_error *e) {
+  const char *mine = sk_optim_kind_name(optim);
+  if (!strcmp(m->optimizer, mine)) return SK_OK;
+  if (!e) return SK_ERR_INVALID_ARGUMENT;
+  e->code = SK_ERR_INVALID_ARGUMENT;
+  if (!*m->optimizer) /* a version-1 manifest: its states could be any optimizer's */
+    snprintf(e->msg, sizeof e->msg,
+             "checkpoint %.120s does not record its optimizer (version 1): only --load-checkpoint-params-only loads it",
+             m->dir);
+  else
+    snprintf(e->msg, sizeof e->msg,
+             "checkpoint %.120s was saved with %s; this run uses %s (use --load-checkpoint-params-only to start the "
+             "optimizer afresh)", m->dir, m->optimizer, mine);
+  return SK_ERR_INVALID_ARGUMENT;
+}
+
+/* The parameters' slices of s, moved to its front (the optimizer states are not read); their count. */
+static inline int sim_ckpt_keep_params(sk_ckpt_slice *s, int n) {
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (s[i].kind == SK_CKPT_PARAM) s[k++] = s[i];
+  return k;
+}
+
+/* Collective: the newest checkpoint under o->load into this run (optimizer `optim`); *position:
+   where the data continues. Every device fails when one does (its message names the tensor and
+   rank, or the optimizer kinds). With o->params_only the states stay as they are. */
+static inline sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_parallel_plan *plan, sk_optim_kind optim,
+                                      const sim_ckpt_opts *o, long *position, bool lead, sk_error *e) {
   sk_ckpt_manifest m;
   memset(&m, 0, sizeof m);
   sk_ckpt_slice *s = NULL;
@@ -192,15 +236,18 @@ static inline sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_paral
   sk_ckpt_report rep;
   memset(&rep, 0, sizeof rep);
   sk_result r = sk_ckpt_open(o->load, &m, e);
+  if (!r && !o->params_only) r = sim_ckpt_same_optimizer(&m, optim, e);
   if (!r) r = sim_ckpt_slices(rt, plan, rank, &s, &n, e);
+  if (!r && o->params_only) n = sim_ckpt_keep_params(s, n);
   if (!r) r = sk_ckpt_load(&m, rank, o->io, n, s, &rep, e);
   if (!r) r = sk_runtime_set_steps(rt, m.step, e);
   int64_t mine[2] = {(int64_t)r, r ? rank : -1}, all[2] = {0, 0};
   sk_result a = sk_allreduce(c, mine, all, 2, SK_I64, SK_MAX);
   if (!r && (a || all[0])) r = sim_ckpt_fail(e, SK_ERR_ABORTED, "checkpoint: device %lld could not load it", (long long)all[1]);
   if (!r && lead)
-    fprintf(stderr, "sk-sim: checkpoint %s/%s loaded: step %lld, position %lld (%s)\n", o->load, m.name,
-            (long long)m.step, (long long)m.position, sk_ckpt_io_name(rep.used));
+    fprintf(stderr, "sk-sim: checkpoint %s/%s loaded: step %lld, position %lld (%s)%s\n", o->load, m.name,
+            (long long)m.step, (long long)m.position, sk_ckpt_io_name(rep.used),
+            o->params_only ? "; parameters only: the optimizer starts afresh" : "");
   *position = (long)m.position;
   free(s);
   sk_ckpt_manifest_free(&m);

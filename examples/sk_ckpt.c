@@ -1,7 +1,7 @@
 /* sk-ckpt -- lists, verifies and merges the sharded checkpoints sk-sim --save-checkpoint writes
    (docs/checkpoints.md).
 
-     build/sk-ckpt list DIR      the newest checkpoint under DIR: step, files, every slice
+     build/sk-ckpt list DIR      the newest checkpoint under DIR: step, optimizer, files, every slice
      build/sk-ckpt verify DIR    every byte against its block crc, every file's crc, every tensor
                                  covered exactly once; exit 0 only then
      build/sk-ckpt merge DIR [--out OUT]  one whole tensor per parameter and state, as one
@@ -28,7 +28,8 @@ static void usage(FILE *f, const char *argv0) {
   fprintf(f,
           "Usage: %s list|verify|merge DIR [--out OUT] [--io auto|plain|io_uring]\n"
           "Reads the newest checkpoint under DIR (a root with LATEST, or one checkpoint directory).\n"
-          "  list                 its step, data position, files and every slice (tensor, kind, box, rank)\n"
+          "  list                 its step, data position, optimizer, files and every slice (tensor, kind,\n"
+          "                       box, rank)\n"
           "  verify               checks every block's and file's crc32 and that every tensor is whole;\n"
           "                       exit 0 only when all holds, 1 naming what does not\n"
           "  merge                writes each tensor whole (parameters and optimizer states) as one\n"
@@ -63,8 +64,8 @@ static void list_root(const char *dir) {
 
 static void list(const char *dir, const sk_ckpt_manifest *m) {
   list_root(dir);
-  printf("checkpoint %s: step %lld, position %lld, saved by %d devices\n", m->dir, (long long)m->step,
-         (long long)m->position, m->devices);
+  printf("checkpoint %s: step %lld, position %lld, saved by %d devices, optimizer %s\n", m->dir, (long long)m->step,
+         (long long)m->position, m->devices, *m->optimizer ? m->optimizer : "not recorded");
   for (int f = 0; f < m->nfiles; f++)
     printf("file %-16s %12llu bytes  crc32 %08x  %d blocks\n", m->files[f].name, (unsigned long long)m->files[f].size,
            (unsigned)m->files[f].crc, m->files[f].nblocks);

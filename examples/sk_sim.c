@@ -48,7 +48,7 @@ typedef struct options {
   bool broadcast; /* --parameter-broadcast: device r draws its model from seed + r, then parameter_broadcast */
   bool distributed; /* the runtime on a world (even of one device: --report, --link) */
   int dump_rank; /* -1: none */
-  sim_ckpt_opts ckpt;          /* --save-checkpoint, --every, --load-checkpoint, --checkpoint-io */
+  sim_ckpt_opts ckpt;          /* --save-checkpoint, --every, --load-checkpoint[-params-only], --checkpoint-io */
   const char *backend_asked;
   sk_link_model link;
   double device_tflops;
@@ -257,6 +257,7 @@ static int parse_flag(const char *a, options *o) {
   if (!strcmp(a, "--parameter-broadcast")) return o->broadcast = true, 1;
   if (!strcmp(a, "--dump-schedule")) return o->dump_schedule = true, 1;
   if (!strcmp(a, "--print-strategies")) return o->print_strategies = true, 1;
+  if (sim_ckpt_flag(a, &o->ckpt)) return 1;
   return 0;
 }
 
@@ -459,7 +460,8 @@ static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
     if (R->lead && R->comm) J->model_us += sk_comm_clock_us(R->comm) - c1;
     if (R->lead && record(J, *done - R->start, loss, now_s() - t1, cpu_s() - p1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
     print_loss(R, ep, s, loss);
-    if (o->ckpt.every && (*done + 1) % o->ckpt.every == 0 && (r = sim_ckpt_save(R->comm, R->rt, &J->plan, &o->ckpt, *done + 1, R->lead, e)))
+    if (o->ckpt.every && (*done + 1) % o->ckpt.every == 0 &&
+        (r = sim_ckpt_save(R->comm, R->rt, &J->plan, J->optim.kind, &o->ckpt, *done + 1, R->lead, e)))
       return r;
     if (o->ckpt.every && (*done + 1) % o->ckpt.every == 0) R->saved = *done + 1;
   }
@@ -483,7 +485,8 @@ static sk_result train(run *R, sk_error *e) {
     }
     if (R->lead) fflush(stdout);
   }
-  if (o->ckpt.save && R->saved != done) return sim_ckpt_save(R->comm, R->rt, &J->plan, &o->ckpt, done, R->lead, e);
+  if (o->ckpt.save && R->saved != done)
+    return sim_ckpt_save(R->comm, R->rt, &J->plan, J->optim.kind, &o->ckpt, done, R->lead, e);
   return SK_OK;
 }
 
@@ -560,7 +563,7 @@ static sk_result device_main(sk_comm *c, void *arg) {
   sk_result r = run_buffers(&R) ? sk__fail(&e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
   if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
   if (!r && J->o->broadcast) r = broadcast(&R, &e);
-  if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, &J->o->ckpt, &R.start, R.lead, &e);
+  if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, J->optim.kind, &J->o->ckpt, &R.start, R.lead, &e);
   R.saved = R.start;
   if (!r) r = train(&R, &e);
   if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, &e);

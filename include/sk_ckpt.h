@@ -14,13 +14,17 @@
      regular file whose one line names the newest. A checkpoint directory holds rank-<r>.bin (the
      slices device r wrote, each at a 4096-byte aligned offset, zero padding between), optionally
      strategy.json (the plan's strategy file) and MANIFEST, a line-based text:
-       shardkit-checkpoint 1
-       step S / position P / devices N / block B
+       shardkit-checkpoint 2
+       name ckpt-<step> / step S / position P / devices N / block B
+       optimizer KIND                                       (sgd, momentum, adam; "-": not given)
        file NAME size BYTES crc HEX blocks HEX,HEX,...     (one per file but the manifest)
        slice TENSOR KIND DTYPE shape D0,D1 box a:b,c:d file F offset O length L rank R
        crc HEX                                              (crc32 of every byte above it)
      KIND is param, state0 or state1 (the optimizer's states). Checksums are zlib's crc32, per
      block of B = 1 MiB of each file (a partial read verifies the blocks it covers) and per file.
+     The optimizer line says what the states are (Momentum's state0 is not Adam's): a loader
+     compares it with its own before reading them. A version-1 manifest (no optimizer line)
+     still parses, its optimizer unknown ("").
 
    WHO WRITES WHAT: each slice once, by its redundancy group's round-robin owner (MindSpore's
      remove_param_redundancy, sk_redundancy.h); an optimizer-sharded parameter's shards are
@@ -78,6 +82,7 @@
 #include "sk_comm.h"
 #include "sk_core.h"
 #include "sk_layout.h"
+#include "sk_optim.h" /* the optimizers' names: the manifest's optimizer line */
 #include "sk_redundancy.h"
 
 SK_EXTERN_C_BEGIN
@@ -135,6 +140,9 @@ typedef struct sk_ckpt_manifest {
   int64_t step, position;
   int devices;
   uint32_t block;
+  char optimizer[16];             /* the saving run's, as sk_optim_kind_name spells it (sgd,
+                                     momentum, adam); "" unknown: a version-1 manifest, or a save
+                                     whose desc gave none */
   int nfiles, nentries;
   sk_ckpt_file *files;
   sk_ckpt_entry *entries;
@@ -156,6 +164,7 @@ typedef enum sk_ckpt_stage {
    leaving what is on disk (tests kill the process from it instead). */
 typedef struct sk_ckpt_save_desc {
   int64_t step, position; /* the runtime's step count and the data position to resume from */
+  const char *optimizer;  /* the run's optimizer kind, sk_optim_kind_name's spelling; NULL: not recorded */
   const char *strategy;
   size_t strategy_len;
   sk_ckpt_io io;
@@ -433,11 +442,21 @@ static void sk__ckpt_put_dims(sk__ckpt_buf *b, const char *key, int nd, const in
   if (!nd) sk__ckpt_put(b, "-"); /* a scalar */
 }
 
+/* An optimizer kind's name as sk_optim_kind_name spells it (what the manifest's line may hold). */
+static bool sk__ckpt_optimizer_known(const char *name) {
+  sk_optim_kind kind;
+  return sk_optim_kind_from_name(name, &kind);
+}
+
 SK_API sk_result sk_ckpt_manifest_format(const sk_ckpt_manifest *m, char **text, size_t *len, sk_error *err) {
   if (!m || !text) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_manifest_format: NULL argument");
+  const char *opt = m->optimizer;
+  if (!memchr(opt, 0, sizeof m->optimizer) || (*opt && !sk__ckpt_optimizer_known(opt)))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_manifest_format: optimizer '%.*s' is not sgd, momentum or adam",
+                    (int)sizeof m->optimizer, opt);
   sk__ckpt_buf b = {NULL, 0, 0, false};
-  sk__ckpt_put(&b, "shardkit-checkpoint 1\nname %s\nstep %lld\nposition %lld\ndevices %d\nblock %u\n", m->name,
-               (long long)m->step, (long long)m->position, m->devices, (unsigned)m->block);
+  sk__ckpt_put(&b, "shardkit-checkpoint 2\nname %s\nstep %lld\nposition %lld\ndevices %d\nblock %u\noptimizer %s\n",
+               m->name, (long long)m->step, (long long)m->position, m->devices, (unsigned)m->block, *opt ? opt : "-");
   for (int f = 0; f < m->nfiles; f++) {
     const sk_ckpt_file *F = &m->files[f];
     sk__ckpt_put(&b, "file %s size %llu crc %08x blocks ", F->name, (unsigned long long)F->size, (unsigned)F->crc);
@@ -601,13 +620,29 @@ static int sk__ckpt_count(const char *text, size_t len, const char *key) {
   return n;
 }
 
-/* The header lines, in order. */
+/* Version 2's "optimizer KIND" line: exactly an optimizer's name, or "-" (the saver gave none). */
+static sk_result sk__ckpt_parse_optimizer(sk__ckpt_cur *c, sk_ckpt_manifest *m, sk_error *err) {
+  const char *s;
+  size_t n;
+  if (!sk__ckpt_line(c, &s, &n) || n < 10 || n >= 10 + sizeof m->optimizer || memcmp(s, "optimizer ", 10))
+    return sk__ckpt_bad(err, c, "expected: optimizer sgd|momentum|adam|-");
+  memcpy(c->buf, s + 10, n - 10), c->buf[n - 10] = 0;
+  bool none = !strcmp(c->buf, "-");
+  /* the length too: a NUL inside the line would end the name early */
+  if (strlen(c->buf) != n - 10 || (!none && !sk__ckpt_optimizer_known(c->buf)))
+    return sk__ckpt_bad(err, c, "an optimizer that is not sgd, momentum, adam or -");
+  snprintf(m->optimizer, sizeof m->optimizer, "%.15s", none ? "" : c->buf); /* a name: 8 bytes at most */
+  return SK_OK;
+}
+
+/* The header lines, in order; version 1 has no optimizer line. */
 static sk_result sk__ckpt_parse_head(sk__ckpt_cur *c, sk_ckpt_manifest *m, sk_error *err) {
   static const char *const keys[5] = {"name", "step", "position", "devices", "block"};
   const char *s;
   size_t n;
-  if (!sk__ckpt_line(c, &s, &n) || n != 21 || memcmp(s, "shardkit-checkpoint 1", 21))
-    return sk__ckpt_bad(err, c, "not a shardkit checkpoint manifest (version 1)");
+  if (!sk__ckpt_line(c, &s, &n) || n != 21 || memcmp(s, "shardkit-checkpoint ", 20) || (s[20] != '1' && s[20] != '2'))
+    return sk__ckpt_bad(err, c, "not a shardkit checkpoint manifest (version 1 or 2)");
+  bool v2 = s[20] == '2';
   for (int k = 0; k < 5; k++) {
     long long v = 0;
     char fmt[32];
@@ -624,7 +659,7 @@ static sk_result sk__ckpt_parse_head(sk__ckpt_cur *c, sk_ckpt_manifest *m, sk_er
     if (k == 3) m->devices = (int)v;
     if (k == 4) m->block = (uint32_t)v;
   }
-  return SK_OK;
+  return v2 ? sk__ckpt_parse_optimizer(c, m, err) : SK_OK;
 }
 
 /* Every entry's file and byte range inside its file. */
@@ -1193,12 +1228,17 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
   int nmine = 0;
   sk_ckpt_manifest m;
   memset(&m, 0, sizeof m);
-  sk_result r = sk__ckpt_agree(&S, sk__ckpt_check_slices(n, slices, err), err);
+  sk_result r = sk__ckpt_check_slices(n, slices, err);
+  if (!r && desc->optimizer && !sk__ckpt_optimizer_known(desc->optimizer))
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_save: optimizer '%.32s' is not sgd, momentum or adam",
+                 desc->optimizer);
+  r = sk__ckpt_agree(&S, r, err); /* before anything is written: a device refused, none saves */
   if (!r) r = sk__ckpt_save_data(&S, &nmine, err);
   if (!r) r = sk__ckpt_gather(&S, nmine, &m, err);
   if (!r && S.rank == 0) {
     snprintf(m.name, sizeof m.name, "%s", S.name);
     m.step = desc->step, m.position = desc->position, m.devices = S.size, m.block = SK_CKPT_BLOCK;
+    snprintf(m.optimizer, sizeof m.optimizer, "%s", desc->optimizer ? desc->optimizer : "");
     r = sk__ckpt_commit(&S, &m, err);
   }
   r = sk__ckpt_agree(&S, r, err); /* every device learns of a failure */
@@ -1662,6 +1702,7 @@ SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, 
   sk_ckpt_save_desc d;
   memset(&d, 0, sizeof d);
   d.step = m->step, d.position = m->position, d.strategy = strategy, d.strategy_len = slen, d.io = io;
+  d.optimizer = m->optimizer[0] ? m->optimizer : NULL; /* sk_ckpt_save checks it */
   if (!r) r = sk_ckpt_save(NULL, out_root, &d, n, whole, report, err);
   for (int k = 0; k < n; k++) free(whole[k].data);
   free(whole), free(strategy);

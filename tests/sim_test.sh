@@ -500,6 +500,40 @@ ln -s "$tmp/victim" "$tmp/cks/ckpt-00000002"
 if [ $rc -eq 1 ] && grep -qF "$tmp/cks/ckpt-00000002 is a symbolic link, not a checkpoint directory" "$tmp/err" &&
    [ "$(cat "$tmp/victim/a" "$tmp/victim/b" | tr -d '\n')" = ab ]; then ok
 else bad "saving over a symlinked ckpt-00000002: exit $rc: $(cat "$tmp/err"); left: $(ls "$tmp/victim")"; fi
+# The optimizer a checkpoint was saved with: Adam's states do not load into a Momentum run (refused
+# naming both, before any step); --load-checkpoint-params-only loads the parameters alone (its
+# first loss is the saved parameters' loss: the uninterrupted Adam run's step 10, bitwise on the
+# same 8 devices) and its own save records Momentum; a version-1 manifest (no optimizer line,
+# its crc rewritten) loads only with the flag.
+# crc32 FILE: zlib's crc32 of its bytes, lowercase hex (gzip's trailer holds it, little-endian)
+crc32() { gzip -c <"$1" | tail -c 8 | head -c 4 | od -An -tx1 | awk '{ print $4 $3 $2 $1 }'; }
+"$BIN" --net $TNET --devices 8 --steps 10 --dtype f64 --optimizer adam --save-checkpoint "$tmp/cka" >"$tmp/out" 2>"$tmp/err" &&
+  grep -qx 'optimizer adam' "$tmp/cka/ckpt-00000010/MANIFEST" && build/sk-ckpt list "$tmp/cka" | grep -q 'devices, optimizer adam$' &&
+  ok || bad "save with adam: the manifest's optimizer line: $(cat "$tmp/err"; head -8 "$tmp/cka/ckpt-00000010/MANIFEST")"
+expect_fail "adam's checkpoint into a momentum run" \
+  "checkpoint $tmp/cka/ckpt-00000010 was saved with adam; this run uses momentum (use --load-checkpoint-params-only" \
+  --net $TNET --devices 8 --steps 1 --dtype f64 --optimizer momentum --load-checkpoint "$tmp/cka"
+grep -q 'loss is' "$tmp/out" && bad "a refused load trained: $(cat "$tmp/out")" || ok
+w10=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/full")
+"$BIN" --net $TNET --devices 8 --steps 2 --dtype f64 --optimizer momentum --load-checkpoint "$tmp/cka" \
+  --load-checkpoint-params-only --save-checkpoint "$tmp/ckb" >"$tmp/out" 2>"$tmp/err"; rc=$?
+got=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/out")
+if [ $rc -eq 0 ] && [ -n "$w10" ] && [ "$got" = "$w10" ] && grep -q 'parameters only: the optimizer starts afresh' "$tmp/err" &&
+   grep -qx 'optimizer momentum' "$tmp/ckb/ckpt-00000012/MANIFEST"; then ok
+else bad "--load-checkpoint-params-only: exit $rc, loss $got, the saved run's $w10: $(cat "$tmp/err")"; fi
+"$BIN" --net $TNET --devices 4 --steps 1 --dtype f64 --optimizer momentum --load-checkpoint "$tmp/ckb" >"$tmp/out" 2>"$tmp/err" &&
+  grep -q 'ckpt-00000012 loaded: step 12' "$tmp/err" && grep -q '^# 4 devices, f64, threads backend, 1 steps' "$tmp/out" &&
+  ok || bad "resume from a params-only run's checkpoint: $(cat "$tmp/err")"
+man=$tmp/cka/ckpt-00000010/MANIFEST
+sed -e '1s/ 2$/ 1/' -e '/^optimizer /d' -e '/^crc /d' "$man" >"$tmp/v1" && printf 'crc %s\n' "$(crc32 "$tmp/v1")" >>"$tmp/v1" &&
+  cp "$tmp/v1" "$man"
+build/sk-ckpt list "$tmp/cka" | grep -q 'devices, optimizer not recorded$' && ok || bad "sk-ckpt list of a version-1 manifest: $(build/sk-ckpt list "$tmp/cka" 2>&1 | head -3)"
+expect_fail "a version-1 checkpoint without the flag" "does not record its optimizer (version 1): only --load-checkpoint-params-only" \
+  --net $TNET --devices 8 --steps 1 --dtype f64 --optimizer adam --load-checkpoint "$tmp/cka"
+"$BIN" --net $TNET --devices 8 --steps 1 --dtype f64 --load-checkpoint "$tmp/cka" --load-checkpoint-params-only >"$tmp/out" 2>"$tmp/err"
+got=$(sed -n 's/^epoch: 0 step: 10, loss is //p' "$tmp/out")
+[ -n "$got" ] && [ "$got" = "$w10" ] && ok || bad "a version-1 checkpoint with the flag: loss $got, want $w10: $(cat "$tmp/err")"
+expect_fail "--load-checkpoint-params-only alone" "needs --load-checkpoint DIR" --net $TNET --devices 2 --steps 1 --load-checkpoint-params-only
 # Under a pipeline (2 stages x 4, searched strategies, Adam, optimizer parallel): each stage's
 # devices write its parameters; resumed on the same pipeline (bitwise), another (2 x 2), none on 8,
 # and 1 device (within 1e-12: the first steps ran in another summation order).

@@ -75,14 +75,14 @@ static sk_result device(sk_comm *c, void *arg) {
   sk_error e = {SK_OK, ""};
   long pos = 0;
   sk_result r = sk_runtime_create(c, &J->plan, &d, &rt, &e);
-  if (!r && J->ck.load) r = sim_ckpt_load(c, rt, &J->plan, &J->ck, &pos, false, &e);
+  if (!r && J->ck.load) r = sim_ckpt_load(c, rt, &J->plan, d.optim.kind, &J->ck, &pos, false, &e);
   for (long s = pos; !r && s < pos + J->steps; s++) {
     double loss = 0;
     r = feed(rt, J->g, s, &e);
     if (!r) r = sk_runtime_step(rt, &loss, &e);
     if (!r && rank == 0) J->losses[s] = loss;
   }
-  if (!r && J->ck.save) r = sim_ckpt_save(c, rt, &J->plan, &J->ck, pos + J->steps, false, &e);
+  if (!r && J->ck.save) r = sim_ckpt_save(c, rt, &J->plan, d.optim.kind, &J->ck, pos + J->steps, false, &e);
   J->r[rank] = r;
   snprintf(J->msg[rank], sizeof J->msg[rank], "%s", e.msg);
   sk_runtime_destroy(rt);
