@@ -358,6 +358,7 @@ static sk_result sk__st_hsdp(const sk__st_rd *rd, sk_hsdp *h) {
       (r = sk__st_int(&cx, v, "threshold", 0, LLONG_MAX / 1024, &kb)) ||
       (r = sk__st_string(&cx, v, "optimizer_level", &level)))
     return r;
+  if (size == 0) return sk__st_fail(&cx, "shard_size", "expected -1 (the replica group) or a positive count, got 0");
   h->enabled = true, h->shard_size = (int)size, h->threshold_kb = kb;
   while ((int)h->level < SK_HSDP_LEVEL_COUNT && strcmp(level, sk_hsdp_level_name(h->level))) h->level = (sk_hsdp_level)(h->level + 1);
   if ((int)h->level == SK_HSDP_LEVEL_COUNT) return sk__st_fail(&cx, "optimizer_level", "expected \"level1\", \"level2\" or \"level3\"");
