@@ -10,16 +10,27 @@
    WHAT IT DOES
      sk_strategy_compile is sk_parallel_compile for a desc that names strategy files (which
      sk_parallel_compile refuses):
-       1. load_operator_strategy_file: every operator takes the strategy (or layouts) the file
-          saved for it, replacing the network's own (a saved data-parallel fallback or
-          default is saved as null and clears it), and the desc takes the file's dataset
-          strategy: a saved plan is compiled again as it was, in whatever parallel mode;
-       2. the network is compiled with the file fields cleared;
-       3. load_param_strategy_file: every parameter layout the file saved must be the one the
-          plan gives that parameter (the checkpoint it describes must fit);
-       4. save_param_strategy_file / save_operator_strategy_file: the plan's parameter layouts
-          / the strategies its operators used, with its dataset strategy. The same path for both
+       1. load_operator_strategy_file: every operator takes the strategy (or layouts) and the
+          pipeline stage the file saved for it, replacing the network's own `shard` and `stage`
+          annotation, and the desc takes the file's dataset strategy, stage count and hsdp: a
+          saved plan is compiled again as it was, in whatever parallel mode;
+       2. the network is compiled with the file fields cleared; with several chunks per stage
+          (the compiler then cuts by FLOPs) every operator must land on the file's stage;
+       3. load_param_strategy_file: every parameter layout and optimizer shard the file saved
+          must be the one the plan gives that parameter (the checkpoint it describes must fit);
+       4. save_param_strategy_file / save_operator_strategy_file: the plan's stages and hsdp,
+          and its parameter layouts and optimizer shards / the strategies and stages its
+          operators used, with its dataset strategy. An operator without a strategy (the
+          default, or a fallback) is written with the one it got. The same path for both
           writes one file holding both sections; the two loads may name one file too.
+     Saving then loading gives every device the same program and the same losses.
+     PRECEDENCE: the file's plan wins for what it records. Its stage count and hsdp are taken
+     where the desc sets none (pipeline.stages 0, hsdp off); a desc that sets others is
+     refused by name ("stages: the file's plan has 2 pipeline stages, the configuration asks
+     for 4"), never overridden. micro_size, the scheduler and interleave stay the desc's.
+     VERSIONS: files are written as version 2 (device_num every stage's, "stages", "hsdp", a
+     "stage" per operator, an "opt_shard" per parameter); version 1 files (none of these keys,
+     defaults as null) still load as before, the desc's stages and hsdp used.
      Parameters are the trainable ones (the loss's gradient reaches them: read at a
      differentiable input of an operator the loss depends on) unless
      desc->strategy_file_all_params (MindSpore's disable_strategy_file_only_for_trainable_params). The text is canonical: fixed key order,
@@ -28,9 +39,12 @@
    ERRORS
      A refused file gives SK_ERR_INVALID_ARGUMENT and one line naming the FIRST mismatch, after
      the file's base name: an empty file, invalid JSON (jansson's line and column), a file for
-     another device count, an operator or parameter the network lacks or a network operator
-     (or parameter to check) the file lacks, another operator type or parameter shape, a value
-     of the wrong kind (with its JSON path), a parameter laid out otherwise after compiling:
+     another device count, stages or hsdp the configuration contradicts, an operator or
+     parameter the network lacks or a network operator (or parameter to check) the file lacks,
+     another operator type or parameter shape, a value of the wrong kind or out of range (with
+     its JSON path: a stage not below the stage count, an opt_shard that does not fit the
+     layout), an operator on another stage or a parameter laid out or sharded otherwise after
+     compiling:
        plan.json: line 40: parameters[1] ("fc2.weight"): laid out otherwise after compiling: ...
      The line is that of the element's "name" pair, else of the top-level key holding the value.
      The compiler's own refusals pass through unchanged. A file that cannot be read or written:
@@ -52,8 +66,8 @@
 SK_EXTERN_C_BEGIN
 
 /* Compiles g as sk_parallel_compile does, reading and writing the strategy files desc names
-   (see above). g's operators keep the loaded strategies (the plan borrows g); on failure g is
-   unchanged and *plan empty. */
+   (see above). g's operators keep the loaded strategies and stages (the plan borrows g); on
+   failure g is unchanged and *plan empty. */
 SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
                                      sk_error *err);
 
@@ -67,12 +81,14 @@ SK_API sk_result sk_strategy_format(const sk_parallel_plan *plan, bool params, b
 SK_API sk_result sk_strategy_save(const sk_parallel_plan *plan, const char *path, bool params, bool operators,
                                   bool all_params, sk_error *err);
 
-/* Step 1 alone: the operator strategies of the file at path into g's operators and its dataset
-   strategy into *desc, whose ndevices the file's device count must equal. On failure neither
-   is changed. */
+/* Step 1 alone: the operator strategies (and, with one chunk per stage, stages) of the file at
+   path into g's operators, and its dataset strategy, stage count and hsdp into *desc (see
+   PRECEDENCE), whose ndevices the file's device count must equal. On failure neither is
+   changed. */
 SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_parallel_desc *desc, sk_error *err);
-/* Step 3 alone: every parameter layout the file at path holds against the compiled plan; every
-   parameter of the network (the trainable ones unless all_params) must be in the file. */
+/* Step 3 alone: the stages, hsdp and every parameter layout and optimizer shard the file at path
+   holds against the compiled plan; every parameter of the network (the trainable ones unless
+   all_params) must be in the file. */
 SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_plan *plan, bool all_params,
                                           sk_error *err);
 
