@@ -376,8 +376,10 @@ static sk_result sk__st_hsdp(const sk__st_rd *rd, sk_hsdp *h) {
     return r;
   if (size == 0) return sk__st_fail(&cx, "shard_size", "expected -1 (the replica group) or a positive count, got 0");
   h->enabled = true, h->shard_size = (int)size, h->threshold_kb = kb;
-  while ((int)h->level < SK_HSDP_LEVEL_COUNT && strcmp(level, sk_hsdp_level_name(h->level))) h->level = (sk_hsdp_level)(h->level + 1);
-  if ((int)h->level == SK_HSDP_LEVEL_COUNT) return sk__st_fail(&cx, "optimizer_level", "expected \"level1\", \"level2\" or \"level3\"");
+  int k = 0;
+  while (k < SK_HSDP_LEVEL_COUNT && strcmp(level, sk_hsdp_level_name((sk_hsdp_level)k))) k++;
+  if (k == SK_HSDP_LEVEL_COUNT) return sk__st_fail(&cx, "optimizer_level", "expected \"level1\", \"level2\" or \"level3\"");
+  h->level = (sk_hsdp_level)k;
   sk_error e;
   if (sk_hsdp_check(h, &e)) return sk__st_fail(&cx, "", "%s", e.msg);
   return SK_OK;
@@ -386,7 +388,8 @@ static sk_result sk__st_hsdp(const sk__st_rd *rd, sk_hsdp *h) {
 /* The top level: what the file is, its version, for how many devices (v1_devices in a version
    1 file, devices in a later one), and (version 2) the stages and hsdp, into *h. */
 static sk_result sk__st_header(const sk__st_rd *rd, int v1_devices, int devices, sk__st_head *h) {
-  static const char *const v1[] = {"format", "version", "device_num", "dataset_strategy", "operators", "parameters", NULL};
+  static const char *const v1[] = {"format", "version", "device_num", "dataset_strategy", "operators", "parameters",
+                                   NULL};
   static const char *const v2[] = {"format", "version", "device_num", "stages", "hsdp", "dataset_strategy", "operators",
                                    "parameters", NULL};
   sk__st_cx cx;
@@ -550,8 +553,10 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_g
   if (kind != g->ops[o].desc.kind)
     return sk__st_fail(&cx, "type", "a %s in the file, a %s in the network", sk_op_kind_name(kind),
                        sk_op_kind_name(g->ops[o].desc.kind));
-  if (h->version >= 2 && (r = sk__st_int(&cx, v, "stage", 0, h->stages - 1, &stage))) return r;
-  stages[o] = (int)stage;
+  if (h->version >= 2) {
+    if ((r = sk__st_int(&cx, v, "stage", 0, h->stages - 1, &stage))) return r;
+    stages[o] = (int)stage;
+  }
   if (!json_object_get(v, "strategy")) return sk__st_fail(&cx, "strategy", "missing (null: no strategy)");
   if ((fell = json_object_get(v, "fell_back")) && !json_is_boolean(fell))
     return sk__st_fail(&cx, "fell_back", "expected true or false, got %s", sk__st_type(fell));
@@ -570,8 +575,8 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_g
 }
 
 /* "operators": one entry per network operator, each the network has. */
-static sk_result sk__st_ops(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, sk_op_desc *descs, int *stages,
-                            bool *seen) {
+static sk_result sk__st_ops(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, sk_op_desc *descs,
+                            int *stages, bool *seen) {
   json_t *list = json_object_get(rd->root, "operators");
   sk__st_cx cx;
   sk__st_top(&cx, rd, "operators");
@@ -681,7 +686,10 @@ SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_pa
     /* the stages become the network's annotations, which the compiler follows with one chunk
        per stage; with more, it cuts by FLOPs and sk_strategy_compile checks the cut */
     bool annotate = h.version >= 2 && sk__st_chunks(&d.pipeline) == 1;
-    for (int o = 0; o < g->nops; o++) g->ops[o].desc = descs[o], g->ops[o].stage = annotate ? stages[o] : g->ops[o].stage;
+    for (int o = 0; o < g->nops; o++) {
+      g->ops[o].desc = descs[o];
+      if (annotate) g->ops[o].stage = stages[o];
+    }
     *desc = d;
   }
   free(descs), free(stages), free(seen);
@@ -797,9 +805,11 @@ static sk_result sk__st_opt_shard(sk__st_cx *cx, json_t *v, const sk_layout *l, 
   if (s * m != replicas)
     return sk__st_fail(cx, "size", "%lld shards x mirror %lld are not the layout's %d replicas", s, m, replicas);
   sk_layout_slice_shape(l, want);
-  if (want[0] % s) return sk__st_fail(cx, "size", "%lld shards do not divide dim 0 of the slice (%lld)", s, (long long)want[0]);
+  if (want[0] % s)
+    return sk__st_fail(cx, "size", "%lld shards do not divide dim 0 of the slice (%lld)", s, (long long)want[0]);
   want[0] /= s;
-  if ((r = sk__st_ints(cx, json_object_get(o, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, got, &n))) return r;
+  if ((r = sk__st_ints(cx, json_object_get(o, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, got, &n)))
+    return r;
   bool same = n == l->ndims;
   for (int d = 0; same && d < n; d++) same = got[d] == want[d];
   if (!same) {
@@ -846,7 +856,7 @@ static sk_result sk__st_param(const sk__st_rd *rd, const sk__st_head *h, const s
   if ((r = sk__st_file_layout(&cx, v, x, p->desc.ndevices, &fl))) return r;
   if (h->version >= 2 && (r = sk__st_opt_shard(&cx, v, &fl, &size, &mirror))) return r;
   const sk_parallel_tensor *pt = &p->tensors[t];
-  char a[200], b[200];
+  char a[320], b[320]; /* sk__st_layout_text writes at most 289 bytes */
   /* a scalar is whole everywhere */
   if (x->ndims != 0 && !sk_parallel_same_layout(&fl, &pt->layout)) {
     sk__st_layout_text(&fl, a, sizeof a), sk__st_layout_text(&pt->layout, b, sizeof b);
@@ -857,7 +867,8 @@ static sk_result sk__st_param(const sk__st_rd *rd, const sk__st_head *h, const s
   else (void)snprintf(a, sizeof a, "kept whole");
   if (pt->opt_size) (void)snprintf(b, sizeof b, "%d shards, mirror %d", pt->opt_size, pt->opt_mirror);
   else (void)snprintf(b, sizeof b, "kept whole (%.120s)", pt->opt_why ? pt->opt_why : "");
-  return sk__st_fail(&cx, "opt_shard", "optimizer-sharded otherwise after compiling: the file's %s; the plan's %s", a, b);
+  return sk__st_fail(&cx, "opt_shard", "optimizer-sharded otherwise after compiling: the file's %s; the plan's %s", a,
+                     b);
 }
 
 SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_plan *p, bool all_params, sk_error *err) {
@@ -954,12 +965,14 @@ static json_t *sk__sw_i64s(sk__sw *w, const int64_t *v, int n) {
 }
 
 /* Whether two rule plans are the same, as sk_op_plan_format prints them (mesh, layouts,
-   collectives). */
-static bool sk__sw_same_op_plan(const sk_op_plan *a, const sk_op_plan *b) {
+   collectives); out of memory sets w->failed. */
+static bool sk__sw_same_op_plan(sk__sw *w, const sk_op_plan *a, const sk_op_plan *b) {
   size_t na = sk_op_plan_format(a, NULL, 0), nb = sk_op_plan_format(b, NULL, 0);
-  char *x = na == nb ? (char *)malloc(na + 1) : NULL, *y = x ? (char *)malloc(nb + 1) : NULL;
-  bool same = y != NULL;
+  if (na != nb) return false;
+  char *x = (char *)malloc(na + 1), *y = (char *)malloc(nb + 1);
+  bool same = x && y;
   if (same) sk_op_plan_format(a, x, na + 1), sk_op_plan_format(b, y, nb + 1), same = !strcmp(x, y);
+  else w->failed = true;
   free(x), free(y);
   return same;
 }
@@ -967,8 +980,9 @@ static bool sk__sw_same_op_plan(const sk_op_plan *a, const sk_op_plan *b) {
 /* An operator planned without a strategy (MindSpore's default, or a fallback) written with the
    strategy it got: its rule's cut of each input (OneHot's indices: of its output, over which
    its tuple is written). Kept only when the rule planning those tuples gives the same plan;
-   false (written null) otherwise, or when out of memory. */
-static bool sk__sw_default(const sk_parallel_plan *p, int o, sk_op_desc *out) {
+   false (written null) otherwise. */
+static bool sk__sw_default(sk__sw *w, int o, sk_op_desc *out) {
+  const sk_parallel_plan *p = w->p;
   const sk_parallel_op *po = &p->ops[o];
   sk_op_desc d = po->desc;
   sk_op_plan probe;
@@ -978,7 +992,7 @@ static bool sk__sw_default(const sk_parallel_plan *p, int o, sk_op_desc *out) {
     const sk_layout *l = d.kind == SK_OP_ONE_HOT && k == 0 ? &po->plan.out[0] : &po->plan.in[k];
     for (int e = 0; e < l->ndims; e++) d.strategy[k][e] = sk_layout_split_count(l, e);
   }
-  if (sk_op_plan_make(&d, p->desc.ndevices, &probe, NULL) || !sk__sw_same_op_plan(&probe, &po->plan)) return false;
+  if (sk_op_plan_make(&d, p->desc.ndevices, &probe, NULL) || !sk__sw_same_op_plan(w, &probe, &po->plan)) return false;
   *out = d;
   return true;
 }
@@ -990,7 +1004,7 @@ static json_t *sk__sw_shard(sk__sw *w, int o) {
   const sk_graph *g = w->p->graph;
   const sk_op_desc *d = &w->p->ops[o].desc;
   sk_op_desc got;
-  if (!d->has_strategy && (d->has_layouts || !sk__sw_default(w->p, o, &got))) return json_null();
+  if (!d->has_strategy && (d->has_layouts || !sk__sw_default(w, o, &got))) return json_null();
   if (!d->has_strategy) d = &got;
   json_t *tuples = json_array();
   int n = d->nstrategies ? d->nstrategies : sk__st_tuples(&g->ops[o]);
