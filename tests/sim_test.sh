@@ -247,7 +247,7 @@ else bad "strategy file: other losses: $(tail -2 "$tmp/s1")"; fi
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --save-strategy "$tmp/op.json" >/dev/null 2>&1
 : >"$tmp/empty.json"
 
-# under a pipeline (the pair): saved with --pipeline 2 --micro 4 and loaded with the same
+# under a pipeline (the reported pair): saved with --pipeline 2 --micro 4 and loaded with the same
 # flags, the same program on both stages and the same losses; loaded with --micro 4 alone the
 # file's 2 stages are taken, and with --hsdp saved, the file's hsdp (docs/strategy-files.md)
 PP="--net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4"

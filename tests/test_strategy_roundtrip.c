@@ -177,7 +177,7 @@ Test(strategy_roundtrip, semi_auto) {
   round_trip(RECURSIVE, &d, &d);
 }
 
-/* The issue's case: --pipeline 2 --micro 4 saved, then loaded with the same flags; and loaded
+/* The reported case: --pipeline 2 --micro 4 saved, then loaded with the same flags; and loaded
    with --micro 4 alone, the file's 2 stages taken. */
 Test(strategy_roundtrip, pipeline_two_stages_four_micro_batches) {
   sk_parallel_desc d = piped(8, 2, 4), l = piped(8, 0, 4);
