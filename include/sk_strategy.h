@@ -10,16 +10,27 @@
    WHAT IT DOES
      sk_strategy_compile is sk_parallel_compile for a desc that names strategy files (which
      sk_parallel_compile refuses):
-       1. load_operator_strategy_file: every operator takes the strategy (or layouts) the file
-          saved for it, replacing the network's own (a saved data-parallel fallback or
-          default is saved as null and clears it), and the desc takes the file's dataset
-          strategy: a saved plan is compiled again as it was, in whatever parallel mode;
-       2. the network is compiled with the file fields cleared;
-       3. load_param_strategy_file: every parameter layout the file saved must be the one the
-          plan gives that parameter (the checkpoint it describes must fit);
-       4. save_param_strategy_file / save_operator_strategy_file: the plan's parameter layouts
-          / the strategies its operators used, with its dataset strategy. The same path for both
+       1. load_operator_strategy_file: every operator takes the strategy (or layouts) and the
+          pipeline stage the file saved for it, replacing the network's own `shard` and `stage`
+          annotation, and the desc takes the file's dataset strategy, stage count and hsdp: a
+          saved plan is compiled again as it was, in whatever parallel mode;
+       2. the network is compiled with the file fields cleared; with several chunks per stage
+          (the compiler then cuts by FLOPs) every operator must land on the file's stage;
+       3. load_param_strategy_file: every parameter layout and optimizer shard the file saved
+          must be the one the plan gives that parameter (the checkpoint it describes must fit);
+       4. save_param_strategy_file / save_operator_strategy_file: the plan's stages and hsdp,
+          and its parameter layouts and optimizer shards / the strategies and stages its
+          operators used, with its dataset strategy. An operator without a strategy (the
+          default, or a fallback) is written with the one it got. The same path for both
           writes one file holding both sections; the two loads may name one file too.
+     Saving then loading gives every device the same program and the same losses.
+     PRECEDENCE: the file's plan wins for what it records. Its stage count and hsdp are taken
+     where the desc sets none (pipeline.stages 0, hsdp off); a desc that sets others is
+     refused by name ("stages: the file's plan has 2 pipeline stages, the configuration asks
+     for 4"), never overridden. micro_size, the scheduler and interleave stay the desc's.
+     VERSIONS: files are written as version 2 (device_num every stage's, "stages", "hsdp", a
+     "stage" per operator, an "opt_shard" per parameter); version 1 files (none of these keys,
+     defaults as null) still load as before, the desc's stages and hsdp used.
      Parameters are the trainable ones (the loss's gradient reaches them: read at a
      differentiable input of an operator the loss depends on) unless
      desc->strategy_file_all_params (MindSpore's disable_strategy_file_only_for_trainable_params). The text is canonical: fixed key order,
@@ -28,9 +39,12 @@
    ERRORS
      A refused file gives SK_ERR_INVALID_ARGUMENT and one line naming the FIRST mismatch, after
      the file's base name: an empty file, invalid JSON (jansson's line and column), a file for
-     another device count, an operator or parameter the network lacks or a network operator
-     (or parameter to check) the file lacks, another operator type or parameter shape, a value
-     of the wrong kind (with its JSON path), a parameter laid out otherwise after compiling:
+     another device count, stages or hsdp the configuration contradicts, an operator or
+     parameter the network lacks or a network operator (or parameter to check) the file lacks,
+     another operator type or parameter shape, a value of the wrong kind or out of range (with
+     its JSON path: a stage not below the stage count, an opt_shard that does not fit the
+     layout), an operator on another stage or a parameter laid out or sharded otherwise after
+     compiling:
        plan.json: line 40: parameters[1] ("fc2.weight"): laid out otherwise after compiling: ...
      The line is that of the element's "name" pair, else of the top-level key holding the value.
      The compiler's own refusals pass through unchanged. A file that cannot be read or written:
@@ -56,8 +70,8 @@
 SK_EXTERN_C_BEGIN
 
 /* Compiles g as sk_parallel_compile does, reading and writing the strategy files desc names
-   (see above). g's operators keep the loaded strategies (the plan borrows g); on failure g is
-   unchanged and *plan empty. */
+   (see above). g's operators keep the loaded strategies and stages (the plan borrows g); on
+   failure g is unchanged and *plan empty. */
 SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
                                      sk_error *err);
 
@@ -71,12 +85,14 @@ SK_API sk_result sk_strategy_format(const sk_parallel_plan *plan, bool params, b
 SK_API sk_result sk_strategy_save(const sk_parallel_plan *plan, const char *path, bool params, bool operators,
                                   bool all_params, sk_error *err);
 
-/* Step 1 alone: the operator strategies of the file at path into g's operators and its dataset
-   strategy into *desc, whose ndevices the file's device count must equal. On failure neither
-   is changed. */
+/* Step 1 alone: the operator strategies (and, with one chunk per stage, stages) of the file at
+   path into g's operators, and its dataset strategy, stage count and hsdp into *desc (see
+   PRECEDENCE), whose ndevices the file's device count must equal. On failure neither is
+   changed. */
 SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_parallel_desc *desc, sk_error *err);
-/* Step 3 alone: every parameter layout the file at path holds against the compiled plan; every
-   parameter of the network (the trainable ones unless all_params) must be in the file. */
+/* Step 3 alone: the stages, hsdp and every parameter layout and optimizer shard the file at path
+   holds against the compiled plan; every parameter of the network (the trainable ones unless
+   all_params) must be in the file. */
 SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_plan *plan, bool all_params,
                                           sk_error *err);
 
@@ -98,7 +114,7 @@ SK_EXTERN_C_END
 SK_EXTERN_C_BEGIN
 
 #define SK__ST_FORMAT "shardkit-strategy"
-#define SK__ST_VERSION 1
+#define SK__ST_VERSION 2 /* 1: no stages, hsdp or opt_shard; still read */
 #define SK__ST_DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
 
 /* ---- shared by reading and writing ---------------------------------------------------------- */
@@ -312,28 +328,129 @@ static void sk__st_close(sk__st_rd *rd) {
   memset(rd, 0, sizeof *rd);
 }
 
-/* The top level: what the file is, and for how many devices. */
-static sk_result sk__st_header(const sk__st_rd *rd, int ndevices) {
-  static const char *const keys[] = {"format", "version", "device_num", "dataset_strategy", "operators", "parameters",
-                                     NULL};
+/* What the top level records of the plan. Version 1 files record the device count only (of a
+   pipeline stage, when the plan had stages); version 2 the world's, the stages and hsdp. */
+typedef struct sk__st_head {
+  int version;
+  int stages;    /* version 2: the pipeline stages (1: none); 0 in version 1 */
+  sk_hsdp hsdp;  /* version 2: the plan's optimizer parallel (enabled false: off) */
+} sk__st_head;
+
+/* A single integer member `key` of obj in lo..hi. */
+static sk_result sk__st_int(sk__st_cx *cx, json_t *obj, const char *key, long long lo, long long hi, long long *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+    return sk__st_fail(cx, key, "expected an integer in %lld..%lld, got %s", lo, hi,
+                       json_is_integer(v) ? "one outside" : sk__st_type(v));
+  *out = (long long)json_integer_value(v);
+  return SK_OK;
+}
+
+/* "hsdp": null (no optimizer parallel) or {"shard_size", "threshold", "optimizer_level"}, the
+   arguments of MindSpore's hsdp(), checked as sk_hsdp_check checks them. */
+static sk_result sk__st_hsdp(const sk__st_rd *rd, sk_hsdp *h) {
+  static const char *const keys[] = {"shard_size", "threshold", "optimizer_level", NULL};
+  json_t *v = json_object_get(rd->root, "hsdp");
+  sk__st_cx cx;
+  const char *level;
+  long long size = 0, kb = 0;
+  sk_result r;
+  sk__st_top(&cx, rd, "hsdp");
+  memset(h, 0, sizeof *h);
+  if (json_is_null(v)) return SK_OK;
+  if (!json_is_object(v))
+    return sk__st_fail(&cx, "hsdp", "expected null (no optimizer parallel) or {\"shard_size\", \"threshold\", "
+                       "\"optimizer_level\"}, got %s", sk__st_type(v));
+  (void)snprintf(cx.where, sizeof cx.where, "hsdp");
+  if ((r = sk__st_keys(&cx, v, keys)) || (r = sk__st_int(&cx, v, "shard_size", -1, SK_MAX_DEVICES, &size)) ||
+      (r = sk__st_int(&cx, v, "threshold", 0, LLONG_MAX / 1024, &kb)) ||
+      (r = sk__st_string(&cx, v, "optimizer_level", &level)))
+    return r;
+  if (size == 0) return sk__st_fail(&cx, "shard_size", "expected -1 (the replica group) or a positive count, got 0");
+  h->enabled = true, h->shard_size = (int)size, h->threshold_kb = kb;
+  int k = 0;
+  while (k < SK_HSDP_LEVEL_COUNT && strcmp(level, sk_hsdp_level_name((sk_hsdp_level)k))) k++;
+  if (k == SK_HSDP_LEVEL_COUNT) return sk__st_fail(&cx, "optimizer_level", "expected \"level1\", \"level2\" or \"level3\"");
+  h->level = (sk_hsdp_level)k;
+  sk_error e;
+  if (sk_hsdp_check(h, &e)) return sk__st_fail(&cx, "", "%s", e.msg);
+  return SK_OK;
+}
+
+/* The top level: what the file is, its version, for how many devices (v1_devices in a version
+   1 file, devices in a later one), and (version 2) the stages and hsdp, into *h. */
+static sk_result sk__st_header(const sk__st_rd *rd, int v1_devices, int devices, sk__st_head *h) {
+  static const char *const v1[] = {"format", "version", "device_num", "dataset_strategy", "operators", "parameters",
+                                   NULL};
+  static const char *const v2[] = {"format", "version", "device_num", "stages", "hsdp", "dataset_strategy", "operators",
+                                   "parameters", NULL};
   sk__st_cx cx;
   const char *format;
+  long long stages = 0;
   sk_result r;
+  memset(h, 0, sizeof *h);
   sk__st_top(&cx, rd, "format");
   if (!json_is_object(rd->root)) return sk__st_fail(&cx, "", "expected the strategy object, got %s", sk__st_type(rd->root));
-  if ((r = sk__st_keys(&cx, rd->root, keys)) || (r = sk__st_string(&cx, rd->root, "format", &format))) return r;
+  if ((r = sk__st_string(&cx, rd->root, "format", &format))) return r;
   if (strcmp(format, SK__ST_FORMAT)) return sk__st_fail(&cx, "format", "expected \"" SK__ST_FORMAT "\"");
   json_t *v = json_object_get(rd->root, "version"), *n = json_object_get(rd->root, "device_num");
   sk__st_top(&cx, rd, "version");
-  if (!json_is_integer(v) || json_integer_value(v) != SK__ST_VERSION)
-    return sk__st_fail(&cx, "version", "expected %d, the version this reader knows, got %s", SK__ST_VERSION,
+  if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SK__ST_VERSION)
+    return sk__st_fail(&cx, "version", "expected 1..%d, the versions this reader knows, got %s", SK__ST_VERSION,
                        json_is_integer(v) ? "another" : sk__st_type(v));
+  h->version = (int)json_integer_value(v);
+  sk__st_top(&cx, rd, "format");
+  if ((r = sk__st_keys(&cx, rd->root, h->version == 1 ? v1 : v2))) return r;
   sk__st_top(&cx, rd, "device_num");
   if (!json_is_integer(n)) return sk__st_fail(&cx, "device_num", "expected an integer, got %s", sk__st_type(n));
-  if (json_integer_value(n) != ndevices)
+  if (h->version == 1) devices = v1_devices;
+  if (json_integer_value(n) != devices)
     return sk__st_fail(&cx, "device_num", "the file is for %lld devices, the plan has %d",
-                       (long long)json_integer_value(n), ndevices);
+                       (long long)json_integer_value(n), devices);
+  if (h->version == 1) return SK_OK;
+  sk__st_top(&cx, rd, "stages");
+  if ((r = sk__st_int(&cx, rd->root, "stages", 1, SK_PIPE_MAX_STAGES, &stages))) return r;
+  if (devices % stages) return sk__st_fail(&cx, "stages", "%lld stages do not divide the %d devices", stages, devices);
+  h->stages = (int)stages;
+  return sk__st_hsdp(rd, &h->hsdp);
+}
+
+static bool sk__st_same_hsdp(const sk_hsdp *a, const sk_hsdp *b) {
+  if (!a->enabled || !b->enabled) return a->enabled == b->enabled;
+  return a->shard_size == b->shard_size && a->threshold_kb == b->threshold_kb && a->level == b->level;
+}
+
+static void sk__st_hsdp_text(const sk_hsdp *h, char *buf, size_t cap) {
+  if (!h->enabled) (void)snprintf(buf, cap, "no optimizer parallel");
+  else (void)snprintf(buf, cap, "hsdp(shard_size=%d, threshold=%lld, optimizer_level=%s)", h->shard_size,
+                      (long long)h->threshold_kb, sk_hsdp_level_name(h->level));
+}
+
+/* The stages and hsdp a version 2 file records against those of `what` (the configuration,
+   where 0 stages and hsdp off stand for "not set": then the file's are taken into *taken; or
+   a compiled plan, which must have the same). A contradiction is refused by name: the file's
+   plan wins for what it records, and nothing is overridden in silence. */
+static sk_result sk__st_setup(const sk__st_rd *rd, const sk__st_head *h, int stages, const sk_hsdp *hsdp,
+                              const char *what, sk_parallel_desc *taken) {
+  sk__st_cx cx;
+  char a[96], b[96];
+  if (h->version < 2) return SK_OK;
+  sk__st_top(&cx, rd, "stages");
+  if ((stages || !taken) && stages != h->stages)
+    return sk__st_fail(&cx, "stages", "the file's plan has %d pipeline stages, %s %d", h->stages, what, stages);
+  sk__st_top(&cx, rd, "hsdp");
+  if ((hsdp->enabled || !taken) && !sk__st_same_hsdp(hsdp, &h->hsdp)) {
+    sk__st_hsdp_text(&h->hsdp, a, sizeof a), sk__st_hsdp_text(hsdp, b, sizeof b);
+    return sk__st_fail(&cx, "hsdp", "the file's plan has %s, %s %s", a, what, b);
+  }
+  if (taken && h->stages > 1) taken->pipeline.stages = h->stages;
+  if (taken) taken->hsdp = h->hsdp;
   return SK_OK;
+}
+
+/* The chunks each stage holds under p, as sk_pipeline.h counts them (zero_bubble_v: two). */
+static int sk__st_chunks(const sk_pipe_desc *p) {
+  return p->scheduler == SK_PIPE_ZERO_BUBBLE_V ? 2 : p->interleave > 1 ? p->interleave : 1;
 }
 
 /* ---- operators ---- */
@@ -402,18 +519,21 @@ static sk_result sk__st_layouts(sk__st_cx *cx, const sk_graph *g, const sk_graph
   return SK_OK;
 }
 
-/* Operator entry i: the network's operator of that name and type, which takes its strategy. */
-static sk_result sk__st_op(const sk__st_rd *rd, const sk_graph *g, json_t *list, size_t i, sk_op_desc *descs,
-                           bool *seen) {
-  static const char *const keys[] = {"name", "type", "strategy", "out_strategy", "layouts", "fell_back", NULL};
+/* Operator entry i: the network's operator of that name and type, which takes its strategy
+   (into descs) and, in a version 2 file, its pipeline stage (into stages). */
+static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, json_t *list, size_t i,
+                           sk_op_desc *descs, int *stages, bool *seen) {
+  static const char *const v1[] = {"name", "type", "strategy", "out_strategy", "layouts", "fell_back", NULL};
+  static const char *const v2[] = {"name", "type", "stage", "strategy", "out_strategy", "layouts", "fell_back", NULL};
   json_t *v = json_array_get(list, i), *out, *fell;
+  long long stage = 0;
   const char *name, *type;
   sk_op_kind kind;
   sk__st_cx cx;
   sk_result r;
   sk__st_element(&cx, rd, "operators", list, i);
   if (!json_is_object(v)) return sk__st_fail(&cx, "", "expected an object, got %s", sk__st_type(v));
-  if ((r = sk__st_keys(&cx, v, keys)) || (r = sk__st_string(&cx, v, "name", &name)) ||
+  if ((r = sk__st_keys(&cx, v, h->version == 1 ? v1 : v2)) || (r = sk__st_string(&cx, v, "name", &name)) ||
       (r = sk__st_string(&cx, v, "type", &type)))
     return r;
   int o = sk__st_find_op(g, name);
@@ -425,6 +545,10 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk_graph *g, json_t *list,
   if (kind != g->ops[o].desc.kind)
     return sk__st_fail(&cx, "type", "a %s in the file, a %s in the network", sk_op_kind_name(kind),
                        sk_op_kind_name(g->ops[o].desc.kind));
+  if (h->version >= 2) {
+    if ((r = sk__st_int(&cx, v, "stage", 0, h->stages - 1, &stage))) return r;
+    stages[o] = (int)stage;
+  }
   if (!json_object_get(v, "strategy")) return sk__st_fail(&cx, "strategy", "missing (null: no strategy)");
   if ((fell = json_object_get(v, "fell_back")) && !json_is_boolean(fell))
     return sk__st_fail(&cx, "fell_back", "expected true or false, got %s", sk__st_type(fell));
@@ -443,15 +567,16 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk_graph *g, json_t *list,
 }
 
 /* "operators": one entry per network operator, each the network has. */
-static sk_result sk__st_ops(const sk__st_rd *rd, const sk_graph *g, sk_op_desc *descs, bool *seen) {
+static sk_result sk__st_ops(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, sk_op_desc *descs,
+                            int *stages, bool *seen) {
   json_t *list = json_object_get(rd->root, "operators");
   sk__st_cx cx;
   sk__st_top(&cx, rd, "operators");
   if (!list) return sk__st_fail(&cx, "operators", "missing: the file holds no operator strategies");
   if (!json_is_array(list)) return sk__st_fail(&cx, "operators", "expected a list, got %s", sk__st_type(list));
-  for (int o = 0; o < g->nops; o++) descs[o] = g->ops[o].desc;
+  for (int o = 0; o < g->nops; o++) descs[o] = g->ops[o].desc, stages[o] = g->ops[o].stage;
   for (size_t i = 0; i < json_array_size(list); i++) {
-    sk_result r = sk__st_op(rd, g, list, i, descs, seen);
+    sk_result r = sk__st_op(rd, h, g, list, i, descs, stages, seen);
     if (r) return r;
   }
   for (int o = 0; o < g->nops; o++)
@@ -540,17 +665,26 @@ SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_pa
   sk__st_rd rd;
   if ((r = sk__st_open(&rd, path, err))) return sk__st_close(&rd), r;
   sk_op_desc *descs = (sk_op_desc *)calloc((size_t)g->nops + 1, sizeof *descs);
+  int *stages = (int *)calloc((size_t)g->nops + 1, sizeof *stages);
   bool *seen = (bool *)calloc((size_t)g->nops + 1, sizeof *seen);
   sk_parallel_desc d = *desc;
-  if (!descs || !seen) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading '%s'", path);
-  if (!r) r = sk__st_header(&rd, desc->ndevices);
+  sk__st_head h;
+  if (!descs || !stages || !seen) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading '%s'", path);
+  if (!r) r = sk__st_header(&rd, desc->ndevices, desc->ndevices, &h);
+  if (!r) r = sk__st_setup(&rd, &h, desc->pipeline.stages, &desc->hsdp, "the configuration asks for", &d);
   if (!r) r = sk__st_dataset(&rd, g, &d);
-  if (!r) r = sk__st_ops(&rd, g, descs, seen);
+  if (!r) r = sk__st_ops(&rd, &h, g, descs, stages, seen);
   if (!r) { /* all or nothing: the graph and desc change only once the whole file is accepted */
-    for (int o = 0; o < g->nops; o++) g->ops[o].desc = descs[o];
+    /* the stages become the network's annotations, which the compiler follows with one chunk
+       per stage; with more, it cuts by FLOPs and sk_strategy_compile checks the cut */
+    bool annotate = h.version >= 2 && sk__st_chunks(&d.pipeline) == 1;
+    for (int o = 0; o < g->nops; o++) {
+      g->ops[o].desc = descs[o];
+      if (annotate) g->ops[o].stage = stages[o];
+    }
     *desc = d;
   }
-  free(descs), free(seen);
+  free(descs), free(stages), free(seen);
   sk__st_close(&rd);
   return r;
 }
@@ -629,9 +763,62 @@ static void sk__st_layout_text(const sk_layout *l, char *buf, size_t cap) {
   (void)snprintf(buf, cap, "device matrix %s, tensor map %s, slice %s", d, l->ndims ? m : "()", s);
 }
 
+/* The devices holding the same slice as each device under l: its mesh over the axes it uses. */
+static int sk__st_replicas(const sk_layout *l) {
+  uint32_t used = sk_layout_used_axes(l);
+  int n = l->mesh.size;
+  for (int a = 0; a < l->mesh.naxes; a++)
+    if (used & (1u << a)) n /= l->mesh.dims[a];
+  return n;
+}
+
+/* "opt_shard": null (kept whole) or {"size": S, "mirror": M, "slice_shape": [...]}, the
+   optimizer shard of a parameter laid out as l: S shards of its slice's dim 0 among the
+   slice's S x M replicas, and the slice each shard holds. Into *size and *mirror (0: whole). */
+static sk_result sk__st_opt_shard(sk__st_cx *cx, json_t *v, const sk_layout *l, int *size, int *mirror) {
+  static const char *const keys[] = {"size", "mirror", "slice_shape", NULL};
+  json_t *o = json_object_get(v, "opt_shard");
+  int64_t want[SK_MAX_DIMS] = {0}, got[SK_MAX_DIMS];
+  long long s = 0, m = 0;
+  int n = 0;
+  sk_result r;
+  *size = *mirror = 0;
+  if (json_is_null(o)) return SK_OK;
+  if (!json_is_object(o))
+    return sk__st_fail(cx, "opt_shard", "expected null (kept whole) or {\"size\", \"mirror\", \"slice_shape\"}, got %s",
+                       sk__st_type(o));
+  size_t up = strlen(cx->where);
+  (void)snprintf(cx->where + up, sizeof cx->where - up, ".opt_shard");
+  if ((r = sk__st_keys(cx, o, keys)) || (r = sk__st_int(cx, o, "size", 2, SK_MAX_DEVICES, &s)) ||
+      (r = sk__st_int(cx, o, "mirror", 1, SK_MAX_DEVICES, &m)))
+    return r;
+  int replicas = sk__st_replicas(l);
+  if (l->ndims == 0) return sk__st_fail(cx, "size", "a scalar has no dim 0 to shard");
+  if (s * m != replicas)
+    return sk__st_fail(cx, "size", "%lld shards x mirror %lld are not the layout's %d replicas", s, m, replicas);
+  sk_layout_slice_shape(l, want);
+  if (want[0] % s)
+    return sk__st_fail(cx, "size", "%lld shards do not divide dim 0 of the slice (%lld)", s, (long long)want[0]);
+  want[0] /= s;
+  if ((r = sk__st_ints(cx, json_object_get(o, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, got, &n)))
+    return r;
+  bool same = n == l->ndims;
+  for (int d = 0; same && d < n; d++) same = got[d] == want[d];
+  if (!same) {
+    char a[96], b[96];
+    sk__st_list_text(got, n, a, sizeof a), sk__st_list_text(want, l->ndims, b, sizeof b);
+    return sk__st_fail(cx, "slice_shape", "%s is not the shard's %s", a, b);
+  }
+  cx->where[up] = 0;
+  *size = (int)s, *mirror = (int)m;
+  return SK_OK;
+}
+
 /* Parameter entry i against the compiled plan. */
-static sk_result sk__st_param(const sk__st_rd *rd, const sk_parallel_plan *p, json_t *list, size_t i, bool *seen) {
-  static const char *const keys[] = {"name", "shape", "device_matrix", "tensor_map", "slice_shape", NULL};
+static sk_result sk__st_param(const sk__st_rd *rd, const sk__st_head *h, const sk_parallel_plan *p, json_t *list,
+                              size_t i, bool *seen) {
+  static const char *const v1[] = {"name", "shape", "device_matrix", "tensor_map", "slice_shape", NULL};
+  static const char *const v2[] = {"name", "shape", "device_matrix", "tensor_map", "slice_shape", "opt_shard", NULL};
   const sk_graph *g = p->graph;
   json_t *v = json_array_get(list, i);
   const char *name;
@@ -641,7 +828,7 @@ static sk_result sk__st_param(const sk__st_rd *rd, const sk_parallel_plan *p, js
   sk_result r;
   sk__st_element(&cx, rd, "parameters", list, i);
   if (!json_is_object(v)) return sk__st_fail(&cx, "", "expected an object, got %s", sk__st_type(v));
-  if ((r = sk__st_keys(&cx, v, keys)) || (r = sk__st_string(&cx, v, "name", &name))) return r;
+  if ((r = sk__st_keys(&cx, v, h->version == 1 ? v1 : v2)) || (r = sk__st_string(&cx, v, "name", &name))) return r;
   int t = sk_graph_find(g, name);
   if (t < 0 || g->tensors[t].role != SK_TENSOR_PARAM)
     return sk__st_fail(&cx, "", "parameter \"%.64s\" is not in the network", name);
@@ -657,12 +844,23 @@ static sk_result sk__st_param(const sk__st_rd *rd, const sk_parallel_plan *p, js
     return sk__st_fail(&cx, "shape", "%s in the file, %s in the network", a, b);
   }
   sk_layout fl;
+  int size = 0, mirror = 0;
   if ((r = sk__st_file_layout(&cx, v, x, p->desc.ndevices, &fl))) return r;
-  const sk_layout *cl = &p->tensors[t].layout;
-  if (x->ndims == 0 || sk_parallel_same_layout(&fl, cl)) return SK_OK; /* a scalar is whole everywhere */
-  char a[200], b[200];
-  sk__st_layout_text(&fl, a, sizeof a), sk__st_layout_text(cl, b, sizeof b);
-  return sk__st_fail(&cx, "", "laid out otherwise after compiling: the file's %s; the plan's %s", a, b);
+  if (h->version >= 2 && (r = sk__st_opt_shard(&cx, v, &fl, &size, &mirror))) return r;
+  const sk_parallel_tensor *pt = &p->tensors[t];
+  char a[320], b[320]; /* sk__st_layout_text writes at most 289 bytes */
+  /* a scalar is whole everywhere */
+  if (x->ndims != 0 && !sk_parallel_same_layout(&fl, &pt->layout)) {
+    sk__st_layout_text(&fl, a, sizeof a), sk__st_layout_text(&pt->layout, b, sizeof b);
+    return sk__st_fail(&cx, "", "laid out otherwise after compiling: the file's %s; the plan's %s", a, b);
+  }
+  if (h->version < 2 || (size == pt->opt_size && mirror == pt->opt_mirror)) return SK_OK;
+  if (size) (void)snprintf(a, sizeof a, "%d shards, mirror %d", size, mirror);
+  else (void)snprintf(a, sizeof a, "kept whole");
+  if (pt->opt_size) (void)snprintf(b, sizeof b, "%d shards, mirror %d", pt->opt_size, pt->opt_mirror);
+  else (void)snprintf(b, sizeof b, "kept whole (%.120s)", pt->opt_why ? pt->opt_why : "");
+  return sk__st_fail(&cx, "opt_shard", "optimizer-sharded otherwise after compiling: the file's %s; the plan's %s", a,
+                     b);
 }
 
 SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_plan *p, bool all_params, sk_error *err) {
@@ -675,16 +873,47 @@ SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_pl
   bool *seen = (bool *)calloc((size_t)g->ntensors + 1, sizeof *seen), *trainable = sk__st_trainable(g);
   json_t *list = json_object_get(rd.root, "parameters");
   sk__st_cx cx;
+  sk__st_head h;
   sk__st_top(&cx, &rd, "parameters");
   if (!seen || !trainable) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory checking '%s'", path);
-  if (!r) r = sk__st_header(&rd, p->desc.ndevices);
+  if (!r) r = sk__st_header(&rd, p->desc.ndevices, p->world_devices, &h);
+  if (!r) r = sk__st_setup(&rd, &h, p->stages, &p->desc.hsdp, "the compiled plan has", NULL);
   if (!r && !list) r = sk__st_fail(&cx, "parameters", "missing: the file holds no parameter layouts");
   if (!r && !json_is_array(list)) r = sk__st_fail(&cx, "parameters", "expected a list, got %s", sk__st_type(list));
-  for (size_t i = 0; !r && i < json_array_size(list); i++) r = sk__st_param(&rd, p, list, i, seen);
+  for (size_t i = 0; !r && i < json_array_size(list); i++) r = sk__st_param(&rd, &h, p, list, i, seen);
   for (int t = 0; !r && t < g->ntensors; t++)
     if (sk__st_listed(g, trainable, t, all_params) && !seen[t])
       r = sk__st_fail(&cx, "parameters", "the network's parameter \"%s\" is not in the file", g->tensors[t].name);
   free(seen), free(trainable);
+  sk__st_close(&rd);
+  return r;
+}
+
+/* ---- stages ---- */
+
+/* Operator o's pipeline stage in a compiled plan (0 without a pipeline). */
+static int sk__st_stage_of(const sk_parallel_plan *p, int o) {
+  return p->vstage ? sk_pipe_stage_of(&p->schedule, p->vstage[o], NULL) : 0;
+}
+
+/* After compiling from a version 2 file: every operator on the stage the file gives it. With
+   one chunk per stage the loaded annotations made it so; with more, the compiler's cut by
+   FLOPs must agree with the file's. */
+static sk_result sk__st_check_stages(const char *path, const sk_parallel_plan *p, sk_error *err) {
+  sk__st_rd rd;
+  sk__st_head h;
+  sk_result r = sk__st_open(&rd, path, err);
+  if (!r) r = sk__st_header(&rd, p->world_devices, p->world_devices, &h);
+  json_t *list = r ? NULL : json_object_get(rd.root, "operators");
+  for (size_t i = 0; !r && h.version >= 2 && i < json_array_size(list); i++) {
+    json_t *name = sk__st_name_of(json_array_get(list, i)), *stage = json_object_get(json_array_get(list, i), "stage");
+    int o = name ? sk__st_find_op(p->graph, json_string_value(name)) : -1;
+    if (o < 0 || !json_is_integer(stage) || json_integer_value(stage) == sk__st_stage_of(p, o)) continue;
+    sk__st_cx cx;
+    sk__st_element(&cx, &rd, "operators", list, i);
+    r = sk__st_fail(&cx, "stage", "stage %lld in the file, stage %d after compiling (%d chunks per stage: cut by FLOPs)",
+                    (long long)json_integer_value(stage), sk__st_stage_of(p, o), p->schedule.chunks);
+  }
   sk__st_close(&rd);
   return r;
 }
@@ -727,12 +956,48 @@ static json_t *sk__sw_i64s(sk__sw *w, const int64_t *v, int n) {
   return list;
 }
 
-/* The strategy operator o used: null, or its tuples as written (the default form's zero counts
-   and lengths spelt out). */
+/* Whether two rule plans are the same, as sk_op_plan_format prints them (mesh, layouts,
+   collectives); out of memory sets w->failed. */
+static bool sk__sw_same_op_plan(sk__sw *w, const sk_op_plan *a, const sk_op_plan *b) {
+  size_t na = sk_op_plan_format(a, NULL, 0), nb = sk_op_plan_format(b, NULL, 0);
+  if (na != nb) return false;
+  char *x = (char *)malloc(na + 1), *y = (char *)malloc(nb + 1);
+  bool same = x && y;
+  if (same) sk_op_plan_format(a, x, na + 1), sk_op_plan_format(b, y, nb + 1), same = !strcmp(x, y);
+  else w->failed = true;
+  free(x), free(y);
+  return same;
+}
+
+/* An operator planned without a strategy (MindSpore's default, or a fallback) written with the
+   strategy it got: its rule's cut of each input (OneHot's indices: of its output, over which
+   its tuple is written). Kept only when the rule planning those tuples gives the same plan;
+   false (written null) otherwise. */
+static bool sk__sw_default(sk__sw *w, int o, sk_op_desc *out) {
+  const sk_parallel_plan *p = w->p;
+  const sk_parallel_op *po = &p->ops[o];
+  sk_op_desc d = po->desc;
+  sk_op_plan probe;
+  d.has_strategy = true, d.has_out_strategy = false, d.nstrategies = 0;
+  memset(d.strategy, 0, sizeof d.strategy), memset(d.strategy_len, 0, sizeof d.strategy_len);
+  for (int k = 0; k < po->plan.ninputs && k < SK_OP_MAX_INPUTS; k++) {
+    const sk_layout *l = d.kind == SK_OP_ONE_HOT && k == 0 ? &po->plan.out[0] : &po->plan.in[k];
+    for (int e = 0; e < l->ndims; e++) d.strategy[k][e] = sk_layout_split_count(l, e);
+  }
+  if (sk_op_plan_make(&d, p->desc.ndevices, &probe, NULL) || !sk__sw_same_op_plan(w, &probe, &po->plan)) return false;
+  *out = d;
+  return true;
+}
+
+/* The strategy operator o used: its tuples as written (the default form's zero counts and
+   lengths spelt out), the strategy a default gave it, or null (layouts; a default with no
+   tuple form). */
 static json_t *sk__sw_shard(sk__sw *w, int o) {
   const sk_graph *g = w->p->graph;
   const sk_op_desc *d = &w->p->ops[o].desc;
-  if (!d->has_strategy) return json_null();
+  sk_op_desc got;
+  if (!d->has_strategy && (d->has_layouts || !sk__sw_default(w, o, &got))) return json_null();
+  if (!d->has_strategy) d = &got;
   json_t *tuples = json_array();
   int n = d->nstrategies ? d->nstrategies : sk__st_tuples(&g->ops[o]);
   for (int i = 0; i < n && i < SK_OP_MAX_INPUTS; i++) {
@@ -760,6 +1025,7 @@ static json_t *sk__sw_op(sk__sw *w, int o) {
   json_t *v = json_object();
   sk__sw_set(w, v, "name", sk__sw_name(w, g->ops[o].name));
   sk__sw_set(w, v, "type", json_string(sk_op_kind_name(d->kind)));
+  sk__sw_set(w, v, "stage", json_integer(sk__st_stage_of(w->p, o)));
   sk__sw_set(w, v, "strategy", sk__sw_shard(w, o));
   if (d->has_out_strategy) { /* over output 0's rank, and any non-zero entry past it */
     int n = g->ops[o].noutputs ? g->tensors[g->ops[o].outputs[0]].ndims : 0;
@@ -797,7 +1063,34 @@ static json_t *sk__sw_dataset(sk__sw *w) {
   return list;
 }
 
-/* Parameter t's layout in the plan: device matrix, MindSpore's tensor map, slice shape. */
+/* Parameter t's optimizer shard: null when kept whole, else its count, the Mirror group left
+   and the slice each shard holds (the model-parallel slice, dim 0 cut by the count). */
+static json_t *sk__sw_opt_shard(sk__sw *w, int t) {
+  const sk_parallel_tensor *pt = &w->p->tensors[t];
+  int64_t slice[SK_MAX_DIMS] = {0};
+  if (!pt->opt_size || pt->layout.ndims == 0) return json_null();
+  json_t *v = json_object();
+  sk_layout_slice_shape(&pt->layout, slice);
+  slice[0] /= pt->opt_size;
+  sk__sw_set(w, v, "size", json_integer(pt->opt_size));
+  sk__sw_set(w, v, "mirror", json_integer(pt->opt_mirror));
+  sk__sw_set(w, v, "slice_shape", sk__sw_i64s(w, slice, pt->layout.ndims));
+  return v;
+}
+
+/* The plan's hsdp(): null when optimizer parallel is off. */
+static json_t *sk__sw_hsdp(sk__sw *w) {
+  const sk_hsdp *h = &w->p->desc.hsdp;
+  if (!h->enabled) return json_null();
+  json_t *v = json_object();
+  sk__sw_set(w, v, "shard_size", json_integer(h->shard_size));
+  sk__sw_set(w, v, "threshold", json_integer((json_int_t)h->threshold_kb));
+  sk__sw_set(w, v, "optimizer_level", json_string(sk_hsdp_level_name(h->level)));
+  return v;
+}
+
+/* Parameter t's layout in the plan: device matrix, MindSpore's tensor map, slice shape, and
+   its optimizer shard. */
 static json_t *sk__sw_param(sk__sw *w, int t) {
   const sk_graph_tensor *x = &w->p->graph->tensors[t];
   const sk_layout *l = &w->p->tensors[t].layout;
@@ -814,6 +1107,7 @@ static json_t *sk__sw_param(sk__sw *w, int t) {
   }
   sk__sw_set(w, v, "tensor_map", map);
   sk__sw_set(w, v, "slice_shape", sk__sw_i64s(w, slice, x->ndims));
+  sk__sw_set(w, v, "opt_shard", sk__sw_opt_shard(w, t));
   return v;
 }
 
@@ -822,7 +1116,9 @@ static json_t *sk__sw_root(sk__sw *w, bool params, bool operators, bool all_para
   json_t *root = json_object();
   sk__sw_set(w, root, "format", json_string(SK__ST_FORMAT));
   sk__sw_set(w, root, "version", json_integer(SK__ST_VERSION));
-  sk__sw_set(w, root, "device_num", json_integer(w->p->desc.ndevices));
+  sk__sw_set(w, root, "device_num", json_integer(w->p->world_devices)); /* every stage's */
+  sk__sw_set(w, root, "stages", json_integer(w->p->stages));
+  sk__sw_set(w, root, "hsdp", sk__sw_hsdp(w));
   if (operators) {
     json_t *ops = json_array();
     sk__sw_set(w, root, "dataset_strategy", sk__sw_dataset(w));
@@ -914,21 +1210,22 @@ SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_parallel_desc *desc, 
   sk_parallel_desc d = *desc;
   d.save_param_strategy_file = d.load_param_strategy_file = NULL;
   d.save_operator_strategy_file = d.load_operator_strategy_file = NULL;
-  sk_op_desc *backup = NULL; /* the network's own strategies, put back on failure */
+  sk_graph_op *backup = NULL; /* the network's own strategies and stages, put back on failure */
   sk_result r = SK_OK;
   if (desc->load_operator_strategy_file) {
-    backup = (sk_op_desc *)malloc(((size_t)g->nops + 1) * sizeof *backup);
+    backup = (sk_graph_op *)malloc(((size_t)g->nops + 1) * sizeof *backup);
     if (!backup) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading the strategies");
-    for (int o = 0; o < g->nops; o++) backup[o] = g->ops[o].desc;
+    for (int o = 0; o < g->nops; o++) backup[o] = g->ops[o];
     r = sk_strategy_load_operators(desc->load_operator_strategy_file, g, &d, err);
   }
   if (!r) r = sk_parallel_compile(g, &d, plan, err);
+  if (!r && desc->load_operator_strategy_file) r = sk__st_check_stages(desc->load_operator_strategy_file, plan, err);
   if (!r && desc->load_param_strategy_file)
     r = sk_strategy_check_params(desc->load_param_strategy_file, plan, d.strategy_file_all_params, err);
   if (!r) r = sk__st_save_files(plan, desc, err);
   if (r) {
     sk_parallel_free(plan);
-    for (int o = 0; backup && o < g->nops; o++) g->ops[o].desc = backup[o];
+    for (int o = 0; backup && o < g->nops; o++) g->ops[o].desc = backup[o].desc, g->ops[o].stage = backup[o].stage;
   }
   free(backup);
   return r;

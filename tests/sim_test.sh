@@ -247,6 +247,29 @@ else bad "strategy file: other losses: $(tail -2 "$tmp/s1")"; fi
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --save-strategy "$tmp/op.json" >/dev/null 2>&1
 : >"$tmp/empty.json"
 
+# under a pipeline (the reported pair): saved with --pipeline 2 --micro 4 and loaded with the same
+# flags, the same program on both stages and the same losses; loaded with --micro 4 alone the
+# file's 2 stages are taken, and with --hsdp saved, the file's hsdp (docs/strategy-files.md)
+PP="--net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4"
+same_dumps=1
+for rank in 0 7; do
+  "$BIN" $PP --save-strategy "$tmp/pp.json" --dump-program $rank 2>/dev/null | grep -v '^# compiled' >"$tmp/q0"
+  "$BIN" $PP --load-strategy "$tmp/pp.json" --dump-program $rank 2>/dev/null | grep -v '^# compiled' >"$tmp/q1"
+  "$BIN" --net examples/nets/operator_parallel.json --devices 8 --micro 4 --load-strategy "$tmp/pp.json" \
+    --dump-program $rank 2>/dev/null | grep -v '^# compiled' >"$tmp/q2"
+  { [ -s "$tmp/q0" ] && cmp -s "$tmp/q0" "$tmp/q1" && cmp -s "$tmp/q0" "$tmp/q2"; } || same_dumps=0
+done
+if [ $same_dumps = 1 ]; then ok
+else bad "pipeline strategy file: the loaded program differs: $(diff "$tmp/q0" "$tmp/q1" | head -3) $(head -2 "$tmp/q2")"; fi
+"$BIN" $PP --steps 12 --dtype f64 >"$tmp/l0" 2>&1
+"$BIN" $PP --steps 12 --dtype f64 --load-strategy "$tmp/pp.json" >"$tmp/l1" 2>&1
+if [ -n "$(losses "$tmp/l0")" ] && [ "$(losses "$tmp/l1")" = "$(losses "$tmp/l0")" ]; then ok
+else bad "pipeline strategy file: other losses: $(tail -2 "$tmp/l1")"; fi
+"$BIN" $PP --hsdp -1,0,level2 --save-strategy "$tmp/ph.json" --dump-program 0 2>/dev/null | grep -v '^# compiled' >"$tmp/q0"
+"$BIN" $PP --load-strategy "$tmp/ph.json" --dump-program 0 2>/dev/null | grep -v '^# compiled' >"$tmp/q1"
+if grep -q ParamGather "$tmp/q0" && cmp -s "$tmp/q0" "$tmp/q1"; then ok
+else bad "pipeline + hsdp strategy file: the loaded program differs"; fi
+
 # transformer_opt (parallel_speed_up.json): the overlap options shardkit honours keep the losses;
 # one it cannot honour is refused by name
 printf '{"grad_computation_allreduce_overlap": true, "enable_communication_fusion": true, "recomputation_communication_overlap": false}\n' >"$tmp/speed.json"
@@ -353,6 +376,10 @@ expect_fail "one dataset layout for two inputs" "1 layouts for the network's 2 i
 expect_fail "an empty strategy file" "empty.json" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --load-strategy "$tmp/empty.json"
 expect_fail "another network's strategy file" "s.json: line" --net examples/nets/operator_parallel.json --devices 4 --steps 1 --load-strategy "$tmp/s.json"
 expect_fail "a strategy file for 8 devices on 4" "op.json" --net examples/nets/operator_parallel.json --devices 4 --steps 1 --load-strategy "$tmp/op.json"
+expect_fail "a strategy file's stages against --pipeline" "pp.json: line 5: stages: the file's plan has 2 pipeline stages, the configuration asks for 4" \
+  --net examples/nets/operator_parallel.json --devices 8 --pipeline 4 --micro 4 --steps 1 --load-strategy "$tmp/pp.json"
+expect_fail "a strategy file's hsdp against --hsdp" "ph.json: line 6: hsdp: the file's plan has hsdp(shard_size=-1, threshold=0, optimizer_level=level2), the configuration asks for hsdp(shard_size=-1, threshold=64, optimizer_level=level1)" \
+  $PP --hsdp --steps 1 --load-strategy "$tmp/ph.json"
 expect_fail "a transformer_opt option shardkit cannot honour" "grad_fa_allgather_overlap" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --transformer-opt "$tmp/speed_bad.json"
 expect_fail "bad local norm" "--local-norm" --net examples/nets/operator_parallel.json --local-norm file
 expect_fail "hsdp shard_size 0" "shard_size must be -1 or a positive integer" --net examples/nets/operator_parallel.json --hsdp 0
