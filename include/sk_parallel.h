@@ -34,10 +34,11 @@
      collective), MIRROR for a parameter (its gradient AllReduce over its replicas, which the
      runtime hands to the fusion scheduler), MOVE_BACK for a moved input (the gradient returns to
      its tensor's layout). A tensor read by several operators sums their gradients. Last: UPDATE (the
-     optimizer on every parameter's slice, once every Mirror has completed). An operator whose
-     outputs do not lead to the loss (a metric, an auxiliary head) has no backward steps on any
-     device; a parameter only such operators read keeps a zero gradient, with no Mirror, and is
-     updated as on one device (sk_exec_grad_flow says which tensors have a gradient).
+     optimizer on every parameter's slice, once every Mirror has completed).
+     An operator whose outputs do not lead to the loss (a metric, an auxiliary head) has no
+     backward steps on any device; a parameter only such operators read keeps a zero gradient,
+     with no Mirror, and is updated as on one device (sk_exec_grad_flow says which tensors have
+     a gradient).
      Gradients come out exact for the network's loss (the losses divide by the global batch, the
      Mirror sums), so N devices reproduce one device's training; see docs/auto-parallel.md.
 

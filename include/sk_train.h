@@ -15,9 +15,9 @@
      several operators sums their gradients in reverse graph order; a parameter no gradient
      reaches -- one only a metric or an auxiliary head reads -- has a zero gradient, written
      every step), sk_trainer_update (sk_optim.h on every parameter, that one too: weight decay
-     and momentum still move it); sk_trainer_step does the three. sk_trainer_evaluate runs the forward in
-     inference mode (Dropout passes its input through, as MindSpore's cell in eval mode) and
-     counts the rows whose argmax over the graph's logits equals the label.
+     and momentum still move it); sk_trainer_step does the three. sk_trainer_evaluate runs the
+     forward in inference mode (Dropout passes its input through, as MindSpore's cell in eval
+     mode) and counts the rows whose argmax over the graph's logits equals the label.
 
    DTYPES
      A network trains in ONE float dtype, desc.dtype: f32 (the zero value) or f64 compute and
