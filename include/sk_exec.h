@@ -72,8 +72,14 @@ SK_API sk_result sk_exec_backward(const sk_kernel_ctx *ctx, const sk_graph_op *o
 SK_API uint64_t sk_exec_dropout_seed(uint64_t seed, int op, int64_t step);
 /* Whether input k of op can take a gradient (false for indices, labels of a loss, OneHot). */
 SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k);
-/* needs[t] (g->ntensors entries): whether a parameter's gradient flows through tensor t:
-   parameters, and the float outputs of an operator with a differentiable input that has one. */
+/* needs[t] (g->ntensors entries): whether tensor t has a gradient in the backward. Every
+   parameter has one (zero where no gradient reaches it: the optimizer still updates it, as
+   MindSpore gives such a parameter a zero gradient); another tensor when a parameter's gradient
+   flows through it (a float output of an operator with a differentiable input that has one) AND
+   the loss's gradient reaches it (the loss itself; an input an operator reads differentiably
+   when the output that input's gradient comes from has one: output 0, VirtualDataset's output
+   k for its input k). An operator whose outputs have none -- a metric, an auxiliary head --
+   runs no backward, and its parameters' gradients stay zero. */
 SK_API void sk_exec_grad_flow(const sk_graph *g, bool *needs);
 /* Whether dt is a float dtype (f32, f64, f16, bf16). */
 /* Operator op's FLOPs on the slices in / out (a MatMul's 2mnk, one per output element for the
@@ -115,13 +121,39 @@ SK_API double sk_exec_flops(const sk_graph_op *op, const sk_exec_arg *in, const 
 
 SK_API bool sk_exec_is_float(sk_dtype dt) { return dt == SK_F32 || dt == SK_F64 || dt == SK_F16 || dt == SK_BF16; }
 
+/* The output whose gradient input k's comes from (sk_exec_backward reads no other): output 0,
+   VirtualDataset's output k; -1: none. */
+static int sk__exec_grad_source(const sk_graph_op *op, int k) {
+  if (op->desc.kind == SK_OP_VIRTUAL_DATASET) return k < op->noutputs ? k : -1;
+  return op->noutputs > 0 ? 0 : -1;
+}
+
+/* Two passes over one array, no allocation: backward from the loss, needs[t] says a gradient
+   reaches t; then forward from the parameters each output keeps it only where one flows. An
+   input's value is final when its readers come to it (graph order is topological), and where a
+   gradient reaches an output the inputs it passes to have one exactly when one flows there. */
 SK_API void sk_exec_grad_flow(const sk_graph *g, bool *needs) {
-  for (int i = 0; i < g->ntensors; i++) needs[i] = g->tensors[i].role == SK_TENSOR_PARAM;
+  for (int t = 0; t < g->ntensors; t++) needs[t] = t == g->loss;
+  for (int o = g->nops - 1; o >= 0; o--) {
+    const sk_graph_op *op = &g->ops[o];
+    for (int k = 0; k < op->ninputs; k++) {
+      int s = sk__exec_grad_source(op, k);
+      if (s >= 0 && needs[op->outputs[s]] && sk_exec_differentiable(op, k)) needs[op->inputs[k]] = true;
+    }
+  }
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].producer < 0) needs[t] = g->tensors[t].role == SK_TENSOR_PARAM;
   for (int o = 0; o < g->nops; o++) {
     const sk_graph_op *op = &g->ops[o];
-    bool any = false;
-    for (int k = 0; k < op->ninputs; k++) any = any || (needs[op->inputs[k]] && sk_exec_differentiable(op, k));
-    for (int k = 0; k < op->noutputs; k++) needs[op->outputs[k]] = any && sk_exec_is_float(g->tensors[op->outputs[k]].dtype);
+    bool flows[SK_OP_MAX_OUTPUTS] = {false};
+    for (int k = 0; k < op->ninputs; k++) {
+      int s = sk__exec_grad_source(op, k);
+      if (s >= 0 && needs[op->inputs[k]] && sk_exec_differentiable(op, k)) flows[s] = true;
+    }
+    for (int j = 0; j < op->noutputs; j++) {
+      int t = op->outputs[j];
+      needs[t] = needs[t] && flows[j] && sk_exec_is_float(g->tensors[t].dtype);
+    }
   }
 }
 

@@ -28,13 +28,17 @@
    THE PROGRAM (the same list on every device; groups and slices differ by rank)
      Forward, in graph order, per operator: MOVE each input that needs it, FORWARD, then
      FORWARD_COMM on output 0 when the rule leaves partial sums (AllReduce, or ReduceScatter).
-     Backward, in reverse order, per operator with a gradient to pass: UNDO_COMM (an AllGather of
-     the output's gradient after a forward ReduceScatter; the scale of a scaled AllReduce),
-     BACKWARD, then per input that takes a gradient: BACKWARD_COMM (the rule's bwd_in
+     Backward, in reverse order, per operator a gradient reaches at an output: UNDO_COMM (an
+     AllGather of the output's gradient after a forward ReduceScatter; the scale of a scaled
+     AllReduce), BACKWARD, then per input that takes a gradient: BACKWARD_COMM (the rule's bwd_in
      collective), MIRROR for a parameter (its gradient AllReduce over its replicas, which the
      runtime hands to the fusion scheduler), MOVE_BACK for a moved input (the gradient returns to
      its tensor's layout). A tensor read by several operators sums their gradients. Last: UPDATE (the
      optimizer on every parameter's slice, once every Mirror has completed).
+     An operator whose outputs do not lead to the loss (a metric, an auxiliary head) has no
+     backward steps on any device; a parameter only such operators read keeps a zero gradient,
+     with no Mirror, and is updated as on one device (sk_exec_grad_flow says which tensors have
+     a gradient).
      Gradients come out exact for the network's loss (the losses divide by the global batch, the
      Mirror sums), so N devices reproduce one device's training; see docs/auto-parallel.md.
 
@@ -194,7 +198,8 @@ typedef struct sk_parallel_op {
 
 typedef struct sk_parallel_tensor {
   sk_layout layout; /* its buffer on each device */
-  bool needs_grad;  /* a parameter's gradient flows through it */
+  bool needs_grad;  /* it has a gradient (sk_exec_grad_flow): every parameter, and a tensor a
+                       parameter's gradient flows through that the loss's reaches */
   /* optimizer parallel (parameters): the shard count S (0: kept whole), the Mirror group left
      after sharding (|replicas| / S), and why a parameter stays whole ("" when sharded) */
   int opt_size, opt_mirror;
@@ -650,11 +655,31 @@ static void sk__par_forward_steps(sk_parallel_plan *p) {
   }
 }
 
-/* The first reader of tensor t in graph order: its backward is the last to touch t's gradient. */
+/* The first reader of tensor t in graph order (-1: none). */
 static int sk__par_first_reader(const sk_graph *g, int t) {
   for (int o = 0; o < g->nops; o++)
     for (int k = 0; k < g->ops[o].ninputs; k++)
       if (g->ops[o].inputs[k] == t) return o;
+  return -1;
+}
+
+/* Whether operator o runs a backward: a gradient reaches one of its outputs (sk_exec_grad_flow:
+   then one of its inputs takes one). A metric or an auxiliary head the loss does not read runs
+   none, on every device alike: its parameters' gradients stay zero, with no Mirror. */
+static bool sk__par_backward_runs(const sk_parallel_plan *p, int o) {
+  const sk_graph_op *op = &p->graph->ops[o];
+  for (int j = 0; j < op->noutputs; j++)
+    if (p->tensors[op->outputs[j]].needs_grad) return true;
+  return false;
+}
+
+/* The operator whose backward writes tensor t's gradient last: its first reader in graph order
+   that runs a backward (-1: none). */
+static int sk__par_last_grad_writer(const sk_parallel_plan *p, int t) {
+  const sk_graph *g = p->graph;
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (g->ops[o].inputs[k] == t && sk_exec_differentiable(&g->ops[o], k) && sk__par_backward_runs(p, o)) return o;
   return -1;
 }
 
@@ -663,10 +688,7 @@ static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
   const sk_graph *g = p->graph;
   const sk_graph_op *op = &g->ops[o];
   const sk_parallel_op *po = &p->ops[o];
-  bool takes = false;
-  for (int k = 0; k < op->ninputs; k++)
-    takes = takes || (p->tensors[op->inputs[k]].needs_grad && sk_exec_differentiable(op, k));
-  if (!takes) return;
+  if (!sk__par_backward_runs(p, o)) return;
   if (p->desc.hsdp.level == SK_HSDP_LEVEL3) sk__par_gathers(p, o); /* the backward reads the weights */
   const sk_op_comm *f = &po->plan.fwd; /* an AllReduce's gradient passes unchanged unless it scaled */
   if (f->kind == SK_COLL_REDUCE_SCATTER || (f->kind == SK_COLL_ALLREDUCE && f->scale != 1))
@@ -681,7 +703,7 @@ static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
     if (po->moved[k]) sk__par_push(p, SK_PSTEP_MOVE_BACK, o, k, NULL);
   }
   for (int k = 0; k < op->ninputs; k++) /* o is the last to write a sharded parameter's gradient */
-    if (sk__par_sharded_input(p, o, k) && p->tensors[op->inputs[k]].needs_grad && sk__par_first_reader(g, op->inputs[k]) == o)
+    if (sk__par_sharded_input(p, o, k) && p->tensors[op->inputs[k]].needs_grad && sk__par_last_grad_writer(p, op->inputs[k]) == o)
       sk__par_push(p, SK_PSTEP_GRAD_REDUCE_SCATTER, o, k, NULL);
 }
 

@@ -47,7 +47,11 @@
      (sk_runtime_memory); the redistribution executors and the fusion scheduler allocate
      through it too and are counted as communication buffers, as are the 16-bit wire buffer and
      gradient shadows (the fused Mirrors', the sharded gradients'), the packed BackwardComm
-     buffer and the local norms, all taken at create.
+     buffer and the local norms, all taken at create. Gradients: every tensor's that has one
+     (under a pipeline the stage's parameters'; the activations' live in the micro-batch slots),
+     and a scratch per input slot k for a second gradient summed into the first (the kernels
+     overwrite): as long as the largest one slot k's backward steps write on this device, of a
+     tensor several operators read or, under a pipeline of several micro-batches, a parameter.
 
    ERRORS: a failing step returns its sk_result with a message naming the step, the operator and
      the tensor; collectives that fail take the world down (sk_comm.h's fault rules), so a
@@ -445,26 +449,6 @@ static sk_result sk__rt_alloc_acc(sk_runtime *rt, sk_error *err) {
   return SK_OK;
 }
 
-/* Scratch holds a second gradient of a tensor several operators read: its slice, or the layout
-   an operator reads it in. */
-static sk_result sk__rt_alloc_scratch(sk_runtime *rt, sk_error *err) {
-  const sk_graph *g = rt->g;
-  size_t most = 0;
-  for (int o = 0; o < g->nops; o++)
-    for (int k = 0; k < g->ops[o].ninputs; k++) {
-      int t = g->ops[o].inputs[k];
-      /* pipeline: every gradient may be a second one (micro-batches sum, stages send theirs) */
-      if ((rt->readers[t] < 2 && !rt->world) || !rt->plan->tensors[t].needs_grad) continue;
-      size_t es = sk_dtype_size(sk__rt_dtype(rt, t)), a = sk__rt_bytes(rt, t);
-      size_t b = (size_t)sk__rt_count(&rt->plan->ops[o].kernel_in[k]) * es;
-      most = a > most ? a : most, most = b > most ? b : most;
-    }
-  for (int k = 0; k < SK_OP_MAX_INPUTS && most; k++)
-    if (!(rt->scratch[k] = sk__rt_alloc(rt, SK__RT_GRADS, most)))
-      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the gradient scratch");
-  return SK_OK;
-}
-
 /* ---- groups and moves ----------------------------------------------------------------------- */
 
 static bool sk__rt_same_mesh(const sk_mesh *a, const sk_mesh *b) {
@@ -559,6 +543,46 @@ static bool sk__rt_step_here(const sk_runtime *rt, const sk_parallel_step *s) {
    through the scheduler at the update. */
 static bool sk__rt_pipe_scatters_each_micro(const sk_runtime *rt) {
   return rt->world && rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2;
+}
+
+/* Whether the gradient operator o's backward writes for input k may be a second one of its
+   tensor, computed beside the first and summed in (the kernels overwrite what they write): a
+   tensor several operators read, and under a pipeline of several micro-batches a parameter,
+   whose micro-batches' gradients sum (an activation's gradient is per micro-batch, in its slot). */
+static bool sk__rt_second_grad(const sk_runtime *rt, int o, int k) {
+  const sk_graph_op *op = &rt->g->ops[o];
+  int t = op->inputs[k];
+  if (!rt->plan->tensors[t].needs_grad || !sk_exec_differentiable(op, k)) return false;
+  return rt->readers[t] > 1 || (rt->world && rt->plan->micro > 1 && rt->g->tensors[t].role == SK_TENSOR_PARAM);
+}
+
+/* Scratch k holds such a second gradient of input k, in the tensor's layout or the operator's:
+   each slot as long as the most its backward steps on this device need. Under a pipeline slot 0
+   also receives an activation's gradient from the next stage beside one already written, and the
+   last a level2 shard's micro-batch ReduceScatter (sk__rt_pipe_scatter_micro). */
+static sk_result sk__rt_alloc_scratch(sk_runtime *rt, sk_error *err) {
+  const sk_graph *g = rt->g;
+  size_t most[SK_OP_MAX_INPUTS] = {0};
+  for (int i = 0; i < rt->plan->nsteps; i++) {
+    const sk_parallel_step *s = &rt->plan->steps[i];
+    if (!sk__rt_step_here(rt, s)) continue;
+    if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER && sk__rt_pipe_scatters_each_micro(rt)) {
+      size_t b = (size_t)rt->shards[g->ops[s->op].inputs[s->slot]].count * sk_dtype_size(rt->cdt);
+      most[SK_OP_MAX_INPUTS - 1] = b > most[SK_OP_MAX_INPUTS - 1] ? b : most[SK_OP_MAX_INPUTS - 1];
+    }
+    for (int k = 0; s->kind == SK_PSTEP_BACKWARD && k < g->ops[s->op].ninputs; k++) {
+      if (!sk__rt_second_grad(rt, s->op, k)) continue;
+      int t = g->ops[s->op].inputs[k];
+      size_t es = sk_dtype_size(sk__rt_dtype(rt, t)), a = sk__rt_bytes(rt, t);
+      size_t b = (size_t)sk__rt_count(&rt->plan->ops[s->op].kernel_in[k]) * es;
+      most[k] = a > most[k] ? a : most[k], most[k] = b > most[k] ? b : most[k];
+      if (rt->world && g->tensors[t].role != SK_TENSOR_PARAM) most[0] = a > most[0] ? a : most[0];
+    }
+  }
+  for (int k = 0; k < SK_OP_MAX_INPUTS; k++)
+    if (most[k] && !(rt->scratch[k] = sk__rt_alloc(rt, SK__RT_GRADS, most[k])))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the gradient scratch");
+  return SK_OK;
 }
 
 /* Whether two tensors' shards have the same groups on every device: the same mesh, replica axes
@@ -1384,7 +1408,7 @@ static bool sk__rt_scatter_now(const sk_runtime *rt) {
    others: the shard's gradient is MindSpore's sharded accumulator); the next micro-batch's
    gradient starts a new sum. "Beside it" is the last gradient scratch, free at this step (it
    follows every step of its operator's inputs, each of which summed its scratch in) and at
-   least a slice long (under a pipeline every gradient may need one). */
+   least a shard long (sk__rt_alloc_scratch). */
 static sk_result sk__rt_pipe_scatter_micro(sk_runtime *rt, int t, sk_error *err) {
   sk__rt_shard *sh = &rt->shards[t];
   int64_t n = sk_parallel_slice_count(rt->plan, t);

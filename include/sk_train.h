@@ -7,14 +7,17 @@
 
    WHAT IT DOES
      sk_trainer_create allocates a buffer for every tensor of the graph (the whole tensor: one
-     device), a gradient for every float tensor a parameter's gradient flows through, the
-     optimizer's state, and draws the initial parameters (sk_graph_init_params with the seed).
-     A step: feed the inputs (sk_trainer_feed), sk_trainer_forward (the operators in graph
-     order through sk_exec.h), sk_trainer_backward (in reverse order; a tensor read by several
-     operators sums their gradients in reverse graph order), sk_trainer_update (sk_optim.h on
-     every parameter); sk_trainer_step does the three. sk_trainer_evaluate runs the forward in
-     inference mode (Dropout passes its input through, as MindSpore's cell in eval mode) and
-     counts the rows whose argmax over the graph's logits equals the label.
+     device), a gradient for every tensor that has one (sk_exec_grad_flow: every parameter, and
+     the float tensors between a parameter and the loss), the optimizer's state, and draws the
+     initial parameters (sk_graph_init_params with the seed). A step: feed the inputs
+     (sk_trainer_feed), sk_trainer_forward (the operators in graph order through sk_exec.h),
+     sk_trainer_backward (in reverse order, the operators a gradient reaches; a tensor read by
+     several operators sums their gradients in reverse graph order; a parameter no gradient
+     reaches -- one only a metric or an auxiliary head reads -- has a zero gradient, written
+     every step), sk_trainer_update (sk_optim.h on every parameter, that one too: weight decay
+     and momentum still move it); sk_trainer_step does the three. sk_trainer_evaluate runs the
+     forward in inference mode (Dropout passes its input through, as MindSpore's cell in eval
+     mode) and counts the rows whose argmax over the graph's logits equals the label.
 
    DTYPES
      A network trains in ONE float dtype, desc.dtype: f32 (the zero value) or f64 compute and

@@ -77,6 +77,13 @@ checks "operator_parallel 8 devices full batch" 1e-12 --net examples/nets/operat
 checks "operator_parallel 8 devices, dataset strategy as layouts" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 \
   --dataset-strategy '(Layout((2,4),("dp","mp"))("dp","None","None","None"), Layout((4,),("dp",))("dp",))'
 checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64
+# a dead branch (tests/nets/dead_branch.json: the tutorial with an auxiliary head no operator
+# reads) runs no backward anywhere: N devices train like one, with a pipeline, hsdp, a search
+DEAD="--net tests/nets/dead_branch.json --steps 6 --dtype f64 --optimizer momentum"
+for run in "2" "8" "8 --pipeline 2 --micro 2" "8 --hsdp -1,0" "8 --hsdp -1,0,level2 --pipeline 2 --micro 2" \
+           "8 --mode sharding_propagation"; do
+  checks "dead branch, --devices $run" 1e-12 $DEAD --devices $run
+done
 # parallel_mode: the recursive-programming network sets no strategy; every mode's plan trains
 # like one device (f64: only the order of summation differs)
 for mode in semi_auto sharding_propagation recursive_programming exhaustive; do
