@@ -204,7 +204,7 @@ SK_API sk_result sk_ckpt_load(const sk_ckpt_manifest *m, int rank, sk_ckpt_io io
 /* Every block of every file against its crc, every file's crc, and every tensor and kind tiled
    exactly once by its slices. */
 SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_error *err);
-/* Internal (the tests and benches call it): the tiling check of sk_ckpt_verify and sk_ckpt_save
+/* Internal (the tests and the fuzzer call it): the tiling check of sk_ckpt_verify and sk_ckpt_save
    alone, no file read. A tensor and kind whose slices' cut points make a grid of more than
    cells_per_slice cells per slice (those two: SK__CKPT_CELLS_PER_SLICE; 0: every one) is checked
    pair by pair rather than cell by cell, with the same outcome and message. */

@@ -243,6 +243,16 @@ Test(ckpt_tiling, a_grid_too_large_goes_pair_by_pair) {
   sk_ckpt_manifest_free(&m);
 }
 
+/* 100 slices of one element and 10 of all 100: 1,100 cells to walk on a grid of 100, more than 8
+   per slice; the walk stops there and the pairs are scanned. */
+Test(ckpt_tiling, overlaps_too_costly_to_walk_go_pair_by_pair) {
+  sk_ckpt_manifest m = manifest(110);
+  for (int i = 0; i < 100; i++) add1(&m, "w", 100, i, i + 1);
+  for (int i = 0; i < 10; i++) add1(&m, "w", 100, 0, 100);
+  expect(&m, "checkpoint: tensor 'w' param: slices of ranks 0 and 100 overlap");
+  sk_ckpt_manifest_free(&m);
+}
+
 /* ---- random manifests against the rule written out ---------------------------------------------- */
 
 /* The rule as sk_ckpt_verify stated it, pair by pair: the first pair in manifest order of one
