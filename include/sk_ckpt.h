@@ -209,7 +209,7 @@ SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_err
    cells_per_slice cells per slice (those two: SK__CKPT_CELLS_PER_SLICE; 0: every one) is checked
    pair by pair rather than cell by cell, with the same outcome and message. */
 #define SK__CKPT_CELLS_PER_SLICE 8
-SK_API sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, int cells_per_slice, sk_error *err);
+SK_API sk_result sk__ckpt_check_tiling(const sk_ckpt_manifest *m, int cells_per_slice, sk_error *err);
 /* A checkpoint of m's tensors whole (every kind), as one device wrote them, under out_root
    (committed like any other: out_root/ckpt-<step> and out_root/LATEST). */
 SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, sk_ckpt_io io, sk_error *err);
@@ -1019,12 +1019,14 @@ static sk_result sk__ckpt_put_strategy(const sk__ckpt_save *S, sk_ckpt_manifest 
   return sk__ckpt_put_file(path, S->desc->strategy, len, err);
 }
 
+static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err);
+
 /* Rank 0, steps 3 to 5 of the commit. A tensor the devices' slices do not tile (a saver passed
    the wrong `write` flags) is refused before anything becomes visible. */
 static sk_result sk__ckpt_commit(const sk__ckpt_save *S, sk_ckpt_manifest *m, sk_error *err) {
   char path[4096 + 64], tmp[4096 + 64], *text = NULL;
   size_t len = 0;
-  sk_result r = sk__ckpt_verify_tiling(m, SK__CKPT_CELLS_PER_SLICE, err);
+  sk_result r = sk__ckpt_verify_tiling(m, err);
   if (!r && S->desc->strategy) r = sk__ckpt_put_strategy(S, m, err);
   if (!r) r = sk__ckpt_hook(S, SK_CKPT_AT_MANIFEST, err);
   if (!r) r = sk_ckpt_manifest_format(m, &text, &len, err);
@@ -1482,9 +1484,9 @@ static sk_result sk__ckpt_check_group(const sk__ckpt_ref *g, int n, int cells_pe
    that misses elements. The entries are grouped by sorting; a group's overlaps are found on its
    grid of cut points (one cell per slice for the grids layouts make), pair by pair when that grid
    has more than cells_per_slice cells per slice: O(n log n) for n slices in grids. */
-SK_API sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, int cells_per_slice, sk_error *err) {
+SK_API sk_result sk__ckpt_check_tiling(const sk_ckpt_manifest *m, int cells_per_slice, sk_error *err) {
   if (!m || m->nentries < 0 || (m->nentries && !m->entries) || cells_per_slice < 0)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk__ckpt_verify_tiling: NULL manifest or a negative count");
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk__ckpt_check_tiling: NULL manifest or a negative count");
   sk_result r = sk__ckpt_check_boxes(m, err);
   sk__ckpt_ref *refs = r ? NULL : (sk__ckpt_ref *)malloc(((size_t)m->nentries + 1) * sizeof *refs);
   if (!r && !refs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory checking the tiling");
@@ -1509,10 +1511,15 @@ SK_API sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, int cells_per
   return SK_OK;
 }
 
+/* The check sk_ckpt_save and sk_ckpt_verify run: the default bound. */
+static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err) {
+  return sk__ckpt_check_tiling(m, SK__CKPT_CELLS_PER_SLICE, err);
+}
+
 SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_error *err) {
   if (!m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_verify: NULL manifest");
   sk_result r = sk__ckpt_check_sizes(m, err);
-  if (!r) r = sk__ckpt_verify_tiling(m, SK__CKPT_CELLS_PER_SLICE, err);
+  if (!r) r = sk__ckpt_verify_tiling(m, err);
   char *buf = r ? NULL : (char *)malloc(m->block);
   if (!r && !buf) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   for (int f = 0; !r && f < m->nfiles; f++) r = sk__ckpt_verify_file(m, f, buf, io, err);

@@ -1,4 +1,4 @@
-/* sk_ckpt.h's tiling check (sk__ckpt_verify_tiling: sk_ckpt_save runs it on rank 0 before the
+/* sk_ckpt.h's tiling check (sk__ckpt_check_tiling: sk_ckpt_save runs it on rank 0 before the
    commit, sk_ckpt_verify after the file sizes): manifests of 100,000 slices (one tensor in a
    grid, and 25,000 small tensors) checked within a test's timeout, where the scan of all pairs
    it replaced took minutes; the messages of that scan for overlaps, gaps and shapes that
@@ -70,7 +70,7 @@ static sk_result tiling(const sk_ckpt_manifest *m, char *msg) {
   char text[3][SK_ERROR_MSG_MAX];
   for (int k = 0; k < 3; k++) {
     sk_error e = {SK_OK, ""};
-    got[k] = sk__ckpt_verify_tiling(m, bounds[k], &e);
+    got[k] = sk__ckpt_check_tiling(m, bounds[k], &e);
     snprintf(text[k], sizeof text[k], "%s", got[k] ? e.msg : "");
   }
   for (int k = 1; k < 3; k++) {
@@ -426,7 +426,7 @@ Test(ckpt_tiling, out_of_memory_frees_everything, .timeout = 30) {
     lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (rlim_t)step * (128 << 10);
     cr_assert_eq(setrlimit(RLIMIT_AS, &lim), 0);
     sk_error e = {SK_OK, ""};
-    sk_result r = sk__ckpt_verify_tiling(&m, SK__CKPT_CELLS_PER_SLICE, &e);
+    sk_result r = sk__ckpt_check_tiling(&m, SK__CKPT_CELLS_PER_SLICE, &e);
     cr_assert_eq(setrlimit(RLIMIT_AS, &was), 0);
     cr_assert(r == SK_OK || (r == SK_ERR_OUT_OF_MEMORY && strstr(e.msg, "out of memory")), "step %ld: %s (%s)", step,
               sk_result_name(r), e.msg);

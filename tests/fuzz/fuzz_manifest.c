@@ -32,8 +32,8 @@ static void use(const sk_ckpt_manifest *m) {
   }
   /* the tiling check cell by cell where it can, and pair by pair: the same outcome and message */
   sk_error grid = {SK_OK, ""}, pairs = {SK_OK, ""};
-  sk_result rg = sk__ckpt_verify_tiling(m, SK__CKPT_CELLS_PER_SLICE, &grid);
-  sk_result rp = sk__ckpt_verify_tiling(m, 0, &pairs);
+  sk_result rg = sk__ckpt_check_tiling(m, SK__CKPT_CELLS_PER_SLICE, &grid);
+  sk_result rp = sk__ckpt_check_tiling(m, 0, &pairs);
   if (rg != rp || (rg && strcmp(grid.msg, pairs.msg))) {
     fprintf(stderr, "tiling: on the grid %d '%s', pair by pair %d '%s'\n", (int)rg, grid.msg, (int)rp, pairs.msg);
     abort();
