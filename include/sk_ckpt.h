@@ -48,7 +48,8 @@
      fsyncs its rank file;   3 rank 0 writes strategy.json and MANIFEST, fsyncs them and the
      directory;   4 renames it to ROOT/ckpt-<step> and fsyncs ROOT;   5 writes LATEST.tmp, fsyncs,
      renames it to LATEST, fsyncs ROOT. Before step 3, every tensor saved must be tiled exactly
-     once by the devices' slices (else nothing is committed). Devices agree on failures (a small
+     once by the devices' slices (else nothing is committed; checked on the grid of the slices'
+     cut points, in O(n log n) for the grids layouts make). Devices agree on failures (a small
      AllReduce over comm before step 1, after steps 1 and 2, and at the end): when one fails, the
      others return SK_ERR_ABORTED naming it.
 
@@ -231,6 +232,12 @@ SK_API sk_result sk_ckpt_load(const sk_ckpt_manifest *m, int rank, sk_ckpt_io io
 /* Every block of every file against its crc, every file's crc, and every tensor and kind tiled
    exactly once by its slices. */
 SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_error *err);
+/* Internal (the tests and the fuzzer call it): the tiling check of sk_ckpt_verify and sk_ckpt_save
+   alone, no file read. A tensor and kind whose slices' cut points make a grid of more than
+   cells_per_slice cells per slice (those two: SK__CKPT_CELLS_PER_SLICE; 0: every one) is checked
+   pair by pair rather than cell by cell, with the same outcome and message. */
+#define SK__CKPT_CELLS_PER_SLICE 8
+SK_API sk_result sk__ckpt_check_tiling(const sk_ckpt_manifest *m, int cells_per_slice, sk_error *err);
 /* A checkpoint of m's tensors whole (every kind), as one device wrote them, under out_root
    (committed like any other: out_root/ckpt-<step> and out_root/LATEST), holding out_root's lock
    (sk_ckpt_lock) meanwhile. Each tensor and kind must be tiled by its saved slices, checked
@@ -1496,39 +1503,225 @@ static sk_result sk__ckpt_verify_file(const sk_ckpt_manifest *m, int f, char *bu
   return SK_OK;
 }
 
-/* Every tensor and kind tiled exactly once: the saved boxes of one tensor and kind are pairwise
-   disjoint and their volumes add up to its shape's. */
-static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err) {
-  /* shapes and overlaps first: the sums below then add disjoint boxes inside one shape, which
-     cannot pass its element count (a bound sk_ckpt_manifest_parse keeps within int64) */
-  for (int i = 0; i < m->nentries; i++)
-    for (int j = i + 1; j < m->nentries; j++) {
-      const sk_ckpt_entry *a = &m->entries[i], *b = &m->entries[j];
-      if (strcmp(a->tensor, b->tensor) || a->kind != b->kind) continue;
-      bool same = a->ndims == b->ndims;
-      for (int d = 0; same && d < a->ndims; d++) same = a->shape[d] == b->shape[d];
-      sk_slice x;
-      const char *what = !same ? "disagree on its shape" : sk__ckpt_intersect(&a->box, &b->box, &x) ? "overlap" : NULL;
-      if (what)
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: slices of ranks %d and %d %s",
-                        a->tensor, sk_ckpt_kind_name(a->kind), a->rank, b->rank, what);
-    }
+/* ---- tiling: every tensor and kind covered exactly once by its slices ------------------------ */
+
+/* One entry of m, sorted with the others by (tensor, kind, index): a group is a run. */
+typedef struct sk__ckpt_ref {
+  const sk_ckpt_entry *e;
+  int i; /* its index in m: messages name the first bad pair in manifest order, as pair scans do */
+} sk__ckpt_ref;
+
+/* Two slices of one tensor and kind that disagree on its shape or overlap (i < j; i < 0: none). */
+typedef struct sk__ckpt_clash {
+  int i, j;
+  const char *what;
+} sk__ckpt_clash;
+
+static int sk__ckpt_ref_order(const void *pa, const void *pb) {
+  const sk__ckpt_ref *a = (const sk__ckpt_ref *)pa, *b = (const sk__ckpt_ref *)pb;
+  int c = strcmp(a->e->tensor, b->e->tensor);
+  if (!c) c = ((int)a->e->kind > (int)b->e->kind) - ((int)a->e->kind < (int)b->e->kind);
+  return c ? c : (a->i > b->i) - (a->i < b->i);
+}
+
+static int sk__ckpt_i64_order(const void *pa, const void *pb) {
+  int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+  return (a > b) - (a < b);
+}
+
+/* Every box inside its shape, of its entry's rank (sk_ckpt_manifest_parse and sk_ckpt_save check
+   this; a manifest built by hand may not hold to it). */
+static sk_result sk__ckpt_check_boxes(const sk_ckpt_manifest *m, sk_error *err) {
   for (int i = 0; i < m->nentries; i++) {
-    const sk_ckpt_entry *a = &m->entries[i];
-    int64_t sum = 0, whole = 1;
-    bool first = true;
-    for (int j = 0; j < m->nentries; j++) {
-      const sk_ckpt_entry *b = &m->entries[j];
-      if (strcmp(a->tensor, b->tensor) || a->kind != b->kind) continue;
-      first = first && j >= i;
-      sum += sk__ckpt_volume(&b->box);
-    }
-    for (int d = 0; d < a->ndims; d++) whole *= a->shape[d];
-    if (first && sum != whole)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: a slice is missing (%lld of %lld elements saved)",
-                      a->tensor, sk_ckpt_kind_name(a->kind), (long long)sum, (long long)whole);
+    const sk_ckpt_entry *e = &m->entries[i];
+    bool in = e->ndims >= 0 && e->ndims <= SK_MAX_DIMS && e->box.ndims == e->ndims;
+    for (int d = 0; in && d < e->ndims; d++)
+      in = e->box.start[d] >= 0 && e->box.start[d] < e->box.stop[d] && e->box.stop[d] <= e->shape[d];
+    if (!in)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: the slice of rank %d lies outside its shape",
+                      e->tensor, sk_ckpt_kind_name(e->kind), e->rank);
   }
   return SK_OK;
+}
+
+/* Pair by pair in manifest order, the first pair of group g (n slices, in index order) that
+   disagrees on the shape or overlaps: quadratic, for the groups whose grid is too large. */
+static void sk__ckpt_pairwise(const sk__ckpt_ref *g, int n, sk__ckpt_clash *c) {
+  c->i = -1;
+  for (int x = 0; x < n; x++)
+    for (int y = x + 1; y < n; y++) {
+      const sk_ckpt_entry *a = g[x].e, *b = g[y].e;
+      bool same = a->ndims == b->ndims;
+      for (int d = 0; same && d < a->ndims; d++) same = a->shape[d] == b->shape[d];
+      sk_slice s;
+      c->what = !same ? "disagree on its shape" : sk__ckpt_intersect(&a->box, &b->box, &s) ? "overlap" : NULL;
+      if (c->what) {
+        c->i = g[x].i, c->j = g[y].i;
+        return;
+      }
+    }
+}
+
+/* A group's grid: per dim the sorted distinct cut points (0, the extent, every box's start and
+   stop), so every box is a block of whole cells; owner: per cell (row-major) the first slice,
+   in manifest order, that covers it (-1: none yet). */
+typedef struct sk__ckpt_grid {
+  int nd;
+  int64_t *cuts;              /* one allocation: dim d's cut points at cut[d], ncut[d] of them */
+  int64_t *cut[SK_MAX_DIMS];
+  int64_t ncut[SK_MAX_DIMS];
+  int64_t ncells;
+  int *owner;
+} sk__ckpt_grid;
+
+/* g's cut points into G (its shapes agree); G->owner stays NULL when the grid has more than cap
+   cells. */
+static sk_result sk__ckpt_grid_make(const sk__ckpt_ref *g, int n, int64_t cap, sk__ckpt_grid *G, sk_error *err) {
+  const sk_ckpt_entry *e0 = g[0].e;
+  size_t per = 2 * (size_t)n + 2;
+  memset(G, 0, sizeof *G);
+  G->nd = e0->ndims, G->ncells = 1;
+  if (!(G->cuts = (int64_t *)malloc(per * (size_t)(G->nd ? G->nd : 1) * sizeof *G->cuts)))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory checking the tiling");
+  for (int d = 0; d < G->nd; d++) {
+    int64_t *c = G->cut[d] = G->cuts + (size_t)d * per, k = 0;
+    c[0] = 0, c[1] = e0->shape[d];
+    for (int s = 0; s < n; s++) c[2 + 2 * s] = g[s].e->box.start[d], c[3 + 2 * s] = g[s].e->box.stop[d];
+    qsort(c, per, sizeof *c, sk__ckpt_i64_order);
+    for (size_t s = 1; s < per; s++)
+      if (c[s] != c[k]) c[++k] = c[s];
+    G->ncut[d] = k + 1;
+    if (G->ncells > cap / k) return SK_OK; /* k >= 1 cells: boxes are not empty */
+    G->ncells *= k;
+  }
+  if (G->ncells > cap) return SK_OK;
+  if (!(G->owner = (int *)malloc((size_t)G->ncells * sizeof *G->owner)))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory checking the tiling");
+  memset(G->owner, 0xff, (size_t)G->ncells * sizeof *G->owner); /* -1 */
+  return SK_OK;
+}
+
+/* Where v is in the sorted distinct cuts c[0..n) (it is one of them). */
+static int64_t sk__ckpt_cut_at(const int64_t *c, int64_t n, int64_t v) {
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (c[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Marks the cells slice r covers; a cell an earlier slice owns is a clash (owner, r). The
+   earliest owner found in any cell, then the earliest r for it, is the first overlapping pair
+   in manifest order. false when *budget cells were visited (overlaps: the caller goes pairwise). */
+static bool sk__ckpt_grid_mark(sk__ckpt_grid *G, const sk__ckpt_ref *r, int64_t *budget, sk__ckpt_clash *c) {
+  int64_t lo[SK_MAX_DIMS], hi[SK_MAX_DIMS], at[SK_MAX_DIMS];
+  for (int d = 0; d < G->nd; d++) {
+    at[d] = lo[d] = sk__ckpt_cut_at(G->cut[d], G->ncut[d], r->e->box.start[d]);
+    hi[d] = sk__ckpt_cut_at(G->cut[d], G->ncut[d], r->e->box.stop[d]);
+  }
+  for (;;) {
+    int64_t cell = 0;
+    for (int d = 0; d < G->nd; d++) cell = cell * (G->ncut[d] - 1) + at[d];
+    if (--*budget < 0) return false;
+    int *owner = &G->owner[cell];
+    if (*owner < 0) *owner = r->i;
+    else if (c->i < 0 || *owner < c->i) c->i = *owner, c->j = r->i, c->what = "overlap";
+    int d = G->nd - 1;
+    while (d >= 0 && ++at[d] == hi[d]) at[d] = lo[d], d--;
+    if (d < 0) return true;
+  }
+}
+
+/* Group g's first clash cell by cell (its shapes agree); *done false when the grid has more
+   than cap cells or the overlaps cost more than that to walk. */
+static sk_result sk__ckpt_grid_clash(const sk__ckpt_ref *g, int n, int64_t cap, sk__ckpt_clash *c, bool *done,
+                                     sk_error *err) {
+  sk__ckpt_grid G;
+  sk_result r = sk__ckpt_grid_make(g, n, cap, &G, err);
+  int64_t budget = cap; /* disjoint slices visit each cell once at most */
+  c->i = -1;
+  *done = !r && G.owner;
+  for (int s = 0; *done && s < n; s++) *done = sk__ckpt_grid_mark(&G, &g[s], &budget, c);
+  free(G.cuts), free(G.owner);
+  return r;
+}
+
+/* What the groups found: the first clash in manifest order, else the first tensor and kind (in
+   manifest order) whose slices miss elements. */
+typedef struct sk__ckpt_verdict {
+  sk__ckpt_clash clash;
+  int missing; /* that tensor's first entry (-1: none) */
+  int64_t sum, whole;
+} sk__ckpt_verdict;
+
+static bool sk__ckpt_same_group(const sk_ckpt_entry *a, const sk_ckpt_entry *b) {
+  return !strcmp(a->tensor, b->tensor) && a->kind == b->kind;
+}
+
+/* One tensor and kind, g[0..n) in manifest order, into *v. */
+static sk_result sk__ckpt_check_group(const sk__ckpt_ref *g, int n, int cells_per_slice, sk__ckpt_verdict *v,
+                                      sk_error *err) {
+  const sk_ckpt_entry *e0 = g[0].e;
+  bool same = true, done = n < 2;
+  for (int s = 1; same && s < n; s++) {
+    same = g[s].e->ndims == e0->ndims;
+    for (int d = 0; same && d < e0->ndims; d++) same = g[s].e->shape[d] == e0->shape[d];
+  }
+  sk__ckpt_clash c = {-1, -1, NULL};
+  /* shapes that disagree: the pair scan stops in its first row (the first slice clashes) */
+  sk_result r = same && !done ? sk__ckpt_grid_clash(g, n, (int64_t)cells_per_slice * n, &c, &done, err) : SK_OK;
+  if (r) return r;
+  if (!done) sk__ckpt_pairwise(g, n, &c);
+  if (c.i >= 0 && (v->clash.i < 0 || c.i < v->clash.i)) v->clash = c;
+  if (c.i >= 0 || (v->missing >= 0 && v->missing < g[0].i)) return SK_OK;
+  /* disjoint boxes inside one shape: the sum stays within its element count, which
+     sk_ckpt_manifest_parse keeps within int64 */
+  int64_t sum = 0, whole = 1;
+  for (int s = 0; s < n; s++) sum += sk__ckpt_volume(&g[s].e->box);
+  for (int d = 0; d < e0->ndims; d++) whole *= e0->shape[d];
+  if (sum != whole) v->missing = g[0].i, v->sum = sum, v->whole = whole;
+  return SK_OK;
+}
+
+/* Every tensor and kind tiled exactly once: every box inside its shape (refused first, naming
+   the first such slice), the saved boxes of one tensor and kind pairwise disjoint and their
+   volumes adding up to its shape's. The messages are those of a scan of all pairs: the first
+   pair in manifest order that disagrees on the shape or overlaps, else the first tensor and kind
+   that misses elements. The entries are grouped by sorting; a group's overlaps are found on its
+   grid of cut points (one cell per slice for the grids layouts make), pair by pair when that grid
+   has more than cells_per_slice cells per slice: O(n log n) for n slices in grids. */
+SK_API sk_result sk__ckpt_check_tiling(const sk_ckpt_manifest *m, int cells_per_slice, sk_error *err) {
+  if (!m || m->nentries < 0 || (m->nentries && !m->entries) || cells_per_slice < 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk__ckpt_check_tiling: NULL manifest or a negative count");
+  sk_result r = sk__ckpt_check_boxes(m, err);
+  sk__ckpt_ref *refs = r ? NULL : (sk__ckpt_ref *)malloc(((size_t)m->nentries + 1) * sizeof *refs);
+  if (!r && !refs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory checking the tiling");
+  for (int i = 0; !r && i < m->nentries; i++) refs[i].e = &m->entries[i], refs[i].i = i;
+  if (!r) qsort(refs, (size_t)m->nentries, sizeof *refs, sk__ckpt_ref_order);
+  sk__ckpt_verdict v = {{-1, -1, NULL}, -1, 0, 0};
+  for (int s = 0, t = 0; !r && s < m->nentries; s = t) {
+    for (t = s + 1; t < m->nentries && sk__ckpt_same_group(refs[s].e, refs[t].e); t++) {}
+    r = sk__ckpt_check_group(refs + s, t - s, cells_per_slice, &v, err);
+  }
+  free(refs);
+  if (r) return r;
+  if (v.clash.i >= 0) {
+    const sk_ckpt_entry *a = &m->entries[v.clash.i], *b = &m->entries[v.clash.j];
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: slices of ranks %d and %d %s", a->tensor,
+                    sk_ckpt_kind_name(a->kind), a->rank, b->rank, v.clash.what);
+  }
+  if (v.missing >= 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s: a slice is missing (%lld of %lld elements saved)",
+                    m->entries[v.missing].tensor, sk_ckpt_kind_name(m->entries[v.missing].kind), (long long)v.sum,
+                    (long long)v.whole);
+  return SK_OK;
+}
+
+/* The check sk_ckpt_save and sk_ckpt_verify run: the default bound. */
+static sk_result sk__ckpt_verify_tiling(const sk_ckpt_manifest *m, sk_error *err) {
+  return sk__ckpt_check_tiling(m, SK__CKPT_CELLS_PER_SLICE, err);
 }
 
 SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_error *err) {
@@ -1563,20 +1756,11 @@ SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, s
 
 /* ---- merging -------------------------------------------------------------------------------- */
 
-static bool sk__ckpt_same(const sk_ckpt_entry *a, const sk_ckpt_entry *b) {
-  return !strcmp(a->tensor, b->tensor) && a->kind == b->kind;
-}
-
-static int sk__ckpt_cmp_i64(const void *x, const void *y) {
-  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-  return (a > b) - (a < b);
-}
-
 /* Whether box x meets no saved box of a's tensor and kind. */
 static bool sk__ckpt_empty(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, const sk_slice *x) {
   sk_slice y;
   for (int i = 0; i < m->nentries; i++)
-    if (sk__ckpt_same(&m->entries[i], a) && sk__ckpt_intersect(&m->entries[i].box, x, &y)) return false;
+    if (sk__ckpt_same_group(&m->entries[i], a) && sk__ckpt_intersect(&m->entries[i].box, x, &y)) return false;
   return true;
 }
 
@@ -1587,8 +1771,8 @@ static int sk__ckpt_edges(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, int
   int n = 0, k = 0;
   edge[n++] = 0, edge[n++] = a->shape[d];
   for (int i = 0; i < m->nentries; i++)
-    if (sk__ckpt_same(&m->entries[i], a)) edge[n++] = m->entries[i].box.start[d], edge[n++] = m->entries[i].box.stop[d];
-  qsort(edge, (size_t)n, sizeof *edge, sk__ckpt_cmp_i64);
+    if (sk__ckpt_same_group(&m->entries[i], a)) edge[n++] = m->entries[i].box.start[d], edge[n++] = m->entries[i].box.stop[d];
+  qsort(edge, (size_t)n, sizeof *edge, sk__ckpt_i64_order);
   for (int i = 0; i < n; i++)
     if (!k || edge[i] != edge[k - 1]) edge[k++] = edge[i];
   return k;
@@ -1624,7 +1808,7 @@ static bool sk__ckpt_find_gap(const sk_ckpt_manifest *m, const sk_ckpt_entry *a,
    not cover: a box of the gap, or how much is missing when the search gives up. */
 static sk_result sk__ckpt_gap_error(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, int64_t saved, sk_error *err) {
   int nd = a->ndims, nedge[SK_MAX_DIMS] = {0}, count = 0;
-  for (int i = 0; i < m->nentries; i++) count += sk__ckpt_same(&m->entries[i], a);
+  for (int i = 0; i < m->nentries; i++) count += sk__ckpt_same_group(&m->entries[i], a);
   int64_t *room = (int64_t *)malloc((size_t)(nd ? nd : 1) * (size_t)(2 * count + 2) * sizeof *room), *edge[SK_MAX_DIMS];
   if (!room) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "merge: out of memory checking '%s'", a->tensor);
   for (int d = 0; d < nd; d++) edge[d] = room + (size_t)d * (size_t)(2 * count + 2), nedge[d] = sk__ckpt_edges(m, a, d, edge[d]);
@@ -1655,7 +1839,7 @@ static sk_result sk__ckpt_merge_check(const sk_ckpt_manifest *m, sk_error *err) 
     for (int d = 0; d < a->ndims; d++) whole *= a->shape[d];
     for (int j = 0; j < m->nentries && first; j++) {
       const sk_ckpt_entry *b = &m->entries[j];
-      if (!sk__ckpt_same(a, b)) continue;
+      if (!sk__ckpt_same_group(a, b)) continue;
       first = j >= i;
       same_shape = same_shape && b->ndims == a->ndims;
       for (int d = 0; same_shape && d < a->ndims; d++) same_shape = b->shape[d] == a->shape[d];

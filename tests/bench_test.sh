@@ -238,6 +238,17 @@ fi
 rm -f "$tmpcsv"
 build/fusion_perf --model nosuch -g 2 --thresholds 0 >/dev/null 2>&1
 if [ $? -eq 2 ]; then pass=$((pass + 1)); else echo "FAIL: fusion_perf bad model must exit 2"; fail=$((fail + 1)); fi
+# ckpt_perf --tiling: the tiling check of a manifest built in memory (no disk), N a multiple of 128
+# slices and not (the last tensor and kind in rows); one row of figures; bad values exit 2
+[ -x build/ckpt_perf ] || make -s build/ckpt_perf >/dev/null || { echo "bench: cannot build build/ckpt_perf"; exit 1; }
+for n in 1280 1000; do
+  timeout 30 build/ckpt_perf --tiling $n -n 3 >"$tmp/out" 2>"$tmp/err"; rc=$?
+  ok_if "ckpt_perf --tiling $n: exit $rc, a row of wall min <= median <= max, CPU min <= median ($(head -1 "$tmp/err"))" \
+    awk -v n=$n -v rc=$rc '$1 == n && NF == 6 && $2 > 0 && $2 <= $3 && $3 <= $4 && $5 <= $6 { row++ }
+                           END { exit !(rc == 0 && row == 1) }' "$tmp/out"
+done
+for args in "--tiling 0" "--tiling x" "--tiling 10 -n 0" "--tiling 10 --dir $tmp"; do bad ckpt_perf $args; done
+ok_if "ckpt_perf --help names --tiling" sh -c 'build/ckpt_perf --help | grep -q -- "--tiling N"'
 # gloo, bench/compare's peer (built only where libgloo-dev is installed): every row checked.
 if [ -x build/gloo_allreduce ]; then
   if timeout 60 build/gloo_allreduce -g 2 -b 8 -e 64K -f 8 $FAST >"$tmp/out" 2>"$tmp/err" &&

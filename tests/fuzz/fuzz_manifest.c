@@ -4,7 +4,8 @@
    NUL-terminated), and with its crc line replaced by the right one, so that mutations reach
    what lies behind the crc check (the references, and the manifest's later users). An accepted
    manifest is formatted and parsed again (the round trip must hold), its slices checked for
-   tiling as sk_ckpt_verify does and planned for loading as sk_ckpt_load does. */
+   tiling as sk_ckpt_verify does (on the grid of cut points and pair by pair, which must agree)
+   and planned for loading as sk_ckpt_load does. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS (fuzz_guard.h) */
 /* A limit the fuzzer's inputs reach (make fuzz passes -max_len above it; every seed is below it):
    the refusal of a text over SK_MAX_TEXT_FILE_BYTES is fuzzed too (sk_core.h's TEXT FILES). */
@@ -32,7 +33,14 @@ static void use(const sk_ckpt_manifest *m) {
     int n = 0;
     (void)sk_ckpt_read_plan(m, &t, 0, pieces, 64, &n, NULL);
   }
-  (void)sk__ckpt_verify_tiling(m, NULL);
+  /* the tiling check cell by cell where it can, and pair by pair: the same outcome and message */
+  sk_error grid = {SK_OK, ""}, pairs = {SK_OK, ""};
+  sk_result rg = sk__ckpt_check_tiling(m, SK__CKPT_CELLS_PER_SLICE, &grid);
+  sk_result rp = sk__ckpt_check_tiling(m, 0, &pairs);
+  if (rg != rp || (rg && strcmp(grid.msg, pairs.msg))) {
+    fprintf(stderr, "tiling: on the grid %d '%s', pair by pair %d '%s'\n", (int)rg, grid.msg, (int)rp, pairs.msg);
+    abort();
+  }
   char *text = NULL;
   size_t len = 0;
   /* (a canonical text over the limit is refused, as a user's) */
