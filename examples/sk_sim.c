@@ -62,12 +62,14 @@ typedef struct options {
   const char *recompute;       /* --recompute OP,...: the operators flagged for recomputation */
   bool dump_schedule;          /* --dump-schedule: print each pipeline stage's action list and exit */
   bool print_strategies;       /* --print-strategies: every operator's strategy, before training */
+  int timeout_s;               /* --timeout: the world's bound on every wait (0: its default) */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
   fprintf(f,
           "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check] [--report]\n"
-          "          [--dump-program RANK] [--backend threads|mpi] [--link ALPHA_US,GBPS --device-tflops T]\n"
+          "          [--dump-program RANK] [--backend threads|mpi] [--timeout SECONDS]\n"
+          "          [--link ALPHA_US,GBPS --device-tflops T]\n"
           "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
           "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))] \n"
           "          [--mode semi_auto|sharding_propagation|recursive_programming|exhaustive] [--print-strategies]\n"
@@ -87,6 +89,8 @@ static void usage(FILE *f, const char *argv0) {
           "  --report             print each device's memory, the communication, FLOPs and step times\n"
           "  --dump-program RANK  print device RANK's compiled program and exit\n"
           "  --backend B          threads (default) or mpi (one device per process, under mpirun)\n"
+          "  --timeout SECONDS    a wait of the world longer than SECONDS (1..86400, default 300) fails the\n"
+          "                       run; under MPI every process then exits, naming the rank it waited for\n"
           "  --link A,G           model links of A us latency and G GB/s (with --device-tflops T: the\n"
           "                       device's speed) and report the modelled step time of that cluster\n"
           "  --dtype D            the float dtype (default f32; f16/bf16 store in that format, compute f32)\n"
@@ -302,6 +306,7 @@ static int parse_count(const char *argv0, const char *a, const char *v, options 
       {"--pipeline", &o->pd.pipeline.stages, 1, SK_PIPE_MAX_STAGES, "a count of stages"},
       {"--micro", &o->pd.pipeline.micro, 1, 1 << 24, "a count of micro-batches"}, /* the pipeline's action cap */
       {"--interleave", &o->pd.pipeline.interleave, 1, 1 << 24, "a count of chunks"},
+      {"--timeout", &o->timeout_s, 1, 86400, "seconds"}, /* as the benchmarks' -T */
   };
   for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
     if (strcmp(a, counts[k].flag)) continue;
@@ -477,6 +482,8 @@ typedef struct job {
   double seconds, model_us, compile_ms;
   sim_device_figures *figures; /* per device, for --report */
   void **init; /* --parameter-broadcast --check: per tensor, the broadcast model gathered (the lead's) */
+  char mpi_error[SK_ERROR_MSG_MAX]; /* MPI: this process's device's failure (the world keeps only a root
+                                       cause, which another process may hold) */
 } job;
 
 /* One device's run: the trainer (one device) or its runtime. */
@@ -674,6 +681,7 @@ static sk_result device_main(sk_comm *c, void *arg) {
   if (!r) r = train(&R, &e);
   if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, &e);
   if (r) sk_comm_set_error(c, r, "%s", e.msg);
+  if (r && J->o->mpi) snprintf(J->mpi_error, sizeof J->mpi_error, "%s", e.msg); /* the process's one device */
   free(R.x), free(R.y);
   sk_runtime_destroy(R.rt);
   return r;
@@ -689,6 +697,7 @@ static sk_result make_world(const options *o, sk_world **w, char *msg, size_t ca
   wd.backend = o->mpi ? sk_mpi_backend() : sk_threads_backend();
   wd.backend_config = o->mpi ? (void *)&mc : NULL;
   wd.link = o->link;
+  wd.timeout_ms = (uint32_t)o->timeout_s * 1000u; /* --timeout; 0: the world's default */
   sk_error err;
   sk_result r = sk_world_create(&wd, w, &err);
   if (r) return snprintf(msg, cap, "%s", err.msg), r;
@@ -849,7 +858,11 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
     sk_error e;
     if (run_reference(J, false, &e)) snprintf(msg, cap, "%s", e.msg), rc = -1;
   } else if (!rc && sk_world_run(w, device_main, J)) {
-    snprintf(msg, cap, "%s", sk_world_error_message(w)), rc = -1;
+    const char *why = sk_world_error_message(w);
+    snprintf(msg, cap, "%s", *why ? why : J->mpi_error), rc = -1;
+    /* each process fails its own way (a timeout names whom it waited for, and process 0 may be
+       the one that hangs): every one says it, as the benchmarks do */
+    if (process != 0) fprintf(stderr, "%s: world rank %d: %s\n", prog_name(argv0), process, msg);
   }
   if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && process == 0) print_summary(J, base, nbase);
