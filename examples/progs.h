@@ -153,8 +153,7 @@ static inline bool prog_parse_u64_in(const char *s, uint64_t lo, uint64_t hi, ui
 static inline bool prog_parse_double_in(const char *s, double lo, double hi, double *out) {
   if (!s || !*s || isspace((unsigned char)*s)) return false;
   char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
+  double v = strtod(s, &end); /* out of range: HUGE_VAL, which isfinite refuses, or a tiny value */
   if (*end || !isfinite(v) || v < lo || v > hi) return false;
   *out = v;
   return true;
@@ -178,7 +177,8 @@ static inline bool prog_parse_double_in(const char *s, double lo, double hi, dou
    whether the path exists or can be written is the caller's to find out. */
 static inline const char *prog_path_problem(const char *path, size_t reserve) {
   if (!path || !*path) return "an empty path";
-  if (strlen(path) + reserve >= PROG_PATH_MAX) return "a path too long (PATH_MAX)";
+  if (strlen(path) + reserve >= PROG_PATH_MAX)
+    return reserve ? "a path too long for the names beneath it (PATH_MAX)" : "a path longer than PATH_MAX";
   for (const char *c = path; *c;) {
     size_t n = strcspn(c, "/");
     if (n > PROG_NAME_MAX) return "a path component longer than 255 bytes (NAME_MAX)";

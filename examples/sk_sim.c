@@ -233,9 +233,9 @@ static int parse_fusion_index(const char *list, options *o, sk_fusion_config *c)
 
 /* One --fusion value: [allreduce=|allgather=|reducescatter=](none|auto|size:MB|index:I,J,...).
    Without a kind, none is openstate False, auto and size set every kind, index AllReduce's.
-   Index for AllGather (which MindSpore refuses) is refused by the compile's checks, before any
-   work; a size is above 0 MB (MindSpore's rule) and at most 1e11 MB (the fusion scheduler takes
-   less than 1e12). 0: done. */
+   Index for AllGather and a size of 0 MB (which MindSpore refuses) are refused by the compile's
+   checks, in MindSpore's words, before any work; a size is at most 1e11 MB (the fusion scheduler
+   takes less than 1e12). 0: done. */
 static int parse_fusion(const char *v, options *o) {
   sk_comm_fusion *cf = &o->pd.comm_fusion;
   sk_fusion_config *kinds[3] = {&cf->allreduce, &cf->allgather, &cf->reducescatter}, *one = NULL;
@@ -250,7 +250,7 @@ static int parse_fusion(const char *v, options *o) {
   } else if (!strcmp(v, "auto")) c.mode = SK_FUSION_AUTO;
   else if (!strncmp(v, "size:", 5)) {
     c.mode = SK_FUSION_SIZE;
-    if (!prog_parse_double_in(v + 5, DBL_MIN, 1e11, &c.threshold_mb)) return -1;
+    if (!prog_parse_double_in(v + 5, 0, 1e11, &c.threshold_mb)) return -1;
   } else if (!strncmp(v, "index:", 6)) {
     c.mode = SK_FUSION_INDEX, c.indices = o->fusion_index, one = one ? one : &cf->allreduce;
     if (parse_fusion_index(v + 6, o, &c)) return -1;

@@ -317,7 +317,7 @@ printf '{"format": "shardkit-network", "version": 1}\n' >/dev/null
 expect_fail "strict strategies on 4 devices" "strict" --net examples/nets/operator_parallel.json --devices 4 --strict-strategies --steps 1
 expect_fail "bad dtype" "--dtype" --net examples/nets/operator_parallel.json --dtype i32
 expect_fail "steps and epochs" "not both" --net examples/nets/operator_parallel.json --steps 2 --epochs 1
-expect_fail "zero steps" "positive" --net examples/nets/operator_parallel.json --steps 0
+expect_fail "zero steps" "--steps takes a count of steps, 1\.\.2147483647: 0 (try --help)" --net examples/nets/operator_parallel.json --steps 0
 expect_fail "dataset strategy of the wrong rank" "input 0's tuple has 2 entries" --net examples/nets/operator_parallel.json --devices 8 --dataset-strategy "((2,1),(2,))" --steps 1
 expect_fail "malformed dataset strategy" "--dataset-strategy" --net examples/nets/operator_parallel.json --dataset-strategy "((2,1)"
 # the wrong forms get AutoParallel.dataset_strategy's errors, in its words
