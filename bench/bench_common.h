@@ -365,16 +365,6 @@ BENCH_FN int bench__bad(const char *prog, const char *fmt, const char *arg) {
   return 2;
 }
 
-BENCH_FN bool bench__parse_long(const char *s, long lo, long hi, long *out) {
-  if (!s || !*s) return false;
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 /* "8", "64K", "1.5M", "2G", an optional trailing B; K/M/G are powers of 2 (as nccl-tests), at
    most 1 TiB. A fraction must give a whole number of bytes: "1.5M" = 1572864, but "1.3" or
    "1.1K" is refused rather than rounded, so the size swept is the size asked for. Computed in
@@ -465,7 +455,7 @@ BENCH_FN int bench__parse_sweep(int c, const char *arg, bench_opts *o) {
         return bench__bad(o->prog, "-i: bad step '%s' (" BENCH__SIZE_HINT ")", arg);
       return 0;
     case 'f':
-      if (!bench__parse_long(arg, 2, 1 << 20, &v)) return bench__bad(o->prog, "-f: bad factor '%s' (an integer >= 2)", arg);
+      if (!prog_parse_long_in(arg, 2, 1 << 20, &v)) return bench__bad(o->prog, "-f: bad factor '%s' (an integer >= 2)", arg);
       o->factor = v;
       return 0;
     default: return -1;
@@ -477,27 +467,27 @@ BENCH_FN int bench__parse_timing(int c, const char *arg, bench_opts *o) {
   long v;
   switch (c) {
     case 'n':
-      if (!bench__parse_long(arg, 1, INT_MAX, &v)) return bench__bad(o->prog, "-n: bad iteration count '%s' (>= 1)", arg);
+      if (!prog_parse_long_in(arg, 1, INT_MAX, &v)) return bench__bad(o->prog, "-n: bad iteration count '%s' (>= 1)", arg);
       return o->iters = (int)v, 0;
     case 'w':
-      if (!bench__parse_long(arg, 0, INT_MAX, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (>= 0)", arg);
+      if (!prog_parse_long_in(arg, 0, INT_MAX, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (>= 0)", arg);
       return o->warmup = (int)v, 0;
     case 'm':
-      if (!bench__parse_long(arg, 1, BENCH_MAX_AGG, &v))
+      if (!prog_parse_long_in(arg, 1, BENCH_MAX_AGG, &v))
         return bench__bad(o->prog, "-m: bad aggregation count '%s' (1..1024)", arg);
       return o->agg = (int)v, 0;
     case 'z':
-      if (!bench__parse_long(arg, 0, 3, &v)) return bench__bad(o->prog, "-z: bad blocking mode '%s' (0, 1, 2 or 3)", arg);
+      if (!prog_parse_long_in(arg, 0, 3, &v)) return bench__bad(o->prog, "-z: bad blocking mode '%s' (0, 1, 2 or 3)", arg);
       return o->blocking = (int)v, 0;
     case 'a':
-      if (!bench__parse_long(arg, 0, 3, &v))
+      if (!prog_parse_long_in(arg, 0, 3, &v))
         return bench__bad(o->prog, "-a: bad mode '%s' (0 rank 0, 1 mean, 2 min, 3 max)", arg);
       return o->average = (int)v, 0;
     case 'N':
-      if (!bench__parse_long(arg, 0, INT_MAX, &v)) return bench__bad(o->prog, "-N: bad cycle count '%s' (>= 0; 0 = until interrupted)", arg);
+      if (!prog_parse_long_in(arg, 0, INT_MAX, &v)) return bench__bad(o->prog, "-N: bad cycle count '%s' (>= 0; 0 = until interrupted)", arg);
       return o->cycles = (int)v, 0;
     case 'T':
-      if (!bench__parse_long(arg, 0, 86400, &v)) return bench__bad(o->prog, "-T: bad timeout '%s' (seconds, 0..86400)", arg);
+      if (!prog_parse_long_in(arg, 0, 86400, &v)) return bench__bad(o->prog, "-T: bad timeout '%s' (seconds, 0..86400)", arg);
       return o->timeout_s = v, 0;
     default: return -1;
   }
@@ -508,7 +498,7 @@ BENCH_FN int bench__parse_setup(int c, const char *arg, bench_opts *o) {
   long v;
   switch (c) {
     case 'c':
-      if (!bench__parse_long(arg, 0, 1000, &v)) return bench__bad(o->prog, "-c: bad check count '%s' (0..1000)", arg);
+      if (!prog_parse_long_in(arg, 0, 1000, &v)) return bench__bad(o->prog, "-c: bad check count '%s' (0..1000)", arg);
       return o->check = (int)v, 0;
     case 'd':
       if (!bench__parse_dtypes(arg, o))
@@ -518,13 +508,13 @@ BENCH_FN int bench__parse_setup(int c, const char *arg, bench_opts *o) {
       if (!bench__parse_ops(arg, o)) return bench__bad(o->prog, "-o: unknown op '%s' (sum prod min max avg all)", arg);
       return 0;
     case 'r':
-      if (!bench__parse_long(arg, -1, SK_MAX_DEVICES - 1, &v)) return bench__bad(o->prog, "-r: bad root '%s' (-1 or a rank)", arg);
+      if (!prog_parse_long_in(arg, -1, SK_MAX_DEVICES - 1, &v)) return bench__bad(o->prog, "-r: bad root '%s' (-1 or a rank)", arg);
       return o->root = (int)v, 0;
     case 'g':
-      if (!bench__parse_long(arg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s' (1..4096)", arg);
+      if (!prog_parse_long_in(arg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s' (1..4096)", arg);
       return o->ngpus = (int)v, 0;
     case 't':
-      if (!bench__parse_long(arg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-t: bad thread count '%s' (1..4096)", arg);
+      if (!prog_parse_long_in(arg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-t: bad thread count '%s' (1..4096)", arg);
       return o->nthreads = (int)v, 0;
     case 'B':
       if (strcmp(arg, "threads") != 0 && strcmp(arg, "mpi") != 0)

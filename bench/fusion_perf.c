@@ -198,7 +198,7 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
     switch (c) {
       case 'm': o->model = optarg; break;
       case 'g':
-        if (!bench__parse_long(optarg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s'", optarg);
+        if (!prog_parse_long_in(optarg, 1, SK_MAX_DEVICES, &v)) return bench__bad(o->prog, "-g: bad device count '%s'", optarg);
         o->ngpus = (int)v;
         break;
       case 'B':
@@ -206,11 +206,11 @@ static int fp_parse(int argc, char **argv, fp_opts *o) {
         o->backend_asked = strcmp(optarg, "mpi") == 0 ? "mpi" : "threads";
         break;
       case 'n':
-        if (!bench__parse_long(optarg, 1, 1000, &v)) return bench__bad(o->prog, "-n: bad round count '%s' (1..1000)", optarg);
+        if (!prog_parse_long_in(optarg, 1, 1000, &v)) return bench__bad(o->prog, "-n: bad round count '%s' (1..1000)", optarg);
         o->rounds = (int)v;
         break;
       case 'w':
-        if (!bench__parse_long(optarg, 0, 1000, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (0..1000)", optarg);
+        if (!prog_parse_long_in(optarg, 0, 1000, &v)) return bench__bad(o->prog, "-w: bad warm-up count '%s' (0..1000)", optarg);
         o->warmup = (int)v;
         break;
       case 'L': {

@@ -165,18 +165,18 @@ static int parse_args(int argc, char **argv, opts *o) {
   while ((c = getopt_long(argc, argv, ":g:b:n:w:h", lo, NULL)) != -1) {
     switch (c) {
       case 'g':
-        if (!bench__parse_long(optarg, 8, 8, &v)) return bench__bad(prog, "-g: '%s': the moves are written for 8 devices", optarg);
+        if (!prog_parse_long_in(optarg, 8, 8, &v)) return bench__bad(prog, "-g: '%s': the moves are written for 8 devices", optarg);
         break;
       case 'b':
         if (!bench__parse_size(optarg, &o->bytes) || o->bytes == 0 || o->bytes % (32u << 10))
           return bench__bad(prog, "-b: bad size '%s' (a multiple of 32K: 8 row blocks of 1024 floats)", optarg);
         break;
       case 'n':
-        if (!bench__parse_long(optarg, 1, INT_MAX, &v)) return bench__bad(prog, "-n: bad iteration count '%s' (>= 1)", optarg);
+        if (!prog_parse_long_in(optarg, 1, INT_MAX, &v)) return bench__bad(prog, "-n: bad iteration count '%s' (>= 1)", optarg);
         o->iters = (int)v;
         break;
       case 'w':
-        if (!bench__parse_long(optarg, 0, INT_MAX, &v)) return bench__bad(prog, "-w: bad warm-up count '%s' (>= 0)", optarg);
+        if (!prog_parse_long_in(optarg, 0, INT_MAX, &v)) return bench__bad(prog, "-w: bad warm-up count '%s' (>= 0)", optarg);
         o->warmup = (int)v;
         break;
       case 'h': usage(stdout, argv[0]); return 1;

@@ -69,28 +69,30 @@ static void usage(FILE *f, const char *path) {
           "  --backend B   threads (N threads as devices) or mpi (one device per process). Default: threads,\n"
           "                or mpi when an MPI launcher started several processes\n"
           "  --devices N   threads backend: devices, 1..%d (default 4); with mpi, the launch's -np decides\n"
+          "                (another N is refused)\n"
           "  -h,--help     this text\n"
           "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s --backend mpi\n" PROG_ROOT_NOTE,
           path, SK_MAX_DEVICES, path);
 }
 
-/* argv into *backend_asked and *devices. Returns 0 to run, 1 after --help, 2 after a message. */
-static int parse_args(int argc, char **argv, const char **backend_asked, int *devices) {
+/* argv into *backend_asked and *devices (*devices_given: --devices was given). Returns 0 to run,
+   1 after --help, 2 after a message. */
+static int parse_args(int argc, char **argv, const char **backend_asked, int *devices, bool *devices_given) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    char *end = NULL;
     if (prog_is_help(a)) {
       usage(stdout, argv[0]);
       return 1;
-    } else if (!strcmp(a, "--backend") && v && (!strcmp(v, "threads") || !strcmp(v, "mpi"))) {
-      *backend_asked = v, i++;
-    } else if (!strcmp(a, "--devices") && v && (*devices = (int)strtol(v, &end, 10)) >= 1 && !*end &&
-               *devices <= SK_MAX_DEVICES) {
-      i++;
-    } else {
-      fprintf(stderr, "both_backends: bad or incomplete argument '%s' (see %s --help)\n", a, argv[0]);
-      return 2;
     }
+    if (!v) return prog_bad_usage(argv[0], "unknown option or missing value", a);
+    if (!strcmp(a, "--backend")) {
+      if (strcmp(v, "threads") && strcmp(v, "mpi")) return prog_bad_usage(argv[0], "--backend takes threads or mpi", v);
+      *backend_asked = v;
+    } else if (!strcmp(a, "--devices")) {
+      if (!prog_parse_int_in(v, 1, SK_MAX_DEVICES, devices)) return prog_bad_usage(argv[0], "--devices takes 1..4096", v);
+      *devices_given = true;
+    } else return prog_bad_usage(argv[0], "unknown option", a);
+    i++;
   }
   return 0;
 }
@@ -98,9 +100,14 @@ static int parse_args(int argc, char **argv, const char **backend_asked, int *de
 int main(int argc, char **argv) {
   const char *asked = NULL, *backend;
   int devices = 4;
-  int pr = parse_args(argc, argv, &asked, &devices);
+  bool devices_given = false;
+  int pr = parse_args(argc, argv, &asked, &devices, &devices_given);
   if (pr) return pr == 1 ? 0 : 2;
   if (!(backend = prog_backend(argv[0], asked, "--backend"))) return 2;
+  char count[16];
+  snprintf(count, sizeof count, "%d", devices);
+  if (devices_given && !strcmp(backend, "mpi") && devices != prog_launch_size()) /* it would be ignored */
+    return prog_bad_usage(argv[0], "--devices is the threads backend's; with mpi the launch's -np decides", count);
   sk_world_desc d;
   memset(&d, 0, sizeof d);
   sk_mpi_config mcfg;

@@ -27,6 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "progs.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #else
@@ -296,23 +299,14 @@ static void usage(FILE *f, const char *argv0) {
 /* Returns 0 to go on, -1 after --help, 2 on a bad argument. */
 static int parse_args(int argc, char **argv, int *n) {
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (prog_is_help(a)) {
       usage(stdout, argv[0]);
       return -1;
     }
-    if (strcmp(argv[i], "--devices") != 0 || i + 1 == argc) {
-      fprintf(stderr, "openmp_devices: error: unknown or incomplete argument '%s'\n", argv[i]);
-      usage(stderr, argv[0]);
-      return 2;
-    }
-    char *end;
-    long v = strtol(argv[++i], &end, 10);
-    if (*argv[i] == '\0' || *end != '\0' || v < 1 || v > MAX_DEVICES) {
-      fprintf(stderr, "openmp_devices: error: --devices must be an integer in 1..%d, got '%s'\n", MAX_DEVICES,
-              argv[i]);
-      return 2;
-    }
-    *n = (int)v;
+    if (strcmp(a, "--devices") || !v) return prog_bad_usage(argv[0], "unknown option or missing value", a);
+    if (!prog_parse_int_in(v, 1, MAX_DEVICES, n)) return prog_bad_usage(argv[0], "--devices takes 1..64", v);
+    i++;
   }
   return 0;
 }

@@ -30,6 +30,7 @@
 #include "shardkit.h"
 #include "sk_mpi.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@
 #define HID 512
 #define CLASSES 10
 #define SEED 1u
+#define MAX_EPOCHS 1000 /* every loss is kept: 1875 steps an epoch, two doubles each (the reference's) */
 
 typedef struct options {
   int devices;
@@ -272,7 +274,7 @@ static void usage(FILE *f, const char *path) {
           "%s: Debian's dataset-fashion-mnist) on 8 devices, or 1.\n"
           "  --devices N    8: the tutorial's shard strategies (default); 1: the single-device baseline\n"
           "  --layouts      the tutorial's higher-order layouts instead of the strategies\n"
-          "  --epochs E     epochs, >= 1 (default 3)\n"
+          "  --epochs E     epochs, 1..1000 (default 3)\n"
           "  --steps S      stop after S steps in all (default 0: whole epochs); the time per epoch is then\n"
           "                 extrapolated from the steps run, and says so\n"
           "  --dataset-strategy data_parallel|full_batch   how the batch is split (default data_parallel)\n"
@@ -284,9 +286,14 @@ static void usage(FILE *f, const char *path) {
           path, MNIST_DEFAULT_DIR, path);
 }
 
-static int bad_usage(const char *msg) {
-  fprintf(stderr, "operator_parallel: %s (see operator_parallel --help)\n", msg);
-  return 2;
+/* What the options allow together, once read: --devices N on N MPI processes (when the launcher
+   says how many; make_world checks the world otherwise). 0, or 2 after a usage error. */
+static int check_launch(const char *argv0, const options *o) {
+  int launched = prog_launch_size();
+  char msg[160];
+  snprintf(msg, sizeof msg, "--devices %d, but the MPI launch has %d processes: " PROG_MPIRUN " -np %d", o->devices,
+           launched, o->devices);
+  return o->mpi && launched > 0 && launched != o->devices ? prog_bad_usage(argv0, msg, NULL) : 0;
 }
 
 /* Parses argv into *o. Returns 0 to run, 1 after --help, 2 after a usage error. */
@@ -299,30 +306,36 @@ static int parse_options(int argc, char **argv, options *o) {
     if (prog_is_help(a)) {
       usage(stdout, argv[0]);
       return 1;
-    } else if (!strcmp(a, "--devices") && v) o->devices = atoi(v), i++;
-    else if (!strcmp(a, "--epochs") && v) o->epochs = atoi(v), i++;
-    else if (!strcmp(a, "--steps") && v) o->steps = atol(v), i++;
-    else if (!strcmp(a, "--layouts")) o->layouts = true;
-    else if (!strcmp(a, "--check")) o->check = true;
-    else if (!strcmp(a, "--dataset-strategy") && v) {
-      if (!strcmp(v, "full_batch")) o->full_batch = true;
-      else if (strcmp(v, "data_parallel")) return bad_usage("--dataset-strategy takes data_parallel or full_batch");
-      i++;
-    } else if (!strcmp(a, "--backend") && v) {
-      if (strcmp(v, "mpi") && strcmp(v, "threads")) return bad_usage("--backend takes threads or mpi");
-      o->backend_asked = v, i++;
-    } else {
-      char m[160];
-      snprintf(m, sizeof m, "unknown or incomplete argument '%s'", a);
-      return bad_usage(m);
     }
+    if (!strcmp(a, "--layouts")) {
+      o->layouts = true;
+      continue;
+    }
+    if (!strcmp(a, "--check")) {
+      o->check = true;
+      continue;
+    }
+    if (!v) return prog_bad_usage(argv[0], "unknown option or missing value", a);
+    if (!strcmp(a, "--devices")) {
+      if (!prog_parse_int_in(v, 1, 8, &o->devices) || (o->devices != 1 && o->devices != 8))
+        return prog_bad_usage(argv[0], "--devices takes 8 (the tutorial's strategies) or 1 (the baseline)", v);
+    } else if (!strcmp(a, "--epochs")) {
+      if (!prog_parse_int_in(v, 1, MAX_EPOCHS, &o->epochs)) return prog_bad_usage(argv[0], "--epochs takes 1..1000", v);
+    } else if (!strcmp(a, "--steps")) {
+      if (!prog_parse_long_in(v, 0, INT_MAX, &o->steps)) return prog_bad_usage(argv[0], "--steps takes 0..2147483647", v);
+    } else if (!strcmp(a, "--dataset-strategy")) {
+      if (!strcmp(v, "full_batch")) o->full_batch = true;
+      else if (strcmp(v, "data_parallel")) return prog_bad_usage(argv[0], "--dataset-strategy takes data_parallel or full_batch", v);
+    } else if (!strcmp(a, "--backend")) {
+      if (strcmp(v, "mpi") && strcmp(v, "threads")) return prog_bad_usage(argv[0], "--backend takes threads or mpi", v);
+      o->backend_asked = v;
+    } else return prog_bad_usage(argv[0], "unknown option", a);
+    i++;
   }
-  if (o->devices != 1 && o->devices != 8) return bad_usage("--devices must be 8 (the tutorial's strategies) or 1 (the baseline)");
-  if (o->epochs < 1 || o->steps < 0) return bad_usage("--epochs must be >= 1 and --steps >= 0");
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");
-  return 0;
+  return check_launch(argv[0], o);
 }
 
 static sk_result make_world(int devices, bool mpi, sk_world **w, char *msg, size_t cap) {

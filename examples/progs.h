@@ -1,5 +1,6 @@
-/* progs.h -- what the example and benchmark programs share: -h/--help, and what they do when an
-   MPI launcher started them. (Not part of the library: include/ holds that.)
+/* progs.h -- what the example and benchmark programs share: -h/--help, what they do when an
+   MPI launcher started them, and how they refuse a command line (prog_bad_usage and the strict
+   number and path parsers, at the end). (Not part of the library: include/ holds that.)
 
    `mpirun -np 2 prog` starts prog twice. A program that then ran its threads backend would run
    two unrelated copies whose output interleaves, so, as nccl-tests built with MPI do, a program
@@ -14,6 +15,12 @@
 #ifndef SK_EXAMPLES_PROGS_H
 #define SK_EXAMPLES_PROGS_H
 
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +102,89 @@ static inline int prog_refuse_launch(const char *argv0) {
             "start it without mpirun\n",
             prog_name(argv0), n, n);
   return 1;
+}
+
+/* ---- refusing a command line before any work ---------------------------------------------------
+   Every option is checked while the command line is read, before a world, a file or a step: a
+   bad value is refused with one line "PROG: MESSAGE: ARG (try --help)" on stderr and exit status
+   2, never found after a run. Numbers parse whole (no trailing text, no leading space, no
+   overflow) and within the range the program can use. */
+
+/* The refusal: one line, exit status 2 (returned). arg NULL: the message alone; "" shows as ''.
+   Under an MPI launch every process meets the same command line: rank 0 says it. */
+static inline int prog_bad_usage(const char *argv0, const char *msg, const char *arg) {
+  if (prog_launch_rank() == 0)
+    fprintf(stderr, "%s: %s%s%s (try --help)\n", prog_name(argv0), msg, arg ? ": " : "", !arg ? "" : *arg ? arg : "''");
+  return 2;
+}
+
+/* s as a whole decimal integer in lo..hi into *out; false (and *out untouched) otherwise. */
+static inline bool prog_parse_long_in(const char *s, long lo, long hi, long *out) {
+  if (!s || !*s || isspace((unsigned char)*s)) return false;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* The same for an int in lo..hi. */
+static inline bool prog_parse_int_in(const char *s, int lo, int hi, int *out) {
+  long v = 0;
+  if (!prog_parse_long_in(s, lo, hi, &v)) return false;
+  *out = (int)v;
+  return true;
+}
+
+/* s as a whole unsigned decimal integer in lo..hi (a seed: up to 2^64 - 1). strtoull alone takes
+   "-1" for 2^64 - 1: a sign is refused here. */
+static inline bool prog_parse_u64_in(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+  if (!s || *s < '0' || *s > '9') return false;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = (uint64_t)v;
+  return true;
+}
+
+/* s as a whole finite number in lo..hi (lo DBL_MIN: positive). */
+static inline bool prog_parse_double_in(const char *s, double lo, double hi, double *out) {
+  if (!s || !*s || isspace((unsigned char)*s)) return false;
+  char *end = NULL;
+  double v = strtod(s, &end); /* out of range: HUGE_VAL, which isfinite refuses, or a tiny value */
+  if (*end || !isfinite(v) || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* What the kernel refuses in any path: longer than PATH_MAX with its NUL, or a component longer
+   than NAME_MAX (ENAMETOOLONG, found only when the path is used). */
+#ifdef PATH_MAX
+#define PROG_PATH_MAX PATH_MAX
+#else
+#define PROG_PATH_MAX 4096
+#endif
+#ifdef NAME_MAX
+#define PROG_NAME_MAX NAME_MAX
+#else
+#define PROG_NAME_MAX 255
+#endif
+
+/* NULL when `path` can name a file, room for `reserve` more bytes beneath it included (the names
+   a program adds below a directory it is given); else what is wrong with it. Only the syntax:
+   whether the path exists or can be written is the caller's to find out. */
+static inline const char *prog_path_problem(const char *path, size_t reserve) {
+  if (!path || !*path) return "an empty path";
+  if (strlen(path) + reserve >= PROG_PATH_MAX)
+    return reserve ? "a path too long for the names beneath it (PATH_MAX)" : "a path longer than PATH_MAX";
+  for (const char *c = path; *c;) {
+    size_t n = strcspn(c, "/");
+    if (n > PROG_NAME_MAX) return "a path component longer than 255 bytes (NAME_MAX)";
+    c += n + (c[n] == '/');
+  }
+  return NULL;
 }
 
 #endif /* SK_EXAMPLES_PROGS_H */

@@ -78,10 +78,7 @@ int main(int argc, char **argv) {
            argv[0]);
     return 0;
   }
-  if (argc > 1) {
-    fprintf(stderr, "quickstart: unexpected argument '%s' (it takes none; see %s --help)\n", argv[1], argv[0]);
-    return 2;
-  }
+  if (argc > 1) return prog_bad_usage(argv[0], "takes no arguments", argv[1]);
   if (prog_refuse_launch(argv[0])) return 2;
   long wrong = run_allreduce();
   int layout_bad = run_layout();

@@ -28,6 +28,8 @@
 #include "sk_ckpt.h"
 #include "sk_strategy.h"
 
+#include "progs.h"
+
 typedef struct sim_ckpt_opts {
   const char *save, *load; /* checkpoint roots */
   long every;              /* 0: once, at the end */
@@ -53,14 +55,28 @@ static inline sk_result sim_ckpt_fail(sk_error *e, sk_result code, const char *w
   return code;
 }
 
+/* The bytes a root must leave for the names the checkpoints put beneath it
+   (".tmp-ckpt-<step>/rank-<r>.bin" and the like). */
+#define SIM_CKPT_NAMES_BENEATH (2 * SK_CKPT_FILE_MAX)
+
+/* What is wrong with the value v of checkpoint option a (sim_ckpt_parse returned 1), in buf. A
+   root's syntax only: whether it can be created and written is found at start-up. */
+static inline const char *sim_ckpt_bad_value(const char *a, const char *v, char *buf, size_t cap) {
+  const char *why = prog_path_problem(v, SIM_CKPT_NAMES_BENEATH);
+  if (!strcmp(a, "--save-checkpoint") || !strcmp(a, "--load-checkpoint")) snprintf(buf, cap, "%s DIR: %s", a, why);
+  else if (!strcmp(a, "--every")) snprintf(buf, cap, "--every takes a positive count of steps");
+  else snprintf(buf, cap, "--checkpoint-io takes auto, plain or io_uring");
+  return buf;
+}
+
 /* A checkpoint option `a` with value v: 0 taken, -1 not ours, 1 a bad value. */
 static inline int sim_ckpt_parse(const char *a, const char *v, sim_ckpt_opts *c) {
-  char *end = NULL;
+  bool root = !strcmp(a, "--save-checkpoint") || !strcmp(a, "--load-checkpoint");
+  if (root && prog_path_problem(v, SIM_CKPT_NAMES_BENEATH)) return 1;
   if (!strcmp(a, "--save-checkpoint")) c->save = v;
   else if (!strcmp(a, "--load-checkpoint")) c->load = v;
   else if (!strcmp(a, "--every")) {
-    c->every = strtol(v, &end, 10);
-    if (end == v || *end || c->every < 1) return 1;
+    if (!prog_parse_long_in(v, 1, LONG_MAX, &c->every)) return 1;
   } else if (!strcmp(a, "--checkpoint-io")) {
     if (!strcmp(v, "auto")) c->io = SK_CKPT_IO_AUTO;
     else if (!strcmp(v, "plain")) c->io = SK_CKPT_IO_PLAIN;

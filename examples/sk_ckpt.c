@@ -87,25 +87,45 @@ static int parse_io(const char *v, sk_ckpt_io *io) {
   return 0;
 }
 
-static int bad_usage(const char *argv0, const char *msg) {
-  fprintf(stderr, "%s: %s (try --help)\n", prog_name(argv0), msg);
-  return 2;
+/* The bytes a root must leave for the names beneath it (ckpt-<step>/rank-<r>.bin, merged/...). */
+#define NAMES_BENEATH (2 * SK_CKPT_FILE_MAX + 8)
+
+/* A root's syntax (what is there is read after). 0, or 2 after a usage error. */
+static int check_root(const char *argv0, const char *what, const char *path) {
+  const char *why = prog_path_problem(path, NAMES_BENEATH);
+  char msg[128];
+  snprintf(msg, sizeof msg, "%s: %s", what, why ? why : "");
+  return why ? prog_bad_usage(argv0, msg, path) : 0;
+}
+
+/* argv: COMMAND DIR [--out OUT] [--io P]. 0: go on; 1: --help printed; 2: bad usage. */
+static int parse_args(int argc, char **argv, const char **out, sk_ckpt_io *io) {
+  for (int i = 1; i < argc; i++)
+    if (prog_is_help(argv[i])) return usage(stdout, argv[0]), 1;
+  if (argc < 3) return prog_bad_usage(argv[0], "list, verify or merge, then DIR", NULL);
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "list") && strcmp(cmd, "verify") && strcmp(cmd, "merge")) return prog_bad_usage(argv[0], "unknown command", cmd);
+  if (check_root(argv[0], "DIR", argv[2])) return 2;
+  for (int i = 3; i < argc; i += 2) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) return prog_bad_usage(argv[0], "an option without its value", a);
+    if (!strcmp(a, "--out")) {
+      if (strcmp(cmd, "merge")) return prog_bad_usage(argv[0], "--out goes with merge", cmd);
+      if (check_root(argv[0], "--out OUT", v)) return 2;
+      *out = v;
+    } else if (!strcmp(a, "--io")) {
+      if (parse_io(v, io)) return prog_bad_usage(argv[0], "--io takes auto, plain or io_uring", v);
+    } else return prog_bad_usage(argv[0], "unknown option", a);
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (prog_is_help(argv[i])) return usage(stdout, argv[0]), 0;
-  if (argc < 3) return bad_usage(argv[0], "list, verify or merge, then DIR");
-  const char *cmd = argv[1], *dir = argv[2], *out = NULL;
+  const char *out = NULL;
   sk_ckpt_io io = SK_CKPT_IO_AUTO;
-  if (strcmp(cmd, "list") && strcmp(cmd, "verify") && strcmp(cmd, "merge")) return bad_usage(argv[0], "unknown command");
-  for (int i = 3; i < argc; i += 2) {
-    if (i + 1 >= argc) return bad_usage(argv[0], "an option without its value");
-    if (!strcmp(argv[i], "--out") && !strcmp(cmd, "merge")) out = argv[i + 1];
-    else if (!strcmp(argv[i], "--io")) {
-      if (parse_io(argv[i + 1], &io)) return bad_usage(argv[0], "--io takes auto, plain or io_uring");
-    } else return bad_usage(argv[0], "unknown option");
-  }
+  int code = parse_args(argc, argv, &out, &io);
+  if (code) return code == 1 ? 0 : code;
+  const char *cmd = argv[1], *dir = argv[2];
   sk_ckpt_manifest m;
   memset(&m, 0, sizeof m);
   sk_error e = {SK_OK, ""};

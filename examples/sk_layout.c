@@ -1215,6 +1215,7 @@ static void check_layout_flags(const options *o) {
     if (o->dtype && !o->hsdp) die("--dtype needs --to or --hsdp");
   }
   if (o->alltoall && !o->mindspore) die("--alltoall needs --mindspore");
+  if (o->name && !*o->name) die("--name takes a label for the table, not ''");
   if (!o->shape) die("--shape is required (try --help)");
   if (o->map && o->ms_map) die("give --map or --ms-map, not both");
   if ((o->mesh != NULL) + (o->layout != NULL) + (o->strategy != NULL || o->devices != NULL) > 1)

@@ -23,6 +23,8 @@
 #include "sk_mpi.h"
 #include "sk_strategy.h"
 
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,7 @@ typedef struct options {
   int epochs; /* default 1 */
   sk_dtype dtype;
   const char *optimizer; /* NULL: the network's */
+  sk_optim_kind optim_kind; /* --optimizer's */
   uint64_t seed;
   bool check, report, strict, mpi;
   bool broadcast; /* --parameter-broadcast: device r draws its model from seed + r, then parameter_broadcast */
@@ -59,12 +62,14 @@ typedef struct options {
   const char *recompute;       /* --recompute OP,...: the operators flagged for recomputation */
   bool dump_schedule;          /* --dump-schedule: print each pipeline stage's action list and exit */
   bool print_strategies;       /* --print-strategies: every operator's strategy, before training */
+  int timeout_s;               /* --timeout: the world's bound on every wait (0: its default) */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
   fprintf(f,
           "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check] [--report]\n"
-          "          [--dump-program RANK] [--backend threads|mpi] [--link ALPHA_US,GBPS --device-tflops T]\n"
+          "          [--dump-program RANK] [--backend threads|mpi] [--timeout SECONDS]\n"
+          "          [--link ALPHA_US,GBPS --device-tflops T]\n"
           "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
           "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))] \n"
           "          [--mode semi_auto|sharding_propagation|recursive_programming|exhaustive] [--print-strategies]\n"
@@ -84,6 +89,8 @@ static void usage(FILE *f, const char *argv0) {
           "  --report             print each device's memory, the communication, FLOPs and step times\n"
           "  --dump-program RANK  print device RANK's compiled program and exit\n"
           "  --backend B          threads (default) or mpi (one device per process, under mpirun)\n"
+          "  --timeout SECONDS    a wait of the world longer than SECONDS (1..86400, default 300) fails the\n"
+          "                       run; under MPI every process then exits, naming the rank it waited for\n"
           "  --link A,G           model links of A us latency and G GB/s (with --device-tflops T: the\n"
           "                       device's speed) and report the modelled step time of that cluster\n"
           "  --dtype D            the float dtype (default f32; f16/bf16 store in that format, compute f32)\n"
@@ -135,10 +142,7 @@ static void usage(FILE *f, const char *argv0) {
           MNIST_DEFAULT_DIR, argv0);
 }
 
-static int bad_usage(const char *argv0, const char *msg, const char *arg) {
-  fprintf(stderr, "%s: %s%s%s (try --help)\n", prog_name(argv0), msg, arg ? ": " : "", arg ? arg : "");
-  return 2;
-}
+static int bad_usage(const char *argv0, const char *msg, const char *arg) { return prog_bad_usage(argv0, msg, arg); }
 
 /* A wrong --dataset-strategy is told in AutoParallel.dataset_strategy's words (its ValueError and
    TypeErrors), which a MindSpore user knows, quoting the token as written; -1. */
@@ -171,11 +175,25 @@ static int parse_dataset_tuple(const char **at, sk_parallel_desc *pd, int n, cha
   return 0;
 }
 
+/* A tuple of layouts well formed (what their shapes allow is known once the network is read).
+   0, or -1 with msg. */
+static int check_layouts(const char *v, char *msg, size_t cap) {
+  static sk_mesh meshes[SK_OP_MAX_INPUTS];
+  static char maps[SK_OP_MAX_INPUTS][PYLAYOUT_MAP_MAX]; /* 8 KiB: off the stack */
+  static const char flag[] = "--dataset-strategy";
+  char why[512];
+  int n = 0;
+  if (!pylayout_tuple(flag, v, SK_OP_MAX_INPUTS, meshes, maps, &n, why, sizeof why)) return 0;
+  bool named = !strncmp(why, flag, sizeof flag - 1) && !strncmp(why + sizeof flag - 1, ": ", 2);
+  snprintf(msg, cap, "%s", named ? why + sizeof flag + 1 : why); /* bad_usage names the flag */
+  return -1;
+}
+
 /* --dataset-strategy: data_parallel, full_batch, MindSpore's tuple "((2,1),(2,))", or a tuple of
    layouts (read once the inputs' shapes are known). 0 on success; -1 with msg saying what is wrong. */
 static int parse_dataset(const char *v, options *o, char *msg, size_t cap) {
   sk_parallel_desc *pd = &o->pd;
-  if (pylayout_is_layout_text(v)) return o->dataset_layouts = v, 0;
+  if (pylayout_is_layout_text(v)) return o->dataset_layouts = v, check_layouts(v, msg, cap);
   if (!strcmp(v, "data_parallel")) return pd->dataset = SK_DATASET_DATA_PARALLEL, 0;
   if (!strcmp(v, "full_batch")) return pd->dataset = SK_DATASET_FULL_BATCH, 0;
   const char *c = v + strspn(v, " ");
@@ -198,9 +216,27 @@ static int parse_dataset(const char *v, options *o, char *msg, size_t cap) {
   return 0;
 }
 
+/* --fusion index:I,J,...: at most 64 positions, each above the one before (>= 0), as the fusion
+   scheduler requires them. 0: done. */
+static int parse_fusion_index(const char *list, options *o, sk_fusion_config *c) {
+  for (const char *at = list;;) {
+    size_t n = strcspn(at, ",");
+    char tok[16];
+    long x;
+    if (n >= sizeof tok || c->nindices == 64) return -1;
+    memcpy(tok, at, n), tok[n] = 0;
+    if (!prog_parse_long_in(tok, c->nindices ? o->fusion_index[c->nindices - 1] + 1L : 0, INT_MAX, &x)) return -1;
+    o->fusion_index[c->nindices++] = (int)x;
+    if (!at[n]) return 0;
+    at += n + 1;
+  }
+}
+
 /* One --fusion value: [allreduce=|allgather=|reducescatter=](none|auto|size:MB|index:I,J,...).
    Without a kind, none is openstate False, auto and size set every kind, index AllReduce's.
-   What MindSpore refuses (index for AllGather, a size of 0 MB) the compiler refuses. 0: done. */
+   Index for AllGather and a size of 0 MB (which MindSpore refuses) are refused by the compile's
+   checks, in MindSpore's words, before any work; a size is at most 1e11 MB (the fusion scheduler
+   takes less than 1e12). 0: done. */
 static int parse_fusion(const char *v, options *o) {
   sk_comm_fusion *cf = &o->pd.comm_fusion;
   sk_fusion_config *kinds[3] = {&cf->allreduce, &cf->allgather, &cf->reducescatter}, *one = NULL;
@@ -209,32 +245,26 @@ static int parse_fusion(const char *v, options *o) {
     if (!strncmp(v, names[k], strlen(names[k]))) one = kinds[k], v += strlen(names[k]);
   sk_fusion_config c;
   memset(&c, 0, sizeof c);
-  char *end = NULL;
   if (!strcmp(v, "none")) {
     if (!one) return cf->closed = true, 0;
     c.mode = SK_FUSION_NONE;
   } else if (!strcmp(v, "auto")) c.mode = SK_FUSION_AUTO;
   else if (!strncmp(v, "size:", 5)) {
-    c.mode = SK_FUSION_SIZE, c.threshold_mb = strtod(v + 5, &end);
-    if (end == v + 5 || *end) return -1;
+    c.mode = SK_FUSION_SIZE;
+    if (!prog_parse_double_in(v + 5, 0, 1e11, &c.threshold_mb)) return -1;
   } else if (!strncmp(v, "index:", 6)) {
     c.mode = SK_FUSION_INDEX, c.indices = o->fusion_index, one = one ? one : &cf->allreduce;
-    for (const char *at = v + 6; c.nindices < 64; at = end + 1) {
-      o->fusion_index[c.nindices++] = (int)strtol(at, &end, 10);
-      if (end == at || (*end && *end != ',')) return -1;
-      if (!*end) break;
-    }
-    if (*end) return -1; /* more than 64 positions */
+    if (parse_fusion_index(v + 6, o, &c)) return -1;
   } else return -1;
   for (int k = 0; k < 3; k++)
     if (!one || one == kinds[k]) *kinds[k] = c;
   return 0;
 }
 
-/* --local-norm print | dump:FILE */
+/* --local-norm print | dump:FILE (a path that can name a file) */
 static int parse_local_norm(const char *v, options *o) {
   if (!strcmp(v, "print")) return o->pd.print_local_norm = true, 0;
-  if (!strncmp(v, "dump:", 5) && v[5]) return o->pd.dump_local_norm = v + 5, 0;
+  if (!strncmp(v, "dump:", 5) && !prog_path_problem(v + 5, 0)) return o->pd.dump_local_norm = v + 5, 0;
   return -1;
 }
 
@@ -262,38 +292,106 @@ static int parse_flag(const char *a, options *o) {
   return 0;
 }
 
+/* A count option `a` (--steps aside): its value whole and in the range its use allows. 0 when
+   handled, 2 after a usage error, -1 when `a` is not one. */
+static int parse_count(const char *argv0, const char *a, const char *v, options *o) {
+  const struct {
+    const char *flag;
+    int *to;
+    long lo, hi;
+    const char *what;
+  } counts[] = {
+      {"--devices", &o->devices, 1, SK_MAX_DEVICES, "a device count"},
+      {"--epochs", &o->epochs, 1, INT_MAX, "a count of epochs"},
+      {"--dump-program", &o->dump_rank, 0, SK_MAX_DEVICES - 1, "a device rank"}, /* below --devices: checked after */
+      {"--grad-accumulation-step", &o->pd.grad_accumulation_step, 1, INT_MAX, "a count of micro-steps"},
+      {"--pipeline", &o->pd.pipeline.stages, 1, SK_PIPE_MAX_STAGES, "a count of stages"},
+      {"--micro", &o->pd.pipeline.micro, 1, 1 << 24, "a count of micro-batches"}, /* the pipeline's action cap */
+      {"--interleave", &o->pd.pipeline.interleave, 1, 1 << 24, "a count of chunks"},
+      {"--timeout", &o->timeout_s, 1, 86400, "seconds"}, /* as the benchmarks' -T */
+  };
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+    if (strcmp(a, counts[k].flag)) continue;
+    char msg[128];
+    long x = 0;
+    snprintf(msg, sizeof msg, "%s takes %s, %ld..%ld", a, counts[k].what, counts[k].lo, counts[k].hi);
+    if (!prog_parse_long_in(v, counts[k].lo, counts[k].hi, &x)) return bad_usage(argv0, msg, v);
+    *counts[k].to = (int)x;
+    return 0;
+  }
+  return -1;
+}
+
+/* The other numbers: --steps, --seed, --device-tflops, --device-memory, --link. 0 when handled,
+   2 after a usage error, -1 when `a` is not one. */
+static int parse_number(const char *argv0, const char *a, const char *v, options *o, bool *steps) {
+  if (!strcmp(a, "--steps")) {
+    *steps = true;
+    if (!prog_parse_long_in(v, 1, INT_MAX, &o->steps)) return bad_usage(argv0, "--steps takes a count of steps, 1..2147483647", v);
+  } else if (!strcmp(a, "--seed")) {
+    /* 0 is refused: the trainer and the runtime read a seed of 0 as 1, the data would not */
+    if (!prog_parse_u64_in(v, 1, UINT64_MAX, &o->seed)) return bad_usage(argv0, "--seed takes 1..18446744073709551615", v);
+  } else if (!strcmp(a, "--device-tflops")) {
+    if (!prog_parse_double_in(v, DBL_MIN, 1e9, &o->device_tflops))
+      return bad_usage(argv0, "--device-tflops takes a positive number of TFLOPS (at most 1e9)", v);
+  } else if (!strcmp(a, "--device-memory")) {
+    double gb = 0;
+    if (!prog_parse_double_in(v, DBL_MIN, 1e9, &gb)) return bad_usage(argv0, "--device-memory takes a positive number of GB (at most 1e9)", v);
+    o->pd.search.device_memory = gb * 1e9;
+  } else if (!strcmp(a, "--link")) {
+    char alpha[64];
+    size_t n = strcspn(v, ",");
+    bool good = n < sizeof alpha && v[n] == ',';
+    if (good) memcpy(alpha, v, n), alpha[n] = 0;
+    if (!good || !prog_parse_double_in(alpha, 0, 1e9, &o->link.alpha_us) || !prog_parse_double_in(v + n + 1, DBL_MIN, 1e9, &o->link.gbps))
+      return bad_usage(argv0, "--link takes ALPHA_US,GBPS (e.g. 5,25; latency >= 0, bandwidth > 0)", v);
+  } else return -1;
+  return 0;
+}
+
+/* --recompute OP,...: names, none empty (which operators exist is the network's to say). */
+static bool list_well_formed(const char *v) {
+  size_t n = strlen(v);
+  return n && v[0] != ',' && v[n - 1] != ',' && !strstr(v, ",,");
+}
+
+/* A file option's value: a path that can name a file (what it holds is read at start-up). 0, or
+   2 after a usage error. */
+static int check_file(const char *argv0, const char *a, const char *v) {
+  const char *why = prog_path_problem(v, 0);
+  char msg[128];
+  snprintf(msg, sizeof msg, "%s FILE: %s", a, why ? why : "");
+  return why ? bad_usage(argv0, msg, v) : 0;
+}
+
 /* Options with a value; 0 when handled, 2 after a usage error, -1 when `a` is unknown. */
 static int parse_valued(const char *argv0, const char *a, const char *v, options *o, bool *steps, bool *epochs) {
-  char *end = NULL;
+  char msg[640];
   int ck = sim_ckpt_parse(a, v, &o->ckpt);
-  if (ck >= 0) return ck ? bad_usage(argv0, "--every takes a positive count, --checkpoint-io auto, plain or io_uring", v) : 0;
-  if (!strcmp(a, "--net")) o->net = v;
-  else if (!strcmp(a, "--devices")) o->devices = (int)strtol(v, &end, 10);
-  else if (!strcmp(a, "--steps")) o->steps = strtol(v, &end, 10), *steps = true;
-  else if (!strcmp(a, "--epochs")) o->epochs = (int)strtol(v, &end, 10), *epochs = true;
-  else if (!strcmp(a, "--seed")) o->seed = strtoull(v, &end, 10);
-  else if (!strcmp(a, "--dump-program")) o->dump_rank = (int)strtol(v, &end, 10);
-  else if (!strcmp(a, "--grad-accumulation-step")) o->pd.grad_accumulation_step = (int)strtol(v, &end, 10);
-  else if (!strcmp(a, "--device-tflops")) o->device_tflops = strtod(v, &end);
-  else if (!strcmp(a, "--device-memory")) o->pd.search.device_memory = strtod(v, &end) * 1e9;
-  else if (!strcmp(a, "--optimizer")) o->optimizer = v;
-  else if (!strcmp(a, "--pipeline")) o->pd.pipeline.stages = (int)strtol(v, &end, 10);
-  else if (!strcmp(a, "--micro")) o->pd.pipeline.micro = (int)strtol(v, &end, 10);
-  else if (!strcmp(a, "--interleave")) o->pd.pipeline.interleave = (int)strtol(v, &end, 10);
-  else if (!strcmp(a, "--recompute")) o->recompute = v;
-  else if (!strcmp(a, "--scheduler")) {
+  if (ck >= 0) return ck ? bad_usage(argv0, sim_ckpt_bad_value(a, v, msg, sizeof msg), v) : 0;
+  if (!strcmp(a, "--epochs")) *epochs = true;
+  int rc = parse_count(argv0, a, v, o);
+  if (rc < 0) rc = parse_number(argv0, a, v, o, steps);
+  if (rc >= 0) return rc;
+  bool file = false;
+  if (!strcmp(a, "--net")) o->net = v, file = true;
+  else if (!strcmp(a, "--save-strategy")) o->pd.save_param_strategy_file = o->pd.save_operator_strategy_file = v, file = true;
+  else if (!strcmp(a, "--load-strategy")) o->pd.load_param_strategy_file = o->pd.load_operator_strategy_file = v, file = true;
+  else if (!strcmp(a, "--transformer-opt")) o->transformer_opt = v, file = true;
+  else if (!strcmp(a, "--optimizer")) {
+    if (!sk_optim_kind_from_name(v, &o->optim_kind)) return bad_usage(argv0, "--optimizer takes sgd, momentum or adam", v);
+    o->optimizer = v;
+  } else if (!strcmp(a, "--recompute")) {
+    if (!list_well_formed(v)) return bad_usage(argv0, "--recompute takes operator names: OP,...", v);
+    o->recompute = v;
+  } else if (!strcmp(a, "--scheduler")) {
     sk_error e;
     if (sk_pipe_scheduler_parse(v, &o->pd.pipeline.scheduler, &e)) return bad_usage(argv0, e.msg, NULL);
-  }
-  else if (!strcmp(a, "--dataset-strategy")) {
-    char msg[256];
+  } else if (!strcmp(a, "--dataset-strategy")) {
     if (parse_dataset(v, o, msg, sizeof msg)) return bad_usage(argv0, "--dataset-strategy", msg);
-  }
-  else if (!strcmp(a, "--save-strategy")) o->pd.save_param_strategy_file = o->pd.save_operator_strategy_file = v;
-  else if (!strcmp(a, "--load-strategy")) o->pd.load_param_strategy_file = o->pd.load_operator_strategy_file = v;
-  else if (!strcmp(a, "--transformer-opt")) o->transformer_opt = v;
-  else if (!strcmp(a, "--fusion")) {
-    if (parse_fusion(v, o)) return bad_usage(argv0, "--fusion takes [allreduce=|allgather=|reducescatter=]none, auto, size:MB or index:I,J,...", v);
+  } else if (!strcmp(a, "--fusion")) {
+    if (parse_fusion(v, o))
+      return bad_usage(argv0, "--fusion takes [allreduce=|allgather=|reducescatter=]none, auto, size:MB or index:I,J,... (increasing)", v);
   } else if (!strcmp(a, "--local-norm")) {
     if (parse_local_norm(v, o)) return bad_usage(argv0, "--local-norm takes print or dump:FILE", v);
   } else if (!strcmp(a, "--mode")) {
@@ -302,16 +400,43 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   } else if (!strcmp(a, "--backend")) {
     if (strcmp(v, "threads") && strcmp(v, "mpi")) return bad_usage(argv0, "--backend takes threads or mpi", v);
     o->backend_asked = v;
-  } else if (!strcmp(a, "--link")) {
-    if (sscanf(v, "%lf,%lf", &o->link.alpha_us, &o->link.gbps) != 2 || o->link.alpha_us < 0 || o->link.gbps <= 0)
-      return bad_usage(argv0, "--link takes ALPHA_US,GBPS (e.g. 5,25)", v);
   } else if (!strcmp(a, "--dtype")) {
     if (!sk_dtype_from_name(v, &o->dtype) || !(o->dtype == SK_F32 || o->dtype == SK_F64 || o->dtype == SK_F16 ||
                                                o->dtype == SK_BF16))
       return bad_usage(argv0, "--dtype takes f16, bf16, f32 or f64", v);
   } else return -1;
-  if (end && (*end || end == v)) return bad_usage(argv0, "not a number", v);
-  return 0;
+  return file ? check_file(argv0, a, v) : 0;
+}
+
+/* What the options allow together, before any work: the combinations the compile, the world or
+   the checkpoints would refuse later. 0, or 2 after a usage error. */
+static int check_combinations(const char *argv0, const options *o, bool steps, bool epochs) {
+  char msg[160], arg[32];
+  if (!o->net) return bad_usage(argv0, "--net FILE.json is required", NULL);
+  if (steps && epochs) return bad_usage(argv0, "give --steps or --epochs, not both", NULL);
+  snprintf(msg, sizeof msg, "--dump-program takes a rank below --devices %d", o->devices);
+  snprintf(arg, sizeof arg, "%d", o->dump_rank);
+  if (o->dump_rank >= o->devices) return bad_usage(argv0, msg, arg);
+  if ((o->link.gbps > 0) != (o->device_tflops > 0))
+    return bad_usage(argv0, "--link and --device-tflops go together", NULL);
+  const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
+  if (ck) return bad_usage(argv0, ck, NULL);
+  sk_parallel_desc pd = o->pd; /* the strategy files are sk_strategy_compile's, read later */
+  pd.ndevices = o->devices;
+  pd.save_param_strategy_file = pd.save_operator_strategy_file = NULL;
+  pd.load_param_strategy_file = pd.load_operator_strategy_file = NULL;
+  sk_error e;
+  return sk_parallel_check(&pd, &e) ? bad_usage(argv0, e.msg, NULL) : 0;
+}
+
+/* Under MPI, --devices is the launch's process count (when the launcher says it; make_world
+   checks the world otherwise). 0, or 2 after a usage error. */
+static int check_launch(const char *argv0, const options *o) {
+  int launched = prog_launch_size();
+  char msg[160];
+  snprintf(msg, sizeof msg, "--devices %d, but the MPI launch has %d processes: " PROG_MPIRUN " -np %d", o->devices,
+           launched, o->devices);
+  return o->mpi && launched > 0 && launched != o->devices ? bad_usage(argv0, msg, NULL) : 0;
 }
 
 /* 0: go on; 1: --help printed; 2: bad usage. */
@@ -335,24 +460,13 @@ static int parse_options(int argc, char **argv, options *o) {
     if (rc) return rc;
     i++;
   }
-  if (!o->net) return bad_usage(argv[0], "--net FILE.json is required", NULL);
-  if (steps && epochs) return bad_usage(argv[0], "give --steps or --epochs, not both", NULL);
-  if (o->devices < 1 || o->devices > SK_MAX_DEVICES || o->steps < 0 || (steps && o->steps == 0) || o->epochs < 1 ||
-      o->pd.grad_accumulation_step < 0)
-    return bad_usage(argv[0], "counts must be positive (--devices at most 4096)", NULL);
-  if (o->dump_rank >= o->devices) return bad_usage(argv[0], "--dump-program takes a rank below --devices", NULL);
-  if (o->pd.pipeline.stages < 0 || o->pd.pipeline.micro < 0 || o->pd.pipeline.interleave < 0)
-    return bad_usage(argv[0], "--pipeline, --micro and --interleave take positive counts", NULL);
-  if ((o->link.gbps > 0) != (o->device_tflops > 0))
-    return bad_usage(argv[0], "--link and --device-tflops go together", NULL);
-  const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
-  if (ck) return bad_usage(argv[0], ck, NULL);
+  if (check_combinations(argv[0], o, steps, epochs)) return 2;
   /* else the trainer runs alone (parameter_broadcast and checkpoints are the runtime's) */
   o->distributed = o->devices > 1 || o->report || o->link.gbps > 0 || o->broadcast || o->ckpt.save || o->ckpt.load;
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");
-  return 0;
+  return check_launch(argv[0], o);
 }
 
 /* What every device reads (never writes) and what the lead device writes back. */
@@ -370,6 +484,8 @@ typedef struct job {
   double seconds, model_us, compile_ms;
   sim_device_figures *figures; /* per device, for --report */
   void **init; /* --parameter-broadcast --check: per tensor, the broadcast model gathered (the lead's) */
+  char mpi_error[SK_ERROR_MSG_MAX]; /* MPI: this process's device's failure (the world keeps only a root
+                                       cause, which another process may hold) */
 } job;
 
 /* One device's run: the trainer (one device) or its runtime. */
@@ -569,6 +685,7 @@ static sk_result device_main(sk_comm *c, void *arg) {
   if (!r) r = train(&R, &e);
   if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, &e);
   if (r) sk_comm_set_error(c, r, "%s", e.msg);
+  if (r && J->o->mpi) snprintf(J->mpi_error, sizeof J->mpi_error, "%s", e.msg); /* the process's one device */
   free(R.x), free(R.y);
   sk_runtime_destroy(R.rt);
   return r;
@@ -584,6 +701,7 @@ static sk_result make_world(const options *o, sk_world **w, char *msg, size_t ca
   wd.backend = o->mpi ? sk_mpi_backend() : sk_threads_backend();
   wd.backend_config = o->mpi ? (void *)&mc : NULL;
   wd.link = o->link;
+  wd.timeout_ms = (uint32_t)o->timeout_s * 1000u; /* --timeout; 0: the world's default */
   sk_error err;
   sk_result r = sk_world_create(&wd, w, &err);
   if (r) return snprintf(msg, cap, "%s", err.msg), r;
@@ -656,8 +774,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   if (sk_json_load_network(o->net, g, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   if (o->recompute && flag_recompute(o->recompute, g, msg, cap)) return -1;
   J->g = g, J->optim = g->optim;
-  if (o->optimizer && !sk_optim_kind_from_name(o->optimizer, &J->optim.kind))
-    return snprintf(msg, cap, "--optimizer takes sgd, momentum or adam, not '%s'", o->optimizer), -1;
+  if (o->optimizer) J->optim.kind = o->optim_kind;
   sk_parallel_desc pd;
   memset(&pd, 0, sizeof pd);
   pd = o->pd;
@@ -747,7 +864,11 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
     sk_error e;
     if (run_reference(J, false, &e)) snprintf(msg, cap, "%s", e.msg), rc = -1;
   } else if (!rc && sk_world_run(w, device_main, J)) {
-    snprintf(msg, cap, "%s", sk_world_error_message(w)), rc = -1;
+    const char *why = sk_world_error_message(w);
+    snprintf(msg, cap, "%s", *why ? why : J->mpi_error), rc = -1;
+    /* each process fails its own way (a timeout names whom it waited for, and process 0 may be
+       the one that hangs): every one says it, as the benchmarks do */
+    if (process != 0) fprintf(stderr, "%s: world rank %d: %s\n", prog_name(argv0), process, msg);
   }
   if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && process == 0) print_summary(J, base, nbase);

@@ -236,6 +236,10 @@ typedef struct sk_parallel_plan {
 /* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free). */
 SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
                                      sk_error *err);
+/* What sk_parallel_compile checks first, the knobs that need no network (the device count, the
+   modes, comm_fusion, hsdp, grad_accumulation_step, the pipeline's and what it does not combine
+   with): a program can refuse a configuration before it loads or trains anything. */
+SK_API sk_result sk_parallel_check(const sk_parallel_desc *desc, sk_error *err);
 SK_API void sk_parallel_free(sk_parallel_plan *plan);
 
 /* The kernels' sharding facts for operator `op` on device `rank` (seed and inference are the
@@ -896,12 +900,18 @@ static sk_result sk__par_compile_graph(sk_parallel_plan *p, sk_error *err) {
   return r;
 }
 
+SK_API sk_result sk_parallel_check(const sk_parallel_desc *desc, sk_error *err) {
+  if (!desc) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL desc");
+  sk_result r = sk__par_check_desc(desc, err);
+  if (!r && sk__par_pipelined(desc)) r = sk__par_check_pipeline(desc, err);
+  return r;
+}
+
 SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *p,
                                      sk_error *err) {
   if (!g || !desc || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL argument");
   memset(p, 0, sizeof *p);
-  sk_result r = sk__par_check_desc(desc, err);
-  if (!r && sk__par_pipelined(desc)) r = sk__par_check_pipeline(desc, err);
+  sk_result r = sk_parallel_check(desc, err);
   if (!r) r = sk_graph_check(g, err);
   if (r) return r;
   p->graph = g, p->desc = *desc, p->stages = p->micro = 1, p->world_devices = desc->ndevices;

@@ -148,6 +148,31 @@ if command -v mpirun.openmpi >/dev/null 2>&1; then
   else bad "MPI: exit $rc: $(tail -3 "$tmp/out") $(cat "$tmp/err")"; fi
 else bad "mpirun.openmpi is missing (make deps)"; fi
 
+# --timeout bounds a hung peer: 4 processes train, and once rank 0 has printed a loss, rank 2 is
+# stopped (SIGSTOP; each rank's pid comes from a wrapper); with --timeout 5 mpirun must exit
+# non-zero within 15 s of the stop, a message naming world rank 2. The stopped rank is then
+# continued and killed if anything is left of it. On threads, --timeout is taken as such.
+if command -v mpirun.openmpi >/dev/null 2>&1; then
+  printf '#!/bin/sh\necho $$ >"$RANK_PIDS/rank$OMPI_COMM_WORLD_RANK.pid"\nexec "$@"\n' >"$tmp/rankpid.sh"
+  RANK_PIDS=$tmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun.openmpi --oversubscribe \
+    -np 4 -x RANK_PIDS sh "$tmp/rankpid.sh" "$BIN" --net examples/nets/transformer.json --devices 4 --steps 100000 \
+    --timeout 5 >"$tmp/out" 2>"$tmp/err" &
+  launcher=$!
+  n=0
+  while [ $n -lt 300 ] && ! grep -q 'loss is' "$tmp/out"; do sleep 0.2; n=$((n + 1)); done
+  victim=$(cat "$tmp/rank2.pid" 2>/dev/null)
+  [ -n "$victim" ] && kill -STOP "$victim"
+  t0=$(date +%s.%N)
+  wait "$launcher"; rc=$?
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  if [ -n "$victim" ] && grep -q sk-sim "/proc/$victim/cmdline" 2>/dev/null; then kill -CONT "$victim"; kill "$victim"; fi
+  if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && awk -v s="$secs" 'BEGIN { exit !(s <= 15) }' &&
+     grep -q '^sk-sim: .*timed out.*world rank 2\b' "$tmp/err"; then ok
+  else bad "--timeout 5, rank 2 (pid ${victim:-none}) stopped: exit $rc after $secs s: $(grep -v 'instead' "$tmp/err" | head -4)"; fi
+else bad "mpirun.openmpi is missing (make deps)"; fi
+"$BIN" --net examples/nets/transformer.json --devices 2 --steps 2 --timeout 5 >"$tmp/out" 2>&1 && ok ||
+  bad "--timeout 5 on threads: $(tail -2 "$tmp/out")"
+
 # the report: a memory section with one row per device, the communication, the modelled time
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 3 --report --link 5,25 --device-tflops 10 >"$tmp/out" 2>&1
 if grep -q '^memory' "$tmp/out" && [ "$(grep -cE '^ +[0-7] +[0-9]+ ' "$tmp/out")" -eq 8 ] &&
@@ -334,7 +359,7 @@ printf '{"format": "shardkit-network", "version": 1}\n' >/dev/null
 expect_fail "strict strategies on 4 devices" "strict" --net examples/nets/operator_parallel.json --devices 4 --strict-strategies --steps 1
 expect_fail "bad dtype" "--dtype" --net examples/nets/operator_parallel.json --dtype i32
 expect_fail "steps and epochs" "not both" --net examples/nets/operator_parallel.json --steps 2 --epochs 1
-expect_fail "zero steps" "positive" --net examples/nets/operator_parallel.json --steps 0
+expect_fail "zero steps" "--steps takes a count of steps, 1\.\.2147483647: 0 (try --help)" --net examples/nets/operator_parallel.json --steps 0
 expect_fail "dataset strategy of the wrong rank" "input 0's tuple has 2 entries" --net examples/nets/operator_parallel.json --devices 8 --dataset-strategy "((2,1),(2,))" --steps 1
 expect_fail "malformed dataset strategy" "--dataset-strategy" --net examples/nets/operator_parallel.json --dataset-strategy "((2,1)"
 # the wrong forms get AutoParallel.dataset_strategy's errors, in its words

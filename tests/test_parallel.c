@@ -1074,6 +1074,27 @@ Test(parallel, knobs_refused_by_name) {
   sk_graph_free(&g);
 }
 
+/* sk_parallel_check: what the compile refuses before it reads the network, with no network
+   (a program refuses such a command line before any work); a good desc passes. */
+Test(parallel, check_needs_no_network) {
+  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  OK(sk_parallel_check(&d, E));
+  d.pipeline.stages = 2, d.pipeline.micro = 4;
+  OK(sk_parallel_check(&d, E));
+  d.pipeline.stages = 3, d.pipeline.micro = 3;
+  BAD("8 devices do not divide into 3 stages", sk_parallel_check(&d, E));
+  d.pipeline.stages = 4, d.pipeline.micro = 2;
+  BAD("micro_size 2 < stages 4", sk_parallel_check(&d, E));
+  d.pipeline.micro = 4, d.grad_accumulation_step = 2;
+  BAD("grad_accumulation_step with a pipeline", sk_parallel_check(&d, E));
+  d = pdesc(0, SK_DATASET_DATA_PARALLEL);
+  BAD("0 devices", sk_parallel_check(&d, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.comm_fusion.allgather.mode = SK_FUSION_INDEX;
+  BAD("allgather: mode 'index' is AllReduce's only", sk_parallel_check(&d, E));
+  BAD("NULL desc", sk_parallel_check(NULL, E));
+}
+
 /* Rank's rows of a layout's dim 0. */
 static void assert_rows(const sk_layout *l, int rank, int64_t start, int64_t stop) {
   sk_slice s;

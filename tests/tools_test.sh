@@ -142,6 +142,7 @@ expect_err "two outputs" "choose one of" --mesh dp=2 --shape 16 --map dp --tsv -
 expect_err "bad ms-map" "-1 inside a tuple" --mesh dp=2,sp=2 --shape 16 --ms-map "((0,-1),)"
 expect_err "ms-map dims mismatch" "--ms-map \"(0,1)\" has 2 dims; --shape has 1" --mesh dp=2,sp=2 --shape 16 --ms-map "(0,1)"
 expect_err "flag twice" "--shape given twice" --mesh dp=2 --shape 16 --shape 16
+expect_err "empty --name" "--name takes a label for the table, not ''" --mesh dp=2 --shape 16 --map dp --name ""
 
 # ---- Python forms: what a user pastes from a MindSpore script ---------------------------------
 "$BIN" --mesh dp=2,sp=2,mp=2 --shape 16,784 --map "mp,(sp,dp)" --tsv >"$tmp/a" 2>&1
