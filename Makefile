@@ -45,7 +45,7 @@ HEADERS   := $(wildcard include/*.h)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/impl.c
 # The headers the suites include from tests/ (the grid, the helpers) and from examples/ (the
 # command-line literals, tests/test_pylayout.c): a change rebuilds them.
-TEST_HDRS := $(wildcard tests/*.h) examples/pyliteral.h examples/pylayout.h examples/sim_ckpt.h
+TEST_HDRS := $(wildcard tests/*.h) examples/pyliteral.h examples/pylayout.h examples/sim_ckpt.h examples/loss_check.h
 # sk_json.h's library. The Criterion suites link it (tests/test_json.c holds sk_json.h's
 # implementation); the TSan binary, which leaves that suite out, does not.
 JSON_LIBS := -ljansson

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 steps=${1:-300}
 SIM=build/sk-sim
 [ -x "$SIM" ] || { echo "pipeline_check: $SIM is missing (run make)"; exit 1; }
-check() { sed -n 's/^check: max relative loss difference \([-0-9.eE+]*\) over.*/\1/p'; }
+check() { sed -n 's/^check: [A-Za-z]*: max relative loss difference \([^ ]*\) .*/\1/p'; }
 echo "| network | stages x devices | scheduler | backend | steps | max relative loss difference |"
 echo "|---|---|---|---|---|---|"
 for net in operator_parallel recursive_programming transformer; do

@@ -13,9 +13,12 @@
    significant digits in f64, 9 otherwise), "epoch: E test accuracy: A" after each epoch where
    the data has a test set, a summary line starting "# " (the mean step; the median step's CPU
    time, then its wall time), with --check
-   "check: max relative loss difference X over N steps", and with --report the per-device
+   "check: passed|FAILED: max relative loss difference X over N steps (tolerance T for DTYPE)"
+   (examples/loss_check.h; exit 1 when FAILED), and with --report the per-device
    report (docs/sk-sim.md). Under MPI only world rank 0 prints. Data: the network's "dataset"
-   (examples/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist. */
+   (examples/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist. A loss
+   that is not finite stops the training at once: "sk-sim: loss is not finite at step S (device
+   D)" on stderr, exit 1. */
 #define _POSIX_C_SOURCE 200809L
 #define SK_IMPL
 #include "shardkit.h"
@@ -37,6 +40,7 @@
 #include "pylayout.h"
 #include "sim_report.h"
 #include "sim_ckpt.h"
+#include "loss_check.h"
 
 typedef struct options {
   const char *net;
@@ -63,11 +67,12 @@ typedef struct options {
   bool dump_schedule;          /* --dump-schedule: print each pipeline stage's action list and exit */
   bool print_strategies;       /* --print-strategies: every operator's strategy, before training */
   int timeout_s;               /* --timeout: the world's bound on every wait (0: its default) */
+  double check_tolerance;      /* --check-tolerance (0: loss_check_tolerance of the dtype) */
 } options;
 
 static void usage(FILE *f, const char *argv0) {
   fprintf(f,
-          "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check] [--report]\n"
+          "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check [--check-tolerance T]] [--report]\n"
           "          [--dump-program RANK] [--backend threads|mpi] [--timeout SECONDS]\n"
           "          [--link ALPHA_US,GBPS --device-tflops T]\n"
           "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
@@ -85,7 +90,11 @@ static void usage(FILE *f, const char *argv0) {
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
           "  --steps S            run S steps, as many epochs as they take (default: whole epochs)\n"
           "  --epochs E           epochs to run (default 1)\n"
-          "  --check              also train on one device and print the largest relative loss difference\n"
+          "  --check              also train on one device and compare the losses: \"check: passed|FAILED: max\n"
+          "                       relative loss difference X over N steps (tolerance T for DTYPE)\", exit 1\n"
+          "                       when FAILED; the first 300 steps count (tolerance f64 1e-9, f32 1e-4, f16\n"
+          "                       1e-2, bf16 3e-2); exactness is checked in f64 (--dtype f64)\n"
+          "  --check-tolerance T  the largest relative loss difference --check passes\n"
           "  --report             print each device's memory, the communication, FLOPs and step times\n"
           "  --dump-program RANK  print device RANK's compiled program and exit\n"
           "  --backend B          threads (default) or mpi (one device per process, under mpirun)\n"
@@ -322,7 +331,7 @@ static int parse_count(const char *argv0, const char *a, const char *v, options 
   return -1;
 }
 
-/* The other numbers: --steps, --seed, --device-tflops, --device-memory, --link. 0 when handled,
+/* The other numbers: --steps, --seed, --device-tflops, --device-memory, --link, --check-tolerance. 0 when handled,
    2 after a usage error, -1 when `a` is not one. */
 static int parse_number(const char *argv0, const char *a, const char *v, options *o, bool *steps) {
   if (!strcmp(a, "--steps")) {
@@ -334,6 +343,9 @@ static int parse_number(const char *argv0, const char *a, const char *v, options
   } else if (!strcmp(a, "--device-tflops")) {
     if (!prog_parse_double_in(v, DBL_MIN, 1e9, &o->device_tflops))
       return bad_usage(argv0, "--device-tflops takes a positive number of TFLOPS (at most 1e9)", v);
+  } else if (!strcmp(a, "--check-tolerance")) {
+    if (!prog_parse_double_in(v, DBL_MIN, 1e9, &o->check_tolerance))
+      return bad_usage(argv0, "--check-tolerance takes a positive relative difference (e.g. 1e-6)", v);
   } else if (!strcmp(a, "--device-memory")) {
     double gb = 0;
     if (!prog_parse_double_in(v, DBL_MIN, 1e9, &gb)) return bad_usage(argv0, "--device-memory takes a positive number of GB (at most 1e9)", v);
@@ -419,6 +431,7 @@ static int check_combinations(const char *argv0, const options *o, bool steps, b
   if (o->dump_rank >= o->devices) return bad_usage(argv0, msg, arg);
   if ((o->link.gbps > 0) != (o->device_tflops > 0))
     return bad_usage(argv0, "--link and --device-tflops go together", NULL);
+  if (o->check_tolerance > 0 && !o->check) return bad_usage(argv0, "--check-tolerance needs --check", NULL);
   const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
   if (ck) return bad_usage(argv0, ck, NULL);
   sk_parallel_desc pd = o->pd; /* the strategy files are sk_strategy_compile's, read later */
@@ -484,6 +497,7 @@ typedef struct job {
   double seconds, model_us, compile_ms;
   sim_device_figures *figures; /* per device, for --report */
   void **init; /* --parameter-broadcast --check: per tensor, the broadcast model gathered (the lead's) */
+  bool diverged; /* a loss was not finite: training stopped there (the run exits 1) */
   char mpi_error[SK_ERROR_MSG_MAX]; /* MPI: this process's device's failure (the world keeps only a root
                                        cause, which another process may hold) */
 } job;
@@ -495,6 +509,7 @@ typedef struct run {
   sk_runtime *rt;
   sk_comm *comm;
   bool lead, quiet; /* quiet: --check's reference prints nothing */
+  bool stopped;     /* the loss was not finite: no further step */
   long start, saved; /* the batches consumed before the first step (a loaded checkpoint's position), and at the last save */
   void *x, *y;
   bool y_float;
@@ -564,12 +579,25 @@ static void print_loss(const run *R, int ep, long s, double loss) {
          s, loss);
 }
 
+/* A loss that is not finite ends the training at once (the same step on every device, whose
+   losses are the same): the lead says so at once, the run exits 1. */
+static void not_finite(run *R, long step) {
+  R->stopped = true;
+  if (!R->lead) return;
+  R->J->diverged = true;
+  if (R->quiet)
+    fprintf(stderr, "sk-sim: loss is not finite at step %ld (reference)\n", step);
+  else
+    fprintf(stderr, "sk-sim: loss is not finite at step %ld (device %d)\n", step, R->comm ? sk_comm_rank(R->comm) : 0);
+}
+
 /* One epoch's training steps; *done counts every step of the run. */
 static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
   job *J = R->J;
   const options *o = J->o;
   long stop = R->start + o->steps; /* --steps S: S more steps */
-  for (long s = *done - ep * J->data.train_batches; s < J->data.train_batches && (!o->steps || *done < stop); s++, (*done)++) {
+  for (long s = *done - ep * J->data.train_batches; s < J->data.train_batches && (!o->steps || *done < stop) && !R->stopped;
+       s++, (*done)++) {
     double loss = 0, t1 = now_s(), p1 = cpu_s(), c1 = R->comm ? sk_comm_clock_us(R->comm) : 0;
     sk_result r = feed(R, false, s, e);
     if (!r) r = step(R, &loss, e);
@@ -577,6 +605,7 @@ static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
     if (R->lead && R->comm) J->model_us += sk_comm_clock_us(R->comm) - c1;
     if (R->lead && record(J, *done - R->start, loss, now_s() - t1, cpu_s() - p1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
     print_loss(R, ep, s, loss);
+    if (!isfinite(loss)) return not_finite(R, *done), SK_OK; /* the same loss on every device: all stop here */
     if (o->ckpt.every && (*done + 1) % o->ckpt.every == 0 &&
         (r = sim_ckpt_save(R->comm, R->rt, &J->plan, J->optim.kind, &o->ckpt, *done + 1, R->lead, e)))
       return r;
@@ -595,6 +624,7 @@ static sk_result train(run *R, sk_error *e) {
     sk_result r = train_epoch(R, ep, &done, e);
     if (r) return r;
     if (R->lead) J->seconds += now_s() - t0;
+    if (R->stopped) return SK_OK; /* nothing more to learn from it: no evaluation, no save */
     if (J->g->logits >= 0 && !R->quiet) {
       double acc;
       if ((r = test_accuracy(R, &acc, e))) return r;
@@ -757,7 +787,24 @@ static int flag_recompute(const char *list, sk_graph *g, char *msg, size_t cap) 
   return 0;
 }
 
-/* --print-strategies: one line per operator, then what the search found (if one ran). */
+/* --hsdp with --print-strategies: what optimizer parallel did with every parameter, "hsdp: w1:
+   shard 4 of group 8" or "hsdp: b1: not sharded (below 64 KB)" (sk_opt_shard.h's reason). */
+static void print_hsdp(const sk_parallel_plan *plan) {
+  const sk_graph *g = plan->graph;
+  for (int t = 0; t < g->ntensors; t++) {
+    const sk_parallel_tensor *pt = &plan->tensors[t];
+    if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    if (pt->opt_size > 0)
+      printf("hsdp: %s: shard %d of group %d\n", g->tensors[t].name, pt->opt_size, pt->opt_size * pt->opt_mirror);
+    else if (!strcmp(pt->opt_why, "smaller than the threshold"))
+      printf("hsdp: %s: not sharded (below %lld KB)\n", g->tensors[t].name, (long long)plan->desc.hsdp.threshold_kb);
+    else
+      printf("hsdp: %s: not sharded (%s)\n", g->tensors[t].name, pt->opt_why);
+  }
+}
+
+/* --print-strategies: one line per operator, what the search found (if one ran), and under
+   --hsdp every parameter's optimizer shard. */
 static void print_strategies(const sk_parallel_plan *plan) {
   size_t n = sk_parallel_format_strategies(plan, NULL, 0) + 1;
   char *text = (char *)malloc(n);
@@ -766,6 +813,7 @@ static void print_strategies(const sk_parallel_plan *plan) {
   if (plan->searched)
     printf("# %s: plan cost %.6g %s, searched in %.3f ms\n", sk_parallel_mode_name(plan->desc.mode), plan->search_cost,
            plan->desc.search.link.gbps > 0 ? "us" : "bytes", plan->search_ms);
+  if (plan->desc.hsdp.enabled) print_hsdp(plan);
 }
 
 static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
@@ -814,7 +862,8 @@ static double median_ms(double *s, long n) {
   return (n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2) * 1e3;
 }
 
-static void print_summary(job *J, const double *base, long nbase) {
+/* The summary; false when --check FAILED. */
+static bool print_summary(job *J, const double *base, long nbase) {
   const options *o = J->o;
   long n = J->nlosses;
   char backend[32] = ""; /* the single-device reference runs on no world */
@@ -825,14 +874,11 @@ static void print_summary(job *J, const double *base, long nbase) {
          median_ms(J->cpu_s, J->nstep_s), median_ms(J->step_s, J->nstep_s));
   if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->link, o->device_tflops, J->model_us / (n ? n : 1));
   if (o->report && J->plan.vstage) sim_print_pipeline(stdout, J->figures, o->devices, &J->plan, o->link.gbps > 0);
-  if (!o->check) return;
-  long m = nbase < n ? nbase : n;
-  double worst = 0;
-  for (long i = 0; i < m; i++) {
-    double rel = fabs(J->losses[i] - base[i]) / (fabs(base[i]) > 0 ? fabs(base[i]) : 1);
-    worst = rel > worst ? rel : worst;
-  }
-  printf("check: max relative loss difference %.3g over %ld steps\n", worst, m);
+  if (!o->check) return true;
+  double tol = o->check_tolerance > 0 ? o->check_tolerance : loss_check_tolerance(o->dtype);
+  loss_verdict v = loss_check(J->losses, n, base, nbase, tol);
+  loss_check_print(stdout, &v, tol, o->dtype);
+  return v.passed;
 }
 
 /* --check: the reference's losses, taken from a silent single-device run. */
@@ -871,7 +917,8 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
     if (process != 0) fprintf(stderr, "%s: world rank %d: %s\n", prog_name(argv0), process, msg);
   }
   if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
-  if (!rc && process == 0) print_summary(J, base, nbase);
+  if (!rc && process == 0 && !print_summary(J, base, nbase)) rc = 1; /* said: the verdict line */
+  if (!rc && J->diverged) rc = 1;                                      /* said: the not-finite line */
   if (w) sk_world_destroy(w);
   sk_ckpt_unlock(&lock);
   free(base);
@@ -903,8 +950,10 @@ int main(int argc, char **argv) {
     sim_print_program(stdout, &J.plan, o.dump_rank);
     printf("# compiled for %d devices in %.3f ms\n", o.devices, J.compile_ms);
   }
-  else if (run_all(&J, argv[0], msg, sizeof msg)) rc = 1;
-  bool quiet = o.mpi && prog_launch_rank() != 0; /* every process meets the same error: one says it */
+  else if ((code = run_all(&J, argv[0], msg, sizeof msg))) rc = 1;
+  /* every process meets the same error: one says it; a failed check or a loss that is not
+     finite was said already (code 1) */
+  bool quiet = (o.mpi && prog_launch_rank() != 0) || code > 0;
   if (rc && !quiet) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), msg);
   for (int p = 0; J.init && p < g.ntensors; p++) free(J.init[p]);
   free(J.losses), free(J.step_s), free(J.cpu_s), free(J.figures), free(J.init);

@@ -11,7 +11,7 @@ check_run() { # description, args...
   desc=$1; shift
   out=$($bin "$@" 2>&1); rc=$?
   [ $rc -eq 0 ] || { bad "$desc: exit $rc: $(echo "$out" | tail -3)"; return; }
-  d=$(echo "$out" | sed -n 's/^check: max relative loss difference \([^ ]*\) over \([0-9]*\) steps$/\1/p')
+  d=$(echo "$out" | sed -n 's/^check: passed: max relative loss difference \([^ ]*\) over \([0-9]*\) steps (tolerance [^)]*)$/\1/p')
   [ -n "$d" ] || { bad "$desc: no check line"; return; }
   awk -v d="$d" 'BEGIN { exit !(d + 0 <= 1e-9) }' && ok || bad "$desc: relative loss difference $d > 1e-9"
   echo "$out" | grep -Eq '^epoch: 0 step: 10, loss is [0-9]+\.[0-9]{7}$' && ok || bad "$desc: loss line format"
