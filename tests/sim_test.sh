@@ -153,14 +153,17 @@ else bad "mpirun.openmpi is missing (make deps)"; fi
 # non-zero within 15 s of the stop, a message naming world rank 2. The stopped rank is then
 # continued and killed if anything is left of it. On threads, --timeout is taken as such.
 if command -v mpirun.openmpi >/dev/null 2>&1; then
-  printf '#!/bin/sh\necho $$ >"$RANK_PIDS/rank$OMPI_COMM_WORLD_RANK.pid"\nexec "$@"\n' >"$tmp/rankpid.sh"
-  RANK_PIDS=$tmp OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun.openmpi --oversubscribe \
-    -np 4 -x RANK_PIDS sh "$tmp/rankpid.sh" "$BIN" --net examples/nets/transformer.json --devices 4 --steps 100000 \
-    --timeout 5 >"$tmp/out" 2>"$tmp/err" &
+  mkdir "$tmp/hang"
+  printf '#!/bin/sh\necho $$ >"$RANK_PIDS/rank$OMPI_COMM_WORLD_RANK.pid"\nexec "$@"\n' >"$tmp/hang/rankpid.sh"
+  RANK_PIDS=$tmp/hang OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun.openmpi \
+    --oversubscribe -np 4 -x RANK_PIDS sh "$tmp/hang/rankpid.sh" "$BIN" --net examples/nets/transformer.json --devices 4 \
+    --steps 100000 --timeout 5 >"$tmp/hang/out" 2>"$tmp/err" &
   launcher=$!
-  n=0
-  while [ $n -lt 300 ] && ! grep -q 'loss is' "$tmp/out"; do sleep 0.2; n=$((n + 1)); done
-  victim=$(cat "$tmp/rank2.pid" 2>/dev/null)
+  n=0 # until rank 0 has printed a loss (every rank trains) and rank 2's pid is known
+  while [ $n -lt 300 ] && ! { grep -q 'loss is' "$tmp/hang/out" && [ -s "$tmp/hang/rank2.pid" ]; } 2>/dev/null; do
+    sleep 0.2; n=$((n + 1))
+  done
+  victim=$(cat "$tmp/hang/rank2.pid" 2>/dev/null)
   [ -n "$victim" ] && kill -STOP "$victim"
   t0=$(date +%s.%N)
   wait "$launcher"; rc=$?
