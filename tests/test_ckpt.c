@@ -26,32 +26,7 @@
 #include "sk_ckpt.h"
 #include "shardkit.h"
 
-#define OK(call)                                                                          \
-  do {                                                                                    \
-    sk_error e_ = {SK_OK, ""};                                                            \
-    sk_result r_ = (call);                                                                \
-    cr_assert_eq(r_, SK_OK, "%s: %s (%s)", #call, sk_result_name(r_), e_.msg);            \
-  } while (0)
-#define E (&e_)
-/* call fails with `code` and a message holding each of the words */
-#define BAD(call, code, w1, w2)                                                                           \
-  do {                                                                                                    \
-    sk_error e_ = {SK_OK, ""};                                                                            \
-    sk_result r_ = (call);                                                                                \
-    cr_assert_eq(r_, code, "%s returned %s (%s)", #call, sk_result_name(r_), e_.msg);                    \
-    cr_assert(strstr(e_.msg, w1) && strstr(e_.msg, w2), "%s: '%s' lacks '%s' or '%s'", #call, e_.msg, w1, w2); \
-  } while (0)
-
-static void tmp_root(char *buf, size_t cap) {
-  snprintf(buf, cap, "/tmp/sk_ckpt_test.XXXXXX");
-  cr_assert(mkdtemp(buf), "mkdtemp");
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[4200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-}
+#include "ckpt_test_util.h"
 
 static sk_layout layout(const char *mesh, const char *map, int nd, const int64_t *shape) {
   sk_mesh m;

@@ -18,21 +18,7 @@
 #include "sk_ckpt.h"
 #include "shardkit.h"
 
-#define OK(call)                                                                          \
-  do {                                                                                    \
-    sk_error e_ = {SK_OK, ""};                                                            \
-    sk_result r_ = (call);                                                                \
-    cr_assert_eq(r_, SK_OK, "%s: %s (%s)", #call, sk_result_name(r_), e_.msg);            \
-  } while (0)
-#define E (&e_)
-/* call fails with `code` and a message holding each of the words */
-#define BAD(call, code, w1, w2)                                                                           \
-  do {                                                                                                    \
-    sk_error e_ = {SK_OK, ""};                                                                            \
-    sk_result r_ = (call);                                                                                \
-    cr_assert_eq(r_, code, "%s returned %s (%s)", #call, sk_result_name(r_), e_.msg);                    \
-    cr_assert(strstr(e_.msg, w1) && strstr(e_.msg, w2), "%s: '%s' lacks '%s' or '%s'", #call, e_.msg, w1, w2); \
-  } while (0)
+#include "ckpt_test_util.h"
 
 /* One [4] f32 tensor's parameter, one file: the smallest manifest that parses. */
 static void one_slice(sk_ckpt_manifest *m, sk_ckpt_file *f, uint32_t *block, sk_ckpt_entry *e, const char *optimizer) {
@@ -167,12 +153,6 @@ Test(ckpt_optim, format_refuses_an_unknown_optimizer) {
   memset(m.optimizer, 'a', sizeof m.optimizer); /* no NUL at all */
   BAD(sk_ckpt_manifest_format(&m, &text, &len, E), SK_ERR_INVALID_ARGUMENT, "optimizer", "sgd");
   cr_assert_null(text);
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[256];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
 }
 
 /* sk_ckpt_save writes its desc's optimizer into the manifest (NULL: "-"); an unknown name is

@@ -20,32 +20,7 @@
 #include "sk_ckpt.h"
 #include "shardkit.h"
 
-#define OK(call)                                                                          \
-  do {                                                                                    \
-    sk_error e_ = {SK_OK, ""};                                                            \
-    sk_result r_ = (call);                                                                \
-    cr_assert_eq(r_, SK_OK, "%s: %s (%s)", #call, sk_result_name(r_), e_.msg);            \
-  } while (0)
-#define E (&e_)
-/* call fails with `code` and a message holding each of the words */
-#define BAD(call, code, w1, w2)                                                                           \
-  do {                                                                                                    \
-    sk_error e_ = {SK_OK, ""};                                                                            \
-    sk_result r_ = (call);                                                                                \
-    cr_assert_eq(r_, code, "%s returned %s (%s)", #call, sk_result_name(r_), e_.msg);                    \
-    cr_assert(strstr(e_.msg, w1) && strstr(e_.msg, w2), "%s: '%s' lacks '%s' or '%s'", #call, e_.msg, w1, w2); \
-  } while (0)
-
-static void tmp_dir(char *buf, size_t cap) {
-  snprintf(buf, cap, "/tmp/sk_ckpt_safety.XXXXXX");
-  cr_assert(mkdtemp(buf), "mkdtemp");
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[4200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-}
+#include "ckpt_test_util.h"
 
 static void put(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -56,7 +31,7 @@ static void put(const char *path, const char *text) {
 /* A directory of someone else's files, which no save may touch: dir/a, dir/b, dir/rank-0.bin. */
 static void victim(char *dir, size_t cap) {
   char path[256];
-  tmp_dir(dir, cap);
+  tmp_root(dir, cap);
   const char *names[3] = {"a", "b", "rank-0.bin"};
   for (int i = 0; i < 3; i++) snprintf(path, sizeof path, "%s/%s", dir, names[i]), put(path, names[i]);
 }
@@ -117,7 +92,7 @@ static int64_t newest_step(const char *root) {
    newest; once the link is gone the save goes through. */
 Test(ckpt_safety, a_symlinked_checkpoint_is_never_followed) {
   char root[64], other[64], link[128];
-  tmp_dir(root, sizeof root), victim(other, sizeof other);
+  tmp_root(root, sizeof root), victim(other, sizeof other);
   sk_error e = {SK_OK, ""};
   save_w(root, 1, 2, 1, &e, SK_OK);
   snprintf(link, sizeof link, "%s/ckpt-00000002", root);
@@ -141,7 +116,7 @@ Test(ckpt_safety, a_symlinked_temporary_is_never_followed) {
   const char *names[2] = {".tmp-ckpt-00000002", ".tmp-ckpt-00000001"};
   for (int k = 0; k < 2; k++) {
     char root[64], other[64], link[128];
-    tmp_dir(root, sizeof root), victim(other, sizeof other);
+    tmp_root(root, sizeof root), victim(other, sizeof other);
     snprintf(link, sizeof link, "%s/%s", root, names[k]);
     cr_assert_eq(symlink(other, link), 0);
     sk_error e = {SK_OK, ""};
@@ -151,7 +126,7 @@ Test(ckpt_safety, a_symlinked_temporary_is_never_followed) {
     rm_rf(root), rm_rf(other);
   }
   char root[64], other[64], path[256];
-  tmp_dir(root, sizeof root), victim(other, sizeof other);
+  tmp_root(root, sizeof root), victim(other, sizeof other);
   snprintf(path, sizeof path, "%s/.tmp-ckpt-00000009", root);
   cr_assert_eq(mkdir(path, 0755), 0);
   snprintf(path, sizeof path, "%s/.tmp-ckpt-00000009/rank-0.bin", root);
@@ -170,7 +145,7 @@ Test(ckpt_safety, a_symlinked_temporary_is_never_followed) {
    symlinked checkpoint directory is refused when opened. */
 Test(ckpt_safety, entries_that_are_not_checkpoint_directories_are_left_alone) {
   char root[64], other[64], path[128];
-  tmp_dir(root, sizeof root);
+  tmp_root(root, sizeof root);
   sk_error e = {SK_OK, ""};
   save_w(root, 1, 2, 1, &e, SK_OK);
   snprintf(path, sizeof path, "%s/ckpt-00000002", root);
@@ -180,7 +155,7 @@ Test(ckpt_safety, entries_that_are_not_checkpoint_directories_are_left_alone) {
   struct stat st;
   cr_assert(!lstat(path, &st) && S_ISREG(st.st_mode) && st.st_size == 4, "the file was touched");
   /* LATEST -> a symlink to a real checkpoint elsewhere: not followed for reading either */
-  tmp_dir(other, sizeof other);
+  tmp_root(other, sizeof other);
   save_w(other, 3, 1, 1, &e, SK_OK);
   char real[128], link[128];
   snprintf(real, sizeof real, "%s/ckpt-00000003", other);
@@ -195,7 +170,7 @@ Test(ckpt_safety, entries_that_are_not_checkpoint_directories_are_left_alone) {
 /* merge --out: the same rules in the output root. */
 Test(ckpt_safety, merge_never_follows_a_symlink_in_its_output) {
   char root[64], other[64], out[128], link[160];
-  tmp_dir(root, sizeof root), victim(other, sizeof other);
+  tmp_root(root, sizeof root), victim(other, sizeof other);
   sk_error e = {SK_OK, ""};
   save_w(root, 4, 2, 2, &e, SK_OK);
   snprintf(out, sizeof out, "%s/merged", root);
@@ -221,7 +196,7 @@ Test(ckpt_safety, merge_never_follows_a_symlink_in_its_output) {
    the checkpoint, and loading through a manifest opened before, fail naming it. */
 Test(ckpt_safety, a_fifo_rank_file_is_refused_not_waited_for, .timeout = 20) {
   char root[64], path[128];
-  tmp_dir(root, sizeof root);
+  tmp_root(root, sizeof root);
   sk_error e = {SK_OK, ""};
   save_w(root, 1, 2, 1, &e, SK_OK);
   sk_ckpt_manifest m;
@@ -250,7 +225,7 @@ Test(ckpt_safety, a_fifo_rank_file_is_refused_not_waited_for, .timeout = 20) {
    for a reader for ever), a symlink there is not followed (its target is not truncated). */
 Test(ckpt_safety, latest_tmp_is_never_followed_or_waited_for, .timeout = 20) {
   char root[64], other[64], path[128], target[128];
-  tmp_dir(root, sizeof root), victim(other, sizeof other);
+  tmp_root(root, sizeof root), victim(other, sizeof other);
   sk_error e = {SK_OK, ""};
   save_w(root, 1, 1, 1, &e, SK_OK);
   snprintf(path, sizeof path, "%s/LATEST.tmp", root);
@@ -279,7 +254,7 @@ static void busy_msg(char *buf, size_t cap, const char *root, long pid) {
    sk_ckpt_unlock the root is free and .lock stays. */
 Test(ckpt_safety, a_second_writer_is_refused_naming_the_first, .timeout = 20) {
   char dir[64], root[128], path[160], want[256], text[32] = "";
-  tmp_dir(dir, sizeof dir);
+  tmp_root(dir, sizeof dir);
   snprintf(root, sizeof root, "%s/root", dir);
   sk_ckpt_root_lock lock, again;
   OK(sk_ckpt_lock(root, &lock, E));
@@ -320,7 +295,7 @@ Test(ckpt_safety, a_second_writer_is_refused_naming_the_first, .timeout = 20) {
    gone the root is free (the lock dies with its process). */
 Test(ckpt_safety, a_killed_holder_leaves_the_root_free, .timeout = 20) {
   char root[64], want[256];
-  tmp_dir(root, sizeof root);
+  tmp_root(root, sizeof root);
   int ready[2];
   cr_assert_eq(pipe(ready), 0);
   pid_t child = fork();
@@ -348,7 +323,7 @@ Test(ckpt_safety, a_killed_holder_leaves_the_root_free, .timeout = 20) {
 /* merge takes its output root's lock: refused while another process holds it. */
 Test(ckpt_safety, merge_takes_its_output_roots_lock, .timeout = 20) {
   char root[64], out[128], want[256];
-  tmp_dir(root, sizeof root);
+  tmp_root(root, sizeof root);
   sk_error e = {SK_OK, ""};
   save_w(root, 2, 2, 1, &e, SK_OK);
   snprintf(out, sizeof out, "%s/merged", root);
@@ -380,7 +355,7 @@ Test(ckpt_safety, merge_takes_its_output_roots_lock, .timeout = 20) {
    one, nor a FIFO; a root that cannot be a directory is named. */
 Test(ckpt_safety, the_lock_file_is_a_regular_file_of_the_root, .timeout = 20) {
   char dir[64], other[64], root[128], path[160];
-  tmp_dir(dir, sizeof dir), victim(other, sizeof other);
+  tmp_root(dir, sizeof dir), victim(other, sizeof other);
   sk_ckpt_root_lock lock;
   snprintf(root, sizeof root, "%s/link", dir);
   cr_assert_eq(symlink(other, root), 0);
@@ -442,7 +417,7 @@ static void expect_merge_error(const char *root, const char *want) {
    "out of memory merging": merge allocated the claimed shape before looking) is a gap too. */
 Test(ckpt_safety, merge_names_the_missing_box) {
   char root[64], dir[128];
-  tmp_dir(root, sizeof root);
+  tmp_root(root, sizeof root);
   sk_error e = {SK_OK, ""};
   save_w(root, 2, 2, 1, &e, SK_OK);
   snprintf(dir, sizeof dir, "%s/ckpt-00000002", root);
@@ -451,7 +426,7 @@ Test(ckpt_safety, merge_names_the_missing_box) {
   expect_merge_error(root, "merge: tensor 'w': box [0:4, 0:8] is missing");
   rm_rf(root);
 
-  tmp_dir(root, sizeof root);
+  tmp_root(root, sizeof root);
   save_w(root, 2, 2, 2, &e, SK_OK); /* quarters; the top two gone: one box of two cells */
   snprintf(dir, sizeof dir, "%s/ckpt-00000002", root);
   const char *top[2] = {"box 0:4,0:4 ", "box 0:4,4:8 "};
@@ -459,7 +434,7 @@ Test(ckpt_safety, merge_names_the_missing_box) {
   expect_merge_error(root, "merge: tensor 'w': box [0:4, 0:8] is missing");
   rm_rf(root);
 
-  tmp_dir(root, sizeof root);
+  tmp_root(root, sizeof root);
   save_w(root, 2, 2, 1, &e, SK_OK);
   snprintf(dir, sizeof dir, "%s/ckpt-00000002", root);
   edit_manifest(dir, NULL, 0, "shape 8,8", "shape 1099511627776,8");
