@@ -2294,7 +2294,8 @@ static bool sk__rt_used_later(const sk_runtime *rt, int o, int j, int at, int t)
 }
 
 /* Tensor t again, for step `at`: its operator's forward steps (level3's gathers and releases
-   too), each after what it reads is back. */
+   too, but not the release of a slice held already: the backward gathered it), each after what
+   it reads is back. */
 static sk_result sk__rt_replay(sk_runtime *rt, int t, int at, sk_error *err) {
   int o = rt->g->tensors[t].producer;
   const sk_graph_op *op = &rt->g->ops[o];
@@ -2302,7 +2303,8 @@ static sk_result sk__rt_replay(sk_runtime *rt, int t, int at, sk_error *err) {
   for (int k = 0; k < op->ninputs; k++) held[k] = rt->values[op->inputs[k]] != NULL;
   sk_result r = SK_OK;
   for (int j = 0; j < rt->nforward && !r; j++) {
-    if (rt->plan->steps[j].op != o) continue;
+    const sk_parallel_step *s = &rt->plan->steps[j];
+    if (s->op != o || (s->kind == SK_PSTEP_PARAM_RELEASE && held[s->slot])) continue;
     r = sk__rt_recompute_before(rt, j, at, err);
     if (!r) r = sk__rt_named(rt, j, sk__rt_run_step(rt, j, false, err), err);
     for (int k = 0; k < op->ninputs && !r; k++) { /* brought back only for this replay */

@@ -37,16 +37,21 @@ static void build_chain(net *n, int N) {
 }
 
 /* Runs the network build(N) makes, with the operators of `flags` (NULL-terminated) flagged,
-   into *R (counting, checked against the trainer). */
-static void run_flagged(run *R, net *n, build_fn build, int N, sk_dtype dt, const char *const *flags, const char *what) {
+   into *R (the plan's knobs: `knobs`, NULL: the defaults; counting, checked against the trainer). */
+static void run_flagged_knobs(run *R, net *n, build_fn build, int N, sk_dtype dt, const char *const *flags,
+                              const sk_parallel_desc *knobs, const char *what) {
   build(n, N);
   for (int i = 0; flags && flags[i]; i++) n->g.ops[op_named(&n->g, flags[i])].recompute = true;
-  run_init(R, n, N, dt, sgd(0.5), 4);
+  run_init_knobs(R, n, N, dt, sgd(0.5), 4, knobs);
   R->counting = true;
   run_world(R);
   expect_all_ok(R, what);
   against_trainer(R, dt == SK_F64 ? TOL64 : F32_TOL, what);
   for (int d = 0; d < N; d++) cr_assert_eq(R->dev[d].blocks_after, 0, "%s: device %d leaked %ld blocks", what, d, R->dev[d].blocks_after);
+}
+
+static void run_flagged(run *R, net *n, build_fn build, int N, sk_dtype dt, const char *const *flags, const char *what) {
+  run_flagged_knobs(R, n, build, N, dt, flags, NULL, what);
 }
 
 static void expect_same_losses(const run *A, const run *B, const char *what) {
@@ -124,6 +129,23 @@ Test(recompute, dropout_same_mask, .timeout = RT_TIMEOUT) {
     run_free(&plain), run_free(&flagged);
     sk_graph_free(&n0.g), sk_graph_free(&n1.g);
   }
+}
+
+/* Optimizer parallel level3 (every threshold: w1 and w2 sharded): a recomputed MatMul's forward
+   gathers its weight again and releases it, but not the weight its backward has gathered. */
+Test(recompute, hsdp_level3, .timeout = RT_TIMEOUT) {
+  static const char *const flags[] = {"fc1", "relu1", "fc2", NULL};
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd);
+  sk_hsdp h = SK_HSDP_DEFAULTS;
+  pd.hsdp = h, pd.hsdp.threshold_kb = 0, pd.hsdp.level = SK_HSDP_LEVEL3;
+  static net n0, n1;
+  static run plain, flagged;
+  run_flagged_knobs(&plain, &n0, build_mlp, 8, SK_F64, NULL, &pd, "hsdp level3");
+  run_flagged_knobs(&flagged, &n1, build_mlp, 8, SK_F64, flags, &pd, "hsdp level3, recomputed");
+  expect_same_losses(&plain, &flagged, "hsdp level3, recomputed");
+  run_free(&plain), run_free(&flagged);
+  sk_graph_free(&n0.g), sk_graph_free(&n1.g);
 }
 
 /* The loss's operator flagged: nothing to recompute, and the plan says why; training is as
