@@ -53,6 +53,14 @@
      overwrite): as long as the largest one slot k's backward steps write on this device, of a
      tensor several operators read or, under a pipeline of several micro-batches, a parameter.
 
+   RECOMPUTATION: a tensor the plan recomputes (sk_parallel_recomputed: an output of an operator
+     flagged `recompute`) has no buffer between steps without a pipeline: its operator's Forward
+     allocates it, it is freed after its last forward use, and before a backward step reads it
+     its operator's forward steps run again (the same dropout mask), freed after its last use;
+     activations then count it only while held. Under a pipeline the chunk's slot frees it after
+     the chunk's forward and recomputes it before the chunk's backward. sk_runtime_gather
+     refuses it (not held between steps).
+
    ERRORS: a failing step returns its sk_result with a message naming the step, the operator and
      the tensor; collectives that fail take the world down (sk_comm.h's fault rules), so a
      device's failure ends every device's step with an error, never a hang.
