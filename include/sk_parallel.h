@@ -1117,6 +1117,8 @@ static void sk__par_put_step(sk__par_text *t, const sk_parallel_plan *p, const s
     if (s->comm.scale != 1 && s->comm.scale != 0) sk__par_put(t, " x%.6g", s->comm.scale);
   }
   if (s->kind == SK_PSTEP_MIRROR && po->replication[s->slot] > 1) sk__par_put(t, " /%d first", po->replication[s->slot]);
+  if (s->kind == SK_PSTEP_FORWARD && g->ops[s->op].recompute) /* its forward steps run again before the backward */
+    sk__par_put(t, sk_parallel_recompute_refusal(p, s->op) ? " recompute: not recomputed" : " recomputed");
   sk__par_put(t, "\n");
 }
 

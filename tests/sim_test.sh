@@ -529,6 +529,10 @@ done
 "$BIN" --net $OP --devices 8 --steps 1 --recompute loss,relu1 >"$tmp/out" 2>"$tmp/err"
 if [ "$(cat "$tmp/err")" = "sk-sim: operator 'loss' is flagged for recomputation but its output is the loss: not recomputed" ]; then ok
 else bad "a flagged loss is not named: $(cat "$tmp/err")"; fi
+"$BIN" --net $OP --devices 8 --recompute loss,fc2 --dump-program 0 >"$tmp/out" 2>/dev/null
+if grep -q '^ *[0-9]* Forward  *fc2 (MatMul) out .* recomputed$' "$tmp/out" && grep -q '^ *[0-9]* Forward  *loss .* recompute: not recomputed$' "$tmp/out" &&
+   [ "$(grep -c recompute "$tmp/out")" -eq 2 ]; then ok
+else bad "--dump-program does not show what is recomputed: $(grep Forward "$tmp/out")"; fi
 "$BIN" --net $OP --steps 1 --recompute relu1 >"$tmp/out" 2>"$tmp/err"
 if grep -q "^sk-sim: operator 'relu1' is flagged for recomputation but one device runs the single-device trainer: not recomputed$" "$tmp/err"; then ok
 else bad "recompute on one device is not named: $(cat "$tmp/err")"; fi

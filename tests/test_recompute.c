@@ -163,6 +163,10 @@ Test(recompute, refusal, .timeout = RT_TIMEOUT) {
   cr_assert_null(sk_parallel_recompute_refusal(&flagged.plan, op_named(&n1.g, "fc2")));
   cr_assert_not(sk_parallel_recomputed(&flagged.plan, n1.g.loss));
   cr_assert_null(sk_parallel_recompute_refusal(NULL, 0));
+  static char text[1 << 16]; /* the program says so on the operators' Forward */
+  sk_parallel_format_program(&flagged.plan, 0, text, sizeof text);
+  cr_assert(strstr(text, "loss (SoftmaxCrossEntropy) out [0:1] recompute: not recomputed\n"), "%s", text);
+  cr_assert(strstr(text, "relu1 (ReLU) out [0:16, 0:16] recomputed\n"), "%s", text);
   cr_assert_not(sk_parallel_recomputed(&flagged.plan, -1));
   run_free(&plain), run_free(&flagged);
   sk_graph_free(&n0.g), sk_graph_free(&n1.g);
