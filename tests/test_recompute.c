@@ -148,6 +148,34 @@ Test(recompute, hsdp_level3, .timeout = RT_TIMEOUT) {
   sk_graph_free(&n0.g), sk_graph_free(&n1.g);
 }
 
+/* Every allocation of the first step failing in turn on one device (the recomputed outputs'
+   buffers among them): that device fails with SK_ERR_OUT_OF_MEMORY in the step, the others
+   with it, and nothing stays allocated. */
+Test(recompute, step_allocation_failures, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 2);
+  n.g.ops[op_named(&n.g, "relu1")].recompute = n.g.ops[op_named(&n.g, "fc2")].recompute = true;
+  run_init(&R, &n, 2, SK_F64, sgd(0.5), 2);
+  R.counting = true, R.evaluate = false, R.fail_phase = FAIL_IN_STEP, R.fail_rank = 1;
+  bool recomputing = false;
+  long k = 1;
+  for (;; k++) {
+    R.fail_at = k;
+    run_world(&R);
+    const dev_out *f = &R.dev[1];
+    if (!f->cnt.refused) break;
+    cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "k = %ld: %s in %s (%s)", k, sk_result_name(f->rc), f->where, f->msg);
+    cr_assert_str_eq(f->where, "step", "k = %ld: %s", k, f->msg);
+    recomputing |= strstr(f->msg, "out of memory for 'relu1'") != NULL;
+    expect_all_failed_clean(&R, k, "recomputed chain");
+  }
+  expect_all_ok(&R, "a step allocating fewer");
+  cr_assert(recomputing, "the sweep should reach the recomputed outputs' buffers (k up to %ld)", k);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
 /* The loss's operator flagged: nothing to recompute, and the plan says why; training is as
    unflagged. An operator not flagged, or one that recomputes, has no refusal. */
 Test(recompute, refusal, .timeout = RT_TIMEOUT) {
