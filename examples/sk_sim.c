@@ -143,8 +143,8 @@ static void usage(FILE *f, const char *argv0) {
           "  --micro M            micro_size: the batch goes through the pipeline in M micro-batches\n"
           "  --scheduler K        1f1b (default), gpipe or zero_bubble_v (two chunks per stage in a V)\n"
           "  --interleave V       V chunks per stage (interleaved 1f1b; gpipe takes it too)\n"
-          "  --recompute OP,...   flag these operators for recomputation (under a pipeline: freed after the\n"
-          "                       forward, computed again before the backward)\n"
+          "  --recompute OP,...   flag these operators for recomputation: their outputs are freed after the\n"
+          "                       forward and computed again before the backward (one that cannot be is named)\n"
           "  --dump-schedule      print each stage's actions (F<i>, B<i>, W<i>; .c: chunk) and exit\n" SIM_CKPT_USAGE
           "Fashion-MNIST is read from DATA_PATH or %s.\n"
           "On 8 MPI processes:  " PROG_MPIRUN " -np 8 %s --net FILE.json --devices 8 --backend mpi\n" PROG_ROOT_NOTE,
@@ -787,6 +787,17 @@ static int flag_recompute(const char *list, sk_graph *g, char *msg, size_t cap) 
   return 0;
 }
 
+/* Every flagged operator that recomputes nothing, named: the single-device trainer recomputes
+   nothing; the runtime, what sk_parallel_recomputed says (never the loss, nor what another
+   pipeline chunk reads). */
+static void say_not_recomputed(const job *J) {
+  for (int i = 0; i < J->g->nops; i++) {
+    const char *why = J->o->distributed ? sk_parallel_recompute_refusal(&J->plan, i)
+                                        : (J->g->ops[i].recompute ? "one device runs the single-device trainer" : NULL);
+    if (why) fprintf(stderr, "sk-sim: operator '%s' is flagged for recomputation but %s: not recomputed\n", J->g->ops[i].name, why);
+  }
+}
+
 /* --hsdp with --print-strategies: what optimizer parallel did with every parameter, "hsdp: w1:
    shard 4 of group 8" or "hsdp: b1: not sharded (below 64 KB)" (sk_opt_shard.h's reason). */
 static void print_hsdp(const sk_parallel_plan *plan) {
@@ -840,6 +851,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   if (J->plan.recut && (!o->mpi || prog_launch_rank() == 0))
     fprintf(stderr, "sk-sim: the network's stage annotations are not used (%d stages x %d chunks): the operators are re-cut by FLOPs\n",
             J->plan.stages, J->plan.schedule.chunks);
+  if (!o->mpi || prog_launch_rank() == 0) say_not_recomputed(J);
   if (o->print_strategies && (!o->mpi || prog_launch_rank() == 0)) print_strategies(&J->plan);
   if (o->dump_rank >= 0 || o->dump_schedule) return 0;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */

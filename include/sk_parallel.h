@@ -254,6 +254,13 @@ SK_API void sk_parallel_grad_scales(const sk_parallel_plan *plan, double *scales
    op runs there. */
 SK_API int sk_parallel_stage_of_rank(const sk_parallel_plan *plan, int rank);
 SK_API bool sk_parallel_op_on_stage(const sk_parallel_plan *plan, int op, int stage);
+/* Recomputation (the operators flagged `recompute`): whether tensor t is freed after the forward
+   and computed again, by its operator's forward steps, before the backward reads it: an output
+   of a flagged operator, not the loss, that only its own pipeline chunk reads (every reader,
+   without a pipeline). sk_parallel_recompute_refusal: why flagged operator op recomputes none of
+   its outputs ("its output is the loss", ...), or NULL (it does, or it is not flagged). */
+SK_API bool sk_parallel_recomputed(const sk_parallel_plan *plan, int tensor);
+SK_API const char *sk_parallel_recompute_refusal(const sk_parallel_plan *plan, int op);
 /* The element count of tensor t's slice on every device (layouts cut evenly). */
 SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int tensor);
 /* Whether two layouts give every device the same slice (compared rank by rank, whatever the meshes). */
@@ -872,6 +879,32 @@ SK_API bool sk_parallel_op_on_stage(const sk_parallel_plan *p, int o, int stage)
   return !p->vstage || sk_pipe_stage_of(&p->schedule, p->vstage[o], NULL) == stage;
 }
 
+/* Whether operator o reads tensor t from another pipeline chunk than t's producer's. */
+static bool sk__par_read_elsewhere(const sk_parallel_plan *p, int t) {
+  const sk_graph *g = p->graph;
+  int v = p->vstage ? p->vstage[g->tensors[t].producer] : 0;
+  for (int o = 0; p->vstage && o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (g->ops[o].inputs[k] == t && p->vstage[o] != v) return true;
+  return false;
+}
+
+SK_API bool sk_parallel_recomputed(const sk_parallel_plan *p, int t) {
+  if (!p || !p->graph || t < 0 || t >= p->graph->ntensors) return false;
+  const sk_graph_tensor *x = &p->graph->tensors[t];
+  return x->role == SK_TENSOR_VALUE && t != p->graph->loss && x->producer >= 0 && p->graph->ops[x->producer].recompute &&
+         !sk__par_read_elsewhere(p, t);
+}
+
+SK_API const char *sk_parallel_recompute_refusal(const sk_parallel_plan *p, int o) {
+  if (!p || !p->graph || o < 0 || o >= p->graph->nops || !p->graph->ops[o].recompute) return NULL;
+  const sk_graph_op *op = &p->graph->ops[o];
+  for (int k = 0; k < op->noutputs; k++)
+    if (sk_parallel_recomputed(p, op->outputs[k])) return NULL;
+  return op->noutputs == 1 && op->outputs[0] == p->graph->loss ? "its output is the loss"
+                                                               : "its outputs are read by another pipeline chunk or are the loss";
+}
+
 /* ---- compiling ------------------------------------------------------------------------------ */
 
 /* The plan of p->graph for p->desc.ndevices devices. */
@@ -1084,6 +1117,8 @@ static void sk__par_put_step(sk__par_text *t, const sk_parallel_plan *p, const s
     if (s->comm.scale != 1 && s->comm.scale != 0) sk__par_put(t, " x%.6g", s->comm.scale);
   }
   if (s->kind == SK_PSTEP_MIRROR && po->replication[s->slot] > 1) sk__par_put(t, " /%d first", po->replication[s->slot]);
+  if (s->kind == SK_PSTEP_FORWARD && g->ops[s->op].recompute) /* its forward steps run again before the backward */
+    sk__par_put(t, sk_parallel_recompute_refusal(p, s->op) ? " recompute: not recomputed" : " recomputed");
   sk__par_put(t, "\n");
 }
 

@@ -53,6 +53,14 @@
      overwrite): as long as the largest one slot k's backward steps write on this device, of a
      tensor several operators read or, under a pipeline of several micro-batches, a parameter.
 
+   RECOMPUTATION: a tensor the plan recomputes (sk_parallel_recomputed: an output of an operator
+     flagged `recompute`) has no buffer between steps without a pipeline: its operator's Forward
+     allocates it, it is freed after its last forward use, and before a backward step reads it
+     its operator's forward steps run again (the same dropout mask), freed after its last use;
+     activations then count it only while held. Under a pipeline the chunk's slot frees it after
+     the chunk's forward and recomputes it before the chunk's backward. sk_runtime_gather
+     refuses it (not held between steps).
+
    ERRORS: a failing step returns its sk_result with a message naming the step, the operator and
      the tensor; collectives that fail take the world down (sk_comm.h's fault rules), so a
      device's failure ends every device's step with an error, never a hang.
@@ -289,6 +297,10 @@ struct sk_runtime {
   int grads_only;       /* zero_bubble_v: 1 the inputs' gradients (B), 2 the parameters' (W); 0 both */
   int micro;            /* the micro-batch bound (sk__rt_pipe_bind) */
   int nforward;         /* the program's forward steps: those before its first backward step */
+  /* Recomputation without a pipeline (sk__rt_replay): per tensor, whether it is recomputed, and
+     the last forward step and the last step that use it */
+  bool *recomputed;
+  int *last_fwd_use, *last_use;
 };
 
 /* Pipeline parallel, defined with the steps below. */
@@ -420,13 +432,13 @@ static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
       sk_result r = sk__rt_alloc_shard(rt, t, err);
       if (r) return r;
       bs = (size_t)rt->shards[t].count * sk_dtype_size(rt->cdt);
-    } else {
+    } else if (!rt->recomputed[t]) { /* a recomputed tensor's buffer exists only while used */
       rt->values[t] = sk__rt_alloc(rt, param ? SK__RT_PARAMS : SK__RT_ACTS, b);
     }
     if (pt->needs_grad) rt->grads[t] = sk__rt_alloc(rt, SK__RT_GRADS, b);
     if (param && nstates > 0) rt->state0[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
     if (param && nstates > 1) rt->state1[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
-    if ((!sharded && !rt->values[t]) || (pt->needs_grad && !rt->grads[t]) || (param && nstates > 0 && !rt->state0[t]) ||
+    if ((!sharded && !rt->recomputed[t] && !rt->values[t]) || (pt->needs_grad && !rt->grads[t]) || (param && nstates > 0 && !rt->state0[t]) ||
         (param && nstates > 1 && !rt->state1[t]))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for tensor '%s'", g->tensors[t].name);
     sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), rt->values[t]);
@@ -828,6 +840,34 @@ static void sk__rt_last_steps(sk_runtime *rt) {
   }
 }
 
+/* The tensors whose values step i reads or writes (at most SK__RT_USES): a Move its input, a
+   Forward or Backward its unmoved inputs and its outputs, a ForwardComm output 0. */
+#define SK__RT_USES (SK_OP_MAX_INPUTS + SK_OP_MAX_OUTPUTS)
+static int sk__rt_step_uses(const sk_runtime *rt, int i, int *use) {
+  const sk_parallel_step *s = &rt->plan->steps[i];
+  if (s->op < 0) return 0;
+  const sk_graph_op *op = &rt->g->ops[s->op];
+  int n = 0;
+  if (s->kind == SK_PSTEP_MOVE) use[n++] = op->inputs[s->slot];
+  if (s->kind == SK_PSTEP_FORWARD_COMM) use[n++] = op->outputs[0];
+  if (s->kind != SK_PSTEP_FORWARD && s->kind != SK_PSTEP_BACKWARD) return n;
+  for (int k = 0; k < op->ninputs; k++)
+    if (!rt->plan->ops[s->op].moved[k]) use[n++] = op->inputs[k];
+  for (int k = 0; k < op->noutputs; k++) use[n++] = op->outputs[k];
+  return n;
+}
+
+/* Recomputation without a pipeline: the last forward step and the last step using each tensor. */
+static void sk__rt_last_uses(sk_runtime *rt) {
+  int use[SK__RT_USES];
+  for (int t = 0; t < rt->g->ntensors; t++) rt->last_fwd_use[t] = rt->last_use[t] = -1;
+  for (int i = 0; i < rt->plan->nsteps; i++)
+    for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n; u++) {
+      if (i < rt->nforward) rt->last_fwd_use[use[u]] = i;
+      rt->last_use[use[u]] = i;
+    }
+}
+
 /* Copies device `rank`'s slice of the whole row-major tensor `full` (elements of esize bytes)
    into out, densely. */
 static sk_result sk__rt_take_slice(size_t esize, const sk_layout *l, int rank, const void *full, void *out,
@@ -924,9 +964,12 @@ static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
   rt->ops = (sk__rt_op *)calloc((size_t)rt->g->nops + 1, sizeof(sk__rt_op));
   rt->shards = (sk__rt_shard *)calloc(n, sizeof(sk__rt_shard));
   rt->acc = (void **)calloc(n, sizeof(void *));
+  rt->recomputed = (bool *)calloc(n, sizeof(bool));
+  rt->last_fwd_use = (int *)calloc(n, sizeof(int)), rt->last_use = (int *)calloc(n, sizeof(int));
   if (!rt->values || !rt->grads || !rt->state0 || !rt->state1 || !rt->written || !rt->readers || !rt->args || !rt->ops ||
-      !rt->shards || !rt->acc)
+      !rt->shards || !rt->acc || !rt->recomputed || !rt->last_fwd_use || !rt->last_use)
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
+  for (int t = 0; !rt->plan->vstage && t < rt->g->ntensors; t++) rt->recomputed[t] = sk_parallel_recomputed(rt->plan, t);
   for (int o = 0; o < rt->g->nops; o++)
     for (int k = 0; k < rt->g->ops[o].ninputs; k++) rt->readers[rt->g->ops[o].inputs[k]]++;
   return SK_OK;
@@ -962,6 +1005,7 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
   if (rt->norm_file) fclose(rt->norm_file);
   free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
   free(rt->args), free(rt->ops), free(rt->groups), free(rt->shards), free(rt->acc);
+  free(rt->recomputed), free(rt->last_fwd_use), free(rt->last_use);
   free(rt);
 }
 
@@ -1003,6 +1047,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   }
   sk__rt_last_steps(rt);
   while (rt->nforward < plan->nsteps && sk__rt_is_forward(plan->steps[rt->nforward].kind)) rt->nforward++;
+  sk__rt_last_uses(rt);
   rt->peak_total = 0; /* peaks count from here: drawing the whole model is create's alone */
   for (int k = 0; k < SK__RT_KINDS; k++) rt->peak[k] = rt->bytes[k], rt->peak_total += rt->bytes[k];
   *out = rt;
@@ -2002,16 +2047,11 @@ static bool sk__rt_pipe_has_loss(const sk_runtime *rt, int v) {
   return p >= 0 && rt->plan->vstage[p] == v;
 }
 
-/* Recomputation: an output of chunk v's operator flagged `recompute` that only chunk v reads (not
-   the loss) is freed after the forward and computed again before the backward. */
+/* Recomputation: an output of chunk v's operator that sk_parallel_recomputed names (flagged
+   `recompute`, not the loss, only chunk v reads it) is freed after the forward and computed again
+   before the backward. */
 static bool sk__rt_recomputed(const sk_runtime *rt, int v, int t) {
-  const sk_graph_tensor *x = &rt->g->tensors[t];
-  if (x->role != SK_TENSOR_VALUE || t == rt->g->loss || rt->plan->vstage[x->producer] != v || !rt->g->ops[x->producer].recompute)
-    return false;
-  for (int o = 0; o < rt->g->nops; o++)
-    for (int k = 0; k < rt->g->ops[o].ninputs; k++)
-      if (rt->g->ops[o].inputs[k] == t && rt->plan->vstage[o] != v) return false;
-  return true;
+  return sk_parallel_recomputed(rt->plan, t) && rt->plan->vstage[rt->g->tensors[t].producer] == v;
 }
 
 static void sk__rt_pipe_drop(sk_runtime *rt, int v, int micro) {
@@ -2204,12 +2244,106 @@ static void sk__rt_pipe_close(sk_runtime *rt) {
   sk_comm_destroy(rt->comm); /* this stage's, split from the world */
 }
 
+/* ---- recomputation without a pipeline ---------------------------------------------------------
+
+   A recomputed tensor (rt->recomputed: sk_parallel_recomputed) has no buffer between steps. Its
+   operator's Forward allocates it; it is freed after the last forward step that uses it, so the
+   backward starts without it. Before a backward step that uses it, its operator's forward steps
+   run again (sk__rt_replay: the same steps, the same dropout seed, so the same values), and it
+   is freed after the last step that uses it. A chain of recomputed operators replays in forward
+   order: what a replay brings back only to feed it is freed once the replay no longer reads it. */
+
+static sk_result sk__rt_replay(sk_runtime *rt, int t, int at, sk_error *err);
+
+static sk_result sk__rt_hold_value(sk_runtime *rt, int t, sk_error *err) {
+  void *v = sk__rt_alloc(rt, SK__RT_ACTS, sk__rt_bytes(rt, t));
+  if (!v) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for '%s'", rt->g->tensors[t].name);
+  sk__rt_point(rt, t, v);
+  return SK_OK;
+}
+
+static void sk__rt_drop_value(sk_runtime *rt, int t) {
+  sk__rt_counted_free(rt, rt->values[t]);
+  sk__rt_point(rt, t, NULL);
+}
+
+static void sk__rt_drop_recomputed(sk_runtime *rt) {
+  for (int t = 0; t < rt->g->ntensors; t++)
+    if (rt->recomputed[t] && rt->values[t]) sk__rt_drop_value(rt, t);
+}
+
+/* Before step i (run for step `at`): the recomputed tensors it uses, allocated (its operator's
+   Forward writes them) or computed again. */
+static sk_result sk__rt_recompute_before(sk_runtime *rt, int i, int at, sk_error *err) {
+  const sk_parallel_step *s = &rt->plan->steps[i];
+  int use[SK__RT_USES];
+  sk_result r = SK_OK;
+  for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n && !r; u++) {
+    int t = use[u];
+    if (!rt->recomputed[t] || rt->values[t]) continue;
+    if (s->kind == SK_PSTEP_FORWARD && rt->g->tensors[t].producer == s->op) r = sk__rt_hold_value(rt, t, err);
+    else r = sk__rt_replay(rt, t, at, err);
+  }
+  return r;
+}
+
+static bool sk__rt_uses(const sk_runtime *rt, int i, int t) {
+  int use[SK__RT_USES];
+  for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n; u++)
+    if (use[u] == t) return true;
+  return false;
+}
+
+/* Whether a forward step of operator o after step j, or step `at`, uses tensor t. */
+static bool sk__rt_used_later(const sk_runtime *rt, int o, int j, int at, int t) {
+  for (int i = j + 1; i < rt->nforward; i++)
+    if (rt->plan->steps[i].op == o && sk__rt_uses(rt, i, t)) return true;
+  return sk__rt_uses(rt, at, t);
+}
+
+/* Tensor t again, for step `at`: its operator's forward steps (level3's gathers and releases
+   too, but not the release of a slice held already: the backward gathered it), each after what
+   it reads is back. */
+static sk_result sk__rt_replay(sk_runtime *rt, int t, int at, sk_error *err) {
+  int o = rt->g->tensors[t].producer;
+  const sk_graph_op *op = &rt->g->ops[o];
+  bool held[SK_OP_MAX_INPUTS];
+  for (int k = 0; k < op->ninputs; k++) held[k] = rt->values[op->inputs[k]] != NULL;
+  sk_result r = SK_OK;
+  for (int j = 0; j < rt->nforward && !r; j++) {
+    const sk_parallel_step *s = &rt->plan->steps[j];
+    if (s->op != o || (s->kind == SK_PSTEP_PARAM_RELEASE && held[s->slot])) continue;
+    r = sk__rt_recompute_before(rt, j, at, err);
+    if (!r) r = sk__rt_named(rt, j, sk__rt_run_step(rt, j, false, err), err);
+    for (int k = 0; k < op->ninputs && !r; k++) { /* brought back only for this replay */
+      int u = op->inputs[k];
+      if (!held[k] && rt->recomputed[u] && rt->values[u] && !sk__rt_used_later(rt, o, j, at, u)) sk__rt_drop_value(rt, u);
+    }
+  }
+  return r;
+}
+
+/* One step of the program, recomputed tensors around it: back before, freed after its last use
+   (in the forward, its last forward use; inference keeps the logits to be scored). */
+static sk_result sk__rt_plain_run(sk_runtime *rt, int i, bool inference, sk_error *err) {
+  sk_result r = sk__rt_recompute_before(rt, i, i, err);
+  if (!r) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, inference, err), err);
+  int use[SK__RT_USES];
+  for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n && !r; u++) {
+    int t = use[u];
+    if (rt->recomputed[t] && rt->values[t] && (i < rt->nforward ? rt->last_fwd_use[t] : rt->last_use[t]) <= i &&
+        !(inference && t == rt->g->logits))
+      sk__rt_drop_value(rt, t);
+  }
+  return r;
+}
+
 static sk_result sk__rt_plain_step(sk_runtime *rt, double *loss, sk_error *err) {
   int i = 0, n = rt->plan->nsteps, lt = rt->g->loss;
   sk_result r = SK_OK;
   rt->counting = true;
-  for (; i < n && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
-  if (r) return rt->counting = false, r;
+  for (; i < n && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++) r = sk__rt_plain_run(rt, i, false, err);
+  if (r) return sk__rt_drop_recomputed(rt), rt->counting = false, r;
   if (loss) *loss = rt->cdt == SK_F64 ? ((const double *)rt->values[lt])[0] : ((const float *)rt->values[lt])[0];
   memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool));
   /* d loss / d loss = 1 on every device, times the plan's seed (no_loss_repeated_mean) */
@@ -2219,7 +2353,8 @@ static sk_result sk__rt_plain_step(sk_runtime *rt, double *loss, sk_error *err) 
     if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = seed;
     else ((float *)rt->grads[lt])[j] = (float)seed;
   rt->written[lt] = true;
-  for (; i < n && !r; i++) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
+  for (; i < n && !r; i++) r = sk__rt_plain_run(rt, i, false, err);
+  sk__rt_drop_recomputed(rt); /* after a failure, what was held */
   rt->counting = false;
   return r;
 }
@@ -2247,6 +2382,9 @@ SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *
   if (rt->world && !rt->values[t] && !rt->shards[t].data) /* a shard: this stage's parameter */
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: '%s' is not held by pipeline stage %d",
                     rt->g->tensors[t].name, rt->stage);
+  if (rt->recomputed[t])
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: '%s' is recomputed: it is not held between steps",
+                    rt->g->tensors[t].name);
   const sk_layout *l = &rt->plan->tensors[t].layout;
   const sk__rt_shard *sh = &rt->shards[t];
   int64_t n = sk_parallel_slice_count(rt->plan, t);
@@ -2288,9 +2426,11 @@ SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *
   if (rt->world) return sk__rt_pipe_evaluate(rt, correct, rows, err);
   sk_result r = SK_OK;
   for (int i = 0; i < rt->plan->nsteps && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++)
-    r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, true, err), err);
+    r = sk__rt_plain_run(rt, i, true, err);
   sk__rt_release_all(rt); /* no backward follows */
-  return r ? r : sk__rt_score(rt, correct, rows, err);
+  if (!r) r = sk__rt_score(rt, correct, rows, err);
+  sk__rt_drop_recomputed(rt);
+  return r;
 }
 
 SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *m) {

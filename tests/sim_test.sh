@@ -513,6 +513,30 @@ g1=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out2")
 if grep -q '^pipeline: 2 stages x 4 devices, 4 micro-batches, 1f1b' "$tmp/out" && [ -n "$g0" ] && [ -n "$g1" ] && [ "$g1" -gt "$g0" ]; then ok
 else bad "the pipeline report, or gpipe's stage-0 activations ($g1) above 1f1b's ($g0): $(grep -A3 pipeline: "$tmp/out")"; fi
 
+# ---- recomputation without a pipeline ------------------------------------------------------------
+# --recompute relu1,fc2 on 8 devices: the same losses to the last digit (f64 and f32; with hsdp
+# level3 and a search mode too), a lower peak of activations in the report (relu1's and fc2's
+# outputs are freed after their last forward use), nothing on stderr; a flagged loss is named
+OP=examples/nets/operator_parallel.json
+for extra in "--dtype f64" "--dtype f32" "--dtype f64 --hsdp -1,0,level3 --mode sharding_propagation"; do
+  "$BIN" --net $OP --devices 8 --steps 12 --report $extra >"$tmp/out" 2>"$tmp/err"
+  "$BIN" --net $OP --devices 8 --steps 12 --report $extra --recompute relu1,fc2 >"$tmp/out2" 2>"$tmp/err2"
+  a0=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out"); a1=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out2")
+  losses "$tmp/out" >"$tmp/a"; losses "$tmp/out2" >"$tmp/b"
+  if [ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b" && [ -n "$a0" ] && [ -n "$a1" ] && [ "$a1" -lt "$a0" ] && [ ! -s "$tmp/err2" ]; then ok
+  else bad "--recompute relu1,fc2 without a pipeline ($extra): peak activations $a0 -> $a1: $(paste "$tmp/a" "$tmp/b" | head -3) $(cat "$tmp/err2")"; fi
+done
+"$BIN" --net $OP --devices 8 --steps 1 --recompute loss,relu1 >"$tmp/out" 2>"$tmp/err"
+if [ "$(cat "$tmp/err")" = "sk-sim: operator 'loss' is flagged for recomputation but its output is the loss: not recomputed" ]; then ok
+else bad "a flagged loss is not named: $(cat "$tmp/err")"; fi
+"$BIN" --net $OP --devices 8 --recompute loss,fc2 --dump-program 0 >"$tmp/out" 2>/dev/null
+if grep -q '^ *[0-9]* Forward  *fc2 (MatMul) out .* recomputed$' "$tmp/out" && grep -q '^ *[0-9]* Forward  *loss .* recompute: not recomputed$' "$tmp/out" &&
+   [ "$(grep -c recompute "$tmp/out")" -eq 2 ]; then ok
+else bad "--dump-program does not show what is recomputed: $(grep Forward "$tmp/out")"; fi
+"$BIN" --net $OP --steps 1 --recompute relu1 >"$tmp/out" 2>"$tmp/err"
+if grep -q "^sk-sim: operator 'relu1' is flagged for recomputation but one device runs the single-device trainer: not recomputed$" "$tmp/err"; then ok
+else bad "recompute on one device is not named: $(cat "$tmp/err")"; fi
+
 # ---- checkpoints (docs/checkpoints.md) -----------------------------------------------------------
 # Saved by 8 devices at steps 5 and 10, resumed on 8 (bitwise the uninterrupted run's losses), 4
 # and 1 (within 1e-12: the first steps ran on 8); a flipped byte makes the load and sk-ckpt verify
