@@ -78,7 +78,7 @@ static void usage(FILE *f, const char *path) {
 /* argv into *backend_asked and *devices (*devices_given: --devices was given). Returns 0 to run,
    1 after --help, 2 after a message. */
 static int parse_args(int argc, char **argv, const char **backend_asked, int *devices, bool *devices_given) {
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* every option takes a value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (prog_is_help(a)) {
       usage(stdout, argv[0]);
@@ -92,7 +92,6 @@ static int parse_args(int argc, char **argv, const char **backend_asked, int *de
       if (!prog_parse_int_in(v, 1, SK_MAX_DEVICES, devices)) return prog_bad_usage(argv[0], "--devices takes 1..4096", v);
       *devices_given = true;
     } else return prog_bad_usage(argv[0], "unknown option", a);
-    i++;
   }
   return 0;
 }

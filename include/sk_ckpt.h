@@ -1591,7 +1591,7 @@ static sk_result sk__ckpt_grid_make(const sk__ckpt_ref *g, int n, int64_t cap, s
     for (size_t s = 1; s < per; s++)
       if (c[s] != c[k]) c[++k] = c[s];
     G->ncut[d] = k + 1;
-    if (G->ncells > cap / k) return SK_OK; /* k >= 1 cells: boxes are not empty */
+    if (k == 0 || G->ncells > cap / k) return SK_OK; /* no cell (a dim of 0) or too many: pair by pair */
     G->ncells *= k;
   }
   if (G->ncells > cap) return SK_OK;
@@ -1617,18 +1617,20 @@ static int64_t sk__ckpt_cut_at(const int64_t *c, int64_t n, int64_t v) {
    in manifest order. false when *budget cells were visited (overlaps: the caller goes pairwise). */
 static bool sk__ckpt_grid_mark(sk__ckpt_grid *G, const sk__ckpt_ref *r, int64_t *budget, sk__ckpt_clash *c) {
   int64_t lo[SK_MAX_DIMS], hi[SK_MAX_DIMS], at[SK_MAX_DIMS];
-  for (int d = 0; d < G->nd; d++) {
+  const int nd = G->nd; /* read once: the owner cells written below are ints too */
+  if (nd < 0 || nd > SK_MAX_DIMS) return false; /* never (parse and save bound it): pair by pair */
+  for (int d = 0; d < nd; d++) {
     at[d] = lo[d] = sk__ckpt_cut_at(G->cut[d], G->ncut[d], r->e->box.start[d]);
     hi[d] = sk__ckpt_cut_at(G->cut[d], G->ncut[d], r->e->box.stop[d]);
   }
   for (;;) {
     int64_t cell = 0;
-    for (int d = 0; d < G->nd; d++) cell = cell * (G->ncut[d] - 1) + at[d];
+    for (int d = 0; d < nd; d++) cell = cell * (G->ncut[d] - 1) + at[d];
     if (--*budget < 0) return false;
     int *owner = &G->owner[cell];
     if (*owner < 0) *owner = r->i;
     else if (c->i < 0 || *owner < c->i) c->i = *owner, c->j = r->i, c->what = "overlap";
-    int d = G->nd - 1;
+    int d = nd - 1;
     while (d >= 0 && ++at[d] == hi[d]) at[d] = lo[d], d--;
     if (d < 0) return true;
   }

@@ -333,8 +333,11 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
   if (m->desc.device_tflops > 0) {
     sk_exec_arg in[1], out[1];
     memset(in, 0, sizeof in), memset(out, 0, sizeof out);
-    const sk_graph_tensor *x = op->ninputs ? &g->tensors[op->inputs[0]] : NULL, *y = &g->tensors[op->outputs[0]];
-    if (x) in[0].ndims = x->ndims, memcpy(in[0].shape, x->shape, sizeof in[0].shape);
+    const sk_graph_tensor *y = &g->tensors[op->outputs[0]];
+    if (op->ninputs) {
+      const sk_graph_tensor *x = &g->tensors[op->inputs[0]];
+      in[0].ndims = x->ndims, memcpy(in[0].shape, x->shape, sizeof in[0].shape);
+    }
     out[0].ndims = y->ndims, memcpy(out[0].shape, y->shape, sizeof out[0].shape);
     double flops = sk_exec_flops(op, in, out, false) * (backward ? 3 : 1);
     t += flops / (double)c->devices / (m->desc.device_tflops * 1e6);
