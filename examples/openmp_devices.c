@@ -298,7 +298,7 @@ static void usage(FILE *f, const char *argv0) {
 
 /* Returns 0 to go on, -1 after --help, 2 on a bad argument. */
 static int parse_args(int argc, char **argv, int *n) {
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* --devices N is the one option: pairs */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (prog_is_help(a)) {
       usage(stdout, argv[0]);
@@ -306,7 +306,6 @@ static int parse_args(int argc, char **argv, int *n) {
     }
     if (strcmp(a, "--devices") || !v) return prog_bad_usage(argv[0], "unknown option or missing value", a);
     if (!prog_parse_int_in(v, 1, MAX_DEVICES, n)) return prog_bad_usage(argv[0], "--devices takes 1..64", v);
-    i++;
   }
   return 0;
 }
