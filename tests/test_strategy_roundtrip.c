@@ -76,25 +76,7 @@ static void tmp_clean(const tmpdir *t) {
   rmdir(t->dir);
 }
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  cr_assert_not_null(f, "%s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *text = malloc((size_t)n + 1);
-  cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
-  text[n] = 0;
-  fclose(f);
-  return text;
-}
-
-static void write_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  cr_assert_not_null(f, "%s", path);
-  cr_assert_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-  fclose(f);
-}
+#include "text_file_util.h"
 
 static char *program(const sk_parallel_plan *p, int rank) {
   size_t n = sk_parallel_format_program(p, rank, NULL, 0) + 1;
