@@ -1291,7 +1291,9 @@ static sk_result sk__ckpt_probe(const char *root, sk_error *err) {
 }
 
 SK_API sk_result sk_ckpt_lock(const char *root, sk_ckpt_root_lock *lock, sk_error *err) {
-  if (!root || !*root || !lock || strlen(root) >= 4096) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_lock: bad argument");
+  if (!lock) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_lock: lock is NULL");
+  if (!root || !*root || strlen(root) >= 4096)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_lock: root is %s", !root ? "NULL" : !*root ? "empty" : "4096 bytes or longer");
   lock->fd = -1, lock->held = false;
   char path[4096 + 16];
   snprintf(path, sizeof path, "%s/.lock", root);
