@@ -561,10 +561,10 @@ static inline void start_from_broadcast(const run *R, sk_trainer *t, const char 
   }
 }
 
-/* Trains R's network on one device with the same seed, optimizer, dtype and data, and the
-   plan's gradient factors (sk_parallel_grad_scales: all 1 unless a knob rescales), and compares
-   every device's losses, gathered parameters, evaluation and logits within tol. */
-static inline errs against_trainer(const run *R, double tol, const char *what) {
+/* The single-device trainer R's run is compared with: the same seed, optimizer and dtype, the
+   plan's gradient factors (sk_parallel_grad_scales: all 1 unless a knob rescales) and
+   accumulation, started from the broadcast model under R->broadcast. */
+static inline sk_trainer *trainer_like(const run *R, const char *what) {
   const sk_graph *g = &R->n->g;
   double *scales = (double *)calloc((size_t)g->nops * SK_OP_MAX_INPUTS + 1, sizeof(double));
   cr_assert_not_null(scales);
@@ -575,8 +575,17 @@ static inline errs against_trainer(const run *R, double tol, const char *what) {
   td.grad_accumulation_step = R->plan.desc.grad_accumulation_step; /* micro-steps as the plan's */
   sk_trainer *t = NULL;
   OK(sk_trainer_create(g, &td, &t, E));
-  sk_dtype cdt = sk_trainer_dtype(t);
+  free(scales); /* copied at create */
   if (R->broadcast) start_from_broadcast(R, t, what);
+  return t;
+}
+
+/* Trains R's network on one device (trainer_like) with the same data, and compares every
+   device's losses, gathered parameters, evaluation and logits within tol. */
+static inline errs against_trainer(const run *R, double tol, const char *what) {
+  const sk_graph *g = &R->n->g;
+  sk_trainer *t = trainer_like(R, what);
+  sk_dtype cdt = sk_trainer_dtype(t);
   errs m = {0, 0, 0, -1};
   for (int s = 0; s < R->nsteps; s++) {
     for (int i = 0; i < R->n->nin; i++) OK(sk_trainer_feed(t, R->in_t[i], R->in_dt[i], R->data[s][i], (size_t)R->in_n[i], E));
@@ -627,7 +636,6 @@ static inline errs against_trainer(const run *R, double tol, const char *what) {
     }
   }
   sk_trainer_destroy(t);
-  free(scales);
   return m;
 }
 
