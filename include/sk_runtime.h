@@ -154,11 +154,12 @@ SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *mem);
    initial_rank -1: MindSpore's default. Under a pipeline it is collective over the device's
    stage and broadcasts the stage's parameters among its devices, as MindSpore's does
    (mindspore/python/mindspore/parallel/parameter_broadcast.py, parameter_broadcast: each stage
-   calls it with its own initial_rank, "start rank id for each pipeline", which must be a
-   multiple of the stage's device count): cur_rank is the world rank, initial_rank the stage's
-   first (cur_rank - initial_rank is the device's place in its stage; anything else is refused
-   on every device of the stage); cur_rank -1 with initial_rank -1: the world rank and its
-   stage's first, which MindSpore's default also gives. */
+   calls it with the redundancy groups of its own layouts and its initial_rank, "start rank id
+   for each pipeline", which _check_rank in parallel/_utils.py refuses unless a multiple of the
+   stage's device count): cur_rank is the world rank, initial_rank the stage's first
+   (cur_rank - initial_rank is the device's place in its stage; anything else is refused on
+   every device of the stage); cur_rank -1 with initial_rank -1: the world rank and its stage's
+   first, as MindSpore's default initial rank (rank / P * P, P the stage's devices) gives. */
 SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, int initial_rank, sk_error *err);
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt);
 SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *stats);
