@@ -125,6 +125,7 @@ static void usage(FILE *f, const char *argv0) {
           "  --fp32-communication enable_fp32_communication: every AllReduce and ReduceScatter in f32\n"
           "  --local-norm W       each parameter's local gradient norm per step and device: print, or dump:FILE\n"
           "  --device-local-norm  enable_device_local_norm: also each device's norm over its parameters\n"
+          "                       (under --pipeline a device reports its stage's parameters)\n"
           "  --fusion F           comm_fusion: none (openstate False), auto, size:MB or index:I,J,... for every\n"
           "                       kind, or one kind with allreduce=, allgather= or reducescatter= (repeatable)\n"
           "  --save-strategy FILE write every operator's strategy and every parameter's layout (JSON)\n"
@@ -134,10 +135,12 @@ static void usage(FILE *f, const char *argv0) {
           "  --hsdp [S][,KB][,L]  optimizer parallel: shard_size (-1: the replica group), threshold in KB,\n"
           "                       level1|level2|level3 (defaults -1, 64, level1)\n"
           "  --grad-accumulation-step M  each step is a micro-step: the optimizer runs on every M-th with\n"
-          "                       the gradients' mean over the M (level2 keeps that sum sharded)\n"
+          "                       the gradients' mean over the M (level2 keeps that sum sharded); not with\n"
+          "                       --pipeline, as in MindSpore: --micro accumulates there\n"
           "  --parameter-broadcast each device draws its model from seed + rank, then MindSpore's\n"
           "                       parameter_broadcast(net, layout, rank, 0) gives every replica its owner's\n"
-          "                       values (--check: the reference starts from the broadcast model)\n"
+          "                       values (--check: the reference starts from the broadcast model); under\n"
+          "                       --pipeline each stage's, with its first rank for 0\n"
           "  --pipeline S         pipeline stages: each holds --devices / S devices and a contiguous part of\n"
           "                       the network (its stage annotations when they count S, else cut by FLOPs)\n"
           "  --micro M            micro_size: the batch goes through the pipeline in M micro-batches\n"
@@ -676,19 +679,42 @@ static sk_result run_reference(job *J, bool quiet, sk_error *e) {
   return r;
 }
 
+/* --check after --parameter-broadcast under a pipeline: the lead, on the first stage, needs
+   every stage's parameters. Each one travels over the world from the first device of its stage
+   as MindSpore's broadcast itself moves values: every other device sends zeros, the sum is the
+   holder's (x + 0 == x). */
+static sk_result share_stage_param(run *R, int p, bool held, void *full, size_t n, sk_error *e) {
+  const sk_parallel_plan *plan = &R->J->plan;
+  int rank = sk_comm_rank(R->comm);
+  bool sender = held && rank % plan->desc.ndevices == 0; /* its stage's first device */
+  sk_dtype dt = R->J->o->dtype == SK_F64 ? SK_F64 : SK_F32;
+  if (!sender) memset(full, 0, n * sk_dtype_size(dt));
+  sk_result r = sk_allreduce(R->comm, full, full, n, dt, SK_SUM);
+  return r ? sk__fail(e, r, "sharing '%s' after the broadcast: %s", R->J->g->tensors[p].name, sk_comm_error_message(R->comm))
+           : SK_OK;
+}
+
 /* --parameter-broadcast after create: every device drew its own model (seed + rank), so the
-   replicas differ until MindSpore's parameter_broadcast(net, layout, rank, 0) gives each its
-   redundancy group owner's values. With --check every device gathers the result (collective)
-   and the lead keeps it for the reference. */
+   replicas differ until MindSpore's parameter_broadcast(net, layout, rank, initial_rank) gives
+   each its redundancy group owner's values; initial_rank is 0, or under a pipeline the first
+   rank of the device's stage (each stage broadcasts its own parameters, as MindSpore calls it
+   per stage). With --check every device gathers the result (collective; under a pipeline each
+   stage its own parameters, then shared) and the lead keeps it for the reference. */
 static sk_result broadcast(run *R, sk_error *e) {
   job *J = R->J;
   const sk_graph *g = J->g;
-  sk_result r = sk_runtime_parameter_broadcast(R->rt, sk_comm_rank(R->comm), 0, e);
+  int rank = sk_comm_rank(R->comm), first = J->plan.vstage ? rank - rank % J->plan.desc.ndevices : 0;
+  sk_result r = sk_runtime_parameter_broadcast(R->rt, rank, first, e);
   for (int p = 0; !r && J->o->check && p < g->ntensors; p++) {
     if (g->tensors[p].role != SK_TENSOR_PARAM) continue;
-    void *full = malloc((size_t)sk_graph_numel(g, p) * sk_dtype_size(J->o->dtype == SK_F64 ? SK_F64 : SK_F32));
-    r = full ? sk_runtime_gather(R->rt, p, full, e) : sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory gathering '%s'",
-                                                                 g->tensors[p].name);
+    size_t n = (size_t)sk_graph_numel(g, p);
+    sk_runtime_slice mine;
+    r = sk_runtime_param_slice(R->rt, p, SK_RUNTIME_VALUES, &mine, e);
+    bool held = !r && mine.data; /* under a pipeline: its stage's */
+    void *full = r ? NULL : malloc(n * sk_dtype_size(J->o->dtype == SK_F64 ? SK_F64 : SK_F32));
+    if (!r && !full) r = sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory gathering '%s'", g->tensors[p].name);
+    if (!r && held) r = sk_runtime_gather(R->rt, p, full, e);
+    if (!r && J->plan.vstage) r = share_stage_param(R, p, held, full, n, e);
     if (!r && R->lead) J->init[p] = full, full = NULL;
     free(full);
   }

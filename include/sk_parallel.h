@@ -126,7 +126,8 @@ typedef struct sk_parallel_desc {
   /* The L2 norm of every parameter's gradient slice on every device, one line per step, device
      and parameter ("step device parameter norm"): on stdout (print_local_norm), or in the file
      dump_local_norm names (not printed); device_local_norm adds one line per device over all its
-     parameters (parameter column "device"). Written by device 0. */
+     parameters (parameter column "device"). Written by device 0; under a pipeline every device
+     reports the parameters its stage holds. */
   bool print_local_norm, device_local_norm;
   const char *dump_local_norm;
   sk_comm_fusion comm_fusion;
@@ -151,7 +152,9 @@ typedef struct sk_parallel_desc {
      annotations when the annotations count pipeline.stages and each stage holds one chunk;
      otherwise by a cut of the operator sequence balanced by FLOPs (plan.recut). With hsdp the
      shard groups are within a stage (a parameter's data-parallel replicas there; levels 1, 2
-     and 3, docs/optimizer-parallel.md). Not with grad_accumulation_step (refused by name). */
+     and 3, docs/optimizer-parallel.md). Local norms: each device reports its stage's
+     parameters. Not with grad_accumulation_step, which MindSpore refuses too (refused by name;
+     sk__par_check_pipeline cites MindSpore's source). */
   sk_pipe_desc pipeline;
   bool output_broadcast; /* inference: the last stage's output is broadcast to every stage */
 } sk_parallel_desc;
@@ -780,7 +783,15 @@ static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
 
 static bool sk__par_pipelined(const sk_parallel_desc *d) { return d->pipeline.stages > 1 || d->pipeline.micro > 1; }
 
-/* The pipeline's knobs, and the features it does not combine with yet. */
+/* The pipeline's knobs, and the one feature it does not combine with: grad_accumulation_step,
+   which MindSpore (master) refuses with a pipeline too. Its context refuses the knob above 1 in
+   every mode (mindspore/python/mindspore/parallel/_auto_parallel_context.py,
+   _AutoParallelContext.set_grad_accumulation_step: "The interface is deprecated", pointing to
+   GradAccumulation), and its replacement is not an accumulation of its own under a pipeline:
+   with pipeline stages the compiler tags the pipeline's micro-batches and returns before it tags
+   GradAccumulation's (mindspore/ccsrc/frontend/parallel/parallel_preprocessor.cc,
+   MicroBatchPreProcess; parallel_postprocessor.cc, MicroBatchPostProcess), so micro_size is the
+   accumulation. A pipeline accumulates over more micro-batches with a larger micro_size. */
 static sk_result sk__par_check_pipeline(const sk_parallel_desc *d, sk_error *err) {
   sk_result r = sk_pipe_check(&d->pipeline, err);
   if (r) return r;
@@ -789,9 +800,9 @@ static sk_result sk__par_check_pipeline(const sk_parallel_desc *d, sk_error *err
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: %d devices do not divide into %d stages", d->ndevices, s);
   if (d->grad_accumulation_step > 1)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
-                    "pipeline: grad_accumulation_step with a pipeline is not built (micro_size accumulates the gradients)");
-  if (d->print_local_norm || d->dump_local_norm || d->device_local_norm)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: local norms with a pipeline are not built");
+                    "pipeline: grad_accumulation_step %d with a pipeline is refused, as MindSpore refuses it: micro_size "
+                    "accumulates the gradients (micro_size %d x %d: as many micro-batches per update)",
+                    d->grad_accumulation_step, SK__DEF(d->pipeline.micro, 1), d->grad_accumulation_step);
   return SK_OK;
 }
 

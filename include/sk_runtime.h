@@ -27,7 +27,8 @@
      print_local_norm, device_local_norm, dump_local_norm
                           after the Mirrors and before the update, every device's gradient-slice
                           norms, written by device 0 as "step device parameter norm", steps
-                          counted from 1 (the optimizer's step)
+                          counted from 1 (the optimizer's step); under a pipeline each device
+                          reports the parameters its stage holds, and device 0 is the world's
      transformer_opt      grad_computation_allreduce_overlap: fused Mirrors launch as their
                           gradient is ready (else, the default, after the backward in
                           registration order); enable_communication_fusion: an operator's
@@ -93,8 +94,9 @@ typedef struct sk_runtime_desc {
   sk_allocator alloc;           /* zero: the C library */
   double device_flops;          /* the modelled device's FLOP/s: each operator reports its FLOPs' time to
                                    the world's virtual clock (sk_comm_compute); 0: nothing reported */
-  bool seed_by_rank;            /* device r draws its initial model from seed + r: replicas start
-                                   apart, as before MindSpore's parameter_broadcast */
+  bool seed_by_rank;            /* device r (the world's rank, under a pipeline too) draws its initial
+                                   model from seed + r: replicas start apart, as before MindSpore's
+                                   parameter_broadcast */
 } sk_runtime_desc;
 
 /* Bytes a device holds, by kind: now, and the most since create returned (peak_*: per kind;
@@ -149,7 +151,15 @@ SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *mem);
 /* MindSpore's parameter_broadcast(net, layout, cur_rank, initial_rank) on every parameter
    (collective; sk_redundancy.h): each replica takes its redundancy group owner's values (a
    sharded parameter: per shard). cur_rank -1: this device's rank (plus initial_rank);
-   initial_rank -1: MindSpore's default. */
+   initial_rank -1: MindSpore's default. Under a pipeline it is collective over the device's
+   stage and broadcasts the stage's parameters among its devices, as MindSpore's does
+   (mindspore/python/mindspore/parallel/parameter_broadcast.py, parameter_broadcast: each stage
+   calls it with the redundancy groups of its own layouts and its initial_rank, "start rank id
+   for each pipeline", which _check_rank in parallel/_utils.py refuses unless a multiple of the
+   stage's device count): cur_rank is the world rank, initial_rank the stage's first
+   (cur_rank - initial_rank is the device's place in its stage; anything else is refused on
+   every device of the stage); cur_rank -1 with initial_rank -1: the world rank and its stage's
+   first, as MindSpore's default initial rank (rank / P * P, P the stage's devices) gives. */
 SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, int initial_rank, sk_error *err);
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt);
 SK_API void sk_runtime_stats_get(const sk_runtime *rt, sk_runtime_stats *stats);
@@ -811,19 +821,25 @@ static sk_result sk__rt_alloc_wire(sk_runtime *rt, sk_error *err) {
   return SK_OK;
 }
 
-/* Local norms: this device's values, every device's on device 0, and the dump file, which
-   device 0 opens (truncating) now so a bad path fails at create. */
+/* The communicator of every device: the world under a pipeline (comm is then the stage's). */
+static sk_comm *sk__rt_everyone(const sk_runtime *rt) { return rt->world ? rt->world : rt->comm; }
+
+/* Local norms: this device's values, every device's on the world's device 0, and the dump file,
+   which that device opens (truncating) now so a bad path fails at create. Every device counts a
+   norm per parameter of the network, held here or not (under a pipeline another stage's), so
+   the gather takes the same count from each. */
 static sk_result sk__rt_setup_norms(sk_runtime *rt, sk_error *err) {
   const sk_parallel_desc *pd = &rt->plan->desc;
   if (!pd->print_local_norm && !pd->dump_local_norm) return SK_OK;
   for (int t = 0; t < rt->g->ntensors; t++) rt->nnorms += rt->g->tensors[t].role == SK_TENSOR_PARAM;
   rt->nnorms += pd->device_local_norm;
   if (!rt->nnorms) return SK_OK;
-  size_t all = rt->rank == 0 ? (size_t)pd->ndevices * (size_t)rt->nnorms : 1;
+  bool writer = sk_comm_rank(sk__rt_everyone(rt)) == 0;
+  size_t all = writer ? (size_t)sk_comm_size(sk__rt_everyone(rt)) * (size_t)rt->nnorms : 1;
   rt->norms = (double *)sk__rt_alloc(rt, SK__RT_COMM, (size_t)rt->nnorms * sizeof(double));
   rt->all_norms = (double *)sk__rt_alloc(rt, SK__RT_COMM, all * sizeof(double));
   if (!rt->norms || !rt->all_norms) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the local norms");
-  if (rt->rank != 0 || !pd->dump_local_norm) return SK_OK;
+  if (!writer || !pd->dump_local_norm) return SK_OK;
   if (!(rt->norm_file = fopen(pd->dump_local_norm, "w")))
     return sk__fail(err, SK_ERR_SYSTEM, "runtime: dump_local_norm: cannot open '%s' for writing: %s", pd->dump_local_norm,
                     strerror(errno));
@@ -918,7 +934,7 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
     if (g->tensors[t].role == SK_TENSOR_PARAM &&
         !(full[t] = sk__rt_alloc(rt, SK__RT_PARAMS, (size_t)sk_graph_numel(g, t) * sk_dtype_size(rt->cdt))))
       r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing '%s'", g->tensors[t].name);
-  uint64_t seed = rt->desc.seed + (rt->desc.seed_by_rank ? (uint64_t)rt->rank : 0);
+  uint64_t seed = rt->desc.seed + (rt->desc.seed_by_rank ? (uint64_t)sk_comm_rank(sk__rt_everyone(rt)) : 0);
   if (!r) r = sk_graph_init_params(g, seed, rt->cdt, full, err);
   for (int t = 0; t < g->ntensors && !r; t++) /* pipeline: another stage's parameters have no buffer here */
     if (g->tensors[t].role == SK_TENSOR_PARAM && (rt->values[t] || rt->shards[t].data)) r = sk__rt_keep_slice(rt, t, full[t], err);
@@ -1555,10 +1571,12 @@ static void sk__rt_finish_inputs(sk_runtime *rt, int o, int step) {
   }
 }
 
-/* The L2 norm of every parameter's gradient slice on this device (with device_local_norm, then
-   of all of them), gathered on device 0, which writes one line per device and parameter. The
-   gather is not a training collective: the statistics leave it out. */
-static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
+/* Whether this device keeps parameter t: always without a pipeline; under one, when its stage does. */
+static bool sk__rt_holds(const sk_runtime *rt, int t) { return rt->values[t] || rt->shards[t].data; }
+
+/* The norms of every parameter's gradient slice this device holds (with device_local_norm, then
+   of all of them); a parameter another pipeline stage holds counts -1, which no norm is. */
+static void sk__rt_norms_here(sk_runtime *rt) {
   const sk_graph *g = rt->g;
   double all = 0;
   int i = 0;
@@ -1572,22 +1590,33 @@ static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
       double v = rt->cdt == SK_F64 ? ((const double *)gr)[j] : ((const float *)gr)[j];
       sq += v * v;
     }
-    all += sq, rt->norms[i++] = sqrt(sq);
+    all += sq, rt->norms[i++] = sk__rt_holds(rt, t) ? sqrt(sq) : -1;
   }
   if (i < rt->nnorms) rt->norms[i] = sqrt(all); /* device_local_norm */
-  sk_result r = sk_gather(rt->comm, rt->norms, rt->all_norms, (size_t)rt->nnorms, SK_F64, 0);
-  if (r) return sk__fail(err, r, "local norms: %s", sk_comm_error_message(rt->comm));
-  if (rt->rank != 0) return SK_OK;
+}
+
+/* The local norms, gathered on the world's device 0, which writes one line per device and
+   parameter that device holds (under a pipeline, its stage's), then the device's line. The
+   gather is not a training collective: the statistics leave it out. */
+static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
+  const sk_graph *g = rt->g;
+  sk_comm *all = sk__rt_everyone(rt);
+  sk__rt_norms_here(rt);
+  sk_result r = sk_gather(all, rt->norms, rt->all_norms, (size_t)rt->nnorms, SK_F64, 0);
+  if (r) return sk__fail(err, r, "local norms: %s", sk_comm_error_message(all));
+  if (sk_comm_rank(all) != 0) return SK_OK;
   const sk_parallel_desc *pd = &rt->plan->desc;
   FILE *to[2] = {pd->print_local_norm ? stdout : NULL, rt->norm_file};
   for (int f = 0; f < 2; f++) {
     if (!to[f]) continue;
-    for (int d = 0; d < pd->ndevices; d++) {
+    for (int d = 0; d < sk_comm_size(all); d++) {
       const double *v = rt->all_norms + (size_t)d * (size_t)rt->nnorms;
-      i = 0;
-      for (int t = 0; t < g->ntensors; t++)
-        if (g->tensors[t].role == SK_TENSOR_PARAM)
-          fprintf(to[f], "%lld %d %s %.9g\n", (long long)rt->step + 1, d, g->tensors[t].name, v[i++]);
+      int i = 0;
+      for (int t = 0; t < g->ntensors; t++) {
+        if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+        double norm = v[i++];
+        if (norm >= 0) fprintf(to[f], "%lld %d %s %.9g\n", (long long)rt->step + 1, d, g->tensors[t].name, norm);
+      }
       if (i < rt->nnorms) fprintf(to[f], "%lld %d device %.9g\n", (long long)rt->step + 1, d, v[i]);
     }
     if (fflush(to[f]))
@@ -2447,14 +2476,16 @@ SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *m) {
 
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt) { return rt ? rt->step : 0; }
 
+/* Under a pipeline each stage broadcasts its own parameters among its devices, as MindSpore's
+   parameter_broadcast does on each stage with the stage's initial_rank (see the declaration):
+   comm is then the stage's, and its rank r is world rank stage * n + r. */
 SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, int initial_rank, sk_error *err) {
   if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter_broadcast: NULL runtime");
-  if (rt->world) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter_broadcast with a pipeline is not built");
   const sk_graph *g = rt->g;
   sk_bcast_param *ps = (sk_bcast_param *)calloc((size_t)g->ntensors + 1, sizeof *ps);
   int n = 0;
   for (int t = 0; ps && t < g->ntensors; t++) {
-    if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    if (g->tensors[t].role != SK_TENSOR_PARAM || !sk__rt_holds(rt, t)) continue; /* another stage's */
     const sk__rt_shard *sh = &rt->shards[t];
     sk_bcast_param *p = &ps[n++];
     p->name = g->tensors[t].name, p->layout = rt->plan->tensors[t].layout;
@@ -2462,7 +2493,8 @@ SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, in
     p->data = sh->data ? sh->data : rt->values[t];
     p->count = (size_t)(sh->data ? sh->count : sk_parallel_slice_count(rt->plan, t));
   }
-  if (cur_rank < 0) cur_rank = rt->rank + (initial_rank > 0 ? initial_rank : 0);
+  int stage_start = sk_comm_rank(sk__rt_everyone(rt)) - rt->rank; /* 0 without a pipeline */
+  if (cur_rank < 0) cur_rank = rt->rank + (initial_rank >= 0 ? initial_rank : stage_start);
   sk_result r = ps ? sk_parameter_broadcast(rt->comm, n, ps, cur_rank, initial_rank, err)
                    : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: parameter_broadcast: out of memory");
   free(ps);

@@ -339,7 +339,10 @@ typedef struct run {
   sk_link_model link;      /* the world's (zero: none) */
   /* after create, sk_runtime_parameter_broadcast(rt, rank + initial_rank + cur_rank_skew,
      initial_rank) and a gather of every parameter (dev_out.init); against_trainer then starts
-     the trainer from device 0's. desc.seed_by_rank is the test's to set. */
+     the trainer from device 0's. Under a pipeline rank is the world's, the initial_rank passed
+     is initial_rank + the first rank of the device's stage, and each device gathers its stage's
+     parameters (the trainer starts from each one's first holder). desc.seed_by_rank is the
+     test's to set. */
   bool broadcast;
   int initial_rank, cur_rank_skew; /* skew nonzero: a wrong cur_rank */
   int in_t[MAXIN];
@@ -408,11 +411,13 @@ static inline sk_result device_main(sk_comm *comm, void *arg) {
     o->cnt.fail_at = 0; /* FAIL_IN_CREATE sweeps create's allocations only */
     if (rank == R->fail_rank && R->fail_phase == FAIL_FROM_FEED) o->cnt.fail_all = true;
   }
-  if (!r && R->broadcast) {
+  if (!r && R->broadcast) { /* under a pipeline within each stage: initial_rank is the stage's first */
+    int first = R->plan.vstage ? sk_parallel_stage_of_rank(&R->plan, rank) * R->plan.desc.ndevices : 0;
     int cur = rank + R->initial_rank + R->cur_rank_skew;
-    r = note(o, "broadcast", sk_runtime_parameter_broadcast(rt, cur, R->initial_rank, &e), &e);
+    r = note(o, "broadcast", sk_runtime_parameter_broadcast(rt, cur, R->initial_rank + first, &e), &e);
     for (int t = 0; !r && t < g->ntensors; t++)
-      if (g->tensors[t].role == SK_TENSOR_PARAM) r = note(o, "gather", sk_runtime_gather(rt, t, o->init + R->param_off[t], &e), &e);
+      if (g->tensors[t].role == SK_TENSOR_PARAM && holds_param(R, rank, t))
+        r = note(o, "gather", sk_runtime_gather(rt, t, o->init + R->param_off[t], &e), &e);
   }
   for (int s = 0; !r && !R->create_only && s < R->nsteps; s++) {
     for (int i = 0; !r && i < R->n->nin; i++)
@@ -540,24 +545,26 @@ typedef struct errs {
   int worst;                  /* the parameter where param was seen */
 } errs;
 
-/* R->broadcast: every device gathered the same model after the broadcast (the replicas agree
-   with their owners, whichever copy a gather reads), and the trainer starts from it. */
+/* R->broadcast: every device that holds a parameter (under a pipeline, its stage's) gathered the
+   same values after the broadcast (the replicas agree with their owners, whichever copy a
+   gather reads), and the trainer starts from them. */
 static inline void start_from_broadcast(const run *R, sk_trainer *t, const char *what) {
   const sk_graph *g = &R->n->g;
   for (int p = 0; p < g->ntensors; p++) {
     if (g->tensors[p].role != SK_TENSOR_PARAM) continue;
     size_t bytes = (size_t)sk_graph_numel(g, p) * esize(sk_trainer_dtype(t));
-    for (int d = 1; d < R->ndev; d++)
-      cr_assert(memcmp(R->dev[d].init + R->param_off[p], R->dev[0].init + R->param_off[p], bytes) == 0,
-                "%s: after the broadcast device %d gathered other values of '%s' than device 0", what, d, g->tensors[p].name);
-    memcpy(sk_trainer_values(t, p), R->dev[0].init + R->param_off[p], bytes);
+    int d0 = first_holder(R, p);
+    for (int d = d0 + 1; d < R->ndev; d++)
+      cr_assert(!holds_param(R, d, p) || memcmp(R->dev[d].init + R->param_off[p], R->dev[d0].init + R->param_off[p], bytes) == 0,
+                "%s: after the broadcast device %d gathered other values of '%s' than device %d", what, d, g->tensors[p].name, d0);
+    memcpy(sk_trainer_values(t, p), R->dev[d0].init + R->param_off[p], bytes);
   }
 }
 
-/* Trains R's network on one device with the same seed, optimizer, dtype and data, and the
-   plan's gradient factors (sk_parallel_grad_scales: all 1 unless a knob rescales), and compares
-   every device's losses, gathered parameters, evaluation and logits within tol. */
-static inline errs against_trainer(const run *R, double tol, const char *what) {
+/* The single-device trainer R's run is compared with: the same seed, optimizer and dtype, the
+   plan's gradient factors (sk_parallel_grad_scales: all 1 unless a knob rescales) and
+   accumulation, started from the broadcast model under R->broadcast. */
+static inline sk_trainer *trainer_like(const run *R, const char *what) {
   const sk_graph *g = &R->n->g;
   double *scales = (double *)calloc((size_t)g->nops * SK_OP_MAX_INPUTS + 1, sizeof(double));
   cr_assert_not_null(scales);
@@ -568,8 +575,17 @@ static inline errs against_trainer(const run *R, double tol, const char *what) {
   td.grad_accumulation_step = R->plan.desc.grad_accumulation_step; /* micro-steps as the plan's */
   sk_trainer *t = NULL;
   OK(sk_trainer_create(g, &td, &t, E));
-  sk_dtype cdt = sk_trainer_dtype(t);
+  free(scales); /* copied at create */
   if (R->broadcast) start_from_broadcast(R, t, what);
+  return t;
+}
+
+/* Trains R's network on one device (trainer_like) with the same data, and compares every
+   device's losses, gathered parameters, evaluation and logits within tol. */
+static inline errs against_trainer(const run *R, double tol, const char *what) {
+  const sk_graph *g = &R->n->g;
+  sk_trainer *t = trainer_like(R, what);
+  sk_dtype cdt = sk_trainer_dtype(t);
   errs m = {0, 0, 0, -1};
   for (int s = 0; s < R->nsteps; s++) {
     for (int i = 0; i < R->n->nin; i++) OK(sk_trainer_feed(t, R->in_t[i], R->in_dt[i], R->data[s][i], (size_t)R->in_n[i], E));
@@ -620,7 +636,6 @@ static inline errs against_trainer(const run *R, double tol, const char *what) {
     }
   }
   sk_trainer_destroy(t);
-  free(scales);
   return m;
 }
 

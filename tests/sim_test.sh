@@ -449,7 +449,7 @@ expect_fail "hsdp shard_size 0" "shard_size must be -1 or a positive integer" --
 expect_fail "hsdp unknown level" "optimizer_level" --net examples/nets/operator_parallel.json --hsdp -1,64,level4
 
 # pipeline: --dump-schedule prints Megatron's 1F1B lists (p = 4, m = 8); the tutorial keeps its
-# two annotated stages; other stage counts re-cut and say so; what is not built is refused
+# two annotated stages; other stage counts re-cut and say so; what MindSpore refuses is refused
 "$BIN" --net examples/nets/transformer.json --devices 8 --pipeline 4 --micro 8 --dump-schedule >"$tmp/out" 2>"$tmp/err"
 if [ "$(sed -n 1p "$tmp/out")" = "stage 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7" ] &&
    [ "$(sed -n 4p "$tmp/out")" = "stage 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7" ] && [ "$(wc -l <"$tmp/out")" -eq 4 ]; then ok
@@ -507,7 +507,16 @@ if [ -n "$p0" ] && [ -n "$p1" ] && [ -n "$q0" ] && [ -n "$q1" ] && [ "$p1" -lt "
    grep -q '^allgather  *4  *1.00 ' "$tmp/out2" && grep -q '^reduce_scatter  *4  *1.00 ' "$tmp/out2"; then ok
 else bad "pipeline + hsdp report: parameters on device 0 $p0 -> $p1, device 4 $q0 -> $q1: $(grep -E 'allgather|reduce_scatter' "$tmp/out2")"; fi
 expect_fail "zero_bubble_v with 3 chunks" "interleave 3 is not 2" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --scheduler zero_bubble_v --interleave 3 --steps 1
-expect_fail "a pipeline with local norms" "local norms with a pipeline" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --local-norm print --steps 1
+expect_fail "grad accumulation with a pipeline (MindSpore refuses it)" "grad_accumulation_step 2 with a pipeline is refused" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --grad-accumulation-step 2 --steps 1
+# local norms under a pipeline: each device reports the parameters of its stage (the tutorial at
+# 2 stages: fc1 on devices 0..3, fc2 and fc3 on 4..7), then its device line; and
+# --parameter-broadcast broadcasts within each stage: one device's losses again
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --pipeline 2 --micro 4 --local-norm print --device-local-norm --steps 1 >"$tmp/out" 2>"$tmp/err"
+if [ "$(grep -cE '^1 [0-3] fc1\.weight [0-9.eE+-]+$' "$tmp/out")" -eq 4 ] && [ "$(grep -cE '^1 [4-7] fc[23]\.weight [0-9.eE+-]+$' "$tmp/out")" -eq 8 ] &&
+   [ "$(grep -cE '^1 [0-7] device [0-9.eE+-]+$' "$tmp/out")" -eq 8 ] && [ "$(grep -cE '^1 [0-7] ' "$tmp/out")" -eq 20 ]; then ok
+else bad "local norms under a pipeline: $(grep -E '^1 ' "$tmp/out" | head -12) $(cat "$tmp/err")"; fi
+checks "operator_parallel 2 stages, parameter_broadcast and local norms" 1e-12 --net examples/nets/operator_parallel.json --devices 8 \
+  --pipeline 2 --micro 4 --steps 6 --dtype f64 --parameter-broadcast --local-norm "dump:$tmp/pnorms" --device-local-norm --hsdp -1,0
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --steps 4 --report >"$tmp/out" 2>"$tmp/err"
 g0=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out")
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --scheduler gpipe --steps 4 --report >"$tmp/out2" 2>"$tmp/err"

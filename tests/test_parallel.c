@@ -1086,7 +1086,7 @@ Test(parallel, check_needs_no_network) {
   d.pipeline.stages = 4, d.pipeline.micro = 2;
   BAD("micro_size 2 < stages 4", sk_parallel_check(&d, E));
   d.pipeline.micro = 4, d.grad_accumulation_step = 2;
-  BAD("grad_accumulation_step with a pipeline", sk_parallel_check(&d, E));
+  BAD("grad_accumulation_step 2 with a pipeline is refused", sk_parallel_check(&d, E));
   d = pdesc(0, SK_DATASET_DATA_PARALLEL);
   BAD("0 devices", sk_parallel_check(&d, E));
   d = pdesc(8, SK_DATASET_DATA_PARALLEL);

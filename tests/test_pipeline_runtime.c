@@ -15,10 +15,10 @@
       activations' gradients) after create is exactly the most bytes of open chunk slots while
       walking its stage's action list (a slot: what the chunk owns for one micro-batch, opened
       by F, closed after B); gpipe holds m micro-batches, 1f1b stage r holds p - r.
-   4. Refusals, each naming what it refuses: parameter_broadcast, a
-      communicator of another size than the world's, feeds of the wrong element count, a gather
-      of another stage's parameter, and the compiler's grad_accumulation_step / local norms
-      with a pipeline (hsdp combines: tests/test_pipeline_hsdp.c).
+   4. Refusals, each naming what it refuses: a communicator of another size than the world's,
+      feeds of the wrong element count, a gather of another stage's parameter, and the
+      compiler's grad_accumulation_step with a pipeline (hsdp combines:
+      tests/test_pipeline_hsdp.c; parameter_broadcast and local norms: tests/test_feature_pairs.c).
    5. Faults on 2-stage worlds of 2 and 4 devices: every allocation of create, and every
       allocation of the first step, failing in turn on each device ends with an error on every
       device (none by the world's timeout) and nothing outstanding after destroy; the same for
@@ -491,37 +491,6 @@ Test(pipeline_runtime, zero_bubble_v_like_one_device, .timeout = PIPE_TIMEOUT) {
     for (int k = 0; k < 2; k++) one_case(&cs[i], &NETS[k], SK_F64, sgd(0.5), TOL64, &w);
 }
 
-Test(pipeline_runtime, parameter_broadcast_refused, .timeout = RT_TIMEOUT) {
-  static net n;
-  static run R;
-  const pcase c = {SK_PIPE_1F1B, 4, 2, 4, 1};
-  sk_parallel_desc pd = knobs_of(&c);
-  build_pipe_mlp(&n, 2);
-  run_init_knobs(&R, &n, 4, SK_F64, sgd(0.5), 1, &pd);
-  R.counting = true, R.broadcast = true;
-  run_world(&R);
-  /* Devices that created are refused; a device still in create when the first refused device
-     returned (aborting the world) fails there, not by the timeout. */
-  cr_assert_neq(R.world_rc, SK_OK);
-  int refused = 0;
-  for (int d = 0; d < 4; d++) {
-    const dev_out *o = &R.dev[d];
-    cr_assert_eq(o->out_after, 0);
-    if (!o->ran) continue;
-    if (!o->created) {
-      cr_assert_eq(o->rc, SK_ERR_ABORTED, "device %d: %s in %s (%s)", d, sk_result_name(o->rc), o->where, o->msg);
-      continue;
-    }
-    refused++;
-    cr_assert_eq(o->rc, SK_ERR_INVALID_ARGUMENT, "device %d: %s (%s)", d, sk_result_name(o->rc), o->msg);
-    cr_assert_str_eq(o->where, "broadcast");
-    cr_assert(strstr(o->msg, "parameter_broadcast") && strstr(o->msg, "pipeline"), "device %d: '%s'", d, o->msg);
-  }
-  cr_assert_gt(refused, 0);
-  run_free(&R);
-  sk_graph_free(&n.g);
-}
-
 /* The plan is for the world (8 devices): a communicator of one stage's size (4), of 2, or of 16
    is refused, naming both counts. */
 Test(pipeline_runtime, communicator_of_another_size_refused, .timeout = RT_TIMEOUT) {
@@ -637,25 +606,20 @@ Test(pipeline_runtime, wrong_feed_counts_and_other_stage_gather_refused, .timeou
   sk_graph_free(&n.g);
 }
 
-/* What a pipeline does not combine with yet is refused by the compiler, by name. */
+/* What a pipeline does not combine with is refused by the compiler, naming both: MindSpore
+   refuses grad_accumulation_step with a pipeline (sk_parallel.h cites where). */
 Test(pipeline_runtime, compiler_refuses_what_the_pipeline_does_not_combine_with, .timeout = RT_TIMEOUT) {
   static net n;
   build_pipe_mlp(&n, 2);
   const pcase c = {SK_PIPE_1F1B, 4, 2, 4, 1};
-  for (int i = 1; i < 4; i++) { /* hsdp combines (tests/test_pipeline_hsdp.c) */
-    sk_parallel_desc pd = knobs_of(&c);
-    const char *want = NULL;
-    if (i == 1) pd.grad_accumulation_step = 2, want = "grad_accumulation_step with a pipeline is not built";
-    if (i == 2) pd.print_local_norm = true, want = "local norms with a pipeline are not built";
-    if (i == 3) pd.device_local_norm = true, want = "local norms with a pipeline are not built";
-    pd.ndevices = 4;
-    sk_parallel_plan p;
-    sk_error e;
-    memset(&e, 0, sizeof e);
-    sk_result r = sk_parallel_compile(&n.g, &pd, &p, &e);
-    cr_assert_eq(r, SK_ERR_INVALID_ARGUMENT, "case %d: %s (%s)", i, sk_result_name(r), e.msg);
-    cr_assert(strstr(e.msg, want), "case %d: '%s' should say '%s'", i, e.msg, want);
-  }
+  sk_parallel_desc pd = knobs_of(&c);
+  pd.grad_accumulation_step = 2, pd.ndevices = 4;
+  sk_parallel_plan p;
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  sk_result r = sk_parallel_compile(&n.g, &pd, &p, &e);
+  cr_assert_eq(r, SK_ERR_INVALID_ARGUMENT, "%s (%s)", sk_result_name(r), e.msg);
+  cr_assert(strstr(e.msg, "grad_accumulation_step 2 with a pipeline is refused"), "'%s'", e.msg);
   sk_graph_free(&n.g);
 }
 
