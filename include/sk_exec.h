@@ -7,7 +7,9 @@
 
    WHAT IT IS
      The single-device trainer (sk_train.h) and the distributed runtime both run operators
-     through these two calls, so an operator's math is wired to its kernels in one place. The
+     through these two calls, which run the kernels the operator's row of the table names
+     (sk_optable.h; the adapters are in sk_optable_kernels.h): an operator's math is wired to
+     its kernels in one place, and a kind without a row is refused, never sent elsewhere. The
      buffers are whatever the caller holds: the whole tensor on one device, or a device's slice
      (shapes are then the LOCAL shapes). What a kernel must know about the sharding to
      reproduce the unsharded result travels in sk_exec_facts (zero: unsharded); the collectives

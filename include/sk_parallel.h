@@ -242,8 +242,8 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *
 SK_API sk_result sk_parallel_check(const sk_parallel_desc *desc, sk_error *err);
 SK_API void sk_parallel_free(sk_parallel_plan *plan);
 
-/* The kernels' sharding facts for operator `op` on device `rank` (seed and inference are the
-   runtime's to set). */
+/* The kernels' sharding facts for operator `op` on device `rank`, as the operator's row computes
+   them (sk_optable_kernels.h; seed and inference are the runtime's to set). */
 SK_API sk_result sk_parallel_facts(const sk_parallel_plan *plan, int op, int rank, sk_exec_facts *facts, sk_error *err);
 /* What the plan's gradient knobs do to each parameter's gradient, for a single-device reference
    that is to train like the plan: scales[o * SK_OP_MAX_INPUTS + k] is the factor on the

@@ -14,7 +14,8 @@
      and broadcasting operators: the output's dims, each input taking the cut of the dim it is
      aligned to; Gather: the table's dims and the indices' dims). A candidate cuts them with a
      product equal to the devices, each cut dividing its dim, and is kept when sk_ops.h's rule
-     accepts it. When no cut uses every device (dims too small), the largest device count
+     accepts it (each operator's joint dims are its table row's space, sk_optable_space.h).
+     When no cut uses every device (dims too small), the largest device count
      that has one stands in, the rest repeating. GetNext and VirtualDataset keep their default.
      Operators the network configured (a strategy or layouts) have one candidate: their own.
 
