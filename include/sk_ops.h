@@ -710,29 +710,26 @@ static sk_result sk__op_batch_rule(const sk_op_desc *d, int ndevices, sk__op_bat
   return SK_OK;
 }
 
+static const sk__op_batch_form sk__op_bias_add_form = {2, false, SK__ALIGN_BIAS, SK__OUT_SAME},
+                               sk__op_flatten_form = {1, true, SK__ALIGN_RIGHT, SK__OUT_FLAT},
+                               sk__op_softmax_ce_form = {2, true, SK__ALIGN_LABELS, SK__OUT_SCALAR},
+                               sk__op_softmax_ce_logits_form = {2, true, SK__ALIGN_RIGHT, SK__OUT_PER_SAMPLE},
+                               sk__op_mae_loss_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_SCALAR};
+
 static sk_result sk__op_rule_bias_add(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_batch_form form = {2, false, SK__ALIGN_BIAS, SK__OUT_SAME};
-  return sk__op_batch_rule(d, ndevices, form, p, err);
+  return sk__op_batch_rule(d, ndevices, sk__op_bias_add_form, p, err);
 }
-
 static sk_result sk__op_rule_flatten(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_batch_form form = {1, true, SK__ALIGN_RIGHT, SK__OUT_FLAT};
-  return sk__op_batch_rule(d, ndevices, form, p, err);
+  return sk__op_batch_rule(d, ndevices, sk__op_flatten_form, p, err);
 }
-
 static sk_result sk__op_rule_softmax_ce(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_batch_form form = {2, true, SK__ALIGN_LABELS, SK__OUT_SCALAR};
-  return sk__op_batch_rule(d, ndevices, form, p, err);
+  return sk__op_batch_rule(d, ndevices, sk__op_softmax_ce_form, p, err);
 }
-
 static sk_result sk__op_rule_softmax_ce_logits(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_batch_form form = {2, true, SK__ALIGN_RIGHT, SK__OUT_PER_SAMPLE};
-  return sk__op_batch_rule(d, ndevices, form, p, err);
+  return sk__op_batch_rule(d, ndevices, sk__op_softmax_ce_logits_form, p, err);
 }
-
 static sk_result sk__op_rule_mae_loss(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_batch_form form = {2, false, SK__ALIGN_RIGHT, SK__OUT_SCALAR};
-  return sk__op_batch_rule(d, ndevices, form, p, err);
+  return sk__op_batch_rule(d, ndevices, sk__op_mae_loss_form, p, err);
 }
 
 /* ---- one input, element-wise or along a whole axis ------------------------------------------- */
@@ -765,29 +762,23 @@ static sk_result sk__op_unary(const sk_op_desc *d, int ndevices, sk__op_unary_fo
   return SK_OK;
 }
 
+static const sk__op_unary_form sk__op_elementwise_form = {false, 0, 1}, sk__op_dropout_form = {false, 0, 2},
+                               sk__op_softmax_form = {true, -1, 1}, sk__op_l2_normalize_form = {true, 0, 1};
+
 static sk_result sk__op_rule_unary(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_unary_form form = {false, 0, 1};
-  return sk__op_unary(d, ndevices, form, p, err);
+  return sk__op_unary(d, ndevices, sk__op_elementwise_form, p, err);
 }
-
 static sk_result sk__op_rule_dropout(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_unary_form form = {false, 0, 2};
-  return sk__op_unary(d, ndevices, form, p, err);
+  return sk__op_unary(d, ndevices, sk__op_dropout_form, p, err);
 }
-
 static sk_result sk__op_rule_softmax(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_unary_form form = {true, -1, 1};
-  return sk__op_unary(d, ndevices, form, p, err);
+  return sk__op_unary(d, ndevices, sk__op_softmax_form, p, err);
 }
-
 static sk_result sk__op_rule_log_softmax(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_unary_form form = {true, -1, 1};
-  return sk__op_unary(d, ndevices, form, p, err);
+  return sk__op_unary(d, ndevices, sk__op_softmax_form, p, err);
 }
-
 static sk_result sk__op_rule_l2_normalize(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  sk__op_unary_form form = {true, 0, 1};
-  return sk__op_unary(d, ndevices, form, p, err);
+  return sk__op_unary(d, ndevices, sk__op_l2_normalize_form, p, err);
 }
 
 /* ExpandDims: the output is the input with a whole size-1 dim inserted at axis (in [-n-1, n]). */

@@ -190,38 +190,26 @@ static sk_result sk__opk_bwd_dense(SK__OPK_BWD_ARGS) {
 
 /* ---- kernels: one input, element-wise --------------------------------------------------------- */
 
-static sk_result sk__opk_fwd_relu(SK__OPK_FWD_ARGS) {
-  SK__OPK_UNUSED;
-  return sk_kern_relu(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].data, err);
+/* ReLU, GeLU, Tanh: y = f(x), dx = f'(x) dy. */
+typedef sk_result (*sk__opk_act_fn)(sk_dtype dt, int nd, const int64_t *shape, const void *x, void *y, sk_error *err);
+typedef sk_result (*sk__opk_act_bwd_fn)(sk_dtype dt, int nd, const int64_t *shape, const void *x, const void *dy,
+                                        void *dx, sk_error *err);
+
+static sk_result sk__opk_act(sk__opk_act_fn fn, const sk__opk_arg *in, sk__opk_arg *out, sk_error *err) {
+  return fn(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].data, err);
 }
 
-static sk_result sk__opk_bwd_relu(SK__OPK_BWD_ARGS) {
-  SK__OPK_UNUSED;
-  if (!dx[0]) return SK_OK;
-  return sk_kern_relu_bwd(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].grad, dx[0], err);
+static sk_result sk__opk_act_bwd(sk__opk_act_bwd_fn fn, const sk__opk_arg *in, const sk__opk_arg *out,
+                                 void *const *dx, sk_error *err) {
+  return dx[0] ? fn(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].grad, dx[0], err) : SK_OK;
 }
 
-static sk_result sk__opk_fwd_gelu(SK__OPK_FWD_ARGS) {
-  SK__OPK_UNUSED;
-  return sk_kern_gelu(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].data, err);
-}
-
-static sk_result sk__opk_bwd_gelu(SK__OPK_BWD_ARGS) {
-  SK__OPK_UNUSED;
-  if (!dx[0]) return SK_OK;
-  return sk_kern_gelu_bwd(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].grad, dx[0], err);
-}
-
-static sk_result sk__opk_fwd_tanh(SK__OPK_FWD_ARGS) {
-  SK__OPK_UNUSED;
-  return sk_kern_tanh(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].data, err);
-}
-
-static sk_result sk__opk_bwd_tanh(SK__OPK_BWD_ARGS) {
-  SK__OPK_UNUSED;
-  if (!dx[0]) return SK_OK;
-  return sk_kern_tanh_bwd(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].grad, dx[0], err);
-}
+static sk_result sk__opk_fwd_relu(SK__OPK_FWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act(sk_kern_relu, in, out, err); }
+static sk_result sk__opk_bwd_relu(SK__OPK_BWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act_bwd(sk_kern_relu_bwd, in, out, dx, err); }
+static sk_result sk__opk_fwd_gelu(SK__OPK_FWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act(sk_kern_gelu, in, out, err); }
+static sk_result sk__opk_bwd_gelu(SK__OPK_BWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act_bwd(sk_kern_gelu_bwd, in, out, dx, err); }
+static sk_result sk__opk_fwd_tanh(SK__OPK_FWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act(sk_kern_tanh, in, out, err); }
+static sk_result sk__opk_bwd_tanh(SK__OPK_BWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act_bwd(sk_kern_tanh_bwd, in, out, dx, err); }
 
 static sk_result sk__opk_fwd_cast(SK__OPK_FWD_ARGS) {
   SK__OPK_UNUSED;
