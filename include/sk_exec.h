@@ -83,10 +83,10 @@ SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k);
    k for its input k). An operator whose outputs have none -- a metric, an auxiliary head --
    runs no backward, and its parameters' gradients stay zero. */
 SK_API void sk_exec_grad_flow(const sk_graph *g, bool *needs);
-/* Whether dt is a float dtype (f32, f64, f16, bf16). */
 /* Operator op's FLOPs on the slices in / out (a MatMul's 2mnk, one per output element for the
    others; backward: twice the forward): what the runtime counts and the pipeline cut weighs. */
 SK_API double sk_exec_flops(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out, bool backward);
+/* Whether dt is a float dtype (f32, f64, f16, bf16). */
 SK_API bool sk_exec_is_float(sk_dtype dt);
 /* n values from dtype `from` into dtype `to`, as the trainers feed inputs: any float dtype into
    f32 or f64, integers between i32 and i64; false (nothing written) for another pair. */

@@ -91,6 +91,8 @@ typedef sk_result (*sk_op_bwd_fn)(const struct sk_kernel_ctx *ctx, const struct 
                                   const struct sk_exec_facts *facts, const struct sk_exec_arg *in,
                                   const struct sk_exec_arg *out, void *const *dx, sk_error *err);
 typedef double (*sk_op_flops_fn)(const sk_op_desc *d, const struct sk_exec_arg *in, const struct sk_exec_arg *out);
+/* The caller zeroes *space, sets every src to -1 and ntuples to the desc's inputs; the row fills
+   in the joint dims and the entries that take them. */
 typedef void (*sk_op_space_fn)(const sk_op_desc *d, int out_ndims, const int64_t *out_shape, sk_op_space *space);
 
 typedef struct sk_op_row {
