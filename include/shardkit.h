@@ -10,6 +10,7 @@
 #include "sk_backend.h" /* the backend contract: sk_coll, sk_backend (for backend authors) */
 #include "sk_threads.h"
 #include "sk_ops.h"
+#include "sk_optable.h" /* one row per operator: names, arity, rule, kernels, FLOPs, search candidates */
 #include "sk_kernels.h" /* every operator's forward and backward on a device's slice */
 #include "sk_optim.h"   /* SGD, Momentum, Adam as element-wise updates of a (sharded) buffer */
 #include "sk_graph.h"   /* a network: inputs, parameters, operators wired by tensor, shapes */

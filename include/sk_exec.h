@@ -7,7 +7,9 @@
 
    WHAT IT IS
      The single-device trainer (sk_train.h) and the distributed runtime both run operators
-     through these two calls, so an operator's math is wired to its kernels in one place. The
+     through these two calls, which run the kernels the operator's row of the table names
+     (sk_optable.h; the adapters are in sk_optable_kernels.h): an operator's math is wired to
+     its kernels in one place, and a kind without a row is refused, never sent elsewhere. The
      buffers are whatever the caller holds: the whole tensor on one device, or a device's slice
      (shapes are then the LOCAL shapes). What a kernel must know about the sharding to
      reproduce the unsharded result travels in sk_exec_facts (zero: unsharded); the collectives
@@ -81,10 +83,10 @@ SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k);
    k for its input k). An operator whose outputs have none -- a metric, an auxiliary head --
    runs no backward, and its parameters' gradients stay zero. */
 SK_API void sk_exec_grad_flow(const sk_graph *g, bool *needs);
-/* Whether dt is a float dtype (f32, f64, f16, bf16). */
 /* Operator op's FLOPs on the slices in / out (a MatMul's 2mnk, one per output element for the
    others; backward: twice the forward): what the runtime counts and the pipeline cut weighs. */
 SK_API double sk_exec_flops(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out, bool backward);
+/* Whether dt is a float dtype (f32, f64, f16, bf16). */
 SK_API bool sk_exec_is_float(sk_dtype dt);
 /* n values from dtype `from` into dtype `to`, as the trainers feed inputs: any float dtype into
    f32 or f64, integers between i32 and i64; false (nothing written) for another pair. */
@@ -93,6 +95,8 @@ SK_API bool sk_exec_convert(sk_dtype from, const void *src, sk_dtype to, void *d
 SK_API void sk_exec_round(sk_dtype store, float *values, int64_t n);
 
 SK_EXTERN_C_END
+#define SK__EXEC_DECLARED
+#include "sk_optable.h" /* the table's implementation waits for these declarations */
 #endif /* SK_EXEC_H */
 
 #if defined(SK_EXEC_IMPL) && !defined(SK_EXEC_IMPL_DONE)
@@ -101,21 +105,13 @@ SK_EXTERN_C_END
 #include <string.h>
 
 SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k) {
-  switch (op->desc.kind) {
-    case SK_OP_SOFTMAX_CE: case SK_OP_SOFTMAX_CE_LOGITS: case SK_OP_GATHER: return k == 0;
-    case SK_OP_ONE_HOT: case SK_OP_GET_NEXT: return false;
-    default: return true;
-  }
+  const sk_op_row *row = sk_op_row_of(op->desc.kind);
+  return row && k >= 0 && k < 32 && (row->grad_inputs & (1u << k)) != 0;
 }
 
 SK_API double sk_exec_flops(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out, bool backward) {
-  double n = 1;
-  for (int d = 0; d < out[0].ndims; d++) n *= (double)out[0].shape[d];
-  sk_op_kind k = op->desc.kind;
-  if ((k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE) && in[0].ndims >= 2) {
-    int kd = op->desc.transpose_a ? in[0].ndims - 2 : in[0].ndims - 1;
-    n *= 2.0 * (double)in[0].shape[kd];
-  }
+  const sk_op_row *row = sk_op_row_of(op->desc.kind);
+  double n = row ? row->flops(&op->desc, in, out) : 0;
   return backward ? 2 * n : n;
 }
 
@@ -124,7 +120,7 @@ SK_API bool sk_exec_is_float(sk_dtype dt) { return dt == SK_F32 || dt == SK_F64 
 /* The output whose gradient input k's comes from (sk_exec_backward reads no other): output 0,
    VirtualDataset's output k; -1: none. */
 static int sk__exec_grad_source(const sk_graph_op *op, int k) {
-  if (op->desc.kind == SK_OP_VIRTUAL_DATASET) return k < op->noutputs ? k : -1;
+  if (sk_op_row_of(op->desc.kind)->flags & SK_OPF_PASSTHROUGH) return k < op->noutputs ? k : -1;
   return op->noutputs > 0 ? 0 : -1;
 }
 
@@ -185,33 +181,6 @@ SK_API void sk_exec_round(sk_dtype store, float *f, int64_t n) {
     for (int64_t i = 0; i < n; i++) f[i] = sk_bf16_to_f32(sk_f32_to_bf16(f[i]));
 }
 
-static int sk__exec_axis(const sk_graph_op *op, int dflt) { return op->desc.naxis ? op->desc.axis[0] : dflt; }
-
-static sk_binop sk__exec_binop(sk_op_kind k) {
-  switch (k) {
-    case SK_OP_SUB: return SK_BIN_SUB;
-    case SK_OP_MUL: return SK_BIN_MUL;
-    case SK_OP_DIV: return SK_BIN_DIV;
-    case SK_OP_POW: return SK_BIN_POW;
-    default: return SK_BIN_ADD;
-  }
-}
-
-static sk_redop sk__exec_redop(sk_op_kind k) {
-  return k == SK_OP_REDUCE_SUM ? SK_SUM : k == SK_OP_REDUCE_MEAN ? SK_AVG : SK_MAX;
-}
-
-static int64_t sk__exec_numel(const sk_exec_arg *a) {
-  int64_t n = 1;
-  for (int d = 0; d < a->ndims; d++) n *= a->shape[d];
-  return n;
-}
-
-/* Rows of a [..., C] tensor: every element but the last dim's. */
-static int64_t sk__exec_rows(const sk_exec_arg *a) { return a->ndims ? sk__exec_numel(a) / a->shape[a->ndims - 1] : 1; }
-
-static double sk__exec_eps(const sk_graph_op *op, double dflt) { return op->epsilon > 0 ? op->epsilon : dflt; }
-
 SK_API uint64_t sk_exec_dropout_seed(uint64_t seed, int op, int64_t step) {
   /* op * 2^40 (mod 2^64): the shift written as a product, which no checker reads as an overflow */
   uint64_t z = seed ^ ((uint64_t)(uint32_t)op * 0x10000000000ull) ^ (uint64_t)step * 0x9E3779B97F4A7C15ull;
@@ -219,117 +188,19 @@ SK_API uint64_t sk_exec_dropout_seed(uint64_t seed, int op, int64_t step) {
   return z ^ (z >> 31);
 }
 
-static sk_result sk__exec_dropout_fwd(const sk_graph_op *op, const sk_exec_facts *f, const sk_exec_arg *in,
-                                      sk_exec_arg *out, sk_error *err) {
-  double keep = op->keep_prob > 0 ? op->keep_prob : 0.5;
-  const sk_exec_arg *x = &in[0];
-  if (f && f->inference) {
-    if (x->ndims < 0 || x->ndims > SK_MAX_DIMS || !out[1].data)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Dropout: bad shape or NULL mask");
-    memset(out[1].data, 1, (size_t)sk__exec_numel(x));
-    return sk_kern_copy(x->dtype, x->ndims, x->shape, x->data, out[0].data, err);
-  }
-  bool sliced = f && f->global_ndims;
-  sk_result r = sk_kern_dropout_mask(f ? f->seed : 0, keep, sliced ? f->global_ndims : x->ndims,
-                                     sliced ? f->global_shape : x->shape, sliced ? &f->slice : NULL,
-                                     (uint8_t *)out[1].data, err);
-  if (r) return r;
-  return sk_kern_dropout(x->dtype, x->ndims, x->shape, keep, x->data, (const uint8_t *)out[1].data, out[0].data, err);
-}
-
-/* The operators of one or two float inputs computed element-wise or along an axis. */
-static sk_result sk__exec_fwd_simple(const sk_graph_op *op, const sk_exec_arg *in, sk_exec_arg *out, sk_error *err) {
-  const sk_exec_arg *x = &in[0];
-  sk_dtype dt = x->dtype;
-  switch (op->desc.kind) {
-    case SK_OP_RELU: return sk_kern_relu(dt, x->ndims, x->shape, x->data, out[0].data, err);
-    case SK_OP_GELU: return sk_kern_gelu(dt, x->ndims, x->shape, x->data, out[0].data, err);
-    case SK_OP_TANH: return sk_kern_tanh(dt, x->ndims, x->shape, x->data, out[0].data, err);
-    case SK_OP_CAST: return sk_kern_cast(dt, x->ndims, x->shape, x->data, out[0].dtype, out[0].data, err);
-    case SK_OP_SOFTMAX:
-      return sk_kern_softmax(dt, x->ndims, x->shape, sk__exec_axis(op, -1), x->data, out[0].data, err);
-    case SK_OP_LOG_SOFTMAX:
-      return sk_kern_log_softmax(dt, x->ndims, x->shape, sk__exec_axis(op, -1), x->data, out[0].data, err);
-    case SK_OP_L2_NORMALIZE:
-      return sk_kern_l2_normalize(dt, x->ndims, x->shape, sk__exec_axis(op, 0),
-                                  sk__exec_eps(op, SK_L2_NORMALIZE_EPSILON), x->data, out[0].data, err);
-    case SK_OP_BIAS_ADD: return sk_kern_bias_add(dt, SK_NCHW, x->ndims, x->shape, x->data, in[1].data, out[0].data, err);
-    case SK_OP_PRELU:
-      return sk_kern_prelu(dt, x->ndims, x->shape, x->data, sk__exec_numel(&in[1]), in[1].data, out[0].data, err);
-    case SK_OP_TRANSPOSE: return sk_kern_transpose(dt, x->ndims, x->shape, op->desc.perm, x->data, out[0].data, err);
-    case SK_OP_FLATTEN: case SK_OP_RESHAPE: case SK_OP_EXPAND_DIMS:
-      return sk_kern_copy(dt, x->ndims, x->shape, x->data, out[0].data, err);
-    default:
-      return sk_kern_binary(sk__exec_binop(op->desc.kind), dt, x->ndims, x->shape, x->data, in[1].ndims, in[1].shape,
-                            in[1].data, out[0].data, err);
-  }
-}
-
-static sk_result sk__exec_fwd_loss(const sk_graph_op *op, const sk_exec_facts *f, const sk_exec_arg *in,
-                                   sk_exec_arg *out, sk_error *err) {
-  const sk_exec_arg *x = &in[0], *y = &in[1];
-  int64_t g = f && f->global_count ? f->global_count : 0;
-  switch (op->desc.kind) {
-    case SK_OP_SOFTMAX_CE:
-      if (y->dtype == SK_I32 || y->dtype == SK_I64)
-        return sk_kern_sparse_softmax_ce(x->dtype, x->ndims, x->shape, x->data, y->dtype, y->data,
-                                         g ? g : sk__exec_rows(x), out[0].data, err);
-      return sk_kern_softmax_ce(x->dtype, x->ndims, x->shape, x->data, y->data, g ? g : sk__exec_rows(x), out[0].data,
-                                err);
-    case SK_OP_SOFTMAX_CE_LOGITS:
-      return sk_kern_softmax_ce_logits(x->dtype, x->ndims, x->shape, x->data, y->data, out[0].data, out[1].data, err);
-    default: /* MAELoss */
-      return sk_kern_mae_loss(x->dtype, x->ndims, x->shape, x->data, y->data, g ? g : sk__exec_numel(x), out[0].data,
-                              err);
-  }
-}
-
+/* The checks every kernel relies on; an operator that reads no tensor runs none (its outputs are
+   fed). */
 static sk_result sk__exec_fwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *f,
                               const sk_exec_arg *in, sk_exec_arg *out, sk_error *err) {
-  const sk_op_desc *d = &op->desc;
-  if (d->kind == SK_OP_GET_NEXT) return SK_OK; /* its outputs are the data the caller feeds */
+  const sk_op_row *row = sk_op_row_of(op->desc.kind);
+  if (!row) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "kind %d is not an operator", (int)op->desc.kind);
+  if (row->flags & SK_OPF_SOURCE) return SK_OK;
   if (op->ninputs == 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "it reads no tensor");
   for (int k = 0; k < op->ninputs; k++)
     if (!in[k].data) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "input %d has no buffer", k);
   for (int k = 0; k < op->noutputs; k++)
     if (!out[k].data) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "output %d has no buffer", k);
-  const sk_exec_arg *x = &in[0], *w = &in[1];
-  sk_dtype dt = x->dtype;
-  switch (d->kind) {
-    case SK_OP_MATMUL:
-      return sk_kern_matmul(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims, w->shape,
-                            w->data, out[0].data, err);
-    case SK_OP_BATCH_MATMUL:
-      return sk_kern_batch_matmul(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims,
-                                  w->shape, w->data, out[0].data, err);
-    case SK_OP_DENSE:
-      return sk_kern_dense(ctx, dt, x->ndims, x->shape, x->data, w->shape, w->data,
-                           op->ninputs > 2 && !(f && f->skip_bias) ? in[2].data : NULL, out[0].data, err);
-    case SK_OP_DROPOUT: return sk__exec_dropout_fwd(op, f, in, out, err);
-    case SK_OP_LAYER_NORM:
-      return sk_kern_layer_norm(dt, x->ndims, x->shape, sk__exec_axis(op, 1), sk__exec_eps(op, SK_LAYER_NORM_EPSILON),
-                                x->data, in[1].data, in[2].data, out[0].data, out[1].data, out[2].data, err);
-    case SK_OP_SOFTMAX_CE: case SK_OP_SOFTMAX_CE_LOGITS: case SK_OP_MAE_LOSS: return sk__exec_fwd_loss(op, f, in, out, err);
-    case SK_OP_REDUCE_SUM: case SK_OP_REDUCE_MEAN: case SK_OP_REDUCE_MAX:
-      return sk_kern_reduce(sk__exec_redop(d->kind), dt, x->ndims, x->shape, d->naxis, d->axis,
-                            f ? f->global_count : 0, x->data, out[0].data, err);
-    case SK_OP_ONE_HOT: {
-      int axis = sk__exec_axis(op, -1), oa = axis < 0 ? out[0].ndims - 1 : axis;
-      return sk_kern_one_hot(dt, x->ndims, x->shape, x->data, d->depth, f ? f->offset : 0, out[0].shape[oa], axis,
-                             out[0].dtype, op->on_value != 0 ? op->on_value : 1.0, op->off_value, out[0].data, err);
-    }
-    case SK_OP_GATHER:
-      if (op->ninputs != 2) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Gather reads 2 tensors, not %d", op->ninputs);
-      return sk_kern_gather(dt, x->ndims, x->shape, x->data, w->dtype, w->ndims, w->shape, w->data,
-                            sk__exec_axis(op, 0), f ? f->offset : 0, out[0].data, err);
-    case SK_OP_VIRTUAL_DATASET:
-      for (int k = 0; k < op->ninputs && k < op->noutputs; k++) {
-        sk_result r = sk_kern_copy(in[k].dtype, in[k].ndims, in[k].shape, in[k].data, out[k].data, err);
-        if (r) return r;
-      }
-      return SK_OK;
-    default: return sk__exec_fwd_simple(op, in, out, err);
-  }
+  return row->fwd(ctx, op, f, in, out, err);
 }
 
 /* Prefixes a kernel's message with the operator it ran for (the end of a long message is cut). */
@@ -353,121 +224,14 @@ SK_API sk_result sk_exec_forward(const sk_kernel_ctx *ctx, const sk_graph_op *op
   return sk__exec_named(op, "forward", sk__exec_fwd(ctx, op, facts, in, out, err), err);
 }
 
-static sk_result sk__exec_bwd_loss(const sk_graph_op *op, const sk_exec_facts *f, const sk_exec_arg *in,
-                                   const sk_exec_arg *out, void *const *dx, sk_error *err) {
-  const sk_exec_arg *x = &in[0], *y = &in[1];
-  int64_t g = f && f->global_count ? f->global_count : 0;
-  if (!out[0].grad) { /* no gradient flows: zero (the loss kernels would take a NULL dloss as 1) */
-    for (int k = 0; k < op->ninputs; k++)
-      if (dx[k]) memset(dx[k], 0, (size_t)sk__exec_numel(&in[k]) * sk_dtype_size(in[k].dtype));
-    return SK_OK;
-  }
-  switch (op->desc.kind) {
-    case SK_OP_SOFTMAX_CE:
-      if (!dx[0]) return SK_OK;
-      if (y->dtype == SK_I32 || y->dtype == SK_I64)
-        return sk_kern_sparse_softmax_ce_bwd(x->dtype, x->ndims, x->shape, x->data, y->dtype, y->data,
-                                             g ? g : sk__exec_rows(x), out[0].grad, dx[0], err);
-      return sk_kern_softmax_ce_bwd(x->dtype, x->ndims, x->shape, x->data, y->data, g ? g : sk__exec_rows(x),
-                                    out[0].grad, dx[0], err);
-    case SK_OP_SOFTMAX_CE_LOGITS:
-      if (!dx[0]) return SK_OK;
-      return sk_kern_softmax_ce_logits_bwd(x->dtype, x->ndims, x->shape, out[0].grad, out[1].data, dx[0], err);
-    default: /* MAELoss */
-      return sk_kern_mae_loss_bwd(x->dtype, x->ndims, x->shape, x->data, y->data, g ? g : sk__exec_numel(x),
-                                  out[0].grad, dx[0], op->ninputs > 1 ? dx[1] : NULL, err);
-  }
-}
-
-static sk_result sk__exec_bwd_simple(const sk_graph_op *op, const sk_exec_arg *in, const sk_exec_arg *out,
-                                     void *const *dx, sk_error *err) {
-  const sk_exec_arg *x = &in[0];
-  const void *dy = out[0].grad, *y = out[0].data;
-  sk_dtype dt = x->dtype;
-  switch (op->desc.kind) {
-    case SK_OP_RELU: return dx[0] ? sk_kern_relu_bwd(dt, x->ndims, x->shape, x->data, dy, dx[0], err) : SK_OK;
-    case SK_OP_GELU: return dx[0] ? sk_kern_gelu_bwd(dt, x->ndims, x->shape, x->data, dy, dx[0], err) : SK_OK;
-    case SK_OP_TANH: return dx[0] ? sk_kern_tanh_bwd(dt, x->ndims, x->shape, x->data, dy, dx[0], err) : SK_OK;
-    case SK_OP_CAST: return dx[0] ? sk_kern_cast(out[0].dtype, x->ndims, x->shape, dy, dt, dx[0], err) : SK_OK;
-    case SK_OP_SOFTMAX:
-      return dx[0] ? sk_kern_softmax_bwd(dt, x->ndims, x->shape, sk__exec_axis(op, -1), y, dy, dx[0], err) : SK_OK;
-    case SK_OP_LOG_SOFTMAX:
-      return dx[0] ? sk_kern_log_softmax_bwd(dt, x->ndims, x->shape, sk__exec_axis(op, -1), y, dy, dx[0], err)
-                   : SK_OK;
-    case SK_OP_L2_NORMALIZE:
-      return dx[0] ? sk_kern_l2_normalize_bwd(dt, x->ndims, x->shape, sk__exec_axis(op, 0),
-                                              sk__exec_eps(op, SK_L2_NORMALIZE_EPSILON), x->data, dy, dx[0], err)
-                   : SK_OK;
-    case SK_OP_BIAS_ADD: return sk_kern_bias_add_bwd(dt, SK_NCHW, x->ndims, x->shape, dy, dx[0], dx[1], err);
-    case SK_OP_PRELU:
-      return sk_kern_prelu_bwd(dt, x->ndims, x->shape, x->data, sk__exec_numel(&in[1]), in[1].data, dy, dx[0], dx[1],
-                               err);
-    case SK_OP_TRANSPOSE:
-      return dx[0] ? sk_kern_transpose_bwd(dt, x->ndims, x->shape, op->desc.perm, dy, dx[0], err) : SK_OK;
-    case SK_OP_FLATTEN: case SK_OP_RESHAPE: case SK_OP_EXPAND_DIMS:
-      return dx[0] ? sk_kern_copy(dt, x->ndims, x->shape, dy, dx[0], err) : SK_OK;
-    default:
-      return sk_kern_binary_bwd(sk__exec_binop(op->desc.kind), dt, x->ndims, x->shape, x->data, in[1].ndims,
-                                in[1].shape, in[1].data, dy, dx[0], dx[1], err);
-  }
-}
-
-static sk_result sk__exec_bwd(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *f,
-                              const sk_exec_arg *in, const sk_exec_arg *out, void *const *dx, sk_error *err) {
-  const sk_op_desc *d = &op->desc;
-  const sk_exec_arg *x = &in[0], *w = &in[1];
-  const void *dy = out[0].grad;
-  sk_dtype dt = x->dtype;
-  switch (d->kind) {
-    case SK_OP_MATMUL:
-      return sk_kern_matmul_bwd(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims,
-                                w->shape, w->data, dy, dx[0], dx[1], err);
-    case SK_OP_BATCH_MATMUL:
-      return sk_kern_batch_matmul_bwd(ctx, dt, d->transpose_a, d->transpose_b, x->ndims, x->shape, x->data, w->ndims,
-                                      w->shape, w->data, dy, dx[0], dx[1], err);
-    case SK_OP_DENSE: /* skip_bias changes nothing here: every part's bias gradient is the whole one, which
-                         the Mirror's divisor (the parts along the contraction) accounts for */
-      return sk_kern_dense_bwd(ctx, dt, x->ndims, x->shape, x->data, w->shape, w->data, dy, dx[0], dx[1],
-                               op->ninputs > 2 ? dx[2] : NULL, err);
-    case SK_OP_DROPOUT:
-      return dx[0] ? sk_kern_dropout_bwd(dt, x->ndims, x->shape, op->keep_prob > 0 ? op->keep_prob : 0.5, dy,
-                                         (const uint8_t *)out[1].data, dx[0], err)
-                   : SK_OK;
-    case SK_OP_LAYER_NORM:
-      return sk_kern_layer_norm_bwd(dt, x->ndims, x->shape, sk__exec_axis(op, 1),
-                                    sk__exec_eps(op, SK_LAYER_NORM_EPSILON), x->data, dy, out[1].data, out[2].data,
-                                    in[1].data, dx[0], dx[1], dx[2], err);
-    case SK_OP_SOFTMAX_CE: case SK_OP_SOFTMAX_CE_LOGITS: case SK_OP_MAE_LOSS: return sk__exec_bwd_loss(op, f, in, out, dx, err);
-    case SK_OP_REDUCE_SUM: case SK_OP_REDUCE_MEAN: case SK_OP_REDUCE_MAX:
-      return dx[0] ? sk_kern_reduce_bwd(sk__exec_redop(d->kind), dt, x->ndims, x->shape, d->naxis, d->axis,
-                                        f ? f->global_count : 0, x->data, out[0].data, NULL, dy, dx[0], err)
-                   : SK_OK;
-    case SK_OP_GATHER:
-      return dx[0] ? sk_kern_gather_bwd(dt, x->ndims, x->shape, w->dtype, w->ndims, w->shape, w->data,
-                                        sk__exec_axis(op, 0), f ? f->offset : 0, dy, dx[0], err)
-                   : SK_OK;
-    case SK_OP_ONE_HOT: case SK_OP_GET_NEXT: return SK_OK;
-    case SK_OP_VIRTUAL_DATASET:
-      for (int k = 0; k < op->ninputs && k < op->noutputs; k++) {
-        if (!dx[k]) continue;
-        if (!out[k].grad) { /* no gradient flows from output k: input k's is zero, and dx[k] is still written */
-          memset(dx[k], 0, (size_t)sk__exec_numel(&in[k]) * sk_dtype_size(in[k].dtype));
-          continue;
-        }
-        sk_result r = sk_kern_copy(in[k].dtype, in[k].ndims, in[k].shape, out[k].grad, dx[k], err);
-        if (r) return r;
-      }
-      return SK_OK;
-    default: return sk__exec_bwd_simple(op, in, out, dx, err);
-  }
-}
-
 SK_API sk_result sk_exec_backward(const sk_kernel_ctx *ctx, const sk_graph_op *op, const sk_exec_facts *facts,
                                   const sk_exec_arg *in, const sk_exec_arg *out, void *const *dx, sk_error *err) {
   if (!op || (op->ninputs && !in) || !out || !dx) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "exec: NULL argument");
   void *d[SK_OP_MAX_INPUTS];
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++) d[k] = k < op->ninputs && sk_exec_differentiable(op, k) ? dx[k] : NULL;
-  return sk__exec_named(op, "backward", sk__exec_bwd(ctx, op, facts, in, out, d, err), err);
+  const sk_op_row *row = sk_op_row_of(op->desc.kind);
+  if (!row) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "exec: kind %d is not an operator", (int)op->desc.kind);
+  return sk__exec_named(op, "backward", row->bwd(ctx, op, facts, in, out, d, err), err);
 }
 
 #endif /* SK_EXEC_IMPL */

@@ -178,6 +178,8 @@ SK_API bool sk_init_kind_from_name(const char *name, sk_init_kind *kind);
 SK_API const char *sk_tensor_role_name(sk_tensor_role role); /* "input", "parameter", "value" */
 
 SK_EXTERN_C_END
+#define SK__GRAPH_DECLARED
+#include "sk_optable.h" /* the table's implementation may have waited for these declarations */
 #endif /* SK_GRAPH_H */
 
 #if defined(SK_GRAPH_IMPL) && !defined(SK_GRAPH_IMPL_DONE)
@@ -235,7 +237,7 @@ static sk_result sk__graph_micro_dim0(int ndims, int64_t *shape, int micro, cons
 static sk_result sk__graph_micro_op(const sk_graph *g, int o, int micro, sk_graph *m, sk_error *err) {
   sk_graph_op op = g->ops[o];
   sk_result r = SK_OK;
-  bool batch_shapes = op.desc.kind == SK_OP_RESHAPE || op.desc.kind == SK_OP_GET_NEXT;
+  bool batch_shapes = (sk_op_row_of(op.desc.kind)->flags & SK_OPF_BATCH_SHAPES) != 0;
   for (int k = 0; batch_shapes && !r && k < op.desc.noutputs; k++)
     r = sk__graph_micro_dim0(op.desc.out_ndims[k], op.desc.out_shape[k], micro, "the target shape of operator", op.name, err);
   int index = -1;
@@ -370,22 +372,6 @@ SK_API sk_result sk_graph_add_param(sk_graph *g, const char *name, sk_dtype dtyp
   return sk__graph_push_tensor(g, name, SK_TENSOR_PARAM, dtype, ndims, shape, init, id, err);
 }
 
-/* How many tensors an operator of this kind reads in the graph (OneHot: the indices only), as
-   [min, max]. */
-static void sk__graph_arity(sk_op_kind k, int *lo, int *hi) {
-  *lo = *hi = 1;
-  switch (k) {
-    case SK_OP_MATMUL: case SK_OP_BATCH_MATMUL: case SK_OP_ADD: case SK_OP_SUB: case SK_OP_MUL: case SK_OP_DIV:
-    case SK_OP_POW: case SK_OP_BIAS_ADD: case SK_OP_PRELU: case SK_OP_SOFTMAX_CE: case SK_OP_SOFTMAX_CE_LOGITS:
-    case SK_OP_MAE_LOSS: case SK_OP_GATHER: *lo = *hi = 2; break;
-    case SK_OP_DENSE: *lo = 2, *hi = 3; break;
-    case SK_OP_LAYER_NORM: *lo = *hi = 3; break;
-    case SK_OP_GET_NEXT: *lo = *hi = 0; break;
-    case SK_OP_VIRTUAL_DATASET: *lo = 1, *hi = SK_OP_MAX_INPUTS; break;
-    default: break;
-  }
-}
-
 SK_API sk_result sk_graph_op_desc(const sk_graph *g, int i, sk_op_desc *desc, sk_error *err) {
   if (!g || !desc || i < 0 || i >= g->nops)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: no operator %d", i);
@@ -397,17 +383,18 @@ SK_API sk_result sk_graph_op_desc(const sk_graph *g, int i, sk_op_desc *desc, sk
     desc->ndims[k] = t->ndims;
     memcpy(desc->shape[k], t->shape, sizeof t->shape);
   }
-  if (op->desc.kind == SK_OP_ONE_HOT) desc->ninputs = 3, desc->ndims[1] = desc->ndims[2] = 0; /* on, off */
+  /* the scalar inputs the graph holds as attributes (OneHot's on and off values) */
+  for (int k = 0; k < sk_op_row_of(op->desc.kind)->scalar_tuples; k++) desc->ndims[desc->ninputs++] = 0;
   return SK_OK;
 }
 
 /* The dtype of output k: what the operator fixes, else its first input's. */
 static sk_dtype sk__graph_out_dtype(const sk_graph *g, const sk_graph_op *op, int k) {
-  switch (op->desc.kind) {
-    case SK_OP_CAST: case SK_OP_ONE_HOT: case SK_OP_GET_NEXT: return op->out_dtype[k];
-    case SK_OP_DROPOUT: if (k == 1) return SK_U8; break;
-    case SK_OP_VIRTUAL_DATASET: return g->tensors[op->inputs[k]].dtype;
-    default: break;
+  switch (sk_op_row_of(op->desc.kind)->out_dtype) {
+    case SK_OPD_ATTR: return op->out_dtype[k];
+    case SK_OPD_MASK: if (k == 1) return SK_U8; break;
+    case SK_OPD_PASS: return g->tensors[op->inputs[k]].dtype;
+    case SK_OPD_INPUT0: break;
   }
   return op->ninputs ? g->tensors[op->inputs[0]].dtype : SK_F32;
 }
@@ -423,8 +410,8 @@ static sk_result sk__graph_check_op(const sk_graph *g, const sk_graph_op *op, sk
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: operator '%s' has an unknown kind %d", op->name,
                     (int)op->desc.kind);
   const char *kn = sk_op_kind_name(op->desc.kind);
-  int lo, hi;
-  sk__graph_arity(op->desc.kind, &lo, &hi);
+  const sk_op_row *row = sk_op_row_of(op->desc.kind);
+  int lo = row->min_inputs, hi = row->max_inputs; /* OneHot: the indices only */
   bool arity_ok = op->ninputs >= lo && op->ninputs <= hi;
   if (!arity_ok && lo == hi)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: operator '%s' (%s) reads %d tensors (%d expected)",

@@ -103,11 +103,14 @@ SK_EXTERN_C_END
 /* A strategy's default form, which desc.nstrategies == 0 and desc.strategy_len[i] == 0 stand
    for: one tuple per input of the operator's full desc (OneHot: its indices, then the on and
    off scalars), each as long as its input's rank (OneHot's indices: one more, the classes). */
-static int sk__json_tuples(const sk_graph_op *op) { return op->ninputs + (op->desc.kind == SK_OP_ONE_HOT ? 2 : 0); }
+static int sk__json_tuples(const sk_graph_op *op) { return sk_op_tuple_count(op->desc.kind, op->ninputs); }
+
+/* GetNext: its outputs' shapes and dtypes are attributes ("out_shapes", "out_dtypes"). */
+static bool sk__json_source(const sk_op_desc *d) { return (sk_op_row_of(d->kind)->flags & SK_OPF_SOURCE) != 0; }
 
 static int sk__json_tuple_len(const sk_graph *g, const sk_graph_op *op, int i) {
   if (i >= op->ninputs) return 0;
-  return g->tensors[op->inputs[i]].ndims + (op->desc.kind == SK_OP_ONE_HOT && i == 0 ? 1 : 0);
+  return sk_op_tuple_len(op->desc.kind, i, g->tensors[op->inputs[i]].ndims);
 }
 
 /* ==== reading ================================================================================= */
@@ -451,7 +454,7 @@ static sk_result sk__jr_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
    "out_shapes" and "out_dtypes" (one each per output). */
 static sk_result sk__jr_out_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
   sk_op_desc *d = &op->desc;
-  bool get_next = d->kind == SK_OP_GET_NEXT;
+  bool get_next = sk__json_source(d);
   static const char *const multi[2] = {"out_shapes", "out_dtypes"}, *const single[2] = {"shape", "dtype"};
   const char *const *mine = get_next ? multi : single, *const *other = get_next ? single : multi;
   json_t *shapes = json_object_get(o, mine[0]), *dtypes = json_object_get(o, mine[1]);
@@ -881,7 +884,8 @@ static void sk__jw_attrs(sk__jw *w, json_t *o, const sk_graph_op *op) {
   for (int k = 0; k < SK_MAX_DIMS; k++)
     if (d->perm[k]) np = k + 1;
   bool perm = np > 0 || d->has_perm;
-  if (perm && d->kind == SK_OP_TRANSPOSE && op->ninputs && w->g->tensors[op->inputs[0]].ndims > np)
+  bool permutes = (sk_op_row_of(d->kind)->flags & SK_OPF_PERMUTES) != 0;
+  if (perm && permutes && op->ninputs && w->g->tensors[op->inputs[0]].ndims > np)
     np = w->g->tensors[op->inputs[0]].ndims;
   sk__jw_bool(w, o, "transpose_a", d->transpose_a);
   sk__jw_bool(w, o, "transpose_b", d->transpose_b);
@@ -890,7 +894,7 @@ static void sk__jw_attrs(sk__jw *w, json_t *o, const sk_graph_op *op) {
   sk__jw_bool(w, o, "keep_dims", d->keep_dims);
   if (perm) sk__jw_set(w, o, "perm", sk__jw_ints(w, d->perm, np));
   sk__jw_int(w, o, "depth", d->depth);
-  if (d->kind != SK_OP_GET_NEXT && d->noutputs > 0)
+  if (!sk__json_source(d) && d->noutputs > 0)
     sk__jw_set(w, o, "shape", sk__jw_i64s(w, d->out_shape[0], d->out_ndims[0]));
 }
 
@@ -902,8 +906,8 @@ static void sk__jw_attrs2(sk__jw *w, json_t *o, const sk_graph_op *op) {
   sk__jw_real(w, o, "epsilon", op->epsilon);
   sk__jw_real(w, o, "on_value", op->on_value);
   sk__jw_real(w, o, "off_value", op->off_value);
-  if (d->kind != SK_OP_GET_NEXT && op->out_dtype[0]) sk__jw_set(w, o, "dtype", json_string(sk_dtype_name(op->out_dtype[0])));
-  if (d->kind == SK_OP_GET_NEXT && d->noutputs > 0) {
+  if (!sk__json_source(d) && op->out_dtype[0]) sk__jw_set(w, o, "dtype", json_string(sk_dtype_name(op->out_dtype[0])));
+  if (sk__json_source(d) && d->noutputs > 0) {
     json_t *shapes = json_array(), *types = json_array();
     for (int k = 0; k < d->noutputs; k++) {
       sk__jw_append(w, shapes, sk__jw_i64s(w, d->out_shape[k], d->out_ndims[k]));

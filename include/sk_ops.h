@@ -3,7 +3,8 @@
    them (docs/semantics.md section 8, docs/operators.md).
 
    Do this in ONE .c file:   #define SK_IMPL  (or SK_OPS_IMPL + SK_LAYOUT_IMPL)   #include "sk_ops.h"
-   Needs only libc; pure value math, no allocation.
+   Needs only libc; pure value math, no allocation. The rules are columns of the operator table
+   (sk_optable.h, which this header includes): SK_OPS_IMPL brings SK_OPTABLE_IMPL.
 
    WHAT IT DERIVES, per operator (docs/operators.md states each operator's rule)
      - the device matrix (a mesh): the strategy's dims, plus a repeat axis "rep" when the
@@ -58,6 +59,9 @@
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_OPS_IMPL)
 #define SK_OPS_IMPL
+#endif
+#if defined(SK_OPS_IMPL) && !defined(SK_OPTABLE_IMPL)
+#define SK_OPTABLE_IMPL /* the table's rows are what the rules are reached through */
 #endif
 #ifndef SK_OPS_H
 #define SK_OPS_H
@@ -178,41 +182,18 @@ SK_API bool sk_op_kind_from_name(const char *name, sk_op_kind *kind);
 
 SK_EXTERN_C_END
 
+#include "sk_optable.h" /* every operator's row; its implementation follows the rules below */
+
 #endif /* SK_OPS_H */
 
 /* ==== implementation ======================================================================== */
-#if defined(SK_OPS_IMPL) && !defined(SK_OPS_IMPL_DONE)
+/* The rules read the table's declarations (sk_optable.h includes this header again after them). */
+#if defined(SK_OPS_IMPL) && !defined(SK_OPS_IMPL_DONE) && defined(SK__OPTABLE_DECLARED)
 #define SK_OPS_IMPL_DONE
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
 
 SK_EXTERN_C_BEGIN
-
-static const char *const sk__op_names[SK_OP_KIND_COUNT] = {
-    "MatMul",  "BatchMatMul", "Dense",      "ReLU",       "GeLU",      "Tanh",       "Cast",
-    "Dropout", "Add",         "Sub",        "Mul",        "Div",       "Pow",        "BiasAdd",
-    "PReLU",   "Softmax",     "LogSoftmax", "L2Normalize", "LayerNorm", "SoftmaxCrossEntropy",
-    "SoftmaxCrossEntropyWithLogits",        "MAELoss",    "ReduceSum", "ReduceMean", "ReduceMax",
-    "Flatten", "Transpose",   "Reshape",    "ExpandDims", "OneHot",    "Gather",     "GetNext",
-    "VirtualDataset"};
-
-SK_API const char *sk_op_kind_name(sk_op_kind kind) {
-  return (int)kind >= 0 && kind < SK_OP_KIND_COUNT ? sk__op_names[kind] : "invalid";
-}
-
-SK_API bool sk_op_kind_from_name(const char *name, sk_op_kind *kind) {
-  static const struct {
-    const char *name;
-    sk_op_kind kind;
-  } aliases[] = {{"TensorAdd", SK_OP_ADD}, {"GatherV2", SK_OP_GATHER}, {"RealDiv", SK_OP_DIV}, {"Gelu", SK_OP_GELU},
-                 {"GELU", SK_OP_GELU},     {"MaeLoss", SK_OP_MAE_LOSS}};
-  if (!name || !kind) return false;
-  for (int k = 0; k < (int)SK_OP_KIND_COUNT; k++)
-    if (sk__streq(name, sk__op_names[k])) return *kind = (sk_op_kind)k, true;
-  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-    if (sk__streq(name, aliases[i].name)) return *kind = aliases[i].kind, true;
-  return false;
-}
 
 static sk_op_comm sk__opc(sk_coll_kind kind, uint32_t axes, double scale) {
   sk_op_comm c;
@@ -292,7 +273,7 @@ static uint32_t sk__dim_axes(const sk_dim_map *d) {
 
 /* Inputs that carry no gradient: integer indices. */
 static bool sk__op_integer_input(const sk_op_desc *d, int i) {
-  return (d->kind == SK_OP_ONE_HOT && i == 0) || (d->kind == SK_OP_GATHER && i == 1);
+  return (sk_op_row_of(d->kind)->index_inputs & (1u << i)) != 0;
 }
 
 /* The backward communication every rule shares, from the layouts alone:
@@ -324,9 +305,7 @@ static void sk__op_grads(const sk_op_desc *d, sk_op_plan *p) {
 
 /* Entries of input i's strategy tuple: its rank, except OneHot's indices, whose tuple is
    written over the output (one more dim, the classes). */
-static int sk__op_tuple_len(const sk_op_desc *d, int i) {
-  return d->kind == SK_OP_ONE_HOT && i == 0 ? d->ndims[0] + 1 : d->ndims[i];
-}
+static int sk__op_tuple_len(const sk_op_desc *d, int i) { return sk_op_tuple_len(d->kind, i, d->ndims[i]); }
 
 /* Input i's strategy: the user's, or MindSpore's default (data parallel: dim 0 cut by every
    device, the others whole). */
@@ -356,10 +335,10 @@ static sk_result sk__op_axis(const sk_op_desc *d, int k, int n, int dflt, int *a
   return SK_OK;
 }
 
-/* The operators that work along axes (Softmax, LogSoftmax, L2Normalize) need them whole. */
-static sk_result sk__op_whole_axes(const sk_op_desc *d, int n, const int *s, sk_error *err) {
-  if (d->kind != SK_OP_SOFTMAX && d->kind != SK_OP_LOG_SOFTMAX && d->kind != SK_OP_L2_NORMALIZE) return SK_OK;
-  int naxis = d->naxis > 0 ? d->naxis : 1, dflt = d->kind == SK_OP_L2_NORMALIZE ? 0 : -1;
+/* The operators that work along axes (Softmax, LogSoftmax, L2Normalize: default axis dflt) need
+   them whole. */
+static sk_result sk__op_whole_axes(const sk_op_desc *d, int n, const int *s, int dflt, sk_error *err) {
+  int naxis = d->naxis > 0 ? d->naxis : 1;
   for (int k = 0; k < naxis; k++) {
     int a = 0;
     sk_result r = sk__op_axis(d, k, n, dflt, &a, err);
@@ -456,11 +435,13 @@ static sk_result sk__matmul_output(const sk_op_desc *d, int nb, int first, const
 /* MatMul / BatchMatMul / Dense from a strategy: device matrix [batch..., a, b, c], b contracted.
    x is [batch..., m, k] (or [.., k, m] with transpose_a), w [batch..., k, n] (or [.., n, k]
    with transpose_b; Dense always). */
-static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+typedef enum sk__op_mm_form { SK__MM_PLAIN, SK__MM_BATCH, SK__MM_DENSE } sk__op_mm_form;
+
+static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form form, sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   int nx = d->ndims[0], nw = d->ndims[1];
-  bool batch = d->kind == SK_OP_BATCH_MATMUL, tb = d->transpose_b || d->kind == SK_OP_DENSE;
-  if (d->ninputs != (d->kind == SK_OP_DENSE ? d->ninputs : 2) || nx < 2 || nw < 2 || (!batch && (nx != 2 || nw != 2)))
+  bool batch = form == SK__MM_BATCH, tb = d->transpose_b || form == SK__MM_DENSE;
+  if (d->ninputs != (form == SK__MM_DENSE ? d->ninputs : 2) || nx < 2 || nw < 2 || (!batch && (nx != 2 || nw != 2)))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: needs two inputs of %s dims (got %d and %d)", name,
                     batch ? ">= 2" : "2", nx, nw);
   int nb = (nx > nw ? nx : nw) - 2;
@@ -495,12 +476,13 @@ static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p,
   return SK_OK;
 }
 
-/* Dense: MatMul with w [n, k] plus an optional bias [n], cut as w's rows and added after the
-   forward AllReduce. */
-static sk_result sk__op_dense(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+/* MatMul, BatchMatMul, Dense from a strategy. Dense: MatMul with w [n, k] plus an optional bias
+   [n], cut as w's rows and added after the forward AllReduce. */
+static sk_result sk__op_matmul_family(const sk_op_desc *d, int ndevices, sk__op_mm_form form, sk_op_plan *p,
+                                      sk_error *err) {
   if (d->ninputs != 2 && d->ninputs != 3)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Dense: takes x, w and an optional bias, got %d inputs", d->ninputs);
-  sk_result r = sk__op_matmul(d, ndevices, p, err);
+  sk_result r = sk__op_matmul(d, ndevices, form, p, err);
   if (r != SK_OK) return r;
   if (d->ninputs == 3) {
     int c = d->has_strategy ? d->strategy[1][0] : 1, bc = d->has_strategy ? d->strategy[2][0] : c;
@@ -551,7 +533,7 @@ static sk_result sk__binary_align(const sk_op_desc *d, int ndevices, int n, int6
 /* Add, Mul, ...: the device matrix takes, per aligned dim, the cut both inputs agree on, or the
    larger one where one input broadcasts; an input is mapped on a dim only where its cut is the
    device matrix's (MindSpore's ArithmeticBase). */
-static sk_result sk__op_binary(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_binary(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 2) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: takes 2 inputs, got %d", sk_op_kind_name(d->kind), d->ninputs);
   int n = d->ndims[0] > d->ndims[1] ? d->ndims[0] : d->ndims[1];
   int64_t sh[2][SK_MAX_DIMS], osh[SK_MAX_DIMS];
@@ -583,7 +565,7 @@ static sk_result sk__op_binary(const sk_op_desc *d, int ndevices, sk_op_plan *p,
    tensor" would send the reader to rank-1 indices. */
 static sk_result sk__op_tuple_len_fail(const sk_op_desc *d, int i, int want, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind), *entries = d->strategy_len[i] == 1 ? "y" : "ies";
-  if (d->kind == SK_OP_ONE_HOT && i == 0)
+  if (sk_op_row_of(d->kind)->tuple_extra && i == 0)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 0's tuple has %d entr%s for the rank-%d output; the indices' "
                     "tuple is written over the output (the indices' %d dim%s, then the classes)", name, d->strategy_len[i],
                     entries, want, d->ndims[0], d->ndims[0] == 1 ? "" : "s");
@@ -617,16 +599,38 @@ static sk_result sk__op_check_strategy_form(const sk_op_desc *d, int ndevices, s
   return SK_OK;
 }
 
+/* How BiasAdd, Flatten and the losses differ inside the rule they share. */
+typedef enum sk__op_align {
+  SK__ALIGN_RIGHT,  /* input 1 aligns with input 0 from the right */
+  SK__ALIGN_LABELS, /* so do dense labels; sparse labels [B] go with the batch dim */
+  SK__ALIGN_BIAS    /* a rank-1 bias at dim 1, the channels */
+} sk__op_align;
+
+typedef enum sk__op_batch_out {
+  SK__OUT_SAME,      /* the output is input 0 */
+  SK__OUT_FLAT,      /* [N, prod(...)] */
+  SK__OUT_SCALAR,    /* a scalar loss, summed over the devices that cut the inputs */
+  SK__OUT_PER_SAMPLE /* a loss per sample [B...], and the logits' gradient */
+} sk__op_batch_out;
+
+typedef struct sk__op_batch_form {
+  int ninputs;
+  bool batch_only; /* every dim but the batch whole */
+  sk__op_align align;
+  sk__op_batch_out out;
+} sk__op_batch_form;
+
 /* Input 1 of BiasAdd and the losses, aligned with input 0 from the right (sparse labels [B] go
    with the logits' batch dim): each dim must match input 0's and be cut as it is, or broadcast
    (size 1, whole). */
-static sk_result sk__op_second_input(const sk_op_desc *d, const int *s0, const int *ax, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_second_input(const sk_op_desc *d, sk__op_align align, const int *s0, const int *ax,
+                                     sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   int n0 = d->ndims[0], n1 = d->ndims[1], a1[SK_MAX_DIMS] = {0};
   if (n1 > n0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 1 has more dims (%d) than input 0 (%d)", name, n1, n0);
   int shift = n0 - n1; /* aligned from the right */
-  if (d->kind == SK_OP_SOFTMAX_CE && n1 == 1) shift = 0; /* sparse labels [B]: the batch dim */
-  if (d->kind == SK_OP_BIAS_ADD) {
+  if (align == SK__ALIGN_LABELS && n1 == 1) shift = 0; /* sparse labels [B]: the batch dim */
+  if (align == SK__ALIGN_BIAS) {
     /* MindSpore's BiasAdd adds along dim 1, the channels of NCHW (the last dim of a 2-D x) */
     if (n0 < 2 || n1 != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BiasAdd: takes x of rank >= 2 and a rank-1 bias");
     shift = 1;
@@ -655,21 +659,22 @@ static sk_result sk__op_second_input(const sk_op_desc *d, const int *s0, const i
 /* The outputs of BiasAdd, Flatten and the losses. A loss reduced to a scalar (the fused
    SoftmaxCrossEntropy, MAELoss) is a per-device sum divided by the global count, made whole
    by an AllReduce along every axis that cuts the inputs. */
-static sk_result sk__op_batch_outputs(const sk_op_desc *d, const int *ax, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_batch_outputs(const sk_op_desc *d, sk__op_batch_out out, const int *ax, sk_op_plan *p,
+                                      sk_error *err) {
   int n0 = d->ndims[0];
   sk_result r = SK_OK;
   p->noutputs = 1;
-  if (d->kind == SK_OP_FLATTEN) {
+  if (out == SK__OUT_FLAT) {
     int64_t oshape[2] = {d->shape[0][0], 1};
     for (int i = 1; i < n0; i++) oshape[1] *= d->shape[0][i];
     int ao[2] = {ax[0], -1};
     r = sk__op_layout(&p->out[0], &p->mesh, 2, oshape, ao, "output", err);
-  } else if (d->kind == SK_OP_SOFTMAX_CE || d->kind == SK_OP_MAE_LOSS) {
+  } else if (out == SK__OUT_SCALAR) {
     int64_t one = 1;
     int ao[1] = {-1};
     r = sk__op_layout(&p->out[0], &p->mesh, 1, &one, ao, "output", err);
     p->fwd = sk__opc(SK_COLL_ALLREDUCE, sk__real_axes(&p->mesh, sk_layout_used_axes(&p->in[0])), 1);
-  } else if (d->kind == SK_OP_SOFTMAX_CE_LOGITS) {
+  } else if (out == SK__OUT_PER_SAMPLE) {
     /* per-sample loss [B...] (the class dim dropped) and the logits' gradient */
     r = sk__op_layout(&p->out[0], &p->mesh, n0 - 1, d->shape[0], ax, "output 0 (loss)", err);
     p->out[1] = p->in[0], p->noutputs = 2;
@@ -682,15 +687,14 @@ static sk_result sk__op_batch_outputs(const sk_op_desc *d, const int *ax, sk_op_
 /* BiasAdd, Flatten, SoftmaxCrossEntropy (fused), SoftmaxCrossEntropyWithLogits, MAELoss: the
    device matrix is input 0's strategy; input 1 aligns with it from the right. Flatten and the
    softmax losses keep every dim but the batch whole. */
-static sk_result sk__op_elementwise(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_batch_rule(const sk_op_desc *d, int ndevices, sk__op_batch_form form, sk_op_plan *p,
+                                   sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
-  int want_inputs = d->kind == SK_OP_FLATTEN ? 1 : 2;
-  if (d->ninputs != want_inputs)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: takes %d input(s), got %d", name, want_inputs, d->ninputs);
+  if (d->ninputs != form.ninputs)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: takes %d input(s), got %d", name, form.ninputs, d->ninputs);
   int n0 = d->ndims[0], s0[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, first = 0;
   sk__op_strategy_of(d, 0, ndevices, s0);
-  bool batch_only = d->kind == SK_OP_FLATTEN || d->kind == SK_OP_SOFTMAX_CE || d->kind == SK_OP_SOFTMAX_CE_LOGITS;
-  for (int i = 1; batch_only && i < n0; i++)
+  for (int i = 1; form.batch_only && i < n0; i++)
     if (s0[i] != 1)
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: only the batch dim may be cut, but input 0 dim %d is cut %d ways",
                       name, i, s0[i]);
@@ -699,11 +703,33 @@ static sk_result sk__op_elementwise(const sk_op_desc *d, int ndevices, sk_op_pla
   sk__op_identity(n0, first, ax);
   p->ninputs = d->ninputs;
   if ((r = sk__op_layout(&p->in[0], &p->mesh, n0, d->shape[0], ax, "input 0", err)) != SK_OK) return r;
-  if (d->ninputs == 2 && (r = sk__op_second_input(d, s0, ax, p, err)) != SK_OK) return r;
+  if (d->ninputs == 2 && (r = sk__op_second_input(d, form.align, s0, ax, p, err)) != SK_OK) return r;
   sk__op_no_comm(p);
-  if ((r = sk__op_batch_outputs(d, ax, p, err)) != SK_OK) return r;
+  if ((r = sk__op_batch_outputs(d, form.out, ax, p, err)) != SK_OK) return r;
   sk__op_grads(d, p);
   return SK_OK;
+}
+
+static const sk__op_batch_form sk__op_bias_add_form = {2, false, SK__ALIGN_BIAS, SK__OUT_SAME},
+                               sk__op_flatten_form = {1, true, SK__ALIGN_RIGHT, SK__OUT_FLAT},
+                               sk__op_softmax_ce_form = {2, true, SK__ALIGN_LABELS, SK__OUT_SCALAR},
+                               sk__op_softmax_ce_logits_form = {2, true, SK__ALIGN_RIGHT, SK__OUT_PER_SAMPLE},
+                               sk__op_mae_loss_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_SCALAR};
+
+static sk_result sk__op_rule_bias_add(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_batch_rule(d, ndevices, sk__op_bias_add_form, p, err);
+}
+static sk_result sk__op_rule_flatten(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_batch_rule(d, ndevices, sk__op_flatten_form, p, err);
+}
+static sk_result sk__op_rule_softmax_ce(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_batch_rule(d, ndevices, sk__op_softmax_ce_form, p, err);
+}
+static sk_result sk__op_rule_softmax_ce_logits(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_batch_rule(d, ndevices, sk__op_softmax_ce_logits_form, p, err);
+}
+static sk_result sk__op_rule_mae_loss(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_batch_rule(d, ndevices, sk__op_mae_loss_form, p, err);
 }
 
 /* ---- one input, element-wise or along a whole axis ------------------------------------------- */
@@ -712,26 +738,51 @@ static sk_result sk__op_elementwise(const sk_op_desc *d, int ndevices, sk_op_pla
    strategy, input and output share the identity map. Dropout's second output is the mask. It
    may repeat, as in MindSpore (which gives the replicas one seed): sk_kern_dropout_mask draws
    each element from the op's seed and its GLOBAL index, so replicas of a slice draw one mask. */
-static sk_result sk__op_unary(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+typedef struct sk__op_unary_form {
+  bool whole_axes;  /* works along axes, which must be whole */
+  int default_axis; /* the axis when the desc names none */
+  int noutputs;     /* Dropout: 2, the mask */
+} sk__op_unary_form;
+
+static sk_result sk__op_unary(const sk_op_desc *d, int ndevices, sk__op_unary_form form, sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: takes 1 input, got %d", name, d->ninputs);
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, first = 0;
   sk__op_strategy_of(d, 0, ndevices, s);
-  sk_result r = sk__op_whole_axes(d, n, s, err);
+  sk_result r = form.whole_axes ? sk__op_whole_axes(d, n, s, form.default_axis, err) : SK_OK;
   if (r != SK_OK) return r;
   if ((r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err)) != SK_OK) return r;
   sk__op_identity(n, first, ax);
   p->ninputs = 1;
   if ((r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0", err)) != SK_OK) return r;
   p->out[0] = p->out[1] = p->in[0];
-  p->noutputs = d->kind == SK_OP_DROPOUT ? 2 : 1;
+  p->noutputs = form.noutputs;
   sk__op_no_comm(p);
   sk__op_grads(d, p);
   return SK_OK;
 }
 
+static const sk__op_unary_form sk__op_elementwise_form = {false, 0, 1}, sk__op_dropout_form = {false, 0, 2},
+                               sk__op_softmax_form = {true, -1, 1}, sk__op_l2_normalize_form = {true, 0, 1};
+
+static sk_result sk__op_rule_unary(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_unary(d, ndevices, sk__op_elementwise_form, p, err);
+}
+static sk_result sk__op_rule_dropout(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_unary(d, ndevices, sk__op_dropout_form, p, err);
+}
+static sk_result sk__op_rule_softmax(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_unary(d, ndevices, sk__op_softmax_form, p, err);
+}
+static sk_result sk__op_rule_log_softmax(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_unary(d, ndevices, sk__op_softmax_form, p, err);
+}
+static sk_result sk__op_rule_l2_normalize(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_unary(d, ndevices, sk__op_l2_normalize_form, p, err);
+}
+
 /* ExpandDims: the output is the input with a whole size-1 dim inserted at axis (in [-n-1, n]). */
-static sk_result sk__op_expand_dims(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_expand_dims(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ExpandDims: takes 1 input, got %d", d->ninputs);
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
   if (d->naxis < 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ExpandDims: needs axis");
@@ -758,7 +809,7 @@ static sk_result sk__op_expand_dims(const sk_op_desc *d, int ndevices, sk_op_pla
 }
 
 /* Transpose: output dim k is input dim perm[k], cut by the same axis. */
-static sk_result sk__op_transpose(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_transpose(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Transpose: takes 1 input, got %d", d->ninputs);
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
   unsigned seen = 0;
@@ -821,7 +872,7 @@ static int sk__reshape_dim(const sk_op_desc *d, int k, int cut) {
    starts where its input dim starts (MindSpore's unit test: [32,512,7,7] by (4,1,1,1) to
    [32,25088] by (4,1)); the cuts that cannot carry over are gathered first (the redistribution
    MindSpore puts in place of the reshape). */
-static sk_result sk__op_reshape(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_reshape(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Reshape: takes 1 input, got %d", d->ninputs);
   if (d->noutputs != 1 || d->out_ndims[0] < 1 || d->out_ndims[0] > SK_MAX_DIMS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Reshape: needs the target shape (1..%d dims)", SK_MAX_DIMS);
@@ -868,7 +919,7 @@ static sk_result sk__op_reduced_dims(const sk_op_desc *d, int n, unsigned *mask,
    result, completed by an AllReduce (sum, or max) along the axes that cut them; ReduceMean
    divides by that group's size (each device's mean covers an equal share). The output drops
    the reduced dims, or keeps them whole with size 1 under keep_dims. */
-static sk_result sk__op_reduce(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_reduce(const sk_op_desc *d, int ndevices, sk_redop rop, sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: takes 1 input, got %d", name, d->ninputs);
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0, no = 0;
@@ -893,11 +944,23 @@ static sk_result sk__op_reduce(const sk_op_desc *d, int ndevices, sk_op_plan *p,
   if ((r = sk__op_layout(&p->out[0], &p->mesh, no, oshape, oax, "output", err)) != SK_OK) return r;
   sk__op_no_comm(p);
   partial = sk__real_axes(&p->mesh, partial);
-  double scale = d->kind == SK_OP_REDUCE_MEAN ? 1.0 / sk_mesh_group_size(&p->mesh, partial) : 1.0;
+  double scale = rop == SK_AVG ? 1.0 / sk_mesh_group_size(&p->mesh, partial) : 1.0;
   p->fwd = sk__opc(SK_COLL_ALLREDUCE, partial, scale);
-  if (d->kind == SK_OP_REDUCE_MAX) p->fwd.op = SK_MAX;
+  if (rop == SK_MAX) p->fwd.op = SK_MAX;
   sk__op_grads(d, p);
   return SK_OK;
+}
+
+static sk_result sk__op_rule_reduce_sum(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_reduce(d, ndevices, SK_SUM, p, err);
+}
+
+static sk_result sk__op_rule_reduce_mean(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_reduce(d, ndevices, SK_AVG, p, err);
+}
+
+static sk_result sk__op_rule_reduce_max(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_reduce(d, ndevices, SK_MAX, p, err);
 }
 
 /* ---- LayerNorm ------------------------------------------------------------------------------- */
@@ -906,7 +969,7 @@ static sk_result sk__op_reduce(const sk_op_desc *d, int ndevices, sk_op_plan *p,
    from the right and are cut as x is there. Outputs: y (x's layout), mean and variance (x's
    shape with the normalised dims of size 1, whole). Gamma's and beta's gradients sum over the
    rows: their Mirror does it. */
-static sk_result sk__op_layer_norm(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_layer_norm(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 3) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: takes x, gamma and beta, got %d inputs", d->ninputs);
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, b = 0, first = 0;
   sk_result r = sk__op_axis(d, 0, n, 1, &b, err);
@@ -953,7 +1016,7 @@ static sk_result sk__op_layer_norm(const sk_op_desc *d, int ndevices, sk_op_plan
 /* ---- PReLU ----------------------------------------------------------------------------------- */
 
 /* x [N, C, ...] and a slope w [C] (cut as x's channels) or [1] (whole). */
-static sk_result sk__op_prelu(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_prelu(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 2 || d->ndims[0] < 2 || d->ndims[1] != 1)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "PReLU: takes x of rank >= 2 and a rank-1 weight");
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, first = 0;
@@ -987,7 +1050,7 @@ static sk_result sk__op_prelu(const sk_op_desc *d, int ndevices, sk_op_plan *p, 
    output is [B, ..., depth] and the device matrix the strategy; axis 0 (rank-1 indices only):
    the output is [depth, B] and MindSpore reverses the device matrix so that the batch stays on
    its left axis. A cut depth leaves each device its own range of classes; no communication. */
-static sk_result sk__op_one_hot(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_one_hot(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 3 || d->ndims[1] != 0 || d->ndims[2] != 0)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "OneHot: takes indices and two scalars (on and off values)");
   int ni = d->ndims[0], no = ni + 1, axis = d->naxis ? d->axis[0] : -1;
@@ -1124,7 +1187,7 @@ static sk_result sk__op_gather_batch_axis(const sk_op_desc *d, int ndevices, con
 
 /* Gather: table [V] or [V, E, ...] and indices of any rank; axis says which table dim the
    indices pick. Default strategy: the table whole, the indices' dim 0 cut by every device. */
-static sk_result sk__op_gather(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_gather(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 2) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Gather: takes a table and indices, got %d inputs", d->ninputs);
   int nt = d->ndims[0], ni = d->ndims[1], axis, st[SK_MAX_DIMS] = {0}, si[SK_MAX_DIMS] = {0};
   sk_result r = sk__op_axis(d, 0, nt, 0, &axis, err);
@@ -1157,7 +1220,7 @@ static sk_result sk__op_dataset_mesh(const int *s, int n, int ndevices, sk_mesh 
 
 /* GetNext: no inputs and no strategy; every output's batch dim is cut by every device (none
    under full_batch: the devices become the repeat axis). */
-static sk_result sk__op_get_next(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_get_next(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: takes no inputs, got %d", d->ninputs);
   if (d->has_strategy && d->nstrategies > 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: takes no strategy");
   if (d->noutputs < 1 || d->noutputs > SK_OP_MAX_OUTPUTS)
@@ -1188,7 +1251,7 @@ static sk_result sk__op_get_next(const sk_op_desc *d, int ndevices, sk_op_plan *
    as MindSpore places it for dataset inputs, and every input's cut dim maps to the axis of the
    longest input's cut dim (so that input must be cut when any is). full_batch: nothing is cut.
    No communication and no Mirror. */
-static sk_result sk__op_virtual_dataset(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+static sk_result sk__op_rule_virtual_dataset(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   int longest = 0, shard = 1, s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0};
   for (int i = 0; i < d->ninputs; i++) {
     if (d->ndims[i] > d->ndims[longest]) longest = i;
@@ -1234,28 +1297,18 @@ static sk_result sk__op_virtual_dataset(const sk_op_desc *d, int ndevices, sk_op
   return SK_OK;
 }
 
-/* The operator's rule, by kind. */
-static sk_result sk__op_rule(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  switch (d->kind) {
-    case SK_OP_MATMUL: return d->has_layouts ? sk__op_matmul_layouts(d, ndevices, p, err) : sk__op_dense(d, ndevices, p, err);
-    case SK_OP_BATCH_MATMUL: case SK_OP_DENSE: return sk__op_dense(d, ndevices, p, err);
-    case SK_OP_ADD: case SK_OP_SUB: case SK_OP_MUL: case SK_OP_DIV: case SK_OP_POW: return sk__op_binary(d, ndevices, p, err);
-    case SK_OP_RELU: case SK_OP_GELU: case SK_OP_TANH: case SK_OP_CAST: case SK_OP_DROPOUT:
-    case SK_OP_SOFTMAX: case SK_OP_LOG_SOFTMAX: case SK_OP_L2_NORMALIZE: return sk__op_unary(d, ndevices, p, err);
-    case SK_OP_BIAS_ADD: case SK_OP_FLATTEN: case SK_OP_SOFTMAX_CE: case SK_OP_SOFTMAX_CE_LOGITS: case SK_OP_MAE_LOSS:
-      return sk__op_elementwise(d, ndevices, p, err);
-    case SK_OP_PRELU: return sk__op_prelu(d, ndevices, p, err);
-    case SK_OP_LAYER_NORM: return sk__op_layer_norm(d, ndevices, p, err);
-    case SK_OP_REDUCE_SUM: case SK_OP_REDUCE_MEAN: case SK_OP_REDUCE_MAX: return sk__op_reduce(d, ndevices, p, err);
-    case SK_OP_TRANSPOSE: return sk__op_transpose(d, ndevices, p, err);
-    case SK_OP_RESHAPE: return sk__op_reshape(d, ndevices, p, err);
-    case SK_OP_EXPAND_DIMS: return sk__op_expand_dims(d, ndevices, p, err);
-    case SK_OP_ONE_HOT: return sk__op_one_hot(d, ndevices, p, err);
-    case SK_OP_GATHER: return sk__op_gather(d, ndevices, p, err);
-    case SK_OP_GET_NEXT: return sk__op_get_next(d, ndevices, p, err);
-    case SK_OP_VIRTUAL_DATASET: return sk__op_virtual_dataset(d, ndevices, p, err);
-    default: return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.kind %d is not an operator", (int)d->kind);
-  }
+/* MatMul from a strategy or from layouts; BatchMatMul and Dense from a strategy. */
+static sk_result sk__op_rule_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  if (d->has_layouts) return sk__op_matmul_layouts(d, ndevices, p, err);
+  return sk__op_matmul_family(d, ndevices, SK__MM_PLAIN, p, err);
+}
+
+static sk_result sk__op_rule_batch_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_matmul_family(d, ndevices, SK__MM_BATCH, p, err);
+}
+
+static sk_result sk__op_rule_dense(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  return sk__op_matmul_family(d, ndevices, SK__MM_DENSE, p, err);
 }
 
 /* What every operator's desc must satisfy before its rule reads it. */
@@ -1264,10 +1317,11 @@ static sk_result sk__op_check_desc(const sk_op_desc *d, int ndevices, sk_error *
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.kind %d is not an operator", (int)d->kind);
   if (ndevices < 1 || ndevices > SK_MAX_DEVICES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%d devices; allowed 1..%d", ndevices, SK_MAX_DEVICES);
-  if (d->has_layouts && d->kind != SK_OP_MATMUL)
+  const sk_op_row *row = sk_op_row_of(d->kind);
+  if (d->has_layouts && !(row->flags & SK_OPF_LAYOUTS))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: layouts are supported for MatMul only", sk_op_kind_name(d->kind));
   if (d->has_layouts) return SK_OK;
-  int min_inputs = d->kind == SK_OP_GET_NEXT ? 0 : 1;
+  int min_inputs = row->min_inputs == 0 ? 0 : 1;
   if (d->ninputs < min_inputs || d->ninputs > SK_OP_MAX_INPUTS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: desc.ninputs = %d; allowed %d..%d", sk_op_kind_name(d->kind),
                     d->ninputs, min_inputs, SK_OP_MAX_INPUTS);
@@ -1290,7 +1344,7 @@ SK_API sk_result sk_op_plan_make(const sk_op_desc *d, int ndevices, sk_op_plan *
   sk_op_plan p;
   memset(&p, 0, sizeof p);
   sk_error e;
-  r = sk__op_rule(d, ndevices, &p, &e);
+  r = sk_op_row_of(d->kind)->rule(d, ndevices, &p, &e);
   if (r != SK_OK) {
     /* every message names the operator, also those of the shared layout and mesh checks */
     const char *name = sk_op_kind_name(d->kind);
@@ -1353,4 +1407,6 @@ SK_API size_t sk_op_plan_format(const sk_op_plan *p, char *buf, size_t cap) {
 
 SK_EXTERN_C_END
 
+#define SK__OPS_RULES_DONE
+#include "sk_optable.h" /* the table, now that the rules it points at are written */
 #endif /* SK_OPS_IMPL */

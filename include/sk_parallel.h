@@ -245,8 +245,8 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *
 SK_API sk_result sk_parallel_check(const sk_parallel_desc *desc, sk_error *err);
 SK_API void sk_parallel_free(sk_parallel_plan *plan);
 
-/* The kernels' sharding facts for operator `op` on device `rank` (seed and inference are the
-   runtime's to set). */
+/* The kernels' sharding facts for operator `op` on device `rank`, as the operator's row computes
+   them (sk_optable_kernels.h; seed and inference are the runtime's to set). */
 SK_API sk_result sk_parallel_facts(const sk_parallel_plan *plan, int op, int rank, sk_exec_facts *facts, sk_error *err);
 /* What the plan's gradient knobs do to each parameter's gradient, for a single-device reference
    that is to train like the plan: scales[o * SK_OP_MAX_INPUTS + k] is the factor on the
@@ -354,7 +354,7 @@ static int64_t sk__par_strategy_devices(const sk_op_desc *d) {
   int64_t most = 1, all = 1;
   for (int i = 0; i < d->ninputs; i++) {
     int64_t n = 1;
-    int len = d->strategy_len[i] ? d->strategy_len[i] : d->ndims[i] + (d->kind == SK_OP_ONE_HOT && i == 0);
+    int len = d->strategy_len[i] ? d->strategy_len[i] : sk_op_tuple_len(d->kind, i, d->ndims[i]);
     for (int j = 0; j < len && j < SK_MAX_DIMS; j++) /* saturating: past SK_MAX_DEVICES is too many anyway */
       n = n <= SK_MAX_DEVICES ? n * (d->strategy[i][j] > 0 ? d->strategy[i][j] : 1) : n;
     most = n > most ? n : most;
@@ -375,7 +375,8 @@ static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, bool input_placed, 
   po->desc.params = 0;
   for (int k = 0; k < g->ops[o].ninputs; k++)
     if (g->tensors[g->ops[o].inputs[k]].role == SK_TENSOR_PARAM) po->desc.params |= 1u << k;
-  if (po->desc.kind == SK_OP_RESHAPE && !po->desc.has_strategy && !po->desc.has_layouts && input_placed) {
+  bool follows = (sk_op_row_of(po->desc.kind)->flags & SK_OPF_FOLLOWS_INPUT) != 0;
+  if (follows && !po->desc.has_strategy && !po->desc.has_layouts && input_placed) {
     const sk_layout *in = &p->tensors[g->ops[o].inputs[0]].layout; /* the cut its producer left */
     po->desc.has_strategy = true;
     for (int d = 0; d < in->ndims; d++) po->desc.strategy[0][d] = sk_layout_split_count(in, d);
@@ -982,48 +983,12 @@ SK_API void sk_parallel_grad_scales(const sk_parallel_plan *p, double *scales) {
 
 /* ---- facts ---------------------------------------------------------------------------------- */
 
-static int64_t sk__par_numel(int nd, const int64_t *shape, int from, int to) {
-  int64_t n = 1;
-  for (int d = from; d < to && d < nd; d++) n *= shape[d];
-  return n;
-}
-
 SK_API sk_result sk_parallel_facts(const sk_parallel_plan *p, int o, int rank, sk_exec_facts *f, sk_error *err) {
   if (!p || !p->graph || !f || o < 0 || o >= p->graph->nops || rank < 0 || rank >= p->desc.ndevices)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: facts: bad argument (operator %d, rank %d)", o, rank);
   memset(f, 0, sizeof *f);
   const sk_parallel_op *po = &p->ops[o];
-  const sk_op_desc *d = &po->desc;
-  sk_slice s; /* zeroed: a scalar layout writes no dim, and the analyzer follows that path */
-  memset(&s, 0, sizeof s);
-  sk_result r = SK_OK;
-  switch (d->kind) {
-    case SK_OP_SOFTMAX_CE: f->global_count = sk__par_numel(d->ndims[0], d->shape[0], 0, d->ndims[0] - 1); break;
-    case SK_OP_MAE_LOSS: f->global_count = sk__par_numel(d->ndims[0], d->shape[0], 0, d->ndims[0]); break;
-    case SK_OP_ONE_HOT: {
-      const sk_layout *l = &po->plan.out[0];
-      int axis = d->naxis ? d->axis[0] : -1, cdim = axis == 0 ? 0 : l->ndims - 1;
-      if (!(r = sk_layout_slice(l, rank, &s, err))) f->offset = s.start[cdim];
-      break;
-    }
-    case SK_OP_GATHER: {
-      int axis = d->naxis ? d->axis[0] : 0;
-      if (!(r = sk_layout_slice(&po->kernel_in[0], rank, &s, err))) f->offset = s.start[axis < 0 ? axis + d->ndims[0] : axis];
-      break;
-    }
-    case SK_OP_DROPOUT: {
-      const sk_layout *l = &po->plan.out[0];
-      f->global_ndims = l->ndims;
-      memcpy(f->global_shape, l->shape, sizeof f->global_shape);
-      r = sk_layout_slice(l, rank, &f->slice, err);
-      break;
-    }
-    case SK_OP_DENSE: /* a split contraction dim: its forward AllReduce sums the parts, so one adds the bias */
-      if (d->ninputs > 2 && !(r = sk_layout_slice(&po->kernel_in[0], rank, &s, err))) f->skip_bias = s.start[d->ndims[0] - 1] != 0;
-      break;
-    default: break; /* ReduceMean divides locally; its forward collective scales */
-  }
-  return r;
+  return sk_op_row_of(po->desc.kind)->facts(&po->desc, &po->plan, po->kernel_in, rank, f, err);
 }
 
 /* ---- printing ------------------------------------------------------------------------------- */

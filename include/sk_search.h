@@ -171,8 +171,7 @@ static int sk__se_primes(int n, int *f) { /* largest first */
    operators MindSpore's recursive graph eliminates do. (A Gather partitioned on its own cuts the
    embedding's hidden dim, where nothing is replicated, and every layer after it pays the move.) */
 static bool sk__se_computes(const sk_graph *g, int o) {
-  sk_op_kind k = g->ops[o].desc.kind;
-  return k == SK_OP_MATMUL || k == SK_OP_BATCH_MATMUL || k == SK_OP_DENSE;
+  return (sk_op_row_of(g->ops[o].desc.kind)->flags & SK_OPF_CONTRACTS) != 0;
 }
 
 static double sk__se_weight(const sk_graph *g, int o) {
@@ -216,12 +215,7 @@ static int sk__se_heavier(const void *a, const void *b) { /* heaviest first; the
 /* Whether operator o passes input 0's shape through unchanged, element by element. */
 static bool sk__se_passes(const sk_graph *g, int o) {
   const sk_graph_op *op = &g->ops[o];
-  switch (op->desc.kind) {
-    case SK_OP_RELU: case SK_OP_GELU: case SK_OP_TANH: case SK_OP_CAST: case SK_OP_DROPOUT: case SK_OP_ADD:
-    case SK_OP_SUB: case SK_OP_MUL: case SK_OP_DIV: case SK_OP_POW: case SK_OP_BIAS_ADD: case SK_OP_PRELU:
-    case SK_OP_SOFTMAX: case SK_OP_LOG_SOFTMAX: case SK_OP_L2_NORMALIZE: case SK_OP_LAYER_NORM: break;
-    default: return false;
-  }
+  if (!(sk_op_row_of(op->desc.kind)->flags & SK_OPF_KEEPS_SHAPE)) return false;
   const sk_graph_tensor *x = &g->tensors[op->inputs[0]], *y = &g->tensors[op->outputs[0]];
   return x->ndims == y->ndims && !memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndims);
 }

@@ -14,7 +14,8 @@
      and broadcasting operators: the output's dims, each input taking the cut of the dim it is
      aligned to; Gather: the table's dims and the indices' dims). A candidate cuts them with a
      product equal to the devices, each cut dividing its dim, and is kept when sk_ops.h's rule
-     accepts it. When no cut uses every device (dims too small), the largest device count
+     accepts it (each operator's joint dims are its table row's space, sk_optable_space.h).
+     When no cut uses every device (dims too small), the largest device count
      that has one stands in, the rest repeating. GetNext and VirtualDataset keep their default.
      Operators the network configured (a strategy or layouts) have one candidate: their own.
 
@@ -56,7 +57,7 @@
 
 SK_EXTERN_C_BEGIN
 
-#define SK_SEARCH_MAX_JOINT (2 * SK_MAX_DIMS)
+#define SK_SEARCH_MAX_JOINT SK_OP_MAX_JOINT /* sk_optable.h */
 #define SK_SEARCH_MAX_CANDIDATES 4096 /* per operator; the enumeration stops there */
 
 /* How one tensor dim is cut on a device count: in `count` parts, the part of rank r being
@@ -185,85 +186,15 @@ SK_EXTERN_C_BEGIN
 
 /* ---- joint dims -------------------------------------------------------------------------------- */
 
-typedef struct sk__sc_joint {
-  int n;
-  int64_t size[SK_SEARCH_MAX_JOINT];
-  int ntuples, len[SK_OP_MAX_INPUTS];
-  int src[SK_OP_MAX_INPUTS][SK_MAX_DIMS]; /* tuple k entry d takes joint dim src (-1: 1) */
-} sk__sc_joint;
-
-/* Inputs aligned from the right against joint dims 0..n-1 (the output's dims): a dim of size 1
-   against a larger one is broadcast (cut 1). */
-static void sk__sc_align_right(const sk_op_desc *d, int k, int n, const int64_t *size, sk__sc_joint *j) {
-  j->len[k] = d->ndims[k];
-  for (int e = 0; e < d->ndims[k]; e++) {
-    int jd = n - d->ndims[k] + e;
-    j->src[k][e] = jd >= 0 && d->shape[k][e] == size[jd] ? jd : -1;
-  }
-}
-
-/* MatMul-like: joint (batch..., m, k, n); x [.., m, k] (transpose_a: [.., k, m]), w [.., k, n]
-   (transpose_b: [.., n, k]); Dense: w [n, k] and the bias [n]. */
-static void sk__sc_joint_matmul(const sk_op_desc *d, sk__sc_joint *j) {
-  int nx = d->ndims[0], nw = d->ndims[1], nb = (nx > nw ? nx : nw) - 2;
-  bool tb = d->transpose_b || d->kind == SK_OP_DENSE;
-  for (int b = 0; b < nb; b++) { /* broadcast batch dims */
-    int ex = nx - 2 - nb + b, ew = nw - 2 - nb + b;
-    int64_t sx = ex >= 0 ? d->shape[0][ex] : 1, sw = ew >= 0 ? d->shape[1][ew] : 1;
-    j->size[b] = sx > sw ? sx : sw;
-    if (ex >= 0) j->src[0][ex] = sx == j->size[b] ? b : -1;
-    if (ew >= 0) j->src[1][ew] = sw == j->size[b] ? b : -1;
-  }
-  int im = nb, ik = nb + 1, in = nb + 2;
-  j->size[im] = d->shape[0][d->transpose_a ? nx - 1 : nx - 2];
-  j->size[ik] = d->shape[0][d->transpose_a ? nx - 2 : nx - 1];
-  j->size[in] = d->shape[1][tb ? nw - 2 : nw - 1];
-  j->src[0][nx - 2] = d->transpose_a ? ik : im, j->src[0][nx - 1] = d->transpose_a ? im : ik;
-  j->src[1][nw - 2] = tb ? in : ik, j->src[1][nw - 1] = tb ? ik : in;
-  j->n = nb + 3, j->len[0] = nx, j->len[1] = nw;
-  if (d->kind == SK_OP_DENSE && d->ninputs > 2) j->len[2] = 1, j->src[2][0] = in;
-}
-
-/* The joint dims of operator o, from its desc (shapes filled by the graph); n = 0: no search. */
-static void sk__sc_joint_of(const sk_graph *g, int o, const sk_op_desc *d, sk__sc_joint *j) {
+/* The joint dims of operator o, from its desc (shapes filled by the graph) and its row; n = 0:
+   no search. */
+static void sk__sc_joint_of(const sk_graph *g, int o, const sk_op_desc *d, sk_op_space *j) {
   memset(j, 0, sizeof *j);
   for (int k = 0; k < SK_OP_MAX_INPUTS; k++)
     for (int e = 0; e < SK_MAX_DIMS; e++) j->src[k][e] = -1;
   j->ntuples = d->ninputs;
-  switch (d->kind) {
-    case SK_OP_GET_NEXT: case SK_OP_VIRTUAL_DATASET: j->n = 0; return;
-    case SK_OP_MATMUL: case SK_OP_BATCH_MATMUL: case SK_OP_DENSE: sk__sc_joint_matmul(d, j); return;
-    case SK_OP_GATHER: case SK_OP_ONE_HOT: break;
-    default: { /* the output's dims; every input aligned from the right */
-      const sk_graph_tensor *out = &g->tensors[g->ops[o].outputs[0]];
-      bool reshaping = d->kind == SK_OP_RESHAPE || d->kind == SK_OP_FLATTEN || d->kind == SK_OP_TRANSPOSE ||
-                       d->kind == SK_OP_EXPAND_DIMS || d->kind == SK_OP_REDUCE_SUM || d->kind == SK_OP_REDUCE_MEAN ||
-                       d->kind == SK_OP_REDUCE_MAX || d->kind == SK_OP_SOFTMAX_CE || d->kind == SK_OP_MAE_LOSS ||
-                       d->kind == SK_OP_SOFTMAX_CE_LOGITS || out->ndims < d->ndims[0];
-      int n = reshaping ? d->ndims[0] : out->ndims; /* operators that reshape: input 0's dims */
-      const int64_t *size = reshaping ? d->shape[0] : out->shape;
-      for (int e = 0; e < n; e++) j->size[e] = size[e];
-      j->n = n;
-      for (int k = 0; k < d->ninputs; k++) sk__sc_align_right(d, k, n, size, j);
-      if (d->kind == SK_OP_PRELU && d->ninputs > 1 && d->ndims[1] == 1 && n > 1) /* w [C]: x's dim 1 */
-        j->src[1][0] = d->shape[1][0] == size[1] ? 1 : -1;
-      if ((d->kind == SK_OP_SOFTMAX_CE || d->kind == SK_OP_SOFTMAX_CE_LOGITS) && d->ninputs > 1 && d->ndims[1] == 1)
-        j->src[1][0] = 0; /* class-index labels [B]: the batch */
-      return;
-    }
-  }
-  /* Gather: the table's and the indices' dims, independent; OneHot: the output's dims (its
-     indices' tuple has one entry more: the depth). */
-  if (d->kind == SK_OP_ONE_HOT) {
-    const sk_graph_tensor *out = &g->tensors[g->ops[o].outputs[0]];
-    j->n = out->ndims, j->len[0] = out->ndims;
-    for (int e = 0; e < out->ndims; e++) j->size[e] = out->shape[e], j->src[0][e] = e;
-    return;
-  }
-  for (int k = 0; k < d->ninputs; k++) {
-    j->len[k] = d->ndims[k];
-    for (int e = 0; e < d->ndims[k] && j->n < SK_SEARCH_MAX_JOINT; e++) j->size[j->n] = d->shape[k][e], j->src[k][e] = j->n++;
-  }
+  const sk_graph_tensor *out = &g->tensors[g->ops[o].outputs[0]];
+  sk_op_row_of(d->kind)->space(d, out->ndims, out->shape, j);
 }
 
 /* ---- evaluating a candidate -------------------------------------------------------------------- */
@@ -345,7 +276,7 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
   c->own = t, c->own_bytes = bytes;
 }
 
-static void sk__sc_fill_strategy(const sk__sc_joint *j, const int *joint, sk_search_cand *c) {
+static void sk__sc_fill_strategy(const sk_op_space *j, const int *joint, sk_search_cand *c) {
   c->ntuples = j->ntuples, c->devices = 1;
   for (int e = 0; e < j->n; e++) c->joint[e] = joint[e], c->devices *= joint[e];
   for (int k = 0; k < j->ntuples; k++) {
@@ -417,7 +348,7 @@ static sk_result sk__sc_eval(sk_search_model *m, int o, sk_search_cand *c, sk_er
 SK_API sk_result sk_search_eval(sk_search_model *m, int o, const int *joint, sk_search_cand *c, sk_error *err) {
   if (!m || !m->graph || !joint || !c || o < 0 || o >= m->graph->nops)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: eval: NULL argument or operator %d out of range", o);
-  sk__sc_joint j;
+  sk_op_space j;
   sk_op_desc d;
   sk_result r = sk_graph_op_desc(m->graph, o, &d, err);
   if (r) return r;
@@ -433,7 +364,7 @@ SK_API sk_result sk_search_eval(sk_search_model *m, int o, const int *joint, sk_
 typedef struct sk__sc_enum {
   sk_search_model *m;
   int op;
-  const sk__sc_joint *j;
+  const sk_op_space *j;
   int joint[SK_SEARCH_MAX_JOINT];
   sk_search_cand *out; /* grows */
   int n, cap;
@@ -534,7 +465,7 @@ static void sk__sc_remember(sk_search_model *m, int o, const sk__sc_key *k) {
 }
 
 /* Every cut of operator o's joint dims using the most devices (of ndevices' divisors) that has one. */
-static sk_result sk__sc_enumerate(sk_search_model *m, int o, const sk__sc_joint *j, sk_error *err) {
+static sk_result sk__sc_enumerate(sk_search_model *m, int o, const sk_op_space *j, sk_error *err) {
   sk__sc_enum s;
   memset(&s, 0, sizeof s);
   s.m = m, s.op = o, s.j = j;
@@ -554,7 +485,7 @@ static sk_result sk__sc_enumerate(sk_search_model *m, int o, const sk__sc_joint 
 static sk_result sk__sc_configure(sk_search_model *m, int o, sk_error *err) {
   const sk_graph *g = m->graph;
   sk_op_desc d;
-  sk__sc_joint j;
+  sk_op_space j;
   sk_result r = sk_graph_op_desc(g, o, &d, err);
   if (r) return r;
   sk__sc_joint_of(g, o, &d, &j);
@@ -579,7 +510,7 @@ SK_API sk_result sk_search_model_candidates(sk_search_model *m, sk_error *err) {
   for (int o = 0; !r && o < g->nops; o++) {
     if (m->configured[o] || m->ncands[o]) continue;
     sk_op_desc d;
-    sk__sc_joint j;
+    sk_op_space j;
     sk__sc_key k;
     r = sk_graph_op_desc(g, o, &d, err);
     if (r) break;

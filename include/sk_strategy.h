@@ -123,11 +123,11 @@ SK_EXTERN_C_BEGIN
    for (as sk_json.h writes a network's "shard"): one tuple per input of the operator's full
    desc (OneHot: its indices, then the on and off scalars), each as long as its input's rank
    (OneHot's indices: one more, the classes). */
-static int sk__st_tuples(const sk_graph_op *op) { return op->ninputs + (op->desc.kind == SK_OP_ONE_HOT ? 2 : 0); }
+static int sk__st_tuples(const sk_graph_op *op) { return sk_op_tuple_count(op->desc.kind, op->ninputs); }
 
 static int sk__st_tuple_len(const sk_graph *g, const sk_graph_op *op, int i) {
   if (i >= op->ninputs) return 0;
-  return g->tensors[op->inputs[i]].ndims + (op->desc.kind == SK_OP_ONE_HOT && i == 0 ? 1 : 0);
+  return sk_op_tuple_len(op->desc.kind, i, g->tensors[op->inputs[i]].ndims);
 }
 
 /* reach[t] (g->ntensors + 1 entries, malloc'd; NULL when out of memory): whether the loss's
@@ -981,7 +981,8 @@ static bool sk__sw_default(sk__sw *w, int o, sk_op_desc *out) {
   d.has_strategy = true, d.has_out_strategy = false, d.nstrategies = 0;
   memset(d.strategy, 0, sizeof d.strategy), memset(d.strategy_len, 0, sizeof d.strategy_len);
   for (int k = 0; k < po->plan.ninputs && k < SK_OP_MAX_INPUTS; k++) {
-    const sk_layout *l = d.kind == SK_OP_ONE_HOT && k == 0 ? &po->plan.out[0] : &po->plan.in[k];
+    bool over_output = k == 0 && sk_op_row_of(d.kind)->tuple_extra; /* OneHot's indices' tuple */
+    const sk_layout *l = over_output ? &po->plan.out[0] : &po->plan.in[k];
     for (int e = 0; e < l->ndims; e++) d.strategy[k][e] = sk_layout_split_count(l, e);
   }
   if (sk_op_plan_make(&d, p->desc.ndevices, &probe, NULL) || !sk__sw_same_op_plan(w, &probe, &po->plan)) return false;

@@ -320,7 +320,8 @@ static sk_result sk__tr_backward_op(sk_trainer *t, int o, sk_error *err) {
     out[k].grad = t->written[op->outputs[k]] ? t->grads[op->outputs[k]] : NULL;
     any = any || out[k].grad;
   }
-  if (!any || (!out[0].grad && op->desc.kind != SK_OP_VIRTUAL_DATASET)) return SK_OK; /* nothing flows back */
+  bool passthrough = (sk_op_row_of(op->desc.kind)->flags & SK_OPF_PASSTHROUGH) != 0; /* each output its own */
+  if (!any || (!out[0].grad && !passthrough)) return SK_OK; /* nothing flows back */
   void *dx[SK_OP_MAX_INPUTS] = {NULL, NULL, NULL, NULL};
   bool add[SK_OP_MAX_INPUTS] = {false, false, false, false};
   for (int k = 0; k < op->ninputs; k++) in[k] = t->args[op->inputs[k]], dx[k] = sk__tr_dx(t, op, k, &add[k]);
