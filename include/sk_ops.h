@@ -432,11 +432,12 @@ static sk_result sk__matmul_output(const sk_op_desc *d, int nb, int first, const
   return SK_OK;
 }
 
+/* Which of MatMul, BatchMatMul and Dense the shared rule below plans. */
+typedef enum sk__op_mm_form { SK__MM_PLAIN, SK__MM_BATCH, SK__MM_DENSE } sk__op_mm_form;
+
 /* MatMul / BatchMatMul / Dense from a strategy: device matrix [batch..., a, b, c], b contracted.
    x is [batch..., m, k] (or [.., k, m] with transpose_a), w [batch..., k, n] (or [.., n, k]
    with transpose_b; Dense always). */
-typedef enum sk__op_mm_form { SK__MM_PLAIN, SK__MM_BATCH, SK__MM_DENSE } sk__op_mm_form;
-
 static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form form, sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   int nx = d->ndims[0], nw = d->ndims[1];
