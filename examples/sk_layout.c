@@ -564,18 +564,6 @@ static int redistribution(const sk_layout *from, const char *to_text, const char
 /* The Mirror as MindSpore's graph names it (MIRROR_OPERATOR in its parallel ops_utils.h). */
 #define MS_MIRROR_OPERATOR "_MirrorOperator"
 
-/* A collective as MindSpore's primitive spells it. */
-static const char *ms_collective_name(sk_coll_kind kind) {
-  switch (kind) {
-    case SK_COLL_ALLREDUCE: return "AllReduce";
-    case SK_COLL_ALLGATHER: return "AllGather";
-    case SK_COLL_REDUCE_SCATTER: return "ReduceScatter";
-    case SK_COLL_ALLTOALL: return "AlltoAll";
-    case SK_COLL_BROADCAST: return "Broadcast";
-    default: return sk_coll_kind_name(kind);
-  }
-}
-
 /* The top level of --shapes / --shard: a tuple of tuples, one per input. A flat tuple of
    integers, or one integer, is the single tuple of a one-input operator: "(32,784)" reads as
    "((32,784),)". Returns the count; *flat says the root itself is that single tuple. */
@@ -869,7 +857,7 @@ static void json_tensors(const sk_layout *tensors, int n) {
 static void json_comm(const sk_mesh *m, const sk_op_comm *c, int rank, int input) {
   static char group[GROUP_TEXT_MAX];
   format_group(m, rank, c->axes, group, sizeof group);
-  printf("{\"op\": \"%s\", \"group\": %s", ms_collective_name(c->kind), group);
+  printf("{\"op\": \"%s\", \"group\": %s", sk_coll_kind_ms_name(c->kind), group);
   bool reduces = c->kind == SK_COLL_ALLREDUCE || c->kind == SK_COLL_REDUCE_SCATTER || c->kind == SK_COLL_REDUCE;
   if (reduces && c->op != SK_SUM) printf(", \"reduce\": \"%s\"", sk_redop_name(c->op));
   if (c->scale != 1) printf(", \"scale\": %.17g", c->scale);
@@ -916,7 +904,7 @@ static void print_comm_text(const sk_mesh *m, const sk_op_comm *c, const char *o
     puts("none");
     return;
   }
-  printf("%s", op_name ? op_name : ms_collective_name(c->kind));
+  printf("%s", op_name ? op_name : sk_coll_kind_ms_name(c->kind));
   if (c->op != SK_SUM && c->kind != SK_COLL_ALLGATHER && c->kind != SK_COLL_ALLTOALL) printf(" (%s)", sk_redop_name(c->op));
   printf(" over ");
   for (int a = 0, k = 0; a < m->naxes; a++)
