@@ -24,8 +24,8 @@
        that split the weight's output dim; a broadcast input's gradient along the axes that cut
        the dims it broadcasts);
      - mirror[i]: MindSpore's Mirror of input i, an AllReduce over the axes its layout does not
-       use (what sk-layout --op prints; Transpose, VirtualDataset and Gather's indices declare
-       none, as in MindSpore);
+       use (what sk-layout --op prints; Transpose, VirtualDataset, TmpIdentity and Gather's
+       indices declare none, as in MindSpore);
      - grad[i]: for parameters, the gradient AllReduce over the parameter's replica group (the
        Mirror), scaled by 1/group size when gradients_mean is set. As in MindSpore, the Mirror
        sums the replicas' contributions: along a data-parallel axis each replica saw other rows;
