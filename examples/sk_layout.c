@@ -93,7 +93,8 @@ static const char usage_hsdp[] =
 static const char usage_op[] =
     "operator (sk_ops.h rules):\n"
     "  --op NAME          MindSpore's primitive: MatMul, BatchMatMul, ReLU, Add, BiasAdd, Softmax,\n"
-    "                     OneHot, Gather, Reshape, Transpose, GetNext, ...\n"
+    "                     OneHot, Gather, Reshape, Transpose, GetNext, _VirtualDataset, TmpIdentity\n"
+    "                     (identity_info), Activation (with --attr activation_type='relu'), ...\n"
     "  --shapes SHAPES    the inputs' shapes, e.g. \"((32,784),(784,512))\"; () is a scalar input;\n"
     "                     \"(16,512)\" alone is one input's; \"()\" alone is no input (GetNext)\n"
     "  --shard STRATEGY   the in_strategy, e.g. \"((2,4),(4,1))\"; leave it out for MindSpore's default\n"
@@ -104,7 +105,8 @@ static const char usage_op[] =
     "                     transpose_a, transpose_b, axis (-1 or (0,1)), keep_dims, begin_norm_axis,\n"
     "                     repeated_num_in_dev_matrix_right, full_batch, gradients_mean, and the\n"
     "                     operands MindSpore passes as inputs: depth (OneHot), shape (Reshape),\n"
-    "                     perm (Transpose), shapes (GetNext's outputs), out_strategy (MatMul);\n"
+    "                     perm (Transpose), shapes (GetNext's outputs), out_strategy (MatMul),\n"
+    "                     activation_type (Activation's: 'relu' makes it ReLU);\n"
     "                     accepted and ignored: is_grad, types, output_num, batch_dims, keep_prob,\n"
     "                     seed, seed2, epsilon, data_format, begin_params_axis, shared_name, dtype,\n"
     "                     dst_type, sparse, reduction\n"
@@ -564,18 +566,6 @@ static int redistribution(const sk_layout *from, const char *to_text, const char
 /* The Mirror as MindSpore's graph names it (MIRROR_OPERATOR in its parallel ops_utils.h). */
 #define MS_MIRROR_OPERATOR "_MirrorOperator"
 
-/* A collective as MindSpore's primitive spells it. */
-static const char *ms_collective_name(sk_coll_kind kind) {
-  switch (kind) {
-    case SK_COLL_ALLREDUCE: return "AllReduce";
-    case SK_COLL_ALLGATHER: return "AllGather";
-    case SK_COLL_REDUCE_SCATTER: return "ReduceScatter";
-    case SK_COLL_ALLTOALL: return "AlltoAll";
-    case SK_COLL_BROADCAST: return "Broadcast";
-    default: return sk_coll_kind_name(kind);
-  }
-}
-
 /* The top level of --shapes / --shard: a tuple of tuples, one per input. A flat tuple of
    integers, or one integer, is the single tuple of a one-input operator: "(32,784)" reads as
    "((32,784),)". Returns the count; *flat says the root itself is that single tuple. */
@@ -765,6 +755,7 @@ static const op_attribute op_attributes[] = {
     {"shape", attr_shape, 0},
     {"shapes", attr_shapes, 0},
     {"out_strategy", attr_out_strategy, 0},
+    {"activation_type", NULL, 0}, /* Activation's: picks the operator (op_activation_type) */
     /* what MindSpore's tests pass that leaves the layouts and collectives as they are */
     {"is_grad", NULL, 0}, {"types", NULL, 0}, {"output_num", NULL, 0}, {"batch_dims", NULL, 0},
     {"keep_prob", NULL, 0}, {"seed", NULL, 0}, {"seed2", NULL, 0}, {"epsilon", NULL, 0},
@@ -772,11 +763,33 @@ static const op_attribute op_attributes[] = {
     {"dtype", NULL, 0}, {"dst_type", NULL, 0}, {"sparse", NULL, 0}, {"reduction", NULL, 0},
 };
 
-static void op_read_attribute(sk_op_desc *d, const char *arg) {
+/* The length of NAME in --attr's NAME=VALUE. */
+static size_t attr_name_length(const char *arg) {
   const char *eq = strchr(arg, '=');
   size_t len = eq ? (size_t)(eq - arg) : 0;
   while (len > 0 && arg[len - 1] == ' ') len--;
   if (!eq || len == 0) die("--attr takes NAME=VALUE, e.g. transpose_b=True; not '%s'", arg);
+  return len;
+}
+
+/* --attr activation_type='relu' (the last one given), which makes Activation the operator it
+   names (sk_op_kind_parse, before the other attributes are read); NULL when not given. */
+static const char *op_activation_type(const char *const *attrs, int nattrs) {
+  static const char name[] = "activation_type";
+  const char *type = NULL;
+  for (int i = 0; i < nattrs; i++) {
+    const char *arg = attrs[i];
+    if (attr_name_length(arg) != sizeof name - 1 || strncmp(arg, name, sizeof name - 1)) continue;
+    pylit_doc *doc = parse_flag("--attr activation_type", strchr(arg, '=') + 1);
+    if (doc->nodes[doc->root].kind != PYLIT_STR) need(pylit_expected(doc, doc->root, "a string such as 'relu'"), doc);
+    type = doc->nodes[doc->root].text; /* the doc lives as long as the run */
+  }
+  return type;
+}
+
+static void op_read_attribute(sk_op_desc *d, const char *arg) {
+  const char *eq = strchr(arg, '=');
+  size_t len = attr_name_length(arg);
   for (size_t i = 0; i < sizeof op_attributes / sizeof *op_attributes; i++) {
     const op_attribute *a = &op_attributes[i];
     if (strlen(a->name) != len || strncmp(a->name, arg, len)) continue;
@@ -869,7 +882,7 @@ static void json_tensors(const sk_layout *tensors, int n) {
 static void json_comm(const sk_mesh *m, const sk_op_comm *c, int rank, int input) {
   static char group[GROUP_TEXT_MAX];
   format_group(m, rank, c->axes, group, sizeof group);
-  printf("{\"op\": \"%s\", \"group\": %s", ms_collective_name(c->kind), group);
+  printf("{\"op\": \"%s\", \"group\": %s", sk_coll_kind_ms_name(c->kind), group);
   bool reduces = c->kind == SK_COLL_ALLREDUCE || c->kind == SK_COLL_REDUCE_SCATTER || c->kind == SK_COLL_REDUCE;
   if (reduces && c->op != SK_SUM) printf(", \"reduce\": \"%s\"", sk_redop_name(c->op));
   if (c->scale != 1) printf(", \"scale\": %.17g", c->scale);
@@ -916,7 +929,7 @@ static void print_comm_text(const sk_mesh *m, const sk_op_comm *c, const char *o
     puts("none");
     return;
   }
-  printf("%s", op_name ? op_name : ms_collective_name(c->kind));
+  printf("%s", op_name ? op_name : sk_coll_kind_ms_name(c->kind));
   if (c->op != SK_SUM && c->kind != SK_COLL_ALLGATHER && c->kind != SK_COLL_ALLTOALL) printf(" (%s)", sk_redop_name(c->op));
   printf(" over ");
   for (int a = 0, k = 0; a < m->naxes; a++)
@@ -1174,8 +1187,10 @@ static int op_main(const options *o) {
   if (!o->shapes) die("--op needs --shapes (try --help)");
   if (!o->devices) die("--op needs --devices");
   sk_op_desc d;
+  sk_error e;
   memset(&d, 0, sizeof d);
-  if (!sk_op_kind_from_name(o->op, &d.kind)) die("--op: unknown operator '%s' (MindSpore's primitive names)", o->op);
+  if (!sk_op_kinds_named(o->op)) die("--op: unknown operator '%s' (MindSpore's primitive names)", o->op);
+  if (sk_op_kind_parse(o->op, op_activation_type(o->attrs, o->nattrs), &d.kind, &e)) die("--op: %s", e.msg);
   int ndevices = parse_int_flag("--devices", o->devices, 1, SK_MAX_DEVICES);
   int rank = o->rank ? parse_int_flag("--rank", o->rank, 0, ndevices - 1) : 0;
   op_read_shapes(&d, o->shapes);
@@ -1190,7 +1205,6 @@ static int op_main(const options *o) {
     reject(o->json, msg);
   }
   sk_op_plan p;
-  sk_error e;
   if (sk_op_plan_make(&d, ndevices, &p, &e) != SK_OK) reject(o->json, e.msg);
   if (o->json)
     print_plan_json(&p, &d, rank);

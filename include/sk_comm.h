@@ -222,7 +222,11 @@ SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size
    One row per operation; every predicate, buffer size, in-place rule, link cost and busbw
    factor in shardkit (the generic layer, the backends, the tests and the benches) derives from
    it, so a new collective is a row here plus each backend's data movement.
-     X(ENUM, name, flags, send, recv, pattern)
+     X(ENUM, name, ms_name, flags, send, recv, pattern)
+     name     shardkit's spelling, in messages and reports (sk_coll_kind_name)
+     ms_name  MindSpore's primitive (mindspore.ops.AllReduce, ..., CollectiveGather; its
+              parallel ops_utils.h spells them so too), what MindSpore's graphs and tools print
+              (sk_coll_kind_ms_name)
      flags    SK_COLLF_REDUCES (takes a reduce op), SK_COLLF_ROOTED (root matters),
               SK_COLLF_P2P (root is the peer; matched pairwise, not collectively)
      send     the send buffer one rank passes, in elements (SK_COLLB_*): none, count, or
@@ -232,19 +236,19 @@ SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size
               (NCCL's forms; an in-place AllToAll is send == recv).
      pattern  the data pattern (SK_COLLP_*), which gives the link cost (sk_link_cost_us) and the
               nccl-tests busbw factor (sk_coll_busbw_factor). */
-#define SK_COLL_LIST(X)                                                                                          \
-  X(SK_COLL_ALLREDUCE, "allreduce", SK_COLLF_REDUCES, SK_COLLB_ONE, SK_COLLB_ONE, SK_COLLP_ALLREDUCE)             \
-  X(SK_COLL_ALLGATHER, "allgather", 0, SK_COLLB_ONE, SK_COLLB_ALL, SK_COLLP_SPREAD)                               \
-  X(SK_COLL_REDUCE_SCATTER, "reduce_scatter", SK_COLLF_REDUCES, SK_COLLB_ALL, SK_COLLB_ONE, SK_COLLP_SPREAD)      \
-  X(SK_COLL_BROADCAST, "broadcast", SK_COLLF_ROOTED, SK_COLLB_ROOT_ONE, SK_COLLB_ONE, SK_COLLP_CHAIN)             \
-  X(SK_COLL_REDUCE, "reduce", SK_COLLF_REDUCES | SK_COLLF_ROOTED, SK_COLLB_ONE, SK_COLLB_ROOT_ONE, SK_COLLP_CHAIN) \
-  X(SK_COLL_ALLTOALL, "alltoall", 0, SK_COLLB_ALL, SK_COLLB_ALL, SK_COLLP_SPREAD)                                 \
-  X(SK_COLL_BARRIER, "barrier", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER)                                \
-  X(SK_COLL_SEND, "send", SK_COLLF_P2P, SK_COLLB_ONE, SK_COLLB_NONE, SK_COLLP_P2P)                                \
-  X(SK_COLL_RECV, "recv", SK_COLLF_P2P, SK_COLLB_NONE, SK_COLLB_ONE, SK_COLLP_P2P)                                \
-  X(SK_COLL_GATHER, "gather", SK_COLLF_ROOTED, SK_COLLB_ONE, SK_COLLB_ROOT_ALL, SK_COLLP_SPREAD)                  \
-  X(SK_COLL_SCATTER, "scatter", SK_COLLF_ROOTED, SK_COLLB_ROOT_ALL, SK_COLLB_ONE, SK_COLLP_SPREAD)                \
-  X(SK_COLL_ALLTOALLV, "alltoallv", SK_COLLF_VECTOR, SK_COLLB_VEC, SK_COLLB_VEC, SK_COLLP_SPREAD)
+#define SK_COLL_LIST(X)                                                                                                       \
+  X(SK_COLL_ALLREDUCE, "allreduce", "AllReduce", SK_COLLF_REDUCES, SK_COLLB_ONE, SK_COLLB_ONE, SK_COLLP_ALLREDUCE)            \
+  X(SK_COLL_ALLGATHER, "allgather", "AllGather", 0, SK_COLLB_ONE, SK_COLLB_ALL, SK_COLLP_SPREAD)                              \
+  X(SK_COLL_REDUCE_SCATTER, "reduce_scatter", "ReduceScatter", SK_COLLF_REDUCES, SK_COLLB_ALL, SK_COLLB_ONE, SK_COLLP_SPREAD) \
+  X(SK_COLL_BROADCAST, "broadcast", "Broadcast", SK_COLLF_ROOTED, SK_COLLB_ROOT_ONE, SK_COLLB_ONE, SK_COLLP_CHAIN)            \
+  X(SK_COLL_REDUCE, "reduce", "Reduce", SK_COLLF_REDUCES | SK_COLLF_ROOTED, SK_COLLB_ONE, SK_COLLB_ROOT_ONE, SK_COLLP_CHAIN)  \
+  X(SK_COLL_ALLTOALL, "alltoall", "AlltoAll", 0, SK_COLLB_ALL, SK_COLLB_ALL, SK_COLLP_SPREAD)                                 \
+  X(SK_COLL_BARRIER, "barrier", "Barrier", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER)                                 \
+  X(SK_COLL_SEND, "send", "Send", SK_COLLF_P2P, SK_COLLB_ONE, SK_COLLB_NONE, SK_COLLP_P2P)                                    \
+  X(SK_COLL_RECV, "recv", "Receive", SK_COLLF_P2P, SK_COLLB_NONE, SK_COLLB_ONE, SK_COLLP_P2P)                                 \
+  X(SK_COLL_GATHER, "gather", "CollectiveGather", SK_COLLF_ROOTED, SK_COLLB_ONE, SK_COLLB_ROOT_ALL, SK_COLLP_SPREAD)          \
+  X(SK_COLL_SCATTER, "scatter", "CollectiveScatter", SK_COLLF_ROOTED, SK_COLLB_ROOT_ALL, SK_COLLB_ONE, SK_COLLP_SPREAD)       \
+  X(SK_COLL_ALLTOALLV, "alltoallv", "AlltoAllV", SK_COLLF_VECTOR, SK_COLLB_VEC, SK_COLLB_VEC, SK_COLLP_SPREAD)
 
 /* VECTOR: per-peer counts and displacements (sk_coll.v) instead of one count; no in-place form. */
 enum { SK_COLLF_REDUCES = 1, SK_COLLF_ROOTED = 2, SK_COLLF_P2P = 4, SK_COLLF_VECTOR = 8 };
@@ -260,7 +264,7 @@ typedef enum sk_coll_pattern { SK_COLLP_ALLREDUCE, SK_COLLP_SPREAD, SK_COLLP_CHA
 
 typedef enum sk_coll_kind {
   SK_COLL_NONE = 0,
-#define SK__COLL_ENUM(e, name, flags, send, recv, pattern) e,
+#define SK__COLL_ENUM(e, name, ms_name, flags, send, recv, pattern) e,
   SK_COLL_LIST(SK__COLL_ENUM)
 #undef SK__COLL_ENUM
   SK_COLL_KIND_COUNT
@@ -268,7 +272,7 @@ typedef enum sk_coll_kind {
 
 /* One row of the table (SK_COLL_NONE and invalid kinds: a row of zeros named "invalid"). */
 typedef struct sk_coll_info {
-  const char *name;
+  const char *name, *ms_name;
   unsigned flags;
   sk_coll_buf send, recv;
   sk_coll_pattern pattern;
@@ -276,13 +280,13 @@ typedef struct sk_coll_info {
 
 SK__INLINE sk_coll_info sk_coll_info_of(sk_coll_kind kind) {
   static const sk_coll_info rows[] = {
-      {"none", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER},
-#define SK__COLL_ROW(e, name, flags, send, recv, pattern) {name, flags, send, recv, pattern},
+      {"none", "none", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER},
+#define SK__COLL_ROW(e, name, ms_name, flags, send, recv, pattern) {name, ms_name, flags, send, recv, pattern},
       SK_COLL_LIST(SK__COLL_ROW)
 #undef SK__COLL_ROW
   };
   if ((int)kind <= 0 || (int)kind >= (int)SK_COLL_KIND_COUNT) {
-    sk_coll_info bad = {"invalid", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER};
+    sk_coll_info bad = {"invalid", "invalid", 0, SK_COLLB_NONE, SK_COLLB_NONE, SK_COLLP_BARRIER};
     return bad;
   }
   return rows[kind];
@@ -357,7 +361,15 @@ SK__INLINE double sk_coll_busbw_factor(sk_coll_kind k, int n) {
   }
 }
 
+/* The row's name ("allreduce", "reduce_scatter", ...); "invalid" for SK_COLL_NONE and any value
+   that is not a collective. */
 SK_API const char *sk_coll_kind_name(sk_coll_kind kind);
+/* MindSpore's primitive name ("AllReduce", "ReduceScatter", "AlltoAll", "Receive", ...);
+   "invalid" as sk_coll_kind_name. */
+SK_API const char *sk_coll_kind_ms_name(sk_coll_kind kind);
+/* The kind either spelling names ("allreduce" or "AllReduce"; case matters); false for any
+   other text, and *kind is left alone. */
+SK_API bool sk_coll_kind_from_name(const char *name, sk_coll_kind *kind);
 
 /* Modelled duration (us) of one operation on p ranks under a link model, ring algorithms, with
    count as in the call (NCCL conventions) and n its bytes, by the row's pattern:
@@ -407,6 +419,7 @@ SK_EXTERN_C_END
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
 #include "sk_backend.h"
+#include <string.h>
 #include <time.h>
 
 #if !defined(__cplusplus)
@@ -450,6 +463,16 @@ SK_API uint64_t sk_now_ns(void) {
 }
 
 SK_API const char *sk_coll_kind_name(sk_coll_kind kind) { return sk_coll_info_of(kind).name; }
+SK_API const char *sk_coll_kind_ms_name(sk_coll_kind kind) { return sk_coll_info_of(kind).ms_name; }
+
+SK_API bool sk_coll_kind_from_name(const char *name, sk_coll_kind *kind) {
+  if (!name || !kind) return false;
+  for (int k = SK_COLL_NONE + 1; k < (int)SK_COLL_KIND_COUNT; k++) {
+    sk_coll_info i = sk_coll_info_of((sk_coll_kind)k);
+    if (!strcmp(name, i.name) || !strcmp(name, i.ms_name)) return *kind = (sk_coll_kind)k, true;
+  }
+  return false;
+}
 
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) {
   if (comm) {

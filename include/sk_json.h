@@ -388,7 +388,7 @@ static const char *const sk__jr_op_keys[] = {
     "name",       "type",     "inputs",    "transpose_a", "transpose_b", "axis",        "keep_dims",
     "perm",       "depth",    "shape",     "keep_prob",   "epsilon",     "on_value",    "off_value",
     "dtype",      "out_shapes", "out_dtypes", "repeat_left", "full_batch", "fusion",    "stage",
-    "recompute",  "shard",    "out_strategy", "layouts",  NULL};
+    "recompute",  "shard",    "out_strategy", "layouts",  "activation_type", NULL};
 
 static sk_result sk__jr_inputs(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph_op *op) {
   json_t *list = json_object_get(o, "inputs");
@@ -549,19 +549,21 @@ static sk_result sk__jr_layouts(sk__jr *jr, const sk_graph *g, json_t *o, sk_gra
 static sk_result sk__jr_op(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size_t list_at) {
   json_t *v = json_array_get(list, i);
   sk_graph_op op;
-  const char *name, *type;
+  const char *name, *type, *activation_type;
   json_t *out_strategy;
   int n = 0;
   sk_error e;
   sk_result r;
   memset(&op, 0, sizeof op);
   if ((r = sk__jr_element(jr, "operators", list, i, list_at)) || (r = sk__jr_keys(jr, v, sk__jr_op_keys)) ||
-      (r = sk__jr_string(jr, v, "name", true, &name)) || (r = sk__jr_string(jr, v, "type", true, &type)))
+      (r = sk__jr_string(jr, v, "name", true, &name)) || (r = sk__jr_string(jr, v, "type", true, &type)) ||
+      (r = sk__jr_string(jr, v, "activation_type", false, &activation_type)))
     return r;
   if (strlen(name) >= SK_GRAPH_NAME_MAX) return sk__jr_fail(jr, "name", "longer than %d characters", SK_GRAPH_NAME_MAX - 1);
   memcpy(op.name, name, strlen(name) + 1);
-  if (!sk_op_kind_from_name(type, &op.desc.kind))
-    return sk__jr_fail(jr, "type", "unknown operator type \"%.40s\" (MindSpore's primitive names)", type);
+  /* Activation is the kind its activation_type names; the file is written back with that kind */
+  if ((r = sk_op_kind_parse(type, activation_type, &op.desc.kind, &e)))
+    return sk__jr_refused(jr, r, activation_type ? "activation_type" : "type", &e);
   if ((r = sk__jr_inputs(jr, g, v, &op)) || (r = sk__jr_attrs(jr, v, &op)) || (r = sk__jr_out_attrs(jr, v, &op)) ||
       (r = sk__jr_shard(jr, g, v, &op)))
     return r;

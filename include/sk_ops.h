@@ -24,8 +24,8 @@
        that split the weight's output dim; a broadcast input's gradient along the axes that cut
        the dims it broadcasts);
      - mirror[i]: MindSpore's Mirror of input i, an AllReduce over the axes its layout does not
-       use (what sk-layout --op prints; Transpose, VirtualDataset and Gather's indices declare
-       none, as in MindSpore);
+       use (what sk-layout --op prints; Transpose, VirtualDataset, TmpIdentity and Gather's
+       indices declare none, as in MindSpore);
      - grad[i]: for parameters, the gradient AllReduce over the parameter's replica group (the
        Mirror), scaled by 1/group size when gradients_mean is set. As in MindSpore, the Mirror
        sums the replicas' contributions: along a data-parallel axis each replica saw other rows;
@@ -109,6 +109,7 @@ typedef enum sk_op_kind {
   SK_OP_GATHER,          /* table [V] or [V, E], indices; axis 0 or 1 */
   SK_OP_GET_NEXT,        /* no inputs; outputs out_shape[0..noutputs) */
   SK_OP_VIRTUAL_DATASET, /* inputs pass through: the dataset strategy, repeat axis on the left */
+  SK_OP_TMP_IDENTITY,    /* one input passed through: a parameter shared by several operators */
   SK_OP_KIND_COUNT
 } sk_op_kind;
 
@@ -176,9 +177,18 @@ SK_API sk_result sk_op_plan_make(const sk_op_desc *desc, int ndevices, sk_op_pla
 SK_API size_t sk_op_plan_format(const sk_op_plan *plan, char *buf, size_t cap);
 /* MindSpore's primitive name ("MatMul", "SoftmaxCrossEntropyWithLogits", ...). */
 SK_API const char *sk_op_kind_name(sk_op_kind kind);
-/* The kind of a MindSpore primitive name (older spellings too: TensorAdd, GatherV2, RealDiv);
-   false when unknown. */
+/* The kind of a MindSpore primitive name (older spellings too: TensorAdd, GatherV2, RealDiv;
+   MindSpore's _VirtualDataset and identity_info); false when unknown, and for Activation, which
+   needs its attribute (sk_op_kind_parse). */
 SK_API bool sk_op_kind_from_name(const char *name, sk_op_kind *kind);
+/* The kind of an operator as MindSpore writes it: its name, and, for Activation, its
+   activation_type ("relu": ReLU; MindSpore's ActivationInfo also takes relu6 and sigmoid, which
+   shardkit has no kernels for). activation_type is NULL when not given; another operator with
+   one is refused. Errors name what was wrong (an unknown name: "unknown operator type ..."). */
+SK_API sk_result sk_op_kind_parse(const char *name, const char *activation_type, sk_op_kind *kind, sk_error *err);
+/* The kinds `name` can spell, bit k for kind k: one for a name or an older spelling, those an
+   attribute picks from for Activation (ReLU's bit); 0 for a name shardkit does not read. */
+SK_API uint64_t sk_op_kinds_named(const char *name);
 
 SK_EXTERN_C_END
 
@@ -780,6 +790,17 @@ static sk_result sk__op_rule_log_softmax(const sk_op_desc *d, int ndevices, sk_o
 }
 static sk_result sk__op_rule_l2_normalize(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   return sk__op_unary(d, ndevices, sk__op_l2_normalize_form, p, err);
+}
+
+/* TmpIdentity (MindSpore's TmpIdentityInfo, "identity_info"): what MindSpore's auto-parallel puts
+   between a parameter and the operators that share it, so that they read one layout. The
+   element-wise rule (the device matrix is the strategy, input and output share the identity map,
+   no communication) without a Mirror, as TmpIdentityInfo::InferMirrorOps declares none; a
+   parameter's gradient still gets its AllReduce, as Transpose's does. */
+static sk_result sk__op_rule_tmp_identity(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  sk_result r = sk__op_unary(d, ndevices, sk__op_elementwise_form, p, err);
+  p->mirror[0] = sk__opc(SK_COLL_NONE, 0, 1);
+  return r;
 }
 
 /* ExpandDims: the output is the input with a whole size-1 dim inserted at axis (in [-n-1, n]). */

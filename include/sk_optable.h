@@ -215,8 +215,10 @@ SK_EXTERN_C_BEGIN
     per_output, separate)                                                                                              \
   X(GET_NEXT, "GetNext", "", 0, 0, 0, 0, 0, 0, SK_OPF_SOURCE | SK_OPF_BATCH_SHAPES, ATTR, get_next, none, none,        \
     per_output, none)                                                                                                  \
-  X(VIRTUAL_DATASET, "VirtualDataset", "", 1, SK_OP_MAX_INPUTS, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_PASSTHROUGH, PASS,      \
-    virtual_dataset, none, virtual_dataset, per_output, none)
+  X(VIRTUAL_DATASET, "VirtualDataset", "_VirtualDataset", 1, SK_OP_MAX_INPUTS, 0, 0, 0, SK__OP_ALL_IN,                 \
+    SK_OPF_PASSTHROUGH, PASS, virtual_dataset, none, virtual_dataset, per_output, none)                                \
+  X(TMP_IDENTITY, "TmpIdentity", "identity_info", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_KEEPS_SHAPE, INPUT0,             \
+    tmp_identity, none, copy, per_output, aligned)
 
 #define SK__OP_ROW(kind, name, aliases, lo, hi, scalars, extra, index, grad, flags, dtype, rule, facts, kern, flops,   \
                    space)                                                                                              \
@@ -282,6 +284,58 @@ SK_API bool sk_op_kind_from_name(const char *name, sk_op_kind *kind) {
     if (sk__op_listed(sk__op_rows[k].aliases, name)) return *kind = (sk_op_kind)k, true;
   return false;
 }
+
+/* MindSpore's Activation is the operator its activation_type names. ActivationInfo::GetAttrs
+   accepts relu, relu6 and sigmoid; shardkit has the first only. */
+#define SK__OP_ACTIVATION "Activation"
+static const struct {
+  const char *type;
+  sk_op_kind kind;
+} sk__op_activations[] = {{"relu", SK_OP_RELU}};
+#define SK__OP_NACTIVATIONS (int)(sizeof sk__op_activations / sizeof sk__op_activations[0])
+
+/* The activation types shardkit has, "relu, ..." for messages. */
+static void sk__op_activation_types(char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < SK__OP_NACTIVATIONS && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", sk__op_activations[i].type);
+}
+
+SK_API sk_result sk_op_kind_parse(const char *name, const char *activation_type, sk_op_kind *kind, sk_error *err) {
+  char types[64];
+  sk_op_kind named;
+  if (!name || !kind) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "name or kind is NULL");
+  if (strcmp(name, SK__OP_ACTIVATION)) {
+    if (!sk_op_kind_from_name(name, &named))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "unknown operator type \"%.40s\" (MindSpore's primitive names)", name);
+    if (activation_type)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: activation_type is an attribute of Activation only", name);
+    return *kind = named, SK_OK;
+  }
+  for (int i = 0; activation_type && i < SK__OP_NACTIVATIONS; i++)
+    if (!strcmp(activation_type, sk__op_activations[i].type)) return *kind = sk__op_activations[i].kind, SK_OK;
+  sk__op_activation_types(types, sizeof types);
+  if (!activation_type) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Activation: needs activation_type (%s)", types);
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Activation: activation_type \"%.40s\" has no kernel in shardkit, which "
+                  "has %s (MindSpore's ActivationInfo takes relu, relu6 and sigmoid)", activation_type, types);
+}
+
+/* A bit per kind in sk_op_kinds_named's mask. */
+typedef char sk__op_kinds_fit_a_mask[SK_OP_KIND_COUNT <= 64 ? 1 : -1];
+
+SK_API uint64_t sk_op_kinds_named(const char *name) {
+  sk_op_kind kind;
+  uint64_t kinds = 0;
+  if (!name) return 0;
+  if (sk_op_kind_from_name(name, &kind)) return (uint64_t)1 << kind;
+  if (strcmp(name, SK__OP_ACTIVATION)) return 0;
+  for (int i = 0; i < SK__OP_NACTIVATIONS; i++) kinds |= (uint64_t)1 << sk__op_activations[i].kind;
+  return kinds;
+}
+
+#undef SK__OP_NACTIVATIONS
+#undef SK__OP_ACTIVATION
 
 #undef SK__OP_ROW
 #undef SK__OP_TABLE

@@ -519,6 +519,17 @@ static sk_result sk__st_layouts(sk__st_cx *cx, const sk_graph *g, const sk_graph
   return SK_OK;
 }
 
+/* Whether `type` (as the file spells it: older names and MindSpore's Activation for a ReLU too)
+   names the network operator's kind. */
+static sk_result sk__st_type_of(sk__st_cx *cx, const char *type, sk_op_kind net) {
+  uint64_t kinds = sk_op_kinds_named(type);
+  sk_op_kind kind;
+  if (kinds & ((uint64_t)1 << net)) return SK_OK;
+  if (!kinds) return sk__st_fail(cx, "type", "unknown operator type \"%.40s\" (MindSpore's primitive names)", type);
+  return sk__st_fail(cx, "type", "a %s in the file, a %s in the network",
+                     sk_op_kind_from_name(type, &kind) ? sk_op_kind_name(kind) : type, sk_op_kind_name(net));
+}
+
 /* Operator entry i: the network's operator of that name and type, which takes its strategy
    (into descs) and, in a version 2 file, its pipeline stage (into stages). */
 static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, json_t *list, size_t i,
@@ -528,7 +539,6 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_g
   json_t *v = json_array_get(list, i), *out, *fell;
   long long stage = 0;
   const char *name, *type;
-  sk_op_kind kind;
   sk__st_cx cx;
   sk_result r;
   sk__st_element(&cx, rd, "operators", list, i);
@@ -540,11 +550,7 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_g
   if (o < 0) return sk__st_fail(&cx, "", "operator \"%.64s\" is not in the network", name);
   if (seen[o]) return sk__st_fail(&cx, "", "a second entry for operator \"%s\"", g->ops[o].name);
   seen[o] = true;
-  if (!sk_op_kind_from_name(type, &kind))
-    return sk__st_fail(&cx, "type", "unknown operator type \"%.40s\" (MindSpore's primitive names)", type);
-  if (kind != g->ops[o].desc.kind)
-    return sk__st_fail(&cx, "type", "a %s in the file, a %s in the network", sk_op_kind_name(kind),
-                       sk_op_kind_name(g->ops[o].desc.kind));
+  if ((r = sk__st_type_of(&cx, type, g->ops[o].desc.kind))) return r;
   if (h->version >= 2) {
     if ((r = sk__st_int(&cx, v, "stage", 0, h->stages - 1, &stage))) return r;
     stages[o] = (int)stage;

@@ -380,9 +380,10 @@ Test(exec, reductions_with_and_without_keep_dims) {
       }
 }
 
+/* TmpIdentity is a copy too, of the same shape. */
 Test(exec, reshapes_and_transpose) {
-  sk_op_kind kinds[4] = {SK_OP_FLATTEN, SK_OP_RESHAPE, SK_OP_EXPAND_DIMS, SK_OP_TRANSPOSE};
-  for (int k = 0; k < 4; k++) {
+  sk_op_kind kinds[5] = {SK_OP_FLATTEN, SK_OP_RESHAPE, SK_OP_EXPAND_DIMS, SK_OP_TRANSPOSE, SK_OP_TMP_IDENTITY};
+  for (int k = 0; k < 5; k++) {
     xcase c;
     xc_begin(&c);
     int x = IN(&c, "x", SK_F64, 2, 3, 4);

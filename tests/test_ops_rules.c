@@ -332,6 +332,36 @@ Test(ops_rules, unary_table) {
   }
 }
 
+/* TmpIdentity, MindSpore's tmpidentity_test.cc (TestTmpIdentityInfo, a 1024-device stage): x
+   [2,4,8,16], strategy (2,4,8,16): InferDevMatrixShape1 [2,4,8,16], GetTensorLayout1 maps
+   (3,2,1,0) in and out, InferSliceShape1 1,1,1,1; CheckStrategy1 (two tuples) and CheckStrategy2
+   (a tuple of 3 for a rank-4 input) fail. Beyond the test: tmp_identity_info.cc declares no Mirror
+   and no forward communication; the repeat goes on the right (InitWithAutoRepeatCalc) and a
+   parameter's gradient is still summed over its replicas. */
+Test(ops_rules, tmp_identity_ms_tests) {
+  sk_op_desc d = op(SK_OP_TMP_IDENTITY, "[2,4,8,16]", "(2,4,8,16)");
+  sk_op_plan p = plan_ok(&d, 1024);
+  expect_dev_matrix(&p, "2,4,8,16");
+  expect_map(&p.in[0], "(3,2,1,0)", "input");
+  expect_map(&p.out[0], "(3,2,1,0)", "output");
+  expect_slice(&p.in[0], "1,1,1,1", "input");
+  expect_slice(&p.out[0], "1,1,1,1", "output");
+  expect_none(&p.fwd, "forward");
+  sk_op_desc two = op(SK_OP_TMP_IDENTITY, "[2,4,8,16]", "(2,2,8,16),(2,4,16,1)");
+  expect_reject(&two, 1024, "CheckStrategy1", "TmpIdentity", NULL);
+  sk_op_desc short_tuple = op(SK_OP_TMP_IDENTITY, "[2,4,8,16]", "(2,4,8)");
+  expect_reject(&short_tuple, 1024, "CheckStrategy2", "TmpIdentity", NULL);
+
+  sk_op_desc w = op(SK_OP_TMP_IDENTITY, "[64,32]", "(2,4)");
+  w.params = 1;
+  sk_op_plan q = plan_ok(&w, 32);
+  expect_dev_matrix(&q, "2,4,4");
+  expect_map(&q.out[0], "(2,1)", "output with repeat");
+  expect_none(&q.mirror[0], "TmpIdentity declares no Mirror");
+  expect_none(&q.bwd_in[0], "backward");
+  expect_comm(&q, &q.grad[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 5, "4,5,6,7", "the parameter's gradient");
+}
+
 /* Dropout: two outputs (result and mask), both with the input's map. */
 Test(ops_rules, dropout_two_outputs_and_repeat) {
   sk_op_desc d = op(SK_OP_DROPOUT, "[32,64]", "(4,8)");

@@ -465,7 +465,7 @@ static const op_impl *impl_of(sk_op_kind kind) {
       [SK_OP_TRANSPOSE] = {transpose_fwd, transpose_bwd}, [SK_OP_RESHAPE] = {copy_fwd, copy_bwd},
       [SK_OP_EXPAND_DIMS] = {copy_fwd, copy_bwd},      [SK_OP_ONE_HOT] = {one_hot_fwd, NULL},
       [SK_OP_GATHER] = {gather_fwd, gather_bwd},       [SK_OP_GET_NEXT] = {get_next_fwd, NULL},
-      [SK_OP_VIRTUAL_DATASET] = {copy_fwd, NULL}};
+      [SK_OP_VIRTUAL_DATASET] = {copy_fwd, NULL},      [SK_OP_TMP_IDENTITY] = {copy_fwd, copy_bwd}};
   return &impls[kind];
 }
 
@@ -822,6 +822,8 @@ OPS_TEST(dropout) { run_kind(SK_OP_DROPOUT, "8,6", "4,2", 0); }
 OPS_TEST(dropout_rows) { run_kind(SK_OP_DROPOUT, "8,6,3", "8,1,1", 0); }
 /* a repeat of 2: both replicas of a slice must draw the unsharded mask's slice */
 OPS_TEST(dropout_repeat) { run_kind(SK_OP_DROPOUT, "8,6", "2,2", 0); }
+/* a parameter passed on: no Mirror, but its gradient is summed over its replicas (the repeat) */
+OPS_TEST(tmp_identity_param_repeat) { run_kind(SK_OP_TMP_IDENTITY, "8,6", "2,2", 0x1); }
 
 /* ---- binary with broadcasting, BiasAdd, PReLU ------------------------------------------------- */
 

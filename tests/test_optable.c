@@ -337,6 +337,12 @@ static void case_virtual_dataset(kcase *c) {
   c->flops = 4, c->space = "none";
 }
 
+static void case_tmp_identity(kcase *c) {
+  add_in(c, SK_F64, DIMS(2, 2), VALS(1, -2, 3, -4));
+  add_out(c, SK_F64, DIMS(2, 2), VALS(1, -2, 3, -4));
+  c->flops = 4, c->space = "2,2 (0,1)";
+}
+
 /* Indexed by kind: a kind added to sk_op_kind without a case here fails every test below. */
 static void (*const case_of[SK_OP_KIND_COUNT])(kcase *) = {
     [SK_OP_MATMUL] = case_matmul,
@@ -372,6 +378,7 @@ static void (*const case_of[SK_OP_KIND_COUNT])(kcase *) = {
     [SK_OP_GATHER] = case_gather,
     [SK_OP_GET_NEXT] = case_get_next,
     [SK_OP_VIRTUAL_DATASET] = case_virtual_dataset,
+    [SK_OP_TMP_IDENTITY] = case_tmp_identity,
 };
 
 /* Kind k's case; its outputs' buffers filled with 0xA5 bytes. */
