@@ -1219,11 +1219,28 @@ static sk_result sk__op_dataset_mesh(const int *s, int n, int ndevices, sk_mesh 
   return r;
 }
 
-/* GetNext: no inputs and no strategy; every output's batch dim is cut by every device (none
-   under full_batch: the devices become the repeat axis). */
+/* GetNext's strategy: empty tuples only, as many as written (MindSpore's GetNextInfo::CheckStrategy
+   reads each tuple and never counts them: () and ((),()) both pass). A desc holds the lengths of
+   SK_OP_MAX_INPUTS tuples at most. */
+static sk_result sk__op_get_next_strategy(const sk_op_desc *d, sk_error *err) {
+  if (!d->has_strategy) return SK_OK;
+  if (d->nstrategies > SK_OP_MAX_INPUTS)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: strategy has %d tuples; a desc holds at most %d",
+                    d->nstrategies, SK_OP_MAX_INPUTS);
+  for (int i = 0; i < d->nstrategies; i++)
+    if (d->strategy_len[i] != 0)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: tuple %d has %d entr%s; its strategy takes empty tuples "
+                      "only (the dataset strategy cuts its outputs)", i, d->strategy_len[i],
+                      d->strategy_len[i] == 1 ? "y" : "ies");
+  return SK_OK;
+}
+
+/* GetNext: no inputs, and a strategy of empty tuples or none; every output's batch dim is cut by
+   every device (none under full_batch: the devices become the repeat axis). */
 static sk_result sk__op_rule_get_next(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: takes no inputs, got %d", d->ninputs);
-  if (d->has_strategy && d->nstrategies > 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: takes no strategy");
+  sk_result r = sk__op_get_next_strategy(d, err);
+  if (r != SK_OK) return r;
   if (d->noutputs < 1 || d->noutputs > SK_OP_MAX_OUTPUTS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: needs 1..%d output shapes, got %d", SK_OP_MAX_OUTPUTS, d->noutputs);
   int rank = 1, s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0};
@@ -1234,8 +1251,7 @@ static sk_result sk__op_rule_get_next(const sk_op_desc *d, int ndevices, sk_op_p
     if (d->out_ndims[o] > rank) rank = d->out_ndims[o];
   }
   for (int k = 0; k < rank; k++) s[k] = k == 0 && !d->full_batch ? ndevices : 1;
-  sk_result r = sk__op_dataset_mesh(s, rank, ndevices, &p->mesh, ax, err);
-  if (r != SK_OK) return r;
+  if ((r = sk__op_dataset_mesh(s, rank, ndevices, &p->mesh, ax, err)) != SK_OK) return r;
   p->ninputs = 0, p->noutputs = d->noutputs;
   for (int o = 0; o < d->noutputs; o++) {
     char what[32];
@@ -1333,7 +1349,9 @@ static sk_result sk__op_check_desc(const sk_op_desc *d, int ndevices, sk_error *
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.noutputs = %d; allowed 0..%d", d->noutputs, SK_OP_MAX_OUTPUTS);
   if (d->naxis < 0 || d->naxis > SK_MAX_DIMS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.naxis = %d; allowed 0..%d", d->naxis, SK_MAX_DIMS);
-  if (d->has_strategy) return sk__op_check_strategy_form(d, ndevices, err);
+  /* a source reads no tensor: there are no inputs to count tuples against, and its rule checks
+     its tuples itself (GetNext's are empty, any number of them) */
+  if (d->has_strategy && !(row->flags & SK_OPF_SOURCE)) return sk__op_check_strategy_form(d, ndevices, err);
   return SK_OK;
 }
 

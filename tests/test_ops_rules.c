@@ -1021,10 +1021,17 @@ Test(ops_rules, get_next) {
   expect_dev_matrix(&q, "8,1,1");
   expect_map(&q.out[0], "(-1,-1)", "output 0");
   expect_slice(&q.out[0], "64,32", "output 0");
+  /* the stored test's InferDevMatrixShape1 passes ((),()): empty tuples, as many as written, pass
+     (master's GetNextInfo::CheckStrategy never counts them); the plan is the one above */
+  sk_op_desc e = op(SK_OP_GET_NEXT, "", "(),()");
+  set_out_shapes(&e, "[64,32],[64]");
+  sk_op_plan pe = plan_ok(&e, 8);
+  expect_dev_matrix(&pe, "8,1");
+  expect_map(&pe.out[0], "(1,-1)", "output 0 under ((),())");
   /* CheckStrategy2: non-empty tuples */
   sk_op_desc b = op(SK_OP_GET_NEXT, "", "(8,1),(8)");
   set_out_shapes(&b, "[64,32],[64]");
-  expect_reject(&b, 8, "non-empty tuples", "GetNext", NULL);
+  expect_reject(&b, 8, "non-empty tuples", "GetNext", "tuple 0", NULL);
 }
 
 /* VirtualDataset, newest rule: the device matrix is the longest input's strategy, the repeat
