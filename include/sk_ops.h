@@ -76,8 +76,8 @@ SK_EXTERN_C_BEGIN
 
 /* The operators, named as MindSpore's primitives (sk_op_kind_name / sk_op_kind_from_name). */
 typedef enum sk_op_kind {
-  SK_OP_MATMUL = 0,   /* x [m,k] (or [k,m] with transpose_a), w [k,n] (or [n,k]) */
-  SK_OP_BATCH_MATMUL, /* x [B...,m,k], w [B...,k,n]: batch dims first in the device matrix; they broadcast */
+  SK_OP_MATMUL = 0,   /* x [B...,m,k] (or [..,k,m] with transpose_a), w [B...,k,n] (or [..,n,k]); layouts: 2-D */
+  SK_OP_BATCH_MATMUL, /* MatMul's rule (master's one MatMul class): batch dims first in the device matrix; they broadcast */
   SK_OP_DENSE,        /* x [m,k], w [n,k], optional bias [n]: MatMul(transpose_b) + BiasAdd */
   SK_OP_RELU,         /* one input, element-wise */
   SK_OP_GELU,
@@ -381,24 +381,26 @@ static sk_result sk__op_matmul_layouts(const sk_op_desc *d, int ndevices, sk_op_
   return SK_OK;
 }
 
-/* BatchMatMul's batch dims, aligned from the right as numpy broadcasts them (either input may
+/* The batch dims of MatMul and BatchMatMul, aligned from the right as numpy broadcasts them (either input may
    have fewer, or size-1 ones): per position the device matrix takes the cut both agree on, or
    the larger where one input broadcasts, and an input is mapped there only where its cut is
    the device matrix's (as for Add). bax/baw get x's / w's batch axes, bshape the output's. */
 static sk_result sk__bmm_batch(const sk_op_desc *d, const int *sx, const int *sw, int nb, int *dev, int *bax, int *baw,
                                int64_t *bshape, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
   int px = nb - (d->ndims[0] - 2), pw = nb - (d->ndims[1] - 2);
   for (int i = 0; i < nb; i++) {
     int64_t hx = i < px ? 1 : d->shape[0][i - px], hw = i < pw ? 1 : d->shape[1][i - pw];
     int cx = i < px ? 1 : sx[i - px], cw = i < pw ? 1 : sw[i - pw];
     if (hx != hw && hx != 1 && hw != 1)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BatchMatMul: batch dims %lld (x) and %lld (w) do not broadcast",
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: batch dims %lld (x) and %lld (w) do not broadcast", name,
                       (long long)hx, (long long)hw);
     if (cx != cw && hx != 1 && hw != 1)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BatchMatMul: batch dim %d is cut %d ways in x but %d in w", i - px, cx,
-                      cw);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: batch dim %d is cut %d ways in x but %d in w", name, i - px,
+                      cx, cw);
     if ((hx == 1 && cx != 1) || (hw == 1 && cw != 1))
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BatchMatMul: a size-1 batch dim is cut %d ways", hx == 1 ? cx : cw);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: a size-1 batch dim is cut %d ways", name,
+                      hx == 1 ? cx : cw);
     dev[i] = cx == cw ? cx : cx * cw;
     bshape[i] = hx > hw ? hx : hw;
     if (i >= px) bax[i - px] = cx == dev[i] ? i : -1;
@@ -419,7 +421,10 @@ static sk_result sk__matmul_output(const sk_op_desc *d, int nb, int first, const
     p->fwd = sk__opc(SK_COLL_ALLREDUCE, kaxes, 1);
     return sk__op_layout(&p->out[0], &p->mesh, nb + 2, oshape, ao, "output", err);
   }
-  if (nb > 0 || d->out_strategy[0] != dev[nb] * dev[nb + 1] || d->out_strategy[1] != dev[nb + 2])
+  if (nb > 0) /* MatMul::CheckOutputStrategy: "must be 2 if set output strategy" */
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: an output strategy needs 2-D x and w, got batch dims",
+                    sk_op_kind_name(d->kind));
+  if (d->out_strategy[0] != dev[nb] * dev[nb + 1] || d->out_strategy[1] != dev[nb + 2])
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul: out_strategy must be (%d, %d) = (a*b, c) to ask for a "
                     "ReduceScatter output", dev[nb] * dev[nb + 1], dev[nb + 2]);
   sk_dim_map om[2];
@@ -432,8 +437,9 @@ static sk_result sk__matmul_output(const sk_op_desc *d, int nb, int first, const
   return SK_OK;
 }
 
-/* Which of MatMul, BatchMatMul and Dense the shared rule below plans. */
-typedef enum sk__op_mm_form { SK__MM_PLAIN, SK__MM_BATCH, SK__MM_DENSE } sk__op_mm_form;
+/* Which form the shared rule below plans: MindSpore's MatMul class, which MatMul and BatchMatMul
+   share on master (matmul_info.h: any rank >= 2, batch dims broadcast), or Dense (2-D x). */
+typedef enum sk__op_mm_form { SK__MM_MATMUL, SK__MM_DENSE } sk__op_mm_form;
 
 /* MatMul / BatchMatMul / Dense from a strategy: device matrix [batch..., a, b, c], b contracted.
    x is [batch..., m, k] (or [.., k, m] with transpose_a), w [batch..., k, n] (or [.., n, k]
@@ -441,7 +447,7 @@ typedef enum sk__op_mm_form { SK__MM_PLAIN, SK__MM_BATCH, SK__MM_DENSE } sk__op_
 static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form form, sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   int nx = d->ndims[0], nw = d->ndims[1];
-  bool batch = form == SK__MM_BATCH, tb = d->transpose_b || form == SK__MM_DENSE;
+  bool batch = form == SK__MM_MATMUL, tb = d->transpose_b || form == SK__MM_DENSE;
   if (d->ninputs != (form == SK__MM_DENSE ? d->ninputs : 2) || nx < 2 || nw < 2 || (!batch && (nx != 2 || nw != 2)))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: needs two inputs of %s dims (got %d and %d)", name,
                     batch ? ">= 2" : "2", nx, nw);
@@ -455,7 +461,7 @@ static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form
   for (int i = 0; i < nx; i++) sx[i] = d->has_strategy ? d->strategy[0][i] : 1;
   for (int i = 0; i < nw; i++) sw[i] = d->has_strategy ? d->strategy[1][i] : 1;
   if (!d->has_strategy) sx[nx > 2 ? 0 : xm] = ndevices; /* data parallel: the batch (or rows) */
-  int wb = nw - nx; /* BatchMatMul: w's dim aligned with x's batch dim 0 (from the right), cut alike */
+  int wb = nw - nx; /* w's dim aligned with x's batch dim 0 (from the right), cut alike */
   if (!d->has_strategy && batch && nx > 2 && wb >= 0 && wb < nw - 2 && d->shape[1][wb] > 1) sw[wb] = ndevices;
   if (sx[xk] != sw[wk])
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the contraction dim is cut %d ways in x but %d in w", name, sx[xk],
@@ -1317,11 +1323,11 @@ static sk_result sk__op_rule_virtual_dataset(const sk_op_desc *d, int ndevices, 
 /* MatMul from a strategy or from layouts; BatchMatMul and Dense from a strategy. */
 static sk_result sk__op_rule_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->has_layouts) return sk__op_matmul_layouts(d, ndevices, p, err);
-  return sk__op_matmul_family(d, ndevices, SK__MM_PLAIN, p, err);
+  return sk__op_matmul_family(d, ndevices, SK__MM_MATMUL, p, err);
 }
 
 static sk_result sk__op_rule_batch_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  return sk__op_matmul_family(d, ndevices, SK__MM_BATCH, p, err);
+  return sk__op_matmul_family(d, ndevices, SK__MM_MATMUL, p, err);
 }
 
 static sk_result sk__op_rule_dense(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {

@@ -159,7 +159,7 @@ SK_EXTERN_C_BEGIN
    (sk_optable_space.h). */
 #define SK__OP_TABLE(X)                                                                                                \
   X(MATMUL, "MatMul", "", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS | SK_OPF_LAYOUTS, INPUT0, matmul, none,       \
-    matmul, matmul, matmul)                                                                                            \
+    batch_matmul, matmul, matmul)                                                                                      \
   X(BATCH_MATMUL, "BatchMatMul", "", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS, INPUT0, batch_matmul, none,       \
     batch_matmul, matmul, matmul)                                                                                      \
   X(DENSE, "Dense", "", 2, 3, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS, INPUT0, dense, dense, dense, matmul, dense)    \

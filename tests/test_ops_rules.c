@@ -252,6 +252,32 @@ Test(ops_rules, batch_matmul_broadcast_x) {
   expect_slice(&p.out[0], "1,1,1,32", "output");
 }
 
+/* On master MatMul and BatchMatMul are one class (matmul_info.h: BatchMatMulInfo derives from
+   MatMul, which takes any rank >= 2), and matmul_info_test.cc's cases construct MatMulInfo with
+   4-D inputs: DISABLED_InferDevMatrixShape1 / InferTensorMap1 / InferSliceShape1 /
+   GetForwardOp1 (x [2,4,8,16], w [2,4,16,32], ((2,4,8,16),(2,4,16,1)), 1024 devices) and
+   DISABLED_InferTensorMap3 (x [8,16] against w [2,4,32,16], transpose_b). MatMul answers them as
+   BatchMatMul does; only an output strategy needs 2-D (MatMul::CheckOutputStrategy). */
+Test(ops_rules, matmul_takes_batch_dims_as_master) {
+  sk_op_desc d = op(SK_OP_MATMUL, "[2,4,8,16],[2,4,16,32]", "(2,4,8,16),(2,4,16,1)");
+  sk_op_plan p = plan_ok(&d, 1024);
+  expect_dev_matrix(&p, "2,4,8,16,1");
+  expect_map(&p.in[0], "(4,3,2,1)", "x");
+  expect_map(&p.in[1], "(4,3,1,0)", "w");
+  expect_map(&p.out[0], "(4,3,2,0)", "output");
+  expect_slice(&p.out[0], "1,1,1,32", "output");
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15", "forward");
+  sk_op_desc b = op(SK_OP_MATMUL, "[8,16],[2,4,32,16]", "(8,16),(2,4,1,16)");
+  b.transpose_b = true;
+  sk_op_plan q = plan_ok(&b, 1024);
+  expect_dev_matrix(&q, "2,4,8,16,1");
+  expect_map(&q.in[0], "(2,1)", "x");
+  expect_map(&q.in[1], "(4,3,0,1)", "w");
+  sk_op_desc o = op(SK_OP_MATMUL, "[2,64,32],[2,32,16]", "(1,2,4),(1,4,1)");
+  o.has_out_strategy = true, o.out_strategy[0] = 8, o.out_strategy[1] = 1;
+  expect_reject(&o, 8, "output strategy with batch dims", "MatMul", "2-D", NULL);
+}
+
 /* Hand-derived: 2-D MatMul with transpose_b and a repeat axis. x [16,32], w [64,32],
    ((2,4),(1,4)) on 16: [a,b,c] = [2,4,1], repeat 2 on the right. */
 Test(ops_rules, matmul_transpose_b_repeat) {
