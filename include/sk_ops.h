@@ -1095,9 +1095,10 @@ static sk_result sk__op_rule_one_hot(const sk_op_desc *d, int ndevices, sk_op_pl
   return SK_OK;
 }
 
-/* Gather with the table whole along axis: the device matrix is the table's strategy followed by
-   the indices'; the output (table dims before axis, the indices' dims, table dims after) keeps
-   every cut. No communication; the table's Mirror sums over the axes that cut the indices. */
+/* Gather with the table whole along axis (master's NormalImpl, gather_info.cc): the device matrix
+   is the indices' strategy followed by the table's; the output (table dims before axis, the
+   indices' dims, table dims after) keeps every cut. No communication; the table's Mirror sums
+   over the axes that cut the indices. */
 static sk_result sk__op_gather_columns(const sk_op_desc *d, int ndevices, int axis, const int *st, const int *si,
                                        sk_op_plan *p, sk_error *err) {
   int nt = d->ndims[0], ni = d->ndims[1], dev[SK_MAX_AXES] = {0}, tax[SK_MAX_DIMS] = {0}, iax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
@@ -1105,12 +1106,12 @@ static sk_result sk__op_gather_columns(const sk_op_desc *d, int ndevices, int ax
   if (nt + ni > SK_MAX_AXES || no > SK_MAX_DIMS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Gather: table and indices have %d dims together; at most %d", nt + ni,
                     SK_MAX_AXES);
-  for (int k = 0; k < nt; k++) dev[k] = st[k];
-  for (int k = 0; k < ni; k++) dev[nt + k] = si[k];
+  for (int k = 0; k < ni; k++) dev[k] = si[k];
+  for (int k = 0; k < nt; k++) dev[ni + k] = st[k];
   sk_result r = sk__op_mesh(dev, nt + ni, ndevices, d->repeat_left, &p->mesh, &first, err);
   if (r != SK_OK) return r;
-  sk__op_identity(nt, first, tax);
-  sk__op_identity(ni, first + nt, iax);
+  sk__op_identity(ni, first, iax);
+  sk__op_identity(nt, first + ni, tax);
   int64_t oshape[SK_MAX_DIMS];
   int o = 0;
   for (int k = 0; k < nt; k++) {

@@ -923,23 +923,33 @@ Test(ops_rules, onehot_rank2_rejects) {
 
 /* ==== Gather ==================================================================================== */
 
-/* Table not cut along axis 0 ("column split"): the device matrix is the table's strategy
-   followed by the indices'; the output takes the indices' map at the axis position. */
+/* Table not cut along axis 0 ("column split"): master's NormalImpl (gather_info.cc,
+   NormalImpl::InferDevMatrixShape / InferTensorMap; master has no C++ test of Gather) puts the
+   indices' strategy first, then the table's: [2,2,1,4]; the table maps to the last two axes, the
+   indices to the first two, the output takes the indices' map at the axis position. The 2020
+   rule put the table first ([1,4,2,2]); the slices are the same. */
 Test(ops_rules, gather_column_split_indices_split) {
   sk_op_desc d = op(SK_OP_GATHER, "[64,32],[16,8]", "(1,4),(2,2)");
   d.params = 1;
   sk_op_plan p = plan_ok(&d, 16);
-  expect_dev_matrix(&p, "1,4,2,2");
-  expect_map(&p.in[0], "(3,2)", "table");
-  expect_map(&p.in[1], "(1,0)", "indices");
-  expect_map(&p.out[0], "(1,0,2)", "output");
+  expect_dev_matrix(&p, "2,2,1,4");
+  expect_map(&p.in[0], "(1,0)", "table");
+  expect_map(&p.in[1], "(3,2)", "indices");
+  expect_map(&p.out[0], "(3,2,0)", "output");
   expect_shape(&p.out[0], "16,8,32", "output");
   expect_slice(&p.in[0], "64,8", "table");
   expect_slice(&p.out[0], "8,4,8", "output");
   expect_none(&p.fwd, "forward");
-  /* the table is replicated over the indices' axes */
-  expect_comm(&p, &p.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1,2,3", "table Mirror");
+  /* the table is replicated over the indices' axes, the first two: strides 8 and 4 */
+  expect_comm(&p, &p.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,4,8,12", "table Mirror");
   expect_none(&p.mirror[1], "indices have no Mirror");
+  /* 8 devices, indices (2,1): no repeat, the size-1 entries kept in place */
+  sk_op_desc e = op(SK_OP_GATHER, "[64,32],[16,8]", "(1,4),(2,1)");
+  sk_op_plan q = plan_ok(&e, 8);
+  expect_dev_matrix(&q, "2,1,1,4");
+  expect_map(&q.in[0], "(1,0)", "table");
+  expect_map(&q.in[1], "(3,2)", "indices");
+  expect_map(&q.out[0], "(3,2,0)", "output");
 }
 
 /* Row split (axis 0 cut): indices whole; each device looks up its own rows; the output is a
