@@ -78,8 +78,8 @@ SK_EXTERN_C_BEGIN
 
 /* The operators, named as MindSpore's primitives (sk_op_kind_name / sk_op_kind_from_name). */
 typedef enum sk_op_kind {
-  SK_OP_MATMUL = 0,   /* x [B...,m,k] (or [..,k,m] with transpose_a), w [B...,k,n] (or [..,n,k]); layouts: 2-D */
-  SK_OP_BATCH_MATMUL, /* MatMul's rule (master's one MatMul class): batch dims first in the device matrix; they broadcast */
+  SK_OP_MATMUL = 0,   /* x [B..,m,k] (or [..,k,m] with transpose_a), w [B..,k,n] (or [..,n,k]); layouts: 2-D */
+  SK_OP_BATCH_MATMUL, /* MatMul's rule (master's one class): batch dims first in the device matrix; they broadcast */
   SK_OP_DENSE,        /* x [m,k], w [n,k], optional bias [n]: MatMul(transpose_b) + BiasAdd */
   SK_OP_RELU,         /* one input, element-wise */
   SK_OP_GELU,
@@ -98,7 +98,7 @@ typedef enum sk_op_kind {
   SK_OP_L2_NORMALIZE, /* axis (default 0) must not be split */
   SK_OP_LAYER_NORM,   /* x, gamma, beta; axis[0] = begin_norm_axis (default 1); outputs y, mean, variance */
   SK_OP_SOFTMAX_CE,   /* shardkit's fused loss: logits [B, C], labels [B, C] (or [B]): scalar mean loss */
-  SK_OP_SOFTMAX_CE_LOGITS, /* MindSpore's SoftmaxCrossEntropyWithLogits: logits, labels [B, ..., C]; outputs loss [B], dlogits */
+  SK_OP_SOFTMAX_CE_LOGITS, /* MindSpore's: logits, labels [B, ..., C]; outputs loss [B], dlogits */
   SK_OP_MAE_LOSS,          /* prediction, label of one shape: scalar mean |prediction - label| */
   SK_OP_REDUCE_SUM,        /* axis (none: all dims), keep_dims */
   SK_OP_REDUCE_MEAN,

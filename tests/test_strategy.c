@@ -372,7 +372,7 @@ Test(strategy, canonical_text) {
   OK(sk_strategy_format(&p, true, true, false, &a, E));
   OK(sk_strategy_format(&p, true, true, false, &b, E));
   cr_assert_str_eq(a, b);
-  const char *head = "{\n  \"format\": \"shardkit-strategy\",\n  \"version\": 2,\n  \"device_num\": 8,\n  \"stages\": 1,\n"
+  const char *head = "{\n  \"format\": \"shardkit-strategy\",\n  \"version\": 3,\n  \"device_num\": 8,\n  \"stages\": 1,\n"
                      "  \"hsdp\": null,\n  \"dataset_strategy\": \"data_parallel\",\n  \"operators\": [\n";
   cr_assert(!strncmp(a, head, strlen(head)), "%s", a);
   cr_assert_eq(a[strlen(a) - 1], '\n');
@@ -584,8 +584,8 @@ Test(strategy, empty_and_invalid_files) {
   BAD("expected the strategy object, got a list", sk_strategy_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-network\", \"version\": 1, \"device_num\": 8}");
   BAD("line 1: format: expected \"shardkit-strategy\"", sk_strategy_compile(&g, &d, &p, E));
-  write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 3, \"device_num\": 8}");
-  BAD("version: expected 1..2", sk_strategy_compile(&g, &d, &p, E));
+  write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 4, \"device_num\": 8}");
+  BAD("version: expected 1..3", sk_strategy_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 1, \"device_num\": 8}");
   BAD("dataset_strategy: expected \"data_parallel\", \"full_batch\" or a list", sk_strategy_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 1, \"device_num\": 8, \"dataset_strategy\": \"data_parallel\"}");
