@@ -46,7 +46,7 @@
    Binary operators broadcast both ways: shapes and strategies are aligned from the right,
    either input may have size-1 dims; where the two strategies differ on a dim that one input
    broadcasts, the device matrix takes the larger cut, and each input is mapped only where its
-   cut equals the device matrix's. BatchMatMul aligns its batch dims the same way.
+   cut equals the device matrix's. MatMul and BatchMatMul align their batch dims the same way.
 
    ERRORS: a strategy with the wrong number of tuples (desc.nstrategies) or a tuple of the wrong
    length (desc.strategy_len), a value below 1, a value that is not a power of two when the

@@ -1,9 +1,10 @@
 /* The rules that follow MindSpore master where shardkit followed the 2020 source (Gather's device
    matrix, Reshape's own strategy, MatMul with batch dims, SoftmaxCrossEntropyWithLogits), in a
    network that trains on 2, 4 and 8 device threads as on one (f64, every step's loss and every
-   parameter within 1e-12 relative), and the strategy files written before them: version 3
-   refuses an older file's entry for an operator whose rule changed, naming it; other older files
-   still load. The rules' own values are in tests/test_ops_rules.c and tests/ms_cases.txt. */
+   parameter within 1e-12 relative); N-D logits, which the rule takes and the kernel refuses (as
+   MindSpore's primitive does); and the strategy files written before them: version 3 refuses an
+   older file's entry for an operator whose rule changed, naming it; other older files still
+   load. The rules' own values are in tests/test_ops_rules.c and tests/ms_cases.txt. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -94,6 +95,43 @@ static void check_follow(const run *R, int N) {
 
 Test(ms_rules, reshape_without_strategy_follows_its_input, .timeout = RT_TIMEOUT) {
   each_device_count("a Reshape following its input", build_follow, check_follow, sgd(0.5), 3);
+}
+
+/* N-D logits: the rule answers as master's SoftmaxCrossEntropyWithLogitsInfo (a middle dim cut,
+   the loss [B] on dim 0's axis, no forward operator), but a loss [B] over the other positions
+   would then be a partial sum on each device, so the kernel takes 2-D logits only, as
+   MindSpore's primitive does ("dimension of logits" must be 2): a network with N-D logits is
+   refused at its first step, naming the kernel, never trained wrong. */
+Test(ms_rules, n_d_logits_are_the_rules_answer_not_a_trainable_loss) {
+  sk_op_desc d;
+  sk_op_plan p;
+  memset(&d, 0, sizeof d);
+  d.kind = SK_OP_SOFTMAX_CE_LOGITS, d.ninputs = 2, d.has_strategy = true;
+  for (int i = 0; i < 2; i++) {
+    d.ndims[i] = 3, d.shape[i][0] = 8, d.shape[i][1] = 4, d.shape[i][2] = 5;
+    d.strategy[i][0] = 2, d.strategy[i][1] = 4, d.strategy[i][2] = 1;
+  }
+  OK(sk_op_plan_make(&d, 8, &p, E));
+  cr_assert_eq(p.out[0].ndims, 1, "the loss is [B]");
+  cr_assert_eq(p.fwd.kind, SK_COLL_NONE);
+  static net n;
+  sk_graph_init(&n.g), n.nin = 0;
+  int x = add_input(&n, "x", SK_F32, 3, SH3(8, 4, 5), 0), lab = add_input(&n, "lab", SK_F32, 3, SH3(8, 4, 5), 0);
+  int ce = add_op(&n, OP("ce", SK_OP_SOFTMAX_CE_LOGITS, x, lab));
+  OK(sk_graph_set_loss(&n.g, add_op(&n, OP("loss", SK_OP_REDUCE_MEAN, ce)), E));
+  sk_train_desc td;
+  memset(&td, 0, sizeof td);
+  td.dtype = SK_F64, td.optim = sgd(0.1);
+  sk_trainer *t = NULL;
+  OK(sk_trainer_create(&n.g, &td, &t, E));
+  static double zeros[160];
+  OK(sk_trainer_feed(t, x, SK_F64, zeros, 160, E));
+  OK(sk_trainer_feed(t, lab, SK_F64, zeros, 160, E));
+  sk_error e;
+  cr_assert_eq(sk_trainer_step(t, NULL, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "sk_kern_softmax_ce_logits: logits have 3 dims (takes [B, C])"), "%s", e.msg);
+  sk_trainer_destroy(t);
+  sk_graph_free(&n.g);
 }
 
 /* ---- strategy files written before version 3 ------------------------------------------------- */
