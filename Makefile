@@ -2,7 +2,8 @@
 #   make            every tool, example and benchmark into build/ whose packages are installed; a
 #                   program that needs a missing one is skipped with a line naming it
 #   make test       make deps, then header checks, the Criterion suites (the MPI ones launch
-#                   mpirun.openmpi), and the tools', benchmarks', demo's and install tests
+#                   mpirun.openmpi), the tools', benchmarks', demo's and install tests, and
+#                   MindSpore's operator unit tests asked of sk-layout (tests/ms_cases.txt)
 #   make demo       make deps, then the MindSpore tutorial tables and the 8-card training demo
 #   make sanitize   the suites under ASan + UBSan;   make tsan   under ThreadSanitizer
 #   make test-clang the Criterion suites built with Clang (same warnings, -Werror) and run, plus a
@@ -275,6 +276,7 @@ test-run: check-headers $(BUILD)/tests/unit all $(MPI_DRIVER)
 	@sh tests/openmp_test.sh
 	@sh tests/fusion_test.sh
 	@sh tests/sim_test.sh
+	@sh tests/ms_cases_test.sh
 
 sanitize: $(BUILD)/san/unit $(MPI_DRIVER)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/san/unit $(CRITERION_ARGS)

@@ -10,16 +10,18 @@
      - the device matrix (a mesh): the strategy's dims, plus a repeat axis "rep" when the
        devices outnumber the strategy's product: on the RIGHT by default (MindSpore's default
        for operators), on the LEFT with desc.repeat_left (MindSpore's
-       repeated_num_in_dev_matrix_right=False) and always for Reshape, GetNext, VirtualDataset
-       and a Gather whose table is cut along its axis, as MindSpore builds those;
+       repeated_num_in_dev_matrix_right=False) and always for GetNext, VirtualDataset, a
+       Gather whose table is cut along its axis, as MindSpore builds those, and a Reshape that
+       follows its input (a Reshape's own strategy: on the right);
      - the layout of every input (rank 0: a scalar) and of every output;
      - fwd: the collective on output 0: MatMul with a split contraction dim leaves partial sums,
        summed by AllReduce along the contraction axes (or ReduceScatter when the output strategy
        asks for it); a reduction over a cut dim AllReduces (sum, or max; ReduceMean scales by
        1/group); the scalar losses sum their batch-split parts; Gather with a row-split table
        ReduceScatters (or AllReduces) along the row axis (AllReduces when the indices' rows are
-       cut too: MindSpore's "shard batch and axis"); Reshape gathers the cuts of the input dims
-       it cannot keep;
+       cut too: MindSpore's "shard batch and axis"); Reshape has none: MindSpore replaces it
+       by the redistribution from its input's layout to its output's, so its kernel reads the
+       input whole on the axes its output does not use (sk_op_kernel_layout);
      - bwd_in[i]: the collective on input i's gradient (MatMul's dx is partial along the axes
        that split the weight's output dim; a broadcast input's gradient along the axes that cut
        the dims it broadcasts);
@@ -44,7 +46,7 @@
    Binary operators broadcast both ways: shapes and strategies are aligned from the right,
    either input may have size-1 dims; where the two strategies differ on a dim that one input
    broadcasts, the device matrix takes the larger cut, and each input is mapped only where its
-   cut equals the device matrix's. BatchMatMul aligns its batch dims the same way.
+   cut equals the device matrix's. MatMul and BatchMatMul align their batch dims the same way.
 
    ERRORS: a strategy with the wrong number of tuples (desc.nstrategies) or a tuple of the wrong
    length (desc.strategy_len), a value below 1, a value that is not a power of two when the
@@ -76,8 +78,8 @@ SK_EXTERN_C_BEGIN
 
 /* The operators, named as MindSpore's primitives (sk_op_kind_name / sk_op_kind_from_name). */
 typedef enum sk_op_kind {
-  SK_OP_MATMUL = 0,   /* x [m,k] (or [k,m] with transpose_a), w [k,n] (or [n,k]) */
-  SK_OP_BATCH_MATMUL, /* x [B...,m,k], w [B...,k,n]: batch dims first in the device matrix; they broadcast */
+  SK_OP_MATMUL = 0,   /* x [B..,m,k] (or [..,k,m] with transpose_a), w [B..,k,n] (or [..,n,k]); layouts: 2-D */
+  SK_OP_BATCH_MATMUL, /* MatMul's rule (master's one class): batch dims first in the device matrix; they broadcast */
   SK_OP_DENSE,        /* x [m,k], w [n,k], optional bias [n]: MatMul(transpose_b) + BiasAdd */
   SK_OP_RELU,         /* one input, element-wise */
   SK_OP_GELU,
@@ -96,7 +98,7 @@ typedef enum sk_op_kind {
   SK_OP_L2_NORMALIZE, /* axis (default 0) must not be split */
   SK_OP_LAYER_NORM,   /* x, gamma, beta; axis[0] = begin_norm_axis (default 1); outputs y, mean, variance */
   SK_OP_SOFTMAX_CE,   /* shardkit's fused loss: logits [B, C], labels [B, C] (or [B]): scalar mean loss */
-  SK_OP_SOFTMAX_CE_LOGITS, /* MindSpore's SoftmaxCrossEntropyWithLogits: outputs loss [B], dlogits [B, C] */
+  SK_OP_SOFTMAX_CE_LOGITS, /* MindSpore's: logits, labels [B, ..., C]; outputs loss [B], dlogits */
   SK_OP_MAE_LOSS,          /* prediction, label of one shape: scalar mean |prediction - label| */
   SK_OP_REDUCE_SUM,        /* axis (none: all dims), keep_dims */
   SK_OP_REDUCE_MEAN,
@@ -149,6 +151,10 @@ typedef struct sk_op_desc {
   int out_ndims[SK_OP_MAX_OUTPUTS];
   int64_t out_shape[SK_OP_MAX_OUTPUTS][SK_MAX_DIMS];
   bool repeat_left; /* repeated_num_in_dev_matrix_right=False: the repeat axis goes on the left */
+  /* Reshape without a strategy in a network: strategy[0] holds the cut its input arrives with,
+     which the compiler sets (MindSpore gives such a Reshape its producer's layout); has_strategy
+     stays false, as the strategy is not the operator's own. */
+  bool follows_input;
   bool full_batch;  /* GetNext / VirtualDataset: every device reads the whole batch */
 } sk_op_desc;
 
@@ -173,6 +179,11 @@ typedef struct sk_op_plan {
 } sk_op_plan;
 
 SK_API sk_result sk_op_plan_make(const sk_op_desc *desc, int ndevices, sk_op_plan *plan, sk_error *err);
+/* The layout an operator's kernel reads input k in: plan->in[k], except for an operator MindSpore
+   replaces by the redistribution from its input's layout to its output's (its row has
+   SK_OPF_REDISTRIBUTES: Reshape), whose kernel reads input k whole on the mesh axes output 0
+   does not use. */
+SK_API sk_result sk_op_kernel_layout(sk_op_kind kind, const sk_op_plan *plan, int k, sk_layout *out, sk_error *err);
 /* The plan as text (mesh, layouts, collectives with their groups); snprintf convention. */
 SK_API size_t sk_op_plan_format(const sk_op_plan *plan, char *buf, size_t cap);
 /* MindSpore's primitive name ("MatMul", "SoftmaxCrossEntropyWithLogits", ...). */
@@ -391,24 +402,26 @@ static sk_result sk__op_matmul_layouts(const sk_op_desc *d, int ndevices, sk_op_
   return SK_OK;
 }
 
-/* BatchMatMul's batch dims, aligned from the right as numpy broadcasts them (either input may
+/* The batch dims of MatMul and BatchMatMul, aligned from the right as numpy broadcasts them (either input may
    have fewer, or size-1 ones): per position the device matrix takes the cut both agree on, or
    the larger where one input broadcasts, and an input is mapped there only where its cut is
    the device matrix's (as for Add). bax/baw get x's / w's batch axes, bshape the output's. */
 static sk_result sk__bmm_batch(const sk_op_desc *d, const int *sx, const int *sw, int nb, int *dev, int *bax, int *baw,
                                int64_t *bshape, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
   int px = nb - (d->ndims[0] - 2), pw = nb - (d->ndims[1] - 2);
   for (int i = 0; i < nb; i++) {
     int64_t hx = i < px ? 1 : d->shape[0][i - px], hw = i < pw ? 1 : d->shape[1][i - pw];
     int cx = i < px ? 1 : sx[i - px], cw = i < pw ? 1 : sw[i - pw];
     if (hx != hw && hx != 1 && hw != 1)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BatchMatMul: batch dims %lld (x) and %lld (w) do not broadcast",
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: batch dims %lld (x) and %lld (w) do not broadcast", name,
                       (long long)hx, (long long)hw);
     if (cx != cw && hx != 1 && hw != 1)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BatchMatMul: batch dim %d is cut %d ways in x but %d in w", i - px, cx,
-                      cw);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: batch dim %d is cut %d ways in x but %d in w", name, i - px,
+                      cx, cw);
     if ((hx == 1 && cx != 1) || (hw == 1 && cw != 1))
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BatchMatMul: a size-1 batch dim is cut %d ways", hx == 1 ? cx : cw);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: a size-1 batch dim is cut %d ways", name,
+                      hx == 1 ? cx : cw);
     dev[i] = cx == cw ? cx : cx * cw;
     bshape[i] = hx > hw ? hx : hw;
     if (i >= px) bax[i - px] = cx == dev[i] ? i : -1;
@@ -429,7 +442,10 @@ static sk_result sk__matmul_output(const sk_op_desc *d, int nb, int first, const
     p->fwd = sk__opc(SK_COLL_ALLREDUCE, kaxes, 1);
     return sk__op_layout(&p->out[0], &p->mesh, nb + 2, oshape, ao, "output", err);
   }
-  if (nb > 0 || d->out_strategy[0] != dev[nb] * dev[nb + 1] || d->out_strategy[1] != dev[nb + 2])
+  if (nb > 0) /* MatMul::CheckOutputStrategy: "must be 2 if set output strategy" */
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: an output strategy needs 2-D x and w, got batch dims",
+                    sk_op_kind_name(d->kind));
+  if (d->out_strategy[0] != dev[nb] * dev[nb + 1] || d->out_strategy[1] != dev[nb + 2])
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul: out_strategy must be (%d, %d) = (a*b, c) to ask for a "
                     "ReduceScatter output", dev[nb] * dev[nb + 1], dev[nb + 2]);
   sk_dim_map om[2];
@@ -442,8 +458,9 @@ static sk_result sk__matmul_output(const sk_op_desc *d, int nb, int first, const
   return SK_OK;
 }
 
-/* Which of MatMul, BatchMatMul and Dense the shared rule below plans. */
-typedef enum sk__op_mm_form { SK__MM_PLAIN, SK__MM_BATCH, SK__MM_DENSE } sk__op_mm_form;
+/* Which form the shared rule below plans: MindSpore's MatMul class, which MatMul and BatchMatMul
+   share on master (matmul_info.h: any rank >= 2, batch dims broadcast), or Dense (2-D x). */
+typedef enum sk__op_mm_form { SK__MM_MATMUL, SK__MM_DENSE } sk__op_mm_form;
 
 /* MatMul / BatchMatMul / Dense from a strategy: device matrix [batch..., a, b, c], b contracted.
    x is [batch..., m, k] (or [.., k, m] with transpose_a), w [batch..., k, n] (or [.., n, k]
@@ -451,7 +468,7 @@ typedef enum sk__op_mm_form { SK__MM_PLAIN, SK__MM_BATCH, SK__MM_DENSE } sk__op_
 static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form form, sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   int nx = d->ndims[0], nw = d->ndims[1];
-  bool batch = form == SK__MM_BATCH, tb = d->transpose_b || form == SK__MM_DENSE;
+  bool batch = form == SK__MM_MATMUL, tb = d->transpose_b || form == SK__MM_DENSE;
   if (d->ninputs != (form == SK__MM_DENSE ? d->ninputs : 2) || nx < 2 || nw < 2 || (!batch && (nx != 2 || nw != 2)))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: needs two inputs of %s dims (got %d and %d)", name,
                     batch ? ">= 2" : "2", nx, nw);
@@ -465,7 +482,7 @@ static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form
   for (int i = 0; i < nx; i++) sx[i] = d->has_strategy ? d->strategy[0][i] : 1;
   for (int i = 0; i < nw; i++) sw[i] = d->has_strategy ? d->strategy[1][i] : 1;
   if (!d->has_strategy) sx[nx > 2 ? 0 : xm] = ndevices; /* data parallel: the batch (or rows) */
-  int wb = nw - nx; /* BatchMatMul: w's dim aligned with x's batch dim 0 (from the right), cut alike */
+  int wb = nw - nx; /* w's dim aligned with x's batch dim 0 (from the right), cut alike */
   if (!d->has_strategy && batch && nx > 2 && wb >= 0 && wb < nw - 2 && d->shape[1][wb] > 1) sw[wb] = ndevices;
   if (sx[xk] != sw[wk])
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the contraction dim is cut %d ways in x but %d in w", name, sx[xk],
@@ -621,7 +638,7 @@ typedef enum sk__op_batch_out {
   SK__OUT_SAME,      /* the output is input 0 */
   SK__OUT_FLAT,      /* [N, prod(...)] */
   SK__OUT_SCALAR,    /* a scalar loss, summed over the devices that cut the inputs */
-  SK__OUT_PER_SAMPLE /* a loss per sample [B...], and the logits' gradient */
+  SK__OUT_PER_SAMPLE /* a loss per sample [B], and the logits' gradient */
 } sk__op_batch_out;
 
 typedef struct sk__op_batch_form {
@@ -686,8 +703,10 @@ static sk_result sk__op_batch_outputs(const sk_op_desc *d, sk__op_batch_out out,
     r = sk__op_layout(&p->out[0], &p->mesh, 1, &one, ao, "output", err);
     p->fwd = sk__opc(SK_COLL_ALLREDUCE, sk__real_axes(&p->mesh, sk_layout_used_axes(&p->in[0])), 1);
   } else if (out == SK__OUT_PER_SAMPLE) {
-    /* per-sample loss [B...] (the class dim dropped) and the logits' gradient */
-    r = sk__op_layout(&p->out[0], &p->mesh, n0 - 1, d->shape[0], ax, "output 0 (loss)", err);
+    /* the loss [B], the logits' dim 0 (MindSpore's infer: loss_shape = {logits_shp[0]}), takes
+       dim 0's axis (master's InferTensorMap: {tensor_map_index[0]}); output 1, the logits'
+       gradient, the logits' layout */
+    r = sk__op_layout(&p->out[0], &p->mesh, 1, d->shape[0], ax, "output 0 (loss)", err);
     p->out[1] = p->in[0], p->noutputs = 2;
   } else {
     p->out[0] = p->in[0];
@@ -697,7 +716,7 @@ static sk_result sk__op_batch_outputs(const sk_op_desc *d, sk__op_batch_out out,
 
 /* BiasAdd, Flatten, SoftmaxCrossEntropy (fused), SoftmaxCrossEntropyWithLogits, MAELoss: the
    device matrix is input 0's strategy; input 1 aligns with it from the right. Flatten and the
-   softmax losses keep every dim but the batch whole. */
+   fused loss keep every dim but the batch whole. */
 static sk_result sk__op_batch_rule(const sk_op_desc *d, int ndevices, sk__op_batch_form form, sk_op_plan *p,
                                    sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
@@ -724,7 +743,7 @@ static sk_result sk__op_batch_rule(const sk_op_desc *d, int ndevices, sk__op_bat
 static const sk__op_batch_form sk__op_bias_add_form = {2, false, SK__ALIGN_BIAS, SK__OUT_SAME},
                                sk__op_flatten_form = {1, true, SK__ALIGN_RIGHT, SK__OUT_FLAT},
                                sk__op_softmax_ce_form = {2, true, SK__ALIGN_LABELS, SK__OUT_SCALAR},
-                               sk__op_softmax_ce_logits_form = {2, true, SK__ALIGN_RIGHT, SK__OUT_PER_SAMPLE},
+                               sk__op_softmax_ce_logits_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_PER_SAMPLE},
                                sk__op_mae_loss_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_SCALAR};
 
 static sk_result sk__op_rule_bias_add(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
@@ -736,7 +755,19 @@ static sk_result sk__op_rule_flatten(const sk_op_desc *d, int ndevices, sk_op_pl
 static sk_result sk__op_rule_softmax_ce(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   return sk__op_batch_rule(d, ndevices, sk__op_softmax_ce_form, p, err);
 }
+/* SoftmaxCrossEntropyWithLogits as master's SoftmaxCrossEntropyWithLogitsInfo (loss_info.cc): any
+   rank, both strategies equal, the class axis (the last) whole, every other dim may be cut; the
+   device matrix is the logits' strategy. The loss [B] keeps only dim 0's axis and there is no
+   forward communication. shardkit's kernel, as MindSpore's primitive, takes 2-D logits: there
+   the loss is per sample; an N-D plan answers MindSpore's rule (sk-layout). */
 static sk_result sk__op_rule_softmax_ce_logits(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  int n = d->ndims[0];
+  if (d->ninputs == 2 && n < 2)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "SoftmaxCrossEntropyWithLogits: takes logits [B, ..., C] of rank >= 2, "
+                    "got rank %d", n);
+  if (d->ninputs == 2 && d->has_strategy && d->strategy[0][n - 1] != 1)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "SoftmaxCrossEntropyWithLogits: input 0 dim %d is cut %d ways, but it is "
+                    "the class axis and must be whole (strategy 1)", n - 1, d->strategy[0][n - 1]);
   return sk__op_batch_rule(d, ndevices, sk__op_softmax_ce_logits_form, p, err);
 }
 static sk_result sk__op_rule_mae_loss(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
@@ -864,8 +895,8 @@ static sk_result sk__op_rule_transpose(const sk_op_desc *d, int ndevices, sk_op_
 }
 
 /* A device matrix of the strategy's cuts larger than 1 only, with the repeat axis on the left
-   (how MindSpore builds the matrices of Reshape and the dataset operators); axes[k] gets the axis
-   of dim k, -1 where its cut is 1. */
+   (how the 2020 source built Reshape's matrix, which a Reshape following its input keeps);
+   axes[k] gets the axis of dim k, -1 where its cut is 1. */
 static sk_result sk__op_mesh_of_cuts(const int *s, int n, int ndevices, sk_mesh *mesh, int *axes, sk_error *err) {
   int cuts[SK_MAX_DIMS] = {0}, ncuts = 0, first = 0;
   for (int k = 0; k < n; k++)
@@ -890,22 +921,30 @@ static int sk__reshape_dim(const sk_op_desc *d, int k, int cut) {
   return -1;
 }
 
-/* Reshape: the input keeps the strategy's cuts; each cut carries over to the output dim that
-   starts where its input dim starts (MindSpore's unit test: [32,512,7,7] by (4,1,1,1) to
-   [32,25088] by (4,1)); the cuts that cannot carry over are gathered first (the redistribution
-   MindSpore puts in place of the reshape). */
-static sk_result sk__op_rule_reshape(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Reshape: takes 1 input, got %d", d->ninputs);
-  if (d->noutputs != 1 || d->out_ndims[0] < 1 || d->out_ndims[0] > SK_MAX_DIMS)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Reshape: needs the target shape (1..%d dims)", SK_MAX_DIMS);
-  int n = d->ndims[0], no = d->out_ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0};
-  long long in_elems = 1, out_elems = 1;
-  for (int k = 0; k < n; k++) in_elems *= d->shape[0][k];
-  for (int k = 0; k < no; k++) out_elems *= d->out_shape[0][k];
-  if (in_elems != out_elems)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Reshape: the input has %lld elements but the target shape %lld", in_elems,
-                    out_elems);
-  sk__op_strategy_of(d, 0, ndevices, s);
+/* Reshape from its own strategy, as master's ReshapeInfo (reshape_info.cc): the device matrix is
+   the strategy as written, size-1 entries kept (InferDevMatrixShape), the repeat on the right
+   (InitWithAutoRepeatCalc; on the left under repeat_left); the input takes the strategy's cuts
+   (identity map) and the output is whole (InferTensorMap: MAP_NONE). MindSpore replaces the
+   operator by the redistribution from the one to the other (ComputeReplaceOp), no forward
+   operator: every device's kernel reads the whole input and writes the whole output. */
+static sk_result sk__op_reshape_own(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  int n = d->ndims[0], first = 0, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS];
+  sk_result r = sk__op_mesh(d->strategy[0], n, ndevices, d->repeat_left, &p->mesh, &first, err);
+  if (r != SK_OK) return r;
+  sk__op_identity(n, first, ax);
+  for (int j = 0; j < d->out_ndims[0]; j++) oax[j] = -1;
+  if ((r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0", err)) != SK_OK) return r;
+  return sk__op_layout(&p->out[0], &p->mesh, d->out_ndims[0], d->out_shape[0], oax, "output", err);
+}
+
+/* Reshape without a strategy of its own: the cut its input arrives with (desc.follows_input: the
+   compiler's, as MindSpore gives a network's Reshape its producer's layout and redistributes
+   through the reshape) or, alone, data parallel. Each cut carries over to the output dim that
+   starts where its input dim starts ([32,512,7,7] cut (4,1,1,1) to [32,25088] cut (4,1)); the
+   kernel reads the cuts that cannot carry over whole (SK_OPF_REDISTRIBUTES). */
+static sk_result sk__op_reshape_follow(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  int n = d->ndims[0], no = d->out_ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS];
+  for (int k = 0; k < n; k++) s[k] = d->follows_input ? d->strategy[0][k] : k == 0 ? ndevices : 1;
   sk_result r = sk__op_mesh_of_cuts(s, n, ndevices, &p->mesh, ax, err);
   if (r != SK_OK) return r;
   for (int j = 0; j < no; j++) oax[j] = -1;
@@ -913,12 +952,26 @@ static sk_result sk__op_rule_reshape(const sk_op_desc *d, int ndevices, sk_op_pl
     int j = s[k] > 1 ? sk__reshape_dim(d, k, s[k]) : -1;
     if (j >= 0) oax[j] = ax[k];
   }
-  p->ninputs = 1;
   if ((r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0", err)) != SK_OK) return r;
-  if ((r = sk__op_layout(&p->out[0], &p->mesh, no, d->out_shape[0], oax, "output", err)) != SK_OK) return r;
-  sk__op_no_comm(p);
-  uint32_t gather = sk_layout_used_axes(&p->in[0]) & ~sk_layout_used_axes(&p->out[0]);
-  p->fwd = sk__opc(SK_COLL_ALLGATHER, sk__real_axes(&p->mesh, gather), 1);
+  return sk__op_layout(&p->out[0], &p->mesh, no, d->out_shape[0], oax, "output", err);
+}
+
+/* Reshape: one input and a target shape of as many elements; planned from its own strategy
+   (master's unit tests) or following its input (a network's Reshape without one). */
+static sk_result sk__op_rule_reshape(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Reshape: takes 1 input, got %d", d->ninputs);
+  if (d->noutputs != 1 || d->out_ndims[0] < 1 || d->out_ndims[0] > SK_MAX_DIMS)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Reshape: needs the target shape (1..%d dims)", SK_MAX_DIMS);
+  long long in_elems = 1, out_elems = 1;
+  for (int k = 0; k < d->ndims[0]; k++) in_elems *= d->shape[0][k];
+  for (int k = 0; k < d->out_ndims[0]; k++) out_elems *= d->out_shape[0][k];
+  if (in_elems != out_elems)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Reshape: the input has %lld elements but the target shape %lld", in_elems,
+                    out_elems);
+  sk_result r = d->has_strategy ? sk__op_reshape_own(d, ndevices, p, err) : sk__op_reshape_follow(d, ndevices, p, err);
+  if (r != SK_OK) return r;
+  p->ninputs = 1;
+  sk__op_no_comm(p); /* MindSpore's ReshapeInfo::InferForwardCommunication: none */
   sk__op_grads(d, p);
   return SK_OK;
 }
@@ -1110,9 +1163,10 @@ static sk_result sk__op_rule_one_hot(const sk_op_desc *d, int ndevices, sk_op_pl
   return SK_OK;
 }
 
-/* Gather with the table whole along axis: the device matrix is the table's strategy followed by
-   the indices'; the output (table dims before axis, the indices' dims, table dims after) keeps
-   every cut. No communication; the table's Mirror sums over the axes that cut the indices. */
+/* Gather with the table whole along axis (master's NormalImpl, gather_info.cc): the device matrix
+   is the indices' strategy followed by the table's; the output (table dims before axis, the
+   indices' dims, table dims after) keeps every cut. No communication; the table's Mirror sums
+   over the axes that cut the indices. */
 static sk_result sk__op_gather_columns(const sk_op_desc *d, int ndevices, int axis, const int *st, const int *si,
                                        sk_op_plan *p, sk_error *err) {
   int nt = d->ndims[0], ni = d->ndims[1], dev[SK_MAX_AXES] = {0}, tax[SK_MAX_DIMS] = {0}, iax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
@@ -1120,12 +1174,12 @@ static sk_result sk__op_gather_columns(const sk_op_desc *d, int ndevices, int ax
   if (nt + ni > SK_MAX_AXES || no > SK_MAX_DIMS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Gather: table and indices have %d dims together; at most %d", nt + ni,
                     SK_MAX_AXES);
-  for (int k = 0; k < nt; k++) dev[k] = st[k];
-  for (int k = 0; k < ni; k++) dev[nt + k] = si[k];
+  for (int k = 0; k < ni; k++) dev[k] = si[k];
+  for (int k = 0; k < nt; k++) dev[ni + k] = st[k];
   sk_result r = sk__op_mesh(dev, nt + ni, ndevices, d->repeat_left, &p->mesh, &first, err);
   if (r != SK_OK) return r;
-  sk__op_identity(nt, first, tax);
-  sk__op_identity(ni, first + nt, iax);
+  sk__op_identity(ni, first, iax);
+  sk__op_identity(nt, first + ni, tax);
   int64_t oshape[SK_MAX_DIMS];
   int o = 0;
   for (int k = 0; k < nt; k++) {
@@ -1240,11 +1294,28 @@ static sk_result sk__op_dataset_mesh(const int *s, int n, int ndevices, sk_mesh 
   return r;
 }
 
-/* GetNext: no inputs and no strategy; every output's batch dim is cut by every device (none
-   under full_batch: the devices become the repeat axis). */
+/* GetNext's strategy: empty tuples only, as many as written (MindSpore's GetNextInfo::CheckStrategy
+   reads each tuple and never counts them: () and ((),()) both pass). A desc holds the lengths of
+   SK_OP_MAX_INPUTS tuples at most. */
+static sk_result sk__op_get_next_strategy(const sk_op_desc *d, sk_error *err) {
+  if (!d->has_strategy) return SK_OK;
+  if (d->nstrategies > SK_OP_MAX_INPUTS)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: strategy has %d tuples; a desc holds at most %d",
+                    d->nstrategies, SK_OP_MAX_INPUTS);
+  for (int i = 0; i < d->nstrategies; i++)
+    if (d->strategy_len[i] != 0)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: tuple %d has %d entr%s; its strategy takes empty tuples "
+                      "only (the dataset strategy cuts its outputs)", i, d->strategy_len[i],
+                      d->strategy_len[i] == 1 ? "y" : "ies");
+  return SK_OK;
+}
+
+/* GetNext: no inputs, and a strategy of empty tuples or none; every output's batch dim is cut by
+   every device (none under full_batch: the devices become the repeat axis). */
 static sk_result sk__op_rule_get_next(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: takes no inputs, got %d", d->ninputs);
-  if (d->has_strategy && d->nstrategies > 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: takes no strategy");
+  sk_result r = sk__op_get_next_strategy(d, err);
+  if (r != SK_OK) return r;
   if (d->noutputs < 1 || d->noutputs > SK_OP_MAX_OUTPUTS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "GetNext: needs 1..%d output shapes, got %d", SK_OP_MAX_OUTPUTS, d->noutputs);
   int rank = 1, s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0};
@@ -1255,8 +1326,7 @@ static sk_result sk__op_rule_get_next(const sk_op_desc *d, int ndevices, sk_op_p
     if (d->out_ndims[o] > rank) rank = d->out_ndims[o];
   }
   for (int k = 0; k < rank; k++) s[k] = k == 0 && !d->full_batch ? ndevices : 1;
-  sk_result r = sk__op_dataset_mesh(s, rank, ndevices, &p->mesh, ax, err);
-  if (r != SK_OK) return r;
+  if ((r = sk__op_dataset_mesh(s, rank, ndevices, &p->mesh, ax, err)) != SK_OK) return r;
   p->ninputs = 0, p->noutputs = d->noutputs;
   for (int o = 0; o < d->noutputs; o++) {
     char what[32];
@@ -1322,11 +1392,11 @@ static sk_result sk__op_rule_virtual_dataset(const sk_op_desc *d, int ndevices, 
 /* MatMul from a strategy or from layouts; BatchMatMul and Dense from a strategy. */
 static sk_result sk__op_rule_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->has_layouts) return sk__op_matmul_layouts(d, ndevices, p, err);
-  return sk__op_matmul_family(d, ndevices, SK__MM_PLAIN, p, err);
+  return sk__op_matmul_family(d, ndevices, SK__MM_MATMUL, p, err);
 }
 
 static sk_result sk__op_rule_batch_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  return sk__op_matmul_family(d, ndevices, SK__MM_BATCH, p, err);
+  return sk__op_matmul_family(d, ndevices, SK__MM_MATMUL, p, err);
 }
 
 static sk_result sk__op_rule_dense(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
@@ -1354,7 +1424,9 @@ static sk_result sk__op_check_desc(const sk_op_desc *d, int ndevices, sk_error *
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.noutputs = %d; allowed 0..%d", d->noutputs, SK_OP_MAX_OUTPUTS);
   if (d->naxis < 0 || d->naxis > SK_MAX_DIMS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.naxis = %d; allowed 0..%d", d->naxis, SK_MAX_DIMS);
-  if (d->has_strategy) return sk__op_check_strategy_form(d, ndevices, err);
+  /* a source reads no tensor: there are no inputs to count tuples against, and its rule checks
+     its tuples itself (GetNext's are empty, any number of them) */
+  if (d->has_strategy && !(row->flags & SK_OPF_SOURCE)) return sk__op_check_strategy_form(d, ndevices, err);
   return SK_OK;
 }
 
@@ -1377,6 +1449,22 @@ SK_API sk_result sk_op_plan_make(const sk_op_desc *d, int ndevices, sk_op_plan *
   if (p.noutputs == 0) p.noutputs = 1;
   *plan = p;
   return SK_OK;
+}
+
+SK_API sk_result sk_op_kernel_layout(sk_op_kind kind, const sk_op_plan *plan, int k, sk_layout *out, sk_error *err) {
+  const sk_op_row *row = sk_op_row_of(kind);
+  if (!row || !plan || !out || k < 0 || k >= plan->ninputs)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "kernel layout: no kind %d, plan or input %d", (int)kind, k);
+  const sk_layout *l = &plan->in[k];
+  *out = *l;
+  if (!(row->flags & SK_OPF_REDISTRIBUTES) || l->ndims == 0) return SK_OK;
+  uint32_t whole = sk_layout_used_axes(l) & ~sk_layout_used_axes(&plan->out[0]);
+  sk_dim_map map[SK_MAX_DIMS];
+  memset(map, 0, sizeof map);
+  for (int d = 0; d < l->ndims; d++)
+    for (int j = 0; j < l->map[d].naxes; j++)
+      if (!(whole & (1u << l->map[d].axes[j]))) map[d].axes[map[d].naxes++] = l->map[d].axes[j];
+  return sk_layout_init(out, &l->mesh, l->ndims, l->shape, map, err);
 }
 
 static size_t sk__op_comm_format(const sk_mesh *m, const char *what, const sk_op_comm *c, char *buf, size_t cap) {

@@ -70,7 +70,10 @@ typedef enum sk_op_flag {
   SK_OPF_PASSTHROUGH = 1u << 4,  /* output k is input k (its gradient too) */
   SK_OPF_BATCH_SHAPES = 1u << 5, /* its target shapes hold the batch: micro-batches cut dim 0 */
   SK_OPF_FOLLOWS_INPUT = 1u << 6, /* without a strategy it keeps the cut its input arrives with */
-  SK_OPF_PERMUTES = 1u << 7      /* reads perm over its input's whole rank */
+  SK_OPF_PERMUTES = 1u << 7,     /* reads perm over its input's whole rank */
+  /* MindSpore replaces it by the redistribution from its input's layout to its output's: its
+     kernel reads the input whole on the axes its output does not use (sk_op_kernel_layout) */
+  SK_OPF_REDISTRIBUTES = 1u << 8
 } sk_op_flag;
 
 typedef enum sk_op_dtype_rule {
@@ -159,7 +162,7 @@ SK_EXTERN_C_BEGIN
    (sk_optable_space.h). */
 #define SK__OP_TABLE(X)                                                                                                \
   X(MATMUL, "MatMul", "", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS | SK_OPF_LAYOUTS, INPUT0, matmul, none,       \
-    matmul, matmul, matmul)                                                                                            \
+    batch_matmul, matmul, matmul)                                                                                      \
   X(BATCH_MATMUL, "BatchMatMul", "", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS, INPUT0, batch_matmul, none,       \
     batch_matmul, matmul, matmul)                                                                                      \
   X(DENSE, "Dense", "", 2, 3, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS, INPUT0, dense, dense, dense, matmul, dense)    \
@@ -206,8 +209,8 @@ SK_EXTERN_C_BEGIN
   X(FLATTEN, "Flatten", "", 1, 1, 0, 0, 0, SK__OP_ALL_IN, 0, INPUT0, flatten, none, copy, per_output, reshaping)       \
   X(TRANSPOSE, "Transpose", "", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_PERMUTES, INPUT0, transpose, none, transpose,     \
     per_output, reshaping)                                                                                             \
-  X(RESHAPE, "Reshape", "", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_BATCH_SHAPES | SK_OPF_FOLLOWS_INPUT, INPUT0, reshape,  \
-    none, copy, per_output, reshaping)                                                                                 \
+  X(RESHAPE, "Reshape", "", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_BATCH_SHAPES | SK_OPF_FOLLOWS_INPUT |                  \
+    SK_OPF_REDISTRIBUTES, INPUT0, reshape, none, copy, per_output, none)                                               \
   X(EXPAND_DIMS, "ExpandDims", "", 1, 1, 0, 0, 0, SK__OP_ALL_IN, 0, INPUT0, expand_dims, none, copy, per_output,       \
     reshaping)                                                                                                         \
   X(ONE_HOT, "OneHot", "", 1, 1, 2, 1, SK__OP_IN(0), 0, 0, ATTR, one_hot, one_hot, one_hot, per_output, one_hot)       \

@@ -145,20 +145,8 @@ static sk_result sk__opk_facts_dense(const sk_op_desc *d, const sk_op_plan *p, c
       const sk__opk_arg *out, void *const *dx, sk_error *err
 #define SK__OPK_UNUSED (void)ctx, (void)op, (void)f
 
-static sk_result sk__opk_fwd_matmul(SK__OPK_FWD_ARGS) {
-  (void)f;
-  const sk__opk_arg *x = &in[0], *w = &in[1];
-  return sk_kern_matmul(ctx, x->dtype, op->desc.transpose_a, op->desc.transpose_b, x->ndims, x->shape, x->data,
-                        w->ndims, w->shape, w->data, out[0].data, err);
-}
-
-static sk_result sk__opk_bwd_matmul(SK__OPK_BWD_ARGS) {
-  (void)f;
-  const sk__opk_arg *x = &in[0], *w = &in[1];
-  return sk_kern_matmul_bwd(ctx, x->dtype, op->desc.transpose_a, op->desc.transpose_b, x->ndims, x->shape, x->data,
-                            w->ndims, w->shape, w->data, out[0].grad, dx[0], dx[1], err);
-}
-
+/* MatMul and BatchMatMul: one kernel, as they are one rule (batch dims broadcast; 2-D is the
+   plain product). */
 static sk_result sk__opk_fwd_batch_matmul(SK__OPK_FWD_ARGS) {
   (void)f;
   const sk__opk_arg *x = &in[0], *w = &in[1];

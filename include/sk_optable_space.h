@@ -6,12 +6,14 @@
      element-wise operators       the output's dims, every input aligned from the right (a dim of
                                   size 1 against a larger one broadcasts: cut 1); PReLU's w [C]
                                   takes x's dim 1
-     operators that reshape       input 0's dims (the reductions, the losses, Flatten, Reshape,
+     operators that reshape       input 0's dims (the reductions, the losses, Flatten,
                                   Transpose, ExpandDims; an element-wise operator whose output
                                   has fewer dims than its input); sparse labels [B] take the batch
      OneHot                       the output's dims (its indices' tuple is written over them)
      Gather                       the table's dims, then the indices', independent
      GetNext, VirtualDataset      none: they keep their default
+     Reshape                      none: it follows its input's cut, as MindSpore's does in a
+                                  network (its own strategy would leave its output whole)
 
    Part of sk_optable.h's implementation (it includes this file): include sk_optable.h.
    License: MIT. */

@@ -189,8 +189,8 @@ typedef struct sk_parallel_op {
   sk_op_desc desc;    /* as planned: shapes, and the strategy it used */
   sk_op_plan plan;    /* sk_ops.h's layouts and collectives */
   bool fell_back;     /* its strategy needed more devices: data parallel replaced it */
-  /* The layout the operator's kernel reads input k in: plan.in[k], except that the axes of a
-     forward AllGather (Reshape's) are whole. */
+  /* The layout the operator's kernel reads input k in (sk_op_kernel_layout): plan.in[k], except
+     that Reshape's kernel reads it whole on the axes its output does not use. */
   sk_layout kernel_in[SK_OP_MAX_INPUTS];
   bool moved[SK_OP_MAX_INPUTS]; /* input k is read in another layout than its tensor's */
   int replication[SK_OP_MAX_INPUTS]; /* parameters: the Mirror's divisor (see docs) */
@@ -378,7 +378,7 @@ static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, bool input_placed, 
   bool follows = (sk_op_row_of(po->desc.kind)->flags & SK_OPF_FOLLOWS_INPUT) != 0;
   if (follows && !po->desc.has_strategy && !po->desc.has_layouts && input_placed) {
     const sk_layout *in = &p->tensors[g->ops[o].inputs[0]].layout; /* the cut its producer left */
-    po->desc.has_strategy = true;
+    po->desc.follows_input = true; /* not a strategy of its own: has_strategy stays false */
     for (int d = 0; d < in->ndims; d++) po->desc.strategy[0][d] = sk_layout_split_count(in, d);
   }
   int n = p->desc.ndevices;
@@ -397,20 +397,6 @@ static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, bool input_placed, 
   r = sk_op_plan_make(&po->desc, n, &po->plan, &e);
   if (r) return sk__fail(err, r, "operator '%s': %s", g->ops[o].name, e.msg);
   return SK_OK;
-}
-
-/* The layout input k's kernel reads: plan.in[k] with a forward AllGather's axes made whole. */
-static sk_result sk__par_kernel_layout(const sk_op_plan *p, int k, sk_layout *out, sk_error *err) {
-  const sk_layout *l = &p->in[k];
-  *out = *l;
-  if (p->fwd.kind != SK_COLL_ALLGATHER || l->ndims == 0) return SK_OK;
-  sk_dim_map map[SK_MAX_DIMS];
-  for (int d = 0; d < l->ndims; d++) {
-    map[d].naxes = 0;
-    for (int j = 0; j < l->map[d].naxes; j++)
-      if (!(p->fwd.axes & (1u << l->map[d].axes[j]))) map[d].axes[map[d].naxes++] = l->map[d].axes[j];
-  }
-  return sk_layout_init(out, &l->mesh, l->ndims, l->shape, map, err);
 }
 
 /* The Mirror's divisor for parameter input k: the replication of the output's gradient along
@@ -602,7 +588,7 @@ static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
     const sk_graph_op *op = &g->ops[o];
     sk_parallel_op *po = &p->ops[o];
     for (int k = 0; k < op->ninputs; k++) {
-      sk_result r = sk__par_kernel_layout(&po->plan, k, &po->kernel_in[k], err);
+      sk_result r = sk_op_kernel_layout(po->desc.kind, &po->plan, k, &po->kernel_in[k], err);
       if (r) return sk__fail(err, r, "operator '%s' input %d: %s", op->name, k, err ? err->msg : "");
       po->moved[k] = !sk_parallel_same_layout(&p->tensors[op->inputs[k]].layout, &po->kernel_in[k]);
       po->replication[k] = (po->desc.params >> k) & 1u ? sk__par_replication(&po->plan, k) : 1;

@@ -248,8 +248,14 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
   bool backward = m->needs_grad[op->outputs[0]];
   double bytes = 0, t = 0;
   sk_coll_kind fk = p->fwd.kind;
-  double fcount = fk == SK_COLL_ALLGATHER ? sk__sc_numel_of(&p->in[0]) : sk__sc_numel_of(&p->out[0]);
+  double fcount = sk__sc_numel_of(&p->out[0]);
   t += sk__sc_coll(m, fk, fcount, dt, sk_mesh_group_size(&p->mesh, p->fwd.axes), &bytes, false);
+  if (sk_op_row_of(op->desc.kind)->flags & SK_OPF_REDISTRIBUTES) { /* Reshape's kernel reads its input gathered */
+    uint32_t gathered = sk_layout_used_axes(&p->in[0]) & ~sk_layout_used_axes(&p->out[0]);
+    if (gathered)
+      t += sk__sc_coll(m, SK_COLL_ALLGATHER, sk__sc_numel_of(&p->in[0]), dt, sk_mesh_group_size(&p->mesh, gathered),
+                       &bytes, false);
+  }
   if (backward && fk == SK_COLL_REDUCE_SCATTER) /* its backward gathers the gradient */
     t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, dt, sk_mesh_group_size(&p->mesh, p->fwd.axes), &bytes, false);
   for (int k = 0; k < op->ninputs; k++) {

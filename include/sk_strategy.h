@@ -28,9 +28,12 @@
      where the desc sets none (pipeline.stages 0, hsdp off); a desc that sets others is
      refused by name ("stages: the file's plan has 2 pipeline stages, the configuration asks
      for 4"), never overridden. micro_size, the scheduler and interleave stay the desc's.
-     VERSIONS: files are written as version 2 (device_num every stage's, "stages", "hsdp", a
-     "stage" per operator, an "opt_shard" per parameter); version 1 files (none of these keys,
-     defaults as null) still load as before, the desc's stages and hsdp used.
+     VERSIONS: files are written as version 3 (device_num every stage's, "stages", "hsdp", a
+     "stage" per operator, an "opt_shard" per parameter; version 2 had the same keys); version 1
+     files (none of these keys, defaults as null) still load as before, the desc's stages and
+     hsdp used. Version 3 follows MindSpore master's rules for Reshape, Gather,
+     SoftmaxCrossEntropyWithLogits and MatMul with batch dims: a version 1 or 2 file with an
+     entry for one of those is refused, naming the operator and what changed.
      Parameters are the trainable ones (the loss's gradient reaches them: read at a
      differentiable input of an operator the loss depends on) unless
      desc->strategy_file_all_params (MindSpore's disable_strategy_file_only_for_trainable_params). The text is canonical: fixed key order,
@@ -114,7 +117,9 @@ SK_EXTERN_C_END
 SK_EXTERN_C_BEGIN
 
 #define SK__ST_FORMAT "shardkit-strategy"
-#define SK__ST_VERSION 2 /* 1: no stages, hsdp or opt_shard; still read */
+/* 1: no stages, hsdp or opt_shard; 2: the 2020 rules of the operators sk__st_changed_rule names.
+   Both still read, except an operator entry whose rule changed in 3. */
+#define SK__ST_VERSION 3
 #define SK__ST_DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
 
 /* ---- shared by reading and writing ---------------------------------------------------------- */
@@ -530,6 +535,27 @@ static sk_result sk__st_type_of(sk__st_cx *cx, const char *type, sk_op_kind net)
                      sk_op_kind_from_name(type, &kind) ? sk_op_kind_name(kind) : type, sk_op_kind_name(net));
 }
 
+/* Why an operator entry of a file older than version 3 is refused: version 3 follows MindSpore
+   master's rules for these operators, where the files before followed the 2020 ones, so the
+   strategy saved (and the parameter layouts it gave) may plan otherwise now. NULL when the
+   operator's rule did not change (a MatMul changed only with batch dims: rank 3 or more). */
+static const char *sk__st_changed_rule(const sk_graph *g, const sk_graph_op *op) {
+  static const struct {
+    sk_op_kind kind;
+    int min_rank;
+    const char *why;
+  } changed[] = {{SK_OP_RESHAPE, 0, "its own strategy leaves its output whole"},
+                 {SK_OP_GATHER, 0, "the indices' strategy comes first in its device matrix"},
+                 {SK_OP_SOFTMAX_CE_LOGITS, 0, "any dim but the class axis may be cut, its loss is [B]"},
+                 {SK_OP_MATMUL, 3, "with batch dims it is planned as BatchMatMul"}};
+  int rank = 0;
+  for (int k = 0; k < op->ninputs; k++)
+    if (g->tensors[op->inputs[k]].ndims > rank) rank = g->tensors[op->inputs[k]].ndims;
+  for (size_t i = 0; i < sizeof changed / sizeof changed[0]; i++)
+    if (changed[i].kind == op->desc.kind && rank >= changed[i].min_rank) return changed[i].why;
+  return NULL;
+}
+
 /* Operator entry i: the network's operator of that name and type, which takes its strategy
    (into descs) and, in a version 2 file, its pipeline stage (into stages). */
 static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, json_t *list, size_t i,
@@ -551,6 +577,10 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_g
   if (seen[o]) return sk__st_fail(&cx, "", "a second entry for operator \"%s\"", g->ops[o].name);
   seen[o] = true;
   if ((r = sk__st_type_of(&cx, type, g->ops[o].desc.kind))) return r;
+  const char *changed = h->version < 3 ? sk__st_changed_rule(g, &g->ops[o]) : NULL;
+  if (changed)
+    return sk__st_fail(&cx, "type", "a version %d file: the %s rule changed in version 3 (%s); save the plan again",
+                       h->version, sk_op_kind_name(g->ops[o].desc.kind), changed);
   if (h->version >= 2) {
     if ((r = sk__st_int(&cx, v, "stage", 0, h->stages - 1, &stage))) return r;
     stages[o] = (int)stage;

@@ -252,6 +252,32 @@ Test(ops_rules, batch_matmul_broadcast_x) {
   expect_slice(&p.out[0], "1,1,1,32", "output");
 }
 
+/* On master MatMul and BatchMatMul are one class (matmul_info.h: BatchMatMulInfo derives from
+   MatMul, which takes any rank >= 2), and matmul_info_test.cc's cases construct MatMulInfo with
+   4-D inputs: DISABLED_InferDevMatrixShape1 / InferTensorMap1 / InferSliceShape1 /
+   GetForwardOp1 (x [2,4,8,16], w [2,4,16,32], ((2,4,8,16),(2,4,16,1)), 1024 devices) and
+   DISABLED_InferTensorMap3 (x [8,16] against w [2,4,32,16], transpose_b). MatMul answers them as
+   BatchMatMul does; only an output strategy needs 2-D (MatMul::CheckOutputStrategy). */
+Test(ops_rules, matmul_takes_batch_dims_as_master) {
+  sk_op_desc d = op(SK_OP_MATMUL, "[2,4,8,16],[2,4,16,32]", "(2,4,8,16),(2,4,16,1)");
+  sk_op_plan p = plan_ok(&d, 1024);
+  expect_dev_matrix(&p, "2,4,8,16,1");
+  expect_map(&p.in[0], "(4,3,2,1)", "x");
+  expect_map(&p.in[1], "(4,3,1,0)", "w");
+  expect_map(&p.out[0], "(4,3,2,0)", "output");
+  expect_slice(&p.out[0], "1,1,1,32", "output");
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15", "forward");
+  sk_op_desc b = op(SK_OP_MATMUL, "[8,16],[2,4,32,16]", "(8,16),(2,4,1,16)");
+  b.transpose_b = true;
+  sk_op_plan q = plan_ok(&b, 1024);
+  expect_dev_matrix(&q, "2,4,8,16,1");
+  expect_map(&q.in[0], "(2,1)", "x");
+  expect_map(&q.in[1], "(4,3,0,1)", "w");
+  sk_op_desc o = op(SK_OP_MATMUL, "[2,64,32],[2,32,16]", "(1,2,4),(1,4,1)");
+  o.has_out_strategy = true, o.out_strategy[0] = 8, o.out_strategy[1] = 1;
+  expect_reject(&o, 8, "output strategy with batch dims", "MatMul", "2-D", NULL);
+}
+
 /* Hand-derived: 2-D MatMul with transpose_b and a repeat axis. x [16,32], w [64,32],
    ((2,4),(1,4)) on 16: [a,b,c] = [2,4,1], repeat 2 on the right. */
 Test(ops_rules, matmul_transpose_b_repeat) {
@@ -570,6 +596,33 @@ Test(ops_rules, softmax_ce_with_logits) {
   expect_reject(&r2, 16, "class dim cut", "SoftmaxCrossEntropyWithLogits", "dim 1", NULL);
 }
 
+/* Master's softmax_entropy_loss_info_test.cc (a 64-device stage, logits and labels [2,4,8,16],
+   outputs {2} and {2,4,8,16} as the test sets them): any dim but the class axis may be cut
+   (SoftmaxCrossEntropyWithLogitsInfo::CheckStrategy, loss_info.cc). InferDevMatrixShape1:
+   ((2,4,8,1),(2,4,8,1)) gives [2,4,8,1]; InferSliceShape1: slices [1,1,1,16] twice, [1] and
+   [1,1,1,16]; GetTensorLayout1: maps [3,2,1,0] twice, [3] and [3,2,1,0]; GetForwardOp1: none;
+   GetVirtualDivOPs1: ((1,4,8,1),(1,4,8,1)) is accepted (a repeat of 2 on the right);
+   CheckStrategy1: ((2,2,8,16),(2,4,16,1)) is refused. The 2020 rule took the batch dim only. */
+Test(ops_rules, softmax_ce_with_logits_ms_case) {
+  sk_op_desc d = op(SK_OP_SOFTMAX_CE_LOGITS, "[2,4,8,16],[2,4,8,16]", "(2,4,8,1),(2,4,8,1)");
+  sk_op_plan p = plan_ok(&d, 64);
+  expect_dev_matrix(&p, "2,4,8,1");
+  expect_map(&p.in[0], "(3,2,1,0)", "logits");
+  expect_map(&p.in[1], "(3,2,1,0)", "labels");
+  expect_map(&p.out[0], "(3,)", "loss");
+  expect_map(&p.out[1], "(3,2,1,0)", "gradient");
+  expect_shape(&p.out[0], "2", "loss");
+  expect_slice(&p.in[0], "1,1,1,16", "logits");
+  expect_slice(&p.out[0], "1", "loss");
+  expect_slice(&p.out[1], "1,1,1,16", "gradient");
+  expect_none(&p.fwd, "forward");
+  sk_op_desc v = op(SK_OP_SOFTMAX_CE_LOGITS, "[2,4,8,16],[2,4,8,16]", "(1,4,8,1),(1,4,8,1)");
+  sk_op_plan q = plan_ok(&v, 64);
+  expect_dev_matrix(&q, "1,4,8,1,2");
+  sk_op_desc r1 = op(SK_OP_SOFTMAX_CE_LOGITS, "[2,4,8,16],[2,4,8,16]", "(2,2,8,16),(2,4,16,1)");
+  expect_reject(&r1, 64, "class axis cut, strategies differ", "SoftmaxCrossEntropyWithLogits", "dim 3", NULL);
+}
+
 /* shardkit's fused SoftmaxCrossEntropy: the scalar mean is summed over the batch axis only. */
 Test(ops_rules, softmax_ce_fused) {
   sk_op_desc d = op(SK_OP_SOFTMAX_CE, "[64,10],[64,10]", "(8,1),(8,1)");
@@ -730,30 +783,50 @@ Test(ops_rules, transpose_given_all_zero_perm) {
   expect_shape(&q.out[0], "32,16", "output");
 }
 
-/* MindSpore's Reshape test, a 32-device stage: [32,512,7,7] -> [32,25088], strategy (4,1,1,1).
-   The stored test expects the device matrix [8,4]: the strategy's size-1 entries dropped, the
-   repeat factor on the left; input map (0,-1,-1,-1), output map (0,-1). */
+/* A layout as the kernel reads it: its tensor map in MindSpore's numbers. */
+static void expect_kernel_map(sk_op_kind kind, const sk_op_plan *p, const char *want, const char *what) {
+  sk_layout kl;
+  sk_error e;
+  cr_assert_eq(sk_op_kernel_layout(kind, p, 0, &kl, &e), SK_OK, "%s", e.msg);
+  expect_map(&kl, want, what);
+}
+
+/* Master's reshape_test.cc (a 32-device stage, [32,512,7,7] -> [32,25088]; every test carries
+   the DISABLED_ prefix, its values are master's ReshapeInfo's): the device matrix is the strategy
+   as written with the repeat on the right (DISABLED_InferDevMatrixShape1: (4,1,1,1) gives
+   [4,1,1,1,8]; DISABLED_InferDevMatrixShape2: (32,1,1,1) gives [32,1,1,1]); the input takes the
+   strategy's cuts, the output is whole (DISABLED_GetTensorLayout1: [4,3,2,1] and [-1,-1];
+   DISABLED_GetTensorLayout2: [3,2,1,0] and [-1,-1]; DISABLED_InferSliceShape1: [8,512,7,7] and
+   [32,25088]; DISABLED_InferSliceShape2: [1,512,7,7] and [32,25088]); no forward operator
+   (DISABLED_GetForwardOp1); two Mirror slots, the input's and the shape's
+   (DISABLED_GetMirrorOPs1: size 2); (1,4,8) and two tuples are refused (DISABLED_CheckStrategy1,
+   2). The 2020 source dropped the size-1 entries and put the repeat on the left ([8,4]), and the
+   output kept the batch cut. The kernel reads the whole input: MindSpore replaces the operator by
+   the redistribution into the whole output. */
 Test(ops_rules, reshape_ms_case) {
   sk_op_desc d = op(SK_OP_RESHAPE, "[32,512,7,7]", "(4,1,1,1)");
   set_out_shapes(&d, "[32,25088]");
   sk_op_plan p = plan_ok(&d, 32);
-  expect_dev_matrix(&p, "8,4");
-  expect_map(&p.in[0], "(0,-1,-1,-1)", "input");
-  expect_map(&p.out[0], "(0,-1)", "output");
+  expect_dev_matrix(&p, "4,1,1,1,8");
+  expect_map(&p.in[0], "(4,3,2,1)", "input");
+  expect_map(&p.out[0], "(-1,-1)", "output");
   expect_shape(&p.out[0], "32,25088", "output");
   expect_slice(&p.in[0], "8,512,7,7", "input");
-  expect_slice(&p.out[0], "8,25088", "output");
+  expect_slice(&p.out[0], "32,25088", "output");
   expect_none(&p.fwd, "forward");
-  /* the input is replicated along the left (repeat) axis: stride 4 */
-  expect_comm(&p, &p.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,4,8,12,16,20,24,28", "Mirror");
+  expect_kernel_map(SK_OP_RESHAPE, &p, "(-1,-1,-1,-1)", "the kernel's input");
+  /* the input is replicated along the repeat axis, on the right: consecutive ranks */
+  expect_comm(&p, &p.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1,2,3,4,5,6,7", "Mirror");
   sk_op_desc d2 = op(SK_OP_RESHAPE, "[32,512,7,7]", "(32,1,1,1)");
   set_out_shapes(&d2, "[32,25088]");
   sk_op_plan q = plan_ok(&d2, 32);
-  expect_dev_matrix(&q, "32");
+  expect_dev_matrix(&q, "32,1,1,1");
+  expect_map(&q.in[0], "(3,2,1,0)", "input");
+  expect_map(&q.out[0], "(-1,-1)", "output");
   expect_slice(&q.in[0], "1,512,7,7", "input");
-  expect_slice(&q.out[0], "1,25088", "output");
+  expect_slice(&q.out[0], "32,25088", "output");
   expect_none(&q.mirror[0], "Mirror");
-  /* CheckStrategy1, 2 */
+  /* DISABLED_CheckStrategy1, 2 */
   sk_op_desc b1 = op(SK_OP_RESHAPE, "[32,512,7,7]", "(1,4,8)");
   set_out_shapes(&b1, "[32,25088]");
   expect_reject(&b1, 32, "three entries for a rank-4 input", "Reshape", "input 0", NULL);
@@ -765,24 +838,40 @@ Test(ops_rules, reshape_ms_case) {
   expect_reject(&b3, 32, "element counts differ", "Reshape", NULL);
 }
 
-/* Reshape, hand-derived: a cut carries over to the output dim that starts where its input dim
-   starts ([32,512,7,7] -> [32,25088]: dim 1's 4-way cut becomes output dim 1's), and a cut that
-   cannot (dim 3, 7 ways, inside an output dim) is gathered by the forward AllGather. */
-Test(ops_rules, reshape_carries_or_gathers_cuts) {
-  sk_op_desc d = op(SK_OP_RESHAPE, "[32,512,7,7]", "(2,4,1,1)");
+/* A Reshape following its input (desc.follows_input, as the compiler plans a network's Reshape
+   without a strategy: MindSpore gives it its producer's layout), hand-derived: a cut carries over
+   to the output dim that starts where its input dim starts ([32,512,7,7] -> [32,25088]: dim 1's
+   4-way cut becomes output dim 1's), and the kernel reads a cut that cannot (dim 3, 7 ways,
+   inside an output dim) whole. No forward operator either way. */
+Test(ops_rules, reshape_follows_input_carries_or_gathers_cuts) {
+  sk_op_desc d = op(SK_OP_RESHAPE, "[32,512,7,7]", NULL);
   set_out_shapes(&d, "[32,25088]");
+  d.follows_input = true, d.strategy[0][0] = 2, d.strategy[0][1] = 4, d.strategy[0][2] = d.strategy[0][3] = 1;
   sk_op_plan p = plan_ok(&d, 8);
   expect_dev_matrix(&p, "2,4");
   expect_map(&p.out[0], "(1,0)", "output");
   expect_slice(&p.out[0], "16,6272", "output");
   expect_none(&p.fwd, "forward");
-  sk_op_desc g = op(SK_OP_RESHAPE, "[32,512,7,7]", "(2,1,1,7)");
+  expect_kernel_map(SK_OP_RESHAPE, &p, "(1,0,-1,-1)", "the kernel's input: nothing gathered");
+  sk_op_desc g = op(SK_OP_RESHAPE, "[32,512,7,7]", NULL);
   set_out_shapes(&g, "[32,25088]");
+  g.follows_input = true, g.strategy[0][0] = 2, g.strategy[0][1] = g.strategy[0][2] = 1, g.strategy[0][3] = 7;
   sk_op_plan q = plan_ok(&g, 14);
   expect_dev_matrix(&q, "2,7");
   expect_map(&q.in[0], "(1,-1,-1,0)", "input");
   expect_map(&q.out[0], "(1,-1)", "output");
-  expect_comm(&q, &q.fwd, SK_COLL_ALLGATHER, SK_SUM, 1, 0, "0,1,2,3,4,5,6", "forward AllGather of the 7-way cut");
+  expect_none(&q.fwd, "forward");
+  expect_kernel_map(SK_OP_RESHAPE, &q, "(1,-1,-1,-1)", "the kernel's input: the 7-way cut gathered");
+  /* alone, without a strategy: data parallel, carried */
+  sk_op_desc a = op(SK_OP_RESHAPE, "[32,512,7,7]", NULL);
+  set_out_shapes(&a, "[32,25088]");
+  sk_op_plan r = plan_ok(&a, 8);
+  expect_dev_matrix(&r, "8");
+  expect_map(&r.out[0], "(0,-1)", "output");
+  /* other operators' kernels read plan.in */
+  sk_op_desc u = op(SK_OP_REDUCE_SUM, "[16,8]", "(2,4)");
+  sk_op_plan pu = plan_ok(&u, 8);
+  expect_kernel_map(SK_OP_REDUCE_SUM, &pu, "(1,0)", "ReduceSum's kernel input");
 }
 
 /* ExpandDims, hand-derived: x [16,32], (4,2) on 16; a -1 entry at the new axis. */
@@ -927,23 +1016,33 @@ Test(ops_rules, onehot_rank2_rejects) {
 
 /* ==== Gather ==================================================================================== */
 
-/* Table not cut along axis 0 ("column split"): the device matrix is the table's strategy
-   followed by the indices'; the output takes the indices' map at the axis position. */
+/* Table not cut along axis 0 ("column split"): master's NormalImpl (gather_info.cc,
+   NormalImpl::InferDevMatrixShape / InferTensorMap; master has no C++ test of Gather) puts the
+   indices' strategy first, then the table's: [2,2,1,4]; the table maps to the last two axes, the
+   indices to the first two, the output takes the indices' map at the axis position. The 2020
+   rule put the table first ([1,4,2,2]); the slices are the same. */
 Test(ops_rules, gather_column_split_indices_split) {
   sk_op_desc d = op(SK_OP_GATHER, "[64,32],[16,8]", "(1,4),(2,2)");
   d.params = 1;
   sk_op_plan p = plan_ok(&d, 16);
-  expect_dev_matrix(&p, "1,4,2,2");
-  expect_map(&p.in[0], "(3,2)", "table");
-  expect_map(&p.in[1], "(1,0)", "indices");
-  expect_map(&p.out[0], "(1,0,2)", "output");
+  expect_dev_matrix(&p, "2,2,1,4");
+  expect_map(&p.in[0], "(1,0)", "table");
+  expect_map(&p.in[1], "(3,2)", "indices");
+  expect_map(&p.out[0], "(3,2,0)", "output");
   expect_shape(&p.out[0], "16,8,32", "output");
   expect_slice(&p.in[0], "64,8", "table");
   expect_slice(&p.out[0], "8,4,8", "output");
   expect_none(&p.fwd, "forward");
-  /* the table is replicated over the indices' axes */
-  expect_comm(&p, &p.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,1,2,3", "table Mirror");
+  /* the table is replicated over the indices' axes, the first two: strides 8 and 4 */
+  expect_comm(&p, &p.mirror[0], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,4,8,12", "table Mirror");
   expect_none(&p.mirror[1], "indices have no Mirror");
+  /* 8 devices, indices (2,1): no repeat, the size-1 entries kept in place */
+  sk_op_desc e = op(SK_OP_GATHER, "[64,32],[16,8]", "(1,4),(2,1)");
+  sk_op_plan q = plan_ok(&e, 8);
+  expect_dev_matrix(&q, "2,1,1,4");
+  expect_map(&q.in[0], "(1,0)", "table");
+  expect_map(&q.in[1], "(3,2)", "indices");
+  expect_map(&q.out[0], "(3,2,0)", "output");
 }
 
 /* Row split (axis 0 cut): indices whole; each device looks up its own rows; the output is a
@@ -1051,10 +1150,17 @@ Test(ops_rules, get_next) {
   expect_dev_matrix(&q, "8,1,1");
   expect_map(&q.out[0], "(-1,-1)", "output 0");
   expect_slice(&q.out[0], "64,32", "output 0");
+  /* the stored test's InferDevMatrixShape1 passes ((),()): empty tuples, as many as written, pass
+     (master's GetNextInfo::CheckStrategy never counts them); the plan is the one above */
+  sk_op_desc e = op(SK_OP_GET_NEXT, "", "(),()");
+  set_out_shapes(&e, "[64,32],[64]");
+  sk_op_plan pe = plan_ok(&e, 8);
+  expect_dev_matrix(&pe, "8,1");
+  expect_map(&pe.out[0], "(1,-1)", "output 0 under ((),())");
   /* CheckStrategy2: non-empty tuples */
   sk_op_desc b = op(SK_OP_GET_NEXT, "", "(8,1),(8)");
   set_out_shapes(&b, "[64,32],[64]");
-  expect_reject(&b, 8, "non-empty tuples", "GetNext", NULL);
+  expect_reject(&b, 8, "non-empty tuples", "GetNext", "tuple 0", NULL);
 }
 
 /* VirtualDataset, newest rule: the device matrix is the longest input's strategy, the repeat

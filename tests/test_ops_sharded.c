@@ -4,9 +4,9 @@
    One harness runs every case (struct op_case: a desc, generator kinds, seeds):
      1. the full inputs and the output gradients dy come from a deterministic generator;
      2. the oracle runs the operator's kernels on the full shapes (offsets 0, no collective);
-     3. each device slices the inputs by plan.in[i] (for Reshape, whose plan.fwd is an AllGather,
-        the redistribution module then moves them to the input layout with the gathered axes
-        whole), runs the same kernels on its local shapes, applies plan.fwd to output 0
+     3. each device slices the inputs by plan.in[i] (for Reshape, whose kernel reads its input
+        whole on the axes its output does not use, sk_op_kernel_layout, the redistribution
+        module then moves them there), runs the same kernels on its local shapes, applies plan.fwd to output 0
         (AllReduce with op and scale, or ReduceScatter along dim 0), slices dy by plan.out[o],
         undoes plan.fwd for the backward (scale; an AllGather of dy after a ReduceScatter), runs
         the backward kernels, applies plan.bwd_in[i] and, for parameters, plan.grad[i];
@@ -477,19 +477,11 @@ static const sk_layout *input_layout(const run *R, int i) {
   return R->c->desc.kind == SK_OP_GET_NEXT ? &R->plan.out[i] : &R->plan.in[i];
 }
 
-/* The layout the kernel sees input i in: plan.in[i], with the axes of a forward AllGather
-   (Reshape) made whole. */
+/* The layout the kernel sees input i in (sk_op_kernel_layout: Reshape's input whole on the axes
+   its output does not use); GetNext's outputs as the dataset holds them. */
 static sk_result kernel_layout(const run *R, int i, sk_layout *out, sk_error *e) {
-  const sk_layout *l = input_layout(R, i);
-  *out = *l;
-  if (R->plan.fwd.kind != SK_COLL_ALLGATHER || l->ndims == 0) return SK_OK;
-  sk_dim_map map[SK_MAX_DIMS];
-  for (int d = 0; d < l->ndims; d++) {
-    map[d].naxes = 0;
-    for (int j = 0; j < l->map[d].naxes; j++)
-      if (!(R->plan.fwd.axes & (1u << l->map[d].axes[j]))) map[d].axes[map[d].naxes++] = l->map[d].axes[j];
-  }
-  return sk_layout_init(out, &l->mesh, l->ndims, l->shape, map, e);
+  if (R->c->desc.kind == SK_OP_GET_NEXT) return *out = *input_layout(R, i), SK_OK;
+  return sk_op_kernel_layout(R->c->desc.kind, &R->plan, i, out, e);
 }
 
 /* Moves t (this device's piece) from one layout to another with the redistribution module. */
@@ -544,7 +536,7 @@ static sk_result forward_collective(kctx *k, tensor *tmp) {
   const sk_op_comm *f = k->plan ? &k->plan->fwd : NULL;
   tensor *y = &k->out[0];
   if (!f || f->kind == SK_COLL_ALLREDUCE || f->kind == SK_COLL_NONE) return f ? k_apply(k, f, y) : SK_OK;
-  if (f->kind != SK_COLL_REDUCE_SCATTER) return SK_OK; /* the AllGather ran on the inputs */
+  if (f->kind != SK_COLL_REDUCE_SCATTER) return SK_OK;
   int g = axes_size(&k->plan->mesh, f->axes);
   *tmp = *y;
   y->sh[0] /= g;
@@ -558,7 +550,7 @@ static sk_result forward_collective(kctx *k, tensor *tmp) {
 static sk_result load_dy(kctx *k, run *R, tensor *tmp) {
   for (int o = 0; o < R->plan.noutputs; o++) slice_move(&R->full_dy[o], &k->outs[o], &k->dy[o], false);
   const sk_op_comm *f = k->plan ? &k->plan->fwd : NULL;
-  if (!f || f->kind == SK_COLL_NONE || f->kind == SK_COLL_ALLGATHER) return SK_OK;
+  if (!f || f->kind == SK_COLL_NONE) return SK_OK;
   if (f->kind == SK_COLL_ALLREDUCE) return scale(&k->dy[0], f->scale), SK_OK;
   *tmp = k->dy[0];
   k->dy[0].sh[0] *= axes_size(&k->plan->mesh, f->axes);
@@ -911,23 +903,40 @@ OPS_TEST(transpose_repeat) {
   run_case(&c);
 }
 OPS_TEST(flatten_repeat) { run_kind(SK_OP_FLATTEN, "8,2,3", "4,1,1", 0); }
-OPS_TEST(reshape_gathers_split_dim_repeat) {
-  op_case c = mk(SK_OP_RESHAPE, "4,6,2", "2,1,2", 0);
-  set_outputs(&c, "4,12");
-  expect_fwd(&c, SK_COLL_ALLGATHER);
+/* A Reshape that follows its input (desc.follows_input, as the compiler plans a strategy-less
+   Reshape in a network): the strategy carries the input's cut. */
+static op_case mk_follow(const char *shapes, const char *cut, const char *target) {
+  op_case c = mk(SK_OP_RESHAPE, shapes, cut, 0);
+  c.desc.has_strategy = false, c.desc.follows_input = true;
+  set_outputs(&c, target);
+  expect_fwd(&c, SK_COLL_NONE);
+  return c;
+}
+/* its kernel reads the cut of dim 2 (inside output dim 1) whole */
+OPS_TEST(reshape_follow_gathers_split_dim_repeat) {
+  op_case c = mk_follow("4,6,2", "2,1,2", "4,12");
   run_case(&c);
 }
 /* a cut of a dim that starts an output dim carries over: no data moves */
-OPS_TEST(reshape_carries_cut_repeat) {
+OPS_TEST(reshape_follow_carries_cut_repeat) {
+  op_case c = mk_follow("4,6,2", "2,2,1", "4,12");
+  run_case(&c);
+}
+OPS_TEST(reshape_follow_rows_regrouped) {
+  op_case c = mk_follow("8,4", "2,4", "4,8");
+  run_case(&c);
+}
+/* Its own strategy (master's ReshapeInfo): the output is whole on every device, the kernel reads
+   the whole input, the input's gradient is sliced back. */
+OPS_TEST(reshape_own_strategy_whole_output) {
   op_case c = mk(SK_OP_RESHAPE, "4,6,2", "2,2,1", 0);
   set_outputs(&c, "4,12");
   expect_fwd(&c, SK_COLL_NONE);
   run_case(&c);
 }
-OPS_TEST(reshape_rows_regrouped) {
-  op_case c = mk(SK_OP_RESHAPE, "8,4", "2,4", 0);
-  set_outputs(&c, "4,8");
-  expect_fwd(&c, SK_COLL_ALLGATHER);
+OPS_TEST(reshape_own_strategy_repeat_right) {
+  op_case c = mk(SK_OP_RESHAPE, "8,4", "2,1", 0);
+  set_outputs(&c, "32");
   run_case(&c);
 }
 OPS_TEST(expand_dims_repeat) {

@@ -313,7 +313,7 @@ Test(strategy_roundtrip, a_version_1_file_still_loads) {
   OK(sk_strategy_compile(&h, &l, &b, E));
   same_programs(&a, &b);
   char *text = read_text(t.b);
-  cr_assert(strstr(text, "\"version\": 2") != NULL, "saved again as version 2");
+  cr_assert(strstr(text, "\"version\": 3") != NULL, "saved again as version 3");
   free(text);
   sk_parallel_free(&b);
   /* version 1 records no hsdp or stages: the configuration's are used, as before */

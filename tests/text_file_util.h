@@ -1,5 +1,5 @@
 /* text_file_util.h -- whole small text files for the strategy suites (test_strategy.c,
-   test_strategy_roundtrip.c): read_text (malloc'd, NUL-terminated) and write_text, asserting on
+   test_strategy_roundtrip.c, test_ms_rules.c): read_text (malloc'd, NUL-terminated) and write_text, asserting on
    the test's thread. Include after <criterion/criterion.h>, <stdio.h>, <stdlib.h>, <string.h>. */
 #ifndef TEXT_FILE_UTIL_H
 #define TEXT_FILE_UTIL_H

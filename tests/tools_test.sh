@@ -345,9 +345,13 @@ query "ReduceSum" --op ReduceSum --shapes "((16,32),)" --shard "((2,4),)" --devi
 grep -qF '"forward_ops": [{"op": "AllReduce", "group": [0, 1, 2, 3, 4, 5, 6, 7]}]' "$tmp/out" && ok || bad "ReduceSum: $(cat "$tmp/out")"
 query "ReduceMax" --op ReduceMax --shapes "((16,32),)" --shard "((1,8),)" --devices 8 --attr axis=1
 grep -qF '"forward_ops": [{"op": "AllReduce", "group": [0, 1, 2, 3, 4, 5, 6, 7], "reduce": "max"}]' "$tmp/out" && ok || bad "ReduceMax: $(cat "$tmp/out")"
-# Reshape: the input's batch cut carries over to the output's dim 0
+# Reshape from its own strategy, as master's ReshapeInfo (reshape_info.cc): the strategy as the
+# device matrix, the input cut by it, the output whole, no forward operator
 query "Reshape" --op Reshape --shapes "((32,512,7,7),)" --shard "((8,1,1,1),)" --devices 8 --attr "shape=(32,25088)"
-grep -qF '"dev_matrix": [8], "inputs": [{"shape": [32, 512, 7, 7], "tensor_map": [0, -1, -1, -1], "slice_shape": [4, 512, 7, 7]}], "outputs": [{"shape": [32, 25088], "tensor_map": [0, -1], "slice_shape": [4, 25088]}], "forward_ops": []' "$tmp/out" && ok || bad "Reshape: $(cat "$tmp/out")"
+grep -qF '"dev_matrix": [8, 1, 1, 1], "inputs": [{"shape": [32, 512, 7, 7], "tensor_map": [3, 2, 1, 0], "slice_shape": [4, 512, 7, 7]}], "outputs": [{"shape": [32, 25088], "tensor_map": [-1, -1], "slice_shape": [32, 25088]}], "forward_ops": []' "$tmp/out" && ok || bad "Reshape: $(cat "$tmp/out")"
+# Reshape without one: data parallel, the input's batch cut carried over to the output's dim 0
+query "Reshape" --op Reshape --shapes "((32,512,7,7),)" --devices 8 --attr "shape=(32,25088)"
+grep -qF '"dev_matrix": [8], "inputs": [{"shape": [32, 512, 7, 7], "tensor_map": [0, -1, -1, -1], "slice_shape": [4, 512, 7, 7]}], "outputs": [{"shape": [32, 25088], "tensor_map": [0, -1], "slice_shape": [4, 25088]}], "forward_ops": []' "$tmp/out" && ok || bad "Reshape without a strategy: $(cat "$tmp/out")"
 # OneHot: the strategy is written over the output [64, depth]; the two values are scalars
 query "OneHot" --op OneHot --shapes "((64,),(),())" --shard "((8,1),(),())" --devices 8 --attr depth=10 --attr axis=-1
 grep -qF '{"ok": true, "dev_matrix": [8, 1], "inputs": [{"shape": [64], "tensor_map": [1], "slice_shape": [8]}, {"shape": [], "tensor_map": [], "slice_shape": []}, {"shape": [], "tensor_map": [], "slice_shape": []}], "outputs": [{"shape": [64, 10], "tensor_map": [1, 0], "slice_shape": [8, 10]}]' "$tmp/out" && ok || bad "OneHot: $(cat "$tmp/out")"
