@@ -40,7 +40,8 @@
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-# a case that runs longer than this is recorded as timed out (exit 124) instead of hanging
+# a case that runs longer than this is recorded as timed out (exit 124) instead of hanging; the
+# case runs under timeout --foreground, in the script's process group, so that ^C stops it too
 case_timeout=300
 
 usage() {
@@ -76,7 +77,7 @@ run_case() {
   shift
   case " $* " in *" --pipeline "*) pipeline=pipeline ;; esac
   mkdir -p "$(dirname "$snap/$name")"
-  (cd "$tree" && timeout "$case_timeout" "$@") >"$scratch/out" 2>"$scratch/err" </dev/null || rc=$?
+  (cd "$tree" && timeout --foreground "$case_timeout" "$@") >"$scratch/out" 2>"$scratch/err" </dev/null || rc=$?
   {
     printf '$'; printf ' %q' "$@"; printf '\n'
     echo "exit $rc"
