@@ -22,13 +22,15 @@
 #                        no built-in ones), under each of dump_configs below; a refused one is
 #                        recorded with its message and exit status like any other
 #   schedule/NET.dN.*    sk-sim --dump-schedule of two pipeline schedulers
-#   f64/NET.*            11 steps in f64 on 1 device; on 4 with --check and --report, also with
-#                        --pipeline 2 --micro 2; and, but for bench/nets (time), on 4 with
-#                        --hsdp ,0 and on 8 under --mode recursive_programming, with --check. All
-#                        but the pipeline add --local-norm print (each step's gradient norms, 9
-#                        digits; sk-sim prints none under a pipeline). sk-sim prints the loss every
-#                        10 steps (steps 0 and 10 here) with 17 digits in f64, its full precision,
-#                        and the check line's difference with 3 digits, its only form
+#   f64/NET.*            11 steps in f64 on 4 devices with --check and --report; but for
+#                        bench/nets (time: see sim_f64), also on 1 device, on 4 with --pipeline 2
+#                        --micro 2 (and --report) and with --hsdp ,0, and on 8 under --mode
+#                        recursive_programming, all with --check but the one-device run (nothing to
+#                        compare with). All but the pipeline add --local-norm print (each step's
+#                        gradient norms, 9 digits; sk-sim prints none under a pipeline). sk-sim
+#                        prints the loss every 10 steps (steps 0 and 10 here) with 17 digits in
+#                        f64, its full precision, and the check line's difference with 3 digits,
+#                        its only form
 #   example/operator_parallel.*  the hand-wired tutorial program, 11 steps
 # Each file holds the command line, the exit status, stdout and stderr. Nothing is stripped but
 # what varies from run to run (see normalise): the timings -- sk-sim's summary line ("# 4 devices,
@@ -40,7 +42,8 @@
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-# a case that runs longer than this is recorded as timed out (exit 124) instead of hanging
+# a case that runs longer than this is recorded as timed out (exit 124) instead of hanging; the
+# case runs under timeout --foreground, in the script's process group, so that ^C stops it too
 case_timeout=300
 
 usage() {
@@ -76,7 +79,7 @@ run_case() {
   shift
   case " $* " in *" --pipeline "*) pipeline=pipeline ;; esac
   mkdir -p "$(dirname "$snap/$name")"
-  (cd "$tree" && timeout "$case_timeout" "$@") >"$scratch/out" 2>"$scratch/err" </dev/null || rc=$?
+  (cd "$tree" && timeout --foreground "$case_timeout" "$@") >"$scratch/out" 2>"$scratch/err" </dev/null || rc=$?
   {
     printf '$'; printf ' %q' "$@"; printf '\n'
     echo "exit $rc"
@@ -304,14 +307,15 @@ sim_f64() {
   for net in $(nets); do
     name=$(net_name "$net")
     # shellcheck disable=SC2086 # the flags are words
-    run_case "f64/$name.d1" build/sk-sim --net "$net" --devices 1 $f64
-    # shellcheck disable=SC2086
     run_case "f64/$name.d4" build/sk-sim --net "$net" --devices 4 $f64 --device-local-norm --check --report
+    # The benchmark's network runs only the case above, for time: every run ends with a
+    # test-accuracy pass, which on its eight 784x784 layers costs 20 to 50 s on two busy cores
+    # (over a minute under --hsdp, which gathers every layer for each test batch).
+    case $net in bench/*) continue ;; esac
+    # shellcheck disable=SC2086
+    run_case "f64/$name.d1" build/sk-sim --net "$net" --devices 1 $f64
     # sk-sim prints no local norms under a pipeline
     run_case "f64/$name.d4.pipeline2" build/sk-sim --net "$net" --devices 4 --pipeline 2 --micro 2 --dtype f64 --steps 11 --check --report
-    # the benchmark's network is left out of the two below for time: its test-accuracy pass under
-    # --hsdp gathers every 784x784 layer for each test batch (over a minute on 2 cores)
-    case $net in bench/*) continue ;; esac
     # shellcheck disable=SC2086
     run_case "f64/$name.d4.hsdp" build/sk-sim --net "$net" --devices 4 --hsdp ,0 $f64 --check
     # shellcheck disable=SC2086
