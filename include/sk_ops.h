@@ -85,7 +85,7 @@ typedef enum sk_op_kind {
   SK_OP_GELU,
   SK_OP_TANH,
   SK_OP_CAST,
-  SK_OP_DROPOUT, /* outputs: the result and the mask; no repeat axis allowed */
+  SK_OP_DROPOUT, /* outputs: the result and the mask; replicas draw one mask (global indices) */
   SK_OP_ADD,     /* two inputs, broadcasting both ways from the right */
   SK_OP_SUB,
   SK_OP_MUL,
