@@ -220,7 +220,7 @@ static inline int pylayout_tuple(const char *flag, const char *text, int max, sk
     if (errcap) snprintf(err, errcap, "%s: out of memory", flag);
     return -1;
   }
-  int items[PYLIT_MAX_NODES];
+  int items[PYLIT_MAX_NODES] = {0}; /* all read only below count; GCC cannot see it when inlined */
   int count = 0, r = pylit_parse(doc, flag, text);
   if (r == 0) {
     int root = doc->root;

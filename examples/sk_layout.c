@@ -22,6 +22,7 @@
 #include "sk_ops.h"
 #include "pyliteral.h"
 #include "pylayout.h"
+#include "pyshard.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -99,13 +100,16 @@ static const char usage_op[] =
     "                     \"(16,512)\" alone is one input's; \"()\" alone is no input (GetNext)\n"
     "  --shard STRATEGY   the in_strategy, e.g. \"((2,4),(4,1))\"; leave it out for MindSpore's default\n"
     "                     (data parallel); () for a tensor input cuts its dim 0 by N (or the largest\n"
-    "                     divisor of N that divides the dim), the rest by 1\n"
+    "                     divisor of N that divides the dim), the rest by 1; or one layout per tensor\n"
+    "                     input: '(Layout((2,4),(\"dp\",\"mp\"))(\"dp\",\"mp\"), Layout(...)(...))'\n"
     "  --rank R           whose groups to print (default 0)\n"
     "  --attr NAME=VALUE  an attribute, as MindSpore names it; repeat for several:\n"
     "                     transpose_a, transpose_b, axis (-1 or (0,1)), keep_dims, begin_norm_axis,\n"
     "                     repeated_num_in_dev_matrix_right, full_batch, gradients_mean, and the\n"
     "                     operands MindSpore passes as inputs: depth (OneHot), shape (Reshape),\n"
-    "                     perm (Transpose), shapes (GetNext's outputs), out_strategy (MatMul),\n"
+    "                     perm (Transpose), shapes (GetNext's outputs), out_strategy (output 0's\n"
+    "                     tuple, or layouts of the first outputs: moved after the forward where\n"
+    "                     the rule gives another, \"redistributed_outputs\" in --json),\n"
     "                     activation_type (Activation's: 'relu' makes it ReLU);\n"
     "                     accepted and ignored: is_grad, types, output_num, batch_dims, keep_prob,\n"
     "                     seed, seed2, epsilon, data_format, begin_params_axis, shared_name, dtype,\n"
@@ -722,17 +726,29 @@ static void attr_shapes(sk_op_desc *d, pylit_doc *doc, size_t field) {
   d->noutputs = n;
 }
 
-/* MatMul's out_strategy (shard's second argument): ((a*b, c),), or (a*b, c). */
+/* shard's out_strategy (its second argument), read once the outputs' shapes are known
+   (op_read_out_strategy): output 0's tuple ((8,1),), or layouts of the first outputs. */
+static const char *op_out_strategy_text;
+
 static void attr_out_strategy(sk_op_desc *d, pylit_doc *doc, size_t field) {
-  int items[PYLIT_MAX_NODES], flat;
-  (void)field;
-  int n = top_level_tuples(doc, items, PYLIT_MAX_NODES, &flat);
-  if (n != 1) die("%s: one tuple, for the one output; got %d", doc->flag, n);
-  long long v[SK_MAX_DIMS];
-  int len = pylit_int_tuple(doc, items[0], 1, SK_MAX_DEVICES, "a strategy value", v, SK_MAX_DIMS);
-  need(len, doc);
-  d->has_out_strategy = true;
-  for (int i = 0; i < len; i++) d->out_strategy[i] = (int)v[i];
+  (void)d, (void)field;
+  op_out_strategy_text = doc->text;
+}
+
+/* The out_strategy on the outputs' shapes, which the rule gives for d's inputs. */
+static void op_read_out_strategy(sk_op_desc *d, const char *text) {
+  sk_op_desc shapes = *d;
+  sk_op_plan p;
+  sk_error e;
+  char msg[600];
+  shapes.has_strategy = shapes.has_layouts = shapes.has_out_strategy = false, shapes.nstrategies = shapes.nout_layouts = 0;
+  memset(shapes.strategy_len, 0, sizeof shapes.strategy_len);
+  if (sk_op_plan_make(&shapes, 1, &p, &e)) die("%s", e.msg);
+  int nd[SK_OP_MAX_OUTPUTS];
+  int64_t sh[SK_OP_MAX_OUTPUTS][SK_MAX_DIMS];
+  for (int k = 0; k < p.noutputs; k++) nd[k] = p.out[k].ndims, memcpy(sh[k], p.out[k].shape, sizeof sh[k]);
+  if (pyshard_out_strategy("--attr out_strategy", text, d, p.noutputs, nd, (const int64_t(*)[SK_MAX_DIMS])sh, msg, sizeof msg))
+    die("%s", msg);
 }
 
 typedef struct op_attribute {
@@ -860,20 +876,22 @@ static void format_group(const sk_mesh *m, int rank, uint32_t axes, char *buf, s
 /* Room for the longest group: 4096 ranks of up to 4 digits and ", ". */
 #define GROUP_TEXT_MAX (SK_MAX_DEVICES * 6 + 4)
 
-/* {"shape": [...], "tensor_map": [...], "slice_shape": [...]} for each tensor. */
-static void json_tensors(const sk_layout *tensors, int n) {
+/* {"shape": [...], "tensor_map": [...], "slice_shape": [...]} */
+static void json_tensor(const sk_layout *l) {
   char text[512];
+  int64_t slice[SK_MAX_DIMS];
+  if (l->ndims > 0) sk_layout_slice_shape(l, slice);
+  format_dims(l->shape, l->ndims, text, sizeof text);
+  printf("{\"shape\": %s", text);
+  format_tensor_map(l, text, sizeof text);
+  printf(", \"tensor_map\": %s", text);
+  format_dims(slice, l->ndims, text, sizeof text);
+  printf(", \"slice_shape\": %s}", text);
+}
+
+static void json_tensors(const sk_layout *tensors, int n) {
   putchar('[');
-  for (int i = 0; i < n; i++) {
-    int64_t slice[SK_MAX_DIMS];
-    if (tensors[i].ndims > 0) sk_layout_slice_shape(&tensors[i], slice);
-    format_dims(tensors[i].shape, tensors[i].ndims, text, sizeof text);
-    printf("%s{\"shape\": %s", i ? ", " : "", text);
-    format_tensor_map(&tensors[i], text, sizeof text);
-    printf(", \"tensor_map\": %s", text);
-    format_dims(slice, tensors[i].ndims, text, sizeof text);
-    printf(", \"slice_shape\": %s}", text);
-  }
+  for (int i = 0; i < n; i++) fputs(i ? ", " : "", stdout), json_tensor(&tensors[i]);
   putchar(']');
 }
 
@@ -898,6 +916,18 @@ static void print_plan_json(const sk_op_plan *p, const sk_op_desc *d, int rank) 
   json_tensors(p->in, p->ninputs);
   printf(", \"outputs\": ");
   json_tensors(p->out, p->noutputs);
+  if (p->redistributed) { /* only then: a plan without out_strategy prints as before */
+    printf(", \"redistributed_outputs\": [");
+    for (int k = 0, n = 0; k < p->noutputs; k++)
+      if ((p->redistributed >> k) & 1u) {
+        printf("%s{\"output\": %d, \"dev_matrix\": [", n++ ? ", " : "", k);
+        for (int a = 0; a < p->wanted[k].mesh.naxes; a++) printf("%s%d", a ? ", " : "", p->wanted[k].mesh.dims[a]);
+        printf("], \"layout\": ");
+        json_tensor(&p->wanted[k]);
+        putchar('}');
+      }
+    putchar(']');
+  }
   printf(", \"forward_ops\": [");
   if (p->fwd.kind != SK_COLL_NONE) json_comm(&p->mesh, &p->fwd, rank, -1);
   printf("], \"backward_ops\": [");
@@ -971,6 +1001,12 @@ static void print_plan_text(const sk_op_plan *p, const sk_op_desc *d, int ndevic
   printf("]  (%s)\n", mesh);
   for (int i = 0; i < p->ninputs; i++) print_tensor_text("input", i, &p->in[i]);
   for (int i = 0; i < p->noutputs; i++) print_tensor_text("output", i, &p->out[i]);
+  for (int i = 0; i < p->noutputs; i++) /* out_strategy asked for another layout: moved after the forward */
+    if ((p->redistributed >> i) & 1u) {
+      sk_mesh_format(&p->wanted[i].mesh, mesh, sizeof mesh);
+      print_tensor_text("moved to", i, &p->wanted[i]);
+      printf("%13s(on %s, a redistribution after the forward: out_strategy)\n", "", mesh);
+    }
   print_label("forward", -1);
   print_comm_text(&p->mesh, &p->fwd, NULL, rank);
   for (int i = 0; i < p->ninputs; i++) {
@@ -1196,14 +1232,17 @@ static int op_main(const options *o) {
   op_read_shapes(&d, o->shapes);
   for (int i = 0; i < o->nattrs; i++) op_read_attribute(&d, o->attrs[i]);
   if (o->params) d.params = op_read_params(o->params);
-  if (o->shard && op_read_strategy(&d, o->shard, ndevices) == 0 && d.ninputs > 0) {
+  char msg[600];
+  if (o->shard && pylayout_is_layout_text(o->shard)) {
+    if (pyshard_in_strategy("--shard", o->shard, &d, msg, sizeof msg)) die("%s", msg);
+  } else if (o->shard && op_read_strategy(&d, o->shard, ndevices) == 0 && d.ninputs > 0) {
     /* desc.nstrategies 0 means "one per input", so an empty strategy is refused here, as the
        rules word it */
-    char msg[256];
     snprintf(msg, sizeof msg, "%s: strategy has 0 tuples for %d input%s", sk_op_kind_name(d.kind), d.ninputs,
              d.ninputs == 1 ? "" : "s");
     reject(o->json, msg);
   }
+  if (op_out_strategy_text) op_read_out_strategy(&d, op_out_strategy_text);
   sk_op_plan p;
   if (sk_op_plan_make(&d, ndevices, &p, &e) != SK_OK) reject(o->json, e.msg);
   if (o->json)

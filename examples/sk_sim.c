@@ -38,6 +38,7 @@
 #include "blas_gemm.h"
 #include "progs.h"
 #include "pylayout.h"
+#include "pyshard.h"
 #include "sim_report.h"
 #include "sim_ckpt.h"
 #include "loss_check.h"
@@ -64,6 +65,9 @@ typedef struct options {
   const char *dataset_layouts; /* --dataset-strategy as a tuple of layouts: read once the inputs' shapes are known */
   const char *transformer_opt; /* --transformer-opt FILE (parallel_speed_up.json) */
   const char *recompute;       /* --recompute OP,...: the operators flagged for recomputation */
+  /* --shard OP=S and --out-strategy OP=S, in order: shard(in_strategy=S) / (out_strategy=S) of OP */
+  struct { const char *arg; bool out; } shards[64];
+  int nshards;
   bool dump_schedule;          /* --dump-schedule: print each pipeline stage's action list and exit */
   bool print_strategies;       /* --print-strategies: every operator's strategy, before training */
   int timeout_s;               /* --timeout: the world's bound on every wait (0: its default) */
@@ -84,7 +88,8 @@ static void usage(FILE *f, const char *argv0) {
           "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
           "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]] [--grad-accumulation-step M] [--parameter-broadcast]\n"
           "          [--pipeline STAGES --micro M [--scheduler gpipe|1f1b|zero_bubble_v] [--interleave V]\n"
-          "           [--recompute OP,...] [--dump-schedule]]\n" SIM_CKPT_USAGE_LINE
+          "           [--recompute OP,...] [--dump-schedule]]\n"
+          "          [--shard OP=STRATEGY ...] [--out-strategy OP=STRATEGY ...]\n" SIM_CKPT_USAGE_LINE
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -115,8 +120,16 @@ static void usage(FILE *f, const char *argv0) {
           "                       cost model (small networks). The cost unit: time under --link (and\n"
           "                       --device-tflops), else bytes\n"
           "  --print-strategies   print every operator's strategy (\"name ((2, 1), (1, 4))\") before training\n"
+
           "  --device-memory GB   recursive_programming's memory check: the bytes a device may hold\n",
           prog_name(argv0));
+  fprintf(f, /* ISO C's 4095 characters a string: three of them */
+          "  --shard OP=S         shard(in_strategy=S) of operator OP, replacing the network's (repeatable):\n"
+          "                       MindSpore's tuples \"((2,1),(1,4))\" or layouts, one per input:\n"
+          "                       '(Layout((2,4),(\"dp\",\"mp\"))(\"dp\",\"None\"), Layout((2,4),(\"dp\",\"mp\"))(\"None\",\"mp\"))'\n"
+          "  --out-strategy OP=S  shard(out_strategy=S) of operator OP: one tuple (output 0's) or layouts of its\n"
+          "                       first outputs; an output asked for in another layout than the rule gives\n"
+          "                       is redistributed after the forward (MatMul's (a*b, c): its ReduceScatter)\n");
   fprintf(f,
           "  --gradients-mean     enable_gradients_mean: each gradient AllReduce divides by its group size\n"
           "  --no-loss-repeated-mean  disable_loss_repeated_mean: a repeated loss's gradient is not divided\n"
@@ -399,6 +412,11 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   } else if (!strcmp(a, "--recompute")) {
     if (!list_well_formed(v)) return bad_usage(argv0, "--recompute takes operator names: OP,...", v);
     o->recompute = v;
+  } else if (!strcmp(a, "--shard") || !strcmp(a, "--out-strategy")) {
+    const char *eq = strchr(v, '=');
+    if (!eq || eq == v) return bad_usage(argv0, !strcmp(a, "--shard") ? "--shard takes OP=STRATEGY" : "--out-strategy takes OP=STRATEGY", v);
+    if (o->nshards == (int)(sizeof o->shards / sizeof o->shards[0])) return bad_usage(argv0, "at most 64 --shard and --out-strategy", v);
+    o->shards[o->nshards].arg = v, o->shards[o->nshards++].out = !strcmp(a, "--out-strategy");
   } else if (!strcmp(a, "--scheduler")) {
     sk_error e;
     if (sk_pipe_scheduler_parse(v, &o->pd.pipeline.scheduler, &e)) return bad_usage(argv0, e.msg, NULL);
@@ -813,6 +831,36 @@ static int flag_recompute(const char *list, sk_graph *g, char *msg, size_t cap) 
   return 0;
 }
 
+/* --shard OP=S / --out-strategy OP=S: the operator's shard arguments (pyshard.h), replacing the
+   network's; an unknown operator and an empty tuple for a tensor input are refused by name. */
+static int apply_shards(const options *o, sk_graph *g, char *msg, size_t cap) {
+  for (int i = 0; i < o->nshards; i++) {
+    const char *arg = o->shards[i].arg, *eq = strchr(arg, '='), *flag = o->shards[i].out ? "--out-strategy" : "--shard";
+    int at = -1;
+    for (int k = 0; k < g->nops; k++)
+      if (strlen(g->ops[k].name) == (size_t)(eq - arg) && !strncmp(g->ops[k].name, arg, (size_t)(eq - arg))) at = k;
+    if (at < 0) return snprintf(msg, cap, "%s: the network has no operator '%.*s'", flag, (int)(eq - arg), arg), -1;
+    sk_graph_op *op = &g->ops[at];
+    if (!o->shards[i].out) {
+      if (pyshard_in_strategy(flag, eq + 1, &op->desc, msg, cap)) return -1;
+      for (int k = 0; op->desc.has_strategy && k < op->ninputs && k < op->desc.nstrategies; k++)
+        if (!op->desc.strategy_len[k] && op->desc.ndims[k] > 0)
+          return snprintf(msg, cap, "%s: operator '%s': tuple %d is empty; write the rank-%d input's tuple", flag, op->name, k,
+                          op->desc.ndims[k]), -1;
+      continue;
+    }
+    int nd[SK_OP_MAX_OUTPUTS];
+    int64_t shapes[SK_OP_MAX_OUTPUTS][SK_MAX_DIMS];
+    for (int k = 0; k < op->noutputs; k++) {
+      const sk_graph_tensor *t = &g->tensors[op->outputs[k]];
+      nd[k] = t->ndims, memcpy(shapes[k], t->shape, sizeof shapes[k]);
+    }
+    if (pyshard_out_strategy(flag, eq + 1, &op->desc, op->noutputs, nd, (const int64_t(*)[SK_MAX_DIMS])shapes, msg, cap))
+      return -1;
+  }
+  return 0;
+}
+
 /* Every flagged operator that recomputes nothing, named: the single-device trainer recomputes
    nothing; the runtime, what sk_parallel_recomputed says (never the loss, nor what another
    pipeline chunk reads). */
@@ -858,6 +906,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   sk_error e;
   if (sk_json_load_network(o->net, g, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   if (o->recompute && flag_recompute(o->recompute, g, msg, cap)) return -1;
+  if (apply_shards(o, g, msg, cap)) return -1;
   J->g = g, J->optim = g->optim;
   if (o->optimizer) J->optim.kind = o->optim_kind;
   sk_parallel_desc pd;

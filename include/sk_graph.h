@@ -456,7 +456,7 @@ SK_API sk_result sk_graph_add_op(sk_graph *g, const sk_graph_op *op, int *index,
   sk_op_plan p;
   sk_error e;
   if ((r = sk_graph_op_desc(g, g->nops - 1, &d, err))) return g->nops--, r;
-  d.has_strategy = d.has_out_strategy = d.has_layouts = false, d.nstrategies = 0; /* shapes only */
+  d.has_strategy = d.has_out_strategy = d.has_layouts = false, d.nstrategies = d.nout_layouts = 0; /* shapes only */
   memset(d.strategy_len, 0, sizeof d.strategy_len);
   if ((r = sk_op_plan_make(&d, 1, &p, &e))) {
     g->nops--;

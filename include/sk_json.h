@@ -38,8 +38,8 @@
      SK_ERR_INVALID_ARGUMENT naming the file or the call ("PATH: N bytes exceeds the limit of L
      bytes", "PATH: not a regular file (a FIFO)"). Formatting refuses (SK_ERR_INVALID_ARGUMENT) a graph holding what
      JSON cannot carry: a count or tensor id out of range, a non-finite number, a name that is
-     not UTF-8, MatMul layouts on two different meshes; and an optimizer sk_optim_resolve
-     refuses, which loading would refuse.
+     not UTF-8, an operator's input (or output) layouts on different meshes; and an optimizer
+     sk_optim_resolve refuses, which loading would refuse.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_JSON_IMPL)
@@ -388,7 +388,7 @@ static const char *const sk__jr_op_keys[] = {
     "name",       "type",     "inputs",    "transpose_a", "transpose_b", "axis",        "keep_dims",
     "perm",       "depth",    "shape",     "keep_prob",   "epsilon",     "on_value",    "off_value",
     "dtype",      "out_shapes", "out_dtypes", "repeat_left", "full_batch", "fusion",    "stage",
-    "recompute",  "shard",    "out_strategy", "layouts",  "activation_type", NULL};
+    "recompute",  "shard",    "out_strategy", "layouts",  "out_layout", "activation_type", NULL};
 
 static sk_result sk__jr_inputs(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph_op *op) {
   json_t *list = json_object_get(o, "inputs");
@@ -513,37 +513,57 @@ static sk_result sk__jr_shard(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph
   return SK_OK;
 }
 
-/* "layouts" (MatMul): {"mesh": "<mesh text>", "inputs": ["<x's map>", "<w's map>"]}, each map
-   read against its input tensor's shape. */
-static sk_result sk__jr_layouts(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph_op *op) {
-  static const char *const keys[] = {"mesh", "inputs", NULL};
-  json_t *v = json_object_get(o, "layouts"), *maps;
+/* A set of layouts on one mesh, member `key` of o: {"mesh": "<mesh text>", "<list>": ["<map>",
+   ...]}, map k read against tensor ids[k]'s shape; between `least` and n maps (*got: how many). */
+static sk_result sk__jr_layout_set(sk__jr *jr, const sk_graph *g, json_t *o, const char *key, const char *list, const int *ids,
+                                   int least, int n, sk_layout *out, int *got) {
+  static const char *const in_keys[] = {"mesh", "inputs", NULL}, *const out_keys[] = {"mesh", "outputs", NULL};
+  json_t *v = json_object_get(o, key), *maps;
   const char *mesh_text;
   sk_mesh mesh;
   sk_error e;
   sk_result r;
-  if (!v) return SK_OK;
   if (!json_is_object(v))
-    return sk__jr_fail(jr, "layouts", "expected an object {\"mesh\": ..., \"inputs\": [...]}, got %s", sk__jr_type(v));
-  if (op->ninputs < 2) return sk__jr_fail(jr, "layouts", "layouts need two inputs (x and w), the operator has %d", op->ninputs);
-  size_t up = sk__jr_descend(jr, "layouts");
-  if ((r = sk__jr_keys(jr, v, keys)) || (r = sk__jr_string(jr, v, "mesh", true, &mesh_text))) return r;
+    return sk__jr_fail(jr, key, "expected an object {\"mesh\": ..., \"%s\": [...]}, got %s", list, sk__jr_type(v));
+  size_t up = sk__jr_descend(jr, key);
+  if ((r = sk__jr_keys(jr, v, strcmp(list, "inputs") ? out_keys : in_keys)) || (r = sk__jr_string(jr, v, "mesh", true, &mesh_text)))
+    return r;
   if ((r = sk_mesh_parse(&mesh, mesh_text, &e))) return sk__jr_refused(jr, r, "mesh", &e);
-  maps = json_object_get(v, "inputs");
-  if (!json_is_array(maps) || json_array_size(maps) != 2)
-    return sk__jr_fail(jr, "inputs", "expected a list of 2 layout texts (x's and w's)");
-  for (int k = 0; k < 2; k++) {
-    json_t *m = json_array_get(maps, (size_t)k);
-    const sk_graph_tensor *t = &g->tensors[op->inputs[k]];
-    char key[32];
-    (void)snprintf(key, sizeof key, "inputs[%d]", k);
-    if (!json_is_string(m)) return sk__jr_fail(jr, key, "expected a layout text such as \"dp,mp\", got %s", sk__jr_type(m));
-    if ((r = sk_layout_parse(&op->desc.layouts[k], &mesh, json_string_value(m), t->ndims, t->shape, &e)))
-      return sk__jr_refused(jr, r, key, &e);
+  maps = json_object_get(v, list);
+  if (!json_is_array(maps) || json_array_size(maps) < (size_t)least || json_array_size(maps) > (size_t)n) {
+    if (!strcmp(list, "inputs")) return sk__jr_fail(jr, list, "expected a list of %d layout texts, one per input", n);
+    return sk__jr_fail(jr, list, "expected a list of %d..%d layout texts, for the operator's first outputs", least, n);
   }
-  op->desc.has_layouts = true;
+  *got = (int)json_array_size(maps);
+  for (int k = 0; k < *got; k++) {
+    json_t *m = json_array_get(maps, (size_t)k);
+    const sk_graph_tensor *t = &g->tensors[ids[k]];
+    char at[32];
+    (void)snprintf(at, sizeof at, "%s[%d]", list, k);
+    if (!json_is_string(m)) return sk__jr_fail(jr, at, "expected a layout text such as \"dp,mp\", got %s", sk__jr_type(m));
+    if ((r = sk_layout_parse(&out[k], &mesh, json_string_value(m), t->ndims, t->shape, &e))) return sk__jr_refused(jr, r, at, &e);
+  }
   jr->where[up] = 0;
   return SK_OK;
+}
+
+/* "layouts": shard's in_strategy as layouts, one map per input. */
+static sk_result sk__jr_layouts(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph_op *op) {
+  int n = 0;
+  if (!json_object_get(o, "layouts")) return SK_OK;
+  if (op->ninputs < 1) return sk__jr_fail(jr, "layouts", "the operator reads no tensor: nothing to lay out");
+  sk_result r = sk__jr_layout_set(jr, g, o, "layouts", "inputs", op->inputs, op->ninputs, op->ninputs, op->desc.layouts, &n);
+  op->desc.has_layouts = r == SK_OK;
+  return r;
+}
+
+/* "out_layout": out_strategy as layouts, one map for each of the first outputs, read once the
+   operator (just added as operator `at`) has its outputs' shapes. */
+static sk_result sk__jr_out_layout(sk__jr *jr, sk_graph *g, json_t *o, int at) {
+  sk_graph_op *op = &g->ops[at];
+  if (!json_object_get(o, "out_layout")) return SK_OK;
+  return sk__jr_layout_set(jr, g, o, "out_layout", "outputs", op->outputs, 1, op->noutputs, op->desc.out_layouts,
+                           &op->desc.nout_layouts);
 }
 
 static sk_result sk__jr_op(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size_t list_at) {
@@ -572,8 +592,9 @@ static sk_result sk__jr_op(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size
     op.desc.has_out_strategy = true;
   }
   if ((r = sk__jr_layouts(jr, g, v, &op))) return r;
-  if ((r = sk_graph_add_op(g, &op, NULL, &e))) return sk__jr_refused(jr, r, "", &e);
-  return SK_OK;
+  int at = -1;
+  if ((r = sk_graph_add_op(g, &op, &at, &e))) return sk__jr_refused(jr, r, "", &e);
+  return sk__jr_out_layout(jr, g, v, at);
 }
 
 /* ---- the network ---- */
@@ -948,18 +969,19 @@ static void sk__jw_strategy(sk__jw *w, json_t *o, const sk_graph_op *op) {
   }
 }
 
-/* layouts: one mesh for both (sk__jw_check made sure they share it). */
-static void sk__jw_layouts(sk__jw *w, json_t *o, const sk_op_desc *d) {
+/* n layouts on one mesh (sk__jw_check made sure they share it) as member `key` of o:
+   {"mesh": ..., "<list>": [maps]}. */
+static void sk__jw_layout_set(sk__jw *w, json_t *o, const char *key, const char *list, const sk_layout *ls, int n) {
   char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 1];
   json_t *l = json_object(), *maps = json_array();
-  sk_mesh_format(&d->layouts[0].mesh, text, sizeof text);
+  sk_mesh_format(&ls[0].mesh, text, sizeof text);
   sk__jw_set(w, l, "mesh", json_string(text));
-  for (int k = 0; k < 2; k++) {
-    sk_layout_format(&d->layouts[k], text, sizeof text);
+  for (int k = 0; k < n; k++) {
+    sk_layout_format(&ls[k], text, sizeof text);
     sk__jw_append(w, maps, json_string(text));
   }
-  sk__jw_set(w, l, "inputs", maps);
-  sk__jw_set(w, o, "layouts", l);
+  sk__jw_set(w, l, list, maps);
+  sk__jw_set(w, o, key, l);
 }
 
 static json_t *sk__jw_op(sk__jw *w, const sk_graph_op *op) {
@@ -971,7 +993,8 @@ static json_t *sk__jw_op(sk__jw *w, const sk_graph_op *op) {
   sk__jw_attrs(w, o, op);
   sk__jw_attrs2(w, o, op);
   sk__jw_strategy(w, o, op);
-  if (op->desc.has_layouts) sk__jw_layouts(w, o, &op->desc);
+  if (op->desc.has_layouts) sk__jw_layout_set(w, o, "layouts", "inputs", op->desc.layouts, op->ninputs);
+  if (op->desc.nout_layouts) sk__jw_layout_set(w, o, "out_layout", "outputs", op->desc.out_layouts, op->desc.nout_layouts);
   return o;
 }
 
@@ -1016,11 +1039,11 @@ static json_t *sk__jw_network(sk__jw *w) {
 
 static bool sk__jw_tensor_ok(const sk_graph *g, int t) { return t >= 0 && t < g->ntensors; }
 
-static bool sk__jw_layouts_ok(const sk_op_desc *d) {
-  char a[512], b[512];
-  size_t na = sk_mesh_format(&d->layouts[0].mesh, a, sizeof a), nb = sk_mesh_format(&d->layouts[1].mesh, b, sizeof b);
-  return na > 0 && na < sizeof a && na == nb && !strcmp(a, b) && sk_layout_format(&d->layouts[0], NULL, 0) > 0 &&
-         sk_layout_format(&d->layouts[1], NULL, 0) > 0;
+/* n (>= 1) valid layouts on one mesh: what one "layouts" or "out_layout" object carries. */
+static bool sk__jw_layouts_ok(const sk_layout *ls, int n) {
+  bool ok = n >= 1 && sk_mesh_format(&ls[0].mesh, NULL, 0) > 0;
+  for (int k = 0; ok && k < n; k++) ok = sk_layout_format(&ls[k], NULL, 0) > 0 && sk_mesh_equal(&ls[k].mesh, &ls[0].mesh);
+  return ok;
 }
 
 static sk_result sk__jw_check_op(const sk_graph *g, const sk_graph_op *op, sk_error *err) {
@@ -1040,9 +1063,12 @@ static sk_result sk__jw_check_op(const sk_graph *g, const sk_graph_op *op, sk_er
   if (!isfinite(op->keep_prob) || !isfinite(op->epsilon) || !isfinite(op->on_value) || !isfinite(op->off_value))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: operator '%s': keep_prob, epsilon, on_value, off_value must be "
                     "finite", op->name);
-  if (d->has_layouts && !sk__jw_layouts_ok(d))
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: operator '%s': the layouts are not two valid layouts on one "
-                    "mesh", op->name);
+  if (d->has_layouts && !sk__jw_layouts_ok(d->layouts, op->ninputs))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: operator '%s': the layouts are not valid layouts, one per input, "
+                    "on one mesh", op->name);
+  if (d->nout_layouts < 0 || d->nout_layouts > op->noutputs || (d->nout_layouts && !sk__jw_layouts_ok(d->out_layouts, d->nout_layouts)))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: operator '%s': the output layouts are not valid layouts of its "
+                    "first outputs on one mesh", op->name);
   return SK_OK;
 }
 

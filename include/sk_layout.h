@@ -87,6 +87,8 @@ SK_API sk_result sk_mesh_parse(sk_mesh *mesh, const char *text, sk_error *err);
 SK_API size_t sk_mesh_format(const sk_mesh *mesh, char *buf, size_t cap);
 /* Index of the axis called name, or -1. */
 SK_API int sk_mesh_axis(const sk_mesh *mesh, const char *name);
+/* Whether two meshes are one: the same axes, sizes and names, in order. */
+SK_API bool sk_mesh_equal(const sk_mesh *a, const sk_mesh *b);
 /* Bit mask of the axes named in a comma list ("sp,dp"); each name must exist, once. */
 SK_API sk_result sk_mesh_axis_mask(const sk_mesh *mesh, const char *names, uint32_t *mask, sk_error *err);
 /* Rank -> coordinates (coords has mesh->naxes entries) and back. */
@@ -144,6 +146,11 @@ SK_API void sk_layout_slice_shape(const sk_layout *layout, int64_t *shape);
 SK_API sk_result sk_layout_slice(const sk_layout *layout, int rank, sk_slice *slice, sk_error *err);
 /* Mask of the mesh axes the map uses; the others replicate the tensor. */
 SK_API uint32_t sk_layout_used_axes(const sk_layout *layout);
+/* Whether two layouts of one tensor give every rank the same slice, compared rank by rank
+   whatever their meshes (one may cut a dim by a tuple of axes where the other cuts it by one axis
+   of their product): the same placement. Shapes and device counts must be equal; two scalars on
+   meshes of one size are the same. */
+SK_API bool sk_layout_same_slices(const sk_layout *a, const sk_layout *b);
 /* The ranks holding the identical slice as rank (ascending; cap, *n as sk_mesh_group). */
 SK_API sk_result sk_layout_replica_group(const sk_layout *layout, int rank, int *ranks, int cap, int *n,
                                          sk_error *err);
@@ -476,6 +483,13 @@ SK_API int sk_mesh_axis(const sk_mesh *mesh, const char *name) {
   for (int k = 0; k < mesh->naxes; k++)
     if (sk__streq(mesh->names[k], name)) return k;
   return -1;
+}
+
+SK_API bool sk_mesh_equal(const sk_mesh *a, const sk_mesh *b) {
+  if (!a || !b || a->naxes != b->naxes || a->naxes < 0 || a->naxes > SK_MAX_AXES) return false;
+  for (int i = 0; i < a->naxes; i++)
+    if (a->dims[i] != b->dims[i] || strncmp(a->names[i], b->names[i], SK_AXIS_NAME_MAX)) return false;
+  return true;
 }
 
 /* Resolves a scanned name to an axis of the mesh, failing on unknown or reused axes (used is the
@@ -1082,6 +1096,19 @@ SK_API uint32_t sk_layout_used_axes(const sk_layout *layout) {
   for (int d = 0; d < layout->ndims; d++)
     for (int j = 0; j < layout->map[d].naxes; j++) mask |= 1u << layout->map[d].axes[j];
   return mask;
+}
+
+SK_API bool sk_layout_same_slices(const sk_layout *a, const sk_layout *b) {
+  if (!a || !b || a->ndims != b->ndims || a->mesh.size != b->mesh.size) return false;
+  for (int d = 0; d < a->ndims; d++)
+    if (a->shape[d] != b->shape[d]) return false;
+  for (int r = 0; a->ndims > 0 && r < a->mesh.size; r++) {
+    sk_slice x, y;
+    if (sk_layout_slice(a, r, &x, NULL) || sk_layout_slice(b, r, &y, NULL)) return false;
+    for (int d = 0; d < a->ndims; d++)
+      if (x.start[d] != y.start[d] || x.stop[d] != y.stop[d]) return false;
+  }
+  return true;
 }
 
 /* Ranks agreeing on every used axis hold the same slice (MindSpore's GetDevicesByTensorMap). */

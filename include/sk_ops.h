@@ -39,24 +39,62 @@
    parallel, dim 0 of its (first) input cut by every device. The math of each operator, on a
    device's slice, is in sk_kernels.h.
 
-   MatMul from layouts (the higher-order form): x's and w's layouts are given on one mesh; the
-   output takes x's row map and w's column map, and the forward AllReduce runs along the union of
-   the axes of x's contraction dim (MatMul::InferForwardCommunicationByLayout).
+   LAYOUTS (in_strategy as MindSpore's Layout objects, desc.has_layouts): every input's layout on
+   one device matrix of the operator's devices. Where MindSpore computes the operator from the
+   layouts themselves, so does the rule, tuples of axes included:
+     - MatMul, BatchMatMul (any rank >= 2, as from a strategy): the output takes the batch
+       dims' maps, x's row map and w's column map; x's and w's contraction dims are cut alike and the forward AllReduce runs along
+       their axes (MatMul::CheckInputLayout, InferOutputLayout,
+       InferForwardCommunicationByLayout); batch dims larger than 1 in both are cut alike;
+     - the element-wise operators of one input (ReLU, GeLU, Tanh, Cast, Dropout, TmpIdentity;
+       Softmax, LogSoftmax, L2Normalize with their axes whole) keep the input's layout
+       (ActivationBase::InferOutputTensorInfo);
+     - Add, Sub, Mul, Div, Pow: dims both inputs have larger than 1 are cut alike; the output
+       takes, per dim, the map of the input that does not broadcast it (ArithmeticBase);
+     - LayerNorm: x's dims from begin_norm_axis whole, gamma and beta cut as x's dims they align
+       with; y keeps x's layout, mean and variance x's map on their shape (LayerNormInfo);
+     - BiasAdd: the bias cut as x's channels; y keeps x's layout (BiasAddInfo);
+     - Transpose: any layout; output dim k takes input dim perm[k]'s map (TransposeInfo).
+   Every other operator computes from a strategy, and takes a layout that is one: each dim cut
+   by at most one axis, so the layouts read as the tuples of those axes' sizes; the rule runs on
+   that strategy and every input's layout it gives must place the same slices on every device
+   as the given one (else refused, naming the operator and the input, as MindSpore's
+   CheckInputLayout refuses a layout its operator cannot take). The plan is then the strategy's:
+   its device matrix is the strategy's. For Reshape that is a strategy of its own, which leaves
+   its output whole (only without one does it follow its input's cut).
+
+   OUTPUTS (shard's out_strategy, desc.has_out_strategy or desc.out_layouts): where the asked
+   layout places output k as the rule does, nothing changes. MatMul, BatchMatMul and Dense whose
+   forward AllReduce completes partial sums give the output their ReduceScatter leaves instead
+   (the output's dim 0 cut further by the contraction's axes: MatMul::CheckOutputLayout's and
+   CheckOutputStrategy's (a*b, c)); as a tuple, out_strategy needs their x and w 2-D
+   (CheckOutputStrategy; as layouts, any rank). Any other asked layout is reached by a
+   redistribution after the forward: plan.redistributed and plan.wanted, which the compiler
+   (sk_parallel.h) inserts and every later reader sees. (Reshape's SK_OPF_REDISTRIBUTES is
+   another thing: the operator itself is the redistribution from its input's layout to its
+   output's, sk_op_kernel_layout; an out_strategy on it moves its output once more.) MindSpore refuses such a layout on a primitive's shard (its
+   CheckOutputLayout: "not allowed to be set by users") and inserts that redistribution for a
+   Cell's or function's shard(out_strategy=...), through the identity it puts after the outputs
+   (AShardIdentity); shardkit's operators take both, the second as the Cell's.
 
    Binary operators broadcast both ways: shapes and strategies are aligned from the right,
    either input may have size-1 dims; where the two strategies differ on a dim that one input
    broadcasts, the device matrix takes the larger cut, and each input is mapped only where its
    cut equals the device matrix's. MatMul and BatchMatMul align their batch dims the same way.
 
-   ERRORS: a strategy with the wrong number of tuples (desc.nstrategies) or a tuple of the wrong
-   length (desc.strategy_len), a value below 1, a value that is not a power of two when the
-   device count is one, a value that does not divide its dim, a product that does not divide
-   the devices, contraction strategies that disagree, a split where the operator needs a whole
-   dim (the axis of Softmax, LogSoftmax, L2Normalize; LayerNorm's normalised dims; the class dim
-   of the softmax losses; indices of a row-split Gather outside "shard batch and axis"), a
-   repeat where the operator cannot repeat (a Gather table cut along axis and along another
-   dim): all return SK_ERR_INVALID_ARGUMENT with a message that starts with the
-   operator's name and names the input and dim.
+   ERRORS: a strategy given both as tuples and as layouts, a layout of another rank than its
+   input or output, on another device count, or on another device matrix than input 0's, a
+   layout a strategy-computed operator cannot take (a dim cut by several axes, or slices its
+   strategy does not give), out_strategy with more entries than output 0's rank, or as a tuple
+   on a MatMul or BatchMatMul with batch dims; a strategy with the wrong number of tuples
+   (desc.nstrategies) or a tuple of the wrong length (desc.strategy_len), a value below 1, a
+   value that is not a power of two when the device count is one, a value that does not divide
+   its dim, a product that does not divide the devices, contraction strategies that disagree, a
+   split where the operator needs a whole dim (the axis of Softmax, LogSoftmax, L2Normalize;
+   LayerNorm's normalised dims; the class dim of the softmax losses; indices of a row-split
+   Gather outside "shard batch and axis"), a repeat where the operator cannot repeat (a Gather
+   table cut along axis and along another dim): all return SK_ERR_INVALID_ARGUMENT with a
+   message that starts with the operator's name and names the input and dim.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_OPS_IMPL)
@@ -78,7 +116,7 @@ SK_EXTERN_C_BEGIN
 
 /* The operators, named as MindSpore's primitives (sk_op_kind_name / sk_op_kind_from_name). */
 typedef enum sk_op_kind {
-  SK_OP_MATMUL = 0,   /* x [B..,m,k] (or [..,k,m] with transpose_a), w [B..,k,n] (or [..,n,k]); layouts: 2-D */
+  SK_OP_MATMUL = 0,   /* x [B..,m,k] (or [..,k,m] with transpose_a), w [B..,k,n] (or [..,n,k]) */
   SK_OP_BATCH_MATMUL, /* MatMul's rule (master's one class): batch dims first in the device matrix; they broadcast */
   SK_OP_DENSE,        /* x [m,k], w [n,k], optional bias [n]: MatMul(transpose_b) + BiasAdd */
   SK_OP_RELU,         /* one input, element-wise */
@@ -116,8 +154,9 @@ typedef enum sk_op_kind {
 } sk_op_kind;
 
 /* One operator. Zero-initialise, then set kind, the inputs' shapes, the attributes the operator
-   reads, and either a strategy, or layouts (MatMul only), or neither (MindSpore's default:
-   data parallel). Zero is every attribute's MindSpore default. */
+   reads, and either a strategy, or layouts, or neither (MindSpore's default: data parallel); and
+   optionally what shard's out_strategy asks of the outputs, as a tuple or as layouts. Zero is
+   every attribute's MindSpore default. */
 typedef struct sk_op_desc {
   sk_op_kind kind;
   int ninputs;
@@ -126,10 +165,19 @@ typedef struct sk_op_desc {
   bool transpose_a, transpose_b;
   bool has_strategy; /* MindSpore's shard(((..),(..))) */
   int strategy[SK_OP_MAX_INPUTS][SK_MAX_DIMS];
-  bool has_out_strategy; /* MatMul: ((a*b, c),) asks for a ReduceScatter output */
+  /* shard's out_strategy as a tuple: output 0's, on the operator's devices (the repeat axis where
+     the operator puts its own). MatMul's ((a*b, c),) is its ReduceScatter output; see OUTPUTS. */
+  bool has_out_strategy;
   int out_strategy[SK_MAX_DIMS];
-  bool has_layouts; /* MatMul: in_strategy given as layouts on one mesh */
-  sk_layout layouts[2];
+  /* in_strategy as layouts: layouts[i] is input i's device matrix and map, every input's on one
+     device matrix of the operator's devices (a layout's shape is its input's: one built on
+     another shape of the same rank is read on the input's). Scalar inputs need none. */
+  bool has_layouts;
+  sk_layout layouts[SK_OP_MAX_INPUTS];
+  /* out_strategy as layouts: output k's for k < nout_layouts (not with has_out_strategy); each
+     read on its output's shape, as layouts[] are. */
+  int nout_layouts;
+  sk_layout out_layouts[SK_OP_MAX_OUTPUTS];
   uint32_t params;     /* bit i: input i is a parameter (gets a gradient AllReduce) */
   bool gradients_mean; /* scale parameter gradients by 1 / replica group size */
   /* How the strategy was written, so that a malformed one can be passed and rejected as
@@ -176,6 +224,10 @@ typedef struct sk_op_plan {
   sk_op_comm bwd_in[SK_OP_MAX_INPUTS];
   sk_op_comm mirror[SK_OP_MAX_INPUTS]; /* MindSpore's Mirror of input i, parameter or not */
   sk_op_comm grad[SK_OP_MAX_INPUTS];   /* the Mirror of parameters, scaled under gradients_mean */
+  /* The outputs out_strategy asks for in another layout than out[k] (bit k): output k is
+     redistributed from out[k] to wanted[k] after the forward, and its tensor keeps wanted[k]. */
+  uint32_t redistributed;
+  sk_layout wanted[SK_OP_MAX_OUTPUTS];
 } sk_op_plan;
 
 SK_API sk_result sk_op_plan_make(const sk_op_desc *desc, int ndevices, sk_op_plan *plan, sk_error *err);
@@ -376,28 +428,231 @@ static void sk__op_no_comm(sk_op_plan *p) {
   for (int i = 0; i < SK_OP_MAX_INPUTS; i++) p->bwd_in[i] = sk__opc(SK_COLL_NONE, 0, 1);
 }
 
-static sk_result sk__op_matmul_layouts(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  const sk_layout *x = &d->layouts[0], *w = &d->layouts[1];
-  if (x->mesh.size != ndevices || w->mesh.size != ndevices)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul layouts: meshes of %d and %d devices, but %d devices", x->mesh.size,
-                    w->mesh.size, ndevices);
-  if (x->ndims != 2 || w->ndims != 2 || d->transpose_a || d->transpose_b)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul layouts: 2-D x and w without transposes are supported");
-  if (x->shape[1] != w->shape[0])
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul: x [%lld,%lld] and w [%lld,%lld] do not chain",
-                    (long long)x->shape[0], (long long)x->shape[1], (long long)w->shape[0], (long long)w->shape[1]);
-  uint32_t kx = sk__dim_axes(&x->map[1]), kw = sk__dim_axes(&w->map[0]);
-  if (kx != kw)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul layouts: x's contraction dim and w's row dim are cut by different axes");
-  p->mesh = x->mesh;
-  p->ninputs = 2;
-  p->in[0] = *x, p->in[1] = *w;
-  int64_t shape[2] = {x->shape[0], w->shape[1]};
-  sk_dim_map map[2] = {x->map[0], w->map[1]};
+/* ---- layouts ----------------------------------------------------------------------------------- */
+
+/* Whether two dims of layouts on mesh m are cut alike: the same axes in the same order, axes of
+   size 1 (which cut nothing) left out. */
+static bool sk__op_same_map(const sk_mesh *m, const sk_dim_map *a, const sk_dim_map *b) {
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < a->naxes && m->dims[a->axes[i]] == 1) i++;
+    while (j < b->naxes && m->dims[b->axes[j]] == 1) j++;
+    if (i == a->naxes || j == b->naxes) return i == a->naxes && j == b->naxes;
+    if (a->axes[i++] != b->axes[j++]) return false;
+  }
+}
+
+/* A dim's map as layout text: "None", "mp" or "(sp,dp)". */
+static void sk__op_map_text(const sk_mesh *m, const sk_dim_map *d, char *buf, size_t cap) {
+  size_t len = 0;
+  if (cap) buf[0] = 0;
+  if (d->naxes == 0) {
+    snprintf(buf, cap, "None");
+    return;
+  }
+  for (int j = 0; j < d->naxes && len < cap; j++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s%s", j ? "," : d->naxes > 1 ? "(" : "", m->names[d->axes[j]],
+                            j == d->naxes - 1 && d->naxes > 1 ? ")" : "");
+}
+
+/* A layout as text for messages: "dp,None on dp=2,mp=4". */
+static void sk__op_layout_text(const sk_layout *l, char *buf, size_t cap) {
+  char map[256], mesh[256];
+  sk_layout_format(l, map, sizeof map);
+  sk_mesh_format(&l->mesh, mesh, sizeof mesh);
+  snprintf(buf, cap, "%s on %s", l->ndims ? map : "a scalar", mesh);
+}
+
+/* The inputs' layouts as desc.layouts gives them, each read on its input's shape (MindSpore's
+   Layout carries no shape), all on one device matrix of ndevices devices; a scalar input takes
+   that matrix. */
+static sk_result sk__op_given_layouts(const sk_op_desc *d, int ndevices, sk_layout *in, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
+  int first = -1;
+  for (int i = 0; i < d->ninputs; i++) {
+    const sk_layout *l = &d->layouts[i];
+    if (d->ndims[i] == 0) continue;
+    if (first < 0) first = i;
+    const sk_mesh *m = &d->layouts[first].mesh;
+    bool same = l->mesh.naxes == m->naxes;
+    for (int a = 0; same && a < m->naxes; a++) same = l->mesh.dims[a] == m->dims[a];
+    if (l->ndims != d->ndims[i])
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d's layout has %d dims for a rank-%d input", name, i,
+                      l->ndims, d->ndims[i]);
+    if (l->mesh.size != ndevices)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d's layout is on %d devices, the operator on %d", name, i,
+                      l->mesh.size, ndevices);
+    if (!same) {
+      char a[256], b[256];
+      sk_mesh_format(&l->mesh, a, sizeof a), sk_mesh_format(m, b, sizeof b);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d's device matrix %s is not input %d's %s: an operator's "
+                      "layouts share one device matrix", name, i, a, first, b);
+    }
+    sk_error e;
+    if (sk_layout_init(&in[i], &l->mesh, d->ndims[i], d->shape[i], l->map, &e))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d's layout: %s", name, i, e.msg);
+  }
+  if (first < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: layouts are for tensor inputs; it has none", name);
+  for (int i = 0; i < d->ninputs; i++)
+    if (d->ndims[i] == 0) sk__op_scalar(&in[i], &in[first].mesh);
+  return SK_OK;
+}
+
+/* The strategy the layouts read as: each dim's cut the size of its axis (a tuple of axes: their
+   product, which sk__op_check_given refuses unless it places the same slices). */
+static void sk__op_strategy_of_layouts(const sk_op_desc *d, const sk_layout *in, sk_op_desc *s) {
+  *s = *d;
+  s->has_strategy = true, s->nstrategies = 0;
+  memset(s->strategy_len, 0, sizeof s->strategy_len);
+  for (int i = 0; i < d->ninputs; i++)
+    for (int k = 0; k < sk_op_tuple_len(d->kind, i, d->ndims[i]); k++)
+      s->strategy[i][k] = k < d->ndims[i] ? sk_layout_split_count(&in[i], k) : 1; /* OneHot's classes: whole */
+}
+
+/* MindSpore's CheckInputLayout for an operator that computes from a strategy: the rule's input
+   layouts place what the given ones place. */
+static sk_result sk__op_check_given(const sk_op_desc *d, const sk_layout *given, const sk_op_plan *p, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
+  for (int i = 0; i < d->ninputs; i++) {
+    if (d->ndims[i] == 0 || sk_layout_same_slices(&p->in[i], &given[i])) continue;
+    char a[600], b[600], t[64];
+    for (int k = 0; k < given[i].ndims; k++)
+      if (given[i].map[k].naxes > 1) {
+        sk__op_map_text(&given[i].mesh, &given[i].map[k], t, sizeof t);
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d dim %d is cut by several axes %s in its layout, but "
+                        "%s computes from a strategy, whose tuples cut a dim by one axis", name, i, k, t, name);
+      }
+    sk__op_layout_text(&given[i], a, sizeof a), sk__op_layout_text(&p->in[i], b, sizeof b);
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d's layout %s is not one its strategy gives (%s places "
+                    "other slices on the devices): %s computes from a strategy, and takes a layout only as that "
+                    "strategy's", name, i, a, b, name);
+  }
+  return SK_OK;
+}
+
+/* Output k as out_strategy asks for it, on the rule's output shape. */
+static sk_result sk__op_asked_output(const sk_op_desc *d, int ndevices, int k, const sk_layout *rule, sk_layout *w,
+                                     sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
   sk_error e;
-  if (sk_layout_init(&p->out[0], &p->mesh, 2, shape, map, &e) != SK_OK)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul output: %s", e.msg);
-  p->fwd = sk__opc(SK_COLL_ALLREDUCE, sk__real_axes(&p->mesh, kx), 1);
+  if (d->has_out_strategy) {
+    int len = SK_MAX_DIMS;
+    while (len > 0 && d->out_strategy[len - 1] == 0) len--;
+    if (len > rule->ndims)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: out_strategy has %d entries for the rank-%d output", name, len,
+                      rule->ndims);
+    if (sk_layout_from_strategy(w, ndevices, rule->ndims, rule->shape, d->out_strategy,
+                                d->repeat_left ? SK_REPEAT_LEFT : SK_REPEAT_RIGHT, &e))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: out_strategy: %s", name, e.msg);
+    return SK_OK;
+  }
+  const sk_layout *l = &d->out_layouts[k];
+  if (l->ndims != rule->ndims)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: output %d's layout has %d dims for a rank-%d output", name, k,
+                    l->ndims, rule->ndims);
+  if (l->mesh.size != ndevices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: output %d's layout is on %d devices, the operator on %d", name, k,
+                    l->mesh.size, ndevices);
+  if (sk_layout_init(w, &l->mesh, rule->ndims, rule->shape, l->map, &e))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: output %d's layout: %s", name, k, e.msg);
+  return SK_OK;
+}
+
+/* The MatMul family's other output: the partial sums ReduceScattered along dim 0 over the
+   contraction's axes instead of AllReduced (MatMul::CheckOutputLayout extends the output's dim
+   0 map by x's contraction map). Taken when it places `asked`. */
+static bool sk__op_reduce_scatter(const sk_op_desc *d, const sk_layout *asked, sk_op_plan *p) {
+  const sk_op_comm *f = &p->fwd;
+  if (!(sk_op_row_of(d->kind)->flags & SK_OPF_CONTRACTS) || f->kind != SK_COLL_ALLREDUCE || f->op != SK_SUM ||
+      f->scale != 1 || p->out[0].ndims < 1)
+    return false;
+  sk_dim_map map[SK_MAX_DIMS];
+  memcpy(map, p->out[0].map, sizeof map);
+  for (int a = 0; a < p->mesh.naxes; a++)
+    if ((f->axes >> a) & 1u) map[0].axes[map[0].naxes++] = a;
+  sk_layout rs;
+  if (sk_layout_init(&rs, &p->mesh, p->out[0].ndims, p->out[0].shape, map, NULL) || !sk_layout_same_slices(&rs, asked))
+    return false;
+  p->out[0] = rs, p->fwd.kind = SK_COLL_REDUCE_SCATTER;
+  sk__op_grads(d, p); /* output 0 is now cut by the contraction's axes too */
+  return true;
+}
+
+/* shard's out_strategy: each output asked for in another layout is taken by a ReduceScatter
+   (the MatMul family) or else redistributed after the forward. */
+static sk_result sk__op_outputs_asked(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
+  if (d->has_out_strategy && d->nout_layouts)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: out_strategy is given as a tuple and as layouts; give one", name);
+  int n = d->has_out_strategy ? 1 : d->nout_layouts;
+  if (n < 0 || n > p->noutputs)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: %d output layouts for %d output%s", name, n, p->noutputs,
+                    p->noutputs == 1 ? "" : "s");
+  for (int k = 0; k < n; k++) {
+    sk_layout w;
+    sk_result r = sk__op_asked_output(d, ndevices, k, &p->out[k], &w, err);
+    if (r) return r;
+    if (sk_layout_same_slices(&w, &p->out[k]) || (k == 0 && sk__op_reduce_scatter(d, &w, p))) continue;
+    p->redistributed |= 1u << k, p->wanted[k] = w;
+  }
+  return SK_OK;
+}
+
+/* An out_strategy tuple on the MatMul family needs 2-D x and w (MatMul::CheckOutputStrategy: "must
+   be 2 if set output strategy", before it reads the tuple); output layouts have no such
+   condition (MatMul::CheckOutputLayout), so a batched MatMul takes its out_strategy as layouts. */
+static sk_result sk__op_mm_out_strategy_2d(const sk_op_desc *d, sk_error *err) {
+  if (!d->has_out_strategy || (d->ndims[0] == 2 && d->ndims[1] == 2)) return SK_OK;
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: an output strategy (a tuple) needs 2-D x and w, got ranks %d and %d "
+                  "(batch dims: give out_strategy as layouts)", sk_op_kind_name(d->kind), d->ndims[0], d->ndims[1]);
+}
+
+/* MatMul and BatchMatMul from layouts (any rank >= 2, as from a strategy): x [.., m, k] and
+   w [.., k, n] (a transpose swaps its input's last two dims). */
+static sk_result sk__op_matmul_layouts(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
+  int nx = d->ndims[0], nw = d->ndims[1];
+  if (d->ninputs != 2 || nx < 2 || nw < 2)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: needs two inputs of >= 2 dims (got %d and %d)", name, nx, nw);
+  sk_layout in[SK_OP_MAX_INPUTS];
+  sk_result r = sk__op_mm_out_strategy_2d(d, err);
+  if (r == SK_OK) r = sk__op_given_layouts(d, ndevices, in, err);
+  if (r) return r;
+  const sk_layout *x = &in[0], *w = &in[1];
+  int xm = nx - 2 + d->transpose_a, xk = nx - 1 - d->transpose_a, wk = nw - 2 + d->transpose_b, wn = nw - 1 - d->transpose_b;
+  int nb = (nx > nw ? nx : nw) - 2, px = nb - (nx - 2), pw = nb - (nw - 2);
+  char a[64], b[64];
+  if (x->shape[xk] != w->shape[wk])
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: contraction dims differ: x dim %d is %lld, w dim %d is %lld", name, xk,
+                    (long long)x->shape[xk], wk, (long long)w->shape[wk]);
+  if (!sk__op_same_map(&x->mesh, &x->map[xk], &w->map[wk])) {
+    sk__op_map_text(&x->mesh, &x->map[xk], a, sizeof a), sk__op_map_text(&w->mesh, &w->map[wk], b, sizeof b);
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: x's contraction dim (dim %d) is cut by %s but w's (dim %d) by %s; "
+                    "they must be cut alike", name, xk, a, wk, b);
+  }
+  int64_t oshape[SK_MAX_DIMS];
+  sk_dim_map omap[SK_MAX_DIMS], none;
+  memset(omap, 0, sizeof omap), memset(&none, 0, sizeof none);
+  for (int i = 0; i < nb; i++) { /* the batch dims, aligned from the right */
+    int64_t hx = i < px ? 1 : x->shape[i - px], hw = i < pw ? 1 : w->shape[i - pw];
+    const sk_dim_map *mx = i < px ? &none : &x->map[i - px], *mw = i < pw ? &none : &w->map[i - pw];
+    if (hx != hw && hx != 1 && hw != 1)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: batch dims %lld (x) and %lld (w) do not broadcast", name,
+                      (long long)hx, (long long)hw);
+    if (hx > 1 && hw > 1 && !sk__op_same_map(&x->mesh, mx, mw)) {
+      sk__op_map_text(&x->mesh, mx, a, sizeof a), sk__op_map_text(&w->mesh, mw, b, sizeof b);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: batch dim %d is cut by %s in x but by %s in w; a batch both "
+                      "inputs hold is cut alike", name, i, a, b);
+    }
+    oshape[i] = hx > hw ? hx : hw, omap[i] = hx >= hw ? *mx : *mw;
+  }
+  oshape[nb] = x->shape[xm], omap[nb] = x->map[xm];
+  oshape[nb + 1] = w->shape[wn], omap[nb + 1] = w->map[wn];
+  p->mesh = x->mesh, p->ninputs = 2, p->in[0] = *x, p->in[1] = *w;
+  sk_error e;
+  if (sk_layout_init(&p->out[0], &p->mesh, nb + 2, oshape, omap, &e))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the output x's and w's layouts give: %s", name, e.msg);
+  p->fwd = sk__opc(SK_COLL_ALLREDUCE, sk__real_axes(&p->mesh, sk__dim_axes(&x->map[xk])), 1);
   sk__op_grads(d, p);
   return SK_OK;
 }
@@ -430,32 +685,15 @@ static sk_result sk__bmm_batch(const sk_op_desc *d, const int *sx, const int *sw
   return SK_OK;
 }
 
-/* The output of MatMul: [batch..., m, n] cut by (batch..., a, c); or, when an output strategy
-   ((a*b, c),) asks for it, rows cut by (a, b) after a ReduceScatter instead of the AllReduce. */
-static sk_result sk__matmul_output(const sk_op_desc *d, int nb, int first, const int *dev, const int64_t *oshape,
-                                   sk_op_plan *p, sk_error *err) {
-  uint32_t kaxes = sk__real_axes(&p->mesh, 1u << (first + nb + 1));
+/* The output of MatMul: [batch..., m, n] cut by (batch..., a, c), its partial sums over b
+   completed by an AllReduce (an out_strategy may turn it into a ReduceScatter:
+   sk__op_outputs_asked). */
+static sk_result sk__matmul_output(int nb, int first, const int64_t *oshape, sk_op_plan *p, sk_error *err) {
   int ao[SK_MAX_DIMS];
-  if (!d->has_out_strategy) {
-    sk__op_identity(nb + 1, first, ao);
-    ao[nb + 1] = first + nb + 2;
-    p->fwd = sk__opc(SK_COLL_ALLREDUCE, kaxes, 1);
-    return sk__op_layout(&p->out[0], &p->mesh, nb + 2, oshape, ao, "output", err);
-  }
-  if (nb > 0) /* MatMul::CheckOutputStrategy: "must be 2 if set output strategy" */
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: an output strategy needs 2-D x and w, got batch dims",
-                    sk_op_kind_name(d->kind));
-  if (d->out_strategy[0] != dev[nb] * dev[nb + 1] || d->out_strategy[1] != dev[nb + 2])
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul: out_strategy must be (%d, %d) = (a*b, c) to ask for a "
-                    "ReduceScatter output", dev[nb] * dev[nb + 1], dev[nb + 2]);
-  sk_dim_map om[2];
-  om[0].naxes = 2, om[0].axes[0] = first + nb, om[0].axes[1] = first + nb + 1;
-  om[1].naxes = 1, om[1].axes[0] = first + nb + 2;
-  sk_error e;
-  if (sk_layout_init(&p->out[0], &p->mesh, 2, oshape, om, &e) != SK_OK)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MatMul output: %s", e.msg);
-  p->fwd = sk__opc(SK_COLL_REDUCE_SCATTER, kaxes, 1);
-  return SK_OK;
+  sk__op_identity(nb + 1, first, ao);
+  ao[nb + 1] = first + nb + 2;
+  p->fwd = sk__opc(SK_COLL_ALLREDUCE, sk__real_axes(&p->mesh, 1u << (first + nb + 1)), 1);
+  return sk__op_layout(&p->out[0], &p->mesh, nb + 2, oshape, ao, "output", err);
 }
 
 /* Which form the shared rule below plans: MindSpore's MatMul class, which MatMul and BatchMatMul
@@ -472,6 +710,8 @@ static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form
   if (d->ninputs != (form == SK__MM_DENSE ? d->ninputs : 2) || nx < 2 || nw < 2 || (!batch && (nx != 2 || nw != 2)))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: needs two inputs of %s dims (got %d and %d)", name,
                     batch ? ">= 2" : "2", nx, nw);
+  sk_result r = sk__op_mm_out_strategy_2d(d, err);
+  if (r != SK_OK) return r;
   int nb = (nx > nw ? nx : nw) - 2;
   /* positions of m, k in x and k, n in w */
   int xm = nx - 2 + d->transpose_a, xk = nx - 1 - d->transpose_a, wk = nw - 2 + tb, wn = nw - 1 - tb;
@@ -488,7 +728,7 @@ static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the contraction dim is cut %d ways in x but %d in w", name, sx[xk],
                     sw[wk]);
   int64_t oshape[SK_MAX_DIMS];
-  sk_result r = sk__bmm_batch(d, sx, sw, nb, dev, ax, aw, oshape, err);
+  r = sk__bmm_batch(d, sx, sw, nb, dev, ax, aw, oshape, err);
   if (r != SK_OK) return r;
   dev[nb] = sx[xm], dev[nb + 1] = sx[xk], dev[nb + 2] = sw[wn];
   int first = 0;
@@ -500,7 +740,7 @@ static sk_result sk__op_matmul(const sk_op_desc *d, int ndevices, sk__op_mm_form
   p->ninputs = 2;
   if ((r = sk__op_layout(&p->in[0], &p->mesh, nx, d->shape[0], ax, "input 0 (x)", err)) != SK_OK) return r;
   if ((r = sk__op_layout(&p->in[1], &p->mesh, nw, d->shape[1], aw, "input 1 (w)", err)) != SK_OK) return r;
-  if ((r = sk__matmul_output(d, nb, first, dev, oshape, p, err)) != SK_OK) return r;
+  if ((r = sk__matmul_output(nb, first, oshape, p, err)) != SK_OK) return r;
   return SK_OK;
 }
 
@@ -561,8 +801,11 @@ static sk_result sk__binary_align(const sk_op_desc *d, int ndevices, int n, int6
 /* Add, Mul, ...: the device matrix takes, per aligned dim, the cut both inputs agree on, or the
    larger one where one input broadcasts; an input is mapped on a dim only where its cut is the
    device matrix's (MindSpore's ArithmeticBase). */
+static sk_result sk__op_binary_layouts(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err);
+
 static sk_result sk__op_rule_binary(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 2) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: takes 2 inputs, got %d", sk_op_kind_name(d->kind), d->ninputs);
+  if (d->has_layouts) return sk__op_binary_layouts(d, ndevices, p, err);
   int n = d->ndims[0] > d->ndims[1] ? d->ndims[0] : d->ndims[1];
   int64_t sh[2][SK_MAX_DIMS], osh[SK_MAX_DIMS];
   int st[2][SK_MAX_DIMS], dev[SK_MAX_DIMS] = {0}, ao[SK_MAX_DIMS] = {0};
@@ -583,6 +826,41 @@ static sk_result sk__op_rule_binary(const sk_op_desc *d, int ndevices, sk_op_pla
     if ((r = sk__op_layout(&p->in[k], &p->mesh, d->ndims[k], d->shape[k], a, what, err)) != SK_OK) return r;
   }
   if ((r = sk__op_layout(&p->out[0], &p->mesh, n, osh, ao, "output", err)) != SK_OK) return r;
+  p->fwd = sk__opc(SK_COLL_NONE, 0, 1);
+  sk__op_grads(d, p);
+  return SK_OK;
+}
+
+/* Add, Mul, ... from layouts (ArithmeticBase::CheckInputLayout, InferOutputLayout): aligned from
+   the right, a dim both inputs hold larger than 1 is cut alike; the output takes, per dim, the
+   map of the input that does not broadcast it. */
+static sk_result sk__op_binary_layouts(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
+  sk_layout in[SK_OP_MAX_INPUTS];
+  sk_result r = sk__op_given_layouts(d, ndevices, in, err);
+  if (r) return r;
+  int n = d->ndims[0] > d->ndims[1] ? d->ndims[0] : d->ndims[1], pad0 = n - d->ndims[0], pad1 = n - d->ndims[1];
+  int64_t osh[SK_MAX_DIMS];
+  sk_dim_map om[SK_MAX_DIMS], none;
+  memset(om, 0, sizeof om), memset(&none, 0, sizeof none);
+  for (int i = 0; i < n; i++) {
+    int64_t h0 = i < pad0 ? 1 : d->shape[0][i - pad0], h1 = i < pad1 ? 1 : d->shape[1][i - pad1];
+    const sk_dim_map *m0 = i < pad0 ? &none : &in[0].map[i - pad0], *m1 = i < pad1 ? &none : &in[1].map[i - pad1];
+    if (h0 != h1 && h0 != 1 && h1 != 1)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 1 dim %d (%lld) does not broadcast with input 0 dim %d (%lld)",
+                      name, i - pad1, (long long)h1, i - pad0, (long long)h0);
+    if (h0 > 1 && h1 > 1 && !sk__op_same_map(&in[0].mesh, m0, m1)) {
+      char a[64], b[64];
+      sk__op_map_text(&in[0].mesh, m0, a, sizeof a), sk__op_map_text(&in[0].mesh, m1, b, sizeof b);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 1 dim %d is cut by %s but input 0 dim %d by %s", name,
+                      i - pad1, b, i - pad0, a);
+    }
+    osh[i] = h0 > h1 ? h0 : h1, om[i] = h0 >= h1 ? *m0 : *m1; /* the larger's (equal cuts where both are) */
+  }
+  p->mesh = in[0].mesh, p->ninputs = 2, p->in[0] = in[0], p->in[1] = in[1];
+  sk_error e;
+  if (sk_layout_init(&p->out[0], &p->mesh, n, osh, om, &e))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the output its inputs' layouts give: %s", name, e.msg);
   p->fwd = sk__opc(SK_COLL_NONE, 0, 1);
   sk__op_grads(d, p);
   return SK_OK;
@@ -746,7 +1024,29 @@ static const sk__op_batch_form sk__op_bias_add_form = {2, false, SK__ALIGN_BIAS,
                                sk__op_softmax_ce_logits_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_PER_SAMPLE},
                                sk__op_mae_loss_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_SCALAR};
 
+/* BiasAdd from layouts (BiasAddInfo::CheckInputLayout): the bias cut as x's channels, dim 1 (which
+   MindSpore's check calls x's last dim: one for the 2-D x it is used on); y keeps x's layout. */
+static sk_result sk__op_bias_add_layouts(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  sk_layout in[SK_OP_MAX_INPUTS];
+  sk_result r = d->ninputs == 2 && d->ndims[0] >= 2 && d->ndims[1] == 1 ? sk__op_given_layouts(d, ndevices, in, err)
+                : sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BiasAdd: takes x of rank >= 2 and a rank-1 bias");
+  if (r != SK_OK) return r;
+  if (d->shape[1][0] != d->shape[0][1])
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BiasAdd: the bias has %lld entries for %lld channels (x dim 1)",
+                    (long long)d->shape[1][0], (long long)d->shape[0][1]);
+  if (!sk__op_same_map(&in[0].mesh, &in[1].map[0], &in[0].map[1])) {
+    char a[64], b[64];
+    sk__op_map_text(&in[0].mesh, &in[1].map[0], a, sizeof a), sk__op_map_text(&in[0].mesh, &in[0].map[1], b, sizeof b);
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "BiasAdd: input 1 dim 0 is cut by %s but x's channels (dim 1) by %s", a, b);
+  }
+  p->mesh = in[0].mesh, p->ninputs = 2, p->in[0] = in[0], p->in[1] = in[1], p->out[0] = in[0];
+  sk__op_no_comm(p);
+  sk__op_grads(d, p);
+  return SK_OK;
+}
+
 static sk_result sk__op_rule_bias_add(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  if (d->has_layouts) return sk__op_bias_add_layouts(d, ndevices, p, err);
   return sk__op_batch_rule(d, ndevices, sk__op_bias_add_form, p, err);
 }
 static sk_result sk__op_rule_flatten(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
@@ -786,17 +1086,29 @@ typedef struct sk__op_unary_form {
   int noutputs;     /* Dropout: 2, the mask */
 } sk__op_unary_form;
 
+/* The input's layout: the strategy's, or the given one (ActivationBase and Softmax compute from
+   it: tuples of axes stay). */
+static sk_result sk__op_unary_input(const sk_op_desc *d, int ndevices, sk__op_unary_form form, sk_op_plan *p,
+                                    sk_error *err) {
+  int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, first = 0;
+  sk_layout in[SK_OP_MAX_INPUTS];
+  sk_result r = d->has_layouts ? sk__op_given_layouts(d, ndevices, in, err) : SK_OK;
+  if (r != SK_OK) return r;
+  for (int k = 0; d->has_layouts && k < n; k++) s[k] = sk_layout_split_count(&in[0], k);
+  if (!d->has_layouts) sk__op_strategy_of(d, 0, ndevices, s);
+  if (form.whole_axes && (r = sk__op_whole_axes(d, n, s, form.default_axis, err)) != SK_OK) return r;
+  if (d->has_layouts) return p->mesh = in[0].mesh, p->in[0] = in[0], SK_OK;
+  if ((r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err)) != SK_OK) return r;
+  sk__op_identity(n, first, ax);
+  return sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0", err);
+}
+
 static sk_result sk__op_unary(const sk_op_desc *d, int ndevices, sk__op_unary_form form, sk_op_plan *p, sk_error *err) {
   const char *name = sk_op_kind_name(d->kind);
   if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: takes 1 input, got %d", name, d->ninputs);
-  int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, first = 0;
-  sk__op_strategy_of(d, 0, ndevices, s);
-  sk_result r = form.whole_axes ? sk__op_whole_axes(d, n, s, form.default_axis, err) : SK_OK;
+  sk_result r = sk__op_unary_input(d, ndevices, form, p, err);
   if (r != SK_OK) return r;
-  if ((r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err)) != SK_OK) return r;
-  sk__op_identity(n, first, ax);
   p->ninputs = 1;
-  if ((r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0", err)) != SK_OK) return r;
   p->out[0] = p->out[1] = p->in[0];
   p->noutputs = form.noutputs;
   sk__op_no_comm(p);
@@ -861,12 +1173,9 @@ static sk_result sk__op_rule_expand_dims(const sk_op_desc *d, int ndevices, sk_o
   return SK_OK;
 }
 
-/* Transpose: output dim k is input dim perm[k], cut by the same axis. */
-static sk_result sk__op_rule_transpose(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Transpose: takes 1 input, got %d", d->ninputs);
-  int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS] = {0}, first = 0;
+/* Transpose's perm: a permutation of 0..n-1, given (an all-zero one too: desc.has_perm). */
+static sk_result sk__op_perm_check(const sk_op_desc *d, int n, sk_error *err) {
   unsigned seen = 0;
-  int64_t oshape[SK_MAX_DIMS];
   bool given = d->has_perm;
   for (int k = 0; k < n; k++) given = given || d->perm[k] != 0;
   if (n > 1 && !given) /* not set at all: no rank >= 2 permutation is all zeros, so say what is wrong */
@@ -879,14 +1188,33 @@ static sk_result sk__op_rule_transpose(const sk_op_desc *d, int ndevices, sk_op_
                       k, q);
     seen |= 1u << q;
   }
-  sk__op_strategy_of(d, 0, ndevices, s);
-  sk_result r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err);
+  return SK_OK;
+}
+
+/* Transpose: output dim k is input dim perm[k], cut by the same axes; the input cut by the
+   strategy, or by any layout (TransposeInfo::CheckInputLayout takes any). */
+static sk_result sk__op_rule_transpose(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  if (d->ninputs != 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Transpose: takes 1 input, got %d", d->ninputs);
+  int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, first = 0;
+  sk_layout in[SK_OP_MAX_INPUTS];
+  sk_result r = sk__op_perm_check(d, n, err);
+  if (r == SK_OK && d->has_layouts && (r = sk__op_given_layouts(d, ndevices, in, err)) == SK_OK)
+    p->mesh = in[0].mesh, p->in[0] = in[0];
+  if (r == SK_OK && !d->has_layouts) {
+    sk__op_strategy_of(d, 0, ndevices, s);
+    if ((r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err)) == SK_OK) sk__op_identity(n, first, ax);
+    if (r == SK_OK) r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0", err);
+  }
   if (r != SK_OK) return r;
-  sk__op_identity(n, first, ax);
-  for (int k = 0; k < n; k++) oshape[k] = d->shape[0][d->perm[k]], oax[k] = ax[d->perm[k]];
+  int64_t oshape[SK_MAX_DIMS];
+  sk_dim_map om[SK_MAX_DIMS];
+  memset(om, 0, sizeof om);
+  for (int k = 0; k < n; k++) oshape[k] = d->shape[0][d->perm[k]], om[k] = p->in[0].map[d->perm[k]];
+  sk_error e;
+  if (n > 0 && sk_layout_init(&p->out[0], &p->mesh, n, oshape, om, &e))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "Transpose: output: %s", e.msg);
+  if (n == 0) sk__op_scalar(&p->out[0], &p->mesh);
   p->ninputs = 1;
-  if ((r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0", err)) != SK_OK) return r;
-  if ((r = sk__op_layout(&p->out[0], &p->mesh, n, oshape, oax, "output", err)) != SK_OK) return r;
   sk__op_no_comm(p);
   sk__op_grads(d, p);
   /* MindSpore's Transpose declares no Mirror (a parameter's gradient still gets its AllReduce) */
@@ -1040,48 +1368,89 @@ static sk_result sk__op_rule_reduce_max(const sk_op_desc *d, int ndevices, sk_op
 
 /* ---- LayerNorm ------------------------------------------------------------------------------- */
 
+/* LayerNorm's inputs from a strategy: x cut by it, gamma and beta as x's dims they align with. */
+static sk_result sk__op_layer_norm_strategy(const sk_op_desc *d, int ndevices, int b, sk_op_plan *p, sk_error *err) {
+  int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, first = 0;
+  sk__op_strategy_of(d, 0, ndevices, s);
+  for (int k = b; k < n; k++)
+    if (s[k] != 1)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input 0 dim %d is cut %d ways, but dims from "
+                      "begin_norm_axis %d on are normalised and must be whole", k, s[k], b);
+  sk_result r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err);
+  if (r != SK_OK) return r;
+  sk__op_identity(n, first, ax);
+  if ((r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0 (x)", err)) != SK_OK) return r;
+  for (int i = 1; i < 3; i++) {
+    int pad = n - d->ndims[i];
+    for (int k = 0; k < d->ndims[i]; k++) {
+      int cut = d->has_strategy ? d->strategy[i][k] : s[pad + k];
+      if (cut != s[pad + k])
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d dim %d is cut %d ways but x's dim %d %d ways", i, k,
+                        cut, pad + k, s[pad + k]);
+    }
+    if ((r = sk__op_layout(&p->in[i], &p->mesh, d->ndims[i], d->shape[i], ax + pad, i == 1 ? "input 1 (gamma)" : "input 2 (beta)",
+                           err)) != SK_OK)
+      return r;
+  }
+  return SK_OK;
+}
+
+/* LayerNorm's inputs from layouts (LayerNormInfo::CheckInputLayout): x's dims from b whole,
+   gamma's and beta's maps x's maps of the dims they align with. */
+static sk_result sk__op_layer_norm_layouts(const sk_op_desc *d, int ndevices, int b, sk_op_plan *p, sk_error *err) {
+  int n = d->ndims[0];
+  sk_layout in[SK_OP_MAX_INPUTS];
+  sk_result r = sk__op_given_layouts(d, ndevices, in, err);
+  if (r != SK_OK) return r;
+  for (int k = b; k < n; k++)
+    if (sk_layout_split_count(&in[0], k) > 1)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input 0 dim %d is cut by its layout, but dims from "
+                      "begin_norm_axis %d on are normalised and must be whole (None)", k, b);
+  for (int i = 1; i < 3; i++)
+    for (int k = 0, pad = n - d->ndims[i]; k < d->ndims[i]; k++)
+      if (!sk__op_same_map(&in[0].mesh, &in[i].map[k], &in[0].map[pad + k])) {
+        char a[64], c[64];
+        sk__op_map_text(&in[0].mesh, &in[i].map[k], a, sizeof a), sk__op_map_text(&in[0].mesh, &in[0].map[pad + k], c, sizeof c);
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d dim %d is cut by %s but x's dim %d by %s; gamma "
+                        "and beta are cut as x's dims they align with (from the right)", i, k, a, pad + k, c);
+      }
+  p->mesh = in[0].mesh;
+  for (int i = 0; i < 3; i++) p->in[i] = in[i];
+  return SK_OK;
+}
+
 /* x, gamma, beta: x's dims from begin_norm_axis on must be whole; gamma and beta align with x
    from the right and are cut as x is there. Outputs: y (x's layout), mean and variance (x's
    shape with the normalised dims of size 1, whole). Gamma's and beta's gradients sum over the
    rows: their Mirror does it. */
 static sk_result sk__op_rule_layer_norm(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->ninputs != 3) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: takes x, gamma and beta, got %d inputs", d->ninputs);
-  int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, b = 0, first = 0;
+  int n = d->ndims[0], b = 0;
   sk_result r = sk__op_axis(d, 0, n, 1, &b, err);
   if (r != SK_OK) return r;
-  sk__op_strategy_of(d, 0, ndevices, s);
-  for (int k = b; k < n; k++)
-    if (s[k] != 1)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input 0 dim %d is cut %d ways, but dims from "
-                      "begin_norm_axis %d on are normalised and must be whole", k, s[k], b);
-  if ((r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err)) != SK_OK) return r;
-  sk__op_identity(n, first, ax);
-  p->ninputs = 3;
-  if ((r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0 (x)", err)) != SK_OK) return r;
   for (int i = 1; i < 3; i++) {
     int m = d->ndims[i], pad = n - m;
     if (pad < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d has more dims (%d) than x (%d)", i, m, n);
-    for (int k = 0; k < m; k++) {
-      int cut = d->has_strategy ? d->strategy[i][k] : s[pad + k];
+    for (int k = 0; k < m; k++)
       if (d->shape[i][k] != d->shape[0][pad + k])
         return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d dim %d (%lld) does not match x's dim %d (%lld)", i,
                         k, (long long)d->shape[i][k], pad + k, (long long)d->shape[0][pad + k]);
-      if (cut != s[pad + k])
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d dim %d is cut %d ways but x's dim %d %d ways", i, k,
-                        cut, pad + k, s[pad + k]);
-    }
-    if ((r = sk__op_layout(&p->in[i], &p->mesh, m, d->shape[i], ax + pad, i == 1 ? "input 1 (gamma)" : "input 2 (beta)",
-                           err)) != SK_OK)
-      return r;
   }
+  r = d->has_layouts ? sk__op_layer_norm_layouts(d, ndevices, b, p, err) : sk__op_layer_norm_strategy(d, ndevices, b, p, err);
+  if (r != SK_OK) return r;
+  p->ninputs = 3;
   int64_t sshape[SK_MAX_DIMS];
-  int sax[SK_MAX_DIMS] = {0};
-  for (int k = 0; k < n; k++) sshape[k] = k < b ? d->shape[0][k] : 1, sax[k] = k < b ? ax[k] : -1;
+  sk_dim_map smap[SK_MAX_DIMS];
+  memset(smap, 0, sizeof smap);
+  for (int k = 0; k < b; k++) sshape[k] = d->shape[0][k], smap[k] = p->in[0].map[k];
+  for (int k = b; k < n; k++) sshape[k] = 1;
   p->out[0] = p->in[0];
-  for (int o = 1; o < 3; o++)
-    if ((r = sk__op_layout(&p->out[o], &p->mesh, n, sshape, sax, o == 1 ? "output 1 (mean)" : "output 2 (variance)", err)) !=
-        SK_OK)
-      return r;
+  for (int o = 1; o < 3; o++) {
+    sk_error e;
+    if (sk_layout_init(&p->out[o], &p->mesh, n, sshape, smap, &e) != SK_OK)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: %s: %s", o == 1 ? "output 1 (mean)" : "output 2 (variance)",
+                      e.msg);
+  }
   p->noutputs = 3;
   sk__op_no_comm(p);
   sk__op_grads(d, p);
@@ -1389,13 +1758,10 @@ static sk_result sk__op_rule_virtual_dataset(const sk_op_desc *d, int ndevices, 
   return SK_OK;
 }
 
-/* MatMul from a strategy or from layouts; BatchMatMul and Dense from a strategy. */
+/* MatMul and BatchMatMul (one rule, as master's one MatMul class) from a strategy or from
+   layouts; Dense from a strategy. */
 static sk_result sk__op_rule_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   if (d->has_layouts) return sk__op_matmul_layouts(d, ndevices, p, err);
-  return sk__op_matmul_family(d, ndevices, SK__MM_MATMUL, p, err);
-}
-
-static sk_result sk__op_rule_batch_matmul(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
   return sk__op_matmul_family(d, ndevices, SK__MM_MATMUL, p, err);
 }
 
@@ -1410,9 +1776,12 @@ static sk_result sk__op_check_desc(const sk_op_desc *d, int ndevices, sk_error *
   if (ndevices < 1 || ndevices > SK_MAX_DEVICES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%d devices; allowed 1..%d", ndevices, SK_MAX_DEVICES);
   const sk_op_row *row = sk_op_row_of(d->kind);
-  if (d->has_layouts && !(row->flags & SK_OPF_LAYOUTS))
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: layouts are supported for MatMul only", sk_op_kind_name(d->kind));
-  if (d->has_layouts) return SK_OK;
+  if (d->has_layouts && d->has_strategy)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: in_strategy is given as tuples and as layouts; give one",
+                    sk_op_kind_name(d->kind));
+  if (d->nout_layouts < 0 || d->nout_layouts > SK_OP_MAX_OUTPUTS)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: desc.nout_layouts = %d; allowed 0..%d", sk_op_kind_name(d->kind),
+                    d->nout_layouts, SK_OP_MAX_OUTPUTS);
   int min_inputs = row->min_inputs == 0 ? 0 : 1;
   if (d->ninputs < min_inputs || d->ninputs > SK_OP_MAX_INPUTS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: desc.ninputs = %d; allowed %d..%d", sk_op_kind_name(d->kind),
@@ -1438,7 +1807,15 @@ SK_API sk_result sk_op_plan_make(const sk_op_desc *d, int ndevices, sk_op_plan *
   sk_op_plan p;
   memset(&p, 0, sizeof p);
   sk_error e;
-  r = sk_op_row_of(d->kind)->rule(d, ndevices, &p, &e);
+  sk_layout given[SK_OP_MAX_INPUTS];
+  sk_op_desc as_strategy; /* layouts read as a strategy, for the rules that compute from one */
+  const sk_op_desc *use = d;
+  if (d->has_layouts && (r = sk__op_given_layouts(d, ndevices, given, &e)) == SK_OK)
+    sk__op_strategy_of_layouts(d, given, &as_strategy), use = &as_strategy;
+  if (r == SK_OK) r = sk_op_row_of(d->kind)->rule(use, ndevices, &p, &e);
+  if (r == SK_OK && d->has_layouts) r = sk__op_check_given(d, given, &p, &e);
+  if (r == SK_OK && p.noutputs == 0) p.noutputs = 1;
+  if (r == SK_OK) r = sk__op_outputs_asked(d, ndevices, &p, &e);
   if (r != SK_OK) {
     /* every message names the operator, also those of the shared layout and mesh checks */
     const char *name = sk_op_kind_name(d->kind);
@@ -1446,7 +1823,6 @@ SK_API sk_result sk_op_plan_make(const sk_op_desc *d, int ndevices, sk_op_plan *
     if (strncmp(e.msg, name, len) == 0 && e.msg[len] == ':') return sk__fail(err, r, "%s", e.msg);
     return sk__fail(err, r, "%s: %s", name, e.msg);
   }
-  if (p.noutputs == 0) p.noutputs = 1;
   *plan = p;
   return SK_OK;
 }
@@ -1500,6 +1876,12 @@ SK_API size_t sk_op_plan_format(const sk_op_plan *p, char *buf, size_t cap) {
   len += (size_t)snprintf(SK__AT, "device matrix %s\n", tmp);
   for (int i = 0; i < p->ninputs; i++) len += sk__op_tensor_format("input", i, &p->in[i], SK__AT);
   for (int o = 0; o < p->noutputs; o++) len += sk__op_tensor_format("output", o, &p->out[o], SK__AT);
+  for (int o = 0; o < p->noutputs; o++) /* out_strategy asked for another layout */
+    if ((p->redistributed >> o) & 1u) {
+      char map[512];
+      sk_layout_format(&p->wanted[o], map, sizeof map), sk_mesh_format(&p->wanted[o].mesh, tmp, sizeof tmp);
+      len += (size_t)snprintf(SK__AT, "output %d moved after the forward to \"%s\" on %s\n", o, map, tmp);
+    }
   len += sk__op_comm_format(&p->mesh, "forward", &p->fwd, SK__AT);
   for (int i = 0; i < p->ninputs; i++) {
     snprintf(what, sizeof what, "input %d gradient", i);

@@ -65,7 +65,7 @@ typedef struct sk_op_space {
 typedef enum sk_op_flag {
   SK_OPF_CONTRACTS = 1u << 0,    /* the MatMul family: D-Rec partitions it first */
   SK_OPF_KEEPS_SHAPE = 1u << 1,  /* element-wise along input 0: D-Rec joins through it */
-  SK_OPF_LAYOUTS = 1u << 2,      /* takes layouts instead of a strategy */
+  /* 1u << 2 was SK_OPF_LAYOUTS, MatMul's alone: every operator takes layouts now (sk_ops.h) */
   SK_OPF_SOURCE = 1u << 3,       /* reads no tensor: its outputs' shapes and dtypes are attributes */
   SK_OPF_PASSTHROUGH = 1u << 4,  /* output k is input k (its gradient too) */
   SK_OPF_BATCH_SHAPES = 1u << 5, /* its target shapes hold the batch: micro-batches cut dim 0 */
@@ -161,9 +161,9 @@ SK_EXTERN_C_BEGIN
    sk__opk_bwd_K; flops P sk__opk_flops_P (sk_optable_kernels.h); space S sk__ops_space_S
    (sk_optable_space.h). */
 #define SK__OP_TABLE(X)                                                                                                \
-  X(MATMUL, "MatMul", "", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS | SK_OPF_LAYOUTS, INPUT0, matmul, none,       \
-    batch_matmul, matmul, matmul)                                                                                      \
-  X(BATCH_MATMUL, "BatchMatMul", "", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS, INPUT0, batch_matmul, none,       \
+  X(MATMUL, "MatMul", "", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS, INPUT0, matmul, none, batch_matmul,          \
+    matmul, matmul)                                                                                                    \
+  X(BATCH_MATMUL, "BatchMatMul", "", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS, INPUT0, matmul, none,             \
     batch_matmul, matmul, matmul)                                                                                      \
   X(DENSE, "Dense", "", 2, 3, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_CONTRACTS, INPUT0, dense, dense, dense, matmul, dense)    \
   X(RELU, "ReLU", "", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_KEEPS_SHAPE, INPUT0, unary, none, relu, per_output,         \

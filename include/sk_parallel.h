@@ -16,7 +16,8 @@
        operator has fell_back set); desc.strict_strategies refuses it instead.
      - Every operator's layouts and collectives: sk_ops.h's rule (sk_op_plan).
      - Every tensor's layout, the layout its buffer has on each device: an operator's output
-       keeps the layout its operator produces; a network input takes the dataset strategy
+       keeps the layout its operator produces, or the one its shard's out_strategy asks for
+       (sk_ops.h, OUTPUTS: plan.redistributed), which every reader then sees; a network input takes the dataset strategy
        (data_parallel: dim 0 cut over every device, which the global batch must divide;
        full_batch: every device reads the whole batch; or one strategy per input, as
        MindSpore's dataset_strategy tuple); a parameter is stored in the layout its first reader
@@ -27,8 +28,11 @@
 
    THE PROGRAM (the same list on every device; groups and slices differ by rank)
      Forward, in graph order, per operator: MOVE each input that needs it, FORWARD, then
-     FORWARD_COMM on output 0 when the rule leaves partial sums (AllReduce, or ReduceScatter).
-     Backward, in reverse order, per operator a gradient reaches at an output: UNDO_COMM (an
+     FORWARD_COMM on output 0 when the rule leaves partial sums (AllReduce, or ReduceScatter),
+     then OUT_MOVE for each output out_strategy asks for in another layout (the redistribution
+     MindSpore inserts after a Cell's shard outputs).
+     Backward, in reverse order, per operator a gradient reaches at an output: OUT_MOVE_BACK of
+     each such output's gradient into the rule's layout, UNDO_COMM (an
      AllGather of the output's gradient after a forward ReduceScatter; the scale of a scaled
      AllReduce), BACKWARD, then per input that takes a gradient: BACKWARD_COMM (the rule's bwd_in
      collective), MIRROR for a parameter (its gradient AllReduce over its replicas, which the
@@ -174,13 +178,17 @@ typedef enum sk_parallel_step_kind {
   SK_PSTEP_PARAM_RELEASE, /* level3: free the gathered slice after the forward */
   SK_PSTEP_GRAD_REDUCE_SCATTER, /* its summed gradient ReduceScattered to the shards (then the
                                    Mirror over the rest of the replicas); the gathered slice freed */
+  /* out_strategy: output `slot` of `op`, asked for in another layout than its rule gives */
+  SK_PSTEP_OUT_MOVE,      /* moves from the rule's layout (plan.out) to its tensor's (plan.wanted) */
+  SK_PSTEP_OUT_MOVE_BACK, /* its gradient from the tensor's layout to the rule's, for the backward */
   SK_PSTEP_KIND_COUNT
 } sk_parallel_step_kind;
 
 typedef struct sk_parallel_step {
   sk_parallel_step_kind kind;
   int op;         /* the operator (-1: UPDATE) */
-  int slot;       /* the input (MOVE, BACKWARD_COMM, MIRROR, MOVE_BACK); 0 otherwise */
+  int slot;       /* the input (MOVE, BACKWARD_COMM, MIRROR, MOVE_BACK, PARAM_*, GRAD_REDUCE_SCATTER) or the
+                     output (OUT_MOVE, OUT_MOVE_BACK); 0 otherwise */
   sk_op_comm comm; /* FORWARD_COMM, UNDO_COMM, BACKWARD_COMM, MIRROR: on the operator's mesh */
 } sk_parallel_step;
 
@@ -193,6 +201,9 @@ typedef struct sk_parallel_op {
      that Reshape's kernel reads it whole on the axes its output does not use. */
   sk_layout kernel_in[SK_OP_MAX_INPUTS];
   bool moved[SK_OP_MAX_INPUTS]; /* input k is read in another layout than its tensor's */
+  /* output k's kernel writes plan.out[k] and its tensor is plan.wanted[k] (out_strategy asked
+     for it): an OUT_MOVE after the forward, an OUT_MOVE_BACK of its gradient before the backward */
+  bool out_moved[SK_OP_MAX_OUTPUTS];
   int replication[SK_OP_MAX_INPUTS]; /* parameters: the Mirror's divisor (see docs) */
   /* parameters: the factor the Mirror applies after its sum: 1, or 1 / its group size under
      desc.gradients_mean (1 where there is no Mirror) */
@@ -275,7 +286,8 @@ SK_API size_t sk_parallel_format_program(const sk_parallel_plan *plan, int rank,
 SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind); /* "Move", "Forward", ... */
 /* Every operator's strategy, one line each: its name and the strategy in MindSpore's tuple
    syntax, "fc1 ((2, 1), (1, 4))" -- as set (by the network or a search) or, for an operator
-   without one, the cuts its rule's default gave its inputs; "(layouts)" for layouts. */
+   without one, the cuts its rule's default gave its inputs; "(layouts)" for layouts; then
+   " out ((8, 1),)" or " out (layouts)" for an out_strategy. */
 SK_API size_t sk_parallel_format_strategies(const sk_parallel_plan *plan, char *buf, size_t cap);
 /* "semi_auto", "sharding_propagation", "recursive_programming", "exhaustive" ("?" if unknown) */
 SK_API const char *sk_parallel_mode_name(sk_parallel_mode mode);
@@ -298,7 +310,8 @@ SK_EXTERN_C_BEGIN
 SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind) {
   static const char *const names[SK_PSTEP_KIND_COUNT] = {
       "Move",   "Forward",  "ForwardComm", "UndoComm",     "Backward",         "BackwardComm",
-      "Mirror", "MoveBack", "Update",      "ParamGather", "ParamRelease", "GradReduceScatter"};
+      "Mirror", "MoveBack", "Update",      "ParamGather", "ParamRelease", "GradReduceScatter",
+      "MoveOut", "MoveOutBack"};
   return (int)kind >= 0 && kind < SK_PSTEP_KIND_COUNT ? names[kind] : "?";
 }
 
@@ -320,19 +333,7 @@ static bool sk__par_same_standard(const sk_layout *a, const sk_layout *b) {
 SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b) {
   if (!a || !b) return false;
   if (a->ndims > 0 && a->ndims == b->ndims && sk__par_same_standard(a, b)) return true;
-  /* Slice by slice: standard forms differ when one mesh cuts a dim by a tuple of axes and the
-     other by one axis of their product, though every device holds the same rows. */
-  if (a->ndims != b->ndims || a->mesh.size != b->mesh.size) return false;
-  if (a->ndims == 0) return true; /* scalars: whole on every device */
-  for (int d = 0; d < a->ndims; d++)
-    if (a->shape[d] != b->shape[d]) return false;
-  for (int r = 0; r < a->mesh.size; r++) {
-    sk_slice x, y;
-    if (sk_layout_slice(a, r, &x, NULL) || sk_layout_slice(b, r, &y, NULL)) return false;
-    for (int d = 0; d < a->ndims; d++)
-      if (x.start[d] != y.start[d] || x.stop[d] != y.stop[d]) return false;
-  }
-  return true;
+  return sk_layout_same_slices(a, b); /* slice by slice: standard forms differ for (a,b) against one axis of a*b */
 }
 
 SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int t) {
@@ -350,7 +351,8 @@ SK_API int64_t sk_parallel_slice_count(const sk_parallel_plan *plan, int t) {
    of its device matrix, it shows the matrix. Where that plan fails (or the product exceeds
    SK_MAX_DEVICES), the largest tuple product, a lower bound, stands in. */
 static int64_t sk__par_strategy_devices(const sk_op_desc *d) {
-  if (d->has_layouts) return d->layouts[0].mesh.size;
+  for (int i = 0; d->has_layouts && i < d->ninputs; i++)
+    if (d->ndims[i] > 0) return d->layouts[i].mesh.size; /* every input's is on one device matrix */
   int64_t most = 1, all = 1;
   for (int i = 0; i < d->ninputs; i++) {
     int64_t n = 1;
@@ -383,13 +385,15 @@ static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, bool input_placed, 
   }
   int n = p->desc.ndevices;
   int64_t need = (po->desc.has_strategy || po->desc.has_layouts) ? sk__par_strategy_devices(&po->desc) : 1;
+  for (int k = 0; k < po->desc.nout_layouts && k < SK_OP_MAX_OUTPUTS; k++) /* an output layout on other devices */
+    if (po->desc.out_layouts[k].mesh.size > need) need = po->desc.out_layouts[k].mesh.size;
   if (need > n || n % need) {
     if (p->desc.strict_strategies)
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
                       "operator '%s': its strategy needs %lld devices, the plan has %d (strict strategies)",
                       g->ops[o].name, (long long)need, n);
     po->desc.has_strategy = po->desc.has_out_strategy = po->desc.has_layouts = false;
-    po->desc.nstrategies = 0;
+    po->desc.nstrategies = po->desc.nout_layouts = 0;
     memset(po->desc.strategy_len, 0, sizeof po->desc.strategy_len);
     po->fell_back = true, p->nfallbacks++;
   }
@@ -511,7 +515,11 @@ static sk_result sk__par_place(sk_parallel_plan *p, bool *placed, sk_error *err)
     if ((r = sk__par_plan_op(p, o, op->ninputs > 0 && placed[op->inputs[0]], err))) break;
     for (int k = 0; k < op->ninputs; k++)
       if (!placed[op->inputs[k]]) p->tensors[op->inputs[k]].layout = p->ops[o].plan.in[k], placed[op->inputs[k]] = true;
-    for (int k = 0; k < op->noutputs; k++) p->tensors[op->outputs[k]].layout = p->ops[o].plan.out[k], placed[op->outputs[k]] = true;
+    for (int k = 0; k < op->noutputs; k++) { /* as the rule gives it, or as out_strategy asks */
+      const sk_op_plan *pl = &p->ops[o].plan;
+      p->tensors[op->outputs[k]].layout = (pl->redistributed >> k) & 1u ? pl->wanted[k] : pl->out[k];
+      placed[op->outputs[k]] = true;
+    }
   }
   for (int t = 0; t < g->ntensors && !r; t++) /* a parameter nobody reads: whole on every device */
     if (!placed[t]) r = sk_layout_init(&p->tensors[t].layout, &p->ops[0].plan.mesh, g->tensors[t].ndims,
@@ -596,6 +604,7 @@ static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
       if (p->desc.gradients_mean && ((po->desc.params >> k) & 1u) && po->plan.grad[k].kind != SK_COLL_NONE)
         po->mirror_scale[k] = 1.0 / sk_mesh_group_size(&po->plan.mesh, po->plan.grad[k].axes);
     }
+    for (int k = 0; k < op->noutputs; k++) po->out_moved[k] = (po->plan.redistributed >> k) & 1u;
   }
   return SK_OK;
 }
@@ -651,6 +660,8 @@ static void sk__par_forward_steps(sk_parallel_plan *p) {
     sk__par_push(p, SK_PSTEP_FORWARD, o, 0, NULL);
     sk_coll_kind f = po->plan.fwd.kind;
     if (f == SK_COLL_ALLREDUCE || f == SK_COLL_REDUCE_SCATTER) sk__par_push(p, SK_PSTEP_FORWARD_COMM, o, 0, &po->plan.fwd);
+    for (int k = 0; k < g->ops[o].noutputs; k++)
+      if (po->out_moved[k]) sk__par_push(p, SK_PSTEP_OUT_MOVE, o, k, NULL);
     for (int k = 0; k < g->ops[o].ninputs && p->desc.hsdp.level == SK_HSDP_LEVEL3; k++)
       if (sk__par_sharded_input(p, o, k)) sk__par_push(p, SK_PSTEP_PARAM_RELEASE, o, k, NULL);
   }
@@ -691,6 +702,8 @@ static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
   const sk_parallel_op *po = &p->ops[o];
   if (!sk__par_backward_runs(p, o)) return;
   if (p->desc.hsdp.level == SK_HSDP_LEVEL3) sk__par_gathers(p, o); /* the backward reads the weights */
+  for (int k = 0; k < op->noutputs; k++)
+    if (po->out_moved[k] && p->tensors[op->outputs[k]].needs_grad) sk__par_push(p, SK_PSTEP_OUT_MOVE_BACK, o, k, NULL);
   const sk_op_comm *f = &po->plan.fwd; /* an AllReduce's gradient passes unchanged unless it scaled */
   if (f->kind == SK_COLL_REDUCE_SCATTER || (f->kind == SK_COLL_ALLREDUCE && f->scale != 1))
     sk__par_push(p, SK_PSTEP_UNDO_COMM, o, 0, f);
@@ -711,7 +724,7 @@ static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
 static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
   size_t most = 1;
-  for (int o = 0; o < g->nops; o++) most += 4 + 8 * (size_t)g->ops[o].ninputs;
+  for (int o = 0; o < g->nops; o++) most += 4 + 8 * (size_t)g->ops[o].ninputs + 2 * (size_t)g->ops[o].noutputs;
   p->steps = (sk_parallel_step *)calloc(most, sizeof *p->steps);
   if (!p->steps) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the program");
   sk__par_forward_steps(p);
@@ -1054,9 +1067,17 @@ static void sk__par_put_step(sk__par_text *t, const sk_parallel_plan *p, const s
   const sk_graph_op *op = &g->ops[s->op];
   const sk_parallel_op *po = &p->ops[s->op];
   sk__par_put(t, " %s (%s)", op->name, sk_op_kind_name(op->desc.kind));
-  if (s->kind >= SK_PSTEP_PARAM_GATHER) {
+  if (s->kind >= SK_PSTEP_PARAM_GATHER && s->kind <= SK_PSTEP_GRAD_REDUCE_SCATTER) {
     sk__par_put_opt(t, p, s, rank);
     sk__par_put(t, "\n");
+    return;
+  }
+  if (s->kind == SK_PSTEP_OUT_MOVE || s->kind == SK_PSTEP_OUT_MOVE_BACK) {
+    int t_out = op->outputs[s->slot];
+    const sk_layout *a = &po->plan.out[s->slot], *b = &p->tensors[t_out].layout;
+    sk__par_put(t, " output %d '%s' ", s->slot, g->tensors[t_out].name);
+    sk__par_put_slice(t, s->kind == SK_PSTEP_OUT_MOVE ? a : b, rank), sk__par_put(t, " -> ");
+    sk__par_put_slice(t, s->kind == SK_PSTEP_OUT_MOVE ? b : a, rank), sk__par_put(t, "\n");
     return;
   }
   if (s->kind == SK_PSTEP_MOVE || s->kind == SK_PSTEP_MOVE_BACK || s->kind == SK_PSTEP_BACKWARD_COMM ||
@@ -1114,7 +1135,7 @@ SK_API const char *sk_parallel_mode_name(sk_parallel_mode mode) {
 }
 
 /* One operator's strategy tuples: as set, or its kernel's input cuts. */
-static void sk__par_put_strategy(sk__par_text *t, const sk_parallel_plan *p, int o) {
+static void sk__par_put_in_strategy(sk__par_text *t, const sk_parallel_plan *p, int o) {
   const sk_parallel_op *po = &p->ops[o];
   const sk_op_desc *d = &po->desc;
   if (d->has_layouts) {
@@ -1131,6 +1152,18 @@ static void sk__par_put_strategy(sk__par_text *t, const sk_parallel_plan *p, int
     sk__par_put(t, "%s)", len == 1 ? "," : "");
   }
   sk__par_put(t, "%s)", n == 1 ? "," : "");
+}
+
+/* One operator's strategy: its in_strategy, then " out " and its out_strategy when it has one. */
+static void sk__par_put_strategy(sk__par_text *t, const sk_parallel_plan *p, int o) {
+  const sk_op_desc *d = &p->ops[o].desc;
+  sk__par_put_in_strategy(t, p, o);
+  if (d->nout_layouts) sk__par_put(t, " out (layouts)");
+  if (!d->has_out_strategy) return;
+  const sk_layout *l = &p->ops[o].plan.out[0];
+  sk__par_put(t, " out ((");
+  for (int e = 0; e < l->ndims; e++) sk__par_put(t, "%s%d", e ? ", " : "", d->out_strategy[e]);
+  sk__par_put(t, "%s),)", l->ndims == 1 ? "," : "");
 }
 
 SK_API size_t sk_parallel_format_strategies(const sk_parallel_plan *p, char *buf, size_t cap) {

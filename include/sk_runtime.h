@@ -48,7 +48,9 @@
      (sk_runtime_memory); the redistribution executors and the fusion scheduler allocate
      through it too and are counted as communication buffers, as are the 16-bit wire buffer and
      gradient shadows (the fused Mirrors', the sharded gradients'), the packed BackwardComm
-     buffer and the local norms, all taken at create. Gradients: every tensor's that has one
+     buffer and the local norms, all taken at create. An output out_strategy moves (MoveOut)
+     also has a buffer in its rule's layout, counted as activations (under a pipeline, one per
+     micro-batch slot), and one for its gradient there, counted as gradients. Gradients: every tensor's that has one
      (under a pipeline the stage's parameters'; the activations' live in the micro-batch slots),
      and a scratch per input slot k for a second gradient summed into the first (the kernels
      overwrite): as long as the largest one slot k's backward steps write on this device, of a
@@ -227,6 +229,12 @@ typedef struct sk__rt_op {
   uint64_t move_bytes[SK_OP_MAX_INPUTS], move_back_bytes[SK_OP_MAX_INPUTS]; /* this device sends */
   int last_step[SK_OP_MAX_INPUTS];     /* the last backward step touching input k's gradient */
   void *dx[SK_OP_MAX_INPUTS];          /* where this step's backward wrote input k's gradient */
+  /* an output out_strategy asks for in another layout (plan out_moved[k]): the kernel writes it
+     in the rule's layout into kout[k], an OUT_MOVE takes it to the tensor; its gradient comes
+     back into dkout[k] (zeros when none reached the tensor) */
+  void *kout[SK_OP_MAX_OUTPUTS], *dkout[SK_OP_MAX_OUTPUTS];
+  sk_redist_executor *out_move[SK_OP_MAX_OUTPUTS], *out_move_back[SK_OP_MAX_OUTPUTS];
+  uint64_t out_move_bytes[SK_OP_MAX_OUTPUTS], out_move_back_bytes[SK_OP_MAX_OUTPUTS];
   bool add[SK_OP_MAX_INPUTS];          /* ... to be summed into the tensor's gradient */
   sk_exec_facts facts;
 } sk__rt_op;
@@ -400,6 +408,14 @@ static size_t sk__rt_bytes(const sk_runtime *rt, int t) {
   return (size_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(sk__rt_dtype(rt, t));
 }
 
+/* Output k of operator o where its kernel writes it: the tensor's buffer, or the rule's layout's
+   (kout) when out_strategy moves it; *n its element count there. */
+static void *sk__rt_kout(const sk_runtime *rt, int o, int k, int64_t *n) {
+  const sk_parallel_op *po = &rt->plan->ops[o];
+  *n = sk__rt_count(&po->plan.out[k]);
+  return po->out_moved[k] ? rt->ops[o].kout[k] : rt->values[rt->g->ops[o].outputs[k]];
+}
+
 /* A sharded parameter's shard, its gradient and its place in the model-parallel slice; the
    slice itself (values[t]) exists only while gathered. */
 static sk_result sk__rt_alloc_shard(sk_runtime *rt, int t, sk_error *err) {
@@ -514,6 +530,32 @@ static uint64_t sk__rt_plan_sends(const sk_redist_executor *ex, int rank) {
   return send;
 }
 
+/* Operator o's outputs out_strategy moves: their buffers in the rule's layout (under a pipeline
+   the slots') and the moves to and from their tensors (collective). */
+static sk_result sk__rt_setup_out_moves(sk_runtime *rt, int o, sk_error *err) {
+  const sk_graph_op *op = &rt->g->ops[o];
+  const sk_parallel_op *po = &rt->plan->ops[o];
+  sk__rt_op *ro = &rt->ops[o];
+  sk_result r = SK_OK;
+  for (int k = 0; k < op->noutputs && !r; k++) {
+    if (!po->out_moved[k]) continue;
+    int t = op->outputs[k];
+    sk_dtype dt = sk__rt_dtype(rt, t);
+    const sk_layout *kl = &po->plan.out[k], *tl = &rt->plan->tensors[t].layout;
+    size_t b = (size_t)sk__rt_count(kl) * sk_dtype_size(dt);
+    bool grad = rt->plan->tensors[t].needs_grad;
+    ro->kout[k] = rt->world ? NULL : sk__rt_alloc(rt, SK__RT_ACTS, b);
+    ro->dkout[k] = grad && !rt->world ? sk__rt_alloc(rt, SK__RT_GRADS, b) : NULL;
+    if (!rt->world && (!ro->kout[k] || (grad && !ro->dkout[k])))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for operator '%s'", op->name);
+    r = sk__rt_move(rt, kl, tl, dt, &ro->out_move[k], err);
+    if (!r && grad) r = sk__rt_move(rt, tl, kl, dt, &ro->out_move_back[k], err);
+    ro->out_move_bytes[k] = sk__rt_plan_sends(ro->out_move[k], rt->rank);
+    ro->out_move_back_bytes[k] = sk__rt_plan_sends(ro->out_move_back[k], rt->rank);
+  }
+  return r;
+}
+
 /* Operator o's buffers, groups and moves (collective). */
 static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   const sk_graph_op *op = &rt->g->ops[o];
@@ -541,11 +583,12 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
     if (!r && po->plan.grad[k].kind != SK_COLL_NONE && ((po->desc.params >> k) & 1u))
       r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.grad[k].axes, &ro->mirror[k], err);
   }
+  if (!r) r = sk__rt_setup_out_moves(rt, o, err);
   if (!r && po->plan.fwd.kind != SK_COLL_NONE) r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.fwd.axes, &ro->fwd, err);
   if (!r && po->plan.fwd.kind == SK_COLL_REDUCE_SCATTER) {
     int t = op->outputs[0];
     ro->rs_group = sk_comm_size(ro->fwd);
-    ro->pre_rs_count = sk_parallel_slice_count(rt->plan, t) * ro->rs_group;
+    ro->pre_rs_count = sk__rt_count(&po->plan.out[0]) * ro->rs_group;
     size_t b = (size_t)ro->pre_rs_count * sk_dtype_size(sk__rt_dtype(rt, t));
     ro->pre_rs = rt->world ? NULL : sk__rt_alloc(rt, SK__RT_ACTS, b); /* pipeline: the slot's */
     ro->dy_full = sk__rt_alloc(rt, SK__RT_GRADS, b);
@@ -795,7 +838,7 @@ static int64_t sk__rt_wire_need(const sk_runtime *rt, const sk_parallel_step *s)
   const sk__rt_op *ro = &rt->ops[s->op];
   bool half = rt->wire != rt->cdt;
   if (s->kind == SK_PSTEP_FORWARD_COMM && half) {
-    int64_t n = sk_parallel_slice_count(rt->plan, rt->g->ops[s->op].outputs[0]);
+    int64_t n = sk__rt_count(&rt->plan->ops[s->op].plan.out[0]);
     return s->comm.kind == SK_COLL_REDUCE_SCATTER ? ro->pre_rs_count + n : n;
   }
   if (s->kind == SK_PSTEP_BACKWARD_COMM && ro->bwd_lead[s->slot] == s->slot && (half || ro->bwd_members[s->slot] != 1u << s->slot)) {
@@ -857,19 +900,23 @@ static void sk__rt_last_steps(sk_runtime *rt) {
 }
 
 /* The tensors whose values step i reads or writes (at most SK__RT_USES): a Move its input, a
-   Forward or Backward its unmoved inputs and its outputs, a ForwardComm output 0. */
+   Forward or Backward its unmoved inputs and its outputs, a ForwardComm output 0, a MoveOut its
+   output (what out_strategy moves is the operator's own buffer before it). */
 #define SK__RT_USES (SK_OP_MAX_INPUTS + SK_OP_MAX_OUTPUTS)
 static int sk__rt_step_uses(const sk_runtime *rt, int i, int *use) {
   const sk_parallel_step *s = &rt->plan->steps[i];
   if (s->op < 0) return 0;
   const sk_graph_op *op = &rt->g->ops[s->op];
   int n = 0;
+  const sk_parallel_op *po = &rt->plan->ops[s->op];
   if (s->kind == SK_PSTEP_MOVE) use[n++] = op->inputs[s->slot];
-  if (s->kind == SK_PSTEP_FORWARD_COMM) use[n++] = op->outputs[0];
+  if (s->kind == SK_PSTEP_OUT_MOVE) use[n++] = op->outputs[s->slot];
+  if (s->kind == SK_PSTEP_FORWARD_COMM && !po->out_moved[0]) use[n++] = op->outputs[0];
   if (s->kind != SK_PSTEP_FORWARD && s->kind != SK_PSTEP_BACKWARD) return n;
   for (int k = 0; k < op->ninputs; k++)
-    if (!rt->plan->ops[s->op].moved[k]) use[n++] = op->inputs[k];
-  for (int k = 0; k < op->noutputs; k++) use[n++] = op->outputs[k];
+    if (!po->moved[k]) use[n++] = op->inputs[k];
+  for (int k = 0; k < op->noutputs; k++)
+    if (!po->out_moved[k]) use[n++] = op->outputs[k];
   return n;
 }
 
@@ -999,6 +1046,10 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
     for (int k = 0; k < SK_OP_MAX_INPUTS; k++) {
       sk_redist_executor_destroy(ro->move[k]), sk_redist_executor_destroy(ro->move_back[k]);
       sk__rt_counted_free(rt, ro->kin[k]), sk__rt_counted_free(rt, ro->dkin[k]);
+    }
+    for (int k = 0; k < SK_OP_MAX_OUTPUTS; k++) {
+      sk_redist_executor_destroy(ro->out_move[k]), sk_redist_executor_destroy(ro->out_move_back[k]);
+      if (!rt->world) sk__rt_counted_free(rt, ro->kout[k]), sk__rt_counted_free(rt, ro->dkout[k]); /* else the slots' */
     }
     sk__rt_counted_free(rt, ro->pre_rs), sk__rt_counted_free(rt, ro->dy_full);
   }
@@ -1166,6 +1217,9 @@ static void sk__rt_outputs(sk_runtime *rt, int o, sk_exec_arg *out, bool grads) 
     int t = op->outputs[k];
     out[k] = rt->args[t];
     out[k].grad = grads && rt->written[t] ? rt->grads[t] : NULL;
+    if (!rt->plan->ops[o].out_moved[k]) continue;
+    sk__rt_view(&out[k], &rt->plan->ops[o].plan.out[k], sk__rt_dtype(rt, t), ro->kout[k]);
+    out[k].grad = grads ? ro->dkout[k] : NULL;
   }
   if (ro->pre_rs) { /* before the ReduceScatter, output 0 is whole along the scattered dim */
     out[0].data = ro->pre_rs, out[0].shape[0] *= ro->rs_group;
@@ -1189,9 +1243,11 @@ static sk_result sk__rt_forward(sk_runtime *rt, int o, bool inference, sk_error 
   sk_result r = sk_exec_forward(rt->desc.kernels, op, &f, ro->karg, out, err);
   if (!r) sk__rt_count_compute(rt, op, ro->karg, out, false, t0);
   sk_coll_kind fc = rt->plan->ops[o].plan.fwd.kind; /* output 0 summed by a collective: rounded after it */
-  for (int k = fc == SK_COLL_ALLREDUCE || fc == SK_COLL_REDUCE_SCATTER ? 1 : 0; k < op->noutputs && !r; k++)
-    if (sk_exec_is_float(rt->g->tensors[op->outputs[k]].dtype))
-      sk__rt_store(rt, rt->values[op->outputs[k]], sk_parallel_slice_count(rt->plan, op->outputs[k]));
+  for (int k = fc == SK_COLL_ALLREDUCE || fc == SK_COLL_REDUCE_SCATTER ? 1 : 0; k < op->noutputs && !r; k++) {
+    int64_t n = 0;
+    void *buf = sk__rt_kout(rt, o, k, &n);
+    if (sk_exec_is_float(rt->g->tensors[op->outputs[k]].dtype)) sk__rt_store(rt, buf, n);
+  }
   return r;
 }
 
@@ -1235,15 +1291,16 @@ static sk_result sk__rt_reduce(sk_runtime *rt, sk_comm *c, sk_coll_kind kind, co
 static sk_result sk__rt_forward_comm(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
   int t = rt->g->ops[s->op].outputs[0];
   sk__rt_op *ro = &rt->ops[s->op];
-  int64_t n = sk_parallel_slice_count(rt->plan, t);
+  int64_t n = 0;
+  void *y = sk__rt_kout(rt, s->op, 0, &n);
   sk_dtype dt = sk__rt_dtype(rt, t);
   bool rs = s->comm.kind == SK_COLL_REDUCE_SCATTER;
   sk_dtype wire = sk_exec_is_float(rt->g->tensors[t].dtype) ? rt->wire : dt;
-  sk_result r = sk__rt_reduce(rt, ro->fwd, s->comm.kind, rs ? ro->pre_rs : rt->values[t], rt->values[t],
-                              rs ? ro->pre_rs_count : n, n, wire, s->comm.op);
+  sk_result r = sk__rt_reduce(rt, ro->fwd, s->comm.kind, rs ? ro->pre_rs : y, y, rs ? ro->pre_rs_count : n, n, wire,
+                              s->comm.op);
   if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
-  sk__rt_scale(dt, rt->values[t], n, s->comm.scale);
-  sk__rt_store(rt, rt->values[t], n);
+  sk__rt_scale(dt, y, n, s->comm.scale);
+  sk__rt_store(rt, y, n);
   sk__rt_count_comm(rt, s->comm.kind, ro->fwd, (uint64_t)(rs ? ro->pre_rs_count : n) * sk_dtype_size(wire));
   return SK_OK;
 }
@@ -1252,11 +1309,14 @@ static sk_result sk__rt_forward_comm(sk_runtime *rt, const sk_parallel_step *s, 
 static sk_result sk__rt_undo_comm(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
   int t = rt->g->ops[s->op].outputs[0];
   sk__rt_op *ro = &rt->ops[s->op];
-  if (!rt->written[t]) return SK_OK;
-  int64_t n = sk_parallel_slice_count(rt->plan, t);
+  bool moved = rt->plan->ops[s->op].out_moved[0]; /* its gradient came back into dkout */
+  if (!moved && !rt->written[t]) return SK_OK;
+  int64_t n = sk__rt_count(&rt->plan->ops[s->op].plan.out[0]);
+  void *dy = moved ? ro->dkout[0] : rt->grads[t];
+  if (!dy) return SK_OK; /* a moved output 0 no gradient flows to */
   sk_dtype dt = sk__rt_dtype(rt, t);
-  if (s->comm.kind != SK_COLL_REDUCE_SCATTER) return sk__rt_scale(dt, rt->grads[t], n, s->comm.scale), SK_OK;
-  sk_result r = sk_allgather(ro->fwd, rt->grads[t], ro->dy_full, (size_t)n, dt);
+  if (s->comm.kind != SK_COLL_REDUCE_SCATTER) return sk__rt_scale(dt, dy, n, s->comm.scale), SK_OK;
+  sk_result r = sk_allgather(ro->fwd, dy, ro->dy_full, (size_t)n, dt);
   if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
   sk__rt_count_comm(rt, SK_COLL_ALLGATHER, ro->fwd, (uint64_t)ro->pre_rs_count * sk_dtype_size(dt));
   sk__rt_scale(dt, ro->dy_full, ro->pre_rs_count, s->comm.scale);
@@ -1560,6 +1620,21 @@ static sk_result sk__rt_move_back(sk_runtime *rt, const sk_parallel_step *s, sk_
   return SK_OK;
 }
 
+/* OUT_MOVE: output k from the rule's layout into its tensor; OUT_MOVE_BACK: the tensor's
+   gradient into the rule's layout (zeros when none reached it: the backward then adds nothing). */
+static sk_result sk__rt_out_move(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
+  sk__rt_op *ro = &rt->ops[s->op];
+  int k = s->slot, t = rt->g->ops[s->op].outputs[k];
+  size_t nk = (size_t)sk__rt_count(&rt->plan->ops[s->op].plan.out[k]), nt = (size_t)sk_parallel_slice_count(rt->plan, t);
+  bool back = s->kind == SK_PSTEP_OUT_MOVE_BACK;
+  if (back && !rt->written[t]) return memset(ro->dkout[k], 0, nk * sk_dtype_size(rt->cdt)), SK_OK;
+  sk_result r = back ? sk_redist_execute(ro->out_move_back[k], rt->grads[t], nt, ro->dkout[k], nk, rt->cdt)
+                     : sk_redist_execute(ro->out_move[k], ro->kout[k], nk, rt->values[t], nt, sk__rt_dtype(rt, t));
+  if (r) return sk__fail(err, r, "%s", sk_comm_error_message(rt->comm));
+  sk__rt_count_comm(rt, SK_COLL_NONE, NULL, back ? ro->out_move_back_bytes[k] : ro->out_move_bytes[k]);
+  return SK_OK;
+}
+
 /* After input k's last backward step: a gradient in scratch is summed into the tensor's. */
 static void sk__rt_finish_inputs(sk_runtime *rt, int o, int step) {
   sk__rt_op *ro = &rt->ops[o];
@@ -1728,6 +1803,8 @@ static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error
     case SK_PSTEP_PARAM_GATHER: r = sk__rt_param_gather(rt, t, err); break;
     case SK_PSTEP_PARAM_RELEASE: sk__rt_release(rt, t); break;
     case SK_PSTEP_GRAD_REDUCE_SCATTER: r = sk__rt_grad_reduce_scatter(rt, t, err); break;
+    case SK_PSTEP_OUT_MOVE:
+    case SK_PSTEP_OUT_MOVE_BACK: r = sk__rt_out_move(rt, s, err); break;
     default: r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "unknown step kind %d", (int)s->kind); break;
   }
   if (!r) sk__rt_finish_inputs(rt, s->op, i);
@@ -1744,8 +1821,10 @@ static sk_result sk__rt_named(const sk_runtime *rt, int i, sk_result r, sk_error
     const sk_graph_op *op = &rt->g->ops[s->op];
     bool on_output = s->kind == SK_PSTEP_FORWARD || s->kind == SK_PSTEP_FORWARD_COMM || s->kind == SK_PSTEP_UNDO_COMM ||
                      s->kind == SK_PSTEP_BACKWARD;
+    bool out_slot = s->kind == SK_PSTEP_OUT_MOVE || s->kind == SK_PSTEP_OUT_MOVE_BACK;
+    int t = out_slot ? op->outputs[s->slot] : on_output ? op->outputs[0] : op->inputs[s->slot];
     snprintf(pre, sizeof pre, "step %d (%s) operator '%.63s' tensor '%.63s': ", i, sk_parallel_step_name(s->kind),
-             op->name, rt->g->tensors[on_output ? op->outputs[0] : op->inputs[s->slot]].name);
+             op->name, rt->g->tensors[t].name);
   }
   sk__rt_prefix(err, pre);
   return r;
@@ -1754,7 +1833,7 @@ static sk_result sk__rt_named(const sk_runtime *rt, int i, sk_result r, sk_error
 /* The forward pass ends at the first backward step (a level3 release belongs to it). */
 static bool sk__rt_is_forward(sk_parallel_step_kind k) {
   return k == SK_PSTEP_MOVE || k == SK_PSTEP_FORWARD || k == SK_PSTEP_FORWARD_COMM || k == SK_PSTEP_PARAM_GATHER ||
-         k == SK_PSTEP_PARAM_RELEASE;
+         k == SK_PSTEP_PARAM_RELEASE || k == SK_PSTEP_OUT_MOVE;
 }
 
 static int64_t sk__rt_argmax_hits(const sk_runtime *rt, const void *logits, const void *labels, int64_t rows, int64_t c);
@@ -1797,6 +1876,7 @@ typedef struct sk__rt_slot {
   bool *written;
   void **kin;             /* [nops * SK_OP_MAX_INPUTS]: its operators' moved inputs */
   void **pre_rs;          /* [nops]: outputs before a forward ReduceScatter */
+  void **kout, **dkout;   /* [nops * SK_OP_MAX_OUTPUTS]: moved outputs in the rule's layout, their gradients */
 } sk__rt_slot;
 
 typedef struct sk__rt_send {
@@ -1858,7 +1938,9 @@ static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err)
     sl->values = (void **)calloc(nt, sizeof(void *)), sl->grads = (void **)calloc(nt, sizeof(void *));
     sl->written = (bool *)calloc(nt, sizeof(bool)), sl->pre_rs = (void **)calloc(no, sizeof(void *));
     sl->kin = (void **)calloc(no * SK_OP_MAX_INPUTS, sizeof(void *));
-    if (!sl->values || !sl->grads || !sl->written || !sl->pre_rs || !sl->kin) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory");
+    sl->kout = (void **)calloc(no * SK_OP_MAX_OUTPUTS, sizeof(void *)), sl->dkout = (void **)calloc(no * SK_OP_MAX_OUTPUTS, sizeof(void *));
+    if (!sl->values || !sl->grads || !sl->written || !sl->pre_rs || !sl->kin || !sl->kout || !sl->dkout)
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory");
   }
   if (!rt->owner || !rt->feeds || !rt->slots) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory");
   sk__rt_pipe_owners(rt);
@@ -1886,6 +1968,10 @@ static void sk__rt_slot_close(sk_runtime *rt, sk__rt_slot *sl) {
       sk__rt_counted_free(rt, sl->kin[o * SK_OP_MAX_INPUTS + k]);
       sl->kin[o * SK_OP_MAX_INPUTS + k] = NULL;
     }
+    for (int k = 0; k < SK_OP_MAX_OUTPUTS; k++) {
+      sk__rt_counted_free(rt, sl->kout[o * SK_OP_MAX_OUTPUTS + k]), sk__rt_counted_free(rt, sl->dkout[o * SK_OP_MAX_OUTPUTS + k]);
+      sl->kout[o * SK_OP_MAX_OUTPUTS + k] = sl->dkout[o * SK_OP_MAX_OUTPUTS + k] = NULL;
+    }
     sk__rt_counted_free(rt, sl->pre_rs[o]), sl->pre_rs[o] = NULL;
   }
   sl->live = false;
@@ -1909,6 +1995,13 @@ static sk_result sk__rt_slot_open(sk_runtime *rt, int v, int micro, sk_error *er
       if (po->moved[k])
         ok = (sl->kin[o * SK_OP_MAX_INPUTS + k] = sk__rt_alloc(rt, SK__RT_ACTS, (size_t)sk__rt_count(&po->kernel_in[k]) *
                                                                                sk_dtype_size(sk__rt_dtype(rt, g->ops[o].inputs[k])))) != NULL;
+    for (int k = 0; k < g->ops[o].noutputs && ok; k++) {
+      if (!po->out_moved[k]) continue;
+      int t = g->ops[o].outputs[k];
+      size_t b = (size_t)sk__rt_count(&po->plan.out[k]) * sk_dtype_size(sk__rt_dtype(rt, t));
+      ok = (sl->kout[o * SK_OP_MAX_OUTPUTS + k] = sk__rt_alloc(rt, SK__RT_ACTS, b)) != NULL;
+      if (ok && rt->plan->tensors[t].needs_grad) ok = (sl->dkout[o * SK_OP_MAX_OUTPUTS + k] = sk__rt_alloc(rt, SK__RT_GRADS, b)) != NULL;
+    }
     if (ok && rt->ops[o].pre_rs_count)
       ok = (sl->pre_rs[o] = sk__rt_alloc(rt, SK__RT_ACTS, (size_t)rt->ops[o].pre_rs_count *
                                                             sk_dtype_size(sk__rt_dtype(rt, g->ops[o].outputs[0])))) != NULL;
@@ -1941,6 +2034,8 @@ static void sk__rt_pipe_bind(sk_runtime *rt, int micro) {
       ro->kin[k] = sl->kin[o * SK_OP_MAX_INPUTS + k];
       ro->karg[k].data = rt->plan->ops[o].moved[k] ? ro->kin[k] : rt->values[g->ops[o].inputs[k]];
     }
+    for (int k = 0; k < SK_OP_MAX_OUTPUTS; k++)
+      ro->kout[k] = sl->kout[o * SK_OP_MAX_OUTPUTS + k], ro->dkout[k] = sl->dkout[o * SK_OP_MAX_OUTPUTS + k];
     ro->pre_rs = sl->pre_rs[o];
   }
 }
@@ -2054,6 +2149,7 @@ static bool sk__rt_pipe_half(const sk_runtime *rt, const sk_parallel_step *s) {
   /* level3's gather before a backward: both halves read the weights (the second finds it held) */
   if (!rt->grads_only || s->kind == SK_PSTEP_BACKWARD || s->kind == SK_PSTEP_PARAM_GATHER) return true;
   if (s->kind == SK_PSTEP_UNDO_COMM) return rt->grads_only == 1 || s->comm.kind == SK_COLL_REDUCE_SCATTER;
+  if (s->kind == SK_PSTEP_OUT_MOVE_BACK) return rt->grads_only == 1; /* its gradient stays in the slot for W */
   bool param = (rt->plan->ops[s->op].desc.params >> s->slot) & 1u;
   return param == (rt->grads_only == 2);
 }
@@ -2254,6 +2350,7 @@ static void sk__rt_pipe_unpoint(sk_runtime *rt) {
     if (rt->owner[t] >= 0 || rt->g->tensors[t].role == SK_TENSOR_INPUT) rt->values[t] = rt->grads[t] = rt->args[t].data = NULL;
   for (int o = 0; rt->world && o < rt->g->nops; o++) {
     for (int k = 0; k < SK_OP_MAX_INPUTS; k++) rt->ops[o].kin[k] = NULL, rt->ops[o].karg[k].data = NULL;
+    for (int k = 0; k < SK_OP_MAX_OUTPUTS; k++) rt->ops[o].kout[k] = rt->ops[o].dkout[k] = NULL;
     rt->ops[o].pre_rs = NULL;
   }
 }
@@ -2264,8 +2361,8 @@ static void sk__rt_pipe_close(sk_runtime *rt) {
   size_t n = (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt);
   for (size_t i = 0; rt->slots && i < n; i++) {
     sk__rt_slot *sl = &rt->slots[i];
-    if (sl->values && sl->grads && sl->written && sl->kin && sl->pre_rs) sk__rt_slot_close(rt, sl);
-    free(sl->values), free(sl->grads), free(sl->written), free(sl->kin), free(sl->pre_rs);
+    if (sl->values && sl->grads && sl->written && sl->kin && sl->pre_rs && sl->kout && sl->dkout) sk__rt_slot_close(rt, sl);
+    free(sl->values), free(sl->grads), free(sl->written), free(sl->kin), free(sl->pre_rs), free(sl->kout), free(sl->dkout);
   }
   for (size_t i = 0; rt->feeds && i < (size_t)rt->plan->micro * (size_t)rt->g->ntensors; i++) sk__rt_counted_free(rt, rt->feeds[i]);
   free(rt->slots), free(rt->feeds), free(rt->owner), free(rt->sends);
@@ -2310,7 +2407,8 @@ static sk_result sk__rt_recompute_before(sk_runtime *rt, int i, int at, sk_error
   for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n && !r; u++) {
     int t = use[u];
     if (!rt->recomputed[t] || rt->values[t]) continue;
-    if (s->kind == SK_PSTEP_FORWARD && rt->g->tensors[t].producer == s->op) r = sk__rt_hold_value(rt, t, err);
+    bool writes = s->kind == SK_PSTEP_FORWARD || s->kind == SK_PSTEP_OUT_MOVE; /* its producer's step writes it */
+    if (writes && rt->g->tensors[t].producer == s->op) r = sk__rt_hold_value(rt, t, err);
     else r = sk__rt_replay(rt, t, at, err);
   }
   return r;

@@ -301,8 +301,8 @@ static sk_result sk__sc_desc(const sk_search_model *m, int o, const sk_search_ca
     if (g->tensors[g->ops[o].inputs[k]].role == SK_TENSOR_PARAM) d->params |= 1u << k;
   if (c->kind == SK_SEARCH_CAND_CONFIGURED) return SK_OK;
   d->has_strategy = c->kind == SK_SEARCH_CAND_STRATEGY;
-  d->has_out_strategy = d->has_layouts = false;
-  d->nstrategies = 0;
+  d->has_out_strategy = d->has_layouts = false; /* an unconfigured operator's out_strategy goes with its in_strategy */
+  d->nstrategies = d->nout_layouts = 0;
   memset(d->strategy_len, 0, sizeof d->strategy_len);
   memset(d->strategy, 0, sizeof d->strategy);
   for (int k = 0; d->has_strategy && k < c->ntuples; k++) {
@@ -318,7 +318,7 @@ SK_API sk_result sk_search_apply(const sk_search_model *m, int o, const sk_searc
   sk_op_desc full;
   sk_result r = sk__sc_desc(m, o, c, &full, err);
   if (r || c->kind == SK_SEARCH_CAND_CONFIGURED) return r;
-  d->has_strategy = full.has_strategy, d->has_out_strategy = d->has_layouts = false, d->nstrategies = 0;
+  d->has_strategy = full.has_strategy, d->has_out_strategy = d->has_layouts = false, d->nstrategies = d->nout_layouts = 0;
   memcpy(d->strategy_len, full.strategy_len, sizeof d->strategy_len);
   memcpy(d->strategy, full.strategy, sizeof d->strategy);
   return SK_OK;

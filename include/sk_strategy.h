@@ -29,7 +29,8 @@
      refused by name ("stages: the file's plan has 2 pipeline stages, the configuration asks
      for 4"), never overridden. micro_size, the scheduler and interleave stay the desc's.
      VERSIONS: files are written as version 3 (device_num every stage's, "stages", "hsdp", a
-     "stage" per operator, an "opt_shard" per parameter; version 2 had the same keys); version 1
+     "stage" per operator, an "opt_shard" per parameter; version 2 had the same keys but an
+     operator's "out_layout", new in 3 with layouts on every operator); version 1
      files (none of these keys, defaults as null) still load as before, the desc's stages and
      hsdp used. Version 3 follows MindSpore master's rules for Reshape, Gather,
      SoftmaxCrossEntropyWithLogits and MatMul with batch dims: a version 1 or 2 file with an
@@ -492,36 +493,49 @@ static sk_result sk__st_shard(sk__st_cx *cx, const sk_graph *g, const sk_graph_o
   return SK_OK;
 }
 
-/* "layouts": {"mesh": "<mesh text>", "inputs": ["<x's map>", "<w's map>"]}, as sk_json.h's. */
-static sk_result sk__st_layouts(sk__st_cx *cx, const sk_graph *g, const sk_graph_op *op, json_t *v, sk_op_desc *d) {
-  static const char *const keys[] = {"mesh", "inputs", NULL};
-  json_t *l = json_object_get(v, "layouts"), *maps;
+/* A set of layouts on one mesh, member `key` of v: {"mesh": "<mesh text>", "<list>": ["<map>",
+   ...]} as sk_json.h's, map k read on tensor ids[k]'s shape; between `least` and n maps. */
+static sk_result sk__st_layout_set(sk__st_cx *cx, const sk_graph *g, json_t *v, const char *key, const char *list,
+                                   const int *ids, int least, int n, sk_layout *out, int *got) {
+  const char *const keys[] = {"mesh", list, NULL};
+  json_t *l = json_object_get(v, key), *maps;
   const char *mesh_text;
   sk_mesh mesh;
   sk_error e;
   sk_result r;
-  if (!l) return SK_OK;
-  if (!json_is_object(l)) return sk__st_fail(cx, "layouts", "expected an object, got %s", sk__st_type(l));
-  if (op->ninputs < 2) return sk__st_fail(cx, "layouts", "layouts need two inputs, the operator has %d", op->ninputs);
+  if (!json_is_object(l)) return sk__st_fail(cx, key, "expected an object, got %s", sk__st_type(l));
   size_t up = strlen(cx->where);
-  (void)snprintf(cx->where + up, sizeof cx->where - up, ".layouts");
+  (void)snprintf(cx->where + up, sizeof cx->where - up, ".%s", key);
   if ((r = sk__st_keys(cx, l, keys)) || (r = sk__st_string(cx, l, "mesh", &mesh_text))) return r;
   if (sk_mesh_parse(&mesh, mesh_text, &e)) return sk__st_fail(cx, "mesh", "%s", e.msg);
-  maps = json_object_get(l, "inputs");
-  if (!json_is_array(maps) || json_array_size(maps) != 2)
-    return sk__st_fail(cx, "inputs", "expected a list of 2 layout texts (x's and w's)");
-  for (int k = 0; k < 2; k++) {
+  maps = json_object_get(l, list);
+  if (!json_is_array(maps) || json_array_size(maps) < (size_t)least || json_array_size(maps) > (size_t)n)
+    return sk__st_fail(cx, list, "expected a list of %d..%d layout texts", least, n);
+  *got = (int)json_array_size(maps);
+  for (int k = 0; k < *got; k++) {
     json_t *m = json_array_get(maps, (size_t)k);
-    const sk_graph_tensor *t = &g->tensors[op->inputs[k]];
-    char key[32];
-    (void)snprintf(key, sizeof key, "inputs[%d]", k);
-    if (!json_is_string(m)) return sk__st_fail(cx, key, "expected a layout text, got %s", sk__st_type(m));
-    if (sk_layout_parse(&d->layouts[k], &mesh, json_string_value(m), t->ndims, t->shape, &e))
-      return sk__st_fail(cx, key, "%s", e.msg);
+    const sk_graph_tensor *t = &g->tensors[ids[k]];
+    char at[32];
+    (void)snprintf(at, sizeof at, "%s[%d]", list, k);
+    if (!json_is_string(m)) return sk__st_fail(cx, at, "expected a layout text, got %s", sk__st_type(m));
+    if (sk_layout_parse(&out[k], &mesh, json_string_value(m), t->ndims, t->shape, &e)) return sk__st_fail(cx, at, "%s", e.msg);
   }
-  d->has_layouts = true;
   cx->where[up] = 0;
   return SK_OK;
+}
+
+/* "layouts" (one map per input) and "out_layout" (maps of the first outputs). */
+static sk_result sk__st_layouts(sk__st_cx *cx, const sk_graph *g, const sk_graph_op *op, json_t *v, sk_op_desc *d) {
+  int n = 0;
+  sk_result r = SK_OK;
+  if (json_object_get(v, "layouts")) {
+    if (op->ninputs < 1) return sk__st_fail(cx, "layouts", "the operator reads no tensor: nothing to lay out");
+    r = sk__st_layout_set(cx, g, v, "layouts", "inputs", op->inputs, op->ninputs, op->ninputs, d->layouts, &n);
+    d->has_layouts = r == SK_OK;
+  }
+  if (!r && json_object_get(v, "out_layout"))
+    r = sk__st_layout_set(cx, g, v, "out_layout", "outputs", op->outputs, 1, op->noutputs, d->out_layouts, &d->nout_layouts);
+  return r;
 }
 
 /* Whether `type` (as the file spells it: older names and MindSpore's Activation for a ReLU too)
@@ -557,11 +571,14 @@ static const char *sk__st_changed_rule(const sk_graph *g, const sk_graph_op *op)
 }
 
 /* Operator entry i: the network's operator of that name and type, which takes its strategy
-   (into descs) and, in a version 2 file, its pipeline stage (into stages). */
+   (into descs) and, from version 2 on, its pipeline stage (into stages). "out_layout" came with
+   version 3, as did layouts on every operator: no older file holds one. */
 static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, json_t *list, size_t i,
                            sk_op_desc *descs, int *stages, bool *seen) {
   static const char *const v1[] = {"name", "type", "strategy", "out_strategy", "layouts", "fell_back", NULL};
   static const char *const v2[] = {"name", "type", "stage", "strategy", "out_strategy", "layouts", "fell_back", NULL};
+  static const char *const v3[] = {"name",    "type",       "stage",     "strategy", "out_strategy",
+                                   "layouts", "out_layout", "fell_back", NULL};
   json_t *v = json_array_get(list, i), *out, *fell;
   long long stage = 0;
   const char *name, *type;
@@ -569,8 +586,8 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_g
   sk_result r;
   sk__st_element(&cx, rd, "operators", list, i);
   if (!json_is_object(v)) return sk__st_fail(&cx, "", "expected an object, got %s", sk__st_type(v));
-  if ((r = sk__st_keys(&cx, v, h->version == 1 ? v1 : v2)) || (r = sk__st_string(&cx, v, "name", &name)) ||
-      (r = sk__st_string(&cx, v, "type", &type)))
+  if ((r = sk__st_keys(&cx, v, h->version == 1 ? v1 : h->version == 2 ? v2 : v3)) ||
+      (r = sk__st_string(&cx, v, "name", &name)) || (r = sk__st_string(&cx, v, "type", &type)))
     return r;
   int o = sk__st_find_op(g, name);
   if (o < 0) return sk__st_fail(&cx, "", "operator \"%.64s\" is not in the network", name);
@@ -591,9 +608,10 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_g
   sk_op_desc *d = &descs[o];
   int n = 0;
   d->has_strategy = d->has_out_strategy = d->has_layouts = false; /* the file's replace the network's */
-  d->nstrategies = 0;
+  d->nstrategies = d->nout_layouts = 0;
   memset(d->strategy, 0, sizeof d->strategy), memset(d->strategy_len, 0, sizeof d->strategy_len);
   memset(d->out_strategy, 0, sizeof d->out_strategy), memset(d->layouts, 0, sizeof d->layouts);
+  memset(d->out_layouts, 0, sizeof d->out_layouts);
   if ((r = sk__st_shard(&cx, g, &g->ops[o], v, d))) return r;
   if ((out = json_object_get(v, "out_strategy"))) {
     if ((r = sk__st_int_list(&cx, out, "out_strategy", d->out_strategy, &n))) return r;
@@ -1055,6 +1073,14 @@ static json_t *sk__sw_layout_texts(sk__sw *w, const sk_layout *l, const char *ma
   return o;
 }
 
+/* n layouts on one mesh (sk__sw_check made sure they share it): {"mesh", "<list>": [maps]}. */
+static json_t *sk__sw_layout_set(sk__sw *w, const sk_layout *ls, int n, const char *list) {
+  char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 1];
+  json_t *maps = json_array();
+  for (int k = 0; k < n; k++) sk_layout_format(&ls[k], text, sizeof text), sk__sw_append(w, maps, json_string(text));
+  return sk__sw_layout_texts(w, &ls[0], list, maps);
+}
+
 static json_t *sk__sw_op(sk__sw *w, int o) {
   const sk_graph *g = w->p->graph;
   const sk_parallel_op *po = &w->p->ops[o];
@@ -1070,12 +1096,8 @@ static json_t *sk__sw_op(sk__sw *w, int o) {
       if (d->out_strategy[k]) n = k + 1;
     sk__sw_set(w, v, "out_strategy", sk__sw_ints(w, d->out_strategy, n));
   }
-  if (d->has_layouts) { /* one mesh for both (sk__sw_check made sure they share it) */
-    char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 1];
-    json_t *maps = json_array();
-    for (int k = 0; k < 2; k++) sk_layout_format(&d->layouts[k], text, sizeof text), sk__sw_append(w, maps, json_string(text));
-    sk__sw_set(w, v, "layouts", sk__sw_layout_texts(w, &d->layouts[0], "inputs", maps));
-  }
+  if (d->has_layouts) sk__sw_set(w, v, "layouts", sk__sw_layout_set(w, d->layouts, g->ops[o].ninputs, "inputs"));
+  if (d->nout_layouts) sk__sw_set(w, v, "out_layout", sk__sw_layout_set(w, d->out_layouts, d->nout_layouts, "outputs"));
   if (po->fell_back) sk__sw_set(w, v, "fell_back", json_true());
   return v;
 }
@@ -1177,11 +1199,10 @@ static sk_result sk__sw_check(const sk_parallel_plan *p, sk_error *err) {
   if (!p->graph || !p->ops || !p->tensors) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: the plan is not compiled");
   for (int o = 0; o < p->graph->nops; o++) {
     const sk_op_desc *d = &p->ops[o].desc;
-    char a[512], b[512];
-    if (!d->has_layouts) continue;
-    size_t na = sk_mesh_format(&d->layouts[0].mesh, a, sizeof a), nb = sk_mesh_format(&d->layouts[1].mesh, b, sizeof b);
-    if (!na || na >= sizeof a || na != nb || strcmp(a, b))
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: operator '%s': its layouts are not on one mesh", p->graph->ops[o].name);
+    bool ok = true;
+    for (int k = 0; d->has_layouts && k < p->graph->ops[o].ninputs; k++) ok = ok && sk_mesh_equal(&d->layouts[k].mesh, &d->layouts[0].mesh);
+    for (int k = 0; k < d->nout_layouts; k++) ok = ok && sk_mesh_equal(&d->out_layouts[k].mesh, &d->out_layouts[0].mesh);
+    if (!ok) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: operator '%s': its layouts are not on one mesh", p->graph->ops[o].name);
   }
   return SK_OK;
 }

@@ -693,6 +693,14 @@ static inline errs each_device_count_knobs(const char *what, build_fn build, pla
   return worst;
 }
 
+/* Runs R (run_init*) on its devices, expects every device to succeed, and compares it with the
+   single-device trainer in f64 (TOL64); the differences seen. */
+static inline errs run_against_trainer(run *R, const char *what) {
+  run_world(R);
+  expect_all_ok(R, what);
+  return against_trainer(R, TOL64, what);
+}
+
 static inline void each_device_count(const char *what, build_fn build, plan_check_fn check, sk_optim_desc optim, int steps) {
   each_device_count_knobs(what, build, check, optim, steps, NULL);
 }

@@ -77,6 +77,11 @@ checks "operator_parallel 8 devices full batch" 1e-12 --net examples/nets/operat
 checks "operator_parallel 8 devices, dataset strategy as layouts" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 --dtype f64 \
   --dataset-strategy '(Layout((2,4),("dp","mp"))("dp","None","None","None"), Layout((4,),("dp",))("dp",))'
 checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel.json --devices 2 --steps 12 --dtype f64
+# layouts on every operator (tests/nets/layouts.json: layouts on a BatchMatMul, a ReLU and a
+# LayerNorm, tuples of axes among them, and an output layout on a MatMul, moved after its
+# AllReduce): 8 devices train like one, f64 and f32
+checks "layouts 8 devices f64" 1e-12 --net tests/nets/layouts.json --devices 8 --steps 12 --dtype f64
+checks "layouts 8 devices f32" 1e-4 --net tests/nets/layouts.json --devices 8 --steps 30
 # a dead branch (tests/nets/dead_branch.json: the tutorial with an auxiliary head no operator
 # reads) runs no backward anywhere: N devices train like one, with a pipeline, hsdp, a search
 DEAD="--net tests/nets/dead_branch.json --steps 6 --dtype f64 --optimizer momentum"
@@ -467,6 +472,24 @@ expect_fail "pipeline stages that do not divide the devices" "8 devices do not d
 expect_fail "1f1b with fewer micro-batches than stages" "micro_size 2 < stages 4" --net examples/nets/operator_parallel.json --devices 8 --pipeline 4 --micro 2 --dump-schedule
 expect_fail "an unknown scheduler" "'seqpipe' is not one of" --net examples/nets/operator_parallel.json --pipeline 2 --scheduler seqpipe
 expect_fail "recompute of an operator the network lacks" "no operator 'relu9'" --net examples/nets/operator_parallel.json --recompute relu1,relu9
+# shard's arguments from the command line (--shard, --out-strategy): tuples or layouts on any
+# operator, an output asked for in another layout (moved after the forward), MatMul's
+# ReduceScatter output; 8 devices train like one, and --print-strategies says what was set
+SHARDS="--shard relu1=(Layout((2,4),(\"dp\",\"mp\"))((\"dp\",\"mp\"),\"None\"),) --shard fc3=((4,2),(2,1))"
+checks "--shard layouts and tuples, --out-strategy" 1e-12 --net examples/nets/operator_parallel.json --devices 8 --steps 12 \
+  --dtype f64 $SHARDS --out-strategy 'fc3=((8,1),)' --out-strategy 'relu2=(Layout((8,),("a",))("None","a"),)'
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 $SHARDS --out-strategy 'fc3=((8,1),)' \
+  --print-strategies >"$tmp/out" 2>&1
+grep -q '^relu1 (layouts)$' "$tmp/out" && grep -q '^fc3 ((4, 2), (2, 1)) out ((8, 1),)$' "$tmp/out" && ok || \
+  bad "--shard / --out-strategy with --print-strategies: $(head -8 "$tmp/out")"
+expect_fail "--shard of an operator the network lacks" "--shard: the network has no operator 'fc9'" \
+  --net examples/nets/operator_parallel.json --steps 1 --shard 'fc9=((1,1),(1,1))'
+expect_fail "--shard without OP=" "--shard takes OP=STRATEGY" --net examples/nets/operator_parallel.json --steps 1 --shard '((1,1),)'
+expect_fail "--shard, a layout a strategy operator cannot take" "Flatten: input 0 dim 0 is cut by several axes (b,a)" \
+  --net examples/nets/operator_parallel.json --devices 8 --steps 1 --strict-strategies \
+  --shard 'flatten=(Layout((2,4),("a","b"))(("b","a"),"None","None","None"),)'
+expect_fail "--out-strategy, two tuples" "out_strategy as tuples is output 0's one tuple" \
+  --net examples/nets/operator_parallel.json --steps 1 --out-strategy 'fc1=((8,1),(1,1))'
 # training through stages equals one device (f64 to 1e-12: the micro-batches' mean gradient is
 # the batch's, summed in another order): every scheduler at 2 and 4 stages, interleaved, on MPI
 for sched in gpipe 1f1b zero_bubble_v; do

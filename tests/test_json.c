@@ -139,7 +139,9 @@ static void build_zoo_a(sk_graph *g) {
   op.out_dtype[0] = SK_F16;
   add(g, &op);
   add(g, (op = op_of(g, "gelu", SK_OP_GELU, "a", NULL, NULL), &op));
-  add(g, (op = op_of(g, "tanh", SK_OP_TANH, "b", NULL, NULL), &op));
+  op = op_of(g, "tanh", SK_OP_TANH, "b", NULL, NULL); /* out_strategy as a tuple on an element-wise operator */
+  op.desc.has_out_strategy = true, op.desc.out_strategy[0] = 1, op.desc.out_strategy[1] = 8;
+  add(g, &op);
   op = op_of(g, "add", SK_OP_ADD, "gelu", "tanh", NULL);
   strategy(&op, 0, 2, (const int[]){2, 1}), strategy(&op, 1, 2, (const int[]){2, 1});
   add(g, &op);
@@ -157,8 +159,14 @@ static void build_zoo_a(sk_graph *g) {
   op = op_of(g, "l2", SK_OP_L2_NORMALIZE, "lsm", NULL, NULL);
   op.desc.naxis = 1, op.desc.axis[0] = 0, op.epsilon = 1e-12;
   add(g, &op);
-  op = op_of(g, "ln", SK_OP_LAYER_NORM, "l2", "gamma", "beta");
-  op.desc.naxis = 1, op.desc.axis[0] = 1, op.epsilon = 1e-5;
+  op = op_of(g, "ln", SK_OP_LAYER_NORM, "l2", "gamma", "beta"); /* layouts on all three inputs, two output layouts */
+  op.desc.naxis = 1, op.desc.axis[0] = 1, op.epsilon = 1e-5, op.desc.has_layouts = true;
+  op.desc.layouts[0] = layout("dp=2,mp=4", "(dp,mp),None", 2, (const int64_t[]){8, 16});
+  op.desc.layouts[1] = layout("dp=2,mp=4", "None", 1, (const int64_t[]){16});
+  op.desc.layouts[2] = layout("dp=2,mp=4", "None", 1, (const int64_t[]){16});
+  op.desc.nout_layouts = 2;
+  op.desc.out_layouts[0] = layout("a=8", "None,a", 2, (const int64_t[]){8, 16});
+  op.desc.out_layouts[1] = layout("a=8", "a,None", 2, (const int64_t[]){8, 1});
   add(g, &op);
   op = op_of(g, "rsum", SK_OP_REDUCE_SUM, "ln", NULL, NULL);
   op.desc.naxis = 2, op.desc.axis[0] = 0, op.desc.axis[1] = 1, op.desc.keep_dims = true;
@@ -254,9 +262,11 @@ static void expect_same_desc(const sk_op_desc *a, const sk_op_desc *b, const cha
   SAME(has_strategy); SAME(strategy); SAME(has_out_strategy); SAME(out_strategy); SAME(has_layouts);
   SAME(params); SAME(gradients_mean); SAME(nstrategies); SAME(strategy_len); SAME(naxis); SAME(axis);
   SAME(keep_dims); SAME(perm); SAME(has_perm); SAME(depth); SAME(noutputs); SAME(out_ndims); SAME(out_shape);
-  SAME(repeat_left); SAME(full_batch);
+  SAME(repeat_left); SAME(full_batch); SAME(nout_layouts);
   if (a->has_layouts && b->has_layouts)
-    for (int k = 0; k < 2; k++) expect_same_layout(&a->layouts[k], &b->layouts[k], name, k);
+    for (int k = 0; k < a->ninputs; k++) expect_same_layout(&a->layouts[k], &b->layouts[k], name, k);
+  for (int k = 0; k < a->nout_layouts && k < b->nout_layouts; k++)
+    expect_same_layout(&a->out_layouts[k], &b->out_layouts[k], name, SK_OP_MAX_INPUTS + k);
 }
 
 static void expect_same_op(const sk_graph_op *a, const sk_graph_op *b) {
@@ -553,6 +563,14 @@ Test(json, other_semantic_errors) {
           "line 13: operators[2] (\"mm2\").layouts.inputs[1]: layout \"dp\" has 1 dims; the shape has 2");
   REFUSED("\"inputs\": [\"relu\", \"w2\"]", "\"inputs\": [\"relu\", \"w2\"], \"layouts\": {\"mesh\": \"dp=0\", \"inputs\": []}",
           "line 13: operators[2] (\"mm2\").layouts.mesh:");
+  REFUSED("\"inputs\": [\"mm1\"]}", "\"inputs\": [\"mm1\"], \"layouts\": {\"mesh\": \"dp=8\", \"inputs\": [\"dp,None\", \"None,dp\"]}}",
+          "line 12: operators[1] (\"relu\").layouts.inputs: expected a list of 1 layout texts, one per input");
+  REFUSED("\"inputs\": [\"mm1\"]}", "\"inputs\": [\"mm1\"], \"out_layout\": {\"mesh\": \"dp=8\", \"outputs\": [\"dp\"]}}",
+          "line 12: operators[1] (\"relu\").out_layout.outputs[0]: layout \"dp\" has 1 dims; the shape has 2");
+  REFUSED("\"inputs\": [\"mm1\"]}", "\"inputs\": [\"mm1\"], \"out_layout\": {\"mesh\": \"dp=8\", \"outputs\": []}}",
+          "line 12: operators[1] (\"relu\").out_layout.outputs: expected a list of 1..1 layout texts");
+  REFUSED("\"inputs\": [\"mm1\"]}", "\"inputs\": [\"mm1\"], \"out_layout\": {\"mesh\": \"dp=8\", \"inputs\": [\"dp,None\"]}}",
+          "line 12: operators[1] (\"relu\").out_layout.inputs: unknown key");
 }
 
 /* A perm in the file is given (desc.has_perm), all zeros too: (0,0) is refused as no

@@ -130,7 +130,19 @@ Test(ops, matmul_reduce_scatter_output) {
     cr_assert_eq(sk_layout_slice(&p.out[0], r, &s, &e), SK_OK);
     cr_assert_eq(s.start[0], 2 * r, "rank %d holds rows [%d,%d)", r, 2 * r, 2 * r + 2);
   }
+  cr_assert_eq(p.redistributed, 0u, "the ReduceScatter gives the asked output: no redistribution");
+  /* neither (a, c) nor (a*b, c): the AllReduce's output, redistributed to rows cut 4 ways (a
+     Cell's shard(out_strategy=...); a primitive's shard in MindSpore refuses it) */
   d.out_strategy[0] = 4;
+  cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(p.fwd.kind, SK_COLL_ALLREDUCE);
+  cr_assert_eq(p.redistributed, 1u);
+  for (int r = 0; r < 8; r++) {
+    sk_slice s;
+    cr_assert_eq(sk_layout_slice(&p.wanted[0], r, &s, &e), SK_OK);
+    cr_assert_eq(s.start[0], 4 * (r / 2), "rank %d wants rows [%d,%d)", r, 4 * (r / 2), 4 * (r / 2) + 4);
+  }
+  d.out_strategy[2] = 2; /* three entries for the rank-2 output */
   cr_assert_eq(sk_op_plan_make(&d, 8, &p, &e), SK_ERR_INVALID_ARGUMENT);
   cr_assert(strstr(e.msg, "out_strategy") != NULL, "%s", e.msg);
 }

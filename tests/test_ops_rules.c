@@ -308,9 +308,15 @@ Test(ops_rules, matmul_out_strategy_reduce_scatter) {
   expect_map(&p.out[0], "((2,1),0)", "output");
   expect_slice(&p.out[0], "8,16", "output");
   expect_comm(&p, &p.fwd, SK_COLL_REDUCE_SCATTER, SK_SUM, 1, 5, "4,5,6,7", "forward ReduceScatter over b");
+  cr_assert_eq(p.redistributed, 0u);
+  /* (a, c) is the AllReduce's own output (MatMul::CheckOutputStrategy takes both) */
+  d.out_strategy[0] = 2;
+  p = plan_ok(&d, 8);
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 5, "4,5,6,7", "forward AllReduce over b");
+  cr_assert_eq(p.redistributed, 0u);
   sk_op_desc bad = d;
-  bad.out_strategy[0] = 4;
-  expect_reject(&bad, 8, "out_strategy not (a*b, c)", "MatMul", NULL);
+  bad.out_strategy[2] = 1;
+  expect_reject(&bad, 8, "out_strategy longer than the output's rank", "MatMul", "out_strategy", NULL);
 }
 
 /* Dense = MatMul(transpose_b) + bias over the output's columns: hand-derived. x [16,32],

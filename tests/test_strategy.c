@@ -149,7 +149,10 @@ static void same_desc(const sk_op_desc *a, const sk_op_desc *b, const char *name
     cr_assert_eq(memcmp(a->strategy, b->strategy, sizeof a->strategy), 0, "%s: strategy", name);
   if (a->has_out_strategy)
     cr_assert_eq(memcmp(a->out_strategy, b->out_strategy, sizeof a->out_strategy), 0, "%s: out_strategy", name);
-  for (int k = 0; a->has_layouts && k < 2; k++) same_layout(&a->layouts[k], &b->layouts[k], name);
+  for (int k = 0; a->has_layouts && k < a->ninputs; k++)
+    if (a->ndims[k] > 0) same_layout(&a->layouts[k], &b->layouts[k], name);
+  cr_assert_eq(a->nout_layouts, b->nout_layouts, "%s: nout_layouts", name);
+  for (int k = 0; k < a->nout_layouts; k++) same_layout(&a->out_layouts[k], &b->out_layouts[k], name);
   cr_assert_eq(a->params, b->params, "%s: params", name);
   cr_assert(a->transpose_a == b->transpose_a && a->transpose_b == b->transpose_b && a->naxis == b->naxis &&
             a->keep_dims == b->keep_dims && a->depth == b->depth && a->repeat_left == b->repeat_left &&
@@ -266,18 +269,25 @@ Test(strategy, recursive_programming_round_trips_data_parallel_and_full_batch) {
   sk_graph_free(&g);
 }
 
-/* fc3 planned from layouts, the inputs cut by a tuple of layouts (one on a divisor of 8). */
+/* fc3 planned from layouts, relu2 from a layout with a tuple of axes and its output asked for
+   in another layout (moved), fc2's output asked for by a tuple; the inputs cut by a tuple of
+   layouts (one on a divisor of 8). */
 Test(strategy, operator_layouts_and_dataset_layouts_round_trip) {
   sk_graph g;
   sk_mesh m, dp;
   load(TUTORIAL, &g);
   OK(sk_mesh_parse(&m, "dp=2,mp=4", E));
   OK(sk_mesh_parse(&dp, "dp=4", E));
-  sk_graph_op *fc3 = &g.ops[op_index(&g, "fc3")];
+  sk_graph_op *fc3 = &g.ops[op_index(&g, "fc3")], *relu2 = &g.ops[op_index(&g, "relu2")], *fc2 = &g.ops[op_index(&g, "fc2")];
   const sk_graph_tensor *x = &g.tensors[fc3->inputs[0]], *w = &g.tensors[fc3->inputs[1]];
   OK(sk_layout_parse(&fc3->desc.layouts[0], &m, "dp,mp", x->ndims, x->shape, E));
   OK(sk_layout_parse(&fc3->desc.layouts[1], &m, "mp,None", w->ndims, w->shape, E));
   fc3->desc.has_layouts = true;
+  const sk_graph_tensor *h = &g.tensors[relu2->inputs[0]];
+  relu2->desc.has_strategy = false, relu2->desc.has_layouts = true, relu2->desc.nout_layouts = 1;
+  OK(sk_layout_parse(&relu2->desc.layouts[0], &m, "(mp,dp),None", h->ndims, h->shape, E));
+  OK(sk_layout_parse(&relu2->desc.out_layouts[0], &m, "None,(dp,mp)", h->ndims, h->shape, E));
+  fc2->desc.has_out_strategy = true, fc2->desc.out_strategy[0] = 1, fc2->desc.out_strategy[1] = 8;
   sk_parallel_desc d = pdesc(8);
   const sk_graph_tensor *img = &g.tensors[sk_graph_find(&g, "image")], *lab = &g.tensors[sk_graph_find(&g, "label")];
   d.ndataset_layouts = 2;

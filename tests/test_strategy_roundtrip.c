@@ -578,9 +578,15 @@ Test(strategy_roundtrip, bad_opt_shard) {
   json_decref(root);
 }
 
-/* Version 1 knows none of the new keys; version 2 needs them all. */
+/* Version 1 knows none of the new keys; version 2 needs them all; an operator's out_layout came
+   with version 3 (layouts on every operator). */
 Test(strategy_roundtrip, the_version_decides_the_keys) {
   json_t *root = v2_file();
+  json_object_set_new(entry(root, "operators", "flatten"), "out_layout",
+                      json_pack("{s:s, s:[s]}", "mesh", "a=4", "outputs", "a,None"));
+  json_object_set_new(root, "version", json_integer(2));
+  bad_file(root, "operators[0] (\"flatten\").out_layout: unknown key");
+  json_object_del(entry(root, "operators", "flatten"), "out_layout");
   json_object_set_new(root, "version", json_integer(1));
   bad_file(root, "stages: unknown key");
   json_object_del(root, "stages"), json_object_del(root, "hsdp");

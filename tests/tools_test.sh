@@ -385,6 +385,24 @@ grep -qF '"outputs": [{"shape": [8], "tensor_map": [1], "slice_shape": [4]}]' "$
 query "VirtualDataset dim 1" --op VirtualDataset --shapes "((32,16),(16,))" --shard "((1,4),(4,))" --devices 8
 grep -qF '"dev_matrix": [2, 1, 4], "inputs": [{"shape": [32, 16], "tensor_map": [-1, 0], "slice_shape": [32, 4]}, {"shape": [16], "tensor_map": [0], "slice_shape": [4]}]' "$tmp/out" && ok || bad "VirtualDataset dim 1: $(cat "$tmp/out")"
 
+# shard's layouts on any operator (sk_ops.h, LAYOUTS): ReLU keeps a tuple of axes; an output
+# asked for in another layout is redistributed after the forward; MatMul's (a*b, c) output is its
+# ReduceScatter; an operator computed from a strategy refuses a layout that is not one, by name
+L24='Layout((2,4),("dp","mp"))'
+expect_json "ReLU from a layout, its output moved" '{"ok": true, "dev_matrix": [2, 4], "inputs": [{"shape": [32, 512], "tensor_map": [[1, 0], -1], "slice_shape": [4, 512]}], "outputs": [{"shape": [32, 512], "tensor_map": [[1, 0], -1], "slice_shape": [4, 512]}], "redistributed_outputs": [{"output": 0, "dev_matrix": [8], "layout": {"shape": [32, 512], "tensor_map": [-1, 0], "slice_shape": [32, 64]}}], "forward_ops": [], "backward_ops": [], "mirror_ops": [null]}' \
+  --op ReLU --shapes "((32,512),)" --shard "($L24((\"dp\",\"mp\"),\"None\"),)" --devices 8 --attr 'out_strategy=(Layout((8,),("a",))("None","a"),)'
+query "MatMul out_strategy (a*b, c)" $MM --devices 8 --attr "out_strategy=((8,1),)"
+grep -qF '"outputs": [{"shape": [32, 512], "tensor_map": [[2, 1], 0], "slice_shape": [4, 512]}], "forward_ops": [{"op": "ReduceScatter", "group": [0, 1, 2, 3]}]' "$tmp/out" && ok || bad "MatMul out_strategy: $(cat "$tmp/out")"
+expect_rejected "ReduceSum: a layout that is not its strategy's" "ReduceSum: input 0's layout mp,None on dp=2,mp=4 is not one its strategy gives" \
+  --op ReduceSum --shapes "((32,512),)" --shard "($L24(\"mp\",\"None\"),)" --devices 8
+expect_rejected "MatMul: layouts on two device matrices" "MatMul: input 1's device matrix dp=4,mp=2 is not input 0's dp=2,mp=4" \
+  --op MatMul --shapes "((32,512),(512,64))" --shard "($L24(\"dp\",\"mp\"), Layout((4,2),(\"dp\",\"mp\"))(\"mp\",\"None\"))" --devices 8
+expect_usage_json "out_strategy of two tuples" "--attr out_strategy: 2 tuples" $MM --devices 8 --attr "out_strategy=((8,1),(1,1))"
+# MatMul of any rank (master's one MatMul class) takes out_strategy as a tuple with 2-D x and w
+# only (MatMul::CheckOutputStrategy); with batch dims it takes layouts
+expect_rejected "MatMul with batch dims: an out_strategy tuple" "MatMul: an output strategy (a tuple) needs 2-D x and w, got ranks 3 and 3" \
+  --op MatMul --shapes "((2,64,32),(2,32,16))" --shard "((1,2,4),(1,4,1))" --devices 8 --attr "out_strategy=((1,8,1),)"
+
 # ---- redistribution plans (docs/semantics.md section 9) ------------------------------------------------------------
 expect_out "rows-by-8 -> cols-by-8 plan: one AllToAll" "redistribution of [16,784] float, 8 devices, minimal
   from  mesh dp=8  layout \"dp,None\"
