@@ -75,11 +75,20 @@ static void sleep_ms(long ms) {
 }
 
 /* Whether msg contains `pre` followed by the number n (as in "world rank 7"). */
+/* Whether msg names rank n in the list after pre ("waiting for world rank 1, 2"): on a loaded
+   machine another rank may still be on its way when the wait times out, and is listed too. */
 static bool names(const char *msg, const char *pre, int n) {
-  char want[64];
-  snprintf(want, sizeof want, "%s%d", pre, n);
-  const char *p = strstr(msg, want);
-  return p && (p[strlen(want)] < '0' || p[strlen(want)] > '9');
+  const char *p = strstr(msg, pre);
+  if (!p) return false;
+  p += strlen(pre);
+  for (;;) {
+    char *end;
+    long r = strtol(p, &end, 10);
+    if (end == p) return false;
+    if (r == n) return true;
+    if (strncmp(end, ", ", 2)) return false;
+    p = end + 2;
+  }
 }
 
 /* Outcomes allowed when the mismatch check is off: MPI may deliver wrong data (SK_OK), detect
