@@ -17,14 +17,14 @@
      - fwd: the collective on output 0: MatMul with a split contraction dim leaves partial sums,
        summed by AllReduce along the contraction axes (or ReduceScatter when the output strategy
        asks for it); a reduction over a cut dim AllReduces (sum, or max; ReduceMean scales by
-       1/group); the scalar losses sum their batch-split parts; Gather with a row-split table
+       1/group); the scalar losses (and VirtualLoss's sum) sum their devices' parts; Gather with a row-split table
        ReduceScatters (or AllReduces) along the row axis (AllReduces when the indices' rows are
        cut too: MindSpore's "shard batch and axis"); Reshape has none: MindSpore replaces it
        by the redistribution from its input's layout to its output's, so its kernel reads the
        input whole on the axes its output does not use (sk_op_kernel_layout);
      - bwd_in[i]: the collective on input i's gradient (MatMul's dx is partial along the axes
        that split the weight's output dim; a broadcast input's gradient along the axes that cut
-       the dims it broadcasts);
+       the dims it broadcasts, MAELoss's broadcast labels' too);
      - mirror[i]: MindSpore's Mirror of input i, an AllReduce over the axes its layout does not
        use (what sk-layout --op prints; Transpose, VirtualDataset, TmpIdentity and Gather's
        indices declare none, as in MindSpore);
@@ -46,13 +46,16 @@
        dims' maps, x's row map and w's column map; x's and w's contraction dims are cut alike and the forward AllReduce runs along
        their axes (MatMul::CheckInputLayout, InferOutputLayout,
        InferForwardCommunicationByLayout); batch dims larger than 1 in both are cut alike;
-     - the element-wise operators of one input (ReLU, GeLU, Tanh, Cast, Dropout, TmpIdentity;
-       Softmax, LogSoftmax, L2Normalize with their axes whole) keep the input's layout
-       (ActivationBase::InferOutputTensorInfo);
+     - the element-wise operators of one input (ReLU, GeLU, Tanh, Sigmoid, SiLU, Cast, Dropout,
+       TmpIdentity; Softmax, LogSoftmax, L2Normalize with their axes whole) keep the input's
+       layout (ActivationBase::InferOutputTensorInfo);
      - Add, Sub, Mul, Div, Pow: dims both inputs have larger than 1 are cut alike; the output
        takes, per dim, the map of the input that does not broadcast it (ArithmeticBase);
      - LayerNorm: x's dims from begin_norm_axis whole, gamma and beta cut as x's dims they align
        with; y keeps x's layout, mean and variance x's map on their shape (LayerNormInfo);
+       RmsNorm alike with gamma alone, its normalised dims gamma's (x's last ones), rstd the
+       statistic (RmsNormInfo; master also cuts the normalised dims through an AllReduce in a
+       replacement graph, which shardkit refuses: its kernel is the whole operator);
      - BiasAdd: the bias cut as x's channels; y keeps x's layout (BiasAddInfo);
      - Transpose: any layout; output dim k takes input dim perm[k]'s map (TransposeInfo).
    Every other operator computes from a strategy, and takes a layout that is one: each dim cut
@@ -61,7 +64,9 @@
    as the given one (else refused, naming the operator and the input, as MindSpore's
    CheckInputLayout refuses a layout its operator cannot take). The plan is then the strategy's:
    its device matrix is the strategy's. For Reshape that is a strategy of its own, which leaves
-   its output whole (only without one does it follow its input's cut).
+   its output whole (only without one does it follow its input's cut). VirtualLoss, which master
+   gives no operator rule (it reads its input as it arrives), also follows its input's cut
+   without a strategy; with one, it takes it as the scalar losses do.
 
    OUTPUTS (shard's out_strategy, desc.has_out_strategy or desc.out_layouts): where the asked
    layout places output k as the rule does, nothing changes. MatMul, BatchMatMul and Dense whose
@@ -77,10 +82,12 @@
    Cell's or function's shard(out_strategy=...), through the identity it puts after the outputs
    (AShardIdentity); shardkit's operators take both, the second as the Cell's.
 
-   Binary operators broadcast both ways: shapes and strategies are aligned from the right,
-   either input may have size-1 dims; where the two strategies differ on a dim that one input
-   broadcasts, the device matrix takes the larger cut, and each input is mapped only where its
-   cut equals the device matrix's. MatMul and BatchMatMul align their batch dims the same way.
+   MAELoss's labels broadcast to its prediction's shape (aligned from the right, size-1 or
+   missing dims; a broadcast dim whole). Binary operators broadcast both ways: shapes and
+   strategies are aligned from the right, either input may have size-1 dims; where the two
+   strategies differ on a dim that one input broadcasts, the device matrix takes the larger
+   cut, and each input is mapped only where its cut equals the device matrix's. MatMul and
+   BatchMatMul align their batch dims the same way.
 
    ERRORS: a strategy given both as tuples and as layouts, a layout of another rank than its
    input or output, on another device count, or on another device matrix than input 0's, a
@@ -91,7 +98,7 @@
    value that is not a power of two when the device count is one, a value that does not divide
    its dim, a product that does not divide the devices, contraction strategies that disagree, a
    split where the operator needs a whole dim (the axis of Softmax, LogSoftmax, L2Normalize;
-   LayerNorm's normalised dims; the class dim of the softmax losses; indices of a row-split
+   LayerNorm's and RmsNorm's normalised dims; the class dim of the softmax losses; indices of a row-split
    Gather outside "shard batch and axis"), a repeat where the operator cannot repeat (a Gather
    table cut along axis and along another dim): all return SK_ERR_INVALID_ARGUMENT with a
    message that starts with the operator's name and names the input and dim.
@@ -244,9 +251,9 @@ SK_API sk_result sk_op_kernel_layout(sk_op_kind kind, const sk_op_plan *plan, in
 SK_API size_t sk_op_plan_format(const sk_op_plan *plan, char *buf, size_t cap);
 /* MindSpore's primitive name ("MatMul", "SoftmaxCrossEntropyWithLogits", ...). */
 SK_API const char *sk_op_kind_name(sk_op_kind kind);
-/* The kind of a MindSpore primitive name (older spellings too: TensorAdd, GatherV2, RealDiv;
-   MindSpore's _VirtualDataset and identity_info); false when unknown, and for Activation, which
-   needs its attribute (sk_op_kind_parse). */
+/* The kind of a MindSpore primitive name (older spellings too: TensorAdd, GatherV2, RealDiv,
+   RMSNorm; MindSpore's _VirtualDataset, _VirtualLoss and identity_info); false when unknown, and
+   for Activation, which needs its attribute (sk_op_kind_parse). */
 SK_API bool sk_op_kind_from_name(const char *name, sk_op_kind *kind);
 /* The kind of an operator as MindSpore writes it: its name, and, for Activation, its
    activation_type ("relu": ReLU, "sigmoid": Sigmoid; MindSpore's ActivationInfo also takes relu6,
