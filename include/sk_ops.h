@@ -17,11 +17,12 @@
      - fwd: the collective on output 0: MatMul with a split contraction dim leaves partial sums,
        summed by AllReduce along the contraction axes (or ReduceScatter when the output strategy
        asks for it); a reduction over a cut dim AllReduces (sum, or max; ReduceMean scales by
-       1/group); the scalar losses (and VirtualLoss's sum) sum their devices' parts; Gather with a row-split table
-       ReduceScatters (or AllReduces) along the row axis (AllReduces when the indices' rows are
-       cut too: MindSpore's "shard batch and axis"); Reshape has none: MindSpore replaces it
-       by the redistribution from its input's layout to its output's, so its kernel reads the
-       input whole on the axes its output does not use (sk_op_kernel_layout);
+       1/group); the scalar losses (and VirtualLoss's sum) sum their devices' parts; Gather
+       with a row-split table ReduceScatters (or AllReduces) along the row axis (AllReduces
+       when the indices' rows are cut too: MindSpore's "shard batch and axis"); Reshape has
+       none: MindSpore replaces it by the redistribution from its input's layout to its
+       output's, so its kernel reads the input whole on the axes its output does not use
+       (sk_op_kernel_layout);
      - bwd_in[i]: the collective on input i's gradient (MatMul's dx is partial along the axes
        that split the weight's output dim; a broadcast input's gradient along the axes that cut
        the dims it broadcasts, MAELoss's broadcast labels' too);
@@ -98,10 +99,11 @@
    value that is not a power of two when the device count is one, a value that does not divide
    its dim, a product that does not divide the devices, contraction strategies that disagree, a
    split where the operator needs a whole dim (the axis of Softmax, LogSoftmax, L2Normalize;
-   LayerNorm's and RmsNorm's normalised dims; the class dim of the softmax losses; indices of a row-split
-   Gather outside "shard batch and axis"), a repeat where the operator cannot repeat (a Gather
-   table cut along axis and along another dim): all return SK_ERR_INVALID_ARGUMENT with a
-   message that starts with the operator's name and names the input and dim.
+   LayerNorm's and RmsNorm's normalised dims; the class dim of the softmax losses; indices of a
+   row-split Gather outside "shard batch and axis"), a repeat where the operator cannot repeat
+   (a Gather table cut along axis and along another dim), MAELoss labels that do not broadcast
+   to its prediction: all return SK_ERR_INVALID_ARGUMENT with a message that starts with the
+   operator's name and names the input and dim.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_OPS_IMPL)
