@@ -93,9 +93,11 @@ static const char usage_hsdp[] =
 /* Two strings: ISO C guarantees string literals of 4095 characters only. */
 static const char usage_op[] =
     "operator (sk_ops.h rules):\n"
-    "  --op NAME          MindSpore's primitive: MatMul, BatchMatMul, ReLU, Add, BiasAdd, Softmax,\n"
-    "                     OneHot, Gather, Reshape, Transpose, GetNext, _VirtualDataset, TmpIdentity\n"
-    "                     (identity_info), Activation (with --attr activation_type='relu'), ...\n"
+    "  --op NAME          MindSpore's primitive: MatMul, BatchMatMul, ReLU, Sigmoid, SiLU, Add,\n"
+    "                     BiasAdd, Softmax, LayerNorm, RmsNorm, MAELoss, OneHot, Gather, Reshape,\n"
+    "                     Transpose, GetNext, _VirtualDataset, _VirtualLoss, TmpIdentity\n"
+    "                     (identity_info), Activation (with --attr activation_type='relu' or\n"
+    "                     'sigmoid'), ...\n"
     "  --shapes SHAPES    the inputs' shapes, e.g. \"((32,784),(784,512))\"; () is a scalar input;\n"
     "                     \"(16,512)\" alone is one input's; \"()\" alone is no input (GetNext)\n"
     "  --shard STRATEGY   the in_strategy, e.g. \"((2,4),(4,1))\"; leave it out for MindSpore's default\n"
@@ -110,7 +112,7 @@ static const char usage_op[] =
     "                     perm (Transpose), shapes (GetNext's outputs), out_strategy (output 0's\n"
     "                     tuple, or layouts of the first outputs: moved after the forward where\n"
     "                     the rule gives another, \"redistributed_outputs\" in --json),\n"
-    "                     activation_type (Activation's: 'relu' makes it ReLU);\n"
+    "                     activation_type (Activation's: 'relu' makes it ReLU, 'sigmoid' Sigmoid);\n"
     "                     accepted and ignored: is_grad, types, output_num, batch_dims, keep_prob,\n"
     "                     seed, seed2, epsilon, data_format, begin_params_axis, shared_name, dtype,\n"
     "                     dst_type, sparse, reduction\n"

@@ -125,6 +125,15 @@ SK_API sk_result sk_kern_gelu_bwd(sk_dtype dt, int nd, const int64_t *shape, con
 SK_API sk_result sk_kern_tanh(sk_dtype dt, int nd, const int64_t *shape, const void *x, void *y, sk_error *err);
 SK_API sk_result sk_kern_tanh_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *x, const void *dy, void *dx,
                                   sk_error *err);
+/* Sigmoid 1 / (1 + exp(-x)) and SiLU x sigmoid(x) (MindSpore's SiLU), with the same calling
+   convention: the backward takes x and dy (SigmoidGrad's d sigmoid = s (1 - s); SiLU's
+   s (1 + x (1 - s))). */
+SK_API sk_result sk_kern_sigmoid(sk_dtype dt, int nd, const int64_t *shape, const void *x, void *y, sk_error *err);
+SK_API sk_result sk_kern_sigmoid_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *x, const void *dy,
+                                     void *dx, sk_error *err);
+SK_API sk_result sk_kern_silu(sk_dtype dt, int nd, const int64_t *shape, const void *x, void *y, sk_error *err);
+SK_API sk_result sk_kern_silu_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *x, const void *dy, void *dx,
+                                  sk_error *err);
 
 /* Cast between any two of f32, f64, f16, bf16 (f16/bf16 round to nearest even through f32).
    Its backward is the cast back: call it with the dtypes swapped. */
@@ -206,6 +215,19 @@ SK_API sk_result sk_kern_layer_norm_bwd(sk_dtype dt, int nd, const int64_t *shap
                                         const void *variance, const void *gamma, void *dx, void *dgamma, void *dbeta,
                                         sk_error *err);
 
+/* RmsNorm over the dims from begin_norm_axis on (in [-nd, nd); MindSpore derives it as rank(x) -
+   rank(gamma)): per row rstd = 1 / sqrt(mean(x^2) + epsilon), y = x rstd gamma, gamma over the
+   normalised dims. rstd holds one value per row (MindSpore's shape: x's leading dims, then 1s).
+   epsilon in (0, 1] as MindSpore checks it; its default is SK_RMS_NORM_EPSILON. Backward: from
+   x, dy and the forward's rstd, dx = rstd (g - xh mean(g xh)) with xh = x rstd and g = dy gamma,
+   and dgamma = the sum over the local rows of dy xh (each may be NULL). */
+#define SK_RMS_NORM_EPSILON 1e-6
+SK_API sk_result sk_kern_rms_norm(sk_dtype dt, int nd, const int64_t *shape, int begin_norm_axis, double epsilon,
+                                  const void *x, const void *gamma, void *y, void *rstd, sk_error *err);
+SK_API sk_result sk_kern_rms_norm_bwd(sk_dtype dt, int nd, const int64_t *shape, int begin_norm_axis, const void *x,
+                                      const void *dy, const void *rstd, const void *gamma, void *dx, void *dgamma,
+                                      sk_error *err);
+
 /* ---- losses ----------------------------------------------------------------------------------- */
 
 /* SoftmaxCrossEntropyWithLogits: logits and labels [B, C]; loss [B] = -sum_c labels log
@@ -232,13 +254,22 @@ SK_API sk_result sk_kern_sparse_softmax_ce_bwd(sk_dtype dt, int nd, const int64_
                                                sk_dtype label_dt, const void *labels, int64_t global_batch,
                                                const void *dloss, void *dx, sk_error *err);
 /* MAELoss (reduction "mean"): loss (one element) = sum |pred - label| / global_count, the count
-   of the GLOBAL tensor, so an AllReduce(sum) of the shards' losses is the mean. Backward:
-   dpred = dloss (NULL: 1) sign(pred - label) / global_count, dlabel = -dpred (each may be NULL). */
-SK_API sk_result sk_kern_mae_loss(sk_dtype dt, int nd, const int64_t *shape, const void *pred, const void *label,
-                                  int64_t global_count, void *loss, sk_error *err);
-SK_API sk_result sk_kern_mae_loss_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *pred, const void *label,
-                                      int64_t global_count, const void *dloss, void *dpred, void *dlabel,
+   of the GLOBAL prediction, so an AllReduce(sum) of the shards' losses is the mean. The label
+   (label_nd, label_shape) broadcasts to the prediction's shape, aligned from the right (its dims
+   1 or the prediction's; it may have fewer). Backward: dpred = dloss (NULL: 1) sign(pred - label)
+   / global_count; dlabel = -dpred summed over the dims the label broadcasts (each may be NULL). */
+SK_API sk_result sk_kern_mae_loss(sk_dtype dt, int nd, const int64_t *shape, const void *pred, int label_nd,
+                                  const int64_t *label_shape, const void *label, int64_t global_count, void *loss,
+                                  sk_error *err);
+SK_API sk_result sk_kern_mae_loss_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *pred, int label_nd,
+                                      const int64_t *label_shape, const void *label, int64_t global_count,
+                                      const void *dloss, void *dpred, void *dlabel, sk_error *err);
+/* VirtualLoss: loss (one element) = the sum of x's local elements, so an AllReduce(sum) over the
+   devices that cut x is the whole sum. Backward: dx = dloss (NULL: 1) at every element. */
+SK_API sk_result sk_kern_virtual_loss(sk_dtype dt, int nd, const int64_t *shape, const void *x, void *loss,
                                       sk_error *err);
+SK_API sk_result sk_kern_virtual_loss_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *dloss, void *dx,
+                                          sk_error *err);
 
 /* ---- reductions ------------------------------------------------------------------------------- */
 
@@ -688,14 +719,23 @@ SK_API sk_result sk_kern_dense_bwd(const sk_kernel_ctx *ctx, sk_dtype dt, int nd
 
 /* ---- element-wise ------------------------------------------------------------------------- */
 
-typedef enum sk__unary { SK__RELU, SK__GELU, SK__TANH } sk__unary;
+typedef enum sk__unary { SK__RELU, SK__GELU, SK__TANH, SK__SIGMOID, SK__SILU } sk__unary;
 
 #define SK__GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
 #define SK__GELU_A 0.044715
 
+/* 1 / (1 + exp(-x)), without overflowing exp for large |x|. */
+static double sk__sigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + exp(-x));
+  double e = exp(x);
+  return e / (1.0 + e);
+}
+
 static double sk__unary_f(sk__unary u, double x) {
   if (u == SK__RELU) return x > 0 ? x : 0.0;
   if (u == SK__TANH) return tanh(x);
+  if (u == SK__SIGMOID) return sk__sigmoid(x);
+  if (u == SK__SILU) return x * sk__sigmoid(x);
   return 0.5 * x * (1.0 + tanh(SK__GELU_C * (x + SK__GELU_A * x * x * x)));
 }
 
@@ -705,6 +745,10 @@ static double sk__unary_df(sk__unary u, double x) {
   if (u == SK__TANH) {
     double t = tanh(x);
     return 1.0 - t * t;
+  }
+  if (u == SK__SIGMOID || u == SK__SILU) {
+    double sg = sk__sigmoid(x);
+    return u == SK__SIGMOID ? sg * (1.0 - sg) : sg * (1.0 + x * (1.0 - sg));
   }
   double t = tanh(SK__GELU_C * (x + SK__GELU_A * x * x * x));
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SK__GELU_C * (1.0 + 3.0 * SK__GELU_A * x * x);
@@ -772,6 +816,20 @@ SK_API sk_result sk_kern_tanh(sk_dtype dt, int nd, const int64_t *shape, const v
 SK_API sk_result sk_kern_tanh_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *x, const void *dy, void *dx,
                                   sk_error *err) {
   return sk__kunary("sk_kern_tanh_bwd", SK__TANH, true, dt, nd, shape, x, dy, dx, err);
+}
+SK_API sk_result sk_kern_sigmoid(sk_dtype dt, int nd, const int64_t *shape, const void *x, void *y, sk_error *err) {
+  return sk__kunary("sk_kern_sigmoid", SK__SIGMOID, false, dt, nd, shape, x, NULL, y, err);
+}
+SK_API sk_result sk_kern_sigmoid_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *x, const void *dy,
+                                     void *dx, sk_error *err) {
+  return sk__kunary("sk_kern_sigmoid_bwd", SK__SIGMOID, true, dt, nd, shape, x, dy, dx, err);
+}
+SK_API sk_result sk_kern_silu(sk_dtype dt, int nd, const int64_t *shape, const void *x, void *y, sk_error *err) {
+  return sk__kunary("sk_kern_silu", SK__SILU, false, dt, nd, shape, x, NULL, y, err);
+}
+SK_API sk_result sk_kern_silu_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *x, const void *dy, void *dx,
+                                  sk_error *err) {
+  return sk__kunary("sk_kern_silu_bwd", SK__SILU, true, dt, nd, shape, x, dy, dx, err);
 }
 
 /* ---- Cast ------------------------------------------------------------------------------------ */
@@ -1243,6 +1301,69 @@ SK_API sk_result sk_kern_layer_norm_bwd(sk_dtype dt, int nd, const int64_t *shap
   return SK_OK;
 }
 
+/* ---- RmsNorm ------------------------------------------------------------------------------- */
+
+/* x seen as [rows, cols] as LayerNorm's; gamma [cols] is required, epsilon in (0, 1]. */
+static sk_result sk__krms_prep(const char *fn, sk_dtype dt, int nd, const int64_t *shape, int begin, double eps,
+                               const void *x, const void *gamma, int64_t *rows, int64_t *cols, sk_error *err) {
+  sk_result r;
+  if ((r = sk__kln_prep(fn, dt, nd, shape, begin, 0.0, x, rows, cols, err)) || (r = sk__kptr(err, fn, gamma, "gamma")))
+    return r;
+  if (!(eps > 0 && eps <= 1)) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: epsilon %g is not in (0, 1]", fn, eps);
+  return SK_OK;
+}
+
+SK_API sk_result sk_kern_rms_norm(sk_dtype dt, int nd, const int64_t *shape, int begin_norm_axis, double epsilon,
+                                  const void *x, const void *gamma, void *y, void *rstd, sk_error *err) {
+  static const char *fn = "sk_kern_rms_norm";
+  int64_t rows, cols;
+  sk_result r;
+  if ((r = sk__krms_prep(fn, dt, nd, shape, begin_norm_axis, epsilon, x, gamma, &rows, &cols, err)) ||
+      (r = sk__kptr(err, fn, y, "y")))
+    return r;
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t base = row * cols;
+    double ss = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      double v = sk__kld(dt, x, base + j);
+      ss = sk__krnd(dt, ss + v * v);
+    }
+    double rs = 1.0 / sqrt((cols ? ss / (double)cols : 0.0) + epsilon);
+    for (int64_t j = 0; j < cols; j++) sk__kst(dt, y, base + j, sk__kld(dt, x, base + j) * rs * sk__kld(dt, gamma, j));
+    if (rstd) sk__kst(dt, rstd, row, rs);
+  }
+  return SK_OK;
+}
+
+/* The backward reads rstd, not epsilon: the prep's epsilon is any valid one. */
+SK_API sk_result sk_kern_rms_norm_bwd(sk_dtype dt, int nd, const int64_t *shape, int begin_norm_axis, const void *x,
+                                      const void *dy, const void *rstd, const void *gamma, void *dx, void *dgamma,
+                                      sk_error *err) {
+  static const char *fn = "sk_kern_rms_norm_bwd";
+  int64_t rows, cols;
+  sk_result r;
+  if ((r = sk__krms_prep(fn, dt, nd, shape, begin_norm_axis, 1.0, x, gamma, &rows, &cols, err)) ||
+      (r = sk__kptr(err, fn, dy, "dy")) || (r = sk__kptr(err, fn, rstd, "rstd")))
+    return r;
+  if (dgamma) sk__kzero(dt, dgamma, cols);
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t base = row * cols;
+    double rs = sk__kld(dt, rstd, row), sgx = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      double xh = sk__kld(dt, x, base + j) * rs, g = sk__kld(dt, dy, base + j);
+      if (dgamma) sk__kadd(dt, dgamma, j, g * xh);
+      sgx = sk__krnd(dt, sgx + g * sk__kld(dt, gamma, j) * xh);
+    }
+    if (!dx) continue;
+    sgx /= (double)cols;
+    for (int64_t j = 0; j < cols; j++) {
+      double xh = sk__kld(dt, x, base + j) * rs, g = sk__kld(dt, dy, base + j) * sk__kld(dt, gamma, j);
+      sk__kst(dt, dx, base + j, rs * (g - xh * sgx));
+    }
+  }
+  return SK_OK;
+}
+
 /* ---- softmax cross-entropy ------------------------------------------------------------------- */
 
 /* One row's cross-entropy -sum_c label_c log softmax_c, with dense labels (row `base` of
@@ -1357,47 +1478,91 @@ SK_API sk_result sk_kern_sparse_softmax_ce_bwd(sk_dtype dt, int nd, const int64_
   return r ? r : sk__kce_fused(fn, dt, nd, shape, logits, true, label_dt, labels, global_batch, dloss, NULL, dx, err);
 }
 
-/* ---- MAELoss -------------------------------------------------------------------------------- */
+/* ---- MAELoss, VirtualLoss ------------------------------------------------------------------ */
 
-static sk_result sk__kmae_prep(const char *fn, sk_dtype dt, int nd, const int64_t *shape, const void *pred,
-                               const void *label, int64_t global_count, int64_t *n, sk_error *err) {
+/* Checks both tensors and walks the prediction's shape (w: o0 the prediction's offset, o1 the
+   label's, repeated along the dims it broadcasts); the label must broadcast TO the prediction. */
+static sk_result sk__kmae_prep(const char *fn, sk_dtype dt, int nd, const int64_t *shape, const void *pred, int label_nd,
+                               const int64_t *label_shape, const void *label, int64_t global_count, sk__walk *w,
+                               int64_t *n, sk_error *err) {
+  int64_t nl;
   sk_result r;
   if ((r = sk__kdt(err, fn, dt)) || (r = sk__kshape(err, fn, "prediction", nd, shape, n)) ||
-      (r = sk__kptr(err, fn, pred, "prediction")) || (r = sk__kptr(err, fn, label, "label")))
+      (r = sk__kshape(err, fn, "label", label_nd, label_shape, &nl)) || (r = sk__kptr(err, fn, pred, "prediction")) ||
+      (r = sk__kptr(err, fn, label, "label")))
     return r;
+  if (label_nd > nd)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the label has more dims (%d) than the prediction (%d)", fn, label_nd, nd);
+  for (int j = 0; j < label_nd; j++) {
+    int64_t l = label_shape[j], p = shape[nd - label_nd + j];
+    if (l != p && l != 1)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: label dim %d (%lld) does not broadcast to prediction dim %d (%lld)",
+                      fn, j, (long long)l, nd - label_nd + j, (long long)p);
+  }
   if (global_count < 1 || global_count < *n)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: global_count %lld is below the local count %lld", fn,
                     (long long)global_count, (long long)*n);
-  return SK_OK;
+  return sk__kbcast(err, fn, nd, shape, label_nd, label_shape, w);
 }
 
-SK_API sk_result sk_kern_mae_loss(sk_dtype dt, int nd, const int64_t *shape, const void *pred, const void *label,
-                                  int64_t global_count, void *loss, sk_error *err) {
+SK_API sk_result sk_kern_mae_loss(sk_dtype dt, int nd, const int64_t *shape, const void *pred, int label_nd,
+                                  const int64_t *label_shape, const void *label, int64_t global_count, void *loss,
+                                  sk_error *err) {
   static const char *fn = "sk_kern_mae_loss";
   int64_t n;
+  sk__walk w;
   sk_result r;
-  if ((r = sk__kmae_prep(fn, dt, nd, shape, pred, label, global_count, &n, err)) ||
+  if ((r = sk__kmae_prep(fn, dt, nd, shape, pred, label_nd, label_shape, label, global_count, &w, &n, err)) ||
       (r = sk__kptr(err, fn, loss, "loss")))
     return r;
   double s = 0;
-  for (int64_t i = 0; i < n; i++) s = sk__krnd(dt, s + fabs(sk__kld(dt, pred, i) - sk__kld(dt, label, i)));
+  for (int64_t i = 0; i < n; i++, sk__walk_next(&w))
+    s = sk__krnd(dt, s + fabs(sk__kld(dt, pred, w.o0) - sk__kld(dt, label, w.o1)));
   sk__kst(dt, loss, 0, s / (double)global_count);
   return SK_OK;
 }
 
-SK_API sk_result sk_kern_mae_loss_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *pred, const void *label,
-                                      int64_t global_count, const void *dloss, void *dpred, void *dlabel,
-                                      sk_error *err) {
+SK_API sk_result sk_kern_mae_loss_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *pred, int label_nd,
+                                      const int64_t *label_shape, const void *label, int64_t global_count,
+                                      const void *dloss, void *dpred, void *dlabel, sk_error *err) {
   static const char *fn = "sk_kern_mae_loss_bwd";
   int64_t n;
+  sk__walk w;
   sk_result r;
-  if ((r = sk__kmae_prep(fn, dt, nd, shape, pred, label, global_count, &n, err))) return r;
+  if ((r = sk__kmae_prep(fn, dt, nd, shape, pred, label_nd, label_shape, label, global_count, &w, &n, err))) return r;
   double scale = (dloss ? sk__kld(dt, dloss, 0) : 1.0) / (double)global_count;
-  for (int64_t i = 0; i < n; i++) {
-    double d = sk__kld(dt, pred, i) - sk__kld(dt, label, i), g = d > 0 ? scale : d < 0 ? -scale : 0.0;
-    if (dpred) sk__kst(dt, dpred, i, g);
-    if (dlabel) sk__kst(dt, dlabel, i, -g);
+  if (dlabel) sk__kzero(dt, dlabel, sk__kprod(label_shape, 0, label_nd)); /* summed where it broadcasts */
+  for (int64_t i = 0; i < n; i++, sk__walk_next(&w)) {
+    double d = sk__kld(dt, pred, w.o0) - sk__kld(dt, label, w.o1), g = d > 0 ? scale : d < 0 ? -scale : 0.0;
+    if (dpred) sk__kst(dt, dpred, w.o0, g);
+    if (dlabel) sk__kadd(dt, dlabel, w.o1, -g);
   }
+  return SK_OK;
+}
+
+SK_API sk_result sk_kern_virtual_loss(sk_dtype dt, int nd, const int64_t *shape, const void *x, void *loss,
+                                      sk_error *err) {
+  static const char *fn = "sk_kern_virtual_loss";
+  int64_t n;
+  sk_result r;
+  if ((r = sk__kdt(err, fn, dt)) || (r = sk__kshape(err, fn, "x", nd, shape, &n)) || (r = sk__kptr(err, fn, x, "x")) ||
+      (r = sk__kptr(err, fn, loss, "loss")))
+    return r;
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s = sk__krnd(dt, s + sk__kld(dt, x, i));
+  sk__kst(dt, loss, 0, s);
+  return SK_OK;
+}
+
+SK_API sk_result sk_kern_virtual_loss_bwd(sk_dtype dt, int nd, const int64_t *shape, const void *dloss, void *dx,
+                                          sk_error *err) {
+  static const char *fn = "sk_kern_virtual_loss_bwd";
+  int64_t n;
+  sk_result r;
+  if ((r = sk__kdt(err, fn, dt)) || (r = sk__kshape(err, fn, "x", nd, shape, &n)) || (r = sk__kptr(err, fn, dx, "dx")))
+    return r;
+  double g = dloss ? sk__kld(dt, dloss, 0) : 1.0;
+  for (int64_t i = 0; i < n; i++) sk__kst(dt, dx, i, g);
   return SK_OK;
 }
 

@@ -17,14 +17,15 @@
      - fwd: the collective on output 0: MatMul with a split contraction dim leaves partial sums,
        summed by AllReduce along the contraction axes (or ReduceScatter when the output strategy
        asks for it); a reduction over a cut dim AllReduces (sum, or max; ReduceMean scales by
-       1/group); the scalar losses sum their batch-split parts; Gather with a row-split table
-       ReduceScatters (or AllReduces) along the row axis (AllReduces when the indices' rows are
-       cut too: MindSpore's "shard batch and axis"); Reshape has none: MindSpore replaces it
-       by the redistribution from its input's layout to its output's, so its kernel reads the
-       input whole on the axes its output does not use (sk_op_kernel_layout);
+       1/group); the scalar losses (and VirtualLoss's sum) sum their devices' parts; Gather
+       with a row-split table ReduceScatters (or AllReduces) along the row axis (AllReduces
+       when the indices' rows are cut too: MindSpore's "shard batch and axis"); Reshape has
+       none: MindSpore replaces it by the redistribution from its input's layout to its
+       output's, so its kernel reads the input whole on the axes its output does not use
+       (sk_op_kernel_layout);
      - bwd_in[i]: the collective on input i's gradient (MatMul's dx is partial along the axes
        that split the weight's output dim; a broadcast input's gradient along the axes that cut
-       the dims it broadcasts);
+       the dims it broadcasts, MAELoss's broadcast labels' too);
      - mirror[i]: MindSpore's Mirror of input i, an AllReduce over the axes its layout does not
        use (what sk-layout --op prints; Transpose, VirtualDataset, TmpIdentity and Gather's
        indices declare none, as in MindSpore);
@@ -46,13 +47,16 @@
        dims' maps, x's row map and w's column map; x's and w's contraction dims are cut alike and the forward AllReduce runs along
        their axes (MatMul::CheckInputLayout, InferOutputLayout,
        InferForwardCommunicationByLayout); batch dims larger than 1 in both are cut alike;
-     - the element-wise operators of one input (ReLU, GeLU, Tanh, Cast, Dropout, TmpIdentity;
-       Softmax, LogSoftmax, L2Normalize with their axes whole) keep the input's layout
-       (ActivationBase::InferOutputTensorInfo);
+     - the element-wise operators of one input (ReLU, GeLU, Tanh, Sigmoid, SiLU, Cast, Dropout,
+       TmpIdentity; Softmax, LogSoftmax, L2Normalize with their axes whole) keep the input's
+       layout (ActivationBase::InferOutputTensorInfo);
      - Add, Sub, Mul, Div, Pow: dims both inputs have larger than 1 are cut alike; the output
        takes, per dim, the map of the input that does not broadcast it (ArithmeticBase);
      - LayerNorm: x's dims from begin_norm_axis whole, gamma and beta cut as x's dims they align
        with; y keeps x's layout, mean and variance x's map on their shape (LayerNormInfo);
+       RmsNorm alike with gamma alone, its normalised dims gamma's (x's last ones), rstd the
+       statistic (RmsNormInfo; master also cuts the normalised dims through an AllReduce in a
+       replacement graph, which shardkit refuses: its kernel is the whole operator);
      - BiasAdd: the bias cut as x's channels; y keeps x's layout (BiasAddInfo);
      - Transpose: any layout; output dim k takes input dim perm[k]'s map (TransposeInfo).
    Every other operator computes from a strategy, and takes a layout that is one: each dim cut
@@ -61,7 +65,9 @@
    as the given one (else refused, naming the operator and the input, as MindSpore's
    CheckInputLayout refuses a layout its operator cannot take). The plan is then the strategy's:
    its device matrix is the strategy's. For Reshape that is a strategy of its own, which leaves
-   its output whole (only without one does it follow its input's cut).
+   its output whole (only without one does it follow its input's cut). VirtualLoss, which master
+   gives no operator rule (it reads its input as it arrives), also follows its input's cut
+   without a strategy; with one, it takes it as the scalar losses do.
 
    OUTPUTS (shard's out_strategy, desc.has_out_strategy or desc.out_layouts): where the asked
    layout places output k as the rule does, nothing changes. MatMul, BatchMatMul and Dense whose
@@ -77,10 +83,12 @@
    Cell's or function's shard(out_strategy=...), through the identity it puts after the outputs
    (AShardIdentity); shardkit's operators take both, the second as the Cell's.
 
-   Binary operators broadcast both ways: shapes and strategies are aligned from the right,
-   either input may have size-1 dims; where the two strategies differ on a dim that one input
-   broadcasts, the device matrix takes the larger cut, and each input is mapped only where its
-   cut equals the device matrix's. MatMul and BatchMatMul align their batch dims the same way.
+   MAELoss's labels broadcast to its prediction's shape (aligned from the right, size-1 or
+   missing dims; a broadcast dim whole). Binary operators broadcast both ways: shapes and
+   strategies are aligned from the right, either input may have size-1 dims; where the two
+   strategies differ on a dim that one input broadcasts, the device matrix takes the larger
+   cut, and each input is mapped only where its cut equals the device matrix's. MatMul and
+   BatchMatMul align their batch dims the same way.
 
    ERRORS: a strategy given both as tuples and as layouts, a layout of another rank than its
    input or output, on another device count, or on another device matrix than input 0's, a
@@ -91,10 +99,11 @@
    value that is not a power of two when the device count is one, a value that does not divide
    its dim, a product that does not divide the devices, contraction strategies that disagree, a
    split where the operator needs a whole dim (the axis of Softmax, LogSoftmax, L2Normalize;
-   LayerNorm's normalised dims; the class dim of the softmax losses; indices of a row-split
-   Gather outside "shard batch and axis"), a repeat where the operator cannot repeat (a Gather
-   table cut along axis and along another dim): all return SK_ERR_INVALID_ARGUMENT with a
-   message that starts with the operator's name and names the input and dim.
+   LayerNorm's and RmsNorm's normalised dims; the class dim of the softmax losses; indices of a
+   row-split Gather outside "shard batch and axis"), a repeat where the operator cannot repeat
+   (a Gather table cut along axis and along another dim), MAELoss labels that do not broadcast
+   to its prediction: all return SK_ERR_INVALID_ARGUMENT with a message that starts with the
+   operator's name and names the input and dim.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_OPS_IMPL)
@@ -137,7 +146,7 @@ typedef enum sk_op_kind {
   SK_OP_LAYER_NORM,   /* x, gamma, beta; axis[0] = begin_norm_axis (default 1); outputs y, mean, variance */
   SK_OP_SOFTMAX_CE,   /* shardkit's fused loss: logits [B, C], labels [B, C] (or [B]): scalar mean loss */
   SK_OP_SOFTMAX_CE_LOGITS, /* MindSpore's: logits, labels [B, ..., C]; outputs loss [B], dlogits */
-  SK_OP_MAE_LOSS,          /* prediction, label of one shape: scalar mean |prediction - label| */
+  SK_OP_MAE_LOSS,          /* prediction, label broadcasting to it: scalar mean |prediction - label| */
   SK_OP_REDUCE_SUM,        /* axis (none: all dims), keep_dims */
   SK_OP_REDUCE_MEAN,
   SK_OP_REDUCE_MAX,
@@ -150,6 +159,10 @@ typedef enum sk_op_kind {
   SK_OP_GET_NEXT,        /* no inputs; outputs out_shape[0..noutputs) */
   SK_OP_VIRTUAL_DATASET, /* inputs pass through: the dataset strategy, repeat axis on the left */
   SK_OP_TMP_IDENTITY,    /* one input passed through: a parameter shared by several operators */
+  SK_OP_SIGMOID,         /* one input, element-wise: 1 / (1 + exp(-x)) */
+  SK_OP_SILU,            /* one input, element-wise: x * sigmoid(x) */
+  SK_OP_RMS_NORM,        /* x, gamma (x's last dims, which are normalised); epsilon; outputs y, rstd */
+  SK_OP_VIRTUAL_LOSS,    /* one input; output [1]: the sum of its elements (MindSpore's test loss) */
   SK_OP_KIND_COUNT
 } sk_op_kind;
 
@@ -240,17 +253,18 @@ SK_API sk_result sk_op_kernel_layout(sk_op_kind kind, const sk_op_plan *plan, in
 SK_API size_t sk_op_plan_format(const sk_op_plan *plan, char *buf, size_t cap);
 /* MindSpore's primitive name ("MatMul", "SoftmaxCrossEntropyWithLogits", ...). */
 SK_API const char *sk_op_kind_name(sk_op_kind kind);
-/* The kind of a MindSpore primitive name (older spellings too: TensorAdd, GatherV2, RealDiv;
-   MindSpore's _VirtualDataset and identity_info); false when unknown, and for Activation, which
-   needs its attribute (sk_op_kind_parse). */
+/* The kind of a MindSpore primitive name (older spellings too: TensorAdd, GatherV2, RealDiv,
+   RMSNorm; MindSpore's _VirtualDataset, _VirtualLoss and identity_info); false when unknown, and
+   for Activation, which needs its attribute (sk_op_kind_parse). */
 SK_API bool sk_op_kind_from_name(const char *name, sk_op_kind *kind);
 /* The kind of an operator as MindSpore writes it: its name, and, for Activation, its
-   activation_type ("relu": ReLU; MindSpore's ActivationInfo also takes relu6 and sigmoid, which
-   shardkit has no kernels for). activation_type is NULL when not given; another operator with
-   one is refused. Errors name what was wrong (an unknown name: "unknown operator type ..."). */
+   activation_type ("relu": ReLU, "sigmoid": Sigmoid; MindSpore's ActivationInfo also takes relu6,
+   which shardkit has no kernel for). activation_type is NULL when not given; another operator
+   with one is refused. Errors name what was wrong (an unknown name: "unknown operator type ..."). */
 SK_API sk_result sk_op_kind_parse(const char *name, const char *activation_type, sk_op_kind *kind, sk_error *err);
 /* The kinds `name` can spell, bit k for kind k: one for a name or an older spelling, those an
-   attribute picks from for Activation (ReLU's bit); 0 for a name shardkit does not read. */
+   attribute picks from for Activation (ReLU's and Sigmoid's bits); 0 for a name shardkit does
+   not read. */
 SK_API uint64_t sk_op_kinds_named(const char *name);
 
 SK_EXTERN_C_END
@@ -952,8 +966,8 @@ static sk_result sk__op_second_input(const sk_op_desc *d, sk__op_align align, co
       continue;
     }
     if (d->shape[1][j] != d->shape[0][i])
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 1 dim %d (%lld) does not match input 0 dim %d (%lld)", name, j,
-                      (long long)d->shape[1][j], i, (long long)d->shape[0][i]);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 1 dim %d (%lld) does not broadcast to input 0 dim %d (%lld)",
+                      name, j, (long long)d->shape[1][j], i, (long long)d->shape[0][i]);
     if (s1 != s0[i])
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 1 dim %d is cut %d ways but input 0 dim %d %d ways", name, j,
                       s1, i, s0[i]);
@@ -1022,7 +1036,8 @@ static const sk__op_batch_form sk__op_bias_add_form = {2, false, SK__ALIGN_BIAS,
                                sk__op_flatten_form = {1, true, SK__ALIGN_RIGHT, SK__OUT_FLAT},
                                sk__op_softmax_ce_form = {2, true, SK__ALIGN_LABELS, SK__OUT_SCALAR},
                                sk__op_softmax_ce_logits_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_PER_SAMPLE},
-                               sk__op_mae_loss_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_SCALAR};
+                               sk__op_mae_loss_form = {2, false, SK__ALIGN_RIGHT, SK__OUT_SCALAR},
+                               sk__op_virtual_loss_form = {1, false, SK__ALIGN_RIGHT, SK__OUT_SCALAR};
 
 /* BiasAdd from layouts (BiasAddInfo::CheckInputLayout): the bias cut as x's channels, dim 1 (which
    MindSpore's check calls x's last dim: one for the 2-D x it is used on); y keeps x's layout. */
@@ -1070,8 +1085,30 @@ static sk_result sk__op_rule_softmax_ce_logits(const sk_op_desc *d, int ndevices
                     "the class axis and must be whole (strategy 1)", n - 1, d->strategy[0][n - 1]);
   return sk__op_batch_rule(d, ndevices, sk__op_softmax_ce_logits_form, p, err);
 }
+/* MAELoss (nn.MAELoss: mean |logits - labels|): labels broadcast to the logits' shape, aligned from
+   the right (size-1 or missing dims). A label dim the logits cut but the labels broadcast leaves
+   each device a part of the labels' gradient: an AllReduce along those axes, as a broadcast
+   input's of Sub (a parameter's Mirror sums it instead). */
 static sk_result sk__op_rule_mae_loss(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  return sk__op_batch_rule(d, ndevices, sk__op_mae_loss_form, p, err);
+  sk_result r = sk__op_batch_rule(d, ndevices, sk__op_mae_loss_form, p, err);
+  if (r != SK_OK) return r;
+  uint32_t partial = sk__real_axes(&p->mesh, sk_layout_used_axes(&p->in[0]) & ~sk_layout_used_axes(&p->in[1]));
+  if (!(d->params & 2u)) p->bwd_in[1] = sk__opc(SK_COLL_ALLREDUCE, partial, 1);
+  return SK_OK;
+}
+
+/* VirtualLoss (MindSpore's test primitive, tests/ut/python/ops/test_math_ops.py): one input, an
+   output of shape [1]. Master gives it no OperatorInfo (it is in PARALLEL_BLACK_LIST): it reads
+   its input as it arrives and inserts nothing; its forward and VirtualLossGrad raise
+   NotImplementedError (the tests only compile). shardkit gives it values: the sum of x, whose
+   gradient is dloss at every element of x (VirtualLossGrad's shape: x's). Without a strategy it
+   keeps the cut its input arrives with (SK_OPF_FOLLOWS_INPUT; alone: data parallel); with one,
+   the device matrix is the strategy. The per-device sums are made whole by an AllReduce along
+   the axes that cut x, as MAELoss's. */
+static sk_result sk__op_rule_virtual_loss(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  sk_op_desc own = *d;
+  own.has_strategy = d->has_strategy || d->follows_input; /* the cut it arrives with: strategy[0] */
+  return sk__op_batch_rule(&own, ndevices, sk__op_virtual_loss_form, p, err);
 }
 
 /* ---- one input, element-wise or along a whole axis ------------------------------------------- */
@@ -1366,95 +1403,118 @@ static sk_result sk__op_rule_reduce_max(const sk_op_desc *d, int ndevices, sk_op
   return sk__op_reduce(d, ndevices, SK_MAX, p, err);
 }
 
-/* ---- LayerNorm ------------------------------------------------------------------------------- */
+/* ---- LayerNorm, RmsNorm ------------------------------------------------------------------------ */
 
-/* LayerNorm's inputs from a strategy: x cut by it, gamma and beta as x's dims they align with. */
-static sk_result sk__op_layer_norm_strategy(const sk_op_desc *d, int ndevices, int b, sk_op_plan *p, sk_error *err) {
+/* The parameters of a norm (LayerNorm's gamma and beta, RmsNorm's gamma): inputs 1.. */
+static const char *sk__op_norm_param(int i) { return i == 1 ? "input 1 (gamma)" : "input 2 (beta)"; }
+
+/* A norm's inputs from a strategy: x cut by it (its dims from b on whole), the parameters as
+   x's dims they align with (from the right). */
+static sk_result sk__op_norm_strategy(const sk_op_desc *d, int ndevices, int b, sk_op_plan *p, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
   int n = d->ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, first = 0;
   sk__op_strategy_of(d, 0, ndevices, s);
   for (int k = b; k < n; k++)
     if (s[k] != 1)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input 0 dim %d is cut %d ways, but dims from "
-                      "begin_norm_axis %d on are normalised and must be whole", k, s[k], b);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 0 dim %d is cut %d ways, but dims from "
+                      "begin_norm_axis %d on are normalised and must be whole", name, k, s[k], b);
   sk_result r = sk__op_mesh(s, n, ndevices, d->repeat_left, &p->mesh, &first, err);
   if (r != SK_OK) return r;
   sk__op_identity(n, first, ax);
   if ((r = sk__op_layout(&p->in[0], &p->mesh, n, d->shape[0], ax, "input 0 (x)", err)) != SK_OK) return r;
-  for (int i = 1; i < 3; i++) {
+  for (int i = 1; i < d->ninputs; i++) {
     int pad = n - d->ndims[i];
     for (int k = 0; k < d->ndims[i]; k++) {
       int cut = d->has_strategy ? d->strategy[i][k] : s[pad + k];
       if (cut != s[pad + k])
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d dim %d is cut %d ways but x's dim %d %d ways", i, k,
-                        cut, pad + k, s[pad + k]);
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d dim %d is cut %d ways but x's dim %d %d ways", name, i,
+                        k, cut, pad + k, s[pad + k]);
     }
-    if ((r = sk__op_layout(&p->in[i], &p->mesh, d->ndims[i], d->shape[i], ax + pad, i == 1 ? "input 1 (gamma)" : "input 2 (beta)",
-                           err)) != SK_OK)
+    if ((r = sk__op_layout(&p->in[i], &p->mesh, d->ndims[i], d->shape[i], ax + pad, sk__op_norm_param(i), err)) != SK_OK)
       return r;
   }
   return SK_OK;
 }
 
-/* LayerNorm's inputs from layouts (LayerNormInfo::CheckInputLayout): x's dims from b whole,
-   gamma's and beta's maps x's maps of the dims they align with. */
-static sk_result sk__op_layer_norm_layouts(const sk_op_desc *d, int ndevices, int b, sk_op_plan *p, sk_error *err) {
+/* A norm's inputs from layouts (LayerNormInfo's and RmsNormInfo's CheckInputLayout): x's dims
+   from b whole, the parameters' maps x's maps of the dims they align with. */
+static sk_result sk__op_norm_layouts(const sk_op_desc *d, int ndevices, int b, sk_op_plan *p, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
   int n = d->ndims[0];
   sk_layout in[SK_OP_MAX_INPUTS];
   sk_result r = sk__op_given_layouts(d, ndevices, in, err);
   if (r != SK_OK) return r;
   for (int k = b; k < n; k++)
     if (sk_layout_split_count(&in[0], k) > 1)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input 0 dim %d is cut by its layout, but dims from "
-                      "begin_norm_axis %d on are normalised and must be whole (None)", k, b);
-  for (int i = 1; i < 3; i++)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input 0 dim %d is cut by its layout, but dims from "
+                      "begin_norm_axis %d on are normalised and must be whole (None)", name, k, b);
+  for (int i = 1; i < d->ninputs; i++)
     for (int k = 0, pad = n - d->ndims[i]; k < d->ndims[i]; k++)
       if (!sk__op_same_map(&in[0].mesh, &in[i].map[k], &in[0].map[pad + k])) {
         char a[64], c[64];
         sk__op_map_text(&in[0].mesh, &in[i].map[k], a, sizeof a), sk__op_map_text(&in[0].mesh, &in[0].map[pad + k], c, sizeof c);
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d dim %d is cut by %s but x's dim %d by %s; gamma "
-                        "and beta are cut as x's dims they align with (from the right)", i, k, a, pad + k, c);
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d dim %d is cut by %s but x's dim %d by %s; its "
+                        "parameters are cut as x's dims they align with (from the right)", name, i, k, a, pad + k, c);
       }
   p->mesh = in[0].mesh;
-  for (int i = 0; i < 3; i++) p->in[i] = in[i];
+  for (int i = 0; i < d->ninputs; i++) p->in[i] = in[i];
   return SK_OK;
 }
 
-/* x, gamma, beta: x's dims from begin_norm_axis on must be whole; gamma and beta align with x
-   from the right and are cut as x is there. Outputs: y (x's layout), mean and variance (x's
-   shape with the normalised dims of size 1, whole). Gamma's and beta's gradients sum over the
-   rows: their Mirror does it. */
-static sk_result sk__op_rule_layer_norm(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
-  if (d->ninputs != 3) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: takes x, gamma and beta, got %d inputs", d->ninputs);
-  int n = d->ndims[0], b = 0;
-  sk_result r = sk__op_axis(d, 0, n, 1, &b, err);
-  if (r != SK_OK) return r;
-  for (int i = 1; i < 3; i++) {
+/* A norm over x's dims from b on: the parameters (inputs 1..) align with x from the right and
+   match its dims; x's normalised dims are whole and the parameters are cut as x is there.
+   Outputs: y (x's layout), then nstats statistics (x's shape with the normalised dims of size 1,
+   x's map on the others). The parameters' gradients sum over the rows: their Mirror does it. */
+static sk_result sk__op_norm(const sk_op_desc *d, int ndevices, int b, int nstats, sk_op_plan *p, sk_error *err) {
+  const char *name = sk_op_kind_name(d->kind);
+  int n = d->ndims[0];
+  for (int i = 1; i < d->ninputs; i++) {
     int m = d->ndims[i], pad = n - m;
-    if (pad < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d has more dims (%d) than x (%d)", i, m, n);
+    if (pad < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d has more dims (%d) than x (%d)", name, i, m, n);
     for (int k = 0; k < m; k++)
       if (d->shape[i][k] != d->shape[0][pad + k])
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: input %d dim %d (%lld) does not match x's dim %d (%lld)", i,
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: input %d dim %d (%lld) does not match x's dim %d (%lld)", name, i,
                         k, (long long)d->shape[i][k], pad + k, (long long)d->shape[0][pad + k]);
   }
-  r = d->has_layouts ? sk__op_layer_norm_layouts(d, ndevices, b, p, err) : sk__op_layer_norm_strategy(d, ndevices, b, p, err);
+  sk_result r = d->has_layouts ? sk__op_norm_layouts(d, ndevices, b, p, err) : sk__op_norm_strategy(d, ndevices, b, p, err);
   if (r != SK_OK) return r;
-  p->ninputs = 3;
+  p->ninputs = d->ninputs;
   int64_t sshape[SK_MAX_DIMS];
   sk_dim_map smap[SK_MAX_DIMS];
   memset(smap, 0, sizeof smap);
   for (int k = 0; k < b; k++) sshape[k] = d->shape[0][k], smap[k] = p->in[0].map[k];
   for (int k = b; k < n; k++) sshape[k] = 1;
   p->out[0] = p->in[0];
-  for (int o = 1; o < 3; o++) {
+  for (int o = 1; o <= nstats; o++) {
     sk_error e;
     if (sk_layout_init(&p->out[o], &p->mesh, n, sshape, smap, &e) != SK_OK)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: %s: %s", o == 1 ? "output 1 (mean)" : "output 2 (variance)",
-                      e.msg);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: output %d: %s", name, o, e.msg);
   }
-  p->noutputs = 3;
+  p->noutputs = 1 + nstats;
   sk__op_no_comm(p);
   sk__op_grads(d, p);
   return SK_OK;
+}
+
+/* LayerNorm: x, gamma, beta; begin_norm_axis (axis[0], default 1); outputs y, mean, variance. */
+static sk_result sk__op_rule_layer_norm(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  if (d->ninputs != 3) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "LayerNorm: takes x, gamma and beta, got %d inputs", d->ninputs);
+  int b = 0;
+  sk_result r = sk__op_axis(d, 0, d->ndims[0], 1, &b, err);
+  return r != SK_OK ? r : sk__op_norm(d, ndevices, b, 2, p, err);
+}
+
+/* RmsNorm (master's RmsNormInfo): x, gamma; the normalised dims are gamma's, x's last ones
+   (begin_norm_axis = rank(x) - rank(gamma), GetAttrs); outputs y and rstd. Master also takes
+   them cut, replacing the operator by Square, ReduceMean, an AllReduce and the rest
+   (ComputeReplaceGraphForSplitNormAxis); shardkit's kernel is the whole operator, so they stay
+   whole here, as LayerNorm's. */
+static sk_result sk__op_rule_rms_norm(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  if (d->ninputs != 2) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "RmsNorm: takes x and gamma, got %d inputs", d->ninputs);
+  if (d->ndims[1] < 1 || d->ndims[1] > d->ndims[0])
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "RmsNorm: input 1 (gamma) has rank %d; it must be in [1, %d], x's rank",
+                    d->ndims[1], d->ndims[0]);
+  return sk__op_norm(d, ndevices, d->ndims[0] - d->ndims[1], 1, p, err);
 }
 
 /* ---- PReLU ----------------------------------------------------------------------------------- */

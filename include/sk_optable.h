@@ -221,7 +221,14 @@ SK_EXTERN_C_BEGIN
   X(VIRTUAL_DATASET, "VirtualDataset", "_VirtualDataset", 1, SK_OP_MAX_INPUTS, 0, 0, 0, SK__OP_ALL_IN,                 \
     SK_OPF_PASSTHROUGH, PASS, virtual_dataset, none, virtual_dataset, per_output, none)                                \
   X(TMP_IDENTITY, "TmpIdentity", "identity_info", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_KEEPS_SHAPE, INPUT0,             \
-    tmp_identity, none, copy, per_output, aligned)
+    tmp_identity, none, copy, per_output, aligned)                                                                     \
+  X(SIGMOID, "Sigmoid", "", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_KEEPS_SHAPE, INPUT0, unary, none, sigmoid,            \
+    per_output, aligned)                                                                                               \
+  X(SILU, "SiLU", "", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_KEEPS_SHAPE, INPUT0, unary, none, silu, per_output, aligned) \
+  X(RMS_NORM, "RmsNorm", "RMSNorm", 2, 2, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_KEEPS_SHAPE, INPUT0, rms_norm, none, rms_norm, \
+    per_output, aligned)                                                                                               \
+  X(VIRTUAL_LOSS, "VirtualLoss", "_VirtualLoss", 1, 1, 0, 0, 0, SK__OP_ALL_IN, SK_OPF_FOLLOWS_INPUT, INPUT0,           \
+    virtual_loss, none, virtual_loss, per_output, none)
 
 #define SK__OP_ROW(kind, name, aliases, lo, hi, scalars, extra, index, grad, flags, dtype, rule, facts, kern, flops,   \
                    space)                                                                                              \
@@ -289,12 +296,12 @@ SK_API bool sk_op_kind_from_name(const char *name, sk_op_kind *kind) {
 }
 
 /* MindSpore's Activation is the operator its activation_type names. ActivationInfo::GetAttrs
-   accepts relu, relu6 and sigmoid; shardkit has the first only. */
+   accepts relu, relu6 and sigmoid; shardkit has relu and sigmoid. */
 #define SK__OP_ACTIVATION "Activation"
 static const struct {
   const char *type;
   sk_op_kind kind;
-} sk__op_activations[] = {{"relu", SK_OP_RELU}};
+} sk__op_activations[] = {{"relu", SK_OP_RELU}, {"sigmoid", SK_OP_SIGMOID}};
 #define SK__OP_NACTIVATIONS (int)(sizeof sk__op_activations / sizeof sk__op_activations[0])
 
 /* The activation types shardkit has, "relu, ..." for messages. */

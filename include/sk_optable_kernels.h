@@ -198,6 +198,12 @@ static sk_result sk__opk_fwd_gelu(SK__OPK_FWD_ARGS) { return SK__OPK_UNUSED, sk_
 static sk_result sk__opk_bwd_gelu(SK__OPK_BWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act_bwd(sk_kern_gelu_bwd, in, out, dx, err); }
 static sk_result sk__opk_fwd_tanh(SK__OPK_FWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act(sk_kern_tanh, in, out, err); }
 static sk_result sk__opk_bwd_tanh(SK__OPK_BWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act_bwd(sk_kern_tanh_bwd, in, out, dx, err); }
+static sk_result sk__opk_fwd_sigmoid(SK__OPK_FWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act(sk_kern_sigmoid, in, out, err); }
+static sk_result sk__opk_bwd_sigmoid(SK__OPK_BWD_ARGS) {
+  return SK__OPK_UNUSED, sk__opk_act_bwd(sk_kern_sigmoid_bwd, in, out, dx, err);
+}
+static sk_result sk__opk_fwd_silu(SK__OPK_FWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act(sk_kern_silu, in, out, err); }
+static sk_result sk__opk_bwd_silu(SK__OPK_BWD_ARGS) { return SK__OPK_UNUSED, sk__opk_act_bwd(sk_kern_silu_bwd, in, out, dx, err); }
 
 static sk_result sk__opk_fwd_cast(SK__OPK_FWD_ARGS) {
   SK__OPK_UNUSED;
@@ -316,6 +322,21 @@ static sk_result sk__opk_bwd_layer_norm(SK__OPK_BWD_ARGS) {
                                 out[2].data, in[1].data, dx[0], dx[1], dx[2], err);
 }
 
+/* x, gamma (the normalised dims: x's last rank(gamma)); outputs y, rstd (the backward reads it). */
+static sk_result sk__opk_fwd_rms_norm(SK__OPK_FWD_ARGS) {
+  (void)ctx, (void)f;
+  const sk__opk_arg *x = &in[0];
+  return sk_kern_rms_norm(x->dtype, x->ndims, x->shape, x->ndims - in[1].ndims, sk__opk_eps(op, SK_RMS_NORM_EPSILON),
+                          x->data, in[1].data, out[0].data, out[1].data, err);
+}
+
+static sk_result sk__opk_bwd_rms_norm(SK__OPK_BWD_ARGS) {
+  SK__OPK_UNUSED;
+  const sk__opk_arg *x = &in[0];
+  return sk_kern_rms_norm_bwd(x->dtype, x->ndims, x->shape, x->ndims - in[1].ndims, x->data, out[0].grad, out[1].data,
+                              in[1].data, dx[0], dx[1], err);
+}
+
 /* ---- kernels: two inputs ---------------------------------------------------------------------- */
 
 static sk_result sk__opk_binary_fwd(sk_binop b, const sk__opk_arg *in, sk__opk_arg *out, sk_error *err) {
@@ -411,19 +432,32 @@ static sk_result sk__opk_bwd_softmax_ce_logits(SK__OPK_BWD_ARGS) {
   return sk_kern_softmax_ce_logits_bwd(x->dtype, x->ndims, x->shape, out[0].grad, out[1].data, dx[0], err);
 }
 
+/* The label broadcasts to the prediction (aligned from the right). */
 static sk_result sk__opk_fwd_mae_loss(SK__OPK_FWD_ARGS) {
   (void)ctx, (void)op;
-  const sk__opk_arg *x = &in[0];
-  return sk_kern_mae_loss(x->dtype, x->ndims, x->shape, x->data, in[1].data, sk__opk_count(f, sk__opk_numel(x)),
-                          out[0].data, err);
+  const sk__opk_arg *x = &in[0], *y = &in[1];
+  return sk_kern_mae_loss(x->dtype, x->ndims, x->shape, x->data, y->ndims, y->shape, y->data,
+                          sk__opk_count(f, sk__opk_numel(x)), out[0].data, err);
 }
 
 static sk_result sk__opk_bwd_mae_loss(SK__OPK_BWD_ARGS) {
   (void)ctx;
-  const sk__opk_arg *x = &in[0];
+  const sk__opk_arg *x = &in[0], *y = &in[1];
   if (sk__opk_loss_unreached(op, in, out, dx)) return SK_OK;
-  return sk_kern_mae_loss_bwd(x->dtype, x->ndims, x->shape, x->data, in[1].data, sk__opk_count(f, sk__opk_numel(x)),
-                              out[0].grad, dx[0], op->ninputs > 1 ? dx[1] : NULL, err);
+  return sk_kern_mae_loss_bwd(x->dtype, x->ndims, x->shape, x->data, y->ndims, y->shape, y->data,
+                              sk__opk_count(f, sk__opk_numel(x)), out[0].grad, dx[0], dx[1], err);
+}
+
+/* The sum of x: the devices' partial sums need no global count. */
+static sk_result sk__opk_fwd_virtual_loss(SK__OPK_FWD_ARGS) {
+  SK__OPK_UNUSED;
+  return sk_kern_virtual_loss(in[0].dtype, in[0].ndims, in[0].shape, in[0].data, out[0].data, err);
+}
+
+static sk_result sk__opk_bwd_virtual_loss(SK__OPK_BWD_ARGS) {
+  SK__OPK_UNUSED;
+  if (sk__opk_loss_unreached(op, in, out, dx) || !dx[0]) return SK_OK;
+  return sk_kern_virtual_loss_bwd(in[0].dtype, in[0].ndims, in[0].shape, out[0].grad, dx[0], err);
 }
 
 /* ---- kernels: reductions ---------------------------------------------------------------------- */

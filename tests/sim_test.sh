@@ -82,6 +82,11 @@ checks "operator_parallel 2 devices" 1e-12 --net examples/nets/operator_parallel
 # AllReduce): 8 devices train like one, f64 and f32
 checks "layouts 8 devices f64" 1e-12 --net tests/nets/layouts.json --devices 8 --steps 12 --dtype f64
 checks "layouts 8 devices f32" 1e-4 --net tests/nets/layouts.json --devices 8 --steps 30
+# issue 37's operators (tests/nets/ops37.json: SiLU, RmsNorm, Sigmoid, MAELoss with labels [32,1]
+# broadcast against [32,10], _VirtualLoss as the loss, a strategy on each; ops37_layouts.json:
+# layouts on each): 8 devices train like one
+checks "ops37 strategies 8 devices f64" 1e-12 --net tests/nets/ops37.json --devices 8 --steps 12 --dtype f64
+checks "ops37 layouts 8 devices f64" 1e-12 --net tests/nets/ops37_layouts.json --devices 8 --steps 12 --dtype f64
 # a dead branch (tests/nets/dead_branch.json: the tutorial with an auxiliary head no operator
 # reads) runs no backward anywhere: N devices train like one, with a pipeline, hsdp, a search
 DEAD="--net tests/nets/dead_branch.json --steps 6 --dtype f64 --optimizer momentum"

@@ -215,9 +215,9 @@ Test(exec, dense_with_and_without_bias) {
 
 /* ---- element-wise ----------------------------------------------------------------------------- */
 
-Test(exec, relu_gelu_tanh_cast) {
-  sk_op_kind kinds[4] = {SK_OP_RELU, SK_OP_GELU, SK_OP_TANH, SK_OP_CAST};
-  for (int k = 0; k < 4; k++) {
+Test(exec, relu_gelu_tanh_cast_sigmoid_silu) {
+  sk_op_kind kinds[6] = {SK_OP_RELU, SK_OP_GELU, SK_OP_TANH, SK_OP_CAST, SK_OP_SIGMOID, SK_OP_SILU};
+  for (int k = 0; k < 6; k++) {
     xcase c;
     xc_begin(&c);
     int x = IN(&c, "x", SK_F64, 3, 7);
@@ -314,6 +314,21 @@ Test(exec, layer_norm_x_gamma_beta) {
   }
 }
 
+/* RmsNorm: gamma over x's last dims (its rank says how many); outputs y and rstd. */
+Test(exec, rms_norm_x_gamma) {
+  for (int t = 0; t < 2; t++) {
+    xcase c;
+    xc_begin(&c);
+    int x = IN(&c, "x", SK_F64, 2, 3, 4);
+    int g = t ? IN(&c, "gamma", SK_F64, 4) : IN(&c, "gamma", SK_F64, 3, 4);
+    sk_graph_op op = mkop("rms", SK_OP_RMS_NORM, 2, x, g, 0);
+    op.epsilon = 1e-5;
+    xc_op(&c, &op, -1, 1);
+    xc_check(&c, "RmsNorm");
+    xc_end(&c);
+  }
+}
+
 /* ---- losses ----------------------------------------------------------------------------------- */
 
 /* Rows of soft labels, each a distribution over the classes. */
@@ -357,6 +372,30 @@ Test(exec, mae_loss_both_inputs) {
     f64(&c, 0)[i] = f64(&c, 1)[i] + (d < 0 ? d - 0.1 : d + 0.1);
   }
   xc_check(&c, "MAELoss");
+  xc_end(&c);
+}
+
+/* Labels [3, 1] and [4] broadcast against the prediction [3, 4]. */
+Test(exec, mae_loss_broadcast_labels) {
+  for (int t = 0; t < 2; t++) {
+    xcase c;
+    xc_begin(&c);
+    int p = IN(&c, "p", SK_F64, 3, 4), y = t ? IN(&c, "y", SK_F64, 4) : IN(&c, "y", SK_F64, 3, 1);
+    sk_graph_op op = mkop("mae", SK_OP_MAE_LOSS, 2, p, y, 0);
+    xc_op(&c, &op, -1, 1);
+    away_from_zero(&c, 0, 2.5); /* |p| > 2.5 > |y|: p - y keeps clear of the kink */
+    xc_check(&c, t ? "MAELoss, labels [4]" : "MAELoss, labels [3,1]");
+    xc_end(&c);
+  }
+}
+
+Test(exec, virtual_loss_sums) {
+  xcase c;
+  xc_begin(&c);
+  int x = IN(&c, "x", SK_F64, 2, 3, 4);
+  sk_graph_op op = mkop("vl", SK_OP_VIRTUAL_LOSS, 1, x, 0, 0);
+  xc_op(&c, &op, -1, 1);
+  xc_check(&c, "VirtualLoss");
   xc_end(&c);
 }
 

@@ -167,17 +167,30 @@ static unary_fn U_f;
 static unary_bwd_fn U_b;
 static void un_fwd(fdcase *c) { OK(U_f(SK_F64, P_nd, P_sh, c->in[0], c->out, E)); }
 static void un_bwd(fdcase *c) { OK(U_b(SK_F64, P_nd, P_sh, c->in[0], c->w, c->grad[0], E)); }
-Test(kernels_grad, relu_gelu_tanh) {
-  unary_fn f[3] = {sk_kern_relu, sk_kern_gelu, sk_kern_tanh};
-  unary_bwd_fn b[3] = {sk_kern_relu_bwd, sk_kern_gelu_bwd, sk_kern_tanh_bwd};
+Test(kernels_grad, relu_gelu_tanh_sigmoid_silu) {
+  unary_fn f[5] = {sk_kern_relu, sk_kern_gelu, sk_kern_tanh, sk_kern_sigmoid, sk_kern_silu};
+  unary_bwd_fn b[5] = {sk_kern_relu_bwd, sk_kern_gelu_bwd, sk_kern_tanh_bwd, sk_kern_sigmoid_bwd, sk_kern_silu_bwd};
+  const char *names[5] = {"relu", "gelu", "tanh", "sigmoid", "silu"};
   P_nd = 2, P_sh[0] = 3, P_sh[1] = 7;
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 5; k++) {
     int64_t nel[1] = {21};
     U_f = f[k], U_b = b[k];
     fdcase c = fd_new(1, nel, 21, -3, 3);
     c.fwd = un_fwd, c.bwd = un_bwd;
-    fd_check(&c, k == 0 ? "relu" : k == 1 ? "gelu" : "tanh");
+    fd_check(&c, names[k]);
   }
+}
+
+/* Sigmoid and SiLU at a few points, and far out where exp(-x) would overflow. */
+Test(kernels_value, sigmoid_and_silu) {
+  double x[5] = {0, 2, -2, 800, -800}, y[5], z[5];
+  int64_t sh[1] = {5};
+  OK(sk_kern_sigmoid(SK_F64, 1, sh, x, y, E));
+  OK(sk_kern_silu(SK_F64, 1, sh, x, z, E));
+  double e2 = 1 / (1 + exp(-2.0));
+  double want_y[5] = {0.5, e2, 1 - e2, 1, 0}, want_z[5] = {0, 2 * e2, -2 * (1 - e2), 800, 0};
+  assert_close(y, want_y, 5, 1e-15, "sigmoid");
+  assert_close(z, want_z, 5, 1e-15, "silu");
 }
 
 static uint8_t D_mask[FDN];
@@ -291,6 +304,36 @@ Test(kernels_grad, layer_norm) {
   }
 }
 
+static double RMS_rstd[FDN];
+static void rms_fwd(fdcase *c) {
+  OK(sk_kern_rms_norm(SK_F64, P_nd, P_sh, P_axis, 1e-5, c->in[0], c->in[1], c->out, RMS_rstd, E));
+}
+static void rms_bwd(fdcase *c) {
+  OK(sk_kern_rms_norm_bwd(SK_F64, P_nd, P_sh, P_axis, c->in[0], c->w, RMS_rstd, c->in[1], c->grad[0], c->grad[1], E));
+}
+Test(kernels_grad, rms_norm) {
+  P_nd = 3, P_sh[0] = 2, P_sh[1] = 3, P_sh[2] = 4;
+  int begins[2] = {1, -1};
+  for (int b = 0; b < 2; b++) {
+    P_axis = begins[b];
+    int64_t cols = b == 0 ? 12 : 4, nel[2] = {24, cols};
+    fdcase c = fd_new(2, nel, 24, -1, 1);
+    c.fwd = rms_fwd, c.bwd = rms_bwd;
+    fd_check(&c, "rms_norm");
+  }
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * gamma, per row: [3, 4] / sqrt(12.5 + eps). */
+Test(kernels_value, rms_norm_rows) {
+  double x[4] = {3, 4, 0, 0}, g[2] = {1, 2}, y[4], rstd[2];
+  int64_t sh[2] = {2, 2};
+  OK(sk_kern_rms_norm(SK_F64, 2, sh, 1, SK_RMS_NORM_EPSILON, x, g, y, rstd, E));
+  double r0 = 1 / sqrt(12.5 + 1e-6), r1 = 1 / sqrt(1e-6);
+  double want_y[4] = {3 * r0, 8 * r0, 0, 0}, want_r[2] = {r0, r1};
+  assert_close(y, want_y, 4, 1e-15, "rms_norm y");
+  assert_close(rstd, want_r, 2, 1e-15, "rms_norm rstd");
+}
+
 static double CE_labels[FDN], CE_dlogits[FDN];
 static int32_t CE_sparse[8] = {2, 0, 4, 1, 3, 3, 0, 1};
 static bool P_sparse;
@@ -328,16 +371,35 @@ Test(kernels_grad, softmax_cross_entropy_all_forms) {
   }
 }
 
-static void mae_fwd(fdcase *c) { OK(sk_kern_mae_loss(SK_F64, P_nd, P_sh, c->in[0], c->in[1], 50, c->out, E)); }
-static void mae_bwd(fdcase *c) {
-  OK(sk_kern_mae_loss_bwd(SK_F64, P_nd, P_sh, c->in[0], c->in[1], 50, c->w, c->grad[0], c->grad[1], E));
+static void mae_fwd(fdcase *c) {
+  OK(sk_kern_mae_loss(SK_F64, P_nd, P_sh, c->in[0], P_ndb, P_shb, c->in[1], 50, c->out, E));
 }
+static void mae_bwd(fdcase *c) {
+  OK(sk_kern_mae_loss_bwd(SK_F64, P_nd, P_sh, c->in[0], P_ndb, P_shb, c->in[1], 50, c->w, c->grad[0], c->grad[1], E));
+}
+/* Labels of the prediction's shape, and labels broadcast: [3, 1] and [4] against [3, 4] (the
+   label's gradient sums over the dims it broadcasts). */
 Test(kernels_grad, mae_loss) {
   P_nd = 2, P_sh[0] = 3, P_sh[1] = 4;
-  int64_t nel[2] = {12, 12};
-  fdcase c = fd_new(2, nel, 1, -1, 1);
-  c.fwd = mae_fwd, c.bwd = mae_bwd;
-  fd_check(&c, "mae_loss");
+  int nds[3] = {2, 2, 1};
+  int64_t shapes[3][2] = {{3, 4}, {3, 1}, {4, 0}}, counts[3] = {12, 3, 4};
+  for (int k = 0; k < 3; k++) {
+    P_ndb = nds[k], P_shb[0] = shapes[k][0], P_shb[1] = shapes[k][1];
+    int64_t nel[2] = {12, counts[k]};
+    fdcase c = fd_new(2, nel, 1, -1, 1);
+    c.fwd = mae_fwd, c.bwd = mae_bwd;
+    fd_check(&c, "mae_loss");
+  }
+}
+
+static void vloss_fwd(fdcase *c) { OK(sk_kern_virtual_loss(SK_F64, P_nd, P_sh, c->in[0], c->out, E)); }
+static void vloss_bwd(fdcase *c) { OK(sk_kern_virtual_loss_bwd(SK_F64, P_nd, P_sh, c->w, c->grad[0], E)); }
+Test(kernels_grad, virtual_loss) {
+  P_nd = 3, P_sh[0] = 2, P_sh[1] = 3, P_sh[2] = 4;
+  int64_t nel[1] = {24};
+  fdcase c = fd_new(1, nel, 1, -1, 1);
+  c.fwd = vloss_fwd, c.bwd = vloss_bwd;
+  fd_check(&c, "virtual_loss");
 }
 
 static sk_redop P_red;
@@ -621,8 +683,8 @@ Test(kernels_shard, mae_with_global_count) {
   double p[12], l[12], full, part[3];
   int64_t sh[1] = {12}, ssh[1] = {4};
   fill(p, 12, -1, 1), fill(l, 12, -1, 1);
-  OK(sk_kern_mae_loss(SK_F64, 1, sh, p, l, 12, &full, E));
-  for (int d = 0; d < 3; d++) OK(sk_kern_mae_loss(SK_F64, 1, ssh, p + 4 * d, l + 4 * d, 12, &part[d], E));
+  OK(sk_kern_mae_loss(SK_F64, 1, sh, p, 1, sh, l, 12, &full, E));
+  for (int d = 0; d < 3; d++) OK(sk_kern_mae_loss(SK_F64, 1, ssh, p + 4 * d, 1, ssh, l + 4 * d, 12, &part[d], E));
   double sum = part[0] + part[1] + part[2];
   assert_close(&sum, &full, 1, 1e-15, "mae");
 }
@@ -764,7 +826,13 @@ Test(kernels_errors, null_buffers) {
   BAD("c is NULL", sk_kern_matmul(NULL, SK_F64, false, false, 2, S23, Z, 2, S32, Z, NULL, E));
   BAD("b is NULL", sk_kern_binary(SK_BIN_MUL, SK_F64, 2, S23, Z, 2, S23, NULL, Z, E));
   BAD("labels is NULL", sk_kern_softmax_ce(SK_F64, 2, S23, Z, NULL, 2, Z, E));
-  BAD("loss is NULL", sk_kern_mae_loss(SK_F64, 2, S23, Z, Z, 6, NULL, E));
+  BAD("loss is NULL", sk_kern_mae_loss(SK_F64, 2, S23, Z, 2, S23, Z, 6, NULL, E));
+  BAD("label dim 0 (3) does not broadcast to prediction dim 1 (2)", sk_kern_mae_loss(SK_F64, 2, S32, Z, 1, S3, Z, 6, Z, E));
+  BAD("label dim 0 (3) does not broadcast to prediction dim 0 (2)", sk_kern_mae_loss(SK_F64, 2, S23, Z, 2, S32, Z, 6, Z, E));
+  BAD("gamma is NULL", sk_kern_rms_norm(SK_F64, 2, S23, 1, 1e-6, Z, NULL, Z, Z, E));
+  BAD("epsilon 0 is not in (0, 1]", sk_kern_rms_norm(SK_F64, 2, S23, 1, 0, Z, Z, Z, Z, E));
+  BAD("rstd is NULL", sk_kern_rms_norm_bwd(SK_F64, 2, S23, 1, Z, Z, NULL, Z, Z, NULL, E));
+  BAD("dx is NULL", sk_kern_virtual_loss_bwd(SK_F64, 2, S23, NULL, NULL, E));
   BAD("mask is NULL", sk_kern_dropout(SK_F64, 2, S23, 0.5, Z, NULL, Z, E));
   BAD("indices is NULL", sk_kern_gather(SK_F64, 2, S23, Z, SK_I32, 1, S3, NULL, 0, 0, Z, E));
   BAD("mean is NULL", sk_kern_layer_norm_bwd(SK_F64, 2, S23, 1, 1e-7, Z, Z, NULL, Z, NULL, Z, NULL, NULL, E));
@@ -797,7 +865,7 @@ Test(kernels_errors, mismatched_shapes) {
   sk_slice s = {2, {0, 2}, {2, 4}};
   BAD("outside", sk_kern_dropout_mask(1, 0.5, 2, S23, &s, (uint8_t *)Zf, E));
   BAD("below the local batch", sk_kern_softmax_ce(SK_F64, 2, S23, Z, Z, 1, Z, E));
-  BAD("below the local count", sk_kern_mae_loss_bwd(SK_F64, 2, S23, Z, Z, 5, NULL, Z, NULL, E));
+  BAD("below the local count", sk_kern_mae_loss_bwd(SK_F64, 2, S23, Z, 2, S23, Z, 5, NULL, Z, NULL, E));
 }
 
 Test(kernels_errors, bad_axes_and_attributes) {

@@ -139,7 +139,8 @@ static sk_op_desc case_of(sk_op_kind kind) {
       d.out_ndims[1] = 1, d.out_shape[1][0] = 16;
       break;
     case SK_OP_VIRTUAL_DATASET: IN(&d, 0, 16, 8), IN(&d, 1, 16); break;
-    case SK_OP_TMP_IDENTITY: IN(&d, 0, 16, 8); break;
+    case SK_OP_TMP_IDENTITY: case SK_OP_SIGMOID: case SK_OP_SILU: case SK_OP_VIRTUAL_LOSS: IN(&d, 0, 16, 8); break;
+    case SK_OP_RMS_NORM: IN(&d, 0, 16, 8), IN(&d, 1, 8); break;
     default: cr_assert_fail("no case for %s (kind %d): add one", sk_op_kind_name(kind), (int)kind);
   }
   return d;
@@ -323,6 +324,41 @@ Test(layouts, native_rules_refuse_what_mindspore_does) {
   p = plan8(&bmm, "BatchMatMul");
   cr_assert_eq(p.fwd.kind, SK_COLL_ALLREDUCE);
   cr_assert_eq(sk_mesh_group_size(&p.mesh, p.fwd.axes), 4, "the contraction's partial sums over mp");
+}
+
+/* RmsNorm from layouts as master's test_layout_extend_rmsnorm.py (x [128,16,32], gamma [32], on
+   8): test_layout_layernorm_base's (dp,sp,None),(None) and multi_shard's ((dp,mp),sp,None) (its
+   mesh has a fourth axis vp=2 on 16 devices; here on dp,sp,mp) plan,
+   y keeping x's layout (tuple too) and rstd [128,16,1]; test_layout_rmsnorm_split_norm_axis's
+   (dp,sp,mp),(mp), which master computes through an AllReduce, is refused here (the normalised
+   dim whole), and so is gamma cut apart from x (split_norm_axis_mismatch's question). Sigmoid and
+   SiLU keep their input's layout, tuples too (ActivationBase). */
+Test(layouts, rms_norm_sigmoid_silu_from_layouts) {
+  sk_op_desc rn = case_of(SK_OP_RMS_NORM);
+  rn.shape[0][0] = 128, rn.shape[0][1] = 16, rn.shape[0][2] = 32, rn.ndims[0] = 3, rn.shape[1][0] = 32;
+  give(&rn, 0, MESH8, "dp,sp,None"), give(&rn, 1, MESH8, "None");
+  sk_op_plan p = plan8(&rn, "RmsNorm base");
+  cr_assert_eq(p.noutputs, 2, "y and rstd");
+  cr_assert(sk_layout_same_slices(&p.out[0], &rn.layouts[0]), "y keeps x's layout");
+  cr_assert(p.out[1].shape[0] == 128 && p.out[1].shape[1] == 16 && p.out[1].shape[2] == 1, "rstd [128,16,1]");
+  cr_assert(sk_layout_split_count(&p.out[1], 0) == 2 && sk_layout_split_count(&p.out[1], 1) == 2, "rstd as x's rows");
+  cr_assert_eq(p.fwd.kind, SK_COLL_NONE);
+  sk_op_desc multi = rn;
+  give(&multi, 0, "dp=2,sp=2,mp=2", "(dp,mp),sp,None"), give(&multi, 1, "dp=2,sp=2,mp=2", "None");
+  cr_assert_eq(plan8(&multi, "RmsNorm (dp,mp)").out[0].map[0].naxes, 2, "y keeps x's tuple");
+  give(&rn, 0, MESH8, "dp,sp,mp"), give(&rn, 1, MESH8, "mp");
+  expect_refused(&rn, "the normalised dim cut", "input 0 dim 2 is cut by its layout", "RmsNorm");
+  give(&rn, 0, MESH8, "dp,sp,None"), give(&rn, 1, MESH8, "mp");
+  expect_refused(&rn, "gamma cut apart from x", "input 1 dim 0 is cut by mp but x's dim 2 by None", "RmsNorm");
+
+  const sk_op_kind act[2] = {SK_OP_SIGMOID, SK_OP_SILU};
+  for (int i = 0; i < 2; i++) {
+    sk_op_desc a = case_of(act[i]);
+    give(&a, 0, "dp=2,mp=4", "(mp,dp),None");
+    p = plan8(&a, sk_op_kind_name(act[i]));
+    cr_assert(p.out[0].map[0].naxes == 2 && p.out[0].map[0].axes[0] == 1, "%s keeps x's tuple", sk_op_kind_name(act[i]));
+    cr_assert_eq(p.fwd.kind, SK_COLL_NONE);
+  }
 }
 
 /* The MatMul family's ReduceScatter output, asked as a layout (MatMul::CheckOutputLayout extends

@@ -77,6 +77,32 @@ Test(names, mindspore_operator_names) {
   cr_assert_eq(kind, SK_OP_ADD);
 }
 
+/* Issue 37's kinds, after TmpIdentity in that order (strategy files keep the older numbers):
+   Sigmoid and SiLU as master's primitives (sigmoid_op.yaml, silu_op.yaml's class SiLU), RmsNorm
+   (rms_norm_op.yaml) also as RMSNorm, and the test primitive VirtualLoss (test_math_ops.py) also
+   as _VirtualLoss; shardkit prints the first spelling. Names are case-sensitive: "Silu" and
+   "rmsnorm" are no operators. */
+Test(names, issue_37_operator_names) {
+  const struct {
+    const char *name;
+    sk_op_kind kind;
+  } t[] = {{"Sigmoid", SK_OP_SIGMOID}, {"SiLU", SK_OP_SILU},         {"RmsNorm", SK_OP_RMS_NORM},
+           {"RMSNorm", SK_OP_RMS_NORM}, {"VirtualLoss", SK_OP_VIRTUAL_LOSS}, {"_VirtualLoss", SK_OP_VIRTUAL_LOSS}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) cr_assert_eq(kind_of(t[i].name), t[i].kind, "%s", t[i].name);
+  cr_assert_str_eq(sk_op_kind_name(SK_OP_RMS_NORM), "RmsNorm");
+  cr_assert_str_eq(sk_op_kind_name(SK_OP_VIRTUAL_LOSS), "VirtualLoss");
+  cr_assert_str_eq(sk_op_kind_name(SK_OP_SILU), "SiLU");
+  cr_assert_eq(SK_OP_SIGMOID, SK_OP_TMP_IDENTITY + 1);
+  cr_assert_eq(SK_OP_SILU, SK_OP_TMP_IDENTITY + 2);
+  cr_assert_eq(SK_OP_RMS_NORM, SK_OP_TMP_IDENTITY + 3);
+  cr_assert_eq(SK_OP_VIRTUAL_LOSS, SK_OP_TMP_IDENTITY + 4);
+  sk_op_kind kind = SK_OP_ADD;
+  const char *not_names[] = {"Silu", "rmsnorm", "RMSnorm", "sigmoid", "Virtual_Loss"};
+  for (size_t i = 0; i < sizeof not_names / sizeof not_names[0]; i++)
+    cr_assert(!sk_op_kind_from_name(not_names[i], &kind), "'%s' names no operator", not_names[i]);
+  cr_assert_eq(kind, SK_OP_ADD);
+}
+
 static void parse_refused(const char *name, const char *type, const char *want) {
   sk_op_kind kind = SK_OP_ADD;
   sk_error e = {SK_OK, ""};
@@ -85,20 +111,27 @@ static void parse_refused(const char *name, const char *type, const char *want) 
   cr_assert_eq(kind, SK_OP_ADD, "a refusal writes nothing");
 }
 
-/* ActivationInfo::GetAttrs: activation_type relu, relu6 or sigmoid; shardkit has ReLU only. */
+/* ActivationInfo::GetAttrs: activation_type relu, relu6 or sigmoid; shardkit has relu and
+   sigmoid. */
 Test(names, activation_is_the_kind_its_type_names) {
   sk_op_kind kind = SK_OP_KIND_COUNT;
   sk_error e = {SK_OK, ""};
   cr_assert_eq(sk_op_kind_parse("Activation", "relu", &kind, &e), SK_OK, "%s", e.msg);
   cr_assert_eq(kind, SK_OP_RELU);
+  cr_assert_eq(sk_op_kind_parse("Activation", "sigmoid", &kind, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(kind, SK_OP_SIGMOID);
+  cr_assert_eq(sk_op_kind_parse("RMSNorm", NULL, &kind, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(kind, SK_OP_RMS_NORM);
   cr_assert_eq(sk_op_kind_parse("GatherV2", NULL, &kind, &e), SK_OK, "%s", e.msg);
   cr_assert_eq(kind, SK_OP_GATHER);
   cr_assert_eq(sk_op_kind_parse("_VirtualDataset", NULL, &kind, &e), SK_OK, "%s", e.msg);
   cr_assert_eq(kind, SK_OP_VIRTUAL_DATASET);
-  parse_refused("Activation", "relu6", "Activation: activation_type \"relu6\" has no kernel in shardkit, which has relu");
-  parse_refused("Activation", "sigmoid", "\"sigmoid\" has no kernel");
+  parse_refused("Activation", "relu6",
+                "Activation: activation_type \"relu6\" has no kernel in shardkit, which has relu, sigmoid");
+  parse_refused("Activation", "Sigmoid", "\"Sigmoid\" has no kernel");
   parse_refused("Activation", "ReLU", "\"ReLU\" has no kernel");
-  parse_refused("Activation", NULL, "Activation: needs activation_type (relu)");
+  parse_refused("Activation", NULL, "Activation: needs activation_type (relu, sigmoid)");
+  parse_refused("Sigmoid", "sigmoid", "Sigmoid: activation_type is an attribute of Activation only");
   parse_refused("ReLU", "relu", "ReLU: activation_type is an attribute of Activation only");
   parse_refused("Relu6", NULL, "unknown operator type \"Relu6\" (MindSpore's primitive names)");
   parse_refused(NULL, "relu", "NULL");
@@ -106,7 +139,8 @@ Test(names, activation_is_the_kind_its_type_names) {
 }
 
 Test(names, the_kinds_a_name_can_spell) {
-  cr_assert_eq(sk_op_kinds_named("Activation"), (uint64_t)1 << SK_OP_RELU);
+  cr_assert_eq(sk_op_kinds_named("Activation"), ((uint64_t)1 << SK_OP_RELU) | ((uint64_t)1 << SK_OP_SIGMOID));
+  cr_assert_eq(sk_op_kinds_named("_VirtualLoss"), (uint64_t)1 << SK_OP_VIRTUAL_LOSS);
   cr_assert_eq(sk_op_kinds_named("ReLU"), (uint64_t)1 << SK_OP_RELU);
   cr_assert_eq(sk_op_kinds_named("TensorAdd"), (uint64_t)1 << SK_OP_ADD);
   cr_assert_eq(sk_op_kinds_named("identity_info"), (uint64_t)1 << SK_OP_TMP_IDENTITY);
@@ -156,6 +190,20 @@ Test(names, networks_read_mindspore_names_and_write_shardkits) {
   sk_graph_free(&g);
 }
 
+/* Activation with activation_type sigmoid is Sigmoid, written back as "Sigmoid". */
+Test(names, networks_read_activation_sigmoid) {
+  char text[2048], *out = NULL;
+  int n = net_text(text, sizeof text, ", \"activation_type\": \"sigmoid\"");
+  sk_graph g;
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_json_parse_network(text, (size_t)n, &g, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(g.ops[3].desc.kind, SK_OP_SIGMOID, "%s", sk_op_kind_name(g.ops[3].desc.kind));
+  cr_assert_eq(sk_json_format_network(&g, &out, &e), SK_OK, "%s", e.msg);
+  cr_assert(strstr(out, "\"type\": \"Sigmoid\"") && !strstr(out, "activation_type"), "%s", out);
+  free(out);
+  sk_graph_free(&g);
+}
+
 static void net_refused(const char *act, const char *want) {
   char text[2048];
   int n = net_text(text, sizeof text, act);
@@ -166,8 +214,8 @@ static void net_refused(const char *act, const char *want) {
 }
 
 Test(names, networks_refuse_an_activation_shardkit_lacks) {
-  net_refused(", \"activation_type\": \"sigmoid\"",
-              "line 9: operators[3] (\"act\").activation_type: Activation: activation_type \"sigmoid\" has no kernel");
-  net_refused("", "line 9: operators[3] (\"act\").type: Activation: needs activation_type (relu)");
+  net_refused(", \"activation_type\": \"relu6\"",
+              "line 9: operators[3] (\"act\").activation_type: Activation: activation_type \"relu6\" has no kernel");
+  net_refused("", "line 9: operators[3] (\"act\").type: Activation: needs activation_type (relu, sigmoid)");
   net_refused(", \"activation_type\": 1", "operators[3] (\"act\").activation_type: expected a string, got");
 }

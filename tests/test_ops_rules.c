@@ -580,6 +580,58 @@ Test(ops_rules, layer_norm) {
   expect_reject(&r4, 16, "two tuples for three inputs", "LayerNorm", "tuple", NULL);
 }
 
+/* RmsNorm, master's tests/ut/python/parallel/test_rms_norm.py (x [16,64,32], gamma [64,32], 16
+   devices): test_rms_norm_data_parallel's ((16,1,1),(1,1)) and hybrid_parallel's ((2,1,1),(1,1))
+   (a repeat of 8 on the right) plan; y keeps x's map, rstd [16,1,1] x's rows' axis
+   (RmsNormInfo::InferTensorMap). test_rms_norm_wrong_strategy's rank-4 tuples are refused. Master
+   takes split_norm_axis's ((2,8,1),(8,1)) through a replacement graph with an AllReduce; here the
+   normalised dims stay whole, so it is refused naming the dim. Gamma cut unlike x is refused as
+   RmsNormInfo::CheckStrategy does. */
+Test(ops_rules, rms_norm_ms_cases) {
+  sk_op_desc d = op(SK_OP_RMS_NORM, "[16,64,32],[64,32]", "(16,1,1),(1,1)");
+  d.params = 2;
+  sk_op_plan p = plan_ok(&d, 16);
+  expect_dev_matrix(&p, "16,1,1");
+  expect_map(&p.in[0], "(2,1,0)", "x");
+  expect_map(&p.in[1], "(1,0)", "gamma");
+  cr_expect_eq(p.noutputs, 2, "y and rstd");
+  expect_map(&p.out[0], "(2,1,0)", "y");
+  expect_map(&p.out[1], "(2,-1,-1)", "rstd");
+  expect_shape(&p.out[1], "16,1,1", "rstd");
+  expect_slice(&p.out[0], "1,64,32", "y");
+  expect_none(&p.fwd, "forward");
+  cr_expect_eq(group_size(&p, &p.grad[1]), 16, "gamma's gradient sums over every device");
+  sk_op_desc h = op(SK_OP_RMS_NORM, "[16,64,32],[64,32]", "(2,1,1),(1,1)");
+  expect_dev_matrix((sk_op_plan[]){plan_ok(&h, 16)}, "2,1,1,8");
+  sk_op_desc w = op(SK_OP_RMS_NORM, "[16,64,32],[64,32]", "(1,2,1,2),(2,1,2)");
+  expect_reject(&w, 16, "rank-4 tuples for rank-3 x", "RmsNorm", "input 0's tuple has 4 entries", NULL);
+  sk_op_desc s = op(SK_OP_RMS_NORM, "[16,64,32],[64,32]", "(2,8,1),(8,1)");
+  expect_reject(&s, 16, "a normalised dim cut", "RmsNorm", "input 0 dim 1 is cut 8 ways", "begin_norm_axis 1", NULL);
+  sk_op_desc g = op(SK_OP_RMS_NORM, "[16,64,32],[32]", "(2,8,1),(2)");
+  expect_reject(&g, 16, "gamma cut unlike x", "RmsNorm", "input 1 dim 0 is cut 2 ways but x's dim 2 1 ways", NULL);
+  sk_op_desc m = op(SK_OP_RMS_NORM, "[16,64,32],[16]", NULL);
+  expect_reject(&m, 16, "gamma unlike x's last dim", "RmsNorm", "input 1 dim 0 (16) does not match x's dim 2 (32)", NULL);
+  sk_op_desc r = op(SK_OP_RMS_NORM, "[16,64],[2,16,64]", NULL);
+  expect_reject(&r, 16, "gamma of a higher rank", "RmsNorm", "input 1 (gamma) has rank 3", NULL);
+}
+
+/* Sigmoid and SiLU: master's SigmoidInfo and SiLUInfo are ActivationOther (activation_info.h):
+   the device matrix is the strategy, y keeps x's map, no communication, any dim may be cut. */
+Test(ops_rules, sigmoid_and_silu) {
+  const sk_op_kind kinds[2] = {SK_OP_SIGMOID, SK_OP_SILU};
+  for (int i = 0; i < 2; i++) {
+    sk_op_desc d = op(kinds[i], "[2,4,8,16]", "(2,4,8,1)");
+    sk_op_plan p = plan_ok(&d, 128);
+    expect_dev_matrix(&p, "2,4,8,1,2");
+    expect_map(&p.in[0], "(4,3,2,1)", "x");
+    expect_map(&p.out[0], "(4,3,2,1)", "y");
+    expect_slice(&p.out[0], "1,1,1,16", "y");
+    expect_none(&p.fwd, "forward");
+    sk_op_desc r = op(kinds[i], "[2,4,8,16]", "(2,4,8)");
+    expect_reject(&r, 128, "a short tuple", sk_op_kind_name(kinds[i]), "tuple", NULL);
+  }
+}
+
 /* ==== losses =================================================================================== */
 
 /* SoftmaxCrossEntropyWithLogits, hand-derived: logits and labels [64,10], ((8,1),(8,1)).
@@ -654,6 +706,59 @@ Test(ops_rules, mae_loss) {
   expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,2,4,6,8,10,12,14", "forward over the cutting axes");
   sk_op_desc r = op(SK_OP_MAE_LOSS, "[32,16],[32,16]", "(4,2),(2,2)");
   expect_reject(&r, 16, "label cut unlike prediction", "MAELoss", "input 1", NULL);
+}
+
+/* MAELoss with labels that broadcast (nn.MAELoss: abs(logits - labels), aligned from the right):
+   prediction [32,16] on 16, ((4,2),(2)): labels [16] take the columns' axis; each device holds a
+   part of their gradient, summed along the rows' axis (d0). Labels [32,1], ((4,2),(4,1)): the
+   sum runs along the columns' axis. A parameter's Mirror sums it instead. Labels that do not
+   broadcast, or cut unlike the dim they align with, are refused by name. */
+Test(ops_rules, mae_loss_broadcast_labels) {
+  sk_op_desc d = op(SK_OP_MAE_LOSS, "[32,16],[16]", "(4,2),(2)");
+  sk_op_plan p = plan_ok(&d, 16);
+  expect_dev_matrix(&p, "4,2,2");
+  expect_map(&p.in[1], "(1,)", "labels");
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,2,4,6,8,10,12,14", "forward over the cutting axes");
+  expect_comm(&p, &p.bwd_in[1], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,4,8,12", "the labels' gradient over the rows");
+  expect_none(&p.bwd_in[0], "the prediction's gradient is whole");
+  sk_op_desc c = op(SK_OP_MAE_LOSS, "[32,16],[32,1]", "(4,2),(4,1)");
+  sk_op_plan q = plan_ok(&c, 16);
+  expect_map(&q.in[1], "(2,-1)", "labels");
+  expect_comm(&q, &q.bwd_in[1], SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,2", "the labels' gradient over the columns");
+  c.params = 2;
+  expect_none(&plan_ok(&c, 16).bwd_in[1], "a parameter's Mirror sums it");
+  sk_op_desc dflt = op(SK_OP_MAE_LOSS, "[32,16],[16]", NULL);
+  expect_slice(&plan_ok(&dflt, 16).in[1], "16", "default: the labels whole");
+  sk_op_desc r1 = op(SK_OP_MAE_LOSS, "[32,16],[8]", "(4,2),(2)");
+  expect_reject(&r1, 16, "labels [8] against [32,16]", "MAELoss", "input 1 dim 0 (8) does not broadcast to input 0 dim 1 (16)",
+                NULL);
+  sk_op_desc r2 = op(SK_OP_MAE_LOSS, "[32,16],[16]", "(4,2),(1)");
+  expect_reject(&r2, 16, "labels cut unlike the columns", "MAELoss", "input 1 dim 0 is cut 1 ways", NULL);
+  sk_op_desc r3 = op(SK_OP_MAE_LOSS, "[32],[32,16]", NULL);
+  expect_reject(&r3, 16, "labels of a higher rank", "MAELoss", "input 1 has more dims", NULL);
+}
+
+/* VirtualLoss (master's tests/ut/python/ops/test_math_ops.py, the loss of the parallel tests'
+   NetWithLoss): no OperatorInfo on master, so shardkit's rule is the scalar losses'. x [64,32],
+   ((4,2),) on 16: the sums AllReduce along both cutting axes, the output [1] whole. Without a
+   strategy it takes the cut its input arrives with (desc.follows_input), else data parallel. */
+Test(ops_rules, virtual_loss) {
+  sk_op_desc d = op(SK_OP_VIRTUAL_LOSS, "[64,32]", "(4,2)");
+  sk_op_plan p = plan_ok(&d, 16);
+  expect_dev_matrix(&p, "4,2,2");
+  expect_map(&p.in[0], "(2,1)", "x");
+  expect_shape(&p.out[0], "1", "loss");
+  expect_map(&p.out[0], "(-1,)", "loss");
+  expect_comm(&p, &p.fwd, SK_COLL_ALLREDUCE, SK_SUM, 1, 0, "0,2,4,6,8,10,12,14", "forward over the cutting axes");
+  expect_none(&p.bwd_in[0], "dx is whole: the loss is");
+  sk_op_desc dp = op(SK_OP_VIRTUAL_LOSS, "[64,32]", NULL);
+  expect_dev_matrix((sk_op_plan[]){plan_ok(&dp, 16)}, "16,1");
+  dp.follows_input = true, dp.strategy[0][0] = 2, dp.strategy[0][1] = 4;
+  sk_op_plan f = plan_ok(&dp, 16);
+  expect_dev_matrix(&f, "2,4,2");
+  expect_slice(&f.in[0], "32,8", "x as it arrives");
+  sk_op_desc r = op(SK_OP_VIRTUAL_LOSS, "[64,32],[64]", NULL);
+  expect_reject(&r, 16, "two inputs", "VirtualLoss", "takes 1 input", NULL);
 }
 
 /* ==== reductions =============================================================================== */

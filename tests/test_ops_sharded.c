@@ -353,7 +353,7 @@ static sk_result loss_fwd(kctx *k) {
   const sk_op_desc *d = k->d;
   tensor *a = &k->in[0], *b = &k->in[1];
   if (d->kind == SK_OP_SOFTMAX_CE_LOGITS) return sk_kern_softmax_ce_logits(F64, SH(*a), a->v, b->v, k->out[0].v, k->out[1].v, E);
-  if (d->kind == SK_OP_MAE_LOSS) return sk_kern_mae_loss(F64, SH(*a), a->v, b->v, global_count(d), k->out[0].v, E);
+  if (d->kind == SK_OP_MAE_LOSS) return sk_kern_mae_loss(F64, SH(*a), a->v, SH(*b), b->v, global_count(d), k->out[0].v, E);
   if (k->c->gen[1] != GEN_INDEX) return sk_kern_softmax_ce(F64, SH(*a), a->v, b->v, d->shape[0][0], k->out[0].v, E);
   int64_t idx[MAXE];
   to_index(b, idx);
@@ -366,7 +366,7 @@ static sk_result loss_bwd(kctx *k) {
   const double *dl = k->dy[0].v;
   if (d->kind == SK_OP_SOFTMAX_CE_LOGITS) return sk_kern_softmax_ce_logits_bwd(F64, SH(*a), dl, k->out[1].v, k->dx[0].v, E);
   if (d->kind == SK_OP_MAE_LOSS)
-    return sk_kern_mae_loss_bwd(F64, SH(*a), a->v, b->v, global_count(d), dl, k->dx[0].v, k->dx[1].v, E);
+    return sk_kern_mae_loss_bwd(F64, SH(*a), a->v, SH(*b), b->v, global_count(d), dl, k->dx[0].v, k->dx[1].v, E);
   if (k->c->gen[1] != GEN_INDEX) return sk_kern_softmax_ce_bwd(F64, SH(*a), a->v, b->v, d->shape[0][0], dl, k->dx[0].v, E);
   int64_t idx[MAXE];
   to_index(b, idx);

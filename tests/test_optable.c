@@ -343,6 +343,35 @@ static void case_tmp_identity(kcase *c) {
   c->flops = 4, c->space = "2,2 (0,1)";
 }
 
+static void case_sigmoid(kcase *c) {
+  add_in(c, SK_F64, DIMS(2), VALS(0, 2));
+  add_out(c, SK_F64, DIMS(2), VALS(0.5, 0.8807970779778823));
+  c->flops = 2, c->space = "2 (0)";
+}
+
+static void case_silu(kcase *c) { /* x sigmoid(x) */
+  add_in(c, SK_F64, DIMS(2), VALS(0, 2));
+  add_out(c, SK_F64, DIMS(2), VALS(0, 1.7615941559557646));
+  c->flops = 2, c->space = "2 (0)";
+}
+
+/* x [1, 2] = (3, 4): rstd = 1 / sqrt(12.5 + 1e-6) (the default epsilon), y = x rstd gamma (1, 2);
+   rstd keeps x's rank, the normalised dim of size 1. */
+static void case_rms_norm(kcase *c) {
+  add_in(c, SK_F64, DIMS(1, 2), VALS(3, 4));
+  add_in(c, SK_F64, DIMS(2), VALS(1, 2));
+  add_out(c, SK_F64, DIMS(1, 2), VALS(0.8485281034827337, 2.2627416092872896));
+  add_out(c, SK_F64, DIMS(1, 1), VALS(0.2828427011609112));
+  c->flops = 2, c->space = "1,2 (0,1)(1)";
+}
+
+/* The sum of x; it follows its input's cut, so the search has nothing to choose. */
+static void case_virtual_loss(kcase *c) {
+  add_in(c, SK_F64, DIMS(2, 2), VALS(1, -2, 3, -4));
+  add_out(c, SK_F64, DIMS(1), VALS(-2));
+  c->flops = 1, c->space = "none";
+}
+
 /* Indexed by kind: a kind added to sk_op_kind without a case here fails every test below. */
 static void (*const case_of[SK_OP_KIND_COUNT])(kcase *) = {
     [SK_OP_MATMUL] = case_matmul,
@@ -379,6 +408,10 @@ static void (*const case_of[SK_OP_KIND_COUNT])(kcase *) = {
     [SK_OP_GET_NEXT] = case_get_next,
     [SK_OP_VIRTUAL_DATASET] = case_virtual_dataset,
     [SK_OP_TMP_IDENTITY] = case_tmp_identity,
+    [SK_OP_SIGMOID] = case_sigmoid,
+    [SK_OP_SILU] = case_silu,
+    [SK_OP_RMS_NORM] = case_rms_norm,
+    [SK_OP_VIRTUAL_LOSS] = case_virtual_loss,
 };
 
 /* Kind k's case; its outputs' buffers filled with 0xA5 bytes. */
@@ -544,7 +577,8 @@ Test(optable, reduction_rules_complete_a_cut_dim_each_their_way) {
 
 /* Rules that differ only in which dims must stay whole, on 2 devices: every input [2,2], each
    given the same tuple. ReLU cuts anything; Softmax and LogSoftmax keep their axis (-1) whole,
-   L2Normalize its axis (0); the softmax losses keep all but the batch whole, MAELoss nothing. */
+   L2Normalize its axis (0); the softmax losses keep all but the batch whole, MAELoss nothing;
+   Sigmoid, SiLU and VirtualLoss nothing; RmsNorm its normalised dims (gamma [2,2] here: both). */
 Test(optable, rules_sharing_a_form_keep_their_own_dims_whole) {
   const struct {
     sk_op_kind kind;
@@ -556,6 +590,8 @@ Test(optable, rules_sharing_a_form_keep_their_own_dims_whole) {
       {SK_OP_LOG_SOFTMAX, 1, {1, 2}, false}, {SK_OP_LOG_SOFTMAX, 1, {2, 1}, true},
       {SK_OP_L2_NORMALIZE, 1, {1, 2}, true}, {SK_OP_L2_NORMALIZE, 1, {2, 1}, false},
       {SK_OP_MAE_LOSS, 2, {1, 2}, true},    {SK_OP_SOFTMAX_CE, 2, {1, 2}, false},
+      {SK_OP_SIGMOID, 1, {1, 2}, true},     {SK_OP_SILU, 1, {2, 1}, true},
+      {SK_OP_VIRTUAL_LOSS, 1, {1, 2}, true}, {SK_OP_RMS_NORM, 2, {1, 2}, false}, {SK_OP_RMS_NORM, 2, {2, 1}, false},
       {SK_OP_SOFTMAX_CE_LOGITS, 2, {1, 2}, false}, {SK_OP_SOFTMAX_CE_LOGITS, 2, {2, 1}, true},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -695,6 +731,27 @@ Test(optable, backward_column) {
   build_case(SK_OP_SOFTMAX_CE_LOGITS, &c); /* d loss = dy (softmax - labels) */
   run_backward(&c, VALS(2), dx);
   expect_grad(dx[0], VALS(0.5, -0.5), "SoftmaxCrossEntropyWithLogits dlogits");
+  build_case(SK_OP_VIRTUAL_LOSS, &c); /* dy at every element */
+  run_backward(&c, VALS(3), dx);
+  expect_grad(dx[0], VALS(3, 3, 3, 3), "VirtualLoss dx");
+}
+
+/* MAELoss with labels [2] broadcast against the prediction [2, 2] (1,2,3,4) - (0,5) per row:
+   mean(1, 3, 3, 1) = 2; dpred = dy sign / 4, and each label gathers minus its column's. */
+Test(optable, mae_loss_broadcasts_its_labels) {
+  kcase c;
+  double dx[SK_OP_MAX_INPUTS][CASE_MAX];
+  build_case(SK_OP_MAE_LOSS, &c);
+  memset(&c.op, 0, sizeof c.op);
+  c.op.desc.kind = SK_OP_MAE_LOSS;
+  add_in(&c, SK_F64, DIMS(2, 2), VALS(1, 2, 3, 4));
+  add_in(&c, SK_F64, DIMS(2), VALS(0, 5));
+  add_out(&c, SK_F64, DIMS(1), VALS(2));
+  OK(sk_exec_forward(NULL, &c.op, &c.facts, c.in, c.out, E));
+  expect_outputs(&c, "MAELoss, labels broadcast");
+  run_backward(&c, VALS(2), dx);
+  expect_grad(dx[0], VALS(0.5, -0.5, 0.5, -0.5), "MAELoss dpred");
+  expect_grad(dx[1], VALS(-1, 1), "MAELoss dlabels");
 }
 
 static double flops_of(const kcase *c) {
