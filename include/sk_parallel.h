@@ -376,7 +376,7 @@ static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, bool input_placed, 
   if (r) return r;
   po->desc.params = 0;
   for (int k = 0; k < g->ops[o].ninputs; k++)
-    if (g->tensors[g->ops[o].inputs[k]].role == SK_TENSOR_PARAM) po->desc.params |= 1u << k;
+    if (sk_graph_trainable(g, g->ops[o].inputs[k])) po->desc.params |= 1u << k; /* MindSpore's is_parameter: requires_grad */
   bool follows = (sk_op_row_of(po->desc.kind)->flags & SK_OPF_FOLLOWS_INPUT) != 0;
   if (follows && !po->desc.has_strategy && !po->desc.has_layouts && input_placed) {
     const sk_layout *in = &p->tensors[g->ops[o].inputs[0]].layout; /* the cut its producer left */
