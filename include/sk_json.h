@@ -1115,9 +1115,10 @@ static sk_result sk__jw_check(const sk_graph *g, sk_error *err) {
         (unsigned)x->init.kind >= SK_INIT_KIND_COUNT || !memchr(x->name, 0, sizeof x->name))
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: tensor %d: a dims count, dtype, role or initialiser is out "
                       "of range", t);
-    if (!isfinite(x->init.value) || !isfinite(x->value))
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: tensor '%s': the initialiser's or constant's value is not finite",
-                      x->name);
+    if (!isfinite(x->init.value))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: parameter '%s': the initialiser's value is not finite", x->name);
+    if (x->role == SK_TENSOR_CONST && (!isfinite(x->value) || x->ndims))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: constant '%s' is not a finite rank-0 number", x->name);
   }
   for (int i = 0; i < g->nops; i++) {
     sk_result r = sk__jw_check_op(g, &g->ops[i], err);
