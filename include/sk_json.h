@@ -13,11 +13,14 @@
      indentation, doubles with 17 significant digits (so that they read back exactly), every
      attribute left out while it holds its zero default, a final newline. sk_json_parse_network
      reads any JSON of that content (keys in any order, any spacing) back through the graph's
-     builder calls (sk_graph_add_input / _param / _op, _set_loss, _set_eval; the optimizer goes
-     to g->optim once sk_optim_resolve has accepted it), so a loaded graph
-     has passed every check a built one passes, and loading then saving a canonical file gives it
+     builder calls (sk_graph_add_input / _param / _const / _op, _set_requires_grad, _set_loss,
+     _set_eval; the optimizer goes to g->optim once sk_optim_resolve has accepted it), so a
+     loaded graph has passed every check a built one passes, and loading then saving a canonical file gives it
      back byte for byte. A strategy is kept as written, malformed tuple counts and lengths
      included: MindSpore refuses those when the network is compiled, not when it is read.
+     A number among an operator's inputs is a constant (a rank-0 tensor, "<op>:in<k>", added just
+     before its operator, of the dtype of the operator's first tensor input); constants are
+     written back as numbers where they are read, never in "tensors".
      The listed tensors are added first, then the operators: a graph whose parameters were added
      between operators reads back with the same names, operators and parameter order, but other
      tensor ids.

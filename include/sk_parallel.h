@@ -35,7 +35,8 @@
      each such output's gradient into the rule's layout, UNDO_COMM (an
      AllGather of the output's gradient after a forward ReduceScatter; the scale of a scaled
      AllReduce), BACKWARD, then per input that takes a gradient: BACKWARD_COMM (the rule's bwd_in
-     collective), MIRROR for a parameter (its gradient AllReduce over its replicas, which the
+     collective), MIRROR for a trainable parameter (a frozen one, requires_grad false, takes no
+     gradient, and the rule sees it as no parameter: desc.params, MindSpore's is_parameter) (its gradient AllReduce over its replicas, which the
      runtime hands to the fusion scheduler), MOVE_BACK for a moved input (the gradient returns to
      its tensor's layout). A tensor read by several operators sums their gradients. Last: UPDATE (the
      optimizer on every parameter's slice, once every Mirror has completed).

@@ -14,7 +14,9 @@
      AllReduces of parameters read once go to the fusion scheduler (sk_fusion.h), and the update
      waits for them. Initial parameters are the single-device trainer's (sk_graph_init_params
      with the same seed), each device keeping its slice, so N devices start from the model one
-     device starts from.
+     device starts from; a constant (a number operand) is whole on every device reading it. A
+     frozen parameter (requires_grad false) has no gradient, Mirror or optimizer state and is
+     never updated; the local norms leave it out.
 
    THE PLAN'S KNOBS (sk_parallel_desc; docs/auto-parallel.md)
      comm_fusion          the fusion scheduler's configs (closed: nothing fused; size and auto
