@@ -381,10 +381,12 @@ static sk_result sk__jr_tensor(sk__jr *jr, sk_graph *g, json_t *list, size_t i, 
   bool param = !strcmp(role, "parameter");
   if (!param && strcmp(role, "input")) return sk__jr_fail(jr, "role", "expected \"input\" or \"parameter\"");
   if (!param && json_object_get(v, "init")) return sk__jr_fail(jr, "init", "an input has no initialiser");
-  if (!param && json_object_get(v, "requires_grad")) return sk__jr_fail(jr, "requires_grad", "an input takes no gradient");
+  if (!param && json_object_get(v, "requires_grad"))
+    return sk__jr_fail(jr, "requires_grad", "an input takes no gradient");
   if (param && ((r = sk__jr_init(jr, v, &init)) || (r = sk__jr_bool(jr, v, "requires_grad", &requires_grad)))) return r;
   int id = -1;
-  r = param ? sk_graph_add_param(g, name, dt, n, shape, init, &id, &e) : sk_graph_add_input(g, name, dt, n, shape, NULL, &e);
+  r = param ? sk_graph_add_param(g, name, dt, n, shape, init, &id, &e)
+            : sk_graph_add_input(g, name, dt, n, shape, NULL, &e);
   if (!r && param) r = sk_graph_set_requires_grad(g, id, requires_grad, &e);
   return r ? sk__jr_refused(jr, r, "", &e) : SK_OK;
 }
@@ -406,7 +408,7 @@ static sk_result sk__jr_const_input(sk__jr *jr, sk_graph *g, json_t *list, sk_gr
   for (int j = 0; j < op->ninputs && !found; j++)
     if (json_is_string(json_array_get(list, (size_t)j))) dt = g->tensors[op->inputs[j]].dtype, found = true;
   if (!found) return sk__jr_fail(jr, key, "a number needs a tensor input beside it, whose dtype it takes");
-  char name[SK_GRAPH_NAME_MAX + 8];
+  char name[SK_GRAPH_NAME_MAX + 16]; /* room for any k: a name past the limit is the graph's to refuse */
   (void)snprintf(name, sizeof name, "%s:in%d", op->name, k);
   sk_error e;
   sk_result r = sk_graph_add_const(g, name, dt, json_number_value(json_array_get(list, (size_t)k)), &op->inputs[k], &e);

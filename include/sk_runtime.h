@@ -451,7 +451,7 @@ static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
     const sk_parallel_tensor *pt = &rt->plan->tensors[t];
     bool param = g->tensors[t].role == SK_TENSOR_PARAM, sharded = pt->opt_size > 0;
     bool kept = param || g->tensors[t].role == SK_TENSOR_CONST, trains = sk_graph_trainable(g, t);
-    /* pipeline: a stage keeps its own parameters and constants; activations live in slots, inputs in feeds */
+    /* pipeline: a stage keeps its parameters and constants; activations live in slots, inputs in feeds */
     if (rt->world && (!kept || !sk__rt_read_here(rt, t))) {
       sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), NULL);
       continue;
@@ -467,8 +467,8 @@ static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
     if (pt->needs_grad) rt->grads[t] = sk__rt_alloc(rt, SK__RT_GRADS, b);
     if (trains && nstates > 0) rt->state0[t] = sk__rt_alloc(rt, SK__RT_STATE, bs); /* a frozen parameter has none */
     if (trains && nstates > 1) rt->state1[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
-    if ((!sharded && !rt->recomputed[t] && !rt->values[t]) || (pt->needs_grad && !rt->grads[t]) || (trains && nstates > 0 && !rt->state0[t]) ||
-        (trains && nstates > 1 && !rt->state1[t]))
+    if ((!sharded && !rt->recomputed[t] && !rt->values[t]) || (pt->needs_grad && !rt->grads[t]) ||
+        (trains && nstates > 0 && !rt->state0[t]) || (trains && nstates > 1 && !rt->state1[t]))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for tensor '%s'", g->tensors[t].name);
     sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), rt->values[t]);
   }
