@@ -75,8 +75,9 @@ SK_API uint64_t sk_exec_dropout_seed(uint64_t seed, int op, int64_t step);
 /* Whether input k of op can take a gradient (false for indices, labels of a loss, OneHot). */
 SK_API bool sk_exec_differentiable(const sk_graph_op *op, int k);
 /* needs[t] (g->ntensors entries): whether tensor t has a gradient in the backward. Every
-   parameter has one (zero where no gradient reaches it: the optimizer still updates it, as
-   MindSpore gives such a parameter a zero gradient); another tensor when a parameter's gradient
+   trainable parameter has one (zero where no gradient reaches it: the optimizer still updates
+   it, as MindSpore gives such a parameter a zero gradient), a frozen one (requires_grad false)
+   and a constant none; another tensor when a parameter's gradient
    flows through it (a float output of an operator with a differentiable input that has one) AND
    the loss's gradient reaches it (the loss itself; an input an operator reads differentiably
    when the output that input's gradient comes from has one: output 0, VirtualDataset's output
@@ -138,7 +139,7 @@ SK_API void sk_exec_grad_flow(const sk_graph *g, bool *needs) {
     }
   }
   for (int t = 0; t < g->ntensors; t++)
-    if (g->tensors[t].producer < 0) needs[t] = g->tensors[t].role == SK_TENSOR_PARAM;
+    if (g->tensors[t].producer < 0) needs[t] = sk_graph_trainable(g, t);
   for (int o = 0; o < g->nops; o++) {
     const sk_graph_op *op = &g->ops[o];
     bool flows[SK_OP_MAX_OUTPUTS] = {false};

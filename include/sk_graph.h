@@ -16,9 +16,19 @@
 
    TENSORS
      Every tensor has a name (unique in the graph), a role (input: fed by the data; parameter:
-     trained, with an initialiser; value: an operator's output), a dtype and a GLOBAL shape (the
-     whole tensor, as a single device sees it: a network's batch size is global). An operator's
-     outputs are named after it: "<op>" for its first output, "<op>:<i>" for the others.
+     trained, with an initialiser; value: an operator's output; constant: a number an operator
+     reads), a dtype and a GLOBAL shape (the whole tensor, as a single device sees it: a
+     network's batch size is global). An operator's outputs are named after it: "<op>" for its
+     first output, "<op>:<i>" for the others.
+     A constant is MindSpore's number operand, as in ops.Mul()(x, 0.5): MindSpore turns the
+     number into a rank-0 tensor (a ValueNode) that the operator reads like any input, so its
+     shard strategy has an empty tuple () for it (Mul().shard(((2, 4), ())), as MindSpore's
+     parallel tests write it). Here it is that rank-0 tensor (sk_graph_add_const): replicated on
+     every device, never fed, never given a gradient; the JSON writes it as the number itself in
+     the operator's input list, once per reader.
+     A parameter added with requires_grad false (sk_graph_set_requires_grad; MindSpore's
+     Parameter(..., requires_grad=False)) is still initialised, stored and checkpointed, but has
+     no gradient: no Mirror, no optimizer state, no update (sk_graph_trainable).
 
    OPERATORS
      An sk_graph_op carries an sk_op_desc (sk_ops.h: the kind, MindSpore's attributes, and the
@@ -61,7 +71,7 @@ SK_EXTERN_C_BEGIN
 /* sk_graph_op.fusion: never fused (MindSpore's Cell.set_comm_fusion(0)); sk_fusion.h's SK_FUSION_NEVER */
 #define SK_GRAPH_FUSION_NEVER (-1)
 
-typedef enum sk_tensor_role { SK_TENSOR_INPUT = 0, SK_TENSOR_PARAM, SK_TENSOR_VALUE } sk_tensor_role;
+typedef enum sk_tensor_role { SK_TENSOR_INPUT = 0, SK_TENSOR_PARAM, SK_TENSOR_VALUE, SK_TENSOR_CONST } sk_tensor_role;
 
 /* MindSpore's initialisers; `value` is the one number each takes (zero: MindSpore's default):
      ZEROS, ONES          --
@@ -93,6 +103,8 @@ typedef struct sk_graph_tensor {
   int ndims; /* 0: a scalar */
   int64_t shape[SK_MAX_DIMS];
   sk_init init;     /* parameters */
+  double value;     /* constants: the number (a rank-0 tensor) */
+  bool frozen;      /* parameters: requires_grad=False (sk_graph_set_requires_grad) */
   int producer;     /* the operator whose output it is; -1 for inputs and parameters */
   int output_index; /* which output of the producer */
 } sk_graph_tensor;
@@ -141,6 +153,15 @@ SK_API sk_result sk_graph_add_input(sk_graph *g, const char *name, sk_dtype dtyp
                                     int *id, sk_error *err);
 SK_API sk_result sk_graph_add_param(sk_graph *g, const char *name, sk_dtype dtype, int ndims, const int64_t *shape,
                                     sk_init init, int *id, sk_error *err);
+/* A constant: a rank-0 tensor of float dtype holding `value` (see TENSORS), which operators
+   read as they read any tensor. */
+SK_API sk_result sk_graph_add_const(sk_graph *g, const char *name, sk_dtype dtype, double value, int *id,
+                                    sk_error *err);
+/* MindSpore's Parameter.requires_grad: false freezes parameter t (see TENSORS); true (what
+   sk_graph_add_param gives) trains it. */
+SK_API sk_result sk_graph_set_requires_grad(sk_graph *g, int t, bool requires_grad, sk_error *err);
+/* Whether tensor t is a parameter that trains (requires_grad): gradient, Mirror, optimizer. */
+SK_API bool sk_graph_trainable(const sk_graph *g, int t);
 /* Adds op (copied), infers its outputs' shapes and dtypes and adds them as tensors; *index (may
    be NULL) receives the operator's index. */
 SK_API sk_result sk_graph_add_op(sk_graph *g, const sk_graph_op *op, int *index, sk_error *err);
@@ -175,7 +196,7 @@ SK_API sk_result sk_graph_init_params(const sk_graph *g, uint64_t seed, sk_dtype
 
 SK_API const char *sk_init_kind_name(sk_init_kind kind); /* "zeros", "ones", "constant", ... */
 SK_API bool sk_init_kind_from_name(const char *name, sk_init_kind *kind);
-SK_API const char *sk_tensor_role_name(sk_tensor_role role); /* "input", "parameter", "value" */
+SK_API const char *sk_tensor_role_name(sk_tensor_role role); /* "input", "parameter", "value", "constant" */
 
 SK_EXTERN_C_END
 #define SK__GRAPH_DECLARED
@@ -207,6 +228,7 @@ SK_API const char *sk_tensor_role_name(sk_tensor_role role) {
     case SK_TENSOR_INPUT: return "input";
     case SK_TENSOR_PARAM: return "parameter";
     case SK_TENSOR_VALUE: return "value";
+    case SK_TENSOR_CONST: return "constant";
   }
   return "unknown";
 }
@@ -260,6 +282,9 @@ SK_API sk_result sk_graph_micro(const sk_graph *g, int micro, sk_graph *out, sk_
       if (!r) r = sk_graph_add_input(out, x->name, x->dtype, x->ndims, shape, &id, err);
     } else if (x->role == SK_TENSOR_PARAM) {
       r = sk_graph_add_param(out, x->name, x->dtype, x->ndims, shape, x->init, &id, err);
+      if (!r) out->tensors[id].frozen = x->frozen;
+    } else if (x->role == SK_TENSOR_CONST) {
+      r = sk_graph_add_const(out, x->name, x->dtype, x->value, &id, err);
     } else if (x->output_index == 0) {
       r = sk__graph_micro_op(g, x->producer, micro, out, err);
       id = t;
@@ -342,11 +367,12 @@ static sk_result sk__graph_push_tensor(sk_graph *g, const char *name, sk_tensor_
                                        const int64_t *shape, sk_init init, int *id, sk_error *err) {
   sk_result r;
   if (!g) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: NULL graph");
-  if ((r = sk__graph_check_name(g, role == SK_TENSOR_PARAM ? "parameter" : "input", name, err))) return r;
+  const char *what = role == SK_TENSOR_PARAM ? "parameter" : role == SK_TENSOR_CONST ? "constant" : "input";
+  if ((r = sk__graph_check_name(g, what, name, err))) return r;
   if ((r = sk__graph_check_shape(name, ndims, shape, err))) return r;
   if (!sk_dtype_valid(dtype)) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: tensor '%s' has a bad dtype", name);
-  if (role == SK_TENSOR_PARAM && dtype != SK_F32 && dtype != SK_F64 && dtype != SK_F16 && dtype != SK_BF16)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: parameter '%s' must be a float tensor, not %s", name,
+  if (role != SK_TENSOR_INPUT && dtype != SK_F32 && dtype != SK_F64 && dtype != SK_F16 && dtype != SK_BF16)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: %s '%s' must be a float tensor, not %s", what, name,
                     sk_dtype_name(dtype));
   if (role == SK_TENSOR_PARAM && (unsigned)init.kind >= SK_INIT_KIND_COUNT)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: parameter '%s' has an unknown initialiser", name);
@@ -370,6 +396,30 @@ SK_API sk_result sk_graph_add_input(sk_graph *g, const char *name, sk_dtype dtyp
 SK_API sk_result sk_graph_add_param(sk_graph *g, const char *name, sk_dtype dtype, int ndims, const int64_t *shape,
                                     sk_init init, int *id, sk_error *err) {
   return sk__graph_push_tensor(g, name, SK_TENSOR_PARAM, dtype, ndims, shape, init, id, err);
+}
+
+SK_API sk_result sk_graph_add_const(sk_graph *g, const char *name, sk_dtype dtype, double value, int *id,
+                                    sk_error *err) {
+  sk_init none = {SK_INIT_ZEROS, 0};
+  if (!isfinite(value))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: constant '%s' is not a finite number", name ? name : "");
+  int at = -1;
+  sk_result r = sk__graph_push_tensor(g, name, SK_TENSOR_CONST, dtype, 0, NULL, none, &at, err);
+  if (r) return r;
+  g->tensors[at].value = value;
+  if (id) *id = at;
+  return SK_OK;
+}
+
+SK_API sk_result sk_graph_set_requires_grad(sk_graph *g, int t, bool requires_grad, sk_error *err) {
+  if (!g || t < 0 || t >= g->ntensors || g->tensors[t].role != SK_TENSOR_PARAM)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: requires_grad: tensor %d is not a parameter", t);
+  g->tensors[t].frozen = !requires_grad;
+  return SK_OK;
+}
+
+SK_API bool sk_graph_trainable(const sk_graph *g, int t) {
+  return g && t >= 0 && t < g->ntensors && g->tensors[t].role == SK_TENSOR_PARAM && !g->tensors[t].frozen;
 }
 
 SK_API sk_result sk_graph_op_desc(const sk_graph *g, int i, sk_op_desc *desc, sk_error *err) {

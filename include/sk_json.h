@@ -13,11 +13,14 @@
      indentation, doubles with 17 significant digits (so that they read back exactly), every
      attribute left out while it holds its zero default, a final newline. sk_json_parse_network
      reads any JSON of that content (keys in any order, any spacing) back through the graph's
-     builder calls (sk_graph_add_input / _param / _op, _set_loss, _set_eval; the optimizer goes
-     to g->optim once sk_optim_resolve has accepted it), so a loaded graph
-     has passed every check a built one passes, and loading then saving a canonical file gives it
+     builder calls (sk_graph_add_input / _param / _const / _op, _set_requires_grad, _set_loss,
+     _set_eval; the optimizer goes to g->optim once sk_optim_resolve has accepted it), so a
+     loaded graph has passed every check a built one passes, and loading then saving a canonical file gives it
      back byte for byte. A strategy is kept as written, malformed tuple counts and lengths
      included: MindSpore refuses those when the network is compiled, not when it is read.
+     A number among an operator's inputs is a constant (a rank-0 tensor, "<op>:in<k>", added just
+     before its operator, of the dtype of the operator's first tensor input); constants are
+     written back as numbers where they are read, never in "tensors".
      The listed tensors are added first, then the operators: a graph whose parameters were added
      between operators reads back with the same names, operators and parameter order, but other
      tensor ids.
@@ -361,8 +364,9 @@ static sk_result sk__jr_init(sk__jr *jr, json_t *t, sk_init *init) {
 
 static sk_result sk__jr_tensor(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size_t list_at) {
   json_t *v = json_array_get(list, i);
-  static const char *const keys[] = {"name", "role", "dtype", "shape", "init", NULL};
+  static const char *const keys[] = {"name", "role", "dtype", "shape", "init", "requires_grad", NULL};
   const char *name, *role;
+  bool requires_grad = true;
   sk_dtype dt = SK_F32;
   int64_t shape[SK_MAX_DIMS];
   int n = 0;
@@ -377,8 +381,13 @@ static sk_result sk__jr_tensor(sk__jr *jr, sk_graph *g, json_t *list, size_t i, 
   bool param = !strcmp(role, "parameter");
   if (!param && strcmp(role, "input")) return sk__jr_fail(jr, "role", "expected \"input\" or \"parameter\"");
   if (!param && json_object_get(v, "init")) return sk__jr_fail(jr, "init", "an input has no initialiser");
-  if (param && (r = sk__jr_init(jr, v, &init))) return r;
-  r = param ? sk_graph_add_param(g, name, dt, n, shape, init, NULL, &e) : sk_graph_add_input(g, name, dt, n, shape, NULL, &e);
+  if (!param && json_object_get(v, "requires_grad"))
+    return sk__jr_fail(jr, "requires_grad", "an input takes no gradient");
+  if (param && ((r = sk__jr_init(jr, v, &init)) || (r = sk__jr_bool(jr, v, "requires_grad", &requires_grad)))) return r;
+  int id = -1;
+  r = param ? sk_graph_add_param(g, name, dt, n, shape, init, &id, &e)
+            : sk_graph_add_input(g, name, dt, n, shape, NULL, &e);
+  if (!r && param) r = sk_graph_set_requires_grad(g, id, requires_grad, &e);
   return r ? sk__jr_refused(jr, r, "", &e) : SK_OK;
 }
 
@@ -390,19 +399,42 @@ static const char *const sk__jr_op_keys[] = {
     "dtype",      "out_shapes", "out_dtypes", "repeat_left", "full_batch", "fusion",    "stage",
     "recompute",  "shard",    "out_strategy", "layouts",  "out_layout", "activation_type", NULL};
 
-static sk_result sk__jr_inputs(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph_op *op) {
+/* A number among the inputs (MindSpore's ops.Mul()(x, 0.5)) becomes a constant named
+   "<op>:in<k>", of the dtype of the operator's first tensor input, as MindSpore converts the
+   number to that tensor's dtype. */
+static sk_result sk__jr_const_input(sk__jr *jr, sk_graph *g, json_t *list, sk_graph_op *op, int k, const char *key) {
+  sk_dtype dt = SK_F32;
+  bool found = false;
+  for (int j = 0; j < op->ninputs && !found; j++)
+    if (json_is_string(json_array_get(list, (size_t)j))) dt = g->tensors[op->inputs[j]].dtype, found = true;
+  if (!found) return sk__jr_fail(jr, key, "a number needs a tensor input beside it, whose dtype it takes");
+  char name[SK_GRAPH_NAME_MAX + 16]; /* room for any k: a name past the limit is the graph's to refuse */
+  (void)snprintf(name, sizeof name, "%s:in%d", op->name, k);
+  sk_error e;
+  sk_result r = sk_graph_add_const(g, name, dt, json_number_value(json_array_get(list, (size_t)k)), &op->inputs[k], &e);
+  return r ? sk__jr_refused(jr, r, key, &e) : SK_OK;
+}
+
+static sk_result sk__jr_inputs(sk__jr *jr, sk_graph *g, json_t *o, sk_graph_op *op) {
   json_t *list = json_object_get(o, "inputs");
   if (!json_is_array(list) || json_array_size(list) > SK_OP_MAX_INPUTS)
-    return sk__jr_fail(jr, "inputs", "expected a list of at most %d tensor names, got %s", SK_OP_MAX_INPUTS,
+    return sk__jr_fail(jr, "inputs", "expected a list of at most %d tensor names or numbers, got %s", SK_OP_MAX_INPUTS,
                        json_is_array(list) ? "a longer one" : sk__jr_type(list));
   op->ninputs = (int)json_array_size(list);
-  for (int k = 0; k < op->ninputs; k++) {
+  for (int k = 0; k < op->ninputs; k++) { /* the tensors first: a number takes their dtype */
     json_t *s = json_array_get(list, (size_t)k);
     char key[32];
     (void)snprintf(key, sizeof key, "inputs[%d]", k);
-    if (!json_is_string(s)) return sk__jr_fail(jr, key, "expected a tensor name, got %s", sk__jr_type(s));
+    if (json_is_number(s)) continue;
+    if (!json_is_string(s)) return sk__jr_fail(jr, key, "expected a tensor name or a number, got %s", sk__jr_type(s));
     if ((op->inputs[k] = sk_graph_find(g, json_string_value(s))) < 0)
       return sk__jr_fail(jr, key, "no tensor \"%.64s\" (listed, or an earlier operator's output)", json_string_value(s));
+  }
+  for (int k = 0; k < op->ninputs; k++) {
+    char key[32];
+    (void)snprintf(key, sizeof key, "inputs[%d]", k);
+    sk_result r = json_is_number(json_array_get(list, (size_t)k)) ? sk__jr_const_input(jr, g, list, op, k, key) : SK_OK;
+    if (r) return r;
   }
   return SK_OK;
 }
@@ -894,6 +926,7 @@ static json_t *sk__jw_tensor(sk__jw *w, const sk_graph_tensor *t) {
     sk__jw_set(w, init, "kind", json_string(sk_init_kind_name(t->init.kind)));
     sk__jw_real(w, init, "value", t->init.value);
     sk__jw_set(w, o, "init", init);
+    if (t->frozen) sk__jw_set(w, o, "requires_grad", json_false());
   }
   return o;
 }
@@ -988,7 +1021,10 @@ static json_t *sk__jw_op(sk__jw *w, const sk_graph_op *op) {
   json_t *o = json_object(), *inputs = json_array();
   sk__jw_set(w, o, "name", sk__jw_name(w, op->name));
   sk__jw_set(w, o, "type", json_string(sk_op_kind_name(op->desc.kind)));
-  for (int k = 0; k < op->ninputs; k++) sk__jw_append(w, inputs, sk__jw_name(w, w->g->tensors[op->inputs[k]].name));
+  for (int k = 0; k < op->ninputs; k++) { /* a constant: its number, where it is read */
+    const sk_graph_tensor *x = &w->g->tensors[op->inputs[k]];
+    sk__jw_append(w, inputs, x->role == SK_TENSOR_CONST ? json_real(x->value) : sk__jw_name(w, x->name));
+  }
   sk__jw_set(w, o, "inputs", inputs);
   sk__jw_attrs(w, o, op);
   sk__jw_attrs2(w, o, op);
@@ -1020,7 +1056,8 @@ static json_t *sk__jw_network(sk__jw *w) {
   sk__jw_set(w, root, "version", json_integer(SK__JSON_VERSION));
   if (g->dataset[0]) sk__jw_set(w, root, "dataset", sk__jw_name(w, g->dataset));
   for (int t = 0; t < g->ntensors; t++)
-    if (g->tensors[t].role != SK_TENSOR_VALUE) sk__jw_append(w, tensors, sk__jw_tensor(w, &g->tensors[t]));
+    if (g->tensors[t].role == SK_TENSOR_INPUT || g->tensors[t].role == SK_TENSOR_PARAM)
+      sk__jw_append(w, tensors, sk__jw_tensor(w, &g->tensors[t]));
   sk__jw_set(w, root, "tensors", tensors);
   for (int i = 0; i < g->nops; i++) sk__jw_append(w, ops, sk__jw_op(w, &g->ops[i]));
   sk__jw_set(w, root, "operators", ops);
@@ -1079,12 +1116,14 @@ static sk_result sk__jw_check(const sk_graph *g, sk_error *err) {
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: the graph's counts or tensor ids are out of range");
   for (int t = 0; t < g->ntensors; t++) {
     const sk_graph_tensor *x = &g->tensors[t];
-    if (x->ndims < 0 || x->ndims > SK_MAX_DIMS || !sk_dtype_valid(x->dtype) || (unsigned)x->role > SK_TENSOR_VALUE ||
+    if (x->ndims < 0 || x->ndims > SK_MAX_DIMS || !sk_dtype_valid(x->dtype) || (unsigned)x->role > SK_TENSOR_CONST ||
         (unsigned)x->init.kind >= SK_INIT_KIND_COUNT || !memchr(x->name, 0, sizeof x->name))
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: tensor %d: a dims count, dtype, role or initialiser is out "
                       "of range", t);
     if (!isfinite(x->init.value))
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: parameter '%s': the initialiser's value is not finite", x->name);
+    if (x->role == SK_TENSOR_CONST && (!isfinite(x->value) || x->ndims))
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: constant '%s' is not a finite rank-0 number", x->name);
   }
   for (int i = 0; i < g->nops; i++) {
     sk_result r = sk__jw_check_op(g, &g->ops[i], err);

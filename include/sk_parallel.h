@@ -35,8 +35,10 @@
      each such output's gradient into the rule's layout, UNDO_COMM (an
      AllGather of the output's gradient after a forward ReduceScatter; the scale of a scaled
      AllReduce), BACKWARD, then per input that takes a gradient: BACKWARD_COMM (the rule's bwd_in
-     collective), MIRROR for a parameter (its gradient AllReduce over its replicas, which the
-     runtime hands to the fusion scheduler), MOVE_BACK for a moved input (the gradient returns to
+     collective), MIRROR for a trainable parameter (its gradient AllReduce over its replicas,
+     which the runtime hands to the fusion scheduler; a frozen parameter, requires_grad false,
+     takes no gradient, and the rule sees it as no parameter: desc.params, MindSpore's
+     is_parameter), MOVE_BACK for a moved input (the gradient returns to
      its tensor's layout). A tensor read by several operators sums their gradients. Last: UPDATE (the
      optimizer on every parameter's slice, once every Mirror has completed).
      An operator whose outputs do not lead to the loss (a metric, an auxiliary head) has no
@@ -376,7 +378,7 @@ static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, bool input_placed, 
   if (r) return r;
   po->desc.params = 0;
   for (int k = 0; k < g->ops[o].ninputs; k++)
-    if (g->tensors[g->ops[o].inputs[k]].role == SK_TENSOR_PARAM) po->desc.params |= 1u << k;
+    if (sk_graph_trainable(g, g->ops[o].inputs[k])) po->desc.params |= 1u << k; /* is_parameter: requires_grad */
   bool follows = (sk_op_row_of(po->desc.kind)->flags & SK_OPF_FOLLOWS_INPUT) != 0;
   if (follows && !po->desc.has_strategy && !po->desc.has_layouts && input_placed) {
     const sk_layout *in = &p->tensors[g->ops[o].inputs[0]].layout; /* the cut its producer left */

@@ -14,7 +14,9 @@
      AllReduces of parameters read once go to the fusion scheduler (sk_fusion.h), and the update
      waits for them. Initial parameters are the single-device trainer's (sk_graph_init_params
      with the same seed), each device keeping its slice, so N devices start from the model one
-     device starts from.
+     device starts from; a constant (a number operand) is whole on every device reading it. A
+     frozen parameter (requires_grad false) has no gradient, Mirror or optimizer state and is
+     never updated; the local norms leave it out.
 
    THE PLAN'S KNOBS (sk_parallel_desc; docs/auto-parallel.md)
      comm_fusion          the fusion scheduler's configs (closed: nothing fused; size and auto
@@ -448,8 +450,9 @@ static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
   for (int t = 0; t < g->ntensors; t++) {
     const sk_parallel_tensor *pt = &rt->plan->tensors[t];
     bool param = g->tensors[t].role == SK_TENSOR_PARAM, sharded = pt->opt_size > 0;
-    /* pipeline: a stage keeps its own parameters; activations live in slots, inputs in feeds */
-    if (rt->world && (!param || !sk__rt_read_here(rt, t))) {
+    bool kept = param || g->tensors[t].role == SK_TENSOR_CONST, trains = sk_graph_trainable(g, t);
+    /* pipeline: a stage keeps its parameters and constants; activations live in slots, inputs in feeds */
+    if (rt->world && (!kept || !sk__rt_read_here(rt, t))) {
       sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), NULL);
       continue;
     }
@@ -462,10 +465,10 @@ static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
       rt->values[t] = sk__rt_alloc(rt, param ? SK__RT_PARAMS : SK__RT_ACTS, b);
     }
     if (pt->needs_grad) rt->grads[t] = sk__rt_alloc(rt, SK__RT_GRADS, b);
-    if (param && nstates > 0) rt->state0[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
-    if (param && nstates > 1) rt->state1[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
-    if ((!sharded && !rt->recomputed[t] && !rt->values[t]) || (pt->needs_grad && !rt->grads[t]) || (param && nstates > 0 && !rt->state0[t]) ||
-        (param && nstates > 1 && !rt->state1[t]))
+    if (trains && nstates > 0) rt->state0[t] = sk__rt_alloc(rt, SK__RT_STATE, bs); /* a frozen parameter has none */
+    if (trains && nstates > 1) rt->state1[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
+    if ((!sharded && !rt->recomputed[t] && !rt->values[t]) || (pt->needs_grad && !rt->grads[t]) ||
+        (trains && nstates > 0 && !rt->state0[t]) || (trains && nstates > 1 && !rt->state1[t]))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for tensor '%s'", g->tensors[t].name);
     sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), rt->values[t]);
   }
@@ -874,7 +877,7 @@ static sk_comm *sk__rt_everyone(const sk_runtime *rt) { return rt->world ? rt->w
 static sk_result sk__rt_setup_norms(sk_runtime *rt, sk_error *err) {
   const sk_parallel_desc *pd = &rt->plan->desc;
   if (!pd->print_local_norm && !pd->dump_local_norm) return SK_OK;
-  for (int t = 0; t < rt->g->ntensors; t++) rt->nnorms += rt->g->tensors[t].role == SK_TENSOR_PARAM;
+  for (int t = 0; t < rt->g->ntensors; t++) rt->nnorms += sk_graph_trainable(rt->g, t);
   rt->nnorms += pd->device_local_norm;
   if (!rt->nnorms) return SK_OK;
   bool writer = sk_comm_rank(sk__rt_everyone(rt)) == 0;
@@ -985,6 +988,11 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
   if (!r) r = sk_graph_init_params(g, seed, rt->cdt, full, err);
   for (int t = 0; t < g->ntensors && !r; t++) /* pipeline: another stage's parameters have no buffer here */
     if (g->tensors[t].role == SK_TENSOR_PARAM && (rt->values[t] || rt->shards[t].data)) r = sk__rt_keep_slice(rt, t, full[t], err);
+  for (int t = 0; t < g->ntensors && !r; t++) /* a constant: the whole rank-0 tensor on every device reading it */
+    if (g->tensors[t].role == SK_TENSOR_CONST && rt->values[t]) {
+      (void)sk_exec_convert(SK_F64, &g->tensors[t].value, rt->cdt, rt->values[t], 1);
+      sk__rt_store(rt, rt->values[t], 1);
+    }
   for (int t = 0; full && t < g->ntensors; t++) sk__rt_counted_free(rt, full[t]);
   free(full);
   return r;
@@ -1656,7 +1664,7 @@ static void sk__rt_norms_here(sk_runtime *rt) {
   double all = 0;
   int i = 0;
   for (int t = 0; t < g->ntensors; t++) {
-    if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    if (!sk_graph_trainable(g, t)) continue;
     const sk__rt_shard *sh = &rt->shards[t]; /* a sharded parameter's local slice is its shard */
     int64_t n = sh->data ? sh->count : sk_parallel_slice_count(rt->plan, t);
     const void *gr = sh->data ? sh->grad : rt->grads[t];
@@ -1688,7 +1696,7 @@ static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
       const double *v = rt->all_norms + (size_t)d * (size_t)rt->nnorms;
       int i = 0;
       for (int t = 0; t < g->ntensors; t++) {
-        if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+        if (!sk_graph_trainable(g, t)) continue;
         double norm = v[i++];
         if (norm >= 0) fprintf(to[f], "%lld %d %s %.9g\n", (long long)rt->step + 1, d, g->tensors[t].name, norm);
       }

@@ -264,7 +264,7 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
     double n = sk__sc_numel_of(&p->in[k]);
     sk_dtype dk = g->tensors[tk].dtype;
     t += sk__sc_coll(m, p->bwd_in[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->bwd_in[k].axes), &bytes, false);
-    if (g->tensors[tk].role == SK_TENSOR_PARAM) /* the Mirror: fused with the others, its latency shared */
+    if (sk_graph_trainable(g, tk)) /* the Mirror: fused with the others, its latency shared */
       t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->grad[k].axes), &bytes, true);
   }
   if (m->desc.device_tflops > 0) {
@@ -298,7 +298,7 @@ static sk_result sk__sc_desc(const sk_search_model *m, int o, const sk_search_ca
   if (r) return r;
   d->params = 0;
   for (int k = 0; k < g->ops[o].ninputs; k++)
-    if (g->tensors[g->ops[o].inputs[k]].role == SK_TENSOR_PARAM) d->params |= 1u << k;
+    if (sk_graph_trainable(g, g->ops[o].inputs[k])) d->params |= 1u << k;
   if (c->kind == SK_SEARCH_CAND_CONFIGURED) return SK_OK;
   d->has_strategy = c->kind == SK_SEARCH_CAND_STRATEGY;
   d->has_out_strategy = d->has_layouts = false; /* an unconfigured operator's out_strategy goes with its in_strategy */
@@ -522,7 +522,7 @@ SK_API sk_result sk_search_model_candidates(sk_search_model *m, sk_error *err) {
     if (r) break;
     d.params = 0;
     for (int i = 0; i < g->ops[o].ninputs; i++)
-      if (g->tensors[g->ops[o].inputs[i]].role == SK_TENSOR_PARAM) d.params |= 1u << i;
+      if (sk_graph_trainable(g, g->ops[o].inputs[i])) d.params |= 1u << i;
     sk__sc_key_of(m, o, &d, &k);
     int got = sk__sc_recall(m, &k, &m->cands[o], &m->ncands[o]);
     if (got > 0) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the candidates of '%s'", g->ops[o].name);
@@ -726,7 +726,7 @@ static sk_result sk__sc_edges(sk_search_model *m, sk_error *err) {
       int t = g->ops[o].inputs[k], slot = 0;
       const sk_graph_tensor *x = &g->tensors[t];
       sk_search_edge e = {x->producer, x->output_index, o, k, t, false};
-      if (x->role == SK_TENSOR_INPUT) continue;
+      if (x->role == SK_TENSOR_INPUT || x->role == SK_TENSOR_CONST) continue; /* a constant: a scalar everywhere */
       if (x->role == SK_TENSOR_PARAM) {
         e.src = sk__sc_first_reader(g, t, &slot), e.src_slot = slot, e.src_param = true;
         if (e.src == o) continue; /* its first reader: stored as it wants it */

@@ -36,7 +36,7 @@
      SoftmaxCrossEntropyWithLogits and MatMul with batch dims: a version 1 or 2 file with an
      entry for one of those is refused, naming the operator and what changed.
      Parameters are the trainable ones (the loss's gradient reaches them: read at a
-     differentiable input of an operator the loss depends on) unless
+     differentiable input of an operator the loss depends on; not frozen, requires_grad true) unless
      desc->strategy_file_all_params (MindSpore's disable_strategy_file_only_for_trainable_params). The text is canonical: fixed key order,
      2-space indentation, a final newline; the same plan gives the same bytes.
 
@@ -138,8 +138,9 @@ static int sk__st_tuple_len(const sk_graph *g, const sk_graph_op *op, int i) {
 
 /* reach[t] (g->ntensors + 1 entries, malloc'd; NULL when out of memory): whether the loss's
    gradient reaches tensor t, through the differentiable inputs of the operators the loss
-   depends on. A parameter it reaches is trainable; one read only as indices, or only by
-   operators the loss does not depend on, is not. */
+   depends on. A parameter it reaches is trainable unless frozen (requires_grad false, which
+   MindSpore's only_trainable_params tests); one read only as indices, or only by operators the
+   loss does not depend on, is not. */
 static bool *sk__st_trainable(const sk_graph *g) {
   bool *reach = (bool *)calloc((size_t)g->ntensors + 1, sizeof *reach);
   if (!reach) return NULL;
@@ -156,7 +157,7 @@ static bool *sk__st_trainable(const sk_graph *g) {
 
 /* Whether tensor t goes into (and must be in) a file. */
 static bool sk__st_listed(const sk_graph *g, const bool *trainable, int t, bool all_params) {
-  return g->tensors[t].role == SK_TENSOR_PARAM && (all_params || trainable[t]);
+  return g->tensors[t].role == SK_TENSOR_PARAM && (all_params || (trainable[t] && sk_graph_trainable(g, t)));
 }
 
 /* "[a,b,c]" for messages (snprintf convention: cut to fit). */

@@ -7,15 +7,16 @@
 
    WHAT IT DOES
      sk_trainer_create allocates a buffer for every tensor of the graph (the whole tensor: one
-     device), a gradient for every tensor that has one (sk_exec_grad_flow: every parameter, and
-     the float tensors between a parameter and the loss), the optimizer's state, and draws the
-     initial parameters (sk_graph_init_params with the seed). A step: feed the inputs
-     (sk_trainer_feed), sk_trainer_forward (the operators in graph order through sk_exec.h),
-     sk_trainer_backward (in reverse order, the operators a gradient reaches; a tensor read by
-     several operators sums their gradients in reverse graph order; a parameter no gradient
-     reaches -- one only a metric or an auxiliary head reads -- has a zero gradient, written
-     every step), sk_trainer_update (sk_optim.h on every parameter, that one too: weight decay
-     and momentum still move it); sk_trainer_step does the three. sk_trainer_evaluate runs the
+     device), a gradient for every tensor that has one (sk_exec_grad_flow: every trainable
+     parameter, and the float tensors between one and the loss), the optimizer's state of the
+     trainable parameters, draws the initial parameters (sk_graph_init_params with the seed) and
+     writes the constants; a frozen parameter (requires_grad false) keeps its values. A step:
+     feed the inputs (sk_trainer_feed), sk_trainer_forward (the operators in graph order through
+     sk_exec.h), sk_trainer_backward (in reverse order, the operators a gradient reaches; a
+     tensor read by several operators sums their gradients in reverse graph order; a parameter
+     no gradient reaches -- one only a metric or an auxiliary head reads -- has a zero gradient,
+     written every step), sk_trainer_update (sk_optim.h on every trainable parameter, that one
+     too: weight decay and momentum still move it); sk_trainer_step does the three. sk_trainer_evaluate runs the
      forward in inference mode (Dropout passes its input through, as MindSpore's cell in eval
      mode) and counts the rows whose argmax over the graph's logits equals the label.
 
@@ -160,11 +161,11 @@ static sk_result sk__tr_alloc_all(sk_trainer *t, sk_error *err) {
   int nstates = sk_optim_nstates(&t->optim);
   for (int i = 0; i < g->ntensors; i++) {
     size_t b = sk__tr_bytes(t, i);
-    bool param = g->tensors[i].role == SK_TENSOR_PARAM;
+    bool trains = sk_graph_trainable(g, i); /* a frozen parameter has no gradient and no state */
     if (!(t->values[i] = sk__tr_alloc(t, b)) || (t->needs_grad[i] && !(t->grads[i] = sk__tr_alloc(t, b))) ||
-        (param && nstates > 0 && !(t->state0[i] = sk__tr_alloc(t, b))) ||
-        (param && nstates > 1 && !(t->state1[i] = sk__tr_alloc(t, b))) ||
-        (param && t->accum > 1 && t->needs_grad[i] && !(t->acc[i] = sk__tr_alloc(t, b))))
+        (trains && nstates > 0 && !(t->state0[i] = sk__tr_alloc(t, b))) ||
+        (trains && nstates > 1 && !(t->state1[i] = sk__tr_alloc(t, b))) ||
+        (trains && t->accum > 1 && t->needs_grad[i] && !(t->acc[i] = sk__tr_alloc(t, b))))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "trainer: out of memory for tensor '%s' (%zu bytes)",
                       g->tensors[i].name, b);
     if (t->needs_grad[i] && b > most) most = b;
@@ -212,8 +213,12 @@ SK_API sk_result sk_trainer_create(const sk_graph *g, const sk_train_desc *desc,
     sk_trainer_destroy(t);
     return r;
   }
-  for (int i = 0; i < g->ntensors; i++)
-    if (g->tensors[i].role == SK_TENSOR_PARAM) sk__tr_store(t, t->values[i], sk_graph_numel(g, i));
+  for (int i = 0; i < g->ntensors; i++) {
+    if (g->tensors[i].role == SK_TENSOR_CONST) /* a number operand: its value, in the run's dtype */
+      (void)sk_exec_convert(SK_F64, &g->tensors[i].value, t->cdt, t->values[i], 1);
+    if (g->tensors[i].role == SK_TENSOR_PARAM || g->tensors[i].role == SK_TENSOR_CONST)
+      sk__tr_store(t, t->values[i], sk_graph_numel(g, i));
+  }
   *out = t;
   return SK_OK;
 }
@@ -354,14 +359,14 @@ SK_API sk_result sk_trainer_backward(sk_trainer *t, sk_error *err) {
     if (r) return r;
   }
   for (int i = 0; i < g->ntensors; i++) /* a parameter the loss does not reach has a zero gradient */
-    if (g->tensors[i].role == SK_TENSOR_PARAM && !t->written[i]) memset(t->grads[i], 0, sk__tr_bytes(t, i));
+    if (sk_graph_trainable(g, i) && !t->written[i]) memset(t->grads[i], 0, sk__tr_bytes(t, i));
   return SK_OK;
 }
 
 /* The optimizer's update number `number` on every parameter. */
 static sk_result sk__tr_apply(sk_trainer *t, int64_t number, sk_error *err) {
   for (int i = 0; i < t->g->ntensors; i++) {
-    if (t->g->tensors[i].role != SK_TENSOR_PARAM) continue;
+    if (!sk_graph_trainable(t->g, i)) continue;
     int64_t n = sk_graph_numel(t->g, i);
     sk_result r = sk_optim_update(&t->optim, t->cdt, number, (size_t)n, t->values[i], t->grads[i], t->state0[i],
                                   t->state1[i], err);

@@ -87,12 +87,21 @@ checks "layouts 8 devices f32" 1e-4 --net tests/nets/layouts.json --devices 8 --
 # layouts on each): 8 devices train like one
 checks "ops37 strategies 8 devices f64" 1e-12 --net tests/nets/ops37.json --devices 8 --steps 12 --dtype f64
 checks "ops37 layouts 8 devices f64" 1e-12 --net tests/nets/ops37_layouts.json --devices 8 --steps 12 --dtype f64
+# number operands (tests/nets/operands.json: Mul(x, 0.5), Add(y, 1.0), Sub(0.25, z), each
+# number's strategy tuple ()): 8 devices train like one
+checks "operands 8 devices f64" 1e-12 --net tests/nets/operands.json --devices 8 --steps 12 --dtype f64
 # a dead branch (tests/nets/dead_branch.json: the tutorial with an auxiliary head no operator
 # reads) runs no backward anywhere: N devices train like one, with a pipeline, hsdp, a search
 DEAD="--net tests/nets/dead_branch.json --steps 6 --dtype f64 --optimizer momentum"
 for run in "2" "8" "8 --pipeline 2 --micro 2" "8 --hsdp -1,0" "8 --hsdp -1,0,level2 --pipeline 2 --micro 2" \
            "8 --mode sharding_propagation"; do
   checks "dead branch, --devices $run" 1e-12 $DEAD --devices $run
+done
+# frozen parameters (tests/nets/frozen.json: a mask and a position table with requires_grad
+# false, read beside trained weights): no gradient, Mirror or update, N devices like one
+FROZEN="--net tests/nets/frozen.json --steps 6 --dtype f64 --optimizer adam"
+for run in "8" "8 --pipeline 2 --micro 2" "8 --hsdp -1,0" "8 --hsdp -1,0,level2 --pipeline 2 --micro 2"; do
+  checks "frozen parameters, --devices $run" 1e-12 $FROZEN --devices $run
 done
 # parallel_mode: the recursive-programming network sets no strategy; every mode's plan trains
 # like one device (f64: only the order of summation differs)

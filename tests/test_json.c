@@ -285,6 +285,8 @@ static void expect_same_tensor(const sk_graph_tensor *a, const sk_graph_tensor *
   SAME(role); SAME(dtype); SAME(ndims); SAME(shape); SAME(producer); SAME(output_index);
   cr_expect(a->init.kind == b->init.kind && a->init.value == b->init.value, "%s: init %s %.17g vs %s %.17g", name,
             sk_init_kind_name(a->init.kind), a->init.value, sk_init_kind_name(b->init.kind), b->init.value);
+  cr_expect(a->value == b->value, "%s: constant %.17g vs %.17g", name, a->value, b->value);
+  cr_expect_eq(a->frozen, b->frozen, "%s: requires_grad differs", name);
 }
 
 static void expect_same_graph(const sk_graph *a, const sk_graph *b) {
@@ -658,6 +660,8 @@ Test(json, bad_arguments) {
 
 /* ---- what formatting refuses ------------------------------------------------------------------ */
 
+static void build_operands(sk_graph *g); /* below, with the tests of scalar operands */
+
 Test(json, format_refuses_what_json_cannot_carry) {
   sk_graph g;
   sk_error e = {SK_OK, ""};
@@ -667,6 +671,12 @@ Test(json, format_refuses_what_json_cannot_carry) {
   cr_expect_eq(sk_json_format_network(&g, &text, &e), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(e.msg, "parameter 'w1'") && strstr(e.msg, "not finite"), "%s", e.msg);
   g.tensors[2].init.value = 0.5;
+  sk_graph c;
+  build_operands(&c);
+  c.tensors[sk_graph_find(&c, "scale:in1")].value = NAN; /* a constant is a number JSON can write */
+  cr_expect_eq(sk_json_format_network(&c, &text, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "constant 'scale:in1' is not a finite"), "%s", e.msg);
+  sk_graph_free(&c);
   snprintf(g.tensors[0].name, sizeof g.tensors[0].name, "x\xff"); /* the graph allows any byte >= 0x20 */
   cr_expect_eq(sk_json_format_network(&g, &text, &e), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(e.msg, "is not UTF-8"), "%s", e.msg);
@@ -949,4 +959,114 @@ Test(json, fusion_ids_as_mindspore_writes_them) {
   }
   REFUSED("\"name\": \"relu\", \"type\": \"ReLU\",", "\"name\": \"relu\", \"type\": \"ReLU\", \"fusion\": -1,",
           "operators[1] (\"relu\").fusion: expected an integer in 0..");
+}
+
+/* ---- scalar operands and frozen parameters ---------------------------------------------------- */
+
+static int constant(sk_graph *g, const char *name, double value) {
+  int id = -1;
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_graph_add_const(g, name, SK_F32, value, &id, &e), SK_OK, "%s: %s", name, e.msg);
+  return id;
+}
+
+/* Mul(x, 0.5) and Sub(1, y) as MindSpore writes them, with strategies holding () for the
+   numbers (the constants named as the reader names them, added just before their operator), and
+   a frozen parameter (requires_grad false) beside a trained one. */
+static void build_operands(sk_graph *g) {
+  static const int64_t xs[2] = {8, 4}, ws[1] = {4};
+  static const int s24[2] = {2, 4};
+  sk_error e = {SK_OK, ""};
+  sk_graph_init(g);
+  input(g, "x", SK_F32, 2, xs);
+  int mask = param(g, "mask", 1, ws, SK_INIT_UNIFORM, 1);
+  param(g, "w", 1, ws, SK_INIT_ONES, 0);
+  cr_assert_eq(sk_graph_set_requires_grad(g, mask, false, &e), SK_OK, "%s", e.msg);
+  constant(g, "scale:in1", 0.5);
+  sk_graph_op op = op_of(g, "scale", SK_OP_MUL, "x", "scale:in1", NULL);
+  strategy(&op, 0, 2, s24);
+  add(g, &op);
+  op = op_of(g, "masked", SK_OP_MUL, "scale", "mask", NULL);
+  add(g, &op);
+  constant(g, "flip:in0", 1);
+  op = op_of(g, "flip", SK_OP_SUB, "flip:in0", "masked", NULL);
+  strategy(&op, 1, 2, s24);
+  add(g, &op);
+  op = op_of(g, "weighted", SK_OP_MUL, "flip", "w", NULL);
+  add(g, &op);
+  op = op_of(g, "loss", SK_OP_REDUCE_MEAN, "weighted", NULL, NULL);
+  add(g, &op);
+  cr_assert_eq(sk_graph_set_loss(g, sk_graph_find(g, "loss"), &e), SK_OK, "%s", e.msg);
+}
+
+Test(json, scalar_operands_and_frozen_parameters_round_trip) { round_trip(build_operands); }
+
+Test(json, a_number_among_the_inputs_is_a_constant_written_back_as_the_number) {
+  sk_graph g;
+  build_operands(&g);
+  char *text = format_ok(&g);
+  /* the number where it is read, its tuple (), no tensor entry for it; requires_grad only when false */
+  cr_expect(strstr(text, "\"inputs\": [\n        \"x\",\n        0.5\n      ],\n      \"shard\": [\n        [\n          2,\n"
+                         "          4\n        ],\n        []\n      ]"), "%s", text);
+  cr_expect(strstr(text, "\"inputs\": [\n        1.0,\n        \"masked\"\n      ]"), "%s", text);
+  cr_expect(!strstr(text, "scale:in1") && !strstr(text, "\"constant\""), "%s", text);
+  const char *first = strstr(text, "\"requires_grad\": false");
+  cr_expect(first && !strstr(first + 1, "\"requires_grad\""), "one parameter is frozen: %s", text);
+  free(text);
+  sk_graph_free(&g);
+}
+
+Test(json, hand_written_numbers_take_the_dtype_of_the_tensor_beside_them) {
+  static const char text[] =
+      "{\"format\":\"shardkit-network\",\"version\":1,\"tensors\":[{\"name\":\"x\",\"role\":\"input\",\"dtype\":\"f64\","
+      "\"shape\":[4,2]},{\"name\":\"p\",\"role\":\"parameter\",\"dtype\":\"f32\",\"shape\":[2],\"init\":{\"kind\":\"ones\"},"
+      "\"requires_grad\":true}],\"operators\":[{\"name\":\"half\",\"type\":\"Div\",\"inputs\":[\"x\",2]},"
+      "{\"name\":\"up\",\"type\":\"Add\",\"inputs\":[-0.25,\"half\"],\"shard\":[[],[4,1]]},"
+      "{\"name\":\"loss\",\"type\":\"ReduceSum\",\"inputs\":[\"up\"]}],\"loss\":\"loss\"}";
+  sk_graph g;
+  parse_ok(text, &g);
+  int two = sk_graph_find(&g, "half:in1"), quarter = sk_graph_find(&g, "up:in0");
+  cr_assert(two >= 0 && quarter >= 0);
+  cr_expect_eq(g.tensors[two].role, SK_TENSOR_CONST);
+  cr_expect_eq(g.tensors[two].ndims, 0);
+  cr_expect_eq(g.tensors[two].dtype, SK_F64, "x's dtype, as MindSpore converts the number");
+  cr_expect(g.tensors[two].value == 2 && g.tensors[quarter].value == -0.25);
+  cr_expect_eq(g.ops[1].inputs[0], quarter);
+  cr_expect(!g.tensors[sk_graph_find(&g, "p")].frozen, "requires_grad true is the default");
+  cr_expect(sk_graph_trainable(&g, sk_graph_find(&g, "p")) && !sk_graph_trainable(&g, two));
+  sk_graph_free(&g);
+}
+
+Test(json, numbers_and_requires_grad_refused) {
+  REFUSED("[\"relu\", \"w2\"]", "[\"relu\", true]", "line 13: operators[2] (\"mm2\").inputs[1]: expected a tensor name or a number");
+  REFUSED("\"inputs\": [\"mm1\"]}", "\"inputs\": [3]}", "line 12: operators[1] (\"relu\").inputs[0]: a number needs a tensor input");
+  /* a rank-0 operand cannot stand where MatMul needs a matrix: the rule says so */
+  REFUSED("[\"relu\", \"w2\"]", "[\"relu\", 2]", "line 13: operators[2] (\"mm2\"): graph: operator 'mm2'");
+  REFUSED("\"shape\": [32, 784]}", "\"shape\": [32, 784], \"requires_grad\": false}",
+          "line 5: tensors[0] (\"x\").requires_grad: an input takes no gradient");
+  REFUSED("\"init\": {\"kind\": \"normal\"}", "\"init\": {\"kind\": \"normal\"}, \"requires_grad\": 0",
+          "line 8: tensors[2] (\"w2\").requires_grad: expected true or false");
+}
+
+/* A constant two operators read is written at each: it reads back as two, of the same value. */
+Test(json, a_shared_constant_reads_back_once_per_reader) {
+  static const int64_t xs[1] = {4};
+  sk_graph g, back;
+  sk_graph_init(&g);
+  input(&g, "x", SK_F32, 1, xs);
+  constant(&g, "two", 2);
+  sk_graph_op op = op_of(&g, "a", SK_OP_MUL, "x", "two", NULL);
+  add(&g, &op);
+  op = op_of(&g, "b", SK_OP_ADD, "a", "two", NULL);
+  add(&g, &op);
+  char *text = format_ok(&g);
+  parse_ok(text, &back);
+  cr_expect_eq(back.ntensors, g.ntensors + 1);
+  int a1 = sk_graph_find(&back, "a:in1"), b1 = sk_graph_find(&back, "b:in1");
+  cr_assert(a1 >= 0 && b1 >= 0 && sk_graph_find(&back, "two") < 0);
+  cr_expect(back.tensors[a1].value == 2 && back.tensors[b1].value == 2);
+  char *again = format_ok(&back);
+  cr_expect_str_eq(again, text);
+  free(text), free(again);
+  sk_graph_free(&g), sk_graph_free(&back);
 }
