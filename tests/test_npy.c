@@ -2,14 +2,19 @@
    Python), read back row by row: the four dtypes, versions 1.0 / 2.0 / 3.0, either quote, keys in
    any order; rows that wrap; every conversion allowed and refused; every malformed header, a
    truncated and a too long file, big shapes (refused without reading), zero samples; and each
-   refusal's message naming the file and the problem. */
+   refusal's message naming the file and the problem. Then what carries a file to an input: an
+   input's data source in sk_graph.h (set, refused, resolved, kept by sk_graph_micro) and the
+   network JSON's "data" object (sk_json.h), read and written back, each refusal with its key. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "sk_graph.h"
+#include "sk_json.h"
 #include "sk_npy.h"
 
 static char dir[64];
@@ -318,4 +323,219 @@ Test(npy, not_a_file) {
   cr_assert_eq(sk_npy_open("", &npy, &e), SK_ERR_INVALID_ARGUMENT);
   cr_assert_eq(sk_npy_open(path, NULL, &e), SK_ERR_INVALID_ARGUMENT);
   cr_assert_eq(sk_npy_read_rows(&npy, 0, 1, SK_F32, &e, &e), SK_ERR_INVALID_ARGUMENT); /* closed */
+}
+
+/* ==== data sources: sk_graph.h and the network JSON's "data" object ============================ */
+
+/* x f32 [4, 3], label i32 [4], w [3, 2] and mm = MatMul(x, w). */
+static void tiny(sk_graph *g) {
+  static const int64_t xs[2] = {4, 3}, ls[1] = {4}, ws[2] = {3, 2};
+  sk_init init = {SK_INIT_ONES, 0};
+  sk_graph_init(g);
+  cr_assert_eq(sk_graph_add_input(g, "x", SK_F32, 2, xs, NULL, NULL), SK_OK);
+  cr_assert_eq(sk_graph_add_input(g, "label", SK_I32, 1, ls, NULL, NULL), SK_OK);
+  cr_assert_eq(sk_graph_add_param(g, "w", SK_F32, 2, ws, init, NULL, NULL), SK_OK);
+  sk_graph_op op;
+  memset(&op, 0, sizeof op);
+  strcpy(op.name, "mm");
+  op.desc.kind = SK_OP_MATMUL, op.ninputs = 2, op.inputs[0] = 0, op.inputs[1] = 2;
+  cr_assert_eq(sk_graph_add_op(g, &op, NULL, NULL), SK_OK);
+}
+
+static sk_data_source source(sk_data_kind kind, double a, double b, const char *path) {
+  sk_data_source s;
+  memset(&s, 0, sizeof s);
+  s.kind = kind, s.a = a, s.b = b;
+  if (path) snprintf(s.path, sizeof s.path, "%s", path);
+  return s;
+}
+
+/* sk_graph_set_data refuses, naming the tensor and holding `word`; the tensor keeps its source. */
+static void set_refused(sk_graph *g, int t, sk_data_source s, const char *word) {
+  sk_error e = {SK_OK, ""};
+  sk_data_source before = g->tensors[t].data;
+  cr_assert_eq(sk_graph_set_data(g, t, &s, &e), SK_ERR_INVALID_ARGUMENT, "accepted; want '%s'", word);
+  cr_assert(strstr(e.msg, g->tensors[t].name) && strstr(e.msg, word), "message '%s' lacks '%s'", e.msg, word);
+  cr_assert_eq(memcmp(&before, &g->tensors[t].data, sizeof before), 0);
+}
+
+Test(data, set_and_refused) {
+  sk_graph g;
+  tiny(&g);
+  sk_data_source s = source(SK_DATA_NPY, 0, 0, "images.npy");
+  cr_assert_eq(sk_graph_set_data(&g, 0, &s, NULL), SK_OK);
+  cr_assert_eq(g.tensors[0].data.kind, SK_DATA_NPY);
+  cr_assert_str_eq(g.tensors[0].data.path, "images.npy");
+  s = source(SK_DATA_RANDOM_INT, 0, 10, NULL);
+  cr_assert_eq(sk_graph_set_data(&g, 1, &s, NULL), SK_OK);
+  s = source(SK_DATA_RANDOM_NORMAL, 0.5, 0, NULL); /* std 0: a constant */
+  cr_assert_eq(sk_graph_set_data(&g, 0, &s, NULL), SK_OK);
+  s = source(SK_DATA_RANDOM_INT, -3, 4, NULL); /* integers into a float input: their values */
+  cr_assert_eq(sk_graph_set_data(&g, 0, &s, NULL), SK_OK);
+  set_refused(&g, 2, source(SK_DATA_NPY, 0, 0, "w.npy"), "a parameter, not an input");
+  set_refused(&g, 3, source(SK_DATA_NPY, 0, 0, "w.npy"), "an operator's output, not an input");
+  set_refused(&g, 0, source((sk_data_kind)9, 0, 0, NULL), "unknown source kind 9");
+  set_refused(&g, 0, source(SK_DATA_NPY, 0, 0, ""), "path is empty");
+  set_refused(&g, 0, source(SK_DATA_NPY, 0, 0, "a\nb.npy"), "control character");
+  set_refused(&g, 1, source(SK_DATA_RANDOM_INT, 0, 2.5, NULL), "whole numbers");
+  set_refused(&g, 1, source(SK_DATA_RANDOM_INT, 0, 1e17, NULL), "within 2^53");
+  set_refused(&g, 1, source(SK_DATA_RANDOM_INT, 0, 2147483649.0, NULL), "does not fit i32");
+  set_refused(&g, 1, source(SK_DATA_RANDOM_INT, 5, 5, NULL), "lo 5 is not below hi 5");
+  set_refused(&g, 1, source(SK_DATA_RANDOM_NORMAL, 0, 1, NULL), "draws floats, the input is i32");
+  set_refused(&g, 1, source(SK_DATA_RANDOM_UNIFORM, 0, 1, NULL), "draws floats, the input is i32");
+  set_refused(&g, 0, source(SK_DATA_RANDOM_NORMAL, 0, -1, NULL), "std -1 is negative");
+  set_refused(&g, 0, source(SK_DATA_RANDOM_UNIFORM, 1, -1, NULL), "lo 1 is not below hi -1");
+  set_refused(&g, 0, source(SK_DATA_RANDOM_UNIFORM, 0, INFINITY, NULL), "finite");
+  s = source(SK_DATA_RANDOM_INT, 2147483647.0, 2147483648.0, NULL); /* i32's largest value alone */
+  cr_assert_eq(sk_graph_set_data(&g, 1, &s, NULL), SK_OK);
+  s = source(SK_DATA_NONE, 0, 0, NULL);
+  cr_assert_eq(sk_graph_set_data(&g, 1, &s, NULL), SK_OK);
+  cr_assert_eq(g.tensors[1].data.kind, SK_DATA_NONE);
+  cr_assert_eq(sk_graph_set_data(&g, 99, &s, NULL), SK_ERR_INVALID_ARGUMENT);
+  sk_graph_free(&g);
+}
+
+Test(data, paths_resolve_against_data_dir) {
+  sk_graph g;
+  tiny(&g);
+  char out[64];
+  sk_data_source s = source(SK_DATA_NPY, 0, 0, "x.npy");
+  cr_assert_eq(sk_graph_set_data(&g, 0, &s, NULL), SK_OK);
+  cr_assert_eq(sk_graph_data_path(&g, 0, out, sizeof out, NULL), SK_OK);
+  cr_assert_str_eq(out, "x.npy");
+  strcpy(g.data_dir, "nets");
+  cr_assert_eq(sk_graph_data_path(&g, 0, out, sizeof out, NULL), SK_OK);
+  cr_assert_str_eq(out, "nets/x.npy");
+  strcpy(g.data_dir, "/");
+  cr_assert_eq(sk_graph_data_path(&g, 0, out, sizeof out, NULL), SK_OK);
+  cr_assert_str_eq(out, "/x.npy");
+  s = source(SK_DATA_NPY, 0, 0, "/data/x.npy");
+  cr_assert_eq(sk_graph_set_data(&g, 0, &s, NULL), SK_OK);
+  cr_assert_eq(sk_graph_data_path(&g, 0, out, sizeof out, NULL), SK_OK);
+  cr_assert_str_eq(out, "/data/x.npy");
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_graph_data_path(&g, 0, out, 5, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "'x'") && strstr(e.msg, "longer"), "%s", e.msg);
+  cr_assert_eq(sk_graph_data_path(&g, 1, out, sizeof out, NULL), SK_ERR_INVALID_ARGUMENT); /* no .npy source */
+  sk_graph_free(&g);
+}
+
+Test(data, micro_keeps_the_sources) {
+  sk_graph g, m;
+  tiny(&g);
+  sk_data_source s = source(SK_DATA_RANDOM_NORMAL, 1, 2, NULL);
+  cr_assert_eq(sk_graph_set_data(&g, 0, &s, NULL), SK_OK);
+  strcpy(g.data_dir, "here");
+  cr_assert_eq(sk_graph_micro(&g, 2, &m, NULL), SK_OK);
+  cr_assert_eq(m.tensors[0].data.kind, SK_DATA_RANDOM_NORMAL);
+  cr_assert_eq(m.tensors[0].data.b, 2);
+  cr_assert_str_eq(m.data_dir, "here");
+  sk_graph_free(&m), sk_graph_free(&g);
+}
+
+/* Every kind written, read back field by field, and written again byte for byte. */
+Test(data, json_round_trip) {
+  sk_graph g, back;
+  tiny(&g);
+  sk_data_source s = source(SK_DATA_NPY, 0, 0, "data/x \"1\".npy");
+  cr_assert_eq(sk_graph_set_data(&g, 0, &s, NULL), SK_OK);
+  s = source(SK_DATA_RANDOM_INT, -9007199254740992.0, 10, NULL);
+  g.tensors[1].dtype = SK_I64;
+  cr_assert_eq(sk_graph_set_data(&g, 1, &s, NULL), SK_OK);
+  char *text = NULL, *again = NULL;
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_json_format_network(&g, &text, &e), SK_OK, "%s", e.msg);
+  cr_assert(strstr(text, "\"data\": {\n    \"x\": {\n      \"npy\": \"data/x \\\"1\\\".npy\""), "%s", text);
+  cr_assert(strstr(text, "\"random_int\": [\n        -9007199254740992,\n        10\n"), "%s", text);
+  cr_assert_eq(sk_json_parse_network(text, strlen(text), &back, &e), SK_OK, "%s", e.msg);
+  cr_assert_str_eq(back.tensors[0].data.path, "data/x \"1\".npy");
+  cr_assert_eq(back.tensors[1].data.a, -9007199254740992.0);
+  cr_assert_str_eq(back.data_dir, "");
+  cr_assert_eq(sk_json_format_network(&back, &again, &e), SK_OK, "%s", e.msg);
+  cr_assert_str_eq(again, text);
+  free(again), sk_graph_free(&back);
+  s = source(SK_DATA_RANDOM_NORMAL, 0.1, 1.0 / 3, NULL);
+  cr_assert_eq(sk_graph_set_data(&g, 0, &s, NULL), SK_OK);
+  s = source(SK_DATA_RANDOM_UNIFORM, -1, 1, NULL);
+  g.tensors[1].dtype = SK_F64;
+  cr_assert_eq(sk_graph_set_data(&g, 1, &s, NULL), SK_OK);
+  free(text);
+  cr_assert_eq(sk_json_format_network(&g, &text, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(sk_json_parse_network(text, strlen(text), &back, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(back.tensors[0].data.kind, SK_DATA_RANDOM_NORMAL);
+  cr_assert_eq(back.tensors[0].data.b, 1.0 / 3);
+  cr_assert_eq(back.tensors[1].data.kind, SK_DATA_RANDOM_UNIFORM);
+  cr_assert_eq(back.tensors[1].data.a, -1);
+  cr_assert_eq(sk_json_format_network(&back, &again, &e), SK_OK, "%s", e.msg);
+  cr_assert_str_eq(again, text);
+  free(again), free(text), sk_graph_free(&back);
+  /* a source the graph would refuse is not written */
+  g.tensors[0].data.b = -1;
+  cr_assert_eq(sk_json_format_network(&g, &text, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "json: graph: data for 'x'") && strstr(e.msg, "negative"), "%s", e.msg);
+  cr_assert_null(text);
+  sk_graph_free(&g);
+}
+
+static const char net_head[] =
+    "{\"format\": \"shardkit-network\", \"version\": 1,\n"
+    " \"tensors\": [{\"name\": \"x\", \"role\": \"input\", \"dtype\": \"f32\", \"shape\": [4, 3]},\n"
+    "  {\"name\": \"label\", \"role\": \"input\", \"dtype\": \"i32\", \"shape\": [4]},\n"
+    "  {\"name\": \"w\", \"role\": \"parameter\", \"dtype\": \"f32\", \"shape\": [3, 2], \"init\": {\"kind\": \"ones\"}}],\n"
+    " \"operators\": [{\"name\": \"mm\", \"type\": \"MatMul\", \"inputs\": [\"x\", \"w\"]}],\n";
+
+/* The network with `data` as its "data" value: refused with the message holding `word`. */
+static void json_refused(const char *data, const char *word) {
+  char text[2048];
+  snprintf(text, sizeof text, "%s \"data\": %s}\n", net_head, data);
+  sk_graph g;
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_json_parse_network(text, strlen(text), &g, &e), SK_ERR_INVALID_ARGUMENT, "accepted: %s", data);
+  cr_assert(strstr(e.msg, word), "%s: message '%s' lacks '%s'", data, e.msg, word);
+  cr_assert_eq(g.ntensors, 0);
+}
+
+Test(data, json_refusals_name_the_key) {
+  json_refused("[]", "line 6: data: expected an object");
+  json_refused("{\"nope\": {\"npy\": \"a.npy\"}}", "data.nope: no tensor \"nope\" in the network");
+  json_refused("{\"w\": {\"npy\": \"a.npy\"}}", "data.w: \"w\" is a parameter, not an input");
+  json_refused("{\"mm\": {\"npy\": \"a.npy\"}}", "data.mm: \"mm\" is an operator's output, not an input");
+  json_refused("{\"x\": {\"csv\": \"a.csv\"}}", "data.x.csv: unknown source (npy, random_int");
+  json_refused("{\"x\": {\"none\": 1}}", "data.x.none: unknown source");
+  json_refused("{\"x\": {}}", "data.x: expected one source");
+  json_refused("{\"x\": {\"npy\": \"a.npy\", \"random_int\": [0, 1]}}", "data.x: expected one source");
+  json_refused("{\"x\": \"a.npy\"}", "data.x: expected one source");
+  json_refused("{\"x\": {\"npy\": 3}}", "data.x.npy: expected a file name, got an integer");
+  json_refused("{\"x\": {\"npy\": \"\"}}", "data.x.npy: the .npy path is empty");
+  json_refused("{\"label\": {\"random_int\": [10, 0]}}", "data.label.random_int: random_int's lo 10 is not below hi 0");
+  json_refused("{\"label\": {\"random_int\": [0.5, 2]}}", "data.label.random_int: expected a list of two integers");
+  json_refused("{\"label\": {\"random_int\": [0, 1, 2]}}", "data.label.random_int: expected a list of two integers, got another list");
+  json_refused("{\"label\": {\"random_normal\": [0, 1]}}", "data.label.random_normal: random_normal draws floats, the input is i32");
+  json_refused("{\"x\": {\"random_normal\": [0, -0.5]}}", "data.x.random_normal: random_normal's std -0.5 is negative");
+  json_refused("{\"x\": {\"random_uniform\": [2, 1]}}", "data.x.random_uniform: random_uniform's lo 2 is not below hi 1");
+  json_refused("{\"x\": {\"random_uniform\": \"0,1\"}}", "data.x.random_uniform: expected a list of two numbers, got a string");
+}
+
+/* A file: the graph's data_dir is the file's directory, and relative paths resolve there. */
+Test(data, load_sets_data_dir, .init = make_dir, .fini = remove_dir) {
+  char text[2048], file[160], out[256];
+  snprintf(text, sizeof text, "%s \"data\": {\"x\": {\"npy\": \"x.npy\"}, \"label\": {\"random_int\": [0, 2]}}}\n", net_head);
+  snprintf(file, sizeof file, "%s/a.npy", dir); /* the suite's one file name, removed by fini */
+  FILE *f = fopen(file, "w");
+  cr_assert_not_null(f);
+  fputs(text, f), fclose(f);
+  sk_graph g;
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_json_load_network(file, &g, &e), SK_OK, "%s", e.msg);
+  cr_assert_str_eq(g.data_dir, dir);
+  cr_assert_eq(sk_graph_data_path(&g, 0, out, sizeof out, &e), SK_OK, "%s", e.msg);
+  char want[256];
+  snprintf(want, sizeof want, "%s/x.npy", dir);
+  cr_assert_str_eq(out, want);
+  cr_assert_eq(g.tensors[1].data.kind, SK_DATA_RANDOM_INT);
+  char *saved = NULL;
+  cr_assert_eq(sk_json_format_network(&g, &saved, &e), SK_OK, "%s", e.msg);
+  cr_assert(strstr(saved, "\"npy\": \"x.npy\""), "the path is written as it was read: %s", saved);
+  free(saved);
+  sk_graph_free(&g);
 }
