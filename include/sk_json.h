@@ -18,6 +18,9 @@
      has passed every check a built one passes, and loading then saving a canonical file gives it
      back byte for byte. A strategy is kept as written, malformed tuple counts and lengths
      included: MindSpore refuses those when the network is compiled, not when it is read.
+     The "data" object (each input's source: sk_graph_set_data) is read after the operators and
+     written after "dataset", its paths as written; sk_json_load_network sets g->data_dir to the
+     file's directory, from which relative .npy paths are read (sk_graph_data_path).
      The listed tensors are added first, then the operators: a graph whose parameters were added
      between operators reads back with the same names, operators and parameter order, but other
      tensor ids.
