@@ -149,13 +149,12 @@ static int parse_one(const char *argv0, const char *a, const char *v, options *o
 static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->dtype = SK_BF16, o->fill = "iota", o->seed = 1; /* bf16: no --dtype given */
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* every option takes a value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (prog_is_help(a)) return usage(stdout, argv[0]), 1;
     int rc = v ? parse_one(argv[0], a, v, o) : -1;
     if (rc < 0) return prog_bad_usage(argv[0], v ? "unknown option" : "unknown option or missing value", a);
     if (rc) return rc;
-    i++;
   }
   if (!o->out || o->dtype == SK_BF16 || !o->ndims) return prog_bad_usage(argv[0], "--out, --dtype and --shape are required", NULL);
   if ((o->dtype == SK_I32 || o->dtype == SK_I64) && strcmp(o->fill, "iota") && strcmp(o->fill, "classes"))
@@ -173,8 +172,11 @@ int main(int argc, char **argv) {
   uint64_t n = 1;
   for (int d = 0; d < o.ndims; d++) n *= (uint64_t)o.shape[d];
   uint64_t size = hlen + n * sk_dtype_size(o.dtype);
-  if ((uint64_t)o.truncate > size)
-    return fprintf(stderr, "%s: --truncate %ld: the file has %llu bytes\n", prog_name(argv[0]), o.truncate, (unsigned long long)size), 2;
+  if ((uint64_t)o.truncate > size) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "--truncate: the file has %llu bytes", (unsigned long long)size);
+    return prog_bad_usage(argv[0], msg, NULL);
+  }
   writer w = {fopen(o.out, "wb"), size - (uint64_t)o.truncate, false};
   if (!w.f) return fprintf(stderr, "%s: %s: cannot create\n", prog_name(argv[0]), o.out), 1;
   emit(&w, h, hlen);

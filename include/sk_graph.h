@@ -238,10 +238,16 @@ SK_API const char *sk_init_kind_name(sk_init_kind kind) {
   return (unsigned)kind < SK_INIT_KIND_COUNT ? sk__init_names[kind] : "unknown";
 }
 
+/* The index of name in names[0..n), or -1: the kinds' names read back. */
+static int sk__graph_name_index(const char *const *names, int n, const char *name) {
+  for (int i = 0; name && i < n; i++)
+    if (!strcmp(name, names[i])) return i;
+  return -1;
+}
+
 SK_API bool sk_init_kind_from_name(const char *name, sk_init_kind *kind) {
-  for (int i = 0; name && i < SK_INIT_KIND_COUNT; i++)
-    if (!strcmp(name, sk__init_names[i])) return *kind = (sk_init_kind)i, true;
-  return false;
+  int i = sk__graph_name_index(sk__init_names, SK_INIT_KIND_COUNT, name);
+  return i >= 0 ? (*kind = (sk_init_kind)i, true) : false;
 }
 
 SK_API const char *sk_tensor_role_name(sk_tensor_role role) {
@@ -261,9 +267,8 @@ SK_API const char *sk_data_kind_name(sk_data_kind kind) {
 }
 
 SK_API bool sk_data_kind_from_name(const char *name, sk_data_kind *kind) {
-  for (int i = 0; name && i < SK_DATA_KIND_COUNT; i++)
-    if (!strcmp(name, sk__data_names[i])) return *kind = (sk_data_kind)i, true;
-  return false;
+  int i = sk__graph_name_index(sk__data_names, SK_DATA_KIND_COUNT, name);
+  return i >= 0 ? (*kind = (sk_data_kind)i, true) : false;
 }
 
 SK_API void sk_graph_init(sk_graph *g) {
