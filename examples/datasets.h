@@ -14,7 +14,9 @@
                     attention learns; a small transformer's loss falls steadily on it. 64
                     batches make an epoch; the test set is 16 batches from another seed.
 
-   A batch is the whole global batch: the network's batch size is global. */
+   A batch is the whole global batch: the network's batch size is global. A network without a
+   "dataset" (kind -1 here) is fed by its data sources alone (data_sources.h), which also
+   override the dataset input by input. */
 #ifndef SK_EXAMPLES_DATASETS_H
 #define SK_EXAMPLES_DATASETS_H
 
@@ -30,7 +32,7 @@
 #define SEQ_TEST_BATCHES 16
 
 typedef struct dataset {
-  int kind; /* 0: fashion-mnist, 1: sequences */
+  int kind; /* 0: fashion-mnist, 1: sequences, -1: none (the data sources feed every input) */
   int x, y; /* the input tensors fed: images / tokens, labels / targets */
   int64_t batch, per_sample_x, per_sample_y;
   long train_batches, test_batches;
@@ -61,6 +63,7 @@ static int dataset_inputs(const sk_graph *g, dataset *d, char *err, size_t cap) 
 
 static int dataset_open(const sk_graph *g, const char *mnist_dir, uint64_t seed, dataset *d, char *err, size_t cap) {
   memset(d, 0, sizeof *d);
+  if (!g->dataset[0]) return d->kind = -1, 0;
   if (!strcmp(g->dataset, "fashion-mnist")) d->kind = 0;
   else if (!strcmp(g->dataset, "sequences")) d->kind = 1;
   else return snprintf(err, cap, "unknown dataset '%s' (fashion-mnist or sequences)", g->dataset), -1;

@@ -16,7 +16,8 @@
    "check: passed|FAILED: max relative loss difference X over N steps (tolerance T for DTYPE)"
    (examples/loss_check.h; exit 1 when FAILED), and with --report the per-device
    report (docs/sk-sim.md). Under MPI only world rank 0 prints. Data: the network's "dataset"
-   (examples/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist. A loss
+   (examples/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist; its
+   "data" sources and --data NAME=FILE.npy over them (examples/data_sources.h). A loss
    that is not finite stops the training at once: "sk-sim: loss is not finite at step S (device
    D)" on stderr, exit 1. */
 #define _POSIX_C_SOURCE 200809L
@@ -35,6 +36,7 @@
 #include <time.h>
 
 #include "datasets.h"
+#include "data_sources.h"
 #include "blas_gemm.h"
 #include "progs.h"
 #include "pylayout.h"
@@ -72,6 +74,8 @@ typedef struct options {
   bool print_strategies;       /* --print-strategies: every operator's strategy, before training */
   int timeout_s;               /* --timeout: the world's bound on every wait (0: its default) */
   double check_tolerance;      /* --check-tolerance (0: loss_check_tolerance of the dtype) */
+  data_override data[DATA_MAX_INPUTS]; /* --data NAME=FILE.npy, in order */
+  int ndata;
 } options;
 
 static void usage(FILE *f, const char *argv0) {
@@ -89,7 +93,7 @@ static void usage(FILE *f, const char *argv0) {
           "          [--hsdp [SHARD_SIZE][,THRESHOLD_KB][,LEVEL]] [--grad-accumulation-step M] [--parameter-broadcast]\n"
           "          [--pipeline STAGES --micro M [--scheduler gpipe|1f1b|zero_bubble_v] [--interleave V]\n"
           "           [--recompute OP,...] [--dump-schedule]]\n"
-          "          [--shard OP=STRATEGY ...] [--out-strategy OP=STRATEGY ...]\n" SIM_CKPT_USAGE_LINE
+          "          [--shard OP=STRATEGY ...] [--out-strategy OP=STRATEGY ...] [--data NAME=FILE.npy ...]\n" SIM_CKPT_USAGE_LINE
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
@@ -109,7 +113,7 @@ static void usage(FILE *f, const char *argv0) {
           "                       device's speed) and report the modelled step time of that cluster\n"
           "  --dtype D            the float dtype (default f32; f16/bf16 store in that format, compute f32)\n"
           "  --optimizer O        override the network's optimizer (its hyper-parameters stay)\n"
-          "  --seed K             initial parameters, dropout and synthetic data (default 1)\n"
+          "  --seed K             initial parameters, dropout, synthetic and random data (default 1)\n"
           "  --strict-strategies  refuse a strategy that needs more devices instead of using data parallel\n"
           "  --dataset-strategy S how inputs are cut: data_parallel (default), full_batch, or one strategy\n"
           "                       per input as MindSpore's tuple, e.g. \"((2,1),(2,))\" (repeat axis on the left),\n"
@@ -129,7 +133,9 @@ static void usage(FILE *f, const char *argv0) {
           "                       '(Layout((2,4),(\"dp\",\"mp\"))(\"dp\",\"None\"), Layout((2,4),(\"dp\",\"mp\"))(\"None\",\"mp\"))'\n"
           "  --out-strategy OP=S  shard(out_strategy=S) of operator OP: one tuple (output 0's) or layouts of its\n"
           "                       first outputs; an output asked for in another layout than the rule gives\n"
-          "                       is redistributed after the forward (MatMul's (a*b, c): its ReduceScatter)\n");
+          "                       is redistributed after the forward (MatMul's (a*b, c): its ReduceScatter)\n"
+          "  --data NAME=FILE.npy feed input NAME from a NumPy file, over the network's \"data\" and \"dataset\"\n"
+          "                       (repeatable): samples first, in order, wrapping; f32 f64 i32 i64\n");
   fprintf(f,
           "  --gradients-mean     enable_gradients_mean: each gradient AllReduce divides by its group size\n"
           "  --no-loss-repeated-mean  disable_loss_repeated_mean: a repeated loss's gradient is not divided\n"
@@ -392,6 +398,19 @@ static int check_file(const char *argv0, const char *a, const char *v) {
   return why ? bad_usage(argv0, msg, v) : 0;
 }
 
+/* --data NAME=FILE.npy: a name, a path that can name a file, each name once (which inputs
+   exist, and what the file holds, is read at start-up). 0, or 2 after a usage error. */
+static int parse_data(const char *argv0, const char *v, options *o) {
+  const char *eq = strchr(v, '=');
+  if (!eq || eq == v || !eq[1]) return bad_usage(argv0, "--data takes NAME=FILE.npy", v);
+  if ((size_t)(eq - v) >= SK_GRAPH_NAME_MAX) return bad_usage(argv0, "--data: the input name is too long", v);
+  for (int k = 0; k < o->ndata; k++)
+    if (!strncmp(o->data[k].arg, v, (size_t)(eq - v) + 1)) return bad_usage(argv0, "--data: that input is given twice", v);
+  if (o->ndata == DATA_MAX_INPUTS) return bad_usage(argv0, "at most 64 --data", v);
+  o->data[o->ndata++].arg = v;
+  return check_file(argv0, "--data", eq + 1);
+}
+
 /* Options with a value; 0 when handled, 2 after a usage error, -1 when `a` is unknown. */
 static int parse_valued(const char *argv0, const char *a, const char *v, options *o, bool *steps, bool *epochs) {
   char msg[640];
@@ -417,6 +436,8 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
     if (!eq || eq == v) return bad_usage(argv0, !strcmp(a, "--shard") ? "--shard takes OP=STRATEGY" : "--out-strategy takes OP=STRATEGY", v);
     if (o->nshards == (int)(sizeof o->shards / sizeof o->shards[0])) return bad_usage(argv0, "at most 64 --shard and --out-strategy", v);
     o->shards[o->nshards].arg = v, o->shards[o->nshards++].out = !strcmp(a, "--out-strategy");
+  } else if (!strcmp(a, "--data")) {
+    return parse_data(argv0, v, o);
   } else if (!strcmp(a, "--scheduler")) {
     sk_error e;
     if (sk_pipe_scheduler_parse(v, &o->pd.pipeline.scheduler, &e)) return bad_usage(argv0, e.msg, NULL);
@@ -509,6 +530,7 @@ typedef struct job {
   const sk_graph *g;
   sk_optim_desc optim;
   dataset data;
+  data_sources src; /* the inputs fed from a data source, over the dataset */
   sk_parallel_plan plan;
   /* written by the lead device (rank 0) */
   double *losses;
@@ -534,6 +556,7 @@ typedef struct run {
   long start, saved; /* the batches consumed before the first step (a loaded checkpoint's position), and at the last save */
   void *x, *y;
   bool y_float;
+  data_readers rd; /* this device's own open files */
 } run;
 
 static double clock_s(clockid_t id) {
@@ -546,17 +569,27 @@ static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
    process held the core; its CPU time does not. */
 static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
+static sk_result feed_input(run *R, int t, sk_dtype dt, const void *v, size_t n, sk_error *e) {
+  return R->rt ? sk_runtime_feed(R->rt, t, dt, v, n, e) : sk_trainer_feed(R->t, t, dt, v, n, e);
+}
+
+/* Batch b: the dataset's inputs (those without a source), then every source's. */
 static sk_result feed(run *R, bool test, long b, sk_error *e) {
   const dataset *d = &R->J->data;
-  dataset_batch(d, test, b, R->x, R->y, R->y_float);
-  size_t nx = (size_t)(d->batch * d->per_sample_x), ny = (size_t)(d->batch * d->per_sample_y);
-  sk_dtype dx = d->kind ? SK_I32 : SK_F32, dy = R->y_float ? SK_F32 : SK_I32;
-  if (R->rt) {
-    sk_result r = sk_runtime_feed(R->rt, d->x, dx, R->x, nx, e);
-    return r ? r : sk_runtime_feed(R->rt, d->y, dy, R->y, ny, e);
+  const data_sources *ds = &R->J->src;
+  sk_result r = SK_OK;
+  if (d->kind >= 0) {
+    dataset_batch(d, test, b, R->x, R->y, R->y_float);
+    size_t nx = (size_t)(d->batch * d->per_sample_x), ny = (size_t)(d->batch * d->per_sample_y);
+    sk_dtype dx = d->kind ? SK_I32 : SK_F32, dy = R->y_float ? SK_F32 : SK_I32;
+    if (!data_source_of(ds, d->x)) r = feed_input(R, d->x, dx, R->x, nx, e);
+    if (!r && !data_source_of(ds, d->y)) r = feed_input(R, d->y, dy, R->y, ny, e);
   }
-  sk_result r = sk_trainer_feed(R->t, d->x, dx, R->x, nx, e);
-  return r ? r : sk_trainer_feed(R->t, d->y, dy, R->y, ny, e);
+  for (int k = 0; !r && k < ds->n; k++) {
+    r = data_batch(ds, &R->rd, k, b, e);
+    if (!r) r = feed_input(R, ds->in[k].tensor, ds->in[k].read_dt, R->rd.buf, (size_t)ds->in[k].numel, e);
+  }
+  return r;
 }
 
 static sk_result step(run *R, double *loss, sk_error *e) {
@@ -646,7 +679,7 @@ static sk_result train(run *R, sk_error *e) {
     if (r) return r;
     if (R->lead) J->seconds += now_s() - t0;
     if (R->stopped) return SK_OK; /* nothing more to learn from it: no evaluation, no save */
-    if (J->g->logits >= 0 && !R->quiet) {
+    if (J->g->logits >= 0 && !R->quiet && J->data.test_batches > 0) { /* none: data sources (no test set) */
       double acc;
       if ((r = test_accuracy(R, &acc, e))) return r;
       if (R->lead) printf("epoch: %d test accuracy: %.4f\n", ep, acc);
@@ -658,12 +691,15 @@ static sk_result train(run *R, sk_error *e) {
   return SK_OK;
 }
 
-static int run_buffers(run *R) {
+/* The dataset's batch buffers and the device's own readers of the sources. */
+static sk_result run_buffers(run *R, sk_error *e) {
   const dataset *d = &R->J->data;
+  sk_result r = data_readers_open(&R->J->src, &R->rd, e);
+  if (r || d->kind < 0) return r;
   R->y_float = R->J->g->tensors[d->y].dtype == SK_F32 || R->J->g->tensors[d->y].dtype == SK_F64;
   R->x = malloc(sizeof(double) * (size_t)(d->batch * d->per_sample_x));
   R->y = malloc(sizeof(double) * (size_t)(d->batch * d->per_sample_y));
-  return R->x && R->y ? 0 : -1;
+  return R->x && R->y ? SK_OK : sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
 }
 
 /* --parameter-broadcast: the reference starts from the model the devices hold after the
@@ -688,11 +724,12 @@ static sk_result run_reference(job *J, bool quiet, sk_error *e) {
   double *scales = (double *)malloc(sizeof(double) * (size_t)(J->g->nops * SK_OP_MAX_INPUTS + 1));
   if (scales) sk_parallel_grad_scales(&J->plan, scales);
   d.grad_scales = scales;
-  sk_result r = run_buffers(&R) || !scales ? sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
+  sk_result r = !scales ? sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory") : run_buffers(&R, e);
   if (!r) r = sk_trainer_create(J->g, &d, &R.t, e);
   if (!r && J->init) start_from(R.t, J);
   if (!r) r = train(&R, e);
   free(R.x), free(R.y), free(scales);
+  data_readers_close(&R.rd);
   sk_trainer_destroy(R.t);
   return r;
 }
@@ -751,7 +788,7 @@ static sk_result device_main(sk_comm *c, void *arg) {
   d.device_flops = J->o->device_tflops * 1e12;
   d.seed_by_rank = J->o->broadcast;
   sk_error e = {SK_OK, ""};
-  sk_result r = run_buffers(&R) ? sk__fail(&e, SK_ERR_OUT_OF_MEMORY, "out of memory") : SK_OK;
+  sk_result r = run_buffers(&R, &e);
   if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
   if (!r && J->o->broadcast) r = broadcast(&R, &e);
   if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, J->optim.kind, &J->o->ckpt, &R.start, R.lead, &e);
@@ -761,6 +798,7 @@ static sk_result device_main(sk_comm *c, void *arg) {
   if (r) sk_comm_set_error(c, r, "%s", e.msg);
   if (r && J->o->mpi) snprintf(J->mpi_error, sizeof J->mpi_error, "%s", e.msg); /* the process's one device */
   free(R.x), free(R.y);
+  data_readers_close(&R.rd);
   sk_runtime_destroy(R.rt);
   return r;
 }
@@ -931,6 +969,9 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   if (o->dump_rank >= 0 || o->dump_schedule) return 0;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;
+  if (data_sources_open(g, o->data, o->ndata, J->data.kind >= 0, o->seed, &J->src, msg, cap)) return -1;
+  if (J->data.kind < 0) J->data.train_batches = J->src.batches;
+  if (J->src.n) J->data.test_batches = 0; /* the sources are training data: no test set (docs/sk-sim.md) */
   J->figures = (sim_device_figures *)calloc((size_t)o->devices, sizeof *J->figures);
   if (o->broadcast && o->check) J->init = (void **)calloc((size_t)g->ntensors + 1, sizeof *J->init);
   return J->figures && (J->init || !(o->broadcast && o->check)) ? 0 : (snprintf(msg, cap, "out of memory"), -1);

@@ -14,6 +14,7 @@
 #include "sk_kernels.h" /* every operator's forward and backward on a device's slice */
 #include "sk_optim.h"   /* SGD, Momentum, Adam as element-wise updates of a (sharded) buffer */
 #include "sk_graph.h"   /* a network: inputs, parameters, operators wired by tensor, shapes */
+#include "sk_npy.h"     /* NumPy .npy files read row by row: what feeds an input from a file */
 #include "sk_exec.h"    /* one graph operator forward and backward on a device's buffers */
 #include "sk_train.h"   /* trains a graph on one device: the reference run */
 #include "sk_parallel.h" /* AutoParallel's compiler: a graph and a device count -> one program per device */

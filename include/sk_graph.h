@@ -40,6 +40,15 @@
      rule on one device, so an operator the rules refuse is refused here, the message starting
      with the operator's name.
 
+   DATA SOURCES
+     An input may name what feeds it (sk_data_source, set by sk_graph_set_data; the JSON's
+     "data" object): an .npy file (its path as written; a relative one is read from the graph's
+     data_dir, which sk_json_load_network sets to the JSON file's directory), integers uniform in
+     [lo, hi) (labels, indices), normal(mean, std) or uniform [lo, hi) floats. The graph only
+     carries them; the program feeding the inputs reads the files and draws the numbers
+     (examples/data_sources.h, docs/network-json.md). An input without one is fed by the graph's
+     `dataset`, a name programs interpret.
+
    INITIALISERS (MindSpore's names; one seeded stream)
      sk_graph_init_params draws every parameter, in the order they were added, element by
      element in row-major order, from ONE xorshift64* stream seeded by `seed`: a network and a
@@ -96,6 +105,25 @@ typedef struct sk_init {
   double value;
 } sk_init;
 
+/* What feeds an input (DATA SOURCES above). */
+typedef enum sk_data_kind {
+  SK_DATA_NONE = 0,       /* the graph's dataset */
+  SK_DATA_NPY,            /* path: a NumPy .npy file, samples first (sk_npy.h) */
+  SK_DATA_RANDOM_INT,     /* integers uniform in [a, b): whole numbers, |a|, |b| <= 2^53 */
+  SK_DATA_RANDOM_NORMAL,  /* a float input: mean a, standard deviation b >= 0 */
+  SK_DATA_RANDOM_UNIFORM, /* a float input: uniform in [a, b) */
+  SK_DATA_KIND_COUNT
+} sk_data_kind;
+
+#define SK_DATA_PATH_MAX 256   /* an .npy path as written, with its NUL */
+#define SK_GRAPH_DIR_MAX 4096  /* data_dir, with its NUL */
+
+typedef struct sk_data_source {
+  sk_data_kind kind;
+  double a, b;                 /* the random kinds' two numbers */
+  char path[SK_DATA_PATH_MAX]; /* SK_DATA_NPY */
+} sk_data_source;
+
 typedef struct sk_graph_tensor {
   char name[SK_GRAPH_NAME_MAX];
   sk_tensor_role role;
@@ -107,6 +135,7 @@ typedef struct sk_graph_tensor {
   bool frozen;      /* parameters: requires_grad=False (sk_graph_set_requires_grad) */
   int producer;     /* the operator whose output it is; -1 for inputs and parameters */
   int output_index; /* which output of the producer */
+  sk_data_source data; /* inputs: what feeds it (SK_DATA_NONE: the graph's dataset) */
 } sk_graph_tensor;
 
 /* One operator. Zero-initialise, set name, desc.kind, the attributes the operator reads (in
@@ -139,6 +168,7 @@ typedef struct sk_graph {
   int logits; /* the tensor evaluation scores (argmax over the last dim); -1: none */
   int labels; /* the input it is scored against (class indices); -1: none */
   char dataset[SK_GRAPH_NAME_MAX]; /* what feeds the inputs: a name programs interpret ("" none) */
+  char data_dir[SK_GRAPH_DIR_MAX]; /* where relative .npy paths are read from ("": the current directory) */
   /* The optimizer training uses (sk_optim.h), set directly: zero (as sk_graph_init leaves it) is
      SGD with MindSpore's defaults. The graph only carries it; sk_optim_update checks it. */
   sk_optim_desc optim;
@@ -170,6 +200,18 @@ SK_API sk_result sk_graph_set_loss(sk_graph *g, int tensor, sk_error *err);
    shape without the last dim). */
 SK_API sk_result sk_graph_set_eval(sk_graph *g, int logits, int labels, sk_error *err);
 
+/* Sets (or with kind SK_DATA_NONE clears) what feeds input `tensor`. Refused, naming the tensor:
+   a tensor that is not an input, an unknown kind, an empty, too long or control-character path,
+   random_int bounds that are not whole numbers within 2^53 or do not fit the input's integer
+   dtype, a normal or uniform source for an integer input, lo >= hi, std < 0, a number that is
+   not finite. */
+SK_API sk_result sk_graph_set_data(sk_graph *g, int tensor, const sk_data_source *src, sk_error *err);
+/* The path an .npy source of input `tensor` is read from: its path joined to g->data_dir when
+   relative, into out (cap bytes). */
+SK_API sk_result sk_graph_data_path(const sk_graph *g, int tensor, char *out, size_t cap, sk_error *err);
+SK_API const char *sk_data_kind_name(sk_data_kind kind); /* "none", "npy", "random_int", ... */
+SK_API bool sk_data_kind_from_name(const char *name, sk_data_kind *kind);
+
 /* The tensor id of a name, or -1. */
 SK_API int sk_graph_find(const sk_graph *g, const char *name);
 /* The element count of a tensor. */
@@ -184,7 +226,7 @@ SK_API sk_result sk_graph_check(const sk_graph *g, sk_error *err);
    with sk_graph_free) is g with every input's dim 0, its batch, divided by `micro`, and so the
    target shapes of Reshape and GetNext, whose dim 0 counts the batch as a network written for
    the whole batch states them. Parameters (and so their initial values), operators, strategies,
-   tensor and operator ids, the loss, evaluation, dataset name and optimizer are g's. Refused,
+   tensor and operator ids, the loss, evaluation, dataset name, data sources and optimizer are g's. Refused,
    naming the tensor or operator: a scalar input, a dim 0 that `micro` does not divide. */
 SK_API sk_result sk_graph_micro(const sk_graph *g, int micro, sk_graph *out, sk_error *err);
 
@@ -217,10 +259,16 @@ SK_API const char *sk_init_kind_name(sk_init_kind kind) {
   return (unsigned)kind < SK_INIT_KIND_COUNT ? sk__init_names[kind] : "unknown";
 }
 
+/* The index of name in names[0..n), or -1: the kinds' names read back. */
+static int sk__graph_name_index(const char *const *names, int n, const char *name) {
+  for (int i = 0; name && i < n; i++)
+    if (!strcmp(name, names[i])) return i;
+  return -1;
+}
+
 SK_API bool sk_init_kind_from_name(const char *name, sk_init_kind *kind) {
-  for (int i = 0; name && i < SK_INIT_KIND_COUNT; i++)
-    if (!strcmp(name, sk__init_names[i])) return *kind = (sk_init_kind)i, true;
-  return false;
+  int i = sk__graph_name_index(sk__init_names, SK_INIT_KIND_COUNT, name);
+  return i >= 0 ? (*kind = (sk_init_kind)i, true) : false;
 }
 
 SK_API const char *sk_tensor_role_name(sk_tensor_role role) {
@@ -231,6 +279,18 @@ SK_API const char *sk_tensor_role_name(sk_tensor_role role) {
     case SK_TENSOR_CONST: return "constant";
   }
   return "unknown";
+}
+
+static const char *const sk__data_names[SK_DATA_KIND_COUNT] = {"none", "npy", "random_int", "random_normal",
+                                                                "random_uniform"};
+
+SK_API const char *sk_data_kind_name(sk_data_kind kind) {
+  return (unsigned)kind < SK_DATA_KIND_COUNT ? sk__data_names[kind] : "unknown";
+}
+
+SK_API bool sk_data_kind_from_name(const char *name, sk_data_kind *kind) {
+  int i = sk__graph_name_index(sk__data_names, SK_DATA_KIND_COUNT, name);
+  return i >= 0 ? (*kind = (sk_data_kind)i, true) : false;
 }
 
 SK_API void sk_graph_init(sk_graph *g) {
@@ -280,6 +340,7 @@ SK_API sk_result sk_graph_micro(const sk_graph *g, int micro, sk_graph *out, sk_
     if (x->role == SK_TENSOR_INPUT) {
       r = sk__graph_micro_dim0(x->ndims, shape, micro, "input", x->name, err);
       if (!r) r = sk_graph_add_input(out, x->name, x->dtype, x->ndims, shape, &id, err);
+      if (!r) out->tensors[id].data = x->data;
     } else if (x->role == SK_TENSOR_PARAM) {
       r = sk_graph_add_param(out, x->name, x->dtype, x->ndims, shape, x->init, &id, err);
       if (!r) out->tensors[id].frozen = x->frozen;
@@ -295,6 +356,7 @@ SK_API sk_result sk_graph_micro(const sk_graph *g, int micro, sk_graph *out, sk_
   if (!r && g->logits >= 0) r = sk_graph_set_eval(out, g->logits, g->labels, err);
   if (r) return sk_graph_free(out), r;
   memcpy(out->dataset, g->dataset, sizeof out->dataset);
+  memcpy(out->data_dir, g->data_dir, sizeof out->data_dir);
   out->optim = g->optim;
   return SK_OK;
 }
@@ -567,6 +629,84 @@ SK_API sk_result sk_graph_check(const sk_graph *g, sk_error *err) {
   if (!g) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: NULL graph");
   if (g->loss < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: no loss is set");
   if (!g->nops) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: no operators");
+  return SK_OK;
+}
+
+/* ---- data sources ---------------------------------------------------------------------------- */
+
+/* random_int's bounds: whole numbers within 2^53 (exact as doubles), inside an integer input's
+   dtype ([lo, hi) holds at most its largest value). */
+static sk_result sk__graph_int_bounds(const sk_graph_tensor *t, double lo, double hi, sk_error *err) {
+  const double exact = 9007199254740992.0; /* 2^53 */
+  if (lo != floor(lo) || hi != floor(hi) || fabs(lo) > exact || fabs(hi) > exact)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': random_int takes whole numbers within 2^53", t->name);
+  double min = 0, max = 0;
+  switch (t->dtype) {
+    case SK_I8: min = -128, max = 127; break;
+    case SK_U8: min = 0, max = 255; break;
+    case SK_I32: min = -2147483648.0, max = 2147483647.0; break;
+    default: return SK_OK; /* i64 and the floats hold every value within 2^53 */
+  }
+  if (lo < min || hi - 1 > max)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': random_int [%.17g, %.17g) does not fit %s", t->name,
+                    lo, hi, sk_dtype_name(t->dtype));
+  return SK_OK;
+}
+
+static sk_result sk__graph_check_source(const sk_graph_tensor *t, const sk_data_source *s, sk_error *err) {
+  const char *kn = sk_data_kind_name(s->kind);
+  if (s->kind == SK_DATA_NPY) {
+    const char *end = (const char *)memchr(s->path, 0, sizeof s->path);
+    size_t n = end ? (size_t)(end - s->path) : sizeof s->path;
+    if (!n || !end)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': the .npy path is empty or has %d characters or more",
+                      t->name, SK_DATA_PATH_MAX);
+    for (size_t i = 0; i < n; i++)
+      if ((unsigned char)s->path[i] < 0x20 || s->path[i] == 0x7f)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': the .npy path has a control character", t->name);
+    return SK_OK;
+  }
+  if (!isfinite(s->a) || !isfinite(s->b))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': %s's numbers must be finite", t->name, kn);
+  if (s->kind != SK_DATA_RANDOM_INT && !sk__graph_float(t->dtype))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': %s draws floats, the input is %s (random_int "
+                    "draws integers)", t->name, kn, sk_dtype_name(t->dtype));
+  if (s->kind == SK_DATA_RANDOM_NORMAL && s->b < 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': random_normal's std %.17g is negative", t->name, s->b);
+  if (s->kind != SK_DATA_RANDOM_NORMAL && s->a >= s->b)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': %s's lo %.17g is not below hi %.17g", t->name, kn,
+                    s->a, s->b);
+  return s->kind == SK_DATA_RANDOM_INT ? sk__graph_int_bounds(t, s->a, s->b, err) : SK_OK;
+}
+
+SK_API sk_result sk_graph_set_data(sk_graph *g, int t, const sk_data_source *src, sk_error *err) {
+  if (!g || !src || t < 0 || t >= g->ntensors)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data: NULL graph or source, or no tensor %d", t);
+  sk_graph_tensor *x = &g->tensors[t];
+  if (x->role != SK_TENSOR_INPUT)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': it is %s, not an input", x->name,
+                    x->role == SK_TENSOR_PARAM ? "a parameter" : "an operator's output");
+  if ((unsigned)src->kind >= SK_DATA_KIND_COUNT)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data for '%s': unknown source kind %d", x->name, (int)src->kind);
+  sk_result r = src->kind == SK_DATA_NONE ? SK_OK : sk__graph_check_source(x, src, err);
+  if (r) return r;
+  memset(&x->data, 0, sizeof x->data);
+  x->data.kind = src->kind;
+  if (src->kind == SK_DATA_NPY) memcpy(x->data.path, src->path, strlen(src->path) + 1);
+  else if (src->kind != SK_DATA_NONE) x->data.a = src->a, x->data.b = src->b;
+  return SK_OK;
+}
+
+SK_API sk_result sk_graph_data_path(const sk_graph *g, int t, char *out, size_t cap, sk_error *err) {
+  if (!g || !out || t < 0 || t >= g->ntensors || g->tensors[t].data.kind != SK_DATA_NPY)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data path: NULL graph or buffer, or tensor %d has no .npy source", t);
+  const char *p = g->tensors[t].data.path, *dir = p[0] == '/' ? "" : g->data_dir;
+  const char *end = (const char *)memchr(dir, 0, SK_GRAPH_DIR_MAX);
+  size_t nd = end ? (size_t)(end - dir) : 0;
+  bool slash = nd && dir[nd - 1] != '/';
+  int n = snprintf(out, cap, "%.*s%s%s", (int)nd, dir, slash ? "/" : "", p);
+  if (n < 0 || (size_t)n >= cap)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: data path of '%s': longer than %zu characters", g->tensors[t].name, cap - 1);
   return SK_OK;
 }
 

@@ -21,6 +21,9 @@
      A number among an operator's inputs is a constant (a rank-0 tensor, "<op>:in<k>", added just
      before its operator, of the dtype of the operator's first tensor input); constants are
      written back as numbers where they are read, never in "tensors".
+     The "data" object (each input's source: sk_graph_set_data) is read after the operators and
+     written after "dataset", its paths as written; sk_json_load_network sets g->data_dir to the
+     file's directory, from which relative .npy paths are read (sk_graph_data_path).
      The listed tensors are added first, then the operators: a graph whose parameters were added
      between operators reads back with the same names, operators and parameter order, but other
      tensor ids.
@@ -632,7 +635,7 @@ static sk_result sk__jr_op(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size
 /* ---- the network ---- */
 
 static sk_result sk__jr_header(sk__jr *jr, json_t *root, sk_graph *g) {
-  static const char *const keys[] = {"format",    "version", "dataset", "tensors", "operators",
+  static const char *const keys[] = {"format",    "version", "dataset", "data", "tensors", "operators",
                                      "loss",      "eval",    "optimizer", NULL};
   const char *format, *dataset;
   long long version = 0;
@@ -721,6 +724,69 @@ static sk_result sk__jr_optim(sk__jr *jr, json_t *root, sk_graph *g) {
   return SK_OK;
 }
 
+/* v, a data entry's [x, y] under `key`, into two numbers; whole ones only for random_int. */
+static sk_result sk__jr_pair(sk__jr *jr, json_t *v, const char *key, bool whole, double *x, double *y) {
+  json_t *a = json_array_get(v, 0), *b = json_array_get(v, 1);
+  const char *what = whole ? "integers" : "numbers";
+  if (!json_is_array(v) || json_array_size(v) != 2 || !(whole ? json_is_integer(a) : json_is_number(a)) ||
+      !(whole ? json_is_integer(b) : json_is_number(b)))
+    return sk__jr_fail(jr, key, "expected a list of two %s, got %s", what, json_is_array(v) ? "another list" : sk__jr_type(v));
+  *x = json_number_value(a), *y = json_number_value(b);
+  return SK_OK;
+}
+
+/* One entry of "data": "<input>": {"<kind>": <path or [x, y]>}. */
+static sk_result sk__jr_data_entry(sk__jr *jr, sk_graph *g, const char *name, json_t *v) {
+  sk_data_source src;
+  sk_error e;
+  sk_result r;
+  memset(&src, 0, sizeof src);
+  int t = sk_graph_find(g, name);
+  if (t < 0) return sk__jr_fail(jr, name, "no tensor \"%.64s\" in the network", name);
+  if (g->tensors[t].role != SK_TENSOR_INPUT)
+    return sk__jr_fail(jr, name, "\"%.64s\" is %s, not an input", name,
+                       g->tensors[t].role == SK_TENSOR_PARAM ? "a parameter" : "an operator's output");
+  if (!json_is_object(v) || json_object_size(v) != 1)
+    return sk__jr_fail(jr, name, "expected one source, {\"npy\": \"FILE.npy\"} or {\"random_int\": [lo, hi]} ..., got %s",
+                       json_is_object(v) ? "an object of another size" : sk__jr_type(v));
+  size_t up = sk__jr_descend(jr, name);
+  void *member = json_object_iter(v); /* its one member */
+  const char *kind = json_object_iter_key(member);
+  json_t *arg = json_object_iter_value(member);
+  if (!sk_data_kind_from_name(kind, &src.kind) || src.kind == SK_DATA_NONE)
+    return sk__jr_fail(jr, kind, "unknown source (npy, random_int, random_normal or random_uniform)");
+  if (src.kind == SK_DATA_NPY) {
+    if (!json_is_string(arg)) return sk__jr_fail(jr, kind, "expected a file name, got %s", sk__jr_type(arg));
+    if (strlen(json_string_value(arg)) >= sizeof src.path)
+      return sk__jr_fail(jr, kind, "a path of %d characters or more", SK_DATA_PATH_MAX);
+    memcpy(src.path, json_string_value(arg), strlen(json_string_value(arg)) + 1);
+  } else if ((r = sk__jr_pair(jr, arg, kind, src.kind == SK_DATA_RANDOM_INT, &src.a, &src.b))) {
+    return r;
+  }
+  if ((r = sk_graph_set_data(g, t, &src, &e))) { /* "graph: data for 'x': " is the path here */
+    const char *why = strstr(e.msg, "': ");
+    sk__jr_say(jr, r, kind, sk__jr_note(jr, "%s", why ? why + 3 : e.msg));
+    return r;
+  }
+  jr->where[up] = 0;
+  return SK_OK;
+}
+
+/* "data": {"<input>": {"<kind>": ...}, ...}: what feeds each named input (sk_graph_set_data). */
+static sk_result sk__jr_data(sk__jr *jr, json_t *root, sk_graph *g) {
+  json_t *v = json_object_get(root, "data"), *entry;
+  const char *name;
+  if (!v) return SK_OK;
+  sk__jr_top(jr, "data");
+  if (!json_is_object(v)) return sk__jr_fail(jr, "data", "expected an object {\"<input>\": {\"npy\": ...}}, got %s", sk__jr_type(v));
+  sk__jr_descend(jr, "data");
+  json_object_foreach(v, name, entry) {
+    sk_result r = sk__jr_data_entry(jr, g, name, entry);
+    if (r) return r;
+  }
+  return SK_OK;
+}
+
 static sk_result sk__jr_network(sk__jr *jr, json_t *root, sk_graph *g) {
   json_t *tensors, *ops;
   size_t tensors_at, ops_at;
@@ -732,7 +798,7 @@ static sk_result sk__jr_network(sk__jr *jr, json_t *root, sk_graph *g) {
     if ((r = sk__jr_tensor(jr, g, tensors, i, tensors_at))) return r;
   for (size_t i = 0; i < json_array_size(ops); i++)
     if ((r = sk__jr_op(jr, g, ops, i, ops_at))) return r;
-  if ((r = sk__jr_loss_eval(jr, root, g))) return r;
+  if ((r = sk__jr_data(jr, root, g)) || (r = sk__jr_loss_eval(jr, root, g))) return r;
   return sk__jr_optim(jr, root, g);
 }
 
@@ -769,10 +835,15 @@ SK_API sk_result sk_json_load_network(const char *path, sk_graph *g, sk_error *e
   if (r) return r;
   r = sk_json_parse_network(text, len, g, &e);
   free(text);
-  if (r) {
-    const char *base = strrchr(path, '/');
-    return sk__fail(err, r, "%s: %s", base ? base + 1 : path, e.msg);
+  const char *base = strrchr(path, '/');
+  if (r) return sk__fail(err, r, "%s: %s", base ? base + 1 : path, e.msg);
+  /* relative .npy paths are the file's: read from its directory */
+  size_t nd = base ? (size_t)(base - path) + (base == path) : 0;
+  if (nd >= sizeof g->data_dir) {
+    sk_graph_free(g);
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: its directory is longer than %d characters", path, SK_GRAPH_DIR_MAX - 1);
   }
+  memcpy(g->data_dir, path, nd), g->data_dir[nd] = 0;
   return SK_OK;
 }
 
@@ -1049,12 +1120,32 @@ static json_t *sk__jw_optim(sk__jw *w, const sk_optim_desc *d) {
   return o;
 }
 
+/* "data": each input's source, in the inputs' order; NULL when none has one. */
+static json_t *sk__jw_data(sk__jw *w) {
+  json_t *data = NULL;
+  for (int t = 0; t < w->g->ntensors; t++) {
+    const sk_graph_tensor *x = &w->g->tensors[t];
+    const sk_data_source *s = &x->data;
+    if (x->role != SK_TENSOR_INPUT || s->kind == SK_DATA_NONE) continue;
+    json_t *src = json_object(), *arg;
+    if (s->kind == SK_DATA_NPY) arg = sk__jw_name(w, s->path);
+    else if (s->kind == SK_DATA_RANDOM_INT) arg = json_pack("[II]", (json_int_t)s->a, (json_int_t)s->b);
+    else arg = json_pack("[ff]", s->a, s->b);
+    sk__jw_set(w, src, sk_data_kind_name(s->kind), arg);
+    if (!data) data = json_object();
+    sk__jw_set(w, data, x->name, src);
+  }
+  return data;
+}
+
 static json_t *sk__jw_network(sk__jw *w) {
   const sk_graph *g = w->g;
   json_t *root = json_object(), *tensors = json_array(), *ops = json_array();
   sk__jw_set(w, root, "format", json_string(SK__JSON_FORMAT));
   sk__jw_set(w, root, "version", json_integer(SK__JSON_VERSION));
   if (g->dataset[0]) sk__jw_set(w, root, "dataset", sk__jw_name(w, g->dataset));
+  json_t *data = sk__jw_data(w);
+  if (data) sk__jw_set(w, root, "data", data);
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].role == SK_TENSOR_INPUT || g->tensors[t].role == SK_TENSOR_PARAM)
       sk__jw_append(w, tensors, sk__jw_tensor(w, &g->tensors[t]));
@@ -1109,6 +1200,19 @@ static sk_result sk__jw_check_op(const sk_graph *g, const sk_graph_op *op, sk_er
   return SK_OK;
 }
 
+/* A tensor's data source as sk_graph_set_data would take it: what loading the text would do. */
+static sk_result sk__jw_check_data(const sk_graph *g, int t, sk_error *err) {
+  const sk_graph_tensor *x = &g->tensors[t];
+  if (x->data.kind == SK_DATA_NONE) return SK_OK;
+  sk_graph scratch = *g; /* sk_graph_set_data checks against the tensor; the copy is written, not g */
+  sk_graph_tensor one = *x;
+  sk_error e;
+  scratch.tensors = &one, scratch.ntensors = 1;
+  sk_result r = sk_graph_set_data(&scratch, 0, &x->data, &e);
+  if (r) return sk__fail(err, r, "json: %s", e.msg);
+  return SK_OK;
+}
+
 static sk_result sk__jw_check(const sk_graph *g, sk_error *err) {
   if (g->ntensors < 0 || g->nops < 0 || (g->ntensors && !g->tensors) || (g->nops && !g->ops) ||
       (g->loss != -1 && !sk__jw_tensor_ok(g, g->loss)) || (g->logits != -1 && !sk__jw_tensor_ok(g, g->logits)) ||
@@ -1124,6 +1228,8 @@ static sk_result sk__jw_check(const sk_graph *g, sk_error *err) {
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: parameter '%s': the initialiser's value is not finite", x->name);
     if (x->role == SK_TENSOR_CONST && (!isfinite(x->value) || x->ndims))
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: constant '%s' is not a finite rank-0 number", x->name);
+    sk_result r = sk__jw_check_data(g, t, err);
+    if (r) return r;
   }
   for (int i = 0; i < g->nops; i++) {
     sk_result r = sk__jw_check_op(g, &g->ops[i], err);

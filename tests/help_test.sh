@@ -116,6 +116,12 @@ sk-sim $SIM --save-strategy ''
 sk-sim $SIM --load-strategy ''
 sk-sim $SIM --transformer-opt ''
 sk-sim $SIM --bogus 1
+sk-sim $SIM --data x.npy
+sk-sim $SIM --data =x.npy
+sk-sim $SIM --data tokens=
+sk-sim $SIM --data tokens=\$tmp/work/$long
+sk-sim $SIM --data tokens=a.npy --data tokens=b.npy
+sk-sim $SIM --data
 sk-sim --devices 2
 sk-ckpt list
 sk-ckpt nosuch \$tmp/work
@@ -145,6 +151,15 @@ openmp_devices --devices 65
 openmp_devices --devices 2x
 openmp_devices --bogus
 quickstart extra
+make_npy --dtype f32 --shape 4
+make_npy --out \$tmp/work/a.npy --dtype f16 --shape 4
+make_npy --out \$tmp/work/a.npy --dtype f32 --shape 4,0
+make_npy --out \$tmp/work/a.npy --dtype f32 --shape 1,1,1,1,1,1,1,1,1,1
+make_npy --out \$tmp/work/a.npy --dtype f32 --shape 4 --fill classes:0
+make_npy --out \$tmp/work/a.npy --dtype i32 --shape 4 --fill normal
+make_npy --out \$tmp/work/a.npy --dtype f32 --shape 4 --truncate 0
+make_npy --out \$tmp/work/a.npy --dtype f32 --shape 4 --truncate 1000
+make_npy --out '' --dtype f32 --shape 4
 EOF
 
 # ---- under an MPI launcher ---------------------------------------------------------------------

@@ -721,6 +721,43 @@ want=$(grep -E '^epoch: 0 step: (10|20),' "$tmp/full" | sed 's/.*loss is //' | p
 if echo "$got $want" | awk 'NF == 4 { for (i = 1; i <= 2; i++) { d = ($i - $(i+2)) / $(i+2); if (d < 0) d = -d; if (d > 1e-6) exit 1 }; ok = 1 } END { exit !ok }'; then ok
 else bad "saved in f32, resumed in f64: losses $got, the f32 run's $want: $(cat "$tmp/err")"; fi
 
+# data sources (tests/nets/npy.json: two .npy files, written here by make_npy into build/npy/,
+# which the network names relative to its own directory, and the four random kinds): N devices
+# train like one on the same global batches (f64 to 1e-12), in the pipeline too; no test
+# accuracy line (the sources have no test set); --data overrides a file, and refusals name it
+NPYNET="--net tests/nets/npy.json --dtype f64"
+if [ -x build/make_npy ] && mkdir -p build/npy &&
+   build/make_npy --out build/npy/x.npy --dtype f32 --shape 40,2,4 --fill normal --seed 3 &&
+   build/make_npy --out build/npy/label.npy --dtype i64 --shape 40 --fill classes:4 --seed 3; then
+  checks "npy.json 8 devices f64" 1e-12 $NPYNET --devices 8 --steps 12
+  checks "npy.json 8 devices, pipeline 2 x 2" 1e-12 $NPYNET --devices 8 --steps 12 --pipeline 2 --micro 2
+  "$BIN" $NPYNET --steps 12 >"$tmp/a" 2>&1; "$BIN" $NPYNET --steps 12 --seed 2 >"$tmp/b" 2>&1
+  if [ "$(losses "$tmp/a" | wc -l)" -eq 6 ] && ! grep -q 'test accuracy' "$tmp/a" && ! cmp -s "$tmp/a" "$tmp/b"; then ok
+  else bad "npy.json: 6 epochs of 2 batches, no test accuracy, --seed draws other random inputs: $(cat "$tmp/a")"; fi
+  build/make_npy --out "$tmp/x.npy" --dtype f64 --shape 16,2,4 --fill uniform
+  "$BIN" $NPYNET --steps 2 --data x="$tmp/x.npy" >"$tmp/c" 2>&1
+  if [ "$(losses "$tmp/c")" != "$(losses "$tmp/a" | head -1)" ] && [ -n "$(losses "$tmp/c")" ]; then ok
+  else bad "--data x=FILE: the same first loss as the network's own file: $(cat "$tmp/c")"; fi
+  checks "npy.json --data x=f64 file, 4 devices" 1e-12 $NPYNET --devices 4 --steps 4 --data x="$tmp/x.npy"
+  build/make_npy --out "$tmp/shape.npy" --dtype f32 --shape 40,8
+  build/make_npy --out "$tmp/float.npy" --dtype f64 --shape 40
+  build/make_npy --out "$tmp/cut.npy" --dtype f32 --shape 40,2,4 --truncate 5
+  build/make_npy --out "$tmp/none.npy" --dtype f32 --shape 0,2,4
+  expect_fail "--data of the wrong shape" "shape.npy: shape (40, 8) does not hold the input's samples: want (40, 2, 4)" \
+    $NPYNET --steps 1 --data x="$tmp/shape.npy"
+  expect_fail "--data of the wrong dtype" "float.npy: holds f64 values; input 'label' is i32" $NPYNET --steps 1 --data label="$tmp/float.npy"
+  expect_fail "--data of a truncated file" "cut.npy: truncated: shape (40, 2, 4) of f32 needs 1280 bytes of data, the file has 1275" \
+    $NPYNET --devices 8 --steps 1 --data x="$tmp/cut.npy"
+  expect_fail "--data without samples" "none.npy: has no samples" $NPYNET --steps 1 --data x="$tmp/none.npy"
+  expect_fail "--data of no input" "the network has no input 'nope'" $NPYNET --steps 1 --data nope="$tmp/x.npy"
+  expect_fail "--data of a parameter" "'w1' is a parameter, not an input" $NPYNET --steps 1 --data w1="$tmp/x.npy"
+  expect_fail "--data of a missing file" "missing.npy: cannot open" $NPYNET --steps 1 --data x="$tmp/missing.npy"
+  sed 's/"random_int": \[0, 6\]/"random_int": [6, 0]/' tests/nets/npy.json >"$tmp/lohi.json"
+  expect_fail "random_int lo >= hi" "data.ids.random_int: random_int's lo 6 is not below hi 0" --net "$tmp/lohi.json" --steps 1
+  sed '/"x": {"npy"/d' tests/nets/npy.json >"$tmp/nox.json"
+  expect_fail "an input without data" "input 'x' has no data" --net "$tmp/nox.json" --steps 1
+else bad "build/make_npy could not write build/npy/ (run make first)"; fi
+
 # every option of --help has its row in docs/sk-sim.md
 for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do
   if grep -q -E -- "^\|.*\`$flag[\` ]" docs/sk-sim.md; then ok
