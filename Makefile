@@ -1,6 +1,7 @@
 # shardkit -- header-only; this Makefile builds the tools, examples, benchmarks and tests.
 #   make            every tool, example and benchmark into build/ whose packages are installed; a
-#                   program that needs a missing one is skipped with a line naming it
+#                   program that needs a missing one is skipped with a line naming it; and the
+#                   networks' .npy data (make data: build/data/, written by build/make_npy)
 #   make test       make deps, then header checks, the Criterion suites (the MPI ones launch
 #                   mpirun.openmpi), the tools', benchmarks', demo's and install tests, and
 #                   MindSpore's operator unit tests asked of sk-layout (tests/ms_cases.txt)
@@ -114,10 +115,10 @@ PROGRAMS  := $(TOOLS) $(EXAMPLES) $(BENCHES)
 BUILDABLE := $(foreach p,$(PROGRAMS),$(if $(call missing,$p),,$p))
 SKIPPED   := $(filter-out $(BUILDABLE),$(PROGRAMS))
 
-.PHONY: all test test-run demo demo-run sanitize tsan test-clang analyze install uninstall deps \
+.PHONY: all data test test-run demo demo-run sanitize tsan test-clang analyze install uninstall deps \
         check-headers clean fuzz FORCE
 
-all: $(BUILDABLE)
+all: $(BUILDABLE) data
 	@:$(foreach p,$(SKIPPED),; echo "skipping $p: needs $(call missing,$p) (run make deps)")
 	@:$(if $(HAVE_mpi),,; echo "benchmarks built without -B mpi: needs $(PKG_mpi) (run make deps)")
 
@@ -175,6 +176,32 @@ $(BUILD)/openmp_devices: examples/openmp_devices.c $(PROG_HDRS) $(HEADERS)
 $(BUILD)/%: examples/%.c $(PROG_HDRS) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# The .npy files the networks' "data" objects name (relative to the JSON's folder, so
+# "../../build/data/attention/x.npy" from examples/nets/), written by make_npy: NPY.<file> holds
+# its arguments. Every fill is a function of the seed, so a file is the same on every machine;
+# a changed Makefile writes them again.
+NPY_DATA := $(BUILD)/data/attention/x.npy $(BUILD)/data/dense_mutmul/x.npy $(BUILD)/data/npy/x.npy \
+            $(BUILD)/data/npy/label.npy $(BUILD)/data/tests/image.npy $(BUILD)/data/tests/target.npy \
+            $(BUILD)/data/tests/class.npy
+# examples/nets/attention.json: x [32, 8], two batches of rows drawn from N(0, 1)
+NPY.$(BUILD)/data/attention/x.npy    := --dtype f32 --shape 64,8 --fill normal --seed 1
+# examples/nets/dense_mutmul.json: x [32, 32], two batches
+NPY.$(BUILD)/data/dense_mutmul/x.npy := --dtype f32 --shape 64,32 --fill normal --seed 2
+# tests/nets/npy.json: x [16, 2, 4] and labels [16] of 4 classes; 40 rows, so batches wrap around
+NPY.$(BUILD)/data/npy/x.npy          := --dtype f32 --shape 40,2,4 --fill normal --seed 3
+NPY.$(BUILD)/data/npy/label.npy      := --dtype i64 --shape 40 --fill classes:4 --seed 3
+# tests/nets/ops37*.json, operands.json, frozen.json: images [32, 1, 28, 28] with pixels in
+# [0, 1), MAELoss's targets [32, 1] in [0, 1), class indices [32] of 10 classes; two batches
+NPY.$(BUILD)/data/tests/image.npy    := --dtype f32 --shape 64,1,28,28 --fill uniform --seed 3
+NPY.$(BUILD)/data/tests/target.npy   := --dtype f32 --shape 64,1 --fill uniform --seed 4
+NPY.$(BUILD)/data/tests/class.npy    := --dtype i32 --shape 64 --fill classes:10 --seed 5
+
+data: $(NPY_DATA)
+
+$(NPY_DATA): $(BUILD)/make_npy Makefile
+	@mkdir -p $(@D)
+	$(BUILD)/make_npy --out $@ $(NPY.$@)
 
 # The benchmarks take -B mpi when Open MPI's wrapper builds them; without Open MPI they are built
 # by $(CC) for -B threads only. $(BENCH_CONFIG) holds the choice and changes only with it, so the

@@ -1,9 +1,9 @@
 /* make_npy -- writes NumPy .npy files (version 1.0, C order, little-endian) without Python: the
-   data the example networks read through their "data" object (docs/network-json.md), e.g.
-   tests/nets/npy.json's:
+   data the networks read through their "data" object (docs/network-json.md), which `make`
+   writes under build/data/ (the Makefile's NPY_DATA), e.g. tests/nets/npy.json's:
 
-     build/make_npy --out build/npy/x.npy --dtype f32 --shape 40,2,4 --fill normal --seed 3
-     build/make_npy --out build/npy/label.npy --dtype i64 --shape 40 --fill classes:4 --seed 3
+     build/make_npy --out build/data/npy/x.npy --dtype f32 --shape 40,2,4 --fill normal --seed 3
+     build/make_npy --out build/data/npy/label.npy --dtype i64 --shape 40 --fill classes:4 --seed 3
 
    Fills: iota (0, 1, 2, ... in row-major order), normal (N(0, 1)), uniform ([0, 1)),
    classes:K (integers uniform in [0, K)); each a function of --seed and the element's index

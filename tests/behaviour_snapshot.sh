@@ -4,8 +4,9 @@
 # developer tool, not part of `make test`.
 #
 #   tests/behaviour_snapshot.sh OUTDIR
-#       builds build/sk-layout, build/sk-sim and build/operator_parallel of the tree this script
-#       is in and writes the cases into OUTDIR (which must be missing or empty)
+#       builds build/sk-layout, build/sk-sim, build/operator_parallel and the networks' .npy files
+#       (make data) of the tree this script is in and writes the cases into OUTDIR (which must
+#       be missing or empty)
 #   tests/behaviour_snapshot.sh --compare REV [OUTDIR]
 #       checks REV out into a temporary git worktree (removed on exit), snapshots it and this
 #       tree as it is (uncommitted changes included) with this script's cases, into OUTDIR/rev
@@ -332,7 +333,10 @@ example_runs() {
 # ---- a whole snapshot ----------------------------------------------------------------------
 
 build_tree() {
-  if ! make -C "$1" -j2 build/sk-layout build/sk-sim build/operator_parallel >"$scratch/make.log" 2>&1; then
+  # and the .npy files the networks read, in a tree whose Makefile writes them (make data)
+  local data=""
+  if grep -q '^data:' "$1/Makefile"; then data=data; fi
+  if ! make -C "$1" -j2 build/sk-layout build/sk-sim build/operator_parallel $data >"$scratch/make.log" 2>&1; then
     echo "behaviour: the build of $1 failed:" >&2
     tail -20 "$scratch/make.log" >&2
     exit 2

@@ -31,7 +31,7 @@ falls() {
 if grep -q '^epoch: 1 step: 0, loss' "$tmp/out" && grep -q '^# 1 device, f32, 70 steps' "$tmp/out"; then ok
 else bad "--steps 70 over a 64-step epoch: $(tail -3 "$tmp/out")"; fi
 
-for net in operator_parallel recursive_programming transformer; do
+for net in operator_parallel recursive_programming transformer attention dense_mutmul; do
   falls "$net f32" --net examples/nets/$net.json --steps 20
 done
 falls "operator_parallel f64" --net examples/nets/operator_parallel.json --steps 20 --dtype f64
@@ -65,7 +65,7 @@ checks() {
   elif ! awk -v d="$d" -v t="$tol" 'BEGIN { exit !(d <= t) }'; then bad "$name: difference $d above $tol"
   else ok; fi
 }
-for net in operator_parallel recursive_programming transformer; do
+for net in operator_parallel recursive_programming transformer attention dense_mutmul; do
   checks "$net 8 devices f64" 1e-12 --net examples/nets/$net.json --devices 8 --steps 12 --dtype f64
 done
 checks "transformer 4 devices f32" 1e-5 --net examples/nets/transformer.json --devices 4 --steps 12
@@ -84,12 +84,28 @@ checks "layouts 8 devices f64" 1e-12 --net tests/nets/layouts.json --devices 8 -
 checks "layouts 8 devices f32" 1e-4 --net tests/nets/layouts.json --devices 8 --steps 30
 # issue 37's operators (tests/nets/ops37.json: SiLU, RmsNorm, Sigmoid, MAELoss with labels [32,1]
 # broadcast against [32,10], _VirtualLoss as the loss, a strategy on each; ops37_layouts.json:
-# layouts on each): 8 devices train like one
+# layouts on each), fed from .npy files (build/data/tests/, written by make): 8 devices train like one
 checks "ops37 strategies 8 devices f64" 1e-12 --net tests/nets/ops37.json --devices 8 --steps 12 --dtype f64
 checks "ops37 layouts 8 devices f64" 1e-12 --net tests/nets/ops37_layouts.json --devices 8 --steps 12 --dtype f64
 # number operands (tests/nets/operands.json: Mul(x, 0.5), Add(y, 1.0), Sub(0.25, z), each
 # number's strategy tuple ()): 8 devices train like one
 checks "operands 8 devices f64" 1e-12 --net tests/nets/operands.json --devices 8 --steps 12 --dtype f64
+# MindSpore's parallel unit-test networks under NetWithLoss's VirtualLoss, with the tests'
+# dataset_strategy full_batch, fed from build/data/ (make): attention.json (test_self_attention.py,
+# test_self_attention_semi's strategies) and dense_mutmul.json (test_auto_parallel_transformer.py's
+# DenseMutMulNet, no strategies: auto_parallel, searched; exhaustive stands in for MindSpore's
+# dynamic_programming). 8 devices train like one over 20 steps. DenseMutMulNet's weights are the
+# test's constant 0.01, which keeps every column equal: drawn ones (a copy of the file, its data
+# given by --data) would also catch a column mix-up, over 10 steps (the ReLUs all die by step 12)
+checks "attention 8 devices f64, full_batch" 1e-12 --net examples/nets/attention.json --devices 8 --steps 20 --dtype f64 \
+  --dataset-strategy full_batch
+for mode in exhaustive recursive_programming sharding_propagation; do
+  checks "dense_mutmul 8 devices f64, full_batch, --mode $mode" 1e-12 --net examples/nets/dense_mutmul.json --devices 8 \
+    --steps 20 --dtype f64 --dataset-strategy full_batch --mode $mode
+done
+sed 's/"kind": "constant"/"kind": "normal"/' examples/nets/dense_mutmul.json >"$tmp/dm_drawn.json"
+checks "dense_mutmul with drawn weights, 8 devices f64, --mode exhaustive" 1e-12 --net "$tmp/dm_drawn.json" \
+  --data x=build/data/dense_mutmul/x.npy --devices 8 --steps 10 --dtype f64 --dataset-strategy full_batch --mode exhaustive
 # a dead branch (tests/nets/dead_branch.json: the tutorial with an auxiliary head no operator
 # reads) runs no backward anywhere: N devices train like one, with a pipeline, hsdp, a search
 DEAD="--net tests/nets/dead_branch.json --steps 6 --dtype f64 --optimizer momentum"
@@ -721,14 +737,12 @@ want=$(grep -E '^epoch: 0 step: (10|20),' "$tmp/full" | sed 's/.*loss is //' | p
 if echo "$got $want" | awk 'NF == 4 { for (i = 1; i <= 2; i++) { d = ($i - $(i+2)) / $(i+2); if (d < 0) d = -d; if (d > 1e-6) exit 1 }; ok = 1 } END { exit !ok }'; then ok
 else bad "saved in f32, resumed in f64: losses $got, the f32 run's $want: $(cat "$tmp/err")"; fi
 
-# data sources (tests/nets/npy.json: two .npy files, written here by make_npy into build/npy/,
-# which the network names relative to its own directory, and the four random kinds): N devices
+# data sources (tests/nets/npy.json: two .npy files, written by make into build/data/npy/, which
+# the network names relative to its own directory, and the four random kinds): N devices
 # train like one on the same global batches (f64 to 1e-12), in the pipeline too; no test
 # accuracy line (the sources have no test set); --data overrides a file, and refusals name it
 NPYNET="--net tests/nets/npy.json --dtype f64"
-if [ -x build/make_npy ] && mkdir -p build/npy &&
-   build/make_npy --out build/npy/x.npy --dtype f32 --shape 40,2,4 --fill normal --seed 3 &&
-   build/make_npy --out build/npy/label.npy --dtype i64 --shape 40 --fill classes:4 --seed 3; then
+if [ -x build/make_npy ] && [ -f build/data/npy/x.npy ] && [ -f build/data/npy/label.npy ]; then
   checks "npy.json 8 devices f64" 1e-12 $NPYNET --devices 8 --steps 12
   checks "npy.json 8 devices, pipeline 2 x 2" 1e-12 $NPYNET --devices 8 --steps 12 --pipeline 2 --micro 2
   "$BIN" $NPYNET --steps 12 >"$tmp/a" 2>&1; "$BIN" $NPYNET --steps 12 --seed 2 >"$tmp/b" 2>&1
@@ -756,7 +770,7 @@ if [ -x build/make_npy ] && mkdir -p build/npy &&
   expect_fail "random_int lo >= hi" "data.ids.random_int: random_int's lo 6 is not below hi 0" --net "$tmp/lohi.json" --steps 1
   sed '/"x": {"npy"/d' tests/nets/npy.json >"$tmp/nox.json"
   expect_fail "an input without data" "input 'x' has no data" --net "$tmp/nox.json" --steps 1
-else bad "build/make_npy could not write build/npy/ (run make first)"; fi
+else bad "build/make_npy or build/data/npy/ is missing (run make first)"; fi
 
 # every option of --help has its row in docs/sk-sim.md
 for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do

@@ -200,6 +200,8 @@ static void shipped(const char *file, int64_t range, const sk_optim_desc *optim)
 Test(runtime, net_operator_parallel, .timeout = RT_TIMEOUT) { shipped("operator_parallel.json", 10, NULL); }
 Test(runtime, net_recursive_programming, .timeout = RT_TIMEOUT) { shipped("recursive_programming.json", 0, NULL); }
 Test(runtime, net_transformer, .timeout = RT_TIMEOUT) { shipped("transformer.json", 16, NULL); }
+Test(runtime, net_attention, .timeout = RT_TIMEOUT) { shipped("attention.json", 0, NULL); }
+Test(runtime, net_dense_mutmul, .timeout = RT_TIMEOUT) { shipped("dense_mutmul.json", 0, NULL); }
 
 /* The transformer trains with Adam, whose first steps are nearly blind to the scale of a
    gradient (m / sqrt(v)): again with SGD, where a gradient off by any factor shows. */
