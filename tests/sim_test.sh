@@ -104,6 +104,7 @@ for mode in exhaustive recursive_programming sharding_propagation; do
     --steps 20 --dtype f64 --dataset-strategy full_batch --mode $mode
 done
 sed 's/"kind": "constant"/"kind": "normal"/' examples/nets/dense_mutmul.json >"$tmp/dm_drawn.json"
+[ "$(grep -c '"kind": "normal"' "$tmp/dm_drawn.json")" -eq 4 ] && ok || bad "dense_mutmul: not 4 constant weights to draw"
 checks "dense_mutmul with drawn weights, 8 devices f64, --mode exhaustive" 1e-12 --net "$tmp/dm_drawn.json" \
   --data x=build/data/dense_mutmul/x.npy --devices 8 --steps 10 --dtype f64 --dataset-strategy full_batch --mode exhaustive
 # a dead branch (tests/nets/dead_branch.json: the tutorial with an auxiliary head no operator
