@@ -56,7 +56,7 @@ static double value(const options *o, uint64_t i) {
   if (!strcmp(o->fill, "uniform")) return unit(o->seed, i);
   if (!strcmp(o->fill, "normal"))
     return sqrt(-2.0 * log(1.0 - unit(o->seed, 2 * i))) * cos(6.283185307179586 * unit(o->seed, 2 * i + 1));
-  return (double)(mix(mix(o->seed) + i) % (uint64_t)o->classes);
+  return o->classes > 0 ? (double)(mix(mix(o->seed) + i) % (uint64_t)o->classes) : 0; /* classes: checked > 0 */
 }
 
 /* The file's bytes go through here: at most `left` more are written (--truncate). */

@@ -746,8 +746,8 @@ static void op_read_out_strategy(sk_op_desc *d, const char *text) {
   shapes.has_strategy = shapes.has_layouts = shapes.has_out_strategy = false, shapes.nstrategies = shapes.nout_layouts = 0;
   memset(shapes.strategy_len, 0, sizeof shapes.strategy_len);
   if (sk_op_plan_make(&shapes, 1, &p, &e)) die("%s", e.msg);
-  int nd[SK_OP_MAX_OUTPUTS];
-  int64_t sh[SK_OP_MAX_OUTPUTS][SK_MAX_DIMS];
+  int nd[SK_OP_MAX_OUTPUTS] = {0};
+  int64_t sh[SK_OP_MAX_OUTPUTS][SK_MAX_DIMS] = {{0}};
   for (int k = 0; k < p.noutputs; k++) nd[k] = p.out[k].ndims, memcpy(sh[k], p.out[k].shape, sizeof sh[k]);
   if (pyshard_out_strategy("--attr out_strategy", text, d, p.noutputs, nd, (const int64_t(*)[SK_MAX_DIMS])sh, msg, sizeof msg))
     die("%s", msg);

@@ -400,7 +400,9 @@ static sk_result sk__npy_run(sk_npy *npy, int64_t first, int64_t count, sk_dtype
   unsigned char *buf = (unsigned char *)malloc(CHUNK); /* off the stack: devices' threads may read */
   if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory reading rows", npy->path);
   sk_result r = SK_OK;
-  size_t es = sk_dtype_size(npy->dtype), n = (size_t)count * (npy->row_bytes / es), done = 0;
+  size_t es = sk_dtype_size(npy->dtype), done = 0;
+  if (!es) return free(buf), sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: not an opened file", npy->path);
+  size_t n = (size_t)count * (npy->row_bytes / es);
   uint64_t off = npy->offset + (uint64_t)first * npy->row_bytes;
   while (!r && done < n) {
     size_t k = n - done < CHUNK / es ? n - done : CHUNK / es, got = 0;

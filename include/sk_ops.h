@@ -1868,6 +1868,7 @@ SK_API sk_result sk_op_plan_make(const sk_op_desc *d, int ndevices, sk_op_plan *
   memset(&p, 0, sizeof p);
   sk_error e;
   sk_layout given[SK_OP_MAX_INPUTS];
+  memset(given, 0, sizeof given); /* read only where has_layouts filled them */
   sk_op_desc as_strategy; /* layouts read as a strategy, for the rules that compute from one */
   const sk_op_desc *use = d;
   if (d->has_layouts && (r = sk__op_given_layouts(d, ndevices, given, &e)) == SK_OK)
