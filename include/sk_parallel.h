@@ -162,6 +162,8 @@ typedef struct sk_parallel_desc {
      parameters. Not with grad_accumulation_step, which MindSpore refuses too (refused by name;
      sk__par_check_pipeline cites MindSpore's source). */
   sk_pipe_desc pipeline;
+  /* The run's compute dtype (SK_F32, zero, or SK_F64): only the programs' printed byte counts read it. */
+  sk_dtype dtype;
   bool output_broadcast; /* inference: the last stage's output is broadcast to every stage */
 } sk_parallel_desc;
 
@@ -183,6 +185,14 @@ typedef enum sk_parallel_step_kind {
   /* out_strategy: output `slot` of `op`, asked for in another layout than its rule gives */
   SK_PSTEP_OUT_MOVE,      /* moves from the rule's layout (plan.out) to its tensor's (plan.wanted) */
   SK_PSTEP_OUT_MOVE_BACK, /* its gradient from the tensor's layout to the rule's, for the backward */
+  /* The rest appear only in a stage's program (sk_program, below), never in plan.steps */
+  SK_PSTEP_ALLOC,      /* a buffer's bytes taken (sk_program_buffer), freed by its FREE */
+  SK_PSTEP_FREE,
+  SK_PSTEP_RECV,       /* pipeline: a tensor (or its gradient) from the device at this one's place in `peer` */
+  SK_PSTEP_SEND,       /* ... to it, from a staging copy */
+  SK_PSTEP_WAIT_SEND,  /* the SEND at program index `send` is complete: its staging copy freed */
+  SK_PSTEP_RECOMPUTE,  /* plan.steps[index], a recomputed operator's forward step, run again */
+  SK_PSTEP_SEED_LOSS,  /* the loss's gradient set to its seed (loss_grad_scale / micro-batches) */
   SK_PSTEP_KIND_COUNT
 } sk_parallel_step_kind;
 
@@ -193,6 +203,64 @@ typedef struct sk_parallel_step {
                      output (OUT_MOVE, OUT_MOVE_BACK); 0 otherwise */
   sk_op_comm comm; /* FORWARD_COMM, UNDO_COMM, BACKWARD_COMM, MIRROR: on the operator's mesh */
 } sk_parallel_step;
+
+/* What an ALLOC / FREE step's buffer holds. */
+typedef enum sk_program_buffer {
+  SK_PBUF_VALUE = 0,   /* tensor `tensor`'s slice */
+  SK_PBUF_GRAD,        /* its gradient */
+  SK_PBUF_KERNEL_IN,   /* operator `op`'s input `slot` moved to the kernel's layout */
+  SK_PBUF_KERNEL_OUT,  /* its output `slot` in the rule's layout, before the MoveOut */
+  SK_PBUF_KERNEL_DOUT, /* that output's gradient */
+  SK_PBUF_PRE_RS,      /* its output 0 before the forward ReduceScatter */
+  SK_PBUF_STAGING,     /* a SEND's copy of what it sends (freed after its WAIT_SEND) */
+  SK_PBUF_COUNT
+} sk_program_buffer;
+
+/* One step of a stage's program. Fields a kind does not use are -1 (numbers) or 0 (count). */
+typedef struct sk_program_step {
+  sk_parallel_step_kind kind;
+  int index;     /* the plan.steps entry an operator step or RECOMPUTE runs */
+  int op, slot;  /* its operator and slot; an operator buffer's */
+  int tensor;    /* SEND, RECV, SEED_LOSS, and ALLOC / FREE of a tensor's value or gradient */
+  int micro;     /* the micro-batch (0 without a pipeline) */
+  int vstage;    /* the chunk (virtual stage) it belongs to (0 without a pipeline) */
+  int peer;      /* SEND, RECV: the other stage */
+  int group;     /* the plan group (plan.groups) a communication step uses */
+  int buffer;    /* ALLOC, FREE: sk_program_buffer */
+  int send;      /* WAIT_SEND: its SEND's index in this program */
+  int half;      /* zero_bubble_v's split backward: 1 for B's steps (inputs' gradients), 2 for W's */
+  bool grad;     /* SEND, RECV: a gradient (the backward stream) rather than an activation */
+  int64_t count; /* elements: of an ALLOC'd buffer, a SEND / RECV, a collective's buffer as
+                    nccl-tests sizes it; 0 for a step that moves nothing */
+  sk_dtype dtype; /* of those elements: the graph's (a float: the run's, sk_program_bytes) */
+} sk_program_step;
+
+/* What one pipeline stage's devices run for one training step, in order (without a pipeline the
+   whole plan is stage 0). The same for every device of the stage: groups, peers and slices are
+   functions of the rank. */
+typedef struct sk_program {
+  int nsteps;
+  sk_program_step *steps;
+} sk_program;
+
+/* A communicator the plan's steps use, by id ("g3"): which devices form it is a function of the
+   rank (sk_parallel_group_ranks). */
+typedef enum sk_plan_group_kind {
+  SK_PGROUP_WORLD = 0,  /* every device */
+  SK_PGROUP_STAGE,      /* a pipeline stage's devices (the world without a pipeline) */
+  SK_PGROUP_LINK_FWD,   /* pipeline: the world again, for activations between stages */
+  SK_PGROUP_LINK_BWD,   /* ... and for their gradients, so the two streams never cross */
+  SK_PGROUP_MESH,       /* a stage's devices split along `axes` of `mesh` */
+  SK_PGROUP_OPT_GATHER, /* optimizer parallel: `tensor`'s shard group */
+  SK_PGROUP_OPT_MIRROR  /* ... and the replicas left after sharding */
+} sk_plan_group_kind;
+
+typedef struct sk_plan_group {
+  sk_plan_group_kind kind;
+  sk_mesh mesh;  /* SK_PGROUP_MESH */
+  uint32_t axes;
+  int tensor;    /* SK_PGROUP_OPT_*: a parameter whose shard groups these are */
+} sk_plan_group;
 
 /* What the compiler decided for one operator. */
 typedef struct sk_parallel_op {
@@ -247,6 +315,10 @@ typedef struct sk_parallel_plan {
      search's wall time, and searched[o]: operator o's strategy came from the search. */
   double search_cost, search_ms;
   bool *searched;
+  /* What each device runs: programs[stage] (sk_program.h), and the communicators they name. */
+  sk_program *programs; /* [stages] */
+  int ngroups;
+  sk_plan_group *groups;
 } sk_parallel_plan;
 
 /* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free). */
@@ -286,6 +358,13 @@ SK_API bool sk_parallel_same_layout(const sk_layout *a, const sk_layout *b);
    program is its stage's: the steps of the operators its chunks hold. */
 SK_API size_t sk_parallel_format_program(const sk_parallel_plan *plan, int rank, char *buf, size_t cap);
 SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind); /* "Move", "Forward", ... */
+/* The world ranks of plan group `group` that world rank `rank` belongs to (ascending; at most cap,
+   *n their count); SK_ERR_INVALID_ARGUMENT for a group or rank out of range. */
+SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *plan, int group, int rank, int *ranks, int cap, int *n,
+                                         sk_error *err);
+/* A program step's bytes in a run of compute dtype `run` (f32 or f64): its count times its
+   element size, a float's being the run's (a 16-bit wire is the caller's to apply). */
+SK_API uint64_t sk_program_bytes(const sk_program_step *step, sk_dtype run);
 /* Every operator's strategy, one line each: its name and the strategy in MindSpore's tuple
    syntax, "fc1 ((2, 1), (1, 4))" -- as set (by the network or a search) or, for an operator
    without one, the cuts its rule's default gave its inputs; "(layouts)" for layouts; then
@@ -299,6 +378,7 @@ SK_EXTERN_C_END
 
 #if defined(SK_PARALLEL_IMPL) && !defined(SK_PARALLEL_IMPL_DONE)
 #define SK_PARALLEL_IMPL_DONE
+#define SK_PARALLEL_IMPL_BODY /* sk_program.h's implementation follows this one's */
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
 #include <stdarg.h>
@@ -309,11 +389,15 @@ SK_EXTERN_C_END
 
 SK_EXTERN_C_BEGIN
 
+/* sk_program.h: the stages' programs and their groups */
+static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err);
+static void sk__prog_free(sk_parallel_plan *p);
+
 SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind) {
   static const char *const names[SK_PSTEP_KIND_COUNT] = {
       "Move",   "Forward",  "ForwardComm", "UndoComm",     "Backward",         "BackwardComm",
       "Mirror", "MoveBack", "Update",      "ParamGather", "ParamRelease", "GradReduceScatter",
-      "MoveOut", "MoveOutBack"};
+      "MoveOut", "MoveOutBack", "Alloc", "Free", "Recv", "Send", "WaitSend", "Recompute", "SeedLoss"};
   return (int)kind >= 0 && kind < SK_PSTEP_KIND_COUNT ? names[kind] : "?";
 }
 
@@ -737,6 +821,7 @@ static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
 
 SK_API void sk_parallel_free(sk_parallel_plan *p) {
   if (!p) return;
+  sk__prog_free(p);
   free(p->ops), free(p->tensors), free(p->steps), free(p->vstage), free(p->searched);
   sk_pipe_schedule_free(&p->schedule);
   if (p->micro_graph) sk_graph_free(p->micro_graph);
@@ -943,6 +1028,7 @@ static sk_result sk__par_compile_graph(sk_parallel_plan *p, sk_error *err) {
   if (!r) r = sk__par_opt_shards(p, err);
   if (!r) r = sk__par_steps(p, err);
   if (!r) p->loss_grad_scale = p->desc.no_loss_repeated_mean ? sk__par_loss_repeat(p) : 1;
+  if (!r) r = sk__prog_build(p, err);
   return r;
 }
 
@@ -1009,128 +1095,6 @@ static SK__PRINTF(2, 3) void sk__par_put(sk__par_text *t, const char *fmt, ...) 
   if (n > 0) t->len += (size_t)n;
 }
 
-static void sk__par_put_slice(sk__par_text *t, const sk_layout *l, int rank) {
-  sk_slice s;
-  if (sk_layout_slice(l, rank, &s, NULL)) {
-    sk__par_put(t, "?");
-    return;
-  }
-  sk__par_put(t, "[");
-  for (int d = 0; d < l->ndims; d++) sk__par_put(t, "%s%lld:%lld", d ? ", " : "", (long long)s.start[d], (long long)s.stop[d]);
-  sk__par_put(t, "]");
-}
-
-static void sk__par_put_group(sk__par_text *t, const sk_mesh *mesh, uint32_t axes, int rank) {
-  int ranks[SK_MAX_DEVICES], n = 0;
-  if (sk_mesh_group(mesh, rank, axes, ranks, SK_MAX_DEVICES, &n, NULL)) {
-    sk__par_put(t, " group ?");
-    return;
-  }
-  sk__par_put(t, " group {");
-  for (int i = 0; i < n && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", t->base + ranks[i]);
-  sk__par_put(t, "%s}", n > 16 ? ",..." : "");
-}
-
-/* A sharded parameter's step: its shard's rows and the AllGather group (and the Mirror group). */
-static void sk__par_put_opt(sk__par_text *t, const sk_parallel_plan *p, const sk_parallel_step *s, int rank) {
-  int tin = p->graph->ops[s->op].inputs[s->slot], ng = 0, nm = 0;
-  const sk_graph_tensor *x = &p->graph->tensors[tin];
-  sk_opt_shard os;
-  int *g = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES);
-  sk__par_put(t, " input %d '%s'", s->slot, x->name);
-  if (!g || sk_opt_shard_of(&p->tensors[tin].layout, x->dtype, &p->desc.hsdp, rank, &os, NULL) ||
-      sk_opt_shard_groups(&p->tensors[tin].layout, x->dtype, &p->desc.hsdp, rank, g, &ng, g + SK_MAX_DEVICES, &nm,
-                          SK_MAX_DEVICES, NULL)) {
-    free(g);
-    sk__par_put(t, " ?");
-    return;
-  }
-  sk__par_put(t, " rows [%lld:%lld] of %d", (long long)os.rows_start, (long long)os.rows_stop, os.size);
-  if (s->kind != SK_PSTEP_PARAM_RELEASE) {
-    sk__par_put(t, " %s group {", s->kind == SK_PSTEP_PARAM_GATHER ? "AllGather" : "ReduceScatter(sum)");
-    for (int i = 0; i < ng && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", t->base + g[i]);
-    sk__par_put(t, "%s}", ng > 16 ? ",..." : "");
-  }
-  if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER && nm > 1) {
-    sk__par_put(t, " Mirror AllReduce(sum) group {");
-    for (int i = 0; i < nm && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", t->base + g[SK_MAX_DEVICES + i]);
-    sk__par_put(t, "%s}", nm > 16 ? ",..." : "");
-  }
-  free(g);
-}
-
-static void sk__par_put_step(sk__par_text *t, const sk_parallel_plan *p, const sk_parallel_step *s, int rank) {
-  const sk_graph *g = p->graph;
-  sk__par_put(t, "%-12s", sk_parallel_step_name(s->kind));
-  if (s->kind == SK_PSTEP_UPDATE) {
-    sk__par_put(t, " every parameter\n");
-    return;
-  }
-  const sk_graph_op *op = &g->ops[s->op];
-  const sk_parallel_op *po = &p->ops[s->op];
-  sk__par_put(t, " %s (%s)", op->name, sk_op_kind_name(op->desc.kind));
-  if (s->kind >= SK_PSTEP_PARAM_GATHER && s->kind <= SK_PSTEP_GRAD_REDUCE_SCATTER) {
-    sk__par_put_opt(t, p, s, rank);
-    sk__par_put(t, "\n");
-    return;
-  }
-  if (s->kind == SK_PSTEP_OUT_MOVE || s->kind == SK_PSTEP_OUT_MOVE_BACK) {
-    int t_out = op->outputs[s->slot];
-    const sk_layout *a = &po->plan.out[s->slot], *b = &p->tensors[t_out].layout;
-    sk__par_put(t, " output %d '%s' ", s->slot, g->tensors[t_out].name);
-    sk__par_put_slice(t, s->kind == SK_PSTEP_OUT_MOVE ? a : b, rank), sk__par_put(t, " -> ");
-    sk__par_put_slice(t, s->kind == SK_PSTEP_OUT_MOVE ? b : a, rank), sk__par_put(t, "\n");
-    return;
-  }
-  if (s->kind == SK_PSTEP_MOVE || s->kind == SK_PSTEP_MOVE_BACK || s->kind == SK_PSTEP_BACKWARD_COMM ||
-      s->kind == SK_PSTEP_MIRROR) {
-    int t_in = op->inputs[s->slot];
-    sk__par_put(t, " input %d '%s' ", s->slot, g->tensors[t_in].name);
-    const sk_layout *a = &p->tensors[t_in].layout, *b = &po->kernel_in[s->slot];
-    if (s->kind == SK_PSTEP_MOVE) sk__par_put_slice(t, a, rank), sk__par_put(t, " -> "), sk__par_put_slice(t, b, rank);
-    else if (s->kind == SK_PSTEP_MOVE_BACK) sk__par_put_slice(t, b, rank), sk__par_put(t, " -> "), sk__par_put_slice(t, a, rank);
-    else sk__par_put_slice(t, b, rank);
-  } else if (s->kind == SK_PSTEP_FORWARD || s->kind == SK_PSTEP_FORWARD_COMM) {
-    sk__par_put(t, " out ");
-    sk__par_put_slice(t, &po->plan.out[0], rank);
-  }
-  if (s->comm.kind != SK_COLL_NONE) {
-    sk__par_put(t, " %s(%s)", sk_coll_kind_name(s->kind == SK_PSTEP_UNDO_COMM && s->comm.kind == SK_COLL_REDUCE_SCATTER
-                                                    ? SK_COLL_ALLGATHER : s->comm.kind),
-                sk_redop_name(s->comm.op));
-    sk__par_put_group(t, &po->plan.mesh, s->comm.axes, rank);
-    if (s->comm.scale != 1 && s->comm.scale != 0) sk__par_put(t, " x%.6g", s->comm.scale);
-  }
-  if (s->kind == SK_PSTEP_MIRROR && po->replication[s->slot] > 1) sk__par_put(t, " /%d first", po->replication[s->slot]);
-  if (s->kind == SK_PSTEP_FORWARD && g->ops[s->op].recompute) /* its forward steps run again before the backward */
-    sk__par_put(t, sk_parallel_recompute_refusal(p, s->op) ? " recompute: not recomputed" : " recomputed");
-  sk__par_put(t, "\n");
-}
-
-/* A pipeline stage's header: which chunks it holds and how many of the program's steps. */
-static void sk__par_put_stage(sk__par_text *t, const sk_parallel_plan *p, int rank, int stage) {
-  int mine = 0;
-  for (int i = 0; i < p->nsteps; i++) mine += p->steps[i].op < 0 || sk_parallel_op_on_stage(p, p->steps[i].op, stage);
-  sk__par_put(t, "# device %d of %d: stage %d of %d (ranks %d..%d; chunks", rank, p->world_devices, stage, p->stages,
-              t->base, t->base + p->desc.ndevices - 1);
-  for (int c = 0; c < p->schedule.chunks; c++) sk__par_put(t, " %d", sk_pipe_virtual_stage(&p->schedule, stage, c));
-  sk__par_put(t, " of %d), %d micro-batches, %d steps\n", p->stages * p->schedule.chunks, p->micro, mine);
-}
-
-SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, char *buf, size_t cap) {
-  sk__par_text t = {buf, buf ? cap : 0, 0, 0};
-  if (cap && buf) buf[0] = 0;
-  if (!p || !p->steps || rank < 0 || rank >= p->world_devices) return 0;
-  int stage = sk_parallel_stage_of_rank(p, rank), local = rank - stage * p->desc.ndevices;
-  t.base = stage * p->desc.ndevices;
-  if (p->vstage) sk__par_put_stage(&t, p, rank, stage);
-  else sk__par_put(&t, "# device %d of %d: %d steps\n", rank, p->desc.ndevices, p->nsteps);
-  for (int i = 0; i < p->nsteps; i++)
-    if (p->steps[i].op < 0 || sk_parallel_op_on_stage(p, p->steps[i].op, stage))
-      sk__par_put(&t, "%4d ", i), sk__par_put_step(&t, p, &p->steps[i], local);
-  return t.len;
-}
-
 SK_API const char *sk_parallel_mode_name(sk_parallel_mode mode) {
   static const char *const names[] = {"semi_auto", "sharding_propagation", "recursive_programming", "exhaustive"};
   return (unsigned)mode <= SK_PARALLEL_EXHAUSTIVE ? names[mode] : "?";
@@ -1181,4 +1145,5 @@ SK_API size_t sk_parallel_format_strategies(const sk_parallel_plan *p, char *buf
 }
 
 SK_EXTERN_C_END
+#include "sk_program.h" /* the programs: built above, defined there */
 #endif /* SK_PARALLEL_IMPL */

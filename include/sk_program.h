@@ -1,0 +1,661 @@
+/* sk_program.h -- part of sk_parallel.h's implementation: lowering a compiled plan into the program
+   each pipeline stage's devices run (sk_program), the communicators those programs name
+   (sk_plan_group), and the program as text (sk_parallel_format_program).
+
+   Include sk_parallel.h, not this: sk_parallel.h's implementation includes it. Needs only libc.
+
+   WHAT A PROGRAM HOLDS
+     Without a pipeline: plan.steps in order, the loss's SeedLoss between the forward and the
+     backward. Under a pipeline, stage s's action list (plan.schedule) turned into steps:
+       F of chunk v, micro-batch m: an Alloc of every buffer the chunk's micro-batch holds (its
+         activations and their gradients, its operators' moved inputs and outputs, its outputs
+         before a forward ReduceScatter), a Recv of each activation crossing into v from the
+         stage before, the forward steps of v's operators, a Send of each activation crossing out
+         of v, then (training) a Free of each recomputed output.
+       B: an Alloc and a Recompute of the recomputed outputs (their operators' forward steps
+         again), a Recv of the gradients of what crossed out of v, SeedLoss on the loss's chunk,
+         the backward steps (zero_bubble_v: only those of the inputs' gradients, half 1), a Send
+         of the gradients of what crossed into v, then the chunk's Free steps (not under
+         zero_bubble_v, whose W frees them after the parameters' gradients, half 2).
+       Every Send has a staging copy (Alloc) and a WaitSend that frees it, placed where the send
+       is proven complete: right after the first Recv from the same peer that the peer sent after
+       receiving it; else at the end of the step. So a peak is a function of the program, not of
+       when a poll happened to see a send done.
+     Then the Update (plan.steps' last).
+   GROUPS: g0 is the world; under a pipeline g1 a stage, g2 and g3 the two links between stages;
+     then every other group in order of first use, one id per distinct partition of the devices
+     (two meshes that split the devices alike share an id). Redistributions (Move, MoveBack,
+     MoveOut, MoveOutBack) run over the stage's group.
+
+   License: MIT. */
+#ifndef SK_PROGRAM_H
+#define SK_PROGRAM_H
+#include "sk_parallel.h"
+#endif
+
+#if defined(SK_PARALLEL_IMPL) && !defined(SK_PROGRAM_IMPL_DONE) && defined(SK_PARALLEL_IMPL_BODY)
+#define SK_PROGRAM_IMPL_DONE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+SK_EXTERN_C_BEGIN
+
+/* ---- groups --------------------------------------------------------------------------------- */
+
+/* Stage-local rank `local`'s members of a mesh or optimizer group (stage-local ranks). */
+static sk_result sk__prog_members(const sk_parallel_plan *p, const sk_plan_group *g, int local, int *ranks, int *n) {
+  if (g->kind == SK_PGROUP_MESH) return sk_mesh_group(&g->mesh, local, g->axes, ranks, SK_MAX_DEVICES, n, NULL);
+  const sk_layout *l = &p->tensors[g->tensor].layout;
+  sk_dtype dt = p->graph->tensors[g->tensor].dtype;
+  int *other = (int *)malloc(sizeof(int) * SK_MAX_DEVICES), m = 0;
+  if (!other) return SK_ERR_OUT_OF_MEMORY;
+  sk_result r = g->kind == SK_PGROUP_OPT_GATHER
+                    ? sk_opt_shard_groups(l, dt, &p->desc.hsdp, local, ranks, n, other, &m, SK_MAX_DEVICES, NULL)
+                    : sk_opt_shard_groups(l, dt, &p->desc.hsdp, local, other, &m, ranks, n, SK_MAX_DEVICES, NULL);
+  free(other);
+  return r;
+}
+
+/* Whether two stage-level groups split the stage's devices alike. */
+static bool sk__prog_same_split(const sk_parallel_plan *p, const sk_plan_group *a, const sk_plan_group *b, int *ra,
+                                int *rb) {
+  if (a->kind == SK_PGROUP_MESH && b->kind == SK_PGROUP_MESH && a->axes == b->axes &&
+      !memcmp(a->mesh.dims, b->mesh.dims, sizeof a->mesh.dims) && a->mesh.naxes == b->mesh.naxes)
+    return true;
+  for (int local = 0; local < p->desc.ndevices; local++) {
+    int na = 0, nb = 0;
+    if (sk__prog_members(p, a, local, ra, &na) || sk__prog_members(p, b, local, rb, &nb)) return false;
+    if (na != nb || memcmp(ra, rb, sizeof(int) * (size_t)na)) return false;
+  }
+  return true;
+}
+
+/* The id of group *want, added to the plan's table when new; -1 when out of memory. */
+static int sk__prog_group(sk_parallel_plan *p, const sk_plan_group *want) {
+  if (want->kind <= SK_PGROUP_LINK_BWD)
+    for (int i = 0; i < p->ngroups; i++)
+      if (p->groups[i].kind == want->kind) return i;
+  int *ra = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), found = -1;
+  if (!ra) return -1;
+  for (int i = 0; i < p->ngroups && found < 0 && want->kind > SK_PGROUP_LINK_BWD; i++)
+    if (p->groups[i].kind > SK_PGROUP_LINK_BWD && sk__prog_same_split(p, &p->groups[i], want, ra, ra + SK_MAX_DEVICES))
+      found = i;
+  free(ra);
+  if (found >= 0) return found;
+  sk_plan_group *ng = (sk_plan_group *)realloc(p->groups, (size_t)(p->ngroups + 1) * sizeof *ng);
+  if (!ng) return -1;
+  p->groups = ng, p->groups[p->ngroups] = *want;
+  return p->ngroups++;
+}
+
+static int sk__prog_fixed(sk_parallel_plan *p, sk_plan_group_kind kind) {
+  sk_plan_group g;
+  memset(&g, 0, sizeof g);
+  g.kind = kind, g.tensor = -1;
+  return sk__prog_group(p, &g);
+}
+
+static int sk__prog_mesh_group(sk_parallel_plan *p, const sk_mesh *mesh, uint32_t axes) {
+  sk_plan_group g;
+  memset(&g, 0, sizeof g);
+  g.kind = SK_PGROUP_MESH, g.mesh = *mesh, g.axes = axes, g.tensor = -1;
+  return sk__prog_group(p, &g);
+}
+
+static int sk__prog_opt_group(sk_parallel_plan *p, int t, sk_plan_group_kind kind) {
+  sk_plan_group g;
+  memset(&g, 0, sizeof g);
+  g.kind = kind, g.tensor = t;
+  return sk__prog_group(p, &g);
+}
+
+SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *p, int group, int rank, int *ranks, int cap, int *n,
+                                         sk_error *err) {
+  if (!p || !p->groups || !ranks || !n || group < 0 || group >= p->ngroups || rank < 0 || rank >= p->world_devices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: group %d of rank %d: out of range", group, rank);
+  const sk_plan_group *g = &p->groups[group];
+  int stage = sk_parallel_stage_of_rank(p, rank), base = stage * p->desc.ndevices, m = 0;
+  int *tmp = (int *)malloc(sizeof(int) * SK_MAX_DEVICES);
+  if (!tmp) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory listing group %d", group);
+  sk_result r = SK_OK;
+  if (g->kind == SK_PGROUP_STAGE)
+    for (int i = 0; i < p->desc.ndevices; i++) tmp[m++] = base + i;
+  else if (g->kind <= SK_PGROUP_LINK_BWD)
+    for (int i = 0; i < p->world_devices; i++) tmp[m++] = i;
+  else if ((r = sk__prog_members(p, g, rank - base, tmp, &m)) != SK_OK)
+    r = sk__fail(err, r, "parallel: group %d of rank %d", group, rank);
+  else
+    for (int i = 0; i < m; i++) tmp[i] += base;
+  if (!r && m > cap) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: group %d has %d ranks, room for %d", group, m, cap);
+  if (!r) memcpy(ranks, tmp, sizeof(int) * (size_t)m), *n = m;
+  free(tmp);
+  return r;
+}
+
+SK_API uint64_t sk_program_bytes(const sk_program_step *s, sk_dtype run) {
+  if (!s || s->count <= 0) return 0;
+  return (uint64_t)s->count * sk_dtype_size(sk_exec_is_float(s->dtype) ? run : s->dtype);
+}
+
+/* ---- building a program ----------------------------------------------------------------------- */
+
+typedef struct sk__prog_b {
+  sk_parallel_plan *p;
+  sk_program *prog;
+  int cap, stage, nforward;
+  int *owner; /* [ntensors]: the chunk here whose slot holds an activation; -1 none */
+  bool failed;
+  sk_program_step sink; /* written and dropped once an allocation failed */
+} sk__prog_b;
+
+static sk_program_step *sk__prog_emit(sk__prog_b *b, sk_parallel_step_kind kind) {
+  static const sk_program_step none = {SK_PSTEP_MOVE, -1, -1, -1, -1, 0, 0, -1, -1, -1, -1, 0, false, 0, SK_F32};
+  if (b->prog->nsteps == b->cap) {
+    int cap = b->cap ? 2 * b->cap : 64;
+    sk_program_step *ns = b->failed ? NULL : (sk_program_step *)realloc(b->prog->steps, (size_t)cap * sizeof *ns);
+    if (!ns) {
+      b->failed = true;
+      return &b->sink; /* the build reports the failure */
+    }
+    b->prog->steps = ns, b->cap = cap;
+  }
+  sk_program_step *s = &b->prog->steps[b->prog->nsteps++];
+  *s = none;
+  s->kind = kind;
+  return s;
+}
+
+static int64_t sk__prog_count(const sk_layout *l) {
+  int64_t shape[SK_MAX_DIMS] = {0}, n = 1;
+  sk_layout_slice_shape(l, shape);
+  for (int d = 0; d < l->ndims; d++) n *= shape[d];
+  return n;
+}
+
+static bool sk__prog_is_forward(sk_parallel_step_kind k) {
+  return k == SK_PSTEP_MOVE || k == SK_PSTEP_FORWARD || k == SK_PSTEP_FORWARD_COMM || k == SK_PSTEP_PARAM_GATHER ||
+         k == SK_PSTEP_PARAM_RELEASE || k == SK_PSTEP_OUT_MOVE;
+}
+
+/* The group and element count an operator step's collective moves (nccl-tests' sizes). */
+static void sk__prog_comm(sk__prog_b *b, sk_program_step *ps, const sk_parallel_step *s) {
+  sk_parallel_plan *p = b->p;
+  const sk_graph_op *op = &p->graph->ops[s->op];
+  const sk_parallel_op *po = &p->ops[s->op];
+  int t_in = s->kind == SK_PSTEP_UPDATE ? -1 : op->inputs[s->slot];
+  switch (s->kind) {
+    case SK_PSTEP_FORWARD_COMM:
+    case SK_PSTEP_UNDO_COMM: {
+      if (s->kind == SK_PSTEP_UNDO_COMM && s->comm.kind != SK_COLL_REDUCE_SCATTER) return; /* a scale */
+      int64_t n = sk__prog_count(&po->plan.out[0]);
+      if (s->comm.kind == SK_COLL_REDUCE_SCATTER) n *= sk_mesh_group_size(&po->plan.mesh, s->comm.axes);
+      ps->group = sk__prog_mesh_group(p, &po->plan.mesh, s->comm.axes), ps->count = n;
+      ps->dtype = p->graph->tensors[op->outputs[0]].dtype;
+      return;
+    }
+    case SK_PSTEP_BACKWARD_COMM:
+    case SK_PSTEP_MIRROR:
+      ps->group = sk__prog_mesh_group(p, &po->plan.mesh, s->comm.axes);
+      ps->count = sk__prog_count(&po->kernel_in[s->slot]);
+      return;
+    case SK_PSTEP_PARAM_GATHER:
+    case SK_PSTEP_GRAD_REDUCE_SCATTER:
+      ps->group = sk__prog_opt_group(p, t_in, SK_PGROUP_OPT_GATHER), ps->count = sk_parallel_slice_count(p, t_in);
+      if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER && p->tensors[t_in].opt_mirror > 1)
+        (void)sk__prog_opt_group(p, t_in, SK_PGROUP_OPT_MIRROR); /* its partial Mirror at the update */
+      return;
+    case SK_PSTEP_MOVE:
+    case SK_PSTEP_MOVE_BACK:
+    case SK_PSTEP_OUT_MOVE:
+    case SK_PSTEP_OUT_MOVE_BACK: ps->group = sk__prog_fixed(p, SK_PGROUP_STAGE); return;
+    default: return;
+  }
+}
+
+/* Packed BackwardComm (transformer_opt.enable_communication_fusion): an operator's inputs whose
+   gradients take the same reduction over the same group travel in the first one's AllReduce;
+   the others' steps move nothing. */
+static void sk__prog_bwd_pack(sk__prog_b *b) {
+  sk_program *pg = b->prog;
+  if (!b->p->desc.transformer_opt.enable_communication_fusion) return;
+  for (int i = 0; i < pg->nsteps; i++) {
+    sk_program_step *s = &pg->steps[i];
+    if (s->kind != SK_PSTEP_BACKWARD_COMM || !s->count) continue;
+    for (int j = i + 1; j < pg->nsteps && pg->steps[j].op == s->op && pg->steps[j].micro == s->micro; j++) {
+      sk_program_step *u = &pg->steps[j];
+      const sk_op_plan *op = &b->p->ops[s->op].plan;
+      if (u->kind == SK_PSTEP_BACKWARD_COMM && u->group == s->group && op->bwd_in[u->slot].op == op->bwd_in[s->slot].op)
+        s->count += u->count, u->count = 0, u->group = -1;
+    }
+  }
+}
+
+/* An operator step of plan.steps[i] for micro-batch m of chunk v. */
+static void sk__prog_op_step(sk__prog_b *b, int i, int v, int m, int half, sk_parallel_step_kind kind) {
+  const sk_parallel_step *s = &b->p->steps[i];
+  sk_program_step *ps = sk__prog_emit(b, kind);
+  ps->index = i, ps->op = s->op, ps->slot = s->slot, ps->micro = m, ps->vstage = v, ps->half = half;
+  if (s->op >= 0) sk__prog_comm(b, ps, s);
+}
+
+/* ---- a pipeline stage ------------------------------------------------------------------------- */
+
+static int sk__prog_nv(const sk_parallel_plan *p) { return p->stages * p->schedule.chunks; }
+
+static int sk__prog_stage_of(const sk_parallel_plan *p, int v) { return sk_pipe_stage_of(&p->schedule, v, NULL); }
+
+/* Whether tensor t crosses the boundary after virtual stage j: an activation produced at or
+   before j and read after it. */
+static bool sk__prog_crosses(const sk_parallel_plan *p, int t, int j) {
+  const sk_graph *g = p->graph;
+  const sk_graph_tensor *x = &g->tensors[t];
+  if (x->role != SK_TENSOR_VALUE || p->vstage[x->producer] > j) return false;
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (g->ops[o].inputs[k] == t && p->vstage[o] > j) return true;
+  return false;
+}
+
+/* Which chunk's slot holds each activation on this stage: its producer's, or the first chunk
+   here it crosses into. */
+static void sk__prog_owners(sk__prog_b *b) {
+  const sk_parallel_plan *p = b->p;
+  const sk_graph *g = p->graph;
+  for (int t = 0; t < g->ntensors; t++) b->owner[t] = -1;
+  for (int v = 0; v < sk__prog_nv(p); v++) {
+    if (sk__prog_stage_of(p, v) != b->stage) continue;
+    for (int t = 0; t < g->ntensors; t++)
+      if (b->owner[t] < 0 && g->tensors[t].role == SK_TENSOR_VALUE &&
+          (p->vstage[g->tensors[t].producer] == v || (v > 0 && sk__prog_crosses(p, t, v - 1))))
+        b->owner[t] = v;
+  }
+}
+
+static void sk__prog_buffer(sk__prog_b *b, bool alloc, int buffer, int t, int o, int k, int v, int m, int64_t n,
+                            sk_dtype dt) {
+  sk_program_step *s = sk__prog_emit(b, alloc ? SK_PSTEP_ALLOC : SK_PSTEP_FREE);
+  s->buffer = buffer, s->tensor = t, s->op = o, s->slot = k, s->vstage = v, s->micro = m, s->count = n, s->dtype = dt;
+}
+
+/* Chunk v's buffers of micro-batch m, taken or given back (in the same order). */
+static void sk__prog_slot(sk__prog_b *b, bool alloc, int v, int m) {
+  const sk_parallel_plan *p = b->p;
+  const sk_graph *g = p->graph;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (b->owner[t] != v) continue;
+    int64_t n = sk_parallel_slice_count(p, t);
+    if (alloc || !sk_parallel_recomputed(p, t) || p->vstage[g->tensors[t].producer] != v)
+      sk__prog_buffer(b, alloc, SK_PBUF_VALUE, t, -1, -1, v, m, n, g->tensors[t].dtype);
+    if (p->tensors[t].needs_grad) sk__prog_buffer(b, alloc, SK_PBUF_GRAD, t, -1, -1, v, m, n, SK_F32);
+  }
+  for (int o = 0; o < g->nops; o++) {
+    if (p->vstage[o] != v) continue;
+    const sk_parallel_op *po = &p->ops[o];
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (po->moved[k])
+        sk__prog_buffer(b, alloc, SK_PBUF_KERNEL_IN, -1, o, k, v, m, sk__prog_count(&po->kernel_in[k]),
+                        g->tensors[g->ops[o].inputs[k]].dtype);
+    for (int k = 0; k < g->ops[o].noutputs; k++) {
+      int t = g->ops[o].outputs[k];
+      if (!po->out_moved[k]) continue;
+      sk__prog_buffer(b, alloc, SK_PBUF_KERNEL_OUT, -1, o, k, v, m, sk__prog_count(&po->plan.out[k]), g->tensors[t].dtype);
+      if (p->tensors[t].needs_grad)
+        sk__prog_buffer(b, alloc, SK_PBUF_KERNEL_DOUT, -1, o, k, v, m, sk__prog_count(&po->plan.out[k]), SK_F32);
+    }
+    if (po->plan.fwd.kind == SK_COLL_REDUCE_SCATTER)
+      sk__prog_buffer(b, alloc, SK_PBUF_PRE_RS, -1, o, 0, v, m,
+                      sk__prog_count(&po->plan.out[0]) * sk_mesh_group_size(&po->plan.mesh, po->plan.fwd.axes),
+                      g->tensors[g->ops[o].outputs[0]].dtype);
+  }
+}
+
+/* The activations (or their gradients) crossing the boundary after virtual stage j, each a Recv
+   or a Send (with its staging copy) to or from the stage holding the other side. */
+static void sk__prog_cross(sk__prog_b *b, int j, bool send, bool grad, int v, int m) {
+  sk_parallel_plan *p = b->p;
+  int peer = sk__prog_stage_of(p, send != grad ? j + 1 : j);
+  int link = sk__prog_fixed(p, grad ? SK_PGROUP_LINK_BWD : SK_PGROUP_LINK_FWD);
+  for (int t = 0; t < p->graph->ntensors; t++) {
+    if (!sk__prog_crosses(p, t, j) || (grad && !p->tensors[t].needs_grad)) continue;
+    sk_dtype dt = grad ? SK_F32 : p->graph->tensors[t].dtype;
+    int64_t n = sk_parallel_slice_count(p, t);
+    if (send) sk__prog_buffer(b, true, SK_PBUF_STAGING, t, -1, -1, v, m, n, dt);
+    sk_program_step *s = sk__prog_emit(b, send ? SK_PSTEP_SEND : SK_PSTEP_RECV);
+    s->tensor = t, s->vstage = v, s->micro = m, s->peer = peer, s->group = link, s->grad = grad, s->count = n, s->dtype = dt;
+  }
+}
+
+/* plan.steps of chunk v: forward (i < nforward) or backward ones, of one half under a split
+   backward (the rule sk__prog_half gives). */
+static bool sk__prog_half(const sk_parallel_plan *p, const sk_parallel_step *s, int half) {
+  if (!half || s->kind == SK_PSTEP_BACKWARD || s->kind == SK_PSTEP_PARAM_GATHER) return true;
+  if (s->kind == SK_PSTEP_UNDO_COMM) return half == 1 || s->comm.kind == SK_COLL_REDUCE_SCATTER;
+  if (s->kind == SK_PSTEP_OUT_MOVE_BACK) return half == 1; /* its gradient stays in the slot for W */
+  bool param = (p->ops[s->op].desc.params >> s->slot) & 1u;
+  return param == (half == 2);
+}
+
+static void sk__prog_run(sk__prog_b *b, int v, int m, bool forward, int half) {
+  const sk_parallel_plan *p = b->p;
+  for (int i = 0; i < p->nsteps; i++) {
+    const sk_parallel_step *s = &p->steps[i];
+    if (s->op < 0 || p->vstage[s->op] != v || (i < b->nforward) != forward) continue;
+    if (!forward && !sk__prog_half(p, s, half)) continue;
+    sk__prog_op_step(b, i, v, m, half, s->kind);
+  }
+}
+
+static bool sk__prog_recomputed_here(const sk_parallel_plan *p, int v, int t) {
+  return sk_parallel_recomputed(p, t) && p->vstage[p->graph->tensors[t].producer] == v;
+}
+
+static void sk__prog_forward(sk__prog_b *b, int v, int m) {
+  const sk_parallel_plan *p = b->p;
+  sk__prog_slot(b, true, v, m);
+  if (v > 0 && sk__prog_stage_of(p, v - 1) != b->stage) sk__prog_cross(b, v - 1, false, false, v, m);
+  sk__prog_run(b, v, m, true, 0);
+  if (v + 1 < sk__prog_nv(p) && sk__prog_stage_of(p, v + 1) != b->stage) sk__prog_cross(b, v, true, false, v, m);
+  for (int t = 0; t < p->graph->ntensors; t++)
+    if (sk__prog_recomputed_here(p, v, t))
+      sk__prog_buffer(b, false, SK_PBUF_VALUE, t, -1, -1, v, m, sk_parallel_slice_count(p, t), p->graph->tensors[t].dtype);
+}
+
+static void sk__prog_recompute(sk__prog_b *b, int v, int m) {
+  const sk_parallel_plan *p = b->p;
+  bool any = false;
+  for (int t = 0; t < p->graph->ntensors; t++)
+    if (sk__prog_recomputed_here(p, v, t)) {
+      sk__prog_buffer(b, true, SK_PBUF_VALUE, t, -1, -1, v, m, sk_parallel_slice_count(p, t), p->graph->tensors[t].dtype);
+      any = true;
+    }
+  for (int i = 0; any && i < b->nforward; i++) {
+    const sk_parallel_step *s = &p->steps[i];
+    if (s->op >= 0 && p->vstage[s->op] == v && p->graph->ops[s->op].recompute)
+      sk__prog_op_step(b, i, v, m, 0, SK_PSTEP_RECOMPUTE);
+  }
+}
+
+static bool sk__prog_has_loss(const sk_parallel_plan *p, int v) {
+  int o = p->graph->tensors[p->graph->loss].producer;
+  return o >= 0 && p->vstage[o] == v;
+}
+
+static void sk__prog_backward(sk__prog_b *b, int v, int m) {
+  const sk_parallel_plan *p = b->p;
+  sk__prog_recompute(b, v, m);
+  if (v + 1 < sk__prog_nv(p) && sk__prog_stage_of(p, v + 1) != b->stage) sk__prog_cross(b, v, false, true, v, m);
+  if (sk__prog_has_loss(p, v)) {
+    sk_program_step *s = sk__prog_emit(b, SK_PSTEP_SEED_LOSS);
+    s->tensor = p->graph->loss, s->vstage = v, s->micro = m;
+  }
+  sk__prog_run(b, v, m, false, p->schedule.split_backward ? 1 : 0);
+  if (v > 0 && sk__prog_stage_of(p, v - 1) != b->stage) sk__prog_cross(b, v - 1, true, true, v, m);
+  if (!p->schedule.split_backward) sk__prog_slot(b, false, v, m);
+}
+
+static void sk__prog_weights(sk__prog_b *b, int v, int m) {
+  sk__prog_run(b, v, m, false, 2);
+  sk__prog_slot(b, false, v, m);
+}
+
+static void sk__prog_pipeline_stage(sk__prog_b *b) {
+  const sk_pipe_schedule *s = &b->p->schedule;
+  sk__prog_owners(b);
+  for (int k = 0; k < s->count[b->stage]; k++) {
+    const sk_pipe_action *a = &s->actions[b->stage][k];
+    int v = sk_pipe_virtual_stage(s, b->stage, a->chunk);
+    if (a->kind == SK_PIPE_F) sk__prog_forward(b, v, a->micro);
+    else if (a->kind == SK_PIPE_B) sk__prog_backward(b, v, a->micro);
+    else sk__prog_weights(b, v, a->micro);
+  }
+}
+
+/* Without a pipeline: plan.steps, the loss's seed between the forward and the backward. */
+static void sk__prog_plain(sk__prog_b *b) {
+  const sk_parallel_plan *p = b->p;
+  for (int i = 0; i < p->nsteps; i++) {
+    if (i == b->nforward) {
+      sk_program_step *s = sk__prog_emit(b, SK_PSTEP_SEED_LOSS);
+      s->tensor = p->graph->loss;
+    }
+    if (p->steps[i].kind != SK_PSTEP_UPDATE) sk__prog_op_step(b, i, 0, 0, 0, p->steps[i].kind);
+  }
+}
+
+/* ---- WaitSend: where each send is proven complete ---------------------------------------------- */
+
+/* The index in program pg of the n-th (0-based) message of `kind` between it and stage `peer`
+   on `link`; -1 when there is none. */
+static int sk__prog_nth(const sk_program *pg, sk_parallel_step_kind kind, int peer, int link, int n) {
+  for (int i = 0; i < pg->nsteps; i++) {
+    const sk_program_step *s = &pg->steps[i];
+    if (s->kind == kind && s->peer == peer && s->group == link && n-- == 0) return i;
+  }
+  return -1;
+}
+
+/* How many messages of `kind` to `peer` on `link` come before index i of pg. */
+static int sk__prog_before(const sk_program *pg, sk_parallel_step_kind kind, int peer, int link, int i) {
+  int n = 0;
+  for (int j = 0; j < i; j++) n += pg->steps[j].kind == kind && pg->steps[j].peer == peer && pg->steps[j].group == link;
+  return n;
+}
+
+/* Where stage s's Send at index i is known complete: after the Recv of the first message its peer
+   sent back after receiving it (the peer's Recv blocks, so it took the data before sending),
+   when that Recv comes after the Send; else -1 (the end of the step). */
+static int sk__prog_proof(const sk_parallel_plan *p, int s, int i) {
+  const sk_program *me = &p->programs[s];
+  const sk_program_step *snd = &me->steps[i];
+  const sk_program *peer = &p->programs[snd->peer];
+  int at = sk__prog_nth(peer, SK_PSTEP_RECV, s, snd->group, sk__prog_before(me, SK_PSTEP_SEND, snd->peer, snd->group, i));
+  for (int j = at + 1; at >= 0 && j < peer->nsteps; j++) {
+    const sk_program_step *back = &peer->steps[j];
+    if (back->kind != SK_PSTEP_SEND || back->peer != s) continue;
+    int r = sk__prog_nth(me, SK_PSTEP_RECV, snd->peer, back->group,
+                         sk__prog_before(peer, SK_PSTEP_SEND, s, back->group, j));
+    return r > i ? r : -1;
+  }
+  return -1;
+}
+
+/* Inserts every WaitSend (and the Free of its staging copy) into stage s's program. */
+static sk_result sk__prog_wait_sends(sk_parallel_plan *p, int s) {
+  sk_program *pg = &p->programs[s];
+  int n = pg->nsteps, nsend = 0;
+  int *after = (int *)malloc(sizeof(int) * ((size_t)n + 1));
+  if (!after) return SK_ERR_OUT_OF_MEMORY;
+  for (int i = 0; i < n; i++) {
+    after[i] = pg->steps[i].kind == SK_PSTEP_SEND ? sk__prog_proof(p, s, i) : -2;
+    nsend += pg->steps[i].kind == SK_PSTEP_SEND;
+  }
+  sk_program_step *out = (sk_program_step *)malloc(sizeof *out * ((size_t)n + 2 * (size_t)nsend + 1));
+  int *moved = (int *)malloc(sizeof(int) * ((size_t)n + 1));
+  if (!out || !moved) return free(after), free(out), free(moved), SK_ERR_OUT_OF_MEMORY;
+  int m = 0;
+  for (int at = 0; at < n; at++) { /* step `at`, then the waits it proves; the rest before the Update */
+    bool last = at == n - 1;
+    if (!last) moved[at] = m, out[m++] = pg->steps[at];
+    for (int i = 0; i < n; i++) {
+      if (pg->steps[i].kind != SK_PSTEP_SEND || (last ? after[i] >= 0 : after[i] != at)) continue;
+      sk_program_step w = pg->steps[i], f = pg->steps[i];
+      w.kind = SK_PSTEP_WAIT_SEND, w.send = moved[i], w.count = 0;
+      f.kind = SK_PSTEP_FREE, f.buffer = SK_PBUF_STAGING, f.group = -1, f.peer = -1;
+      out[m++] = w, out[m++] = f;
+    }
+    if (last) out[m++] = pg->steps[at];
+  }
+  free(pg->steps), free(after), free(moved);
+  pg->steps = out, pg->nsteps = m;
+  return SK_OK;
+}
+
+/* ---- the plan's programs ---------------------------------------------------------------------- */
+
+static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
+  p->programs = (sk_program *)calloc((size_t)p->stages, sizeof *p->programs);
+  int *owner = (int *)malloc(sizeof(int) * ((size_t)p->graph->ntensors + 1));
+  bool failed = !p->programs || !owner || sk__prog_fixed(p, SK_PGROUP_WORLD) < 0 ||
+                (p->vstage && (sk__prog_fixed(p, SK_PGROUP_STAGE) < 0 || sk__prog_fixed(p, SK_PGROUP_LINK_FWD) < 0 ||
+                               sk__prog_fixed(p, SK_PGROUP_LINK_BWD) < 0));
+  int nforward = 0;
+  while (nforward < p->nsteps && sk__prog_is_forward(p->steps[nforward].kind)) nforward++;
+  for (int s = 0; s < p->stages && !failed; s++) {
+    sk__prog_b b;
+    memset(&b, 0, sizeof b);
+    b.p = p, b.prog = &p->programs[s], b.stage = s, b.nforward = nforward, b.owner = owner;
+    if (p->vstage) sk__prog_pipeline_stage(&b);
+    else sk__prog_plain(&b);
+    sk__prog_op_step(&b, p->nsteps - 1, 0, 0, 0, SK_PSTEP_UPDATE);
+    sk__prog_bwd_pack(&b);
+    failed = b.failed;
+  }
+  for (int s = 0; s < p->stages && !failed && p->vstage; s++) failed = sk__prog_wait_sends(p, s) != SK_OK;
+  free(owner);
+  return failed ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the programs") : SK_OK;
+}
+
+static void sk__prog_free(sk_parallel_plan *p) {
+  for (int s = 0; p->programs && s < p->stages; s++) free(p->programs[s].steps);
+  free(p->programs), free(p->groups);
+}
+
+/* ---- the program as text ------------------------------------------------------------------------ */
+
+static void sk__prog_put_slice(sk__par_text *t, const char *key, const sk_layout *l, int rank) {
+  sk_slice s;
+  if (sk_layout_slice(l, rank, &s, NULL)) {
+    sk__par_put(t, " %s=?", key);
+    return;
+  }
+  sk__par_put(t, " %s=[", key);
+  for (int d = 0; d < l->ndims; d++) sk__par_put(t, "%s%lld:%lld", d ? "," : "", (long long)s.start[d], (long long)s.stop[d]);
+  sk__par_put(t, "]");
+}
+
+/* " group=g5 ranks={0,1}" for world rank `rank`. */
+static void sk__prog_put_group(sk__par_text *t, const sk_parallel_plan *p, int group, int rank) {
+  int *ranks = (int *)malloc(sizeof(int) * SK_MAX_DEVICES), n = 0;
+  sk__par_put(t, " group=g%d", group);
+  if (!ranks || sk_parallel_group_ranks(p, group, rank, ranks, SK_MAX_DEVICES, &n, NULL)) n = 0;
+  if (n) sk__par_put(t, " ranks={");
+  for (int i = 0; i < n && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", ranks[i]);
+  if (n) sk__par_put(t, "%s}", n > 16 ? ",..." : "");
+  free(ranks);
+}
+
+static const char *sk__prog_buffer_name(int b) {
+  static const char *const names[SK_PBUF_COUNT] = {"value", "grad", "kernel_in", "kernel_out", "kernel_dout", "pre_rs", "staging"};
+  return b >= 0 && b < SK_PBUF_COUNT ? names[b] : "?";
+}
+
+/* The collective an operator step runs, its group and its bytes. */
+static void sk__prog_put_comm(sk__par_text *t, const sk_parallel_plan *p, const sk_program_step *ps, int rank) {
+  const sk_parallel_step *s = &p->steps[ps->index];
+  sk_coll_kind kind = s->comm.kind;
+  if (s->kind == SK_PSTEP_UNDO_COMM && kind == SK_COLL_REDUCE_SCATTER) kind = SK_COLL_ALLGATHER;
+  if (s->kind == SK_PSTEP_PARAM_GATHER) kind = SK_COLL_ALLGATHER;
+  if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER) kind = SK_COLL_REDUCE_SCATTER;
+  bool reduces = kind == SK_COLL_ALLREDUCE || kind == SK_COLL_REDUCE_SCATTER;
+  if (ps->count) sk__par_put(t, " coll=%s%s%s%s", sk_coll_kind_ms_name(kind), reduces ? "(" : "",
+                             reduces ? sk_redop_name(s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER ? SK_SUM : s->comm.op) : "",
+                             reduces ? ")" : "");
+  if (ps->group >= 0) sk__prog_put_group(t, p, ps->group, rank);
+  if (ps->count) sk__par_put(t, " bytes=%llu", (unsigned long long)sk_program_bytes(ps, p->desc.dtype));
+  if (s->comm.kind != SK_COLL_NONE && s->comm.scale != 1 && s->comm.scale != 0) sk__par_put(t, " scale=%.6g", s->comm.scale);
+}
+
+/* An operator step's fields: its input or output, the slices it moves between, its collective. */
+static void sk__prog_put_op(sk__par_text *t, const sk_parallel_plan *p, const sk_program_step *ps, int rank, int local) {
+  const sk_graph *g = p->graph;
+  const sk_parallel_step *s = &p->steps[ps->index];
+  const sk_graph_op *op = &g->ops[s->op];
+  const sk_parallel_op *po = &p->ops[s->op];
+  sk__par_put(t, " %s op=%s", op->name, sk_op_kind_name(op->desc.kind));
+  if (ps->kind == SK_PSTEP_RECOMPUTE) sk__par_put(t, " step=%s", sk_parallel_step_name(s->kind));
+  bool out_slot = s->kind == SK_PSTEP_OUT_MOVE || s->kind == SK_PSTEP_OUT_MOVE_BACK;
+  bool in_slot = s->kind == SK_PSTEP_MOVE || s->kind == SK_PSTEP_MOVE_BACK || s->kind == SK_PSTEP_BACKWARD_COMM ||
+                 s->kind == SK_PSTEP_MIRROR || (s->kind >= SK_PSTEP_PARAM_GATHER && s->kind <= SK_PSTEP_GRAD_REDUCE_SCATTER);
+  if (in_slot) sk__par_put(t, " input=%d tensor=%s", s->slot, g->tensors[op->inputs[s->slot]].name);
+  if (out_slot) sk__par_put(t, " output=%d tensor=%s", s->slot, g->tensors[op->outputs[s->slot]].name);
+  const sk_layout *a = NULL, *b = NULL;
+  if (s->kind == SK_PSTEP_MOVE || s->kind == SK_PSTEP_MOVE_BACK) a = &p->tensors[op->inputs[s->slot]].layout, b = &po->kernel_in[s->slot];
+  if (out_slot) a = &po->plan.out[s->slot], b = &p->tensors[op->outputs[s->slot]].layout;
+  if (s->kind == SK_PSTEP_MOVE_BACK || s->kind == SK_PSTEP_OUT_MOVE_BACK) {
+    const sk_layout *c = a;
+    a = b, b = c;
+  }
+  if (a) sk__prog_put_slice(t, "from", a, local), sk__prog_put_slice(t, "to", b, local);
+  else if (s->kind == SK_PSTEP_FORWARD || s->kind == SK_PSTEP_FORWARD_COMM) sk__prog_put_slice(t, "out", &po->plan.out[0], local);
+  else if (s->kind == SK_PSTEP_BACKWARD_COMM || s->kind == SK_PSTEP_MIRROR) sk__prog_put_slice(t, "slice", &po->kernel_in[s->slot], local);
+  if (s->kind >= SK_PSTEP_PARAM_GATHER && s->kind <= SK_PSTEP_GRAD_REDUCE_SCATTER) {
+    sk_opt_shard os;
+    int tin = op->inputs[s->slot];
+    if (!sk_opt_shard_of(&p->tensors[tin].layout, g->tensors[tin].dtype, &p->desc.hsdp, local, &os, NULL))
+      sk__par_put(t, " rows=[%lld:%lld] shards=%d", (long long)os.rows_start, (long long)os.rows_stop, os.size);
+  }
+  sk__prog_put_comm(t, p, ps, rank);
+  if (s->kind == SK_PSTEP_MIRROR && po->replication[s->slot] > 1) sk__par_put(t, " divide=%d", po->replication[s->slot]);
+  if (s->kind == SK_PSTEP_FORWARD && op->recompute && ps->kind != SK_PSTEP_RECOMPUTE)
+    sk__par_put(t, " recompute=%s", sk_parallel_recompute_refusal(p, s->op) ? "refused" : "yes");
+}
+
+/* A buffer's, a Send's or a Recv's fields. */
+static void sk__prog_put_data(sk__par_text *t, const sk_parallel_plan *p, const sk_program_step *ps, int rank) {
+  const sk_graph *g = p->graph;
+  if (ps->tensor >= 0) sk__par_put(t, " %s", g->tensors[ps->tensor].name);
+  else if (ps->op >= 0) sk__par_put(t, " %s", g->ops[ps->op].name);
+  if (ps->kind == SK_PSTEP_ALLOC || ps->kind == SK_PSTEP_FREE) {
+    sk__par_put(t, " buffer=%s", sk__prog_buffer_name(ps->buffer));
+    if (ps->buffer == SK_PBUF_KERNEL_IN) sk__par_put(t, " input=%d", ps->slot);
+    else if (ps->tensor < 0 && ps->op >= 0) sk__par_put(t, " output=%d", ps->slot);
+  }
+  if (ps->kind == SK_PSTEP_SEND || ps->kind == SK_PSTEP_RECV || ps->kind == SK_PSTEP_WAIT_SEND)
+    sk__par_put(t, " data=%s", ps->grad ? "grad" : "value");
+  if (ps->kind == SK_PSTEP_WAIT_SEND) sk__par_put(t, " send=#%d", ps->send);
+  if (p->vstage && ps->kind != SK_PSTEP_UPDATE) {
+    int chunk = 0;
+    (void)sk_pipe_stage_of(&p->schedule, ps->vstage, &chunk);
+    sk__par_put(t, " micro=%d chunk=%d", ps->micro, chunk);
+  }
+  if (ps->peer >= 0) sk__par_put(t, " peer=%d", ps->peer * p->desc.ndevices + rank % p->desc.ndevices);
+  if (ps->group >= 0 && (ps->kind == SK_PSTEP_SEND || ps->kind == SK_PSTEP_RECV)) sk__par_put(t, " group=g%d", ps->group);
+  if (ps->count) sk__par_put(t, " bytes=%llu", (unsigned long long)sk_program_bytes(ps, p->desc.dtype));
+}
+
+static void sk__prog_put_step(sk__par_text *t, const sk_parallel_plan *p, int i, const sk_program_step *ps, int rank) {
+  int local = rank % p->desc.ndevices;
+  sk__par_put(t, "#%d %s", i, sk_parallel_step_name(ps->kind));
+  bool operator_step = ps->kind < SK_PSTEP_ALLOC || ps->kind == SK_PSTEP_RECOMPUTE;
+  if (ps->kind == SK_PSTEP_UPDATE) sk__par_put(t, " parameters");
+  else if (operator_step) {
+    sk__prog_put_op(t, p, ps, rank, local);
+    if (p->vstage) {
+      int chunk = 0;
+      (void)sk_pipe_stage_of(&p->schedule, ps->vstage, &chunk);
+      sk__par_put(t, " micro=%d chunk=%d", ps->micro, chunk);
+    }
+    if (ps->half) sk__par_put(t, " half=%s", ps->half == 1 ? "B" : "W");
+  } else sk__prog_put_data(t, p, ps, rank);
+  sk__par_put(t, "\n");
+}
+
+SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, char *buf, size_t cap) {
+  sk__par_text t = {buf, buf ? cap : 0, 0, 0};
+  if (cap && buf) buf[0] = 0;
+  if (!p || !p->programs || rank < 0 || rank >= p->world_devices) return 0;
+  int stage = sk_parallel_stage_of_rank(p, rank);
+  const sk_program *pg = &p->programs[stage];
+  if (p->vstage) {
+    sk__par_put(&t, "# device %d of %d: stage %d of %d (ranks %d..%d; chunks", rank, p->world_devices, stage, p->stages,
+                stage * p->desc.ndevices, (stage + 1) * p->desc.ndevices - 1);
+    for (int c = 0; c < p->schedule.chunks; c++) sk__par_put(&t, " %d", sk_pipe_virtual_stage(&p->schedule, stage, c));
+    sk__par_put(&t, " of %d), %d micro-batches, %d steps\n", p->stages * p->schedule.chunks, p->micro, pg->nsteps);
+  } else sk__par_put(&t, "# device %d of %d: %d steps\n", rank, p->desc.ndevices, pg->nsteps);
+  for (int i = 0; i < pg->nsteps; i++) sk__prog_put_step(&t, p, i, &pg->steps[i], rank);
+  return t.len;
+}
+
+SK_EXTERN_C_END
+#endif /* SK_PARALLEL_IMPL */
