@@ -481,7 +481,7 @@ static sk_result sk__prog_wait_sends(sk_parallel_plan *p, int s) {
       if (pg->steps[i].kind != SK_PSTEP_SEND || (last ? after[i] >= 0 : after[i] != at)) continue;
       sk_program_step w = pg->steps[i], f = pg->steps[i];
       w.kind = SK_PSTEP_WAIT_SEND, w.send = moved[i], w.count = 0;
-      f.kind = SK_PSTEP_FREE, f.buffer = SK_PBUF_STAGING, f.group = -1, f.peer = -1;
+      f.kind = SK_PSTEP_FREE, f.buffer = SK_PBUF_STAGING, f.group = -1, f.peer = -1, f.send = moved[i];
       out[m++] = w, out[m++] = f;
     }
     if (last) out[m++] = pg->steps[at];

@@ -316,6 +316,7 @@ struct sk_runtime {
   int nsends, sends_cap;
   int grads_only;       /* zero_bubble_v: 1 the inputs' gradients (B), 2 the parameters' (W); 0 both */
   int micro;            /* the micro-batch bound (sk__rt_pipe_bind) */
+  int bound;            /* the training step's: the micro-batch the tensors point at, -1 none */
   int nforward;         /* the program's forward steps: those before its first backward step */
   /* Recomputation without a pipeline (sk__rt_replay): per tensor, whether it is recomputed, and
      the last forward step and the last step that use it */
@@ -1890,6 +1891,7 @@ typedef struct sk__rt_slot {
 typedef struct sk__rt_send {
   sk_request *req;
   void *staging; /* a copy: the slot it came from may change or close before the peer takes it */
+  int at;        /* its Send's index in the stage's program (evaluation: -1) */
 } sk__rt_send;
 
 static int sk__rt_nvstages(const sk_runtime *rt) { return rt->plan->stages * rt->plan->schedule.chunks; }
@@ -2059,43 +2061,60 @@ static int sk__rt_pipe_peer(const sk_runtime *rt, int v) {
   return sk_pipe_stage_of(&rt->plan->schedule, v, NULL) * rt->plan->desc.ndevices + rt->rank;
 }
 
-/* Completes the sends in flight: those done (all of them with `all`), freeing their copies. A
-   failure still waits for every send, so no copy is freed while a peer may read it. */
-static sk_result sk__rt_pipe_sends(sk_runtime *rt, bool all, sk_error *err) {
-  sk_result r = SK_OK;
-  int kept = 0;
-  for (int i = 0; i < rt->nsends; i++) {
-    bool done = false;
-    sk_result q = all ? sk_wait(&rt->sends[i].req) : sk_test(&rt->sends[i].req, &done);
-    if (all || done || q) {
-      if (q && !all) (void)sk_wait(&rt->sends[i].req); /* a failed test may leave it: finish it, keep q */
-      if (q && !r) r = sk__fail(err, q, "runtime: pipeline: a send to the next stage: %s", sk_comm_error_message(rt->world));
-      sk__rt_counted_free(rt, rt->sends[i].staging);
-    } else rt->sends[kept++] = rt->sends[i];
-  }
-  rt->nsends = all ? 0 : kept;
-  return r;
+
+static sk__rt_send *sk__rt_send_at(sk_runtime *rt, int at) {
+  for (int i = 0; i < rt->nsends; i++)
+    if (rt->sends[i].at == at) return &rt->sends[i];
+  return NULL;
 }
 
-static sk_result sk__rt_pipe_send(sk_runtime *rt, sk_comm *link, int peer, const void *buf, int t, sk_error *err) {
+
+/* A Send's staging copy: taken by the Alloc step just before it, given back after its WaitSend. */
+static sk_result sk__rt_staging(sk_runtime *rt, int at, size_t bytes, sk_error *err) {
   if (rt->nsends == rt->sends_cap) {
     int cap = rt->sends_cap ? 2 * rt->sends_cap : 16;
     sk__rt_send *ns = (sk__rt_send *)realloc(rt->sends, (size_t)cap * sizeof *ns);
     if (!ns) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory sending");
     rt->sends = ns, rt->sends_cap = cap;
   }
-  size_t n = (size_t)sk_parallel_slice_count(rt->plan, t), b = sk__rt_bytes(rt, t);
   sk__rt_send *s = &rt->sends[rt->nsends];
-  if (!(s->staging = sk__rt_alloc(rt, SK__RT_COMM, b))) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory sending '%s'", rt->g->tensors[t].name);
-  if (buf) memcpy(s->staging, buf, b);
-  else memset(s->staging, 0, b); /* a crossing tensor no gradient reached: zero, so the streams stay paired */
-  sk_result r = sk_isend(link, s->staging, n, sk__rt_dtype(rt, t), peer, &s->req);
-  if (r) {
-    sk__rt_counted_free(rt, s->staging);
-    return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(link));
-  }
+  s->req = NULL, s->at = at;
+  if (!(s->staging = sk__rt_alloc(rt, SK__RT_COMM, bytes))) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory for a send's copy");
   rt->nsends++;
-  sk__rt_count_comm(rt, SK_COLL_SEND, rt->world, b);
+  return SK_OK;
+}
+
+
+static void sk__rt_staging_free(sk_runtime *rt, int at) {
+  sk__rt_send *s = sk__rt_send_at(rt, at);
+  if (!s) return;
+  sk__rt_counted_free(rt, s->staging);
+  *s = rt->sends[--rt->nsends];
+}
+
+/* Waits for every send in flight and frees its copy: after a step or an evaluation, failed or
+   not, so that no copy is freed while a peer may still read it. */
+static sk_result sk__rt_pipe_sends(sk_runtime *rt, sk_error *err) {
+  sk_result r = SK_OK;
+  for (int i = 0; i < rt->nsends; i++) {
+    sk_result q = rt->sends[i].req ? sk_wait(&rt->sends[i].req) : SK_OK;
+    if (q && !r) r = sk__fail(err, q, "runtime: pipeline: a send to the next stage: %s", sk_comm_error_message(rt->world));
+    sk__rt_counted_free(rt, rt->sends[i].staging);
+  }
+  rt->nsends = 0;
+  return r;
+}
+/* Evaluation: activation t to the next stage, from a copy freed after the evaluation. */
+static sk_result sk__rt_pipe_send(sk_runtime *rt, int peer, int t, sk_error *err) {
+  size_t n = (size_t)sk_parallel_slice_count(rt->plan, t), b = sk__rt_bytes(rt, t);
+  sk_result r = sk__rt_staging(rt, -1, b, err);
+  if (r) return r;
+  sk__rt_send *s = &rt->sends[rt->nsends - 1];
+  memcpy(s->staging, rt->values[t], b);
+  if ((r = sk_isend(rt->fwd_link, s->staging, n, sk__rt_dtype(rt, t), peer, &s->req)) != SK_OK) {
+    sk__rt_counted_free(rt, s->staging), rt->nsends--;
+    return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(rt->fwd_link));
+  }
   return SK_OK;
 }
 
@@ -2116,61 +2135,15 @@ static sk_result sk__rt_pipe_send_values(sk_runtime *rt, int v, sk_error *err) {
   if (v + 1 >= sk__rt_nvstages(rt) || sk__rt_vstage_here(rt, v + 1)) return SK_OK;
   sk_result r = SK_OK;
   for (int t = 0; t < rt->g->ntensors && !r; t++)
-    if (sk__rt_crosses(rt, t, v)) r = sk__rt_pipe_send(rt, rt->fwd_link, sk__rt_pipe_peer(rt, v + 1), rt->values[t], t, err);
+    if (sk__rt_crosses(rt, t, v)) r = sk__rt_pipe_send(rt, sk__rt_pipe_peer(rt, v + 1), t, err);
   return r;
 }
-
-/* Before B of chunk v: the gradients of what crossed out of it, summed into theirs. */
-static sk_result sk__rt_pipe_recv_grads(sk_runtime *rt, int v, sk_error *err) {
-  if (v + 1 >= sk__rt_nvstages(rt) || sk__rt_vstage_here(rt, v + 1)) return SK_OK;
-  for (int t = 0; t < rt->g->ntensors; t++) {
-    if (!sk__rt_crosses(rt, t, v) || !rt->plan->tensors[t].needs_grad) continue;
-    int64_t n = sk_parallel_slice_count(rt->plan, t);
-    bool add = rt->written[t];
-    void *to = add ? rt->scratch[0] : rt->grads[t];
-    sk_result r = sk_recv(rt->bwd_link, to, (size_t)n, rt->cdt, sk__rt_pipe_peer(rt, v + 1));
-    if (r) return sk__fail(err, r, "runtime: pipeline: receiving the gradient of '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(rt->bwd_link));
-    if (add) sk__rt_add(rt->cdt, rt->grads[t], to, n);
-    rt->written[t] = true;
-  }
-  return SK_OK;
-}
-
-/* After B of chunk v: the gradients of what crossed into it, to the previous chunk's stage. A
-   tensor this stage also holds for an earlier chunk starts its sum again: what was sent comes
-   back with the rest through the chunks in between. */
-static sk_result sk__rt_pipe_send_grads(sk_runtime *rt, int v, sk_error *err) {
-  if (v == 0 || sk__rt_vstage_here(rt, v - 1)) return SK_OK;
+/* Chunk v's forward steps (evaluation: the training step runs the stage's program). */
+static sk_result sk__rt_pipe_run(sk_runtime *rt, int v, sk_error *err) {
   sk_result r = SK_OK;
-  for (int t = 0; t < rt->g->ntensors && !r; t++) {
-    if (!sk__rt_crosses(rt, t, v - 1) || !rt->plan->tensors[t].needs_grad) continue;
-    r = sk__rt_pipe_send(rt, rt->bwd_link, sk__rt_pipe_peer(rt, v - 1), rt->written[t] ? rt->grads[t] : NULL, t, err);
-    rt->written[t] = false;
-  }
-  return r;
-}
-
-/* Whether a backward step belongs to the half being run (rt->grads_only: B the inputs', W the
-   parameters'): an input's steps by its kind; UndoComm in B, and in W too when it gathers
-   (its AllGather's buffer is shared, while a scale was applied in place in B). */
-static bool sk__rt_pipe_half(const sk_runtime *rt, const sk_parallel_step *s) {
-  /* level3's gather before a backward: both halves read the weights (the second finds it held) */
-  if (!rt->grads_only || s->kind == SK_PSTEP_BACKWARD || s->kind == SK_PSTEP_PARAM_GATHER) return true;
-  if (s->kind == SK_PSTEP_UNDO_COMM) return rt->grads_only == 1 || s->comm.kind == SK_COLL_REDUCE_SCATTER;
-  if (s->kind == SK_PSTEP_OUT_MOVE_BACK) return rt->grads_only == 1; /* its gradient stays in the slot for W */
-  bool param = (rt->plan->ops[s->op].desc.params >> s->slot) & 1u;
-  return param == (rt->grads_only == 2);
-}
-
-/* The program's steps of chunk v's operators: the forward ones, or the backward ones (by their
-   place: level3's gathers before a backward are backward steps of a forward kind). */
-static sk_result sk__rt_pipe_run(sk_runtime *rt, int v, bool forward, bool inference, sk_error *err) {
-  sk_result r = SK_OK;
-  for (int i = 0; i < rt->plan->nsteps && !r; i++) {
+  for (int i = 0; i < rt->nforward && !r; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->op < 0 || rt->plan->vstage[s->op] != v || (i < rt->nforward) != forward) continue;
-    if (!forward && !sk__rt_pipe_half(rt, s)) continue;
-    r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, inference, err), err);
+    if (s->op >= 0 && rt->plan->vstage[s->op] == v) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, true, err), err);
   }
   return r;
 }
@@ -2179,119 +2152,166 @@ static bool sk__rt_pipe_has_loss(const sk_runtime *rt, int v) {
   int p = rt->g->tensors[rt->g->loss].producer;
   return p >= 0 && rt->plan->vstage[p] == v;
 }
-
-/* Recomputation: an output of chunk v's operator that sk_parallel_recomputed names (flagged
-   `recompute`, not the loss, only chunk v reads it) is freed after the forward and computed again
-   before the backward. */
-static bool sk__rt_recomputed(const sk_runtime *rt, int v, int t) {
-  return sk_parallel_recomputed(rt->plan, t) && rt->plan->vstage[rt->g->tensors[t].producer] == v;
-}
-
-static void sk__rt_pipe_drop(sk_runtime *rt, int v, int micro) {
-  sk__rt_slot *sl = sk__rt_slot_at(rt, v, micro);
-  for (int t = 0; t < rt->g->ntensors; t++)
-    if (sk__rt_recomputed(rt, v, t)) {
-      sk__rt_counted_free(rt, sl->values[t]);
-      sl->values[t] = rt->values[t] = rt->args[t].data = NULL;
-    }
-}
-
-/* Before chunk v's backward: its dropped outputs again, by their operators' forward steps. */
-static sk_result sk__rt_pipe_recompute(sk_runtime *rt, int v, int micro, sk_error *err) {
-  sk__rt_slot *sl = sk__rt_slot_at(rt, v, micro);
-  bool any = false;
-  for (int t = 0; t < rt->g->ntensors; t++)
-    if (sk__rt_recomputed(rt, v, t) && !sl->values[t]) {
-      if (!(sl->values[t] = sk__rt_alloc(rt, SK__RT_ACTS, sk__rt_bytes(rt, t))))
-        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory recomputing '%s'", rt->g->tensors[t].name);
-      any = true;
-    }
-  if (!any) return SK_OK;
-  sk__rt_pipe_bind(rt, micro);
-  sk_result r = SK_OK;
-  for (int i = 0; i < rt->plan->nsteps && !r; i++) {
-    const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->op < 0 || rt->plan->vstage[s->op] != v || i >= rt->nforward || !rt->g->ops[s->op].recompute) continue;
-    r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, false, err), err);
-  }
-  return r;
-}
-
-static sk_result sk__rt_pipe_forward(sk_runtime *rt, int v, int micro, bool inference, double *loss, sk_error *err) {
+/* Evaluation: chunk v's forward for micro-batch `micro`, between its Recv and Send. */
+static sk_result sk__rt_pipe_forward(sk_runtime *rt, int v, int micro, sk_error *err) {
   sk_result r = sk__rt_slot_open(rt, v, micro, err);
   if (r) return r;
   sk__rt_pipe_bind(rt, micro);
   r = sk__rt_pipe_recv_values(rt, v, err);
-  if (!r) r = sk__rt_pipe_run(rt, v, true, inference, err);
-  if (!r && loss && sk__rt_pipe_has_loss(rt, v)) {
-    const void *l = rt->values[rt->g->loss];
-    *loss += rt->cdt == SK_F64 ? ((const double *)l)[0] : ((const float *)l)[0];
-  }
+  if (!r) r = sk__rt_pipe_run(rt, v, err);
   if (!r) r = sk__rt_pipe_send_values(rt, v, err);
-  if (!r && !inference) sk__rt_pipe_drop(rt, v, micro);
   sk__rt_pipe_unbind(rt, micro);
   return r;
 }
 
-static sk_result sk__rt_pipe_backward(sk_runtime *rt, int v, int micro, sk_error *err) {
-  sk_result r = sk__rt_pipe_recompute(rt, v, micro, err);
-  sk__rt_pipe_bind(rt, micro);
-  if (!r) r = sk__rt_pipe_recv_grads(rt, v, err);
-  int lt = rt->g->loss;
-  if (!r && sk__rt_pipe_has_loss(rt, v)) { /* d loss / d loss, over the micro-batches' mean */
-    double seed = (rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1) / rt->plan->micro;
-    for (int64_t j = 0; j < sk_parallel_slice_count(rt->plan, lt); j++)
-      if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = seed;
-      else ((float *)rt->grads[lt])[j] = (float)seed;
-    rt->written[lt] = true;
+/* ---- the stage's program, step by step ------------------------------------------------------------
+   A training step runs plan->programs[stage] (sk_program.h): its Alloc and Free steps take and
+   give back the slots' buffers, its Send, WaitSend and Recv steps move what crosses a stage
+   boundary, and its operator steps run on the micro-batch's buffers, bound on demand. */
+
+/* The slot pointer an Alloc or Free step names. */
+static void **sk__rt_slot_ref(sk_runtime *rt, const sk_program_step *ps) {
+  sk__rt_slot *sl = sk__rt_slot_at(rt, ps->vstage, ps->micro);
+  switch (ps->buffer) {
+    case SK_PBUF_VALUE: return &sl->values[ps->tensor];
+    case SK_PBUF_GRAD: return &sl->grads[ps->tensor];
+    case SK_PBUF_KERNEL_IN: return &sl->kin[ps->op * SK_OP_MAX_INPUTS + ps->slot];
+    case SK_PBUF_KERNEL_OUT: return &sl->kout[ps->op * SK_OP_MAX_OUTPUTS + ps->slot];
+    case SK_PBUF_KERNEL_DOUT: return &sl->dkout[ps->op * SK_OP_MAX_OUTPUTS + ps->slot];
+    case SK_PBUF_PRE_RS: return &sl->pre_rs[ps->op];
+    default: return NULL;
   }
-  rt->grads_only = rt->plan->schedule.split_backward ? 1 : 0;
-  if (!r) r = sk__rt_pipe_run(rt, v, false, false, err);
-  rt->grads_only = 0;
-  if (!r) r = sk__rt_pipe_send_grads(rt, v, err);
-  sk__rt_pipe_unbind(rt, micro);
-  if (!rt->plan->schedule.split_backward) sk__rt_slot_close(rt, sk__rt_slot_at(rt, v, micro));
-  return r;
 }
 
-/* zero_bubble_v's W: the parameters' gradients of chunk v for one micro-batch, from the output
-   gradients its B left in the slot, which closes after it. */
-static sk_result sk__rt_pipe_weights(sk_runtime *rt, int v, int micro, sk_error *err) {
-  sk__rt_pipe_bind(rt, micro);
-  rt->grads_only = 2;
-  sk_result r = sk__rt_pipe_run(rt, v, false, false, err);
+/* The tensors let go of the micro-batch they point at, keeping what they learned of its
+   gradients: its buffers are about to change. */
+static void sk__rt_prog_unbind(sk_runtime *rt) {
+  if (rt->bound >= 0) sk__rt_pipe_unbind(rt, rt->bound);
+  rt->bound = -1;
+}
+
+static sk_result sk__rt_prog_alloc(sk_runtime *rt, int i, const sk_program_step *ps, sk_error *err) {
+  sk_dtype dt = sk_exec_is_float(ps->dtype) ? rt->cdt : ps->dtype;
+  size_t bytes = (size_t)ps->count * sk_dtype_size(dt);
+  if (ps->buffer == SK_PBUF_STAGING) return sk__rt_staging(rt, i + 1, bytes, err);
+  void **at = sk__rt_slot_ref(rt, ps);
+  sk__rt_prog_unbind(rt);
+  if (!at || *at) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: program step %d: a buffer allocated twice", i);
+  int kind = ps->buffer == SK_PBUF_GRAD || ps->buffer == SK_PBUF_KERNEL_DOUT ? SK__RT_GRADS : SK__RT_ACTS;
+  if (!(*at = sk__rt_alloc(rt, kind, bytes)))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory for micro-batch %d of chunk %d", ps->micro, ps->vstage);
+  sk__rt_slot_at(rt, ps->vstage, ps->micro)->live = true;
+  return SK_OK;
+}
+
+static void sk__rt_prog_free(sk_runtime *rt, const sk_program_step *ps) {
+  if (ps->buffer == SK_PBUF_STAGING) {
+    sk__rt_staging_free(rt, ps->send);
+    return;
+  }
+  void **at = sk__rt_slot_ref(rt, ps);
+  if (!at) return;
+  sk__rt_prog_unbind(rt);
+  sk__rt_counted_free(rt, *at), *at = NULL;
+  if (ps->buffer == SK_PBUF_GRAD) sk__rt_slot_at(rt, ps->vstage, ps->micro)->written[ps->tensor] = false;
+}
+
+/* The tensors point at micro-batch m's buffers (again, after an Alloc or Free). */
+static void sk__rt_prog_bind(sk_runtime *rt, int m) {
+  if (rt->bound == m) return;
+  sk__rt_prog_unbind(rt);
+  sk__rt_pipe_bind(rt, m);
+  rt->bound = m;
+}
+
+static sk_result sk__rt_prog_send(sk_runtime *rt, int i, const sk_program_step *ps, sk_error *err) {
+  int t = ps->tensor;
+  sk__rt_send *s = sk__rt_send_at(rt, i);
+  sk_comm *link = ps->grad ? rt->bwd_link : rt->fwd_link;
+  if (!s) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: program step %d: a Send without its copy", i);
+  size_t n = (size_t)ps->count, b = n * sk_dtype_size(sk__rt_dtype(rt, t));
+  const void *from = ps->grad ? (rt->written[t] ? rt->grads[t] : NULL) : rt->values[t];
+  if (from) memcpy(s->staging, from, b);
+  else memset(s->staging, 0, b); /* a crossing tensor no gradient reached: zero, so the streams stay paired */
+  if (ps->grad) rt->written[t] = false; /* what was sent comes back with the rest through the chunks between */
+  sk_result r = sk_isend(link, s->staging, n, sk__rt_dtype(rt, t), ps->peer * rt->plan->desc.ndevices + rt->rank, &s->req);
+  if (r) return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(link));
+  sk__rt_count_comm(rt, SK_COLL_SEND, rt->world, b);
+  return SK_OK;
+}
+
+static sk_result sk__rt_prog_recv(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
+  int t = ps->tensor, peer = ps->peer * rt->plan->desc.ndevices + rt->rank;
+  sk_comm *link = ps->grad ? rt->bwd_link : rt->fwd_link;
+  bool add = ps->grad && rt->written[t]; /* beside the gradient already there, then summed in */
+  void *to = !ps->grad ? rt->values[t] : add ? rt->scratch[0] : rt->grads[t];
+  sk_result r = sk_recv(link, to, (size_t)ps->count, ps->grad ? rt->cdt : sk__rt_dtype(rt, t), peer);
+  if (r) return sk__fail(err, r, "runtime: pipeline: receiving %s'%s': %s", ps->grad ? "the gradient of " : "",
+                         rt->g->tensors[t].name, sk_comm_error_message(link));
+  if (add) sk__rt_add(rt->cdt, rt->grads[t], to, ps->count);
+  if (ps->grad) rt->written[t] = true;
+  return SK_OK;
+}
+
+static sk_result sk__rt_prog_wait(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
+  sk__rt_send *s = sk__rt_send_at(rt, ps->send);
+  sk_result r = s ? sk_wait(&s->req) : SK_OK;
+  return r ? sk__fail(err, r, "runtime: pipeline: a send to the next stage: %s", sk_comm_error_message(rt->world)) : SK_OK;
+}
+
+/* The loss's gradient seeded (d loss / d loss over the micro-batches' mean), its value summed. */
+static void sk__rt_prog_seed(sk_runtime *rt, double *sum) {
+  int lt = rt->g->loss;
+  const void *l = rt->values[lt];
+  *sum += rt->cdt == SK_F64 ? ((const double *)l)[0] : ((const float *)l)[0];
+  double seed = (rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1) / rt->plan->micro;
+  for (int64_t j = 0; j < sk_parallel_slice_count(rt->plan, lt); j++)
+    if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = seed;
+    else ((float *)rt->grads[lt])[j] = (float)seed;
+  rt->written[lt] = true;
+}
+
+/* Program step i; *sum gathers the micro-batches' losses. */
+static sk_result sk__rt_prog_step(sk_runtime *rt, int i, double *sum, sk_error *err) {
+  const sk_program_step *ps = &rt->plan->programs[rt->stage].steps[i];
+  switch (ps->kind) {
+    case SK_PSTEP_ALLOC: return sk__rt_prog_alloc(rt, i, ps, err);
+    case SK_PSTEP_FREE: return sk__rt_prog_free(rt, ps), SK_OK;
+    case SK_PSTEP_WAIT_SEND: return sk__rt_prog_wait(rt, ps, err);
+    case SK_PSTEP_UPDATE: return SK_OK; /* after the program: sk__rt_pipe_step */
+    default: break;
+  }
+  sk__rt_prog_bind(rt, ps->micro);
+  if (ps->kind == SK_PSTEP_SEND) return sk__rt_prog_send(rt, i, ps, err);
+  if (ps->kind == SK_PSTEP_RECV) return sk__rt_prog_recv(rt, ps, err);
+  if (ps->kind == SK_PSTEP_SEED_LOSS) return sk__rt_prog_seed(rt, sum), SK_OK;
+  rt->grads_only = ps->half;
+  sk_result r = sk__rt_named(rt, ps->index, sk__rt_run_step(rt, ps->index, false, err), err);
   rt->grads_only = 0;
-  sk__rt_pipe_unbind(rt, micro);
-  sk__rt_slot_close(rt, sk__rt_slot_at(rt, v, micro));
   return r;
 }
 
 /* After a step, failed or not: nothing in flight, every slot closed. */
 static sk_result sk__rt_pipe_settle(sk_runtime *rt, sk_result r, sk_error *err) {
   sk_error e2;
-  sk_result w = sk__rt_pipe_sends(rt, true, r ? &e2 : err);
+  sk_result w = sk__rt_pipe_sends(rt, r ? &e2 : err);
   size_t n = (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt);
   for (size_t i = 0; i < n; i++)
     if (rt->slots[i].live) sk__rt_slot_close(rt, &rt->slots[i]);
+  rt->bound = -1;
   return r ? r : w;
 }
 
-/* One training step through the pipeline: this stage's actions, then the update; *loss (the
+/* One training step through the pipeline: this stage's program, then the update; *loss (the
    whole batch's, the mean of the micro-batches') on every device. */
 static sk_result sk__rt_pipe_step(sk_runtime *rt, double *loss, sk_error *err) {
-  const sk_pipe_schedule *s = &rt->plan->schedule;
+  const sk_program *pg = &rt->plan->programs[rt->stage];
   double sum = 0;
   sk_result r = SK_OK;
   memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool)); /* parameters: sums start */
   for (int t = 0; t < rt->g->ntensors; t++) rt->shards[t].micros = 0;
-  for (int k = 0; k < s->count[rt->stage] && !r; k++) {
-    const sk_pipe_action *a = &s->actions[rt->stage][k];
-    int v = sk_pipe_virtual_stage(s, rt->stage, a->chunk);
-    if (a->kind == SK_PIPE_F) r = sk__rt_pipe_forward(rt, v, a->micro, false, &sum, err);
-    else if (a->kind == SK_PIPE_B) r = sk__rt_pipe_backward(rt, v, a->micro, err);
-    else r = sk__rt_pipe_weights(rt, v, a->micro, err);
-    if (!r) r = sk__rt_pipe_sends(rt, false, err);
-  }
+  rt->bound = -1;
+  for (int i = 0; i < pg->nsteps && !r; i++) r = sk__rt_prog_step(rt, i, &sum, err);
   r = sk__rt_pipe_settle(rt, r, err);
   sk__rt_pipe_unpoint(rt); /* the update reads parameters only */
   if (!r) r = sk__rt_update(rt, err);
@@ -2312,7 +2332,7 @@ static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t 
   sk_result r = SK_OK;
   for (int i = 0; i < rt->plan->micro && !r; i++) {
     for (int v = 0; v <= last && !r; v++)
-      if (sk__rt_vstage_here(rt, v)) r = sk__rt_pipe_forward(rt, v, i, true, NULL, err);
+      if (sk__rt_vstage_here(rt, v)) r = sk__rt_pipe_forward(rt, v, i, err);
     if (!r && sk__rt_vstage_here(rt, last)) {
       int64_t hits = 0, n = 0;
       sk__rt_pipe_bind(rt, i);
@@ -2365,7 +2385,7 @@ static void sk__rt_pipe_unpoint(sk_runtime *rt) {
 
 static void sk__rt_pipe_close(sk_runtime *rt) {
   if (!rt->world) return;
-  if (rt->sends) (void)sk__rt_pipe_sends(rt, true, NULL);
+  if (rt->sends) (void)sk__rt_pipe_sends(rt, NULL);
   size_t n = (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt);
   for (size_t i = 0; rt->slots && i < n; i++) {
     sk__rt_slot *sl = &rt->slots[i];
