@@ -730,7 +730,7 @@ Test(pipeline_runtime, step_allocation_failures_each_device, .timeout = PIPE_TIM
   }
   int kinds = 0;
   for (const char *q = seen; (q = strchr(q, '\n')); q++) kinds++;
-  cr_assert(strstr(seen, "out of memory for micro-batch 3 of chunk 3") && strstr(seen, "out of memory sending"),
+  cr_assert(strstr(seen, "out of memory for micro-batch 3 of chunk 3") && strstr(seen, "out of memory for a send's copy"),
             "the sweeps should reach every slot and the sends' copies:\n%s", seen);
   cr_log_info("the failing devices gave %d distinct messages (every slot of every chunk, the sends' copies)", kinds);
 }
