@@ -411,16 +411,130 @@ static void sk__prog_pipeline_stage(sk__prog_b *b) {
   }
 }
 
-/* Without a pipeline: plan.steps, the loss's seed between the forward and the backward. */
+/* ---- without a pipeline ----------------------------------------------------------------------------
+   plan.steps, the loss's seed between the forward and the backward, and recomputation: a
+   recomputed tensor (sk_parallel_recomputed) has no buffer between steps. Its operator's Forward
+   takes it (Alloc); it is freed after the last forward step that uses it, so the backward starts
+   without it. Before a backward step that uses it, its operator's forward steps run again
+   (Recompute: the same steps, the same dropout seed, so the same values), and it is freed after
+   the last step that uses it. A chain of recomputed operators comes back in forward order: what
+   a recompute brings back only to feed it is freed once the recompute no longer reads it. */
+
+typedef struct sk__prog_plain_b {
+  sk__prog_b *b;
+  bool *held;                 /* [ntensors] a recomputed tensor has its buffer now */
+  int *last_fwd_use, *last_use; /* [ntensors] the last forward step, and the last step, using it */
+} sk__prog_plain_b;
+
+/* The tensors whose values plan step i reads or writes (at most SK__PROG_USES): a Move its
+   input, a Forward or Backward its unmoved inputs and its outputs, a ForwardComm output 0, a
+   MoveOut its output (what out_strategy moves is the operator's own buffer before it). */
+#define SK__PROG_USES (SK_OP_MAX_INPUTS + SK_OP_MAX_OUTPUTS)
+static int sk__prog_uses(const sk_parallel_plan *p, int i, int *use) {
+  const sk_parallel_step *s = &p->steps[i];
+  if (s->op < 0) return 0;
+  const sk_graph_op *op = &p->graph->ops[s->op];
+  const sk_parallel_op *po = &p->ops[s->op];
+  int n = 0;
+  if (s->kind == SK_PSTEP_MOVE) use[n++] = op->inputs[s->slot];
+  if (s->kind == SK_PSTEP_OUT_MOVE) use[n++] = op->outputs[s->slot];
+  if (s->kind == SK_PSTEP_FORWARD_COMM && !po->out_moved[0]) use[n++] = op->outputs[0];
+  if (s->kind != SK_PSTEP_FORWARD && s->kind != SK_PSTEP_BACKWARD) return n;
+  for (int k = 0; k < op->ninputs; k++)
+    if (!po->moved[k]) use[n++] = op->inputs[k];
+  for (int k = 0; k < op->noutputs; k++)
+    if (!po->out_moved[k]) use[n++] = op->outputs[k];
+  return n;
+}
+
+static bool sk__prog_step_uses(const sk_parallel_plan *p, int i, int t) {
+  int use[SK__PROG_USES];
+  for (int u = 0, n = sk__prog_uses(p, i, use); u < n; u++)
+    if (use[u] == t) return true;
+  return false;
+}
+
+static void sk__prog_value(sk__prog_plain_b *pb, bool alloc, int t) {
+  const sk_parallel_plan *p = pb->b->p;
+  sk__prog_buffer(pb->b, alloc, SK_PBUF_VALUE, t, -1, -1, 0, 0, sk_parallel_slice_count(p, t), p->graph->tensors[t].dtype);
+  pb->held[t] = alloc;
+}
+
+static void sk__prog_replay(sk__prog_plain_b *pb, int t, int at);
+
+/* Before step i (run for step `at`): the recomputed tensors it uses, taken (its operator's
+   Forward writes them) or computed again. */
+static void sk__prog_bring_back(sk__prog_plain_b *pb, int i, int at) {
+  const sk_parallel_plan *p = pb->b->p;
+  const sk_parallel_step *s = &p->steps[i];
+  int use[SK__PROG_USES];
+  for (int u = 0, n = sk__prog_uses(p, i, use); u < n; u++) {
+    int t = use[u];
+    if (!sk_parallel_recomputed(p, t) || pb->held[t]) continue;
+    bool writes = (s->kind == SK_PSTEP_FORWARD || s->kind == SK_PSTEP_OUT_MOVE) && p->graph->tensors[t].producer == s->op;
+    if (writes) sk__prog_value(pb, true, t);
+    else sk__prog_replay(pb, t, at);
+  }
+}
+
+/* Whether a forward step of operator o after step j, or step `at`, uses tensor t. */
+static bool sk__prog_used_later(const sk__prog_plain_b *pb, int o, int j, int at, int t) {
+  const sk_parallel_plan *p = pb->b->p;
+  for (int i = j + 1; i < pb->b->nforward; i++)
+    if (p->steps[i].op == o && sk__prog_step_uses(p, i, t)) return true;
+  return sk__prog_step_uses(p, at, t);
+}
+
+/* Tensor t again, for step `at`: its operator's forward steps (level3's gathers and releases
+   too, but not the release of a slice held already: the backward gathered it). */
+static void sk__prog_replay(sk__prog_plain_b *pb, int t, int at) {
+  const sk_parallel_plan *p = pb->b->p;
+  int o = p->graph->tensors[t].producer;
+  const sk_graph_op *op = &p->graph->ops[o];
+  bool held[SK_OP_MAX_INPUTS];
+  for (int k = 0; k < op->ninputs; k++) held[k] = !sk_parallel_recomputed(p, op->inputs[k]) || pb->held[op->inputs[k]];
+  for (int j = 0; j < pb->b->nforward; j++) {
+    const sk_parallel_step *s = &p->steps[j];
+    if (s->op != o || (s->kind == SK_PSTEP_PARAM_RELEASE && held[s->slot])) continue;
+    sk__prog_bring_back(pb, j, at);
+    sk__prog_op_step(pb->b, j, 0, 0, 0, SK_PSTEP_RECOMPUTE);
+    for (int k = 0; k < op->ninputs; k++) { /* brought back only for this recompute */
+      int u = op->inputs[k];
+      if (!held[k] && pb->held[u] && !sk__prog_used_later(pb, o, j, at, u)) sk__prog_value(pb, false, u);
+    }
+  }
+}
+
+/* Plan step i, the recomputed tensors around it: back before, freed after their last use. */
+static void sk__prog_plain_step(sk__prog_plain_b *pb, int i) {
+  const sk_parallel_plan *p = pb->b->p;
+  sk__prog_bring_back(pb, i, i);
+  sk__prog_op_step(pb->b, i, 0, 0, 0, p->steps[i].kind);
+  int use[SK__PROG_USES];
+  for (int u = 0, n = sk__prog_uses(p, i, use); u < n; u++) {
+    int t = use[u];
+    if (pb->held[t] && (i < pb->b->nforward ? pb->last_fwd_use[t] : pb->last_use[t]) <= i) sk__prog_value(pb, false, t);
+  }
+}
+
 static void sk__prog_plain(sk__prog_b *b) {
   const sk_parallel_plan *p = b->p;
-  for (int i = 0; i < p->nsteps; i++) {
-    if (i == b->nforward) {
-      sk_program_step *s = sk__prog_emit(b, SK_PSTEP_SEED_LOSS);
-      s->tensor = p->graph->loss;
+  size_t nt = (size_t)p->graph->ntensors + 1;
+  sk__prog_plain_b pb = {b, (bool *)calloc(nt, sizeof(bool)), (int *)malloc(nt * sizeof(int)), (int *)malloc(nt * sizeof(int))};
+  if (!pb.held || !pb.last_fwd_use || !pb.last_use) b->failed = true;
+  int use[SK__PROG_USES];
+  for (int t = 0; !b->failed && t < p->graph->ntensors; t++) pb.last_fwd_use[t] = pb.last_use[t] = -1;
+  for (int i = 0; !b->failed && i < p->nsteps; i++)
+    for (int u = 0, n = sk__prog_uses(p, i, use); u < n; u++) {
+      if (i < b->nforward) pb.last_fwd_use[use[u]] = i;
+      pb.last_use[use[u]] = i;
     }
-    if (p->steps[i].kind != SK_PSTEP_UPDATE) sk__prog_op_step(b, i, 0, 0, 0, p->steps[i].kind);
+  for (int i = 0; !b->failed && i < p->nsteps - 1; i++) { /* the Update is the caller's */
+    if (i == b->nforward) sk__prog_emit(b, SK_PSTEP_SEED_LOSS)->tensor = p->graph->loss;
+    sk__prog_plain_step(&pb, i);
   }
+  if (b->nforward >= p->nsteps - 1) sk__prog_emit(b, SK_PSTEP_SEED_LOSS)->tensor = p->graph->loss; /* no backward */
+  free(pb.held), free(pb.last_fwd_use), free(pb.last_use);
 }
 
 /* ---- WaitSend: where each send is proven complete ---------------------------------------------- */

@@ -318,14 +318,12 @@ struct sk_runtime {
   int micro;            /* the micro-batch bound (sk__rt_pipe_bind) */
   int bound;            /* the training step's: the micro-batch the tensors point at, -1 none */
   int nforward;         /* the program's forward steps: those before its first backward step */
-  /* Recomputation without a pipeline (sk__rt_replay): per tensor, whether it is recomputed, and
-     the last forward step and the last step that use it */
-  bool *recomputed;
-  int *last_fwd_use, *last_use;
+  bool *recomputed; /* without a pipeline: per tensor, sk_parallel_recomputed (its buffer lives within a step) */
 };
 
 /* Pipeline parallel, defined with the steps below. */
 static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err);
+static sk_result sk__rt_settle(sk_runtime *rt, sk_result r, sk_error *err);
 static sk_result sk__rt_pipe_alloc_feeds(sk_runtime *rt, sk_error *err);
 static sk_result sk__rt_pipe_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, sk_error *err);
 static void sk__rt_pipe_unpoint(sk_runtime *rt);
@@ -903,38 +901,6 @@ static void sk__rt_last_steps(sk_runtime *rt) {
   }
 }
 
-/* The tensors whose values step i reads or writes (at most SK__RT_USES): a Move its input, a
-   Forward or Backward its unmoved inputs and its outputs, a ForwardComm output 0, a MoveOut its
-   output (what out_strategy moves is the operator's own buffer before it). */
-#define SK__RT_USES (SK_OP_MAX_INPUTS + SK_OP_MAX_OUTPUTS)
-static int sk__rt_step_uses(const sk_runtime *rt, int i, int *use) {
-  const sk_parallel_step *s = &rt->plan->steps[i];
-  if (s->op < 0) return 0;
-  const sk_graph_op *op = &rt->g->ops[s->op];
-  int n = 0;
-  const sk_parallel_op *po = &rt->plan->ops[s->op];
-  if (s->kind == SK_PSTEP_MOVE) use[n++] = op->inputs[s->slot];
-  if (s->kind == SK_PSTEP_OUT_MOVE) use[n++] = op->outputs[s->slot];
-  if (s->kind == SK_PSTEP_FORWARD_COMM && !po->out_moved[0]) use[n++] = op->outputs[0];
-  if (s->kind != SK_PSTEP_FORWARD && s->kind != SK_PSTEP_BACKWARD) return n;
-  for (int k = 0; k < op->ninputs; k++)
-    if (!po->moved[k]) use[n++] = op->inputs[k];
-  for (int k = 0; k < op->noutputs; k++)
-    if (!po->out_moved[k]) use[n++] = op->outputs[k];
-  return n;
-}
-
-/* Recomputation without a pipeline: the last forward step and the last step using each tensor. */
-static void sk__rt_last_uses(sk_runtime *rt) {
-  int use[SK__RT_USES];
-  for (int t = 0; t < rt->g->ntensors; t++) rt->last_fwd_use[t] = rt->last_use[t] = -1;
-  for (int i = 0; i < rt->plan->nsteps; i++)
-    for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n; u++) {
-      if (i < rt->nforward) rt->last_fwd_use[use[u]] = i;
-      rt->last_use[use[u]] = i;
-    }
-}
-
 /* Copies device `rank`'s slice of the whole row-major tensor `full` (elements of esize bytes)
    into out, densely. */
 static sk_result sk__rt_take_slice(size_t esize, const sk_layout *l, int rank, const void *full, void *out,
@@ -1037,9 +1003,8 @@ static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
   rt->shards = (sk__rt_shard *)calloc(n, sizeof(sk__rt_shard));
   rt->acc = (void **)calloc(n, sizeof(void *));
   rt->recomputed = (bool *)calloc(n, sizeof(bool));
-  rt->last_fwd_use = (int *)calloc(n, sizeof(int)), rt->last_use = (int *)calloc(n, sizeof(int));
   if (!rt->values || !rt->grads || !rt->state0 || !rt->state1 || !rt->written || !rt->readers || !rt->args || !rt->ops ||
-      !rt->shards || !rt->acc || !rt->recomputed || !rt->last_fwd_use || !rt->last_use)
+      !rt->shards || !rt->acc || !rt->recomputed)
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
   for (int t = 0; !rt->plan->vstage && t < rt->g->ntensors; t++) rt->recomputed[t] = sk_parallel_recomputed(rt->plan, t);
   for (int o = 0; o < rt->g->nops; o++)
@@ -1081,7 +1046,7 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
   if (rt->norm_file) fclose(rt->norm_file);
   free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
   free(rt->args), free(rt->ops), free(rt->groups), free(rt->shards), free(rt->acc);
-  free(rt->recomputed), free(rt->last_fwd_use), free(rt->last_use);
+  free(rt->recomputed);
   free(rt);
 }
 
@@ -1123,7 +1088,6 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   }
   sk__rt_last_steps(rt);
   while (rt->nforward < plan->nsteps && sk__rt_is_forward(plan->steps[rt->nforward].kind)) rt->nforward++;
-  sk__rt_last_uses(rt);
   rt->peak_total = 0; /* peaks count from here: drawing the whole model is create's alone */
   for (int k = 0; k < SK__RT_KINDS; k++) rt->peak[k] = rt->bytes[k], rt->peak_total += rt->bytes[k];
   *out = rt;
@@ -2164,165 +2128,6 @@ static sk_result sk__rt_pipe_forward(sk_runtime *rt, int v, int micro, sk_error 
   return r;
 }
 
-/* ---- the stage's program, step by step ------------------------------------------------------------
-   A training step runs plan->programs[stage] (sk_program.h): its Alloc and Free steps take and
-   give back the slots' buffers, its Send, WaitSend and Recv steps move what crosses a stage
-   boundary, and its operator steps run on the micro-batch's buffers, bound on demand. */
-
-/* The slot pointer an Alloc or Free step names. */
-static void **sk__rt_slot_ref(sk_runtime *rt, const sk_program_step *ps) {
-  sk__rt_slot *sl = sk__rt_slot_at(rt, ps->vstage, ps->micro);
-  switch (ps->buffer) {
-    case SK_PBUF_VALUE: return &sl->values[ps->tensor];
-    case SK_PBUF_GRAD: return &sl->grads[ps->tensor];
-    case SK_PBUF_KERNEL_IN: return &sl->kin[ps->op * SK_OP_MAX_INPUTS + ps->slot];
-    case SK_PBUF_KERNEL_OUT: return &sl->kout[ps->op * SK_OP_MAX_OUTPUTS + ps->slot];
-    case SK_PBUF_KERNEL_DOUT: return &sl->dkout[ps->op * SK_OP_MAX_OUTPUTS + ps->slot];
-    case SK_PBUF_PRE_RS: return &sl->pre_rs[ps->op];
-    default: return NULL;
-  }
-}
-
-/* The tensors let go of the micro-batch they point at, keeping what they learned of its
-   gradients: its buffers are about to change. */
-static void sk__rt_prog_unbind(sk_runtime *rt) {
-  if (rt->bound >= 0) sk__rt_pipe_unbind(rt, rt->bound);
-  rt->bound = -1;
-}
-
-static sk_result sk__rt_prog_alloc(sk_runtime *rt, int i, const sk_program_step *ps, sk_error *err) {
-  sk_dtype dt = sk_exec_is_float(ps->dtype) ? rt->cdt : ps->dtype;
-  size_t bytes = (size_t)ps->count * sk_dtype_size(dt);
-  if (ps->buffer == SK_PBUF_STAGING) return sk__rt_staging(rt, i + 1, bytes, err);
-  void **at = sk__rt_slot_ref(rt, ps);
-  sk__rt_prog_unbind(rt);
-  if (!at || *at) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: program step %d: a buffer allocated twice", i);
-  int kind = ps->buffer == SK_PBUF_GRAD || ps->buffer == SK_PBUF_KERNEL_DOUT ? SK__RT_GRADS : SK__RT_ACTS;
-  if (!(*at = sk__rt_alloc(rt, kind, bytes)))
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory for micro-batch %d of chunk %d", ps->micro, ps->vstage);
-  sk__rt_slot_at(rt, ps->vstage, ps->micro)->live = true;
-  return SK_OK;
-}
-
-static void sk__rt_prog_free(sk_runtime *rt, const sk_program_step *ps) {
-  if (ps->buffer == SK_PBUF_STAGING) {
-    sk__rt_staging_free(rt, ps->send);
-    return;
-  }
-  void **at = sk__rt_slot_ref(rt, ps);
-  if (!at) return;
-  sk__rt_prog_unbind(rt);
-  sk__rt_counted_free(rt, *at), *at = NULL;
-  if (ps->buffer == SK_PBUF_GRAD) sk__rt_slot_at(rt, ps->vstage, ps->micro)->written[ps->tensor] = false;
-}
-
-/* The tensors point at micro-batch m's buffers (again, after an Alloc or Free). */
-static void sk__rt_prog_bind(sk_runtime *rt, int m) {
-  if (rt->bound == m) return;
-  sk__rt_prog_unbind(rt);
-  sk__rt_pipe_bind(rt, m);
-  rt->bound = m;
-}
-
-static sk_result sk__rt_prog_send(sk_runtime *rt, int i, const sk_program_step *ps, sk_error *err) {
-  int t = ps->tensor;
-  sk__rt_send *s = sk__rt_send_at(rt, i);
-  sk_comm *link = ps->grad ? rt->bwd_link : rt->fwd_link;
-  if (!s) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: program step %d: a Send without its copy", i);
-  size_t n = (size_t)ps->count, b = n * sk_dtype_size(sk__rt_dtype(rt, t));
-  const void *from = ps->grad ? (rt->written[t] ? rt->grads[t] : NULL) : rt->values[t];
-  if (from) memcpy(s->staging, from, b);
-  else memset(s->staging, 0, b); /* a crossing tensor no gradient reached: zero, so the streams stay paired */
-  if (ps->grad) rt->written[t] = false; /* what was sent comes back with the rest through the chunks between */
-  sk_result r = sk_isend(link, s->staging, n, sk__rt_dtype(rt, t), ps->peer * rt->plan->desc.ndevices + rt->rank, &s->req);
-  if (r) return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(link));
-  sk__rt_count_comm(rt, SK_COLL_SEND, rt->world, b);
-  return SK_OK;
-}
-
-static sk_result sk__rt_prog_recv(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
-  int t = ps->tensor, peer = ps->peer * rt->plan->desc.ndevices + rt->rank;
-  sk_comm *link = ps->grad ? rt->bwd_link : rt->fwd_link;
-  bool add = ps->grad && rt->written[t]; /* beside the gradient already there, then summed in */
-  void *to = !ps->grad ? rt->values[t] : add ? rt->scratch[0] : rt->grads[t];
-  sk_result r = sk_recv(link, to, (size_t)ps->count, ps->grad ? rt->cdt : sk__rt_dtype(rt, t), peer);
-  if (r) return sk__fail(err, r, "runtime: pipeline: receiving %s'%s': %s", ps->grad ? "the gradient of " : "",
-                         rt->g->tensors[t].name, sk_comm_error_message(link));
-  if (add) sk__rt_add(rt->cdt, rt->grads[t], to, ps->count);
-  if (ps->grad) rt->written[t] = true;
-  return SK_OK;
-}
-
-static sk_result sk__rt_prog_wait(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
-  sk__rt_send *s = sk__rt_send_at(rt, ps->send);
-  sk_result r = s ? sk_wait(&s->req) : SK_OK;
-  return r ? sk__fail(err, r, "runtime: pipeline: a send to the next stage: %s", sk_comm_error_message(rt->world)) : SK_OK;
-}
-
-/* The loss's gradient seeded (d loss / d loss over the micro-batches' mean), its value summed. */
-static void sk__rt_prog_seed(sk_runtime *rt, double *sum) {
-  int lt = rt->g->loss;
-  const void *l = rt->values[lt];
-  *sum += rt->cdt == SK_F64 ? ((const double *)l)[0] : ((const float *)l)[0];
-  double seed = (rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1) / rt->plan->micro;
-  for (int64_t j = 0; j < sk_parallel_slice_count(rt->plan, lt); j++)
-    if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = seed;
-    else ((float *)rt->grads[lt])[j] = (float)seed;
-  rt->written[lt] = true;
-}
-
-/* Program step i; *sum gathers the micro-batches' losses. */
-static sk_result sk__rt_prog_step(sk_runtime *rt, int i, double *sum, sk_error *err) {
-  const sk_program_step *ps = &rt->plan->programs[rt->stage].steps[i];
-  switch (ps->kind) {
-    case SK_PSTEP_ALLOC: return sk__rt_prog_alloc(rt, i, ps, err);
-    case SK_PSTEP_FREE: return sk__rt_prog_free(rt, ps), SK_OK;
-    case SK_PSTEP_WAIT_SEND: return sk__rt_prog_wait(rt, ps, err);
-    case SK_PSTEP_UPDATE: return SK_OK; /* after the program: sk__rt_pipe_step */
-    default: break;
-  }
-  sk__rt_prog_bind(rt, ps->micro);
-  if (ps->kind == SK_PSTEP_SEND) return sk__rt_prog_send(rt, i, ps, err);
-  if (ps->kind == SK_PSTEP_RECV) return sk__rt_prog_recv(rt, ps, err);
-  if (ps->kind == SK_PSTEP_SEED_LOSS) return sk__rt_prog_seed(rt, sum), SK_OK;
-  rt->grads_only = ps->half;
-  sk_result r = sk__rt_named(rt, ps->index, sk__rt_run_step(rt, ps->index, false, err), err);
-  rt->grads_only = 0;
-  return r;
-}
-
-/* After a step, failed or not: nothing in flight, every slot closed. */
-static sk_result sk__rt_pipe_settle(sk_runtime *rt, sk_result r, sk_error *err) {
-  sk_error e2;
-  sk_result w = sk__rt_pipe_sends(rt, r ? &e2 : err);
-  size_t n = (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt);
-  for (size_t i = 0; i < n; i++)
-    if (rt->slots[i].live) sk__rt_slot_close(rt, &rt->slots[i]);
-  rt->bound = -1;
-  return r ? r : w;
-}
-
-/* One training step through the pipeline: this stage's program, then the update; *loss (the
-   whole batch's, the mean of the micro-batches') on every device. */
-static sk_result sk__rt_pipe_step(sk_runtime *rt, double *loss, sk_error *err) {
-  const sk_program *pg = &rt->plan->programs[rt->stage];
-  double sum = 0;
-  sk_result r = SK_OK;
-  memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool)); /* parameters: sums start */
-  for (int t = 0; t < rt->g->ntensors; t++) rt->shards[t].micros = 0;
-  rt->bound = -1;
-  for (int i = 0; i < pg->nsteps && !r; i++) r = sk__rt_prog_step(rt, i, &sum, err);
-  r = sk__rt_pipe_settle(rt, r, err);
-  sk__rt_pipe_unpoint(rt); /* the update reads parameters only */
-  if (!r) r = sk__rt_update(rt, err);
-  double all = sk__rt_pipe_has_loss(rt, sk__rt_nvstages(rt) - 1) && sk__rt_vstage_here(rt, sk__rt_nvstages(rt) - 1) && rt->rank == 0
-                   ? sum / rt->plan->micro : 0;
-  if (!r && (r = sk_allreduce(rt->world, &all, &all, 1, SK_F64, SK_SUM))) /* the loss on every stage */
-    r = sk__fail(err, r, "runtime: pipeline: sharing the loss: %s", sk_comm_error_message(rt->world));
-  if (!r && loss) *loss = all;
-  return r;
-}
-
 /* Inference through the pipeline: every micro-batch forward, chunk after chunk; the last
    stage's devices score its logits; with output_broadcast every device gets their counts, else
    the other stages' devices report no rows (MindSpore's output_broadcast=False). */
@@ -2342,7 +2147,7 @@ static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t 
     for (int v = 0; v <= last; v++) /* no backward follows: one micro-batch held at a time */
       if (sk__rt_slot_at(rt, v, i)->live) sk__rt_slot_close(rt, sk__rt_slot_at(rt, v, i));
   }
-  r = sk__rt_pipe_settle(rt, r, err);
+  r = sk__rt_settle(rt, r, err);
   sk__rt_pipe_unpoint(rt);
   sk__rt_release_all(rt); /* hsdp: no backward follows */
   if (!r && rt->plan->desc.output_broadcast) { /* the last stage's first device speaks for it */
@@ -2398,16 +2203,8 @@ static void sk__rt_pipe_close(sk_runtime *rt) {
   sk_comm_destroy(rt->comm); /* this stage's, split from the world */
 }
 
-/* ---- recomputation without a pipeline ---------------------------------------------------------
-
-   A recomputed tensor (rt->recomputed: sk_parallel_recomputed) has no buffer between steps. Its
-   operator's Forward allocates it; it is freed after the last forward step that uses it, so the
-   backward starts without it. Before a backward step that uses it, its operator's forward steps
-   run again (sk__rt_replay: the same steps, the same dropout seed, so the same values), and it
-   is freed after the last step that uses it. A chain of recomputed operators replays in forward
-   order: what a replay brings back only to feed it is freed once the replay no longer reads it. */
-
-static sk_result sk__rt_replay(sk_runtime *rt, int t, int at, sk_error *err);
+/* ---- recomputed tensors without a pipeline: their buffers live within a step (the program's
+   Alloc and Free steps, sk_program.h) ---------------------------------------------------------- */
 
 static sk_result sk__rt_hold_value(sk_runtime *rt, int t, sk_error *err) {
   void *v = sk__rt_alloc(rt, SK__RT_ACTS, sk__rt_bytes(rt, t));
@@ -2426,107 +2223,197 @@ static void sk__rt_drop_recomputed(sk_runtime *rt) {
     if (rt->recomputed[t] && rt->values[t]) sk__rt_drop_value(rt, t);
 }
 
-/* Before step i (run for step `at`): the recomputed tensors it uses, allocated (its operator's
-   Forward writes them) or computed again. */
-static sk_result sk__rt_recompute_before(sk_runtime *rt, int i, int at, sk_error *err) {
-  const sk_parallel_step *s = &rt->plan->steps[i];
-  int use[SK__RT_USES];
-  sk_result r = SK_OK;
-  for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n && !r; u++) {
-    int t = use[u];
-    if (!rt->recomputed[t] || rt->values[t]) continue;
-    bool writes = s->kind == SK_PSTEP_FORWARD || s->kind == SK_PSTEP_OUT_MOVE; /* its producer's step writes it */
-    if (writes && rt->g->tensors[t].producer == s->op) r = sk__rt_hold_value(rt, t, err);
-    else r = sk__rt_replay(rt, t, at, err);
+/* ---- the program, step by step --------------------------------------------------------------------
+   A training step runs the device's program, plan->programs[stage] (sk_program.h), with or without
+   a pipeline: its Alloc and Free steps take and give back the buffers that live within a step
+   (a pipeline's slots, recomputed tensors), its Send, WaitSend and Recv steps move what crosses a
+   stage boundary, and its operator steps run on the micro-batch's buffers, bound on demand. */
+
+/* The slot pointer a pipeline's Alloc or Free step names. */
+static void **sk__rt_slot_ref(sk_runtime *rt, const sk_program_step *ps) {
+  sk__rt_slot *sl = sk__rt_slot_at(rt, ps->vstage, ps->micro);
+  switch (ps->buffer) {
+    case SK_PBUF_VALUE: return &sl->values[ps->tensor];
+    case SK_PBUF_GRAD: return &sl->grads[ps->tensor];
+    case SK_PBUF_KERNEL_IN: return &sl->kin[ps->op * SK_OP_MAX_INPUTS + ps->slot];
+    case SK_PBUF_KERNEL_OUT: return &sl->kout[ps->op * SK_OP_MAX_OUTPUTS + ps->slot];
+    case SK_PBUF_KERNEL_DOUT: return &sl->dkout[ps->op * SK_OP_MAX_OUTPUTS + ps->slot];
+    case SK_PBUF_PRE_RS: return &sl->pre_rs[ps->op];
+    default: return NULL;
   }
-  return r;
 }
 
-static bool sk__rt_uses(const sk_runtime *rt, int i, int t) {
-  int use[SK__RT_USES];
-  for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n; u++)
-    if (use[u] == t) return true;
-  return false;
+/* The tensors let go of the micro-batch they point at, keeping what they learned of its
+   gradients: its buffers are about to change. */
+static void sk__rt_prog_unbind(sk_runtime *rt) {
+  if (rt->bound >= 0) sk__rt_pipe_unbind(rt, rt->bound);
+  rt->bound = -1;
 }
 
-/* Whether a forward step of operator o after step j, or step `at`, uses tensor t. */
-static bool sk__rt_used_later(const sk_runtime *rt, int o, int j, int at, int t) {
-  for (int i = j + 1; i < rt->nforward; i++)
-    if (rt->plan->steps[i].op == o && sk__rt_uses(rt, i, t)) return true;
-  return sk__rt_uses(rt, at, t);
+/* The tensors point at micro-batch m's buffers (again, after an Alloc or Free). */
+static void sk__rt_prog_bind(sk_runtime *rt, int m) {
+  if (!rt->world || rt->bound == m) return;
+  sk__rt_prog_unbind(rt);
+  sk__rt_pipe_bind(rt, m);
+  rt->bound = m;
 }
 
-/* Tensor t again, for step `at`: its operator's forward steps (level3's gathers and releases
-   too, but not the release of a slice held already: the backward gathered it), each after what
-   it reads is back. */
-static sk_result sk__rt_replay(sk_runtime *rt, int t, int at, sk_error *err) {
-  int o = rt->g->tensors[t].producer;
-  const sk_graph_op *op = &rt->g->ops[o];
-  bool held[SK_OP_MAX_INPUTS];
-  for (int k = 0; k < op->ninputs; k++) held[k] = rt->values[op->inputs[k]] != NULL;
-  sk_result r = SK_OK;
-  for (int j = 0; j < rt->nforward && !r; j++) {
-    const sk_parallel_step *s = &rt->plan->steps[j];
-    if (s->op != o || (s->kind == SK_PSTEP_PARAM_RELEASE && held[s->slot])) continue;
-    r = sk__rt_recompute_before(rt, j, at, err);
-    if (!r) r = sk__rt_named(rt, j, sk__rt_run_step(rt, j, false, err), err);
-    for (int k = 0; k < op->ninputs && !r; k++) { /* brought back only for this replay */
-      int u = op->inputs[k];
-      if (!held[k] && rt->recomputed[u] && rt->values[u] && !sk__rt_used_later(rt, o, j, at, u)) sk__rt_drop_value(rt, u);
-    }
+static sk_result sk__rt_prog_alloc(sk_runtime *rt, int i, const sk_program_step *ps, sk_error *err) {
+  sk_dtype dt = sk_exec_is_float(ps->dtype) ? rt->cdt : ps->dtype;
+  size_t bytes = (size_t)ps->count * sk_dtype_size(dt);
+  if (ps->buffer == SK_PBUF_STAGING) return sk__rt_staging(rt, i + 1, bytes, err);
+  if (!rt->world) return sk__rt_hold_value(rt, ps->tensor, err); /* a recomputed tensor */
+  void **at = sk__rt_slot_ref(rt, ps);
+  sk__rt_prog_unbind(rt);
+  if (!at || *at) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: program step %d: a buffer allocated twice", i);
+  int kind = ps->buffer == SK_PBUF_GRAD || ps->buffer == SK_PBUF_KERNEL_DOUT ? SK__RT_GRADS : SK__RT_ACTS;
+  if (!(*at = sk__rt_alloc(rt, kind, bytes)))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory for micro-batch %d of chunk %d", ps->micro,
+                    ps->vstage);
+  sk__rt_slot_at(rt, ps->vstage, ps->micro)->live = true;
+  return SK_OK;
+}
+
+/* Evaluation keeps the logits to be scored. */
+static void sk__rt_prog_free(sk_runtime *rt, const sk_program_step *ps, bool inference) {
+  if (ps->buffer == SK_PBUF_STAGING) {
+    sk__rt_staging_free(rt, ps->send);
+    return;
   }
-  return r;
-}
-
-/* One step of the program, recomputed tensors around it: back before, freed after its last use
-   (in the forward, its last forward use; inference keeps the logits to be scored). */
-static sk_result sk__rt_plain_run(sk_runtime *rt, int i, bool inference, sk_error *err) {
-  sk_result r = sk__rt_recompute_before(rt, i, i, err);
-  if (!r) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, inference, err), err);
-  int use[SK__RT_USES];
-  for (int u = 0, n = sk__rt_step_uses(rt, i, use); u < n && !r; u++) {
-    int t = use[u];
-    if (rt->recomputed[t] && rt->values[t] && (i < rt->nforward ? rt->last_fwd_use[t] : rt->last_use[t]) <= i &&
-        !(inference && t == rt->g->logits))
-      sk__rt_drop_value(rt, t);
+  if (!rt->world) {
+    if (!(inference && ps->tensor == rt->g->logits)) sk__rt_drop_value(rt, ps->tensor);
+    return;
   }
-  return r;
+  void **at = sk__rt_slot_ref(rt, ps);
+  if (!at) return;
+  sk__rt_prog_unbind(rt);
+  sk__rt_counted_free(rt, *at), *at = NULL;
+  if (ps->buffer == SK_PBUF_GRAD) sk__rt_slot_at(rt, ps->vstage, ps->micro)->written[ps->tensor] = false;
 }
 
-static sk_result sk__rt_plain_step(sk_runtime *rt, double *loss, sk_error *err) {
-  int i = 0, n = rt->plan->nsteps, lt = rt->g->loss;
-  sk_result r = SK_OK;
-  rt->counting = true;
-  for (; i < n && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++) r = sk__rt_plain_run(rt, i, false, err);
-  if (r) return sk__rt_drop_recomputed(rt), rt->counting = false, r;
-  if (loss) *loss = rt->cdt == SK_F64 ? ((const double *)rt->values[lt])[0] : ((const float *)rt->values[lt])[0];
-  memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool));
-  /* d loss / d loss = 1 on every device, times the plan's seed (no_loss_repeated_mean) */
-  int64_t nl = sk_parallel_slice_count(rt->plan, lt);
-  double seed = (rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1) / rt->accum; /* the mean over micro-steps */
-  for (int64_t j = 0; j < nl; j++)
+static sk_result sk__rt_prog_send(sk_runtime *rt, int i, const sk_program_step *ps, sk_error *err) {
+  int t = ps->tensor;
+  sk__rt_send *s = sk__rt_send_at(rt, i);
+  sk_comm *link = ps->grad ? rt->bwd_link : rt->fwd_link;
+  if (!s) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: program step %d: a Send without its copy", i);
+  size_t n = (size_t)ps->count, b = n * sk_dtype_size(sk__rt_dtype(rt, t));
+  const void *from = ps->grad ? (rt->written[t] ? rt->grads[t] : NULL) : rt->values[t];
+  if (from) memcpy(s->staging, from, b);
+  else memset(s->staging, 0, b); /* a crossing tensor no gradient reached: zero, so the streams stay paired */
+  if (ps->grad) rt->written[t] = false; /* what was sent comes back with the rest through the chunks between */
+  sk_result r = sk_isend(link, s->staging, n, sk__rt_dtype(rt, t), ps->peer * rt->plan->desc.ndevices + rt->rank, &s->req);
+  if (r) return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(link));
+  sk__rt_count_comm(rt, SK_COLL_SEND, rt->world, b);
+  return SK_OK;
+}
+
+static sk_result sk__rt_prog_recv(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
+  int t = ps->tensor, peer = ps->peer * rt->plan->desc.ndevices + rt->rank;
+  sk_comm *link = ps->grad ? rt->bwd_link : rt->fwd_link;
+  bool add = ps->grad && rt->written[t]; /* beside the gradient already there, then summed in */
+  void *to = !ps->grad ? rt->values[t] : add ? rt->scratch[0] : rt->grads[t];
+  sk_result r = sk_recv(link, to, (size_t)ps->count, ps->grad ? rt->cdt : sk__rt_dtype(rt, t), peer);
+  if (r) return sk__fail(err, r, "runtime: pipeline: receiving %s'%s': %s", ps->grad ? "the gradient of " : "",
+                         rt->g->tensors[t].name, sk_comm_error_message(link));
+  if (add) sk__rt_add(rt->cdt, rt->grads[t], to, ps->count);
+  if (ps->grad) rt->written[t] = true;
+  return SK_OK;
+}
+
+static sk_result sk__rt_prog_wait(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
+  sk__rt_send *s = sk__rt_send_at(rt, ps->send);
+  sk_result r = s && s->req ? sk_wait(&s->req) : SK_OK;
+  return r ? sk__fail(err, r, "runtime: pipeline: a send to the next stage: %s", sk_comm_error_message(rt->world)) : SK_OK;
+}
+
+/* The loss's value summed, its gradient seeded: d loss / d loss times the plan's seed
+   (no_loss_repeated_mean), over the micro-batches' or the micro-steps' mean. */
+static void sk__rt_prog_seed(sk_runtime *rt, double *sum) {
+  int lt = rt->g->loss;
+  const void *l = rt->values[lt];
+  *sum += rt->cdt == SK_F64 ? ((const double *)l)[0] : ((const float *)l)[0];
+  double seed = (rt->plan->loss_grad_scale > 0 ? rt->plan->loss_grad_scale : 1) / rt->plan->micro / rt->accum;
+  for (int64_t j = 0; j < sk_parallel_slice_count(rt->plan, lt); j++)
     if (rt->cdt == SK_F64) ((double *)rt->grads[lt])[j] = seed;
     else ((float *)rt->grads[lt])[j] = (float)seed;
   rt->written[lt] = true;
-  for (; i < n && !r; i++) r = sk__rt_plain_run(rt, i, false, err);
-  sk__rt_drop_recomputed(rt); /* after a failure, what was held */
-  rt->counting = false;
+}
+
+/* Program step i; *sum gathers the micro-batches' losses. The Update is the caller's. */
+static sk_result sk__rt_prog_step(sk_runtime *rt, int i, bool inference, double *sum, sk_error *err) {
+  const sk_program_step *ps = &rt->plan->programs[rt->stage].steps[i];
+  switch (ps->kind) {
+    case SK_PSTEP_ALLOC: return sk__rt_prog_alloc(rt, i, ps, err);
+    case SK_PSTEP_FREE: return sk__rt_prog_free(rt, ps, inference), SK_OK;
+    case SK_PSTEP_WAIT_SEND: return sk__rt_prog_wait(rt, ps, err);
+    case SK_PSTEP_UPDATE: return SK_OK;
+    default: break;
+  }
+  sk__rt_prog_bind(rt, ps->micro);
+  if (ps->kind == SK_PSTEP_SEND) return sk__rt_prog_send(rt, i, ps, err);
+  if (ps->kind == SK_PSTEP_RECV) return sk__rt_prog_recv(rt, ps, err);
+  if (ps->kind == SK_PSTEP_SEED_LOSS) return sk__rt_prog_seed(rt, sum), SK_OK;
+  rt->grads_only = ps->half;
+  sk_result r = sk__rt_named(rt, ps->index, sk__rt_run_step(rt, ps->index, inference, err), err);
+  rt->grads_only = 0;
   return r;
+}
+
+/* After a step or an evaluation, failed or not: nothing in flight, every buffer that lives
+   within a step given back. */
+static sk_result sk__rt_settle(sk_runtime *rt, sk_result r, sk_error *err) {
+  sk_error e2;
+  sk_result w = sk__rt_pipe_sends(rt, r ? &e2 : err);
+  size_t n = rt->world ? (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt) : 0;
+  for (size_t i = 0; i < n; i++)
+    if (rt->slots[i].live) sk__rt_slot_close(rt, &rt->slots[i]);
+  if (!rt->world) sk__rt_drop_recomputed(rt);
+  rt->bound = -1;
+  return r ? r : w;
+}
+
+/* One training step: the device's program, then the update; *loss (the whole batch's, the mean
+   of the micro-batches') on every device. */
+static sk_result sk__rt_train_step(sk_runtime *rt, double *loss, sk_error *err) {
+  const sk_program *pg = &rt->plan->programs[rt->stage];
+  double sum = 0;
+  sk_result r = SK_OK;
+  memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool)); /* gradients' sums start */
+  for (int t = 0; t < rt->g->ntensors; t++) rt->shards[t].micros = 0;
+  rt->bound = -1;
+  for (int i = 0; i < pg->nsteps && !r; i++) r = sk__rt_prog_step(rt, i, false, &sum, err);
+  r = sk__rt_settle(rt, r, err);
+  sk__rt_pipe_unpoint(rt); /* the update reads parameters only */
+  if (!r) r = sk__rt_update(rt, err);
+  if (r || !rt->world) return r || !loss ? r : (*loss = sum, SK_OK);
+  double all = sk__rt_pipe_has_loss(rt, sk__rt_nvstages(rt) - 1) && sk__rt_vstage_here(rt, sk__rt_nvstages(rt) - 1) && rt->rank == 0
+                   ? sum / rt->plan->micro : 0;
+  if ((r = sk_allreduce(rt->world, &all, &all, 1, SK_F64, SK_SUM))) /* the loss on every stage */
+    return sk__fail(err, r, "runtime: pipeline: sharing the loss: %s", sk_comm_error_message(rt->world));
+  if (loss) *loss = all;
+  return SK_OK;
 }
 
 SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL runtime");
   double t0 = sk__rt_now_s(), c0 = sk_comm_clock_us(rt->world ? rt->world : rt->comm);
-  sk_result r;
-  if (rt->world) {
-    rt->counting = true;
-    r = sk__rt_pipe_step(rt, loss, err);
-    rt->counting = false;
-  } else r = sk__rt_plain_step(rt, loss, err);
+  rt->counting = true;
+  sk_result r = sk__rt_train_step(rt, loss, err);
+  rt->counting = false;
   if (r) return r;
   rt->step++, rt->stats.steps++;
   rt->stats.step_s += sk__rt_now_s() - t0, rt->stats.clock_us += sk_comm_clock_us(rt->world ? rt->world : rt->comm) - c0;
   return SK_OK;
+}
+
+/* Evaluation without a pipeline: the program's forward part, up to the loss's seed. */
+static sk_result sk__rt_plain_evaluate(sk_runtime *rt, sk_error *err) {
+  const sk_program *pg = &rt->plan->programs[0];
+  sk_result r = SK_OK;
+  double sum = 0;
+  for (int i = 0; i < pg->nsteps && !r && pg->steps[i].kind != SK_PSTEP_SEED_LOSS; i++)
+    r = sk__rt_prog_step(rt, i, true, &sum, err);
+  return r;
 }
 
 /* ---- evaluation and reading tensors ----------------------------------------------------------- */
@@ -2580,8 +2467,7 @@ SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *
   if (g->logits < 0 || g->labels < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: evaluate: the network has no eval");
   if (rt->world) return sk__rt_pipe_evaluate(rt, correct, rows, err);
   sk_result r = SK_OK;
-  for (int i = 0; i < rt->plan->nsteps && !r && sk__rt_is_forward(rt->plan->steps[i].kind); i++)
-    r = sk__rt_plain_run(rt, i, true, err);
+  r = sk__rt_plain_evaluate(rt, err);
   sk__rt_release_all(rt); /* no backward follows */
   if (!r) r = sk__rt_score(rt, correct, rows, err);
   sk__rt_drop_recomputed(rt);
