@@ -46,11 +46,11 @@ static void sim_print_memory(FILE *f, const sim_device_figures *all, int n) {
 static void sim_print_comm(FILE *f, const sk_runtime_stats *st) {
   double steps = st->steps ? (double)st->steps : 1;
   fprintf(f, "communication per step (device 0)\n");
-  fprintf(f, "%-16s %6s %10s %14s\n", "kind", "group", "calls", "bytes");
+  fprintf(f, "%-16s %6s %10s %14s %10s\n", "kind", "group", "calls", "bytes", "plan_group");
   for (int i = 0; i < st->nrows; i++) {
     const sk_runtime_comm_row *row = &st->rows[i];
-    fprintf(f, "%-16s %6d %10.2f %14.0f\n", row->kind == SK_COLL_NONE ? "Redistribution" : sk_coll_kind_name(row->kind),
-            row->group, (double)row->calls / steps, (double)row->bytes / steps);
+    fprintf(f, "%-16s %6d %10.2f %14.0f %9s%d\n", row->kind == SK_COLL_NONE ? "Redistribution" : sk_coll_kind_name(row->kind),
+            row->group, (double)row->calls / steps, (double)row->bytes / steps, "g", row->group_id);
   }
   if (!st->nrows) fprintf(f, "(none)\n");
 }

@@ -362,6 +362,9 @@ SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind); /* "Move",
    *n their count); SK_ERR_INVALID_ARGUMENT for a group or rank out of range. */
 SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *plan, int group, int rank, int *ranks, int cap, int *n,
                                          sk_error *err);
+/* The id of the plan's group that splits the devices as *want does (another mesh or parameter
+   that groups them alike shares it; without a pipeline the stage is the world), or -1. */
+SK_API int sk_parallel_find_group(const sk_parallel_plan *plan, const sk_plan_group *want);
 /* A program step's bytes in a run of compute dtype `run` (f32 or f64): its count times its
    element size, a float's being the run's (a 16-bit wire is the caller's to apply). */
 SK_API uint64_t sk_program_bytes(const sk_program_step *step, sk_dtype run);

@@ -71,18 +71,35 @@ static bool sk__prog_same_split(const sk_parallel_plan *p, const sk_plan_group *
   return true;
 }
 
-/* The id of group *want, added to the plan's table when new; -1 when out of memory. */
-static int sk__prog_group(sk_parallel_plan *p, const sk_plan_group *want) {
-  if (want->kind <= SK_PGROUP_LINK_BWD)
+/* The id of the plan's group that splits the devices as *want does; -1 when none does (or out
+   of memory). Without a pipeline the stage is the world. */
+static int sk__prog_find(const sk_parallel_plan *p, const sk_plan_group *want) {
+  sk_plan_group_kind kind = want->kind == SK_PGROUP_STAGE && !p->vstage ? SK_PGROUP_WORLD : want->kind;
+  if (kind <= SK_PGROUP_LINK_BWD) {
     for (int i = 0; i < p->ngroups; i++)
-      if (p->groups[i].kind == want->kind) return i;
+      if (p->groups[i].kind == kind) return i;
+    return -1;
+  }
   int *ra = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), found = -1;
   if (!ra) return -1;
-  for (int i = 0; i < p->ngroups && found < 0 && want->kind > SK_PGROUP_LINK_BWD; i++)
+  for (int i = 0; i < p->ngroups && found < 0; i++)
     if (p->groups[i].kind > SK_PGROUP_LINK_BWD && sk__prog_same_split(p, &p->groups[i], want, ra, ra + SK_MAX_DEVICES))
       found = i;
   free(ra);
+  return found;
+}
+
+SK_API int sk_parallel_find_group(const sk_parallel_plan *p, const sk_plan_group *want) {
+  if (!p || !want || !p->graph || (want->kind >= SK_PGROUP_OPT_GATHER && (want->tensor < 0 || want->tensor >= p->graph->ntensors)))
+    return -1;
+  return sk__prog_find(p, want);
+}
+
+/* The id of group *want, added to the plan's table when new; -1 when out of memory. */
+static int sk__prog_group(sk_parallel_plan *p, const sk_plan_group *want) {
+  int found = sk__prog_find(p, want);
   if (found >= 0) return found;
+  if (want->kind == SK_PGROUP_STAGE && !p->vstage) return -1; /* the world, made first */
   sk_plan_group *ng = (sk_plan_group *)realloc(p->groups, (size_t)(p->ngroups + 1) * sizeof *ng);
   if (!ng) return -1;
   p->groups = ng, p->groups[p->ngroups] = *want;
@@ -607,6 +624,29 @@ static sk_result sk__prog_wait_sends(sk_parallel_plan *p, int s) {
 
 /* ---- the plan's programs ---------------------------------------------------------------------- */
 
+/* Every communicator a runtime creates has an id, also those no step of a program names (the
+   groups of a gradient no backward reaches): after the programs' groups, each operator's and
+   each sharded parameter's in order. */
+static bool sk__prog_all_groups(sk_parallel_plan *p) {
+  const sk_graph *g = p->graph;
+  bool ok = true;
+  for (int o = 0; o < g->nops && ok; o++) {
+    const sk_op_plan *op = &p->ops[o].plan;
+    for (int k = 0; k < g->ops[o].ninputs && ok; k++) {
+      if (op->bwd_in[k].kind != SK_COLL_NONE) ok = sk__prog_mesh_group(p, &op->mesh, op->bwd_in[k].axes) >= 0;
+      if (ok && op->grad[k].kind != SK_COLL_NONE && ((p->ops[o].desc.params >> k) & 1u))
+        ok = sk__prog_mesh_group(p, &op->mesh, op->grad[k].axes) >= 0;
+    }
+    if (ok && op->fwd.kind != SK_COLL_NONE) ok = sk__prog_mesh_group(p, &op->mesh, op->fwd.axes) >= 0;
+  }
+  for (int t = 0; t < g->ntensors && ok; t++) {
+    if (p->tensors[t].opt_size <= 0) continue;
+    ok = sk__prog_opt_group(p, t, SK_PGROUP_OPT_GATHER) >= 0;
+    if (ok && p->tensors[t].opt_mirror > 1) ok = sk__prog_opt_group(p, t, SK_PGROUP_OPT_MIRROR) >= 0;
+  }
+  return ok;
+}
+
 static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
   p->programs = (sk_program *)calloc((size_t)p->stages, sizeof *p->programs);
   int *owner = (int *)malloc(sizeof(int) * ((size_t)p->graph->ntensors + 1));
@@ -626,6 +666,7 @@ static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
     failed = b.failed;
   }
   for (int s = 0; s < p->stages && !failed && p->vstage; s++) failed = sk__prog_wait_sends(p, s) != SK_OK;
+  if (!failed) failed = !sk__prog_all_groups(p);
   free(owner);
   return failed ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the programs") : SK_OK;
 }

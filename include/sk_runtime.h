@@ -120,7 +120,8 @@ typedef struct sk_runtime_memory {
 #define SK_RUNTIME_COMM_ROWS 32
 typedef struct sk_runtime_comm_row {
   sk_coll_kind kind;
-  int group;
+  int group;    /* its size */
+  int group_id; /* the plan group it ran on (plan.groups; a pipeline's Send on its link's) */
   uint64_t calls, bytes;
 } sk_runtime_comm_row;
 
@@ -132,7 +133,7 @@ typedef struct sk_runtime_stats {
      clock_us their span on this device's virtual clock and compute_us the part its FLOPs took
      (the bubble modelled). */
   double step_s, busy_s, clock_us, compute_us;
-  int nrows; /* rows past SK_RUNTIME_COMM_ROWS distinct (kind, group) pairs are summed into the last */
+  int nrows; /* one per (kind, plan group); rows past SK_RUNTIME_COMM_ROWS are summed into the last */
   sk_runtime_comm_row rows[SK_RUNTIME_COMM_ROWS];
 } sk_runtime_stats;
 
@@ -255,15 +256,9 @@ typedef struct sk__rt_shard {
   void *wire_grad;     /* 16-bit sync: the gradient's 16-bit shadow (the ReduceScatter's input), */
   void *wire_shard;    /* ... and its shard's (its output, then the partial Mirror's buffer) */
   int fusion;          /* the fusion id of its first reader */
-  bool shared_groups;  /* gather / mirror belong to an earlier tensor's shard */
   int micros;          /* pipeline: the micro-batches whose gradient reached its ReduceScatter step */
 } sk__rt_shard;
 
-typedef struct sk__rt_group {
-  sk_mesh mesh;
-  uint32_t axes;
-  sk_comm *comm;
-} sk__rt_group;
 
 struct sk_runtime {
   sk_comm *comm;
@@ -281,8 +276,8 @@ struct sk_runtime {
   int *readers;       /* how many operators read each tensor */
   sk_exec_arg *args;  /* per tensor: its slice as sk_exec sees it */
   sk__rt_op *ops;
-  sk__rt_group *groups;
-  int ngroups, group_cap;
+  sk_comm **gcomm;    /* [plan->ngroups]: the communicator of each plan group id (sk__rt_make_groups) */
+  bool *gown;         /* ... split here (the others are comm, world and the links) */
   sk_fusion *fusion;
   int nfused;         /* Mirrors registered with the scheduler: handles 0 .. nfused - 1 */
   sk_fusion *rs_fusion; /* the sharded parameters' gradient ReduceScatters (handles 0 .. nrs - 1) */
@@ -491,28 +486,61 @@ static sk_result sk__rt_alloc_acc(sk_runtime *rt, sk_error *err) {
 
 /* ---- groups and moves ----------------------------------------------------------------------- */
 
-static bool sk__rt_same_mesh(const sk_mesh *a, const sk_mesh *b) {
-  if (a->naxes != b->naxes) return false;
-  for (int i = 0; i < a->naxes; i++)
-    if (a->dims[i] != b->dims[i]) return false;
-  return true;
+/* One communicator per plan group id, made at create in id order by every device of the
+   stage (collective): the world, the stage and the links are the ones the runtime has; a mesh's
+   and a shard's are split from the stage. Every collective step names its id (sk_program.h). */
+static sk_result sk__rt_make_group(sk_runtime *rt, int id, int *ranks, sk_error *err) {
+  const sk_plan_group *g = &rt->plan->groups[id];
+  sk_comm *fixed[] = {rt->world ? rt->world : rt->comm, rt->comm, rt->fwd_link, rt->bwd_link};
+  if (g->kind <= SK_PGROUP_LINK_BWD) return rt->gcomm[id] = fixed[g->kind], SK_OK;
+  sk_result r;
+  if (g->kind == SK_PGROUP_MESH) r = sk_comm_split_mesh(rt->comm, &g->mesh, g->axes, &rt->gcomm[id]);
+  else {
+    int ng = 0, nm = 0;
+    const sk_layout *l = &rt->plan->tensors[g->tensor].layout;
+    r = sk_opt_shard_groups(l, rt->g->tensors[g->tensor].dtype, &rt->plan->desc.hsdp, rt->rank, ranks, &ng,
+                            ranks + SK_MAX_DEVICES, &nm, SK_MAX_DEVICES, err);
+    if (!r && (ng < 1 || nm < 1)) /* the plan and the rule disagree: never for one compiled plan */
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter '%s' has no shard group", rt->g->tensors[g->tensor].name);
+    if (r) return r;
+    r = sk_comm_split(rt->comm, g->kind == SK_PGROUP_OPT_GATHER ? ranks[0] : ranks[SK_MAX_DEVICES], rt->rank, &rt->gcomm[id]);
+  }
+  if (r) return sk__fail(err, r, "runtime: creating group g%d: %s", id, sk_comm_error_message(rt->comm));
+  rt->gown[id] = true;
+  return SK_OK;
 }
 
-/* The communicator along `axes` of `mesh` (collective; one per distinct group set). */
-static sk_result sk__rt_group_of(sk_runtime *rt, const sk_mesh *mesh, uint32_t axes, sk_comm **out, sk_error *err) {
-  for (int i = 0; i < rt->ngroups; i++)
-    if (rt->groups[i].axes == axes && sk__rt_same_mesh(&rt->groups[i].mesh, mesh)) return *out = rt->groups[i].comm, SK_OK;
-  if (rt->ngroups == rt->group_cap) {
-    int cap = rt->group_cap ? 2 * rt->group_cap : 16;
-    sk__rt_group *g = (sk__rt_group *)realloc(rt->groups, (size_t)cap * sizeof *g);
-    if (!g) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for groups");
-    rt->groups = g, rt->group_cap = cap;
-  }
-  sk_result r = sk_comm_split_mesh(rt->comm, mesh, axes, out);
-  if (r) return sk__fail(err, r, "runtime: creating a group: %s", sk_comm_error_message(rt->comm));
-  sk__rt_group *g = &rt->groups[rt->ngroups++];
-  g->mesh = *mesh, g->axes = axes, g->comm = *out;
+static sk_result sk__rt_make_groups(sk_runtime *rt, sk_error *err) {
+  int n = rt->plan->ngroups;
+  rt->gcomm = (sk_comm **)calloc((size_t)n + 1, sizeof(sk_comm *)), rt->gown = (bool *)calloc((size_t)n + 1, sizeof(bool));
+  int *ranks = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES);
+  sk_result r = rt->gcomm && rt->gown && ranks ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for groups");
+  for (int id = 0; id < n && !r; id++) r = sk__rt_make_group(rt, id, ranks, err);
+  free(ranks);
+  return r;
+}
+
+/* The communicator of the plan's group *want. */
+static sk_result sk__rt_group(sk_runtime *rt, const sk_plan_group *want, sk_comm **out, sk_error *err) {
+  int id = sk_parallel_find_group(rt->plan, want);
+  if (id < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the plan names no such group (kind %d)", (int)want->kind);
+  *out = rt->gcomm[id];
   return SK_OK;
+}
+
+/* The communicator along `axes` of `mesh`. */
+static sk_result sk__rt_group_of(sk_runtime *rt, const sk_mesh *mesh, uint32_t axes, sk_comm **out, sk_error *err) {
+  sk_plan_group want;
+  memset(&want, 0, sizeof want);
+  want.kind = SK_PGROUP_MESH, want.mesh = *mesh, want.axes = axes, want.tensor = -1;
+  return sk__rt_group(rt, &want, out, err);
+}
+
+/* A communicator's plan group id (-1: none of the plan's). */
+static int sk__rt_group_id(const sk_runtime *rt, const sk_comm *c) {
+  for (int id = 0; c && id < rt->plan->ngroups; id++)
+    if (rt->gcomm[id] == c) return id;
+  return -1;
 }
 
 static sk_result sk__rt_move(sk_runtime *rt, const sk_layout *from, const sk_layout *to, sk_dtype dt,
@@ -651,43 +679,24 @@ static sk_result sk__rt_alloc_scratch(sk_runtime *rt, sk_error *err) {
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the gradient scratch");
   return SK_OK;
 }
-
-/* Whether two tensors' shards have the same groups on every device: the same mesh, replica axes
-   and shard count (a rank-independent test, so every device splits the same communicators). */
-static bool sk__rt_same_shard_groups(const sk_runtime *rt, int a, int b) {
-  const sk_parallel_tensor *x = &rt->plan->tensors[a], *y = &rt->plan->tensors[b];
-  return x->opt_size == y->opt_size && sk__rt_same_mesh(&x->layout.mesh, &y->layout.mesh) &&
-         sk_layout_used_axes(&x->layout) == sk_layout_used_axes(&y->layout);
-}
-
-/* The AllGather and Mirror groups of every sharded parameter (collective: every device splits
-   the same communicators in tensor order; tensors with the same groups share them). */
+/* The shard groups of each sharded parameter: its AllGather / ReduceScatter group and the Mirror
+   over the replicas left (the plan's ids; parameters that group the devices alike share them). */
 static sk_result sk__rt_setup_shard_groups(sk_runtime *rt, sk_error *err) {
   const sk_graph *g = rt->g;
-  int *ranks = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), ng = 0, nm = 0;
-  sk_result r = ranks ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the shard groups");
+  sk_result r = SK_OK;
   for (int t = 0; t < g->ntensors && !r; t++) {
     sk__rt_shard *sh = &rt->shards[t];
     if (!sh->data) continue;
     for (int o = g->nops - 1; o >= 0; o--) /* the first reader's fusion id, as its Mirror would have */
       for (int k = 0; k < g->ops[o].ninputs; k++)
         if (g->ops[o].inputs[k] == t) sh->fusion = g->ops[o].fusion;
-    int same = 0;
-    while (same < t && !(rt->shards[same].data && sk__rt_same_shard_groups(rt, same, t))) same++;
-    if (same < t) {
-      sh->gather = rt->shards[same].gather, sh->mirror = rt->shards[same].mirror, sh->shared_groups = true;
-      continue;
-    }
-    r = sk_opt_shard_groups(&rt->plan->tensors[t].layout, g->tensors[t].dtype, &rt->plan->desc.hsdp, rt->rank, ranks, &ng,
-                            ranks + SK_MAX_DEVICES, &nm, SK_MAX_DEVICES, err);
-    if (!r && (ng < 1 || nm < 1)) /* the plan and the rule disagree: never for one compiled plan */
-      r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter '%s' has no shard group", g->tensors[t].name);
-    if (!r && (r = sk_comm_split(rt->comm, ranks[0], rt->rank, &sh->gather)))
-      r = sk__fail(err, r, "runtime: creating a shard group: %s", sk_comm_error_message(rt->comm));
-    if (!r && rt->plan->tensors[t].opt_mirror > 1 && (r = sk_comm_split(rt->comm, ranks[SK_MAX_DEVICES], rt->rank, &sh->mirror)))
-      r = sk__fail(err, r, "runtime: creating a shard's Mirror group: %s", sk_comm_error_message(rt->comm));
+    sk_plan_group want;
+    memset(&want, 0, sizeof want);
+    want.kind = SK_PGROUP_OPT_GATHER, want.tensor = t;
+    r = sk__rt_group(rt, &want, &sh->gather, err);
+    want.kind = SK_PGROUP_OPT_MIRROR;
+    if (!r && rt->plan->tensors[t].opt_mirror > 1) r = sk__rt_group(rt, &want, &sh->mirror, err);
   }
-  free(ranks);
   return r;
 }
 
@@ -1027,13 +1036,13 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
     }
     sk__rt_counted_free(rt, ro->pre_rs), sk__rt_counted_free(rt, ro->dy_full);
   }
-  for (int i = 0; i < rt->ngroups; i++) sk_comm_destroy(rt->groups[i].comm);
+  for (int id = 0; rt->gcomm && rt->gown && id < rt->plan->ngroups; id++)
+    if (rt->gown[id]) sk_comm_destroy(rt->gcomm[id]);
   if (rt->world && rt->owner) sk__rt_pipe_unpoint(rt);
   sk__rt_pipe_close(rt); /* after the groups: they were split from its stage's communicator */
   for (int t = 0; rt->shards && t < rt->g->ntensors; t++) {
     sk__rt_shard *sh = &rt->shards[t];
     sk__rt_counted_free(rt, sh->data), sk__rt_counted_free(rt, sh->grad);
-    if (!sh->shared_groups) sk_comm_destroy(sh->gather), sk_comm_destroy(sh->mirror);
   }
   for (int t = 0; rt->values && t < rt->g->ntensors; t++) {
     sk__rt_counted_free(rt, rt->values[t]), sk__rt_counted_free(rt, rt->grads[t]);
@@ -1045,7 +1054,7 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
   sk__rt_counted_free(rt, rt->norms), sk__rt_counted_free(rt, rt->all_norms);
   if (rt->norm_file) fclose(rt->norm_file);
   free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
-  free(rt->args), free(rt->ops), free(rt->groups), free(rt->shards), free(rt->acc);
+  free(rt->args), free(rt->ops), free(rt->gcomm), free(rt->gown), free(rt->shards), free(rt->acc);
   free(rt->recomputed);
   free(rt);
 }
@@ -1076,6 +1085,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   if (!r) r = sk__rt_alloc_scratch(rt, err);
   if (!r) r = sk__rt_alloc_acc(rt, err);
   if (!r) r = sk__rt_setup_norms(rt, err);
+  if (!r) r = sk__rt_make_groups(rt, err);
   for (int o = 0; o < rt->g->nops && !r; o++) r = sk__rt_setup_op(rt, o, err);
   if (!r) r = sk__rt_setup_shard_groups(rt, err);
   if (!r) sk__rt_setup_bwd_pack(rt);
@@ -1136,11 +1146,13 @@ SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const v
 
 static void sk__rt_count_comm(sk_runtime *rt, sk_coll_kind kind, sk_comm *group, uint64_t bytes) {
   if (!rt->counting) return;
-  int size = group ? sk_comm_size(group) : sk_comm_size(rt->comm);
+  sk_comm *c = group ? group : rt->comm; /* a redistribution runs over the stage */
+  int size = sk_comm_size(c), id = sk__rt_group_id(rt, c);
   sk_runtime_stats *st = &rt->stats;
   int i = 0;
-  while (i < st->nrows && !(st->rows[i].kind == kind && st->rows[i].group == size)) i++;
-  if (i == st->nrows && st->nrows < SK_RUNTIME_COMM_ROWS) st->rows[st->nrows++].kind = kind, st->rows[i].group = size;
+  while (i < st->nrows && !(st->rows[i].kind == kind && st->rows[i].group_id == id)) i++;
+  if (i == st->nrows && st->nrows < SK_RUNTIME_COMM_ROWS)
+    st->rows[st->nrows++].kind = kind, st->rows[i].group = size, st->rows[i].group_id = id;
   if (i == SK_RUNTIME_COMM_ROWS) i--;
   st->rows[i].calls++, st->rows[i].bytes += bytes;
 }
@@ -2303,7 +2315,7 @@ static sk_result sk__rt_prog_send(sk_runtime *rt, int i, const sk_program_step *
   if (ps->grad) rt->written[t] = false; /* what was sent comes back with the rest through the chunks between */
   sk_result r = sk_isend(link, s->staging, n, sk__rt_dtype(rt, t), ps->peer * rt->plan->desc.ndevices + rt->rank, &s->req);
   if (r) return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(link));
-  sk__rt_count_comm(rt, SK_COLL_SEND, rt->world, b);
+  sk__rt_count_comm(rt, SK_COLL_SEND, link, b);
   return SK_OK;
 }
 
