@@ -49,6 +49,7 @@ static void compile_plan_as(sk_graph *g, int which, bool recompute, sk_parallel_
   }
   compile(g, &d, p);
   cr_assert_eq(p->stages, 2, "%s", plan_name[which]);
+  cr_assert_eq(p->schedule.chunks, which == PLAN_1F1B ? 1 : 2, "%s: chunks per stage", plan_name[which]);
 }
 
 static void compile_plan(sk_graph *g, int which, sk_parallel_plan *p) { compile_plan_as(g, which, true, p); }
@@ -278,6 +279,8 @@ Test(program, size_does_not_grow_with_the_devices) {
     sk_parallel_desc d = pipe_desc(k ? 32 : 8, 2, SK_PIPE_1F1B, 0, false);
     sk_parallel_plan p;
     compile(&g, &d, &p);
+    cr_assert_eq(p.world_devices, k ? 32 : 8);
+    for (int o = 0; o < g.nops; o++) cr_assert_not(p.ops[o].moved[0], "data parallel: '%s' moves nothing", g.ops[o].name);
     for (int st = 0; st < 2; st++) steps[k][st] = p.programs[st].nsteps;
     sk_parallel_free(&p), sk_graph_free(&g);
   }
