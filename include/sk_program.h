@@ -689,20 +689,45 @@ static void sk__prog_put_slice(sk__par_text *t, const char *key, const sk_layout
   sk__par_put(t, "]");
 }
 
-/* " group=g5 ranks={0,1}" for world rank `rank`. */
-static void sk__prog_put_group(sk__par_text *t, const sk_parallel_plan *p, int group, int rank) {
+/* " KEY=g5 RANKS={0,1}" for world rank `rank`: group 5 and its members (the first 16). */
+static void sk__prog_put_group_as(sk__par_text *t, const sk_parallel_plan *p, const char *key, const char *members,
+                                  int group, int rank) {
   int *ranks = (int *)malloc(sizeof(int) * SK_MAX_DEVICES), n = 0;
-  sk__par_put(t, " group=g%d", group);
+  sk__par_put(t, " %s=g%d", key, group);
   if (!ranks || sk_parallel_group_ranks(p, group, rank, ranks, SK_MAX_DEVICES, &n, NULL)) n = 0;
-  if (n) sk__par_put(t, " ranks={");
+  if (n) sk__par_put(t, " %s={", members);
   for (int i = 0; i < n && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", ranks[i]);
   if (n) sk__par_put(t, "%s}", n > 16 ? ",..." : "");
   free(ranks);
 }
 
+static void sk__prog_put_group(sk__par_text *t, const sk_parallel_plan *p, int group, int rank) {
+  sk__prog_put_group_as(t, p, "group", "ranks", group, rank);
+}
+
 static const char *sk__prog_buffer_name(int b) {
   static const char *const names[SK_PBUF_COUNT] = {"value", "grad", "kernel_in", "kernel_out", "kernel_dout", "pre_rs", "staging"};
   return b >= 0 && b < SK_PBUF_COUNT ? names[b] : "?";
+}
+
+/* The id the build gave parameter t's Mirror group (the replicas left after sharding, summed after
+   the GradReduceScatter): its own entry, or the earlier one that splits the devices alike. */
+static int sk__prog_mirror_id(const sk_parallel_plan *p, int t) {
+  sk_plan_group want;
+  memset(&want, 0, sizeof want);
+  want.kind = SK_PGROUP_OPT_MIRROR, want.tensor = t;
+  int *ra = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), found = -1;
+  for (int i = 0; ra && i < p->ngroups && found < 0; i++)
+    if (p->groups[i].kind > SK_PGROUP_LINK_BWD && sk__prog_same_split(p, &p->groups[i], &want, ra, ra + SK_MAX_DEVICES))
+      found = i;
+  free(ra);
+  return found;
+}
+
+/* " mirror=g7 mirror_ranks={0,2,4,6}": a partly sharded parameter's GradReduceScatter. */
+static void sk__prog_put_mirror(sk__par_text *t, const sk_parallel_plan *p, int tensor, int rank) {
+  int id = p->tensors[tensor].opt_mirror > 1 ? sk__prog_mirror_id(p, tensor) : -1;
+  if (id >= 0) sk__prog_put_group_as(t, p, "mirror", "mirror_ranks", id, rank);
 }
 
 /* The collective an operator step runs, its group and its bytes. */
@@ -718,6 +743,7 @@ static void sk__prog_put_comm(sk__par_text *t, const sk_parallel_plan *p, const 
                              reduces ? ")" : "");
   if (ps->group >= 0) sk__prog_put_group(t, p, ps->group, rank);
   if (ps->count) sk__par_put(t, " bytes=%llu", (unsigned long long)sk_program_bytes(ps, p->desc.dtype));
+  if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER) sk__prog_put_mirror(t, p, p->graph->ops[s->op].inputs[s->slot], rank);
   if (s->comm.kind != SK_COLL_NONE && s->comm.scale != 1 && s->comm.scale != 0) sk__par_put(t, " scale=%.6g", s->comm.scale);
 }
 

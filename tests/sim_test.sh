@@ -230,7 +230,7 @@ else bad "4096 devices: $(tail -2 "$tmp/out")"; fi
 
 # --dump-program prints device RANK's program and exits
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --dump-program 4 >"$tmp/out" 2>&1
-if head -1 "$tmp/out" | grep -q '^# device 4 of 8' && grep -q '^ *[0-9]* Update' "$tmp/out" && ! grep -q 'loss is' "$tmp/out"; then ok
+if head -1 "$tmp/out" | grep -q '^# device 4 of 8' && grep -q '^#[0-9]* Update parameters$' "$tmp/out" && ! grep -q 'loss is' "$tmp/out"; then ok
 else bad "dump-program: $(head -3 "$tmp/out")"; fi
 
 # ---- the AutoParallel knobs: each keeps --check holding and shows its effect ----
@@ -494,7 +494,8 @@ else bad "--dump-schedule 1f1b p4 m8: $(cat "$tmp/out" "$tmp/err")"; fi
 if grep -q '^stage 0: F0.0 F1.0 F2.0 F0.1 B0.1 W0.1' "$tmp/out"; then ok; else bad "--dump-schedule zero_bubble_v: $(cat "$tmp/out")"; fi
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --dump-program 4 >"$tmp/out" 2>"$tmp/err"
 # (relu1, flagged by the network, feeds the next stage: named, not recomputed)
-if grep -q '^# device 4 of 8: stage 1 of 2 (ranks 4..7; chunks 1 of 2)' "$tmp/out" && ! grep -q 'fc1 (Dense)' "$tmp/out" &&
+if grep -q '^# device 4 of 8: stage 1 of 2 (ranks 4..7; chunks 1 of 2)' "$tmp/out" && ! grep -q ' fc1 op=Dense' "$tmp/out" &&
+   grep -q '^#[0-9]* Forward fc2 op=Dense ' "$tmp/out" && ! grep -q '^#[0-9]* Recompute relu1 ' "$tmp/out" &&
    [ "$(cat "$tmp/err")" = "sk-sim: operator 'relu1' is flagged for recomputation but its outputs are read by another pipeline chunk or are the loss: not recomputed" ]; then ok
 else bad "--dump-program of stage 1: $(cat "$tmp/out" "$tmp/err")"; fi
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 4 --micro 4 --dump-schedule >"$tmp/out" 2>"$tmp/err"
@@ -595,8 +596,8 @@ done
 if [ "$(cat "$tmp/err")" = "sk-sim: operator 'loss' is flagged for recomputation but its output is the loss: not recomputed" ]; then ok
 else bad "a flagged loss is not named: $(cat "$tmp/err")"; fi
 "$BIN" --net $OP --devices 8 --recompute loss,fc2 --dump-program 0 >"$tmp/out" 2>/dev/null
-if grep -q '^ *[0-9]* Forward  *fc2 (MatMul) out .* recomputed$' "$tmp/out" && grep -q '^ *[0-9]* Forward  *loss .* recompute: not recomputed$' "$tmp/out" &&
-   [ "$(grep -c recompute "$tmp/out")" -eq 2 ]; then ok
+if grep -q '^#[0-9]* Forward fc2 op=MatMul out=.* recompute=yes$' "$tmp/out" && grep -q '^#[0-9]* Forward loss .* recompute=refused$' "$tmp/out" &&
+   [ "$(grep -c recompute= "$tmp/out")" -eq 2 ]; then ok
 else bad "--dump-program does not show what is recomputed: $(grep Forward "$tmp/out")"; fi
 "$BIN" --net $OP --steps 1 --recompute relu1 >"$tmp/out" 2>"$tmp/err"
 if grep -q "^sk-sim: operator 'relu1' is flagged for recomputation but one device runs the single-device trainer: not recomputed$" "$tmp/err"; then ok

@@ -275,8 +275,8 @@ Test(pipeline_hsdp, program_names_world_ranks_in_shard_groups, .timeout = RT_TIM
     size_t len = sk_parallel_format_program(&p, r, buf, sizeof buf);
     cr_assert(len > 0 && len < sizeof buf);
     int lo = sk_parallel_stage_of_rank(&p, r) * 4;
-    for (const char *q = buf; (q = strstr(q, "group {")); q++) {
-      const char *at = q + strlen("group {");
+    for (const char *q = buf; (q = strstr(q, "ranks={")); q++) {
+      const char *at = q + strlen("ranks={");
       bool opt = false; /* only the shard steps' groups: the line begins with their step's name */
       for (const char *b = q; b > buf && b[-1] != '\n'; b--) opt = opt || !strncmp(b, "ParamGather", 11) || !strncmp(b, "GradReduceScatter", 17);
       if (!opt) continue;

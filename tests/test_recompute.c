@@ -193,8 +193,8 @@ Test(recompute, refusal, .timeout = RT_TIMEOUT) {
   cr_assert_null(sk_parallel_recompute_refusal(NULL, 0));
   static char text[1 << 16]; /* the program says so on the operators' Forward */
   sk_parallel_format_program(&flagged.plan, 0, text, sizeof text);
-  cr_assert(strstr(text, "loss (SoftmaxCrossEntropy) out [0:1] recompute: not recomputed\n"), "%s", text);
-  cr_assert(strstr(text, "relu1 (ReLU) out [0:16, 0:16] recomputed\n"), "%s", text);
+  cr_assert(strstr(text, " Forward loss op=SoftmaxCrossEntropy out=[0:1] recompute=refused\n"), "%s", text);
+  cr_assert(strstr(text, " Forward relu1 op=ReLU out=[0:16,0:16] recompute=yes\n"), "%s", text);
   cr_assert_not(sk_parallel_recomputed(&flagged.plan, -1));
   run_free(&plain), run_free(&flagged);
   sk_graph_free(&n0.g), sk_graph_free(&n1.g);
