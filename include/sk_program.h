@@ -80,8 +80,15 @@ static int sk__prog_find(const sk_parallel_plan *p, const sk_plan_group *want) {
       if (p->groups[i].kind == kind) return i;
     return -1;
   }
-  int *ra = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), found = -1;
+  int *ra = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), found = -1, n = 0;
   if (!ra) return -1;
+  if (!sk__prog_members(p, want, 0, ra, &n) && n == p->desc.ndevices) { /* the whole stage: its group */
+    sk_plan_group whole;
+    memset(&whole, 0, sizeof whole);
+    whole.kind = SK_PGROUP_STAGE, whole.tensor = -1;
+    free(ra);
+    return sk__prog_find(p, &whole);
+  }
   for (int i = 0; i < p->ngroups && found < 0; i++)
     if (p->groups[i].kind > SK_PGROUP_LINK_BWD && sk__prog_same_split(p, &p->groups[i], want, ra, ra + SK_MAX_DEVICES))
       found = i;
@@ -302,8 +309,7 @@ static void sk__prog_slot(sk__prog_b *b, bool alloc, int v, int m) {
   for (int t = 0; t < g->ntensors; t++) {
     if (b->owner[t] != v) continue;
     int64_t n = sk_parallel_slice_count(p, t);
-    if (alloc || !sk_parallel_recomputed(p, t) || p->vstage[g->tensors[t].producer] != v)
-      sk__prog_buffer(b, alloc, SK_PBUF_VALUE, t, -1, -1, v, m, n, g->tensors[t].dtype);
+    sk__prog_buffer(b, alloc, SK_PBUF_VALUE, t, -1, -1, v, m, n, g->tensors[t].dtype);
     if (p->tensors[t].needs_grad) sk__prog_buffer(b, alloc, SK_PBUF_GRAD, t, -1, -1, v, m, n, SK_F32);
   }
   for (int o = 0; o < g->nops; o++) {
