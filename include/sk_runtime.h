@@ -104,11 +104,15 @@ typedef struct sk_runtime_desc {
 } sk_runtime_desc;
 
 /* Bytes a device holds, by kind: now, and the most since create returned (peak_*: per kind;
-   peak: of the sum). Under optimizer parallel, parameters are the shards outside a step and the
-   gathered slices count as parameters while they are held. */
+   peak: of the sum of the first five). Under optimizer parallel, parameters are the shards
+   outside a step and the gathered slices count as parameters while they are held.
+   Communication is the runtime's own buffers on the wire (a Send's staging copy, 16-bit wire
+   copies); host is the library's bookkeeping (redistribution plans and executors, fusion
+   schedulers and their packing, feed staging, evaluation and gather temporaries, local norms),
+   kept out of peak: it depends on the rank and the modules' internals, not on the plan. */
 typedef struct sk_runtime_memory {
-  uint64_t parameters, gradients, optimizer_state, activations, communication;
-  uint64_t peak_parameters, peak_gradients, peak_optimizer_state, peak_activations, peak_communication, peak;
+  uint64_t parameters, gradients, optimizer_state, activations, communication, host;
+  uint64_t peak_parameters, peak_gradients, peak_optimizer_state, peak_activations, peak_communication, peak_host, peak;
 } sk_runtime_memory;
 
 /* What training steps did on this device, summed since create: FLOPs (a MatMul's 2mnk, and
@@ -213,7 +217,11 @@ SK_EXTERN_C_END
 
 SK_EXTERN_C_BEGIN
 
-enum { SK__RT_PARAMS = 0, SK__RT_GRADS, SK__RT_STATE, SK__RT_ACTS, SK__RT_COMM, SK__RT_KINDS };
+/* What a counted byte holds. HOST is the library's bookkeeping (redistribution plans and
+   executors, fusion schedulers, feed staging, evaluation and gather temporaries, the local
+   norms): it depends on the rank and on the modules' internals, so it stays out of peak, which
+   sums the kinds the plan's buffers fill. */
+enum { SK__RT_PARAMS = 0, SK__RT_GRADS, SK__RT_STATE, SK__RT_ACTS, SK__RT_COMM, SK__RT_HOST, SK__RT_KINDS };
 
 /* What operator o needs on this device beyond its tensors' buffers. */
 typedef struct sk__rt_op {
@@ -344,7 +352,7 @@ static void *sk__rt_counted_alloc(void *user, size_t size, size_t align) {
   b->bytes = size, b->kind = rt->kind;
   rt->bytes[rt->kind] += size;
   uint64_t total = 0;
-  for (int k = 0; k < SK__RT_KINDS; k++) total += rt->bytes[k];
+  for (int k = 0; k < SK__RT_HOST; k++) total += rt->bytes[k];
   if (rt->bytes[rt->kind] > rt->peak[rt->kind]) rt->peak[rt->kind] = rt->bytes[rt->kind];
   if (total > rt->peak_total) rt->peak_total = total;
   return b + 1;
@@ -548,7 +556,7 @@ static sk_result sk__rt_move(sk_runtime *rt, const sk_layout *from, const sk_lay
   sk_redist_desc rd;
   memset(&rd, 0, sizeof rd);
   rd.from = *from, rd.to = *to, rd.dtype = dt, rd.allocator = rt->counted;
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   return sk_redist_executor_create(rt->comm, &rd, ex, err);
 }
 
@@ -779,7 +787,7 @@ static sk_result sk__rt_add_reduce_scatter(sk_runtime *rt, int t, sk_error *err)
   sk__rt_shard *sh = &rt->shards[t];
   const void *send = sh->wire_grad ? sh->wire_grad : rt->grads[t];
   void *recv = sh->wire_shard ? sh->wire_shard : sh->grad;
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   sk_result r = sk_fusion_add_reduce_scatter(rt->rs_fusion, sh->gather, send, recv, (size_t)sh->count, rt->mirror_wire,
                                              SK_SUM, sh->fusion, rt->g->tensors[t].name, &sh->rs_handle);
   if (r) return sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->rs_fusion));
@@ -792,9 +800,9 @@ static sk_result sk__rt_add_reduce_scatter(sk_runtime *rt, int t, sk_error *err)
    gradient accumulation at level1 they do not run every step). */
 static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   sk_fusion_desc fd = sk__rt_fusion_desc(rt);
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   sk_result r = sk_fusion_create(&fd, &rt->fusion, err);
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   if (!r) r = sk_fusion_create(&fd, &rt->rs_fusion, err);
   if (!r) r = sk__rt_alloc_shadows(rt, err);
   if (!r) r = sk__rt_alloc_rs_shadows(rt, err);
@@ -809,16 +817,16 @@ static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
     int t = rt->g->ops[s->op].inputs[s->slot];
     sk__rt_op *ro = &rt->ops[s->op];
     void *buf = ro->shadow[s->slot] ? ro->shadow[s->slot] : rt->grads[t];
-    rt->kind = SK__RT_COMM;
+    rt->kind = SK__RT_HOST;
     r = sk_fusion_add_allreduce(rt->fusion, ro->mirror[s->slot], buf, buf, (size_t)sk_parallel_slice_count(rt->plan, t),
                                 rt->mirror_wire, SK_SUM, rt->g->ops[s->op].fusion, rt->g->tensors[t].name,
                                 &ro->fusion_handle[s->slot]);
     if (r) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
     else rt->nfused++;
   }
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   if (!r && (r = sk_fusion_plan(rt->fusion))) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   if (!r && (r = sk_fusion_plan(rt->rs_fusion)))
     r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->rs_fusion));
   return r;
@@ -890,8 +898,8 @@ static sk_result sk__rt_setup_norms(sk_runtime *rt, sk_error *err) {
   if (!rt->nnorms) return SK_OK;
   bool writer = sk_comm_rank(sk__rt_everyone(rt)) == 0;
   size_t all = writer ? (size_t)sk_comm_size(sk__rt_everyone(rt)) * (size_t)rt->nnorms : 1;
-  rt->norms = (double *)sk__rt_alloc(rt, SK__RT_COMM, (size_t)rt->nnorms * sizeof(double));
-  rt->all_norms = (double *)sk__rt_alloc(rt, SK__RT_COMM, all * sizeof(double));
+  rt->norms = (double *)sk__rt_alloc(rt, SK__RT_HOST, (size_t)rt->nnorms * sizeof(double));
+  rt->all_norms = (double *)sk__rt_alloc(rt, SK__RT_HOST, all * sizeof(double));
   if (!rt->norms || !rt->all_norms) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the local norms");
   if (!writer || !pd->dump_local_norm) return SK_OK;
   if (!(rt->norm_file = fopen(pd->dump_local_norm, "w")))
@@ -1099,7 +1107,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   sk__rt_last_steps(rt);
   while (rt->nforward < plan->nsteps && sk__rt_is_forward(plan->steps[rt->nforward].kind)) rt->nforward++;
   rt->peak_total = 0; /* peaks count from here: drawing the whole model is create's alone */
-  for (int k = 0; k < SK__RT_KINDS; k++) rt->peak[k] = rt->bytes[k], rt->peak_total += rt->bytes[k];
+  for (int k = 0; k < SK__RT_KINDS; k++) rt->peak[k] = rt->bytes[k], rt->peak_total += k < SK__RT_HOST ? rt->bytes[k] : 0;
   *out = rt;
   return SK_OK;
 }
@@ -1127,7 +1135,7 @@ SK_API sk_result sk_runtime_feed(sk_runtime *rt, int input, sk_dtype dt, const v
                     (long long)whole);
   if (rt->world) return sk__rt_pipe_feed(rt, input, dt, global, err);
   size_t count = (size_t)sk_parallel_slice_count(rt->plan, input);
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   void *tmp = sk__rt_counted_alloc(rt, count * sk_dtype_size(dt) + 1, 64);
   if (!tmp) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: feed '%s': out of memory", name);
   sk_result r = sk__rt_take_slice(sk_dtype_size(dt), &rt->plan->tensors[input].layout, rt->rank, global, tmp, err);
@@ -1469,19 +1477,19 @@ static sk_result sk__rt_gather_one(sk_runtime *rt, int t, sk_error *err) {
 static sk_result sk__rt_gather_all(sk_runtime *rt, sk_error *err) {
   sk_fusion_desc fd = sk__rt_fusion_desc(rt);
   sk_fusion *f = NULL;
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   sk_result r = sk_fusion_create(&fd, &f, err);
   int n = 0;
   for (int t = 0; t < rt->g->ntensors && !r; t++) {
     sk__rt_shard *sh = &rt->shards[t];
     if (!sh->data || sh->held || (r = sk__rt_hold(rt, t, err))) continue;
-    rt->kind = SK__RT_COMM;
+    rt->kind = SK__RT_HOST;
     r = sk_fusion_add_allgather(f, sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt, sh->fusion,
                                 rt->g->tensors[t].name, NULL);
     if (r) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(f));
     n++;
   }
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   sk_result c = SK_OK;
   bool launched = false;
   for (int h = 0; h < n && !r && !c; h++) c = sk_fusion_ready(f, h), launched = true;
@@ -1829,7 +1837,7 @@ static sk_result sk__rt_score(sk_runtime *rt, int64_t *correct, int64_t *rows, s
   const sk_graph *g = rt->g;
   int64_t nl = sk_graph_numel(g, g->logits), ny = sk_graph_numel(g, g->labels);
   int64_t c = g->tensors[g->logits].shape[g->tensors[g->logits].ndims - 1];
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   void *logits = sk__rt_counted_alloc(rt, (size_t)nl * sk_dtype_size(rt->cdt), 64);
   void *labels = sk__rt_counted_alloc(rt, (size_t)ny * sk_dtype_size(sk__rt_dtype(rt, g->labels)), 64);
   sk_result r = logits && labels ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: evaluate: out of memory");
@@ -2175,7 +2183,7 @@ static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t 
 static sk_result sk__rt_pipe_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, sk_error *err) {
   if (!sk__rt_read_here(rt, input)) return SK_OK;
   size_t per = (size_t)sk_graph_numel(rt->g, input), count = (size_t)sk_parallel_slice_count(rt->plan, input);
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   void *tmp = sk__rt_counted_alloc(rt, count * sk_dtype_size(dt) + 1, 64);
   sk_result r = tmp ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: feed '%s': out of memory", rt->g->tensors[input].name);
   for (int i = 0; i < rt->plan->micro && !r; i++) {
@@ -2446,12 +2454,12 @@ SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *
   memset(&rd, 0, sizeof rd);
   rd.from = *l, rd.dtype = sk__rt_dtype(rt, t), rd.allocator = rt->counted;
   sk_result r = sk_layout_init(&rd.to, &l->mesh, l->ndims, l->shape, NULL, err);
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   void *slice = sh->data ? sk__rt_counted_alloc(rt, sk__rt_bytes(rt, t), 64) : rt->values[t]; /* a shard: gathered first */
   if (!r && !slice) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: gather: out of memory");
   if (!r && sh->data && (r = sk_allgather(sh->gather, sh->data, slice, (size_t)sh->count, rt->cdt)))
     r = sk__rt_comm_failed(rt, sh->gather, r, err);
-  rt->kind = SK__RT_COMM;
+  rt->kind = SK__RT_HOST;
   if (!r) r = sk_redist(rt->comm, &rd, slice, (size_t)n, full, (size_t)sk_graph_numel(rt->g, t), err);
   if (sh->data) sk__rt_counted_free(rt, slice);
   return r;
@@ -2492,10 +2500,10 @@ SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *m) {
   if (!rt) return;
   m->parameters = rt->bytes[SK__RT_PARAMS], m->gradients = rt->bytes[SK__RT_GRADS];
   m->optimizer_state = rt->bytes[SK__RT_STATE], m->activations = rt->bytes[SK__RT_ACTS];
-  m->communication = rt->bytes[SK__RT_COMM];
+  m->communication = rt->bytes[SK__RT_COMM], m->host = rt->bytes[SK__RT_HOST];
   m->peak_parameters = rt->peak[SK__RT_PARAMS], m->peak_gradients = rt->peak[SK__RT_GRADS];
   m->peak_optimizer_state = rt->peak[SK__RT_STATE], m->peak_activations = rt->peak[SK__RT_ACTS];
-  m->peak_communication = rt->peak[SK__RT_COMM], m->peak = rt->peak_total;
+  m->peak_communication = rt->peak[SK__RT_COMM], m->peak_host = rt->peak[SK__RT_HOST], m->peak = rt->peak_total;
 }
 
 SK_API int64_t sk_runtime_steps(const sk_runtime *rt) { return rt ? rt->step : 0; }

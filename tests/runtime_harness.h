@@ -705,8 +705,9 @@ static inline void each_device_count(const char *what, build_fn build, plan_chec
   each_device_count_knobs(what, build, check, optim, steps, NULL);
 }
 
+/* Every counted byte: the kinds peak sums, and the library's bookkeeping (host). */
 static inline uint64_t mem_sum(const sk_runtime_memory *m) {
-  return m->parameters + m->gradients + m->optimizer_state + m->activations + m->communication;
+  return m->parameters + m->gradients + m->optimizer_state + m->activations + m->communication + m->host;
 }
 
 /* Three data-parallel MatMuls (no strategies): three Mirrors over every device, each of a
