@@ -204,7 +204,7 @@ Test(hsdp, plan_which_parameters_shard_and_where_steps_stand) {
   char *text = program_text(&p, 0);
   cr_assert(strstr(text, "\n#0 ParamGather fc1 op=MatMul input=1 tensor=w1 rows=[0:2] shards=2 coll=AllGather group=g1 "
                          "ranks={0,4} bytes=256\n"), "%s", text);
-  cr_assert(strstr(text, " tensor=w3 rows=[0:2] shards=8 coll=AllGather group=g4 ranks={0,1,2,3,4,5,6,7} "), "%s", text);
+  cr_assert(strstr(text, " tensor=w3 rows=[0:2] shards=8 coll=AllGather group=g0 ranks={0,1,2,3,4,5,6,7} "), "%s", text);
   cr_assert(strstr(text, " GradReduceScatter fc1 op=MatMul input=1 tensor=w1 rows=[0:2] shards=2 coll=ReduceScatter(sum) "
                          "group=g1 ranks={0,4} bytes=256\n"), "%s", text);
   cr_assert(!strstr(text, " mirror="), "fully sharded: no Mirror group\n%s", text);
@@ -231,12 +231,12 @@ Test(hsdp, plan_partial_shard_size_keeps_a_mirror_group) {
   cr_assert_eq(p.tensors[w1].opt_mirror, 1, "w1's 2 replicas are all in its shard group");
   cr_assert_eq(count_on(&p, SK_PSTEP_MIRROR, w3), 0, "the partial Mirror belongs to the GradReduceScatter step");
   char *text = program_text(&p, 0);
-  cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=ReduceScatter(sum) group=g5 ranks={0,1} bytes=256 mirror=g6 "
+  cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=ReduceScatter(sum) group=g3 ranks={0,1} bytes=256 mirror=g4 "
                          "mirror_ranks={0,2,4,6}\n"), "%s", text);
-  cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=AllGather group=g5 ranks={0,1} bytes=256\n"), "%s", text);
+  cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=AllGather group=g3 ranks={0,1} bytes=256\n"), "%s", text);
   free(text);
   text = program_text(&p, 7);
-  cr_assert(strstr(text, " tensor=w3 rows=[8:16] shards=2 coll=ReduceScatter(sum) group=g5 ranks={6,7} bytes=256 mirror=g6 "
+  cr_assert(strstr(text, " tensor=w3 rows=[8:16] shards=2 coll=ReduceScatter(sum) group=g3 ranks={6,7} bytes=256 mirror=g4 "
                          "mirror_ranks={1,3,5,7}\n"), "%s", text);
   free(text);
   /* shard_size larger than the replica group: clamped to it (w1: 2 replicas) */

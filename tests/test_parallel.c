@@ -808,7 +808,7 @@ Test(parallel, format_tutorial_rank0) {
   cr_assert_not_null(strstr(text, "Mirror"));
   cr_assert_not_null(strstr(text, "fc1.weight"));
   cr_assert_not_null(strstr(text, "\n#25 Mirror fc1 op=MatMul input=1 tensor=fc1.weight slice=[0:196,0:512] coll=AllReduce(sum) "
-                                 "group=g4 ranks={0,4} bytes=401408\n"),
+                                 "group=g2 ranks={0,4} bytes=401408\n"),
                     "fc1.weight's slice and Mirror group on rank 0: %s", text);
   cr_assert_eq(text[n - 1], '\n');
   const char *last = text + n - 1;
@@ -818,7 +818,7 @@ Test(parallel, format_tutorial_rank0) {
   for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
   cr_assert_eq(lines, p.programs[0].nsteps + 1, "a header and one line per step");
   cr_assert_eq(sk_parallel_format_program(&p, 3, text, sizeof text), strlen(text));
-  cr_assert_not_null(strstr(text, " group=g4 ranks={3,7} "), "rank 3's fc1 Mirror group: %s", text);
+  cr_assert_not_null(strstr(text, " group=g2 ranks={3,7} "), "rank 3's fc1 Mirror group: %s", text);
   sk_parallel_free(&p);
   sk_graph_free(&g);
 }
