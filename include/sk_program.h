@@ -57,22 +57,48 @@ static sk_result sk__prog_members(const sk_parallel_plan *p, const sk_plan_group
   return r;
 }
 
-/* Whether two stage-level groups split the stage's devices alike. */
-static bool sk__prog_same_split(const sk_parallel_plan *p, const sk_plan_group *a, const sk_plan_group *b, int *ra,
-                                int *rb) {
-  if (a->kind == SK_PGROUP_MESH && b->kind == SK_PGROUP_MESH && a->axes == b->axes &&
-      !memcmp(a->mesh.dims, b->mesh.dims, sizeof a->mesh.dims) && a->mesh.naxes == b->mesh.naxes)
+/* The same group by its definition: one mesh's axes, or one parameter's shard groups. */
+static bool sk__prog_same_def(const sk_plan_group *a, const sk_plan_group *b) {
+  if (a->kind != b->kind) return false;
+  if (a->kind != SK_PGROUP_MESH) return a->tensor == b->tensor;
+  if (a->axes != b->axes || a->mesh.naxes != b->mesh.naxes) return false;
+  for (int i = 0; i < a->mesh.naxes; i++)
+    if (a->mesh.dims[i] != b->mesh.dims[i]) return false;
+  return true;
+}
+
+/* rep[r]: the first rank of stage-local rank r's group (a mesh's groups in one call, a shard's
+   one members call per group: the whole partition costs O(devices)). */
+static bool sk__prog_reps(const sk_parallel_plan *p, const sk_plan_group *g, int *rep, int *ranks) {
+  int n = p->desc.ndevices, ngroups = 0, size = 0;
+  for (int r = 0; r < n; r++) rep[r] = -1;
+  if (g->kind == SK_PGROUP_MESH) { /* every group at once: the mesh's odometer walked once */
+    if (sk_mesh_groups(&g->mesh, g->axes, ranks, SK_MAX_DEVICES, &ngroups, &size, NULL) || ngroups * size != n) return false;
+    for (int i = 0; i < ngroups * size; i++) rep[ranks[i]] = ranks[i / size * size];
     return true;
-  for (int local = 0; local < p->desc.ndevices; local++) {
-    int na = 0, nb = 0;
-    if (sk__prog_members(p, a, local, ra, &na) || sk__prog_members(p, b, local, rb, &nb)) return false;
-    if (na != nb || memcmp(ra, rb, sizeof(int) * (size_t)na)) return false;
+  }
+  for (int r = 0; r < n; r++) {
+    int m = 0;
+    if (rep[r] >= 0) continue;
+    if (sk__prog_members(p, g, r, ranks, &m) || m < 1) return false;
+    for (int i = 0; i < m; i++)
+      if (ranks[i] >= 0 && ranks[i] < n) rep[ranks[i]] = ranks[0];
   }
   return true;
 }
 
+/* Whether two stage-level groups split the stage's devices alike (buf: 3 x SK_MAX_DEVICES). */
+static bool sk__prog_same_split(const sk_parallel_plan *p, const sk_plan_group *a, const sk_plan_group *b, int *buf) {
+  if (sk__prog_same_def(a, b)) return true;
+  int *ra = buf, *rb = buf + SK_MAX_DEVICES, *tmp = buf + 2 * SK_MAX_DEVICES;
+  if (!sk__prog_reps(p, a, ra, tmp) || !sk__prog_reps(p, b, rb, tmp)) return false;
+  return !memcmp(ra, rb, sizeof(int) * (size_t)p->desc.ndevices);
+}
+
 /* The id of the plan's group that splits the devices as *want does; -1 when none does (or out
-   of memory). Without a pipeline the stage is the world. */
+   of memory). Without a pipeline the stage is the world; a group of the whole stage is the
+   stage's. A group defined alike (the same mesh and axes, the same parameter) is found first,
+   without comparing partitions. */
 static int sk__prog_find(const sk_parallel_plan *p, const sk_plan_group *want) {
   sk_plan_group_kind kind = want->kind == SK_PGROUP_STAGE && !p->vstage ? SK_PGROUP_WORLD : want->kind;
   if (kind <= SK_PGROUP_LINK_BWD) {
@@ -80,19 +106,20 @@ static int sk__prog_find(const sk_parallel_plan *p, const sk_plan_group *want) {
       if (p->groups[i].kind == kind) return i;
     return -1;
   }
-  int *ra = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), found = -1, n = 0;
-  if (!ra) return -1;
-  if (!sk__prog_members(p, want, 0, ra, &n) && n == p->desc.ndevices) { /* the whole stage: its group */
+  for (int i = 0; i < p->ngroups; i++)
+    if (sk__prog_same_def(&p->groups[i], want)) return i;
+  int *buf = (int *)malloc(3 * sizeof(int) * SK_MAX_DEVICES), found = -1, n = 0;
+  if (!buf) return -1;
+  if (!sk__prog_members(p, want, 0, buf, &n) && n == p->desc.ndevices) { /* the whole stage: its group */
     sk_plan_group whole;
     memset(&whole, 0, sizeof whole);
     whole.kind = SK_PGROUP_STAGE, whole.tensor = -1;
-    free(ra);
+    free(buf);
     return sk__prog_find(p, &whole);
   }
   for (int i = 0; i < p->ngroups && found < 0; i++)
-    if (p->groups[i].kind > SK_PGROUP_LINK_BWD && sk__prog_same_split(p, &p->groups[i], want, ra, ra + SK_MAX_DEVICES))
-      found = i;
-  free(ra);
+    if (p->groups[i].kind > SK_PGROUP_LINK_BWD && sk__prog_same_split(p, &p->groups[i], want, buf)) found = i;
+  free(buf);
   return found;
 }
 
@@ -717,17 +744,12 @@ static const char *sk__prog_buffer_name(int b) {
 }
 
 /* The id the build gave parameter t's Mirror group (the replicas left after sharding, summed after
-   the GradReduceScatter): its own entry, or the earlier one that splits the devices alike. */
+   the GradReduceScatter). */
 static int sk__prog_mirror_id(const sk_parallel_plan *p, int t) {
   sk_plan_group want;
   memset(&want, 0, sizeof want);
   want.kind = SK_PGROUP_OPT_MIRROR, want.tensor = t;
-  int *ra = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES), found = -1;
-  for (int i = 0; ra && i < p->ngroups && found < 0; i++)
-    if (p->groups[i].kind > SK_PGROUP_LINK_BWD && sk__prog_same_split(p, &p->groups[i], &want, ra, ra + SK_MAX_DEVICES))
-      found = i;
-  free(ra);
-  return found;
+  return sk__prog_find(p, &want);
 }
 
 /* " mirror=g7 mirror_ranks={0,2,4,6}": a partly sharded parameter's GradReduceScatter. */
