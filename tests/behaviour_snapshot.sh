@@ -37,9 +37,9 @@
 # what varies from run to run (see normalise): the timings -- sk-sim's summary line ("# 4 devices,
 # ..., X ms per step, median cpu X ms, median X ms"), --dump-program's "# compiled for N devices
 # in X ms", --print-strategies' "searched in X ms", the busy_ms and step_ms columns of --report's
-# pipeline table, operator_parallel's "X s per epoch" -- and, under --pipeline only, the
-# peak_total column of --report's memory table: a stage's send buffers are freed when a later
-# test finds the receiver took them, so how many its peak counts depends on the threads' timing.
+# pipeline table, operator_parallel's "X s per epoch". (Memory peaks are kept: a pipeline
+# stage's send copies are freed at their program's WaitSend steps, so its peaks are the same run
+# after run; a tree before that change differs there under --pipeline.)
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,38 +54,28 @@ usage() {
 
 # ---- recording -----------------------------------------------------------------------------
 
-# normalise [pipeline]: stdin to stdout with the run-to-run timings replaced by <t> (listed at
-# the top); with "pipeline", also the peak_total column of --report's memory table (<sched>)
+# normalise: stdin to stdout with the run-to-run timings replaced by <t> (listed at the top)
 normalise() {
   sed -E -e '/^# .* ms per step/ s/[0-9]+(\.[0-9]+)? ms/<t> ms/g' \
          -e 's/^(# compiled for .* in )[0-9.]+ ms$/\1<t> ms/' \
          -e 's/searched in [0-9.]+(e[-+]?[0-9]+)? ms/searched in <t> ms/' \
          -e 's/[0-9]+(\.[0-9]+)? s per epoch/<t> s per epoch/' |
-    awk -v pipeline="${1:-}" '
-      $1 ~ /^[0-9]+$/ && (busy || peak) {
-        if (busy) { $3 = "<t>"; $4 = "<t>" }
-        if (peak) $9 = "<sched>"
-        print; next
-      }
-      {
-        busy = $1 == "device" && $3 == "busy_ms" && $4 == "step_ms"
-        peak = pipeline != "" && $1 == "device" && $9 == "peak_total"
-        print
-      }'
+    awk '
+      $1 ~ /^[0-9]+$/ && busy { $3 = "<t>"; $4 = "<t>"; print; next }
+      { busy = $1 == "device" && $3 == "busy_ms" && $4 == "step_ms"; print }'
 }
 
 # run_case NAME PROGRAM ARGS...: runs it in $tree and writes $snap/NAME
 run_case() {
-  local name=$1 rc=0 pipeline=
+  local name=$1 rc=0
   shift
-  case " $* " in *" --pipeline "*) pipeline=pipeline ;; esac
   mkdir -p "$(dirname "$snap/$name")"
   (cd "$tree" && timeout --foreground "$case_timeout" "$@") >"$scratch/out" 2>"$scratch/err" </dev/null || rc=$?
   {
     printf '$'; printf ' %q' "$@"; printf '\n'
     echo "exit $rc"
-    echo "--- stdout"; normalise $pipeline <"$scratch/out"
-    echo "--- stderr"; normalise $pipeline <"$scratch/err"
+    echo "--- stdout"; normalise <"$scratch/out"
+    echo "--- stderr"; normalise <"$scratch/err"
   } >"$snap/$name"
   ncases=$((ncases + 1))
 }
