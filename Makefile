@@ -273,7 +273,7 @@ $(BUILD)/san/unit: $(SAN_OBJS)
 
 # Criterion cannot start under TSan (Snaipe/Criterion#274), so the threaded suites are built
 # against a small stand-in with the same assertions and run in one process (tests/tsan_shim/).
-TSAN_TEST_SRCS := $(sort $(wildcard tests/test_comm*.c) tests/test_fusion.c tests/test_redist.c tests/test_redist_across.c tests/test_redist_reshape.c tests/test_ops.c tests/test_ops_sharded.c tests/test_redundancy.c tests/test_runtime.c tests/test_hsdp.c tests/test_pipeline_runtime.c tests/test_search_runtime.c tests/test_pipeline_hsdp.c tests/test_dead_branches.c tests/test_layouts.c) tests/impl.c tests/tsan_shim/runner.c
+TSAN_TEST_SRCS := $(sort $(wildcard tests/test_comm*.c) tests/test_fusion.c tests/test_redist.c tests/test_redist_across.c tests/test_redist_reshape.c tests/test_ops.c tests/test_ops_sharded.c tests/test_redundancy.c tests/test_runtime.c tests/test_hsdp.c tests/test_pipeline_runtime.c tests/test_search_runtime.c tests/test_pipeline_hsdp.c tests/test_dead_branches.c tests/test_layouts.c tests/test_program_run.c) tests/impl.c tests/tsan_shim/runner.c
 TSAN_OBJS := $(call suite_objs,tsan,$(TSAN_TEST_SRCS))
 $(BUILD)/tsan/obj/%.o: %.c $(SUITE_DEPS) $(wildcard tests/tsan_shim/criterion/*.h)
 	@mkdir -p $(@D)
