@@ -313,10 +313,11 @@ static bool sk__prog_crosses(const sk_parallel_plan *p, int t, int j) {
 static void sk__prog_owners(sk__prog_b *b) {
   const sk_parallel_plan *p = b->p;
   const sk_graph *g = p->graph;
-  for (int t = 0; t < g->ntensors; t++) b->owner[t] = -1;
+  int nt = g->ntensors;
+  for (int t = 0; t < nt; t++) b->owner[t] = -1;
   for (int v = 0; v < sk__prog_nv(p); v++) {
     if (sk__prog_stage_of(p, v) != b->stage) continue;
-    for (int t = 0; t < g->ntensors; t++)
+    for (int t = 0; t < nt; t++)
       if (b->owner[t] < 0 && g->tensors[t].role == SK_TENSOR_VALUE &&
           (p->vstage[g->tensors[t].producer] == v || (v > 0 && sk__prog_crosses(p, t, v - 1))))
         b->owner[t] = v;
@@ -637,6 +638,7 @@ static sk_result sk__prog_wait_sends(sk_parallel_plan *p, int s) {
   sk_program_step *out = (sk_program_step *)malloc(sizeof *out * ((size_t)n + 2 * (size_t)nsend + 1));
   int *moved = (int *)malloc(sizeof(int) * ((size_t)n + 1));
   if (!out || !moved) return free(after), free(out), free(moved), SK_ERR_OUT_OF_MEMORY;
+  for (int i = 0; i < n; i++) moved[i] = -1; /* the last step, the Update, never a Send */
   int m = 0;
   for (int at = 0; at < n; at++) { /* step `at`, then the waits it proves; the rest before the Update */
     bool last = at == n - 1;
@@ -682,7 +684,7 @@ static bool sk__prog_all_groups(sk_parallel_plan *p) {
 
 static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
   p->programs = (sk_program *)calloc((size_t)p->stages, sizeof *p->programs);
-  int *owner = (int *)malloc(sizeof(int) * ((size_t)p->graph->ntensors + 1));
+  int *owner = (int *)calloc((size_t)p->graph->ntensors + 1, sizeof(int)); /* each stage's: sk__prog_owners */
   bool failed = !p->programs || !owner || sk__prog_fixed(p, SK_PGROUP_WORLD) < 0 ||
                 (p->vstage && (sk__prog_fixed(p, SK_PGROUP_STAGE) < 0 || sk__prog_fixed(p, SK_PGROUP_LINK_FWD) < 0 ||
                                sk__prog_fixed(p, SK_PGROUP_LINK_BWD) < 0));
