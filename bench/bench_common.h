@@ -7,7 +7,8 @@
    %bound, checks every element, and prints the nccl-tests table.
 
    Per size, on every device (inside sk_world_run), for out-of-place then in-place:
-     fill inputs -> [out-of-place only: bandwidth probe] -> `-w` warm-up iterations -> barrier ->
+     [out-of-place, reducing collectives: the ceiling kernel] -> fill inputs ->
+     [out-of-place only: bandwidth probe] -> `-w` warm-up iterations -> barrier ->
      `-n` timed iterations of `-m` calls, waited for as `-z` says (time = mean per call; the row
      shows the maximum over ranks, or what `-a` asks) ->
      `-c` check runs (fresh inputs, one run, every element compared; #wrong = sum over ranks).
