@@ -48,7 +48,8 @@ static int64_t ar_check(const bench_io *io) { return bench_count_wrong(io->es, i
 
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "AllReduce", .has_op = true, .loops_ops = true,
-                                  .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = ar_factor, .counts = ar_counts,
+                                  .in_place = BENCH_IN_PLACE_NCCL, .ceil = BENCH_CEIL_INTO_ALL,
+                                  .bus_factor = ar_factor, .counts = ar_counts,
                                   .min_bytes = ar_min_bytes, .touches = ar_touches, .run = ar_run, .start = ar_start, .fill = ar_fill,
                                   .expected_elems = ar_expected_elems, .expected = ar_expected, .check = ar_check};
   return bench_main(argc, argv, &coll);

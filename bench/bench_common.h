@@ -7,7 +7,8 @@
    %bound, checks every element, and prints the nccl-tests table.
 
    Per size, on every device (inside sk_world_run), for out-of-place then in-place:
-     fill inputs -> [out-of-place only: bandwidth probe] -> `-w` warm-up iterations -> barrier ->
+     [out-of-place, reducing collectives: the ceiling kernel] -> fill inputs ->
+     [out-of-place only: bandwidth probe] -> `-w` warm-up iterations -> barrier ->
      `-n` timed iterations of `-m` calls, waited for as `-z` says (time = mean per call; the row
      shows the maximum over ranks, or what `-a` asks) ->
      `-c` check runs (fresh inputs, one run, every element compared; #wrong = sum over ranks).
@@ -25,6 +26,11 @@
    footprint: every send and receive buffer of every device it reads or writes), with
    P = min(devices in this process, online cores) threads, bytes counted as read + write, best of
    a few repeats. min_bytes per collective is derived in each program and in bench/README.md.
+
+   %ceil (AllReduce, ReduceScatter, Reduce: bench_coll.ceil) = 100 * (min_bytes / t(out-of-place))
+   / C, C the bytes read + written per second of bench_ceiling.h's kernel in the collective's
+   shape (k into k, or k into 1), timed right before each size's fill over the device buffers
+   (bench__ceiling).
 
    Backends: `-B threads` (`-g` devices as threads) and `-B mpi` (one device per process under
    mpirun.openmpi, when built with SK_BENCH_MPI as the Makefile does; see bench_world_mpi()).
@@ -48,6 +54,7 @@
 #include <unistd.h>
 
 #include "../examples/progs.h" /* -h/--help, the MPI launch: shared with the examples */
+#include "bench_ceiling.h"     /* the reduction kernel of %ceil, shared with reduce_ceiling */
 
 #define SK_IMPL
 #include "shardkit.h"
@@ -91,6 +98,15 @@ typedef enum bench_in_place {
   BENCH_IN_PLACE_NONE      /* none (AllToAllV): not run; time, algbw, busbw and #wrong print N/A */
 } bench_in_place;
 
+/* Which ceiling %ceil divides by (bench_ceiling.h's kernel over this run's device buffers): the
+   shape of the reduction the collective performs. */
+typedef enum bench_ceil_shape {
+  BENCH_CEIL_NONE,         /* not a reduction: no %ceil column */
+  BENCH_CEIL_INTO_ALL,     /* k into k: every device's input summed into every device's output (AllReduce) */
+  BENCH_CEIL_INTO_ROOT,    /* k into 1: into the root's output (Reduce) */
+  BENCH_CEIL_INTO_BLOCKS   /* k into 1, the output in N blocks, block j in device j's output (ReduceScatter) */
+} bench_ceil_shape;
+
 /* Programs fill it with designated initializers: hooks a program does not need stay NULL. */
 typedef struct bench_coll {
   const char *name;          /* nccl-tests' name, e.g. "AllReduce" */
@@ -98,6 +114,7 @@ typedef struct bench_coll {
   bool has_root;             /* the root column shows the root (else -1) */
   bool loops_ops;            /* `-o all` loops over ops (nccl-tests: reducing collectives and SendRecv) */
   bench_in_place in_place;
+  bench_ceil_shape ceil;     /* the %ceil column's kernel shape; NONE (the default) prints no column */
   const char *usage_notes;   /* printed after the common -h text (optional): conventions of this program */
   double (*bus_factor)(int n);
   void (*counts)(size_t count, int n, bench_counts *out);
@@ -351,7 +368,9 @@ BENCH_FN void bench__usage(FILE *f, const char *path, const char *usage_notes) {
           "                           when an MPI launcher started several processes (-B threads is then refused)\n"
           "  -h,--help                this text\n"
           "Columns as nccl-tests (size count type redop root, then time algbw busbw #wrong out-of-place\n"
-          "and in-place) plus %%bound = 100 * t_min / t(out-of-place); see bench/README.md.\n"
+          "and in-place) plus %%bound = 100 * t_min / t(out-of-place), and for reducing collectives\n"
+          "%%ceil = 100 * (bytes read + written per second) / (the reduction kernel's, measured in the run);\n"
+          "see bench/README.md.\n"
           "Exit status: 0 = all rows correct, 1 = wrong elements or a failed call, 2 = bad flags.\n"
           "On 4 MPI processes:  " PROG_MPIRUN " -np 4 %s -b 1M -e 16M -f 4\n" PROG_ROOT_NOTE,
           path, BENCH_MAX_AGG, BENCH_DEFAULT_GPUS, path);
@@ -609,6 +628,7 @@ typedef struct bench_region {
 
 typedef struct bench_dev {
   bench_region reg[2]; /* what the out-of-place form touches, for the probe */
+  unsigned char *send, *recv; /* the device's whole buffers, for the ceiling kernel */
 } bench_dev;
 
 /* Shared by the devices of this process. */
@@ -892,6 +912,7 @@ typedef struct bench_row {
   double t_oop, t_ip;        /* seconds per call */
   int64_t wrong_oop, wrong_ip;
   double t_pass;             /* the probe's best pass over the footprint (seconds) */
+  double ceil_bps;           /* the ceiling kernel's bytes read + written per second; 0 = not measured */
   size_t footprint;          /* bytes, summed over processes */
   long long cycle;           /* -N: which sweep, from 0 */
 } bench_row;
@@ -995,10 +1016,10 @@ BENCH_FN void bench__json_placement(FILE *f, const char *key, bool ran, bool che
   else fputs("null}", f);
 }
 
-/* One row, with every column of the table (the times in us, as printed, but unrounded) and the
-   probe's figures behind %bound. */
+/* One row, with every column of the table (the times in us, as printed, but unrounded), the
+   probe's figures behind %bound and, for a reducing collective, the ceiling's behind %ceil. */
 BENCH_FN void bench__json_row(bench_ctx *x, sk_dtype dt, sk_redop op, int root, const bench_row *row, double bound,
-                              double B, double t_min) {
+                              double B, double t_min, double ceil) {
   FILE *f = x->json;
   const bench_coll *coll = x->coll;
   bool ran_ip = coll->in_place != BENCH_IN_PLACE_NONE, checked = x->o->check > 0;
@@ -1018,7 +1039,15 @@ BENCH_FN void bench__json_row(bench_ctx *x, sk_dtype dt, sk_redop op, int root, 
   fputs(", \"probe\": {", f), bench__json_int(f, "footprint_bytes", (long long)row->footprint);
   fputs(", ", f), bench__json_num(f, "bandwidth_gbps", B / 1e9);
   fputs(", ", f), bench__json_num(f, "t_min_us", t_min * 1e6);
-  fputs("}}", f);
+  fputs("}", f);
+  if (coll->ceil != BENCH_CEIL_NONE) { /* reducing collectives only, as the table's column */
+    fputs(",\n     ", f), bench__json_num(f, "ceil_pct", ceil);
+    fputs(", \"ceiling\": {", f);
+    bench__json_text(f, "shape", coll->ceil == BENCH_CEIL_INTO_ALL ? "k-into-k" : "k-into-1");
+    fputs(", ", f), bench__json_num(f, "bandwidth_gbps", row->ceil_bps > 0 ? row->ceil_bps / 1e9 : NAN);
+    fputs("}", f);
+  }
+  fputs("}", f);
 }
 
 /* The footer's figures and how the run ended (error: NULL, or why it failed); closes the object.
@@ -1036,7 +1065,86 @@ BENCH_FN bool bench__json_foot(bench_ctx *x, const char *error) {
 }
 
 
-/* Out of place: fill, register the footprint, probe, time, check. */
+/* ---- the ceiling (%ceil) -------------------------------------------------------------------- */
+
+/* One pass of this thread's share of the ceiling kernel: floats [lo, hi) of each of the nblk
+   blocks of q floats. Inputs: every device's send buffer from j*q on; outputs as the shape says.
+   in and out have room for N pointers. */
+BENCH_FN void bench__ceil_pass(const bench_ctx *x, int root, size_t q, size_t lo, size_t hi, bool stream, float **in,
+                               float **out) {
+  bench_ceil_shape shape = x->coll->ceil;
+  int k = x->n, nblk = shape == BENCH_CEIL_INTO_BLOCKS ? k : 1, nout = shape == BENCH_CEIL_INTO_ALL ? k : 1;
+  for (int j = 0; j < nblk; j++) {
+    for (int r = 0; r < k; r++) in[r] = (float *)(void *)x->dev[r].send + (size_t)j * q + lo;
+    for (int o = 0; o < nout; o++) {
+      int d = shape == BENCH_CEIL_INTO_ALL ? o : shape == BENCH_CEIL_INTO_ROOT ? root : j;
+      out[o] = (float *)(void *)x->dev[d].recv + lo;
+    }
+    bench_ceil_sum(in, k, out, nout, hi - lo, stream);
+  }
+}
+
+/* Best seconds per pass of this thread's share, non-temporal stores (best[1]) and ordinary ones
+   (best[0]): each is the faster kind somewhere (beyond the caches / within them), and the
+   ceiling is the best kernel. Samples alternate the kinds, each starting at a barrier and making
+   at least ~1 MiB of passes, as the probe's; 0 for a thread without a share. */
+BENCH_FN sk_result bench__ceil_time(bench_dev_state *s, int root, size_t q, size_t total, double best[2]) {
+  bench_ctx *x = s->x;
+  int P = x->probe_threads, nout = x->coll->ceil == BENCH_CEIL_INTO_ALL ? x->n : 1;
+  size_t lo = 0, hi = 0; /* 16-float (64-byte) slices, so the split keeps the outputs' alignment */
+  if (s->lrank < P) {
+    lo = q / (size_t)P * (size_t)s->lrank / 16 * 16;
+    hi = s->lrank == P - 1 ? q : q / (size_t)P * (size_t)(s->lrank + 1) / 16 * 16;
+  }
+  size_t nblk = x->coll->ceil == BENCH_CEIL_INTO_BLOCKS ? (size_t)x->n : 1;
+  size_t share = (hi - lo) * nblk * (size_t)(x->n + nout) * sizeof(float);
+  size_t inner = share ? (1u << 20) / share + 1 : 1;
+  int samples = total > (64u << 20) ? 3 : 5;
+  float **ptr = (float **)malloc(sizeof *ptr * 2 * (size_t)x->n);
+  if (!ptr) return sk_comm_set_error(s->c, SK_ERR_OUT_OF_MEMORY, "ceiling: %d stream pointers", 2 * x->n);
+  sk_result r = SK_OK;
+  best[0] = best[1] = 1e30;
+  for (int k = 0; k < 2 * samples && r == SK_OK; k++) {
+    bool stream = k & 1;
+    if ((r = sk_barrier(s->c)) != SK_OK || !share) continue;
+    uint64_t t0 = sk_now_ns();
+    for (size_t it = 0; it < inner; it++) bench__ceil_pass(x, root, q, lo, hi, stream, ptr, ptr + x->n);
+    double t = (double)(sk_now_ns() - t0) * 1e-9 / (double)inner;
+    if (t < best[stream]) best[stream] = t;
+  }
+  free(ptr);
+  if (!share) best[0] = best[1] = 0;
+  return r;
+}
+
+/* Runs on every device, before the out-of-place fill: the ceiling kernel of the collective's
+   shape over this run's own device buffers at this row's size, with the probe's threads, into
+   row->ceil_bps (bytes read + written per second). Needs every device's buffers in this
+   process, so under MPI with several processes it leaves ceil_bps 0 (N/A); so does a row with
+   less than one float per block. */
+BENCH_FN sk_result bench__ceiling(bench_dev_state *s, const bench_io *io, bench_row *row) {
+  bench_ctx *x = s->x;
+  bench_ceil_shape shape = x->coll->ceil;
+  if (shape == BENCH_CEIL_NONE || x->nlocal != x->n) return SK_OK;
+  size_t q = (shape == BENCH_CEIL_INTO_BLOCKS ? io->cnt.recv : io->cnt.send) * io->es / sizeof(float);
+  if (q == 0) return SK_OK; /* the same on every device: none waits in a barrier alone */
+  size_t nblk = shape == BENCH_CEIL_INTO_BLOCKS ? (size_t)x->n : 1, nout = shape == BENCH_CEIL_INTO_ALL ? (size_t)x->n : 1;
+  /* normal floats in: the buffers may hold any bit pattern, and subnormals or NaNs could slow
+     the adds; the fill that follows overwrites them */
+  float *mine = (float *)(void *)s->sendbuf;
+  for (size_t i = 0; i < q * nblk; i++) mine[i] = 1.0f;
+  x->dev[s->lrank].send = s->sendbuf, x->dev[s->lrank].recv = s->recvbuf;
+  sk_result r = sk_barrier(s->c); /* every device's inputs and pointers are in place */
+  size_t total = q * nblk * ((size_t)x->n + nout) * sizeof(float);
+  double best[2], t[2];
+  if (r == SK_OK) r = bench__ceil_time(s, io->root, q, total, best);
+  if (r == SK_OK) r = sk_allreduce(s->c, best, t, 2, SK_F64, SK_MAX); /* the slowest thread's */
+  double tmin = t[0] < t[1] ? t[0] : t[1];
+  if (r == SK_OK && tmin > 0) row->ceil_bps = (double)total / tmin;
+  return r;
+}
+
+/* Out of place: the ceiling, fill, register the footprint, probe, time, check. */
 BENCH_FN sk_result bench__run_out_of_place(bench_dev_state *s, sk_dtype dt, sk_redop op, int root, size_t bytes,
                                            bench_row *row) {
   bench_ctx *x = s->x;
@@ -1046,6 +1154,7 @@ BENCH_FN sk_result bench__run_out_of_place(bench_dev_state *s, sk_dtype dt, sk_r
   size_t sbytes = io.cnt.send * io.es, rbytes = io.cnt.recv * io.es;
   row->size = sbytes > rbytes ? sbytes : rbytes;
   row->count = io.count;
+  if ((r = bench__ceiling(s, &io, row)) != SK_OK) return r;
   x->coll->fill(&io);
   unsigned t = x->coll->touches(s->rank, x->n, root);
   bench_dev *d = &x->dev[s->lrank];
@@ -1103,19 +1212,29 @@ BENCH_FN void bench__print_row(bench_ctx *x, sk_dtype dt, sk_redop op, int root,
   double B = row->t_pass > 0 ? 2.0 * (double)row->footprint / row->t_pass : 0;
   double t_min = B > 0 ? coll->min_bytes(S, x->n) / B : 0;
   double bound = row->t_oop > 0 ? 100.0 * t_min / row->t_oop : 0;
-  printf("%12zu  %12zu  %8s  %6s  %6d  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %6.1f\n", row->size, row->count,
+  /* %ceil: the collective's min_bytes per second over the ceiling kernel's bytes per second */
+  double ceil = row->ceil_bps > 0 && row->t_oop > 0 ? 100.0 * coll->min_bytes(S, x->n) / row->t_oop / row->ceil_bps : NAN;
+  char ceil_cell[32] = "";
+  if (coll->ceil != BENCH_CEIL_NONE) {
+    if (isfinite(ceil)) snprintf(ceil_cell, sizeof ceil_cell, "  %6.1f", ceil);
+    else snprintf(ceil_cell, sizeof ceil_cell, "  %6s", "N/A");
+  }
+  printf("%12zu  %12zu  %8s  %6s  %6d  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %6.1f%s\n", row->size, row->count,
          sk_dtype_long_name(dt), coll->has_op ? sk_redop_name(op) : "none", coll->has_root ? root : -1, t1, alg1, bus1,
-         w1, t2, alg2, bus2, w2, bound);
+         w1, t2, alg2, bus2, w2, bound, ceil_cell);
   fflush(stdout);
-  if (x->json) bench__json_row(x, dt, op, root, row, bound, B, t_min);
+  if (x->json) bench__json_row(x, dt, op, root, row, bound, B, t_min, ceil);
   /* the footer's average covers the placements that ran */
   double alg_oop = row->t_oop > 0 ? S / 1e9 / row->t_oop : 0, alg_ip = row->t_ip > 0 ? S / 1e9 / row->t_ip : 0;
   x->bw_sum += alg_oop * factor + (ran_ip ? alg_ip * factor : 0);
   x->bw_count += ran_ip ? 2 : 1;
   x->wrong_total += row->wrong_oop + row->wrong_ip;
   if (x->probe_rows < 64) {
-    snprintf(x->probe_log[x->probe_rows++], sizeof x->probe_log[0], "#  %12zu  %8s  %12zu  %9.2f  %11.2f", row->size,
-             sk_dtype_long_name(dt), row->footprint, B / 1e9, t_min * 1e6);
+    int len = snprintf(x->probe_log[x->probe_rows], sizeof x->probe_log[0], "#  %12zu  %8s  %12zu  %9.2f  %11.2f",
+                       row->size, sk_dtype_long_name(dt), row->footprint, B / 1e9, t_min * 1e6);
+    if (coll->ceil != BENCH_CEIL_NONE && len > 0 && (size_t)len < sizeof x->probe_log[0])
+      snprintf(x->probe_log[x->probe_rows] + len, sizeof x->probe_log[0] - (size_t)len, "  %11.2f", row->ceil_bps / 1e9);
+    x->probe_rows++;
   }
 }
 
@@ -1307,10 +1426,11 @@ BENCH_FN void bench__print_header(const bench_ctx *x) {
          "", "", "");
   printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
   printf("  %7s  %6s  %6s %6s", "time", "algbw", "busbw", "#wrong");
-  printf("  %7s  %6s  %6s %6s  %6s\n", "time", "algbw", "busbw", "#wrong", "%bound");
+  bool ceil = x->coll->ceil != BENCH_CEIL_NONE; /* reducing collectives: %ceil after %bound */
+  printf("  %7s  %6s  %6s %6s  %6s%s\n", "time", "algbw", "busbw", "#wrong", "%bound", ceil ? "   %ceil" : "");
   printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
   printf("  %7s  %6s  %6s  %5s", "(us)", "(GB/s)", "(GB/s)", "");
-  printf("  %7s  %6s  %6s  %5s  %6s\n", "(us)", "(GB/s)", "(GB/s)", "", "(%)");
+  printf("  %7s  %6s  %6s  %5s  %6s%s\n", "(us)", "(GB/s)", "(GB/s)", "", "(%)", ceil ? "     (%)" : "");
   fflush(stdout);
 }
 
@@ -1319,7 +1439,8 @@ BENCH_FN void bench__print_footer(const bench_ctx *x) {
   if (x->probe_rows) {
     printf("#\n# %%bound probe (in-place read+write over the out-of-place footprint, %d thread%s, best of 3-5):\n",
            x->probe_threads, x->probe_threads == 1 ? "" : "s");
-    printf("#  %12s  %8s  %12s  %9s  %11s\n", "size (B)", "type", "footprint(B)", "B (GB/s)", "t_min (us)");
+    printf("#  %12s  %8s  %12s  %9s  %11s%s\n", "size (B)", "type", "footprint(B)", "B (GB/s)", "t_min (us)",
+           x->coll->ceil != BENCH_CEIL_NONE ? "  ceil (GB/s)" : "");
     for (int i = 0; i < x->probe_rows; i++) printf("%s\n", x->probe_log[i]);
     printf("#\n");
   }

@@ -1,9 +1,13 @@
 /* reduce_ceiling -- how fast can any code reduce k arrays that do not fit in cache on this
-   machine? A hand-written SSE kernel, outside shardkit, with 2 threads: out = in0 + ... + in(k-1)
-   over 16 MiB arrays, streaming stores, best of 5. It is the ceiling that the threads backend's
-   ReduceScatter / Reduce (k input streams, one output) can reach, and it is well below the
-   in-place read+write probe that %bound divides by: reading many streams at once is slower than
-   one read-modify-write stream. See bench/RESULTS.md.
+   machine? A hand-written SSE kernel (bench/bench_ceiling.h, outside shardkit), with 2 threads,
+   over 16 MiB arrays, streaming stores, best of 5, in two shapes:
+   - k into 1: out = in0 + ... + in(k-1). The ceiling that the threads backend's ReduceScatter /
+     Reduce (k input streams, one output) can reach. It is well below the in-place read+write
+     probe that %bound divides by: reading many streams at once is slower than one
+     read-modify-write stream. See bench/RESULTS.md.
+   - k into k (the AllReduce shape): every one of k outputs gets the sum, so the kernel reads k
+     streams and writes k, as an AllReduce of k devices must.
+   The perf programs time the same kernel for their %ceil column (bench/README.md).
 
    Usage: build/reduce_ceiling [K ...]      (default: 1 2 4 8) */
 #define _GNU_SOURCE
@@ -12,19 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "../examples/progs.h"
+#include "bench_ceiling.h"
 
 #define ELEMS (4u << 20) /* floats per array: 16 MiB */
 #define THREADS 2
 
 typedef struct job {
   float *const *in;
-  float *out;
-  int k;
+  float *const *out;
+  int k, nout;
   size_t lo, hi;
 } job;
 
@@ -36,29 +38,31 @@ static double seconds(void) {
 
 static void *reduce_range(void *p) {
   const job *j = (const job *)p;
-  for (size_t i = j->lo; i < j->hi; i += 16) {
-#if defined(__SSE2__)
-    __m128 s0 = _mm_load_ps(j->in[0] + i), s1 = _mm_load_ps(j->in[0] + i + 4);
-    __m128 s2 = _mm_load_ps(j->in[0] + i + 8), s3 = _mm_load_ps(j->in[0] + i + 12);
-    for (int r = 1; r < j->k; r++) {
-      s0 = _mm_add_ps(s0, _mm_load_ps(j->in[r] + i));
-      s1 = _mm_add_ps(s1, _mm_load_ps(j->in[r] + i + 4));
-      s2 = _mm_add_ps(s2, _mm_load_ps(j->in[r] + i + 8));
-      s3 = _mm_add_ps(s3, _mm_load_ps(j->in[r] + i + 12));
-    }
-    _mm_stream_ps(j->out + i, s0);
-    _mm_stream_ps(j->out + i + 4, s1);
-    _mm_stream_ps(j->out + i + 8, s2);
-    _mm_stream_ps(j->out + i + 12, s3);
-#else
-    for (int e = 0; e < 16; e++) {
-      float s = j->in[0][i + e];
-      for (int r = 1; r < j->k; r++) s += j->in[r][i + e];
-      j->out[i + e] = s;
-    }
-#endif
-  }
+  float *in[8], *out[8];
+  for (int r = 0; r < j->k; r++) in[r] = j->in[r] + j->lo;
+  for (int o = 0; o < j->nout; o++) out[o] = j->out[o] + j->lo;
+  bench_ceil_sum(in, j->k, out, j->nout, j->hi - j->lo, true);
   return NULL;
+}
+
+/* Best of 5 of THREADS threads reducing k inputs into nout outputs (each thread a contiguous
+   half); seconds. */
+static double best_time(float *const *in, int k, float *const *out, int nout) {
+  double best = 1e9;
+  for (int rep = 0; rep < 5; rep++) {
+    pthread_t th[THREADS];
+    job jobs[THREADS];
+    double t0 = seconds();
+    for (int t = 0; t < THREADS; t++) {
+      jobs[t].in = in, jobs[t].out = out, jobs[t].k = k, jobs[t].nout = nout;
+      jobs[t].lo = (size_t)ELEMS / THREADS * (size_t)t, jobs[t].hi = (size_t)ELEMS / THREADS * (size_t)(t + 1);
+      pthread_create(&th[t], NULL, reduce_range, &jobs[t]);
+    }
+    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+    double dt = seconds() - t0;
+    if (dt < best) best = dt;
+  }
+  return best;
 }
 
 static void usage(FILE *f, const char *path) {
@@ -66,7 +70,8 @@ static void usage(FILE *f, const char *path) {
           "Usage: %s [K ...]\n"
           "The memory ceiling of reducing K input streams of 16 MiB into one streamed output with %d threads\n"
           "(a hand-written kernel outside shardkit), best of 5. Each K is 1..8, at most 16 of them\n"
-          "(default: 1 2 4 8).\n"
+          "(default: 1 2 4 8). Then the AllReduce shape: K inputs into K streamed outputs, every output\n"
+          "the sum (rows 'K->K'). GB/s counts bytes read + written.\n"
           "  -h,--help   this text\n",
           path, THREADS);
 }
@@ -99,35 +104,31 @@ int main(int argc, char **argv) {
   int ks[16], nk = parse_ks(argc, argv, ks);
   if (nk <= 0) return nk == 0 ? 0 : 2;
   if (prog_refuse_launch(argv[0])) return 2;
-  float *in[8], *out = (float *)aligned_alloc(64, ELEMS * sizeof(float));
-  if (!out) return 1;
-  memset(out, 0, ELEMS * sizeof(float));
+  float *in[8], *out[8];
   for (int r = 0; r < 8; r++) {
     in[r] = (float *)aligned_alloc(64, ELEMS * sizeof(float));
-    if (!in[r]) return 1;
+    out[r] = (float *)aligned_alloc(64, ELEMS * sizeof(float));
+    if (!in[r] || !out[r]) return 1;
     for (size_t i = 0; i < ELEMS; i++) in[r][i] = (float)(i % 7);
+    memset(out[r], 0, ELEMS * sizeof(float));
   }
+  /* k into 1: these lines are as they always were, for whatever parses them */
   printf("# k input streams of 16 MiB + 1 streamed output, %d threads, best of 5\n", THREADS);
   printf("# %2s %10s %12s\n", "k", "time(ms)", "GB/s(r+w)");
   for (int q = 0; q < nk; q++) {
-    double best = 1e9;
-    for (int rep = 0; rep < 5; rep++) {
-      pthread_t th[THREADS];
-      job jobs[THREADS];
-      double t0 = seconds();
-      for (int t = 0; t < THREADS; t++) {
-        jobs[t].in = in, jobs[t].out = out, jobs[t].k = ks[q];
-        jobs[t].lo = (size_t)ELEMS / THREADS * (size_t)t, jobs[t].hi = (size_t)ELEMS / THREADS * (size_t)(t + 1);
-        pthread_create(&th[t], NULL, reduce_range, &jobs[t]);
-      }
-      for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
-      double dt = seconds() - t0;
-      if (dt < best) best = dt;
-    }
+    double best = best_time(in, ks[q], out, 1);
     double bytes = (double)ELEMS * sizeof(float) * (double)(ks[q] + 1);
     printf("  %2d %10.2f %12.1f\n", ks[q], best * 1e3, bytes / best / 1e9);
   }
-  for (int r = 0; r < 8; r++) free(in[r]);
-  free(out);
+  /* k into k: a first field 'k->k' that no k-into-1 row has */
+  printf("# AllReduce shape: k input streams of 16 MiB + k streamed outputs (each the sum), %d threads, best of 5\n",
+         THREADS);
+  printf("# %7s %10s %12s\n", "k->k", "time(ms)", "GB/s(r+w)");
+  for (int q = 0; q < nk; q++) {
+    double best = best_time(in, ks[q], out, ks[q]);
+    double bytes = (double)ELEMS * sizeof(float) * (double)(2 * ks[q]);
+    printf("  %3d->%-2d %10.2f %12.1f\n", ks[q], ks[q], best * 1e3, bytes / best / 1e9);
+  }
+  for (int r = 0; r < 8; r++) free(in[r]), free(out[r]);
   return 0;
 }

@@ -51,7 +51,8 @@ static int64_t rd_check(const bench_io *io) {
 
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "Reduce", .has_op = true, .has_root = true, .loops_ops = true,
-                                  .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = rd_factor, .counts = rd_counts,
+                                  .in_place = BENCH_IN_PLACE_NCCL, .ceil = BENCH_CEIL_INTO_ROOT,
+                                  .bus_factor = rd_factor, .counts = rd_counts,
                                   .min_bytes = rd_min_bytes, .touches = rd_touches, .run = rd_run, .start = rd_start, .fill = rd_fill,
                                   .expected_elems = rd_expected_elems, .expected = rd_expected, .check = rd_check};
   return bench_main(argc, argv, &coll);

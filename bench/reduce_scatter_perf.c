@@ -50,7 +50,8 @@ static int64_t rs_check(const bench_io *io) {
 
 int main(int argc, char **argv) {
   static const bench_coll coll = {.name = "ReduceScatter", .has_op = true, .loops_ops = true,
-                                  .in_place = BENCH_IN_PLACE_NCCL, .bus_factor = rs_factor, .counts = rs_counts,
+                                  .in_place = BENCH_IN_PLACE_NCCL, .ceil = BENCH_CEIL_INTO_BLOCKS,
+                                  .bus_factor = rs_factor, .counts = rs_counts,
                                   .min_bytes = rs_min_bytes, .touches = rs_touches, .run = rs_run, .start = rs_start, .fill = rs_fill,
                                   .expected_elems = rs_expected_elems, .expected = rs_expected, .check = rs_check};
   return bench_main(argc, argv, &coll);

@@ -174,6 +174,51 @@ odd=$(printf '%s/a"b\\c\td.json' "$tmp")
 run all_reduce_perf $FAST -g 2 -b 1K -e 1K -J "$odd"
 ok_if "-J: a report with odd characters in the command" json_check "$odd" 1
 ok_if "-J: escapes quote, backslash and tab" grep -qF 'a\"b\\c\u0009d.json' "$odd"
+# %ceil: the reducing collectives print it after %bound (JSON ceil_pct), a number > 0 on every row
+# with at least one float per block; the others print neither. ceil_rows <file> <fields>: every
+# row has <fields> fields and, with 15, a last one > 0 (N/A: "na" as a third argument wants it).
+ceil_rows() {
+  awk -v nf="$2" -v na="${3:-}" '/^ / { rows++; if (NF != nf) bad++
+                                       else if (nf == 15 && (na ? $15 != "N/A" : !($15 + 0 > 0))) bad++ }
+                                  END { exit !(rows > 0 && !bad) }' "$1"
+}
+ceil_head() { grep -q '#wrong  %bound   %ceil$' "$1" && grep -q '(%)     (%)$' "$1"; }
+ceil_json() { # ceil_json <file> <rows>: every row's ceil_pct a number > 0
+  [ "$(grep -c '"ceil_pct": [0-9]' "$1")" = "$2" ] && ! grep -q '"ceil_pct": 0,' "$1" &&
+    { ! command -v python3 >/dev/null 2>&1 || python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert len(rows) == int(sys.argv[2])
+for r in rows:
+    assert r["ceil_pct"] > 0 and r["ceiling"]["bandwidth_gbps"] > 0 and r["ceiling"]["shape"] in ("k-into-k", "k-into-1")
+' "$1" "$2"; }
+}
+for p in all_reduce_perf:k-into-k reduce_scatter_perf:k-into-1 reduce_perf:k-into-1; do
+  shape=${p#*:} p=${p%:*}
+  # from 24 B: a float per block for every type (ReduceScatter's blocks are size / 3)
+  run $p $FAST -g 3 -b 24 -e 200K -f 13 -d all -J "$tmp/c.json"
+  ok_if "$p: %ceil after %bound in the header" ceil_head "$tmp/out"
+  ok_if "$p: %ceil > 0 on every row" ceil_rows "$tmp/out" 15
+  ok_if "$p: ceil_pct > 0 in every JSON row" ceil_json "$tmp/c.json" "$(grep -c '^ ' "$tmp/out")"
+  ok_if "$p: the $shape ceiling" grep -q "\"shape\": \"$shape\"" "$tmp/c.json"
+done
+run reduce_perf $FAST -g 8 -b 1M -e 1M -r 5 -J "$tmp/c.json"
+ok_if "reduce_perf -g 8 -r 5: %ceil > 0" ceil_rows "$tmp/out" 15
+ok_if "reduce_perf: k-into-1" grep -q '"shape": "k-into-1"' "$tmp/c.json"
+run all_reduce_perf $FAST -g 2 -b 2 -e 2 -d int8 -J "$tmp/c.json"
+ok_if "less than a float per device: %ceil N/A" ceil_rows "$tmp/out" 15 na
+ok_if "less than a float per device: ceil_pct null" grep -q '"ceil_pct": null' "$tmp/c.json"
+for p in all_gather_perf broadcast_perf alltoall_perf sendrecv_perf; do
+  run $p $FAST -g 3 -b 1K -e 64K -f 8 -J "$tmp/c.json"
+  ok_if "$p: no %ceil column" ceil_rows "$tmp/out" 14
+  ok_if "$p: no %ceil in the header, no ceil_pct" sh -c '! grep -q "%ceil" "$1" && ! grep -q ceil_pct "$2"' _ "$tmp/out" "$tmp/c.json"
+done
+[ -x build/reduce_ceiling ] || make -s build/reduce_ceiling >/dev/null || { echo "bench: cannot build build/reduce_ceiling"; exit 1; }
+timeout 60 build/reduce_ceiling 1 3 >"$tmp/out" 2>&1 || echo "reduce_ceiling: exit $?" >>"$tmp/out"
+ok_if "reduce_ceiling: the k-into-1 rows as before, then the k-into-k rows" awk '
+  /^# AllReduce shape:/ { kk = 1; next } /^#/ { next }
+  !kk && NF == 3 && $1 + 0 >= 1 && $3 > 0 { one++ } kk && NF == 3 && $1 ~ /^[0-9]+->[0-9]+$/ && $3 > 0 { many++ }
+  END { exit !(one == 2 && many == 2) }' "$tmp/out"
 # bad values of the new flags
 for args in "-i 0" "-i x" "-i 1K -f 2" "-m 0" "-m 1025" "-m x" "-z 4" "-z -1" "-a 4" "-a x" "-N -1" "-N x" \
             "-T -1" "-T 86401" "-T x" "-t 0" "-t x" "-t 64 -g 65" "-b 1.3" "-b 1.1K" "-b 1.5.5M" "-b .5M" "-b 1.M" \
