@@ -61,6 +61,7 @@ static inline size_t bench_ceil__sse(float *const *in, int k, float *const *out,
 
 static inline void bench_ceil_sum(float *const *in, int k, float *const *out, int nout, size_t n, bool stream) {
   size_t done = 0;
+  if (k < 1 || nout < 1) return; /* nothing to sum, or nowhere to put it */
 #if defined(__SSE2__)
   bool aligned = true;
   for (int o = 0; o < nout; o++) aligned = aligned && ((uintptr_t)out[o] & 15) == 0;
