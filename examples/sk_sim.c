@@ -951,6 +951,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   memset(&pd, 0, sizeof pd);
   pd = o->pd;
   pd.ndevices = o->devices, pd.strict_strategies = o->strict;
+  pd.dtype = o->dtype == SK_F64 ? SK_F64 : SK_F32; /* the program's printed bytes: f16 / bf16 compute in f32 */
   pd.search.link = o->link, pd.search.device_tflops = o->device_tflops; /* the search's cost unit */
   pd.output_broadcast = true; /* device 0, on the first stage, prints the last stage's test accuracy */
   if (o->dataset_layouts && dataset_layouts(o, g, &pd, msg, cap)) return -1;

@@ -851,6 +851,8 @@ static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown parallel_mode %d", (int)d->mode);
   if ((unsigned)d->dataset > SK_DATASET_FULL_BATCH)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown dataset strategy %d", (int)d->dataset);
+  if (d->dtype != SK_F32 && d->dtype != SK_F64)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: dtype %d: the compute dtype is f32 or f64", (int)d->dtype);
   if (d->ndataset < 0 || d->ndataset > SK_OP_MAX_INPUTS || d->ndataset_layouts < 0 || d->ndataset_layouts > SK_OP_MAX_INPUTS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d dataset strategies, %d layouts (0..%d)", d->ndataset,
                     d->ndataset_layouts, SK_OP_MAX_INPUTS);

@@ -1091,6 +1091,11 @@ Test(parallel, check_needs_no_network) {
   d = pdesc(0, SK_DATASET_DATA_PARALLEL);
   BAD("0 devices", sk_parallel_check(&d, E));
   d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.dtype = SK_F64;
+  OK(sk_parallel_check(&d, E));
+  d.dtype = SK_BF16; /* the compute dtype of a bf16 run is f32 */
+  BAD("dtype 3: the compute dtype is f32 or f64", sk_parallel_check(&d, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   d.comm_fusion.allgather.mode = SK_FUSION_INDEX;
   BAD("allgather: mode 'index' is AllReduce's only", sk_parallel_check(&d, E));
   BAD("NULL desc", sk_parallel_check(NULL, E));

@@ -360,5 +360,10 @@ Test(program, dump_lines_of_a_two_stage_plan) {
   const char *last = strrchr(text, '#');
   cr_assert(last && !strcmp(strchr(last, ' '), " Update parameters\n"), "%s", last);
   free(text);
+  p.desc.dtype = SK_F64; /* an f64 run: a float's bytes double, the steps stay */
+  text = dump(&p, 0);
+  cr_assert_str_eq(line_numbered(text, 9, line, sizeof line),
+                   "#9 Send relu1 data=value micro=0 chunk=0 peer=4 group=g2 bytes=8192");
+  free(text);
   sk_parallel_free(&p), sk_graph_free(&g);
 }
