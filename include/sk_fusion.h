@@ -210,6 +210,24 @@ SK_API sk_result sk_fusion_wait(sk_fusion *f);
    [0, total_bytes]; backward_us <= 0 (pure communication) gives total_bytes (one bucket). */
 SK_API double sk_fusion_pick_threshold(double a_us, double c_us_per_byte, double total_bytes, double backward_us);
 
+/* One op to plan without communicators: its group named by an id, with its size (a
+   ReduceScatter's input is count x group_size). */
+typedef struct sk_fusion_key_op {
+  sk_coll_kind kind; /* SK_COLL_ALLREDUCE, SK_COLL_ALLGATHER or SK_COLL_REDUCE_SCATTER */
+  int group;         /* any id: ops of different ids never share a bucket */
+  int group_size;    /* >= 1 */
+  size_t count;
+  sk_dtype dtype;
+  sk_redop op;       /* AllReduce, ReduceScatter */
+  int fusion_id;     /* as sk_fusion_op's */
+} sk_fusion_key_op;
+
+/* The buckets a scheduler of this desc would form from these ops registered in this order
+   (a compiler plans them before any communicator exists): bucket[i] receives op i's bucket,
+   numbered as sk_fusion_bucket_of numbers them; *nbuckets (may be NULL) how many. */
+SK_API sk_result sk_fusion_plan_keys(const sk_fusion_desc *desc, const sk_fusion_key_op *ops, int n, int *bucket,
+                                     int *nbuckets, sk_error *err);
+
 SK_API const char *sk_fusion_mode_name(sk_fusion_mode m);
 
 SK_EXTERN_C_END
@@ -233,6 +251,7 @@ SK_EXTERN_C_BEGIN
 typedef struct sk__ften {
   sk_fusion_op op;
   char name[SK__FNAME];
+  int group;        /* sk_fusion_plan_keys' group id; -1 for an op with a communicator */
   int id;           /* normalised fusion id */
   size_t in_bytes;  /* the threshold's measure */
   size_t in_elems;  /* MindSpore's measure */
@@ -244,6 +263,7 @@ typedef struct sk__ften {
 typedef struct sk__fbucket {
   sk_coll_kind kind;
   sk_comm *comm;
+  int group;        /* sk__ften.group */
   sk_dtype dt;
   sk_redop op;
   int id;
@@ -411,6 +431,7 @@ SK_API sk_result sk_fusion_add(sk_fusion *f, const sk_fusion_op *op, int *handle
     snprintf(t->name, sizeof t->name, "#%d", h);
   t->op.name = NULL;
   t->id = op->fusion_id == 0 ? SK_FUSION_DEFAULT_ID : op->fusion_id;
+  t->group = -1;
   t->in_elems = op->kind == SK_COLL_REDUCE_SCATTER ? op->count * n : op->count;
   t->in_bytes = t->in_elems * es;
   t->bucket = -1;
@@ -448,7 +469,7 @@ SK_API sk_result sk_fusion_add_reduce_scatter(sk_fusion *f, sk_comm *c, const vo
 /* ---- planning --------------------------------------------------------------------------------- */
 
 static bool sk__fsame_key(const sk__fbucket *b, const sk__ften *t) {
-  return b->kind == t->op.kind && b->comm == t->op.comm && b->dt == t->op.dtype && b->op == t->op.op && b->id == t->id;
+  return b->kind == t->op.kind && b->comm == t->op.comm && b->group == t->group && b->dt == t->op.dtype && b->op == t->op.op && b->id == t->id;
 }
 
 static const sk_fusion_config *sk__fconfig(const sk_fusion *f, sk_coll_kind k) {
@@ -465,7 +486,7 @@ static size_t sk__fthreshold_bytes(const sk_fusion_config *c) {
 static int sk__fnew_bucket(sk_fusion *f, const sk__ften *t, int handle, int seg) {
   sk__fbucket *b = &f->b[f->nb];
   memset(b, 0, sizeof *b);
-  b->kind = t->op.kind, b->comm = t->op.comm, b->dt = t->op.dtype, b->op = t->op.op, b->id = t->id;
+  b->kind = t->op.kind, b->comm = t->op.comm, b->group = t->group, b->dt = t->op.dtype, b->op = t->op.op, b->id = t->id;
   b->seg = seg, b->first = handle;
   return f->nb++;
 }
@@ -660,6 +681,52 @@ SK_API sk_result sk_fusion_plan(sk_fusion *f) {
   f->plan_result = sk__fplan(f);
   if (f->plan_result == SK_OK && f->nb > 0) sk__flog_plan(f);
   return f->plan_result;
+}
+
+static sk_result sk__fkey_check(const sk_fusion_key_op *o, int i, sk_error *err) {
+  if (o->kind != SK_COLL_ALLREDUCE && o->kind != SK_COLL_ALLGATHER && o->kind != SK_COLL_REDUCE_SCATTER)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan_keys: op %d: kind %d (%s) is not allreduce, allgather or reduce_scatter",
+                    i, (int)o->kind, sk_coll_kind_name(o->kind));
+  if (o->group_size < 1 || !sk_dtype_valid(o->dtype) || o->fusion_id < SK_FUSION_NEVER ||
+      (o->kind != SK_COLL_ALLGATHER && !sk_redop_valid(o->op)))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan_keys: op %d: group_size %d, dtype %d, op %d, fusion_id %d", i,
+                    o->group_size, (int)o->dtype, (int)o->op, o->fusion_id);
+  if (o->count > (SIZE_MAX / 8) / sk_dtype_size(o->dtype) / (size_t)o->group_size)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan_keys: op %d: count %zu is too large", i, o->count);
+  return SK_OK;
+}
+
+/* The scheduler's bucketing (sk__fplan_kind, sk__forder_buckets) on ops with ids for groups. */
+SK_API sk_result sk_fusion_plan_keys(const sk_fusion_desc *desc, const sk_fusion_key_op *ops, int n, int *bucket,
+                                     int *nbuckets, sk_error *err) {
+  if (nbuckets) *nbuckets = 0;
+  if (n < 0 || (n && (!ops || !bucket))) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan_keys: %d ops, ops or bucket NULL", n);
+  sk_fusion *f = NULL;
+  sk_result r = sk_fusion_create(desc, &f, err);
+  for (int i = 0; i < n && !r; i++) r = sk__fkey_check(&ops[i], i, err);
+  size_t nmax = (size_t)(n ? n : 1);
+  if (!r) {
+    f->t = (sk__ften *)sk__calloc(&f->desc.allocator, sizeof(sk__ften) * nmax, 64);
+    f->b = (sk__fbucket *)sk__alloc(&f->desc.allocator, sizeof(sk__fbucket) * nmax, 64);
+    if (!f->t || !f->b) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "plan_keys: %d ops", n);
+  }
+  for (int i = 0; i < n && !r; i++) {
+    sk__ften *t = &f->t[f->nt++];
+    const sk_fusion_key_op *o = &ops[i];
+    t->op.kind = o->kind, t->op.count = o->count, t->op.dtype = o->dtype;
+    t->op.op = o->kind == SK_COLL_ALLGATHER ? SK_SUM : o->op, t->group = o->group;
+    t->id = o->fusion_id == 0 ? SK_FUSION_DEFAULT_ID : o->fusion_id;
+    t->in_elems = o->kind == SK_COLL_REDUCE_SCATTER ? o->count * (size_t)o->group_size : o->count;
+    t->in_bytes = t->in_elems * sk_dtype_size(o->dtype), t->bucket = -1;
+  }
+  if (!r) {
+    sk__fplan_kind(f, SK_COLL_ALLREDUCE), sk__fplan_kind(f, SK_COLL_ALLGATHER), sk__fplan_kind(f, SK_COLL_REDUCE_SCATTER);
+    if (sk__forder_buckets(f) != SK_OK) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "plan_keys: sorting %d buckets", f->nb);
+  }
+  for (int i = 0; i < n && !r; i++) bucket[i] = f->t[i].bucket;
+  if (!r && nbuckets) *nbuckets = f->nb;
+  sk_fusion_destroy(f);
+  return r;
 }
 
 SK_API int sk_fusion_bucket_count(sk_fusion *f) {

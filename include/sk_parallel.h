@@ -193,6 +193,13 @@ typedef enum sk_parallel_step_kind {
   SK_PSTEP_WAIT_SEND,  /* the SEND at program index `send` is complete: its staging copy freed */
   SK_PSTEP_RECOMPUTE,  /* plan.steps[index], a recomputed operator's forward step, run again */
   SK_PSTEP_SEED_LOSS,  /* the loss's gradient set to its seed (loss_grad_scale / micro-batches) */
+  SK_PSTEP_FUSED,      /* fused bucket `bucket` (collective `coll`) launches: its members' steps
+                          (Mirror, ParamGather, GradReduceScatter with this `bucket`) are ready */
+  SK_PSTEP_WAIT_FUSED, /* every bucket of `coll` complete, its members' data in place */
+  SK_PSTEP_GRADS_READY, /* the step's gradients complete: gathered slices released, gradients no
+                           backward reached zeroed; under grad_accumulation_step added to their
+                           sums (a micro-step but the last ends here) */
+  SK_PSTEP_SHARD_MIRROR, /* a partly sharded parameter's gradient shard AllReduced over its replicas */
   SK_PSTEP_KIND_COUNT
 } sk_parallel_step_kind;
 
@@ -233,6 +240,9 @@ typedef struct sk_program_step {
   int64_t count; /* elements: of an ALLOC'd buffer, a SEND / RECV, a collective's buffer as
                     nccl-tests sizes it; 0 for a step that moves nothing */
   sk_dtype dtype; /* of those elements: the graph's (a float: the run's, sk_program_bytes) */
+  int bucket;     /* a fused collective's bucket: its member steps' and its FUSED step's; -1 */
+  sk_coll_kind coll; /* FUSED, WAIT_FUSED: the collective */
+  bool last;      /* under grad_accumulation_step: runs on the last micro-step only */
 } sk_program_step;
 
 /* What one pipeline stage's devices run for one training step, in order (without a pipeline the
@@ -400,7 +410,8 @@ SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind) {
   static const char *const names[SK_PSTEP_KIND_COUNT] = {
       "Move",   "Forward",  "ForwardComm", "UndoComm",     "Backward",         "BackwardComm",
       "Mirror", "MoveBack", "Update",      "ParamGather", "ParamRelease", "GradReduceScatter",
-      "MoveOut", "MoveOutBack", "Alloc", "Free", "Recv", "Send", "WaitSend", "Recompute", "SeedLoss"};
+      "MoveOut", "MoveOutBack", "Alloc", "Free", "Recv", "Send", "WaitSend", "Recompute", "SeedLoss",
+      "Fused", "WaitFused", "GradsReady", "ShardMirror"};
   return (int)kind >= 0 && kind < SK_PSTEP_KIND_COUNT ? names[kind] : "?";
 }
 
@@ -1151,4 +1162,5 @@ SK_API size_t sk_parallel_format_strategies(const sk_parallel_plan *p, char *buf
 
 SK_EXTERN_C_END
 #include "sk_program.h" /* the programs: built above, defined there */
+#include "sk_program_fuse.h" /* their fused collectives and optimizer parallel's timing */
 #endif /* SK_PARALLEL_IMPL */

@@ -201,7 +201,8 @@ typedef struct sk__prog_b {
 } sk__prog_b;
 
 static sk_program_step *sk__prog_emit(sk__prog_b *b, sk_parallel_step_kind kind) {
-  static const sk_program_step none = {SK_PSTEP_MOVE, -1, -1, -1, -1, 0, 0, -1, -1, -1, -1, 0, false, 0, SK_F32};
+  static const sk_program_step none = {SK_PSTEP_MOVE, -1, -1, -1, -1, 0, 0, -1, -1, -1, -1, 0, false, 0, SK_F32, -1,
+                                        SK_COLL_NONE, false};
   if (b->prog->nsteps == b->cap) {
     int cap = b->cap ? 2 * b->cap : 64;
     sk_program_step *ns = b->failed ? NULL : (sk_program_step *)realloc(b->prog->steps, (size_t)cap * sizeof *ns);
@@ -625,6 +626,11 @@ static int sk__prog_proof(const sk_parallel_plan *p, int s, int i) {
   return -1;
 }
 
+static bool sk__prog_at_end(sk_parallel_step_kind k) {
+  return k == SK_PSTEP_FUSED || k == SK_PSTEP_WAIT_FUSED || k == SK_PSTEP_GRADS_READY || k == SK_PSTEP_SHARD_MIRROR ||
+         k == SK_PSTEP_UPDATE;
+}
+
 /* Inserts every WaitSend (and the Free of its staging copy) into stage s's program. */
 static sk_result sk__prog_wait_sends(sk_parallel_plan *p, int s) {
   sk_program *pg = &p->programs[s];
@@ -638,10 +644,11 @@ static sk_result sk__prog_wait_sends(sk_parallel_plan *p, int s) {
   sk_program_step *out = (sk_program_step *)malloc(sizeof *out * ((size_t)n + 2 * (size_t)nsend + 1));
   int *moved = (int *)malloc(sizeof(int) * ((size_t)n + 1));
   if (!out || !moved) return free(after), free(out), free(moved), SK_ERR_OUT_OF_MEMORY;
-  for (int i = 0; i < n; i++) moved[i] = -1; /* the last step, the Update, never a Send */
-  int m = 0;
-  for (int at = 0; at < n; at++) { /* step `at`, then the waits it proves; the rest before the Update */
-    bool last = at == n - 1;
+  for (int i = 0; i < n; i++) moved[i] = -1;
+  int tail = n, m = 0; /* the step's end (sk_program_fuse.h): no Send there */
+  while (tail > 0 && sk__prog_at_end(pg->steps[tail - 1].kind)) tail--;
+  for (int at = 0; at <= tail; at++) { /* step `at`, then the waits it proves; the rest before the end */
+    bool last = at == tail;
     if (!last) moved[at] = m, out[m++] = pg->steps[at];
     for (int i = 0; i < n; i++) {
       if (pg->steps[i].kind != SK_PSTEP_SEND || (last ? after[i] >= 0 : after[i] != at)) continue;
@@ -650,8 +657,8 @@ static sk_result sk__prog_wait_sends(sk_parallel_plan *p, int s) {
       f.kind = SK_PSTEP_FREE, f.buffer = SK_PBUF_STAGING, f.group = -1, f.peer = -1, f.send = moved[i];
       out[m++] = w, out[m++] = f;
     }
-    if (last) out[m++] = pg->steps[at];
   }
+  for (int at = tail; at < n; at++) out[m++] = pg->steps[at];
   free(pg->steps), free(after), free(moved);
   pg->steps = out, pg->nsteps = m;
   return SK_OK;
@@ -682,6 +689,8 @@ static bool sk__prog_all_groups(sk_parallel_plan *p) {
   return ok;
 }
 
+static sk_result sk__prog_fuse(sk_parallel_plan *p, int stage, sk_error *err); /* sk_program_fuse.h */
+
 static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
   p->programs = (sk_program *)calloc((size_t)p->stages, sizeof *p->programs);
   int *owner = (int *)calloc((size_t)p->graph->ntensors + 1, sizeof(int)); /* each stage's: sk__prog_owners */
@@ -699,6 +708,10 @@ static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
     sk__prog_op_step(&b, p->nsteps - 1, 0, 0, 0, SK_PSTEP_UPDATE);
     sk__prog_bwd_pack(&b);
     failed = b.failed;
+  }
+  for (int s = 0; s < p->stages && !failed; s++) {
+    sk_result r = sk__prog_fuse(p, s, err);
+    if (r) return free(owner), r;
   }
   for (int s = 0; s < p->stages && !failed && p->vstage; s++) failed = sk__prog_wait_sends(p, s) != SK_OK;
   if (!failed) failed = !sk__prog_all_groups(p);
@@ -835,11 +848,25 @@ static void sk__prog_put_data(sk__par_text *t, const sk_parallel_plan *p, const 
   if (ps->count) sk__par_put(t, " bytes=%llu", (unsigned long long)sk_program_bytes(ps, p->desc.dtype));
 }
 
+/* A step of the step's end (sk_program_fuse.h): a bucket's launch, a wait, GradsReady, a partial Mirror. */
+static void sk__prog_put_end(sk__par_text *t, const sk_parallel_plan *p, const sk_program_step *ps, int rank) {
+  if (ps->kind == SK_PSTEP_SHARD_MIRROR) sk__par_put(t, " %s", p->graph->tensors[ps->tensor].name);
+  if (ps->kind == SK_PSTEP_FUSED) sk__par_put(t, " bucket=%d", ps->bucket);
+  sk_coll_kind coll = ps->kind == SK_PSTEP_SHARD_MIRROR ? SK_COLL_ALLREDUCE : ps->coll;
+  if (coll != SK_COLL_NONE)
+    sk__par_put(t, " coll=%s%s", sk_coll_kind_ms_name(coll), coll == SK_COLL_ALLGATHER ? "" : "(sum)");
+  if (ps->group >= 0) sk__prog_put_group(t, p, ps->group, rank);
+  if (ps->count) sk__par_put(t, " bytes=%llu", (unsigned long long)sk_program_bytes(ps, p->desc.dtype));
+  if (ps->kind == SK_PSTEP_GRADS_READY && p->desc.grad_accumulation_step > 1)
+    sk__par_put(t, " accumulate=%d", p->desc.grad_accumulation_step);
+}
+
 static void sk__prog_put_step(sk__par_text *t, const sk_parallel_plan *p, int i, const sk_program_step *ps, int rank) {
   int local = rank % p->desc.ndevices;
   sk__par_put(t, "#%d %s", i, sk_parallel_step_name(ps->kind));
   bool operator_step = ps->kind < SK_PSTEP_ALLOC || ps->kind == SK_PSTEP_RECOMPUTE;
   if (ps->kind == SK_PSTEP_UPDATE) sk__par_put(t, " parameters");
+  else if (sk__prog_at_end(ps->kind)) sk__prog_put_end(t, p, ps, rank);
   else if (operator_step) {
     sk__prog_put_op(t, p, ps, rank, local);
     if (p->vstage) {
@@ -848,7 +875,9 @@ static void sk__prog_put_step(sk__par_text *t, const sk_parallel_plan *p, int i,
       sk__par_put(t, " micro=%d chunk=%d", ps->micro, chunk);
     }
     if (ps->half) sk__par_put(t, " half=%s", ps->half == 1 ? "B" : "W");
+    if (ps->bucket >= 0) sk__par_put(t, " bucket=%d", ps->bucket);
   } else sk__prog_put_data(t, p, ps, rank);
+  if (ps->last) sk__par_put(t, " when=last");
   sk__par_put(t, "\n");
 }
 

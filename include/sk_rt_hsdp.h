@@ -51,8 +51,26 @@ static sk_result sk__rt_gather_one(sk_runtime *rt, int t, sk_error *err) {
   return SK_OK;
 }
 
-/* level1 / level2: at the first gather of a step, every sharded parameter not held, fused under
-   comm_fusion's allgather setting (a scheduler per step: the gathered slices are new buffers). */
+/* A member of the program's gather (level1 / level2): its slice taken, its AllGather registered
+   with this step's scheduler (made at the first member: the gathered slices are new buffers)
+   under its bucket; the bucket's Fused step launches it. */
+static sk_result sk__rt_gather_member(sk_runtime *rt, int t, int bucket, sk_error *err) {
+  sk__rt_shard *sh = &rt->shards[t];
+  sk_result r = SK_OK;
+  if (!rt->ag) {
+    sk_fusion_desc fd = sk__rt_fusion_desc(rt);
+    rt->kind = SK__RT_HOST;
+    if ((r = sk_fusion_create(&fd, &rt->ag, err))) return r;
+  }
+  if ((r = sk__rt_hold(rt, t, err))) return r;
+  rt->kind = SK__RT_HOST;
+  r = sk_fusion_add_allgather(rt->ag, sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt, bucket + 1,
+                              rt->g->tensors[t].name, NULL);
+  return r ? sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->ag)) : SK_OK;
+}
+
+/* Pipeline evaluation (no program of its own yet): at the first gather, every sharded parameter
+   not held, one bucket per fusion id and group. */
 static sk_result sk__rt_gather_all(sk_runtime *rt, sk_error *err) {
   sk_fusion_desc fd = sk__rt_fusion_desc(rt);
   sk_fusion *f = NULL;
@@ -167,15 +185,15 @@ static sk_result sk__rt_shard_mirror(sk_runtime *rt, sk__rt_shard *sh) {
   return r;
 }
 
-/* After the ReduceScatters: a partially sharded parameter's Mirror over the rest of its replicas. */
-static sk_result sk__rt_shard_mirrors(sk_runtime *rt, sk_error *err) {
-  for (int t = 0; t < rt->g->ntensors; t++) {
-    sk__rt_shard *sh = &rt->shards[t];
-    if (!sh->mirror || !sh->grad) continue;
-    sk_result r = sk__rt_shard_mirror(rt, sh);
-    if (r) return sk__rt_comm_failed(rt, sh->mirror, r, err);
-    sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, sh->mirror, (uint64_t)sh->count * sk_dtype_size(rt->mirror_wire));
-  }
+/* ShardMirror: after the ReduceScatters, a partly sharded parameter's Mirror over the rest of
+   its replicas. */
+static sk_result sk__rt_prog_shard_mirror(sk_runtime *rt, int t, sk_error *err) {
+  sk__rt_shard *sh = &rt->shards[t];
+  if (!sh->mirror || !sh->grad)
+    return sk__fail(err, SK_ERR_INVALID_USAGE, "runtime: ShardMirror of '%s', which has no shard here", rt->g->tensors[t].name);
+  sk_result r = sk__rt_shard_mirror(rt, sh);
+  if (r) return sk__rt_comm_failed(rt, sh->mirror, r, err);
+  sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, sh->mirror, (uint64_t)sh->count * sk_dtype_size(rt->mirror_wire));
   return SK_OK;
 }
 

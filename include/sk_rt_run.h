@@ -104,14 +104,42 @@ static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
   return SK_OK;
 }
 
-/* Completes the fused Mirrors: launched now in registration order unless they overlapped the
-   backward, waited for, 16-bit shadows back into the gradients; each bucket counted as the one
-   AllReduce it is. */
-static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
+/* The scheduler executing the program's buckets of collective `coll`. */
+static sk_fusion *sk__rt_scheduler(const sk_runtime *rt, sk_coll_kind coll) {
+  return coll == SK_COLL_ALLREDUCE ? rt->fusion : coll == SK_COLL_REDUCE_SCATTER ? rt->rs_fusion : rt->ag;
+}
+
+/* A Fused step: the bucket launches. Its members marked themselves ready at their steps under
+   overlap (the AllReduces and ReduceScatters of grad_computation_allreduce_overlap); else they
+   are marked here, which launches it (buckets launch in order: the program's Fused steps are). */
+static sk_result sk__rt_prog_fused(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
+  sk_fusion *f = sk__rt_scheduler(rt, ps->coll);
+  if (ps->coll != SK_COLL_ALLGATHER && rt->overlap) return SK_OK;
+  if (!f) return sk__fail(err, SK_ERR_INVALID_USAGE, "runtime: bucket %d launched before any member", ps->bucket);
+  rt->kind = SK__RT_HOST;
   sk_result r = SK_OK;
-  for (int h = 0; h < rt->nfused && !rt->overlap && !r; h++) r = sk_fusion_ready(rt->fusion, h);
-  sk_result w = sk_fusion_wait(rt->fusion); /* even after a failed ready: nothing stays in flight */
-  r = r ? r : w;
+  for (int b = 0, nb = sk_fusion_bucket_count(f); b < nb && !r; b++) {
+    sk_fusion_bucket_info bi;
+    if ((r = sk_fusion_get_bucket(f, b, &bi)) || bi.fusion_id != ps->bucket + 1) continue;
+    for (int i = 0; i < bi.ntensors && !r; i++) r = sk_fusion_ready(f, bi.tensors[i]);
+  }
+  return r ? sk__fail(err, r, "%s", sk_fusion_error_message(f)) : SK_OK;
+}
+
+/* This step's gathers complete: counted per bucket, the scheduler gone (its slices stay). */
+static sk_result sk__rt_gathers_done(sk_runtime *rt, sk_error *err) {
+  sk_result r = rt->ag ? sk_fusion_wait(rt->ag) : SK_OK;
+  if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->ag));
+  if (rt->ag) sk__rt_count_buckets(rt, rt->ag);
+  sk_fusion_destroy(rt->ag);
+  rt->ag = NULL;
+  return SK_OK;
+}
+
+/* Completes the fused Mirrors, 16-bit shadows back into the gradients; each bucket counted as
+   the one AllReduce it is. */
+static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
+  sk_result r = sk_fusion_wait(rt->fusion);
   if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion));
   for (int o = 0; o < rt->g->nops; o++)
     for (int k = 0; k < rt->g->ops[o].ninputs; k++)
@@ -123,14 +151,11 @@ static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
   return SK_OK;
 }
 
-/* Completes the sharded parameters' ReduceScatters (launched now unless they overlapped), 16-bit
-   shard shadows back into the shards; each bucket counted in its wire dtype. */
+/* Completes the sharded parameters' ReduceScatters, 16-bit shard shadows back into the shards;
+   each bucket counted in its wire dtype. */
 static sk_result sk__rt_reduce_scatters_done(sk_runtime *rt, sk_error *err) {
   if (!rt->nrs) return SK_OK;
-  sk_result r = SK_OK;
-  for (int h = 0; h < rt->nrs && !rt->overlap && !r; h++) r = sk_fusion_ready(rt->rs_fusion, h);
-  sk_result w = sk_fusion_wait(rt->rs_fusion);
-  r = r ? r : w;
+  sk_result r = sk_fusion_wait(rt->rs_fusion);
   if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion));
   for (int t = 0; t < rt->g->ntensors; t++) {
     const sk__rt_shard *sh = &rt->shards[t];
@@ -158,19 +183,27 @@ static void sk__rt_accumulate(sk_runtime *rt, bool last) {
   }
 }
 
-static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
-  sk_result r = sk__rt_mirrors_done(rt, err);
-  if (!r && sk__rt_scatter_now(rt)) r = sk__rt_reduce_scatters_done(rt, err);
-  sk__rt_release_all(rt); /* a parameter no gradient reached may still be gathered */
-  for (int t = 0; t < rt->g->ntensors && !r; t++) /* no gradient reached it: zero */
+static sk_result sk__rt_prog_wait_fused(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
+  if (ps->coll == SK_COLL_ALLGATHER) return sk__rt_gathers_done(rt, err);
+  return ps->coll == SK_COLL_ALLREDUCE ? sk__rt_mirrors_done(rt, err) : sk__rt_reduce_scatters_done(rt, err);
+}
+
+/* GradsReady: gathered slices released (a parameter no gradient reached may still be held),
+   gradients no backward reached zeroed, and under grad_accumulation_step the micro-step's added
+   to their sums; *more false when the step ends here (a micro-step but the last). */
+static void sk__rt_grads_ready(sk_runtime *rt, bool *more) {
+  sk__rt_release_all(rt);
+  for (int t = 0; t < rt->g->ntensors; t++)
     if (rt->g->tensors[t].role == SK_TENSOR_PARAM && !rt->written[t] && rt->grads[t])
       memset(rt->grads[t], 0, sk__rt_bytes(rt, t));
-  if (!r && rt->accum > 1) {
-    sk__rt_accumulate(rt, sk__rt_last_micro(rt));
-    if (!sk__rt_last_micro(rt)) return SK_OK;
-  }
-  if (!r) r = sk__rt_shard_mirrors(rt, err);
-  if (!r && rt->nnorms) r = sk__rt_local_norms(rt, err);
+  if (rt->accum > 1) sk__rt_accumulate(rt, sk__rt_last_micro(rt));
+  *more = sk__rt_last_micro(rt);
+}
+
+/* After the program: the local norms and the optimizer on every parameter (or its shard). */
+static sk_result sk__rt_update(sk_runtime *rt, sk_error *err) {
+  sk_result r = SK_OK;
+  if (rt->nnorms) r = sk__rt_local_norms(rt, err);
   for (int t = 0; t < rt->g->ntensors && !r; t++) {
     if (rt->g->tensors[t].role != SK_TENSOR_PARAM) continue;
     const sk__rt_shard *sh = &rt->shards[t];

@@ -151,28 +151,27 @@ static sk_result sk__rt_setup_shard_groups(sk_runtime *rt, sk_error *err) {
   return r;
 }
 
-/* The scheduler's configuration: the plan's comm_fusion (MindSpore counts size mode's MB in
-   elements, hence its accounting); openstate False fuses nothing. */
+/* The schedulers execute the program's buckets: each member is registered with its bucket's
+   number + 1 as its fusion id and one bucket per id, so they form exactly the plan's buckets. */
 static sk_fusion_desc sk__rt_fusion_desc(const sk_runtime *rt) {
-  const sk_comm_fusion *cf = &rt->plan->desc.comm_fusion;
   sk_fusion_desc fd;
   memset(&fd, 0, sizeof fd);
-  fd.allreduce = cf->allreduce, fd.allgather = cf->allgather, fd.reduce_scatter = cf->reducescatter;
   sk_fusion_config *k[3] = {&fd.allreduce, &fd.allgather, &fd.reduce_scatter};
-  for (int i = 0; i < 3; i++) {
-    if (cf->closed) k[i]->mode = SK_FUSION_NONE;
-    k[i]->mindspore_accounting = k[i]->mode == SK_FUSION_AUTO || k[i]->mode == SK_FUSION_SIZE;
-  }
+  for (int i = 0; i < 3; i++) k[i]->mode = SK_FUSION_SIZE, k[i]->threshold_bytes = SK_FUSION_INF;
   fd.allocator = rt->counted;
   return fd;
 }
 
-/* Whether the Mirror at step s goes through the scheduler: a parameter read once, in its own
-   layout (the others' gradients are consumed by a later step of the backward). */
-static bool sk__rt_fusable(const sk_runtime *rt, const sk_parallel_step *s) {
-  return !rt->world && s->kind == SK_PSTEP_MIRROR && rt->readers[rt->g->ops[s->op].inputs[s->slot]] == 1 &&
-         !rt->plan->ops[s->op].moved[s->slot];
+/* The program's bucket of plan step s (a Mirror member of a fused AllReduce), or -1. */
+static int sk__rt_bucket_of(const sk_runtime *rt, const sk_parallel_step *s) {
+  const sk_program *pg = &rt->plan->programs[rt->stage];
+  int i = (int)(s - rt->plan->steps);
+  for (int j = 0; s->kind == SK_PSTEP_MIRROR && j < pg->nsteps; j++)
+    if (pg->steps[j].kind == SK_PSTEP_MIRROR && pg->steps[j].index == i) return pg->steps[j].bucket;
+  return -1;
 }
+
+static bool sk__rt_fusable(const sk_runtime *rt, const sk_parallel_step *s) { return sk__rt_bucket_of(rt, s) >= 0; }
 
 /* 16-bit Mirrors reduce a shadow of each fused gradient: one block, the shadows consecutive in
    registration order, so a bucket is one flat span the scheduler reduces without packing. */
@@ -226,13 +225,13 @@ static sk_result sk__rt_alloc_rs_shadows(sk_runtime *rt, sk_error *err) {
 
 /* A sharded parameter's gradient ReduceScatter, fused under comm_fusion's reducescatter setting,
    in the Mirrors' wire: on the gradient and its shard, or on their 16-bit shadows. */
-static sk_result sk__rt_add_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
+static sk_result sk__rt_add_reduce_scatter(sk_runtime *rt, int t, int bucket, sk_error *err) {
   sk__rt_shard *sh = &rt->shards[t];
   const void *send = sh->wire_grad ? sh->wire_grad : rt->grads[t];
   void *recv = sh->wire_shard ? sh->wire_shard : sh->grad;
   rt->kind = SK__RT_HOST;
   sk_result r = sk_fusion_add_reduce_scatter(rt->rs_fusion, sh->gather, send, recv, (size_t)sh->count, rt->mirror_wire,
-                                             SK_SUM, sh->fusion, rt->g->tensors[t].name, &sh->rs_handle);
+                                             SK_SUM, bucket + 1, rt->g->tensors[t].name, &sh->rs_handle);
   if (r) return sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->rs_fusion));
   rt->nrs++;
   return SK_OK;
@@ -249,20 +248,21 @@ static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   if (!r) r = sk_fusion_create(&fd, &rt->rs_fusion, err);
   if (!r) r = sk__rt_alloc_shadows(rt, err);
   if (!r) r = sk__rt_alloc_rs_shadows(rt, err);
-  for (int i = 0; i < rt->plan->nsteps && !r; i++) {
-    const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER) { /* pipeline: this stage's parameters only */
-      if (sk__rt_step_here(rt, s) && !sk__rt_pipe_scatters_each_micro(rt))
-        r = sk__rt_add_reduce_scatter(rt, rt->g->ops[s->op].inputs[s->slot], err);
+  const sk_program *pg = &rt->plan->programs[rt->stage];
+  for (int i = 0; i < pg->nsteps && !r; i++) { /* the members, in the program's order */
+    const sk_program_step *ps = &pg->steps[i];
+    if (ps->bucket < 0 || ps->kind == SK_PSTEP_FUSED || ps->coll == SK_COLL_ALLGATHER) continue;
+    const sk_parallel_step *s = &rt->plan->steps[ps->index];
+    int t = rt->g->ops[s->op].inputs[s->slot];
+    if (ps->coll == SK_COLL_REDUCE_SCATTER) {
+      r = sk__rt_add_reduce_scatter(rt, t, ps->bucket, err);
       continue;
     }
-    if (!sk__rt_fusable(rt, s)) continue;
-    int t = rt->g->ops[s->op].inputs[s->slot];
     sk__rt_op *ro = &rt->ops[s->op];
     void *buf = ro->shadow[s->slot] ? ro->shadow[s->slot] : rt->grads[t];
     rt->kind = SK__RT_HOST;
     r = sk_fusion_add_allreduce(rt->fusion, ro->mirror[s->slot], buf, buf, (size_t)sk_parallel_slice_count(rt->plan, t),
-                                rt->mirror_wire, SK_SUM, rt->g->ops[s->op].fusion, rt->g->tensors[t].name,
+                                rt->mirror_wire, SK_SUM, ps->bucket + 1, rt->g->tensors[t].name,
                                 &ro->fusion_handle[s->slot]);
     if (r) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
     else rt->nfused++;

@@ -305,6 +305,7 @@ struct sk_runtime {
   int nfused;         /* Mirrors registered with the scheduler: handles 0 .. nfused - 1 */
   sk_fusion *rs_fusion; /* the sharded parameters' gradient ReduceScatters (handles 0 .. nrs - 1) */
   int nrs;
+  sk_fusion *ag;      /* level1 / level2: this step's gathers, from the first member to WaitFused */
   int accum;          /* grad_accumulation_step (1: none) */
   void **acc;         /* per parameter: its gradient accumulated over the micro-steps (NULL: none) */
   bool overlap;       /* transformer_opt.grad_computation_allreduce_overlap */
@@ -494,16 +495,29 @@ static void sk__rt_prog_seed(sk_runtime *rt, double *sum) {
   rt->written[lt] = true;
 }
 
-/* Program step i; *sum gathers the micro-batches' losses. The Update is the caller's. */
-static sk_result sk__rt_prog_step(sk_runtime *rt, int i, bool inference, double *sum, sk_error *err) {
+/* The input tensor of plan step i (a step on an operator's input slot). */
+static int sk__rt_step_input(const sk_runtime *rt, int i) {
+  const sk_parallel_step *s = &rt->plan->steps[i];
+  return rt->g->ops[s->op].inputs[s->slot];
+}
+
+/* Program step i; *sum gathers the micro-batches' losses; *more turns false where a micro-step
+   of grad accumulation ends (GradsReady). The Update is the caller's. */
+static sk_result sk__rt_prog_step(sk_runtime *rt, int i, bool inference, double *sum, bool *more, sk_error *err) {
   const sk_program_step *ps = &rt->plan->programs[rt->stage].steps[i];
   switch (ps->kind) {
     case SK_PSTEP_ALLOC: return sk__rt_prog_alloc(rt, i, ps, err);
     case SK_PSTEP_FREE: return sk__rt_prog_free(rt, ps, inference), SK_OK;
     case SK_PSTEP_WAIT_SEND: return sk__rt_prog_wait(rt, ps, err);
+    case SK_PSTEP_FUSED: return sk__rt_prog_fused(rt, ps, err);
+    case SK_PSTEP_WAIT_FUSED: return sk__rt_prog_wait_fused(rt, ps, err);
+    case SK_PSTEP_GRADS_READY: return sk__rt_grads_ready(rt, more), SK_OK;
+    case SK_PSTEP_SHARD_MIRROR: return sk__rt_prog_shard_mirror(rt, ps->tensor, err);
     case SK_PSTEP_UPDATE: return SK_OK;
     default: break;
   }
+  if (ps->kind == SK_PSTEP_PARAM_GATHER && ps->bucket >= 0) /* level1 / level2: one of the step's gathers */
+    return sk__rt_named(rt, ps->index, sk__rt_gather_member(rt, sk__rt_step_input(rt, ps->index), ps->bucket, err), err);
   sk__rt_prog_bind(rt, ps->micro);
   if (ps->kind == SK_PSTEP_SEND) return sk__rt_prog_send(rt, i, ps, err);
   if (ps->kind == SK_PSTEP_RECV) return sk__rt_prog_recv(rt, ps, err);
@@ -519,6 +533,12 @@ static sk_result sk__rt_prog_step(sk_runtime *rt, int i, bool inference, double 
 static sk_result sk__rt_settle(sk_runtime *rt, sk_result r, sk_error *err) {
   sk_error e2;
   sk_result w = sk__rt_pipe_sends(rt, r ? &e2 : err);
+  if (r) { /* a failed step: no bucket stays in flight, the schedulers ready for the next */
+    if (rt->fusion) (void)sk_fusion_wait(rt->fusion);
+    if (rt->rs_fusion) (void)sk_fusion_wait(rt->rs_fusion);
+  }
+  sk_fusion_destroy(rt->ag); /* waits for what it launched */
+  rt->ag = NULL;
   size_t n = rt->world ? (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt) : 0;
   for (size_t i = 0; i < n; i++)
     if (rt->slots[i].live) sk__rt_slot_close(rt, &rt->slots[i]);
@@ -536,10 +556,12 @@ static sk_result sk__rt_train_step(sk_runtime *rt, double *loss, sk_error *err) 
   memset(rt->written, 0, (size_t)rt->g->ntensors * sizeof(bool)); /* gradients' sums start */
   for (int t = 0; t < rt->g->ntensors; t++) rt->shards[t].micros = 0;
   rt->bound = -1;
-  for (int i = 0; i < pg->nsteps && !r; i++) r = sk__rt_prog_step(rt, i, false, &sum, err);
+  bool more = true;
+  for (int i = 0; i < pg->nsteps && !r && more; i++)
+    if (!pg->steps[i].last || sk__rt_last_micro(rt)) r = sk__rt_prog_step(rt, i, false, &sum, &more, err);
   r = sk__rt_settle(rt, r, err);
   sk__rt_pipe_unpoint(rt); /* the update reads parameters only */
-  if (!r) r = sk__rt_update(rt, err);
+  if (!r && more) r = sk__rt_update(rt, err);
   if (r || !rt->world) return r || !loss ? r : (*loss = sum, SK_OK);
   double all = sk__rt_pipe_has_loss(rt, sk__rt_nvstages(rt) - 1) && sk__rt_vstage_here(rt, sk__rt_nvstages(rt) - 1) && rt->rank == 0
                    ? sum / rt->plan->micro : 0;
@@ -566,8 +588,9 @@ static sk_result sk__rt_plain_evaluate(sk_runtime *rt, sk_error *err) {
   const sk_program *pg = &rt->plan->programs[0];
   sk_result r = SK_OK;
   double sum = 0;
+  bool more = true;
   for (int i = 0; i < pg->nsteps && !r && pg->steps[i].kind != SK_PSTEP_SEED_LOSS; i++)
-    r = sk__rt_prog_step(rt, i, true, &sum, err);
+    r = sk__rt_prog_step(rt, i, true, &sum, &more, err);
   return r;
 }
 
@@ -621,7 +644,7 @@ static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
 
 SK_API void sk_runtime_destroy(sk_runtime *rt) {
   if (!rt) return;
-  sk_fusion_destroy(rt->fusion), sk_fusion_destroy(rt->rs_fusion);
+  sk_fusion_destroy(rt->fusion), sk_fusion_destroy(rt->rs_fusion), sk_fusion_destroy(rt->ag);
   for (int o = 0; rt->ops && o < rt->g->nops; o++) {
     sk__rt_op *ro = &rt->ops[o];
     for (int k = 0; k < SK_OP_MAX_INPUTS; k++) {
