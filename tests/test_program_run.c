@@ -8,10 +8,9 @@
       carry: their calls only. 1f1b with recomputation and model-parallel MatMuls,
       zero_bubble_v, and a plan without a pipeline (recomputation, comm_fusion closed: every
       fused Mirror a bucket of its own).
-   2. HSDP: the same under a pipeline with hsdp level1. The runtime still decides when sharded
-      parameters gather (all at once, fused) and scatter (after the last micro-batch, at the
-      update), so the shard groups' rows are only logged beside the program's; every other row
-      must match.
+   2. HSDP AND FUSION: the same with optimizer parallel (level1, level2, level3; under a pipeline
+      and without) and fused buckets (comm_fusion open, with and without overlap): a fused bucket is one call, its Fused step; its members' steps (bucket
+      >= 0) move nothing of their own; ShardMirror an AllReduce.
    3. DETERMINISM: 2 stages x 4 devices with hsdp trained 2 steps, five fresh worlds: every
       device's memory peaks (sk_runtime_memory) the same each time.
    4. ACCOUNTING: a pipeline's per-step peaks of activations, gradients and communication on
@@ -150,6 +149,9 @@ static bool is_move(sk_parallel_step_kind k) {
    false for a step that communicates nothing. */
 static bool step_collective(const sk_parallel_plan *p, const sk_program_step *ps, sk_coll_kind *kind) {
   if (ps->kind == SK_PSTEP_SEND) return *kind = SK_COLL_SEND, true;
+  if (ps->kind == SK_PSTEP_FUSED) return *kind = ps->coll, true;
+  if (ps->kind == SK_PSTEP_SHARD_MIRROR) return *kind = SK_COLL_ALLREDUCE, true;
+  if (ps->bucket >= 0) return false; /* a member: its bucket's Fused step moves it */
   if (ps->kind >= SK_PSTEP_ALLOC && ps->kind != SK_PSTEP_RECOMPUTE) return false;
   if (ps->kind == SK_PSTEP_UPDATE) return false;
   const sk_parallel_step *s = &p->steps[ps->index];
@@ -188,33 +190,16 @@ static void runtime_rows(const sk_runtime_stats *st, tallies *out) {
   }
 }
 
-/* Whether (kind, group) is where the runtime's own hsdp timing shows: a sharded parameter's
-   gather group (AllGather, ReduceScatter) or its Mirror group (the partial Mirror's AllReduce). */
-static bool hsdp_row(const sk_parallel_plan *p, sk_coll_kind kind, int group) {
-  for (int t = 0; t < p->graph->ntensors; t++) {
-    if (p->tensors[t].opt_size <= 0) continue;
-    sk_plan_group want;
-    memset(&want, 0, sizeof want);
-    want.kind = SK_PGROUP_OPT_GATHER, want.tensor = t;
-    if ((kind == SK_COLL_ALLGATHER || kind == SK_COLL_REDUCE_SCATTER) && sk_parallel_find_group(p, &want) == group) return true;
-    want.kind = SK_PGROUP_OPT_MIRROR;
-    if (kind == SK_COLL_ALLREDUCE && p->tensors[t].opt_mirror > 1 && sk_parallel_find_group(p, &want) == group) return true;
-  }
-  return false;
-}
-
 static const char *kind_name(sk_coll_kind k) { return k == SK_COLL_NONE ? "Move" : sk_coll_kind_ms_name(k); }
 
-/* Every row of one side found on the other with the same calls and bytes (skip_hsdp: the rows
-   hsdp_row names are left out on both sides). Returns how many rows were compared. */
-static int expect_rows_equal(const sk_parallel_plan *p, const tallies *prog, const tallies *rt, bool skip_hsdp, int dev,
-                             const char *what) {
+/* Every row of one side found on the other with the same calls and bytes. Returns how many
+   rows were compared. */
+static int expect_rows_equal(const tallies *prog, const tallies *rt, int dev, const char *what) {
   int compared = 0;
   for (int side = 0; side < 2; side++) {
     const tallies *a = side ? rt : prog, *b = side ? prog : rt;
     for (int i = 0; i < a->n; i++) {
       const tally *x = &a->row[i], *y = tally_find(b, x->kind, x->group);
-      if (skip_hsdp && hsdp_row(p, x->kind, x->group)) continue;
       cr_assert_not_null(y, "%s: device %d: %s on g%d: %llu calls in the %s, none in the %s", what, dev, kind_name(x->kind),
                          x->group, (unsigned long long)x->calls, side ? "runtime" : "program", side ? "program" : "runtime");
       cr_assert(x->calls == y->calls && x->bytes == y->bytes,
@@ -239,7 +224,7 @@ static void expect_replay(const sk_parallel_desc *pd, int world, const char *wha
     replay_program(&R.plan, sk_parallel_stage_of_rank(&R.plan, d), &prog);
     runtime_rows(&R.dev[d].stats, &rt);
     cr_assert_gt(prog.n, 1, "%s: device %d: the program communicates on %d (kind, group)s", what, d, prog.n);
-    rows += expect_rows_equal(&R.plan, &prog, &rt, false, d, what);
+    rows += expect_rows_equal(&prog, &rt, d, what);
   }
   cr_log_info("%s: %d devices, %d (kind, group) rows equal to the programs'", what, world, rows);
   run_free(&R);
@@ -299,47 +284,62 @@ Test(program_run, replay_without_a_pipeline_fusion_closed, .timeout = PR_TIMEOUT
   expect_replay(&pd, 4, "no pipeline, 4 devices, recompute, comm_fusion closed");
 }
 
-/* ---- 2. hsdp: the runtime's own timing of the shard groups, logged beside the program's ------- */
+/* ---- 2. hsdp and fused buckets: the shard groups' gathers, scatters and partial Mirrors ------ */
 
-static void log_hsdp_rows(const sk_parallel_plan *p, const tallies *prog, const tallies *rt, int dev) {
-  for (int side = 0; side < 2; side++) {
-    const tallies *a = side ? rt : prog, *b = side ? prog : rt;
-    for (int i = 0; i < a->n; i++) {
-      const tally *x = &a->row[i], *y = tally_find(b, x->kind, x->group);
-      if (!hsdp_row(p, x->kind, x->group) || (side && y)) continue; /* a row both have: logged once */
-      const tally *pr = side ? y : x, *ru = side ? x : y;
-      cr_log_info("  device %d  %-13s g%-3d program %3llu calls %7llu bytes | runtime %3llu calls %7llu bytes", dev,
-                  kind_name(x->kind), x->group, pr ? (unsigned long long)pr->calls : 0ull,
-                  pr ? (unsigned long long)pr->bytes : 0ull, ru ? (unsigned long long)ru->calls : 0ull,
-                  ru ? (unsigned long long)ru->bytes : 0ull);
-    }
-  }
+/* Whether some step of stage 0's program is a member of a fused bucket of collective c. */
+static bool fuses(const sk_parallel_plan *p, sk_coll_kind c) {
+  for (int i = 0; i < p->programs[0].nsteps; i++)
+    if (p->programs[0].steps[i].kind == SK_PSTEP_FUSED && p->programs[0].steps[i].coll == c) return true;
+  return false;
 }
 
-/* One step of the hsdp plan pd: every row but the shard groups' equal to the program's, those
-   logged for devices 0 and 4 (one of each stage). */
-static void expect_replay_outside_shard_groups(const sk_parallel_desc *pd, const char *what) {
+Test(program_run, replay_hsdp_under_a_pipeline, .timeout = PR_TIMEOUT) {
+  sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
+  expect_replay(&pd, 8, "1f1b + hsdp level1, 2 stages x 4 devices, 4 micro-batches");
+  pd = pipe_hsdp_knobs(4, SK_PIPE_ZERO_BUBBLE_V, SK_HSDP_LEVEL2);
+  expect_replay(&pd, 8, "zero_bubble_v + hsdp level2, 2 stages x 4 devices, 4 micro-batches");
+  pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL3);
+  pd.transformer_opt.grad_computation_allreduce_overlap = true;
+  expect_replay(&pd, 8, "1f1b + hsdp level3 + overlap, 2 stages x 4 devices, 4 micro-batches");
+}
+
+/* Without a pipeline: fused Mirrors, gathers and ReduceScatters in comm_fusion's buckets. */
+static sk_parallel_desc plain_hsdp_knobs(sk_hsdp_level level, bool overlap) {
+  sk_parallel_desc d;
+  memset(&d, 0, sizeof d);
+  d.hsdp = (sk_hsdp){true, 2, 0, level}; /* shard_size 2: a ShardMirror over the replicas left */
+  d.transformer_opt.grad_computation_allreduce_overlap = overlap;
+  return d;
+}
+
+Test(program_run, replay_fused_without_a_pipeline, .timeout = PR_TIMEOUT) {
+  sk_parallel_desc pd;
+  memset(&pd, 0, sizeof pd); /* comm_fusion auto: the Mirrors in one bucket per group */
+  expect_replay(&pd, 4, "no pipeline, 4 devices, comm_fusion auto");
+  pd.transformer_opt.grad_computation_allreduce_overlap = true;
+  expect_replay(&pd, 4, "no pipeline, 4 devices, comm_fusion auto, overlap");
+  pd = plain_hsdp_knobs(SK_HSDP_LEVEL1, false);
+  expect_replay(&pd, 8, "no pipeline, hsdp level1 shard_size 2, 8 devices");
+  pd = plain_hsdp_knobs(SK_HSDP_LEVEL3, true);
+  expect_replay(&pd, 8, "no pipeline, hsdp level3 shard_size 2, overlap, 8 devices");
+}
+
+Test(program_run, the_fused_plans_fuse, .timeout = PR_TIMEOUT) {
   static net n;
   static run R;
-  run_replay_net(&R, &n, 8, pd, 1, what);
-  cr_assert(program_has(&R.plan, SK_PSTEP_PARAM_GATHER, SK_PSTEP_PARAM_GATHER), "%s: nothing sharded", what);
-  cr_log_info("%s: the shard groups' rows, program vs runtime (informational):", what);
-  for (int d = 0; d < 8; d++) {
-    tallies prog, rt;
-    replay_program(&R.plan, sk_parallel_stage_of_rank(&R.plan, d), &prog);
-    runtime_rows(&R.dev[d].stats, &rt);
-    expect_rows_equal(&R.plan, &prog, &rt, true, d, what);
-    if (d == 0 || d == 4) log_hsdp_rows(&R.plan, &prog, &rt, d);
-  }
+  sk_parallel_desc pd = plain_hsdp_knobs(SK_HSDP_LEVEL1, false);
+  build_replay(&n, 8);
+  run_init_knobs(&R, &n, 8, SK_F64, sgd(0.1), 1, &pd);
+  cr_assert(fuses(&R.plan, SK_COLL_ALLGATHER) && fuses(&R.plan, SK_COLL_REDUCE_SCATTER), "hsdp level1: no fused gather or scatter");
+  cr_assert(program_has(&R.plan, SK_PSTEP_SHARD_MIRROR, SK_PSTEP_SHARD_MIRROR), "shard_size 2 of 8: no ShardMirror");
   run_free(&R);
   sk_graph_free(&n.g);
-}
-
-Test(program_run, replay_hsdp_outside_the_shard_groups, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
-  expect_replay_outside_shard_groups(&pd, "1f1b + hsdp level1, 2 stages x 4 devices, 4 micro-batches");
-  pd = pipe_hsdp_knobs(4, SK_PIPE_ZERO_BUBBLE_V, SK_HSDP_LEVEL2);
-  expect_replay_outside_shard_groups(&pd, "zero_bubble_v + hsdp level2, 2 stages x 4 devices, 4 micro-batches");
+  memset(&pd, 0, sizeof pd);
+  build_replay(&n, 4);
+  run_init_knobs(&R, &n, 4, SK_F64, sgd(0.1), 1, &pd);
+  cr_assert(fuses(&R.plan, SK_COLL_ALLREDUCE), "comm_fusion auto: no fused Mirror");
+  run_free(&R);
+  sk_graph_free(&n.g);
 }
 
 /* ---- 3. the memory peaks do not depend on the run ------------------------------------------------ */
