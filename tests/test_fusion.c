@@ -674,3 +674,68 @@ Test(fusion_errors, failing_bucket_named_at_wait, TO) {
   a.mode = 0, a.steps = 1, a.mismatch = true;
   rt_run(3, &a, "mismatch");
 }
+
+/* sk_fusion_plan_keys, the compiler's planner: the same buckets as a scheduler given the same
+   ops on one communicator, over every mode; ids that differ never share a bucket. */
+static void plan_keys_string(const sk_fusion_desc *d, const sk_fusion_key_op *ops, int n, char *got, size_t cap) {
+  int bucket[32], nb = -1;
+  sk_error err;
+  cr_assert_eq(sk_fusion_plan_keys(d, ops, n, bucket, &nb, &err), SK_OK, "plan_keys: %s", err.msg);
+  got[0] = 0;
+  for (int b = 0; b < nb; b++)
+    for (int i = 0, first = 1; i < n; i++)
+      if (bucket[i] == b) {
+        size_t len = strlen(got);
+        snprintf(got + len, cap - len, "%s%d", first ? (b ? "|" : "") : ",", i);
+        first = 0;
+      }
+}
+
+Test(fusion_plan, plan_keys_equal_the_schedulers, TO) {
+  solo s = solo_open();
+  static const size_t el[] = {200000, 100000, 50000, 300000, 10000, 262143, 1, 7};
+  static const int ids[] = {0, 0, 2, 0, SK_FUSION_NEVER, 0, 2, 0};
+  static const int split[] = {2, 5};
+  sk_fusion_key_op ops[8];
+  sk_fusion_desc d[4];
+  memset(ops, 0, sizeof ops), memset(d, 0, sizeof d);
+  d[0].allreduce.mode = SK_FUSION_SIZE, d[0].allreduce.threshold_mb = 1, d[0].allreduce.mindspore_accounting = true;
+  d[1].allreduce.mode = SK_FUSION_SIZE, d[1].allreduce.threshold_mb = 1;
+  d[2].allreduce.mode = SK_FUSION_INDEX, d[2].allreduce.indices = split, d[2].allreduce.nindices = 2;
+  d[3].allreduce.mode = SK_FUSION_NONE;
+  for (int i = 0; i < 8; i++) {
+    ops[i].kind = i % 4 == 3 ? SK_COLL_ALLGATHER : SK_COLL_ALLREDUCE, ops[i].group = 0, ops[i].group_size = 1;
+    ops[i].count = el[i], ops[i].dtype = SK_F32, ops[i].op = SK_SUM, ops[i].fusion_id = ids[i];
+  }
+  for (int c = 0; c < 4; c++) {
+    sk_fusion *f = mkf(&d[c]);
+    for (int i = 0; i < 8; i++) {
+      sk_fusion_op o;
+      memset(&o, 0, sizeof o);
+      o.kind = ops[i].kind, o.comm = s.c, o.send = g_dummy, o.recv = g_dummy, o.count = el[i], o.dtype = SK_F32;
+      o.op = SK_SUM, o.fusion_id = ids[i];
+      cr_assert_eq(sk_fusion_add(f, &o, NULL), SK_OK, "%s", sk_fusion_error_message(f));
+    }
+    char want[256] = "", got[256];
+    for (int b = 0, nb = sk_fusion_bucket_count(f); b < nb; b++) {
+      sk_fusion_bucket_info bi;
+      cr_assert_eq(sk_fusion_get_bucket(f, b, &bi), SK_OK);
+      for (int j = 0; j < bi.ntensors; j++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", j ? "," : (b ? "|" : ""), bi.tensors[j]);
+    }
+    plan_keys_string(&d[c], ops, 8, got, sizeof got);
+    cr_assert_str_eq(got, want, "config %d: plan_keys %s, the scheduler %s", c, got, want);
+    sk_fusion_destroy(f);
+  }
+  for (int i = 0; i < 8; i++) ops[i].group = i % 2; /* two groups: never one bucket */
+  char got[256];
+  d[0].allreduce.mode = SK_FUSION_SIZE, d[0].allreduce.threshold_bytes = SK_FUSION_INF, d[0].allreduce.mindspore_accounting = false;
+  plan_keys_string(&d[0], ops, 8, got, sizeof got);
+  cr_assert_str_eq(got, "0|1,5|2,6|3,7|4", "two groups, ids 0 / 2 / never, one bucket a key: %s", got);
+  ops[3].group_size = 0;
+  sk_error err;
+  int bucket[8];
+  cr_assert_eq(sk_fusion_plan_keys(&d[0], ops, 8, bucket, NULL, &err), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(err.msg, "op 3") && strstr(err.msg, "group_size 0"), "the message names the op: %s", err.msg);
+  solo_close(&s);
+}
