@@ -114,16 +114,17 @@ static sk_fusion *sk__rt_scheduler(const sk_runtime *rt, sk_coll_kind coll) {
    are marked here, which launches it (buckets launch in order: the program's Fused steps are). */
 static sk_result sk__rt_prog_fused(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
   sk_fusion *f = sk__rt_scheduler(rt, ps->coll);
+  const char *members = ps->coll == SK_COLL_ALLGATHER ? "ParamGather" : ps->coll == SK_COLL_ALLREDUCE ? "Mirror" : "GradReduceScatter";
   if (ps->coll != SK_COLL_ALLGATHER && rt->overlap) return SK_OK;
   if (!f) return sk__fail(err, SK_ERR_INVALID_USAGE, "runtime: bucket %d launched before any member", ps->bucket);
   rt->kind = SK__RT_HOST;
-  sk_result r = SK_OK;
-  for (int b = 0, nb = sk_fusion_bucket_count(f); b < nb && !r; b++) {
+  sk_result r = sk_fusion_plan(f); /* its buffers: the first failure's message, not a later call's */
+  for (int b = 0, nb = r ? 0 : sk_fusion_bucket_count(f); b < nb && !r; b++) {
     sk_fusion_bucket_info bi;
     if ((r = sk_fusion_get_bucket(f, b, &bi)) || bi.fusion_id != ps->bucket + 1) continue;
     for (int i = 0; i < bi.ntensors && !r; i++) r = sk_fusion_ready(f, bi.tensors[i]);
   }
-  return r ? sk__fail(err, r, "%s", sk_fusion_error_message(f)) : SK_OK;
+  return r ? sk__fail(err, r, "Fused bucket %d of %s steps: %s", ps->bucket, members, sk_fusion_error_message(f)) : SK_OK;
 }
 
 /* This step's gathers complete: counted per bucket, the scheduler gone (its slices stay). */

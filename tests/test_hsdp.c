@@ -203,10 +203,10 @@ Test(hsdp, plan_which_parameters_shard_and_where_steps_stand) {
   cr_assert_eq(p.nsteps, base.nsteps + 2 + 2 - 2);
   char *text = program_text(&p, 0);
   cr_assert(strstr(text, "\n#0 ParamGather fc1 op=MatMul input=1 tensor=w1 rows=[0:2] shards=2 coll=AllGather group=g1 "
-                         "ranks={0,4} bytes=256\n"), "%s", text);
+                         "ranks={0,4} bytes=256 bucket=0\n"), "%s", text);
   cr_assert(strstr(text, " tensor=w3 rows=[0:2] shards=8 coll=AllGather group=g0 ranks={0,1,2,3,4,5,6,7} "), "%s", text);
   cr_assert(strstr(text, " GradReduceScatter fc1 op=MatMul input=1 tensor=w1 rows=[0:2] shards=2 coll=ReduceScatter(sum) "
-                         "group=g1 ranks={0,4} bytes=256\n"), "%s", text);
+                         "group=g1 ranks={0,4} bytes=256 bucket=3\n"), "%s", text);
   cr_assert(!strstr(text, " mirror="), "fully sharded: no Mirror group\n%s", text);
   free(text);
   text = program_text(&p, 5); /* rank 5: second of {1,5}, rows 2..4 of its slice [4:8] */
@@ -232,12 +232,15 @@ Test(hsdp, plan_partial_shard_size_keeps_a_mirror_group) {
   cr_assert_eq(count_on(&p, SK_PSTEP_MIRROR, w3), 0, "the partial Mirror belongs to the GradReduceScatter step");
   char *text = program_text(&p, 0);
   cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=ReduceScatter(sum) group=g3 ranks={0,1} bytes=256 mirror=g4 "
-                         "mirror_ranks={0,2,4,6}\n"), "%s", text);
-  cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=AllGather group=g3 ranks={0,1} bytes=256\n"), "%s", text);
+                         "mirror_ranks={0,2,4,6} bucket=2\n"), "%s", text);
+  cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=AllGather group=g3 ranks={0,1} bytes=256 bucket=1\n"), "%s", text);
+  cr_assert(strstr(text, "\n#32 WaitFused coll=ReduceScatter(sum)\n#33 GradsReady\n"
+                         "#34 ShardMirror w3 coll=AllReduce(sum) group=g4 ranks={0,2,4,6} bytes=128\n#35 Update parameters\n"),
+            "the partial Mirror after the ReduceScatters: %s", text);
   free(text);
   text = program_text(&p, 7);
   cr_assert(strstr(text, " tensor=w3 rows=[8:16] shards=2 coll=ReduceScatter(sum) group=g3 ranks={6,7} bytes=256 mirror=g4 "
-                         "mirror_ranks={1,3,5,7}\n"), "%s", text);
+                         "mirror_ranks={1,3,5,7} bucket=2\n"), "%s", text);
   free(text);
   /* shard_size larger than the replica group: clamped to it (w1: 2 replicas) */
   sk_parallel_free(&p);

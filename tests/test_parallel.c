@@ -808,12 +808,15 @@ Test(parallel, format_tutorial_rank0) {
   cr_assert_not_null(strstr(text, "Mirror"));
   cr_assert_not_null(strstr(text, "fc1.weight"));
   cr_assert_not_null(strstr(text, "\n#25 Mirror fc1 op=MatMul input=1 tensor=fc1.weight slice=[0:196,0:512] coll=AllReduce(sum) "
-                                 "group=g2 ranks={0,4} bytes=401408\n"),
+                                 "group=g2 ranks={0,4} bytes=401408 bucket=1\n"),
                     "fc1.weight's slice and Mirror group on rank 0: %s", text);
+  cr_assert_not_null(strstr(text, "\n#27 Fused bucket=1 coll=AllReduce(sum) group=g2 ranks={0,4} bytes=401408\n"
+                                 "#28 WaitFused coll=AllReduce(sum)\n#29 GradsReady\n"),
+                    "fc1.weight's bucket launched at the step's end: %s", text);
   cr_assert_eq(text[n - 1], '\n');
   const char *last = text + n - 1;
   while (last > text && last[-1] != '\n') last--;
-  cr_assert_str_eq(last, "#26 Update parameters\n", "last line: %s", last);
+  cr_assert_str_eq(last, "#30 Update parameters\n", "last line: %s", last);
   int lines = 0;
   for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
   cr_assert_eq(lines, p.programs[0].nsteps + 1, "a header and one line per step");
