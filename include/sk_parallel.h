@@ -220,6 +220,7 @@ typedef enum sk_program_buffer {
   SK_PBUF_KERNEL_DOUT, /* that output's gradient */
   SK_PBUF_PRE_RS,      /* its output 0 before the forward ReduceScatter */
   SK_PBUF_STAGING,     /* a SEND's copy of what it sends (freed after its WAIT_SEND) */
+  SK_PBUF_GATHERED,    /* optimizer parallel: sharded parameter `tensor`'s slice, gathered (parameters) */
   SK_PBUF_COUNT
 } sk_program_buffer;
 

@@ -754,7 +754,8 @@ static void sk__prog_put_group(sk__par_text *t, const sk_parallel_plan *p, int g
 }
 
 static const char *sk__prog_buffer_name(int b) {
-  static const char *const names[SK_PBUF_COUNT] = {"value", "grad", "kernel_in", "kernel_out", "kernel_dout", "pre_rs", "staging"};
+  static const char *const names[SK_PBUF_COUNT] = {"value",  "grad",    "kernel_in", "kernel_out",
+                                                   "kernel_dout", "pre_rs", "staging", "gathered"};
   return b >= 0 && b < SK_PBUF_COUNT ? names[b] : "?";
 }
 

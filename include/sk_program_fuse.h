@@ -80,6 +80,13 @@ static sk_program_step *sk__fuse_copy(sk__fuse_b *fb, const sk_program_step *ps)
   return s;
 }
 
+/* A gathered slice taken (before its gather) or given back (at its release). */
+static void sk__fuse_slice(sk__fuse_b *fb, bool alloc, int t, int v, int m) {
+  const sk_parallel_plan *p = fb->b->p;
+  sk__prog_buffer(fb->b, alloc, SK_PBUF_GATHERED, t, -1, -1, v, m, sk_parallel_slice_count(p, t), p->graph->tensors[t].dtype);
+  fb->held[t] = alloc;
+}
+
 /* level1 / level2: every sharded parameter of the stage not held, gathered now (members of the
    AllGather buckets, kind SK_COLL_ALLGATHER until planned), for micro-batch m of chunk v. */
 static void sk__fuse_gather_all(sk__fuse_b *fb, int v, int m) {
@@ -87,10 +94,10 @@ static void sk__fuse_gather_all(sk__fuse_b *fb, int v, int m) {
   for (int t = 0; t < p->graph->ntensors; t++) {
     int i = fb->held[t] || !sk__fuse_sharded_here(p, fb->b->stage, t) ? -1 : sk__fuse_gather_index(p, t);
     if (i < 0) continue;
+    sk__fuse_slice(fb, true, t, v, m);
     sk__prog_op_step(fb->b, i, v, m, 0, SK_PSTEP_PARAM_GATHER);
     sk_program_step *s = &fb->b->prog->steps[fb->b->prog->nsteps - 1];
     if (!fb->b->failed) s->coll = SK_COLL_ALLGATHER;
-    fb->held[t] = true;
   }
 }
 
@@ -128,16 +135,16 @@ static void sk__fuse_rewrite(sk__fuse_b *fb) {
         sk__fuse_gather_all(fb, ps->vstage, ps->micro);
         continue;
       }
-      fb->held[t] = true;
+      sk__fuse_slice(fb, true, t, ps->vstage, ps->micro);
     }
-    if (k == SK_PSTEP_PARAM_RELEASE) fb->held[t] = false;
-    if (k == SK_PSTEP_GRAD_REDUCE_SCATTER) {
-      if (!p->vstage || level3) fb->held[t] = false;
+    if (k == SK_PSTEP_GRAD_REDUCE_SCATTER) { /* the backward is done with the slice */
+      if ((!p->vstage || level3) && fb->held[t]) sk__fuse_slice(fb, false, t, ps->vstage, ps->micro);
       sk__fuse_scatter(fb, ps);
       continue;
     }
     sk_program_step *s = sk__fuse_copy(fb, ps);
     if (!fb->b->failed && sk__fuse_mirror_member(fb, ps)) s->coll = SK_COLL_ALLREDUCE;
+    if (k == SK_PSTEP_PARAM_RELEASE && fb->held[t]) sk__fuse_slice(fb, false, t, ps->vstage, ps->micro);
   }
 }
 
@@ -255,6 +262,8 @@ static void sk__fuse_end(sk__fuse_b *fb, const sk__fuse_bucket *bk, int nb, cons
     }
     if (any[c]) sk__fuse_wait(fb, coll, last);
   }
+  for (int t = 0; t < p->graph->ntensors; t++) /* the slices held to the step's end */
+    if (fb->held[t]) sk__fuse_slice(fb, false, t, 0, 0);
   sk__prog_emit(fb->b, SK_PSTEP_GRADS_READY);
   for (int t = 0; t < p->graph->ntensors; t++) {
     if (p->tensors[t].opt_mirror <= 1 || !p->tensors[t].needs_grad || !sk__fuse_sharded_here(p, fb->b->stage, t)) continue;

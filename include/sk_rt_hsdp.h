@@ -51,18 +51,24 @@ static sk_result sk__rt_gather_one(sk_runtime *rt, int t, sk_error *err) {
   return SK_OK;
 }
 
-/* A member of the program's gather (level1 / level2): its slice taken, its AllGather registered
-   with this step's scheduler (made at the first member: the gathered slices are new buffers)
-   under its bucket; the bucket's Fused step launches it. */
-static sk_result sk__rt_gather_member(sk_runtime *rt, int t, int bucket, sk_error *err) {
+/* A ParamGather of the program into the slice its Alloc took: at level3 one AllGather now; at
+   level1 / level2 a member of this step's gather, registered with its scheduler (made at the
+   first member: the slices are new buffers) under its bucket, which its Fused step launches. */
+static sk_result sk__rt_prog_gather(sk_runtime *rt, int t, int bucket, sk_error *err) {
   sk__rt_shard *sh = &rt->shards[t];
   sk_result r = SK_OK;
+  if (!sh->held) return sk__fail(err, SK_ERR_INVALID_USAGE, "runtime: gathering '%s' without its slice", rt->g->tensors[t].name);
+  if (bucket < 0) {
+    if ((r = sk_allgather(sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt)))
+      return sk__rt_comm_failed(rt, sh->gather, r, err);
+    sk__rt_count_comm(rt, SK_COLL_ALLGATHER, sh->gather, (uint64_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(rt->cdt));
+    return SK_OK;
+  }
   if (!rt->ag) {
     sk_fusion_desc fd = sk__rt_fusion_desc(rt);
     rt->kind = SK__RT_HOST;
     if ((r = sk_fusion_create(&fd, &rt->ag, err))) return r;
   }
-  if ((r = sk__rt_hold(rt, t, err))) return r;
   rt->kind = SK__RT_HOST;
   r = sk_fusion_add_allgather(rt->ag, sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt, bucket + 1,
                               rt->g->tensors[t].name, NULL);
@@ -143,12 +149,10 @@ static sk_result sk__rt_pipe_scatter_micro(sk_runtime *rt, int t, sk_error *err)
 /* Under a pipeline the step runs once per micro-batch (after the backward of the parameter's
    first reader). level2 scatters each; level1 and level3 sum the micro-batches' gradients whole
    (MindSpore's grad_accumulation_shard False) and hand the sum to the scheduler after the last.
-   level1 keeps the gathered slice for the step's other micro-batches (released at the update);
-   level3 gathers per use, so it lets go now. */
+   The gathered slice's Free is the program's (level3 before this step, the others at the end). */
 static sk_result sk__rt_pipe_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
   sk__rt_shard *sh = &rt->shards[t];
   if (!rt->written[t]) memset(rt->grads[t], 0, sk__rt_bytes(rt, t)), rt->written[t] = true;
-  if (rt->plan->desc.hsdp.level == SK_HSDP_LEVEL3) sk__rt_release(rt, t);
   if (sk__rt_pipe_scatters_each_micro(rt)) return sk__rt_pipe_scatter_micro(rt, t, err);
   if (++sh->micros < rt->plan->micro) return SK_OK;
   if (sh->wire_grad) sk__rt_to_wire(rt->mirror_wire, rt->grads[t], sh->wire_grad, sk_parallel_slice_count(rt->plan, t));
@@ -160,7 +164,6 @@ static sk_result sk__rt_pipe_grad_reduce_scatter(sk_runtime *rt, int t, sk_error
 static sk_result sk__rt_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err) {
   if (rt->world) return sk__rt_pipe_grad_reduce_scatter(rt, t, err);
   if (!rt->written[t]) memset(rt->grads[t], 0, sk__rt_bytes(rt, t)), rt->written[t] = true;
-  sk__rt_release(rt, t);
   int64_t n = sk_parallel_slice_count(rt->plan, t);
   if (!sk__rt_scatter_now(rt)) return sk__rt_add(rt->cdt, rt->acc[t], rt->grads[t], n), SK_OK;
   if (rt->acc[t] && rt->plan->desc.hsdp.level != SK_HSDP_LEVEL2) { /* the whole accumulated gradient */

@@ -189,11 +189,10 @@ static sk_result sk__rt_prog_wait_fused(sk_runtime *rt, const sk_program_step *p
   return ps->coll == SK_COLL_ALLREDUCE ? sk__rt_mirrors_done(rt, err) : sk__rt_reduce_scatters_done(rt, err);
 }
 
-/* GradsReady: gathered slices released (a parameter no gradient reached may still be held),
-   gradients no backward reached zeroed, and under grad_accumulation_step the micro-step's added
-   to their sums; *more false when the step ends here (a micro-step but the last). */
+/* GradsReady: gradients no backward reached zeroed, and under grad_accumulation_step the
+   micro-step's added to their sums; *more false when the step ends here (a micro-step but the
+   last). The gathered slices were given back by the Free steps before it. */
 static void sk__rt_grads_ready(sk_runtime *rt, bool *more) {
-  sk__rt_release_all(rt);
   for (int t = 0; t < rt->g->ntensors; t++)
     if (rt->g->tensors[t].role == SK_TENSOR_PARAM && !rt->written[t] && rt->grads[t])
       memset(rt->grads[t], 0, sk__rt_bytes(rt, t));

@@ -418,6 +418,7 @@ static sk_result sk__rt_prog_alloc(sk_runtime *rt, int i, const sk_program_step 
   sk_dtype dt = sk_exec_is_float(ps->dtype) ? rt->cdt : ps->dtype;
   size_t bytes = (size_t)ps->count * sk_dtype_size(dt);
   if (ps->buffer == SK_PBUF_STAGING) return sk__rt_staging(rt, i + 1, bytes, err);
+  if (ps->buffer == SK_PBUF_GATHERED) return sk__rt_hold(rt, ps->tensor, err);
   if (!rt->world) return sk__rt_hold_value(rt, ps->tensor, err); /* a recomputed tensor */
   void **at = sk__rt_slot_ref(rt, ps);
   sk__rt_prog_unbind(rt);
@@ -434,6 +435,10 @@ static sk_result sk__rt_prog_alloc(sk_runtime *rt, int i, const sk_program_step 
 static void sk__rt_prog_free(sk_runtime *rt, const sk_program_step *ps, bool inference) {
   if (ps->buffer == SK_PBUF_STAGING) {
     sk__rt_staging_free(rt, ps->send);
+    return;
+  }
+  if (ps->buffer == SK_PBUF_GATHERED) {
+    sk__rt_release(rt, ps->tensor);
     return;
   }
   if (!rt->world) {
@@ -516,8 +521,10 @@ static sk_result sk__rt_prog_step(sk_runtime *rt, int i, bool inference, double 
     case SK_PSTEP_UPDATE: return SK_OK;
     default: break;
   }
-  if (ps->kind == SK_PSTEP_PARAM_GATHER && ps->bucket >= 0) /* level1 / level2: one of the step's gathers */
-    return sk__rt_named(rt, ps->index, sk__rt_gather_member(rt, sk__rt_step_input(rt, ps->index), ps->bucket, err), err);
+  sk_parallel_step_kind k = ps->kind == SK_PSTEP_RECOMPUTE ? rt->plan->steps[ps->index].kind : ps->kind;
+  if (k == SK_PSTEP_PARAM_GATHER) /* into the slice its Alloc took */
+    return sk__rt_named(rt, ps->index, sk__rt_prog_gather(rt, sk__rt_step_input(rt, ps->index), ps->bucket, err), err);
+  if (k == SK_PSTEP_PARAM_RELEASE) return SK_OK; /* the Free after it gives the slice back */
   sk__rt_prog_bind(rt, ps->micro);
   if (ps->kind == SK_PSTEP_SEND) return sk__rt_prog_send(rt, i, ps, err);
   if (ps->kind == SK_PSTEP_RECV) return sk__rt_prog_recv(rt, ps, err);
@@ -539,6 +546,7 @@ static sk_result sk__rt_settle(sk_runtime *rt, sk_result r, sk_error *err) {
   }
   sk_fusion_destroy(rt->ag); /* waits for what it launched */
   rt->ag = NULL;
+  sk__rt_release_all(rt); /* a failed step's gathered slices */
   size_t n = rt->world ? (size_t)rt->plan->micro * (size_t)sk__rt_nvstages(rt) : 0;
   for (size_t i = 0; i < n; i++)
     if (rt->slots[i].live) sk__rt_slot_close(rt, &rt->slots[i]);

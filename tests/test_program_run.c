@@ -388,7 +388,7 @@ Test(program_run, peaks_deterministic_zero_bubble_v_hsdp_level2, .timeout = PR_T
 
 /* ---- 4. the runtime's per-step peaks are the program's --------------------------------------- */
 
-enum { WALK_ACTS, WALK_GRADS, WALK_COMM, WALK_KINDS };
+enum { WALK_ACTS, WALK_GRADS, WALK_COMM, WALK_PARAMS, WALK_KINDS };
 
 /* Stage `stage`'s program walked: the most bytes of each kind its Alloc steps hold at once. */
 static void program_peaks(const sk_parallel_plan *p, int stage, uint64_t peak[WALK_KINDS]) {
@@ -399,6 +399,7 @@ static void program_peaks(const sk_parallel_plan *p, int stage, uint64_t peak[WA
     const sk_program_step *s = &pg->steps[i];
     if (s->kind != SK_PSTEP_ALLOC && s->kind != SK_PSTEP_FREE) continue;
     int k = s->buffer == SK_PBUF_STAGING                                    ? WALK_COMM
+            : s->buffer == SK_PBUF_GATHERED                                 ? WALK_PARAMS
             : s->buffer == SK_PBUF_GRAD || s->buffer == SK_PBUF_KERNEL_DOUT ? WALK_GRADS
                                                                             : WALK_ACTS;
     uint64_t b = sk_program_bytes(s, SK_F64);
@@ -412,6 +413,8 @@ static void program_peaks(const sk_parallel_plan *p, int stage, uint64_t peak[WA
   }
 }
 
+/* with_comm: the communication kind too (hsdp's runtime takes fusion buffers at each gather, not
+   program buffers). The parameters' peak above create is the gathered slices'. */
 static void expect_peaks_of_program(const sk_parallel_desc *pd, bool with_comm, const char *what) {
   static net n;
   static run R;
@@ -421,12 +424,15 @@ static void expect_peaks_of_program(const sk_parallel_desc *pd, bool with_comm, 
     program_peaks(&R.plan, sk_parallel_stage_of_rank(&R.plan, d), want);
     const sk_runtime_memory *c = &R.dev[d].mem_created, *e = &R.dev[d].mem_end;
     uint64_t got[WALK_KINDS] = {e->peak_activations - c->activations, e->peak_gradients - c->gradients,
-                                e->peak_communication - c->communication};
-    static const char *const names[WALK_KINDS] = {"activations", "gradients", "communication"};
-    for (int k = 0; k < (with_comm ? WALK_KINDS : WALK_COMM); k++)
+                                e->peak_communication - c->communication, e->peak_parameters - c->parameters};
+    static const char *const names[WALK_KINDS] = {"activations", "gradients", "communication", "parameters"};
+    for (int k = 0; k < WALK_KINDS; k++) {
+      if (k == WALK_COMM && !with_comm) continue;
       cr_assert_eq(got[k], want[k], "%s: device %d: %s peak %llu bytes above create's, the program's %llu", what, d, names[k],
                    (unsigned long long)got[k], (unsigned long long)want[k]);
+    }
     cr_assert_eq(e->activations, c->activations, "%s: device %d: activations left after the step", what, d);
+    cr_assert_eq(e->parameters, c->parameters, "%s: device %d: gathered slices left after the step", what, d);
     cr_assert_gt(want[WALK_ACTS], 0, "%s: device %d: the program holds no activations", what, d);
   }
   run_free(&R);
@@ -446,4 +452,8 @@ Test(program_run, step_peaks_are_the_programs_zero_bubble_v, .timeout = PR_TIMEO
 Test(program_run, step_peaks_are_the_programs_hsdp, .timeout = PR_TIMEOUT) {
   sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
   expect_peaks_of_program(&pd, false, "1f1b + hsdp level1 + recompute, 2 stages x 4 devices, 4 micro-batches");
+  pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL3);
+  expect_peaks_of_program(&pd, false, "1f1b + hsdp level3 + recompute, 2 stages x 4 devices, 4 micro-batches");
+  pd = plain_hsdp_knobs(SK_HSDP_LEVEL3, false);
+  expect_peaks_of_program(&pd, false, "hsdp level3 + recompute, no pipeline, 8 devices");
 }
