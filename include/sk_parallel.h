@@ -200,6 +200,7 @@ typedef enum sk_parallel_step_kind {
                            backward reached zeroed; under grad_accumulation_step added to their
                            sums (a micro-step but the last ends here) */
   SK_PSTEP_SHARD_MIRROR, /* a partly sharded parameter's gradient shard AllReduced over its replicas */
+  SK_PSTEP_SCORE,      /* evaluation: micro-batch `micro`'s logits scored against its labels */
   SK_PSTEP_KIND_COUNT
 } sk_parallel_step_kind;
 
@@ -328,6 +329,8 @@ typedef struct sk_parallel_plan {
   bool *searched;
   /* What each device runs: programs[stage] (sk_program.h), and the communicators they name. */
   sk_program *programs; /* [stages] */
+  sk_program *evals;    /* [stages] under a pipeline: what evaluation runs (every micro-batch's
+                           forwards, then Score on the last stage); NULL without one */
   int ngroups;
   sk_plan_group *groups;
 } sk_parallel_plan;
@@ -412,7 +415,7 @@ SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind) {
       "Move",   "Forward",  "ForwardComm", "UndoComm",     "Backward",         "BackwardComm",
       "Mirror", "MoveBack", "Update",      "ParamGather", "ParamRelease", "GradReduceScatter",
       "MoveOut", "MoveOutBack", "Alloc", "Free", "Recv", "Send", "WaitSend", "Recompute", "SeedLoss",
-      "Fused", "WaitFused", "GradsReady", "ShardMirror"};
+      "Fused", "WaitFused", "GradsReady", "ShardMirror", "Score"};
   return (int)kind >= 0 && kind < SK_PSTEP_KIND_COUNT ? names[kind] : "?";
 }
 

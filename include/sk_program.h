@@ -195,6 +195,7 @@ typedef struct sk__prog_b {
   sk_parallel_plan *p;
   sk_program *prog;
   int cap, stage, nforward;
+  bool eval; /* an evaluation program: no backward follows a forward */
   int *owner; /* [ntensors]: the chunk here whose slot holds an activation; -1 none */
   bool failed;
   sk_program_step sink; /* written and dropped once an allocation failed */
@@ -408,7 +409,7 @@ static void sk__prog_forward(sk__prog_b *b, int v, int m) {
   if (v > 0 && sk__prog_stage_of(p, v - 1) != b->stage) sk__prog_cross(b, v - 1, false, false, v, m);
   sk__prog_run(b, v, m, true, 0);
   if (v + 1 < sk__prog_nv(p) && sk__prog_stage_of(p, v + 1) != b->stage) sk__prog_cross(b, v, true, false, v, m);
-  for (int t = 0; t < p->graph->ntensors; t++)
+  for (int t = 0; t < p->graph->ntensors && !b->eval; t++)
     if (sk__prog_recomputed_here(p, v, t))
       sk__prog_buffer(b, false, SK_PBUF_VALUE, t, -1, -1, v, m, sk_parallel_slice_count(p, t), p->graph->tensors[t].dtype);
 }
@@ -449,6 +450,24 @@ static void sk__prog_backward(sk__prog_b *b, int v, int m) {
 static void sk__prog_weights(sk__prog_b *b, int v, int m) {
   sk__prog_run(b, v, m, false, 2);
   sk__prog_slot(b, false, v, m);
+}
+
+/* Evaluation under a pipeline, micro-batch after micro-batch: the forwards of the stage's chunks,
+   Score on the loss's stage, then the micro-batch's buffers given back (one held at a time). */
+static void sk__prog_eval_stage(sk__prog_b *b) {
+  const sk_parallel_plan *p = b->p;
+  int last = sk__prog_nv(p) - 1;
+  sk__prog_owners(b);
+  for (int m = 0; m < p->micro; m++) {
+    for (int v = 0; v <= last; v++)
+      if (sk__prog_stage_of(p, v) == b->stage) sk__prog_forward(b, v, m);
+    if (sk__prog_stage_of(p, last) == b->stage) {
+      sk_program_step *s = sk__prog_emit(b, SK_PSTEP_SCORE);
+      s->tensor = p->graph->logits, s->vstage = last, s->micro = m;
+    }
+    for (int v = 0; v <= last; v++)
+      if (sk__prog_stage_of(p, v) == b->stage) sk__prog_slot(b, false, v, m);
+  }
 }
 
 static void sk__prog_pipeline_stage(sk__prog_b *b) {
@@ -611,10 +630,10 @@ static int sk__prog_before(const sk_program *pg, sk_parallel_step_kind kind, int
 /* Where stage s's Send at index i is known complete: after the Recv of the first message its peer
    sent back after receiving it (the peer's Recv blocks, so it took the data before sending),
    when that Recv comes after the Send; else -1 (the end of the step). */
-static int sk__prog_proof(const sk_parallel_plan *p, int s, int i) {
-  const sk_program *me = &p->programs[s];
+static int sk__prog_proof(const sk_program *progs, int s, int i) {
+  const sk_program *me = &progs[s];
   const sk_program_step *snd = &me->steps[i];
-  const sk_program *peer = &p->programs[snd->peer];
+  const sk_program *peer = &progs[snd->peer];
   int at = sk__prog_nth(peer, SK_PSTEP_RECV, s, snd->group, sk__prog_before(me, SK_PSTEP_SEND, snd->peer, snd->group, i));
   for (int j = at + 1; at >= 0 && j < peer->nsteps; j++) {
     const sk_program_step *back = &peer->steps[j];
@@ -632,13 +651,13 @@ static bool sk__prog_at_end(sk_parallel_step_kind k) {
 }
 
 /* Inserts every WaitSend (and the Free of its staging copy) into stage s's program. */
-static sk_result sk__prog_wait_sends(sk_parallel_plan *p, int s) {
-  sk_program *pg = &p->programs[s];
+static sk_result sk__prog_wait_sends(sk_program *progs, int s) {
+  sk_program *pg = &progs[s];
   int n = pg->nsteps, nsend = 0;
   int *after = (int *)malloc(sizeof(int) * ((size_t)n + 1));
   if (!after) return SK_ERR_OUT_OF_MEMORY;
   for (int i = 0; i < n; i++) {
-    after[i] = pg->steps[i].kind == SK_PSTEP_SEND ? sk__prog_proof(p, s, i) : -2;
+    after[i] = pg->steps[i].kind == SK_PSTEP_SEND ? sk__prog_proof(progs, s, i) : -2;
     nsend += pg->steps[i].kind == SK_PSTEP_SEND;
   }
   sk_program_step *out = (sk_program_step *)malloc(sizeof *out * ((size_t)n + 2 * (size_t)nsend + 1));
@@ -689,7 +708,21 @@ static bool sk__prog_all_groups(sk_parallel_plan *p) {
   return ok;
 }
 
-static sk_result sk__prog_fuse(sk_parallel_plan *p, int stage, sk_error *err); /* sk_program_fuse.h */
+static sk_result sk__prog_fuse(sk_parallel_plan *p, sk_program *pg, int stage, bool eval, sk_error *err); /* sk_program_fuse.h */
+
+/* Every stage's evaluation program (under a pipeline). */
+static bool sk__prog_build_evals(sk_parallel_plan *p, int *owner, int nforward) {
+  p->evals = (sk_program *)calloc((size_t)p->stages, sizeof *p->evals);
+  bool failed = !p->evals;
+  for (int s = 0; s < p->stages && !failed; s++) {
+    sk__prog_b b;
+    memset(&b, 0, sizeof b);
+    b.p = p, b.prog = &p->evals[s], b.stage = s, b.nforward = nforward, b.owner = owner, b.eval = true;
+    sk__prog_eval_stage(&b);
+    failed = b.failed;
+  }
+  return !failed;
+}
 
 static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
   p->programs = (sk_program *)calloc((size_t)p->stages, sizeof *p->programs);
@@ -709,11 +742,14 @@ static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
     sk__prog_bwd_pack(&b);
     failed = b.failed;
   }
+  if (!failed && p->vstage) failed = !sk__prog_build_evals(p, owner, nforward);
   for (int s = 0; s < p->stages && !failed; s++) {
-    sk_result r = sk__prog_fuse(p, s, err);
+    sk_result r = sk__prog_fuse(p, &p->programs[s], s, false, err);
+    if (!r && p->vstage) r = sk__prog_fuse(p, &p->evals[s], s, true, err);
     if (r) return free(owner), r;
   }
-  for (int s = 0; s < p->stages && !failed && p->vstage; s++) failed = sk__prog_wait_sends(p, s) != SK_OK;
+  for (int s = 0; s < p->stages && !failed && p->vstage; s++)
+    failed = sk__prog_wait_sends(p->programs, s) != SK_OK || sk__prog_wait_sends(p->evals, s) != SK_OK;
   if (!failed) failed = !sk__prog_all_groups(p);
   free(owner);
   return failed ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the programs") : SK_OK;
@@ -721,6 +757,8 @@ static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
 
 static void sk__prog_free(sk_parallel_plan *p) {
   for (int s = 0; p->programs && s < p->stages; s++) free(p->programs[s].steps);
+  for (int s = 0; p->evals && s < p->stages; s++) free(p->evals[s].steps);
+  free(p->evals);
   free(p->programs), free(p->groups);
 }
 

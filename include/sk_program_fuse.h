@@ -41,7 +41,7 @@ SK_EXTERN_C_BEGIN
 typedef struct sk__fuse_b {
   sk__prog_b *b;    /* the output program (its steps rebuilt) and the plan */
   const sk_program_step *in;
-  int nin;
+  int nin;          /* the steps to rewrite (a training program's Update is not one of them) */
   bool *held;       /* [ntensors] a sharded parameter's slice gathered now */
   int *readers;     /* [ntensors] input slots reading the tensor, over every operator */
 } sk__fuse_b;
@@ -124,7 +124,7 @@ static void sk__fuse_scatter(sk__fuse_b *fb, const sk_program_step *ps) {
 static void sk__fuse_rewrite(sk__fuse_b *fb) {
   const sk_parallel_plan *p = fb->b->p;
   bool level3 = p->desc.hsdp.level == SK_HSDP_LEVEL3;
-  for (int i = 0; i < fb->nin - 1 && !fb->b->failed; i++) {
+  for (int i = 0; i < fb->nin && !fb->b->failed; i++) {
     const sk_program_step *ps = &fb->in[i];
     bool op_step = ps->kind < SK_PSTEP_ALLOC || ps->kind == SK_PSTEP_RECOMPUTE;
     sk_parallel_step_kind k = op_step ? sk__fuse_kind(p, ps) : SK_PSTEP_KIND_COUNT;
@@ -275,7 +275,7 @@ static void sk__fuse_end(sk__fuse_b *fb, const sk__fuse_bucket *bk, int nb, cons
 }
 
 /* The rewritten steps with each bucket's Fused (and an AllGather's WaitFused) after its launch
-   point, then the step's end. */
+   point, then the step's end (an evaluation's: the slices still held given back). */
 static void sk__fuse_emit(sk__fuse_b *fb, const sk_program *mid, const sk__fuse_bucket *bk, int nb,
                           const sk_program_step *update) {
   const sk_parallel_plan *p = fb->b->p;
@@ -289,21 +289,24 @@ static void sk__fuse_emit(sk__fuse_b *fb, const sk_program *mid, const sk__fuse_
       }
     if (gathered) sk__fuse_wait(fb, SK_COLL_ALLGATHER, false);
   }
-  sk__fuse_end(fb, bk, nb, update);
+  for (int t = 0; !update && t < p->graph->ntensors; t++)
+    if (fb->held[t]) sk__fuse_slice(fb, false, t, 0, 0);
+  if (update) sk__fuse_end(fb, bk, nb, update);
 }
 
-/* Stage s's program (the build's, ending with the Update) with its fused collectives. */
-static sk_result sk__prog_fuse(sk_parallel_plan *p, int stage, sk_error *err) {
-  sk_program *pg = &p->programs[stage], mid = {0, NULL}, out = {0, NULL};
+/* Stage s's program pg (the build's: a training step ending with the Update, or an evaluation)
+   with its fused collectives. */
+static sk_result sk__prog_fuse(sk_parallel_plan *p, sk_program *pg, int stage, bool eval, sk_error *err) {
+  sk_program mid = {0, NULL}, out = {0, NULL};
   const sk_graph *g = p->graph;
   sk__prog_b b;
   memset(&b, 0, sizeof b);
   b.p = p, b.prog = &mid, b.stage = stage;
-  sk__fuse_b fb = {&b, pg->steps, pg->nsteps, (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool)),
+  sk__fuse_b fb = {&b, pg->steps, eval ? pg->nsteps : pg->nsteps - 1, (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool)),
                    (int *)calloc((size_t)g->ntensors + 1, sizeof(int))};
   sk__fuse_bucket *bk = NULL;
   int nb = 0;
-  sk_result r = fb.held && fb.readers && pg->nsteps > 0 ? SK_OK : SK_ERR_OUT_OF_MEMORY;
+  sk_result r = fb.held && fb.readers && (eval || pg->nsteps > 0) ? SK_OK : SK_ERR_OUT_OF_MEMORY;
   for (int o = 0; !r && o < g->nops; o++)
     for (int k = 0; k < g->ops[o].ninputs; k++) fb.readers[g->ops[o].inputs[k]]++;
   if (!r) sk__fuse_rewrite(&fb);
@@ -313,7 +316,7 @@ static sk_result sk__prog_fuse(sk_parallel_plan *p, int stage, sk_error *err) {
   if (!r) {
     sk__fuse_places(p, &mid, bk, nb);
     b.prog = &out, b.cap = 0;
-    sk__fuse_emit(&fb, &mid, bk, nb, &pg->steps[pg->nsteps - 1]);
+    sk__fuse_emit(&fb, &mid, bk, nb, eval ? NULL : &pg->steps[pg->nsteps - 1]);
     if (b.failed) r = SK_ERR_OUT_OF_MEMORY;
   }
   free(fb.held), free(fb.readers), free(bk), free(mid.steps);

@@ -23,7 +23,8 @@ static void sk__rt_point(sk_runtime *rt, int t, void *data) {
 
 static sk_result sk__rt_hold(sk_runtime *rt, int t, sk_error *err) {
   void *v = sk__rt_alloc(rt, SK__RT_PARAMS, sk__rt_bytes(rt, t));
-  if (!v) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory gathering '%s'", rt->g->tensors[t].name);
+  if (!v) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: Alloc: out of memory for the slice ParamGather gathers of '%s'",
+                         rt->g->tensors[t].name);
   sk__rt_point(rt, t, v);
   rt->shards[t].held = true;
   return SK_OK;
@@ -38,17 +39,6 @@ static void sk__rt_release(sk_runtime *rt, int t) {
 
 static void sk__rt_release_all(sk_runtime *rt) {
   for (int t = 0; t < rt->g->ntensors; t++) sk__rt_release(rt, t);
-}
-
-/* level3: one parameter, gathered where it is read. */
-static sk_result sk__rt_gather_one(sk_runtime *rt, int t, sk_error *err) {
-  sk__rt_shard *sh = &rt->shards[t];
-  sk_result r = sk__rt_hold(rt, t, err);
-  if (r) return r;
-  if ((r = sk_allgather(sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt)))
-    return sk__rt_comm_failed(rt, sh->gather, r, err);
-  sk__rt_count_comm(rt, SK_COLL_ALLGATHER, sh->gather, (uint64_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(rt->cdt));
-  return SK_OK;
 }
 
 /* A ParamGather of the program into the slice its Alloc took: at level3 one AllGather now; at
@@ -73,40 +63,6 @@ static sk_result sk__rt_prog_gather(sk_runtime *rt, int t, int bucket, sk_error 
   r = sk_fusion_add_allgather(rt->ag, sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt, bucket + 1,
                               rt->g->tensors[t].name, NULL);
   return r ? sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->ag)) : SK_OK;
-}
-
-/* Pipeline evaluation (no program of its own yet): at the first gather, every sharded parameter
-   not held, one bucket per fusion id and group. */
-static sk_result sk__rt_gather_all(sk_runtime *rt, sk_error *err) {
-  sk_fusion_desc fd = sk__rt_fusion_desc(rt);
-  sk_fusion *f = NULL;
-  rt->kind = SK__RT_HOST;
-  sk_result r = sk_fusion_create(&fd, &f, err);
-  int n = 0;
-  for (int t = 0; t < rt->g->ntensors && !r; t++) {
-    sk__rt_shard *sh = &rt->shards[t];
-    if (!sh->data || sh->held || (r = sk__rt_hold(rt, t, err))) continue;
-    rt->kind = SK__RT_HOST;
-    r = sk_fusion_add_allgather(f, sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt, sh->fusion,
-                                rt->g->tensors[t].name, NULL);
-    if (r) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(f));
-    n++;
-  }
-  rt->kind = SK__RT_HOST;
-  sk_result c = SK_OK;
-  bool launched = false;
-  for (int h = 0; h < n && !r && !c; h++) c = sk_fusion_ready(f, h), launched = true;
-  sk_result w = launched ? sk_fusion_wait(f) : SK_OK; /* even after a failed ready: nothing stays in flight */
-  if (!c) c = w;
-  if (!r && c) r = sk__fail(err, c, "%s", sk_fusion_error_message(f));
-  if (!r) sk__rt_count_buckets(rt, f);
-  sk_fusion_destroy(f);
-  return r;
-}
-
-static sk_result sk__rt_param_gather(sk_runtime *rt, int t, sk_error *err) {
-  if (rt->shards[t].held) return SK_OK;
-  return rt->plan->desc.hsdp.level == SK_HSDP_LEVEL3 ? sk__rt_gather_one(rt, t, err) : sk__rt_gather_all(rt, err);
 }
 
 /* The summed gradient of a sharded parameter goes to the scheduler (launched now under overlap,

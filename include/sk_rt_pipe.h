@@ -1,4 +1,4 @@
-/* sk_rt_pipe.h -- part of sk_runtime.h's implementation: pipeline parallel's buffers: the slots of each chunk's micro-batches, binding them, the sends' staging copies, and the pipeline's evaluation.
+/* sk_rt_pipe.h -- part of sk_runtime.h's implementation: pipeline parallel's buffers: the slots of each chunk's micro-batches, binding them, the sends' staging copies.
    Include sk_runtime.h, not this: its implementation includes the parts in order. Needs only libc.
    License: MIT. */
 #ifndef SK_RT_PIPE_H
@@ -134,41 +134,6 @@ static void sk__rt_slot_close(sk_runtime *rt, sk__rt_slot *sl) {
   sl->live = false;
 }
 
-/* Chunk v's buffers for one micro-batch: its tensors (and their gradients), its operators'
-   moved inputs and pre-ReduceScatter outputs. */
-static sk_result sk__rt_slot_open(sk_runtime *rt, int v, int micro, sk_error *err) {
-  sk__rt_slot *sl = sk__rt_slot_at(rt, v, micro);
-  const sk_graph *g = rt->g;
-  bool ok = true;
-  for (int t = 0; t < g->ntensors && ok; t++) {
-    if (rt->owner[t] != v) continue;
-    ok = (sl->values[t] = sk__rt_alloc(rt, SK__RT_ACTS, sk__rt_bytes(rt, t))) != NULL;
-    if (ok && rt->plan->tensors[t].needs_grad) ok = (sl->grads[t] = sk__rt_alloc(rt, SK__RT_GRADS, sk__rt_bytes(rt, t))) != NULL;
-  }
-  for (int o = 0; o < g->nops && ok; o++) {
-    if (rt->plan->vstage[o] != v) continue;
-    const sk_parallel_op *po = &rt->plan->ops[o];
-    for (int k = 0; k < g->ops[o].ninputs && ok; k++)
-      if (po->moved[k])
-        ok = (sl->kin[o * SK_OP_MAX_INPUTS + k] = sk__rt_alloc(rt, SK__RT_ACTS, (size_t)sk__rt_count(&po->kernel_in[k]) *
-                                                                               sk_dtype_size(sk__rt_dtype(rt, g->ops[o].inputs[k])))) != NULL;
-    for (int k = 0; k < g->ops[o].noutputs && ok; k++) {
-      if (!po->out_moved[k]) continue;
-      int t = g->ops[o].outputs[k];
-      size_t b = (size_t)sk__rt_count(&po->plan.out[k]) * sk_dtype_size(sk__rt_dtype(rt, t));
-      ok = (sl->kout[o * SK_OP_MAX_OUTPUTS + k] = sk__rt_alloc(rt, SK__RT_ACTS, b)) != NULL;
-      if (ok && rt->plan->tensors[t].needs_grad) ok = (sl->dkout[o * SK_OP_MAX_OUTPUTS + k] = sk__rt_alloc(rt, SK__RT_GRADS, b)) != NULL;
-    }
-    if (ok && rt->ops[o].pre_rs_count)
-      ok = (sl->pre_rs[o] = sk__rt_alloc(rt, SK__RT_ACTS, (size_t)rt->ops[o].pre_rs_count *
-                                                            sk_dtype_size(sk__rt_dtype(rt, g->ops[o].outputs[0])))) != NULL;
-  }
-  sl->live = true;
-  if (ok) return SK_OK;
-  sk__rt_slot_close(rt, sl);
-  return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory for micro-batch %d of chunk %d", micro, v);
-}
-
 /* Points the runtime's tensors at micro-batch `micro`'s buffers: each activation at its
    owner's slot, each input at its feed, each operator here at its chunk's slot. */
 static void sk__rt_pipe_bind(sk_runtime *rt, int micro) {
@@ -201,11 +166,6 @@ static void sk__rt_pipe_bind(sk_runtime *rt, int micro) {
 static void sk__rt_pipe_unbind(sk_runtime *rt, int micro) {
   for (int t = 0; t < rt->g->ntensors; t++)
     if (rt->owner[t] >= 0) sk__rt_slot_at(rt, rt->owner[t], micro)->written[t] = rt->written[t];
-}
-
-/* The device at this device's place in the stage holding virtual stage v. */
-static int sk__rt_pipe_peer(const sk_runtime *rt, int v) {
-  return sk_pipe_stage_of(&rt->plan->schedule, v, NULL) * rt->plan->desc.ndevices + rt->rank;
 }
 
 
@@ -251,97 +211,10 @@ static sk_result sk__rt_pipe_sends(sk_runtime *rt, sk_error *err) {
   rt->nsends = 0;
   return r;
 }
-/* Evaluation: activation t to the next stage, from a copy freed after the evaluation. */
-static sk_result sk__rt_pipe_send(sk_runtime *rt, int peer, int t, sk_error *err) {
-  size_t n = (size_t)sk_parallel_slice_count(rt->plan, t), b = sk__rt_bytes(rt, t);
-  sk_result r = sk__rt_staging(rt, -1, b, err);
-  if (r) return r;
-  sk__rt_send *s = &rt->sends[rt->nsends - 1];
-  memcpy(s->staging, rt->values[t], b);
-  if ((r = sk_isend(rt->fwd_link, s->staging, n, sk__rt_dtype(rt, t), peer, &s->req)) != SK_OK) {
-    sk__rt_counted_free(rt, s->staging), rt->nsends--;
-    return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(rt->fwd_link));
-  }
-  return SK_OK;
-}
-
-/* Before F of chunk v: the activations crossing into it from the previous chunk's stage. */
-static sk_result sk__rt_pipe_recv_values(sk_runtime *rt, int v, sk_error *err) {
-  if (v == 0 || sk__rt_vstage_here(rt, v - 1)) return SK_OK;
-  for (int t = 0; t < rt->g->ntensors; t++) {
-    if (!sk__rt_crosses(rt, t, v - 1)) continue;
-    sk_result r = sk_recv(rt->fwd_link, rt->values[t], (size_t)sk_parallel_slice_count(rt->plan, t), sk__rt_dtype(rt, t),
-                          sk__rt_pipe_peer(rt, v - 1));
-    if (r) return sk__fail(err, r, "runtime: pipeline: receiving '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(rt->fwd_link));
-  }
-  return SK_OK;
-}
-
-/* After F of chunk v: the activations crossing out of it, to the next chunk's stage. */
-static sk_result sk__rt_pipe_send_values(sk_runtime *rt, int v, sk_error *err) {
-  if (v + 1 >= sk__rt_nvstages(rt) || sk__rt_vstage_here(rt, v + 1)) return SK_OK;
-  sk_result r = SK_OK;
-  for (int t = 0; t < rt->g->ntensors && !r; t++)
-    if (sk__rt_crosses(rt, t, v)) r = sk__rt_pipe_send(rt, sk__rt_pipe_peer(rt, v + 1), t, err);
-  return r;
-}
-/* Chunk v's forward steps (evaluation: the training step runs the stage's program). */
-static sk_result sk__rt_pipe_run(sk_runtime *rt, int v, sk_error *err) {
-  sk_result r = SK_OK;
-  for (int i = 0; i < rt->nforward && !r; i++) {
-    const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->op >= 0 && rt->plan->vstage[s->op] == v) r = sk__rt_named(rt, i, sk__rt_run_step(rt, i, true, err), err);
-  }
-  return r;
-}
-
 static bool sk__rt_pipe_has_loss(const sk_runtime *rt, int v) {
   int p = rt->g->tensors[rt->g->loss].producer;
   return p >= 0 && rt->plan->vstage[p] == v;
 }
-/* Evaluation: chunk v's forward for micro-batch `micro`, between its Recv and Send. */
-static sk_result sk__rt_pipe_forward(sk_runtime *rt, int v, int micro, sk_error *err) {
-  sk_result r = sk__rt_slot_open(rt, v, micro, err);
-  if (r) return r;
-  sk__rt_pipe_bind(rt, micro);
-  r = sk__rt_pipe_recv_values(rt, v, err);
-  if (!r) r = sk__rt_pipe_run(rt, v, err);
-  if (!r) r = sk__rt_pipe_send_values(rt, v, err);
-  sk__rt_pipe_unbind(rt, micro);
-  return r;
-}
-
-/* Inference through the pipeline: every micro-batch forward, chunk after chunk; the last
-   stage's devices score its logits; with output_broadcast every device gets their counts, else
-   the other stages' devices report no rows (MindSpore's output_broadcast=False). */
-static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
-  int last = sk__rt_nvstages(rt) - 1;
-  double counts[2] = {0, 0};
-  sk_result r = SK_OK;
-  for (int i = 0; i < rt->plan->micro && !r; i++) {
-    for (int v = 0; v <= last && !r; v++)
-      if (sk__rt_vstage_here(rt, v)) r = sk__rt_pipe_forward(rt, v, i, err);
-    if (!r && sk__rt_vstage_here(rt, last)) {
-      int64_t hits = 0, n = 0;
-      sk__rt_pipe_bind(rt, i);
-      r = sk__rt_score(rt, &hits, &n, err);
-      counts[0] += (double)hits, counts[1] += (double)n;
-    }
-    for (int v = 0; v <= last; v++) /* no backward follows: one micro-batch held at a time */
-      if (sk__rt_slot_at(rt, v, i)->live) sk__rt_slot_close(rt, sk__rt_slot_at(rt, v, i));
-  }
-  r = sk__rt_settle(rt, r, err);
-  sk__rt_pipe_unpoint(rt);
-  sk__rt_release_all(rt); /* hsdp: no backward follows */
-  if (!r && rt->plan->desc.output_broadcast) { /* the last stage's first device speaks for it */
-    if (!sk__rt_vstage_here(rt, last) || rt->rank != 0) counts[0] = counts[1] = 0;
-    if ((r = sk_allreduce(rt->world, counts, counts, 2, SK_F64, SK_SUM)))
-      r = sk__fail(err, r, "runtime: pipeline: broadcasting the last stage's score: %s", sk_comm_error_message(rt->world));
-  }
-  if (!r) *correct = (int64_t)counts[0], *rows = (int64_t)counts[1];
-  return r;
-}
-
 /* A micro-batch's rows of each input, fed whole: micro-batch i reads rows [i*B/m, (i+1)*B/m). */
 static sk_result sk__rt_pipe_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, sk_error *err) {
   if (!sk__rt_read_here(rt, input)) return SK_OK;

@@ -237,8 +237,6 @@ static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error
     case SK_PSTEP_BACKWARD_COMM: r = sk__rt_backward_comm(rt, s, err); break;
     case SK_PSTEP_MIRROR: r = sk__rt_mirror(rt, s, err); break;
     case SK_PSTEP_MOVE_BACK: r = sk__rt_move_back(rt, s, err); break;
-    case SK_PSTEP_PARAM_GATHER: r = sk__rt_param_gather(rt, t, err); break;
-    case SK_PSTEP_PARAM_RELEASE: sk__rt_release(rt, t); break;
     case SK_PSTEP_GRAD_REDUCE_SCATTER: r = sk__rt_grad_reduce_scatter(rt, t, err); break;
     case SK_PSTEP_OUT_MOVE:
     case SK_PSTEP_OUT_MOVE_BACK: r = sk__rt_out_move(rt, s, err); break;

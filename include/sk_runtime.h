@@ -306,6 +306,7 @@ struct sk_runtime {
   sk_fusion *rs_fusion; /* the sharded parameters' gradient ReduceScatters (handles 0 .. nrs - 1) */
   int nrs;
   sk_fusion *ag;      /* level1 / level2: this step's gathers, from the first member to WaitFused */
+  int64_t scored[2];  /* an evaluation's Score steps so far: rows whose argmax is the label, rows */
   int accum;          /* grad_accumulation_step (1: none) */
   void **acc;         /* per parameter: its gradient accumulated over the micro-steps (NULL: none) */
   bool overlap;       /* transformer_opt.grad_computation_allreduce_overlap */
@@ -506,10 +507,19 @@ static int sk__rt_step_input(const sk_runtime *rt, int i) {
   return rt->g->ops[s->op].inputs[s->slot];
 }
 
-/* Program step i; *sum gathers the micro-batches' losses; *more turns false where a micro-step
+/* Score: the bound micro-batch's logits against its labels, added to rt->scored. */
+static sk_result sk__rt_prog_score(sk_runtime *rt, sk_error *err) {
+  int64_t hits = 0, n = 0;
+  sk_result r = sk__rt_score(rt, &hits, &n, err);
+  if (!r) rt->scored[0] += hits, rt->scored[1] += n;
+  return r;
+}
+
+/* Program step i of pg; *sum gathers the micro-batches' losses; *more turns false where a micro-step
    of grad accumulation ends (GradsReady). The Update is the caller's. */
-static sk_result sk__rt_prog_step(sk_runtime *rt, int i, bool inference, double *sum, bool *more, sk_error *err) {
-  const sk_program_step *ps = &rt->plan->programs[rt->stage].steps[i];
+static sk_result sk__rt_prog_step(sk_runtime *rt, const sk_program *pg, int i, bool inference, double *sum, bool *more,
+                                  sk_error *err) {
+  const sk_program_step *ps = &pg->steps[i];
   switch (ps->kind) {
     case SK_PSTEP_ALLOC: return sk__rt_prog_alloc(rt, i, ps, err);
     case SK_PSTEP_FREE: return sk__rt_prog_free(rt, ps, inference), SK_OK;
@@ -529,6 +539,7 @@ static sk_result sk__rt_prog_step(sk_runtime *rt, int i, bool inference, double 
   if (ps->kind == SK_PSTEP_SEND) return sk__rt_prog_send(rt, i, ps, err);
   if (ps->kind == SK_PSTEP_RECV) return sk__rt_prog_recv(rt, ps, err);
   if (ps->kind == SK_PSTEP_SEED_LOSS) return sk__rt_prog_seed(rt, sum), SK_OK;
+  if (ps->kind == SK_PSTEP_SCORE) return sk__rt_prog_score(rt, err);
   rt->grads_only = ps->half;
   sk_result r = sk__rt_named(rt, ps->index, sk__rt_run_step(rt, ps->index, inference, err), err);
   rt->grads_only = 0;
@@ -566,7 +577,7 @@ static sk_result sk__rt_train_step(sk_runtime *rt, double *loss, sk_error *err) 
   rt->bound = -1;
   bool more = true;
   for (int i = 0; i < pg->nsteps && !r && more; i++)
-    if (!pg->steps[i].last || sk__rt_last_micro(rt)) r = sk__rt_prog_step(rt, i, false, &sum, &more, err);
+    if (!pg->steps[i].last || sk__rt_last_micro(rt)) r = sk__rt_prog_step(rt, pg, i, false, &sum, &more, err);
   r = sk__rt_settle(rt, r, err);
   sk__rt_pipe_unpoint(rt); /* the update reads parameters only */
   if (!r && more) r = sk__rt_update(rt, err);
@@ -591,6 +602,30 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   return SK_OK;
 }
 
+/* Inference through the pipeline: the stage's evaluation program (plan.evals: every micro-batch
+   forward, chunk after chunk; Score on the last stage); with output_broadcast every device gets
+   the last stage's counts, else the other stages' devices report no rows (MindSpore's
+   output_broadcast=False). */
+static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
+  const sk_program *pg = &rt->plan->evals[rt->stage];
+  int last = sk__rt_nvstages(rt) - 1;
+  sk_result r = SK_OK;
+  double sum = 0;
+  bool more = true;
+  rt->scored[0] = rt->scored[1] = 0, rt->bound = -1;
+  for (int i = 0; i < pg->nsteps && !r; i++) r = sk__rt_prog_step(rt, pg, i, true, &sum, &more, err);
+  r = sk__rt_settle(rt, r, err);
+  sk__rt_pipe_unpoint(rt);
+  double counts[2] = {(double)rt->scored[0], (double)rt->scored[1]};
+  if (!r && rt->plan->desc.output_broadcast) { /* the last stage's first device speaks for it */
+    if (!sk__rt_vstage_here(rt, last) || rt->rank != 0) counts[0] = counts[1] = 0;
+    if ((r = sk_allreduce(rt->world, counts, counts, 2, SK_F64, SK_SUM)))
+      r = sk__fail(err, r, "runtime: pipeline: broadcasting the last stage's score: %s", sk_comm_error_message(rt->world));
+  }
+  if (!r) *correct = (int64_t)counts[0], *rows = (int64_t)counts[1];
+  return r;
+}
+
 /* Evaluation without a pipeline: the program's forward part, up to the loss's seed. */
 static sk_result sk__rt_plain_evaluate(sk_runtime *rt, sk_error *err) {
   const sk_program *pg = &rt->plan->programs[0];
@@ -598,7 +633,7 @@ static sk_result sk__rt_plain_evaluate(sk_runtime *rt, sk_error *err) {
   double sum = 0;
   bool more = true;
   for (int i = 0; i < pg->nsteps && !r && pg->steps[i].kind != SK_PSTEP_SEED_LOSS; i++)
-    r = sk__rt_prog_step(rt, i, true, &sum, &more, err);
+    r = sk__rt_prog_step(rt, pg, i, true, &sum, &more, err);
   return r;
 }
 

@@ -202,7 +202,7 @@ Test(hsdp, plan_which_parameters_shard_and_where_steps_stand) {
   /* nothing else changed: two ParamGathers and two GradReduceScatters in, two Mirrors out */
   cr_assert_eq(p.nsteps, base.nsteps + 2 + 2 - 2);
   char *text = program_text(&p, 0);
-  cr_assert(strstr(text, "\n#0 ParamGather fc1 op=MatMul input=1 tensor=w1 rows=[0:2] shards=2 coll=AllGather group=g1 "
+  cr_assert(strstr(text, "\n#1 ParamGather fc1 op=MatMul input=1 tensor=w1 rows=[0:2] shards=2 coll=AllGather group=g1 "
                          "ranks={0,4} bytes=256 bucket=0\n"), "%s", text);
   cr_assert(strstr(text, " tensor=w3 rows=[0:2] shards=8 coll=AllGather group=g0 ranks={0,1,2,3,4,5,6,7} "), "%s", text);
   cr_assert(strstr(text, " GradReduceScatter fc1 op=MatMul input=1 tensor=w1 rows=[0:2] shards=2 coll=ReduceScatter(sum) "
@@ -234,8 +234,8 @@ Test(hsdp, plan_partial_shard_size_keeps_a_mirror_group) {
   cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=ReduceScatter(sum) group=g3 ranks={0,1} bytes=256 mirror=g4 "
                          "mirror_ranks={0,2,4,6} bucket=2\n"), "%s", text);
   cr_assert(strstr(text, " tensor=w3 rows=[0:8] shards=2 coll=AllGather group=g3 ranks={0,1} bytes=256 bucket=1\n"), "%s", text);
-  cr_assert(strstr(text, "\n#32 WaitFused coll=ReduceScatter(sum)\n#33 GradsReady\n"
-                         "#34 ShardMirror w3 coll=AllReduce(sum) group=g4 ranks={0,2,4,6} bytes=128\n#35 Update parameters\n"),
+  cr_assert(strstr(text, "\n#36 WaitFused coll=ReduceScatter(sum)\n#37 GradsReady\n"
+                         "#38 ShardMirror w3 coll=AllReduce(sum) group=g4 ranks={0,2,4,6} bytes=128\n#39 Update parameters\n"),
             "the partial Mirror after the ReduceScatters: %s", text);
   free(text);
   text = program_text(&p, 7);
