@@ -44,6 +44,7 @@ typedef struct sk__fuse_b {
   int nin;          /* the steps to rewrite (a training program's Update is not one of them) */
   bool *held;       /* [ntensors] a sharded parameter's slice gathered now */
   int *readers;     /* [ntensors] input slots reading the tensor, over every operator */
+  int *held_at;     /* [2 * ntensors] its Alloc's chunk and micro-batch (its Free's) */
 } sk__fuse_b;
 
 /* The plan step a program step runs (its own kind for a Recompute), or -1 for a data step. */
@@ -83,6 +84,8 @@ static sk_program_step *sk__fuse_copy(sk__fuse_b *fb, const sk_program_step *ps)
 /* A gathered slice taken (before its gather) or given back (at its release). */
 static void sk__fuse_slice(sk__fuse_b *fb, bool alloc, int t, int v, int m) {
   const sk_parallel_plan *p = fb->b->p;
+  if (alloc) fb->held_at[2 * t] = v, fb->held_at[2 * t + 1] = m;
+  else v = fb->held_at[2 * t], m = fb->held_at[2 * t + 1];
   sk__prog_buffer(fb->b, alloc, SK_PBUF_GATHERED, t, -1, -1, v, m, sk_parallel_slice_count(p, t), p->graph->tensors[t].dtype);
   fb->held[t] = alloc;
 }
@@ -303,10 +306,10 @@ static sk_result sk__prog_fuse(sk_parallel_plan *p, sk_program *pg, int stage, b
   memset(&b, 0, sizeof b);
   b.p = p, b.prog = &mid, b.stage = stage;
   sk__fuse_b fb = {&b, pg->steps, eval ? pg->nsteps : pg->nsteps - 1, (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool)),
-                   (int *)calloc((size_t)g->ntensors + 1, sizeof(int))};
+                   (int *)calloc((size_t)g->ntensors + 1, sizeof(int)), (int *)calloc(2 * (size_t)g->ntensors + 1, sizeof(int))};
   sk__fuse_bucket *bk = NULL;
   int nb = 0;
-  sk_result r = fb.held && fb.readers && (eval || pg->nsteps > 0) ? SK_OK : SK_ERR_OUT_OF_MEMORY;
+  sk_result r = fb.held && fb.readers && fb.held_at && (eval || pg->nsteps > 0) ? SK_OK : SK_ERR_OUT_OF_MEMORY;
   for (int o = 0; !r && o < g->nops; o++)
     for (int k = 0; k < g->ops[o].ninputs; k++) fb.readers[g->ops[o].inputs[k]]++;
   if (!r) sk__fuse_rewrite(&fb);
@@ -319,7 +322,7 @@ static sk_result sk__prog_fuse(sk_parallel_plan *p, sk_program *pg, int stage, b
     sk__fuse_emit(&fb, &mid, bk, nb, eval ? NULL : &pg->steps[pg->nsteps - 1]);
     if (b.failed) r = SK_ERR_OUT_OF_MEMORY;
   }
-  free(fb.held), free(fb.readers), free(bk), free(mid.steps);
+  free(fb.held), free(fb.readers), free(fb.held_at), free(bk), free(mid.steps);
   if (r) return free(out.steps), r == SK_ERR_OUT_OF_MEMORY ? sk__fail(err, r, "parallel: out of memory fusing") : r;
   free(pg->steps);
   *pg = out;

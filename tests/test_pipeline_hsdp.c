@@ -337,5 +337,6 @@ Test(pipeline_hsdp, step_allocation_failures_each_device_each_level, .timeout = 
     run_free(&R);
     sk_graph_free(&n.g);
   }
-  cr_assert(strstr(seen, "out of memory gathering"), "the sweeps should reach the gathered slices:\n%s", seen);
+  cr_assert(strstr(seen, "out of memory for the slice ParamGather gathers"), "the sweeps should reach the gathered slices:\n%s",
+            seen);
 }

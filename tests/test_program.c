@@ -206,6 +206,31 @@ Test(program, every_send_is_waited_for_before_the_update) { on_every_plan(expect
 
 Test(program, both_sides_of_a_link_agree) { on_every_plan(expect_links_agree, true); }
 
+/* The evaluation programs (plan.evals) seen as the plan's programs: the same checks hold. */
+static void expect_evals(const sk_parallel_plan *p, const char *what) {
+  sk_parallel_plan e = *p;
+  char name[128];
+  snprintf(name, sizeof name, "%s, evaluation", what);
+  cr_assert_not_null(p->evals, "%s: no evaluation programs", what);
+  e.programs = p->evals;
+  expect_buffers_balanced(&e, name);
+  expect_links_agree(&e, name);
+  int last = p->stages * p->schedule.chunks - 1, scores = 0;
+  for (int s = 0; s < p->stages; s++)
+    for (int i = 0; i < p->evals[s].nsteps; i++) {
+      const sk_program_step *x = &p->evals[s].steps[i];
+      cr_assert(x->kind != SK_PSTEP_BACKWARD && x->kind != SK_PSTEP_UPDATE && x->kind != SK_PSTEP_SEED_LOSS && !x->grad,
+                "%s: stage %d step %d: %s in an evaluation", name, s, i, sk_parallel_step_name(x->kind));
+      if (x->kind == SK_PSTEP_SCORE) {
+        cr_assert_eq(s, sk_pipe_stage_of(&p->schedule, last, NULL), "%s: Score on stage %d", name, s);
+        cr_assert_eq(x->micro, scores++, "%s: the micro-batches scored in order", name);
+      }
+    }
+  cr_assert_eq(scores, p->micro, "%s: %d Score steps for %d micro-batches", name, scores, p->micro);
+}
+
+Test(program, evaluation_programs_forward_and_score_every_micro_batch) { on_every_plan(expect_evals, true); }
+
 /* The first step index of `kind` on operator o for micro-batch m in pg; -1 none. */
 static int first_step(const sk_program *pg, sk_parallel_step_kind kind, int o, int m) {
   for (int i = 0; i < pg->nsteps; i++)
