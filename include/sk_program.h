@@ -25,7 +25,8 @@
    GROUPS: g0 is the world; under a pipeline g1 a stage, g2 and g3 the two links between stages;
      then every other group in order of first use, one id per distinct partition of the devices
      (two meshes that split the devices alike share an id). Redistributions (Move, MoveBack,
-     MoveOut, MoveOutBack) run over the stage's group.
+     MoveOut, MoveOutBack) run over the stage's group; the groups of their collectives are mesh
+     groups with ids too (the runtime's executors take them from the plan's table).
 
    License: MIT. */
 #ifndef SK_PROGRAM_H
@@ -35,6 +36,7 @@
 
 #if defined(SK_PARALLEL_IMPL) && !defined(SK_PROGRAM_IMPL_DONE) && defined(SK_PARALLEL_IMPL_BODY)
 #define SK_PROGRAM_IMPL_DONE
+#include "sk_redist.h" /* the moves' groups: their plans' collective steps */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -685,9 +687,36 @@ static sk_result sk__prog_wait_sends(sk_program *progs, int s) {
 
 /* ---- the plan's programs ---------------------------------------------------------------------- */
 
+/* The group of each collective step of the move from -> to (and of to -> from when `back`):
+   planned without a communicator for rank 0, since every rank's plan has the same steps on the
+   same groups. A move that cannot be planned registers nothing (the runtime reports it); false
+   only when out of memory. */
+static bool sk__prog_move_groups(sk_parallel_plan *p, const sk_layout *from, const sk_layout *to, bool back) {
+  sk_redist_desc d;
+  memset(&d, 0, sizeof d);
+  for (int dir = 0; dir < 1 + back; dir++) {
+    d.from = dir ? *to : *from, d.to = dir ? *from : *to;
+    sk_redist_plan *rp = NULL;
+    sk_result r = sk_redist_plan_create(&d, 0, &rp, NULL);
+    if (r) return r != SK_ERR_OUT_OF_MEMORY;
+    sk_redist_step_info info;
+    bool ok = true;
+    for (int i = 0; i < sk_redist_plan_nsteps(rp) && ok; i++) {
+      if (sk_redist_plan_step(rp, i, &info, NULL)) continue;
+      /* the steps an executor runs on a group communicator (sk_redist.h, GROUPS) */
+      bool coll = info.op != SK_REDIST_LOCAL && info.op != SK_REDIST_RESHAPE && info.op != SK_REDIST_SENDRECV;
+      if (coll) ok = sk__prog_mesh_group(p, &info.from->mesh, info.group_axes) >= 0;
+    }
+    sk_redist_plan_destroy(rp);
+    if (!ok) return false;
+  }
+  return true;
+}
+
 /* Every communicator a runtime creates has an id, also those no step of a program names (the
    groups of a gradient no backward reaches): after the programs' groups, each operator's and
-   each sharded parameter's in order. */
+   each sharded parameter's in order, then the moves' collectives' (a move back where the
+   runtime makes one: its tensor has a gradient). */
 static bool sk__prog_all_groups(sk_parallel_plan *p) {
   const sk_graph *g = p->graph;
   bool ok = true;
@@ -704,6 +733,17 @@ static bool sk__prog_all_groups(sk_parallel_plan *p) {
     if (p->tensors[t].opt_size <= 0) continue;
     ok = sk__prog_opt_group(p, t, SK_PGROUP_OPT_GATHER) >= 0;
     if (ok && p->tensors[t].opt_mirror > 1) ok = sk__prog_opt_group(p, t, SK_PGROUP_OPT_MIRROR) >= 0;
+  }
+  for (int o = 0; o < g->nops && ok; o++) {
+    const sk_parallel_op *po = &p->ops[o];
+    for (int k = 0; k < g->ops[o].ninputs && ok; k++) {
+      const sk_parallel_tensor *pt = &p->tensors[g->ops[o].inputs[k]];
+      if (po->moved[k]) ok = sk__prog_move_groups(p, &pt->layout, &po->kernel_in[k], pt->needs_grad);
+    }
+    for (int k = 0; k < g->ops[o].noutputs && ok; k++) {
+      const sk_parallel_tensor *pt = &p->tensors[g->ops[o].outputs[k]];
+      if (po->out_moved[k]) ok = sk__prog_move_groups(p, &po->plan.out[k], &pt->layout, pt->needs_grad);
+    }
   }
   return ok;
 }

@@ -112,8 +112,8 @@
    EXECUTING
      sk_redist_executor_create(comm, desc, &ex, &err) is COLLECTIVE over comm (whose size must
      equal the larger of the two device counts; comm rank r plays mesh rank r): it plans for
-     this rank and creates, once, the sub-communicators the plan's collectives need (sk_comm_split_mesh), plus
-     scratch buffers. sk_redist_execute(ex, src, src_count, dst, dst_count, dtype) -- collective,
+     this rank and creates, once, the sub-communicators the plan's collectives need
+     (sk_comm_split_mesh; or takes the caller's: GROUPS below), plus scratch buffers. sk_redist_execute(ex, src, src_count, dst, dst_count, dtype) -- collective,
      every rank calls it -- moves this rank's source slice (row-major, the source layout's slice
      shape) into its target slice (row-major, the target's slice shape); out-of-place (src and
      dst must not overlap); call it as often as you like. Arguments are checked on every rank
@@ -124,6 +124,20 @@
      OWNERSHIP: the caller owns comm and the executor; sk_redist_executor_destroy() (not
      collective) frees the executor, its scratch and the sub-communicators it created; destroy
      it before comm. sk_redist() is the one-shot form (create, execute, destroy).
+   GROUPS
+     A caller that already holds the group communicators (a runtime that makes one per group of
+     its plan, so that every call it makes runs on a communicator it knows) sets desc.group:
+     the executor then splits nothing, and asks group(group_ctx, mesh, axes) once per distinct
+     (mesh, axes) of the plan's collective steps -- the mesh and axes sk_redist_plan_step reports
+     (info.from->mesh, info.group_axes): desc.from's mesh, or the aligned or unified mesh the
+     step runs on. The answer must be the communicator of this rank's group along those axes,
+     members in ascending mesh rank (as sk_comm_split_mesh orders them); it stays the caller's
+     (destroy the executor first). NULL, or a communicator of another size or in which this rank
+     sits elsewhere, is SK_ERR_INVALID_ARGUMENT naming the mesh and the axes. Since creation then
+     makes no communicator, it ends with one small agreement on comm (an AllReduce, as execute's)
+     so that a failure on any rank -- a NULL group, memory -- fails creation on every rank
+     (the others' message names the lowest failing rank) and none is left holding an executor
+     its peers lack.
 
    ERRORS
      SK_ERR_INVALID_ARGUMENT (with a message in err) for: NULL arguments, layouts that do not
@@ -203,6 +217,11 @@ typedef struct sk_redist_desc {
   sk_allocator allocator;
   int to_ndims;                  /* a reshape: to's shape (0: from's) */
   int64_t to_shape[SK_MAX_DIMS];
+  /* Executors only (EXECUTING: GROUPS): NULL to split the collectives' groups from comm;
+     otherwise the caller's communicator of the group along `axes` of `mesh` that holds this
+     rank, which the executor uses and never destroys (NULL: no such group, a creation error). */
+  sk_comm *(*group)(void *ctx, const sk_mesh *mesh, uint32_t axes);
+  void *group_ctx;               /* group's first argument */
 } sk_redist_desc;
 
 /* MindSpore's redistribution cost (TensorRedistribution::ComputeCost), in elements. */
@@ -1303,8 +1322,10 @@ struct sk_redist_executor {
   sk_allocator al;
   sk__rd_xstep xs[SK__RD_MAX_STEPS];
   struct {
+    const sk_mesh *mesh; /* the step's mesh: the same axes of another mesh are another group */
     uint32_t mask;
     sk_comm *comm;
+    bool own;            /* split here (destroyed with the executor), else the caller's (desc.group) */
   } subs[SK__RD_MAX_STEPS];
   int nsubs;
   char *scratch;         /* staging */
@@ -1315,19 +1336,57 @@ struct sk_redist_executor {
   size_t src_elems, dst_elems;
 };
 
-static sk_result sk__rd_sub(sk_redist_executor *ex, const sk_mesh *m, uint32_t mask, sk_comm **out) {
+/* "axes mp,dp of mesh (dp=2,mp=4)": what a group error names. */
+static void sk__rd_group_text(const sk_mesh *m, uint32_t mask, char *buf, size_t cap) {
+  char axes[SK_MAX_AXES * (SK_AXIS_NAME_MAX + 1) + 2];
+  sk__rd_axes_text(m, mask, axes, sizeof axes);
+  sk__rd_out o;
+  sk__rd_out_init(&o, buf, cap);
+  sk__rd_put(&o, "axes %s of mesh (", axes);
+  for (int k = 0; k < m->naxes; k++) sk__rd_put(&o, "%s%s=%d", k ? "," : "", m->names[k], m->dims[k]);
+  sk__rd_put(&o, ")");
+}
+
+/* The communicator of the group along `mask` of mesh m holding this rank: made once per
+   (mesh, axes), shared by the steps that name it. Steps on different meshes (a reduction on the
+   source's, an exchange on the unified one) may use the same axis bits for other groups, hence
+   the mesh in the key. */
+static sk_result sk__rd_sub(sk_redist_executor *ex, const sk_mesh *m, uint32_t mask, sk_comm **out, sk_error *err) {
   for (int i = 0; i < ex->nsubs; i++)
-    if (ex->subs[i].mask == mask) {
+    if (ex->subs[i].mask == mask && sk_mesh_equal(ex->subs[i].mesh, m)) {
       *out = ex->subs[i].comm;
       return SK_OK;
     }
+  const sk_redist_desc *d = &ex->plan->desc;
   sk_comm *c = NULL;
-  sk_result r = sk_comm_split_mesh(ex->comm, m, mask, &c);
-  if (r) return r;
-  ex->subs[ex->nsubs].mask = mask;
+  if (d->group) {
+    if (!(c = d->group(d->group_ctx, m, mask))) {
+      char what[SK_ERROR_MSG_MAX / 2];
+      sk__rd_group_text(m, mask, what, sizeof what);
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: desc.group gave no communicator for %s", what);
+    }
+  } else {
+    sk_result r = sk_comm_split_mesh(ex->comm, m, mask, &c);
+    if (r) return sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(ex->comm));
+  }
+  ex->subs[ex->nsubs].mesh = m, ex->subs[ex->nsubs].mask = mask, ex->subs[ex->nsubs].own = !d->group;
   ex->subs[ex->nsubs++].comm = c;
   *out = c;
   return SK_OK;
+}
+
+/* A caller's group communicator must be the group the plan means (ranks in ascending mesh
+   order, mem): else the blocks would go to the wrong members, or a collective wait for ranks
+   that never come. */
+static sk_result sk__rd_check_group(const sk__rd_step *s, sk_comm *c, const int *mem, int n, int me, sk_error *err) {
+  int pos = sk_comm_rank(c), want = 0;
+  if (sk_comm_size(c) == n && pos >= 0 && pos < n && mem[pos] == me) return SK_OK;
+  while (want < n && mem[want] != me) want++;
+  char what[SK_ERROR_MSG_MAX / 2];
+  sk__rd_group_text(&s->a.mesh, s->axes, what, sizeof what);
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                  "redist: desc.group's communicator for %s has %d ranks, this one at %d; the group has %d, mesh rank "
+                  "%d at %d", what, sk_comm_size(c), pos, n, me, want);
 }
 
 /* Whether blocks 0..n-1 lie back to back in a buffer holding box `buf`; *off = first element. */
@@ -1354,7 +1413,8 @@ SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
     sk__rd_lists_free(&x->lists, &al);
     sk__free(&al, x->soff), sk__free(&al, x->roff), sk__free(&al, x->sdir), sk__free(&al, x->rdir);
   }
-  for (int i = 0; i < ex->nsubs; i++) sk_comm_destroy(ex->subs[i].comm);
+  for (int i = 0; i < ex->nsubs; i++)
+    if (ex->subs[i].own) sk_comm_destroy(ex->subs[i].comm);
   for (int i = 0; i < SK__RD_MAX_STEPS; i++) sk__free(&al, ex->inter[i]);
   sk__free(&al, ex->scratch);
   sk__free(&al, ex->reqs);
@@ -1496,8 +1556,7 @@ static sk_result sk__rd_prepare_collective(sk_redist_executor *ex, int i, int me
   sk__rd_xstep *x = &ex->xs[i];
   const sk_allocator *al = &ex->al;
   sk_result r;
-  if ((r = sk__rd_sub(ex, &s->a.mesh, s->axes, &x->comm)) != SK_OK)
-    return sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(ex->comm));
+  if ((r = sk__rd_sub(ex, &s->a.mesh, s->axes, &x->comm, err)) != SK_OK) return r;
   int gs = s->gsize, n = 0;
   int *mem = (int *)sk__alloc(al, sizeof(int) * (size_t)gs, 16);
   x->sbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)gs, 16);
@@ -1508,6 +1567,10 @@ static sk_result sk__rd_prepare_collective(sk_redist_executor *ex, int i, int me
   }
   sk_mesh_group(&s->a.mesh, me, s->axes, mem, gs, &n, NULL);
   x->nmem = n;
+  if (ex->plan->desc.group && (r = sk__rd_check_group(s, x->comm, mem, n, me, err)) != SK_OK) {
+    sk__free(al, mem);
+    return r;
+  }
   bool peer_copy = sk_comm_shared_memory(ex->comm) && (s->op == SK_REDIST_ALLTOALL || s->op == SK_REDIST_ALLGATHER);
   if (peer_copy) {
     x->pbox = (sk__rd_box *)sk__alloc(al, sizeof(sk__rd_box) * (size_t)n, 16);
@@ -1566,6 +1629,44 @@ static sk_result sk__rd_alloc_shared(sk_redist_executor *ex, const sk__rd_needs 
   return SK_OK;
 }
 
+/* This rank's executor, planned and prepared (*out NULL on failure: nothing is left behind). */
+static sk_result sk__rd_build(sk_comm *comm, const sk_redist_desc *desc, sk_redist_executor **out, sk_error *err) {
+  sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(&desc->allocator, sizeof *ex, 64);
+  if (!ex) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an executor");
+  ex->head.magic = SK_OBJECT_MAGIC;
+  ex->comm = comm;
+  ex->al = desc->allocator;
+  int me = sk_comm_rank(comm);
+  sk_result r = sk_redist_plan_create(desc, me, &ex->plan, err);
+  size_t es = sk_dtype_size(desc->dtype);
+  sk__rd_needs need = {0, 0};
+  ex->src_elems = (size_t)sk__rd_slice_elems(&desc->from);
+  ex->dst_elems = (size_t)sk__rd_slice_elems(&desc->to);
+  /* the first failure stops the preparation; destroy frees whatever the steps got so far */
+  for (int i = 0; !r && i < ex->plan->nsteps; i++) r = sk__rd_prepare_step(ex, i, me, es, &need, err);
+  if (r == SK_OK) r = sk__rd_alloc_shared(ex, &need, err);
+  if (r) {
+    sk_redist_executor_destroy(ex);
+    return r;
+  }
+  *out = ex;
+  return SK_OK;
+}
+
+/* With desc.group, creation makes no communicator, so nothing collective would tell a rank that
+   a peer failed (a NULL group, memory): one agreement, as execute's, on every rank that got past
+   the checks every rank makes alike. mine: this rank's result, returned as is when it failed. */
+static sk_result sk__rd_agree_created(sk_comm *comm, sk_result mine, sk_error *err) {
+  int64_t v = mine ? (int64_t)sk_comm_rank(comm) : INT64_MAX, low = INT64_MAX;
+  sk_result r = sk_allreduce(comm, &v, &low, 1, SK_I64, SK_MIN);
+  if (mine) return mine;
+  if (r) return sk__fail(err, r, "redist: agreeing on the executor's creation: %s", sk_comm_error_message(comm));
+  if (low != INT64_MAX)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: rank %lld could not create its executor (its error says why)",
+                    (long long)low);
+  return SK_OK;
+}
+
 SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *desc, sk_redist_executor **out,
                                            sk_error *err) {
   if (!out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "ex (the output pointer) is NULL");
@@ -1581,24 +1682,9 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
                     "comm has %d ranks but the redistribution covers %d devices (the larger of the from mesh's %d "
                     "and the to mesh's %d)", sk_comm_size(comm), sk__rd_devices(desc), desc->from.mesh.size,
                     desc->to.mesh.size);
-  sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(&desc->allocator, sizeof *ex, 64);
-  if (!ex) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an executor");
-  ex->head.magic = SK_OBJECT_MAGIC;
-  ex->comm = comm;
-  ex->al = desc->allocator;
-  int me = sk_comm_rank(comm);
-  r = sk_redist_plan_create(desc, me, &ex->plan, err);
-  if (r) {
-    sk_redist_executor_destroy(ex);
-    return r;
-  }
-  size_t es = sk_dtype_size(desc->dtype);
-  sk__rd_needs need = {0, 0};
-  ex->src_elems = (size_t)sk__rd_slice_elems(&desc->from);
-  ex->dst_elems = (size_t)sk__rd_slice_elems(&desc->to);
-  /* the first failure stops the preparation; destroy frees whatever the steps got so far */
-  for (int i = 0; i < ex->plan->nsteps && r == SK_OK; i++) r = sk__rd_prepare_step(ex, i, me, es, &need, err);
-  if (r == SK_OK) r = sk__rd_alloc_shared(ex, &need, err);
+  sk_redist_executor *ex = NULL;
+  r = sk__rd_build(comm, desc, &ex, err);
+  if (desc->group) r = sk__rd_agree_created(comm, r, err);
   if (r) {
     sk_redist_executor_destroy(ex);
     return r;

@@ -229,11 +229,20 @@ static int sk__rt_group_id(const sk_runtime *rt, const sk_comm *c) {
   return -1;
 }
 
+/* A move's group communicators are the plan's (the compiler numbered each move's collective
+   groups), so that the runtime runs every call on a communicator of its group table; NULL when
+   the plan has no such group (the executor's creation then fails naming the axes). */
+static sk_comm *sk__rt_move_group(void *ctx, const sk_mesh *mesh, uint32_t axes) {
+  sk_comm *c = NULL;
+  return sk__rt_group_of((sk_runtime *)ctx, mesh, axes, &c, NULL) ? NULL : c;
+}
+
 static sk_result sk__rt_move(sk_runtime *rt, const sk_layout *from, const sk_layout *to, sk_dtype dt,
                              sk_redist_executor **ex, sk_error *err) {
   sk_redist_desc rd;
   memset(&rd, 0, sizeof rd);
   rd.from = *from, rd.to = *to, rd.dtype = dt, rd.allocator = rt->counted;
+  rd.group = sk__rt_move_group, rd.group_ctx = rt;
   rt->kind = SK__RT_HOST;
   return sk_redist_executor_create(rt->comm, &rd, ex, err);
 }
