@@ -716,7 +716,8 @@ static bool sk__prog_move_groups(sk_parallel_plan *p, const sk_layout *from, con
 /* Every communicator a runtime creates has an id, also those no step of a program names (the
    groups of a gradient no backward reaches): after the programs' groups, each operator's and
    each sharded parameter's in order, then the moves' collectives' (a move back where the
-   runtime makes one: its tensor has a gradient). */
+   runtime makes one: its tensor has a gradient), then those of gathering a parameter, the logits
+   or the labels into a whole copy (sk_runtime_gather: checkpoints, checks, evaluation's Score). */
 static bool sk__prog_all_groups(sk_parallel_plan *p) {
   const sk_graph *g = p->graph;
   bool ok = true;
@@ -744,6 +745,12 @@ static bool sk__prog_all_groups(sk_parallel_plan *p) {
       const sk_parallel_tensor *pt = &p->tensors[g->ops[o].outputs[k]];
       if (po->out_moved[k]) ok = sk__prog_move_groups(p, &po->plan.out[k], &pt->layout, pt->needs_grad);
     }
+  }
+  for (int t = 0; t < g->ntensors && ok; t++) { /* sk_runtime_gather's of what a runtime reads back */
+    if (g->tensors[t].role != SK_TENSOR_PARAM && t != g->logits && t != g->labels) continue;
+    const sk_layout *l = &p->tensors[t].layout;
+    sk_layout whole;
+    if (!sk_layout_init(&whole, &l->mesh, l->ndims, l->shape, NULL, NULL)) ok = sk__prog_move_groups(p, l, &whole, false);
   }
   return ok;
 }

@@ -169,7 +169,8 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err);
 /* Inference-mode forward over the fed inputs (collective): rows whose argmax(logits) is the label. */
 SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err);
 /* The whole tensor on every device (collective): `full` holds its global element count in the
-   run's dtype (floats) or the graph's (integers). */
+   run's dtype (floats) or the graph's (integers). A parameter, the logits and the labels gather
+   over the plan's communicators; another tensor's gather splits its own for the call. */
 SK_API sk_result sk_runtime_gather(sk_runtime *rt, int tensor, void *full, sk_error *err);
 SK_API void sk_runtime_memory_get(const sk_runtime *rt, sk_runtime_memory *mem);
 /* MindSpore's parameter_broadcast(net, layout, cur_rank, initial_rank) on every parameter
@@ -819,6 +820,9 @@ SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *
   sk_redist_desc rd;
   memset(&rd, 0, sizeof rd);
   rd.from = *l, rd.dtype = sk__rt_dtype(rt, t), rd.allocator = rt->counted;
+  const sk_graph_tensor *x = &rt->g->tensors[t];
+  if (x->role == SK_TENSOR_PARAM || t == rt->g->logits || t == rt->g->labels) /* their groups are the plan's */
+    rd.group = sk__rt_move_group, rd.group_ctx = rt; /* (another tensor's gather splits its own for the call) */
   sk_result r = sk_layout_init(&rd.to, &l->mesh, l->ndims, l->shape, NULL, err);
   rt->kind = SK__RT_HOST;
   void *slice = sh->data ? sk__rt_counted_alloc(rt, sk__rt_bytes(rt, t), 64) : rt->values[t]; /* a shard: gathered first */
