@@ -367,7 +367,7 @@ SK_API sk_result sk_fusion_create(const sk_fusion_desc *desc, sk_fusion **out, s
 }
 
 static void sk__fdrain(sk_fusion *f) {
-  for (int i = 0; i < f->nb; i++)
+  for (int i = 0; f->b && i < f->nb; i++)
     if (f->b[i].req) sk_wait(&f->b[i].req);
 }
 
@@ -705,6 +705,7 @@ SK_API sk_result sk_fusion_plan_keys(const sk_fusion_desc *desc, const sk_fusion
   sk_result r = sk_fusion_create(desc, &f, err);
   for (int i = 0; i < n && !r; i++) r = sk__fkey_check(&ops[i], i, err);
   size_t nmax = (size_t)(n ? n : 1);
+  if (!r && !f) r = SK_ERR_OUT_OF_MEMORY; /* not reached: create gives a scheduler or an error */
   if (!r) {
     f->t = (sk__ften *)sk__calloc(&f->desc.allocator, sizeof(sk__ften) * nmax, 64);
     f->b = (sk__fbucket *)sk__alloc(&f->desc.allocator, sizeof(sk__fbucket) * nmax, 64);

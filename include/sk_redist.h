@@ -667,7 +667,8 @@ static void sk__rd_classify(const sk_layout *A, const sk_layout *B, sk__rd_class
   int64_t bf[SK_MAX_DIMS];
   int stride[SK_MAX_DIMS][SK_MAX_AXES];
   for (int d = 0; d < nd; d++) {
-    bf[d] = A->shape[d] / sk_layout_split_count(A, d);
+    int64_t parts = sk_layout_split_count(A, d);
+    bf[d] = parts > 0 ? A->shape[d] / parts : A->shape[d]; /* a checked layout's count is >= 1 */
     for (int k = 0; k < SK_MAX_AXES; k++) stride[d][k] = 1; /* defined past naxes for the analyzer */
     int s = 1;
     for (int k = A->map[d].naxes - 1; k >= 0; k--) stride[d][k] = s, s *= m->dims[A->map[d].axes[k]];

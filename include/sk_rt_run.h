@@ -121,6 +121,7 @@ static sk_result sk__rt_prog_fused(sk_runtime *rt, const sk_program_step *ps, sk
   sk_result r = sk_fusion_plan(f); /* its buffers: the first failure's message, not a later call's */
   for (int b = 0, nb = r ? 0 : sk_fusion_bucket_count(f); b < nb && !r; b++) {
     sk_fusion_bucket_info bi;
+    memset(&bi, 0, sizeof bi);
     if ((r = sk_fusion_get_bucket(f, b, &bi)) || bi.fusion_id != ps->bucket + 1) continue;
     for (int i = 0; i < bi.ntensors && !r; i++) r = sk_fusion_ready(f, bi.tensors[i]);
   }
