@@ -789,13 +789,15 @@ static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
     sk__prog_bwd_pack(&b);
     failed = b.failed;
   }
-  if (!failed && p->vstage) failed = !sk__prog_build_evals(p, owner, nforward);
+  /* `piped` read once: the fusing calls take p, and the analyzer then no longer knows vstage. */
+  const bool piped = p->vstage != NULL;
+  if (!failed && piped) failed = !sk__prog_build_evals(p, owner, nforward);
   for (int s = 0; s < p->stages && !failed; s++) {
     sk_result r = sk__prog_fuse(p, &p->programs[s], s, false, err);
-    if (!r && p->vstage) r = sk__prog_fuse(p, &p->evals[s], s, true, err);
+    if (!r && piped) r = sk__prog_fuse(p, &p->evals[s], s, true, err);
     if (r) return free(owner), r;
   }
-  for (int s = 0; s < p->stages && !failed && p->vstage; s++)
+  for (int s = 0; s < p->stages && !failed && piped; s++)
     failed = sk__prog_wait_sends(p->programs, s) != SK_OK || sk__prog_wait_sends(p->evals, s) != SK_OK;
   if (!failed) failed = !sk__prog_all_groups(p);
   free(owner);
