@@ -222,8 +222,28 @@ typedef enum sk_program_buffer {
   SK_PBUF_PRE_RS,      /* its output 0 before the forward ReduceScatter */
   SK_PBUF_STAGING,     /* a SEND's copy of what it sends (freed after its WAIT_SEND) */
   SK_PBUF_GATHERED,    /* optimizer parallel: sharded parameter `tensor`'s slice, gathered (parameters) */
+  /* The rest appear only in a program's create section */
+  SK_PBUF_SHARD,       /* optimizer parallel: sharded parameter `tensor`'s shard */
+  SK_PBUF_SHARD_GRAD,  /* ... and its gradient's shard */
+  SK_PBUF_STATE,       /* trainable parameter `tensor`'s optimizer state `slot` (0 or 1): held when
+                          the run's optimizer keeps more than `slot` states (sk_optim_nstates) */
+  SK_PBUF_ACC,         /* grad_accumulation_step: parameter `tensor`'s gradient sum */
+  SK_PBUF_SCRATCH,     /* a second gradient of operator inputs at position `slot` (see docs) */
+  SK_PBUF_FEED,        /* pipeline: input `tensor` of micro-batch `micro` */
+  SK_PBUF_KERNEL_DIN,  /* the gradient of operator `op`'s input `slot` in the kernel's layout */
+  SK_PBUF_DY_FULL,     /* the gradient of operator `op`'s output 0 before its forward ReduceScatter */
   SK_PBUF_COUNT
 } sk_program_buffer;
+
+/* What a buffer's bytes count as (sk_runtime_memory's kinds, in its order). */
+typedef enum sk_memory_kind {
+  SK_MEM_PARAMETERS = 0,
+  SK_MEM_GRADIENTS,
+  SK_MEM_OPTIMIZER,
+  SK_MEM_ACTIVATIONS,
+  SK_MEM_COMMUNICATION,
+  SK_MEM_KINDS
+} sk_memory_kind;
 
 /* One step of a stage's program. Fields a kind does not use are -1 (numbers) or 0 (count). */
 typedef struct sk_program_step {
@@ -253,6 +273,10 @@ typedef struct sk_program_step {
 typedef struct sk_program {
   int nsteps;
   sk_program_step *steps;
+  /* The create section: the buffers a device of the stage allocates when its runtime is created
+     and holds for the run, an ALLOC step each (no FREE: they go with the runtime). */
+  int ncreate;
+  sk_program_step *create;
 } sk_program;
 
 /* A communicator the plan's steps use, by id ("g3"): which devices form it is a function of the
@@ -382,6 +406,13 @@ SK_API int sk_parallel_find_group(const sk_parallel_plan *plan, const sk_plan_gr
 /* A program step's bytes in a run of compute dtype `run` (f32 or f64): its count times its
    element size, a float's being the run's (a 16-bit wire is the caller's to apply). */
 SK_API uint64_t sk_program_bytes(const sk_program_step *step, sk_dtype run);
+/* The kind an ALLOC step's buffer counts as (a parameter's value or shard and a gathered slice:
+   parameters; an activation's value, a feed, a kernel's input or output: activations; a
+   gradient, its sum or shard, scratch: gradients; optimizer states; a Send's staging copy:
+   communication). */
+/* "value", "grad", ..., "dy_full" ("?" if unknown): what --dump-program prints as buffer=. */
+SK_API const char *sk_parallel_buffer_name(sk_program_buffer buffer);
+SK_API sk_memory_kind sk_program_memory_kind(const sk_parallel_plan *plan, const sk_program_step *step);
 /* Every operator's strategy, one line each: its name and the strategy in MindSpore's tuple
    syntax, "fc1 ((2, 1), (1, 4))" -- as set (by the network or a search) or, for an operator
    without one, the cuts its rule's default gave its inputs; "(layouts)" for layouts; then
@@ -1167,4 +1198,5 @@ SK_API size_t sk_parallel_format_strategies(const sk_parallel_plan *p, char *buf
 SK_EXTERN_C_END
 #include "sk_program.h" /* the programs: built above, defined there */
 #include "sk_program_fuse.h" /* their fused collectives and optimizer parallel's timing */
+#include "sk_program_create.h" /* their create sections */
 #endif /* SK_PARALLEL_IMPL */

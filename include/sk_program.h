@@ -191,6 +191,24 @@ SK_API uint64_t sk_program_bytes(const sk_program_step *s, sk_dtype run) {
   return (uint64_t)s->count * sk_dtype_size(sk_exec_is_float(s->dtype) ? run : s->dtype);
 }
 
+SK_API sk_memory_kind sk_program_memory_kind(const sk_parallel_plan *p, const sk_program_step *s) {
+  switch (s->buffer) {
+    case SK_PBUF_VALUE: return p->graph->tensors[s->tensor].role == SK_TENSOR_PARAM ? SK_MEM_PARAMETERS : SK_MEM_ACTIVATIONS;
+    case SK_PBUF_GATHERED:
+    case SK_PBUF_SHARD: return SK_MEM_PARAMETERS;
+    case SK_PBUF_GRAD:
+    case SK_PBUF_KERNEL_DOUT:
+    case SK_PBUF_SHARD_GRAD:
+    case SK_PBUF_ACC:
+    case SK_PBUF_SCRATCH:
+    case SK_PBUF_KERNEL_DIN:
+    case SK_PBUF_DY_FULL: return SK_MEM_GRADIENTS;
+    case SK_PBUF_STATE: return SK_MEM_OPTIMIZER;
+    case SK_PBUF_STAGING: return SK_MEM_COMMUNICATION;
+    default: return SK_MEM_ACTIVATIONS; /* kernel_in, kernel_out, pre_rs, feed */
+  }
+}
+
 /* ---- building a program ----------------------------------------------------------------------- */
 
 typedef struct sk__prog_b {
@@ -756,6 +774,7 @@ static bool sk__prog_all_groups(sk_parallel_plan *p) {
 }
 
 static sk_result sk__prog_fuse(sk_parallel_plan *p, sk_program *pg, int stage, bool eval, sk_error *err); /* sk_program_fuse.h */
+static bool sk__prog_create(sk_parallel_plan *p); /* sk_program_create.h */
 
 /* Every stage's evaluation program (under a pipeline). */
 static bool sk__prog_build_evals(sk_parallel_plan *p, int *owner, int nforward) {
@@ -799,13 +818,13 @@ static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
   }
   for (int s = 0; s < p->stages && !failed && piped; s++)
     failed = sk__prog_wait_sends(p->programs, s) != SK_OK || sk__prog_wait_sends(p->evals, s) != SK_OK;
-  if (!failed) failed = !sk__prog_all_groups(p);
+  if (!failed) failed = !sk__prog_all_groups(p) || !sk__prog_create(p);
   free(owner);
   return failed ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the programs") : SK_OK;
 }
 
 static void sk__prog_free(sk_parallel_plan *p) {
-  for (int s = 0; p->programs && s < p->stages; s++) free(p->programs[s].steps);
+  for (int s = 0; p->programs && s < p->stages; s++) free(p->programs[s].steps), free(p->programs[s].create);
   for (int s = 0; p->evals && s < p->stages; s++) free(p->evals[s].steps);
   free(p->evals);
   free(p->programs), free(p->groups);
@@ -840,10 +859,11 @@ static void sk__prog_put_group(sk__par_text *t, const sk_parallel_plan *p, int g
   sk__prog_put_group_as(t, p, "group", "ranks", group, rank);
 }
 
-static const char *sk__prog_buffer_name(int b) {
-  static const char *const names[SK_PBUF_COUNT] = {"value",  "grad",    "kernel_in", "kernel_out",
-                                                   "kernel_dout", "pre_rs", "staging", "gathered"};
-  return b >= 0 && b < SK_PBUF_COUNT ? names[b] : "?";
+SK_API const char *sk_parallel_buffer_name(sk_program_buffer b) {
+  static const char *const names[SK_PBUF_COUNT] = {
+      "value", "grad",  "kernel_in", "kernel_out", "kernel_dout", "pre_rs",     "staging", "gathered",
+      "shard", "shard_grad", "state", "grad_sum",  "scratch",     "feed",        "kernel_din", "dy_full"};
+  return (int)b >= 0 && b < SK_PBUF_COUNT ? names[b] : "?";
 }
 
 /* The id the build gave parameter t's Mirror group (the replicas left after sharding, summed after
@@ -919,7 +939,7 @@ static void sk__prog_put_data(sk__par_text *t, const sk_parallel_plan *p, const 
   if (ps->tensor >= 0) sk__par_put(t, " %s", g->tensors[ps->tensor].name);
   else if (ps->op >= 0) sk__par_put(t, " %s", g->ops[ps->op].name);
   if (ps->kind == SK_PSTEP_ALLOC || ps->kind == SK_PSTEP_FREE) {
-    sk__par_put(t, " buffer=%s", sk__prog_buffer_name(ps->buffer));
+    sk__par_put(t, " buffer=%s", sk_parallel_buffer_name((sk_program_buffer)ps->buffer));
     if (ps->buffer == SK_PBUF_KERNEL_IN) sk__par_put(t, " input=%d", ps->slot);
     else if (ps->tensor < 0 && ps->op >= 0) sk__par_put(t, " output=%d", ps->slot);
   }
@@ -969,6 +989,23 @@ static void sk__prog_put_step(sk__par_text *t, const sk_parallel_plan *p, int i,
   sk__par_put(t, "\n");
 }
 
+/* "#c3 Alloc w1 buffer=state state=1 memory=optimizer bytes=2048": create section step i. */
+static void sk__prog_put_create(sk__par_text *t, const sk_parallel_plan *p, int i, const sk_program_step *ps) {
+  static const char *const kinds[SK_MEM_KINDS] = {"parameters", "gradients", "optimizer", "activations", "communication"};
+  const sk_graph *g = p->graph;
+  sk__par_put(t, "#c%d %s", i, sk_parallel_step_name(ps->kind));
+  if (ps->tensor >= 0) sk__par_put(t, " %s", g->tensors[ps->tensor].name);
+  else if (ps->op >= 0) sk__par_put(t, " %s", g->ops[ps->op].name);
+  sk__par_put(t, " buffer=%s", sk_parallel_buffer_name((sk_program_buffer)ps->buffer));
+  if (ps->buffer == SK_PBUF_KERNEL_IN || ps->buffer == SK_PBUF_KERNEL_DIN || ps->buffer == SK_PBUF_SCRATCH)
+    sk__par_put(t, " input=%d", ps->slot);
+  else if (ps->buffer == SK_PBUF_KERNEL_OUT || ps->buffer == SK_PBUF_KERNEL_DOUT) sk__par_put(t, " output=%d", ps->slot);
+  if (ps->buffer == SK_PBUF_STATE) sk__par_put(t, " state=%d", ps->slot);
+  if (ps->buffer == SK_PBUF_FEED) sk__par_put(t, " micro=%d", ps->micro);
+  sk__par_put(t, " memory=%s bytes=%llu\n", kinds[sk_program_memory_kind(p, ps)],
+              (unsigned long long)sk_program_bytes(ps, p->desc.dtype));
+}
+
 SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, char *buf, size_t cap) {
   sk__par_text t = {buf, buf ? cap : 0, 0, 0};
   if (cap && buf) buf[0] = 0;
@@ -982,6 +1019,8 @@ SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, ch
     sk__par_put(&t, " of %d), %d micro-batches, %d steps\n", p->stages * p->schedule.chunks, p->micro, pg->nsteps);
   } else sk__par_put(&t, "# device %d of %d: %d steps\n", rank, p->desc.ndevices, pg->nsteps);
   for (int i = 0; i < pg->nsteps; i++) sk__prog_put_step(&t, p, i, &pg->steps[i], rank);
+  sk__par_put(&t, "# create: %d buffers the device allocates once, held for the run\n", pg->ncreate);
+  for (int i = 0; i < pg->ncreate; i++) sk__prog_put_create(&t, p, i, &pg->create[i]);
   return t.len;
 }
 

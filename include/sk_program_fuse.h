@@ -300,7 +300,7 @@ static void sk__fuse_emit(sk__fuse_b *fb, const sk_program *mid, const sk__fuse_
 /* Stage s's program pg (the build's: a training step ending with the Update, or an evaluation)
    with its fused collectives. */
 static sk_result sk__prog_fuse(sk_parallel_plan *p, sk_program *pg, int stage, bool eval, sk_error *err) {
-  sk_program mid = {0, NULL}, out = {0, NULL};
+  sk_program mid = {0, NULL, 0, NULL}, out = {0, NULL, 0, NULL};
   const sk_graph *g = p->graph;
   sk__prog_b b;
   memset(&b, 0, sizeof b);
@@ -325,7 +325,7 @@ static sk_result sk__prog_fuse(sk_parallel_plan *p, sk_program *pg, int stage, b
   free(fb.held), free(fb.readers), free(fb.held_at), free(bk), free(mid.steps);
   if (r) return free(out.steps), r == SK_ERR_OUT_OF_MEMORY ? sk__fail(err, r, "parallel: out of memory fusing") : r;
   free(pg->steps);
-  *pg = out;
+  pg->nsteps = out.nsteps, pg->steps = out.steps;
   return SK_OK;
 }
 

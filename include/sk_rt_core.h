@@ -98,23 +98,6 @@ static void *sk__rt_kout(const sk_runtime *rt, int o, int k, int64_t *n) {
   return po->out_moved[k] ? rt->ops[o].kout[k] : rt->values[rt->g->ops[o].outputs[k]];
 }
 
-/* A sharded parameter's shard, its gradient and its place in the model-parallel slice; the
-   slice itself (values[t]) exists only while gathered. */
-static sk_result sk__rt_alloc_shard(sk_runtime *rt, int t, sk_error *err) {
-  const sk_parallel_tensor *pt = &rt->plan->tensors[t];
-  sk__rt_shard *sh = &rt->shards[t];
-  sk_opt_shard os;
-  sk_result r = sk_opt_shard_of(&pt->layout, rt->g->tensors[t].dtype, &rt->plan->desc.hsdp, rt->rank, &os, err);
-  if (r) return r;
-  sh->count = sk_parallel_slice_count(rt->plan, t) / pt->opt_size, sh->index = os.index;
-  size_t b = (size_t)sh->count * sk_dtype_size(rt->cdt);
-  sh->data = sk__rt_alloc(rt, SK__RT_PARAMS, b);
-  if (pt->needs_grad) sh->grad = sk__rt_alloc(rt, SK__RT_GRADS, b);
-  if (!sh->data || (pt->needs_grad && !sh->grad))
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the shard of '%s'", rt->g->tensors[t].name);
-  return SK_OK;
-}
-
 /* Whether an operator of this device's pipeline stage reads tensor t (always, without a pipeline). */
 static bool sk__rt_read_here(const sk_runtime *rt, int t) {
   if (!rt->world) return true;
@@ -124,48 +107,67 @@ static bool sk__rt_read_here(const sk_runtime *rt, int t) {
   return false;
 }
 
-static sk_result sk__rt_alloc_tensors(sk_runtime *rt, sk_error *err) {
-  const sk_graph *g = rt->g;
+/* Where the buffer of create section step ps goes on this device (NULL: a step this runtime has
+   no place for, which one compiled plan never holds). */
+static void **sk__rt_create_ref(sk_runtime *rt, const sk_program_step *ps) {
+  int t = ps->tensor, k = ps->slot;
+  sk__rt_op *ro = ps->op >= 0 ? &rt->ops[ps->op] : NULL;
+  bool tensor = t >= 0 && t < rt->g->ntensors, input = ro && k >= 0 && k < SK_OP_MAX_INPUTS;
+  bool output = ro && k >= 0 && k < SK_OP_MAX_OUTPUTS;
+  switch (ps->buffer) {
+    case SK_PBUF_VALUE: return tensor ? &rt->values[t] : NULL;
+    case SK_PBUF_GRAD: return tensor ? &rt->grads[t] : NULL;
+    case SK_PBUF_SHARD: return tensor ? &rt->shards[t].data : NULL;
+    case SK_PBUF_SHARD_GRAD: return tensor ? &rt->shards[t].grad : NULL;
+    case SK_PBUF_STATE: return tensor && (k == 0 || k == 1) ? (k ? &rt->state1[t] : &rt->state0[t]) : NULL;
+    case SK_PBUF_ACC: return tensor ? &rt->acc[t] : NULL;
+    case SK_PBUF_SCRATCH: return k >= 0 && k < SK_OP_MAX_INPUTS ? &rt->scratch[k] : NULL;
+    case SK_PBUF_FEED:
+      return tensor && rt->feeds && ps->micro >= 0 && ps->micro < rt->plan->micro
+                 ? &rt->feeds[(size_t)ps->micro * (size_t)rt->g->ntensors + (size_t)t]
+                 : NULL;
+    case SK_PBUF_KERNEL_IN: return input ? &ro->kin[k] : NULL;
+    case SK_PBUF_KERNEL_DIN: return input ? &ro->dkin[k] : NULL;
+    case SK_PBUF_KERNEL_OUT: return output ? &ro->kout[k] : NULL;
+    case SK_PBUF_KERNEL_DOUT: return output ? &ro->dkout[k] : NULL;
+    case SK_PBUF_PRE_RS: return ro ? &ro->pre_rs : NULL;
+    case SK_PBUF_DY_FULL: return ro ? &ro->dy_full : NULL;
+    default: return NULL;
+  }
+}
+
+/* The program's create section, step by step: each buffer its bytes, counted as its kind; an
+   optimizer state only if the optimizer keeps that many. */
+static sk_result sk__rt_create_buffers(sk_runtime *rt, sk_error *err) {
+  const sk_program *pg = &rt->plan->programs[rt->stage];
   int nstates = sk_optim_nstates(&rt->optim);
-  for (int t = 0; t < g->ntensors; t++) {
-    const sk_parallel_tensor *pt = &rt->plan->tensors[t];
-    bool param = g->tensors[t].role == SK_TENSOR_PARAM, sharded = pt->opt_size > 0;
-    bool kept = param || g->tensors[t].role == SK_TENSOR_CONST, trains = sk_graph_trainable(g, t);
-    /* pipeline: a stage keeps its parameters and constants; activations live in slots, inputs in feeds */
-    if (rt->world && (!kept || !sk__rt_read_here(rt, t))) {
-      sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), NULL);
-      continue;
+  for (int i = 0; i < pg->ncreate; i++) {
+    const sk_program_step *ps = &pg->create[i];
+    if (ps->buffer == SK_PBUF_STATE && ps->slot >= nstates) continue;
+    void **at = sk__rt_create_ref(rt, ps);
+    if (!at || *at)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: create step #c%d: its buffer has no place or is taken", i);
+    if (!(*at = sk__rt_alloc(rt, (int)sk_program_memory_kind(rt->plan, ps), (size_t)sk_program_bytes(ps, rt->cdt)))) {
+      const char *name = ps->tensor >= 0 ? rt->g->tensors[ps->tensor].name : ps->op >= 0 ? rt->g->ops[ps->op].name : "";
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for create step #c%d (%s%s%s)", i, name,
+                      *name ? "'s " : "", sk_parallel_buffer_name((sk_program_buffer)ps->buffer));
     }
-    size_t b = sk__rt_bytes(rt, t), bs = b; /* bs: what the optimizer keeps per state */
-    if (sharded) {
-      sk_result r = sk__rt_alloc_shard(rt, t, err);
-      if (r) return r;
-      bs = (size_t)rt->shards[t].count * sk_dtype_size(rt->cdt);
-    } else if (!rt->recomputed[t]) { /* a recomputed tensor's buffer exists only while used */
-      rt->values[t] = sk__rt_alloc(rt, param ? SK__RT_PARAMS : SK__RT_ACTS, b);
-    }
-    if (pt->needs_grad) rt->grads[t] = sk__rt_alloc(rt, SK__RT_GRADS, b);
-    if (trains && nstates > 0) rt->state0[t] = sk__rt_alloc(rt, SK__RT_STATE, bs); /* a frozen parameter has none */
-    if (trains && nstates > 1) rt->state1[t] = sk__rt_alloc(rt, SK__RT_STATE, bs);
-    if ((!sharded && !rt->recomputed[t] && !rt->values[t]) || (pt->needs_grad && !rt->grads[t]) ||
-        (trains && nstates > 0 && !rt->state0[t]) || (trains && nstates > 1 && !rt->state1[t]))
-      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for tensor '%s'", g->tensors[t].name);
-    sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), rt->values[t]);
   }
   return SK_OK;
 }
 
-/* Gradient accumulation: a sum per parameter with a gradient (a level2 shard's size, else its
-   slice's). */
-static sk_result sk__rt_alloc_acc(sk_runtime *rt, sk_error *err) {
-  if (rt->accum == 1) return SK_OK;
+/* What the buffers are to the kernels: each tensor's view, each shard's place in its slice. */
+static sk_result sk__rt_create_views(sk_runtime *rt, sk_error *err) {
   for (int t = 0; t < rt->g->ntensors; t++) {
-    if (rt->g->tensors[t].role != SK_TENSOR_PARAM || !rt->grads[t]) continue;
-    const sk__rt_shard *sh = &rt->shards[t];
-    bool sharded_sum = sh->data && rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2;
-    size_t b = sharded_sum ? (size_t)sh->count * sk_dtype_size(rt->cdt) : sk__rt_bytes(rt, t);
-    if (!(rt->acc[t] = sk__rt_alloc(rt, SK__RT_GRADS, b)))
-      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory accumulating '%s'", rt->g->tensors[t].name);
+    const sk_parallel_tensor *pt = &rt->plan->tensors[t];
+    sk__rt_shard *sh = &rt->shards[t];
+    if (sh->data) {
+      sk_opt_shard os;
+      sk_result r = sk_opt_shard_of(&pt->layout, rt->g->tensors[t].dtype, &rt->plan->desc.hsdp, rt->rank, &os, err);
+      if (r) return r;
+      sh->count = sk_parallel_slice_count(rt->plan, t) / pt->opt_size, sh->index = os.index;
+    }
+    sk__rt_view(&rt->args[t], &pt->layout, sk__rt_dtype(rt, t), rt->values[t]);
   }
   return SK_OK;
 }

@@ -81,7 +81,7 @@ static bool sk__rt_scatter_now(const sk_runtime *rt) {
    others: the shard's gradient is MindSpore's sharded accumulator); the next micro-batch's
    gradient starts a new sum. "Beside it" is the last gradient scratch, free at this step (it
    follows every step of its operator's inputs, each of which summed its scratch in) and at
-   least a shard long (sk__rt_alloc_scratch). */
+   least a shard long (the create section sizes it: sk_program_create.h). */
 static sk_result sk__rt_pipe_scatter_micro(sk_runtime *rt, int t, sk_error *err) {
   sk__rt_shard *sh = &rt->shards[t];
   int64_t n = sk_parallel_slice_count(rt->plan, t);

@@ -105,16 +105,6 @@ static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err)
 }
 
 /* Every micro-batch's slice of each input an operator here reads. */
-static sk_result sk__rt_pipe_alloc_feeds(sk_runtime *rt, sk_error *err) {
-  for (int t = 0; t < rt->g->ntensors; t++) {
-    if (rt->g->tensors[t].role != SK_TENSOR_INPUT || !sk__rt_read_here(rt, t)) continue;
-    for (int i = 0; i < rt->plan->micro; i++)
-      if (!(rt->feeds[(size_t)i * (size_t)rt->g->ntensors + (size_t)t] = sk__rt_alloc(rt, SK__RT_ACTS, sk__rt_bytes(rt, t))))
-        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory for input '%s'", rt->g->tensors[t].name);
-  }
-  return SK_OK;
-}
-
 static void sk__rt_slot_close(sk_runtime *rt, sk__rt_slot *sl) {
   for (int t = 0; t < rt->g->ntensors; t++) {
     sk__rt_counted_free(rt, sl->values[t]), sk__rt_counted_free(rt, sl->grads[t]);

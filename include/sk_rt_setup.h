@@ -1,4 +1,4 @@
-/* sk_rt_setup.h -- part of sk_runtime.h's implementation: what create prepares for each operator and parameter (groups, moves, scratch, the fusion schedulers, the wire buffers, the norms, the initial parameters).
+/* sk_rt_setup.h -- part of sk_runtime.h's implementation: what create prepares for each operator and parameter (groups, moves, the fusion schedulers, the wire buffers, the norms, the initial parameters; the buffers themselves are the program's create section).
    Include sk_runtime.h, not this: its implementation includes the parts in order. Needs only libc.
    License: MIT. */
 #ifndef SK_RT_SETUP_H
@@ -11,8 +11,8 @@
 
 SK_EXTERN_C_BEGIN
 
-/* Operator o's outputs out_strategy moves: their buffers in the rule's layout (under a pipeline
-   the slots') and the moves to and from their tensors (collective). */
+/* Operator o's outputs out_strategy moves: the moves between the rule's layout (the create
+   section's buffers, under a pipeline the slots') and their tensors (collective). */
 static sk_result sk__rt_setup_out_moves(sk_runtime *rt, int o, sk_error *err) {
   const sk_graph_op *op = &rt->g->ops[o];
   const sk_parallel_op *po = &rt->plan->ops[o];
@@ -23,12 +23,7 @@ static sk_result sk__rt_setup_out_moves(sk_runtime *rt, int o, sk_error *err) {
     int t = op->outputs[k];
     sk_dtype dt = sk__rt_dtype(rt, t);
     const sk_layout *kl = &po->plan.out[k], *tl = &rt->plan->tensors[t].layout;
-    size_t b = (size_t)sk__rt_count(kl) * sk_dtype_size(dt);
     bool grad = rt->plan->tensors[t].needs_grad;
-    ro->kout[k] = rt->world ? NULL : sk__rt_alloc(rt, SK__RT_ACTS, b);
-    ro->dkout[k] = grad && !rt->world ? sk__rt_alloc(rt, SK__RT_GRADS, b) : NULL;
-    if (!rt->world && (!ro->kout[k] || (grad && !ro->dkout[k])))
-      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for operator '%s'", op->name);
     r = sk__rt_move(rt, kl, tl, dt, &ro->out_move[k], err);
     if (!r && grad) r = sk__rt_move(rt, tl, kl, dt, &ro->out_move_back[k], err);
     ro->out_move_bytes[k] = sk__rt_plan_sends(ro->out_move[k], rt->rank);
@@ -37,7 +32,7 @@ static sk_result sk__rt_setup_out_moves(sk_runtime *rt, int o, sk_error *err) {
   return r;
 }
 
-/* Operator o's buffers, groups and moves (collective). */
+/* Operator o's groups, moves and views of its buffers (collective). */
 static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   const sk_graph_op *op = &rt->g->ops[o];
   const sk_parallel_op *po = &rt->plan->ops[o];
@@ -49,11 +44,6 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
     sk_dtype dt = sk__rt_dtype(rt, t);
     ro->fusion_handle[k] = -1;
     if (po->moved[k]) {
-      size_t b = (size_t)sk__rt_count(&po->kernel_in[k]) * sk_dtype_size(dt);
-      ro->kin[k] = rt->world ? NULL : sk__rt_alloc(rt, SK__RT_ACTS, b); /* pipeline: the slot's */
-      ro->dkin[k] = rt->plan->tensors[t].needs_grad ? sk__rt_alloc(rt, SK__RT_GRADS, b) : NULL;
-      if ((!rt->world && !ro->kin[k]) || (rt->plan->tensors[t].needs_grad && !ro->dkin[k]))
-        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for operator '%s'", op->name);
       r = sk__rt_move(rt, &rt->plan->tensors[t].layout, &po->kernel_in[k], dt, &ro->move[k], err);
       if (!r && ro->dkin[k]) r = sk__rt_move(rt, &po->kernel_in[k], &rt->plan->tensors[t].layout, dt, &ro->move_back[k], err);
       ro->move_bytes[k] = sk__rt_plan_sends(ro->move[k], rt->rank);
@@ -67,14 +57,8 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
   if (!r) r = sk__rt_setup_out_moves(rt, o, err);
   if (!r && po->plan.fwd.kind != SK_COLL_NONE) r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.fwd.axes, &ro->fwd, err);
   if (!r && po->plan.fwd.kind == SK_COLL_REDUCE_SCATTER) {
-    int t = op->outputs[0];
     ro->rs_group = sk_comm_size(ro->fwd);
     ro->pre_rs_count = sk__rt_count(&po->plan.out[0]) * ro->rs_group;
-    size_t b = (size_t)ro->pre_rs_count * sk_dtype_size(sk__rt_dtype(rt, t));
-    ro->pre_rs = rt->world ? NULL : sk__rt_alloc(rt, SK__RT_ACTS, b); /* pipeline: the slot's */
-    ro->dy_full = sk__rt_alloc(rt, SK__RT_GRADS, b);
-    if ((!rt->world && !ro->pre_rs) || !ro->dy_full)
-      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for '%s'", op->name);
   }
   return r;
 }
@@ -91,45 +75,6 @@ static bool sk__rt_pipe_scatters_each_micro(const sk_runtime *rt) {
   return rt->world && rt->plan->desc.hsdp.level == SK_HSDP_LEVEL2;
 }
 
-/* Whether the gradient operator o's backward writes for input k may be a second one of its
-   tensor, computed beside the first and summed in (the kernels overwrite what they write): a
-   tensor several operators read, and under a pipeline of several micro-batches a parameter,
-   whose micro-batches' gradients sum (an activation's gradient is per micro-batch, in its slot). */
-static bool sk__rt_second_grad(const sk_runtime *rt, int o, int k) {
-  const sk_graph_op *op = &rt->g->ops[o];
-  int t = op->inputs[k];
-  if (!rt->plan->tensors[t].needs_grad || !sk_exec_differentiable(op, k)) return false;
-  return rt->readers[t] > 1 || (rt->world && rt->plan->micro > 1 && rt->g->tensors[t].role == SK_TENSOR_PARAM);
-}
-
-/* Scratch k holds such a second gradient of input k, in the tensor's layout or the operator's:
-   each slot as long as the most its backward steps on this device need. Under a pipeline slot 0
-   also receives an activation's gradient from the next stage beside one already written, and the
-   last a level2 shard's micro-batch ReduceScatter (sk__rt_pipe_scatter_micro). */
-static sk_result sk__rt_alloc_scratch(sk_runtime *rt, sk_error *err) {
-  const sk_graph *g = rt->g;
-  size_t most[SK_OP_MAX_INPUTS] = {0};
-  for (int i = 0; i < rt->plan->nsteps; i++) {
-    const sk_parallel_step *s = &rt->plan->steps[i];
-    if (!sk__rt_step_here(rt, s)) continue;
-    if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER && sk__rt_pipe_scatters_each_micro(rt)) {
-      size_t b = (size_t)rt->shards[g->ops[s->op].inputs[s->slot]].count * sk_dtype_size(rt->cdt);
-      most[SK_OP_MAX_INPUTS - 1] = b > most[SK_OP_MAX_INPUTS - 1] ? b : most[SK_OP_MAX_INPUTS - 1];
-    }
-    for (int k = 0; s->kind == SK_PSTEP_BACKWARD && k < g->ops[s->op].ninputs; k++) {
-      if (!sk__rt_second_grad(rt, s->op, k)) continue;
-      int t = g->ops[s->op].inputs[k];
-      size_t es = sk_dtype_size(sk__rt_dtype(rt, t)), a = sk__rt_bytes(rt, t);
-      size_t b = (size_t)sk__rt_count(&rt->plan->ops[s->op].kernel_in[k]) * es;
-      most[k] = a > most[k] ? a : most[k], most[k] = b > most[k] ? b : most[k];
-      if (rt->world && g->tensors[t].role != SK_TENSOR_PARAM) most[0] = a > most[0] ? a : most[0];
-    }
-  }
-  for (int k = 0; k < SK_OP_MAX_INPUTS; k++)
-    if (most[k] && !(rt->scratch[k] = sk__rt_alloc(rt, SK__RT_GRADS, most[k])))
-      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the gradient scratch");
-  return SK_OK;
-}
 /* The shard groups of each sharded parameter: its AllGather / ReduceScatter group and the Mirror
    over the replicas left (the plan's ids; parameters that group the devices alike share them). */
 static sk_result sk__rt_setup_shard_groups(sk_runtime *rt, sk_error *err) {

@@ -345,7 +345,6 @@ struct sk_runtime {
 /* Pipeline parallel, defined with the steps below. */
 static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err);
 static sk_result sk__rt_settle(sk_runtime *rt, sk_result r, sk_error *err);
-static sk_result sk__rt_pipe_alloc_feeds(sk_runtime *rt, sk_error *err);
 static sk_result sk__rt_pipe_feed(sk_runtime *rt, int input, sk_dtype dt, const void *global, sk_error *err);
 static void sk__rt_pipe_unpoint(sk_runtime *rt);
 static void sk__rt_pipe_close(sk_runtime *rt);
@@ -745,10 +744,8 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   rt->optim.lr = (double)(float)rt->optim.lr; /* MindSpore holds learning_rate in a float32 Parameter */
   if (!r) r = sk__rt_alloc_arrays(rt, err);
   if (!r && plan->vstage) r = sk__rt_pipe_open(rt, comm, err);
-  if (!r) r = sk__rt_alloc_tensors(rt, err);
-  if (!r && rt->world) r = sk__rt_pipe_alloc_feeds(rt, err);
-  if (!r) r = sk__rt_alloc_scratch(rt, err);
-  if (!r) r = sk__rt_alloc_acc(rt, err);
+  if (!r) r = sk__rt_create_buffers(rt, err);
+  if (!r) r = sk__rt_create_views(rt, err);
   if (!r) r = sk__rt_setup_norms(rt, err);
   if (!r) r = sk__rt_make_groups(rt, err);
   for (int o = 0; o < rt->g->nops && !r; o++) r = sk__rt_setup_op(rt, o, err);

@@ -323,29 +323,38 @@ static char *dump(const sk_parallel_plan *p, int rank) {
   return text;
 }
 
+/* The step program's lines "#N Kind ...", then the create section's "#cN Alloc ...", each
+   numbered in order, with one header line before each. */
 Test(program, dump_lines_have_one_form) {
-  regex_t re;
+  regex_t re, create;
   cr_assert_eq(regcomp(&re, "^#[0-9]+ [A-Za-z]+( [^ =]+)?( [a-z_]+=[^ ]+)*$", REG_EXTENDED | REG_NOSUB), 0);
+  cr_assert_eq(regcomp(&create, "^#c[0-9]+ Alloc( [^ =]+)? buffer=[a-z_]+( [a-z_]+=[^ ]+)* memory=[a-z]+ bytes=[0-9]+$",
+                       REG_EXTENDED | REG_NOSUB), 0);
   for (int w = 0; w < NPLANS; w++) {
     sk_graph g;
     sk_parallel_plan p;
     compile_plan(&g, w, &p);
     for (int r = 0; r < p.world_devices; r += 5) {
       char *text = dump(&p, r);
-      int lines = 0, steps = 0;
+      const sk_program *pg = &p.programs[sk_parallel_stage_of_rank(&p, r)];
+      int lines = 0, steps = 0, created = 0;
       for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
         if (!strncmp(l, "# ", 2)) continue;
-        cr_assert_eq(regexec(&re, l, 0, NULL, 0), 0, "%s rank %d: '%s'", plan_name[w], r, l);
-        cr_assert_eq(atoi(l + 1), steps, "%s rank %d: numbered in order: '%s'", plan_name[w], r, l);
-        steps++;
+        bool c = !strncmp(l, "#c", 2);
+        cr_assert(c || !created, "%s rank %d: a step after the create section: '%s'", plan_name[w], r, l);
+        cr_assert_eq(regexec(c ? &create : &re, l, 0, NULL, 0), 0, "%s rank %d: '%s'", plan_name[w], r, l);
+        cr_assert_eq(atoi(l + 1 + c), c ? created : steps, "%s rank %d: numbered in order: '%s'", plan_name[w], r, l);
+        *(c ? &created : &steps) += 1;
       }
-      cr_assert_eq(steps, p.programs[sk_parallel_stage_of_rank(&p, r)].nsteps, "%s rank %d", plan_name[w], r);
-      cr_assert_eq(lines, steps + 1, "one header line");
+      cr_assert_eq(steps, pg->nsteps, "%s rank %d", plan_name[w], r);
+      cr_assert_eq(created, pg->ncreate, "%s rank %d", plan_name[w], r);
+      cr_assert_gt(created, 0, "%s rank %d: nothing at create", plan_name[w], r);
+      cr_assert_eq(lines, steps + created + 2, "a header line before the steps and one before the create section");
       free(text);
     }
     sk_parallel_free(&p), sk_graph_free(&g);
   }
-  regfree(&re);
+  regfree(&re), regfree(&create);
 }
 
 /* The line numbered n of text (without its newline), in buf. */
@@ -382,8 +391,9 @@ Test(program, dump_lines_of_a_two_stage_plan) {
   cr_assert_str_eq(line_numbered(text, 10, line, sizeof line),
                    "#10 Recv relu1 data=value micro=0 chunk=0 peer=1 group=g2 bytes=4096");
   cr_assert_str_eq(line_numbered(text, 19, line, sizeof line), "#19 SeedLoss loss micro=0 chunk=0");
-  const char *last = strrchr(text, '#');
-  cr_assert(last && !strcmp(strchr(last, ' '), " Update parameters\n"), "%s", last);
+  const char *create = strstr(text, "\n# create: "), *last = create;
+  while (last && last > text && last[-1] != '#') last--;
+  cr_assert(create && last > text && !strncmp(strchr(last, ' '), " Update parameters\n", 19), "%s", text);
   free(text);
   p.desc.dtype = SK_F64; /* an f64 run: a float's bytes double, the steps stay */
   text = dump(&p, 0);

@@ -14,9 +14,13 @@
    3. DETERMINISM: 2 stages x 4 devices with hsdp trained 2 steps, five fresh worlds: every
       device's memory peaks (sk_runtime_memory) the same each time.
    4. ACCOUNTING: a pipeline's per-step peaks of activations, gradients and communication on
-      each device are the program's: walking its Alloc / Free steps (GRAD and KERNEL_DOUT
-      gradients, STAGING communication, the rest activations) gives, per kind, the most held
-      above what create left; the runtime's peak_* minus its bytes right after create.
+      each device are the program's: walking its Alloc / Free steps (each counted as
+      sk_program_memory_kind says) gives, per kind, the most held above what create left; the
+      runtime's peak_* minus its bytes right after create.
+   5. CREATE: what each device holds right after create, kind by kind, is its stage's create
+      section (optimizer states: as many as the optimizer keeps), under a pipeline with hsdp,
+      gradient accumulation, recomputation, moved inputs and outputs and a forward
+      ReduceScatter, and without a pipeline.
 
    Device threads never assert: each records into its dev_out, the test's thread asserts. */
 #include <criterion/criterion.h>
@@ -398,10 +402,9 @@ static void program_peaks(const sk_parallel_plan *p, int stage, uint64_t peak[WA
   for (int i = 0; i < pg->nsteps; i++) {
     const sk_program_step *s = &pg->steps[i];
     if (s->kind != SK_PSTEP_ALLOC && s->kind != SK_PSTEP_FREE) continue;
-    int k = s->buffer == SK_PBUF_STAGING                                    ? WALK_COMM
-            : s->buffer == SK_PBUF_GATHERED                                 ? WALK_PARAMS
-            : s->buffer == SK_PBUF_GRAD || s->buffer == SK_PBUF_KERNEL_DOUT ? WALK_GRADS
-                                                                            : WALK_ACTS;
+    static const int walk[SK_MEM_KINDS] = {WALK_PARAMS, WALK_GRADS, -1, WALK_ACTS, WALK_COMM};
+    int k = walk[sk_program_memory_kind(p, s)];
+    cr_assert_geq(k, 0, "stage %d step %d: a step's buffer counted as optimizer state", stage, i);
     uint64_t b = sk_program_bytes(s, SK_F64);
     if (s->kind == SK_PSTEP_FREE) {
       cr_assert_geq(now[k], b, "stage %d step %d frees more than is held", stage, i);
@@ -456,4 +459,48 @@ Test(program_run, step_peaks_are_the_programs_hsdp, .timeout = PR_TIMEOUT) {
   expect_peaks_of_program(&pd, false, "1f1b + hsdp level3 + recompute, 2 stages x 4 devices, 4 micro-batches");
   pd = plain_hsdp_knobs(SK_HSDP_LEVEL3, false);
   expect_peaks_of_program(&pd, false, "hsdp level3 + recompute, no pipeline, 8 devices");
+}
+
+/* ---- 5. what create holds is the create section's ------------------------------------------- */
+
+static void expect_create_is_the_section(const sk_parallel_desc *pd, int accumulate, const char *what) {
+  static net n;
+  static run R;
+  sk_parallel_desc knobs = *pd;
+  knobs.grad_accumulation_step = accumulate;
+  int stages = pd->pipeline.stages > 1 ? pd->pipeline.stages : 1;
+  build_replay(&n, 8 / stages);
+  run_init_knobs(&R, &n, 8, SK_F64, adam(0.01), 1, &knobs);
+  run_steps(&R, what);
+  for (int d = 0; d < 8; d++) {
+    const sk_program *pg = &R.plan.programs[sk_parallel_stage_of_rank(&R.plan, d)];
+    uint64_t want[SK_MEM_KINDS] = {0};
+    int kinds = 0;
+    for (int i = 0; i < pg->ncreate; i++) {
+      cr_assert_eq(pg->create[i].kind, SK_PSTEP_ALLOC, "%s: create step %d is not an Alloc", what, i);
+      want[sk_program_memory_kind(&R.plan, &pg->create[i])] += sk_program_bytes(&pg->create[i], SK_F64);
+      kinds |= 1 << pg->create[i].buffer;
+    }
+    const sk_runtime_memory *c = &R.dev[d].mem_created;
+    uint64_t got[SK_MEM_KINDS] = {c->parameters, c->gradients, c->optimizer_state, c->activations, c->communication};
+    static const char *const names[SK_MEM_KINDS] = {"parameters", "gradients", "optimizer", "activations", "communication"};
+    for (int k = 0; k < SK_MEM_KINDS; k++)
+      cr_assert_eq(got[k], want[k], "%s: device %d: %s after create %llu bytes, the create section's %llu", what, d, names[k],
+                   (unsigned long long)got[k], (unsigned long long)want[k]);
+    cr_assert(kinds & (1 << SK_PBUF_STATE), "%s: device %d: Adam's states are not in the section", what, d);
+    cr_assert(kinds & (1 << SK_PBUF_GRAD), "%s: device %d: no gradient in the section", what, d);
+  }
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+Test(program_run, create_is_the_create_section, .timeout = PR_TIMEOUT) {
+  sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
+  expect_create_is_the_section(&pd, 1, "1f1b + hsdp level1, 2 stages x 4 devices");
+  pd = pipe_hsdp_knobs(4, SK_PIPE_ZERO_BUBBLE_V, SK_HSDP_LEVEL2);
+  expect_create_is_the_section(&pd, 1, "zero_bubble_v + hsdp level2, 2 stages x 4 devices");
+  pd = plain_hsdp_knobs(SK_HSDP_LEVEL2, false);
+  expect_create_is_the_section(&pd, 2, "hsdp level2, grad_accumulation_step 2, 8 devices");
+  memset(&pd, 0, sizeof pd);
+  expect_create_is_the_section(&pd, 2, "no pipeline, no hsdp, grad_accumulation_step 2, 8 devices");
 }
