@@ -44,7 +44,8 @@
      layouts, opt_shard_size) in any order, and comm's rank r is the mesh position r
      (cur_rank = initial_rank + r). Before any group is built, the members agree on the
      arguments with one small AllReduce over comm, so a device that rejects its arguments
-     makes every member return an error instead of leaving them waiting.
+     (or fails to allocate its plan) makes every member return an error, with its code,
+     instead of leaving them waiting.
      `data` is this device's slice in host memory (memset zeroes it): the threads and MPI
      backends.
 
@@ -500,18 +501,22 @@ static SK__UNUSED sk_result sk__rdn_bcast_local(sk_comm *comm, const sk__rdn_set
   return SK_OK;
 }
 
-/* Every member reports whether it rejected its arguments; all return an error if one did. */
+/* Every member reports its result before any group is built; all return an error if one failed. */
 static SK__UNUSED sk_result sk__rdn_agree(sk_comm *comm, sk_result mine, sk_error *err) {
-  int32_t bad = mine != SK_OK, any = 0;
-  sk_result r = sk_allreduce(comm, &bad, &any, 1, SK_I32, SK_MAX);
-  if (r != SK_OK) {
-    if (mine != SK_OK) return mine; /* keep the first cause */
+  /* each member's code, the largest kept: a peer whose allocation failed is reported as memory,
+     not as a bad argument */
+  int32_t code = (int32_t)mine, worst = 0;
+  sk_result r = sk_allreduce(comm, &code, &worst, 1, SK_I32, SK_MAX);
+  if (mine != SK_OK) return mine; /* keep the first cause */
+  if (r != SK_OK)
     return sk__fail(err, r, "sk_parameter_broadcast: agreeing on the arguments: %s", sk_comm_error_message(comm));
-  }
-  if (mine != SK_OK) return mine;
-  if (any)
+  if (worst == SK_ERR_INVALID_ARGUMENT)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
                     "sk_parameter_broadcast: another device rejected its arguments (see its error)");
+  if (worst != SK_OK)
+    return sk__fail(err, (sk_result)worst,
+                    "sk_parameter_broadcast: another device failed before the exchange: %s (see its error)",
+                    sk_result_name((sk_result)worst));
   return SK_OK;
 }
 
