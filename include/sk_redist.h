@@ -6,12 +6,12 @@
    with -lpthread.
 
    FILES
-     This header declares the whole redistribution API and implements planning and execution.
-     The emulation of MindSpore's operator sequence (the SK_REDIST_MINDSPORE modes) is kept in
-     sk_redist_ms.h, which declares nothing of its own: its implementation uses this one's
-     private planner and is emitted from the end of this implementation section. So include
-     this header (or shardkit.h) as before; SK_IMPL, SK_REDIST_IMPL or SK_REDIST_MS_IMPL in
-     one TU emits both parts once, whichever of the two headers is included first.
+     This header declares the redistribution API and implements planning and execution. The
+     emulation of MindSpore's operator sequence (the SK_REDIST_MINDSPORE modes) is kept in
+     sk_redist_ms.h, which this header includes (never the reverse): it declares the record of
+     MindSpore's cost (sk_redist_ms_cost) and infers the operators on layouts alone, handing
+     each to this planner, which makes it a plan step. So include this header (or shardkit.h);
+     SK_IMPL or SK_REDIST_IMPL in one TU emits both parts once.
 
    WHAT IT IS
      MindSpore inserts "tensor redistribution" between operators whose layouts differ
@@ -154,17 +154,18 @@
 #if defined(SK_IMPL) && !defined(SK_REDIST_IMPL)
 #define SK_REDIST_IMPL
 #endif
-/* sk_redist_ms.h's implementation is a part of this one (FILES above): asking for it asks for both */
-#if defined(SK_REDIST_MS_IMPL) && !defined(SK_REDIST_IMPL)
-#define SK_REDIST_IMPL
+/* sk_redist_ms.h's implementation is a part of this one (FILES above): asking for this one asks for both */
+#if defined(SK_REDIST_IMPL) && !defined(SK_REDIST_MS_IMPL)
+#define SK_REDIST_MS_IMPL
 #endif
 #ifndef SK_REDIST_H
 #define SK_REDIST_H
 
 #include "sk_core.h"
 #include "sk_layout.h"
-#include "sk_layout_algebra.h" /* MindSpore mode unifies the two layouts (sk_layout_unify) */
+#include "sk_layout_algebra.h" /* minimal mode unifies the two layouts across a reshape (sk_layout_unify) */
 #include "sk_comm.h"
+#include "sk_redist_ms.h" /* MindSpore mode's operator inference and its cost record, sk_redist_ms_cost */
 
 SK_EXTERN_C_BEGIN
 
@@ -223,12 +224,6 @@ typedef struct sk_redist_desc {
   sk_comm *(*group)(void *ctx, const sk_mesh *mesh, uint32_t axes);
   void *group_ctx;               /* group's first argument */
 } sk_redist_desc;
-
-/* MindSpore's redistribution cost (TensorRedistribution::ComputeCost), in elements. */
-typedef struct sk_redist_ms_cost {
-  double forward_comm, backward_comm, comm, computation, memory;
-  bool reshape; /* MindSpore would insert a Reshape (its cost is included) */
-} sk_redist_ms_cost;
 
 #define SK_REDIST_ALL_RANKS (-1)
 
@@ -293,14 +288,14 @@ SK_EXTERN_C_END
 #define SK_REDIST_IMPL_DONE
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
+#include "sk_redist_ms.h" /* its implementation first (SK_REDIST_MS_IMPL is set above): sk__ms_plan, sk__rd_elems */
 
 SK_EXTERN_C_BEGIN
 
-/* Layout of this section:  >>out  >>mindspore (entry points into sk_redist_ms.h)  >>box (boxes
-   and copies)  >>flat (pieces by flat index, across shapes)  >>check (desc validation)
-   >>classify (what collective an exchange is)  >>pieces  >>plan  >>partial  >>format  >>exec
-   (>>reshape: a Reshape step's check); then sk_redist_ms.h's implementation, included at the
-   end. */
+/* Layout of this section (after sk_redist_ms.h's implementation, included above):  >>out  >>box
+   (boxes and copies)  >>flat (pieces by flat index, across shapes)  >>check (desc validation)
+   >>classify (what collective an exchange is)  >>pieces  >>plan (MindSpore mode's sink
+   included)  >>partial  >>format  >>exec  (>>reshape: a Reshape step's check). */
 
 #define SK__RD_MAX_STEPS 48
 #define SK__RD_DETAIL 128
@@ -328,14 +323,6 @@ static SK__PRINTF(2, 3) void sk__rd_put(sk__rd_out *o, const char *fmt, ...) {
   va_end(ap);
   if (n > 0) o->len += (size_t)n;
 }
-
-/* >>mindspore -- MindSpore's operator sequence (the SK_REDIST_MINDSPORE modes) is implemented
-   in sk_redist_ms.h on top of this section's planner (the plan and step records,
-   sk__rd_add_exchange), so it is included at the end of this section, into the same
-   translation unit; these are the three functions of it the planner calls. */
-static sk_result sk__ms_check_desc(const sk_redist_desc *d, sk_error *err); /* MindSpore mode's own checks */
-static sk_result sk__ms_plan(sk_redist_plan *p, sk_error *err);              /* the steps and p->ms */
-static void sk__ms_format_cost(const sk_redist_plan *p, sk__rd_out *o);      /* the plan text's cost line */
 
 /* >>box -- a box is [lo, hi) per dim, in global tensor coordinates */
 typedef struct sk__rd_box {
@@ -528,11 +515,6 @@ static sk_result sk__rd_segcopy_fn(void *pv, int64_t toff, int64_t soff, int64_t
   return SK_OK;
 }
 
-/* Whether a and b describe tensors of different shapes (an exchange between them is flat). */
-static bool sk__rd_reshaping(const sk_layout *a, const sk_layout *b) {
-  return a->ndims != b->ndims || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndims) != 0;
-}
-
 /* The elements of rank t's target slice (under B) that rank s's source slice (under A) holds:
    their box when A and B share a shape, else their count, as the box [0, count) of dim 0. */
 static int64_t sk__rd_meet(const sk_layout *A, int s, const sk_layout *B, int t, sk__rd_box *x) {
@@ -565,12 +547,6 @@ static sk_result sk__rd_check_layout(const sk_layout *l, const char *which, sk_e
   if (sk_layout_init(&copy, &l->mesh, l->ndims, l->shape, l->map, &e) != SK_OK)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s layout: %s", which, e.msg);
   return SK_OK;
-}
-
-static int64_t sk__rd_elems(int nd, const int64_t *shape) {
-  int64_t v = 1;
-  for (int k = 0; k < nd; k++) v *= shape[k];
-  return v;
 }
 
 /* Whether a tensor of this shape, es bytes an element, has more bytes than 63 bits count. In
@@ -642,7 +618,11 @@ static sk_result sk__rd_check_desc(const sk_redist_desc *d, sk_error *err) {
                     "partial axis '%s' also splits the source; a partial axis must be one the from layout does not use",
                     f->mesh.names[a]);
   }
-  if (d->mode != SK_REDIST_MINIMAL) return sk__ms_check_desc(d, err);
+  /* the element count, the declared reshape and the device counts are checked for every mode
+     (sk__rd_check_shapes) */
+  if (d->mode != SK_REDIST_MINIMAL && d->partial)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "MindSpore mode covers non-partial sources only (MindSpore sums partials in the operators)");
   return SK_OK;
 }
 
@@ -854,13 +834,6 @@ SK_API const char *sk_redist_op_name(sk_redist_op op) {
   static const char *const names[] = {"Local",     "AllGather", "AllToAll", "ReduceScatter",
                                       "AllReduce", "SendRecv",  "Reshape"};
   return (int)op >= 0 && op < SK_REDIST_OP_COUNT ? names[op] : "invalid";
-}
-
-static int64_t sk__rd_slice_elems(const sk_layout *l) {
-  int64_t s[SK_MAX_DIMS] = {0}, v = 1;
-  sk_layout_slice_shape(l, s);
-  for (int d = 0; d < l->ndims; d++) v *= s[d];
-  return v;
 }
 
 static int sk__rd_plan_slot(const sk_redist_plan *p, int rank) { return p->rank == SK_REDIST_ALL_RANKS ? rank : 0; }
@@ -1100,6 +1073,27 @@ static sk_result sk__rd_add_move(sk_redist_plan *p, const sk_layout *a, const sk
   return sk__rd_add_exchange(p, a, b, NULL, NULL, err);
 }
 
+/* MindSpore mode (sk_redist_ms.h): devices aligned, the operators inferred there, each one a
+   step through this sink (an exchange run as the minimal move between its layouts, or a local
+   Reshape), MindSpore's cost into p->ms. */
+static sk_result sk__rd_ms_exchange(void *plan, const sk_layout *a, const sk_layout *b, const char *name,
+                                    const char *detail, sk_error *err) {
+  return sk__rd_add_exchange((sk_redist_plan *)plan, a, b, name, detail, err);
+}
+
+static sk_result sk__rd_ms_reshape(void *plan, const sk_layout *a, const sk_layout *b, sk_error *err) {
+  return sk__rd_add_reshape((sk_redist_plan *)plan, a, b, err);
+}
+
+static sk_result sk__rd_plan_ms(sk_redist_plan *p, sk_error *err) {
+  sk_layout f, t;
+  uint32_t P = 0; /* no partial axes in MindSpore mode (sk__rd_check_desc) */
+  sk_result r = sk__rd_align_devices(&p->desc, &f, &t, &P, err);
+  if (r) return r;
+  sk__ms_sink sink = {p, sk__rd_ms_exchange, sk__rd_ms_reshape};
+  return sk__ms_plan(&f, &t, p->desc.mode == SK_REDIST_MINDSPORE, &sink, &p->ms, &p->ms_fallback, err);
+}
+
 /* Minimal mode: devices aligned, partial sums reduced first, then one minimal move (none when
    the reduction already left every rank its target slice). */
 static sk_result sk__rd_plan_minimal(sk_redist_plan *p, sk_error *err) {
@@ -1132,11 +1126,7 @@ SK_API sk_result sk_redist_plan_create(const sk_redist_desc *desc, int rank, sk_
   p->desc.cost.gamma = SK__DEF(desc->cost.gamma, 5e-11);
   p->rank = rank;
   p->nranks = rank == SK_REDIST_ALL_RANKS ? N : 1;
-  if (desc->mode != SK_REDIST_MINIMAL) {
-    r = sk__ms_plan(p, err);
-  } else {
-    r = sk__rd_plan_minimal(p, err);
-  }
+  r = desc->mode != SK_REDIST_MINIMAL ? sk__rd_plan_ms(p, err) : sk__rd_plan_minimal(p, err);
   if (r) {
     sk_redist_plan_destroy(p);
     return r;
@@ -1205,7 +1195,14 @@ SK_API double sk_redist_plan_cost(const sk_redist_plan *p) {
   return t;
 }
 
-/* sk_redist_plan_ms_cost: in sk_redist_ms.h */
+SK_API sk_result sk_redist_plan_ms_cost(const sk_redist_plan *p, sk_redist_ms_cost *cost, sk_error *err) {
+  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan is NULL");
+  if (!cost) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "cost is NULL");
+  if (p->desc.mode == SK_REDIST_MINIMAL)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore's cost exists for MindSpore-mode plans only");
+  *cost = p->ms;
+  return SK_OK;
+}
 
 /* >>format */
 static void sk__rd_put_bytes(sk__rd_out *o, const uint64_t *v, int n) {
@@ -1230,6 +1227,15 @@ static void sk__rd_put_shape(sk__rd_out *o, const sk_layout *l) {
 }
 
 static void sk__rd_put_us(sk__rd_out *o, double s) { sk__rd_put(o, "%.2f us", s * 1e6); }
+
+/* The last line of a MindSpore-mode plan's text: MindSpore's cost. */
+static void sk__rd_put_ms_cost(sk__rd_out *o, const sk_redist_plan *p) {
+  sk__rd_put(o,
+             "mindspore cost (elements): forward_comm %.0f, backward_comm %.0f, comm %.0f, computation %.0f, "
+             "memory %.0f%s%s\n",
+             p->ms.forward_comm, p->ms.backward_comm, p->ms.comm, p->ms.computation, p->ms.memory,
+             p->ms.reshape ? ", with Reshape" : "", p->ms_fallback ? " (not expandable: via fully replicated)" : "");
+}
 
 SK_API size_t sk_redist_plan_format(const sk_redist_plan *p, char *buf, size_t cap) {
   sk__rd_out o;
@@ -1294,7 +1300,7 @@ SK_API size_t sk_redist_plan_format(const sk_redist_plan *p, char *buf, size_t c
     sk__rd_put(&o, "\n");
     sk__free(&d->allocator, tr);
   }
-  if (d->mode != SK_REDIST_MINIMAL) sk__ms_format_cost(p, &o);
+  if (d->mode != SK_REDIST_MINIMAL) sk__rd_put_ms_cost(&o, p);
   return o.len;
 }
 
@@ -2004,12 +2010,5 @@ SK_API sk_result sk_redist(sk_comm *comm, const sk_redist_desc *desc, const void
 }
 
 SK_EXTERN_C_END
-
-/* MindSpore's operator sequence: its implementation needs everything above and defines the
-   functions declared at >>mindspore, so it is emitted here, whichever header came first. */
-#ifndef SK_REDIST_MS_IMPL
-#define SK_REDIST_MS_IMPL
-#endif
-#include "sk_redist_ms.h"
 
 #endif /* SK_REDIST_IMPL */

@@ -2,8 +2,9 @@
 
    Nothing to do here for users: include "sk_redist.h" (or "shardkit.h") and set
    sk_redist_desc.mode to SK_REDIST_MINDSPORE or SK_REDIST_MINDSPORE_NO_ALLTOALL. This header
-   holds how those modes plan; their public face -- the modes, sk_redist_ms_cost and
-   sk_redist_plan_ms_cost() -- is declared in sk_redist.h with the rest of the API.
+   holds how those modes plan. Their public face -- the modes and sk_redist_plan_ms_cost() --
+   is declared in sk_redist.h with the rest of the API; the cost record it fills,
+   sk_redist_ms_cost, is declared here, and sk_redist.h includes this header.
 
    WHAT IT DOES
      Plans a layout -> layout move the way MindSpore's TensorRedistribution does, and prices it
@@ -39,66 +40,89 @@
      plans run on any backend.
 
    INCLUDE RELATIONSHIP
-     sk_redist.h is the module; this header is a part of its implementation kept apart.
-       - Declarations: this header includes sk_redist.h, so including it alone declares the
-         whole redistribution API; it declares nothing else. sk_redist.h does not need it for
-         declarations.
-       - Implementation: the emulation is built on sk_redist.h's private (static) planner --
-         the plan and step records, sk__rd_add_exchange -- and sk_redist.h's planner calls it,
-         so both must land in the same translation unit, exactly once. sk_redist.h declares the
-         three entry points (sk__ms_check_desc, sk__ms_plan, sk__ms_format_cost) and includes
-         this header at the end of its implementation section, which emits the code below.
-         SK_REDIST_IMPL and SK_REDIST_MS_IMPL therefore go together: SK_IMPL, or either one,
-         emits both, whichever of the two headers is included first, and the _DONE guards keep
-         a second inclusion from emitting anything again.
+     One way: sk_redist.h includes this header, never the reverse. This header knows layouts
+     (sk_layout.h, sk_layout_algebra.h) and nothing of plans: it declares the record of
+     MindSpore's cost (sk_redist_ms_cost, public through sk_redist.h), infers the operators, and
+     hands each one, as a move between two layouts or a Reshape, to a sink the planner gives it
+     (sk__ms_sink below). sk_redist.h turns them into plan steps, checks what MindSpore mode
+     accepts and formats the cost. The few lines of layout arithmetic both need (element
+     counts, whether two layouts have different shapes) live here, the lower of the two.
+     SK_IMPL or SK_REDIST_IMPL emits this implementation too (from the start of sk_redist.h's
+     implementation section); SK_REDIST_MS_IMPL alone emits only this header's private part.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_REDIST_MS_IMPL)
 #define SK_REDIST_MS_IMPL
 #endif
-/* the emulation cannot be built without the planner it extends: asking for it asks for both */
-#if defined(SK_REDIST_MS_IMPL) && !defined(SK_REDIST_IMPL)
-#define SK_REDIST_IMPL
-#endif
 #ifndef SK_REDIST_MS_H
 #define SK_REDIST_MS_H
-/* No declarations of its own: see sk_redist.h. */
-#endif /* SK_REDIST_MS_H */
 
-/* Outside the guard on purpose: included again after SK_IMPL was defined, sk_redist.h emits
-   its implementation, and that emits the section below (from its end). */
-#include "sk_redist.h"
-
-/* ==== implementation ======================================================================== */
-/* Reached from the end of sk_redist.h's implementation section, when its private planner is
-   defined (SK_REDIST_IMPL_DONE); included any other way, sk_redist.h above has already done it. */
-#if defined(SK_REDIST_MS_IMPL) && !defined(SK_REDIST_MS_IMPL_DONE) && defined(SK_REDIST_IMPL_DONE)
-#define SK_REDIST_MS_IMPL_DONE
-#define SK__CORE_PRIVATE
 #include "sk_core.h"
+#include "sk_layout.h"
+#include "sk_layout_algebra.h" /* sk_layout_unify */
 
 SK_EXTERN_C_BEGIN
 
-/* Layout of this section:  >>check (what MindSpore mode accepts)  >>state (the inference
-   state and one operator)  >>infer (RedistributionOperatorInfer)  >>unify (a layout's own
-   expansion for the fallback, the Reshape tests; unification itself is sk_layout_unify)  >>plan
-   >>cost (the public accessor and the plan text's cost line) */
+/* MindSpore's redistribution cost (TensorRedistribution::ComputeCost), in elements. */
+typedef struct sk_redist_ms_cost {
+  double forward_comm, backward_comm, comm, computation, memory;
+  bool reshape; /* MindSpore would insert a Reshape (its cost is included) */
+} sk_redist_ms_cost;
 
-/* >>check -- called by sk__rd_check_desc after the checks every mode shares */
-static sk_result sk__ms_check_desc(const sk_redist_desc *d, sk_error *err) {
-  /* the element count, the declared reshape (to_ndims, to_shape) and the device counts are
-     checked for every mode (sk__rd_check_shapes) */
-  if (d->partial)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
-                    "MindSpore mode covers non-partial sources only (MindSpore sums partials in the operators)");
-  return SK_OK;
+SK_EXTERN_C_END
+
+#endif /* SK_REDIST_MS_H */
+
+/* ==== implementation ======================================================================== */
+#if defined(SK_REDIST_MS_IMPL) && !defined(SK_REDIST_MS_IMPL_DONE)
+#define SK_REDIST_MS_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
+#include <string.h>
+
+SK_EXTERN_C_BEGIN
+
+/* Layout of this section:  >>shared (layout arithmetic sk_redist.h's planner uses too)  >>sink
+   (where the operators go)  >>state (the inference state and one operator)  >>infer
+   (RedistributionOperatorInfer)  >>unify (a layout's own expansion for the fallback, the Reshape
+   tests; unification itself is sk_layout_unify)  >>plan */
+
+/* >>shared -- the redistribution module's sk__rd_ helpers that this part needs as well */
+static SK__UNUSED int64_t sk__rd_elems(int nd, const int64_t *shape) {
+  int64_t v = 1;
+  for (int k = 0; k < nd; k++) v *= shape[k];
+  return v;
 }
+
+static SK__UNUSED int64_t sk__rd_slice_elems(const sk_layout *l) {
+  int64_t s[SK_MAX_DIMS] = {0};
+  sk_layout_slice_shape(l, s);
+  return sk__rd_elems(l->ndims, s);
+}
+
+/* Whether a and b describe tensors of different shapes (an exchange between them is flat). */
+static SK__UNUSED bool sk__rd_reshaping(const sk_layout *a, const sk_layout *b) {
+  return a->ndims != b->ndims || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndims) != 0;
+}
+
+/* >>sink -- the planner's side: each operator becomes one of its steps. exchange: a move a -> b
+   on one shape, with MindSpore's operator name and its parameters in words; reshape: a local
+   Reshape a -> b. Either fails (a full plan, memory) with err set. */
+typedef struct sk__ms_sink {
+  void *ctx;
+  sk_result (*exchange)(void *ctx, const sk_layout *a, const sk_layout *b, const char *name, const char *detail,
+                        sk_error *err);
+  sk_result (*reshape)(void *ctx, const sk_layout *a, const sk_layout *b, sk_error *err);
+} sk__ms_sink;
 
 /* >>state -- RedistributionOperatorInfer on unified single-axis maps */
 enum { SK__MS_SPLIT = 0, SK__MS_CONCAT = 1, SK__MS_PERMUTE = 2 };
+#define SK__MS_DETAIL 128 /* an operator's parameters in words (the planner keeps what fits its step) */
 
 typedef struct sk__ms_ctx {
-  sk_redist_plan *p;
+  const sk__ms_sink *sink;
+  sk_redist_ms_cost *cost; /* MindSpore's ComputeCost, summed operator by operator */
+  int nops;                /* operators and Reshapes handed to the sink so far */
   sk_mesh mesh;
   int nd;
   int64_t shape[SK_MAX_DIMS];
@@ -121,6 +145,18 @@ static sk_result sk__ms_layout(const sk__ms_ctx *x, const int *map, sk_layout *l
   return SK_OK;
 }
 
+/* One operator, or one Reshape, to the planner's sink. */
+static sk_result sk__ms_exchange(sk__ms_ctx *x, const sk_layout *a, const sk_layout *b, const char *name,
+                                 const char *detail) {
+  x->nops++;
+  return x->sink->exchange(x->sink->ctx, a, b, name, detail, x->err);
+}
+
+static sk_result sk__ms_reshape(sk__ms_ctx *x, const sk_layout *a, const sk_layout *b) {
+  x->nops++;
+  return x->sink->reshape(x->sink->ctx, a, b, x->err);
+}
+
 static double sk__ms_slice(const sk__ms_ctx *x) {
   double s = 1;
   for (int d = 0; d < x->nd; d++) s *= (double)(x->cur[d] >= 0 ? x->shape[d] / x->mesh.dims[x->cur[d]] : x->shape[d]);
@@ -133,8 +169,8 @@ static int sk__ms_val(const sk__ms_ctx *x, int axis) { return x->mesh.naxes - 1 
 /* Applies one operator: cost, new state, one plan step. */
 static sk_result sk__ms_op(sk__ms_ctx *x, int kind, int dim, int axis, int cat_dim) {
   double s = sk__ms_slice(x), n = x->mesh.dims[axis];
-  sk_redist_ms_cost *c = &x->p->ms;
-  char detail[SK__RD_DETAIL];
+  sk_redist_ms_cost *c = x->cost;
+  char detail[SK__MS_DETAIL];
   const char *name;
   if (kind == SK__MS_SPLIT) {
     c->computation += s, c->memory += s;
@@ -169,7 +205,7 @@ static sk_result sk__ms_op(sk__ms_ctx *x, int kind, int dim, int axis, int cat_d
   sk_layout next;
   sk_result r = sk__ms_layout(x, x->cur, &next);
   if (r) return r;
-  r = sk__rd_add_exchange(x->p, &x->cur_layout, &next, name, detail, x->err);
+  r = sk__ms_exchange(x, &x->cur_layout, &next, name, detail);
   x->cur_layout = next;
   return r;
 }
@@ -242,14 +278,14 @@ static sk_result sk__ms_permute_pass(sk__ms_ctx *x) {
 static sk_result sk__ms_split_permute(sk__ms_ctx *x) {
   sk_result r;
   for (;;) {
-    int len_split = x->p->nsteps;
+    int len_split = x->nops;
     if ((r = sk__ms_split_pass(x))) return r;
     int len_perm;
     do {
-      len_perm = x->p->nsteps;
+      len_perm = x->nops;
       if ((r = sk__ms_permute_pass(x))) return r;
-    } while (len_perm != x->p->nsteps);
-    if (len_split == x->p->nsteps) return SK_OK;
+    } while (len_perm != x->nops);
+    if (len_split == x->nops) return SK_OK;
   }
 }
 
@@ -290,10 +326,10 @@ static sk_result sk__ms_infer(sk__ms_ctx *x) {
   for (int d = 0; d < x->nd; d++) x->in_map[d] = true;
   while (sk__ms_pending(x)) {
     if (++guard > 64) return sk__fail(x->err, SK_ERR_INTERNAL, "MindSpore mode: operator inference does not converge");
-    int len_global = x->p->nsteps;
+    int len_global = x->nops;
     if ((r = sk__ms_split_permute(x))) return r;
     if ((r = sk__ms_concat_pass(x))) return r;
-    if (len_global == x->p->nsteps && (r = sk__ms_break_deadlock(x))) return r;
+    if (len_global == x->nops && (r = sk__ms_break_deadlock(x))) return r;
   }
   return SK_OK;
 }
@@ -354,7 +390,6 @@ static sk_result sk__ms_single_axes(const sk__ms_ctx *x, const sk_layout *l, int
    device matrix only). MindSpore prices a Reshape like two copies of the source slice, once,
    when either side's slice changes. */
 static sk_result sk__ms_plan_unified(sk__ms_ctx *x, const sk_layout_unified *u) {
-  sk_redist_plan *p = x->p;
   sk_result r;
   x->mesh = u->from.mesh;
   x->nd = u->from.ndims;
@@ -364,15 +399,15 @@ static sk_result sk__ms_plan_unified(sk__ms_ctx *x, const sk_layout_unified *u) 
   bool before = sk__ms_slices_differ(&x->f0, &x->cur_layout), after = sk__ms_slices_differ(&u->to, &x->t0);
   if (before || after) {
     double P = (double)sk__rd_slice_elems(&x->f0);
-    p->ms.computation += 2 * P, p->ms.memory += 2 * P, p->ms.reshape = true;
+    x->cost->computation += 2 * P, x->cost->memory += 2 * P, x->cost->reshape = true;
   }
   bool cross = sk__ms_crosses(&x->f0, &x->t0);
   before = before && cross, after = after && cross;
   if (!memcmp(x->cur, x->out, sizeof(int) * (size_t)x->nd)) /* no operator */
-    return cross && sk__ms_slices_differ(&x->f0, &x->t0) ? sk__rd_add_reshape(p, &x->f0, &x->t0, x->err) : SK_OK;
-  if (before && (r = sk__rd_add_reshape(p, &x->f0, &x->cur_layout, x->err))) return r;
+    return cross && sk__ms_slices_differ(&x->f0, &x->t0) ? sk__ms_reshape(x, &x->f0, &x->t0) : SK_OK;
+  if (before && (r = sk__ms_reshape(x, &x->f0, &x->cur_layout))) return r;
   if ((r = sk__ms_infer(x))) return r;
-  return after ? sk__rd_add_reshape(p, &x->cur_layout, &x->t0, x->err) : SK_OK;
+  return after ? sk__ms_reshape(x, &x->cur_layout, &x->t0) : SK_OK;
 }
 
 /* The fallback's view of l: its own mesh, its tuple dims expanded into one sub-dim per axis,
@@ -402,10 +437,8 @@ static sk_result sk__ms_fallback_view(sk__ms_ctx *x, const sk_layout *l, int *ax
    own mesh (one StridedSlice per split dim). MindSpore always prices the Reshape, on the whole
    tensor. */
 static sk_result sk__ms_plan_fallback(sk__ms_ctx *x) {
-  sk_redist_plan *p = x->p;
   int ax[SK_MAX_DIMS];
   sk_result r;
-  p->ms_fallback = true;
   if ((r = sk__ms_fallback_view(x, &x->f0, ax))) return r;
   for (int d = 0; d < x->nd; d++) x->cur[d] = ax[d], x->out[d] = -1;
   if ((r = sk__ms_layout(x, x->cur, &x->cur_layout)) || (r = sk__ms_infer(x))) return r;
@@ -413,54 +446,42 @@ static sk_result sk__ms_plan_fallback(sk__ms_ctx *x) {
   if ((r = sk__ms_fallback_view(x, &x->t0, ax))) return r;
   for (int d = 0; d < x->nd; d++) x->cur[d] = -1, x->out[d] = ax[d];
   if ((r = sk__ms_layout(x, x->cur, &x->cur_layout))) return r;
-  if (sk__rd_reshaping(&x->f0, &x->t0) && (r = sk__rd_add_reshape(p, &gathered, &x->cur_layout, x->err))) return r;
+  if (sk__rd_reshaping(&x->f0, &x->t0) && (r = sk__ms_reshape(x, &gathered, &x->cur_layout))) return r;
   if ((r = sk__ms_infer(x))) return r;
   double P = (double)sk__rd_elems(x->f0.ndims, x->f0.shape);
-  p->ms.computation += 2 * P, p->ms.memory += 2 * P, p->ms.reshape = true;
+  x->cost->computation += 2 * P, x->cost->memory += 2 * P, x->cost->reshape = true;
   return SK_OK;
 }
 
-/* Plans p (desc checked, cost defaults filled, no steps yet) with MindSpore's pipeline: both
-   layouts on the larger device count (repeat axis on the left), unified onto one mesh and one
-   shape (sk_layout_unify: size-1 axes and dims drop out, the device matrices and the shapes are
-   refined together), the operators inferred there with the Reshapes around; the fallback when
-   no unification exists. */
-static sk_result sk__ms_plan(sk_redist_plan *p, sk_error *err) {
+/* MindSpore's pipeline from f0 to t0, two layouts on one device count (the planner aligned
+   them: a repeat axis on the left of the smaller mesh): unified onto one mesh and one shape
+   (sk_layout_unify: size-1 axes and dims drop out, the device matrices and the shapes are
+   refined together), the operators inferred there with the Reshapes around, each handed to the
+   sink; the fallback when no unification exists (*fallback set). alltoall: enable_alltoall.
+   *cost is MindSpore's ComputeCost of the sequence (zeroed first). */
+static SK__UNUSED sk_result sk__ms_plan(const sk_layout *f0, const sk_layout *t0, bool alltoall,
+                                        const sk__ms_sink *sink, sk_redist_ms_cost *cost, bool *fallback,
+                                        sk_error *err) {
   sk__ms_ctx x;
   memset(&x, 0, sizeof x);
-  x.p = p;
-  x.alltoall = p->desc.mode == SK_REDIST_MINDSPORE;
+  memset(cost, 0, sizeof *cost);
+  *fallback = false;
+  x.sink = sink;
+  x.cost = cost;
+  x.alltoall = alltoall;
   x.err = err;
-  uint32_t P = 0; /* no partial axes in MindSpore mode */
-  sk_result r;
-  if ((r = sk__rd_align_devices(&p->desc, &x.f0, &x.t0, &P, err))) return r;
+  x.f0 = *f0;
+  x.t0 = *t0;
   sk_layout_unified u;
   memset(&u, 0, sizeof u); /* defined also where the analyzer loses track of a failed unify */
-  if ((r = sk_layout_unify(&x.f0, &x.t0, &u, err))) return r;
+  sk_result r = sk_layout_unify(&x.f0, &x.t0, &u, err);
+  if (r) return r;
+  *fallback = !u.expandable;
   r = u.expandable ? sk__ms_plan_unified(&x, &u) : sk__ms_plan_fallback(&x);
   if (r) return r;
-  if (p->nsteps == 0) /* nothing to do in MindSpore's eyes: the buffers still need a copy */
-    r = sk__rd_add_exchange(p, &x.cur_layout, &x.cur_layout, "Identity", "no MindSpore operator; local copy", err);
+  if (x.nops == 0) /* nothing to do in MindSpore's eyes: the buffers still need a copy */
+    r = sk__ms_exchange(&x, &x.cur_layout, &x.cur_layout, "Identity", "no MindSpore operator; local copy");
   return r;
-}
-
-/* >>cost */
-SK_API sk_result sk_redist_plan_ms_cost(const sk_redist_plan *p, sk_redist_ms_cost *cost, sk_error *err) {
-  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "plan is NULL");
-  if (!cost) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "cost is NULL");
-  if (p->desc.mode == SK_REDIST_MINIMAL)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore's cost exists for MindSpore-mode plans only");
-  *cost = p->ms;
-  return SK_OK;
-}
-
-/* The last line of sk_redist_plan_format's text for a MindSpore-mode plan. */
-static void sk__ms_format_cost(const sk_redist_plan *p, sk__rd_out *o) {
-  sk__rd_put(o,
-             "mindspore cost (elements): forward_comm %.0f, backward_comm %.0f, comm %.0f, computation %.0f, "
-             "memory %.0f%s%s\n",
-             p->ms.forward_comm, p->ms.backward_comm, p->ms.comm, p->ms.computation, p->ms.memory,
-             p->ms.reshape ? ", with Reshape" : "", p->ms_fallback ? " (not expandable: via fully replicated)" : "");
 }
 
 SK_EXTERN_C_END

@@ -18,6 +18,14 @@
                sub-group split) executed twice; sk_redist "a,b" -> "b,a" (Send/Recv exchange);
                sk_redist partial over b "a,None" -> "None,None" (AllReduce over b, then an
                AllGather over a: two splits and an intermediate buffer)
+     redist_ms MindSpore mode (sk_redist_ms.h's operator inference, each operator a plan step):
+               an executor "a,b" -> "b,a" on a=2,b=2 (enable_alltoall, several operators and
+               intermediate buffers) executed twice; sk_redist "a,None" -> "None,a" with
+               enable_alltoall off (AllGather then StridedSlice); sk_redist from "a,b" on a=2,b=2
+               to "x,None" on x=4 (across device matrices: the unified mesh, Reshape steps)
+     bcast     sk_parameter_broadcast on a=2,b=2: three parameters grouped along b, along a and
+               over all four devices (three group splits, the plan arrays, one AllReduce each);
+               every device then holds its owner's values (sk_redundancy_owner)
      fusion    a fusion scheduler (AllReduce size mode, 256 B buckets): 8 AllReduces (zero-copy,
                packed and direct buckets), 2 AllGathers and 2 ReduceScatters (a packed bucket
                each), two steps of ready + wait (the second marks them ready in reverse),
@@ -437,6 +445,8 @@ static sk_result oom_dev_async(sk_comm *c, void *arg) {
 typedef struct oom_rd_case {
   const char *mesh, *from, *to, *partial;
   bool executor; /* executor create + execute twice + destroy; else one-shot sk_redist */
+  sk_redist_mode mode;
+  const char *to_mesh; /* NULL: the to layout is on mesh too */
   sk_layout lf, lt;
   uint32_t pmask;
   int pcount; /* devices per partial group */
@@ -448,6 +458,12 @@ static oom_rd_case oom_rd22[] = {
     OOM_RD("a=2,b=2", "a,None", "None,a", NULL, true),     /* AllToAll on the a-groups */
     OOM_RD("a=2,b=2", "a,b", "b,a", NULL, false),          /* Send/Recv exchange */
     OOM_RD("a=2,b=2", "a,None", "None,None", "b", false),  /* AllReduce over b, AllGather over a */
+};
+#define OOM_RDMS(m, f, tm, t, md, ex) {.mesh = m, .from = f, .to = t, .executor = ex, .mode = md, .to_mesh = tm}
+static oom_rd_case oom_rdms[] = {
+    OOM_RDMS("a=2,b=2", "a,b", NULL, "b,a", SK_REDIST_MINDSPORE, true),
+    OOM_RDMS("a=2,b=2", "a,None", NULL, "None,a", SK_REDIST_MINDSPORE_NO_ALLTOALL, false),
+    OOM_RDMS("a=2,b=2", "a,b", "x=4", "x,None", SK_REDIST_MINDSPORE, false), /* across device matrices */
 };
 
 typedef struct oom_rd_arg {
@@ -462,11 +478,12 @@ static float oom_rd_val(int64_t i, int64_t j) { return (float)(i * 8 + j + 1); }
 
 static void oom_rd_prepare(oom_rd_case *cs, int n) {
   for (int i = 0; i < n; i++) {
-    sk_mesh m;
+    sk_mesh m, mt;
     sk_error e;
     cr_assert_eq(sk_mesh_parse(&m, cs[i].mesh, &e), SK_OK, "%s", e.msg);
+    cr_assert_eq(sk_mesh_parse(&mt, cs[i].to_mesh ? cs[i].to_mesh : cs[i].mesh, &e), SK_OK, "%s", e.msg);
     cr_assert_eq(sk_layout_parse(&cs[i].lf, &m, cs[i].from, 2, oom_rd_shape, &e), SK_OK, "%s", e.msg);
-    cr_assert_eq(sk_layout_parse(&cs[i].lt, &m, cs[i].to, 2, oom_rd_shape, &e), SK_OK, "%s", e.msg);
+    cr_assert_eq(sk_layout_parse(&cs[i].lt, &mt, cs[i].to, 2, oom_rd_shape, &e), SK_OK, "%s", e.msg);
     cs[i].pmask = 0, cs[i].pcount = 1;
     if (cs[i].partial) {
       cr_assert_eq(sk_mesh_axis_mask(&m, cs[i].partial, &cs[i].pmask, &e), SK_OK, "%s", e.msg);
@@ -510,7 +527,7 @@ static sk_result oom_dev_redist(sk_comm *c, void *arg) {
     const oom_rd_case *cs = &x->cases[ci];
     sk_redist_desc d;
     memset(&d, 0, sizeof d);
-    d.from = cs->lf, d.to = cs->lt, d.partial = cs->pmask, d.dtype = SK_F32;
+    d.from = cs->lf, d.to = cs->lt, d.partial = cs->pmask, d.dtype = SK_F32, d.mode = cs->mode;
     d.allocator = oom_sk_allocator(x->ctx.al);
     size_t ns = oom_rd_fill(&cs->lf, r, src, 1.0f);
     size_t nd = 64;
@@ -542,7 +559,62 @@ static sk_result oom_dev_redist(sk_comm *c, void *arg) {
   return SK_OK;
 }
 
-/* ---- (e) fusion scheduler ------------------------------------------------------------------------ */
+/* ---- (e) parameter broadcast (sk_redundancy.h) ------------------------------------------------ */
+
+#define OOM_BC 3
+/* not in name order: the call sorts them */
+static const char *const oom_bc_names[OOM_BC] = {"w2", "w0", "w1"};
+static const char *const oom_bc_maps[OOM_BC] = {"b,None", "None,None", "a,None"};
+static sk_layout oom_bc_layouts[OOM_BC]; /* on oom_mesh22, parsed on the test thread */
+
+static float oom_bc_val(int rank, int p, int i) { return (float)(rank * 1000 + p * 100 + i); }
+
+/* Checks that every parameter holds its owner's values after the broadcast. */
+static void oom_bc_check(oom_slot *s, int r, const sk_redundancy_param *rp, float (*data)[64], const size_t *count) {
+  for (int p = 0; p < OOM_BC; p++) {
+    int owner = -1;
+    sk_error e;
+    if (sk_redundancy_owner(OOM_BC, rp, p, r, 0, &owner, &e) != SK_OK) {
+      oom_bad(s, "sk_redundancy_owner of '%s': %s", rp[p].name, e.msg);
+      return;
+    }
+    for (int i = 0; i < (int)count[p]; i++)
+      if (data[p][i] != oom_bc_val(owner, p, i)) {
+        oom_bad(s, "parameter_broadcast returned SK_OK but '%s'[%d] is %g, expected owner %d's %g", rp[p].name, i,
+                (double)data[p][i], owner, (double)oom_bc_val(owner, p, i));
+        return;
+      }
+  }
+}
+
+static sk_result oom_dev_bcast(sk_comm *c, void *arg) {
+  oom_ctx *x = (oom_ctx *)arg;
+  int r = sk_comm_rank(c);
+  oom_slot *s = &x->slots[r];
+  s->entered = 1;
+  float data[OOM_BC][64];
+  size_t count[OOM_BC];
+  sk_bcast_param bp[OOM_BC];
+  sk_redundancy_param rp[OOM_BC];
+  for (int p = 0; p < OOM_BC; p++) {
+    int64_t sh[SK_MAX_DIMS] = {0};
+    sk_layout_slice_shape(&oom_bc_layouts[p], sh);
+    count[p] = (size_t)(sh[0] * sh[1]);
+    for (int i = 0; i < (int)count[p]; i++) data[p][i] = oom_bc_val(r, p, i);
+    rp[p].name = bp[p].name = oom_bc_names[p];
+    rp[p].layout = bp[p].layout = oom_bc_layouts[p];
+    rp[p].opt_shard_size = bp[p].opt_shard_size = 0;
+    bp[p].data = data[p], bp[p].count = count[p], bp[p].dtype = SK_F32;
+  }
+  sk_error err;
+  memset(&err, 0, sizeof err);
+  if (!oom_rc(s, sk_parameter_broadcast(c, OOM_BC, bp, r, 0, &err), err.msg, "parameter_broadcast")) return s->rc;
+  oom_bc_check(s, r, rp, data, count);
+  s->ran = 1;
+  return SK_OK;
+}
+
+/* ---- (f) fusion scheduler ------------------------------------------------------------------------ */
 
 #define OOM_FT 8
 static const size_t oom_fcount[OOM_FT] = {5, 7, 20, 3, 70, 9, 1, 33};
@@ -815,11 +887,16 @@ static const oom_scn oom_split = {"split", 4, oom_dev_split, NULL, 0};
 static const oom_scn oom_async = {"async", 4, oom_dev_async, NULL, 0};
 static const oom_scn oom_redist4 = {"redist4", 4, oom_dev_redist, oom_rd4, 1};
 static const oom_scn oom_redist22 = {"redist2x2", 4, oom_dev_redist, oom_rd22, 3};
+static const oom_scn oom_redist_ms = {"redist_ms", 4, oom_dev_redist, oom_rdms, 3};
+static const oom_scn oom_bcast = {"bcast", 4, oom_dev_bcast, NULL, 0};
 static const oom_scn oom_fusion = {"fusion", 4, oom_dev_fusion, NULL, 0};
 
 static void oom_setup(void) {
   sk_error e;
   cr_assert_eq(sk_mesh_parse(&oom_mesh22, "a=2,b=2", &e), SK_OK, "%s", e.msg);
+  static const int64_t shape[2] = {8, 8};
+  for (int p = 0; p < OOM_BC; p++)
+    cr_assert_eq(sk_layout_parse(&oom_bc_layouts[p], &oom_mesh22, oom_bc_maps[p], 2, shape, &e), SK_OK, "%s", e.msg);
 }
 
 Test(oom, world_once, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_world, false); }
@@ -832,5 +909,9 @@ Test(oom, redist4_once, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_redi
 Test(oom, redist4_persistent, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_redist4, true); }
 Test(oom, redist2x2_once, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_redist22, false); }
 Test(oom, redist2x2_persistent, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_redist22, true); }
+Test(oom, redist_ms_once, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_redist_ms, false); }
+Test(oom, redist_ms_persistent, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_redist_ms, true); }
+Test(oom, bcast_once, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_bcast, false); }
+Test(oom, bcast_persistent, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_bcast, true); }
 Test(oom, fusion_once, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_fusion, false); }
 Test(oom, fusion_persistent, .init = oom_setup, .timeout = 120) { oom_sweep(&oom_fusion, true); }
