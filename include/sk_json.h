@@ -38,12 +38,13 @@
      holding the value. The graph's own refusals (an operator rule rejecting a shape, ...) follow
      the path. A text of white space only: "the text is empty". The reading helpers are
      sk_json_read.h's, which sk_strategy.h's reader shares: one wording per kind of mistake.
-     sk_json_load_network puts the file's base name in front. Out of memory: SK_ERR_OUT_OF_MEMORY; a file that cannot be read or written: SK_ERR_SYSTEM with the path
-     and the system's reason. A file is read only when it is a regular file (a symbolic link to
-     one is followed) of at most SK_MAX_TEXT_FILE_BYTES (sk_core.h, 256 MiB unless defined
-     otherwise), and the parse calls refuse a longer len before reading the text; both are
-     SK_ERR_INVALID_ARGUMENT naming the file or the call ("PATH: N bytes exceeds the limit of L
-     bytes", "PATH: not a regular file (a FIFO)"). Formatting refuses (SK_ERR_INVALID_ARGUMENT) a graph holding what
+     sk_json_load_network puts the file's base name in front. Out of memory: SK_ERR_OUT_OF_MEMORY;
+     a file that cannot be read or written: SK_ERR_SYSTEM with the path and the system's reason.
+     A file is read only when it is a regular file (a symbolic link to one is followed) of at
+     most SK_MAX_TEXT_FILE_BYTES (sk_core.h, 256 MiB unless defined otherwise), and the parse
+     calls refuse a longer len before reading the text; both are SK_ERR_INVALID_ARGUMENT naming
+     the file or the call ("PATH: N bytes exceeds the limit of L bytes", "PATH: not a regular
+     file (a FIFO)"). Formatting refuses (SK_ERR_INVALID_ARGUMENT) a graph holding what
      JSON cannot carry: a count or tensor id out of range, a non-finite number, a name that is
      not UTF-8, an operator's input (or output) layouts on different meshes; and an optimizer
      sk_optim_resolve refuses, which loading would refuse.
