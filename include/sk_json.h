@@ -36,13 +36,15 @@
      jansson keeps no positions of values, so the line is looked up in the text: the line of the
      element's "name": "<its name>" pair (names are unique), else that of the top-level key
      holding the value. The graph's own refusals (an operator rule rejecting a shape, ...) follow
-     the path. sk_json_load_network puts the file's base name in front. Out of memory:
-     SK_ERR_OUT_OF_MEMORY; a file that cannot be read or written: SK_ERR_SYSTEM with the path
-     and the system's reason. A file is read only when it is a regular file (a symbolic link to
-     one is followed) of at most SK_MAX_TEXT_FILE_BYTES (sk_core.h, 256 MiB unless defined
-     otherwise), and the parse calls refuse a longer len before reading the text; both are
-     SK_ERR_INVALID_ARGUMENT naming the file or the call ("PATH: N bytes exceeds the limit of L
-     bytes", "PATH: not a regular file (a FIFO)"). Formatting refuses (SK_ERR_INVALID_ARGUMENT) a graph holding what
+     the path. A text of white space only: "the text is empty". The reading helpers are
+     sk_json_read.h's, which sk_strategy.h's reader shares: one wording per kind of mistake.
+     sk_json_load_network puts the file's base name in front. Out of memory: SK_ERR_OUT_OF_MEMORY;
+     a file that cannot be read or written: SK_ERR_SYSTEM with the path and the system's reason.
+     A file is read only when it is a regular file (a symbolic link to one is followed) of at
+     most SK_MAX_TEXT_FILE_BYTES (sk_core.h, 256 MiB unless defined otherwise), and the parse
+     calls refuse a longer len before reading the text; both are SK_ERR_INVALID_ARGUMENT naming
+     the file or the call ("PATH: N bytes exceeds the limit of L bytes", "PATH: not a regular
+     file (a FIFO)"). Formatting refuses (SK_ERR_INVALID_ARGUMENT) a graph holding what
      JSON cannot carry: a count or tensor id out of range, a non-finite number, a name that is
      not UTF-8, an operator's input (or output) layouts on different meshes; and an optimizer
      sk_optim_resolve refuses, which loading would refuse.
@@ -88,6 +90,8 @@ SK_EXTERN_C_END
 #define SK_JSON_IMPL_DONE
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
+#define SK__JSON_READ_PRIVATE
+#include "sk_json_read.h"
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -104,228 +108,17 @@ SK_EXTERN_C_END
    most 2^40 elements in all, so that no element count overflows. */
 #define SK__JSON_MAX_ELEMS ((long long)1 << 40)
 
-/* ---- shared by reading and writing ---------------------------------------------------------- */
-
-/* A strategy's default form, which desc.nstrategies == 0 and desc.strategy_len[i] == 0 stand
-   for: one tuple per input of the operator's full desc (OneHot: its indices, then the on and
-   off scalars), each as long as its input's rank (OneHot's indices: one more, the classes). */
-static int sk__json_tuples(const sk_graph_op *op) { return sk_op_tuple_count(op->desc.kind, op->ninputs); }
-
 /* GetNext: its outputs' shapes and dtypes are attributes ("out_shapes", "out_dtypes"). */
 static bool sk__json_source(const sk_op_desc *d) { return (sk_op_row_of(d->kind)->flags & SK_OPF_SOURCE) != 0; }
 
-static int sk__json_tuple_len(const sk_graph *g, const sk_graph_op *op, int i) {
-  if (i >= op->ninputs) return 0;
-  return sk_op_tuple_len(op->desc.kind, i, g->tensors[op->inputs[i]].ndims);
-}
-
 /* ==== reading ================================================================================= */
 
-typedef struct sk__jr {
-  const char *text;
-  size_t len;
-  sk_error *err;
-  char where[160];  /* the value being read, for messages: "operators[3] (\"mm2\")"; "" at the top */
-  size_t at;        /* the text offset whose line messages give */
-  json_t *elements; /* inside a top-level list: the list and the index of the element being read, */
-  size_t index;     /* whose line is looked up only when a message needs it */
-  char note[SK_ERROR_MSG_MAX];
-} sk__jr;
-
-static void sk__jr_anchor(sk__jr *jr);
-
-static SK__PRINTF(2, 3) int sk__jr_note(sk__jr *jr, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(jr->note, sizeof jr->note, fmt, ap);
-  va_end(ap);
-  return 0;
-}
-
-/* "line N: <where>.<key>: <note>" into err. `noted` only orders the note first. */
-static void sk__jr_say(sk__jr *jr, sk_result code, const char *key, int noted) {
-  (void)noted;
-  sk__jr_anchor(jr);
-  int line = 1;
-  for (size_t i = 0; i < jr->at && i < jr->len; i++) line += jr->text[i] == '\n';
-  if (!jr->where[0] && !key[0]) {
-    sk__fail(jr->err, code, "line %d: %s", line, jr->note);
-    return;
-  }
-  const char *dot = jr->where[0] && key[0] && key[0] != '[' ? "." : "";
-  sk__fail(jr->err, code, "line %d: %s%s%s: %s", line, jr->where, dot, key, jr->note);
-}
-
-/* A refusal: the message, and the code as the macro's value, where the static analyzer sees it
-   (it gives up following calls a few levels down, and would then take a failure for SK_OK). */
-#define sk__jr_fail(jr, key, ...) \
-  (sk__jr_say((jr), SK_ERR_INVALID_ARGUMENT, (key), sk__jr_note((jr), __VA_ARGS__)), SK_ERR_INVALID_ARGUMENT)
-/* The refusal e of a graph or layout call that returned r, after the path. */
-#define sk__jr_refused(jr, r, key, e) (sk__jr_say((jr), (r), (key), sk__jr_note((jr), "%s", (e)->msg)), (r))
-
-static const char *sk__jr_type(const json_t *v) {
-  if (!v) return "nothing (the key is missing)";
-  switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-  }
-  return "an unknown value";
-}
-
-static size_t sk__jr_ws(const char *t, size_t len, size_t i) {
-  while (i < len && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')) i++;
-  return i;
-}
-
-/* Sets *at to where `key_q: val_q` (both quoted as jansson prints them; val_q NULL: any value)
-   first appears at or after `from`, spacing around the colon as it may be; false, *at left
-   alone, when it does not. A text search, not parsing: it only picks the line messages name. */
-static bool sk__jr_find(const sk__jr *jr, size_t from, const char *key_q, const char *val_q, size_t *at) {
-  size_t kn = strlen(key_q), vn = val_q ? strlen(val_q) : 0;
-  for (size_t i = from; i + kn <= jr->len; i++) {
-    if (memcmp(jr->text + i, key_q, kn)) continue;
-    size_t j = sk__jr_ws(jr->text, jr->len, i + kn);
-    if (j >= jr->len || jr->text[j] != ':') continue;
-    j = sk__jr_ws(jr->text, jr->len, j + 1);
-    if (!val_q || (j + vn <= jr->len && !memcmp(jr->text + j, val_q, vn))) {
-      *at = i;
-      return true;
-    }
-  }
-  return false;
-}
-
-/* Messages about top-level member `key` name the line of its key. */
-static void sk__jr_top(sk__jr *jr, const char *key) {
-  char q[80];
-  jr->where[0] = 0, jr->at = 0, jr->elements = NULL;
-  if (snprintf(q, sizeof q, "\"%s\"", key) < (int)sizeof q) sk__jr_find(jr, 0, q, NULL, &jr->at);
-}
-
-/* The name of a list element, or NULL. */
-static json_t *sk__jr_name_of(json_t *element) {
-  json_t *name = json_is_object(element) ? json_object_get(element, "name") : NULL;
-  return json_is_string(name) ? name : NULL;
-}
-
-/* The line of list element jr->index: that of its "name" pair, searched from the list's key
-   (jr->at); of the k-th such pair when k earlier elements share the name, as a duplicate does.
-   The list's own line when the element has no name or the pair is not found. */
-static void sk__jr_anchor(sk__jr *jr) {
-  json_t *name = jr->elements ? sk__jr_name_of(json_array_get(jr->elements, jr->index)) : NULL;
-  char q[6 * SK_GRAPH_NAME_MAX + 8]; /* a name of the allowed length, every character escaped */
-  size_t n = name ? json_dumpb(name, q, sizeof q - 1, JSON_ENCODE_ANY) : 0, found = jr->at;
-  bool ok = n > 0 && n < sizeof q, first = true;
-  if (ok) q[n] = 0;
-  for (size_t j = 0; ok && j <= jr->index; j++)
-    if (j == jr->index || json_equal(sk__jr_name_of(json_array_get(jr->elements, j)), name))
-      ok = sk__jr_find(jr, first ? found : found + 1, "\"name\"", q, &found), first = false;
-  if (ok) jr->at = found;
-  jr->elements = NULL; /* found once */
-}
-
-/* Messages about element i of the top-level list `list` (its key at offset list_at) name it
-   `list[i] ("<name>")`, or `list[i]` when it has no name, and give the line sk__jr_anchor finds. */
-static sk_result sk__jr_element(sk__jr *jr, const char *list, json_t *elements, size_t i, size_t list_at) {
-  json_t *v = json_array_get(elements, i), *name = sk__jr_name_of(v);
-  jr->at = list_at, jr->elements = elements, jr->index = i;
-  if (name) {
-    (void)snprintf(jr->where, sizeof jr->where, "%s[%zu] (\"%.64s\")", list, i, json_string_value(name));
-  } else {
-    (void)snprintf(jr->where, sizeof jr->where, "%s[%zu]", list, i);
-  }
-  if (!json_is_object(v)) return sk__jr_fail(jr, "", "expected an object, got %s", sk__jr_type(v));
-  return SK_OK;
-}
-
-/* Messages about the members of object `key` (inside the current value) name them key.member
-   until jr->where is cut back to the length returned. */
-static size_t sk__jr_descend(sk__jr *jr, const char *key) {
-  size_t n = strlen(jr->where);
-  (void)snprintf(jr->where + n, sizeof jr->where - n, "%s%s", n ? "." : "", key);
-  return n;
-}
-
-/* A key that is not in `keys` (NULL-terminated) is refused: a misspelt attribute must not be
-   dropped in silence. */
-static sk_result sk__jr_keys(sk__jr *jr, json_t *obj, const char *const *keys) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    int k = 0;
-    while (keys[k] && strcmp(keys[k], key)) k++;
-    if (keys[k]) continue;
-    if (!jr->where[0]) sk__jr_top(jr, key);
-    return sk__jr_fail(jr, key, "unknown key");
-  }
-  return SK_OK;
-}
-
-/* Member `key` as a string (NULL when absent and not required). */
-static sk_result sk__jr_string(sk__jr *jr, json_t *obj, const char *key, bool required, const char **s) {
-  json_t *v = json_object_get(obj, key);
-  *s = NULL;
-  if (!v && !required) return SK_OK;
-  if (!json_is_string(v)) return sk__jr_fail(jr, key, "expected a string, got %s", sk__jr_type(v));
-  *s = json_string_value(v);
-  return SK_OK;
-}
-
-/* Member `key`, when present, as an integer in lo..hi into *out. */
-static sk_result sk__jr_int(sk__jr *jr, json_t *obj, const char *key, long long lo, long long hi, long long *out) {
-  json_t *v = json_object_get(obj, key);
-  if (!v) return SK_OK;
-  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-    return sk__jr_fail(jr, key, "expected an integer in %lld..%lld, got %s", lo, hi,
-                       json_is_integer(v) ? "one outside" : sk__jr_type(v));
-  *out = json_integer_value(v);
-  return SK_OK;
-}
-
-/* Member `key`, when present, as a boolean into *out. */
-static sk_result sk__jr_bool(sk__jr *jr, json_t *obj, const char *key, bool *out) {
-  json_t *v = json_object_get(obj, key);
-  if (!v) return SK_OK;
-  if (!json_is_boolean(v)) return sk__jr_fail(jr, key, "expected true or false, got %s", sk__jr_type(v));
-  *out = json_is_true(v);
-  return SK_OK;
-}
-
-/* Member `key`, when present, as a number into *out (jansson reads only finite ones). */
-static sk_result sk__jr_real(sk__jr *jr, json_t *obj, const char *key, double *out) {
-  json_t *v = json_object_get(obj, key);
-  if (!v) return SK_OK;
-  if (!json_is_number(v)) return sk__jr_fail(jr, key, "expected a number, got %s", sk__jr_type(v));
-  *out = json_number_value(v);
-  return SK_OK;
-}
+/* The helpers (sk__jr_*: field getters, strategy tuples, layouts) are sk_json_read.h's. */
 
 static sk_result sk__jr_dtype(sk__jr *jr, json_t *v, const char *key, sk_dtype *dt) {
   if (!json_is_string(v) || !sk_dtype_from_name(json_string_value(v), dt))
     return sk__jr_fail(jr, key, "expected a dtype (f32 f64 f16 bf16 i8 u8 i32 i64), got %s",
                        json_is_string(v) ? "another string" : sk__jr_type(v));
-  return SK_OK;
-}
-
-/* v as a list of at most max integers in lo..hi into out; *n receives its length. */
-static sk_result sk__jr_ints(sk__jr *jr, json_t *v, const char *key, int max, long long lo, long long hi,
-                             int64_t *out, int *n) {
-  if (!json_is_array(v) || json_array_size(v) > (size_t)max)
-    return sk__jr_fail(jr, key, "expected a list of at most %d integers, got %s", max,
-                       json_is_array(v) ? "a longer one" : sk__jr_type(v));
-  *n = (int)json_array_size(v);
-  for (int k = 0; k < *n; k++) {
-    json_t *x = json_array_get(v, (size_t)k);
-    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
-      return sk__jr_fail(jr, key, "entry %d: expected an integer in %lld..%lld, got %s", k, lo, hi,
-                         json_is_integer(x) ? "one outside" : sk__jr_type(x));
-    out[k] = (int64_t)json_integer_value(x);
-  }
   return SK_OK;
 }
 
@@ -337,14 +130,6 @@ static sk_result sk__jr_shape(sk__jr *jr, json_t *v, const char *key, int64_t *s
     if (shape[d] > SK__JSON_MAX_ELEMS / elems) return sk__jr_fail(jr, key, "more than 2^40 elements");
     elems *= shape[d];
   }
-  return r;
-}
-
-/* The same into an int array (strategies: any int, so that a malformed one is kept). */
-static sk_result sk__jr_int_list(sk__jr *jr, json_t *v, const char *key, int *out, int *n) {
-  int64_t x[SK_MAX_DIMS];
-  sk_result r = sk__jr_ints(jr, v, key, SK_MAX_DIMS, INT_MIN, INT_MAX, x, n);
-  for (int k = 0; r == SK_OK && k < *n; k++) out[k] = (int)x[k];
   return r;
 }
 
@@ -451,7 +236,7 @@ static sk_result sk__jr_axis(sk__jr *jr, json_t *o, sk_op_desc *d) {
   if (!v) return SK_OK;
   if (json_is_integer(v)) {
     long long a = 0;
-    if ((r = sk__jr_int(jr, o, "axis", -SK_MAX_DIMS - 1, SK_MAX_DIMS, &a))) return r;
+    if ((r = sk__jr_int(jr, o, "axis", false, -SK_MAX_DIMS - 1, SK_MAX_DIMS, &a))) return r;
     d->naxis = 1, d->axis[0] = (int)a;
     return SK_OK;
   }
@@ -471,11 +256,12 @@ static sk_result sk__jr_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
   if ((r = sk__jr_bool(jr, o, "transpose_a", &d->transpose_a)) || (r = sk__jr_bool(jr, o, "transpose_b", &d->transpose_b)) ||
       (r = sk__jr_axis(jr, o, d)) || (r = sk__jr_bool(jr, o, "keep_dims", &d->keep_dims)) ||
       (perm && (r = sk__jr_ints(jr, perm, "perm", SK_MAX_DIMS, -SK_MAX_DIMS - 1, SK_MAX_DIMS, p, &np))) ||
-      (r = sk__jr_int(jr, o, "depth", 0, SK__JSON_MAX_ELEMS, &depth)) ||
+      (r = sk__jr_int(jr, o, "depth", false, 0, SK__JSON_MAX_ELEMS, &depth)) ||
       (r = sk__jr_real(jr, o, "keep_prob", &op->keep_prob)) || (r = sk__jr_real(jr, o, "epsilon", &op->epsilon)) ||
       (r = sk__jr_real(jr, o, "on_value", &op->on_value)) || (r = sk__jr_real(jr, o, "off_value", &op->off_value)) ||
       (r = sk__jr_bool(jr, o, "repeat_left", &d->repeat_left)) || (r = sk__jr_bool(jr, o, "full_batch", &d->full_batch)) ||
-      (r = sk__jr_int(jr, o, "fusion", 0, INT_MAX, &fusion)) || (r = sk__jr_int(jr, o, "stage", 0, INT_MAX, &stage)) ||
+      (r = sk__jr_int(jr, o, "fusion", false, 0, INT_MAX, &fusion)) ||
+      (r = sk__jr_int(jr, o, "stage", false, 0, INT_MAX, &stage)) ||
       (r = sk__jr_bool(jr, o, "recompute", &op->recompute)))
     return r;
   for (int k = 0; k < np; k++) d->perm[k] = (int)p[k];
@@ -518,89 +304,6 @@ static sk_result sk__jr_out_attrs(sk__jr *jr, json_t *o, sk_graph_op *op) {
   return SK_OK;
 }
 
-/* "shard": the tuples as written. A count or a length that differs from the default form is
-   kept in desc.nstrategies / strategy_len; the default form leaves those zero, as a desc built
-   in C has them. The two forms zero cannot tell from the default are refused. */
-static sk_result sk__jr_shard(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph_op *op) {
-  json_t *v = json_object_get(o, "shard");
-  sk_op_desc *d = &op->desc;
-  sk_result r;
-  if (!v) return SK_OK;
-  if (!json_is_array(v) || json_array_size(v) > SK_OP_MAX_INPUTS)
-    return sk__jr_fail(jr, "shard", "expected a list of at most %d tuples, got %s", SK_OP_MAX_INPUTS,
-                       json_is_array(v) ? "a longer one" : sk__jr_type(v));
-  int n = (int)json_array_size(v);
-  if (n == 0 && sk__json_tuples(op) != 0)
-    return sk__jr_fail(jr, "shard", "an empty strategy cannot be stored: desc.nstrategies 0 means the default "
-                       "%d tuples", sk__json_tuples(op));
-  d->has_strategy = true;
-  d->nstrategies = n == sk__json_tuples(op) ? 0 : n;
-  for (int i = 0; i < n; i++) {
-    char key[32];
-    int len = 0, want = sk__json_tuple_len(g, op, i);
-    (void)snprintf(key, sizeof key, "shard[%d]", i);
-    if ((r = sk__jr_int_list(jr, json_array_get(v, (size_t)i), key, d->strategy[i], &len))) return r;
-    if (len == 0 && want != 0)
-      return sk__jr_fail(jr, key, "an empty tuple for a rank-%d input cannot be stored (desc.strategy_len 0 means "
-                         "the input's rank)", want);
-    d->strategy_len[i] = len == want ? 0 : len;
-  }
-  return SK_OK;
-}
-
-/* A set of layouts on one mesh, member `key` of o: {"mesh": "<mesh text>", "<list>": ["<map>",
-   ...]}, map k read against tensor ids[k]'s shape; between `least` and n maps (*got: how many). */
-static sk_result sk__jr_layout_set(sk__jr *jr, const sk_graph *g, json_t *o, const char *key, const char *list, const int *ids,
-                                   int least, int n, sk_layout *out, int *got) {
-  static const char *const in_keys[] = {"mesh", "inputs", NULL}, *const out_keys[] = {"mesh", "outputs", NULL};
-  json_t *v = json_object_get(o, key), *maps;
-  const char *mesh_text;
-  sk_mesh mesh;
-  sk_error e;
-  sk_result r;
-  if (!json_is_object(v))
-    return sk__jr_fail(jr, key, "expected an object {\"mesh\": ..., \"%s\": [...]}, got %s", list, sk__jr_type(v));
-  size_t up = sk__jr_descend(jr, key);
-  if ((r = sk__jr_keys(jr, v, strcmp(list, "inputs") ? out_keys : in_keys)) || (r = sk__jr_string(jr, v, "mesh", true, &mesh_text)))
-    return r;
-  if ((r = sk_mesh_parse(&mesh, mesh_text, &e))) return sk__jr_refused(jr, r, "mesh", &e);
-  maps = json_object_get(v, list);
-  if (!json_is_array(maps) || json_array_size(maps) < (size_t)least || json_array_size(maps) > (size_t)n) {
-    if (!strcmp(list, "inputs")) return sk__jr_fail(jr, list, "expected a list of %d layout texts, one per input", n);
-    return sk__jr_fail(jr, list, "expected a list of %d..%d layout texts, for the operator's first outputs", least, n);
-  }
-  *got = (int)json_array_size(maps);
-  for (int k = 0; k < *got; k++) {
-    json_t *m = json_array_get(maps, (size_t)k);
-    const sk_graph_tensor *t = &g->tensors[ids[k]];
-    char at[32];
-    (void)snprintf(at, sizeof at, "%s[%d]", list, k);
-    if (!json_is_string(m)) return sk__jr_fail(jr, at, "expected a layout text such as \"dp,mp\", got %s", sk__jr_type(m));
-    if ((r = sk_layout_parse(&out[k], &mesh, json_string_value(m), t->ndims, t->shape, &e))) return sk__jr_refused(jr, r, at, &e);
-  }
-  jr->where[up] = 0;
-  return SK_OK;
-}
-
-/* "layouts": shard's in_strategy as layouts, one map per input. */
-static sk_result sk__jr_layouts(sk__jr *jr, const sk_graph *g, json_t *o, sk_graph_op *op) {
-  int n = 0;
-  if (!json_object_get(o, "layouts")) return SK_OK;
-  if (op->ninputs < 1) return sk__jr_fail(jr, "layouts", "the operator reads no tensor: nothing to lay out");
-  sk_result r = sk__jr_layout_set(jr, g, o, "layouts", "inputs", op->inputs, op->ninputs, op->ninputs, op->desc.layouts, &n);
-  op->desc.has_layouts = r == SK_OK;
-  return r;
-}
-
-/* "out_layout": out_strategy as layouts, one map for each of the first outputs, read once the
-   operator (just added as operator `at`) has its outputs' shapes. */
-static sk_result sk__jr_out_layout(sk__jr *jr, sk_graph *g, json_t *o, int at) {
-  sk_graph_op *op = &g->ops[at];
-  if (!json_object_get(o, "out_layout")) return SK_OK;
-  return sk__jr_layout_set(jr, g, o, "out_layout", "outputs", op->outputs, 1, op->noutputs, op->desc.out_layouts,
-                           &op->desc.nout_layouts);
-}
-
 static sk_result sk__jr_op(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size_t list_at) {
   json_t *v = json_array_get(list, i);
   sk_graph_op op;
@@ -620,16 +323,17 @@ static sk_result sk__jr_op(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size
   if ((r = sk_op_kind_parse(type, activation_type, &op.desc.kind, &e)))
     return sk__jr_refused(jr, r, activation_type ? "activation_type" : "type", &e);
   if ((r = sk__jr_inputs(jr, g, v, &op)) || (r = sk__jr_attrs(jr, v, &op)) || (r = sk__jr_out_attrs(jr, v, &op)) ||
-      (r = sk__jr_shard(jr, g, v, &op)))
+      (r = sk__jr_shard(jr, g, &op, v, "shard", false, &op.desc)))
     return r;
   if ((out_strategy = json_object_get(v, "out_strategy"))) {
     if ((r = sk__jr_int_list(jr, out_strategy, "out_strategy", op.desc.out_strategy, &n))) return r;
     op.desc.has_out_strategy = true;
   }
-  if ((r = sk__jr_layouts(jr, g, v, &op))) return r;
+  if ((r = sk__jr_layouts(jr, g, v, &op, &op.desc))) return r;
   int at = -1;
   if ((r = sk_graph_add_op(g, &op, &at, &e))) return sk__jr_refused(jr, r, "", &e);
-  return sk__jr_out_layout(jr, g, v, at);
+  /* out_layout is read on the outputs' shapes, which the operator has once added */
+  return sk__jr_out_layout(jr, g, v, &g->ops[at], &g->ops[at].desc);
 }
 
 /* ---- the network ---- */
@@ -637,20 +341,13 @@ static sk_result sk__jr_op(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size
 static sk_result sk__jr_header(sk__jr *jr, json_t *root, sk_graph *g) {
   static const char *const keys[] = {"format",    "version", "dataset", "data", "tensors", "operators",
                                      "loss",      "eval",    "optimizer", NULL};
-  const char *format, *dataset;
-  long long version = 0;
+  const char *dataset;
+  int version = 0;
   sk_result r;
-  jr->where[0] = 0, jr->at = 0;
-  if (!json_is_object(root)) return sk__jr_fail(jr, "", "expected the network object, got %s", sk__jr_type(root));
-  if ((r = sk__jr_keys(jr, root, keys))) return r;
-  sk__jr_top(jr, "format");
-  if ((r = sk__jr_string(jr, root, "format", true, &format))) return r;
-  if (strcmp(format, SK__JSON_FORMAT)) return sk__jr_fail(jr, "format", "expected \"" SK__JSON_FORMAT "\"");
-  sk__jr_top(jr, "version");
-  if (!json_object_get(root, "version")) return sk__jr_fail(jr, "version", "missing (expected %d)", SK__JSON_VERSION);
-  if ((r = sk__jr_int(jr, root, "version", LLONG_MIN, LLONG_MAX, &version))) return r;
-  if (version != SK__JSON_VERSION)
-    return sk__jr_fail(jr, "version", "%lld is not %d, the version this reader knows", version, SK__JSON_VERSION);
+  /* unknown keys first: a misspelt key is named before what it leaves missing */
+  if ((json_is_object(root) && (r = sk__jr_keys(jr, root, keys))) ||
+      (r = sk__jr_head(jr, root, "network", SK__JSON_FORMAT, SK__JSON_VERSION, &version)))
+    return r;
   sk__jr_top(jr, "dataset");
   if ((r = sk__jr_string(jr, root, "dataset", false, &dataset))) return r;
   if (dataset && strlen(dataset) >= sizeof g->dataset)
@@ -807,18 +504,12 @@ SK_API sk_result sk_json_parse_network(const char *text, size_t len, sk_graph *g
   sk_graph_init(g);
   if (!text) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL text");
   if (len > SK_MAX_TEXT_FILE_BYTES) return sk__fail_too_long(err, "sk_json_parse_network", len, SK_MAX_TEXT_FILE_BYTES);
-  json_error_t je;
-  memset(&je, 0, sizeof je);
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root) { /* jansson sets no error when it cannot allocate its lexer: an empty text is that */
-    if (!je.text[0] || json_error_code(&je) == json_error_out_of_memory)
-      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "json: out of memory parsing the network");
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "line %d, column %d: %s", je.line, je.column, je.text);
-  }
   sk__jr jr;
-  memset(&jr, 0, sizeof jr);
-  jr.text = text, jr.len = len, jr.err = err;
-  sk_result r = sk__jr_network(&jr, root, g);
+  json_t *root;
+  sk__jr_begin(&jr, text, len, NULL, err);
+  sk_result r = sk__jr_parse(&jr, "the network", &root);
+  if (r) return r;
+  r = sk__jr_network(&jr, root, g);
   json_decref(root);
   if (r) sk_graph_free(g);
   return r;
@@ -902,20 +593,14 @@ SK_API sk_result sk_json_parse_transformer_opt(const char *text, size_t len, sk_
   if (!text || !out) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL argument");
   if (len > SK_MAX_TEXT_FILE_BYTES)
     return sk__fail_too_long(err, "sk_json_parse_transformer_opt", len, SK_MAX_TEXT_FILE_BYTES);
-  json_error_t je;
-  memset(&je, 0, sizeof je);
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root) { /* jansson sets no error when it cannot allocate its lexer: an empty text is that */
-    bool oom = !je.text[0] || json_error_code(&je) == json_error_out_of_memory;
-    if (oom) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "json: out of memory parsing parallel_speed_up options");
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "line %d, column %d: %s", je.line, je.column, je.text);
-  }
   sk__jr jr;
-  memset(&jr, 0, sizeof jr);
-  jr.text = text, jr.len = len, jr.err = err;
+  json_t *root;
+  sk__jr_begin(&jr, text, len, NULL, err);
+  sk_result r = sk__jr_parse(&jr, "parallel_speed_up options", &root);
+  if (r) return r;
   sk_transformer_opt o;
   memset(&o, 0, sizeof o);
-  sk_result r = sk__jr_speed_up(&jr, root, &o);
+  r = sk__jr_speed_up(&jr, root, &o);
   json_decref(root);
   if (!r) *out = o;
   return r;

@@ -50,7 +50,10 @@
      layout), an operator on another stage or a parameter laid out or sharded otherwise after
      compiling:
        plan.json: line 40: parameters[1] ("fc2.weight"): laid out otherwise after compiling: ...
-     The line is that of the element's "name" pair, else of the top-level key holding the value.
+     The line is that of the element's "name" pair, else of the top-level key holding the value
+     (an unknown top-level key: its own). The reading helpers are sk_json_read.h's, which
+     sk_json.h's network reader shares: "strategy", "layouts" and "out_layout" are refused in
+     the words of a network file's "shard", "layouts" and "out_layout".
      The compiler's own refusals pass through unchanged. A file that cannot be read or written:
      SK_ERR_SYSTEM with its path and the system's reason; out of memory: SK_ERR_OUT_OF_MEMORY.
      A file is read only when it is a regular file (a symbolic link to one is followed) of at
@@ -107,10 +110,11 @@ SK_EXTERN_C_END
 #define SK_STRATEGY_IMPL_DONE
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
+#define SK__JSON_READ_PRIVATE
+#include "sk_json_read.h"
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,17 +128,6 @@ SK_EXTERN_C_BEGIN
 #define SK__ST_DUMP_FLAGS (JSON_INDENT(2) | JSON_PRESERVE_ORDER)
 
 /* ---- shared by reading and writing ---------------------------------------------------------- */
-
-/* A strategy's default form, which desc.nstrategies == 0 and desc.strategy_len[i] == 0 stand
-   for (as sk_json.h writes a network's "shard"): one tuple per input of the operator's full
-   desc (OneHot: its indices, then the on and off scalars), each as long as its input's rank
-   (OneHot's indices: one more, the classes). */
-static int sk__st_tuples(const sk_graph_op *op) { return sk_op_tuple_count(op->desc.kind, op->ninputs); }
-
-static int sk__st_tuple_len(const sk_graph *g, const sk_graph_op *op, int i) {
-  if (i >= op->ninputs) return 0;
-  return sk_op_tuple_len(op->desc.kind, i, g->tensors[op->inputs[i]].ndims);
-}
 
 /* reach[t] (g->ntensors + 1 entries, malloc'd; NULL when out of memory): whether the loss's
    gradient reaches tensor t, through the differentiable inputs of the operators the loss
@@ -182,131 +175,10 @@ typedef struct sk__st_rd {
   json_t *root;
 } sk__st_rd;
 
-/* What a message is about: the line of text offset `at`, and the JSON path of the value. */
-typedef struct sk__st_cx {
-  const sk__st_rd *rd;
-  size_t at;
-  char where[160]; /* "operators[3] (\"fc1\")"; "" at the top */
-} sk__st_cx;
-
-/* "<base>: line N: <where>.<key>: <message>" into err. */
-static SK__PRINTF(3, 4) void sk__st_say(const sk__st_cx *cx, const char *key, const char *fmt, ...) {
-  char msg[SK_ERROR_MSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  int line = 1;
-  for (size_t i = 0; i < cx->at && i < cx->rd->len; i++) line += cx->rd->text[i] == '\n';
-  const char *dot = cx->where[0] && key[0] && key[0] != '[' ? "." : "", *colon = cx->where[0] || key[0] ? ": " : "";
-  (void)sk__fail(cx->rd->err, SK_ERR_INVALID_ARGUMENT, "%s: line %d: %s%s%s%s%s", cx->rd->base, line, cx->where, dot,
-                 key, colon, msg);
-}
-
-/* A refusal, the code as the macro's value where the static analyzer sees it (as sk__fail). */
-#define sk__st_fail(cx, key, ...) (sk__st_say((cx), (key), __VA_ARGS__), SK_ERR_INVALID_ARGUMENT)
-
-static const char *sk__st_type(const json_t *v) {
-  if (!v) return "nothing (the key is missing)";
-  switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-  }
-  return "an unknown value";
-}
-
-/* The offset of the nth (from 0) pair `key_q: val_q` at or after `from` (both quoted as jansson
-   prints them; val_q NULL: any value), or `from` when there is none. A text search, not
-   parsing: it only picks the line a message names. */
-static size_t sk__st_find(const sk__st_rd *rd, size_t from, const char *key_q, const char *val_q, size_t nth) {
-  size_t kn = strlen(key_q), vn = val_q ? strlen(val_q) : 0;
-  for (size_t i = from; i + kn <= rd->len; i++) {
-    if (memcmp(rd->text + i, key_q, kn)) continue;
-    size_t j = i + kn;
-    while (j < rd->len && strchr(" \t\r\n", rd->text[j])) j++;
-    if (j >= rd->len || rd->text[j] != ':') continue;
-    for (j++; j < rd->len && strchr(" \t\r\n", rd->text[j]);) j++;
-    if ((!val_q || (j + vn <= rd->len && !memcmp(rd->text + j, val_q, vn))) && nth-- == 0) return i;
-  }
-  return from;
-}
-
-/* Messages about top-level member `key`. */
-static void sk__st_top(sk__st_cx *cx, const sk__st_rd *rd, const char *key) {
-  char q[64];
-  cx->rd = rd, cx->where[0] = 0, cx->at = 0;
-  if (snprintf(q, sizeof q, "\"%s\"", key) < (int)sizeof q) cx->at = sk__st_find(rd, 0, q, NULL, 0);
-}
-
-static json_t *sk__st_name_of(json_t *element) {
-  json_t *name = json_is_object(element) ? json_object_get(element, "name") : NULL;
-  return json_is_string(name) ? name : NULL;
-}
-
-/* Messages about element i of top-level list `key`: `key[i] ("<name>")` at the line of its
-   "name" pair, counting the earlier elements of the same name (as a duplicate has). */
-static void sk__st_element(sk__st_cx *cx, const sk__st_rd *rd, const char *key, json_t *list, size_t i) {
-  json_t *name = sk__st_name_of(json_array_get(list, i));
-  sk__st_top(cx, rd, key);
-  char q[6 * SK_GRAPH_NAME_MAX + 8]; /* a name of the allowed length, every character escaped */
-  size_t n = name ? json_dumpb(name, q, sizeof q - 1, JSON_ENCODE_ANY) : 0, same = 0;
-  if (n > 0 && n < sizeof q) {
-    q[n] = 0;
-    for (size_t j = 0; j < i; j++) same += json_equal(sk__st_name_of(json_array_get(list, j)), name) ? 1 : 0;
-    cx->at = sk__st_find(rd, cx->at, "\"name\"", q, same);
-  }
-  if (name) (void)snprintf(cx->where, sizeof cx->where, "%s[%zu] (\"%.64s\")", key, i, json_string_value(name));
-  else (void)snprintf(cx->where, sizeof cx->where, "%s[%zu]", key, i);
-}
-
-/* A key that is not in `keys` (NULL-terminated) is refused: a misspelt one must not be dropped
-   in silence. */
-static sk_result sk__st_keys(sk__st_cx *cx, json_t *obj, const char *const *keys) {
-  const char *key;
-  json_t *v;
-  json_object_foreach(obj, key, v) {
-    int k = 0;
-    while (keys[k] && strcmp(keys[k], key)) k++;
-    if (!keys[k]) return sk__st_fail(cx, key, "unknown key");
-  }
-  return SK_OK;
-}
-
-static sk_result sk__st_string(sk__st_cx *cx, json_t *obj, const char *key, const char **s) {
-  json_t *v = json_object_get(obj, key);
-  if (!json_is_string(v)) return sk__st_fail(cx, key, "expected a string, got %s", sk__st_type(v));
-  *s = json_string_value(v);
-  return SK_OK;
-}
-
-/* v as a list of at most max integers in lo..hi into out; *n receives its length. */
-static sk_result sk__st_ints(sk__st_cx *cx, json_t *v, const char *key, int max, long long lo, long long hi,
-                             int64_t *out, int *n) {
-  if (!json_is_array(v) || json_array_size(v) > (size_t)max)
-    return sk__st_fail(cx, key, "expected a list of at most %d integers, got %s", max,
-                       json_is_array(v) ? "a longer one" : sk__st_type(v));
-  *n = (int)json_array_size(v);
-  for (int k = 0; k < *n; k++) {
-    json_t *x = json_array_get(v, (size_t)k);
-    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi)
-      return sk__st_fail(cx, key, "entry %d: expected an integer in %lld..%lld, got %s", k, lo, hi,
-                         json_is_integer(x) ? "one outside" : sk__st_type(x));
-    out[k] = (int64_t)json_integer_value(x);
-  }
-  return SK_OK;
-}
-
-/* The same into an int array (strategies: any int, kept as written for the compiler to judge). */
-static sk_result sk__st_int_list(sk__st_cx *cx, json_t *v, const char *key, int *out, int *n) {
-  int64_t x[SK_MAX_DIMS];
-  sk_result r = sk__st_ints(cx, v, key, SK_MAX_DIMS, INT_MIN, INT_MAX, x, n);
-  for (int k = 0; r == SK_OK && k < *n; k++) out[k] = (int)x[k];
-  return r;
+/* A reading of rd for messages (sk_json_read.h's), about top-level member `key` (NULL: the top). */
+static void sk__st_jr(sk__jr *jr, const sk__st_rd *rd, const char *key) {
+  sk__jr_begin(jr, rd->text, rd->len, rd->base, rd->err);
+  if (key) sk__jr_top(jr, key);
 }
 
 /* The whole file into rd->text and its JSON into rd->root. */
@@ -316,17 +188,9 @@ static sk_result sk__st_open(sk__st_rd *rd, const char *path, sk_error *err) {
   rd->base = slash ? slash + 1 : path, rd->err = err;
   sk_result r = sk__read_text_file(NULL, path, true, SK_MAX_TEXT_FILE_BYTES, &rd->text, &rd->len, err);
   if (r) return r;
-  size_t i = 0;
-  while (i < rd->len && strchr(" \t\r\n", rd->text[i])) i++;
-  if (i == rd->len) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: the file is empty", rd->base);
-  json_error_t je;
-  memset(&je, 0, sizeof je);
-  rd->root = json_loadb(rd->text, rd->len, JSON_REJECT_DUPLICATES, &je);
-  /* jansson sets no error when it cannot allocate its lexer: an empty text is that */
-  if (!rd->root && (!je.text[0] || json_error_code(&je) == json_error_out_of_memory))
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory parsing the file", rd->base);
-  if (!rd->root) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: line %d, column %d: %s", rd->base, je.line, je.column, je.text);
-  return SK_OK;
+  sk__jr jr;
+  sk__st_jr(&jr, rd, NULL);
+  return sk__jr_parse(&jr, "the strategy file", &rd->root);
 }
 
 static void sk__st_close(sk__st_rd *rd) {
@@ -343,44 +207,34 @@ typedef struct sk__st_head {
   sk_hsdp hsdp;  /* version 2: the plan's optimizer parallel (enabled false: off) */
 } sk__st_head;
 
-/* A single integer member `key` of obj in lo..hi. */
-static sk_result sk__st_int(sk__st_cx *cx, json_t *obj, const char *key, long long lo, long long hi, long long *out) {
-  json_t *v = json_object_get(obj, key);
-  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-    return sk__st_fail(cx, key, "expected an integer in %lld..%lld, got %s", lo, hi,
-                       json_is_integer(v) ? "one outside" : sk__st_type(v));
-  *out = (long long)json_integer_value(v);
-  return SK_OK;
-}
-
 /* "hsdp": null (no optimizer parallel) or {"shard_size", "threshold", "optimizer_level"}, the
    arguments of MindSpore's hsdp(), checked as sk_hsdp_check checks them. */
 static sk_result sk__st_hsdp(const sk__st_rd *rd, sk_hsdp *h) {
   static const char *const keys[] = {"shard_size", "threshold", "optimizer_level", NULL};
   json_t *v = json_object_get(rd->root, "hsdp");
-  sk__st_cx cx;
+  sk__jr jr;
   const char *level;
   long long size = 0, kb = 0;
   sk_result r;
-  sk__st_top(&cx, rd, "hsdp");
+  sk__st_jr(&jr, rd, "hsdp");
   memset(h, 0, sizeof *h);
   if (json_is_null(v)) return SK_OK;
   if (!json_is_object(v))
-    return sk__st_fail(&cx, "hsdp", "expected null (no optimizer parallel) or {\"shard_size\", \"threshold\", "
-                       "\"optimizer_level\"}, got %s", sk__st_type(v));
-  (void)snprintf(cx.where, sizeof cx.where, "hsdp");
-  if ((r = sk__st_keys(&cx, v, keys)) || (r = sk__st_int(&cx, v, "shard_size", -1, SK_MAX_DEVICES, &size)) ||
-      (r = sk__st_int(&cx, v, "threshold", 0, LLONG_MAX / 1024, &kb)) ||
-      (r = sk__st_string(&cx, v, "optimizer_level", &level)))
+    return sk__jr_fail(&jr, "hsdp", "expected null (no optimizer parallel) or {\"shard_size\", \"threshold\", "
+                       "\"optimizer_level\"}, got %s", sk__jr_type(v));
+  (void)snprintf(jr.where, sizeof jr.where, "hsdp");
+  if ((r = sk__jr_keys(&jr, v, keys)) || (r = sk__jr_int(&jr, v, "shard_size", true, -1, SK_MAX_DEVICES, &size)) ||
+      (r = sk__jr_int(&jr, v, "threshold", true, 0, LLONG_MAX / 1024, &kb)) ||
+      (r = sk__jr_string(&jr, v, "optimizer_level", true, &level)))
     return r;
-  if (size == 0) return sk__st_fail(&cx, "shard_size", "expected -1 (the replica group) or a positive count, got 0");
+  if (size == 0) return sk__jr_fail(&jr, "shard_size", "expected -1 (the replica group) or a positive count, got 0");
   h->enabled = true, h->shard_size = (int)size, h->threshold_kb = kb;
   int k = 0;
   while (k < SK_HSDP_LEVEL_COUNT && strcmp(level, sk_hsdp_level_name((sk_hsdp_level)k))) k++;
-  if (k == SK_HSDP_LEVEL_COUNT) return sk__st_fail(&cx, "optimizer_level", "expected \"level1\", \"level2\" or \"level3\"");
+  if (k == SK_HSDP_LEVEL_COUNT) return sk__jr_fail(&jr, "optimizer_level", "expected \"level1\", \"level2\" or \"level3\"");
   h->level = (sk_hsdp_level)k;
   sk_error e;
-  if (sk_hsdp_check(h, &e)) return sk__st_fail(&cx, "", "%s", e.msg);
+  if (sk_hsdp_check(h, &e)) return sk__jr_fail(&jr, "", "%s", e.msg);
   return SK_OK;
 }
 
@@ -391,33 +245,25 @@ static sk_result sk__st_header(const sk__st_rd *rd, int v1_devices, int devices,
                                    NULL};
   static const char *const v2[] = {"format", "version", "device_num", "stages", "hsdp", "dataset_strategy", "operators",
                                    "parameters", NULL};
-  sk__st_cx cx;
-  const char *format;
+  sk__jr jr;
   long long stages = 0;
   sk_result r;
   memset(h, 0, sizeof *h);
-  sk__st_top(&cx, rd, "format");
-  if (!json_is_object(rd->root)) return sk__st_fail(&cx, "", "expected the strategy object, got %s", sk__st_type(rd->root));
-  if ((r = sk__st_string(&cx, rd->root, "format", &format))) return r;
-  if (strcmp(format, SK__ST_FORMAT)) return sk__st_fail(&cx, "format", "expected \"" SK__ST_FORMAT "\"");
-  json_t *v = json_object_get(rd->root, "version"), *n = json_object_get(rd->root, "device_num");
-  sk__st_top(&cx, rd, "version");
-  if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SK__ST_VERSION)
-    return sk__st_fail(&cx, "version", "expected 1..%d, the versions this reader knows, got %s", SK__ST_VERSION,
-                       json_is_integer(v) ? "another" : sk__st_type(v));
-  h->version = (int)json_integer_value(v);
-  sk__st_top(&cx, rd, "format");
-  if ((r = sk__st_keys(&cx, rd->root, h->version == 1 ? v1 : v2))) return r;
-  sk__st_top(&cx, rd, "device_num");
-  if (!json_is_integer(n)) return sk__st_fail(&cx, "device_num", "expected an integer, got %s", sk__st_type(n));
+  sk__st_jr(&jr, rd, NULL);
+  if ((r = sk__jr_head(&jr, rd->root, "strategy", SK__ST_FORMAT, SK__ST_VERSION, &h->version)) ||
+      (r = sk__jr_keys(&jr, rd->root, h->version == 1 ? v1 : v2)))
+    return r;
+  json_t *n = json_object_get(rd->root, "device_num");
+  sk__jr_top(&jr, "device_num");
+  if (!json_is_integer(n)) return sk__jr_fail(&jr, "device_num", "expected an integer, got %s", sk__jr_type(n));
   if (h->version == 1) devices = v1_devices;
   if (json_integer_value(n) != devices)
-    return sk__st_fail(&cx, "device_num", "the file is for %lld devices, the plan has %d",
+    return sk__jr_fail(&jr, "device_num", "the file is for %lld devices, the plan has %d",
                        (long long)json_integer_value(n), devices);
   if (h->version == 1) return SK_OK;
-  sk__st_top(&cx, rd, "stages");
-  if ((r = sk__st_int(&cx, rd->root, "stages", 1, SK_PIPE_MAX_STAGES, &stages))) return r;
-  if (devices % stages) return sk__st_fail(&cx, "stages", "%lld stages do not divide the %d devices", stages, devices);
+  sk__jr_top(&jr, "stages");
+  if ((r = sk__jr_int(&jr, rd->root, "stages", true, 1, SK_PIPE_MAX_STAGES, &stages))) return r;
+  if (devices % stages) return sk__jr_fail(&jr, "stages", "%lld stages do not divide the %d devices", stages, devices);
   h->stages = (int)stages;
   return sk__st_hsdp(rd, &h->hsdp);
 }
@@ -439,16 +285,16 @@ static void sk__st_hsdp_text(const sk_hsdp *h, char *buf, size_t cap) {
    plan wins for what it records, and nothing is overridden in silence. */
 static sk_result sk__st_setup(const sk__st_rd *rd, const sk__st_head *h, int stages, const sk_hsdp *hsdp,
                               const char *what, sk_parallel_desc *taken) {
-  sk__st_cx cx;
+  sk__jr jr;
   char a[96], b[96];
   if (h->version < 2) return SK_OK;
-  sk__st_top(&cx, rd, "stages");
+  sk__st_jr(&jr, rd, "stages");
   if ((stages || !taken) && stages != h->stages)
-    return sk__st_fail(&cx, "stages", "the file's plan has %d pipeline stages, %s %d", h->stages, what, stages);
-  sk__st_top(&cx, rd, "hsdp");
+    return sk__jr_fail(&jr, "stages", "the file's plan has %d pipeline stages, %s %d", h->stages, what, stages);
+  sk__jr_top(&jr, "hsdp");
   if ((hsdp->enabled || !taken) && !sk__st_same_hsdp(hsdp, &h->hsdp)) {
     sk__st_hsdp_text(&h->hsdp, a, sizeof a), sk__st_hsdp_text(hsdp, b, sizeof b);
-    return sk__st_fail(&cx, "hsdp", "the file's plan has %s, %s %s", a, what, b);
+    return sk__jr_fail(&jr, "hsdp", "the file's plan has %s, %s %s", a, what, b);
   }
   if (taken && h->stages > 1) taken->pipeline.stages = h->stages;
   if (taken) taken->hsdp = h->hsdp;
@@ -469,84 +315,14 @@ static int sk__st_find_op(const sk_graph *g, const char *name) {
   return -1;
 }
 
-/* "strategy": null (no strategy: MindSpore's default, data parallel) or the tuples as
-   written, the default form's counts and lengths stored as zero (as sk_json.h reads "shard"). */
-static sk_result sk__st_shard(sk__st_cx *cx, const sk_graph *g, const sk_graph_op *op, json_t *v, sk_op_desc *d) {
-  json_t *s = json_object_get(v, "strategy");
-  if (json_is_null(s)) return SK_OK;
-  if (!json_is_array(s) || json_array_size(s) > SK_OP_MAX_INPUTS)
-    return sk__st_fail(cx, "strategy", "expected null or a list of at most %d tuples, got %s", SK_OP_MAX_INPUTS,
-                       json_is_array(s) ? "a longer one" : sk__st_type(s));
-  int n = (int)json_array_size(s), tuples = sk__st_tuples(op);
-  if (n == 0 && tuples != 0)
-    return sk__st_fail(cx, "strategy", "an empty strategy for an operator of %d inputs (null is the default)", tuples);
-  d->has_strategy = true;
-  d->nstrategies = n == tuples ? 0 : n;
-  for (int i = 0; i < n; i++) {
-    char key[32];
-    int len = 0, want = sk__st_tuple_len(g, op, i);
-    (void)snprintf(key, sizeof key, "strategy[%d]", i);
-    sk_result r = sk__st_int_list(cx, json_array_get(s, (size_t)i), key, d->strategy[i], &len);
-    if (r) return r;
-    if (len == 0 && want != 0) return sk__st_fail(cx, key, "an empty tuple for a rank-%d input", want);
-    d->strategy_len[i] = len == want ? 0 : len;
-  }
-  return SK_OK;
-}
-
-/* A set of layouts on one mesh, member `key` of v: {"mesh": "<mesh text>", "<list>": ["<map>",
-   ...]} as sk_json.h's, map k read on tensor ids[k]'s shape; between `least` and n maps. */
-static sk_result sk__st_layout_set(sk__st_cx *cx, const sk_graph *g, json_t *v, const char *key, const char *list,
-                                   const int *ids, int least, int n, sk_layout *out, int *got) {
-  const char *const keys[] = {"mesh", list, NULL};
-  json_t *l = json_object_get(v, key), *maps;
-  const char *mesh_text;
-  sk_mesh mesh;
-  sk_error e;
-  sk_result r;
-  if (!json_is_object(l)) return sk__st_fail(cx, key, "expected an object, got %s", sk__st_type(l));
-  size_t up = strlen(cx->where);
-  (void)snprintf(cx->where + up, sizeof cx->where - up, ".%s", key);
-  if ((r = sk__st_keys(cx, l, keys)) || (r = sk__st_string(cx, l, "mesh", &mesh_text))) return r;
-  if (sk_mesh_parse(&mesh, mesh_text, &e)) return sk__st_fail(cx, "mesh", "%s", e.msg);
-  maps = json_object_get(l, list);
-  if (!json_is_array(maps) || json_array_size(maps) < (size_t)least || json_array_size(maps) > (size_t)n)
-    return sk__st_fail(cx, list, "expected a list of %d..%d layout texts", least, n);
-  *got = (int)json_array_size(maps);
-  for (int k = 0; k < *got; k++) {
-    json_t *m = json_array_get(maps, (size_t)k);
-    const sk_graph_tensor *t = &g->tensors[ids[k]];
-    char at[32];
-    (void)snprintf(at, sizeof at, "%s[%d]", list, k);
-    if (!json_is_string(m)) return sk__st_fail(cx, at, "expected a layout text, got %s", sk__st_type(m));
-    if (sk_layout_parse(&out[k], &mesh, json_string_value(m), t->ndims, t->shape, &e)) return sk__st_fail(cx, at, "%s", e.msg);
-  }
-  cx->where[up] = 0;
-  return SK_OK;
-}
-
-/* "layouts" (one map per input) and "out_layout" (maps of the first outputs). */
-static sk_result sk__st_layouts(sk__st_cx *cx, const sk_graph *g, const sk_graph_op *op, json_t *v, sk_op_desc *d) {
-  int n = 0;
-  sk_result r = SK_OK;
-  if (json_object_get(v, "layouts")) {
-    if (op->ninputs < 1) return sk__st_fail(cx, "layouts", "the operator reads no tensor: nothing to lay out");
-    r = sk__st_layout_set(cx, g, v, "layouts", "inputs", op->inputs, op->ninputs, op->ninputs, d->layouts, &n);
-    d->has_layouts = r == SK_OK;
-  }
-  if (!r && json_object_get(v, "out_layout"))
-    r = sk__st_layout_set(cx, g, v, "out_layout", "outputs", op->outputs, 1, op->noutputs, d->out_layouts, &d->nout_layouts);
-  return r;
-}
-
 /* Whether `type` (as the file spells it: older names and MindSpore's Activation for a ReLU too)
    names the network operator's kind. */
-static sk_result sk__st_type_of(sk__st_cx *cx, const char *type, sk_op_kind net) {
+static sk_result sk__st_type_of(sk__jr *jr, const char *type, sk_op_kind net) {
   uint64_t kinds = sk_op_kinds_named(type);
   sk_op_kind kind;
   if (kinds & ((uint64_t)1 << net)) return SK_OK;
-  if (!kinds) return sk__st_fail(cx, "type", "unknown operator type \"%.40s\" (MindSpore's primitive names)", type);
-  return sk__st_fail(cx, "type", "a %s in the file, a %s in the network",
+  if (!kinds) return sk__jr_fail(jr, "type", "unknown operator type \"%.40s\" (MindSpore's primitive names)", type);
+  return sk__jr_fail(jr, "type", "a %s in the file, a %s in the network",
                      sk_op_kind_from_name(type, &kind) ? sk_op_kind_name(kind) : type, sk_op_kind_name(net));
 }
 
@@ -574,38 +350,36 @@ static const char *sk__st_changed_rule(const sk_graph *g, const sk_graph_op *op)
 /* Operator entry i: the network's operator of that name and type, which takes its strategy
    (into descs) and, from version 2 on, its pipeline stage (into stages). "out_layout" came with
    version 3, as did layouts on every operator: no older file holds one. */
-static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, json_t *list, size_t i,
+static sk_result sk__st_op(sk__jr *jr, size_t list_at, const sk__st_head *h, const sk_graph *g, json_t *list, size_t i,
                            sk_op_desc *descs, int *stages, bool *seen) {
   static const char *const v1[] = {"name", "type", "strategy", "out_strategy", "layouts", "fell_back", NULL};
   static const char *const v2[] = {"name", "type", "stage", "strategy", "out_strategy", "layouts", "fell_back", NULL};
   static const char *const v3[] = {"name",    "type",       "stage",     "strategy", "out_strategy",
                                    "layouts", "out_layout", "fell_back", NULL};
-  json_t *v = json_array_get(list, i), *out, *fell;
+  json_t *v = json_array_get(list, i), *out;
   long long stage = 0;
   const char *name, *type;
-  sk__st_cx cx;
+  bool fell = false;
   sk_result r;
-  sk__st_element(&cx, rd, "operators", list, i);
-  if (!json_is_object(v)) return sk__st_fail(&cx, "", "expected an object, got %s", sk__st_type(v));
-  if ((r = sk__st_keys(&cx, v, h->version == 1 ? v1 : h->version == 2 ? v2 : v3)) ||
-      (r = sk__st_string(&cx, v, "name", &name)) || (r = sk__st_string(&cx, v, "type", &type)))
+  if ((r = sk__jr_element(jr, "operators", list, i, list_at)) ||
+      (r = sk__jr_keys(jr, v, h->version == 1 ? v1 : h->version == 2 ? v2 : v3)) ||
+      (r = sk__jr_string(jr, v, "name", true, &name)) || (r = sk__jr_string(jr, v, "type", true, &type)))
     return r;
   int o = sk__st_find_op(g, name);
-  if (o < 0) return sk__st_fail(&cx, "", "operator \"%.64s\" is not in the network", name);
-  if (seen[o]) return sk__st_fail(&cx, "", "a second entry for operator \"%s\"", g->ops[o].name);
+  if (o < 0) return sk__jr_fail(jr, "", "operator \"%.64s\" is not in the network", name);
+  if (seen[o]) return sk__jr_fail(jr, "", "a second entry for operator \"%s\"", g->ops[o].name);
   seen[o] = true;
-  if ((r = sk__st_type_of(&cx, type, g->ops[o].desc.kind))) return r;
+  if ((r = sk__st_type_of(jr, type, g->ops[o].desc.kind))) return r;
   const char *changed = h->version < 3 ? sk__st_changed_rule(g, &g->ops[o]) : NULL;
   if (changed)
-    return sk__st_fail(&cx, "type", "a version %d file: the %s rule changed in version 3 (%s); save the plan again",
+    return sk__jr_fail(jr, "type", "a version %d file: the %s rule changed in version 3 (%s); save the plan again",
                        h->version, sk_op_kind_name(g->ops[o].desc.kind), changed);
   if (h->version >= 2) {
-    if ((r = sk__st_int(&cx, v, "stage", 0, h->stages - 1, &stage))) return r;
+    if ((r = sk__jr_int(jr, v, "stage", true, 0, h->stages - 1, &stage))) return r;
     stages[o] = (int)stage;
   }
-  if (!json_object_get(v, "strategy")) return sk__st_fail(&cx, "strategy", "missing (null: no strategy)");
-  if ((fell = json_object_get(v, "fell_back")) && !json_is_boolean(fell))
-    return sk__st_fail(&cx, "fell_back", "expected true or false, got %s", sk__st_type(fell));
+  if (!json_object_get(v, "strategy")) return sk__jr_fail(jr, "strategy", "missing (null: no strategy)");
+  if ((r = sk__jr_bool(jr, v, "fell_back", &fell))) return r; /* what the writer noted: checked, not used */
   sk_op_desc *d = &descs[o];
   int n = 0;
   d->has_strategy = d->has_out_strategy = d->has_layouts = false; /* the file's replace the network's */
@@ -613,30 +387,33 @@ static sk_result sk__st_op(const sk__st_rd *rd, const sk__st_head *h, const sk_g
   memset(d->strategy, 0, sizeof d->strategy), memset(d->strategy_len, 0, sizeof d->strategy_len);
   memset(d->out_strategy, 0, sizeof d->out_strategy), memset(d->layouts, 0, sizeof d->layouts);
   memset(d->out_layouts, 0, sizeof d->out_layouts);
-  if ((r = sk__st_shard(&cx, g, &g->ops[o], v, d))) return r;
+  if ((r = sk__jr_shard(jr, g, &g->ops[o], v, "strategy", true, d))) return r;
   if ((out = json_object_get(v, "out_strategy"))) {
-    if ((r = sk__st_int_list(&cx, out, "out_strategy", d->out_strategy, &n))) return r;
+    if ((r = sk__jr_int_list(jr, out, "out_strategy", d->out_strategy, &n))) return r;
     d->has_out_strategy = true;
   }
-  return sk__st_layouts(&cx, g, &g->ops[o], v, d);
+  if ((r = sk__jr_layouts(jr, g, v, &g->ops[o], d))) return r;
+  return sk__jr_out_layout(jr, g, v, &g->ops[o], d);
 }
 
 /* "operators": one entry per network operator, each the network has. */
 static sk_result sk__st_ops(const sk__st_rd *rd, const sk__st_head *h, const sk_graph *g, sk_op_desc *descs,
                             int *stages, bool *seen) {
   json_t *list = json_object_get(rd->root, "operators");
-  sk__st_cx cx;
-  sk__st_top(&cx, rd, "operators");
-  if (!list) return sk__st_fail(&cx, "operators", "missing: the file holds no operator strategies");
-  if (!json_is_array(list)) return sk__st_fail(&cx, "operators", "expected a list, got %s", sk__st_type(list));
+  sk__jr jr;
+  sk__st_jr(&jr, rd, "operators");
+  if (!list) return sk__jr_fail(&jr, "operators", "missing: the file holds no operator strategies");
+  if (!json_is_array(list)) return sk__jr_fail(&jr, "operators", "expected a list, got %s", sk__jr_type(list));
   for (int o = 0; o < g->nops; o++) descs[o] = g->ops[o].desc, stages[o] = g->ops[o].stage;
+  size_t list_at = jr.at;
   for (size_t i = 0; i < json_array_size(list); i++) {
-    sk_result r = sk__st_op(rd, h, g, list, i, descs, stages, seen);
+    sk_result r = sk__st_op(&jr, list_at, h, g, list, i, descs, stages, seen);
     if (r) return r;
   }
+  sk__jr_top(&jr, "operators");
   for (int o = 0; o < g->nops; o++)
     if (!seen[o])
-      return sk__st_fail(&cx, "operators", "the network's operator \"%s\" (%s) is not in the file", g->ops[o].name,
+      return sk__jr_fail(&jr, "operators", "the network's operator \"%s\" (%s) is not in the file", g->ops[o].name,
                          sk_op_kind_name(g->ops[o].desc.kind));
   return SK_OK;
 }
@@ -644,23 +421,24 @@ static sk_result sk__st_ops(const sk__st_rd *rd, const sk__st_head *h, const sk_
 /* ---- the dataset strategy ---- */
 
 /* Dataset entry k as a layout {"mesh": ..., "map": ...} of input tensor x. */
-static sk_result sk__st_dataset_layout(sk__st_cx *cx, json_t *v, const sk_graph_tensor *x, sk_layout *l) {
+static sk_result sk__st_dataset_layout(sk__jr *jr, json_t *v, const sk_graph_tensor *x, sk_layout *l) {
   static const char *const keys[] = {"mesh", "map", NULL};
   const char *mesh_text, *map;
   sk_mesh mesh;
   sk_error e;
   sk_result r;
-  if (!json_is_object(v)) return sk__st_fail(cx, "", "expected a layout {\"mesh\": ..., \"map\": ...}, got %s", sk__st_type(v));
-  if ((r = sk__st_keys(cx, v, keys)) || (r = sk__st_string(cx, v, "mesh", &mesh_text)) ||
-      (r = sk__st_string(cx, v, "map", &map)))
+  if (!json_is_object(v))
+    return sk__jr_fail(jr, "", "expected a layout {\"mesh\": ..., \"map\": ...}, got %s", sk__jr_type(v));
+  if ((r = sk__jr_keys(jr, v, keys)) || (r = sk__jr_string(jr, v, "mesh", true, &mesh_text)) ||
+      (r = sk__jr_string(jr, v, "map", true, &map)))
     return r;
-  if (sk_mesh_parse(&mesh, mesh_text, &e)) return sk__st_fail(cx, "mesh", "%s", e.msg);
+  if (sk_mesh_parse(&mesh, mesh_text, &e)) return sk__jr_fail(jr, "mesh", "%s", e.msg);
   if (x->ndims == 0) { /* a scalar: whole on every device, as sk_ops.h lays scalars */
-    if (map[0]) return sk__st_fail(cx, "map", "input '%s' is a scalar: expected \"\"", x->name);
+    if (map[0]) return sk__jr_fail(jr, "map", "input '%s' is a scalar: expected \"\"", x->name);
     memset(l, 0, sizeof *l), l->mesh = mesh;
     return SK_OK;
   }
-  if (sk_layout_parse(l, &mesh, map, x->ndims, x->shape, &e)) return sk__st_fail(cx, "map", "%s", e.msg);
+  if (sk_layout_parse(l, &mesh, map, x->ndims, x->shape, &e)) return sk__jr_fail(jr, "map", "%s", e.msg);
   return SK_OK;
 }
 
@@ -668,8 +446,8 @@ static sk_result sk__st_dataset_layout(sk__st_cx *cx, json_t *v, const sk_graph_
    one per network input in the order the inputs were added. */
 static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_parallel_desc *d) {
   json_t *v = json_object_get(rd->root, "dataset_strategy");
-  sk__st_cx cx;
-  sk__st_top(&cx, rd, "dataset_strategy");
+  sk__jr jr;
+  sk__st_jr(&jr, rd, "dataset_strategy");
   d->dataset = SK_DATASET_DATA_PARALLEL, d->ndataset = d->ndataset_layouts = 0;
   memset(d->dataset_strategy, 0, sizeof d->dataset_strategy);
   memset(d->dataset_strategy_len, 0, sizeof d->dataset_strategy_len);
@@ -677,8 +455,8 @@ static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_paral
   if (json_is_string(v) && !strcmp(json_string_value(v), "data_parallel")) return SK_OK;
   if (json_is_string(v) && !strcmp(json_string_value(v), "full_batch")) return d->dataset = SK_DATASET_FULL_BATCH, SK_OK;
   if (!json_is_array(v) || json_array_size(v) == 0)
-    return sk__st_fail(&cx, "dataset_strategy", "expected \"data_parallel\", \"full_batch\" or a list of strategies or "
-                       "layouts, got %s", json_is_array(v) ? "an empty list" : sk__st_type(v));
+    return sk__jr_fail(&jr, "dataset_strategy", "expected \"data_parallel\", \"full_batch\" or a list of strategies or "
+                       "layouts, got %s", json_is_array(v) ? "an empty list" : sk__jr_type(v));
   int ids[SK_OP_MAX_INPUTS], n = 0;
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].role == SK_TENSOR_INPUT) {
@@ -686,9 +464,9 @@ static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_paral
       n++;
     }
   if (json_array_size(v) != (size_t)n || n > SK_OP_MAX_INPUTS)
-    return sk__st_fail(&cx, "dataset_strategy", "%zu entries for the network's %d inputs", json_array_size(v), n);
+    return sk__jr_fail(&jr, "dataset_strategy", "%zu entries for the network's %d inputs", json_array_size(v), n);
   bool layouts = json_is_object(json_array_get(v, 0));
-  (void)snprintf(cx.where, sizeof cx.where, "dataset_strategy");
+  (void)snprintf(jr.where, sizeof jr.where, "dataset_strategy");
   for (int k = 0; k < n; k++) {
     const sk_graph_tensor *x = &g->tensors[ids[k]];
     json_t *e = json_array_get(v, (size_t)k);
@@ -697,15 +475,14 @@ static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_paral
     sk_result r;
     (void)snprintf(key, sizeof key, "[%d]", k);
     if (layouts) {
-      size_t up = strlen(cx.where);
-      (void)snprintf(cx.where + up, sizeof cx.where - up, "%s", key);
-      if ((r = sk__st_dataset_layout(&cx, e, x, &d->dataset_layouts[k]))) return r;
-      cx.where[up] = 0;
+      size_t up = strlen(jr.where);
+      (void)snprintf(jr.where + up, sizeof jr.where - up, "%s", key);
+      if ((r = sk__st_dataset_layout(&jr, e, x, &d->dataset_layouts[k]))) return r;
+      jr.where[up] = 0;
       continue;
     }
-    if ((r = sk__st_int_list(&cx, e, key, d->dataset_strategy[k], &len))) return r;
-    /* a length of 0 would read as "the input's rank" and be refused as a cut of 0 ways */
-    if (len == 0 && x->ndims != 0) return sk__st_fail(&cx, key, "an empty tuple for a rank-%d input", x->ndims);
+    if ((r = sk__jr_int_list(&jr, e, key, d->dataset_strategy[k], &len))) return r;
+    if (len == 0 && x->ndims != 0) return sk__jr_empty_tuple(&jr, key, x->ndims);
     d->dataset_strategy_len[k] = len == x->ndims ? 0 : len; /* 0 stands for the input's rank */
   }
   if (layouts) d->ndataset_layouts = n;
@@ -748,10 +525,10 @@ SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_pa
 
 /* The file's "tensor_map": one entry per dim, MindSpore's numbers (mesh axes counted from the
    right, -1 unsplit, a list for a dim cut by several axes). */
-static sk_result sk__st_tensor_map(sk__st_cx *cx, json_t *v, int ndims, sk_dim_map *ms) {
+static sk_result sk__st_tensor_map(sk__jr *jr, json_t *v, int ndims, sk_dim_map *ms) {
   if (!json_is_array(v) || json_array_size(v) != (size_t)ndims)
-    return sk__st_fail(cx, "tensor_map", "expected a list of %d entries, one per dim, got %s", ndims,
-                       json_is_array(v) ? "another length" : sk__st_type(v));
+    return sk__jr_fail(jr, "tensor_map", "expected a list of %d entries, one per dim, got %s", ndims,
+                       json_is_array(v) ? "another length" : sk__jr_type(v));
   memset(ms, 0, SK_MAX_DIMS * sizeof *ms);
   for (int d = 0; d < ndims; d++) {
     json_t *e = json_array_get(v, (size_t)d);
@@ -761,8 +538,8 @@ static sk_result sk__st_tensor_map(sk__st_cx *cx, json_t *v, int ndims, sk_dim_m
     (void)snprintf(key, sizeof key, "tensor_map[%d]", d);
     if (json_is_integer(e) && json_integer_value(e) >= -1 && json_integer_value(e) < SK_MAX_AXES)
       axes[0] = json_integer_value(e);
-    else if (!json_is_array(e) || json_array_size(e) == 0 || sk__st_ints(cx, e, key, SK_MAX_AXES, 0, SK_MAX_AXES - 1, axes, &n))
-      return sk__st_fail(cx, key, "expected -1, a mesh axis 0..%d or a non-empty list of them", SK_MAX_AXES - 1);
+    else if (!json_is_array(e) || json_array_size(e) == 0 || sk__jr_ints(jr, e, key, SK_MAX_AXES, 0, SK_MAX_AXES - 1, axes, &n))
+      return sk__jr_fail(jr, key, "expected -1, a mesh axis 0..%d or a non-empty list of them", SK_MAX_AXES - 1);
     ms[d].naxes = n;
     for (int j = 0; j < n; j++) ms[d].axes[j] = (int)axes[j];
   }
@@ -771,7 +548,7 @@ static sk_result sk__st_tensor_map(sk__st_cx *cx, json_t *v, int ndims, sk_dim_m
 
 /* The file's layout of parameter x: device matrix and tensor map, which the slice shape must
    agree with. */
-static sk_result sk__st_file_layout(sk__st_cx *cx, json_t *v, const sk_graph_tensor *x, int ndevices, sk_layout *l) {
+static sk_result sk__st_file_layout(sk__jr *jr, json_t *v, const sk_graph_tensor *x, int ndevices, sk_layout *l) {
   static const char *const names[SK_MAX_AXES] = {"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7"};
   int64_t dims64[SK_MAX_AXES], slice[SK_MAX_DIMS], want[SK_MAX_DIMS] = {0};
   int dims[SK_MAX_AXES], naxes = 0, ns = 0;
@@ -780,19 +557,19 @@ static sk_result sk__st_file_layout(sk__st_cx *cx, json_t *v, const sk_graph_ten
   sk_mesh mesh;
   sk_error e;
   sk_result r;
-  if ((r = sk__st_ints(cx, json_object_get(v, "device_matrix"), "device_matrix", SK_MAX_AXES, 1, SK_MAX_DEVICES,
+  if ((r = sk__jr_ints(jr, json_object_get(v, "device_matrix"), "device_matrix", SK_MAX_AXES, 1, SK_MAX_DEVICES,
                        dims64, &naxes)))
     return r;
   /* once past SK_MAX_DEVICES the product cannot be the device count: stop before it overflows */
   for (int a = 0; a < naxes; a++) dims[a] = (int)dims64[a], size *= size <= SK_MAX_DEVICES ? dims64[a] : 1;
   if (naxes == 0 || size != ndevices)
-    return sk__st_fail(cx, "device_matrix", "expected dims whose product is the %d devices", ndevices);
-  if (sk_mesh_init(&mesh, naxes, dims, names, &e)) return sk__st_fail(cx, "device_matrix", "%s", e.msg);
-  if ((r = sk__st_tensor_map(cx, json_object_get(v, "tensor_map"), x->ndims, ms))) return r;
+    return sk__jr_fail(jr, "device_matrix", "expected dims whose product is the %d devices", ndevices);
+  if (sk_mesh_init(&mesh, naxes, dims, names, &e)) return sk__jr_fail(jr, "device_matrix", "%s", e.msg);
+  if ((r = sk__st_tensor_map(jr, json_object_get(v, "tensor_map"), x->ndims, ms))) return r;
   memset(l, 0, sizeof *l), l->mesh = mesh;
   if (x->ndims && sk_layout_from_ms_map(l, &mesh, x->ndims, x->shape, ms, &e))
-    return sk__st_fail(cx, "tensor_map", "%s", e.msg);
-  if ((r = sk__st_ints(cx, json_object_get(v, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, slice, &ns)))
+    return sk__jr_fail(jr, "tensor_map", "%s", e.msg);
+  if ((r = sk__jr_ints(jr, json_object_get(v, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, slice, &ns)))
     return r;
   if (x->ndims) sk_layout_slice_shape(l, want);
   bool same = ns == x->ndims;
@@ -800,7 +577,7 @@ static sk_result sk__st_file_layout(sk__st_cx *cx, json_t *v, const sk_graph_ten
   if (!same) {
     char a[96], b[96];
     sk__st_list_text(slice, ns, a, sizeof a), sk__st_list_text(want, x->ndims, b, sizeof b);
-    return sk__st_fail(cx, "slice_shape", "%s is not the layout's %s", a, b);
+    return sk__jr_fail(jr, "slice_shape", "%s is not the layout's %s", a, b);
   }
   return SK_OK;
 }
@@ -830,7 +607,7 @@ static int sk__st_replicas(const sk_layout *l) {
 /* "opt_shard": null (kept whole) or {"size": S, "mirror": M, "slice_shape": [...]}, the
    optimizer shard of a parameter laid out as l: S shards of its slice's dim 0 among the
    slice's S x M replicas, and the slice each shard holds. Into *size and *mirror (0: whole). */
-static sk_result sk__st_opt_shard(sk__st_cx *cx, json_t *v, const sk_layout *l, int *size, int *mirror) {
+static sk_result sk__st_opt_shard(sk__jr *jr, json_t *v, const sk_layout *l, int *size, int *mirror) {
   static const char *const keys[] = {"size", "mirror", "slice_shape", NULL};
   json_t *o = json_object_get(v, "opt_shard");
   int64_t want[SK_MAX_DIMS] = {0}, got[SK_MAX_DIMS];
@@ -840,38 +617,38 @@ static sk_result sk__st_opt_shard(sk__st_cx *cx, json_t *v, const sk_layout *l, 
   *size = *mirror = 0;
   if (json_is_null(o)) return SK_OK;
   if (!json_is_object(o))
-    return sk__st_fail(cx, "opt_shard", "expected null (kept whole) or {\"size\", \"mirror\", \"slice_shape\"}, got %s",
-                       sk__st_type(o));
-  size_t up = strlen(cx->where);
-  (void)snprintf(cx->where + up, sizeof cx->where - up, ".opt_shard");
-  if ((r = sk__st_keys(cx, o, keys)) || (r = sk__st_int(cx, o, "size", 2, SK_MAX_DEVICES, &s)) ||
-      (r = sk__st_int(cx, o, "mirror", 1, SK_MAX_DEVICES, &m)))
+    return sk__jr_fail(jr, "opt_shard", "expected null (kept whole) or {\"size\", \"mirror\", \"slice_shape\"}, got %s",
+                       sk__jr_type(o));
+  size_t up = strlen(jr->where);
+  (void)snprintf(jr->where + up, sizeof jr->where - up, ".opt_shard");
+  if ((r = sk__jr_keys(jr, o, keys)) || (r = sk__jr_int(jr, o, "size", true, 2, SK_MAX_DEVICES, &s)) ||
+      (r = sk__jr_int(jr, o, "mirror", true, 1, SK_MAX_DEVICES, &m)))
     return r;
   int replicas = sk__st_replicas(l);
-  if (l->ndims == 0) return sk__st_fail(cx, "size", "a scalar has no dim 0 to shard");
+  if (l->ndims == 0) return sk__jr_fail(jr, "size", "a scalar has no dim 0 to shard");
   if (s * m != replicas)
-    return sk__st_fail(cx, "size", "%lld shards x mirror %lld are not the layout's %d replicas", s, m, replicas);
+    return sk__jr_fail(jr, "size", "%lld shards x mirror %lld are not the layout's %d replicas", s, m, replicas);
   sk_layout_slice_shape(l, want);
   if (want[0] % s)
-    return sk__st_fail(cx, "size", "%lld shards do not divide dim 0 of the slice (%lld)", s, (long long)want[0]);
+    return sk__jr_fail(jr, "size", "%lld shards do not divide dim 0 of the slice (%lld)", s, (long long)want[0]);
   want[0] /= s;
-  if ((r = sk__st_ints(cx, json_object_get(o, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, got, &n)))
+  if ((r = sk__jr_ints(jr, json_object_get(o, "slice_shape"), "slice_shape", SK_MAX_DIMS, 1, LLONG_MAX, got, &n)))
     return r;
   bool same = n == l->ndims;
   for (int d = 0; same && d < n; d++) same = got[d] == want[d];
   if (!same) {
     char a[96], b[96];
     sk__st_list_text(got, n, a, sizeof a), sk__st_list_text(want, l->ndims, b, sizeof b);
-    return sk__st_fail(cx, "slice_shape", "%s is not the shard's %s", a, b);
+    return sk__jr_fail(jr, "slice_shape", "%s is not the shard's %s", a, b);
   }
-  cx->where[up] = 0;
+  jr->where[up] = 0;
   *size = (int)s, *mirror = (int)m;
   return SK_OK;
 }
 
 /* Parameter entry i against the compiled plan. */
-static sk_result sk__st_param(const sk__st_rd *rd, const sk__st_head *h, const sk_parallel_plan *p, json_t *list,
-                              size_t i, bool *seen) {
+static sk_result sk__st_param(sk__jr *jr, size_t list_at, const sk__st_head *h, const sk_parallel_plan *p,
+                              json_t *list, size_t i, bool *seen) {
   static const char *const v1[] = {"name", "shape", "device_matrix", "tensor_map", "slice_shape", NULL};
   static const char *const v2[] = {"name", "shape", "device_matrix", "tensor_map", "slice_shape", "opt_shard", NULL};
   const sk_graph *g = p->graph;
@@ -879,42 +656,41 @@ static sk_result sk__st_param(const sk__st_rd *rd, const sk__st_head *h, const s
   const char *name;
   int64_t shape[SK_MAX_DIMS];
   int n = 0;
-  sk__st_cx cx;
   sk_result r;
-  sk__st_element(&cx, rd, "parameters", list, i);
-  if (!json_is_object(v)) return sk__st_fail(&cx, "", "expected an object, got %s", sk__st_type(v));
-  if ((r = sk__st_keys(&cx, v, h->version == 1 ? v1 : v2)) || (r = sk__st_string(&cx, v, "name", &name))) return r;
+  if ((r = sk__jr_element(jr, "parameters", list, i, list_at)) || (r = sk__jr_keys(jr, v, h->version == 1 ? v1 : v2)) ||
+      (r = sk__jr_string(jr, v, "name", true, &name)))
+    return r;
   int t = sk_graph_find(g, name);
   if (t < 0 || g->tensors[t].role != SK_TENSOR_PARAM)
-    return sk__st_fail(&cx, "", "parameter \"%.64s\" is not in the network", name);
-  if (seen[t]) return sk__st_fail(&cx, "", "a second entry for parameter \"%s\"", g->tensors[t].name);
+    return sk__jr_fail(jr, "", "parameter \"%.64s\" is not in the network", name);
+  if (seen[t]) return sk__jr_fail(jr, "", "a second entry for parameter \"%s\"", g->tensors[t].name);
   seen[t] = true;
   const sk_graph_tensor *x = &g->tensors[t];
-  if ((r = sk__st_ints(&cx, json_object_get(v, "shape"), "shape", SK_MAX_DIMS, 1, LLONG_MAX, shape, &n))) return r;
+  if ((r = sk__jr_ints(jr, json_object_get(v, "shape"), "shape", SK_MAX_DIMS, 1, LLONG_MAX, shape, &n))) return r;
   bool same = n == x->ndims;
   for (int d = 0; same && d < n; d++) same = shape[d] == x->shape[d];
   if (!same) {
     char a[96], b[96];
     sk__st_list_text(shape, n, a, sizeof a), sk__st_list_text(x->shape, x->ndims, b, sizeof b);
-    return sk__st_fail(&cx, "shape", "%s in the file, %s in the network", a, b);
+    return sk__jr_fail(jr, "shape", "%s in the file, %s in the network", a, b);
   }
   sk_layout fl;
   int size = 0, mirror = 0;
-  if ((r = sk__st_file_layout(&cx, v, x, p->desc.ndevices, &fl))) return r;
-  if (h->version >= 2 && (r = sk__st_opt_shard(&cx, v, &fl, &size, &mirror))) return r;
+  if ((r = sk__st_file_layout(jr, v, x, p->desc.ndevices, &fl))) return r;
+  if (h->version >= 2 && (r = sk__st_opt_shard(jr, v, &fl, &size, &mirror))) return r;
   const sk_parallel_tensor *pt = &p->tensors[t];
   char a[320], b[320]; /* sk__st_layout_text writes at most 289 bytes */
   /* a scalar is whole everywhere */
   if (x->ndims != 0 && !sk_parallel_same_layout(&fl, &pt->layout)) {
     sk__st_layout_text(&fl, a, sizeof a), sk__st_layout_text(&pt->layout, b, sizeof b);
-    return sk__st_fail(&cx, "", "laid out otherwise after compiling: the file's %s; the plan's %s", a, b);
+    return sk__jr_fail(jr, "", "laid out otherwise after compiling: the file's %s; the plan's %s", a, b);
   }
   if (h->version < 2 || (size == pt->opt_size && mirror == pt->opt_mirror)) return SK_OK;
   if (size) (void)snprintf(a, sizeof a, "%d shards, mirror %d", size, mirror);
   else (void)snprintf(a, sizeof a, "kept whole");
   if (pt->opt_size) (void)snprintf(b, sizeof b, "%d shards, mirror %d", pt->opt_size, pt->opt_mirror);
   else (void)snprintf(b, sizeof b, "kept whole (%.120s)", pt->opt_why ? pt->opt_why : "");
-  return sk__st_fail(&cx, "opt_shard", "optimizer-sharded otherwise after compiling: the file's %s; the plan's %s", a,
+  return sk__jr_fail(jr, "opt_shard", "optimizer-sharded otherwise after compiling: the file's %s; the plan's %s", a,
                      b);
 }
 
@@ -927,18 +703,20 @@ SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_pl
   if (r) return sk__st_close(&rd), r;
   bool *seen = (bool *)calloc((size_t)g->ntensors + 1, sizeof *seen), *trainable = sk__st_trainable(g);
   json_t *list = json_object_get(rd.root, "parameters");
-  sk__st_cx cx;
+  sk__jr jr;
   sk__st_head h;
-  sk__st_top(&cx, &rd, "parameters");
+  sk__st_jr(&jr, &rd, "parameters");
   if (!seen || !trainable) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory checking '%s'", path);
   if (!r) r = sk__st_header(&rd, p->desc.ndevices, p->world_devices, &h);
   if (!r) r = sk__st_setup(&rd, &h, p->stages, &p->desc.hsdp, "the compiled plan has", NULL);
-  if (!r && !list) r = sk__st_fail(&cx, "parameters", "missing: the file holds no parameter layouts");
-  if (!r && !json_is_array(list)) r = sk__st_fail(&cx, "parameters", "expected a list, got %s", sk__st_type(list));
-  for (size_t i = 0; !r && i < json_array_size(list); i++) r = sk__st_param(&rd, &h, p, list, i, seen);
+  if (!r && !list) r = sk__jr_fail(&jr, "parameters", "missing: the file holds no parameter layouts");
+  if (!r && !json_is_array(list)) r = sk__jr_fail(&jr, "parameters", "expected a list, got %s", sk__jr_type(list));
+  size_t list_at = jr.at;
+  for (size_t i = 0; !r && i < json_array_size(list); i++) r = sk__st_param(&jr, list_at, &h, p, list, i, seen);
+  if (!r) sk__jr_top(&jr, "parameters");
   for (int t = 0; !r && t < g->ntensors; t++)
     if (sk__st_listed(g, trainable, t, all_params) && !seen[t])
-      r = sk__st_fail(&cx, "parameters", "the network's parameter \"%s\" is not in the file", g->tensors[t].name);
+      r = sk__jr_fail(&jr, "parameters", "the network's parameter \"%s\" is not in the file", g->tensors[t].name);
   free(seen), free(trainable);
   sk__st_close(&rd);
   return r;
@@ -961,13 +739,14 @@ static sk_result sk__st_check_stages(const char *path, const sk_parallel_plan *p
   if (!r) r = sk__st_header(&rd, p->world_devices, p->world_devices, &h);
   json_t *list = r ? NULL : json_object_get(rd.root, "operators");
   for (size_t i = 0; !r && h.version >= 2 && i < json_array_size(list); i++) {
-    json_t *name = sk__st_name_of(json_array_get(list, i)), *stage = json_object_get(json_array_get(list, i), "stage");
-    int o = name ? sk__st_find_op(p->graph, json_string_value(name)) : -1;
+    json_t *e = json_array_get(list, i), *name = json_object_get(e, "name"), *stage = json_object_get(e, "stage");
+    int o = json_is_string(name) ? sk__st_find_op(p->graph, json_string_value(name)) : -1;
     if (o < 0 || !json_is_integer(stage) || json_integer_value(stage) == sk__st_stage_of(p, o)) continue;
-    sk__st_cx cx;
-    sk__st_element(&cx, &rd, "operators", list, i);
-    r = sk__st_fail(&cx, "stage", "stage %lld in the file, stage %d after compiling (%d chunks per stage: cut by FLOPs)",
-                    (long long)json_integer_value(stage), sk__st_stage_of(p, o), p->schedule.chunks);
+    sk__jr jr;
+    sk__st_jr(&jr, &rd, "operators");
+    if (!(r = sk__jr_element(&jr, "operators", list, i, jr.at)))
+      r = sk__jr_fail(&jr, "stage", "stage %lld in the file, stage %d after compiling (%d chunks per stage: cut by FLOPs)",
+                      (long long)json_integer_value(stage), sk__st_stage_of(p, o), p->schedule.chunks);
   }
   sk__st_close(&rd);
   return r;
@@ -1055,9 +834,9 @@ static json_t *sk__sw_shard(sk__sw *w, int o) {
   if (!d->has_strategy && (d->has_layouts || !sk__sw_default(w, o, &got))) return json_null();
   if (!d->has_strategy) d = &got;
   json_t *tuples = json_array();
-  int n = d->nstrategies ? d->nstrategies : sk__st_tuples(&g->ops[o]);
+  int n = d->nstrategies ? d->nstrategies : sk__json_tuples(&g->ops[o]);
   for (int i = 0; i < n && i < SK_OP_MAX_INPUTS; i++) {
-    int len = d->strategy_len[i] ? d->strategy_len[i] : sk__st_tuple_len(g, &g->ops[o], i);
+    int len = d->strategy_len[i] ? d->strategy_len[i] : sk__json_tuple_len(g, &g->ops[o], i);
     sk__sw_append(w, tuples, sk__sw_ints(w, d->strategy[i], len < SK_MAX_DIMS ? len : SK_MAX_DIMS));
   }
   return tuples;

@@ -600,7 +600,10 @@ Test(strategy, empty_and_invalid_files) {
   write_text(path, "{\"format\": \"shardkit-network\", \"version\": 1, \"device_num\": 8}");
   BAD("line 1: format: expected \"shardkit-strategy\"", sk_strategy_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 4, \"device_num\": 8}");
-  BAD("version: expected 1..3", sk_strategy_compile(&g, &d, &p, E));
+  BAD("line 1: version: expected 1..3, the versions this reader knows, got 4", sk_strategy_compile(&g, &d, &p, E));
+  /* an unknown top-level key: the line of that key */
+  write_text(path, "{\"format\": \"shardkit-strategy\",\n\"version\": 1,\n\"devices\": 8}");
+  BAD("s.json: line 3: devices: unknown key", sk_strategy_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 1, \"device_num\": 8}");
   BAD("dataset_strategy: expected \"data_parallel\", \"full_batch\" or a list", sk_strategy_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 1, \"device_num\": 8, \"dataset_strategy\": \"data_parallel\"}");
@@ -654,6 +657,15 @@ Test(strategy, another_operator_type_or_strategy) {
   json_object_del(entry(root, "operators", "fc2"), "shard");
   json_object_set_new(entry(root, "operators", "fc2"), "layouts", json_pack("{ss s[ss]}", "mesh", "dp=8", "inputs", "dp,None", "x"));
   refused(root, "operators[3] (\"fc2\").layouts.inputs[1]:", NULL);
+  /* the same wording as a network file's "shard" and "layouts" (sk_json_read.h reads both) */
+  json_object_set_new(entry(root, "operators", "fc2"), "layouts", json_pack("{ss s[s]}", "mesh", "dp=8", "inputs", "dp,None"));
+  refused(root, "operators[3] (\"fc2\").layouts.inputs: expected a list of 2 layout texts, one per input", NULL);
+  json_object_del(entry(root, "operators", "fc2"), "layouts");
+  json_object_set_new(entry(root, "operators", "fc2"), "strategy", json_pack("[]"));
+  refused(root, "operators[3] (\"fc2\").strategy: an empty strategy for an operator of 2 tuples cannot be stored "
+          "(null is the default)", "\"name\": \"fc2\"");
+  json_object_set_new(entry(root, "operators", "fc2"), "strategy", json_pack("[[ii],[]]", 1, 8));
+  refused(root, "operators[3] (\"fc2\").strategy[1]: an empty tuple for a rank-2 input cannot be stored", NULL);
   json_decref(root);
 }
 
