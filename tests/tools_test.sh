@@ -183,7 +183,7 @@ expect_err "layout: not a Layout" "--layout: expected Layout(device_matrix, alia
 expect_err "layout: names and dims" "--layout: alias_name has 1 names for 2 device matrix dims" --layout 'Layout((2,2),("dp",))' --shape 16
 expect_err "layout: rank_list" "rank_list is not supported" --layout 'Layout((2,2),("dp","mp"),rank_list=(3,2,1,0))' --shape 16
 expect_err "layout: map twice" "--layout already has the map" --layout 'Layout((2,),("dp",))("dp",)' --shape 16 --map dp
-# the Layout reading shared with sk-sim (examples/pylayout.h): its messages, as sk-layout prints them
+# the Layout reading shared with sk-sim (tools/pylayout.h): its messages, as sk-layout prints them
 expect_out "layout: keywords in either order, a 1-dim map of two axes" "mesh        dp=2,mp=4
 dev_matrix  [2,4]
 shape       [2,32]

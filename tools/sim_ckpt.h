@@ -17,8 +17,8 @@
 
    Needs sk_ckpt.h's implementation in the including file (sk_sim.c defines SK_IMPL) and zlib,
    plus liburing when built with SK_USE_URING. */
-#ifndef SK_EXAMPLES_SIM_CKPT_H
-#define SK_EXAMPLES_SIM_CKPT_H
+#ifndef SK_TOOLS_SIM_CKPT_H
+#define SK_TOOLS_SIM_CKPT_H
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@
 #include "sk_ckpt.h"
 #include "sk_strategy.h"
 
-#include "progs.h"
+#include "../examples/progs.h"
 
 typedef struct sim_ckpt_opts {
   const char *save, *load; /* checkpoint roots */

@@ -16,8 +16,8 @@
    "check: passed|FAILED: max relative loss difference X over N steps (tolerance T for DTYPE)"
    (examples/loss_check.h; exit 1 when FAILED), and with --report the per-device
    report (docs/sk-sim.md). Under MPI only world rank 0 prints. Data: the network's "dataset"
-   (examples/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist; its
-   "data" sources and --data NAME=FILE.npy over them (examples/data_sources.h). A loss
+   (tools/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist; its
+   "data" sources and --data NAME=FILE.npy over them (tools/data_sources.h). A loss
    that is not finite stops the training at once: "sk-sim: loss is not finite at step S (device
    D)" on stderr, exit 1. */
 #define _POSIX_C_SOURCE 200809L
@@ -37,13 +37,13 @@
 
 #include "datasets.h"
 #include "data_sources.h"
-#include "blas_gemm.h"
-#include "progs.h"
+#include "../examples/blas_gemm.h"
+#include "../examples/progs.h"
 #include "pylayout.h"
 #include "pyshard.h"
 #include "sim_report.h"
 #include "sim_ckpt.h"
-#include "loss_check.h"
+#include "../examples/loss_check.h"
 
 typedef struct options {
   const char *net;

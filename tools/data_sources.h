@@ -19,8 +19,8 @@
    epoch is the largest .npy file's rows divided by its batch (at least one batch), or 64 batches
    when every source is random; there is no test set then. Each device reads through readers of
    its own (data_readers): a read moves its file's offset. */
-#ifndef SK_EXAMPLES_DATA_SOURCES_H
-#define SK_EXAMPLES_DATA_SOURCES_H
+#ifndef SK_TOOLS_DATA_SOURCES_H
+#define SK_TOOLS_DATA_SOURCES_H
 
 #include <math.h>
 #include <stdint.h>
