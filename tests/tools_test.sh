@@ -1,6 +1,7 @@
 #!/bin/sh
 # Checks the sk-layout explainer (build/sk-layout) from the outside: exact output of the
 # tutorial layout and the strategy examples, exit status 2 plus one error line for bad input.
+# Also that no program in tools/, examples/ or bench/ uses a private sk__ name.
 # Run from anywhere; `make test` runs it after the unit tests.
 set -u
 cd "$(dirname "$0")/.."
@@ -557,5 +558,13 @@ open(p, "w").write(body + "crc %08x\n" % zlib.crc32(body.encode()))' "$tmp/gap/c
     else bad "sk-ckpt $cmd, rank-1.bin a FIFO: exit $rc (124: it waited): $(cat "$tmp/err")"; fi
   done
 else bad "build/sk-ckpt or build/sk-sim is missing (make first)"; fi
+
+# ---- the programs use the public API only --------------------------------------------------------
+# sk__ names are the headers' private helpers, free to change with any release: a program in tools/,
+# examples/ or bench/ that used one would show users something they cannot rely on. Comments
+# included, so that none points a reader at them.
+grep -rn --include='*.c' --include='*.h' --include='*.cc' 'sk__' tools examples bench >"$tmp/private"
+if [ -s "$tmp/private" ]; then bad "programs use shardkit's private sk__ names:"; head -20 "$tmp/private" | sed 's/^/    /'
+else ok; fi
 
 summary tools

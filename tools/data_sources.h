@@ -184,7 +184,7 @@ static sk_result data_readers_open(const data_sources *ds, data_readers *r, sk_e
     if (rc) return data_readers_close(r), rc;
   }
   r->buf = malloc(sizeof(double) * (size_t)most);
-  if (!r->buf) return data_readers_close(r), sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
+  if (!r->buf) return data_readers_close(r), sk_error_set(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
   return SK_OK;
 }
 
