@@ -61,7 +61,8 @@ BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c)) $(BUILD)/glo
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 MPI_EXAMPLES := $(BUILD)/both_backends
 # What the tools, examples and benchmarks share (--help, the MPI launcher, the GEMM, the loss
-# check): every program depends on it. The tools' own parsers and glue: they alone depend on it.
+# check): every program depends on it. TOOL_HDRS: the tools' own parsers and glue, which only the
+# tools (and the suites and fuzz harness that test them) include.
 PROG_HDRS := $(wildcard examples/*.h)
 TOOL_HDRS := $(wildcard tools/*.h)
 # Test programs live under build/tests/ (and build/san, tsan, clang): build/ itself holds only
