@@ -45,22 +45,26 @@ TSAN_FLAGS := -fsanitize=thread
 
 HEADERS   := $(wildcard include/*.h)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c)) tests/impl.c
-# The headers the suites include from tests/ (the grid, the helpers) and from examples/ (the
-# command-line literals, tests/test_pylayout.c): a change rebuilds them.
-TEST_HDRS := $(wildcard tests/*.h) examples/pyliteral.h examples/pylayout.h examples/sim_ckpt.h examples/loss_check.h
+# The headers the suites include from tests/ (the grid, the helpers), from tools/ (the
+# command-line literals, tests/test_pylayout.c; sk-sim's checkpoint glue) and from examples/ (the
+# loss check): a change rebuilds them.
+TEST_HDRS := $(wildcard tests/*.h) tools/pyliteral.h tools/pylayout.h tools/sim_ckpt.h examples/progs.h examples/loss_check.h
 # sk_json.h's library. The Criterion suites link it (tests/test_json.c holds sk_json.h's
 # implementation); the TSan binary, which leaves that suite out, does not.
 JSON_LIBS := -ljansson
 # sk_ckpt.h's libraries (zlib's crc32; liburing under SK_USE_URING): tests/test_ckpt.c holds its
 # implementation, so only the suites, sk-sim and sk-ckpt link them.
 CKPT_LIBS := -luring -lz
-# The command-line tools: what `make install` puts in $(PREFIX)/bin.
+# The command-line tools (tools/sk_layout.c, ...): what `make install` puts in $(PREFIX)/bin.
 TOOLS     := $(BUILD)/sk-layout $(BUILD)/sk-sim $(BUILD)/sk-ckpt
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/%,$(wildcard bench/*.c)) $(BUILD)/gloo_allreduce
-EXAMPLES  := $(filter-out $(BUILD)/sk_layout $(BUILD)/sk_sim $(BUILD)/sk_ckpt,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
+EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 MPI_EXAMPLES := $(BUILD)/both_backends
-# What the examples and benchmarks share (--help, the MPI launcher): every program depends on it.
+# What the tools, examples and benchmarks share (--help, the MPI launcher, the GEMM, the loss
+# check): every program depends on it. TOOL_HDRS: the tools' own parsers and glue, which only the
+# tools (and the suites and fuzz harness that test them) include.
 PROG_HDRS := $(wildcard examples/*.h)
+TOOL_HDRS := $(wildcard tools/*.h)
 # Test programs live under build/tests/ (and build/san, tsan, clang): build/ itself holds only
 # the user's programs.
 MPI_DRIVER := $(BUILD)/tests/mpi_driver
@@ -138,19 +142,19 @@ deps:
 	  fi; \
 	fi
 
-$(BUILD)/sk-layout: examples/sk_layout.c $(PROG_HDRS) $(HEADERS)
+$(BUILD)/sk-layout: tools/sk_layout.c $(TOOL_HDRS) $(PROG_HDRS) $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 # Trains a network from its JSON file on N devices (threads or MPI): jansson reads it, OpenBLAS
 # runs the GEMMs, zlib the dataset.
-$(BUILD)/sk-sim: examples/sk_sim.c $(PROG_HDRS) $(HEADERS)
+$(BUILD)/sk-sim: tools/sk_sim.c $(TOOL_HDRS) $(PROG_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) -DSK_USE_URING -o $@ $< -lopenblas -ljansson $(CKPT_LIBS) $(LDLIBS)
 
 # Lists, verifies and merges sk-sim's checkpoints (sk_ckpt.h: zlib, liburing).
-$(BUILD)/sk-ckpt: examples/sk_ckpt.c $(PROG_HDRS) $(HEADERS)
+$(BUILD)/sk-ckpt: tools/sk_ckpt.c $(TOOL_HDRS) $(PROG_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -DSK_USE_URING -o $@ $< $(CKPT_LIBS) $(LDLIBS)
@@ -330,15 +334,20 @@ $(BUILD)/clang/unit: $(CLANGU_OBJS)
 # without code generation (-fsyntax-only: a tenth of the time; linking or optimising checks nothing
 # Clang-specific). Through Open MPI's wrapper with OMPI_CC so the MPI ones find mpi.h; a stamp
 # file records each check that passed.
-CLANG_CHECKS := $(patsubst %.c,$(BUILD)/clang/%.ok,$(wildcard examples/*.c bench/*.c) tests/mpi/mpi_driver.c)
+CLANG_CHECKS := $(patsubst %.c,$(BUILD)/clang/%.ok,$(wildcard tools/*.c examples/*.c bench/*.c) tests/mpi/mpi_driver.c)
 $(foreach o,$(CLANG_CHECKS),$(eval NEEDS.$o := clang mpi))
 NEEDS.$(BUILD)/clang/examples/operator_parallel.ok := clang mpi openblas zlib
-NEEDS.$(BUILD)/clang/examples/sk_sim.ok := clang mpi openblas zlib jansson uring
-NEEDS.$(BUILD)/clang/examples/sk_ckpt.ok := clang mpi zlib uring
+NEEDS.$(BUILD)/clang/tools/sk_sim.ok := clang mpi openblas zlib jansson uring
+NEEDS.$(BUILD)/clang/tools/sk_ckpt.ok := clang mpi zlib uring
 NEEDS.$(BUILD)/clang/bench/search_perf.ok := clang mpi jansson
 NEEDS.$(BUILD)/clang/bench/ckpt_perf.ok := clang mpi zlib uring
 CLANG_CHECK = OMPI_CC=$(CLANG) $(MPICC) $(CPPFLAGS) $(CFLAGS) -DSK_USE_URING -c -fsyntax-only
-$(BUILD)/clang/examples/%.ok: examples/%.c $(wildcard examples/*.h) $(HEADERS)
+$(BUILD)/clang/tools/%.ok: tools/%.c $(TOOL_HDRS) $(PROG_HDRS) $(HEADERS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CLANG_CHECK) $<
+	@touch $@
+$(BUILD)/clang/examples/%.ok: examples/%.c $(PROG_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
 	$(CLANG_CHECK) $<
@@ -404,10 +413,10 @@ NEEDS.$(BUILD)/fuzz/fuzz_manifest := clang zlib
 NEEDS.$(BUILD)/fuzz/fuzz_json     := clang jansson
 NEEDS.$(BUILD)/fuzz/fuzz_strategy := clang jansson
 NEEDS.$(BUILD)/fuzz/fuzz_pylayout := clang
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_guard.h $(PROG_HDRS) $(HEADERS)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_guard.h $(TOOL_HDRS) $(HEADERS)
 	$(need)
 	@mkdir -p $(@D)
-	$(CLANG) $(CPPFLAGS) -Iexamples $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIBS.$*) $(LDLIBS)
+	$(CLANG) $(CPPFLAGS) -Itools $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIBS.$*) $(LDLIBS)
 
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \

@@ -326,10 +326,10 @@ static bool dp_choice(sk_search_model *m, int *choice) {
       const sk_search_cand *x = &m->cands[o][c];
       bool same = true;
       for (int k = 0; k < g->ops[o].ninputs && same; k++) {
-        sk_search_sig s = sk__sc_sig(&p.in[k]);
+        sk_search_sig s = sk_search_sig_of(&p.in[k]);
         same = !memcmp(&s, &x->in[k], sizeof s);
       }
-      sk_search_sig s = sk__sc_sig(&p.out[0]);
+      sk_search_sig s = sk_search_sig_of(&p.out[0]);
       if (same && !memcmp(&s, &x->out[0], sizeof s)) choice[o] = c;
     }
     if (choice[o] < 0) return false;
@@ -502,8 +502,8 @@ static void kinds_of(const sk_search_model *m, const char *who, char *buf, size_
       if (nops[k])
         at += (size_t)snprintf(buf + (at < cap ? at : cap), at < cap ? cap - at : 0, "#   %-20s %5ld ops %8ld candidates %d joint\n",
                                sk_op_kind_name((sk_op_kind)k), nops[k], ncands[k], joint[k]);
-  const sk__sc_cache *c = (const sk__sc_cache *)m->cache;
-  snprintf(buf + (at < cap ? at : cap), at < cap ? cap - at : 0, "#   after %s: %zu (from, to) pairs cached\n", who, c->used);
+  snprintf(buf + (at < cap ? at : cap), at < cap ? cap - at : 0, "#   after %s: %zu (from, to) pairs cached\n", who,
+           sk_search_cached_pairs(m));
 }
 
 static int scale(int layers, int devices, int runs) {

@@ -1,4 +1,4 @@
-/* progs.h -- what the example and benchmark programs share: -h/--help, what they do when an
+/* progs.h -- what the tools, example and benchmark programs share: -h/--help, what they do when an
    MPI launcher started them, and how they refuse a command line (prog_bad_usage and the strict
    number and path parsers, at the end). (Not part of the library: include/ holds that.)
 

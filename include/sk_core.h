@@ -37,7 +37,8 @@
      Fallible calls return sk_result (SK_OK == 0). Calls that validate user input also take an
      `sk_error *err` (may be NULL), jansson style: on failure it receives the code and one line
      that names the offending argument ("dim 1 (784) is not divisible by 3 = sp*mp"). No message
-     is ever kept in process-wide state.
+     is ever kept in process-wide state. sk_error_set(err, code, fmt, ...) writes one the same
+     way and returns the code, for the library and for programs that report as it does.
 
    License: MIT. */
 #ifndef SK_CORE_H
@@ -46,7 +47,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h> /* snprintf in sk_last_error */
+#include <stdarg.h> /* sk_error_set */
+#include <stdio.h>  /* snprintf in sk_last_error, vsnprintf in sk_error_set */
 
 #define SK_VERSION_MAJOR 0
 #define SK_VERSION_MINOR 1
@@ -137,6 +139,21 @@ typedef struct sk_error {
   sk_result code;
   char msg[SK_ERROR_MSG_MAX];
 } sk_error;
+
+/* Writes code and the printf-style message into *err (when err is not NULL; a message longer than
+   SK_ERROR_MSG_MAX - 1 bytes is cut) and returns code, so that a fallible function reports in one
+   line: `return sk_error_set(err, SK_ERR_OUT_OF_MEMORY, "out of memory gathering '%s'", name);`.
+   shardkit's own calls write their messages with it; programs built on shardkit use it for theirs. */
+SK__INLINE SK__PRINTF(3, 4) sk_result sk_error_set(sk_error *err, sk_result code, const char *fmt, ...) {
+  if (err) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    err->code = code;
+  }
+  return code;
+}
 
 /* ---- one way to read any failure ---------------------------------------------------------- */
 
@@ -434,7 +451,6 @@ SK_EXTERN_C_END
 #define SK__CORE_PRIVATE_DONE
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,23 +459,13 @@ SK_EXTERN_C_END
 
 #define SK__DEF(v, d) ((v) ? (v) : (d))
 
-/* sk__fail(err, code, fmt, ...) writes code and the message into err (if given) and is code, so
-   `return sk__fail(err, ...)`. A macro whose value is `code` itself, because the clang static
-   analyzer neither steps into variadic calls nor, past a few nested calls, into small functions:
-   from a function's result it could not tell that a failure is not SK_OK, and would follow every
-   failure path on as if it had succeeded. code is evaluated twice: pass a constant or a plain
-   variable. As a statement, write (void)sk__fail(...). */
-static SK__UNUSED SK__PRINTF(3, 4) void sk__fail_msg(sk_error *err, sk_result code, const char *fmt, ...) {
-  if (err) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    err->code = code;
-  }
-}
-
-#define sk__fail(err, code, ...) (sk__fail_msg((err), (code), __VA_ARGS__), (sk_result)(code))
+/* sk__fail(err, code, fmt, ...) is sk_error_set whose value is `code` itself rather than the
+   call's result, so `return sk__fail(err, ...)`: the clang static analyzer neither steps into
+   variadic calls nor, past a few nested calls, into small functions, so from a function's result
+   it could not tell that a failure is not SK_OK, and would follow every failure path on as if it
+   had succeeded. code is evaluated twice: pass a constant or a plain variable. As a statement,
+   write (void)sk__fail(...). */
+#define sk__fail(err, code, ...) ((void)sk_error_set((err), (code), __VA_ARGS__), (sk_result)(code))
 
 static SK__UNUSED bool sk__allocator_ok(const sk_allocator *a) { return !a || (!a->alloc) == (!a->free); }
 

@@ -38,6 +38,12 @@
    Memory per device: the slices of the operator's inputs and outputs (reported; D-Rec's final
    check sums the operators' outputs and the parameters' slices).
 
+   READING THE MODEL: a candidate records each input's and output's layout as cuts
+   (sk_search_sig); sk_search_sig_of(layout) gives a layout's, so a layout of one's own (a rule's
+   default, a plan's) can be found among the candidates by comparing them. sk_search_cached_pairs
+   counts the (from, to) pairs of cuts whose move the model has measured so far (the edge costs'
+   cache): how much redistribution work a search caused.
+
    ERRORS: NULL, a device count outside 1..SK_MAX_DEVICES, a graph that is not ready:
    SK_ERR_INVALID_ARGUMENT; SK_ERR_OUT_OF_MEMORY (nothing leaks).
 
@@ -162,6 +168,12 @@ SK_API sk_result sk_search_eval(sk_search_model *m, int op, const int *joint, sk
    bytes the busiest device receives in *bytes (may be NULL). */
 SK_API double sk_search_redist_cost(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to,
                                     int64_t numel, sk_dtype dt, double *bytes);
+/* The cuts of layout l on its devices, as candidates record them in in[] and out[] (l NULL: no
+   dims). */
+SK_API sk_search_sig sk_search_sig_of(const sk_layout *l);
+/* The (from, to) pairs of cuts the model has measured a move between (each over every rank once,
+   then cached): grows as searches price edges; 0 for a model not built. */
+SK_API size_t sk_search_cached_pairs(const sk_search_model *m);
 /* Writes candidate c of operator op into *desc (the graph's desc of op, its shapes filled): the
    strategy set, layouts and output strategy cleared; CONFIGURED leaves the desc as it is. */
 SK_API sk_result sk_search_apply(const sk_search_model *m, int op, const sk_search_cand *c, sk_op_desc *desc,
@@ -199,9 +211,10 @@ static void sk__sc_joint_of(const sk_graph *g, int o, const sk_op_desc *d, sk_op
 
 /* ---- evaluating a candidate -------------------------------------------------------------------- */
 
-static sk_search_sig sk__sc_sig(const sk_layout *l) {
+SK_API sk_search_sig sk_search_sig_of(const sk_layout *l) {
   sk_search_sig s;
   memset(&s, 0, sizeof s);
+  if (!l) return s;
   s.ndims = l->ndims;
   for (int d = 0; d < l->ndims; d++) {
     int count = 1, stride = 1;
@@ -339,11 +352,11 @@ static sk_result sk__sc_eval(sk_search_model *m, int o, sk_search_cand *c, sk_er
   }
   c->memory = c->out_bytes = 0;
   for (int k = 0; k < op->ninputs; k++) {
-    c->in[k] = sk__sc_sig(&p.in[k]);
+    c->in[k] = sk_search_sig_of(&p.in[k]);
     c->memory += sk__sc_slice_bytes(&p.in[k], g->tensors[op->inputs[k]].dtype);
   }
   for (int k = 0; k < op->noutputs && k < SK_OP_MAX_OUTPUTS; k++) {
-    c->out[k] = sk__sc_sig(&p.out[k]);
+    c->out[k] = sk_search_sig_of(&p.out[k]);
     c->out_bytes += sk__sc_slice_bytes(&p.out[k], g->tensors[op->outputs[k]].dtype);
   }
   c->memory += c->out_bytes;
@@ -607,6 +620,10 @@ static sk__sc_entry *sk__sc_lookup(sk_search_model *m, const sk_search_sig *from
   return e;
 }
 
+SK_API size_t sk_search_cached_pairs(const sk_search_model *m) {
+  return m && m->cache ? ((const sk__sc_cache *)m->cache)->used : 0;
+}
+
 static double sk__sc_sig_numel(const sk_search_sig *s, int64_t numel) {
   double n = (double)numel;
   for (int d = 0; d < s->ndims; d++) n /= (double)s->dim[d].count;
@@ -697,7 +714,7 @@ static void sk__sc_input_sig(sk_search_model *m, int t) {
   sk_search_sig *s = &m->input_sig[t];
   memset(s, 0, sizeof *s);
   if (m->desc.input_layouts && m->desc.input_layouts[t].ndims == x->ndims && x->ndims > 0) {
-    *s = sk__sc_sig(&m->desc.input_layouts[t]);
+    *s = sk_search_sig_of(&m->desc.input_layouts[t]);
     return;
   }
   s->ndims = x->ndims;

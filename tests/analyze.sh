@@ -25,7 +25,7 @@ units() {
   for h in include/*.h; do
     if grep -q '<mpi.h>' "$h"; then echo "$h -x c -DSK_IMPL $mpi"; else echo "$h -x c -DSK_IMPL"; fi
   done
-  for f in examples/*.c; do echo "$f $mpi"; done
+  for f in tools/*.c examples/*.c; do echo "$f $mpi"; done
   # The suites in the analyzer's shallow mode (less inlining, fewer paths per function): their
   # code also runs whole under ASan, UBSan and TSan, and deep mode spent half the analysis time
   # on their many assertions' branches.

@@ -3,7 +3,7 @@
 #   (a) no file of the project cites notes that are not in the repository;
 #   (b) every relative Markdown link in README.md, docs/*.md and bench/README.md points at an
 #       existing file, and a #anchor into a Markdown file names one of its headings;
-#   (c) every docs/<name>.md cited by the headers, examples, benchmarks and tests exists.
+#   (c) every docs/<name>.md cited by the headers, tools, examples, benchmarks and tests exists.
 # Run from anywhere; needs no build.
 set -u
 cd "$(dirname "$0")/.."
@@ -12,9 +12,9 @@ cd "$(dirname "$0")/.."
 # The project's files: tracked and new ones (not build output), or every file outside build/
 # when this is not a git checkout.
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  git ls-files -co --exclude-standard -- docs bench examples include tests README.md Makefile >"$tmp/all"
+  git ls-files -co --exclude-standard -- docs bench tools examples include tests README.md Makefile >"$tmp/all"
 else
-  find docs bench examples include tests README.md Makefile -type f 2>/dev/null | sed 's|^\./||' >"$tmp/all"
+  find docs bench tools examples include tests README.md Makefile -type f 2>/dev/null | sed 's|^\./||' >"$tmp/all"
 fi
 while IFS= read -r f; do [ -f "$f" ] && printf '%s\n' "$f"; done <"$tmp/all" >"$tmp/files"
 
@@ -75,7 +75,7 @@ for page in README.md docs/*.md bench/README.md; do
 done
 
 # ---- (c) docs/<name>.md cited in code, benchmarks and tests exists -----------------------------
-grep -E '^(include/.*\.h|examples/.*\.c|bench/|tests/)' "$tmp/files" | while IFS= read -r f; do
+grep -E '^(include/.*\.h|tools/|examples/.*\.c|bench/|tests/)' "$tmp/files" | while IFS= read -r f; do
   grep -I -o 'docs/[A-Za-z0-9_.-]*\.md' "$f" 2>/dev/null | sed "s|^|$f |"
 done | sort -u >"$tmp/cited"
 while read -r f doc; do

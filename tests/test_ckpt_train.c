@@ -1,4 +1,4 @@
-/* Training resumed from a sharded checkpoint (sk_ckpt.h through sk-sim's glue, examples/sim_ckpt.h):
+/* Training resumed from a sharded checkpoint (sk_ckpt.h through sk-sim's glue, tools/sim_ckpt.h):
    saved by 8 device threads, loaded by 8 (the same strategy, and another: every operator data
    parallel), 4, 2 and 1 device, with and without optimizer sharding, on the tutorial network and
    the transformer block (examples/nets). The resumed run's losses are compared in f64 with an
@@ -18,7 +18,7 @@
 
 #include "shardkit.h"
 #include "sk_json.h"
-#include "../examples/sim_ckpt.h"
+#include "../tools/sim_ckpt.h"
 
 #define TUTORIAL "examples/nets/operator_parallel.json"
 #define TRANSFORMER "examples/nets/transformer.json"

@@ -1,4 +1,4 @@
-/* examples/pylayout.h: a tuple of MindSpore Layout literals (a dataset_strategy as sk-sim reads
+/* tools/pylayout.h: a tuple of MindSpore Layout literals (a dataset_strategy as sk-sim reads
    it) into meshes and map texts, each refusal naming the flag and the column; and the predicate
    that tells such a tuple from a tuple of strategies. The map texts are fed to sk_layout_parse,
    as the tools do. */
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../examples/pylayout.h"
+#include "../tools/pylayout.h"
 
 #define MAX 4
 

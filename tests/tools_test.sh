@@ -1,6 +1,7 @@
 #!/bin/sh
 # Checks the sk-layout explainer (build/sk-layout) from the outside: exact output of the
 # tutorial layout and the strategy examples, exit status 2 plus one error line for bad input.
+# Also that no program in tools/, examples/ or bench/ uses a private sk__ name.
 # Run from anywhere; `make test` runs it after the unit tests.
 set -u
 cd "$(dirname "$0")/.."
@@ -183,7 +184,7 @@ expect_err "layout: not a Layout" "--layout: expected Layout(device_matrix, alia
 expect_err "layout: names and dims" "--layout: alias_name has 1 names for 2 device matrix dims" --layout 'Layout((2,2),("dp",))' --shape 16
 expect_err "layout: rank_list" "rank_list is not supported" --layout 'Layout((2,2),("dp","mp"),rank_list=(3,2,1,0))' --shape 16
 expect_err "layout: map twice" "--layout already has the map" --layout 'Layout((2,),("dp",))("dp",)' --shape 16 --map dp
-# the Layout reading shared with sk-sim (examples/pylayout.h): its messages, as sk-layout prints them
+# the Layout reading shared with sk-sim (tools/pylayout.h): its messages, as sk-layout prints them
 expect_out "layout: keywords in either order, a 1-dim map of two axes" "mesh        dp=2,mp=4
 dev_matrix  [2,4]
 shape       [2,32]
@@ -557,5 +558,13 @@ open(p, "w").write(body + "crc %08x\n" % zlib.crc32(body.encode()))' "$tmp/gap/c
     else bad "sk-ckpt $cmd, rank-1.bin a FIFO: exit $rc (124: it waited): $(cat "$tmp/err")"; fi
   done
 else bad "build/sk-ckpt or build/sk-sim is missing (make first)"; fi
+
+# ---- the programs use the public API only --------------------------------------------------------
+# sk__ names are the headers' private helpers, free to change with any release: a program in tools/,
+# examples/ or bench/ that used one would show users something they cannot rely on. Comments
+# included, so that none points a reader at them.
+grep -rn --include='*.c' --include='*.h' --include='*.cc' 'sk__' tools examples bench >"$tmp/private"
+if [ -s "$tmp/private" ]; then bad "programs use shardkit's private sk__ names:"; head -20 "$tmp/private" | sed 's/^/    /'
+else ok; fi
 
 summary tools

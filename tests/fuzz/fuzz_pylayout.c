@@ -1,5 +1,5 @@
-/* libFuzzer harness: the Python literals sk-layout reads (examples/pyliteral.h) and MindSpore's
-   Layout literals (examples/pylayout.h); tests/fuzz/README.md.
+/* libFuzzer harness: the Python literals sk-layout reads (tools/pyliteral.h) and MindSpore's
+   Layout literals (tools/pylayout.h); tests/fuzz/README.md.
 
    The input is one flag's value (NUL-terminated). It is parsed, then read every way the programs
    read a value: as an integer tuple, a bool, a map text for 1..3 dims, a Layout (its mesh, its

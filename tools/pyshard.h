@@ -10,8 +10,8 @@
    (Not part of the library: include/ holds that.)
 
    Every function returns 0 on success and -1 with "FLAG: MESSAGE ..." in err (errcap bytes). */
-#ifndef SK_EXAMPLES_PYSHARD_H
-#define SK_EXAMPLES_PYSHARD_H
+#ifndef SK_TOOLS_PYSHARD_H
+#define SK_TOOLS_PYSHARD_H
 
 #include "pylayout.h"
 #include "pyliteral.h"
@@ -106,4 +106,4 @@ static inline int pyshard_out_strategy(const char *flag, const char *text, sk_op
   return 0;
 }
 
-#endif /* SK_EXAMPLES_PYSHARD_H */
+#endif /* SK_TOOLS_PYSHARD_H */

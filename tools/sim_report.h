@@ -3,8 +3,8 @@
    runtime counted them, and, under a link model, the modelled step time. Everything printed is
    read off the run (sk_runtime_memory_get, sk_runtime_stats_get, the world's virtual clock),
    never estimated beside it. */
-#ifndef SK_EXAMPLES_SIM_REPORT_H
-#define SK_EXAMPLES_SIM_REPORT_H
+#ifndef SK_TOOLS_SIM_REPORT_H
+#define SK_TOOLS_SIM_REPORT_H
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,4 +115,4 @@ static size_t sim_schedule_line_cap(const sk_pipe_schedule *s) {
   return most;
 }
 
-#endif /* SK_EXAMPLES_SIM_REPORT_H */
+#endif /* SK_TOOLS_SIM_REPORT_H */

@@ -1,10 +1,10 @@
-/* datasets.h -- what feeds a network's inputs in the example programs, by the network's
-   "dataset" name:
+/* datasets.h -- what feeds a network's inputs in sk-sim, by the network's "dataset" name:
 
-     fashion-mnist  Debian's Fashion-MNIST (fashion_mnist.h): the network's float input gets the
-                    images (normalised as the tutorial does), its other input the labels (an
-                    integer tensor: the class; a float tensor: the class as a number, for
-                    regression networks such as the recursive-programming tutorial's).
+     fashion-mnist  Debian's Fashion-MNIST (examples/fashion_mnist.h): the network's float
+                    input gets the images (normalised as the tutorial does), its other input
+                    the labels (an integer tensor: the class; a float tensor: the class as a
+                    number, for regression networks such as the recursive-programming
+                    tutorial's).
                     Batches are taken in order, without shuffling; the last partial batch of
                     the test set is dropped.
      sequences      synthetic token sequences from a seed: the input "tokens" [B, T] holds
@@ -17,15 +17,15 @@
    A batch is the whole global batch: the network's batch size is global. A network without a
    "dataset" (kind -1 here) is fed by its data sources alone (data_sources.h), which also
    override the dataset input by input. */
-#ifndef SK_EXAMPLES_DATASETS_H
-#define SK_EXAMPLES_DATASETS_H
+#ifndef SK_TOOLS_DATASETS_H
+#define SK_TOOLS_DATASETS_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fashion_mnist.h"
+#include "../examples/fashion_mnist.h"
 #include "sk_graph.h"
 
 #define SEQ_TRAIN_BATCHES 64

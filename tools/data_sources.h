@@ -19,8 +19,8 @@
    epoch is the largest .npy file's rows divided by its batch (at least one batch), or 64 batches
    when every source is random; there is no test set then. Each device reads through readers of
    its own (data_readers): a read moves its file's offset. */
-#ifndef SK_EXAMPLES_DATA_SOURCES_H
-#define SK_EXAMPLES_DATA_SOURCES_H
+#ifndef SK_TOOLS_DATA_SOURCES_H
+#define SK_TOOLS_DATA_SOURCES_H
 
 #include <math.h>
 #include <stdint.h>
@@ -184,7 +184,7 @@ static sk_result data_readers_open(const data_sources *ds, data_readers *r, sk_e
     if (rc) return data_readers_close(r), rc;
   }
   r->buf = malloc(sizeof(double) * (size_t)most);
-  if (!r->buf) return data_readers_close(r), sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
+  if (!r->buf) return data_readers_close(r), sk_error_set(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
   return SK_OK;
 }
 

@@ -17,8 +17,8 @@
 
    Needs sk_ckpt.h's implementation in the including file (sk_sim.c defines SK_IMPL) and zlib,
    plus liburing when built with SK_USE_URING. */
-#ifndef SK_EXAMPLES_SIM_CKPT_H
-#define SK_EXAMPLES_SIM_CKPT_H
+#ifndef SK_TOOLS_SIM_CKPT_H
+#define SK_TOOLS_SIM_CKPT_H
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@
 #include "sk_ckpt.h"
 #include "sk_strategy.h"
 
-#include "progs.h"
+#include "../examples/progs.h"
 
 typedef struct sim_ckpt_opts {
   const char *save, *load; /* checkpoint roots */
@@ -48,12 +48,6 @@ typedef struct sim_ckpt_opts {
   "  --load-checkpoint-params-only  load the parameters only: the optimizer starts afresh (another\n"              \
   "                       optimizer kind, or a checkpoint that does not record one)\n"                               \
   "  --checkpoint-io P    auto (io_uring when the kernel allows it, else plain), plain or io_uring\n"
-
-/* code with a message in e (sk_core.h's private sk__fail is not the examples' to use). */
-static inline sk_result sim_ckpt_fail(sk_error *e, sk_result code, const char *what, long long n) {
-  if (e) e->code = code, snprintf(e->msg, sizeof e->msg, what, n);
-  return code;
-}
 
 /* The bytes a root must leave for the names the checkpoints put beneath it
    (".tmp-ckpt-<step>/rank-<r>.bin" and the like). */
@@ -161,7 +155,7 @@ static inline sk_result sim_ckpt_slices(sk_runtime *rt, const sk_parallel_plan *
   *n = 0, *out = NULL;
   if (!ps || !s) {
     free(ps), free(s);
-    return sim_ckpt_fail(e, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory (%lld tensors)", (long long)g->ntensors);
+    return sk_error_set(e, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory (%lld tensors)", (long long)g->ntensors);
   }
   sk_result r = SK_OK;
   for (int t = 0, p = 0; !r && t < g->ntensors; t++) {
@@ -196,7 +190,7 @@ static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_paral
      without one device's slices would not tile, which sk_ckpt_save refuses too) */
   int64_t status = r, worst = 0;
   sk_result a = sk_allreduce(c, &status, &worst, 1, SK_I64, SK_MAX);
-  if (!r && (a || worst)) r = sim_ckpt_fail(e, SK_ERR_ABORTED, "checkpoint: a device failed before saving (%lld)", (long long)worst);
+  if (!r && (a || worst)) r = sk_error_set(e, SK_ERR_ABORTED, "checkpoint: a device failed before saving (%lld)", (long long)worst);
   if (r) return free(s), free(strategy), r;
   sk_ckpt_save_desc d;
   memset(&d, 0, sizeof d);
@@ -259,7 +253,7 @@ static inline sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_paral
   if (!r) r = sk_runtime_set_steps(rt, m.step, e);
   int64_t mine[2] = {(int64_t)r, r ? rank : -1}, all[2] = {0, 0};
   sk_result a = sk_allreduce(c, mine, all, 2, SK_I64, SK_MAX);
-  if (!r && (a || all[0])) r = sim_ckpt_fail(e, SK_ERR_ABORTED, "checkpoint: device %lld could not load it", (long long)all[1]);
+  if (!r && (a || all[0])) r = sk_error_set(e, SK_ERR_ABORTED, "checkpoint: device %lld could not load it", (long long)all[1]);
   if (!r && lead)
     fprintf(stderr, "sk-sim: checkpoint %s/%s loaded: step %lld, position %lld (%s)%s\n", o->load, m.name,
             (long long)m.step, (long long)m.position, sk_ckpt_io_name(rep.used),

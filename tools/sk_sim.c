@@ -16,8 +16,8 @@
    "check: passed|FAILED: max relative loss difference X over N steps (tolerance T for DTYPE)"
    (examples/loss_check.h; exit 1 when FAILED), and with --report the per-device
    report (docs/sk-sim.md). Under MPI only world rank 0 prints. Data: the network's "dataset"
-   (examples/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist; its
-   "data" sources and --data NAME=FILE.npy over them (examples/data_sources.h). A loss
+   (tools/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist; its
+   "data" sources and --data NAME=FILE.npy over them (tools/data_sources.h). A loss
    that is not finite stops the training at once: "sk-sim: loss is not finite at step S (device
    D)" on stderr, exit 1. */
 #define _POSIX_C_SOURCE 200809L
@@ -37,13 +37,13 @@
 
 #include "datasets.h"
 #include "data_sources.h"
-#include "blas_gemm.h"
-#include "progs.h"
+#include "../examples/blas_gemm.h"
+#include "../examples/progs.h"
 #include "pylayout.h"
 #include "pyshard.h"
 #include "sim_report.h"
 #include "sim_ckpt.h"
-#include "loss_check.h"
+#include "../examples/loss_check.h"
 
 typedef struct options {
   const char *net;
@@ -657,7 +657,7 @@ static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
     if (!r) r = step(R, &loss, e);
     if (r) return r;
     if (R->lead && R->comm) J->model_us += sk_comm_clock_us(R->comm) - c1;
-    if (R->lead && record(J, *done - R->start, loss, now_s() - t1, cpu_s() - p1)) return sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
+    if (R->lead && record(J, *done - R->start, loss, now_s() - t1, cpu_s() - p1)) return sk_error_set(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
     print_loss(R, ep, s, loss);
     if (!isfinite(loss)) return not_finite(R, *done), SK_OK; /* the same loss on every device: all stop here */
     if (o->ckpt.every && (*done + 1) % o->ckpt.every == 0 &&
@@ -699,7 +699,7 @@ static sk_result run_buffers(run *R, sk_error *e) {
   R->y_float = R->J->g->tensors[d->y].dtype == SK_F32 || R->J->g->tensors[d->y].dtype == SK_F64;
   R->x = malloc(sizeof(double) * (size_t)(d->batch * d->per_sample_x));
   R->y = malloc(sizeof(double) * (size_t)(d->batch * d->per_sample_y));
-  return R->x && R->y ? SK_OK : sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
+  return R->x && R->y ? SK_OK : sk_error_set(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
 }
 
 /* --parameter-broadcast: the reference starts from the model the devices hold after the
@@ -724,7 +724,7 @@ static sk_result run_reference(job *J, bool quiet, sk_error *e) {
   double *scales = (double *)malloc(sizeof(double) * (size_t)(J->g->nops * SK_OP_MAX_INPUTS + 1));
   if (scales) sk_parallel_grad_scales(&J->plan, scales);
   d.grad_scales = scales;
-  sk_result r = !scales ? sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory") : run_buffers(&R, e);
+  sk_result r = !scales ? sk_error_set(e, SK_ERR_OUT_OF_MEMORY, "out of memory") : run_buffers(&R, e);
   if (!r) r = sk_trainer_create(J->g, &d, &R.t, e);
   if (!r && J->init) start_from(R.t, J);
   if (!r) r = train(&R, e);
@@ -745,7 +745,7 @@ static sk_result share_stage_param(run *R, int p, bool held, void *full, size_t 
   sk_dtype dt = R->J->o->dtype == SK_F64 ? SK_F64 : SK_F32;
   if (!sender) memset(full, 0, n * sk_dtype_size(dt));
   sk_result r = sk_allreduce(R->comm, full, full, n, dt, SK_SUM);
-  return r ? sk__fail(e, r, "sharing '%s' after the broadcast: %s", R->J->g->tensors[p].name, sk_comm_error_message(R->comm))
+  return r ? sk_error_set(e, r, "sharing '%s' after the broadcast: %s", R->J->g->tensors[p].name, sk_comm_error_message(R->comm))
            : SK_OK;
 }
 
@@ -767,7 +767,7 @@ static sk_result broadcast(run *R, sk_error *e) {
     r = sk_runtime_param_slice(R->rt, p, SK_RUNTIME_VALUES, &mine, e);
     bool held = !r && mine.data; /* under a pipeline: its stage's */
     void *full = r ? NULL : malloc(n * sk_dtype_size(J->o->dtype == SK_F64 ? SK_F64 : SK_F32));
-    if (!r && !full) r = sk__fail(e, SK_ERR_OUT_OF_MEMORY, "out of memory gathering '%s'", g->tensors[p].name);
+    if (!r && !full) r = sk_error_set(e, SK_ERR_OUT_OF_MEMORY, "out of memory gathering '%s'", g->tensors[p].name);
     if (!r && held) r = sk_runtime_gather(R->rt, p, full, e);
     if (!r && J->plan.vstage) r = share_stage_param(R, p, held, full, n, e);
     if (!r && R->lead) J->init[p] = full, full = NULL;

@@ -17,8 +17,8 @@
    parenthesised tuple of names, the first the major factor; no spaces:
      ("mp", ("sp","dp"))  ->  mp,(sp,dp)          ("dp",)  ->  dp          ("dp","None")  ->  dp,None
    Axis names are identifiers (letters, digits, '_'); a quoted "None" is None, as in MindSpore. */
-#ifndef SK_EXAMPLES_PYLAYOUT_H
-#define SK_EXAMPLES_PYLAYOUT_H
+#ifndef SK_TOOLS_PYLAYOUT_H
+#define SK_TOOLS_PYLAYOUT_H
 
 #include "sk_layout.h"
 #include "pyliteral.h"
@@ -253,4 +253,4 @@ static inline int pylayout_tuple(const char *flag, const char *text, int max, sk
   return r < 0 ? -1 : 0;
 }
 
-#endif /* SK_EXAMPLES_PYLAYOUT_H */
+#endif /* SK_TOOLS_PYLAYOUT_H */

@@ -8,8 +8,8 @@
      --strategy: expected ')' at column 5 in '(4,1'
    The tree lives in a pylit_doc (fixed-size, no allocation); its nodes refer to each other by
    index, -1 meaning none. */
-#ifndef SK_EXAMPLES_PYLITERAL_H
-#define SK_EXAMPLES_PYLITERAL_H
+#ifndef SK_TOOLS_PYLITERAL_H
+#define SK_TOOLS_PYLITERAL_H
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -324,4 +324,4 @@ static inline int pylit_bool(pylit_doc *doc, int n, int *out) {
   return 0;
 }
 
-#endif /* SK_EXAMPLES_PYLITERAL_H */
+#endif /* SK_TOOLS_PYLITERAL_H */

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <dirent.h>
 
-#include "progs.h"
+#include "../examples/progs.h"
 
 static void usage(FILE *f, const char *argv0) {
   fprintf(f,
