@@ -46,7 +46,7 @@
      data_dir, which sk_json_load_network sets to the JSON file's directory), integers uniform in
      [lo, hi) (labels, indices), normal(mean, std) or uniform [lo, hi) floats. The graph only
      carries them; the program feeding the inputs reads the files and draws the numbers
-     (examples/data_sources.h, docs/network-json.md). An input without one is fed by the graph's
+     (tools/data_sources.h, docs/network-json.md). An input without one is fed by the graph's
      `dataset`, a name programs interpret.
 
    INITIALISERS (MindSpore's names; one seeded stream)

@@ -230,7 +230,8 @@ else bad "4096 devices: $(tail -2 "$tmp/out")"; fi
 
 # --dump-program prints device RANK's program and exits
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --dump-program 4 >"$tmp/out" 2>&1
-if head -1 "$tmp/out" | grep -q '^# device 4 of 8' && grep -q '^#[0-9]* Update parameters$' "$tmp/out" && ! grep -q 'loss is' "$tmp/out"; then ok
+if head -1 "$tmp/out" | grep -q '^# device 4 of 8' && grep -q '^#[0-9]* Update parameters$' "$tmp/out" && ! grep -q 'loss is' "$tmp/out" &&
+  grep -q '^# create: [0-9]* buffers' "$tmp/out" && grep -q '^#c[0-9]* Alloc fc1.weight buffer=state state=0 memory=optimizer bytes=[0-9]*$' "$tmp/out"; then ok
 else bad "dump-program: $(head -3 "$tmp/out")"; fi
 
 # ---- the AutoParallel knobs: each keeps --check holding and shows its effect ----
