@@ -447,7 +447,7 @@ static SK__PRINTF(2, 3) void sk__ckpt_put(sk__ckpt_buf *b, const char *fmt, ...)
     size_t cap = (b->cap + (size_t)k + 1) * 2;
     char *p = (char *)sk__alloc(b->a, cap, 1);
     if (!p) { b->oom = true; return; }
-    if (b->len) memcpy(p, b->p, b->len);
+    if (b->p) memcpy(p, b->p, b->len);
     sk__free(b->a, b->p);
     b->p = p, b->cap = cap;
   }
