@@ -19,12 +19,14 @@
                sk_search_recursive and sk_search_exhaustive (scratch from the graph's allocator)
      graph     a graph of 20 chained operators (its lists grow past their first 16), then
                sk_graph_micro (whose result inherits the allocator) and sk_graph_free
-     pipeline  sk_pipe_schedule_make for 1f1b (2 chunks) and zero_bubble_v, sk_pipe_simulate */
+     pipeline  sk_pipe_schedule_make for 1f1b (2 chunks) and zero_bubble_v, sk_pipe_simulate
+     npy       sk_npy_open_with of a [4, 3] f32 file, sk_npy_read_rows of rows 1..3 into f64 */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "oom_alloc.h"
 #include "shardkit.h"
@@ -189,6 +191,36 @@ static sk_result scenario_pipeline(const sk_allocator *a, oom_out *out) {
   return r;
 }
 
+/* A NumPy 1.0 file of shape [4, 3], f32 0, 1, ..., 11, at path. */
+static void write_npy(const char *path) {
+  char head[128]; /* numpy pads its header to a multiple of 64 bytes */
+  const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), }";
+  memset(head, ' ', sizeof head);
+  memcpy(head, "\x93NUMPY\x01\x00", 8);
+  head[8] = (char)(sizeof head - 10), head[9] = 0; /* the header's length, little-endian */
+  memcpy(head + 10, dict, strlen(dict));
+  head[sizeof head - 1] = '\n';
+  float v[12];
+  for (int i = 0; i < 12; i++) v[i] = (float)i;
+  FILE *f = fopen(path, "wb");
+  cr_assert(f && fwrite(head, 1, sizeof head, f) == sizeof head && fwrite(v, sizeof v, 1, f) == 1 && !fclose(f));
+}
+
+static sk_result scenario_npy(const sk_allocator *a, oom_out *out) {
+  char path[64] = "/dev/shm/sk_oom_npy.XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0, "mkstemp");
+  close(fd), write_npy(path);
+  sk_npy npy;
+  double rows[9];
+  sk_result r = sk_npy_open_with(path, a, &npy, NULL);
+  if (!r) r = sk_npy_read_rows(&npy, 1, 3, SK_F64, rows, NULL);
+  for (int i = 0; !r && i < 9; i++) put(out, rows[i]);
+  if (!r) sk_npy_close(&npy);
+  unlink(path);
+  return r;
+}
+
 /* ---- the sweep ------------------------------------------------------------------------------- */
 
 /* One run with the k-th allocation failing (k = 0: none), checked against the reference. */
@@ -229,3 +261,4 @@ Test(oom_more, ckpt) { sweep("ckpt", scenario_ckpt); }
 Test(oom_more, search) { sweep("search", scenario_search); }
 Test(oom_more, graph) { sweep("graph", scenario_graph); }
 Test(oom_more, pipeline) { sweep("pipeline", scenario_pipeline); }
+Test(oom_more, npy) { sweep("npy", scenario_npy); }
