@@ -147,6 +147,10 @@ typedef struct sk_ckpt_manifest {
   int nfiles, nentries;
   sk_ckpt_file *files;
   sk_ckpt_entry *entries;
+  /* What its arrays came from, and what every call on it allocates from (load, verify, merge,
+     the texts of format and read_strategy): sk_ckpt_open_with's (a save's: its desc's); zero =
+     the C library, as sk_ckpt_open, sk_ckpt_open_dir and sk_ckpt_manifest_parse leave it. */
+  sk_allocator allocator;
 } sk_ckpt_manifest;
 
 /* Where a save stands when the test hook is asked (crash injection in tests). */
@@ -171,6 +175,7 @@ typedef struct sk_ckpt_save_desc {
   sk_ckpt_io io;
   int (*hook)(void *user, sk_ckpt_stage at, int rank);
   void *hook_user;
+  sk_allocator allocator; /* every allocation of the save (zero = the C library) */
 } sk_ckpt_save_desc;
 
 /* What a save or load did on this device. */
@@ -205,7 +210,7 @@ SK_API sk_result sk_ckpt_read_plan(const sk_ckpt_manifest *m, const sk_ckpt_slic
 
 /* ---- manifests ---------------------------------------------------------------------------- */
 
-/* The manifest's text (malloc'd, NUL-terminated, ends with its crc line). */
+/* The manifest's text (from m->allocator: zero, malloc'd; NUL-terminated, ends with its crc line). */
 SK_API sk_result sk_ckpt_manifest_format(const sk_ckpt_manifest *m, char **text, size_t *len, sk_error *err);
 /* Reads len bytes of text into *m (overwritten; free it with sk_ckpt_manifest_free). The crc
    line must hold the text's crc; every reference (file index, box inside shape, offset and
@@ -224,6 +229,9 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
 SK_API sk_result sk_ckpt_open(const char *root, sk_ckpt_manifest *m, sk_error *err);
 /* One checkpoint directory (not through LATEST). */
 SK_API sk_result sk_ckpt_open_dir(const char *dir, sk_ckpt_manifest *m, sk_error *err);
+/* sk_ckpt_open with every allocation (the open's, and later calls' on *m) from `allocator`,
+   which *m keeps (NULL: the C library). */
+SK_API sk_result sk_ckpt_open_with(const char *root, const sk_allocator *allocator, sk_ckpt_manifest *m, sk_error *err);
 /* Fills each slice's data from the checkpoint (rank: named in messages). A slice saved in another
    floating dtype (f64, f32, f16, bf16) is converted, rounding to nearest even, as MindSpore's
    non-strict load does. */
@@ -245,7 +253,8 @@ SK_API sk_result sk__ckpt_check_tiling(const sk_ckpt_manifest *m, int cells_per_
    box [0:4, 0:8] is missing"). report (may be NULL): what the save wrote, its name included. */
 SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, sk_ckpt_io io, sk_ckpt_report *report,
                                sk_error *err);
-/* The contents of strategy.json in *text (malloc'd; NULL and 0 when the checkpoint has none). */
+/* The contents of strategy.json in *text (from m->allocator: zero, malloc'd; NULL and 0 when the
+   checkpoint has none). */
 SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, size_t *len, sk_error *err);
 
 /* ---- one writer per root ------------------------------------------------------------------ */
@@ -424,6 +433,7 @@ typedef struct sk__ckpt_buf {
   char *p;
   size_t len, cap;
   bool oom;
+  const sk_allocator *a; /* no realloc: growth is alloc + copy + free, doubling */
 } sk__ckpt_buf;
 
 static SK__PRINTF(2, 3) void sk__ckpt_put(sk__ckpt_buf *b, const char *fmt, ...) {
@@ -435,8 +445,10 @@ static SK__PRINTF(2, 3) void sk__ckpt_put(sk__ckpt_buf *b, const char *fmt, ...)
     if (k < 0) { b->oom = true; return; }
     if (b->p && b->len + (size_t)k < b->cap) { b->len += (size_t)k; return; }
     size_t cap = (b->cap + (size_t)k + 1) * 2;
-    char *p = (char *)realloc(b->p, cap);
+    char *p = (char *)sk__alloc(b->a, cap, 1);
     if (!p) { b->oom = true; return; }
+    if (b->p) memcpy(p, b->p, b->len);
+    sk__free(b->a, b->p);
     b->p = p, b->cap = cap;
   }
 }
@@ -461,7 +473,7 @@ SK_API sk_result sk_ckpt_manifest_format(const sk_ckpt_manifest *m, char **text,
   if (!memchr(opt, 0, sizeof m->optimizer) || (*opt && !sk__ckpt_optimizer_known(opt)))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_manifest_format: optimizer '%.*s' is not sgd, momentum or adam",
                     (int)sizeof m->optimizer, opt);
-  sk__ckpt_buf b = {NULL, 0, 0, false};
+  sk__ckpt_buf b = {NULL, 0, 0, false, &m->allocator};
   sk__ckpt_put(&b, "shardkit-checkpoint 2\nname %s\nstep %lld\nposition %lld\ndevices %d\nblock %u\noptimizer %s\n",
                m->name, (long long)m->step, (long long)m->position, m->devices, (unsigned)m->block, *opt ? opt : "-");
   for (int f = 0; f < m->nfiles; f++) {
@@ -481,7 +493,7 @@ SK_API sk_result sk_ckpt_manifest_format(const sk_ckpt_manifest *m, char **text,
   uint32_t crc = b.oom ? 0 : (uint32_t)crc32(0L, (const Bytef *)b.p, (uInt)b.len);
   sk__ckpt_put(&b, "crc %08x\n", (unsigned)crc);
   if (b.oom) {
-    free(b.p);
+    sk__free(b.a, b.p);
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory formatting the manifest");
   }
   *text = b.p;
@@ -491,8 +503,9 @@ SK_API sk_result sk_ckpt_manifest_format(const sk_ckpt_manifest *m, char **text,
 
 void sk_ckpt_manifest_free(sk_ckpt_manifest *m) {
   if (!m) return;
-  for (int f = 0; m->files && f < m->nfiles; f++) free(m->files[f].blocks);
-  free(m->files), free(m->entries);
+  const sk_allocator *a = &m->allocator;
+  for (int f = 0; m->files && f < m->nfiles; f++) sk__free(a, m->files[f].blocks);
+  sk__free(a, m->files), sk__free(a, m->entries);
   m->files = NULL, m->entries = NULL, m->nfiles = m->nentries = 0;
 }
 
@@ -500,6 +513,7 @@ void sk_ckpt_manifest_free(sk_ckpt_manifest *m) {
 typedef struct sk__ckpt_cur {
   const char *at, *end;
   int line;
+  const sk_allocator *a; /* the manifest's */
   char buf[8192];
 } sk__ckpt_cur;
 
@@ -571,7 +585,7 @@ static sk_result sk__ckpt_parse_file(sk__ckpt_cur *c, const char *s, size_t n, s
   if (nblocks > (n - (size_t)used + 1) / 9 || nblocks > INT_MAX)
     return sk__ckpt_bad(err, c, "a block list that does not hold one crc per block of the file's size");
   f->nblocks = (int)nblocks;
-  f->blocks = (uint32_t *)calloc((size_t)f->nblocks + 1, sizeof(uint32_t));
+  f->blocks = (uint32_t *)sk__calloc(c->a, ((size_t)f->nblocks + 1) * sizeof(uint32_t), 0);
   if (!f->blocks) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint manifest: out of memory");
   const char *p = s + used, *end = s + n;
   for (int k = 0; k < f->nblocks; k++) {
@@ -705,24 +719,31 @@ static sk_result sk__ckpt_parse_body(sk__ckpt_cur *c, const char *text, sk_ckpt_
   return sk__ckpt_bad(err, c, "the crc line is missing (incomplete manifest)");
 }
 
-SK_API sk_result sk_ckpt_manifest_parse(const char *text, size_t len, sk_ckpt_manifest *m, sk_error *err) {
+/* sk_ckpt_manifest_parse with *m's arrays from `a` (NULL: the C library), which *m keeps. */
+static sk_result sk__ckpt_parse(const char *text, size_t len, const sk_allocator *a, sk_ckpt_manifest *m, sk_error *err) {
   if (!text || !m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_manifest_parse: NULL argument");
   memset(m, 0, sizeof *m);
+  if (a) m->allocator = *a;
+  a = &m->allocator;
   if (len > SK_MAX_TEXT_FILE_BYTES) return sk__fail_too_long(err, "sk_ckpt_manifest_parse", len, SK_MAX_TEXT_FILE_BYTES);
   int nf = sk__ckpt_count(text, len, "file "), ns = sk__ckpt_count(text, len, "slice ");
-  m->files = (sk_ckpt_file *)calloc((size_t)nf + 1, sizeof *m->files);
-  m->entries = (sk_ckpt_entry *)calloc((size_t)ns + 1, sizeof *m->entries);
-  sk__ckpt_cur *c = (sk__ckpt_cur *)malloc(sizeof *c);
+  m->files = (sk_ckpt_file *)sk__calloc(a, ((size_t)nf + 1) * sizeof *m->files, 0);
+  m->entries = (sk_ckpt_entry *)sk__calloc(a, ((size_t)ns + 1) * sizeof *m->entries, 0);
+  sk__ckpt_cur *c = (sk__ckpt_cur *)sk__alloc(a, sizeof *c, 0);
   sk_result r = !m->files || !m->entries || !c ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint manifest: out of memory")
                                                : SK_OK;
   if (!r) {
-    c->at = text, c->end = text + len, c->line = 0;
+    c->at = text, c->end = text + len, c->line = 0, c->a = a;
     r = sk__ckpt_parse_head(c, m, err);
   }
   if (!r) r = sk__ckpt_parse_body(c, text, m, err);
-  free(c);
+  sk__free(a, c);
   if (r) sk_ckpt_manifest_free(m);
   return r;
+}
+
+SK_API sk_result sk_ckpt_manifest_parse(const char *text, size_t len, sk_ckpt_manifest *m, sk_error *err) {
+  return sk__ckpt_parse(text, len, NULL, m, err);
 }
 
 /* ---- I/O: io_uring or pread/pwrite ------------------------------------------------------------- */
@@ -870,8 +891,8 @@ static sk_result sk__ckpt_put_file(const char *path, const char *text, size_t le
 
 /* A whole small text file inside a checkpoint root (malloc'd, NUL-terminated) into *text: a
    regular file, not a symbolic link, of at most SK_MAX_TEXT_FILE_BYTES (sk_core.h). */
-static sk_result sk__ckpt_get_file(const char *path, char **text, size_t *len, sk_error *err) {
-  return sk__read_text_file(NULL, path, false, SK_MAX_TEXT_FILE_BYTES, text, len, err);
+static sk_result sk__ckpt_get_file(const sk_allocator *a, const char *path, char **text, size_t *len, sk_error *err) {
+  return sk__read_text_file(a, path, false, SK_MAX_TEXT_FILE_BYTES, text, len, err);
 }
 
 /* Whether path, an entry of a checkpoint root, is there, looked at without following it: a
@@ -968,6 +989,7 @@ typedef struct sk__ckpt_save {
   uint64_t *off, file_size;
   sk__ckpt_crc crc;
   sk_ckpt_report *rep;
+  const sk_allocator *a; /* the desc's */
 } sk__ckpt_save;
 
 static sk_result sk__ckpt_hook(const sk__ckpt_save *S, sk_ckpt_stage at, sk_error *err) {
@@ -995,7 +1017,7 @@ static sk_result sk__ckpt_write_rank(sk__ckpt_save *S, sk_error *err) {
   int fd = -1;
   sk_result r = sk__ckpt_open_file(path, O_WRONLY | O_CREAT | O_TRUNC, &fd, NULL, err);
   if (r) return r;
-  sk__ckpt_req *q = (sk__ckpt_req *)calloc((size_t)S->n + 1, sizeof *q);
+  sk__ckpt_req *q = (sk__ckpt_req *)sk__calloc(S->a, ((size_t)S->n + 1) * sizeof *q, 0);
   if (!q) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   int nq = 0;
   uint64_t at = 0;
@@ -1013,20 +1035,22 @@ static sk_result sk__ckpt_write_rank(sk__ckpt_save *S, sk_error *err) {
   if (!r) r = sk__ckpt_io(fd, true, q + half, nq - half, S->desc->io, &S->rep->used, path, err);
   if (!r && fsync(fd)) r = sk__ckpt_sys(err, "fsync", path);
   close(fd);
-  free(q);
+  sk__free(S->a, q);
   S->rep->bytes = at, S->rep->slices = nq;
   return r;
 }
 
-/* Whether root's LATEST names `name`. */
-static bool sk__ckpt_is_latest(const char *root, const char *name) {
+/* Whether the root's LATEST names this save's checkpoint (no readable LATEST: it does not; out
+   of memory reading it is the save's failure). */
+static sk_result sk__ckpt_is_latest(const sk__ckpt_save *S, bool *latest, sk_error *err) {
   char path[4096 + 16], *text = NULL;
   size_t len = 0;
-  snprintf(path, sizeof path, "%s/LATEST", root);
-  if (sk__ckpt_get_file(path, &text, &len, NULL)) return false;
-  bool same = strcspn(text, "\n") == strlen(name) && !strncmp(text, name, strlen(name));
-  free(text);
-  return same;
+  sk_error e = {SK_OK, ""};
+  snprintf(path, sizeof path, "%s/LATEST", S->root);
+  sk_result r = sk__ckpt_get_file(S->a, path, &text, &len, &e);
+  *latest = !r && strcspn(text, "\n") == strlen(S->name) && !strncmp(text, S->name, strlen(S->name));
+  sk__free(S->a, text);
+  return r == SK_ERR_OUT_OF_MEMORY ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: %s", e.msg) : SK_OK;
 }
 
 /* What crashed saves left in root: temporary directories, never visible (one saver per root:
@@ -1053,9 +1077,10 @@ static sk_result sk__ckpt_rm_stale(const char *root, sk_error *err) {
    entry in the way that is a symlink or no directory fails the save, naming it. */
 static sk_result sk__ckpt_make_tmp(sk__ckpt_save *S, sk_error *err) {
   if (mkdir(S->root, 0755) && errno != EEXIST) return sk__ckpt_sys(err, "creating", S->root);
-  bool exists = false;
+  bool exists = false, latest = false;
   sk_result r = sk__ckpt_check_dir(S->final, &exists, err);
-  if (!r && exists && sk__ckpt_is_latest(S->root, S->name))
+  if (!r && exists) r = sk__ckpt_is_latest(S, &latest, err);
+  if (!r && latest)
     r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s already exists and is the newest", S->final);
   if (!r) r = sk__ckpt_rm_stale(S->root, err);
   if (!r && exists) r = sk__ckpt_rm_dir(S->final, err);
@@ -1073,7 +1098,7 @@ static sk_result sk__ckpt_allgather(const sk__ckpt_save *S, const void *mine, vo
 
 /* This device's entries (the slices it wrote), zeroed around the fields so they travel as bytes. */
 static sk_ckpt_entry *sk__ckpt_my_entries(const sk__ckpt_save *S, int count) {
-  sk_ckpt_entry *e = (sk_ckpt_entry *)calloc((size_t)count + 1, sizeof *e);
+  sk_ckpt_entry *e = (sk_ckpt_entry *)sk__calloc(S->a, ((size_t)count + 1) * sizeof *e, 0);
   for (int i = 0, k = 0; e && i < S->n; i++) {
     const sk_ckpt_slice *s = &S->slices[i];
     if (!s->write) continue;
@@ -1091,8 +1116,8 @@ static sk_result sk__ckpt_collect(const sk__ckpt_save *S, const int64_t *heads, 
                                   const int64_t *allb, int maxb, sk_ckpt_manifest *m, sk_error *err) {
   int nf = 0, ne = 0;
   for (int d = 0; d < S->size; d++) nf += heads[4 * d] > 0, ne += (int)heads[4 * d];
-  m->files = (sk_ckpt_file *)calloc((size_t)nf + 2, sizeof *m->files); /* + strategy.json */
-  m->entries = (sk_ckpt_entry *)calloc((size_t)ne + 1, sizeof *m->entries);
+  m->files = (sk_ckpt_file *)sk__calloc(S->a, ((size_t)nf + 2) * sizeof *m->files, 0); /* + strategy.json */
+  m->entries = (sk_ckpt_entry *)sk__calloc(S->a, ((size_t)ne + 1) * sizeof *m->entries, 0);
   if (!m->files || !m->entries) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   for (int d = 0; d < S->size; d++) {
     const int64_t *h = heads + 4 * d;
@@ -1100,7 +1125,7 @@ static sk_result sk__ckpt_collect(const sk__ckpt_save *S, const int64_t *heads, 
     sk_ckpt_file *f = &m->files[m->nfiles];
     snprintf(f->name, sizeof f->name, "rank-%d.bin", d);
     f->size = (uint64_t)h[1], f->crc = (uint32_t)h[2], f->nblocks = (int)h[3];
-    if (!(f->blocks = (uint32_t *)calloc((size_t)f->nblocks + 1, sizeof(uint32_t))))
+    if (!(f->blocks = (uint32_t *)sk__calloc(S->a, ((size_t)f->nblocks + 1) * sizeof(uint32_t), 0)))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
     for (int k = 0; k < f->nblocks; k++) f->blocks[k] = (uint32_t)allb[(size_t)d * (size_t)maxb + (size_t)k];
     for (int k = 0; k < (int)h[0]; k++) {
@@ -1119,7 +1144,7 @@ static sk_result sk__ckpt_gather(sk__ckpt_save *S, int nmine, sk_ckpt_manifest *
     return sk__fail(err, SK_ERR_INVALID_USAGE, "checkpoint: the rank file's block checksums are missing");
   int64_t head[4] = {nmine, (int64_t)S->file_size, 0, S->crc.nblocks}, *heads;
   head[2] = sk__ckpt_crc_file(S->crc.blocks, S->crc.nblocks, S->file_size);
-  heads = (int64_t *)calloc((size_t)S->size * 4, sizeof *heads);
+  heads = (int64_t *)sk__calloc(S->a, (size_t)S->size * 4 * sizeof *heads, 0);
   if (!heads) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   sk_result r = sk__ckpt_allgather(S, head, heads, 4, SK_I64, err);
   int64_t maxe = 1, maxb = 1;
@@ -1129,15 +1154,15 @@ static sk_result sk__ckpt_gather(sk__ckpt_save *S, int nmine, sk_ckpt_manifest *
   }
   size_t ebytes = (size_t)maxe * sizeof(sk_ckpt_entry);
   sk_ckpt_entry *mine = r ? NULL : sk__ckpt_my_entries(S, (int)maxe);
-  char *alle = mine ? (char *)malloc(ebytes * (size_t)S->size) : NULL;
-  int64_t *myb = alle ? (int64_t *)calloc((size_t)maxb, sizeof *myb) : NULL;
-  int64_t *allb = myb ? (int64_t *)malloc((size_t)maxb * (size_t)S->size * sizeof *allb) : NULL;
+  char *alle = mine ? (char *)sk__alloc(S->a, ebytes * (size_t)S->size, 0) : NULL;
+  int64_t *myb = alle ? (int64_t *)sk__calloc(S->a, (size_t)maxb * sizeof *myb, 0) : NULL;
+  int64_t *allb = myb ? (int64_t *)sk__alloc(S->a, (size_t)maxb * (size_t)S->size * sizeof *allb, 0) : NULL;
   if (!r && !allb) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   for (int k = 0; !r && k < S->crc.nblocks; k++) myb[k] = S->crc.blocks[k];
   if (!r) r = sk__ckpt_allgather(S, mine, alle, ebytes, SK_U8, err);
   if (!r) r = sk__ckpt_allgather(S, myb, allb, (size_t)maxb, SK_I64, err);
   if (!r && S->rank == 0) r = sk__ckpt_collect(S, heads, (const sk_ckpt_entry *)alle, (int)maxe, allb, (int)maxb, m, err);
-  free(heads), free(mine), free(alle), free(myb), free(allb);
+  sk__free(S->a, heads), sk__free(S->a, mine), sk__free(S->a, alle), sk__free(S->a, myb), sk__free(S->a, allb);
   return r;
 }
 
@@ -1147,7 +1172,7 @@ static sk_result sk__ckpt_put_strategy(const sk__ckpt_save *S, sk_ckpt_manifest 
   snprintf(path, sizeof path, "%s/strategy.json", S->tmp);
   size_t len = S->desc->strategy_len;
   sk_ckpt_file *f = &m->files[m->nfiles];
-  sk__ckpt_crc c = {(uint32_t *)calloc(len / SK_CKPT_BLOCK + 2, sizeof(uint32_t)), 0, 0};
+  sk__ckpt_crc c = {(uint32_t *)sk__calloc(S->a, (len / SK_CKPT_BLOCK + 2) * sizeof(uint32_t), 0), 0, 0};
   if (!c.blocks) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   sk__ckpt_crc_feed(&c, S->desc->strategy, len);
   snprintf(f->name, sizeof f->name, "strategy.json");
@@ -1169,7 +1194,7 @@ static sk_result sk__ckpt_commit(const sk__ckpt_save *S, sk_ckpt_manifest *m, sk
   if (!r) r = sk_ckpt_manifest_format(m, &text, &len, err);
   snprintf(path, sizeof path, "%s/MANIFEST", S->tmp);
   if (!r) r = sk__ckpt_put_file(path, text, len, err);
-  free(text);
+  sk__free(&m->allocator, text);
   if (!r) r = sk__ckpt_fsync_path(S->tmp, err);
   if (!r) r = sk__ckpt_hook(S, SK_CKPT_AT_RENAME, err);
   if (!r && rename(S->tmp, S->final)) r = sk__ckpt_sys(err, "renaming into", S->final);
@@ -1207,10 +1232,10 @@ static sk_result sk__ckpt_save_data(sk__ckpt_save *S, int *nmine, sk_error *err)
   sk_result r = S->rank == 0 ? sk__ckpt_make_tmp(S, err) : SK_OK;
   if ((r = sk__ckpt_agree(S, r, err))) return r;
   r = sk__ckpt_hook(S, SK_CKPT_AT_DATA, err);
-  S->off = (uint64_t *)calloc((size_t)S->n + 1, sizeof *S->off);
+  S->off = (uint64_t *)sk__calloc(S->a, ((size_t)S->n + 1) * sizeof *S->off, 0);
   if (!r && !S->off) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   if (!r) S->file_size = sk__ckpt_offsets(S->n, S->slices, S->off);
-  S->crc.blocks = r ? NULL : (uint32_t *)calloc((size_t)(S->file_size / SK_CKPT_BLOCK) + 2, sizeof(uint32_t));
+  S->crc.blocks = r ? NULL : (uint32_t *)sk__calloc(S->a, ((size_t)(S->file_size / SK_CKPT_BLOCK) + 2) * sizeof(uint32_t), 0);
   if (!r && !S->crc.blocks) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   *nmine = 0;
   for (int i = 0; i < S->n; i++) *nmine += S->slices[i].write;
@@ -1226,7 +1251,7 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
   memset(&rep, 0, sizeof rep);
   sk__ckpt_save S;
   memset(&S, 0, sizeof S);
-  S.comm = comm, S.root = root, S.desc = desc, S.n = n, S.slices = slices, S.rep = &rep;
+  S.comm = comm, S.root = root, S.desc = desc, S.n = n, S.slices = slices, S.rep = &rep, S.a = &desc->allocator;
   S.rank = comm ? sk_comm_rank(comm) : 0, S.size = comm ? sk_comm_size(comm) : 1;
   rep.used = desc->io == SK_CKPT_IO_URING ? SK_CKPT_IO_URING : SK_CKPT_IO_PLAIN;
   snprintf(S.name, sizeof S.name, "ckpt-%08lld", (long long)desc->step);
@@ -1235,7 +1260,10 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
   int nmine = 0;
   sk_ckpt_manifest m;
   memset(&m, 0, sizeof m);
+  m.allocator = desc->allocator;
   sk_result r = sk__ckpt_check_slices(n, slices, err);
+  if (!r && !sk__allocator_ok(&desc->allocator))
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_save: allocator: set both alloc and free, or neither");
   if (!r && desc->optimizer && !sk__ckpt_optimizer_known(desc->optimizer))
     r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_save: optimizer '%.32s' is not sgd, momentum or adam",
                  desc->optimizer);
@@ -1250,7 +1278,7 @@ SK_API sk_result sk_ckpt_save(sk_comm *comm, const char *root, const sk_ckpt_sav
   }
   r = sk__ckpt_agree(&S, r, err); /* every device learns of a failure */
   sk_ckpt_manifest_free(&m);
-  free(S.off), free(S.crc.blocks);
+  sk__free(S.a, S.off), sk__free(S.a, S.crc.blocks);
   snprintf(rep.name, sizeof rep.name, "%s", S.name);
   if (report) *report = rep;
   return r;
@@ -1338,37 +1366,48 @@ static sk_result sk__ckpt_check_sizes(const sk_ckpt_manifest *m, sk_error *err) 
   return SK_OK;
 }
 
-SK_API sk_result sk_ckpt_open_dir(const char *dir, sk_ckpt_manifest *m, sk_error *err) {
+/* sk_ckpt_open_dir from allocator a (NULL: the C library), which *m keeps. */
+static sk_result sk__ckpt_open_dir(const char *dir, const sk_allocator *a, sk_ckpt_manifest *m, sk_error *err) {
   if (!dir || !m || strlen(dir) >= sizeof m->dir) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_open_dir: bad argument");
+  if (!sk__allocator_ok(a)) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_open: allocator: set both alloc and free, or neither");
   char path[4096 + 16], *text = NULL;
   size_t len = 0;
   snprintf(path, sizeof path, "%s/MANIFEST", dir);
-  sk_result r = sk__ckpt_get_file(path, &text, &len, err);
-  if (!r) r = sk_ckpt_manifest_parse(text, len, m, err);
-  free(text);
+  sk_result r = sk__ckpt_get_file(a, path, &text, &len, err);
+  if (!r) r = sk__ckpt_parse(text, len, a, m, err);
+  sk__free(a, text);
   if (r) return r;
   snprintf(m->dir, sizeof m->dir, "%s", dir);
   if ((r = sk__ckpt_check_sizes(m, err))) sk_ckpt_manifest_free(m);
   return r;
 }
 
+SK_API sk_result sk_ckpt_open_dir(const char *dir, sk_ckpt_manifest *m, sk_error *err) {
+  return sk__ckpt_open_dir(dir, NULL, m, err);
+}
+
 SK_API sk_result sk_ckpt_open(const char *root, sk_ckpt_manifest *m, sk_error *err) {
+  return sk_ckpt_open_with(root, NULL, m, err);
+}
+
+SK_API sk_result sk_ckpt_open_with(const char *root, const sk_allocator *a, sk_ckpt_manifest *m, sk_error *err) {
   if (!root || !m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_open: NULL argument");
+  if (!sk__allocator_ok(a)) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_open: allocator: set both alloc and free, or neither");
   char path[4096 + 16], dir[4096 + 80], *text = NULL;
   size_t len = 0;
   snprintf(path, sizeof path, "%s/LATEST", root);
-  sk_result r = sk__ckpt_get_file(path, &text, &len, err);
+  sk_result r = sk__ckpt_get_file(a, path, &text, &len, err);
   if (r) return r;
   size_t n = strcspn(text, "\n");
   /* one name of this root, nothing else: never a path leading elsewhere */
   bool ok = n > 0 && n < SK_CKPT_FILE_MAX && n + 1 >= len && !memchr(text, '/', n) && text[0] != '.';
   if (ok) snprintf(dir, sizeof dir, "%s/%.*s", root, (int)n, text);
-  free(text);
+  sk__free(a, text);
   if (!ok) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: %s does not name one checkpoint directory", path);
   sk_error inner = {SK_OK, ""};
   bool exists = false; /* a symlink inside the root is not followed, for reading either */
   r = sk__ckpt_check_dir(dir, &exists, &inner);
-  if (!r) r = sk_ckpt_open_dir(dir, m, &inner);
+  if (!r) r = sk__ckpt_open_dir(dir, a, m, &inner);
   if (r) return sk__fail(err, r, "LATEST names %s: %s", dir + strlen(root) + 1, inner.msg);
   return SK_OK;
 }
@@ -1451,13 +1490,13 @@ static sk_result sk__ckpt_read_piece(const sk_ckpt_manifest *m, const sk_ckpt_pi
   uint64_t lo = e->offset + (uint64_t)sk__ckpt_index(&e->box, p->box.start) * es;
   uint64_t hi = e->offset + (uint64_t)(sk__ckpt_index(&e->box, last) + 1) * es;
   int b0 = (int)(lo / m->block), b1 = (int)((hi + m->block - 1) / m->block);
-  char *buf = (char *)malloc((size_t)(b1 - b0) * m->block);
+  char *buf = (char *)sk__alloc(&m->allocator, (size_t)(b1 - b0) * m->block, 64);
   if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory reading '%s'", t->tensor);
   sk_result r = sk__ckpt_read_blocks(m, e->file, b0, b1, buf, io, &rep->used, err);
   if (r) {
     char msg[SK_ERROR_MSG_MAX];
     snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
-    free(buf);
+    sk__free(&m->allocator, buf);
     return sk__fail(err, r, "tensor '%s' %s (rank %d, saved by rank %d): %s", t->tensor, sk_ckpt_kind_name(t->kind), rank,
                     e->rank, msg);
   }
@@ -1465,7 +1504,7 @@ static sk_result sk__ckpt_read_piece(const sk_ckpt_manifest *m, const sk_ckpt_pi
   sk__ckpt_copy(&p->box, &e->box, e->dtype, buf, base, &t->box, t->dtype, (char *)t->data);
   uint64_t end = (uint64_t)b1 * m->block < m->files[e->file].size ? (uint64_t)b1 * m->block : m->files[e->file].size;
   rep->bytes += end - (uint64_t)b0 * m->block, rep->slices++;
-  free(buf);
+  sk__free(&m->allocator, buf);
   return SK_OK;
 }
 
@@ -1477,7 +1516,7 @@ SK_API sk_result sk_ckpt_load(const sk_ckpt_manifest *m, int rank, sk_ckpt_io io
   rep.used = io == SK_CKPT_IO_URING ? SK_CKPT_IO_URING : SK_CKPT_IO_PLAIN;
   snprintf(rep.name, sizeof rep.name, "%s", m->name);
   int cap = m->nentries + 1;
-  sk_ckpt_piece *pieces = (sk_ckpt_piece *)malloc((size_t)cap * sizeof *pieces);
+  sk_ckpt_piece *pieces = (sk_ckpt_piece *)sk__alloc(&m->allocator, (size_t)cap * sizeof *pieces, 0);
   sk_result r = pieces ? sk__ckpt_check_slices(n, slices, err) : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   for (int i = 0; !r && i < n; i++) {
     int np = 0;
@@ -1485,7 +1524,7 @@ SK_API sk_result sk_ckpt_load(const sk_ckpt_manifest *m, int rank, sk_ckpt_io io
     if (!r) r = sk_ckpt_read_plan(m, &slices[i], rank, pieces, cap, &np, err);
     for (int k = 0; !r && k < np; k++) r = sk__ckpt_read_piece(m, &pieces[k], &slices[i], rank, io, &rep, err);
   }
-  free(pieces);
+  sk__free(&m->allocator, pieces);
   if (report) *report = rep;
   return r;
 }
@@ -1578,12 +1617,13 @@ typedef struct sk__ckpt_grid {
 
 /* g's cut points into G (its shapes agree); G->owner stays NULL when the grid has more than cap
    cells. */
-static sk_result sk__ckpt_grid_make(const sk__ckpt_ref *g, int n, int64_t cap, sk__ckpt_grid *G, sk_error *err) {
+static sk_result sk__ckpt_grid_make(const sk_allocator *a, const sk__ckpt_ref *g, int n, int64_t cap, sk__ckpt_grid *G,
+                                    sk_error *err) {
   const sk_ckpt_entry *e0 = g[0].e;
   size_t per = 2 * (size_t)n + 2;
   memset(G, 0, sizeof *G);
   G->nd = e0->ndims, G->ncells = 1;
-  if (!(G->cuts = (int64_t *)malloc(per * (size_t)(G->nd ? G->nd : 1) * sizeof *G->cuts)))
+  if (!(G->cuts = (int64_t *)sk__alloc(a, per * (size_t)(G->nd ? G->nd : 1) * sizeof *G->cuts, 0)))
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory checking the tiling");
   for (int d = 0; d < G->nd; d++) {
     int64_t *c = G->cut[d] = G->cuts + (size_t)d * per, k = 0;
@@ -1597,7 +1637,7 @@ static sk_result sk__ckpt_grid_make(const sk__ckpt_ref *g, int n, int64_t cap, s
     G->ncells *= k;
   }
   if (G->ncells > cap) return SK_OK;
-  if (!(G->owner = (int *)malloc((size_t)G->ncells * sizeof *G->owner)))
+  if (!(G->owner = (int *)sk__alloc(a, (size_t)G->ncells * sizeof *G->owner, 0)))
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory checking the tiling");
   memset(G->owner, 0xff, (size_t)G->ncells * sizeof *G->owner); /* -1 */
   return SK_OK;
@@ -1640,15 +1680,15 @@ static bool sk__ckpt_grid_mark(sk__ckpt_grid *G, const sk__ckpt_ref *r, int64_t 
 
 /* Group g's first clash cell by cell (its shapes agree); *done false when the grid has more
    than cap cells or the overlaps cost more than that to walk. */
-static sk_result sk__ckpt_grid_clash(const sk__ckpt_ref *g, int n, int64_t cap, sk__ckpt_clash *c, bool *done,
-                                     sk_error *err) {
+static sk_result sk__ckpt_grid_clash(const sk_allocator *a, const sk__ckpt_ref *g, int n, int64_t cap, sk__ckpt_clash *c,
+                                     bool *done, sk_error *err) {
   sk__ckpt_grid G;
-  sk_result r = sk__ckpt_grid_make(g, n, cap, &G, err);
+  sk_result r = sk__ckpt_grid_make(a, g, n, cap, &G, err);
   int64_t budget = cap; /* disjoint slices visit each cell once at most */
   c->i = -1;
   *done = !r && G.owner;
   for (int s = 0; *done && s < n; s++) *done = sk__ckpt_grid_mark(&G, &g[s], &budget, c);
-  free(G.cuts), free(G.owner);
+  sk__free(a, G.cuts), sk__free(a, G.owner);
   return r;
 }
 
@@ -1665,8 +1705,8 @@ static bool sk__ckpt_same_group(const sk_ckpt_entry *a, const sk_ckpt_entry *b) 
 }
 
 /* One tensor and kind, g[0..n) in manifest order, into *v. */
-static sk_result sk__ckpt_check_group(const sk__ckpt_ref *g, int n, int cells_per_slice, sk__ckpt_verdict *v,
-                                      sk_error *err) {
+static sk_result sk__ckpt_check_group(const sk_allocator *a, const sk__ckpt_ref *g, int n, int cells_per_slice,
+                                      sk__ckpt_verdict *v, sk_error *err) {
   const sk_ckpt_entry *e0 = g[0].e;
   bool same = true, done = n < 2;
   for (int s = 1; same && s < n; s++) {
@@ -1675,7 +1715,7 @@ static sk_result sk__ckpt_check_group(const sk__ckpt_ref *g, int n, int cells_pe
   }
   sk__ckpt_clash c = {-1, -1, NULL};
   /* shapes that disagree: the pair scan stops in its first row (the first slice clashes) */
-  sk_result r = same && !done ? sk__ckpt_grid_clash(g, n, (int64_t)cells_per_slice * n, &c, &done, err) : SK_OK;
+  sk_result r = same && !done ? sk__ckpt_grid_clash(a, g, n, (int64_t)cells_per_slice * n, &c, &done, err) : SK_OK;
   if (r) return r;
   if (!done) sk__ckpt_pairwise(g, n, &c);
   if (c.i >= 0 && (v->clash.i < 0 || c.i < v->clash.i)) v->clash = c;
@@ -1700,16 +1740,16 @@ SK_API sk_result sk__ckpt_check_tiling(const sk_ckpt_manifest *m, int cells_per_
   if (!m || m->nentries < 0 || (m->nentries && !m->entries) || cells_per_slice < 0)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk__ckpt_check_tiling: NULL manifest or a negative count");
   sk_result r = sk__ckpt_check_boxes(m, err);
-  sk__ckpt_ref *refs = r ? NULL : (sk__ckpt_ref *)malloc(((size_t)m->nentries + 1) * sizeof *refs);
+  sk__ckpt_ref *refs = r ? NULL : (sk__ckpt_ref *)sk__alloc(&m->allocator, ((size_t)m->nentries + 1) * sizeof *refs, 0);
   if (!r && !refs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory checking the tiling");
   for (int i = 0; !r && i < m->nentries; i++) refs[i].e = &m->entries[i], refs[i].i = i;
   if (!r) qsort(refs, (size_t)m->nentries, sizeof *refs, sk__ckpt_ref_order);
   sk__ckpt_verdict v = {{-1, -1, NULL}, -1, 0, 0};
   for (int s = 0, t = 0; !r && s < m->nentries; s = t) {
     for (t = s + 1; t < m->nentries && sk__ckpt_same_group(refs[s].e, refs[t].e); t++) {}
-    r = sk__ckpt_check_group(refs + s, t - s, cells_per_slice, &v, err);
+    r = sk__ckpt_check_group(&m->allocator, refs + s, t - s, cells_per_slice, &v, err);
   }
-  free(refs);
+  sk__free(&m->allocator, refs);
   if (r) return r;
   if (v.clash.i >= 0) {
     const sk_ckpt_entry *a = &m->entries[v.clash.i], *b = &m->entries[v.clash.j];
@@ -1732,10 +1772,10 @@ SK_API sk_result sk_ckpt_verify(const sk_ckpt_manifest *m, sk_ckpt_io io, sk_err
   if (!m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_verify: NULL manifest");
   sk_result r = sk__ckpt_check_sizes(m, err);
   if (!r) r = sk__ckpt_verify_tiling(m, err);
-  char *buf = r ? NULL : (char *)malloc(m->block);
+  char *buf = r ? NULL : (char *)sk__alloc(&m->allocator, m->block, 64);
   if (!r && !buf) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   for (int f = 0; !r && f < m->nfiles; f++) r = sk__ckpt_verify_file(m, f, buf, io, err);
-  free(buf);
+  sk__free(&m->allocator, buf);
   return r;
 }
 
@@ -1748,10 +1788,10 @@ SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, s
     char path[4096 + 32];
     snprintf(path, sizeof path, "%s/strategy.json", m->dir);
     if (F->size > SK_MAX_TEXT_FILE_BYTES) return sk__fail_too_long(err, path, F->size, SK_MAX_TEXT_FILE_BYTES);
-    char *buf = (char *)malloc((size_t)F->nblocks * m->block + 1);
+    char *buf = (char *)sk__alloc(&m->allocator, (size_t)F->nblocks * m->block + 1, 1);
     if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
     sk_result r = F->nblocks ? sk__ckpt_read_blocks(m, f, 0, F->nblocks, buf, SK_CKPT_IO_PLAIN, NULL, err) : SK_OK;
-    if (r) return free(buf), r;
+    if (r) return sk__free(&m->allocator, buf), r;
     buf[F->size] = 0, *text = buf, *len = (size_t)F->size;
     return SK_OK; /* the manifest lists a name once (its text came from one writer) */
   }
@@ -1813,14 +1853,15 @@ static bool sk__ckpt_find_gap(const sk_ckpt_manifest *m, const sk_ckpt_entry *a,
 static sk_result sk__ckpt_gap_error(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, int64_t saved, sk_error *err) {
   int nd = a->ndims, nedge[SK_MAX_DIMS] = {0}, count = 0;
   for (int i = 0; i < m->nentries; i++) count += sk__ckpt_same_group(&m->entries[i], a);
-  int64_t *room = (int64_t *)malloc((size_t)(nd ? nd : 1) * (size_t)(2 * count + 2) * sizeof *room), *edge[SK_MAX_DIMS];
+  int64_t *room = (int64_t *)sk__alloc(&m->allocator, (size_t)(nd ? nd : 1) * (size_t)(2 * count + 2) * sizeof(int64_t), 0);
+  int64_t *edge[SK_MAX_DIMS];
   if (!room) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "merge: out of memory checking '%s'", a->tensor);
   for (int d = 0; d < nd; d++) edge[d] = room + (size_t)d * (size_t)(2 * count + 2), nedge[d] = sk__ckpt_edges(m, a, d, edge[d]);
   char kind[16] = "", box[SK_MAX_DIMS * 48] = "[";
   if (a->kind != SK_CKPT_PARAM) snprintf(kind, sizeof kind, " %s", sk_ckpt_kind_name(a->kind));
   sk_slice gap;
   bool found = nd > 0 && sk__ckpt_find_gap(m, a, edge, nedge, (1L << 24) / (m->nentries + 1) + 1, &gap);
-  free(room);
+  sk__free(&m->allocator, room);
   int64_t whole = 1;
   for (int d = 0; d < nd; d++) whole *= a->shape[d];
   if (!found)
@@ -1867,7 +1908,7 @@ static sk_result sk__ckpt_whole(const sk_ckpt_manifest *m, sk_ckpt_slice *out, i
     memset(s, 0, sizeof *s);
     s->tensor = e->tensor, s->kind = e->kind, s->dtype = e->dtype, s->ndims = s->box.ndims = e->ndims, s->write = true;
     for (int d = 0; d < e->ndims; d++) s->shape[d] = s->box.stop[d] = e->shape[d];
-    if (!(s->data = malloc((size_t)sk__ckpt_volume(&s->box) * sk_dtype_size(e->dtype) + 1)))
+    if (!(s->data = sk__alloc(&m->allocator, (size_t)sk__ckpt_volume(&s->box) * sk_dtype_size(e->dtype) + 1, 64)))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory merging '%s'", e->tensor);
   }
   return SK_OK;
@@ -1880,7 +1921,8 @@ SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, 
   sk_result r = sk__ckpt_merge_check(m, err);
   if (!r) r = sk_ckpt_lock(out_root, &lock, err);
   if (r) return r;
-  sk_ckpt_slice *whole = (sk_ckpt_slice *)calloc((size_t)m->nentries + 1, sizeof *whole);
+  const sk_allocator *a = &m->allocator;
+  sk_ckpt_slice *whole = (sk_ckpt_slice *)sk__calloc(a, ((size_t)m->nentries + 1) * sizeof *whole, 0);
   int n = 0;
   r = whole ? sk__ckpt_whole(m, whole, &n, err) : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
   if (!r) r = sk_ckpt_load(m, 0, io, n, whole, NULL, err);
@@ -1891,9 +1933,10 @@ SK_API sk_result sk_ckpt_merge(const sk_ckpt_manifest *m, const char *out_root, 
   memset(&d, 0, sizeof d);
   d.step = m->step, d.position = m->position, d.strategy = strategy, d.strategy_len = slen, d.io = io;
   d.optimizer = m->optimizer[0] ? m->optimizer : NULL; /* sk_ckpt_save checks it */
+  d.allocator = m->allocator;
   if (!r) r = sk_ckpt_save(NULL, out_root, &d, n, whole, report, err);
-  for (int k = 0; k < n; k++) free(whole[k].data);
-  free(whole), free(strategy);
+  for (int k = 0; k < n; k++) sk__free(a, whole[k].data);
+  sk__free(a, whole), sk__free(a, strategy);
   sk_ckpt_unlock(&lock);
   return r;
 }

@@ -1166,21 +1166,22 @@ SK_API sk_result sk_waitall(int n, sk_request **reqs) {
 
 #define SK__REDUCE_LOOP(T, A, LOAD, STORE, COMB, POST)                                   \
   do {                                                                                   \
-    size_t i0 = 0;                                                                       \
-    for (; i0 + SK__VW <= count; i0 += SK__VW)                                           \
+    size_t i0 = begin;                                                                   \
+    for (; i0 + SK__VW <= end; i0 += SK__VW)                                             \
       SK__REDUCE_GROUP(T, A, LOAD, STORE, COMB, POST, SK__VW, i0);                       \
-    for (; i0 < count; i0++) SK__REDUCE_GROUP(T, A, LOAD, STORE, COMB, POST, 1, i0);     \
+    for (; i0 < end; i0++) SK__REDUCE_GROUP(T, A, LOAD, STORE, COMB, POST, 1, i0);       \
   } while (0)
 
 #define SK__ADD(a, b) ((a) + (b))
 #define SK__DIV_BY_N(x) ((x) / div) /* `div` is the kernel's local (A)n */
 #define SK__MUL(a, b) ((a) * (b))
 
-/* Blocked so the accumulator stays in L1; count per call <= SK__RED_BLOCK. */
+/* Blocked so the accumulator stays in L1: a kernel reduces elements [begin, end) of every input,
+   end - begin <= SK__RED_BLOCK (the range, not offset pointers, so that any n needs no memory). */
 #define SK__RED_BLOCK 1024
 
 #define SK__DEFINE_FLOAT_KERNEL(fname, T, A, LOAD, STORE)                                          \
-  static void fname(void *dst, const void *const *srcs, int n, size_t count, sk_redop op) {        \
+  static void fname(void *dst, const void *const *srcs, int n, size_t begin, size_t end, sk_redop op) { \
     A div = (A)n;                                                                                  \
     (void)div;                                                                                     \
     switch (op) {                                                                                  \
@@ -1196,7 +1197,7 @@ SK_API sk_result sk_waitall(int n, sk_request **reqs) {
 /* Integer kernels: U is the unsigned type of T's width. Sum/prod/avg accumulate in U; min/max
    compare in T. avg converts the wrapped sum back to T and divides (truncation toward zero). */
 #define SK__DEFINE_INT_KERNEL(fname, T, U)                                                         \
-  static void fname(void *dst, const void *const *srcs, int n, size_t count, sk_redop op) {        \
+  static void fname(void *dst, const void *const *srcs, int n, size_t begin, size_t end, sk_redop op) { \
     switch (op) {                                                                                  \
       case SK_SUM: {                                                                               \
         SK__REDUCE_LOOP(T, U, (U), (T), SK__ADD, SK__ID);                                          \
@@ -1218,7 +1219,7 @@ SK_API sk_result sk_waitall(int n, sk_request **reqs) {
       default: {                                                                                   \
         SK__REDUCE_LOOP(T, U, (U), SK__ID, SK__ADD, (T));                                          \
         T *o = (T *)dst; /* divide in 64 bits: n may not fit in T (200 inputs of i8) */            \
-        for (size_t i = 0; i < count; i++) o[i] = (T)((long long)o[i] / (long long)n);             \
+        for (size_t i = begin; i < end; i++) o[i] = (T)((long long)o[i] / (long long)n);             \
         break;                                                                                     \
       }                                                                                            \
     }                                                                                              \
@@ -1245,7 +1246,7 @@ SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size
   if (!sk_dtype_valid(dt) || !sk_redop_valid(op) || n < 1 || !srcs || (count && !dst)) return SK_ERR_INVALID_ARGUMENT;
   for (int r = 0; r < n; r++)
     if (count && !srcs[r]) return SK_ERR_INVALID_ARGUMENT;
-  void (*k)(void *, const void *const *, int, size_t, sk_redop);
+  void (*k)(void *, const void *const *, int, size_t, size_t, sk_redop);
   switch (dt) {
     case SK_F32: k = sk__red_f32; break;
     case SK_F64: k = sk__red_f64; break;
@@ -1256,20 +1257,8 @@ SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size
     case SK_I32: k = sk__red_i32; break;
     default: k = sk__red_i64; break;
   }
-  size_t es = sk_dtype_size(dt);
-  /* Up to SK_MAX_DEVICES inputs: offset pointers per block without allocating. */
-  const void *local[64];
-  const void **p = local;
-  if (n > 64) {
-    p = (const void **)malloc(sizeof(void *) * (size_t)n);
-    if (!p) return SK_ERR_OUT_OF_MEMORY;
-  }
-  for (size_t off = 0; off < count; off += SK__RED_BLOCK) {
-    size_t m = count - off < SK__RED_BLOCK ? count - off : SK__RED_BLOCK;
-    for (int r = 0; r < n; r++) p[r] = (const char *)srcs[r] + off * es;
-    k((char *)dst + off * es, p, n, m, op);
-  }
-  if (p != local) free((void *)p);
+  for (size_t off = 0; off < count; off += SK__RED_BLOCK)
+    k(dst, srcs, n, off, count - off < SK__RED_BLOCK ? count : off + SK__RED_BLOCK, op);
   return SK_OK;
 }
 

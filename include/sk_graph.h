@@ -5,8 +5,8 @@
 
    Do this in ONE .c file:   #define SK_IMPL  (or SK_GRAPH_IMPL + SK_OPS_IMPL + SK_LAYOUT_IMPL)
                              #include "sk_graph.h"
-   Needs only libc and libm. A graph owns its arrays (malloc / realloc; sk_graph_free releases
-   them); nothing else is allocated and nothing is global.
+   Needs only libc and libm. A graph owns its arrays (from its `allocator`, zero = the C
+   library; sk_graph_free releases them); nothing else is allocated and nothing is global.
 
    WHAT IT IS
      The description the training and parallelisation layers start from; the JSON reader and
@@ -173,6 +173,9 @@ typedef struct sk_graph {
      SGD with MindSpore's defaults. The graph only carries it; sk_optim_update checks it. */
   sk_optim_desc optim;
   int tensor_cap, op_cap; /* allocated lengths */
+  /* Where the graph's arrays come from, set directly after sk_graph_init and before the first
+     add (zero = the C library). sk_graph_free keeps it; sk_graph_micro's result inherits it. */
+  sk_allocator allocator;
 } sk_graph;
 
 /* An empty graph (no allocation). */
@@ -247,6 +250,8 @@ SK_EXTERN_C_END
 
 #if defined(SK_GRAPH_IMPL) && !defined(SK_GRAPH_IMPL_DONE)
 #define SK_GRAPH_IMPL_DONE
+#define SK__CORE_PRIVATE
+#include "sk_core.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,8 +305,10 @@ SK_API void sk_graph_init(sk_graph *g) {
 
 SK_API void sk_graph_free(sk_graph *g) {
   if (!g) return;
-  free(g->tensors), free(g->ops);
+  sk_allocator a = g->allocator;
+  sk__free(&a, g->tensors), sk__free(&a, g->ops);
   sk_graph_init(g);
+  g->allocator = a; /* the graph may be built again, from the same memory */
 }
 
 /* Divides dim 0 of a shape by micro; `what` and `name` name it when micro does not divide. */
@@ -331,6 +338,7 @@ static sk_result sk__graph_micro_op(const sk_graph *g, int o, int micro, sk_grap
 SK_API sk_result sk_graph_micro(const sk_graph *g, int micro, sk_graph *out, sk_error *err) {
   if (!g || !out || micro < 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: micro: NULL graph or micro_size %d < 1", micro);
   sk_graph_init(out);
+  out->allocator = g->allocator;
   sk_result r = SK_OK;
   for (int t = 0; !r && t < g->ntensors; t++) {
     const sk_graph_tensor *x = &g->tensors[t];
@@ -374,21 +382,34 @@ SK_API int64_t sk_graph_numel(const sk_graph *g, int t) {
   return n;
 }
 
+/* *p (`used` bytes of it) moved into `bytes` from the graph's allocator; *p is kept on failure.
+   The allocator has no realloc: growth is alloc + copy + free, amortised by doubling. */
+static bool sk__graph_grow(sk_graph *g, void **p, size_t used, size_t bytes) {
+  void *q = sk__alloc(&g->allocator, bytes, sizeof(double));
+  if (!q) return false;
+  if (used) memcpy(q, *p, used);
+  sk__free(&g->allocator, *p);
+  *p = q;
+  return true;
+}
+
 /* Room for `more` tensors and one operator, so that adding an operator either fits whole or
    leaves the graph untouched. */
 static sk_result sk__graph_reserve(sk_graph *g, int more, sk_error *err) {
+  if (!sk__allocator_ok(&g->allocator))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: allocator: set both alloc and free, or neither");
   if (g->ntensors + more > g->tensor_cap) {
     int cap = g->tensor_cap ? 2 * g->tensor_cap : 16;
     while (cap < g->ntensors + more) cap *= 2;
-    sk_graph_tensor *t = (sk_graph_tensor *)realloc(g->tensors, sizeof *t * (size_t)cap);
-    if (!t) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "graph: out of memory growing the tensor list");
-    g->tensors = t, g->tensor_cap = cap;
+    if (!sk__graph_grow(g, (void **)&g->tensors, sizeof *g->tensors * (size_t)g->ntensors, sizeof *g->tensors * (size_t)cap))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "graph: out of memory growing the tensor list");
+    g->tensor_cap = cap;
   }
   if (g->nops + 1 > g->op_cap) {
     int cap = g->op_cap ? 2 * g->op_cap : 16;
-    sk_graph_op *o = (sk_graph_op *)realloc(g->ops, sizeof *o * (size_t)cap);
-    if (!o) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "graph: out of memory growing the operator list");
-    g->ops = o, g->op_cap = cap;
+    if (!sk__graph_grow(g, (void **)&g->ops, sizeof *g->ops * (size_t)g->nops, sizeof *g->ops * (size_t)cap))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "graph: out of memory growing the operator list");
+    g->op_cap = cap;
   }
   return SK_OK;
 }

@@ -62,11 +62,15 @@ typedef struct sk_npy {
   int64_t rows;      /* shape[0] */
   size_t row_bytes;  /* one row's bytes (the dtype's size times the dims after the first) */
   uint64_t offset;   /* where the data starts */
+  sk_allocator allocator; /* what the reader's buffers come from (as opened; zero = the C library) */
 } sk_npy;
 
 /* Opens path and reads its header into *npy (the file stays open until sk_npy_close). On failure
-   nothing stays open and *npy is closed. */
+   nothing stays open and *npy is closed. Its buffers (the header's, each read's) come from the
+   C library; sk_npy_open_with takes them from `allocator` instead (NULL = the C library), which
+   the reader keeps for its reads. */
 SK_API sk_result sk_npy_open(const char *path, sk_npy *npy, sk_error *err);
+SK_API sk_result sk_npy_open_with(const char *path, const sk_allocator *allocator, sk_npy *npy, sk_error *err);
 SK_API void sk_npy_close(sk_npy *npy);
 /* Whether rows of dtype `from` can be read into dtype `to` (see CONVERSIONS). */
 SK_API bool sk_npy_convertible(sk_dtype from, sk_dtype to);
@@ -283,7 +287,7 @@ static sk_result sk__npy_preamble(sk_npy *npy, size_t *len, size_t *at, sk_error
 static sk_result sk__npy_header(sk_npy *npy, sk_error *err) {
   size_t len = 0, at = 0, got = 0;
   sk_result r = sk__npy_preamble(npy, &len, &at, err);
-  char *text = r ? NULL : (char *)malloc(len + 1);
+  char *text = r ? NULL : (char *)sk__alloc(&npy->allocator, len + 1, 1);
   if (!r && !text) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory reading the header", npy->path);
   if (!r) r = sk__npy_pread(npy, at, text, len, &got, err);
   if (!r && got < len) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: truncated: the file ends inside its header", npy->path);
@@ -291,7 +295,7 @@ static sk_result sk__npy_header(sk_npy *npy, sk_error *err) {
     sk__npy_parse p = {text, len, 0, npy->path, err};
     r = sk__npy_dict(&p, npy);
   }
-  free(text);
+  sk__free(&npy->allocator, text);
   npy->offset = (uint64_t)at + len;
   return r;
 }
@@ -330,9 +334,15 @@ SK_API void sk_npy_close(sk_npy *npy) {
 }
 
 SK_API sk_result sk_npy_open(const char *path, sk_npy *npy, sk_error *err) {
+  return sk_npy_open_with(path, NULL, npy, err);
+}
+
+SK_API sk_result sk_npy_open_with(const char *path, const sk_allocator *allocator, sk_npy *npy, sk_error *err) {
   if (!npy) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "npy: NULL reader");
   memset(npy, 0, sizeof *npy);
   npy->fd = -1;
+  if (!sk__allocator_ok(allocator)) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "npy: allocator: set both alloc and free, or neither");
+  if (allocator) npy->allocator = *allocator;
   if (!path || !*path) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "npy: no path");
   snprintf(npy->path, sizeof npy->path, "%s", path);
   size_t size = 0;
@@ -397,11 +407,11 @@ static sk_result sk__npy_convert(const sk_npy *npy, const unsigned char *src, si
 static sk_result sk__npy_run(sk_npy *npy, int64_t first, int64_t count, sk_dtype dt, unsigned char *dst,
                              sk_error *err) {
   enum { CHUNK = 1 << 16 };
-  unsigned char *buf = (unsigned char *)malloc(CHUNK); /* off the stack: devices' threads may read */
+  unsigned char *buf = (unsigned char *)sk__alloc(&npy->allocator, CHUNK, 64); /* off the stack: devices' threads may read */
   if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory reading rows", npy->path);
   sk_result r = SK_OK;
   size_t es = sk_dtype_size(npy->dtype), done = 0;
-  if (!es) return free(buf), sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: not an opened file", npy->path);
+  if (!es) return sk__free(&npy->allocator, buf), sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: not an opened file", npy->path);
   size_t n = (size_t)count * (npy->row_bytes / es);
   uint64_t off = npy->offset + (uint64_t)first * npy->row_bytes;
   while (!r && done < n) {
@@ -411,7 +421,7 @@ static sk_result sk__npy_run(sk_npy *npy, int64_t first, int64_t count, sk_dtype
     if (!r) r = sk__npy_convert(npy, buf, k, dt, dst + done * sk_dtype_size(dt), first + (int64_t)(done * es / npy->row_bytes), err);
     done += k;
   }
-  free(buf);
+  sk__free(&npy->allocator, buf);
   return r;
 }
 

@@ -198,11 +198,9 @@ SK_API sk_result sk_opt_shard_of(const sk_layout *l, sk_dtype dt, const sk_hsdp 
   if (r) return r;
   if (l->mesh.size < 1 || rank < 0 || rank >= l->mesh.size)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "opt shard: rank %d is not on the layout's %d devices", rank, l->mesh.size);
-  int *ranks = (int *)malloc(sizeof(int) * SK_MAX_DEVICES), pos = 0;
-  if (!ranks) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "opt shard: out of memory");
-  r = sk__opt_replicas(l, rank, ranks, &out->replicas, &pos, err);
-  free(ranks);
-  if (r) return r;
+  /* On the stack (16 KiB): these calls take no allocator, and allocate nothing. */
+  int ranks[SK_MAX_DEVICES], pos = 0;
+  if ((r = sk__opt_replicas(l, rank, ranks, &out->replicas, &pos, err))) return r;
   sk_slice s;
   memset(&s, 0, sizeof s);
   if (l->ndims > 0 && (r = sk_layout_slice(l, rank, &s, err))) return r;
@@ -225,8 +223,7 @@ SK_API sk_result sk_opt_shard_groups(const sk_layout *l, sk_dtype dt, const sk_h
   sk_opt_shard os;
   sk_result r = sk_opt_shard_of(l, dt, h, rank, &os, err);
   if (r) return r;
-  int *g = (int *)malloc(sizeof(int) * SK_MAX_DEVICES), n = 0, pos = 0;
-  if (!g) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "opt shard: out of memory");
+  int g[SK_MAX_DEVICES], n = 0, pos = 0; /* on the stack, as in sk_opt_shard_of */
   r = sk__opt_replicas(l, rank, g, &n, &pos, err);
   int s = os.size ? os.size : 1, mine = os.size ? pos % s : 0;
   if (!r && (n / s > cap || (os.size && s > cap)))
@@ -234,7 +231,6 @@ SK_API sk_result sk_opt_shard_groups(const sk_layout *l, sk_dtype dt, const sk_h
   for (int i = 0; !r && os.size && i < s; i++) gather[(*ngather)++] = g[pos / s * s + i];
   for (int i = 0; !r && i < n; i++)
     if (!os.size || i % s == mine) mirror[(*nmirror)++] = g[i];
-  free(g);
   return r;
 }
 

@@ -85,6 +85,7 @@ typedef struct sk_pipe_desc {
   int micro;
   sk_pipe_scheduler scheduler;
   int interleave; /* chunks per stage (0 or 1: one) */
+  sk_allocator allocator; /* the schedule's lists and the simulator's scratch (zero = the C library) */
 } sk_pipe_desc;
 
 typedef struct sk_pipe_schedule {
@@ -93,6 +94,7 @@ typedef struct sk_pipe_schedule {
   bool split_backward;      /* W actions are separate (zero_bubble_v) */
   int *count;               /* [stages]: actions of each stage */
   sk_pipe_action **actions; /* [stages][count[s]] */
+  sk_allocator allocator;   /* the desc's: what the lists were made with (and sk_pipe_simulate uses) */
 } sk_pipe_schedule;
 
 /* Per-action costs of ONE chunk (time units of the caller's choice). Where the backward is not
@@ -183,6 +185,8 @@ SK_API sk_result sk_pipe_check(const sk_pipe_desc *d, sk_error *err) {
   if (p < 1 || p > SK_PIPE_MAX_STAGES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: stages %d outside 1..%d", p, SK_PIPE_MAX_STAGES);
   if (m < 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: micro_size %d must be >= 1", m);
+  if (!sk__allocator_ok(&d->allocator))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: allocator: set both alloc and free, or neither");
   if (d->interleave < 0)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: interleave %d must be >= 1", d->interleave);
   if ((unsigned)d->scheduler >= (unsigned)SK_PIPE_SCHEDULER_COUNT)
@@ -276,10 +280,11 @@ static void sk__pipe_zbv(sk__pipe_list *l, int p, int n, int s) {
 
 SK_API void sk_pipe_schedule_free(sk_pipe_schedule *s) {
   if (!s) return;
+  const sk_allocator *a = &s->allocator;
   if (s->actions)
-    for (int i = 0; i < s->stages; i++) free(s->actions[i]);
-  free(s->actions);
-  free(s->count);
+    for (int i = 0; i < s->stages; i++) sk__free(a, s->actions[i]);
+  sk__free(a, s->actions);
+  sk__free(a, s->count);
   memset(s, 0, sizeof *s);
 }
 
@@ -291,11 +296,13 @@ SK_API sk_result sk_pipe_schedule_make(const sk_pipe_desc *d, sk_pipe_schedule *
   int p = SK__DEF(d->stages, 1), m = SK__DEF(d->micro, 1), v = sk__pipe_chunks(d);
   out->stages = p, out->micro = m, out->chunks = v, out->scheduler = d->scheduler;
   out->split_backward = d->scheduler == SK_PIPE_ZERO_BUBBLE_V;
+  out->allocator = d->allocator;
+  const sk_allocator *a = &out->allocator;
   int per_stage = m * v * (out->split_backward ? 3 : 2);
-  out->count = (int *)calloc((size_t)p, sizeof(int));
-  out->actions = (sk_pipe_action **)calloc((size_t)p, sizeof(sk_pipe_action *));
+  out->count = (int *)sk__calloc(a, (size_t)p * sizeof(int), 0);
+  out->actions = (sk_pipe_action **)sk__calloc(a, (size_t)p * sizeof(sk_pipe_action *), 0);
   for (int s = 0; out->count && out->actions && s < p; s++) {
-    sk__pipe_list l = {(sk_pipe_action *)calloc((size_t)per_stage, sizeof(sk_pipe_action)), 0, per_stage, m};
+    sk__pipe_list l = {(sk_pipe_action *)sk__calloc(a, (size_t)per_stage * sizeof(sk_pipe_action), 0), 0, per_stage, m};
     if (!l.a) break;
     if (d->scheduler == SK_PIPE_GPIPE) sk__pipe_gpipe(&l, m, v);
     else if (d->scheduler == SK_PIPE_1F1B) sk__pipe_1f1b(&l, p, m, v, s);
@@ -435,9 +442,10 @@ SK_API sk_result sk_pipe_simulate(const sk_pipe_schedule *s, const sk_pipe_costs
   memset(out, 0, sizeof *out);
   int p = s->stages;
   sk__pipe_clock c = {NULL, p * s->chunks, s->micro};
-  c.end = (double *)malloc((size_t)3 * (size_t)c.V * (size_t)c.m * sizeof(double));
-  int *next = (int *)calloc((size_t)p, sizeof(int)), *live = (int *)calloc((size_t)p, sizeof(int));
-  double *now = (double *)calloc((size_t)p, sizeof(double));
+  const sk_allocator *a = &s->allocator;
+  c.end = (double *)sk__alloc(a, (size_t)3 * (size_t)c.V * (size_t)c.m * sizeof(double), 0);
+  int *next = (int *)sk__calloc(a, (size_t)p * sizeof(int), 0), *live = (int *)sk__calloc(a, (size_t)p * sizeof(int), 0);
+  double *now = (double *)sk__calloc(a, (size_t)p * sizeof(double), 0);
   sk_result r = c.end && next && live && now ? SK_OK
                                              : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "pipeline: out of memory simulating");
   if (!r) {
@@ -459,7 +467,7 @@ SK_API sk_result sk_pipe_simulate(const sk_pipe_schedule *s, const sk_pipe_costs
   }
   out->ideal = (double)s->micro * s->chunks * (k->f + k->b + k->w);
   out->bubble_fraction = !r && out->makespan > 0 ? (out->makespan - out->ideal) / out->makespan : 0;
-  free(c.end), free(next), free(live), free(now);
+  sk__free(a, c.end), sk__free(a, next), sk__free(a, live), sk__free(a, now);
   return r;
 }
 

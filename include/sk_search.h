@@ -81,6 +81,12 @@ static double sk__se_against(sk_search_model *m, int o, const sk_search_cand *c,
   return cost;
 }
 
+/* The searches' scratch comes from the graph's allocator (sk_graph.allocator; the model's desc
+   has none). A macro, not a function: the clang analyzer follows only a few nested calls, and
+   past them would not know the memory zeroed. */
+#define SK__SE_CALLOC(m, n, size) sk__calloc(&(m)->graph->allocator, (n) * (size), 0)
+static void sk__se_free(const sk_search_model *m, void *p) { sk__free(&m->graph->allocator, p); }
+
 /* ---- sharding propagation ---------------------------------------------------------------------- */
 
 typedef struct sk__se_walk {
@@ -129,10 +135,11 @@ static sk_result sk__se_propagate(sk_search_model *m, int *choice, const bool *f
   sk_result r = sk_search_model_candidates(m, err);
   if (r) return r;
   int n = m->graph->nops;
-  sk__se_walk w = {m, choice, (int *)malloc(sizeof(int) * ((size_t)n + 1)), (bool *)calloc((size_t)n + 1, sizeof(bool)),
-                   (sk_search_cand **)calloc((size_t)n + 1, sizeof(sk_search_cand *))};
+  sk__se_walk w = {m, choice, (int *)SK__SE_CALLOC(m, (size_t)n + 1, sizeof(int)),
+                   (bool *)SK__SE_CALLOC(m, (size_t)n + 1, sizeof(bool)),
+                   (sk_search_cand **)SK__SE_CALLOC(m, (size_t)n + 1, sizeof(sk_search_cand *))};
   if (!w.queue || !w.decided || !w.cur) {
-    free(w.queue), free(w.decided), free(w.cur);
+    sk__se_free(m, w.queue), sk__se_free(m, w.decided), sk__se_free(m, w.cur);
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the propagation");
   }
   for (int o = 0; o < n; o++) {
@@ -144,7 +151,7 @@ static sk_result sk__se_propagate(sk_search_model *m, int *choice, const bool *f
   for (int pass = 0; pass < 2; pass++) /* from the dataset, then from what no edge reached */
     for (int o = 0; o < n; o++)
       if (!w.decided[o] && (pass == 1 || sk__se_reads_input(m->graph, o))) sk__se_choose(&w, o), sk__se_spread(&w, o);
-  free(w.queue), free(w.decided), free(w.cur);
+  sk__se_free(m, w.queue), sk__se_free(m, w.decided), sk__se_free(m, w.cur);
   return SK_OK;
 }
 
@@ -226,7 +233,7 @@ static sk_result sk__se_links(sk__se_drec *d, sk_error *err) {
   const sk_graph *g = d->m->graph;
   int cap = 0;
   for (int o = 0; o < g->nops; o++) cap += g->ops[o].ninputs;
-  d->links = (sk__se_link *)calloc((size_t)cap + 1, sizeof *d->links);
+  d->links = (sk__se_link *)SK__SE_CALLOC(d->m, (size_t)cap + 1, sizeof *d->links);
   if (!d->links) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec");
   for (int o = 0; o < g->nops; o++)
     for (int k = 0; d->rec[o] && k < g->ops[o].ninputs; k++) {
@@ -288,6 +295,7 @@ static sk_result sk__se_adopt(sk__se_drec *d, int *choice, sk_error *err) {
     for (int c = 0; c < m->ncands[o] && found < 0; c++)
       if (!memcmp(m->cands[o][c].joint, d->state[o].joint, sizeof d->state[o].joint)) found = c;
     if (found < 0) {
+      /* The model's own list: grown the way sk_search_cost.h allocates and frees it. */
       sk_search_cand *grown = (sk_search_cand *)realloc(m->cands[o], ((size_t)m->ncands[o] + 1) * sizeof *grown);
       if (!grown) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec's strategies");
       m->cands[o] = grown, grown[m->ncands[o]] = d->state[o], found = m->ncands[o]++;
@@ -346,16 +354,17 @@ SK_API sk_result sk_search_recursive(sk_search_model *m, int *choice, sk_error *
   size_t n = (size_t)m->graph->nops + 1;
   sk__se_drec d;
   d.m = m;
-  d.state = (sk_search_cand *)calloc(n, sizeof *d.state);
-  d.cur = (sk_search_cand **)calloc(n, sizeof *d.cur);
-  d.decided = (bool *)calloc(n, sizeof *d.decided);
-  d.order = (sk__se_ranked *)calloc(n, sizeof *d.order);
-  d.rec = (bool *)calloc(n, sizeof *d.rec);
+  d.state = (sk_search_cand *)SK__SE_CALLOC(m, n, sizeof *d.state);
+  d.cur = (sk_search_cand **)SK__SE_CALLOC(m, n, sizeof *d.cur);
+  d.decided = (bool *)SK__SE_CALLOC(m, n, sizeof *d.decided);
+  d.order = (sk__se_ranked *)SK__SE_CALLOC(m, n, sizeof *d.order);
+  d.rec = (bool *)SK__SE_CALLOC(m, n, sizeof *d.rec);
   d.links = NULL, d.nlinks = 0;
   sk_result r = d.state && d.cur && d.decided && d.order && d.rec
                     ? sk__se_drec_run(&d, choice, err)
                     : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec");
-  free(d.state), free(d.cur), free(d.decided), free(d.order), free(d.rec), free(d.links);
+  sk__se_free(m, d.state), sk__se_free(m, d.cur), sk__se_free(m, d.decided), sk__se_free(m, d.order);
+  sk__se_free(m, d.rec), sk__se_free(m, d.links);
   return r;
 }
 
@@ -423,9 +432,9 @@ static sk_result sk__se_edge_tables(sk__se_dp *p, const sk__se_step *before, int
     if (u >= v) continue; /* a later neighbour: counted when it joins */
     for (int f = 0; before && f < before->nfront; f++)
       if (before->front[f] == u) at = f;
-    double *t = (double *)malloc(sizeof(double) * (size_t)m->ncands[u] * (size_t)m->ncands[v]);
+    double *t = (double *)SK__SE_CALLOC(m, (size_t)m->ncands[u] * (size_t)m->ncands[v], sizeof(double));
     if (!t || at < 0) {
-      free(t);
+      sk__se_free(m, t);
       return sk__fail(err, t ? SK_ERR_INVALID_ARGUMENT : SK_ERR_OUT_OF_MEMORY, "search: exhaustive: %s",
                       t ? "a neighbour left the frontier early" : "out of memory");
     }
@@ -438,32 +447,32 @@ static sk_result sk__se_edge_tables(sk__se_dp *p, const sk__se_step *before, int
 
 /* Where each digit of the frontier before v goes in the frontier after it (-1: it leaves), and
    the place value of v's own digit (0: v leaves at once). */
-static void sk__se_digits(const sk_search_model *m, const sk__se_step *before, const sk__se_step *after, int v,
+static void sk__se_digits(const sk_search_model *m, const sk__se_step *before, int nb, const sk__se_step *after, int v,
                           int64_t *place, int64_t *vplace) {
   int64_t at[SK__SE_MAX_FRONT];
   int64_t pv = 1;
-  for (int i = 0; i < after->nfront; i++) at[i] = pv, pv *= m->ncands[after->front[i]];
+  int na = after->nfront; /* read once (nb too, by the caller): the analyzer forgets scratch's contents */
+  for (int i = 0; i < na; i++) at[i] = pv, pv *= m->ncands[after->front[i]];
   *vplace = 0;
-  for (int i = 0; i < after->nfront; i++)
+  for (int i = 0; i < na; i++)
     if (after->front[i] == v) *vplace = at[i];
-  for (int f = 0; before && f < before->nfront; f++) {
+  for (int f = 0; f < nb; f++) {
     place[f] = -1;
-    for (int i = 0; i < after->nfront; i++)
+    for (int i = 0; i < na; i++)
       if (after->front[i] == before->front[f]) place[f] = at[i];
   }
 }
 
 /* v joins: every state of the table before it, every candidate of v. */
-static void sk__se_relax(sk__se_dp *p, int v, const double *tbefore, double *tafter, double *const *tab, const int *pos,
-                         int ntab) {
+static void sk__se_relax(sk__se_dp *p, int v, const sk__se_step *before, const sk__se_step *after, const double *tbefore,
+                         double *tafter, double *const *tab, const int *pos, int ntab) {
   sk_search_model *m = p->m;
-  const sk__se_step *before = v ? &p->steps[v - 1] : NULL, *after = &p->steps[v];
   int64_t place[SK__SE_MAX_FRONT], vplace, states = before ? before->size : 1;
-  sk__se_digits(m, before, after, v, place, &vplace);
-  int nv = m->ncands[v], digit[SK__SE_MAX_FRONT];
+  int nv = m->ncands[v], digit[SK__SE_MAX_FRONT], nb = before ? before->nfront : 0;
+  sk__se_digits(m, before, nb, after, v, place, &vplace);
   for (int64_t s = 0; s < states; s++) {
     int64_t rest = s, base = 0;
-    for (int f = 0; before && f < before->nfront; f++) {
+    for (int f = 0; f < nb; f++) {
       int nf = m->ncands[before->front[f]];
       digit[f] = (int)(rest % nf), rest /= nf;
       if (place[f] >= 0) base += digit[f] * place[f];
@@ -479,17 +488,18 @@ static void sk__se_relax(sk__se_dp *p, int v, const double *tbefore, double *taf
 
 static sk_result sk__se_dp_step(sk__se_dp *p, int v, const double *tbefore, double *tafter, sk_error *err) {
   sk__se_step *s = &p->steps[v];
-  s->pick = (int *)calloc((size_t)s->size, sizeof(int));
-  s->prev = (int64_t *)calloc((size_t)s->size, sizeof(int64_t));
+  s->pick = (int *)SK__SE_CALLOC(p->m, (size_t)s->size, sizeof(int));
+  s->prev = (int64_t *)SK__SE_CALLOC(p->m, (size_t)s->size, sizeof(int64_t));
   double *tab[SK__SE_MAX_FRONT * 4];
   int pos[SK__SE_MAX_FRONT * 4], ntab = 0;
   if (!s->pick || !s->prev) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
   if (p->m->nadj[v] > SK__SE_MAX_FRONT * 4)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: exhaustive: operator '%s' has more than %d edges",
                     p->m->graph->ops[v].name, SK__SE_MAX_FRONT * 4);
-  sk_result r = sk__se_edge_tables(p, v ? &p->steps[v - 1] : NULL, v, tab, pos, &ntab, err);
-  if (!r) sk__se_relax(p, v, tbefore, tafter, tab, pos, ntab);
-  for (int i = 0; i < ntab; i++) free(tab[i]);
+  const sk__se_step *before = v ? &p->steps[v - 1] : NULL;
+  sk_result r = sk__se_edge_tables(p, before, v, tab, pos, &ntab, err);
+  if (!r) sk__se_relax(p, v, before, s, tbefore, tafter, tab, pos, ntab);
+  for (int i = 0; i < ntab; i++) sk__se_free(p->m, tab[i]);
   return r;
 }
 
@@ -498,15 +508,15 @@ static sk_result sk__se_dp_run(sk__se_dp *p, int *choice, sk_error *err) {
   sk_result r = sk__se_dp_plan(p, err);
   double *tbefore = NULL, *tafter = NULL;
   for (int v = 0; !r && v < g->nops; v++) {
-    tafter = (double *)calloc((size_t)p->steps[v].size, sizeof(double));
+    tafter = (double *)SK__SE_CALLOC(p->m, (size_t)p->steps[v].size, sizeof(double));
     if (!tafter) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
     if (!r) {
       double zero = 0;
       r = sk__se_dp_step(p, v, v ? tbefore : &zero, tafter, err);
     }
-    free(tbefore), tbefore = tafter, tafter = NULL;
+    sk__se_free(p->m, tbefore), tbefore = tafter, tafter = NULL;
   }
-  free(tbefore);
+  sk__se_free(p->m, tbefore);
   int64_t j = 0; /* the last frontier is empty: one state */
   for (int v = g->nops - 1; !r && v >= 0 && p->steps[v].pick; v--) choice[v] = p->steps[v].pick[j] - 1, j = p->steps[v].prev[j];
   return r;
@@ -517,8 +527,8 @@ SK_API sk_result sk_search_exhaustive(sk_search_model *m, int *choice, sk_error 
   const sk_graph *g = m->graph;
   sk__se_dp p;
   p.m = m;
-  p.last = (int *)calloc((size_t)g->nops + 1, sizeof(int));
-  p.steps = (sk__se_step *)calloc((size_t)g->nops + 1, sizeof *p.steps);
+  p.last = (int *)SK__SE_CALLOC(m, (size_t)g->nops + 1, sizeof(int));
+  p.steps = (sk__se_step *)SK__SE_CALLOC(m, (size_t)g->nops + 1, sizeof *p.steps);
   sk_result r = p.last && p.steps ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
   for (int o = 0; !r && o < g->nops; o++) {
     p.last[o] = o;
@@ -529,8 +539,8 @@ SK_API sk_result sk_search_exhaustive(sk_search_model *m, int *choice, sk_error 
   }
   if (!r) r = sk_search_model_candidates(m, err);
   if (!r) r = sk__se_dp_run(&p, choice, err);
-  for (int v = 0; p.steps && v < g->nops; v++) free(p.steps[v].pick), free(p.steps[v].prev);
-  free(p.last), free(p.steps);
+  for (int v = 0; p.steps && v < g->nops; v++) sk__se_free(m, p.steps[v].pick), sk__se_free(m, p.steps[v].prev);
+  sk__se_free(m, p.last), sk__se_free(m, p.steps);
   return r;
 }
 

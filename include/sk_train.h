@@ -58,7 +58,7 @@ typedef struct sk_train_desc {
   sk_optim_desc optim;         /* zero: SGD with MindSpore's defaults */
   uint64_t seed;               /* initial parameters and dropout masks (zero: 1) */
   const sk_kernel_ctx *kernels; /* the GEMM hook (NULL: the built-in GEMM) */
-  sk_allocator alloc;          /* zero: the C library */
+  sk_allocator alloc;          /* every allocation: the trainer, its tables, its buffers (zero: the C library) */
   /* Per operator o and input k, a factor on the gradient that input contributes:
      grad_scales[o * SK_OP_MAX_INPUTS + k] (copied at create; NULL: every factor 1). With
      sk_parallel_grad_scales' values the trainer trains like a plan whose knobs rescale
@@ -120,18 +120,13 @@ struct sk_trainer {
 };
 
 
+/* A tensor's buffer, zeroed, with a spare 64 bytes (never 0, a multiple of the alignment). */
 static void *sk__tr_alloc(const sk_trainer *t, size_t bytes) {
-  size_t n = (bytes + 63) / 64 * 64 + 64; /* never 0, a multiple of the alignment */
-  void *p = t->desc.alloc.alloc ? t->desc.alloc.alloc(t->desc.alloc.user, n, 64) : aligned_alloc(64, n);
-  if (p) memset(p, 0, n);
-  return p;
+  return sk__calloc(&t->desc.alloc, (bytes + 63) / 64 * 64 + 64, 64);
 }
 
-static void sk__tr_free(const sk_trainer *t, void *p) {
-  if (!p) return;
-  if (t->desc.alloc.free) t->desc.alloc.free(t->desc.alloc.user, p);
-  else free(p);
-}
+/* The trainer's tables: n zeroed items of `size` bytes from the desc's allocator. */
+static void *sk__tr_table(const sk_trainer *t, size_t n, size_t size) { return sk__calloc(&t->desc.alloc, n * size, 0); }
 
 static sk_dtype sk__tr_dtype(const sk_trainer *t, int i) {
   sk_dtype dt = t->g->tensors[i].dtype;
@@ -146,13 +141,13 @@ static size_t sk__tr_bytes(const sk_trainer *t, int i) {
 static sk_result sk__tr_alloc_all(sk_trainer *t, sk_error *err) {
   const sk_graph *g = t->g;
   size_t n = (size_t)g->ntensors, most = 0;
-  t->values = (void **)calloc(n, sizeof(void *)), t->grads = (void **)calloc(n, sizeof(void *));
-  t->state0 = (void **)calloc(n, sizeof(void *)), t->state1 = (void **)calloc(n, sizeof(void *));
-  t->needs_grad = (bool *)calloc(n, sizeof(bool)), t->written = (bool *)calloc(n, sizeof(bool));
-  t->args = (sk_exec_arg *)calloc(n, sizeof(sk_exec_arg));
-  t->acc = (void **)calloc(n, sizeof(void *));
+  t->values = (void **)sk__tr_table(t, n, sizeof(void *)), t->grads = (void **)sk__tr_table(t, n, sizeof(void *));
+  t->state0 = (void **)sk__tr_table(t, n, sizeof(void *)), t->state1 = (void **)sk__tr_table(t, n, sizeof(void *));
+  t->needs_grad = (bool *)sk__tr_table(t, n, sizeof(bool)), t->written = (bool *)sk__tr_table(t, n, sizeof(bool));
+  t->args = (sk_exec_arg *)sk__tr_table(t, n, sizeof(sk_exec_arg));
+  t->acc = (void **)sk__tr_table(t, n, sizeof(void *));
   size_t nscales = (size_t)g->nops * SK_OP_MAX_INPUTS;
-  if (t->desc.grad_scales && (t->grad_scales = (double *)malloc(nscales * sizeof(double) + 1)))
+  if (t->desc.grad_scales && (t->grad_scales = (double *)sk__tr_table(t, nscales + 1, sizeof(double))))
     memcpy(t->grad_scales, t->desc.grad_scales, nscales * sizeof(double));
   if (!t->values || !t->grads || !t->state0 || !t->state1 || !t->needs_grad || !t->written || !t->args || !t->acc ||
       (t->desc.grad_scales && !t->grad_scales))
@@ -201,13 +196,13 @@ SK_API sk_result sk_trainer_create(const sk_graph *g, const sk_train_desc *desc,
   *out = NULL;
   if (!desc) desc = &zero;
   if ((r = sk_graph_check(g, err)) || (r = sk__tr_check_desc(desc, err))) return r;
-  sk_trainer *t = (sk_trainer *)calloc(1, sizeof *t);
+  sk_trainer *t = (sk_trainer *)sk__calloc(&desc->alloc, sizeof *t, 0);
   if (!t) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "trainer: out of memory");
   t->g = g, t->desc = *desc, t->store = desc->dtype;
   t->cdt = desc->dtype == SK_F64 ? SK_F64 : SK_F32;
   t->accum = desc->grad_accumulation_step > 1 ? desc->grad_accumulation_step : 1;
   if (!t->desc.seed) t->desc.seed = 1;
-  if ((r = sk_optim_resolve(&desc->optim, &t->optim, err))) return free(t), r;
+  if ((r = sk_optim_resolve(&desc->optim, &t->optim, err))) return sk__free(&desc->alloc, t), r;
   t->optim.lr = (double)(float)t->optim.lr;
   if ((r = sk__tr_alloc_all(t, err)) || (r = sk_graph_init_params(g, t->desc.seed, t->cdt, t->values, err))) {
     sk_trainer_destroy(t);
@@ -226,13 +221,15 @@ SK_API sk_result sk_trainer_create(const sk_graph *g, const sk_train_desc *desc,
 SK_API void sk_trainer_destroy(sk_trainer *t) {
   if (!t) return;
   for (int i = 0; t->values && i < t->g->ntensors; i++) {
-    sk__tr_free(t, t->values[i]), sk__tr_free(t, t->grads ? t->grads[i] : NULL);
-    sk__tr_free(t, t->state0 ? t->state0[i] : NULL), sk__tr_free(t, t->state1 ? t->state1[i] : NULL);
-    sk__tr_free(t, t->acc ? t->acc[i] : NULL);
+    sk__free(&t->desc.alloc, t->values[i]), sk__free(&t->desc.alloc, t->grads ? t->grads[i] : NULL);
+    sk__free(&t->desc.alloc, t->state0 ? t->state0[i] : NULL), sk__free(&t->desc.alloc, t->state1 ? t->state1[i] : NULL);
+    sk__free(&t->desc.alloc, t->acc ? t->acc[i] : NULL);
   }
-  for (int k = 0; k < SK_OP_MAX_INPUTS; k++) sk__tr_free(t, t->scratch[k]);
-  free(t->values), free(t->grads), free(t->state0), free(t->state1), free(t->needs_grad), free(t->written);
-  free(t->args), free(t->grad_scales), free(t->acc), free(t);
+  sk_allocator a = t->desc.alloc; /* outlives t */
+  for (int k = 0; k < SK_OP_MAX_INPUTS; k++) sk__free(&a, t->scratch[k]);
+  sk__free(&a, t->values), sk__free(&a, t->grads), sk__free(&a, t->state0), sk__free(&a, t->state1);
+  sk__free(&a, t->needs_grad), sk__free(&a, t->written), sk__free(&a, t->args), sk__free(&a, t->grad_scales);
+  sk__free(&a, t->acc), sk__free(&a, t);
 }
 
 /* Converts n values from src (dtype sdt) into dst (dtype ddt): floats to floats, integers to

@@ -10,7 +10,7 @@
 #include "expect_bad.h"
 
 static sk_pipe_schedule make(int p, int m, sk_pipe_scheduler sched, int v) {
-  sk_pipe_desc d = {p, m, sched, v};
+  sk_pipe_desc d = {.stages = p, .micro = m, .scheduler = sched, .interleave = v};
   sk_pipe_schedule s;
   sk_error e = {SK_OK, ""};
   cr_assert_eq(sk_pipe_schedule_make(&d, &s, &e), SK_OK, "p %d m %d: %s", p, m, e.msg);
@@ -45,7 +45,7 @@ Test(pipeline, one_f_one_b_p4_m8) {
   cr_expect_float_eq(st.makespan, 33, 1e-12);
   cr_expect_float_eq(st.ideal, 24, 1e-12);
   for (int r = 0; r < 4; r++) cr_expect_eq(st.peak_live[r], 4 - r, "stage %d peak %d", r, st.peak_live[r]);
-  sk_pipe_desc d = {4, 8, SK_PIPE_1F1B, 0};
+  sk_pipe_desc d = {.stages = 4, .micro = 8, .scheduler = SK_PIPE_1F1B, .interleave = 0};
   cr_expect_float_eq(st.bubble_fraction, sk_pipe_bubble_formula(&d), 1e-12);
   cr_expect_float_eq(sk_pipe_bubble_formula(&d), 3.0 / 11, 1e-12);
   sk_pipe_schedule_free(&s);
@@ -71,7 +71,7 @@ Test(pipeline, interleaved_p4_v2_m8) {
   cr_expect_float_eq(st.makespan, 28.5, 1e-12);
   int peaks[4] = {11, 9, 7, 5};
   for (int r = 0; r < 4; r++) cr_expect_eq(st.peak_live[r], peaks[r], "stage %d peak %d", r, st.peak_live[r]);
-  sk_pipe_desc d = {4, 8, SK_PIPE_1F1B, 2};
+  sk_pipe_desc d = {.stages = 4, .micro = 8, .scheduler = SK_PIPE_1F1B, .interleave = 2};
   cr_expect_float_eq(st.bubble_fraction, sk_pipe_bubble_formula(&d), 1e-12);
   /* Chunk c of stage r is virtual stage c*p + r. */
   cr_expect_eq(sk_pipe_virtual_stage(&s, 1, 1), 5);
@@ -127,7 +127,8 @@ Test(pipeline, zero_bubble_v_bubble_and_memory) {
     for (int m = 2 * p - 1; m <= 3 * p; m++) {
       sk_pipe_schedule s = make(p, m, SK_PIPE_ZERO_BUBBLE_V, 2);
       sk_pipe_stats st = simulate(&s, 1, 1, 1, 0);
-      sk_pipe_desc d = {p, m, SK_PIPE_ZERO_BUBBLE_V, 0}, one = {p, m, SK_PIPE_1F1B, 0};
+      sk_pipe_desc d = {.stages = p, .micro = m, .scheduler = SK_PIPE_ZERO_BUBBLE_V, .interleave = 0},
+                   one = {.stages = p, .micro = m, .scheduler = SK_PIPE_1F1B, .interleave = 0};
       cr_expect_float_eq(st.bubble_fraction, sk_pipe_bubble_formula(&d), 1e-12, "p %d m %d: %g", p, m,
                          st.bubble_fraction);
       cr_expect_lt(st.bubble_fraction, sk_pipe_bubble_formula(&one));
@@ -145,7 +146,7 @@ Test(pipeline, zero_bubble_v_fewer_micro_batches_than_2p_minus_1) {
       for (int r = 0; r < p; r++) cr_expect_eq(s.count[r], 6 * m, "p %d m %d stage %d", p, m, r);
       sk_pipe_stats st = simulate(&s, 1, 1, 1, 0.25);
       cr_expect_gt(st.makespan, 0);
-      sk_pipe_desc d = {p, m, SK_PIPE_ZERO_BUBBLE_V, 0};
+      sk_pipe_desc d = {.stages = p, .micro = m, .scheduler = SK_PIPE_ZERO_BUBBLE_V, .interleave = 0};
       cr_expect_eq(sk_pipe_bubble_formula(&d), -1);
       sk_pipe_schedule_free(&s);
     }
@@ -226,26 +227,26 @@ Test(pipeline, a_broken_list_is_reported_not_looped_on) {
 Test(pipeline, bad_configurations) {
   sk_pipe_schedule s;
   sk_error e;
-  sk_pipe_desc d = {4, 2, SK_PIPE_1F1B, 0};
+  sk_pipe_desc d = {.stages = 4, .micro = 2, .scheduler = SK_PIPE_1F1B, .interleave = 0};
   EXPECT_BAD(sk_pipe_schedule_make(&d, &s, &e), &e, "micro_size >= stages; micro_size 2 < stages 4");
   cr_expect_null(s.count);
-  d = (sk_pipe_desc){4, 6, SK_PIPE_1F1B, 2};
+  d = (sk_pipe_desc){.stages = 4, .micro = 6, .scheduler = SK_PIPE_1F1B, .interleave = 2};
   EXPECT_BAD(sk_pipe_check(&d, &e), &e, "6 is not a multiple of 4");
-  d = (sk_pipe_desc){2, 4, SK_PIPE_ZERO_BUBBLE_V, 3};
+  d = (sk_pipe_desc){.stages = 2, .micro = 4, .scheduler = SK_PIPE_ZERO_BUBBLE_V, .interleave = 3};
   EXPECT_BAD(sk_pipe_check(&d, &e), &e, "interleave 3 is not 2");
-  d = (sk_pipe_desc){-1, 4, SK_PIPE_GPIPE, 0};
+  d = (sk_pipe_desc){.stages = -1, .micro = 4, .scheduler = SK_PIPE_GPIPE, .interleave = 0};
   EXPECT_BAD(sk_pipe_check(&d, &e), &e, "stages -1 outside 1..512");
-  d = (sk_pipe_desc){2, -3, SK_PIPE_GPIPE, 0};
+  d = (sk_pipe_desc){.stages = 2, .micro = -3, .scheduler = SK_PIPE_GPIPE, .interleave = 0};
   EXPECT_BAD(sk_pipe_check(&d, &e), &e, "micro_size -3");
-  d = (sk_pipe_desc){2, 4, SK_PIPE_GPIPE, -2};
+  d = (sk_pipe_desc){.stages = 2, .micro = 4, .scheduler = SK_PIPE_GPIPE, .interleave = -2};
   EXPECT_BAD(sk_pipe_check(&d, &e), &e, "interleave -2");
-  d = (sk_pipe_desc){2, 4, (sk_pipe_scheduler)7, 0};
+  d = (sk_pipe_desc){.stages = 2, .micro = 4, .scheduler = (sk_pipe_scheduler)7, .interleave = 0};
   EXPECT_BAD(sk_pipe_check(&d, &e), &e, "unknown scheduler 7");
   cr_expect_eq(sk_pipe_bubble_formula(&d), -1);
   EXPECT_BAD(sk_pipe_check(NULL, &e), &e, "NULL");
   EXPECT_BAD(sk_pipe_schedule_make(&d, NULL, &e), &e, "NULL");
   /* A zero desc is one stage, one micro-batch. */
-  d = (sk_pipe_desc){0, 0, SK_PIPE_1F1B, 0};
+  d = (sk_pipe_desc){.stages = 0, .micro = 0, .scheduler = SK_PIPE_1F1B, .interleave = 0};
   s = make(0, 0, SK_PIPE_1F1B, 0);
   expect_stage(&s, 0, "F0 B0");
   sk_pipe_schedule_free(&s);

@@ -451,7 +451,7 @@ Test(pipeline_runtime, peak_activations_follow_the_schedule, .timeout = PIPE_TIM
               (unsigned long long)peak[1][2], (unsigned long long)peak[1][3]);
   /* The interleaved 1f1b of docs/pipeline.md (p 4, v 2, m 8): its stage 0 holds 11 chunks at its
      peak (the simulator's count); in bytes, the schedule walk above. */
-  sk_pipe_desc d = {4, 8, SK_PIPE_1F1B, 2};
+  sk_pipe_desc d = {.stages = 4, .micro = 8, .scheduler = SK_PIPE_1F1B, .interleave = 2};
   sk_pipe_schedule s;
   OK(sk_pipe_schedule_make(&d, &s, E));
   sk_pipe_costs costs = {1, 2, 0, 0};
