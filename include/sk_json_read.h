@@ -17,6 +17,10 @@
      name), else that of the top-level key holding the value.
 
    License: MIT. */
+#ifndef SK_JSON_READ_H
+#define SK_JSON_READ_H
+#include "sk_core.h" /* no declarations of its own: everything here is the readers' private section */
+#endif
 #if defined(SK_IMPL) && !defined(SK__JSON_READ_PRIVATE)
 #define SK__JSON_READ_PRIVATE
 #endif
