@@ -369,7 +369,7 @@ static sk_result make_world(int devices, bool mpi, sk_world **w, char *msg, size
    reference's in *base). Returns 0, or -1 with a message. */
 static int setup(job *J, sk_graph *g, double **base, char *msg, size_t cap) {
   sk_error e = {SK_OK, ""};
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = J->o->devices, pd.dataset = J->o->full_batch ? SK_DATASET_FULL_BATCH : SK_DATASET_DATA_PARALLEL;
   if (build_network(g, J->o->layouts, &e) || sk_parallel_compile(g, &pd, &J->plan, &e))

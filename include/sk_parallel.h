@@ -106,7 +106,7 @@ typedef struct sk_transformer_opt {
 
 /* The parallel configuration: AutoParallel's knobs. Zero-initialise; every zero field is
    MindSpore's default. device_num and global_rank are not here: they are the world's. */
-typedef struct sk_parallel_desc {
+typedef struct sk_autoparallel {
   int ndevices;                /* required: the devices the program runs on */
   sk_parallel_mode mode;       /* parallel_mode: semi_auto */
   /* the search modes' cost model (sk_search_cost.h): link, device_tflops, device_memory,
@@ -165,7 +165,7 @@ typedef struct sk_parallel_desc {
   /* The run's compute dtype (SK_F32, zero, or SK_F64): only the programs' printed byte counts read it. */
   sk_dtype dtype;
   bool output_broadcast; /* inference: the last stage's output is broadcast to every stage */
-} sk_parallel_desc;
+} sk_autoparallel;
 
 typedef enum sk_parallel_step_kind {
   SK_PSTEP_MOVE = 0,      /* input `slot` of `op` moves from its tensor's layout to the operator's */
@@ -328,7 +328,7 @@ typedef struct sk_parallel_tensor {
 
 typedef struct sk_parallel_plan {
   const sk_graph *graph; /* borrowed: it must outlive the plan */
-  sk_parallel_desc desc;
+  sk_autoparallel desc;
   sk_parallel_op *ops;         /* graph->nops */
   sk_parallel_tensor *tensors; /* graph->ntensors */
   int nsteps;
@@ -360,12 +360,12 @@ typedef struct sk_parallel_plan {
 } sk_parallel_plan;
 
 /* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free). */
-SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
+SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *plan,
                                      sk_error *err);
 /* What sk_parallel_compile checks first, the knobs that need no network (the device count, the
    modes, comm_fusion, hsdp, grad_accumulation_step, the pipeline's and what it does not combine
    with): a program can refuse a configuration before it loads or trains anything. */
-SK_API sk_result sk_parallel_check(const sk_parallel_desc *desc, sk_error *err);
+SK_API sk_result sk_parallel_check(const sk_autoparallel *desc, sk_error *err);
 SK_API void sk_parallel_free(sk_parallel_plan *plan);
 
 /* The kernels' sharding facts for operator `op` on device `rank`, as the operator's row computes
@@ -890,7 +890,7 @@ static sk_result sk__par_check_fusion(const sk_fusion_config *c, const char *kin
 }
 
 /* The knobs that need no graph. */
-static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
+static sk_result sk__par_check_desc(const sk_autoparallel *d, sk_error *err) {
   if (d->ndevices < 1 || d->ndevices > SK_MAX_DEVICES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d devices (1..%d)", d->ndevices, SK_MAX_DEVICES);
   if ((unsigned)d->mode > SK_PARALLEL_EXHAUSTIVE)
@@ -919,7 +919,7 @@ static sk_result sk__par_check_desc(const sk_parallel_desc *d, sk_error *err) {
 
 /* ---- pipeline parallel ---------------------------------------------------------------------- */
 
-static bool sk__par_pipelined(const sk_parallel_desc *d) { return d->pipeline.stages > 1 || d->pipeline.micro > 1; }
+static bool sk__par_pipelined(const sk_autoparallel *d) { return d->pipeline.stages > 1 || d->pipeline.micro > 1; }
 
 /* The pipeline's knobs, and the one feature it does not combine with: grad_accumulation_step,
    which MindSpore (master) refuses with a pipeline too. Its context refuses the knob above 1 in
@@ -930,7 +930,7 @@ static bool sk__par_pipelined(const sk_parallel_desc *d) { return d->pipeline.st
    GradAccumulation's (mindspore/ccsrc/frontend/parallel/parallel_preprocessor.cc,
    MicroBatchPreProcess; parallel_postprocessor.cc, MicroBatchPostProcess), so micro_size is the
    accumulation. A pipeline accumulates over more micro-batches with a larger micro_size. */
-static sk_result sk__par_check_pipeline(const sk_parallel_desc *d, sk_error *err) {
+static sk_result sk__par_check_pipeline(const sk_autoparallel *d, sk_error *err) {
   sk_result r = sk_pipe_check(&d->pipeline, err);
   if (r) return r;
   int s = SK__DEF(d->pipeline.stages, 1);
@@ -1083,14 +1083,14 @@ static sk_result sk__par_compile_graph(sk_parallel_plan *p, sk_error *err) {
   return r;
 }
 
-SK_API sk_result sk_parallel_check(const sk_parallel_desc *desc, sk_error *err) {
+SK_API sk_result sk_parallel_check(const sk_autoparallel *desc, sk_error *err) {
   if (!desc) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL desc");
   sk_result r = sk__par_check_desc(desc, err);
   if (!r && sk__par_pipelined(desc)) r = sk__par_check_pipeline(desc, err);
   return r;
 }
 
-SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *p,
+SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *p,
                                      sk_error *err) {
   if (!g || !desc || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL argument");
   memset(p, 0, sizeof *p);

@@ -84,7 +84,7 @@ static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
   sk_result r = sk_gather(all, rt->norms, rt->all_norms, (size_t)rt->nnorms, SK_F64, 0);
   if (r) return sk__fail(err, r, "local norms: %s", sk_comm_error_message(all));
   if (sk_comm_rank(all) != 0) return SK_OK;
-  const sk_parallel_desc *pd = &rt->plan->desc;
+  const sk_autoparallel *pd = &rt->plan->desc;
   FILE *to[2] = {pd->print_local_norm ? stdout : NULL, rt->norm_file};
   for (int f = 0; f < 2; f++) {
     if (!to[f]) continue;

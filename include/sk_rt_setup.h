@@ -279,7 +279,7 @@ static sk_comm *sk__rt_everyone(const sk_runtime *rt) { return rt->world ? rt->w
    norm per parameter of the network, held here or not (under a pipeline another stage's), so
    the gather takes the same count from each. */
 static sk_result sk__rt_setup_norms(sk_runtime *rt, sk_error *err) {
-  const sk_parallel_desc *pd = &rt->plan->desc;
+  const sk_autoparallel *pd = &rt->plan->desc;
   if (!pd->print_local_norm && !pd->dump_local_norm) return SK_OK;
   for (int t = 0; t < rt->g->ntensors; t++) rt->nnorms += sk_graph_trainable(rt->g, t);
   rt->nnorms += pd->device_local_norm;

@@ -25,7 +25,7 @@
      frozen parameter (requires_grad false) has no gradient, Mirror or optimizer state and is
      never updated; the local norms leave it out.
 
-   THE PLAN'S KNOBS (sk_parallel_desc; docs/auto-parallel.md)
+   THE PLAN'S KNOBS (sk_autoparallel; docs/auto-parallel.md)
      comm_fusion          the fusion scheduler's configs (closed: nothing fused; size and auto
                           modes count MB as MindSpore does)
      gradients_mean, no_loss_repeated_mean
@@ -659,7 +659,7 @@ static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const
    sharded gradients' ReduceScatters and partial Mirrors) in f32 (MindSpore's gradient_fp32_sync)
    unless no_gradient_fp32_sync, and then not under fp32_communication. */
 static void sk__rt_setup_wire(sk_runtime *rt) {
-  const sk_parallel_desc *pd = &rt->plan->desc;
+  const sk_autoparallel *pd = &rt->plan->desc;
   bool half = rt->store == SK_F16 || rt->store == SK_BF16;
   rt->wire = half && !pd->fp32_communication ? rt->store : rt->cdt;
   rt->mirror_wire = half && pd->no_gradient_fp32_sync && !pd->fp32_communication ? rt->store : rt->cdt;

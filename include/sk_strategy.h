@@ -79,7 +79,7 @@ SK_EXTERN_C_BEGIN
 /* Compiles g as sk_parallel_compile does, reading and writing the strategy files desc names
    (see above). g's operators keep the loaded strategies and stages (the plan borrows g); on
    failure g is unchanged and *plan empty. */
-SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
+SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *plan,
                                      sk_error *err);
 
 /* The canonical text of a compiled plan's strategy file, NUL-terminated, in *text (malloc'd: the
@@ -96,7 +96,7 @@ SK_API sk_result sk_strategy_save(const sk_parallel_plan *plan, const char *path
    path into g's operators, and its dataset strategy, stage count and hsdp into *desc (see
    PRECEDENCE), whose ndevices the file's device count must equal. On failure neither is
    changed. */
-SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_parallel_desc *desc, sk_error *err);
+SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_autoparallel *desc, sk_error *err);
 /* Step 3 alone: the stages, hsdp and every parameter layout and optimizer shard the file at path
    holds against the compiled plan; every parameter of the network (the trainable ones unless
    all_params) must be in the file. */
@@ -284,7 +284,7 @@ static void sk__st_hsdp_text(const sk_hsdp *h, char *buf, size_t cap) {
    a compiled plan, which must have the same). A contradiction is refused by name: the file's
    plan wins for what it records, and nothing is overridden in silence. */
 static sk_result sk__st_setup(const sk__st_rd *rd, const sk__st_head *h, int stages, const sk_hsdp *hsdp,
-                              const char *what, sk_parallel_desc *taken) {
+                              const char *what, sk_autoparallel *taken) {
   sk__jr jr;
   char a[96], b[96];
   if (h->version < 2) return SK_OK;
@@ -444,7 +444,7 @@ static sk_result sk__st_dataset_layout(sk__jr *jr, json_t *v, const sk_graph_ten
 
 /* "dataset_strategy": "data_parallel", "full_batch", a list of strategy tuples or of layouts,
    one per network input in the order the inputs were added. */
-static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_parallel_desc *d) {
+static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_autoparallel *d) {
   json_t *v = json_object_get(rd->root, "dataset_strategy");
   sk__jr jr;
   sk__st_jr(&jr, rd, "dataset_strategy");
@@ -490,7 +490,7 @@ static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_paral
   return SK_OK;
 }
 
-SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_parallel_desc *desc, sk_error *err) {
+SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_autoparallel *desc, sk_error *err) {
   if (!path || !g || !desc) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
   sk_result r = sk_graph_check(g, err);
   if (r) return r;
@@ -499,7 +499,7 @@ SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_pa
   sk_op_desc *descs = (sk_op_desc *)calloc((size_t)g->nops + 1, sizeof *descs);
   int *stages = (int *)calloc((size_t)g->nops + 1, sizeof *stages);
   bool *seen = (bool *)calloc((size_t)g->nops + 1, sizeof *seen);
-  sk_parallel_desc d = *desc;
+  sk_autoparallel d = *desc;
   sk__st_head h;
   if (!descs || !stages || !seen) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading '%s'", path);
   if (!r) r = sk__st_header(&rd, desc->ndevices, desc->ndevices, &h);
@@ -884,7 +884,7 @@ static json_t *sk__sw_op(sk__sw *w, int o) {
 
 /* The plan's dataset strategy: a name, or a list of tuples or of layouts. */
 static json_t *sk__sw_dataset(sk__sw *w) {
-  const sk_parallel_desc *d = &w->p->desc;
+  const sk_autoparallel *d = &w->p->desc;
   const sk_graph *g = w->p->graph;
   if (!d->ndataset && !d->ndataset_layouts)
     return json_string(d->dataset == SK_DATASET_FULL_BATCH ? "full_batch" : "data_parallel");
@@ -1032,7 +1032,7 @@ SK_API sk_result sk_strategy_save(const sk_parallel_plan *p, const char *path, b
 /* ==== compiling ================================================================================ */
 
 /* Step 4: one file when both save paths are the same, holding both sections. */
-static sk_result sk__st_save_files(const sk_parallel_plan *p, const sk_parallel_desc *desc, sk_error *err) {
+static sk_result sk__st_save_files(const sk_parallel_plan *p, const sk_autoparallel *desc, sk_error *err) {
   const char *params = desc->save_param_strategy_file, *ops = desc->save_operator_strategy_file;
   bool all = desc->strategy_file_all_params;
   if (params && ops && !strcmp(params, ops)) return sk_strategy_save(p, params, true, true, all, err);
@@ -1041,11 +1041,11 @@ static sk_result sk__st_save_files(const sk_parallel_plan *p, const sk_parallel_
   return r;
 }
 
-SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_parallel_desc *desc, sk_parallel_plan *plan,
+SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *plan,
                                      sk_error *err) {
   if (!g || !desc || !plan) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
   memset(plan, 0, sizeof *plan);
-  sk_parallel_desc d = *desc;
+  sk_autoparallel d = *desc;
   d.save_param_strategy_file = d.load_param_strategy_file = NULL;
   d.save_operator_strategy_file = d.load_operator_strategy_file = NULL;
   sk_graph_op *backup = NULL; /* the network's own strategies and stages, put back on failure */

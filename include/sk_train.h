@@ -65,7 +65,7 @@ typedef struct sk_train_desc {
      gradients (gradients_mean, no_loss_repeated_mean). */
   const double *grad_scales;
   /* sk_trainer_step as a micro-step: the gradients' mean over this many steps, the optimizer on
-     the last (0 or 1: every step), as sk_parallel_desc.grad_accumulation_step. */
+     the last (0 or 1: every step), as sk_autoparallel.grad_accumulation_step. */
   int grad_accumulation_step;
 } sk_train_desc;
 

@@ -3,7 +3,7 @@
    networks built in C, a counting allocator, one run of N device threads against the
    single-device trainer (sk_train.h), and the statistics helpers.
 
-   A run compiles a network for N devices (sk_parallel.h, with a sk_parallel_desc of knobs or the
+   A run compiles a network for N devices (sk_parallel.h, with a sk_autoparallel of knobs or the
    defaults), runs it on N device threads of the threads backend (sk_runtime_create / feed the
    GLOBAL batch / step / evaluate / gather every parameter), and against_trainer trains the same
    network on one device with the same seed, optimizer, dtype and data and compares losses,
@@ -452,12 +452,12 @@ static inline size_t esize(sk_dtype dt) { return sk_dtype_size(dt); }
 /* Compiles n for ndev devices with the knobs of `knobs` (NULL: every default) and draws every
    step's data (the same for runtime and trainer). */
 static inline void run_init_knobs(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim, int nsteps,
-                           const sk_parallel_desc *knobs) {
+                           const sk_autoparallel *knobs) {
   memset(R, 0, sizeof *R);
   R->n = n, R->ndev = ndev, R->nsteps = nsteps, R->fail_rank = -1;
   R->desc.dtype = dt, R->desc.optim = optim, R->desc.seed = 7;
   R->evaluate = n->g.logits >= 0;
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   if (knobs) pd = *knobs;
   else memset(&pd, 0, sizeof pd);
   pd.ndevices = ndev;
@@ -671,7 +671,7 @@ typedef void (*build_fn)(net *n, int N);
 typedef void (*plan_check_fn)(const run *R, int N);
 
 static inline errs each_device_count_knobs(const char *what, build_fn build, plan_check_fn check, sk_optim_desc optim, int steps,
-                                           const sk_parallel_desc *knobs) {
+                                           const sk_autoparallel *knobs) {
   static const int counts[3] = {2, 4, 8};
   errs worst = {0, 0, 0, -1};
   for (int c = 0; c < 3; c++) {
@@ -736,7 +736,7 @@ static inline uint64_t coll_bytes(const sk_runtime_stats *st, sk_coll_kind kind)
 }
 
 /* Runs n on ndev devices with the knobs of pd into *R (compiled, run, checked error-free). */
-static inline void run_knobs(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim, int nsteps, const sk_parallel_desc *pd,
+static inline void run_knobs(run *R, net *n, int ndev, sk_dtype dt, sk_optim_desc optim, int nsteps, const sk_autoparallel *pd,
                       const char *what) {
   run_init_knobs(R, n, ndev, dt, optim, nsteps, pd);
   run_world(R);

@@ -99,7 +99,7 @@ static sk_result run(job *J, sk_graph *g, int ndev, bool dp, int shard, long ste
   cr_assert(saved);
   memcpy(saved, g->ops, sizeof(sk_graph_op) * (size_t)g->nops);
   for (int o = 0; dp && o < g->nops; o++) g->ops[o].desc.has_strategy = false;
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = ndev;
   if (shard) pd.hsdp.enabled = true, pd.hsdp.shard_size = shard, pd.hsdp.threshold_kb = 0;

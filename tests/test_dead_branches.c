@@ -111,7 +111,7 @@ Test(dead_branches, no_backward_and_no_mirror_for_the_head) {
     static net n;
     int N = counts[c];
     build_dead(&n, N, false);
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.ndevices = N;
     sk_parallel_plan p;
@@ -135,7 +135,7 @@ Test(dead_branches, no_backward_and_no_mirror_for_the_head) {
 Test(dead_branches, sharded_gradient_scattered_after_the_reader_that_writes_it) {
   static net n;
   build_dead(&n, 8, true);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = 8, pd.hsdp.enabled = true, pd.hsdp.shard_size = -1, pd.hsdp.level = SK_HSDP_LEVEL1;
   sk_parallel_plan p;
@@ -195,7 +195,7 @@ static void dead_case(const dcase *c) {
   static net n;
   static run R;
   build_dead(&n, c->devices / (c->stages ? c->stages : 1), c->shared);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.pipeline.stages = c->stages, pd.pipeline.micro = c->micro, pd.output_broadcast = c->stages > 0;
   if (c->hsdp) pd.hsdp.enabled = true, pd.hsdp.shard_size = -1, pd.hsdp.threshold_kb = 0, pd.hsdp.level = c->level;

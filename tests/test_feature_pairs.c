@@ -132,7 +132,7 @@ static bool refused(feature a, feature b) {
 
 /* A run's configuration: the compiler's knobs and what the run does around them. */
 typedef struct config {
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   int ndev;
   sk_dtype dtype;
   bool recompute, broadcast, norms;
@@ -319,7 +319,7 @@ static void expect_norm_lines(const run *R, const char *path, const char *what) 
 /* ---- 1 and 2: every pair --------------------------------------------------------------------- */
 
 static void expect_refused(const net *n, const config *c, feature a, feature b, const char *what) {
-  sk_parallel_desc pd = c->pd;
+  sk_autoparallel pd = c->pd;
   pd.ndevices = c->ndev;
   sk_parallel_plan p;
   sk_error e1, e2;
@@ -402,7 +402,7 @@ static double norm_of(const norm_line *v, int n, long long step, int d, const ch
 }
 
 /* The local norms of a run of the tutorial on ndev devices with pd's knobs, in path. */
-static norm_line *norms_of_run(net *n, sk_parallel_desc pd, int ndev, int *count) {
+static norm_line *norms_of_run(net *n, sk_autoparallel pd, int ndev, int *count) {
   static run R;
   char path[] = "/tmp/sk_pairs_norms_XXXXXX";
   int fd = mkstemp(path);
@@ -424,7 +424,7 @@ static norm_line *norms_of_run(net *n, sk_parallel_desc pd, int ndev, int *count
 Test(feature_pairs, pipeline_local_norms_are_each_stage_devices, .timeout = PAIRS_TIMEOUT) {
   static net n;
   load_tutorial(&n);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   int nflat = 0, npipe = 0, compared = 0;
   norm_line *flat = norms_of_run(&n, pd, STAGE_DEVICES, &nflat);
@@ -480,7 +480,7 @@ Test(feature_pairs, pipeline_parameter_broadcast_within_each_stage, .timeout = P
   for (int r = 0; r < 2 * STAGE_DEVICES; r++) drawn[r] = draw_of(g, fc3, 7 + (uint64_t)r); /* the harness's seed, 7 */
   cr_assert(memcmp(drawn[0], drawn[4], (size_t)(rows * cols) * 8), "ranks 0 and 4 drew the same fc3.weight");
   for (int level = 0; level < 2; level++) {
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.pipeline.stages = 2, pd.pipeline.micro = 2, pd.output_broadcast = true;
     if (level) pd.hsdp = (sk_hsdp)SK_HSDP_DEFAULTS, pd.hsdp.threshold_kb = 0;
@@ -516,7 +516,7 @@ Test(feature_pairs, pipeline_parameter_broadcast_wrong_cur_rank_fails_everywhere
   static net n;
   static run R;
   load_tutorial(&n);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.pipeline.stages = 2, pd.pipeline.micro = 2, pd.output_broadcast = true;
   run_init_knobs(&R, &n, 2 * STAGE_DEVICES, SK_F64, n.g.optim, 1, &pd);

@@ -45,8 +45,8 @@ static sk_hsdp hsdp_of(int shard_size, int64_t threshold_kb, sk_hsdp_level level
 }
 
 /* The knobs: everything default but hsdp. */
-static sk_parallel_desc knobs_of(sk_hsdp h) {
-  sk_parallel_desc pd;
+static sk_autoparallel knobs_of(sk_hsdp h) {
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.hsdp = h;
   return pd;
@@ -90,8 +90,8 @@ static int first_reader(const sk_graph *g, int t) {
   return -1;
 }
 
-static void compile(const net *n, int ndev, const sk_parallel_desc *knobs, sk_parallel_plan *p) {
-  sk_parallel_desc pd;
+static void compile(const net *n, int ndev, const sk_autoparallel *knobs, sk_parallel_plan *p) {
+  sk_autoparallel pd;
   if (knobs) pd = *knobs;
   else memset(&pd, 0, sizeof pd);
   pd.ndevices = ndev;
@@ -163,7 +163,7 @@ Test(hsdp, plan_which_parameters_shard_and_where_steps_stand) {
   static net n;
   build_mlp(&n, 8);
   sk_parallel_plan p, base;
-  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
+  sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
   compile(&n, 8, &pd, &p);
   compile(&n, 8, NULL, &base);
   const sk_graph *g = &n.g;
@@ -222,7 +222,7 @@ Test(hsdp, plan_partial_shard_size_keeps_a_mirror_group) {
   static net n;
   build_mlp(&n, 8);
   sk_parallel_plan p;
-  sk_parallel_desc pd = knobs_of(hsdp_of(2, 0, SK_HSDP_LEVEL1));
+  sk_autoparallel pd = knobs_of(hsdp_of(2, 0, SK_HSDP_LEVEL1));
   compile(&n, 8, &pd, &p);
   int w1 = tensor_named(&n.g, "w1"), w3 = tensor_named(&n.g, "w3");
   cr_assert_eq(p.tensors[w3].opt_size, 2);
@@ -260,7 +260,7 @@ Test(hsdp, plan_level3_releases_and_gathers_again_for_the_backward) {
     static net n;
     nets[b](&n, 8);
     sk_parallel_plan p, l1;
-    sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL3));
+    sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL3));
     compile(&n, 8, &pd, &p);
     pd.hsdp.level = SK_HSDP_LEVEL1;
     compile(&n, 8, &pd, &l1);
@@ -316,7 +316,7 @@ Test(hsdp, plan_moved_parameter_stays_whole) {
   static net n;
   build_residual(&n, 4);
   sk_parallel_plan p;
-  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
+  sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
   compile(&n, 4, &pd, &p);
   int w = tensor_named(&n.g, "w"), u = tensor_named(&n.g, "u");
   cr_assert_eq(p.tensors[w].opt_size, 0);
@@ -338,7 +338,7 @@ Test(hsdp, plan_nothing_sharded_is_the_plain_program) {
   for (int c = 0; c < 2; c++) {
     for (int level = SK_HSDP_LEVEL1; level < SK_HSDP_LEVEL_COUNT; level++) {
       sk_parallel_plan p, base;
-      sk_parallel_desc pd = knobs_of(hsdp_of(-1, thresholds[c], (sk_hsdp_level)level));
+      sk_autoparallel pd = knobs_of(hsdp_of(-1, thresholds[c], (sk_hsdp_level)level));
       compile(&n, devices[c], &pd, &p);
       compile(&n, devices[c], NULL, &base);
       char what[64];
@@ -372,7 +372,7 @@ Test(hsdp, plan_bad_configurations_refused_by_name) {
       {{true, -1, 64, (sk_hsdp_level)-1}, "optimizer_level"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    sk_parallel_desc pd = knobs_of(bad[i].h);
+    sk_autoparallel pd = knobs_of(bad[i].h);
     pd.ndevices = 8;
     sk_parallel_plan p;
     sk_error e;
@@ -384,7 +384,7 @@ Test(hsdp, plan_bad_configurations_refused_by_name) {
     sk_parallel_free(&p);
   }
   /* off, the same values are not looked at (a zero struct is MindSpore's default) */
-  sk_parallel_desc pd = knobs_of(bad[0].h);
+  sk_autoparallel pd = knobs_of(bad[0].h);
   pd.hsdp.enabled = false;
   sk_parallel_plan p;
   compile(&n, 8, &pd, &p);
@@ -402,7 +402,7 @@ static void check_some_sharded(const run *R, int N) {
 
 /* Each net, on 2, 4 and 8 devices, under `level` with Momentum and Adam. */
 static void train_like_trainer(sk_hsdp_level level, build_fn build, const char *name) {
-  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, level));
+  sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, level));
   char what[96];
   snprintf(what, sizeof what, "hsdp %s, %s, Momentum", sk_hsdp_level_name(level), name);
   errs a = each_device_count_knobs(what, build, check_some_sharded, momentum(0.1, 0.9), 4, &pd);
@@ -434,7 +434,7 @@ Test(hsdp, partial_shard_size_and_f32_like_the_trainer, .timeout = RT_TIMEOUT) {
   double worst = 0;
   for (int l = 0; l < 2; l++)
     for (int o = 0; o < 2; o++) {
-      sk_parallel_desc pd = knobs_of(hsdp_of(2, 0, levels[l]));
+      sk_autoparallel pd = knobs_of(hsdp_of(2, 0, levels[l]));
       run_init_knobs(&R, &n, 8, SK_F64, o ? adam(0.01) : momentum(0.1, 0.9), 4, &pd);
       cr_assert_eq(R.plan.tensors[tensor_named(&n.g, "w3")].opt_mirror, 4);
       run_world(&R);
@@ -445,7 +445,7 @@ Test(hsdp, partial_shard_size_and_f32_like_the_trainer, .timeout = RT_TIMEOUT) {
     }
   cr_log_info("hsdp shard_size 2 on 8 devices, f64: worst relative difference %.3g", worst);
   for (int l = 0; l < 2; l++) {
-    sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, levels[l]));
+    sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, levels[l]));
     run_init_knobs(&R, &n, 8, SK_F32, adam(0.01), 10, &pd);
     run_world(&R);
     expect_all_ok(&R, "f32");
@@ -460,7 +460,7 @@ Test(hsdp, partial_shard_size_and_f32_like_the_trainer, .timeout = RT_TIMEOUT) {
 /* ---- 3. memory --------------------------------------------------------------------------------- */
 
 /* Runs n on ndev devices with the counting allocator (Adam, f64, 3 steps, evaluation). */
-static void counted_run(run *R, net *n, int ndev, const sk_parallel_desc *pd, const char *what) {
+static void counted_run(run *R, net *n, int ndev, const sk_autoparallel *pd, const char *what) {
   run_init_knobs(R, n, ndev, SK_F64, adam(0.01), 3, pd);
   R->counting = true;
   run_world(R);
@@ -504,7 +504,7 @@ Test(hsdp, memory_parameters_and_state_fall_to_the_shards, .timeout = RT_TIMEOUT
     counted_run(&B, &n, devices[b], NULL, "memory without hsdp");
     uint64_t whole = B.dev[0].mem_created.parameters, peak[2] = {0, 0}, shards = 0, gathered = 0, largest = 0;
     for (int l = 0; l < 2; l++) {
-      sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, l ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
+      sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, l ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
       counted_run(&R, &n, devices[b], &pd, l ? "memory level3" : "memory level1");
       param_bytes(&R.plan, SK_F64, &shards, &gathered, &largest);
       cr_assert_lt(shards, whole, "sharding saves nothing");
@@ -553,7 +553,7 @@ Test(hsdp, communication_per_step, .timeout = RT_TIMEOUT) {
   run_knobs(&B, &n, 4, SK_F64, sgd(0.5), COMM_STEPS, NULL, "no hsdp");
   for (int l = 0; l < 2; l++)
     for (int f = 0; f < 2; f++) {
-      sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, l ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
+      sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, l ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
       pd.comm_fusion.allgather.mode = f ? SK_FUSION_NONE : SK_FUSION_AUTO;
       pd.comm_fusion.reducescatter.mode = f ? SK_FUSION_NONE : SK_FUSION_AUTO;
       run_knobs(&L[l][f], &n, 4, SK_F64, sgd(0.5), COMM_STEPS, &pd, "hsdp traffic");
@@ -615,7 +615,7 @@ Test(hsdp, communication_partial_mirror, .timeout = RT_TIMEOUT) {
   static net n;
   static run F, P;
   build_mlp(&n, 8);
-  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
+  sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
   pd.comm_fusion.allreduce.mode = SK_FUSION_NONE;
   run_knobs(&F, &n, 8, SK_F64, sgd(0.5), COMM_STEPS, &pd, "full shards");
   pd.hsdp.shard_size = 2;
@@ -640,7 +640,7 @@ Test(hsdp, communication_partial_mirror, .timeout = RT_TIMEOUT) {
 /* The MLP on 4 devices (w1 and w3 sharded) under hsdp level1 or level3, counted, no evaluation;
    sync16: bf16 with no_gradient_fp32_sync (the sharded gradients' 16-bit shadows), else f64. */
 static void init_faults(run *R, net *n, bool level3, bool sync16, int nsteps) {
-  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, level3 ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
+  sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, level3 ? SK_HSDP_LEVEL3 : SK_HSDP_LEVEL1));
   pd.no_gradient_fp32_sync = sync16;
   run_init_knobs(R, n, 4, sync16 ? SK_BF16 : SK_F64, adam(0.01), nsteps, &pd);
   cr_assert_eq(sharded_params(&R->plan), 2);
@@ -710,7 +710,7 @@ Test(hsdp, step_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
 
 /* Every device draws its model from seed + rank (desc.seed_by_rank), so replicas start apart
    until sk_runtime_parameter_broadcast gives each its redundancy group owner's values. */
-static void init_broadcast(run *R, net *n, int ndev, sk_optim_desc optim, const sk_parallel_desc *pd, int initial_rank) {
+static void init_broadcast(run *R, net *n, int ndev, sk_optim_desc optim, const sk_autoparallel *pd, int initial_rank) {
   run_init_knobs(R, n, ndev, SK_F64, optim, 4, pd);
   R->desc.seed_by_rank = true, R->broadcast = true, R->initial_rank = initial_rank;
 }
@@ -771,7 +771,7 @@ Test(hsdp, broadcast_under_hsdp_per_shard_like_one_device, .timeout = RT_TIMEOUT
   build_mlp(&n, 8);
   const sk_hsdp_level levels[2] = {SK_HSDP_LEVEL1, SK_HSDP_LEVEL3};
   for (int l = 0; l < 2; l++) {
-    sk_parallel_desc pd = knobs_of(hsdp_of(2, 0, levels[l]));
+    sk_autoparallel pd = knobs_of(hsdp_of(2, 0, levels[l]));
     init_broadcast(&R, &n, 8, adam(0.01), &pd, 0);
     cr_assert_eq(R.plan.tensors[tensor_named(&n.g, "w3")].opt_mirror, 4);
     run_world(&R);
@@ -794,7 +794,7 @@ Test(hsdp, broadcast_wrong_cur_rank_fails_on_every_device, .timeout = RT_TIMEOUT
   static net n;
   static run R;
   build_mlp(&n, 4);
-  sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
+  sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
   init_broadcast(&R, &n, 4, sgd(0.1), &pd, 0);
   R.cur_rank_skew = 1, R.counting = true;
   run_world(&R);
@@ -835,7 +835,7 @@ Test(hsdp, accumulation_every_level_like_the_trainer_level2_sums_sharded, .timeo
   for (int l = 0; l < 3; l++)
     for (int o = 0; o < 2; o++) {
       sk_hsdp_level level = l == 0 ? SK_HSDP_LEVEL1 : l == 1 ? SK_HSDP_LEVEL2 : SK_HSDP_LEVEL3;
-      sk_parallel_desc pd = knobs_of(hsdp_of(-1, 0, level));
+      sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, level));
       pd.grad_accumulation_step = 3;
       char what[96];
       snprintf(what, sizeof what, "hsdp %s, accumulation 3, %s", sk_hsdp_level_name(level), o ? "Adam" : "Momentum");
@@ -891,7 +891,7 @@ Test(hsdp, bf16_gradient_sync_in_16_bits_halves_the_bytes, .timeout = 2 * RT_TIM
                                                 "bf16 hsdp, no_gradient_fp32_sync, fp32_communication"};
   build_mlp(&n, 8);
   for (int i = 0; i < WIRE_RUNS; i++) {
-    sk_parallel_desc pd = knobs_of(hsdp_of(2, 0, SK_HSDP_LEVEL1));
+    sk_autoparallel pd = knobs_of(hsdp_of(2, 0, SK_HSDP_LEVEL1));
     pd.no_gradient_fp32_sync = i != WIRE_F32_SYNC, pd.fp32_communication = i == WIRE_FP32_COMM;
     pd.transformer_opt.grad_computation_allreduce_overlap = i == WIRE_16_SYNC_OVERLAP;
     run_knobs(&R[i], &n, 8, SK_BF16, sgd(0.5), 10, &pd, names[i]);
@@ -956,7 +956,7 @@ Test(hsdp, bf16_gradient_sync_in_16_bits_under_accumulation, .timeout = 2 * RT_T
     uint64_t rs[2], ar[2], calls;
     errs m[2];
     for (int i = 0; i < 2; i++) {
-      sk_parallel_desc pd = knobs_of(hsdp_of(2, 0, level));
+      sk_autoparallel pd = knobs_of(hsdp_of(2, 0, level));
       pd.grad_accumulation_step = 3, pd.no_gradient_fp32_sync = i;
       char what[96];
       snprintf(what, sizeof what, "bf16 hsdp %s, accumulation 3, %s", sk_hsdp_level_name(level), i ? "16-bit sync" : "f32 sync");

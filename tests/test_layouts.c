@@ -438,7 +438,7 @@ Test(layouts, output_move_recomputed, .timeout = RT_TIMEOUT) {
 static void pipelined(sk_pipe_scheduler sched, const char *what) {
   static net n;
   static run R;
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.pipeline.stages = 2, pd.pipeline.micro = 2, pd.pipeline.scheduler = sched, pd.output_broadcast = true;
   build_out_net(&n, 4);

@@ -102,7 +102,7 @@ static sk_result run_opt(sk_error *err) {
 
 static sk_result run_strategy(sk_error *err) {
   char p[128];
-  sk_parallel_desc d;
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = 8;
   return sk_strategy_load_operators(in_dir("strategy.json", p, sizeof p), &net, &d, err);
@@ -172,7 +172,7 @@ Test(limits, character_devices_are_refused, .timeout = 20) {
   load_net();
   sk_graph g;
   sk_transformer_opt o;
-  sk_parallel_desc d;
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = 8;
   const char *want = "/dev/zero: not a regular file (a character device)";

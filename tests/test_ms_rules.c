@@ -139,7 +139,7 @@ Test(ms_rules, n_d_logits_are_the_rules_answer_not_a_trainable_loss) {
 /* The operator strategy file of g compiled on 8 devices as `version` wrote it (version 2: the
    same keys; version 1: without the stages, hsdp and each operator's stage), as JSON. */
 static json_t *older_json(sk_graph *g, int version) {
-  sk_parallel_desc d;
+  sk_autoparallel d;
   sk_parallel_plan p;
   char *text = NULL;
   json_error_t je;
@@ -179,7 +179,7 @@ static void older_file(sk_graph *g, int version, char *path, size_t cap) {
 }
 
 static void expect_refused(const char *path, sk_graph *g, const char *const *words) {
-  sk_parallel_desc d;
+  sk_autoparallel d;
   sk_error e;
   memset(&d, 0, sizeof d);
   d.ndevices = 8;
@@ -202,7 +202,7 @@ Test(ms_rules, an_older_file_naming_a_changed_rule_is_refused) {
     unlink(path);
   }
   older_file(&n.g, 3, path, sizeof path);
-  sk_parallel_desc d;
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = 8;
   OK(sk_strategy_load_operators(path, &n.g, &d, E));
@@ -255,7 +255,7 @@ Test(ms_rules, an_older_file_of_unchanged_rules_loads) {
   cr_assert_eq(sk_json_load_network("examples/nets/operator_parallel.json", &g, &e), SK_OK, "%s", e.msg);
   cr_assert_eq(sk_json_load_network("examples/nets/operator_parallel.json", &h, &e), SK_OK, "%s", e.msg);
   older_file(&g, 2, path, sizeof path);
-  sk_parallel_desc d, l;
+  sk_autoparallel d, l;
   sk_parallel_plan a, b;
   memset(&d, 0, sizeof d), memset(&l, 0, sizeof l);
   d.ndevices = l.ndevices = 8;

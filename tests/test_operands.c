@@ -205,7 +205,7 @@ Test(operands, kernels_compute_number_operands_in_either_position) {
 Test(operands, plan_has_no_mirror_for_frozen_parameters_and_scalars_replicated) {
   static net n;
   build_operands(&n, 8);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = 8;
   sk_parallel_plan p;
@@ -283,7 +283,7 @@ static void operands_case(const ocase *c) {
   static net n;
   static run R;
   build_operands(&n, c->devices / (c->stages ? c->stages : 1));
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.pipeline.stages = c->stages, pd.pipeline.micro = c->micro, pd.output_broadcast = c->stages > 0;
   if (c->hsdp) pd.hsdp.enabled = true, pd.hsdp.shard_size = -1, pd.hsdp.threshold_kb = 0, pd.hsdp.level = c->level;

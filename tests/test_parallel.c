@@ -41,8 +41,8 @@ static void load(const char *path, sk_graph *g) {
   OK(sk_json_load_network(path, g, E));
 }
 
-static sk_parallel_desc pdesc(int ndevices, sk_dataset_strategy dataset) {
-  sk_parallel_desc d;
+static sk_autoparallel pdesc(int ndevices, sk_dataset_strategy dataset) {
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = ndevices, d.dataset = dataset;
   return d;
@@ -50,7 +50,7 @@ static sk_parallel_desc pdesc(int ndevices, sk_dataset_strategy dataset) {
 
 /* Compiles g for n devices (data-parallel dataset), asserting success. */
 static void compile(const sk_graph *g, int n, sk_parallel_plan *p) {
-  sk_parallel_desc d = pdesc(n, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(n, SK_DATASET_DATA_PARALLEL);
   OK(sk_parallel_compile(g, &d, p, E));
 }
 
@@ -337,7 +337,7 @@ Test(parallel, strict_strategies_refused) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(1, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(1, SK_DATASET_DATA_PARALLEL);
   d.strict_strategies = true;
   BAD("'fc1'", sk_parallel_compile(&g, &d, &p, E));
   cr_assert(!p.ops && !p.steps && !p.tensors, "a refused compile leaves nothing");
@@ -454,7 +454,7 @@ Test(parallel, one_hot_class_cut_counts) {
   cr_assert(p.ops[0].fell_back);
   cr_assert_eq(p.nfallbacks, 1);
   sk_parallel_free(&p);
-  sk_parallel_desc d = pdesc(2, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(2, SK_DATASET_DATA_PARALLEL);
   d.strict_strategies = true;
   BAD("'oh'", sk_parallel_compile(&g, &d, &p, E));
   sk_graph_free(&g);
@@ -484,7 +484,7 @@ Test(parallel, dataset_full_batch_leaves_inputs_whole) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8, SK_DATASET_FULL_BATCH);
+  sk_autoparallel d = pdesc(8, SK_DATASET_FULL_BATCH);
   OK(sk_parallel_compile(&g, &d, &p, E));
   int img = tensor(&g, "image"), lab = tensor(&g, "label");
   for (int k = 0; k < 4; k++) cr_assert_eq(sk_layout_split_count(&p.tensors[img].layout, k), 1);
@@ -502,7 +502,7 @@ Test(parallel, batch_not_dividing_refused) {
   mm_net m;
   sk_parallel_plan p;
   mm_build(&m, 6, 16, 4, (const int[]){1, 4}, (const int[]){4, 1}, 1);
-  sk_parallel_desc d = pdesc(4, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(4, SK_DATASET_DATA_PARALLEL);
   BAD("input 'x'", sk_parallel_compile(&m.g, &d, &p, E));
   cr_assert_null(p.ops);
   d.dataset = SK_DATASET_FULL_BATCH;
@@ -530,7 +530,7 @@ Test(parallel, scalar_input_whole_everywhere) {
   add_loss(&g, add_op(&g, &op, "z", SK_OP_MATMUL, 2, m, w), y);
   for (int ds = 0; ds < 2; ds++) {
     sk_parallel_plan p;
-    sk_parallel_desc d = pdesc(4, (sk_dataset_strategy)ds);
+    sk_autoparallel d = pdesc(4, (sk_dataset_strategy)ds);
     OK(sk_parallel_compile(&g, &d, &p, E));
     cr_assert_eq(p.tensors[sc].layout.ndims, 0);
     cr_assert_eq(p.tensors[sc].layout.mesh.size, 4);
@@ -548,11 +548,11 @@ Test(parallel, device_count_refused) {
   load(TUTORIAL, &g);
   const int bad[] = {0, -1, SK_MAX_DEVICES + 1};
   for (int i = 0; i < 3; i++) {
-    sk_parallel_desc d = pdesc(bad[i], SK_DATASET_DATA_PARALLEL);
+    sk_autoparallel d = pdesc(bad[i], SK_DATASET_DATA_PARALLEL);
     BAD("devices", sk_parallel_compile(&g, &d, &p, E));
     cr_assert_null(p.ops);
   }
-  sk_parallel_desc d = pdesc(8, (sk_dataset_strategy)7);
+  sk_autoparallel d = pdesc(8, (sk_dataset_strategy)7);
   BAD("dataset", sk_parallel_compile(&g, &d, &p, E));
   sk_graph_free(&g);
 }
@@ -561,7 +561,7 @@ Test(parallel, null_arguments_refused) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   BAD("NULL", sk_parallel_compile(NULL, &d, &p, E));
   BAD("NULL", sk_parallel_compile(&g, NULL, &p, E));
   BAD("NULL", sk_parallel_compile(&g, &d, NULL, E));
@@ -579,7 +579,7 @@ Test(parallel, graph_without_loss_refused) {
   memset(&op, 0, sizeof op);
   add_op(&g, &op, "r", SK_OP_RELU, 1, x, 0);
   sk_parallel_plan p;
-  sk_parallel_desc d = pdesc(4, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(4, SK_DATASET_DATA_PARALLEL);
   BAD("loss", sk_parallel_compile(&g, &d, &p, E));
   cr_assert_null(p.ops);
   sk_graph_free(&g);
@@ -960,7 +960,7 @@ Test(parallel, dataset_strategy_tuple) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   d.ndataset = 2;
   d.dataset_strategy[0][0] = 2, d.dataset_strategy[0][1] = d.dataset_strategy[0][2] = d.dataset_strategy[0][3] = 1;
   d.dataset_strategy[1][0] = 2;
@@ -990,7 +990,7 @@ Test(parallel, transformer_on_4096_devices) {
   sk_graph g;
   sk_parallel_plan p;
   load(TRANSFORMER, &g);
-  sk_parallel_desc d = pdesc(4096, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(4096, SK_DATASET_DATA_PARALLEL);
   d.ndataset = 2, d.dataset_strategy[0][0] = 2, d.dataset_strategy[0][1] = 1, d.dataset_strategy[1][0] = 2;
   OK(sk_parallel_compile(&g, &d, &p, E));
   cr_assert_eq(p.nfallbacks, 0);
@@ -1029,7 +1029,7 @@ Test(parallel, failures_leave_plan_empty) {
   mm_net m;
   sk_parallel_plan p;
   mm_build(&m, 6, 16, 4, (const int[]){1, 4}, (const int[]){4, 1}, 1);
-  sk_parallel_desc d = pdesc(4, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(4, SK_DATASET_DATA_PARALLEL);
   memset(&p, 0x5a, sizeof p);
   BAD("input 'x'", sk_parallel_compile(&m.g, &d, &p, E)); /* placing the inputs, before any operator */
   cr_assert(all_zero(&p, sizeof p));
@@ -1054,7 +1054,7 @@ Test(parallel, knobs_refused_by_name) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
     d.mode = (sk_parallel_mode)mode;
     OK(sk_parallel_compile(&g, &d, &p, E));
@@ -1080,7 +1080,7 @@ Test(parallel, knobs_refused_by_name) {
 /* sk_parallel_check: what the compile refuses before it reads the network, with no network
    (a program refuses such a command line before any work); a good desc passes. */
 Test(parallel, check_needs_no_network) {
-  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   OK(sk_parallel_check(&d, E));
   d.pipeline.stages = 2, d.pipeline.micro = 4;
   OK(sk_parallel_check(&d, E));
@@ -1118,7 +1118,7 @@ Test(parallel, dataset_strategy_layouts) {
   sk_parallel_plan p;
   load(TUTORIAL, &g);
   int img = tensor(&g, "image"), lab = tensor(&g, "label");
-  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   sk_mesh m;
   OK(sk_mesh_init(&m, 2, (const int[]){2, 2}, (const char *[]){"dp", "mp"}, E));
   sk_dim_map im[SK_MAX_DIMS] = {{1, {0}}}, lm[SK_MAX_DIMS] = {{2, {0, 1}}};
@@ -1154,7 +1154,7 @@ Test(parallel, gradients_mean_scales_mirrors) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  sk_autoparallel d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   double s[64];
   cr_assert_leq(g.nops * SK_OP_MAX_INPUTS, 64);
   OK(sk_parallel_compile(&g, &d, &p, E));
@@ -1186,7 +1186,7 @@ Test(parallel, no_loss_repeated_mean_seeds_repeat_count) {
   int fc2 = op_index(&g, "fc2"), fc3 = op_index(&g, "fc3");
   double s[64];
   for (int n = 1; n <= 8; n *= 2) {
-    sk_parallel_desc d = pdesc(n, SK_DATASET_DATA_PARALLEL);
+    sk_autoparallel d = pdesc(n, SK_DATASET_DATA_PARALLEL);
     d.no_loss_repeated_mean = true, d.gradients_mean = true;
     OK(sk_parallel_compile(&g, &d, &p, E));
     cr_assert_eq(p.loss_grad_scale, (double)n, "%d devices: seed %g", n, p.loss_grad_scale);

@@ -1,4 +1,4 @@
-/* Pipeline parallel with optimizer parallel (hsdp): sk_parallel_desc.pipeline and .hsdp together.
+/* Pipeline parallel with optimizer parallel (hsdp): sk_autoparallel.pipeline and .hsdp together.
 
    MindSpore's semantics: the shard groups are within a stage (a parameter's data-parallel
    replicas on its stage's devices); level1 gathers each sharded parameter once per step and
@@ -51,8 +51,8 @@ static const phcase CASES[] = {
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
-static sk_parallel_desc knobs(const phcase *c, sk_hsdp_level level, int shard_size) {
-  sk_parallel_desc pd;
+static sk_autoparallel knobs(const phcase *c, sk_hsdp_level level, int shard_size) {
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.pipeline.stages = c->stages, pd.pipeline.micro = c->micro;
   pd.pipeline.scheduler = c->sched, pd.pipeline.interleave = c->interleave;
@@ -162,7 +162,7 @@ static double one_case(const phcase *c, const phnet *pn, sk_hsdp_level level, in
   static net n;
   static run R;
   const char *what = describe(c, pn->name, level, shard_size);
-  sk_parallel_desc pd = knobs(c, level, shard_size);
+  sk_autoparallel pd = knobs(c, level, shard_size);
   pn->build(&n, c->world / c->stages);
   run_init_knobs(&R, &n, c->world, SK_F64, sgd(0.5), 3, &pd);
   cr_assert_eq(R.plan.nfallbacks, 0, "%s: %d strategies fell back", what, R.plan.nfallbacks);
@@ -202,7 +202,7 @@ Test(pipeline_hsdp, shard_size_two_mirrors_the_rest_within_the_stage, .timeout =
       static run R;
       const phcase *c = &CASES[i + 1]; /* 1f1b, one chunk and interleaved */
       const char *what = describe(c, "MLP", (sk_hsdp_level)lv, 2);
-      sk_parallel_desc pd = knobs(c, (sk_hsdp_level)lv, 2);
+      sk_autoparallel pd = knobs(c, (sk_hsdp_level)lv, 2);
       build_mlp(&n, 4);
       run_init_knobs(&R, &n, 8, SK_F64, adam(0.01), 3, &pd);
       int partial = 0;
@@ -232,7 +232,7 @@ Test(pipeline_hsdp, fused_overlapped_and_16_bit_gradient_sync, .timeout = PH_TIM
         static net n;
         static run R;
         const phcase *c = i ? &CASES[4] : &CASES[1]; /* zero_bubble_v, 1f1b */
-        sk_parallel_desc pd = knobs(c, (sk_hsdp_level)lv, half ? 2 : -1);
+        sk_autoparallel pd = knobs(c, (sk_hsdp_level)lv, half ? 2 : -1);
         pd.comm_fusion.closed = false, pd.transformer_opt.grad_computation_allreduce_overlap = !half;
         pd.no_gradient_fp32_sync = half;
         const char *what = describe(c, half ? "MLP bf16, 16-bit gradient sync" : "MLP fused, overlapped", (sk_hsdp_level)lv,
@@ -265,7 +265,7 @@ Test(pipeline_hsdp, fused_overlapped_and_16_bit_gradient_sync, .timeout = PH_TIM
 Test(pipeline_hsdp, program_names_world_ranks_in_shard_groups, .timeout = RT_TIMEOUT) {
   static net n;
   build_mlp(&n, 4);
-  sk_parallel_desc pd = knobs(&CASES[1], SK_HSDP_LEVEL1, -1);
+  sk_autoparallel pd = knobs(&CASES[1], SK_HSDP_LEVEL1, -1);
   pd.ndevices = 8;
   sk_parallel_plan p;
   OK(sk_parallel_compile(&n.g, &pd, &p, E));
@@ -310,7 +310,7 @@ Test(pipeline_hsdp, step_allocation_failures_each_device_each_level, .timeout = 
     static run R;
     const phcase c = {SK_PIPE_1F1B, 4, 2, 4, 1};
     const char *what = describe(&c, "MLP step", (sk_hsdp_level)lv, -1);
-    sk_parallel_desc pd = knobs(&c, (sk_hsdp_level)lv, -1);
+    sk_autoparallel pd = knobs(&c, (sk_hsdp_level)lv, -1);
     build_mlp(&n, 2);
     run_init_knobs(&R, &n, 4, SK_F64, adam(0.01), 2, &pd);
     R.counting = true, R.evaluate = false, R.fail_phase = FAIL_IN_STEP;

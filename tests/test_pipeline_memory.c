@@ -111,7 +111,7 @@ static uint64_t gradients_on_8(int stages, int micro, sk_pipe_scheduler sched, u
   static net n;
   static run R;
   load_tutorial(&n);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.pipeline.stages = stages, pd.pipeline.micro = micro, pd.pipeline.scheduler = sched;
   char what[96];

@@ -20,15 +20,15 @@ static void load(const char *path, sk_graph *g) {
   cr_assert_eq(sk_json_load_network(path, g, &e), SK_OK, "%s: %s", path, e.msg);
 }
 
-static sk_parallel_desc pipe_desc(int devices, int stages, int micro, sk_pipe_scheduler sched, int interleave) {
-  sk_parallel_desc d;
+static sk_autoparallel pipe_desc(int devices, int stages, int micro, sk_pipe_scheduler sched, int interleave) {
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = devices;
   d.pipeline.stages = stages, d.pipeline.micro = micro, d.pipeline.scheduler = sched, d.pipeline.interleave = interleave;
   return d;
 }
 
-static void compile(const sk_graph *g, const sk_parallel_desc *d, sk_parallel_plan *p) {
+static void compile(const sk_graph *g, const sk_autoparallel *d, sk_parallel_plan *p) {
   sk_error e = {SK_OK, ""};
   cr_assert_eq(sk_parallel_compile(g, d, p, &e), SK_OK, "%s", e.msg);
 }
@@ -92,7 +92,7 @@ Test(pipeline_plan, micro_graph_refuses_a_scalar_input) {
 Test(pipeline_plan, the_tutorial_keeps_its_two_annotated_stages) {
   sk_graph g;
   load(RECURSIVE, &g);
-  sk_parallel_desc d = pipe_desc(8, 2, 4, SK_PIPE_1F1B, 0);
+  sk_autoparallel d = pipe_desc(8, 2, 4, SK_PIPE_1F1B, 0);
   sk_parallel_plan p;
   compile(&g, &d, &p);
   cr_expect_eq(p.stages, 2);
@@ -121,7 +121,7 @@ Test(pipeline_plan, the_tutorial_keeps_its_two_annotated_stages) {
 Test(pipeline_plan, a_program_is_its_stages_with_world_ranks) {
   sk_graph g;
   load(RECURSIVE, &g);
-  sk_parallel_desc d = pipe_desc(8, 2, 4, SK_PIPE_GPIPE, 0);
+  sk_autoparallel d = pipe_desc(8, 2, 4, SK_PIPE_GPIPE, 0);
   sk_parallel_plan p;
   compile(&g, &d, &p);
   static char buf[1 << 16];
@@ -163,7 +163,7 @@ Test(pipeline_plan, other_stage_counts_and_chunks_recut_by_flops) {
   sk_graph g;
   load(RECURSIVE, &g);
   sk_parallel_plan p;
-  sk_parallel_desc d = pipe_desc(8, 4, 4, SK_PIPE_1F1B, 0);
+  sk_autoparallel d = pipe_desc(8, 4, 4, SK_PIPE_1F1B, 0);
   compile(&g, &d, &p);
   cr_expect(p.recut, "2 annotated stages, 4 asked");
   expect_cut(&p, 4);
@@ -198,7 +198,7 @@ Test(pipeline_plan, every_shipped_network_compiles_for_every_scheduler) {
     load(nets[n], &g);
     for (int s = 0; s < 3; s++)
       for (int stages = 2; stages <= 4; stages += 2) {
-        sk_parallel_desc d = pipe_desc(8, stages, 4, scheds[s], 0);
+        sk_autoparallel d = pipe_desc(8, stages, 4, scheds[s], 0);
         sk_parallel_plan p;
         compile(&g, &d, &p);
         expect_cut(&p, stages * p.schedule.chunks);
@@ -217,7 +217,7 @@ Test(pipeline_plan, hsdp_shards_within_a_stage) {
   load(RECURSIVE, &g);
   sk_parallel_plan p;
   sk_error e;
-  sk_parallel_desc d = pipe_desc(8, 2, 4, SK_PIPE_1F1B, 0);
+  sk_autoparallel d = pipe_desc(8, 2, 4, SK_PIPE_1F1B, 0);
   d.hsdp = (sk_hsdp)SK_HSDP_DEFAULTS, d.hsdp.threshold_kb = 0;
   cr_assert_eq(sk_parallel_compile(&g, &d, &p, &e), SK_OK, "%s", e.msg);
   int sharded[2] = {0, 0};
@@ -241,7 +241,7 @@ Test(pipeline_plan, refusals) {
   load(RECURSIVE, &g);
   sk_parallel_plan p;
   sk_error e;
-  sk_parallel_desc d = pipe_desc(8, 3, 3, SK_PIPE_1F1B, 0);
+  sk_autoparallel d = pipe_desc(8, 3, 3, SK_PIPE_1F1B, 0);
   EXPECT_BAD(sk_parallel_compile(&g, &d, &p, &e), &e, "8 devices do not divide into 3 stages");
   d = pipe_desc(8, 4, 2, SK_PIPE_1F1B, 0);
   EXPECT_BAD(sk_parallel_compile(&g, &d, &p, &e), &e, "micro_size 2 < stages 4");
@@ -281,7 +281,7 @@ Test(pipeline_plan, a_parameter_shared_across_stages_is_refused) {
   l.inputs[1] = y, l.stage = 1;
   cr_assert_eq(sk_graph_add_op(&g, &l, NULL, &e), SK_OK, "%s", e.msg);
   cr_assert_eq(sk_graph_set_loss(&g, sk_graph_find(&g, "loss"), &e), SK_OK, "%s", e.msg);
-  sk_parallel_desc d = pipe_desc(2, 2, 2, SK_PIPE_GPIPE, 0);
+  sk_autoparallel d = pipe_desc(2, 2, 2, SK_PIPE_GPIPE, 0);
   sk_parallel_plan p;
   EXPECT_BAD(sk_parallel_compile(&g, &d, &p, &e), &e,
              "parameter 'w' is read on stage 0 (operator 'a') and stage 1 (operator 'b')");

@@ -59,8 +59,8 @@ static const pcase CASES[] = {
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
-static sk_parallel_desc knobs_of(const pcase *c) {
-  sk_parallel_desc pd;
+static sk_autoparallel knobs_of(const pcase *c) {
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.pipeline.stages = c->stages, pd.pipeline.micro = c->micro;
   pd.pipeline.scheduler = c->sched, pd.pipeline.interleave = c->interleave;
@@ -276,7 +276,7 @@ static void one_case(const pcase *c, const pnet *pn, sk_dtype dt, sk_optim_desc 
   static net n;
   static run R;
   const char *what = describe(c, pn->name);
-  sk_parallel_desc pd = knobs_of(c);
+  sk_autoparallel pd = knobs_of(c);
   pn->build(&n, c->world / c->stages);
   run_init_knobs(&R, &n, c->world, dt, optim, 3, &pd);
   cr_assert_eq(R.plan.nfallbacks, 0, "%s: %d strategies fell back", what, R.plan.nfallbacks);
@@ -347,7 +347,7 @@ Test(pipeline_runtime, evaluation_counts_on_every_device, .timeout = PIPE_TIMEOU
       static run R;
       const pcase *c = &CASES[i];
       const char *what = describe(c, NETS[k].name);
-      sk_parallel_desc pd = knobs_of(c);
+      sk_autoparallel pd = knobs_of(c);
       pd.output_broadcast = (i + k) % 2 == 0; /* half the cases each way */
       NETS[k].build(&n, c->world / c->stages);
       run_init_knobs(&R, &n, c->world, SK_F64, sgd(0.5), 1, &pd);
@@ -386,7 +386,7 @@ static uint64_t peak_case(const pcase *c, const pnet *pn, int which, uint64_t *s
   static net n;
   static run R;
   const char *what = describe(c, pn->name);
-  sk_parallel_desc pd = knobs_of(c);
+  sk_autoparallel pd = knobs_of(c);
   pn->build(&n, c->world / c->stages);
   run_init_knobs(&R, &n, c->world, SK_F64, sgd(0.5), 2, &pd);
   R.counting = true, R.evaluate = false;
@@ -497,7 +497,7 @@ Test(pipeline_runtime, communicator_of_another_size_refused, .timeout = RT_TIMEO
   static net n;
   static run R;
   const pcase c = {SK_PIPE_GPIPE, 8, 2, 4, 1};
-  sk_parallel_desc pd = knobs_of(&c);
+  sk_autoparallel pd = knobs_of(&c);
   build_pipe_mlp(&n, 4);
   run_init_knobs(&R, &n, 8, SK_F64, sgd(0.5), 1, &pd);
   cr_assert_eq(R.plan.desc.ndevices, 4);
@@ -572,7 +572,7 @@ Test(pipeline_runtime, wrong_feed_counts_and_other_stage_gather_refused, .timeou
   static net n;
   static run R;
   const pcase c = {SK_PIPE_1F1B, 4, 2, 4, 1};
-  sk_parallel_desc pd = knobs_of(&c);
+  sk_autoparallel pd = knobs_of(&c);
   build_pipe_mlp(&n, 2);
   run_init_knobs(&R, &n, 4, SK_F64, sgd(0.5), 2, &pd);
   R.evaluate = false;
@@ -612,7 +612,7 @@ Test(pipeline_runtime, compiler_refuses_what_the_pipeline_does_not_combine_with,
   static net n;
   build_pipe_mlp(&n, 2);
   const pcase c = {SK_PIPE_1F1B, 4, 2, 4, 1};
-  sk_parallel_desc pd = knobs_of(&c);
+  sk_autoparallel pd = knobs_of(&c);
   pd.grad_accumulation_step = 2, pd.ndevices = 4;
   sk_parallel_plan p;
   sk_error e;
@@ -627,7 +627,7 @@ Test(pipeline_runtime, compiler_refuses_what_the_pipeline_does_not_combine_with,
 
 /* The MLP on a 2-stage world (4 micro-batches), counted, Adam, no evaluation. */
 static void init_faults_case(run *R, net *n, int nsteps, const pcase *c) {
-  sk_parallel_desc pd = knobs_of(c);
+  sk_autoparallel pd = knobs_of(c);
   build_pipe_mlp(n, c->world / c->stages);
   run_init_knobs(R, n, c->world, SK_F64, adam(0.01), nsteps, &pd);
   R->counting = true, R->evaluate = false;

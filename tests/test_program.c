@@ -19,8 +19,8 @@ static void load(const char *path, sk_graph *g) {
   cr_assert_eq(sk_json_load_network(path, g, &e), SK_OK, "%s: %s", path, e.msg);
 }
 
-static sk_parallel_desc pipe_desc(int devices, int micro, sk_pipe_scheduler sched, int interleave, bool hsdp) {
-  sk_parallel_desc d;
+static sk_autoparallel pipe_desc(int devices, int micro, sk_pipe_scheduler sched, int interleave, bool hsdp) {
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = devices;
   d.pipeline.stages = 2, d.pipeline.micro = micro, d.pipeline.scheduler = sched, d.pipeline.interleave = interleave;
@@ -28,7 +28,7 @@ static sk_parallel_desc pipe_desc(int devices, int micro, sk_pipe_scheduler sche
   return d;
 }
 
-static void compile(const sk_graph *g, const sk_parallel_desc *d, sk_parallel_plan *p) {
+static void compile(const sk_graph *g, const sk_autoparallel *d, sk_parallel_plan *p) {
   sk_error e = {SK_OK, ""};
   cr_assert_eq(sk_parallel_compile(g, d, p, &e), SK_OK, "%s", e.msg);
 }
@@ -41,7 +41,7 @@ static const char *const plan_name[NPLANS] = {"1f1b", "gpipe interleave 2", "zer
 static void compile_plan_as(sk_graph *g, int which, bool recompute, sk_parallel_plan *p) {
   load(RECURSIVE, g);
   for (int o = 0; o < g->nops && !recompute; o++) g->ops[o].recompute = false;
-  sk_parallel_desc d = pipe_desc(8, 4, SK_PIPE_1F1B, 0, false);
+  sk_autoparallel d = pipe_desc(8, 4, SK_PIPE_1F1B, 0, false);
   if (which == PLAN_GPIPE_INTERLEAVED) d = pipe_desc(8, 4, SK_PIPE_GPIPE, 2, false);
   if (which == PLAN_ZBV) {
     d = pipe_desc(8, 4, SK_PIPE_ZERO_BUBBLE_V, 0, true);
@@ -302,7 +302,7 @@ Test(program, size_does_not_grow_with_the_devices) {
     sk_graph g;
     load(RECURSIVE, &g);
     for (int o = 0; o < g.nops; o++) g.ops[o].desc.has_strategy = false;
-    sk_parallel_desc d = pipe_desc(k ? 32 : 8, 2, SK_PIPE_1F1B, 0, false);
+    sk_autoparallel d = pipe_desc(k ? 32 : 8, 2, SK_PIPE_1F1B, 0, false);
     sk_parallel_plan p;
     compile(&g, &d, &p);
     cr_assert_eq(p.world_devices, k ? 32 : 8);

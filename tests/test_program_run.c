@@ -59,15 +59,15 @@ static void build_replay(net *n, int N) {
   for (int o = 0; o < head; o++) n->g.ops[o].recompute = true;
 }
 
-static sk_parallel_desc pipe_knobs(int micro, sk_pipe_scheduler sched) {
-  sk_parallel_desc d;
+static sk_autoparallel pipe_knobs(int micro, sk_pipe_scheduler sched) {
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.pipeline.stages = 2, d.pipeline.micro = micro, d.pipeline.scheduler = sched;
   return d;
 }
 
-static sk_parallel_desc pipe_hsdp_knobs(int micro, sk_pipe_scheduler sched, sk_hsdp_level level) {
-  sk_parallel_desc d = pipe_knobs(micro, sched);
+static sk_autoparallel pipe_hsdp_knobs(int micro, sk_pipe_scheduler sched, sk_hsdp_level level) {
+  sk_autoparallel d = pipe_knobs(micro, sched);
   d.hsdp = (sk_hsdp){true, -1, 0, level}; /* threshold 0: every replicated parameter shards */
   return d;
 }
@@ -108,7 +108,7 @@ static void run_steps(run *R, const char *what) {
 }
 
 /* Compiles build_replay for `world` devices with the knobs of pd and runs `nsteps` f64 steps. */
-static void run_replay_net(run *R, net *n, int world, const sk_parallel_desc *pd, int nsteps, const char *what) {
+static void run_replay_net(run *R, net *n, int world, const sk_autoparallel *pd, int nsteps, const char *what) {
   int stages = pd->pipeline.stages > 1 ? pd->pipeline.stages : 1;
   build_replay(n, world / stages);
   run_init_knobs(R, n, world, SK_F64, sgd(0.1), nsteps, pd);
@@ -218,7 +218,7 @@ static int expect_rows_equal(const tallies *prog, const tallies *rt, int dev, co
 }
 
 /* One step of the plan pd on `world` devices, every device's rows against its stage's program. */
-static void expect_replay(const sk_parallel_desc *pd, int world, const char *what) {
+static void expect_replay(const sk_autoparallel *pd, int world, const char *what) {
   static net n;
   static run R;
   run_replay_net(&R, &n, world, pd, 1, what);
@@ -246,7 +246,7 @@ static bool program_has(const sk_parallel_plan *p, sk_parallel_step_kind k, sk_p
 }
 
 /* The network has what the replay is meant to cover, under each plan. */
-static void expect_coverage(const sk_parallel_desc *pd, int world, const char *what) {
+static void expect_coverage(const sk_autoparallel *pd, int world, const char *what) {
   static net n;
   static run R;
   int stages = pd->pipeline.stages > 1 ? pd->pipeline.stages : 1;
@@ -263,7 +263,7 @@ static void expect_coverage(const sk_parallel_desc *pd, int world, const char *w
 }
 
 Test(program_run, the_network_covers_every_collective_step, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_knobs(4, SK_PIPE_1F1B);
+  sk_autoparallel pd = pipe_knobs(4, SK_PIPE_1F1B);
   expect_coverage(&pd, 8, "1f1b");
   pd = pipe_knobs(4, SK_PIPE_ZERO_BUBBLE_V);
   expect_coverage(&pd, 8, "zero_bubble_v");
@@ -272,17 +272,17 @@ Test(program_run, the_network_covers_every_collective_step, .timeout = PR_TIMEOU
 }
 
 Test(program_run, replay_1f1b_recompute, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_knobs(4, SK_PIPE_1F1B);
+  sk_autoparallel pd = pipe_knobs(4, SK_PIPE_1F1B);
   expect_replay(&pd, 8, "1f1b, 2 stages x 4 devices, 4 micro-batches, recompute");
 }
 
 Test(program_run, replay_zero_bubble_v, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_knobs(4, SK_PIPE_ZERO_BUBBLE_V);
+  sk_autoparallel pd = pipe_knobs(4, SK_PIPE_ZERO_BUBBLE_V);
   expect_replay(&pd, 8, "zero_bubble_v, 2 stages x 4 devices, 4 micro-batches, recompute");
 }
 
 Test(program_run, replay_without_a_pipeline_fusion_closed, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.comm_fusion.closed = true; /* every fused Mirror its own bucket, one call as the program's step */
   expect_replay(&pd, 4, "no pipeline, 4 devices, recompute, comm_fusion closed");
@@ -298,7 +298,7 @@ static bool fuses(const sk_parallel_plan *p, sk_coll_kind c) {
 }
 
 Test(program_run, replay_hsdp_under_a_pipeline, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
+  sk_autoparallel pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
   expect_replay(&pd, 8, "1f1b + hsdp level1, 2 stages x 4 devices, 4 micro-batches");
   pd = pipe_hsdp_knobs(4, SK_PIPE_ZERO_BUBBLE_V, SK_HSDP_LEVEL2);
   expect_replay(&pd, 8, "zero_bubble_v + hsdp level2, 2 stages x 4 devices, 4 micro-batches");
@@ -308,8 +308,8 @@ Test(program_run, replay_hsdp_under_a_pipeline, .timeout = PR_TIMEOUT) {
 }
 
 /* Without a pipeline: fused Mirrors, gathers and ReduceScatters in comm_fusion's buckets. */
-static sk_parallel_desc plain_hsdp_knobs(sk_hsdp_level level, bool overlap) {
-  sk_parallel_desc d;
+static sk_autoparallel plain_hsdp_knobs(sk_hsdp_level level, bool overlap) {
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.hsdp = (sk_hsdp){true, 2, 0, level}; /* shard_size 2: a ShardMirror over the replicas left */
   d.transformer_opt.grad_computation_allreduce_overlap = overlap;
@@ -317,7 +317,7 @@ static sk_parallel_desc plain_hsdp_knobs(sk_hsdp_level level, bool overlap) {
 }
 
 Test(program_run, replay_fused_without_a_pipeline, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd); /* comm_fusion auto: the Mirrors in one bucket per group */
   expect_replay(&pd, 4, "no pipeline, 4 devices, comm_fusion auto");
   pd.transformer_opt.grad_computation_allreduce_overlap = true;
@@ -331,7 +331,7 @@ Test(program_run, replay_fused_without_a_pipeline, .timeout = PR_TIMEOUT) {
 Test(program_run, the_fused_plans_fuse, .timeout = PR_TIMEOUT) {
   static net n;
   static run R;
-  sk_parallel_desc pd = plain_hsdp_knobs(SK_HSDP_LEVEL1, false);
+  sk_autoparallel pd = plain_hsdp_knobs(SK_HSDP_LEVEL1, false);
   build_replay(&n, 8);
   run_init_knobs(&R, &n, 8, SK_F64, sgd(0.1), 1, &pd);
   cr_assert(fuses(&R.plan, SK_COLL_ALLGATHER) && fuses(&R.plan, SK_COLL_REDUCE_SCATTER), "hsdp level1: no fused gather or scatter");
@@ -354,7 +354,7 @@ static bool same_peaks(const sk_runtime_memory *a, const sk_runtime_memory *b) {
          a->peak_communication == b->peak_communication && a->peak == b->peak;
 }
 
-static void expect_same_peaks_5_runs(const sk_parallel_desc *pd, const char *what) {
+static void expect_same_peaks_5_runs(const sk_autoparallel *pd, const char *what) {
   static net n;
   static run R;
   sk_runtime_memory first[8];
@@ -381,12 +381,12 @@ static void expect_same_peaks_5_runs(const sk_parallel_desc *pd, const char *wha
 }
 
 Test(program_run, peaks_deterministic_1f1b_hsdp_level1, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
+  sk_autoparallel pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
   expect_same_peaks_5_runs(&pd, "1f1b + hsdp level1 + recompute, 2 stages x 4 devices, 4 micro-batches, 2 steps");
 }
 
 Test(program_run, peaks_deterministic_zero_bubble_v_hsdp_level2, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_ZERO_BUBBLE_V, SK_HSDP_LEVEL2);
+  sk_autoparallel pd = pipe_hsdp_knobs(4, SK_PIPE_ZERO_BUBBLE_V, SK_HSDP_LEVEL2);
   expect_same_peaks_5_runs(&pd, "zero_bubble_v + hsdp level2 + recompute, 2 stages x 4 devices, 4 micro-batches, 2 steps");
 }
 
@@ -418,7 +418,7 @@ static void program_peaks(const sk_parallel_plan *p, int stage, uint64_t peak[WA
 
 /* with_comm: the communication kind too (hsdp's runtime takes fusion buffers at each gather, not
    program buffers). The parameters' peak above create is the gathered slices'. */
-static void expect_peaks_of_program(const sk_parallel_desc *pd, bool with_comm, const char *what) {
+static void expect_peaks_of_program(const sk_autoparallel *pd, bool with_comm, const char *what) {
   static net n;
   static run R;
   run_replay_net(&R, &n, 8, pd, 1, what);
@@ -443,17 +443,17 @@ static void expect_peaks_of_program(const sk_parallel_desc *pd, bool with_comm, 
 }
 
 Test(program_run, step_peaks_are_the_programs_1f1b, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_knobs(4, SK_PIPE_1F1B);
+  sk_autoparallel pd = pipe_knobs(4, SK_PIPE_1F1B);
   expect_peaks_of_program(&pd, true, "1f1b + recompute, 2 stages x 4 devices, 4 micro-batches");
 }
 
 Test(program_run, step_peaks_are_the_programs_zero_bubble_v, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_knobs(4, SK_PIPE_ZERO_BUBBLE_V);
+  sk_autoparallel pd = pipe_knobs(4, SK_PIPE_ZERO_BUBBLE_V);
   expect_peaks_of_program(&pd, true, "zero_bubble_v + recompute, 2 stages x 4 devices, 4 micro-batches");
 }
 
 Test(program_run, step_peaks_are_the_programs_hsdp, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
+  sk_autoparallel pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
   expect_peaks_of_program(&pd, false, "1f1b + hsdp level1 + recompute, 2 stages x 4 devices, 4 micro-batches");
   pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL3);
   expect_peaks_of_program(&pd, false, "1f1b + hsdp level3 + recompute, 2 stages x 4 devices, 4 micro-batches");
@@ -463,10 +463,10 @@ Test(program_run, step_peaks_are_the_programs_hsdp, .timeout = PR_TIMEOUT) {
 
 /* ---- 5. what create holds is the create section's ------------------------------------------- */
 
-static void expect_create_is_the_section(const sk_parallel_desc *pd, int accumulate, const char *what) {
+static void expect_create_is_the_section(const sk_autoparallel *pd, int accumulate, const char *what) {
   static net n;
   static run R;
-  sk_parallel_desc knobs = *pd;
+  sk_autoparallel knobs = *pd;
   knobs.grad_accumulation_step = accumulate;
   int stages = pd->pipeline.stages > 1 ? pd->pipeline.stages : 1;
   build_replay(&n, 8 / stages);
@@ -495,7 +495,7 @@ static void expect_create_is_the_section(const sk_parallel_desc *pd, int accumul
 }
 
 Test(program_run, create_is_the_create_section, .timeout = PR_TIMEOUT) {
-  sk_parallel_desc pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
+  sk_autoparallel pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
   expect_create_is_the_section(&pd, 1, "1f1b + hsdp level1, 2 stages x 4 devices");
   pd = pipe_hsdp_knobs(4, SK_PIPE_ZERO_BUBBLE_V, SK_HSDP_LEVEL2);
   expect_create_is_the_section(&pd, 1, "zero_bubble_v + hsdp level2, 2 stages x 4 devices");

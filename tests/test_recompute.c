@@ -39,7 +39,7 @@ static void build_chain(net *n, int N) {
 /* Runs the network build(N) makes, with the operators of `flags` (NULL-terminated) flagged,
    into *R (the plan's knobs: `knobs`, NULL: the defaults; counting, checked against the trainer). */
 static void run_flagged_knobs(run *R, net *n, build_fn build, int N, sk_dtype dt, const char *const *flags,
-                              const sk_parallel_desc *knobs, const char *what) {
+                              const sk_autoparallel *knobs, const char *what) {
   build(n, N);
   for (int i = 0; flags && flags[i]; i++) n->g.ops[op_named(&n->g, flags[i])].recompute = true;
   run_init_knobs(R, n, N, dt, sgd(0.5), 4, knobs);
@@ -135,7 +135,7 @@ Test(recompute, dropout_same_mask, .timeout = RT_TIMEOUT) {
    gathers its weight again and releases it, but not the weight its backward has gathered. */
 Test(recompute, hsdp_level3, .timeout = RT_TIMEOUT) {
   static const char *const flags[] = {"fc1", "relu1", "fc2", NULL};
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   sk_hsdp h = SK_HSDP_DEFAULTS;
   pd.hsdp = h, pd.hsdp.threshold_kb = 0, pd.hsdp.level = SK_HSDP_LEVEL3;

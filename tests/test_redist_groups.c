@@ -312,7 +312,7 @@ static sk_parallel_plan rg_compile(const char *path, int stages, sk_graph *g) {
   sk_error e = {SK_OK, ""};
   sk_graph_init(g);
   cr_assert_eq(sk_json_load_network(path, g, &e), SK_OK, "%s: %s", path, e.msg);
-  sk_parallel_desc d;
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = RG_N;
   if (stages > 1) d.pipeline.stages = stages, d.pipeline.micro = 4;

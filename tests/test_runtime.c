@@ -536,7 +536,7 @@ Test(runtime, half_precision_like_the_trainer, .timeout = RT_TIMEOUT) {
   for (int i = 0; i < 4; i++) {
     static net n;
     static run R;
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.fp32_communication = i >= 2;
     build_mlp(&n, 8);
@@ -738,7 +738,7 @@ Test(runtime, allocation_failure_after_create_takes_the_world_down, .timeout = R
   sk_graph_free(&n.g);
 }
 
-/* ---- 6. the parallel knobs (sk_parallel_desc) at run time ------------------------------------- */
+/* ---- 6. the parallel knobs (sk_autoparallel) at run time ------------------------------------- */
 
 static bool same_losses(const run *A, const run *B) {
   return A->nsteps == B->nsteps && !memcmp(A->dev[0].loss, B->dev[0].loss, (size_t)A->nsteps * sizeof(double));
@@ -761,7 +761,7 @@ Test(runtime, comm_fusion_from_the_plan, .timeout = RT_TIMEOUT) {
   static run R[5];
   static const int split[1] = {0}; /* Mirrors in backward order: [u], [w2, w1] */
   build_dp(&n, 4);
-  sk_parallel_desc pd[5];
+  sk_autoparallel pd[5];
   memset(pd, 0, sizeof pd);
   pd[0].comm_fusion.allreduce.mode = SK_FUSION_NONE;
   pd[1].comm_fusion.allreduce.mode = SK_FUSION_AUTO;
@@ -810,7 +810,7 @@ Test(runtime, gradient_factors_like_the_trainer, .timeout = RT_TIMEOUT) {
     builds[b](&n, 4);
     run_knobs(&D, &n, 4, SK_F64, sgd(0.1), 3, NULL, bnames[b]);
     for (int knob = 0; knob < 3; knob++) {
-      sk_parallel_desc pd;
+      sk_autoparallel pd;
       memset(&pd, 0, sizeof pd);
       pd.gradients_mean = knob != 1, pd.no_loss_repeated_mean = knob != 0;
       run_knobs(&K, &n, 4, SK_F64, sgd(0.1), 3, &pd, bnames[b]);
@@ -861,7 +861,7 @@ Test(runtime, wire_dtypes_follow_the_knobs, .timeout = RT_TIMEOUT) {
   static const char *const names[4] = {"bf16 default", "bf16 fp32_communication", "bf16 no_gradient_fp32_sync", "bf16 both"};
   static const int wr[4] = {2, 4, 2, 4}, wm[4] = {4, 4, 2, 4};
   for (int i = 0; i < 4; i++) {
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.fp32_communication = i & 1, pd.no_gradient_fp32_sync = i >= 2;
     run_knobs(&R[i], &n, 8, SK_BF16, sgd(0.5), 10, &pd, names[i]);
@@ -886,7 +886,7 @@ Test(runtime, wire_dtypes_follow_the_knobs, .timeout = RT_TIMEOUT) {
               "losses within %.3g, parameters within %.3g", R[0].dev[0].loss[6], R[2].dev[0].loss[6], m.loss, m.param);
   static const sk_dtype full[2] = {SK_F32, SK_F64};
   for (int i = 0; i < 2; i++) {
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.fp32_communication = true, pd.no_gradient_fp32_sync = true;
     run_knobs(&F[0], &n, 8, full[i], sgd(0.5), 3, NULL, sk_dtype_name(full[i]));
@@ -930,7 +930,7 @@ Test(runtime, local_norms_dumped_per_device_and_parameter, .timeout = RT_TIMEOUT
   cr_assert_geq(fd, 0);
   close(fd);
   build_mlp(&n, 4);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.dump_local_norm = path, pd.device_local_norm = true;
   run_knobs(&R, &n, 4, SK_F64, sgd(0.5), 3, &pd, "local norms");
@@ -984,7 +984,7 @@ Test(runtime, local_norm_file_refused_at_create, .timeout = RT_TIMEOUT) {
   static net n;
   static run R;
   build_mlp(&n, 2);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.dump_local_norm = "/nonexistent-dir/norms.txt";
   run_init_knobs(&R, &n, 2, SK_F32, sgd(0.1), 1, &pd);
@@ -1008,7 +1008,7 @@ Test(runtime, mirror_overlap_on_the_virtual_clock, .timeout = RT_TIMEOUT) {
   static run R[2];
   build_dp(&n, 4);
   for (int i = 0; i < 2; i++) {
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.comm_fusion.allreduce.mode = SK_FUSION_NONE;
     pd.transformer_opt.grad_computation_allreduce_overlap = i == 1;
@@ -1053,7 +1053,7 @@ Test(runtime, communication_fusion_packs_backward_allreduces, .timeout = RT_TIME
   static run R[2];
   build_ln_act(&n, 4);
   for (int i = 0; i < 2; i++) {
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.transformer_opt.enable_communication_fusion = i == 1;
     run_knobs(&R[i], &n, 4, SK_F64, sgd(0.5), 3, &pd, i ? "communication fusion" : "no communication fusion");
@@ -1092,7 +1092,7 @@ Test(runtime, create_allocation_failures_with_knobs, .timeout = RT_TIMEOUT) {
   cr_assert_geq(fd, 0);
   close(fd);
   build_ln_act(&n, 2);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.no_gradient_fp32_sync = true, pd.dump_local_norm = path, pd.device_local_norm = true;
   pd.transformer_opt.enable_communication_fusion = true;
@@ -1129,7 +1129,7 @@ Test(runtime, local_norms_printed_as_dumped, .init = cr_redirect_stdout, .timeou
   cr_assert_geq(fd, 0);
   close(fd);
   build_residual(&n, 2);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.dump_local_norm = path, pd.print_local_norm = true;
   run_knobs(&R, &n, 2, SK_F32, sgd(0.5), 2, &pd, "printed norms");

@@ -537,7 +537,7 @@ Test(search, configured_operators_keep_their_strategies) {
   sk_search_model_free(&m);
   /* through the compiler, in every search mode: fc1 as written, the others searched */
   for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.ndevices = 8, pd.mode = (sk_parallel_mode)mode;
     sk_parallel_plan p;
@@ -697,7 +697,7 @@ Test(search, recursive_memory_check_refuses) {
   OK(sk_search_recursive(&m, choice, E));
   sk_search_model_free(&m);
   /* through the compiler */
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = 8, pd.mode = SK_PARALLEL_RECURSIVE_PROGRAMMING, pd.search.device_memory = 1;
   sk_parallel_plan p;
@@ -803,7 +803,7 @@ static void train_mode(sk_parallel_mode mode) {
   static net n;
   static run R;
   load_rp(&n);
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.mode = mode;
   run_init_knobs(&R, &n, 8, SK_F64, sgd(0.01), 5, &pd);
@@ -841,7 +841,7 @@ Test(search, modes_costs_on_rp_net, .timeout = 120) {
   load_rp(&n);
   double cost[4] = {0};
   for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
-    sk_parallel_desc pd;
+    sk_autoparallel pd;
     memset(&pd, 0, sizeof pd);
     pd.ndevices = 8, pd.mode = (sk_parallel_mode)mode;
     sk_parallel_plan p;
@@ -858,7 +858,7 @@ Test(search, modes_costs_on_rp_net, .timeout = 120) {
 /* sk_search_apply writes what the search chose: the compiled network (its strategies now set,
    every operator configured) modelled again costs exactly plan.search_cost. */
 static void assert_applied_cost(const sk_graph *g, int N, sk_parallel_mode mode, const char *what) {
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = N, pd.mode = mode;
   sk_parallel_plan p;
@@ -901,7 +901,7 @@ Test(search, searched_strategies_saved_and_loaded) {
   char path[64];
   snprintf(path, sizeof path, "/tmp/sk_test_search_%d.json", (int)getpid());
   for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
-    sk_parallel_desc d;
+    sk_autoparallel d;
     memset(&d, 0, sizeof d);
     d.ndevices = 8, d.mode = (sk_parallel_mode)mode, d.save_operator_strategy_file = path;
     sk_parallel_plan p, q;
@@ -927,7 +927,7 @@ Test(search, format_strategies_exact_lines) {
   sk_graph_op mm = OP("mm", SK_OP_MATMUL, x, w);
   SHARD(mm, 0, 2, 4), SHARD(mm, 1, 4, 1);
   OK(sk_graph_set_loss(&n.g, add_op(&n, OP("loss", SK_OP_SOFTMAX_CE, add_op(&n, mm), y)), E));
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = 8;
   sk_parallel_plan p;
@@ -990,7 +990,7 @@ Test(search, null_and_bad_arguments) {
   sk_search_model_free(&m); /* twice: zeroed */
   sk_search_model_free(NULL);
   /* the compiler: an unknown mode, an exhaustive refusal (the plan left empty) */
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = 8, pd.mode = (sk_parallel_mode)7;
   sk_parallel_plan p;

@@ -75,7 +75,7 @@ Test(search_runtime, dense_split_contraction_and_columns_bias, .timeout = RT_TIM
 
 static void train_searched(net *n, int N, sk_parallel_mode mode, sk_dataset_strategy dataset, const char *what) {
   static run R;
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.mode = mode, pd.dataset = dataset;
   run_init_knobs(&R, n, N, SK_F64, sgd(0.2), 4, &pd);
@@ -216,7 +216,7 @@ Test(search_runtime, harness_networks_searched_train_like_one_device, .timeout =
                                      {"dropout as written", a_dropout}};
   for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++)
     for (int mode = SK_PARALLEL_SHARDING_PROPAGATION; mode <= SK_PARALLEL_EXHAUSTIVE; mode++) {
-      sk_parallel_desc pd;
+      sk_autoparallel pd;
       memset(&pd, 0, sizeof pd);
       pd.mode = (sk_parallel_mode)mode;
       char what[96];

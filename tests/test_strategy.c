@@ -50,15 +50,15 @@ static void load(const char *path, sk_graph *g) {
   cr_assert_eq(sk_json_load_network(path, g, &e), SK_OK, "%s: %s", path, e.msg);
 }
 
-static sk_parallel_desc pdesc(int n) {
-  sk_parallel_desc d;
+static sk_autoparallel pdesc(int n) {
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = n;
   return d;
 }
 
 /* MindSpore's dataset_strategy ((2, 1, 1, 1), (2,)) for the tutorial's image and label. */
-static void tutorial_dataset(sk_parallel_desc *d) {
+static void tutorial_dataset(sk_autoparallel *d) {
   d->ndataset = 2;
   d->dataset_strategy[0][0] = 2, d->dataset_strategy[0][1] = d->dataset_strategy[0][2] = d->dataset_strategy[0][3] = 1;
   d->dataset_strategy[1][0] = 2;
@@ -178,7 +178,7 @@ static void same_op(const sk_parallel_op *a, const sk_parallel_op *b, const sk_g
   }
 }
 
-static void same_dataset(const sk_parallel_desc *a, const sk_parallel_desc *b) {
+static void same_dataset(const sk_autoparallel *a, const sk_autoparallel *b) {
   cr_assert_eq(a->ndevices, b->ndevices);
   cr_assert_eq(a->ndataset, b->ndataset);
   cr_assert_eq(a->ndataset_layouts, b->ndataset_layouts);
@@ -210,11 +210,11 @@ static void same_plan(const sk_parallel_plan *a, const sk_parallel_plan *b) {
 
 /* Compiles g under d saving one file (`one`) or a parameter and an operator file; then compiles
    a freshly loaded `net` from them, saving again; both plans and both texts must agree. */
-static void round_trip(sk_graph *g, const char *net, const sk_parallel_desc *d, bool one) {
+static void round_trip(sk_graph *g, const char *net, const sk_autoparallel *d, bool one) {
   tmpdir t;
   char pp[128], op[128], pp2[128], op2[128];
   tmp_make(&t);
-  sk_parallel_desc s = *d, l = pdesc(d->ndevices);
+  sk_autoparallel s = *d, l = pdesc(d->ndevices);
   s.save_param_strategy_file = tmp_path(&t, one ? "both.json" : "params.json", pp, sizeof pp);
   s.save_operator_strategy_file = tmp_path(&t, one ? "both.json" : "ops.json", op, sizeof op);
   sk_parallel_plan a, b;
@@ -243,7 +243,7 @@ static void round_trip(sk_graph *g, const char *net, const sk_parallel_desc *d, 
 Test(strategy, tutorial_round_trips_with_a_dataset_tuple) {
   sk_graph g;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   tutorial_dataset(&d);
   round_trip(&g, TUTORIAL, &d, true);
   round_trip(&g, TUTORIAL, &d, false);
@@ -253,7 +253,7 @@ Test(strategy, tutorial_round_trips_with_a_dataset_tuple) {
 Test(strategy, transformer_round_trips, .timeout = 60) {
   sk_graph g;
   load(TRANSFORMER, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   d.ndataset = 2, d.dataset_strategy[0][0] = 2, d.dataset_strategy[0][1] = 1, d.dataset_strategy[1][0] = 2;
   round_trip(&g, TRANSFORMER, &d, false);
   sk_graph_free(&g);
@@ -262,7 +262,7 @@ Test(strategy, transformer_round_trips, .timeout = 60) {
 Test(strategy, recursive_programming_round_trips_data_parallel_and_full_batch) {
   sk_graph g;
   load(RECURSIVE, &g);
-  sk_parallel_desc d = pdesc(4);
+  sk_autoparallel d = pdesc(4);
   round_trip(&g, RECURSIVE, &d, true);
   d.dataset = SK_DATASET_FULL_BATCH;
   round_trip(&g, RECURSIVE, &d, true);
@@ -288,7 +288,7 @@ Test(strategy, operator_layouts_and_dataset_layouts_round_trip) {
   OK(sk_layout_parse(&relu2->desc.layouts[0], &m, "(mp,dp),None", h->ndims, h->shape, E));
   OK(sk_layout_parse(&relu2->desc.out_layouts[0], &m, "None,(dp,mp)", h->ndims, h->shape, E));
   fc2->desc.has_out_strategy = true, fc2->desc.out_strategy[0] = 1, fc2->desc.out_strategy[1] = 8;
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   const sk_graph_tensor *img = &g.tensors[sk_graph_find(&g, "image")], *lab = &g.tensors[sk_graph_find(&g, "label")];
   d.ndataset_layouts = 2;
   OK(sk_layout_parse(&d.dataset_layouts[0], &m, "dp,None,None,None", img->ndims, img->shape, E));
@@ -309,7 +309,7 @@ Test(strategy, a_plan_with_fallbacks_reloads_to_the_same_plan) {
   load(TUTORIAL, &h);
   sk_graph_op *fc1 = &g.ops[op_index(&g, "fc1")];
   fc1->desc.strategy[0][0] = 4, fc1->desc.strategy[0][1] = 4, fc1->desc.strategy[1][0] = 4;
-  sk_parallel_desc d = pdesc(8), l = pdesc(8);
+  sk_autoparallel d = pdesc(8), l = pdesc(8);
   d.save_param_strategy_file = d.save_operator_strategy_file = tmp_path(&t, "s.json", path, sizeof path);
   sk_parallel_plan a, b;
   OK(sk_strategy_compile(&g, &d, &a, E));
@@ -347,7 +347,7 @@ Test(strategy, loaded_strategies_take_precedence) {
   sk_graph_op *fc2 = &g.ops[op_index(&g, "fc2")];
   static const int x[2] = {2, 4}, w[2] = {4, 1};
   memcpy(fc2->desc.strategy[0], x, sizeof x), memcpy(fc2->desc.strategy[1], w, sizeof w);
-  sk_parallel_desc d = pdesc(8), l = pdesc(8);
+  sk_autoparallel d = pdesc(8), l = pdesc(8);
   tutorial_dataset(&d);
   d.save_operator_strategy_file = tmp_path(&t, "ops.json", path, sizeof path);
   sk_parallel_plan a, b;
@@ -362,7 +362,7 @@ Test(strategy, loaded_strategies_take_precedence) {
   /* step 1 alone changes the graph and the desc */
   sk_graph_free(&h);
   load(TUTORIAL, &h);
-  sk_parallel_desc m = pdesc(8);
+  sk_autoparallel m = pdesc(8);
   OK(sk_strategy_load_operators(path, &h, &m, E));
   cr_assert_eq(m.ndataset, 2);
   cr_assert_eq(m.dataset_strategy[0][0], 2);
@@ -375,7 +375,7 @@ Test(strategy, loaded_strategies_take_precedence) {
 Test(strategy, canonical_text) {
   sk_graph g;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   sk_parallel_plan p;
   char *a = NULL, *b = NULL;
   OK(sk_parallel_compile(&g, &d, &p, E));
@@ -415,7 +415,7 @@ Test(strategy, a_dim_cut_by_two_axes_is_a_list) {
   OK(sk_layout_parse(&fc3->desc.layouts[0], &m, "None,(a,b)", x->ndims, x->shape, E));
   OK(sk_layout_parse(&fc3->desc.layouts[1], &m, "(a,b),None", w->ndims, w->shape, E));
   fc3->desc.has_layouts = true;
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   sk_parallel_plan p;
   char *a = NULL;
   OK(sk_parallel_compile(&g, &d, &p, E));
@@ -452,7 +452,7 @@ Test(strategy, trainable_parameters_only_unless_all_params) {
   tmp_make(&t);
   load_with_frozen(&g);
   load_with_frozen(&h);
-  sk_parallel_desc d = pdesc(8), l = pdesc(8);
+  sk_autoparallel d = pdesc(8), l = pdesc(8);
   d.save_param_strategy_file = tmp_path(&t, "only.json", only, sizeof only);
   sk_parallel_plan a, b;
   OK(sk_strategy_compile(&g, &d, &a, E));
@@ -490,7 +490,7 @@ static json_t *tutorial_file(void) {
   sk_parallel_plan p;
   char *text = NULL;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   OK(sk_parallel_compile(&g, &d, &p, E));
   OK(sk_strategy_format(&p, true, true, false, &text, E));
   json_error_t je;
@@ -533,7 +533,7 @@ static void refused(json_t *root, const char *word, const char *line_of) {
   sk_graph g, ref;
   load(TUTORIAL, &g);
   load(TUTORIAL, &ref);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   d.load_operator_strategy_file = d.load_param_strategy_file = path;
   sk_parallel_plan p;
   memset(&p, 0xab, sizeof p);
@@ -564,7 +564,7 @@ static void loads(json_t *root) {
   write_text(tmp_path(&t, "good.json", path, sizeof path), text);
   sk_graph g;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   d.load_operator_strategy_file = d.load_param_strategy_file = path;
   sk_parallel_plan p;
   OK(sk_strategy_compile(&g, &d, &p, E));
@@ -586,7 +586,7 @@ Test(strategy, empty_and_invalid_files) {
   tmp_make(&t);
   sk_graph g;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   sk_parallel_plan p;
   d.load_operator_strategy_file = tmp_path(&t, "s.json", path, sizeof path);
   write_text(path, "");
@@ -745,7 +745,7 @@ Test(strategy, an_equivalent_layout_passes) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   d.load_param_strategy_file = path;
   OK(sk_strategy_compile(&g, &d, &p, E));
   sk_parallel_free(&p);
@@ -796,7 +796,7 @@ Test(strategy, files_that_cannot_be_read_or_written) {
   tmp_make(&t);
   load(TUTORIAL, &g);
   load(TUTORIAL, &ref);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   d.save_param_strategy_file = "/nonexistent-dir/s.json";
   FAILS(SK_ERR_SYSTEM, "strategy: cannot create '/nonexistent-dir/s.json'", sk_strategy_compile(&g, &d, &p, E));
   cr_assert_null(p.ops, "a failed save leaves no plan");
@@ -820,7 +820,7 @@ Test(strategy, bad_arguments) {
   sk_parallel_plan p;
   char *text = (char *)"x";
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   BAD("NULL", sk_strategy_compile(NULL, &d, &p, E));
   BAD("NULL", sk_strategy_compile(&g, NULL, &p, E));
   BAD("NULL", sk_strategy_compile(&g, &d, NULL, E));
@@ -880,7 +880,7 @@ static sk_result oom_format(void *arg, sk_error *e) {
 
 static sk_result oom_load(void *arg, sk_error *e) {
   const oom_case *c = (const oom_case *)arg;
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   sk_result r = sk_strategy_load_operators(c->path, c->g, &d, e);
   return r ? r : sk_strategy_check_params(c->path, c->plan, false, e);
 }
@@ -892,7 +892,7 @@ Test(strategy, out_of_memory_in_jansson, .timeout = 60) {
   char path[128];
   tmp_make(&t);
   load(TUTORIAL, &g);
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   tutorial_dataset(&d);
   d.save_param_strategy_file = d.save_operator_strategy_file = tmp_path(&t, "s.json", path, sizeof path);
   OK(sk_strategy_compile(&g, &d, &p, E));

@@ -45,16 +45,16 @@ static void load(const char *path, sk_graph *g) {
   cr_assert_eq(sk_json_load_network(path, g, &e), SK_OK, "%s: %s", path, e.msg);
 }
 
-static sk_parallel_desc pdesc(int n) {
-  sk_parallel_desc d;
+static sk_autoparallel pdesc(int n) {
+  sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = n;
   return d;
 }
 
 /* A pipeline of `stages` stages and `micro` micro-batches on n devices. */
-static sk_parallel_desc piped(int n, int stages, int micro) {
-  sk_parallel_desc d = pdesc(n);
+static sk_autoparallel piped(int n, int stages, int micro) {
+  sk_autoparallel d = pdesc(n);
   d.pipeline.stages = stages, d.pipeline.micro = micro;
   return d;
 }
@@ -116,11 +116,11 @@ static int count(const char *text, const char *what) {
 /* `net` compiled under d (g: that network, maybe edited) saving one file; then a fresh `net`
    compiled under l loading it and saving again: the same programs, the same bytes. The first
    plan is left in *first (the caller frees it). */
-static void round_trip_into(sk_graph *g, const char *net, const sk_parallel_desc *d, const sk_parallel_desc *l,
+static void round_trip_into(sk_graph *g, const char *net, const sk_autoparallel *d, const sk_autoparallel *l,
                             sk_parallel_plan *first) {
   tmpdir t;
   tmp_make(&t);
-  sk_parallel_desc s = *d, r = *l;
+  sk_autoparallel s = *d, r = *l;
   s.save_param_strategy_file = s.save_operator_strategy_file = t.a;
   r.load_param_strategy_file = r.load_operator_strategy_file = t.a;
   r.save_param_strategy_file = r.save_operator_strategy_file = t.b;
@@ -142,7 +142,7 @@ static void round_trip_into(sk_graph *g, const char *net, const sk_parallel_desc
   tmp_clean(&t);
 }
 
-static void round_trip(const char *net, const sk_parallel_desc *d, const sk_parallel_desc *l) {
+static void round_trip(const char *net, const sk_autoparallel *d, const sk_autoparallel *l) {
   sk_graph g;
   sk_parallel_plan a;
   load(net, &g);
@@ -154,7 +154,7 @@ static void round_trip(const char *net, const sk_parallel_desc *d, const sk_para
 /* ---- round trips ---------------------------------------------------------------------------- */
 
 Test(strategy_roundtrip, semi_auto) {
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   round_trip(TUTORIAL, &d, &d);
   round_trip(RECURSIVE, &d, &d);
 }
@@ -162,7 +162,7 @@ Test(strategy_roundtrip, semi_auto) {
 /* The reported case: --pipeline 2 --micro 4 saved, then loaded with the same flags; and loaded
    with --micro 4 alone, the file's 2 stages taken. */
 Test(strategy_roundtrip, pipeline_two_stages_four_micro_batches) {
-  sk_parallel_desc d = piped(8, 2, 4), l = piped(8, 0, 4);
+  sk_autoparallel d = piped(8, 2, 4), l = piped(8, 0, 4);
   round_trip(TUTORIAL, &d, &d);
   round_trip(TUTORIAL, &d, &l);
   d.pipeline.scheduler = SK_PIPE_GPIPE, l.pipeline.scheduler = SK_PIPE_GPIPE;
@@ -178,7 +178,7 @@ Test(strategy_roundtrip, pipeline_stages_replace_the_network_annotations) {
   tmp_make(&t);
   load(TUTORIAL, &g);
   for (int o = 0; o < g.nops; o++) g.ops[o].stage = o >= 1 ? 1 : 0; /* only flatten on stage 0 */
-  sk_parallel_desc d = piped(8, 2, 4), l = piped(8, 2, 4);
+  sk_autoparallel d = piped(8, 2, 4), l = piped(8, 2, 4);
   d.save_operator_strategy_file = d.save_param_strategy_file = t.a;
   OK(sk_strategy_compile(&g, &d, &a, E));
   cr_assert(!a.recut && a.vstage[0] == 0 && a.vstage[1] == 1);
@@ -197,7 +197,7 @@ Test(strategy_roundtrip, pipeline_stages_replace_the_network_annotations) {
 /* Two chunks per stage: the compiler cuts by FLOPs (annotations are for one chunk per stage), and
    the cut must put every operator on the stage the file says. */
 Test(strategy_roundtrip, interleaved_pipeline) {
-  sk_parallel_desc d = piped(8, 2, 4);
+  sk_autoparallel d = piped(8, 2, 4);
   d.pipeline.interleave = 2;
   round_trip(TUTORIAL, &d, &d);
   d.pipeline.interleave = 0, d.pipeline.scheduler = SK_PIPE_ZERO_BUBBLE_V;
@@ -209,7 +209,7 @@ Test(strategy_roundtrip, interleaved_pipeline) {
 Test(strategy_roundtrip, hsdp_levels_and_shard_size) {
   static const sk_hsdp_level levels[] = {SK_HSDP_LEVEL1, SK_HSDP_LEVEL2, SK_HSDP_LEVEL3};
   for (int k = 0; k < 3; k++) {
-    sk_parallel_desc d = pdesc(8), l = pdesc(8);
+    sk_autoparallel d = pdesc(8), l = pdesc(8);
     sk_hsdp h = {true, -1, 0, levels[k]};
     d.hsdp = h;
     round_trip(TUTORIAL, &d, &l);
@@ -222,7 +222,7 @@ Test(strategy_roundtrip, hsdp_levels_and_shard_size) {
   /* the file records each parameter's shard */
   sk_graph g;
   sk_parallel_plan a;
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   sk_hsdp h = {true, 2, 0, SK_HSDP_LEVEL2};
   char *text = NULL;
   d.hsdp = h;
@@ -240,7 +240,7 @@ Test(strategy_roundtrip, hsdp_levels_and_shard_size) {
 /* A search mode's plan (every operator searched) loads as semi_auto or under the same mode:
    the file leaves nothing to search. */
 Test(strategy_roundtrip, sharding_propagation, .timeout = 60) {
-  sk_parallel_desc d = pdesc(8), l = pdesc(8);
+  sk_autoparallel d = pdesc(8), l = pdesc(8);
   d.mode = SK_PARALLEL_SHARDING_PROPAGATION;
   round_trip(RECURSIVE, &d, &l);
   round_trip(RECURSIVE, &d, &d);
@@ -263,7 +263,7 @@ Test(strategy_roundtrip, layouts) {
   OK(sk_layout_parse(&fc3->desc.layouts[0], &m, "dp,mp", x->ndims, x->shape, E));
   OK(sk_layout_parse(&fc3->desc.layouts[1], &m, "mp,None", w->ndims, w->shape, E));
   fc3->desc.has_layouts = true;
-  sk_parallel_desc d = pdesc(8), l = pdesc(8);
+  sk_autoparallel d = pdesc(8), l = pdesc(8);
   const sk_graph_tensor *img = &g.tensors[sk_graph_find(&g, "image")], *lab = &g.tensors[sk_graph_find(&g, "label")];
   d.ndataset_layouts = 2;
   OK(sk_layout_parse(&d.dataset_layouts[0], &m, "dp,None,None,None", img->ndims, img->shape, E));
@@ -306,7 +306,7 @@ Test(strategy_roundtrip, a_version_1_file_still_loads) {
   write_text(t.a, V1_TUTORIAL);
   load(TUTORIAL, &g);
   load(TUTORIAL, &h);
-  sk_parallel_desc d = pdesc(8), l = pdesc(8);
+  sk_autoparallel d = pdesc(8), l = pdesc(8);
   OK(sk_parallel_compile(&g, &d, &a, E));
   l.load_operator_strategy_file = l.load_param_strategy_file = t.a;
   l.save_operator_strategy_file = l.save_param_strategy_file = t.b;
@@ -329,7 +329,7 @@ Test(strategy_roundtrip, a_version_1_file_still_loads) {
 /* ---- the configuration against the file ------------------------------------------------------ */
 
 /* Saves the tutorial under d into t->a. */
-static void save_tutorial(const tmpdir *t, sk_parallel_desc d) {
+static void save_tutorial(const tmpdir *t, sk_autoparallel d) {
   sk_graph g;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
@@ -340,7 +340,7 @@ static void save_tutorial(const tmpdir *t, sk_parallel_desc d) {
 }
 
 /* Loading t->a into the tutorial under l is refused with `word`; the network is left as it was. */
-static void refused_by(const tmpdir *t, sk_parallel_desc l, const char *word) {
+static void refused_by(const tmpdir *t, sk_autoparallel l, const char *word) {
   sk_graph g, ref;
   sk_parallel_plan p;
   load(TUTORIAL, &g);
@@ -362,11 +362,11 @@ Test(strategy_roundtrip, a_contradicting_configuration_is_refused_by_name) {
   save_tutorial(&t, piped(8, 2, 4));
   refused_by(&t, piped(8, 4, 4), "a.json: line 5: stages: the file's plan has 2 pipeline stages, the configuration asks for 4");
   refused_by(&t, piped(8, 1, 4), "stages: the file's plan has 2 pipeline stages, the configuration asks for 1");
-  sk_parallel_desc l = piped(8, 2, 4);
+  sk_autoparallel l = piped(8, 2, 4);
   l.hsdp.enabled = true, l.hsdp.shard_size = -1, l.hsdp.threshold_kb = 64;
   refused_by(&t, l, "a.json: line 6: hsdp: the file's plan has no optimizer parallel, the configuration asks for "
                     "hsdp(shard_size=-1, threshold=64, optimizer_level=level1)");
-  sk_parallel_desc d = pdesc(8);
+  sk_autoparallel d = pdesc(8);
   d.hsdp.enabled = true, d.hsdp.shard_size = 2, d.hsdp.level = SK_HSDP_LEVEL3;
   save_tutorial(&t, d);
   l = pdesc(8);
@@ -393,7 +393,7 @@ Test(strategy_roundtrip, a_parameter_file_against_another_plan) {
   tmp_make(&t);
   save_tutorial(&t, piped(8, 2, 4));
   load(TUTORIAL, &g);
-  sk_parallel_desc d = piped(8, 2, 4);
+  sk_autoparallel d = piped(8, 2, 4);
   OK(sk_parallel_compile(&g, &d, &p, E));
   OK(sk_strategy_check_params(t.a, &p, false, E));
   sk_parallel_free(&p);
@@ -417,7 +417,7 @@ static json_t *v2_file(void) {
   sk_graph g;
   sk_parallel_plan p;
   char *text = NULL;
-  sk_parallel_desc d = piped(8, 2, 4);
+  sk_autoparallel d = piped(8, 2, 4);
   d.hsdp.enabled = true, d.hsdp.shard_size = -1;
   load(TUTORIAL, &g);
   OK(sk_parallel_compile(&g, &d, &p, E));
@@ -456,7 +456,7 @@ Test(strategy_roundtrip, the_unedited_file_loads) {
   char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   sk_graph g;
   sk_parallel_plan p;
-  sk_parallel_desc l = piped(8, 0, 4);
+  sk_autoparallel l = piped(8, 0, 4);
   tmp_make(&t);
   write_text(t.a, text);
   load(TUTORIAL, &g);
@@ -509,7 +509,7 @@ Test(strategy_roundtrip, an_interleaved_cut_otherwise_is_refused) {
   tmpdir t;
   char *text;
   tmp_make(&t);
-  sk_parallel_desc d = piped(8, 2, 4);
+  sk_autoparallel d = piped(8, 2, 4);
   d.pipeline.interleave = 2;
   save_tutorial(&t, d);
   text = read_text(t.a);

@@ -62,7 +62,7 @@ typedef struct options {
   const char *backend_asked;
   sk_link_model link;
   double device_tflops;
-  sk_parallel_desc pd;       /* the parallel configuration the flags set (ndevices: --devices) */
+  sk_autoparallel pd;       /* the parallel configuration the flags set (ndevices: --devices) */
   int fusion_index[64];      /* --fusion index:I,J,...: pd.comm_fusion.allreduce.indices points here */
   const char *dataset_layouts; /* --dataset-strategy as a tuple of layouts: read once the inputs' shapes are known */
   const char *transformer_opt; /* --transformer-opt FILE (parallel_speed_up.json) */
@@ -183,7 +183,7 @@ static int dataset_error(char *msg, size_t cap, const char *what, const char *to
 }
 
 /* Tuple n of a dataset strategy, "(2,1)" at *at, into pd's row n; *at moves past its ')'. */
-static int parse_dataset_tuple(const char **at, sk_parallel_desc *pd, int n, char *msg, size_t cap) {
+static int parse_dataset_tuple(const char **at, sk_autoparallel *pd, int n, char *msg, size_t cap) {
   const char *c = *at + 1;
   int len = 0;
   while (*(c += strspn(c, " ")) != ')') {
@@ -223,7 +223,7 @@ static int check_layouts(const char *v, char *msg, size_t cap) {
 /* --dataset-strategy: data_parallel, full_batch, MindSpore's tuple "((2,1),(2,))", or a tuple of
    layouts (read once the inputs' shapes are known). 0 on success; -1 with msg saying what is wrong. */
 static int parse_dataset(const char *v, options *o, char *msg, size_t cap) {
-  sk_parallel_desc *pd = &o->pd;
+  sk_autoparallel *pd = &o->pd;
   if (pylayout_is_layout_text(v)) return o->dataset_layouts = v, check_layouts(v, msg, cap);
   if (!strcmp(v, "data_parallel")) return pd->dataset = SK_DATASET_DATA_PARALLEL, 0;
   if (!strcmp(v, "full_batch")) return pd->dataset = SK_DATASET_FULL_BATCH, 0;
@@ -476,7 +476,7 @@ static int check_combinations(const char *argv0, const options *o, bool steps, b
   if (o->check_tolerance > 0 && !o->check) return bad_usage(argv0, "--check-tolerance needs --check", NULL);
   const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
   if (ck) return bad_usage(argv0, ck, NULL);
-  sk_parallel_desc pd = o->pd; /* the strategy files are sk_strategy_compile's, read later */
+  sk_autoparallel pd = o->pd; /* the strategy files are sk_strategy_compile's, read later */
   pd.ndevices = o->devices;
   pd.save_param_strategy_file = pd.save_operator_strategy_file = NULL;
   pd.load_param_strategy_file = pd.load_operator_strategy_file = NULL;
@@ -840,7 +840,7 @@ static void say_fallbacks(const job *J, const char *argv0) {
 }
 
 /* --dataset-strategy's tuple of layouts, one per network input in order, on those inputs' shapes. */
-static int dataset_layouts(const options *o, const sk_graph *g, sk_parallel_desc *pd, char *msg, size_t cap) {
+static int dataset_layouts(const options *o, const sk_graph *g, sk_autoparallel *pd, char *msg, size_t cap) {
   sk_mesh meshes[SK_OP_MAX_INPUTS];
   static char maps[SK_OP_MAX_INPUTS][PYLAYOUT_MAP_MAX]; /* 8 KiB: off the stack */
   int n = 0;
@@ -947,7 +947,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   if (apply_shards(o, g, msg, cap)) return -1;
   J->g = g, J->optim = g->optim;
   if (o->optimizer) J->optim.kind = o->optim_kind;
-  sk_parallel_desc pd;
+  sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd = o->pd;
   pd.ndevices = o->devices, pd.strict_strategies = o->strict;

@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size) fwrite(data, 1, size, f);
   fclose(f);
   for (int i = 0; i < NNETS; i++) {
-    sk_parallel_desc d;
+    sk_autoparallel d;
     sk_parallel_plan plan;
     sk_error e = {SK_OK, ""};
     memset(&d, 0, sizeof d);
