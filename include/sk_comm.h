@@ -80,6 +80,15 @@ typedef struct sk_link_model {
   double gbps;     /* link bandwidth, GB/s (1e9 bytes/s) */
 } sk_link_model;
 
+/* The modelled cluster, in one place: what the world's virtual clocks, the compiler's searches
+   and the reports read. Zero: nothing modelled (no clocks, searches count bytes, compute and
+   memory unchecked). */
+typedef struct sk_cluster {
+  sk_link_model link;   /* between any two devices */
+  double device_flops;  /* one device's speed, FLOP/s (0: compute time not modelled) */
+  double device_memory; /* bytes one device holds (0: unchecked) */
+} sk_cluster;
+
 /* World configuration; zero fields mean the default:
      ndevices        threads backend: required, 1..SK_MAX_DEVICES; MPI: 0 or the world size
      timeout_ms      300000 (5 min): the bound of every wait

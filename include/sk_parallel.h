@@ -165,6 +165,9 @@ typedef struct sk_autoparallel {
   /* The run's compute dtype (SK_F32, zero, or SK_F64): only the programs' printed byte counts read it. */
   sk_dtype dtype;
   bool output_broadcast; /* inference: the last stage's output is broadcast to every stage */
+  /* Where the compiler and the plan take their memory (zero: the C library); a device's runtime
+     buffers come from its own allocator (sk_runtime_desc.alloc). */
+  sk_allocator allocator;
 } sk_autoparallel;
 
 typedef enum sk_parallel_step_kind {
