@@ -552,7 +552,7 @@ static int fp_make_world(const fp_opts *o, fp_ctx *x, sk_world **w) {
   memset(&d, 0, sizeof d);
   d.ndevices = o->ngpus ? o->ngpus : BENCH_DEFAULT_GPUS;
   d.backend = sk_threads_backend();
-  d.link = o->link;
+  d.cluster.link = o->link;
   sk_error err;
   if (sk_world_create(&d, w, &err) != SK_OK) {
     fprintf(stderr, "%s: cannot create the threads world: %s\n", o->prog, err.msg);

@@ -345,7 +345,7 @@ typedef struct tally {
   int nnotes;
 } tally;
 
-static const char *unit(void) { return base_desc.link.gbps > 0 ? "us" : "B"; }
+static const char *unit(void) { return base_desc.cluster.link.gbps > 0 ? "us" : "B"; }
 
 /* One row: graph g (its strategies already stripped) on n devices. */
 static void quality_row(const sk_graph *g, const char *name, int n, tally *t) {
@@ -444,7 +444,7 @@ static int quality(const char *nets, int mlps) {
   printf("# search_perf quality: plan cost (%s; link %.3g us, %.3g GB/s, device_tflops %.3g) of each search over the\n"
          "# exhaustive optimum; data_par = semi_auto's data-parallel plan (the rules' defaults) in the same model;\n"
          "# seeded = sharding_propagation from the optimum's strategy on the heaviest op\n",
-         unit(), base_desc.link.alpha_us, base_desc.link.gbps, base_desc.device_tflops);
+         unit(), base_desc.cluster.link.alpha_us, base_desc.cluster.link.gbps, base_desc.cluster.device_flops * 1e-12);
   printf("%-24s %3s %3s %9s %12s %12s %7s %12s %7s %12s %7s %8s %8s %8s  %-10s %7s %s\n", "# graph", "ops", "dev", "combos",
          "optimum", "propagation", "ratio", "D-Rec", "ratio", "data_par", "ratio", "exh_ms", "prop_ms", "drec_ms",
          "seeded_at", "ratio", "reached");
@@ -577,7 +577,7 @@ static void usage(FILE *f, const char *path) {
 int main(int argc, char **argv) {
   const char *nets = "examples/nets";
   int mlps = 20, layers = 0, devices = 4096, runs = 3;
-  base_desc.link.alpha_us = 5, base_desc.link.gbps = 25;
+  base_desc.cluster.link.alpha_us = 5, base_desc.cluster.link.gbps = 25;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (prog_is_help(a)) return usage(stdout, argv[0]), 0;
@@ -603,9 +603,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--mlps")) mlps = atoi(v);
     else if (!strcmp(a, "--devices")) devices = atoi(v);
     else if (!strcmp(a, "--runs")) runs = atoi(v);
-    else if (!strcmp(a, "--device-tflops")) base_desc.device_tflops = atof(v);
+    else if (!strcmp(a, "--device-tflops")) base_desc.cluster.device_flops = atof(v) * 1e12;
     else if (!strcmp(a, "--link")) {
-      if (sscanf(v, "%lf,%lf", &base_desc.link.alpha_us, &base_desc.link.gbps) != 2)
+      if (sscanf(v, "%lf,%lf", &base_desc.cluster.link.alpha_us, &base_desc.cluster.link.gbps) != 2)
         return fprintf(stderr, "search_perf: --link takes A,G\n"), 2;
     } else
       return fprintf(stderr, "search_perf: unknown flag '%s' (see %s -h)\n", a, prog_name(argv[0])), 2;

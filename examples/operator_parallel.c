@@ -242,7 +242,7 @@ static sk_result device_main(sk_comm *c, void *arg) {
   run R = {J, NULL, NULL, sk_comm_rank(c) == 0, false, &J->res};
   sk_runtime_desc d;
   memset(&d, 0, sizeof d);
-  d.dtype = SK_F64, d.optim = J->g->optim, d.seed = SEED, d.kernels = &BLAS;
+  d.kernels = &BLAS;
   sk_error e = {SK_OK, ""};
   sk_result r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
   if (!r) r = train(&R, &e);
@@ -256,7 +256,7 @@ static sk_result run_reference(job *J, results *out, char *msg, size_t cap) {
   run R = {J, NULL, NULL, true, true, out};
   sk_train_desc d;
   memset(&d, 0, sizeof d);
-  d.dtype = SK_F64, d.optim = J->g->optim, d.seed = SEED, d.kernels = &BLAS;
+  d.kernels = &BLAS;
   sk_error e = {SK_OK, ""};
   sk_result r = sk_trainer_create(J->g, &d, &R.t, &e);
   if (!r) r = train(&R, &e);
@@ -372,8 +372,10 @@ static int setup(job *J, sk_graph *g, double **base, char *msg, size_t cap) {
   sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
   pd.ndevices = J->o->devices, pd.dataset = J->o->full_batch ? SK_DATASET_FULL_BATCH : SK_DATASET_DATA_PARALLEL;
-  if (build_network(g, J->o->layouts, &e) || sk_parallel_compile(g, &pd, &J->plan, &e))
-    return snprintf(msg, cap, "%s", e.msg), -1;
+  pd.dtype = SK_F64, pd.seed = SEED;
+  if (build_network(g, J->o->layouts, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
+  pd.optim = g->optim; /* the network's optimizer */
+  if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   J->g = g, J->image = sk_graph_find(g, "image"), J->label = g->labels;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (!dir || !*dir) dir = MNIST_DEFAULT_DIR;

@@ -89,6 +89,11 @@ typedef struct sk_cluster {
   double device_memory; /* bytes one device holds (0: unchecked) */
 } sk_cluster;
 
+/* Checks a cluster model: every number finite and >= 0, and a bandwidth wherever a latency is
+   set. `what` names it in the message ("desc.cluster"). The world, the compiler and the
+   searches all check it here. */
+SK_API sk_result sk_cluster_check(const sk_cluster *cluster, const char *what, sk_error *err);
+
 /* World configuration; zero fields mean the default:
      ndevices        threads backend: required, 1..SK_MAX_DEVICES; MPI: 0 or the world size
      timeout_ms      300000 (5 min): the bound of every wait
@@ -96,7 +101,7 @@ typedef struct sk_cluster {
      backend_config  backend-specific, see the backend's header (NULL = its defaults)
      allocator       the C library
      logger          silent
-     link            none: no virtual clocks (see sk_link_model) */
+     cluster         none: no virtual clocks (the clocks read its link, see sk_link_model) */
 typedef struct sk_world_desc {
   int ndevices;
   uint32_t timeout_ms;
@@ -104,7 +109,7 @@ typedef struct sk_world_desc {
   void *backend_config;
   sk_allocator allocator;
   sk_logger logger;
-  sk_link_model link;
+  sk_cluster cluster;
 } sk_world_desc;
 
 #define SK_DEFAULT_TIMEOUT_MS 300000u
@@ -118,8 +123,8 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
 SK_API sk_result sk_world_run(sk_world *world, sk_device_fn fn, void *arg);
 SK_API const char *sk_world_error_message(const sk_world *world);
 SK_API int sk_world_size(const sk_world *world);
-/* The world's link model (a zero model: none); zero for NULL. */
-SK_API sk_link_model sk_world_link(const sk_world *world);
+/* The world's cluster model (zero: none); zero for NULL. */
+SK_API sk_cluster sk_world_cluster(const sk_world *world);
 /* Wakes every waiter with SK_ERR_ABORTED; later calls fail with it. Safe from any thread. */
 SK_API void sk_world_abort(sk_world *world);
 SK_API bool sk_world_aborted(const sk_world *world);
@@ -523,13 +528,8 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.ndevices = %d; allowed 1..%d", desc->ndevices, SK_MAX_DEVICES);
   if (!sk__allocator_ok(&desc->allocator))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.allocator: set both alloc and free, or neither");
-  /* "!(x >= 0)" also rejects NaN; the upper bounds reject infinities. */
-  const sk_link_model *lk = &desc->link;
-  if (!(lk->alpha_us >= 0 && lk->alpha_us <= 1e12) || !(lk->gbps >= 0 && lk->gbps <= 1e12) ||
-      (lk->alpha_us > 0 && lk->gbps == 0))
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
-                    "desc.link: alpha_us %g, gbps %g; both finite and >= 0, and gbps > 0 when alpha is set",
-                    lk->alpha_us, lk->gbps);
+  sk_result bad_cluster = sk_cluster_check(&desc->cluster, "desc.cluster", err);
+  if (bad_cluster) return bad_cluster;
   sk_world *w = (sk_world *)sk__calloc(&desc->allocator, sizeof *w, 64);
   if (!w) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world (%zu bytes)", sizeof *w);
   w->head.magic = SK_OBJECT_MAGIC;
@@ -602,9 +602,25 @@ SK_API const char *sk_world_error_message(const sk_world *w) {
 
 SK_API int sk_world_size(const sk_world *w) { return w ? w->ndevices : 0; }
 
-SK_API sk_link_model sk_world_link(const sk_world *w) {
-  sk_link_model none = {0, 0};
-  return w ? w->desc.link : none;
+SK_API sk_cluster sk_world_cluster(const sk_world *w) {
+  sk_cluster none;
+  memset(&none, 0, sizeof none);
+  return w ? w->desc.cluster : none;
+}
+
+SK_API sk_result sk_cluster_check(const sk_cluster *c, const char *what, sk_error *err) {
+  if (!c) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: NULL cluster", what ? what : "cluster");
+  /* "!(x >= 0)" also rejects NaN; the upper bounds reject infinities. */
+  const sk_link_model *lk = &c->link;
+  if (!(lk->alpha_us >= 0 && lk->alpha_us <= 1e12) || !(lk->gbps >= 0 && lk->gbps <= 1e12) ||
+      (lk->alpha_us > 0 && lk->gbps == 0))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "%s.link: alpha_us %g, gbps %g; both finite and >= 0, and gbps > 0 when alpha is set",
+                    what ? what : "cluster", lk->alpha_us, lk->gbps);
+  if (!(c->device_flops >= 0 && c->device_flops <= 1e30) || !(c->device_memory >= 0 && c->device_memory <= 1e30))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: device_flops %g, device_memory %g; both finite and >= 0",
+                    what ? what : "cluster", c->device_flops, c->device_memory);
+  return SK_OK;
 }
 
 SK_API void sk_world_abort(sk_world *w) {
@@ -737,7 +753,7 @@ SK_API sk_result sk_comm_set_mismatch(sk_comm *c, int rank_a, const char *what_a
 
 /* ---- link model ------------------------------------------------------------------------------- */
 
-static bool sk__link_on(const sk_world *w) { return w->desc.link.gbps > 0; }
+static bool sk__link_on(const sk_world *w) { return w->desc.cluster.link.gbps > 0; }
 
 SK_API double sk_link_cost_us(const sk_link_model *m, sk_coll_kind kind, size_t count, sk_dtype dt, int p) {
   if (!m || m->gbps <= 0 || p <= 1 || !sk_dtype_valid(dt)) return 0;

@@ -56,7 +56,7 @@
      ready still waits until every earlier bucket has launched. So ranks may mark tensors ready
      in different orders, but they always issue the same collectives in the same order. Every
      call also tests the outstanding requests (the MPI backend progresses only inside calls),
-     except under a link model (sk_world_desc.link), where completing a request early would
+     except under a link model (sk_world_desc.cluster), where completing a request early would
      move the virtual clock; there completions are observed at wait.
      Register ops in the order their data becomes ready (backward order, as DDP builds its
      buckets) for overlap: buckets launch in registration order.
@@ -913,7 +913,7 @@ static void sk__fpoll(sk_fusion *f) {
     /* Under a link model, completing a request moves the device's virtual clock to its
        modelled end; polling would make that depend on real-time races. The threads backend
        (the only one with a link model) progresses without polling, so leave it to wait. */
-    if (!b->completed && sk_world_link(sk_comm_world(b->comm)).gbps > 0) return;
+    if (!b->completed && sk_world_cluster(sk_comm_world(b->comm)).link.gbps > 0) return;
     if (!b->completed) {
       bool done = false;
       sk_result r = sk_test(&b->req, &done);

@@ -68,6 +68,7 @@
 #include "sk_layout_algebra.h"
 #include "sk_ops.h"
 #include "sk_opt_shard.h"
+#include "sk_optim.h"
 #include "sk_pipeline.h"
 #include "sk_search.h"
 
@@ -109,9 +110,11 @@ typedef struct sk_transformer_opt {
 typedef struct sk_autoparallel {
   int ndevices;                /* required: the devices the program runs on */
   sk_parallel_mode mode;       /* parallel_mode: semi_auto */
-  /* the search modes' cost model (sk_search_cost.h): link, device_tflops, device_memory,
-     exhaustive_limit; the compiler sets ndevices (a stage's) and input_layouts (the dataset's) */
-  sk_search_desc search;
+  /* The modelled cluster (links, device speed and memory), read by the searches' cost model,
+     the runtime's compute time and the reports; the world takes the same struct
+     (sk_world_desc.cluster) for its virtual clocks. */
+  sk_cluster cluster;
+  int64_t exhaustive_limit; /* the exhaustive search's work bound (0: 4e9 steps, under a minute) */
   sk_dataset_strategy dataset; /* how network inputs are cut (default data parallel) */
   bool strict_strategies;      /* refuse a strategy that needs more devices, rather than fall back */
   /* MindSpore's dataset_strategy as a tuple of strategies, one per network input in the order the
@@ -162,8 +165,16 @@ typedef struct sk_autoparallel {
      parameters. Not with grad_accumulation_step, which MindSpore refuses too (refused by name;
      sk__par_check_pipeline cites MindSpore's source). */
   sk_pipe_desc pipeline;
-  /* The run's compute dtype (SK_F32, zero, or SK_F64): only the programs' printed byte counts read it. */
+  /* The run's numbers. dtype: f32 (zero), f64, or f16 / bf16 (parameters, activations and
+     gradients computed in f32; 16-bit gradient wire and shadows as the two flags above say).
+     optim: the optimizer (zero: SGD with MindSpore's defaults); the plan lists its states.
+     seed: initial parameters and dropout masks (zero: 1); seed_by_rank: device r (the world's
+     rank, under a pipeline too) draws its initial model from seed + r, so replicas start apart,
+     as before MindSpore's parameter_broadcast. */
   sk_dtype dtype;
+  sk_optim_desc optim;
+  uint64_t seed;
+  bool seed_by_rank;
   bool output_broadcast; /* inference: the last stage's output is broadcast to every stage */
   /* Where the compiler and the plan take their memory (zero: the C library); a device's runtime
      buffers come from its own allocator (sk_runtime_desc.alloc). */
@@ -228,13 +239,20 @@ typedef enum sk_program_buffer {
   /* The rest appear only in a program's create section */
   SK_PBUF_SHARD,       /* optimizer parallel: sharded parameter `tensor`'s shard */
   SK_PBUF_SHARD_GRAD,  /* ... and its gradient's shard */
-  SK_PBUF_STATE,       /* trainable parameter `tensor`'s optimizer state `slot` (0 or 1): held when
-                          the run's optimizer keeps more than `slot` states (sk_optim_nstates) */
+  SK_PBUF_STATE,       /* trainable parameter `tensor`'s optimizer state `slot`: as many as the
+                          configuration's optimizer keeps (sk_optim_nstates) */
   SK_PBUF_ACC,         /* grad_accumulation_step: parameter `tensor`'s gradient sum */
   SK_PBUF_SCRATCH,     /* a second gradient of operator inputs at position `slot` (see docs) */
   SK_PBUF_FEED,        /* pipeline: input `tensor` of micro-batch `micro` */
   SK_PBUF_KERNEL_DIN,  /* the gradient of operator `op`'s input `slot` in the kernel's layout */
   SK_PBUF_DY_FULL,     /* the gradient of operator `op`'s output 0 before its forward ReduceScatter */
+  /* f16 / bf16 runs (communication): the wire buffer a 16-bit collective or a packed
+     BackwardComm converts through (elements of the compute dtype); the fused Mirrors' 16-bit
+     gradient shadows, one block; the sharded gradients' 16-bit shadows (slice and shard each),
+     one block. The shadows' elements are the run's 16-bit dtype (the step's dtype). */
+  SK_PBUF_WIRE,
+  SK_PBUF_SHADOWS,
+  SK_PBUF_RS_SHADOWS,
   SK_PBUF_COUNT
 } sk_program_buffer;
 
@@ -406,8 +424,9 @@ SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *plan, int group
 /* The id of the plan's group that splits the devices as *want does (another mesh or parameter
    that groups them alike shares it; without a pipeline the stage is the world), or -1. */
 SK_API int sk_parallel_find_group(const sk_parallel_plan *plan, const sk_plan_group *want);
-/* A program step's bytes in a run of compute dtype `run` (f32 or f64): its count times its
-   element size, a float's being the run's (a 16-bit wire is the caller's to apply). */
+/* A program step's bytes in a run of dtype `run` (the configuration's): its count times its
+   element size, a float's being the run's compute dtype (f64, else f32: f16 and bf16 runs
+   compute in f32). */
 SK_API uint64_t sk_program_bytes(const sk_program_step *step, sk_dtype run);
 /* The kind an ALLOC step's buffer counts as (a parameter's value or shard and a gathered slice:
    parameters; an activation's value, a feed, a kernel's input or output: activations; a
@@ -432,6 +451,7 @@ SK_EXTERN_C_END
 #define SK_PARALLEL_IMPL_BODY /* sk_program.h's implementation follows this one's */
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -701,7 +721,9 @@ static sk_result sk__par_search(sk_parallel_plan *p, sk_error *err) {
     return free(inputs), free(choice), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the search");
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].role == SK_TENSOR_INPUT) inputs[t] = p->tensors[t].layout;
-  sk_search_desc d = p->desc.search;
+  sk_search_desc d;
+  memset(&d, 0, sizeof d);
+  d.cluster = p->desc.cluster, d.exhaustive_limit = p->desc.exhaustive_limit;
   d.ndevices = p->desc.ndevices, d.input_layouts = inputs;
   d.lazy_candidates = p->desc.mode == SK_PARALLEL_RECURSIVE_PROGRAMMING;
   sk_search_model m;
@@ -900,8 +922,18 @@ static sk_result sk__par_check_desc(const sk_autoparallel *d, sk_error *err) {
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown parallel_mode %d", (int)d->mode);
   if ((unsigned)d->dataset > SK_DATASET_FULL_BATCH)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: unknown dataset strategy %d", (int)d->dataset);
-  if (d->dtype != SK_F32 && d->dtype != SK_F64)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: dtype %d: the compute dtype is f32 or f64", (int)d->dtype);
+  if (d->dtype != SK_F32 && d->dtype != SK_F64 && d->dtype != SK_F16 && d->dtype != SK_BF16)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: dtype %s: f32, f64, f16 or bf16", sk_dtype_name(d->dtype));
+  sk_result bad = sk_cluster_check(&d->cluster, "parallel: cluster", err);
+  if (bad) return bad;
+  if (d->exhaustive_limit < 0)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: exhaustive_limit %lld: 0 (the default) or more",
+                    (long long)d->exhaustive_limit);
+  if (!d->allocator.alloc != !d->allocator.free)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: the allocator needs both alloc and free");
+  sk_optim_desc resolved;
+  bad = sk_optim_resolve(&d->optim, &resolved, err);
+  if (bad) return bad;
   if (d->ndataset < 0 || d->ndataset > SK_OP_MAX_INPUTS || d->ndataset_layouts < 0 || d->ndataset_layouts > SK_OP_MAX_INPUTS)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %d dataset strategies, %d layouts (0..%d)", d->ndataset,
                     d->ndataset_layouts, SK_OP_MAX_INPUTS);

@@ -188,7 +188,9 @@ SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *p, int group, i
 
 SK_API uint64_t sk_program_bytes(const sk_program_step *s, sk_dtype run) {
   if (!s || s->count <= 0) return 0;
-  return (uint64_t)s->count * sk_dtype_size(sk_exec_is_float(s->dtype) ? run : s->dtype);
+  sk_dtype compute = run == SK_F64 ? SK_F64 : SK_F32; /* f16 / bf16 runs compute in f32 */
+  bool shadows = s->buffer == SK_PBUF_SHADOWS || s->buffer == SK_PBUF_RS_SHADOWS; /* 16 bits, always */
+  return (uint64_t)s->count * sk_dtype_size(sk_exec_is_float(s->dtype) && !shadows ? compute : s->dtype);
 }
 
 SK_API sk_memory_kind sk_program_memory_kind(const sk_parallel_plan *p, const sk_program_step *s) {
@@ -204,7 +206,10 @@ SK_API sk_memory_kind sk_program_memory_kind(const sk_parallel_plan *p, const sk
     case SK_PBUF_KERNEL_DIN:
     case SK_PBUF_DY_FULL: return SK_MEM_GRADIENTS;
     case SK_PBUF_STATE: return SK_MEM_OPTIMIZER;
-    case SK_PBUF_STAGING: return SK_MEM_COMMUNICATION;
+    case SK_PBUF_STAGING:
+    case SK_PBUF_WIRE:
+    case SK_PBUF_SHADOWS:
+    case SK_PBUF_RS_SHADOWS: return SK_MEM_COMMUNICATION;
     default: return SK_MEM_ACTIVATIONS; /* kernel_in, kernel_out, pre_rs, feed */
   }
 }
@@ -862,7 +867,8 @@ static void sk__prog_put_group(sk__par_text *t, const sk_parallel_plan *p, int g
 SK_API const char *sk_parallel_buffer_name(sk_program_buffer b) {
   static const char *const names[SK_PBUF_COUNT] = {
       "value", "grad",  "kernel_in", "kernel_out", "kernel_dout", "pre_rs",     "staging", "gathered",
-      "shard", "shard_grad", "state", "grad_sum",  "scratch",     "feed",        "kernel_din", "dy_full"};
+      "shard", "shard_grad", "state", "grad_sum",  "scratch",     "feed",        "kernel_din", "dy_full",
+      "wire",  "shadows",    "rs_shadows"};
   return (int)b >= 0 && b < SK_PBUF_COUNT ? names[b] : "?";
 }
 
@@ -996,7 +1002,9 @@ static void sk__prog_put_create(sk__par_text *t, const sk_parallel_plan *p, int 
   sk__par_put(t, "#c%d %s", i, sk_parallel_step_name(ps->kind));
   if (ps->tensor >= 0) sk__par_put(t, " %s", g->tensors[ps->tensor].name);
   else if (ps->op >= 0) sk__par_put(t, " %s", g->ops[ps->op].name);
+  else sk__par_put(t, " %s", sk_parallel_buffer_name((sk_program_buffer)ps->buffer)); /* the wire, the shadows */
   sk__par_put(t, " buffer=%s", sk_parallel_buffer_name((sk_program_buffer)ps->buffer));
+  if (ps->buffer == SK_PBUF_SHADOWS || ps->buffer == SK_PBUF_RS_SHADOWS) sk__par_put(t, " dtype=%s", sk_dtype_name(ps->dtype));
   if (ps->buffer == SK_PBUF_KERNEL_IN || ps->buffer == SK_PBUF_KERNEL_DIN || ps->buffer == SK_PBUF_SCRATCH)
     sk__par_put(t, " input=%d", ps->slot);
   else if (ps->buffer == SK_PBUF_KERNEL_OUT || ps->buffer == SK_PBUF_KERNEL_DOUT) sk__par_put(t, " output=%d", ps->slot);

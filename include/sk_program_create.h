@@ -9,7 +9,7 @@
      constants that an operator of the stage reads): a sharded parameter's shard and its
      gradient's shard, else its slice (a recomputed activation's exists only while used, in the
      training step's Alloc/Free); its gradient; a trainable parameter's optimizer states
-     (`slot` 0 and 1: the runtime takes those its optimizer keeps, sk_optim_nstates).
+     (`slot` 0.., as many as the configuration's optimizer keeps, sk_optim_nstates).
      Under a pipeline each input the stage reads, once per micro-batch (its feeds).
      The second-gradient scratch, one per input position (sk__prc_second_grad).
      Under grad_accumulation_step the gradient sums.
@@ -17,8 +17,9 @@
      out_strategy moves (and its gradient), a forward ReduceScatter's output before it (and its
      gradient); under a pipeline the values among these live in the micro-batches' slots, which
      the training step allocates, so only the gradients are here.
-   What is not listed yet: the communication kind's wire and 16-bit shadow buffers (their sizes
-   depend on the run's storage dtype, which the runtime's desc holds), the local norms (host).
+     f16 / bf16 runs: the wire buffer and the 16-bit shadows (sk__prc_wires).
+   Not listed: the library's bookkeeping (the host kind: redistribution executors, fusion
+   schedulers, local norms), which depends on the modules' internals, not on the plan.
 
    License: MIT. */
 #ifndef SK_PROGRAM_CREATE_H
@@ -82,7 +83,8 @@ static void sk__prc_tensor(sk__prc_b *b, int t) {
     sk__prc_alloc(b, SK_PBUF_VALUE, t, -1, -1, 0, n, g->tensors[t].dtype);
   }
   if (pt->needs_grad) sk__prc_alloc(b, SK_PBUF_GRAD, t, -1, -1, 0, n, SK_F32);
-  for (int k = 0; k < 2 && sk_graph_trainable(g, t); k++) sk__prc_alloc(b, SK_PBUF_STATE, t, -1, k, 0, kept_n, SK_F32);
+  int nstates = sk_optim_nstates(&p->desc.optim);
+  for (int k = 0; k < nstates && sk_graph_trainable(g, t); k++) sk__prc_alloc(b, SK_PBUF_STATE, t, -1, k, 0, kept_n, SK_F32);
 }
 
 /* Whether the gradient operator o's backward writes for input k may be a second one of its
@@ -161,6 +163,60 @@ static void sk__prc_op(sk__prc_b *b, int o) {
   }
 }
 
+/* ---- the 16-bit wires (f16 / bf16 runs; docs/auto-parallel.md, "Wire dtypes") ------------- */
+
+/* The reducing collectives travel in 16 bits unless fp32_communication; the gradient sync too
+   with no_gradient_fp32_sync. */
+static bool sk__prc_half_wire(const sk_autoparallel *d) {
+  return (d->dtype == SK_F16 || d->dtype == SK_BF16) && !d->fp32_communication;
+}
+static bool sk__prc_half_mirrors(const sk_autoparallel *d) { return sk__prc_half_wire(d) && d->no_gradient_fp32_sync; }
+
+/* Elements (of the compute dtype) program step ps converts through the wire buffer: a 16-bit
+   forward collective (a ReduceScatter's input and output), a packed or 16-bit BackwardComm (its
+   members' gradients, the count the program gave its lead), an unfused 16-bit Mirror. */
+static int64_t sk__prc_wire_need(const sk_parallel_plan *p, const sk_program_step *ps) {
+  bool half = sk__prc_half_wire(&p->desc);
+  if (ps->kind == SK_PSTEP_FORWARD_COMM && half) {
+    bool rs = p->steps[ps->index].comm.kind == SK_COLL_REDUCE_SCATTER;
+    return ps->count + (rs ? sk__prog_count(&p->ops[ps->op].plan.out[0]) : 0);
+  }
+  if (ps->kind == SK_PSTEP_BACKWARD_COMM && ps->count > 0 &&
+      (half || ps->count != sk__prog_count(&p->ops[ps->op].kernel_in[ps->slot])))
+    return ps->count;
+  if (ps->kind == SK_PSTEP_MIRROR && ps->bucket < 0 && sk__prc_half_mirrors(&p->desc)) return ps->count;
+  return 0;
+}
+
+/* The bucket of plan step i's Mirror in the stage's program (the first one's), or -1. */
+static int sk__prc_mirror_bucket(const sk_program *pg, int i) {
+  for (int j = 0; j < pg->nsteps; j++)
+    if (pg->steps[j].kind == SK_PSTEP_MIRROR && pg->steps[j].index == i) return pg->steps[j].bucket;
+  return -1;
+}
+
+/* The wire buffer (as long as the most any step of the stage needs) and the 16-bit shadows:
+   of every fused Mirror's gradient, and of every sharded gradient's slice and shard. */
+static void sk__prc_wires(sk__prc_b *b) {
+  const sk_parallel_plan *p = b->p;
+  const sk_program *pg = &p->programs[b->stage];
+  int64_t most = 0, shadows = 0, rs_shadows = 0;
+  for (int j = 0; j < pg->nsteps; j++) {
+    int64_t n = pg->steps[j].op >= 0 ? sk__prc_wire_need(p, &pg->steps[j]) : 0;
+    most = n > most ? n : most;
+  }
+  for (int i = 0; i < p->nsteps && sk__prc_half_mirrors(&p->desc); i++) {
+    const sk_parallel_step *s = &p->steps[i];
+    if (s->op < 0 || (p->vstage && !sk_parallel_op_on_stage(p, s->op, b->stage))) continue;
+    int t = p->graph->ops[s->op].inputs[s->slot];
+    if (s->kind == SK_PSTEP_MIRROR && sk__prc_mirror_bucket(pg, i) >= 0) shadows += sk_parallel_slice_count(p, t);
+    if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER) rs_shadows += sk_parallel_slice_count(p, t) + sk__prc_shard_count(p, t);
+  }
+  sk__prc_alloc(b, SK_PBUF_WIRE, -1, -1, -1, 0, most, SK_F32);
+  sk__prc_alloc(b, SK_PBUF_SHADOWS, -1, -1, -1, 0, shadows, p->desc.dtype);
+  sk__prc_alloc(b, SK_PBUF_RS_SHADOWS, -1, -1, -1, 0, rs_shadows, p->desc.dtype);
+}
+
 /* Stage s's create section into p->programs[s].create. False when out of memory. */
 static bool sk__prog_create_stage(sk_parallel_plan *p, int s, int *readers, bool *here) {
   const sk_graph *g = p->graph;
@@ -177,6 +233,7 @@ static bool sk__prog_create_stage(sk_parallel_plan *p, int s, int *readers, bool
   sk__prc_sums(&b);
   for (int o = 0; o < g->nops; o++)
     if (!p->vstage || sk_parallel_op_on_stage(p, o, s)) sk__prc_op(&b, o);
+  sk__prc_wires(&b);
   if (b.failed) return free(sec.steps), false;
   p->programs[s].ncreate = sec.nsteps, p->programs[s].create = sec.steps;
   return true;

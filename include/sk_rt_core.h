@@ -122,6 +122,9 @@ static void **sk__rt_create_ref(sk_runtime *rt, const sk_program_step *ps) {
     case SK_PBUF_STATE: return tensor && (k == 0 || k == 1) ? (k ? &rt->state1[t] : &rt->state0[t]) : NULL;
     case SK_PBUF_ACC: return tensor ? &rt->acc[t] : NULL;
     case SK_PBUF_SCRATCH: return k >= 0 && k < SK_OP_MAX_INPUTS ? &rt->scratch[k] : NULL;
+    case SK_PBUF_WIRE: return &rt->wire_buf;
+    case SK_PBUF_SHADOWS: return &rt->shadows;
+    case SK_PBUF_RS_SHADOWS: return &rt->rs_shadows;
     case SK_PBUF_FEED:
       return tensor && rt->feeds && ps->micro >= 0 && ps->micro < rt->plan->micro
                  ? &rt->feeds[(size_t)ps->micro * (size_t)rt->g->ntensors + (size_t)t]
@@ -136,14 +139,11 @@ static void **sk__rt_create_ref(sk_runtime *rt, const sk_program_step *ps) {
   }
 }
 
-/* The program's create section, step by step: each buffer its bytes, counted as its kind; an
-   optimizer state only if the optimizer keeps that many. */
+/* The program's create section, step by step: each buffer its bytes, counted as its kind. */
 static sk_result sk__rt_create_buffers(sk_runtime *rt, sk_error *err) {
   const sk_program *pg = &rt->plan->programs[rt->stage];
-  int nstates = sk_optim_nstates(&rt->optim);
   for (int i = 0; i < pg->ncreate; i++) {
     const sk_program_step *ps = &pg->create[i];
-    if (ps->buffer == SK_PBUF_STATE && ps->slot >= nstates) continue;
     void **at = sk__rt_create_ref(rt, ps);
     if (!at || *at)
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: create step #c%d: its buffer has no place or is taken", i);
@@ -154,6 +154,15 @@ static sk_result sk__rt_create_buffers(sk_runtime *rt, sk_error *err) {
     }
   }
   return SK_OK;
+}
+
+/* The elements the create section gives `buffer` (one without tensor or operator: the wire
+   and the shadow blocks); 0 when it lists none. */
+static int64_t sk__rt_created_count(const sk_runtime *rt, sk_program_buffer buffer) {
+  const sk_program *pg = &rt->plan->programs[rt->stage];
+  for (int i = 0; i < pg->ncreate; i++)
+    if (pg->create[i].buffer == (int)buffer) return pg->create[i].count;
+  return 0;
 }
 
 /* What the buffers are to the kernels: each tensor's view, each shard's place in its slice. */
@@ -294,9 +303,10 @@ static void sk__rt_count_compute(sk_runtime *rt, const sk_graph_op *op, const sk
   if (!rt->counting) return;
   double f = sk_exec_flops(op, in, out, backward) * (backward && rt->grads_only ? 0.5 : 1);
   rt->stats.flops += f, rt->stats.busy_s += sk__rt_now_s() - t0;
-  if (rt->desc.device_flops <= 0) return;
-  rt->stats.compute_us += f / rt->desc.device_flops * 1e6;
-  sk_comm_compute(rt->comm, f / rt->desc.device_flops * 1e6);
+  double speed = rt->plan->desc.cluster.device_flops;
+  if (speed <= 0) return;
+  rt->stats.compute_us += f / speed * 1e6;
+  sk_comm_compute(rt->comm, f / speed * 1e6);
 }
 
 SK_EXTERN_C_END

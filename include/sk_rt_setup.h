@@ -118,17 +118,18 @@ static int sk__rt_bucket_of(const sk_runtime *rt, const sk_parallel_step *s) {
 
 static bool sk__rt_fusable(const sk_runtime *rt, const sk_parallel_step *s) { return sk__rt_bucket_of(rt, s) >= 0; }
 
-/* 16-bit Mirrors reduce a shadow of each fused gradient: one block, the shadows consecutive in
-   registration order, so a bucket is one flat span the scheduler reduces without packing. */
-static sk_result sk__rt_alloc_shadows(sk_runtime *rt, sk_error *err) {
-  if (rt->mirror_wire == rt->cdt) return SK_OK;
-  size_t total = 0;
+/* 16-bit Mirrors reduce a shadow of each fused gradient: the create section's one block, the
+   shadows consecutive in registration order, so a bucket is one flat span the scheduler
+   reduces without packing. */
+static sk_result sk__rt_place_shadows(sk_runtime *rt, sk_error *err) {
+  if (!rt->shadows) return SK_OK;
+  int64_t total = 0;
   for (int i = 0; i < rt->plan->nsteps; i++)
     if (sk__rt_fusable(rt, &rt->plan->steps[i]))
-      total += (size_t)sk_parallel_slice_count(rt->plan, rt->g->ops[rt->plan->steps[i].op].inputs[rt->plan->steps[i].slot]);
-  if (!total) return SK_OK;
-  if (!(rt->shadows = sk__rt_alloc(rt, SK__RT_COMM, total * sizeof(uint16_t))))
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the 16-bit gradient shadows");
+      total += sk_parallel_slice_count(rt->plan, rt->g->ops[rt->plan->steps[i].op].inputs[rt->plan->steps[i].slot]);
+  if (total != sk__rt_created_count(rt, SK_PBUF_SHADOWS))
+    return sk__fail(err, SK_ERR_INTERNAL, "runtime: the fused Mirrors' shadows need %lld elements, the program gave %lld",
+                    (long long)total, (long long)sk__rt_created_count(rt, SK_PBUF_SHADOWS));
   uint16_t *at = (uint16_t *)rt->shadows;
   for (int i = 0; i < rt->plan->nsteps; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
@@ -142,26 +143,19 @@ static sk_result sk__rt_alloc_shadows(sk_runtime *rt, sk_error *err) {
 /* The gradient ReduceScatter is the sharded parameter's gradient synchronisation (its Mirror),
    so it travels in the Mirrors' wire. In 16 bits the scheduler reduces shadows, as the fused
    Mirrors do: per sharded gradient a 16-bit copy of its slice (the input, filled when the
-   gradient is final) and of its shard (the output, read back after the wait), all in one block
-   taken at create and counted as communication. */
-static sk_result sk__rt_alloc_rs_shadows(sk_runtime *rt, sk_error *err) {
-  if (rt->mirror_wire == rt->cdt) return SK_OK;
-  size_t total = 0;
-  for (int i = 0; i < rt->plan->nsteps; i++) {
-    const sk_parallel_step *s = &rt->plan->steps[i];
-    if (s->kind != SK_PSTEP_GRAD_REDUCE_SCATTER || !sk__rt_step_here(rt, s)) continue;
-    int t = rt->g->ops[s->op].inputs[s->slot];
-    total += (size_t)(sk_parallel_slice_count(rt->plan, t) + rt->shards[t].count);
-  }
-  if (!total) return SK_OK;
-  if (!(rt->rs_shadows = sk__rt_alloc(rt, SK__RT_COMM, total * sizeof(uint16_t))))
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the 16-bit shadows of the sharded gradients");
-  uint16_t *at = (uint16_t *)rt->rs_shadows;
+   gradient is final) and of its shard (the output, read back after the wait), in the create
+   section's one block. */
+static sk_result sk__rt_place_rs_shadows(sk_runtime *rt, sk_error *err) {
+  if (!rt->rs_shadows) return SK_OK;
+  uint16_t *at = (uint16_t *)rt->rs_shadows, *end = at + sk__rt_created_count(rt, SK_PBUF_RS_SHADOWS);
   for (int i = 0; i < rt->plan->nsteps; i++) {
     const sk_parallel_step *s = &rt->plan->steps[i];
     if (s->kind != SK_PSTEP_GRAD_REDUCE_SCATTER || !sk__rt_step_here(rt, s)) continue;
     int t = rt->g->ops[s->op].inputs[s->slot];
     sk__rt_shard *sh = &rt->shards[t];
+    if (end - at < sk_parallel_slice_count(rt->plan, t) + sh->count)
+      return sk__fail(err, SK_ERR_INTERNAL, "runtime: the program's shadows of the sharded gradients end before '%s''s",
+                      rt->g->tensors[t].name);
     sh->wire_grad = at, at += sk_parallel_slice_count(rt->plan, t);
     sh->wire_shard = at, at += sh->count;
   }
@@ -191,8 +185,8 @@ static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
   sk_result r = sk_fusion_create(&fd, &rt->fusion, err);
   rt->kind = SK__RT_HOST;
   if (!r) r = sk_fusion_create(&fd, &rt->rs_fusion, err);
-  if (!r) r = sk__rt_alloc_shadows(rt, err);
-  if (!r) r = sk__rt_alloc_rs_shadows(rt, err);
+  if (!r) r = sk__rt_place_shadows(rt, err);
+  if (!r) r = sk__rt_place_rs_shadows(rt, err);
   const sk_program *pg = &rt->plan->programs[rt->stage];
   for (int i = 0; i < pg->nsteps && !r; i++) { /* the members, in the program's order */
     const sk_program_step *ps = &pg->steps[i];
@@ -238,37 +232,6 @@ static void sk__rt_setup_bwd_pack(sk_runtime *rt) {
       }
     ro->bwd_lead[k] = lead, ro->bwd_members[lead] |= 1u << k;
   }
-}
-
-/* Wire buffer elements (of the compute dtype, which is at least as wide as the wire) step s needs. */
-static int64_t sk__rt_wire_need(const sk_runtime *rt, const sk_parallel_step *s) {
-  const sk__rt_op *ro = &rt->ops[s->op];
-  bool half = rt->wire != rt->cdt;
-  if (s->kind == SK_PSTEP_FORWARD_COMM && half) {
-    int64_t n = sk__rt_count(&rt->plan->ops[s->op].plan.out[0]);
-    return s->comm.kind == SK_COLL_REDUCE_SCATTER ? ro->pre_rs_count + n : n;
-  }
-  if (s->kind == SK_PSTEP_BACKWARD_COMM && ro->bwd_lead[s->slot] == s->slot && (half || ro->bwd_members[s->slot] != 1u << s->slot)) {
-    int64_t n = 0;
-    for (int j = 0; j < SK_OP_MAX_INPUTS; j++)
-      if ((ro->bwd_members[s->slot] >> j) & 1u) n += sk__rt_count(&rt->plan->ops[s->op].kernel_in[j]);
-    return n;
-  }
-  if (s->kind == SK_PSTEP_MIRROR && rt->mirror_wire != rt->cdt && ro->fusion_handle[s->slot] < 0)
-    return sk__rt_count(&rt->plan->ops[s->op].kernel_in[s->slot]);
-  return 0;
-}
-
-static sk_result sk__rt_alloc_wire(sk_runtime *rt, sk_error *err) {
-  int64_t most = 0;
-  for (int i = 0; i < rt->plan->nsteps; i++) {
-    const sk_parallel_step *s = &rt->plan->steps[i];
-    int64_t n = s->op >= 0 ? sk__rt_wire_need(rt, s) : 0;
-    most = n > most ? n : most;
-  }
-  if (most && !(rt->wire_buf = sk__rt_alloc(rt, SK__RT_COMM, (size_t)most * sk_dtype_size(rt->cdt))))
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for the communication buffer");
-  return SK_OK;
 }
 
 /* The communicator of every device: the world under a pipeline (comm is then the stage's). */
@@ -356,7 +319,7 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
     if (g->tensors[t].role == SK_TENSOR_PARAM &&
         !(full[t] = sk__rt_alloc(rt, SK__RT_PARAMS, (size_t)sk_graph_numel(g, t) * sk_dtype_size(rt->cdt))))
       r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing '%s'", g->tensors[t].name);
-  uint64_t seed = rt->desc.seed + (rt->desc.seed_by_rank ? (uint64_t)sk_comm_rank(sk__rt_everyone(rt)) : 0);
+  uint64_t seed = rt->seed + (rt->plan->desc.seed_by_rank ? (uint64_t)sk_comm_rank(sk__rt_everyone(rt)) : 0);
   if (!r) r = sk_graph_init_params(g, seed, rt->cdt, full, err);
   for (int t = 0; t < g->ntensors && !r; t++) /* pipeline: another stage's parameters have no buffer here */
     if (g->tensors[t].role == SK_TENSOR_PARAM && (rt->values[t] || rt->shards[t].data)) r = sk__rt_keep_slice(rt, t, full[t], err);

@@ -53,7 +53,7 @@ static sk_result sk__rt_forward(sk_runtime *rt, int o, bool inference, sk_error 
   memset(out, 0, sizeof out);
   sk__rt_outputs(rt, o, out, false);
   sk_exec_facts f = ro->facts;
-  f.seed = sk_exec_dropout_seed(rt->desc.seed, o, rt->step), f.inference = inference;
+  f.seed = sk_exec_dropout_seed(rt->seed, o, rt->step), f.inference = inference;
   if (rt->world && f.global_ndims > 0) { /* micro-batch i is rows [i*b, (i+1)*b) of the batch's mask */
     int64_t b = f.global_shape[0];
     f.global_shape[0] *= rt->plan->micro, f.slice.start[0] += rt->micro * b, f.slice.stop[0] += rt->micro * b;
@@ -107,6 +107,14 @@ static sk_result sk__rt_reduce(sk_runtime *rt, sk_comm *c, sk_coll_kind kind, co
   return r;
 }
 
+/* The wire buffer is the program's (its create section sized it for every step of the stage):
+   a step needing more is a compiler fault, refused before any byte is written. */
+static sk_result sk__rt_wire_room(const sk_runtime *rt, const sk_parallel_step *s, int64_t need, sk_error *err) {
+  if (need <= rt->wire_count) return SK_OK;
+  return sk__fail(err, SK_ERR_INTERNAL, "runtime: %s of '%s' needs %lld wire elements, the program's wire buffer has %lld",
+                  sk_parallel_step_name(s->kind), rt->g->ops[s->op].name, (long long)need, (long long)rt->wire_count);
+}
+
 static sk_result sk__rt_forward_comm(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
   int t = rt->g->ops[s->op].outputs[0];
   sk__rt_op *ro = &rt->ops[s->op];
@@ -115,7 +123,9 @@ static sk_result sk__rt_forward_comm(sk_runtime *rt, const sk_parallel_step *s, 
   sk_dtype dt = sk__rt_dtype(rt, t);
   bool rs = s->comm.kind == SK_COLL_REDUCE_SCATTER;
   sk_dtype wire = sk_exec_is_float(rt->g->tensors[t].dtype) ? rt->wire : dt;
-  sk_result r = sk__rt_reduce(rt, ro->fwd, s->comm.kind, rs ? ro->pre_rs : y, y, rs ? ro->pre_rs_count : n, n, wire,
+  sk_result r = wire == rt->cdt ? SK_OK : sk__rt_wire_room(rt, s, rs ? ro->pre_rs_count + n : n, err);
+  if (r) return r;
+  r = sk__rt_reduce(rt, ro->fwd, s->comm.kind, rs ? ro->pre_rs : y, y, rs ? ro->pre_rs_count : n, n, wire,
                               s->comm.op);
   if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
   sk__rt_scale(dt, y, n, s->comm.scale);
@@ -199,6 +209,9 @@ static sk_result sk__rt_backward_comm(sk_runtime *rt, const sk_parallel_step *s,
     r = sk_allreduce(c, ro->dx[k], ro->dx[k], (size_t)total, rt->cdt, s->comm.op);
   } else {
     char *w = (char *)rt->wire_buf;
+    int64_t need = 0;
+    for (int j = 0; j < SK_OP_MAX_INPUTS; j++) need += (m >> j) & 1u ? sk__rt_dx_count(rt, s->op, j) : 0;
+    if ((r = sk__rt_wire_room(rt, s, need, err))) return r;
     for (int j = 0; j < SK_OP_MAX_INPUTS; j++) {
       if (!((m >> j) & 1u)) continue;
       int64_t n = sk__rt_dx_count(rt, s->op, j);
@@ -240,8 +253,10 @@ static sk_result sk__rt_mirror(sk_runtime *rt, const sk_parallel_step *s, sk_err
     sk_result r = sk_fusion_ready(rt->fusion, ro->fusion_handle[k]);
     return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion)) : SK_OK;
   }
+  sk_result r = rt->mirror_wire == rt->cdt ? SK_OK : sk__rt_wire_room(rt, s, n, err);
+  if (r) return r;
   sk__rt_count_comm(rt, SK_COLL_ALLREDUCE, ro->mirror[k], (uint64_t)n * sk_dtype_size(rt->mirror_wire));
-  sk_result r = sk__rt_reduce(rt, ro->mirror[k], SK_COLL_ALLREDUCE, ro->dx[k], ro->dx[k], n, n, rt->mirror_wire, s->comm.op);
+  r = sk__rt_reduce(rt, ro->mirror[k], SK_COLL_ALLREDUCE, ro->dx[k], ro->dx[k], n, n, rt->mirror_wire, s->comm.op);
   return r ? sk__rt_comm_failed(rt, ro->mirror[k], r, err) : SK_OK;
 }
 

@@ -16,16 +16,21 @@
      stage, its operator steps run moves through sk_redist.h, operators through sk_exec.h and
      collectives through sk_comm.h, each on the communicator of the plan group it names (one per
      id, made at create). The Mirror AllReduces of parameters read once go to the fusion
-     scheduler (sk_fusion.h), and the update waits for them. Still the runtime's to decide:
-     when optimizer parallel gathers and ReduceScatters (level1 / level2 gather every sharded
-     parameter once per step, fused; ReduceScatters after the last micro-batch), and the fusion
-     buckets. Initial parameters are the single-device trainer's (sk_graph_init_params
+     scheduler (sk_fusion.h) in the buckets the program's Fused steps name, and the update
+     waits for them; optimizer parallel's gathers and ReduceScatters run where the program
+     places them. Initial parameters are the single-device trainer's (sk_graph_init_params
      with the same seed), each device keeping its slice, so N devices start from the model one
      device starts from; a constant (a number operand) is whole on every device reading it. A
      frozen parameter (requires_grad false) has no gradient, Mirror or optimizer state and is
      never updated; the local norms leave it out.
 
    THE PLAN'S KNOBS (sk_autoparallel; docs/auto-parallel.md)
+     dtype, optim, seed   the run's numbers (DTYPES below; the optimizer, resolved as
+                          sk_optim_resolve does; the initial model's and dropout's seed)
+     seed_by_rank         device r draws its initial model from seed + r (the world's rank)
+     cluster              device_flops: each operator reports its FLOPs' time to the world's
+                          virtual clock (sk_comm_compute); the clock's links are the world's
+                          (sk_world_desc.cluster, the same struct)
      comm_fusion          the fusion scheduler's configs (closed: nothing fused; size and auto
                           modes count MB as MindSpore does)
      gradients_mean, no_loss_repeated_mean
@@ -104,18 +109,13 @@
 
 SK_EXTERN_C_BEGIN
 
-/* Zero-initialise; zero fields take the defaults below. */
+/* What one device brings to its runtime; zero-initialise (NULL: every default). The run's
+   numbers (dtype, optimizer, seed) and the cluster model are the configuration's
+   (sk_autoparallel), read from the plan. */
 typedef struct sk_runtime_desc {
-  sk_dtype dtype;               /* f32 (zero) or f64 */
-  sk_optim_desc optim;          /* zero: SGD with MindSpore's defaults */
-  uint64_t seed;                /* initial parameters and dropout masks (zero: 1) */
   const sk_kernel_ctx *kernels; /* the GEMM hook (NULL: the built-in GEMM) */
-  sk_allocator alloc;           /* zero: the C library */
-  double device_flops;          /* the modelled device's FLOP/s: each operator reports its FLOPs' time to
-                                   the world's virtual clock (sk_comm_compute); 0: nothing reported */
-  bool seed_by_rank;            /* device r (the world's rank, under a pipeline too) draws its initial
-                                   model from seed + r: replicas start apart, as before MindSpore's
-                                   parameter_broadcast */
+  sk_allocator alloc;           /* this device's buffers (zero: the C library): a device may
+                                   bring its own arena, so it is not the plan's allocator */
 } sk_runtime_desc;
 
 /* Bytes a device holds, by kind: now, and the most since create returned (peak_*: per kind;
@@ -290,6 +290,7 @@ struct sk_runtime {
   const sk_parallel_plan *plan;
   const sk_graph *g;
   sk_runtime_desc desc;
+  uint64_t seed; /* the plan's (zero there: 1) */
   sk_optim_desc optim;
   sk_dtype cdt;   /* compute dtype: f64 for f64, f32 otherwise */
   sk_dtype store; /* storage format of float tensors */
@@ -314,6 +315,7 @@ struct sk_runtime {
   sk_dtype wire;      /* forward AllReduce / ReduceScatter and BackwardComm on the wire */
   sk_dtype mirror_wire; /* the gradient sync on the wire: Mirrors, sharded ReduceScatters, partial Mirrors */
   void *wire_buf;     /* 16-bit copies of reduced buffers, and packed BackwardComm gradients */
+  int64_t wire_count; /* its elements (of the compute dtype), as the create section gives them */
   void *shadows;      /* every fused 16-bit shadow, consecutive in registration order */
   void *rs_shadows;   /* the sharded gradients' 16-bit shadows (sk__rt_shard.wire_*), one block */
   int nnorms;         /* local norms: values per device (0: none reported) */
@@ -647,8 +649,6 @@ static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const
   if (sk_comm_size(comm) != devices)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the program is for %d devices, the communicator has %d",
                     devices, sk_comm_size(comm));
-  if (desc->dtype != SK_F32 && desc->dtype != SK_F64 && desc->dtype != SK_F16 && desc->dtype != SK_BF16)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: dtype %s (f32, f64, f16 or bf16)", sk_dtype_name(desc->dtype));
   if ((!desc->alloc.alloc) != (!desc->alloc.free))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the allocator needs both alloc and free");
   return SK_OK;
@@ -735,24 +735,24 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   sk_runtime *rt = (sk_runtime *)calloc(1, sizeof *rt);
   if (!rt) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
   rt->comm = comm, rt->rank = sk_comm_rank(comm), rt->plan = plan, rt->g = plan->graph, rt->desc = *desc;
-  rt->cdt = desc->dtype == SK_F64 ? SK_F64 : SK_F32, rt->store = desc->dtype;
+  rt->cdt = plan->desc.dtype == SK_F64 ? SK_F64 : SK_F32, rt->store = plan->desc.dtype;
   sk__rt_setup_wire(rt);
   rt->counted.alloc = sk__rt_counted_alloc, rt->counted.free = sk__rt_counted_free, rt->counted.user = rt;
-  if (!rt->desc.seed) rt->desc.seed = 1;
+  rt->seed = plan->desc.seed ? plan->desc.seed : 1;
   rt->accum = plan->desc.grad_accumulation_step > 1 ? plan->desc.grad_accumulation_step : 1;
-  r = sk_optim_resolve(&desc->optim, &rt->optim, err);
+  r = sk_optim_resolve(&plan->desc.optim, &rt->optim, err);
   rt->optim.lr = (double)(float)rt->optim.lr; /* MindSpore holds learning_rate in a float32 Parameter */
   if (!r) r = sk__rt_alloc_arrays(rt, err);
   if (!r && plan->vstage) r = sk__rt_pipe_open(rt, comm, err);
   if (!r) r = sk__rt_create_buffers(rt, err);
   if (!r) r = sk__rt_create_views(rt, err);
+  if (!r) rt->wire_count = sk__rt_created_count(rt, SK_PBUF_WIRE);
   if (!r) r = sk__rt_setup_norms(rt, err);
   if (!r) r = sk__rt_make_groups(rt, err);
   for (int o = 0; o < rt->g->nops && !r; o++) r = sk__rt_setup_op(rt, o, err);
   if (!r) r = sk__rt_setup_shard_groups(rt, err);
   if (!r) sk__rt_setup_bwd_pack(rt);
   if (!r) r = sk__rt_setup_fusion(rt, err);
-  if (!r) r = sk__rt_alloc_wire(rt, err);
   if (!r) r = sk__rt_init_params(rt, err);
   if (r) {
     sk_runtime_destroy(rt);

@@ -26,7 +26,7 @@
      over the rest. The other operators (eliminated from MindSpore's recursive graph) then take
      their strategies by the propagation above, from the partitioned and configured ones. Last a
      memory check: the plan's bytes per device (sk_search_plan_memory) against
-     desc.device_memory. The partitioned strategies are appended to the candidate lists when
+     desc.cluster.device_memory. The partitioned strategies are appended to the candidate lists when
      absent.
    sk_search_exhaustive -- the least plan cost over every combination of candidates, exactly: a
      dynamic programme over the operators in graph order whose state is the candidates of the
@@ -342,10 +342,10 @@ static sk_result sk__se_drec_run(sk__se_drec *d, int *choice, sk_error *err) {
   for (int o = 0; o < n; o++) d->rec[o] = d->rec[o] || m->configured[o]; /* fixed for the propagation */
   if (!r) r = sk__se_propagate(m, choice, d->rec, err);
   double bytes = r ? 0 : sk_search_plan_memory(m, choice);
-  if (!r && m->desc.device_memory > 0 && bytes > m->desc.device_memory)
+  if (!r && m->desc.cluster.device_memory > 0 && bytes > m->desc.cluster.device_memory)
     r = sk__fail(err, SK_ERR_INVALID_ARGUMENT,
                  "search: recursive_programming: out of memory: the strategies need %.0f bytes per device, the device has %.0f",
-                 bytes, m->desc.device_memory);
+                 bytes, m->desc.cluster.device_memory);
   return r;
 }
 

@@ -19,14 +19,14 @@
      that has one stands in, the rest repeating. GetNext and VirtualDataset keep their default.
      Operators the network configured (a strategy or layouts) have one candidate: their own.
 
-   COSTS, in one unit: modelled microseconds under desc.link (sk_comm.h's alpha-beta ring costs,
-   sk_link_cost_us), or bytes when desc.link has no bandwidth (the costs then count the bytes a
+   COSTS, in one unit: modelled microseconds under desc.cluster.link (sk_comm.h's alpha-beta ring costs,
+   sk_link_cost_us), or bytes when that link has no bandwidth (the costs then count the bytes a
    device sends on its busiest path, latency free).
      own(op, cand)   the operator's collectives on a device: the forward one on output 0, in the
                      backward the undoing of a forward ReduceScatter and the rule's collective on
                      each input gradient, and the Mirror (gradient AllReduce) of each parameter,
                      by its bandwidth alone (the fusion scheduler shares its latency);
-                     plus, with desc.device_tflops, its compute (3 x forward FLOPs over the
+                     plus, with desc.cluster.device_flops, its compute (3 x forward FLOPs over the
                      devices that split it).
      edge(a, b)      the redistribution of the tensor from a's layout to b's: a device receives
                      the part of its target slice its source slice lacks (the busiest device:
@@ -109,12 +109,13 @@ typedef struct sk_search_edge {
 
 typedef struct sk_search_desc {
   int ndevices;         /* the devices every candidate spreads over (a stage's) */
-  sk_link_model link;   /* the cost unit: time under it; zero: bytes */
-  double device_tflops; /* > 0: own() adds compute time */
+  /* cluster.link: the cost unit (time under it; no bandwidth: bytes); cluster.device_flops > 0:
+     own() adds compute time; cluster.device_memory: bytes per device D-Rec's final check allows
+     (0: unchecked) */
+  sk_cluster cluster;
   /* the dataset layout of each network input, indexed by tensor id (the others ignored);
      NULL: data parallel, dim 0 cut by every device */
   const sk_layout *input_layouts;
-  double device_memory; /* bytes per device D-Rec's final check allows (0: unchecked) */
   int64_t exhaustive_limit; /* the exact search's work bound (0: 4e9 steps, under a minute) */
   /* list the unconfigured operators' candidates only when a search asks (D-Rec builds its own
      cuts and never does: the compiler sets this for recursive_programming) */
@@ -240,7 +241,7 @@ static double sk__sc_slice_bytes(const sk_layout *l, sk_dtype dt) {
 static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, int p, double *bytes,
                           bool fused) {
   if (kind == SK_COLL_NONE || p <= 1 || count <= 0) return 0;
-  sk_link_model bytes_model = {0, 1e-3}, link = m->desc.link; /* 1 unit per byte */
+  sk_link_model bytes_model = {0, 1e-3}, link = m->desc.cluster.link; /* 1 unit per byte */
   double b = sk_link_cost_us(&bytes_model, kind, (size_t)count, dt, p);
   *bytes += b;
   if (fused) link.alpha_us = 0; /* the fusion scheduler buckets it: a bucket's latency, shared by many */
@@ -280,7 +281,7 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
     if (sk_graph_trainable(g, tk)) /* the Mirror: fused with the others, its latency shared */
       t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->grad[k].axes), &bytes, true);
   }
-  if (m->desc.device_tflops > 0) {
+  if (m->desc.cluster.device_flops > 0) {
     sk_exec_arg in[1], out[1];
     memset(in, 0, sizeof in), memset(out, 0, sizeof out);
     const sk_graph_tensor *y = &g->tensors[op->outputs[0]];
@@ -290,7 +291,7 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
     }
     out[0].ndims = y->ndims, memcpy(out[0].shape, y->shape, sizeof out[0].shape);
     double flops = sk_exec_flops(op, in, out, false) * (backward ? 3 : 1);
-    t += flops / (double)c->devices / (m->desc.device_tflops * 1e6);
+    t += flops / (double)c->devices / (m->desc.cluster.device_flops * 1e-6);
   }
   c->own = t, c->own_bytes = bytes;
 }
@@ -639,7 +640,8 @@ SK_API double sk_search_redist_cost(sk_search_model *m, const sk_search_sig *fro
   double b = sk__sc_sig_numel(to, numel) * (double)sk_dtype_size(dt) * (1 - e->held);
   if (bytes) *bytes = b;
   if (b <= 0) return 0;
-  return m->desc.link.gbps > 0 ? e->peers * m->desc.link.alpha_us + b * 1e-3 / m->desc.link.gbps : b;
+  const sk_link_model *l = &m->desc.cluster.link;
+  return l->gbps > 0 ? e->peers * l->alpha_us + b * 1e-3 / l->gbps : b;
 }
 
 /* ---- the model --------------------------------------------------------------------------------- */
@@ -801,9 +803,8 @@ SK_API sk_result sk_search_model_build(const sk_graph *g, const sk_search_desc *
   memset(m, 0, sizeof *m);
   if (desc->ndevices < 1 || desc->ndevices > SK_MAX_DEVICES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: %d devices (1..%d)", desc->ndevices, SK_MAX_DEVICES);
-  if (!(desc->link.gbps >= 0) || !(desc->link.alpha_us >= 0) || !(desc->device_tflops >= 0) || !(desc->device_memory >= 0))
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: a negative link, device speed or device memory");
-  sk_result r = sk_graph_check(g, err);
+  sk_result r = sk_cluster_check(&desc->cluster, "search: cluster", err);
+  if (!r) r = sk_graph_check(g, err);
   if (r) return r;
   m->graph = g, m->desc = *desc;
   r = sk__sc_alloc(m, err);

@@ -819,7 +819,7 @@ static size_t sk__tvec_per_peer(const sk__tgroup *g, int p) {
 /* Link model: a collective starts when every member has issued it and the group's previous one
    has ended. Every member computes the same value from the same postings. */
 static double sk__tmodel_end(sk__tmember *m, int p, const sk_coll *op) {
-  const sk_link_model *link = &sk_world_config(sk_comm_world(m->comm))->link;
+  const sk_link_model *link = &sk_world_config(sk_comm_world(m->comm))->cluster.link;
   if (link->gbps <= 0) return 0;
   sk__tgroup *g = m->g;
   sk__tslot *sl = &g->slots[m->me];
@@ -1058,7 +1058,7 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
   } else {
     /* link model: the message moves once both sides have posted */
     double start = so->issue_us > ro->issue_us ? so->issue_us : ro->issue_us;
-    double end = start + sk_link_cost_us(&sk_world_config(sk_comm_world(m->comm))->link, SK_COLL_SEND, so->count, so->dtype, 2);
+    double end = start + sk_link_cost_us(&sk_world_config(sk_comm_world(m->comm))->cluster.link, SK_COLL_SEND, so->count, so->dtype, 2);
     sq->base.model_end_us = rq->base.model_end_us = end;
     size_t bytes = so->count * sk_dtype_size(so->dtype);
     if (bytes) {

@@ -341,7 +341,7 @@ typedef struct run {
      initial_rank) and a gather of every parameter (dev_out.init); against_trainer then starts
      the trainer from device 0's. Under a pipeline rank is the world's, the initial_rank passed
      is initial_rank + the first rank of the device's stage, and each device gathers its stage's
-     parameters (the trainer starts from each one's first holder). desc.seed_by_rank is the
+     parameters (the trainer starts from each one's first holder). plan.desc.seed_by_rank is the
      test's to set. */
   bool broadcast;
   int initial_rank, cur_rank_skew; /* skew nonzero: a wrong cur_rank */
@@ -455,12 +455,11 @@ static inline void run_init_knobs(run *R, net *n, int ndev, sk_dtype dt, sk_opti
                            const sk_autoparallel *knobs) {
   memset(R, 0, sizeof *R);
   R->n = n, R->ndev = ndev, R->nsteps = nsteps, R->fail_rank = -1;
-  R->desc.dtype = dt, R->desc.optim = optim, R->desc.seed = 7;
   R->evaluate = n->g.logits >= 0;
   sk_autoparallel pd;
   if (knobs) pd = *knobs;
   else memset(&pd, 0, sizeof pd);
-  pd.ndevices = ndev;
+  pd.ndevices = ndev, pd.dtype = dt, pd.optim = optim, pd.seed = 7;
   OK(sk_parallel_compile(&n->g, &pd, &R->plan, E));
   const sk_graph *g = &n->g;
   int i = 0;
@@ -519,7 +518,7 @@ static inline void run_world(run *R) {
   }
   sk_world_desc wd;
   memset(&wd, 0, sizeof wd);
-  wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS, wd.link = R->link;
+  wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS, wd.cluster.link = R->link;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
   R->world_rc = sk_world_run(w, device_main, R);
@@ -571,7 +570,7 @@ static inline sk_trainer *trainer_like(const run *R, const char *what) {
   sk_parallel_grad_scales(&R->plan, scales);
   sk_train_desc td;
   memset(&td, 0, sizeof td);
-  td.dtype = R->desc.dtype, td.optim = R->desc.optim, td.seed = R->desc.seed, td.grad_scales = scales;
+  td.dtype = R->plan.desc.dtype, td.optim = R->plan.desc.optim, td.seed = R->plan.desc.seed, td.grad_scales = scales;
   td.grad_accumulation_step = R->plan.desc.grad_accumulation_step; /* micro-steps as the plan's */
   sk_trainer *t = NULL;
   OK(sk_trainer_create(g, &td, &t, E));

@@ -72,19 +72,18 @@ static sk_result device(sk_comm *c, void *arg) {
   int rank = sk_comm_rank(c);
   sk_runtime_desc d;
   memset(&d, 0, sizeof d);
-  d.dtype = SK_F64, d.optim = J->g->optim, d.seed = 1;
   sk_runtime *rt = NULL;
   sk_error e = {SK_OK, ""};
   long pos = 0;
   sk_result r = sk_runtime_create(c, &J->plan, &d, &rt, &e);
-  if (!r && J->ck.load) r = sim_ckpt_load(c, rt, &J->plan, d.optim.kind, &J->ck, &pos, false, &e);
+  if (!r && J->ck.load) r = sim_ckpt_load(c, rt, &J->plan, J->plan.desc.optim.kind, &J->ck, &pos, false, &e);
   for (long s = pos; !r && s < pos + J->steps; s++) {
     double loss = 0;
     r = feed(rt, J->g, s, &e);
     if (!r) r = sk_runtime_step(rt, &loss, &e);
     if (!r && rank == 0) J->losses[s] = loss;
   }
-  if (!r && J->ck.save) r = sim_ckpt_save(c, rt, &J->plan, d.optim.kind, &J->ck, pos + J->steps, false, &e);
+  if (!r && J->ck.save) r = sim_ckpt_save(c, rt, &J->plan, J->plan.desc.optim.kind, &J->ck, pos + J->steps, false, &e);
   J->r[rank] = r;
   snprintf(J->msg[rank], sizeof J->msg[rank], "%s", e.msg);
   sk_runtime_destroy(rt);
@@ -101,7 +100,7 @@ static sk_result run(job *J, sk_graph *g, int ndev, bool dp, int shard, long ste
   for (int o = 0; dp && o < g->nops; o++) g->ops[o].desc.has_strategy = false;
   sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
-  pd.ndevices = ndev;
+  pd.ndevices = ndev, pd.dtype = SK_F64, pd.optim = g->optim, pd.seed = 1;
   if (shard) pd.hsdp.enabled = true, pd.hsdp.shard_size = shard, pd.hsdp.threshold_kb = 0;
   sk_error e = {SK_OK, ""};
   cr_assert_eq(sk_parallel_compile(g, &pd, &J->plan, &e), SK_OK, "compile: %s", e.msg);

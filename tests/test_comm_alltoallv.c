@@ -100,7 +100,7 @@ static sk_result link_device(sk_comm *c, void *p) {
 Test(comm_alltoallv, link_model_charges_the_busiest_member, .timeout = 30) {
   sk_world_desc d;
   memset(&d, 0, sizeof d);
-  d.ndevices = 4, d.backend = sk_threads_backend(), d.link.alpha_us = 5, d.link.gbps = 10;
+  d.ndevices = 4, d.backend = sk_threads_backend(), d.cluster.link.alpha_us = 5, d.cluster.link.gbps = 10;
   sk_world *w;
   sk_error e;
   cr_assert_eq(sk_world_create(&d, &w, &e), SK_OK, "%s", e.msg);
@@ -109,6 +109,6 @@ Test(comm_alltoallv, link_model_charges_the_busiest_member, .timeout = 30) {
   cr_assert_eq(sk_world_run(w, link_device, &a), SK_OK, "%s", sk_world_error_message(w));
   sk_world_destroy(w);
   double want = 3 * 5 + 3 * 1000 * 4 * 1e-3 / 10; /* (p-1)a + (p-1) * per-peer bytes / B */
-  cr_expect_float_eq(want, sk_link_cost_us(&d.link, SK_COLL_ALLTOALLV, 1000, SK_F32, 4), 1e-9);
+  cr_expect_float_eq(want, sk_link_cost_us(&d.cluster.link, SK_COLL_ALLTOALLV, 1000, SK_F32, 4), 1e-9);
   for (int i = 0; i < 4; i++) cr_expect_float_eq(a.end[i], want, 1e-9, "rank %d ends at %g us, want %g", i, a.end[i], want);
 }

@@ -508,12 +508,12 @@ Test(comm_hazards, link_model_not_finite, .timeout = 10) {
     sk_world_desc d;
     memset(&d, 0, sizeof d);
     d.ndevices = 2, d.backend = sk_threads_backend();
-    d.link.alpha_us = bad[i][0], d.link.gbps = bad[i][1];
+    d.cluster.link.alpha_us = bad[i][0], d.cluster.link.gbps = bad[i][1];
     sk_world *w = NULL;
     sk_error e;
     memset(&e, 0, sizeof e);
     cr_expect_eq(sk_world_create(&d, &w, &e), SK_ERR_INVALID_ARGUMENT, "link {%g, %g} accepted", bad[i][0], bad[i][1]);
-    cr_expect(strstr(e.msg, "desc.link") != NULL, "message '%s'", e.msg);
+    cr_expect(strstr(e.msg, "desc.cluster.link") != NULL, "message '%s'", e.msg);
     cr_expect_null(w);
   }
 }
@@ -522,12 +522,12 @@ Test(comm_hazards, link_model_not_finite, .timeout = 10) {
 Test(comm_hazards, world_link_query, .timeout = 10) {
   sk_world_desc d;
   memset(&d, 0, sizeof d);
-  d.ndevices = 2, d.backend = sk_threads_backend(), d.link.alpha_us = 5, d.link.gbps = 25;
+  d.ndevices = 2, d.backend = sk_threads_backend(), d.cluster.link.alpha_us = 5, d.cluster.link.gbps = 25;
   sk_world *w = NULL;
   cr_assert_eq(sk_world_create(&d, &w, NULL), SK_OK);
-  sk_link_model l = sk_world_link(w);
-  cr_expect(l.alpha_us == 5 && l.gbps == 25, "sk_world_link gave {%g, %g}", l.alpha_us, l.gbps);
+  sk_link_model l = sk_world_cluster(w).link;
+  cr_expect(l.alpha_us == 5 && l.gbps == 25, "sk_world_cluster gave {%g, %g}", l.alpha_us, l.gbps);
   cr_expect_eq(sk_world_destroy(w), SK_OK);
-  l = sk_world_link(NULL);
-  cr_expect(l.alpha_us == 0 && l.gbps == 0, "sk_world_link(NULL) gave {%g, %g}", l.alpha_us, l.gbps);
+  l = sk_world_cluster(NULL).link;
+  cr_expect(l.alpha_us == 0 && l.gbps == 0, "sk_world_cluster(NULL) gave {%g, %g}", l.alpha_us, l.gbps);
 }

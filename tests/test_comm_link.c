@@ -20,8 +20,8 @@ static sk_world *link_world(int n, double alpha_us, double gbps) {
   d.ndevices = n;
   d.backend = sk_threads_backend();
   d.timeout_ms = 20000;
-  d.link.alpha_us = alpha_us;
-  d.link.gbps = gbps;
+  d.cluster.link.alpha_us = alpha_us;
+  d.cluster.link.gbps = gbps;
   sk_world *w = NULL;
   sk_error err;
   cr_assert_eq(sk_world_create(&d, &w, &err), SK_OK, "world: %s", err.msg);
@@ -177,14 +177,14 @@ Test(comm_link, bad_model_rejected) {
   sk_world_desc d = {0};
   d.ndevices = 2;
   d.backend = sk_threads_backend();
-  d.link.alpha_us = 5; /* a latency without a bandwidth */
+  d.cluster.link.alpha_us = 5; /* a latency without a bandwidth */
   sk_world *w = NULL;
   sk_error err;
   memset(&err, 0, sizeof err);
   cr_assert_eq(sk_world_create(&d, &w, &err), SK_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(err.msg, "desc.link") != NULL, "message: %s", err.msg);
+  cr_assert(strstr(err.msg, "desc.cluster.link") != NULL, "message: %s", err.msg);
   cr_assert_null(w);
-  d.link.alpha_us = -1, d.link.gbps = 10;
+  d.cluster.link.alpha_us = -1, d.cluster.link.gbps = 10;
   cr_assert_eq(sk_world_create(&d, &w, &err), SK_ERR_INVALID_ARGUMENT);
 }
 

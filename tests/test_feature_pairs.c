@@ -202,7 +202,7 @@ static void forget_references(void) {
 /* The single-device trainer (the harness's trainer_like) on R's data, trained now or earlier. */
 static const reference_run *reference(const run *R, const char *what) {
   size_t nscales = (size_t)R->n->g.nops * SK_OP_MAX_INPUTS;
-  reference_run key = {R->desc.dtype, R->plan.desc.grad_accumulation_step, (double *)calloc(nscales + 1, sizeof(double)),
+  reference_run key = {R->plan.desc.dtype, R->plan.desc.grad_accumulation_step, (double *)calloc(nscales + 1, sizeof(double)),
                        R->broadcast, {0}, NULL};
   cr_assert_not_null(key.scales);
   sk_parallel_grad_scales(&R->plan, key.scales);
@@ -245,16 +245,16 @@ static double expect_parameters(const run *R, sk_trainer *t, double tol, const c
    loss_check against the trainer's. Returns the largest difference (losses and, in f64,
    parameters). */
 static double expect_like_one_device(const run *R, const char *what) {
-  double tol = loss_check_tolerance(R->desc.dtype);
+  double tol = loss_check_tolerance(R->plan.desc.dtype);
   for (int d = 1; d < R->ndev; d++)
     cr_assert(memcmp(R->dev[d].loss, R->dev[0].loss, sizeof(double) * (size_t)R->nsteps) == 0,
               "%s: device %d reports other losses than device 0", what, d);
   const reference_run *ref = reference(R, what);
   loss_verdict v = loss_check(R->dev[0].loss, R->nsteps, ref->loss, R->nsteps, tol);
   cr_assert(v.passed && v.compared == R->nsteps, "%s on %d devices, %s: check FAILED: max relative loss difference %.3g (tolerance %.0e)",
-            what, R->ndev, sk_dtype_name(R->desc.dtype), v.worst, tol);
+            what, R->ndev, sk_dtype_name(R->plan.desc.dtype), v.worst, tol);
   double worst = v.worst;
-  if (R->desc.dtype == SK_F64) worst = fmax(worst, expect_parameters(R, ref->t, tol, what));
+  if (R->plan.desc.dtype == SK_F64) worst = fmax(worst, expect_parameters(R, ref->t, tol, what));
   return worst;
 }
 
@@ -349,7 +349,7 @@ static double one_pair(net *n, feature a, feature b) {
     expect_refused(n, &c, a, b, what);
   } else {
     run_init_knobs(&R, n, c.ndev, c.dtype, n->g.optim, PAIR_STEPS, &c.pd);
-    R.broadcast = R.desc.seed_by_rank = c.broadcast;
+    R.broadcast = R.plan.desc.seed_by_rank = c.broadcast;
     run_world(&R);
     expect_all_ok(&R, what);
     worst = expect_like_one_device(&R, what);
@@ -485,8 +485,8 @@ Test(feature_pairs, pipeline_parameter_broadcast_within_each_stage, .timeout = P
     pd.pipeline.stages = 2, pd.pipeline.micro = 2, pd.output_broadcast = true;
     if (level) pd.hsdp = (sk_hsdp)SK_HSDP_DEFAULTS, pd.hsdp.threshold_kb = 0;
     run_init_knobs(&R, &n, 2 * STAGE_DEVICES, SK_F64, n.g.optim, PAIR_STEPS, &pd);
-    R.broadcast = R.desc.seed_by_rank = true;
-    cr_assert_eq(R.desc.seed, 7);
+    R.broadcast = R.plan.desc.seed_by_rank = true;
+    cr_assert_eq(R.plan.desc.seed, 7);
     cr_assert_eq(param_stage(&R, fc3), 1, "fc3.weight is on the last stage");
     cr_assert_eq(R.plan.tensors[fc3].opt_size, level ? STAGE_DEVICES : 0);
     run_world(&R);
@@ -520,7 +520,7 @@ Test(feature_pairs, pipeline_parameter_broadcast_wrong_cur_rank_fails_everywhere
   memset(&pd, 0, sizeof pd);
   pd.pipeline.stages = 2, pd.pipeline.micro = 2, pd.output_broadcast = true;
   run_init_knobs(&R, &n, 2 * STAGE_DEVICES, SK_F64, n.g.optim, 1, &pd);
-  R.broadcast = R.desc.seed_by_rank = true, R.cur_rank_skew = 1, R.counting = true;
+  R.broadcast = R.plan.desc.seed_by_rank = true, R.cur_rank_skew = 1, R.counting = true;
   run_world(&R);
   int refused = 0;
   for (int d = 0; d < R.ndev; d++) {

@@ -708,11 +708,11 @@ Test(hsdp, step_allocation_failures_one_of_four, .timeout = 2 * RT_TIMEOUT) {
 
 /* ---- 6. parameter_broadcast through the runtime ---------------------------------------------- */
 
-/* Every device draws its model from seed + rank (desc.seed_by_rank), so replicas start apart
+/* Every device draws its model from seed + rank (plan.desc.seed_by_rank), so replicas start apart
    until sk_runtime_parameter_broadcast gives each its redundancy group owner's values. */
 static void init_broadcast(run *R, net *n, int ndev, sk_optim_desc optim, const sk_autoparallel *pd, int initial_rank) {
   run_init_knobs(R, n, ndev, SK_F64, optim, 4, pd);
-  R->desc.seed_by_rank = true, R->broadcast = true, R->initial_rank = initial_rank;
+  R->plan.desc.seed_by_rank = true, R->broadcast = true, R->initial_rank = initial_rank;
 }
 
 /* The whole model drawn from one seed, in the run's dtype (f64), one buffer per tensor. */
@@ -743,7 +743,7 @@ Test(hsdp, broadcast_replicas_take_their_owners_values_and_train_like_one_device
   expect_all_ok(&R, "parameter_broadcast, data parallel");
   const sk_graph *g = &n.g;
   const char *names[3] = {"u", "w1", "w2"};
-  double **by_rank[3] = {drawn(g, R.desc.seed), drawn(g, R.desc.seed + 1), drawn(g, R.desc.seed + 2)};
+  double **by_rank[3] = {drawn(g, R.plan.desc.seed), drawn(g, R.plan.desc.seed + 1), drawn(g, R.plan.desc.seed + 2)};
   for (int i = 0; i < 3; i++) {
     int t = tensor_named(g, names[i]);
     size_t bytes = (size_t)sk_graph_numel(g, t) * 8;

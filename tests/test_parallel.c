@@ -1095,8 +1095,25 @@ Test(parallel, check_needs_no_network) {
   d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   d.dtype = SK_F64;
   OK(sk_parallel_check(&d, E));
-  d.dtype = SK_BF16; /* the compute dtype of a bf16 run is f32 */
-  BAD("dtype 3: the compute dtype is f32 or f64", sk_parallel_check(&d, E));
+  d.dtype = SK_BF16; /* stored in 16 bits, computed in f32 */
+  OK(sk_parallel_check(&d, E));
+  d.dtype = SK_I64;
+  BAD("dtype i64: f32, f64, f16 or bf16", sk_parallel_check(&d, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.optim.kind = SK_OPTIM_ADAM, d.optim.beta1 = 1.5;
+  BAD("beta1", sk_parallel_check(&d, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.cluster.link.alpha_us = 5; /* a latency without a bandwidth */
+  BAD("parallel: cluster.link: alpha_us 5, gbps 0", sk_parallel_check(&d, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.cluster.device_flops = -1;
+  BAD("device_flops -1", sk_parallel_check(&d, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.exhaustive_limit = -1;
+  BAD("exhaustive_limit -1", sk_parallel_check(&d, E));
+  d = pdesc(8, SK_DATASET_DATA_PARALLEL);
+  d.allocator.free = NULL, d.allocator.alloc = (void *(*)(void *, size_t, size_t))1;
+  BAD("the allocator needs both alloc and free", sk_parallel_check(&d, E));
   d = pdesc(8, SK_DATASET_DATA_PARALLEL);
   d.comm_fusion.allgather.mode = SK_FUSION_INDEX;
   BAD("allgather: mode 'index' is AllReduce's only", sk_parallel_check(&d, E));

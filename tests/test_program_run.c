@@ -463,23 +463,30 @@ Test(program_run, step_peaks_are_the_programs_hsdp, .timeout = PR_TIMEOUT) {
 
 /* ---- 5. what create holds is the create section's ------------------------------------------- */
 
-static void expect_create_is_the_section(const sk_autoparallel *pd, int accumulate, const char *what) {
+/* After create, every device holds exactly its stage's create section, kind by kind; the
+   optimizer's states are as many as it keeps; `must` names buffers the section has to list. */
+static void expect_create_is_the_section(const sk_autoparallel *pd, int accumulate, sk_dtype dt, sk_optim_desc optim,
+                                         unsigned must, const char *what) {
   static net n;
   static run R;
   sk_autoparallel knobs = *pd;
   knobs.grad_accumulation_step = accumulate;
   int stages = pd->pipeline.stages > 1 ? pd->pipeline.stages : 1;
   build_replay(&n, 8 / stages);
-  run_init_knobs(&R, &n, 8, SK_F64, adam(0.01), 1, &knobs);
+  run_init_knobs(&R, &n, 8, dt, optim, 1, &knobs);
   run_steps(&R, what);
   for (int d = 0; d < 8; d++) {
     const sk_program *pg = &R.plan.programs[sk_parallel_stage_of_rank(&R.plan, d)];
     uint64_t want[SK_MEM_KINDS] = {0};
-    int kinds = 0;
+    unsigned kinds = 0;
+    int states = 0, params = 0;
     for (int i = 0; i < pg->ncreate; i++) {
-      cr_assert_eq(pg->create[i].kind, SK_PSTEP_ALLOC, "%s: create step %d is not an Alloc", what, i);
-      want[sk_program_memory_kind(&R.plan, &pg->create[i])] += sk_program_bytes(&pg->create[i], SK_F64);
-      kinds |= 1 << pg->create[i].buffer;
+      const sk_program_step *ps = &pg->create[i];
+      cr_assert_eq(ps->kind, SK_PSTEP_ALLOC, "%s: create step %d is not an Alloc", what, i);
+      want[sk_program_memory_kind(&R.plan, ps)] += sk_program_bytes(ps, dt);
+      kinds |= 1u << ps->buffer, states += ps->buffer == SK_PBUF_STATE;
+      params += (ps->buffer == SK_PBUF_SHARD_GRAD || (ps->buffer == SK_PBUF_GRAD && !R.plan.tensors[ps->tensor].opt_size)) &&
+                sk_graph_trainable(&n.g, ps->tensor);
     }
     const sk_runtime_memory *c = &R.dev[d].mem_created;
     uint64_t got[SK_MEM_KINDS] = {c->parameters, c->gradients, c->optimizer_state, c->activations, c->communication};
@@ -487,20 +494,40 @@ static void expect_create_is_the_section(const sk_autoparallel *pd, int accumula
     for (int k = 0; k < SK_MEM_KINDS; k++)
       cr_assert_eq(got[k], want[k], "%s: device %d: %s after create %llu bytes, the create section's %llu", what, d, names[k],
                    (unsigned long long)got[k], (unsigned long long)want[k]);
-    cr_assert(kinds & (1 << SK_PBUF_STATE), "%s: device %d: Adam's states are not in the section", what, d);
-    cr_assert(kinds & (1 << SK_PBUF_GRAD), "%s: device %d: no gradient in the section", what, d);
+    cr_assert_gt(params, 0, "%s: device %d: no parameter gradient in the section", what, d);
+    cr_assert_eq(states, params * sk_optim_nstates(&optim), "%s: device %d: %d optimizer states for %d parameters (%s)", what,
+                 d, states, params, sk_optim_kind_name(optim.kind));
+    cr_assert_eq(kinds & must, must, "%s: device %d: the section lists buffers %#x of %#x", what, d, kinds & must, must);
   }
   run_free(&R);
   sk_graph_free(&n.g);
 }
 
+#define BUF(b) (1u << (b))
+
 Test(program_run, create_is_the_create_section, .timeout = PR_TIMEOUT) {
   sk_autoparallel pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
-  expect_create_is_the_section(&pd, 1, "1f1b + hsdp level1, 2 stages x 4 devices");
+  expect_create_is_the_section(&pd, 1, SK_F64, adam(0.01), BUF(SK_PBUF_STATE), "1f1b + hsdp level1, 2 stages x 4 devices");
   pd = pipe_hsdp_knobs(4, SK_PIPE_ZERO_BUBBLE_V, SK_HSDP_LEVEL2);
-  expect_create_is_the_section(&pd, 1, "zero_bubble_v + hsdp level2, 2 stages x 4 devices");
+  expect_create_is_the_section(&pd, 1, SK_F64, momentum(0.01, 0.9), BUF(SK_PBUF_STATE),
+                               "zero_bubble_v + hsdp level2, 2 stages x 4 devices");
   pd = plain_hsdp_knobs(SK_HSDP_LEVEL2, false);
-  expect_create_is_the_section(&pd, 2, "hsdp level2, grad_accumulation_step 2, 8 devices");
+  expect_create_is_the_section(&pd, 2, SK_F64, adam(0.01), BUF(SK_PBUF_ACC), "hsdp level2, grad_accumulation_step 2, 8 devices");
   memset(&pd, 0, sizeof pd);
-  expect_create_is_the_section(&pd, 2, "no pipeline, no hsdp, grad_accumulation_step 2, 8 devices");
+  expect_create_is_the_section(&pd, 2, SK_F64, sgd(0.1), 0, "no pipeline, no hsdp, grad_accumulation_step 2, 8 devices");
+}
+
+/* f16 / bf16 runs: the wire buffer and the 16-bit shadows are the section's too. */
+Test(program_run, create_section_lists_the_16_bit_wires, .timeout = PR_TIMEOUT) {
+  sk_autoparallel pd = pipe_hsdp_knobs(4, SK_PIPE_1F1B, SK_HSDP_LEVEL1);
+  pd.no_gradient_fp32_sync = true; /* the gradient sync in 16 bits: shadows of the sharded gradients */
+  expect_create_is_the_section(&pd, 1, SK_F16, adam(0.01), BUF(SK_PBUF_RS_SHADOWS) | BUF(SK_PBUF_WIRE), "f16, 1f1b + hsdp level1, 16-bit gradient sync");
+  memset(&pd, 0, sizeof pd); /* comm_fusion auto: the Mirrors fused, through their shadows */
+  pd.no_gradient_fp32_sync = true;
+  pd.transformer_opt.enable_communication_fusion = true;
+  expect_create_is_the_section(&pd, 1, SK_BF16, momentum(0.01, 0.9), BUF(SK_PBUF_SHADOWS) | BUF(SK_PBUF_WIRE),
+                               "bf16, no pipeline, fused 16-bit Mirrors, packed BackwardComm");
+  memset(&pd, 0, sizeof pd);
+  pd.fp32_communication = true; /* nothing in 16 bits on the wire */
+  expect_create_is_the_section(&pd, 1, SK_F16, sgd(0.1), 0, "f16, fp32_communication");
 }

@@ -277,7 +277,7 @@ Test(runtime, evaluate_and_gather_match_trainer, .timeout = RT_TIMEOUT) {
 
   sk_train_desc td;
   memset(&td, 0, sizeof td);
-  td.dtype = SK_F64, td.optim = R.desc.optim, td.seed = R.desc.seed;
+  td.dtype = SK_F64, td.optim = R.plan.desc.optim, td.seed = R.plan.desc.seed;
   sk_trainer *t = NULL;
   OK(sk_trainer_create(&n.g, &td, &t, E));
   for (int i = 0; i < n.nin; i++) OK(sk_trainer_feed(t, R.in_t[i], R.in_dt[i], R.data[0][i], (size_t)R.in_n[i], E));
@@ -553,14 +553,17 @@ Test(runtime, half_precision_like_the_trainer, .timeout = RT_TIMEOUT) {
 }
 
 /* Other dtypes are refused at create, naming the dtype. */
+/* The run's dtype is the configuration's: the compiler refuses an integer one by name. */
 Test(runtime, integer_dtype_refused, .timeout = RT_TIMEOUT) {
   static net n;
-  static run R;
   build_mlp(&n, 2);
-  run_init(&R, &n, 2, SK_I32, sgd(0.1), 1);
-  R.counting = true;
-  expect_create_refused(&R, "dtype i32", "f32, f64, f16 or bf16");
-  run_free(&R);
+  sk_autoparallel pd;
+  memset(&pd, 0, sizeof pd);
+  pd.ndevices = 2, pd.dtype = SK_I32;
+  sk_parallel_plan plan;
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_parallel_compile(&n.g, &pd, &plan, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "dtype i32") && strstr(e.msg, "f32, f64, f16 or bf16"), "message: %s", e.msg);
   sk_graph_free(&n.g);
 }
 
@@ -625,7 +628,7 @@ Test(runtime, feed_refused_names_the_tensor, .timeout = RT_TIMEOUT) {
   /* the refused feeds left nothing behind: the losses are one device's */
   sk_train_desc td;
   memset(&td, 0, sizeof td);
-  td.dtype = SK_F64, td.optim = R.desc.optim, td.seed = R.desc.seed;
+  td.dtype = SK_F64, td.optim = R.plan.desc.optim, td.seed = R.plan.desc.seed;
   sk_trainer *t = NULL;
   OK(sk_trainer_create(&n.g, &td, &t, E));
   for (int s = 0; s < R.nsteps; s++) {
@@ -940,7 +943,7 @@ Test(runtime, local_norms_dumped_per_device_and_parameter, .timeout = RT_TIMEOUT
     if (g->tensors[t].role == SK_TENSOR_PARAM) params[np++] = t;
   sk_train_desc td;
   memset(&td, 0, sizeof td);
-  td.dtype = SK_F64, td.optim = R.desc.optim, td.seed = R.desc.seed;
+  td.dtype = SK_F64, td.optim = R.plan.desc.optim, td.seed = R.plan.desc.seed;
   sk_trainer *t = NULL;
   OK(sk_trainer_create(g, &td, &t, E));
   FILE *f = fopen(path, "r");
@@ -1014,7 +1017,7 @@ Test(runtime, mirror_overlap_on_the_virtual_clock, .timeout = RT_TIMEOUT) {
     pd.transformer_opt.grad_computation_allreduce_overlap = i == 1;
     run_init_knobs(&R[i], &n, 4, SK_F64, sgd(0.5), 3, &pd);
     R[i].link.alpha_us = 20, R[i].link.gbps = 0.01;
-    R[i].desc.device_flops = 1e7; /* slow devices: the backward takes as long as a Mirror */
+    R[i].plan.desc.cluster.device_flops = 1e7; /* slow devices: the backward takes as long as a Mirror */
     R[i].evaluate = false;
     run_world(&R[i]);
     expect_all_ok(&R[i], i ? "overlap" : "no overlap");

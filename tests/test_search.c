@@ -189,7 +189,7 @@ Test(search, own_costs_by_hand) {
   cr_assert_float_eq(own_of(&m, mm, 1, 1, 2), 0, 1e-9);
   for (int c = 0; c < m.ncands[mm]; c++) cr_assert_float_eq(m.cands[mm][c].own, m.cands[mm][c].own_bytes, 1e-9);
   sk_search_model_free(&m);
-  d.link.alpha_us = 5, d.link.gbps = 10;
+  d.cluster.link.alpha_us = 5, d.cluster.link.gbps = 10;
   build_model(&n.g, &d, &m);
   cr_assert_float_eq(own_of(&m, mm, 2, 1, 1), 8192e-4, 1e-12); /* the Mirror: no latency */
   cr_assert_float_eq(own_of(&m, mm, 1, 2, 1), 10 + 4096e-4, 1e-12);
@@ -213,7 +213,7 @@ static sk_search_sig sig2(int c0, int s0, int c1, int s1) {
 static void tiny_model(int N, sk_link_model link, sk_search_model *m, net *n) {
   matmul_net(n, 16, 16, 16, false);
   sk_search_desc d = sdesc(N);
-  d.link = link;
+  d.cluster.link = link;
   build_model(&n->g, &d, m);
 }
 
@@ -386,7 +386,7 @@ static void random_round(sk_link_model link, double tflops) {
       static net n;
       random_mlp(&n, seed * 7919 + (uint64_t)counts[ci], counts[ci], NULL, NULL);
       sk_search_desc d = sdesc(counts[ci]);
-      d.link = link, d.device_tflops = tflops;
+      d.cluster.link = link, d.cluster.device_flops = tflops * 1e12;
       sk_search_model m;
       build_model(&n.g, &d, &m);
       char what[512], buf[400];
@@ -457,7 +457,7 @@ Test(search, exhaustive_equals_brute_force_random_dags, .timeout = 120) {
     random_dag(&n, seed * 1009, 16, 8, N == 2 ? 7 : 5);
     for (int linked = 0; linked < 2; linked++) {
       sk_search_desc d = sdesc(N);
-      if (linked) d.link.alpha_us = 3, d.link.gbps = 12, d.device_tflops = 5;
+      if (linked) d.cluster.link.alpha_us = 3, d.cluster.link.gbps = 12, d.cluster.device_flops = 5e12;
       sk_search_model m;
       build_model(&n.g, &d, &m);
       double combos = 1;
@@ -686,20 +686,20 @@ Test(search, recursive_memory_check_refuses) {
   double need = sk_search_plan_memory(&m, choice);
   cr_assert_gt(need, 0);
   sk_search_model_free(&m);
-  d.device_memory = need - 1;
+  d.cluster.device_memory = need - 1;
   build_model(&n.g, &d, &m);
   char want[160];
   snprintf(want, sizeof want, "the strategies need %.0f bytes per device, the device has %.0f", need, need - 1);
   BAD(want, sk_search_recursive(&m, choice, E));
   sk_search_model_free(&m);
-  d.device_memory = need; /* exactly enough */
+  d.cluster.device_memory = need; /* exactly enough */
   build_model(&n.g, &d, &m);
   OK(sk_search_recursive(&m, choice, E));
   sk_search_model_free(&m);
   /* through the compiler */
   sk_autoparallel pd;
   memset(&pd, 0, sizeof pd);
-  pd.ndevices = 8, pd.mode = SK_PARALLEL_RECURSIVE_PROGRAMMING, pd.search.device_memory = 1;
+  pd.ndevices = 8, pd.mode = SK_PARALLEL_RECURSIVE_PROGRAMMING, pd.cluster.device_memory = 1;
   sk_parallel_plan p;
   BAD("out of memory", sk_parallel_compile(&n.g, &pd, &p, E));
   sk_graph_free(&n.g);
@@ -959,10 +959,10 @@ Test(search, null_and_bad_arguments) {
   BAD("0 devices", sk_search_model_build(&n.g, &d, &m, E));
   d.ndevices = SK_MAX_DEVICES + 1;
   BAD("devices", sk_search_model_build(&n.g, &d, &m, E));
-  d = sdesc(8), d.link.gbps = -1;
-  BAD("negative", sk_search_model_build(&n.g, &d, &m, E));
-  d = sdesc(8), d.device_memory = -1;
-  BAD("negative", sk_search_model_build(&n.g, &d, &m, E));
+  d = sdesc(8), d.cluster.link.gbps = -1;
+  BAD("cluster.link", sk_search_model_build(&n.g, &d, &m, E));
+  d = sdesc(8), d.cluster.device_memory = -1;
+  BAD("device_memory", sk_search_model_build(&n.g, &d, &m, E));
   BAD("NULL", sk_search_propagate(NULL, choice, E));
   BAD("NULL", sk_search_recursive(NULL, choice, E));
   BAD("NULL", sk_search_exhaustive(NULL, choice, E));
@@ -997,10 +997,10 @@ Test(search, null_and_bad_arguments) {
   BAD("unknown parallel_mode 7", sk_parallel_compile(&n.g, &pd, &p, E));
   pd.mode = (sk_parallel_mode)-1;
   BAD("unknown parallel_mode", sk_parallel_compile(&n.g, &pd, &p, E));
-  pd.mode = SK_PARALLEL_EXHAUSTIVE, pd.search.exhaustive_limit = 1;
+  pd.mode = SK_PARALLEL_EXHAUSTIVE, pd.exhaustive_limit = 1;
   BAD("at operator 'mm'", sk_parallel_compile(&n.g, &pd, &p, E));
   cr_assert(!p.ops && !p.searched && !p.micro_graph, "a refused compile leaves the plan empty");
-  pd.search.exhaustive_limit = 0;
+  pd.exhaustive_limit = 0;
   OK(sk_parallel_compile(&n.g, &pd, &p, E));
   sk_parallel_free(&p);
   cr_assert_str_eq(sk_parallel_mode_name(SK_PARALLEL_SEMI_AUTO), "semi_auto");

@@ -57,15 +57,15 @@ static void sim_print_comm(FILE *f, const sk_runtime_stats *st) {
 
 /* The report: memory per device, device 0's communication and FLOPs per step, the modelled
    step time when a link model ran (model_us: device 0's virtual clock per step). */
-static void sim_print_report(FILE *f, const sim_device_figures *all, int n, const sk_link_model *link,
-                             double device_tflops, double model_us) {
+static void sim_print_report(FILE *f, const sim_device_figures *all, int n, const sk_cluster *cluster, double model_us) {
+  const sk_link_model *link = &cluster->link;
   sim_print_memory(f, all, n);
   sim_print_comm(f, &all[0].stats);
   double steps = all[0].stats.steps ? (double)all[0].stats.steps : 1;
   fprintf(f, "compute per step (device 0): %.6g GFLOP\n", all[0].stats.flops / steps / 1e9);
   if (link->gbps > 0)
     fprintf(f, "modelled step time: %.3f ms (links %g us, %g GB/s; devices %g TFLOPS)\n", model_us / 1e3,
-            link->alpha_us, link->gbps, device_tflops);
+            link->alpha_us, link->gbps, cluster->device_flops * 1e-12);
 }
 
 /* A pipeline's time per device: its stage, the share of its steps' wall time spent in kernels

@@ -60,8 +60,6 @@ typedef struct options {
   int dump_rank; /* -1: none */
   sim_ckpt_opts ckpt;          /* --save-checkpoint, --every, --load-checkpoint[-params-only], --checkpoint-io */
   const char *backend_asked;
-  sk_link_model link;
-  double device_tflops;
   sk_autoparallel pd;       /* the parallel configuration the flags set (ndevices: --devices) */
   int fusion_index[64];      /* --fusion index:I,J,...: pd.comm_fusion.allreduce.indices points here */
   const char *dataset_layouts; /* --dataset-strategy as a tuple of layouts: read once the inputs' shapes are known */
@@ -363,21 +361,23 @@ static int parse_number(const char *argv0, const char *a, const char *v, options
     /* 0 is refused: the trainer and the runtime read a seed of 0 as 1, the data would not */
     if (!prog_parse_u64_in(v, 1, UINT64_MAX, &o->seed)) return bad_usage(argv0, "--seed takes 1..18446744073709551615", v);
   } else if (!strcmp(a, "--device-tflops")) {
-    if (!prog_parse_double_in(v, DBL_MIN, 1e9, &o->device_tflops))
+    double tflops = 0;
+    if (!prog_parse_double_in(v, DBL_MIN, 1e9, &tflops))
       return bad_usage(argv0, "--device-tflops takes a positive number of TFLOPS (at most 1e9)", v);
+    o->pd.cluster.device_flops = tflops * 1e12;
   } else if (!strcmp(a, "--check-tolerance")) {
     if (!prog_parse_double_in(v, DBL_MIN, 1e9, &o->check_tolerance))
       return bad_usage(argv0, "--check-tolerance takes a positive relative difference (e.g. 1e-6)", v);
   } else if (!strcmp(a, "--device-memory")) {
     double gb = 0;
     if (!prog_parse_double_in(v, DBL_MIN, 1e9, &gb)) return bad_usage(argv0, "--device-memory takes a positive number of GB (at most 1e9)", v);
-    o->pd.search.device_memory = gb * 1e9;
+    o->pd.cluster.device_memory = gb * 1e9;
   } else if (!strcmp(a, "--link")) {
     char alpha[64];
     size_t n = strcspn(v, ",");
     bool good = n < sizeof alpha && v[n] == ',';
     if (good) memcpy(alpha, v, n), alpha[n] = 0;
-    if (!good || !prog_parse_double_in(alpha, 0, 1e9, &o->link.alpha_us) || !prog_parse_double_in(v + n + 1, DBL_MIN, 1e9, &o->link.gbps))
+    if (!good || !prog_parse_double_in(alpha, 0, 1e9, &o->pd.cluster.link.alpha_us) || !prog_parse_double_in(v + n + 1, DBL_MIN, 1e9, &o->pd.cluster.link.gbps))
       return bad_usage(argv0, "--link takes ALPHA_US,GBPS (e.g. 5,25; latency >= 0, bandwidth > 0)", v);
   } else return -1;
   return 0;
@@ -471,7 +471,7 @@ static int check_combinations(const char *argv0, const options *o, bool steps, b
   snprintf(msg, sizeof msg, "--dump-program takes a rank below --devices %d", o->devices);
   snprintf(arg, sizeof arg, "%d", o->dump_rank);
   if (o->dump_rank >= o->devices) return bad_usage(argv0, msg, arg);
-  if ((o->link.gbps > 0) != (o->device_tflops > 0))
+  if ((o->pd.cluster.link.gbps > 0) != (o->pd.cluster.device_flops > 0))
     return bad_usage(argv0, "--link and --device-tflops go together", NULL);
   if (o->check_tolerance > 0 && !o->check) return bad_usage(argv0, "--check-tolerance needs --check", NULL);
   const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
@@ -517,7 +517,7 @@ static int parse_options(int argc, char **argv, options *o) {
   }
   if (check_combinations(argv[0], o, steps, epochs)) return 2;
   /* else the trainer runs alone (parameter_broadcast and checkpoints are the runtime's) */
-  o->distributed = o->devices > 1 || o->report || o->link.gbps > 0 || o->broadcast || o->ckpt.save || o->ckpt.load;
+  o->distributed = o->devices > 1 || o->report || o->pd.cluster.link.gbps > 0 || o->broadcast || o->ckpt.save || o->ckpt.load;
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");
@@ -784,9 +784,7 @@ static sk_result device_main(sk_comm *c, void *arg) {
   R.J = J, R.comm = c, R.lead = sk_comm_rank(c) == 0;
   sk_runtime_desc d;
   memset(&d, 0, sizeof d);
-  d.dtype = J->o->dtype, d.optim = J->optim, d.seed = J->o->seed, d.kernels = &BLAS;
-  d.device_flops = J->o->device_tflops * 1e12;
-  d.seed_by_rank = J->o->broadcast;
+  d.kernels = &BLAS;
   sk_error e = {SK_OK, ""};
   sk_result r = run_buffers(&R, &e);
   if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
@@ -812,7 +810,7 @@ static sk_result make_world(const options *o, sk_world **w, char *msg, size_t ca
   wd.ndevices = o->mpi ? 0 : o->devices;
   wd.backend = o->mpi ? sk_mpi_backend() : sk_threads_backend();
   wd.backend_config = o->mpi ? (void *)&mc : NULL;
-  wd.link = o->link;
+  wd.cluster = o->pd.cluster; /* the plan's cluster model: the clocks read its link */
   wd.timeout_ms = (uint32_t)o->timeout_s * 1000u; /* --timeout; 0: the world's default */
   sk_error err;
   sk_result r = sk_world_create(&wd, w, &err);
@@ -935,7 +933,7 @@ static void print_strategies(const sk_parallel_plan *plan) {
   free(text);
   if (plan->searched)
     printf("# %s: plan cost %.6g %s, searched in %.3f ms\n", sk_parallel_mode_name(plan->desc.mode), plan->search_cost,
-           plan->desc.search.link.gbps > 0 ? "us" : "bytes", plan->search_ms);
+           plan->desc.cluster.link.gbps > 0 ? "us" : "bytes", plan->search_ms);
   if (plan->desc.hsdp.enabled) print_hsdp(plan);
 }
 
@@ -951,8 +949,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   memset(&pd, 0, sizeof pd);
   pd = o->pd;
   pd.ndevices = o->devices, pd.strict_strategies = o->strict;
-  pd.dtype = o->dtype == SK_F64 ? SK_F64 : SK_F32; /* the program's printed bytes: f16 / bf16 compute in f32 */
-  pd.search.link = o->link, pd.search.device_tflops = o->device_tflops; /* the search's cost unit */
+  pd.dtype = o->dtype, pd.optim = J->optim, pd.seed = o->seed, pd.seed_by_rank = o->broadcast;
   pd.output_broadcast = true; /* device 0, on the first stage, prints the last stage's test accuracy */
   if (o->dataset_layouts && dataset_layouts(o, g, &pd, msg, cap)) return -1;
   if (o->transformer_opt && sk_json_load_transformer_opt(o->transformer_opt, &pd.transformer_opt, &e))
@@ -1001,8 +998,8 @@ static bool print_summary(job *J, const double *base, long nbase) {
   printf("# %d device%s, %s%s, %ld steps, %.3f ms per step, median cpu %.3f ms, median %.3f ms\n", o->devices,
          o->devices > 1 ? "s" : "", sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0,
          median_ms(J->cpu_s, J->nstep_s), median_ms(J->step_s, J->nstep_s));
-  if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->link, o->device_tflops, J->model_us / (n ? n : 1));
-  if (o->report && J->plan.vstage) sim_print_pipeline(stdout, J->figures, o->devices, &J->plan, o->link.gbps > 0);
+  if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->pd.cluster, J->model_us / (n ? n : 1));
+  if (o->report && J->plan.vstage) sim_print_pipeline(stdout, J->figures, o->devices, &J->plan, o->pd.cluster.link.gbps > 0);
   if (!o->check) return true;
   double tol = o->check_tolerance > 0 ? o->check_tolerance : loss_check_tolerance(o->dtype);
   loss_verdict v = loss_check(J->losses, n, base, nbase, tol);
