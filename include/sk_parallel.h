@@ -426,7 +426,7 @@ SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *plan, int group
 SK_API int sk_parallel_find_group(const sk_parallel_plan *plan, const sk_plan_group *want);
 /* A program step's bytes in a run of dtype `run` (the configuration's): its count times its
    element size, a float's being the run's compute dtype (f64, else f32: f16 and bf16 runs
-   compute in f32). */
+   compute in f32), a 16-bit shadow block's its own dtype. */
 SK_API uint64_t sk_program_bytes(const sk_program_step *step, sk_dtype run);
 /* The kind an ALLOC step's buffer counts as (a parameter's value or shard and a gathered slice:
    parameters; an activation's value, a feed, a kernel's input or output: activations; a
@@ -451,7 +451,6 @@ SK_EXTERN_C_END
 #define SK_PARALLEL_IMPL_BODY /* sk_program.h's implementation follows this one's */
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
