@@ -23,8 +23,7 @@ static void *sk__rt_counted_alloc(void *user, size_t size, size_t align) {
   sk_runtime *rt = (sk_runtime *)user;
   (void)align; /* 64 covers every alignment the modules ask for */
   size_t n = (size + 63) / 64 * 64 + sizeof(sk__rt_block);
-  sk__rt_block *b = (sk__rt_block *)(rt->desc.alloc.alloc ? rt->desc.alloc.alloc(rt->desc.alloc.user, n, 64)
-                                                           : aligned_alloc(64, n));
+  sk__rt_block *b = (sk__rt_block *)sk__alloc(&rt->desc.alloc, n, 64);
   if (!b) return NULL;
   memset(b, 0, n);
   b->bytes = size, b->kind = rt->kind;
@@ -41,14 +40,17 @@ static void sk__rt_counted_free(void *user, void *p) {
   if (!p) return;
   sk__rt_block *b = (sk__rt_block *)p - 1;
   rt->bytes[b->kind] -= b->bytes;
-  if (rt->desc.alloc.free) rt->desc.alloc.free(rt->desc.alloc.user, b);
-  else free(b);
+  sk__free(&rt->desc.alloc, b);
 }
 
 static void *sk__rt_alloc(sk_runtime *rt, int kind, size_t bytes) {
   rt->kind = kind;
   return sk__rt_counted_alloc(rt, bytes ? bytes : 1, 64);
 }
+
+/* The runtime's own tables (n entries of `size` bytes, zeroed): the library's bookkeeping, from
+   the device's allocator, counted as host. Free with sk__rt_counted_free. */
+static void *sk__rt_table(sk_runtime *rt, size_t n, size_t size) { return sk__rt_alloc(rt, SK__RT_HOST, n * size); }
 
 /* Puts `prefix` in front of err's message (the end of a long message is cut). */
 static void sk__rt_prefix(sk_error *err, const char *prefix) {
@@ -209,11 +211,12 @@ static sk_result sk__rt_make_group(sk_runtime *rt, int id, int *ranks, sk_error 
 
 static sk_result sk__rt_make_groups(sk_runtime *rt, sk_error *err) {
   int n = rt->plan->ngroups;
-  rt->gcomm = (sk_comm **)calloc((size_t)n + 1, sizeof(sk_comm *)), rt->gown = (bool *)calloc((size_t)n + 1, sizeof(bool));
-  int *ranks = (int *)malloc(2 * sizeof(int) * SK_MAX_DEVICES);
+  rt->gcomm = (sk_comm **)sk__rt_table(rt, (size_t)n + 1, sizeof(sk_comm *));
+  rt->gown = (bool *)sk__rt_table(rt, (size_t)n + 1, sizeof(bool));
+  int *ranks = (int *)sk__rt_table(rt, 2 * SK_MAX_DEVICES, sizeof(int));
   sk_result r = rt->gcomm && rt->gown && ranks ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory for groups");
   for (int id = 0; id < n && !r; id++) r = sk__rt_make_group(rt, id, ranks, err);
-  free(ranks);
+  sk__rt_counted_free(rt, ranks);
   return r;
 }
 

@@ -87,15 +87,16 @@ static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err)
   rt->comm = stage, rt->rank = sk_comm_rank(stage);
   size_t nt = (size_t)rt->g->ntensors + 1, no = (size_t)rt->g->nops + 1, m = (size_t)rt->plan->micro;
   size_t nslots = m * (size_t)sk__rt_nvstages(rt);
-  rt->owner = (int *)calloc(nt, sizeof(int));
-  rt->feeds = (void **)calloc(m * nt, sizeof(void *));
-  rt->slots = (sk__rt_slot *)calloc(nslots, sizeof(sk__rt_slot));
+  rt->owner = (int *)sk__rt_table(rt, nt, sizeof(int));
+  rt->feeds = (void **)sk__rt_table(rt, m * nt, sizeof(void *));
+  rt->slots = (sk__rt_slot *)sk__rt_table(rt, nslots, sizeof(sk__rt_slot));
   for (size_t i = 0; rt->slots && i < nslots; i++) {
     sk__rt_slot *sl = &rt->slots[i];
-    sl->values = (void **)calloc(nt, sizeof(void *)), sl->grads = (void **)calloc(nt, sizeof(void *));
-    sl->written = (bool *)calloc(nt, sizeof(bool)), sl->pre_rs = (void **)calloc(no, sizeof(void *));
-    sl->kin = (void **)calloc(no * SK_OP_MAX_INPUTS, sizeof(void *));
-    sl->kout = (void **)calloc(no * SK_OP_MAX_OUTPUTS, sizeof(void *)), sl->dkout = (void **)calloc(no * SK_OP_MAX_OUTPUTS, sizeof(void *));
+    sl->values = (void **)sk__rt_table(rt, nt, sizeof(void *)), sl->grads = (void **)sk__rt_table(rt, nt, sizeof(void *));
+    sl->written = (bool *)sk__rt_table(rt, nt, sizeof(bool)), sl->pre_rs = (void **)sk__rt_table(rt, no, sizeof(void *));
+    sl->kin = (void **)sk__rt_table(rt, no * SK_OP_MAX_INPUTS, sizeof(void *));
+    sl->kout = (void **)sk__rt_table(rt, no * SK_OP_MAX_OUTPUTS, sizeof(void *));
+    sl->dkout = (void **)sk__rt_table(rt, no * SK_OP_MAX_OUTPUTS, sizeof(void *));
     if (!sl->values || !sl->grads || !sl->written || !sl->pre_rs || !sl->kin || !sl->kout || !sl->dkout)
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory");
   }
@@ -170,8 +171,10 @@ static sk__rt_send *sk__rt_send_at(sk_runtime *rt, int at) {
 static sk_result sk__rt_staging(sk_runtime *rt, int at, size_t bytes, sk_error *err) {
   if (rt->nsends == rt->sends_cap) {
     int cap = rt->sends_cap ? 2 * rt->sends_cap : 16;
-    sk__rt_send *ns = (sk__rt_send *)realloc(rt->sends, (size_t)cap * sizeof *ns);
+    sk__rt_send *ns = (sk__rt_send *)sk__rt_table(rt, (size_t)cap, sizeof *ns);
     if (!ns) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: pipeline: out of memory sending");
+    if (rt->nsends) memcpy(ns, rt->sends, (size_t)rt->nsends * sizeof *ns);
+    sk__rt_counted_free(rt, rt->sends);
     rt->sends = ns, rt->sends_cap = cap;
   }
   sk__rt_send *s = &rt->sends[rt->nsends];
@@ -241,10 +244,12 @@ static void sk__rt_pipe_close(sk_runtime *rt) {
   for (size_t i = 0; rt->slots && i < n; i++) {
     sk__rt_slot *sl = &rt->slots[i];
     if (sl->values && sl->grads && sl->written && sl->kin && sl->pre_rs && sl->kout && sl->dkout) sk__rt_slot_close(rt, sl);
-    free(sl->values), free(sl->grads), free(sl->written), free(sl->kin), free(sl->pre_rs), free(sl->kout), free(sl->dkout);
+    void *tables[] = {sl->values, sl->grads, sl->written, sl->kin, sl->pre_rs, sl->kout, sl->dkout};
+    for (size_t j = 0; j < sizeof tables / sizeof tables[0]; j++) sk__rt_counted_free(rt, tables[j]);
   }
   for (size_t i = 0; rt->feeds && i < (size_t)rt->plan->micro * (size_t)rt->g->ntensors; i++) sk__rt_counted_free(rt, rt->feeds[i]);
-  free(rt->slots), free(rt->feeds), free(rt->owner), free(rt->sends);
+  sk__rt_counted_free(rt, rt->slots), sk__rt_counted_free(rt, rt->feeds);
+  sk__rt_counted_free(rt, rt->owner), sk__rt_counted_free(rt, rt->sends);
   sk_comm_destroy(rt->fwd_link), sk_comm_destroy(rt->bwd_link);
   sk_comm_destroy(rt->comm); /* this stage's, split from the world */
 }

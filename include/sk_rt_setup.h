@@ -313,7 +313,7 @@ static sk_result sk__rt_keep_slice(sk_runtime *rt, int t, const void *full, sk_e
    returns. */
 static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
   const sk_graph *g = rt->g;
-  void **full = (void **)calloc((size_t)g->ntensors + 1, sizeof *full);
+  void **full = (void **)sk__rt_table(rt, (size_t)g->ntensors + 1, sizeof *full);
   sk_result r = full ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory drawing parameters");
   for (int t = 0; t < g->ntensors && !r; t++)
     if (g->tensors[t].role == SK_TENSOR_PARAM &&
@@ -329,7 +329,7 @@ static sk_result sk__rt_init_params(sk_runtime *rt, sk_error *err) {
       sk__rt_store(rt, rt->values[t], 1);
     }
   for (int t = 0; full && t < g->ntensors; t++) sk__rt_counted_free(rt, full[t]);
-  free(full);
+  sk__rt_counted_free(rt, full);
   return r;
 }
 

@@ -666,19 +666,30 @@ static void sk__rt_setup_wire(sk_runtime *rt) {
   rt->overlap = pd->transformer_opt.grad_computation_allreduce_overlap;
 }
 
+/* The per-tensor and per-operator tables, given back and forgotten: after a failed
+   sk__rt_alloc_arrays destroy then walks none of them. */
+static void sk__rt_free_arrays(sk_runtime *rt) {
+  sk__rt_counted_free(rt, rt->values), sk__rt_counted_free(rt, rt->grads), sk__rt_counted_free(rt, rt->state0);
+  sk__rt_counted_free(rt, rt->state1), sk__rt_counted_free(rt, rt->written), sk__rt_counted_free(rt, rt->readers);
+  sk__rt_counted_free(rt, rt->args), sk__rt_counted_free(rt, rt->ops), sk__rt_counted_free(rt, rt->shards);
+  sk__rt_counted_free(rt, rt->acc), sk__rt_counted_free(rt, rt->recomputed);
+  rt->values = rt->grads = rt->state0 = rt->state1 = rt->acc = NULL;
+  rt->written = rt->recomputed = NULL, rt->readers = NULL, rt->args = NULL, rt->ops = NULL, rt->shards = NULL;
+}
+
 static sk_result sk__rt_alloc_arrays(sk_runtime *rt, sk_error *err) {
   size_t n = (size_t)rt->g->ntensors + 1;
-  rt->values = (void **)calloc(n, sizeof(void *)), rt->grads = (void **)calloc(n, sizeof(void *));
-  rt->state0 = (void **)calloc(n, sizeof(void *)), rt->state1 = (void **)calloc(n, sizeof(void *));
-  rt->written = (bool *)calloc(n, sizeof(bool)), rt->readers = (int *)calloc(n, sizeof(int));
-  rt->args = (sk_exec_arg *)calloc(n, sizeof(sk_exec_arg));
-  rt->ops = (sk__rt_op *)calloc((size_t)rt->g->nops + 1, sizeof(sk__rt_op));
-  rt->shards = (sk__rt_shard *)calloc(n, sizeof(sk__rt_shard));
-  rt->acc = (void **)calloc(n, sizeof(void *));
-  rt->recomputed = (bool *)calloc(n, sizeof(bool));
+  rt->values = (void **)sk__rt_table(rt, n, sizeof(void *)), rt->grads = (void **)sk__rt_table(rt, n, sizeof(void *));
+  rt->state0 = (void **)sk__rt_table(rt, n, sizeof(void *)), rt->state1 = (void **)sk__rt_table(rt, n, sizeof(void *));
+  rt->written = (bool *)sk__rt_table(rt, n, sizeof(bool)), rt->readers = (int *)sk__rt_table(rt, n, sizeof(int));
+  rt->args = (sk_exec_arg *)sk__rt_table(rt, n, sizeof(sk_exec_arg));
+  rt->ops = (sk__rt_op *)sk__rt_table(rt, (size_t)rt->g->nops + 1, sizeof(sk__rt_op));
+  rt->shards = (sk__rt_shard *)sk__rt_table(rt, n, sizeof(sk__rt_shard));
+  rt->acc = (void **)sk__rt_table(rt, n, sizeof(void *));
+  rt->recomputed = (bool *)sk__rt_table(rt, n, sizeof(bool));
   if (!rt->values || !rt->grads || !rt->state0 || !rt->state1 || !rt->written || !rt->readers || !rt->args || !rt->ops ||
       !rt->shards || !rt->acc || !rt->recomputed)
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
+    return sk__rt_free_arrays(rt), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory"); /* all or none */
   for (int t = 0; !rt->plan->vstage && t < rt->g->ntensors; t++) rt->recomputed[t] = sk_parallel_recomputed(rt->plan, t);
   for (int o = 0; o < rt->g->nops; o++)
     for (int k = 0; k < rt->g->ops[o].ninputs; k++) rt->readers[rt->g->ops[o].inputs[k]]++;
@@ -717,10 +728,10 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
   sk__rt_counted_free(rt, rt->wire_buf), sk__rt_counted_free(rt, rt->shadows), sk__rt_counted_free(rt, rt->rs_shadows);
   sk__rt_counted_free(rt, rt->norms), sk__rt_counted_free(rt, rt->all_norms);
   if (rt->norm_file) fclose(rt->norm_file);
-  free(rt->values), free(rt->grads), free(rt->state0), free(rt->state1), free(rt->written), free(rt->readers);
-  free(rt->args), free(rt->ops), free(rt->gcomm), free(rt->gown), free(rt->shards), free(rt->acc);
-  free(rt->recomputed);
-  free(rt);
+  sk__rt_free_arrays(rt);
+  sk__rt_counted_free(rt, rt->gcomm), sk__rt_counted_free(rt, rt->gown);
+  sk_allocator own = rt->desc.alloc; /* rt came from it */
+  sk__free(&own, rt);
 }
 
 SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, const sk_runtime_desc *desc,
@@ -732,8 +743,11 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   if (!desc) desc = &zero;
   sk_result r = sk__rt_check(comm, plan, desc, err);
   if (r) return r;
-  sk_runtime *rt = (sk_runtime *)calloc(1, sizeof *rt);
+  /* rt itself comes from the device's allocator too, sized as sk__rt_counted_alloc sizes a block
+     (a multiple of 64 and a 64-byte header's room) and counted as host once it exists */
+  sk_runtime *rt = (sk_runtime *)sk__calloc(&desc->alloc, (sizeof(sk_runtime) + 63) / 64 * 64 + 64, 64);
   if (!rt) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
+  rt->bytes[SK__RT_HOST] = sizeof *rt;
   rt->comm = comm, rt->rank = sk_comm_rank(comm), rt->plan = plan, rt->g = plan->graph, rt->desc = *desc;
   rt->cdt = plan->desc.dtype == SK_F64 ? SK_F64 : SK_F32, rt->store = plan->desc.dtype;
   sk__rt_setup_wire(rt);
@@ -881,7 +895,7 @@ SK_API int64_t sk_runtime_steps(const sk_runtime *rt) { return rt ? rt->step : 0
 SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, int initial_rank, sk_error *err) {
   if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter_broadcast: NULL runtime");
   const sk_graph *g = rt->g;
-  sk_bcast_param *ps = (sk_bcast_param *)calloc((size_t)g->ntensors + 1, sizeof *ps);
+  sk_bcast_param *ps = (sk_bcast_param *)sk__rt_table(rt, (size_t)g->ntensors + 1, sizeof *ps);
   int n = 0;
   for (int t = 0; ps && t < g->ntensors; t++) {
     if (g->tensors[t].role != SK_TENSOR_PARAM || !sk__rt_holds(rt, t)) continue; /* another stage's */
@@ -896,7 +910,7 @@ SK_API sk_result sk_runtime_parameter_broadcast(sk_runtime *rt, int cur_rank, in
   if (cur_rank < 0) cur_rank = rt->rank + (initial_rank >= 0 ? initial_rank : stage_start);
   sk_result r = ps ? sk_parameter_broadcast(rt->comm, n, ps, cur_rank, initial_rank, err)
                    : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: parameter_broadcast: out of memory");
-  free(ps);
+  sk__rt_counted_free(rt, ps);
   return r;
 }
 
