@@ -38,6 +38,8 @@
      holding the value. The graph's own refusals (an operator rule rejecting a shape, ...) follow
      the path. A text of white space only: "the text is empty". The reading helpers are
      sk_json_read.h's, which sk_strategy.h's reader shares: one wording per kind of mistake.
+     The writing ones (and the writers' refusals of a name that is not UTF-8) are
+     sk_json_write.h's, which sk_strategy.h's writer shares.
      sk_json_load_network puts the file's base name in front. Out of memory: SK_ERR_OUT_OF_MEMORY;
      a file that cannot be read or written: SK_ERR_SYSTEM with the path and the system's reason.
      A file is read only when it is a regular file (a symbolic link to one is followed) of at

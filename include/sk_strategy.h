@@ -54,6 +54,7 @@
      (an unknown top-level key: its own). The reading helpers are sk_json_read.h's, which
      sk_json.h's network reader shares: "strategy", "layouts" and "out_layout" are refused in
      the words of a network file's "shard", "layouts" and "out_layout".
+     The writing helpers are sk_json_write.h's, sk_json.h's network writer's too.
      The compiler's own refusals pass through unchanged. A file that cannot be read or written:
      SK_ERR_SYSTEM with its path and the system's reason; out of memory: SK_ERR_OUT_OF_MEMORY.
      A file is read only when it is a regular file (a symbolic link to one is followed) of at
@@ -154,6 +155,12 @@ static bool *sk__st_trainable(const sk_graph *g, const sk_allocator *a) {
       if (sk_exec_differentiable(op, k)) reach[op->inputs[k]] = true;
   }
   return reach;
+}
+
+/* The configuration's allocator (MEMORY above) is whole: both functions or neither. */
+static sk_result sk__st_allocator(const sk_allocator *a, sk_error *err) {
+  if (sk__allocator_ok(a)) return SK_OK;
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: allocator: set both alloc and free, or neither");
 }
 
 /* Whether tensor t goes into (and must be in) a file. */
@@ -501,7 +508,8 @@ static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_autop
 
 SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_autoparallel *desc, sk_error *err) {
   if (!path || !g || !desc) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
-  sk_result r = sk_graph_check(g, err);
+  sk_result r = sk__st_allocator(&desc->allocator, err);
+  if (!r) r = sk_graph_check(g, err);
   if (r) return r;
   const sk_allocator *a = &desc->allocator;
   sk__st_rd rd;
@@ -710,9 +718,10 @@ SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_pl
   if (!p->graph || !p->tensors) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: the plan is not compiled");
   const sk_graph *g = p->graph;
   const sk_allocator *a = &p->desc.allocator;
+  sk_result r = sk__st_allocator(a, err);
+  if (r) return r;
   sk__st_rd rd;
-  sk_result r = sk__st_open(&rd, path, a, err);
-  if (r) return sk__st_close(&rd), r;
+  if ((r = sk__st_open(&rd, path, a, err))) return sk__st_close(&rd), r;
   bool *seen = (bool *)sk__calloc(a, ((size_t)g->ntensors + 1) * sizeof *seen, 0), *trainable = sk__st_trainable(g, a);
   json_t *list = json_object_get(rd.root, "parameters");
   sk__jr jr;
@@ -775,7 +784,7 @@ typedef struct sk__sw {
 } sk__sw;
 
 /* Whether two rule plans are the same, as sk_op_plan_format prints them (mesh, layouts,
-   collectives); out of memory sets w->failed. */
+   collectives); out of memory sets w->jw.failed. */
 static bool sk__sw_same_op_plan(sk__sw *w, const sk_op_plan *a, const sk_op_plan *b) {
   size_t na = sk_op_plan_format(a, NULL, 0), nb = sk_op_plan_format(b, NULL, 0);
   if (na != nb) return false;
@@ -943,6 +952,7 @@ static json_t *sk__sw_root(sk__sw *w, bool params, bool operators, bool all_para
    have no form in the file. */
 static sk_result sk__sw_check(const sk_parallel_plan *p, sk_error *err) {
   if (!p->graph || !p->ops || !p->tensors) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: the plan is not compiled");
+  if (sk__st_allocator(&p->desc.allocator, err)) return SK_ERR_INVALID_ARGUMENT;
   for (int o = 0; o < p->graph->nops; o++) {
     const sk_op_desc *d = &p->ops[o].desc;
     bool ok = true;
@@ -994,6 +1004,7 @@ SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_autoparallel *desc, s
                                      sk_error *err) {
   if (!g || !desc || !plan) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
   memset(plan, 0, sizeof *plan);
+  if (sk__st_allocator(&desc->allocator, err)) return SK_ERR_INVALID_ARGUMENT;
   sk_autoparallel d = *desc;
   d.save_param_strategy_file = d.load_param_strategy_file = NULL;
   d.save_operator_strategy_file = d.load_operator_strategy_file = NULL;

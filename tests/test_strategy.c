@@ -835,10 +835,18 @@ Test(strategy, bad_arguments) {
   BAD("NULL", sk_strategy_load_operators(NULL, &g, &d, E));
   BAD("NULL", sk_strategy_check_params("x", NULL, false, E));
   BAD("not compiled", sk_strategy_check_params("x", &p, false, E));
+  d.allocator.free = oom_alloc_give; /* one function of two */
+  BAD("set both alloc and free", sk_strategy_compile(&g, &d, &p, E));
+  BAD("set both alloc and free", sk_strategy_load_operators("x", &g, &d, E));
+  memset(&d.allocator, 0, sizeof d.allocator);
   d.ndevices = 0;
   BAD("devices", sk_strategy_compile(&g, &d, &p, E)); /* the compiler's own refusal */
   d.ndevices = 8, d.mode = SK_PARALLEL_SHARDING_PROPAGATION; /* built now: tests/test_search.c */
   OK(sk_strategy_compile(&g, &d, &p, E));
+  p.desc.allocator.alloc = oom_alloc_take; /* a plan whose allocator lost a function */
+  BAD("set both alloc and free", sk_strategy_format(&p, true, true, false, &text, E));
+  BAD("set both alloc and free", sk_strategy_check_params("x", &p, false, E));
+  p.desc.allocator.alloc = NULL;
   sk_parallel_free(&p);
   d.mode = SK_PARALLEL_SEMI_AUTO, d.save_param_strategy_file = "x.json";
   BAD("sk_strategy_compile", sk_parallel_compile(&g, &d, &p, E));
