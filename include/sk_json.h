@@ -38,6 +38,8 @@
      holding the value. The graph's own refusals (an operator rule rejecting a shape, ...) follow
      the path. A text of white space only: "the text is empty". The reading helpers are
      sk_json_read.h's, which sk_strategy.h's reader shares: one wording per kind of mistake.
+     The writing ones (and the writers' refusals of a name that is not UTF-8) are
+     sk_json_write.h's, which sk_strategy.h's writer shares.
      sk_json_load_network puts the file's base name in front. Out of memory: SK_ERR_OUT_OF_MEMORY;
      a file that cannot be read or written: SK_ERR_SYSTEM with the path and the system's reason.
      A file is read only when it is a regular file (a symbolic link to one is followed) of at
@@ -68,8 +70,8 @@ SK_EXTERN_C_BEGIN
 SK_API sk_result sk_json_parse_network(const char *text, size_t len, sk_graph *g, sk_error *err);
 /* The same from a file. */
 SK_API sk_result sk_json_load_network(const char *path, sk_graph *g, sk_error *err);
-/* The canonical text of g, NUL-terminated, in *text (malloc'd: the caller frees it; NULL on
-   failure). */
+/* The canonical text of g, NUL-terminated, in *text (from the C library: the caller frees it
+   with free(); NULL on failure). */
 SK_API sk_result sk_json_format_network(const sk_graph *g, char **text, sk_error *err);
 /* The canonical text of g written to path (created or truncated). */
 SK_API sk_result sk_json_save_network(const sk_graph *g, const char *path, sk_error *err);
@@ -92,6 +94,8 @@ SK_EXTERN_C_END
 #include "sk_core.h"
 #define SK__JSON_READ_PRIVATE
 #include "sk_json_read.h"
+#define SK__JSON_WRITE_PRIVATE
+#include "sk_json_write.h"
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -525,7 +529,7 @@ SK_API sk_result sk_json_load_network(const char *path, sk_graph *g, sk_error *e
   sk_result r = sk__read_text_file(NULL, path, true, SK_MAX_TEXT_FILE_BYTES, &text, &len, err);
   if (r) return r;
   r = sk_json_parse_network(text, len, g, &e);
-  free(text);
+  sk__free(NULL, text); /* sk__read_text_file's, from the C library */
   const char *base = strrchr(path, '/');
   if (r) return sk__fail(err, r, "%s: %s", base ? base + 1 : path, e.msg);
   /* relative .npy paths are the file's: read from its directory */
@@ -614,7 +618,7 @@ SK_API sk_result sk_json_load_transformer_opt(const char *path, sk_transformer_o
   sk_result r = sk__read_text_file(NULL, path, true, SK_MAX_TEXT_FILE_BYTES, &text, &len, err);
   if (r) return r;
   r = sk_json_parse_transformer_opt(text, len, out, &e);
-  free(text);
+  sk__free(NULL, text); /* sk__read_text_file's, from the C library */
   if (r) {
     const char *base = strrchr(path, '/');
     return sk__fail(err, r, "%s: %s", base ? base + 1 : path, e.msg);
@@ -624,65 +628,35 @@ SK_API sk_result sk_json_load_transformer_opt(const char *path, sk_transformer_o
 
 /* ==== writing ================================================================================= */
 
-typedef struct sk__jw {
+/* A network's writing: the layer's (sk_json_write.h) and the graph written. */
+typedef struct sk__jn {
+  sk__jw jw;
   const sk_graph *g;
-  bool failed;          /* jansson could not allocate */
-  const char *bad_utf8; /* a name jansson refused as not UTF-8 */
-} sk__jw;
-
-/* Sets obj[key] = v, noting a failure (jansson returns NULL values and -1 when out of memory;
-   both calls take NULL safely and release v on failure). */
-static void sk__jw_set(sk__jw *w, json_t *obj, const char *key, json_t *v) {
-  if (json_object_set_new(obj, key, v)) w->failed = true;
-}
-
-static void sk__jw_append(sk__jw *w, json_t *list, json_t *v) {
-  if (json_array_append_new(list, v)) w->failed = true;
-}
-
-/* A name as a JSON string; JSON text is UTF-8, so another encoding is refused (told apart from
-   running out of memory by jansson's unchecked constructor). */
-static json_t *sk__jw_name(sk__jw *w, const char *name) {
-  json_t *s = json_string(name), *raw;
-  if (!s && (raw = json_string_nocheck(name)) != NULL) w->bad_utf8 = name, json_decref(raw);
-  return s;
-}
-
-static json_t *sk__jw_i64s(sk__jw *w, const int64_t *v, int n) {
-  json_t *list = json_array();
-  for (int k = 0; k < n; k++) sk__jw_append(w, list, json_integer((json_int_t)v[k]));
-  return list;
-}
-
-static json_t *sk__jw_ints(sk__jw *w, const int *v, int n) {
-  json_t *list = json_array();
-  for (int k = 0; k < n; k++) sk__jw_append(w, list, json_integer(v[k]));
-  return list;
-}
+} sk__jn;
 
 /* The attributes, each only when it is not its zero default. */
-static void sk__jw_bool(sk__jw *w, json_t *o, const char *key, bool b) {
-  if (b) sk__jw_set(w, o, key, json_true());
+static void sk__jn_bool(sk__jn *w, json_t *o, const char *key, bool b) {
+  if (b) sk__jw_set(&w->jw, o, key, json_true());
 }
-static void sk__jw_int(sk__jw *w, json_t *o, const char *key, long long v) {
-  if (v) sk__jw_set(w, o, key, json_integer(v));
+static void sk__jn_int(sk__jn *w, json_t *o, const char *key, long long v) {
+  if (v) sk__jw_set(&w->jw, o, key, json_integer(v));
 }
-static void sk__jw_real(sk__jw *w, json_t *o, const char *key, double v) {
-  if (v != 0) sk__jw_set(w, o, key, json_real(v));
+static void sk__jn_real(sk__jn *w, json_t *o, const char *key, double v) {
+  if (v != 0) sk__jw_set(&w->jw, o, key, json_real(v));
 }
 
-static json_t *sk__jw_tensor(sk__jw *w, const sk_graph_tensor *t) {
+static json_t *sk__jn_tensor(sk__jn *w, const sk_graph_tensor *t) {
   json_t *o = json_object();
-  sk__jw_set(w, o, "name", sk__jw_name(w, t->name));
-  sk__jw_set(w, o, "role", json_string(sk_tensor_role_name(t->role)));
-  sk__jw_set(w, o, "dtype", json_string(sk_dtype_name(t->dtype)));
-  sk__jw_set(w, o, "shape", sk__jw_i64s(w, t->shape, t->ndims));
+  sk__jw_set(&w->jw, o, "name", sk__jw_name(&w->jw, t->name));
+  sk__jw_set(&w->jw, o, "role", json_string(sk_tensor_role_name(t->role)));
+  sk__jw_set(&w->jw, o, "dtype", json_string(sk_dtype_name(t->dtype)));
+  sk__jw_set(&w->jw, o, "shape", sk__jw_i64s(&w->jw, t->shape, t->ndims));
   if (t->role == SK_TENSOR_PARAM) {
     json_t *init = json_object();
-    sk__jw_set(w, init, "kind", json_string(sk_init_kind_name(t->init.kind)));
-    sk__jw_real(w, init, "value", t->init.value);
-    sk__jw_set(w, o, "init", init);
-    if (t->frozen) sk__jw_set(w, o, "requires_grad", json_false());
+    sk__jw_set(&w->jw, init, "kind", json_string(sk_init_kind_name(t->init.kind)));
+    sk__jn_real(w, init, "value", t->init.value);
+    sk__jw_set(&w->jw, o, "init", init);
+    if (t->frozen) sk__jw_set(&w->jw, o, "requires_grad", json_false());
   }
   return o;
 }
@@ -690,7 +664,7 @@ static json_t *sk__jw_tensor(sk__jw *w, const sk_graph_tensor *t) {
 /* transpose_a .. shape. perm runs to its last non-zero entry, and over a Transpose's whole rank;
    it is written whenever given (desc.has_perm), all zeros too (rank 1's (0)), so that it reads
    back as given. */
-static void sk__jw_attrs(sk__jw *w, json_t *o, const sk_graph_op *op) {
+static void sk__jn_attrs(sk__jn *w, json_t *o, const sk_graph_op *op) {
   const sk_op_desc *d = &op->desc;
   int np = 0;
   for (int k = 0; k < SK_MAX_DIMS; k++)
@@ -699,174 +673,159 @@ static void sk__jw_attrs(sk__jw *w, json_t *o, const sk_graph_op *op) {
   bool permutes = (sk_op_row_of(d->kind)->flags & SK_OPF_PERMUTES) != 0;
   if (perm && permutes && op->ninputs && w->g->tensors[op->inputs[0]].ndims > np)
     np = w->g->tensors[op->inputs[0]].ndims;
-  sk__jw_bool(w, o, "transpose_a", d->transpose_a);
-  sk__jw_bool(w, o, "transpose_b", d->transpose_b);
-  if (d->naxis == 1) sk__jw_set(w, o, "axis", json_integer(d->axis[0]));
-  if (d->naxis > 1) sk__jw_set(w, o, "axis", sk__jw_ints(w, d->axis, d->naxis));
-  sk__jw_bool(w, o, "keep_dims", d->keep_dims);
-  if (perm) sk__jw_set(w, o, "perm", sk__jw_ints(w, d->perm, np));
-  sk__jw_int(w, o, "depth", d->depth);
+  sk__jn_bool(w, o, "transpose_a", d->transpose_a);
+  sk__jn_bool(w, o, "transpose_b", d->transpose_b);
+  if (d->naxis == 1) sk__jw_set(&w->jw, o, "axis", json_integer(d->axis[0]));
+  if (d->naxis > 1) sk__jw_set(&w->jw, o, "axis", sk__jw_ints(&w->jw, d->axis, d->naxis));
+  sk__jn_bool(w, o, "keep_dims", d->keep_dims);
+  if (perm) sk__jw_set(&w->jw, o, "perm", sk__jw_ints(&w->jw, d->perm, np));
+  sk__jn_int(w, o, "depth", d->depth);
   if (!sk__json_source(d) && d->noutputs > 0)
-    sk__jw_set(w, o, "shape", sk__jw_i64s(w, d->out_shape[0], d->out_ndims[0]));
+    sk__jw_set(&w->jw, o, "shape", sk__jw_i64s(&w->jw, d->out_shape[0], d->out_ndims[0]));
 }
 
 /* keep_prob .. recompute. */
-static void sk__jw_attrs2(sk__jw *w, json_t *o, const sk_graph_op *op) {
+static void sk__jn_attrs2(sk__jn *w, json_t *o, const sk_graph_op *op) {
   const sk_op_desc *d = &op->desc;
   bool dtypes = false;
-  sk__jw_real(w, o, "keep_prob", op->keep_prob);
-  sk__jw_real(w, o, "epsilon", op->epsilon);
-  sk__jw_real(w, o, "on_value", op->on_value);
-  sk__jw_real(w, o, "off_value", op->off_value);
-  if (!sk__json_source(d) && op->out_dtype[0]) sk__jw_set(w, o, "dtype", json_string(sk_dtype_name(op->out_dtype[0])));
+  sk__jn_real(w, o, "keep_prob", op->keep_prob);
+  sk__jn_real(w, o, "epsilon", op->epsilon);
+  sk__jn_real(w, o, "on_value", op->on_value);
+  sk__jn_real(w, o, "off_value", op->off_value);
+  if (!sk__json_source(d) && op->out_dtype[0]) sk__jw_set(&w->jw, o, "dtype", json_string(sk_dtype_name(op->out_dtype[0])));
   if (sk__json_source(d) && d->noutputs > 0) {
     json_t *shapes = json_array(), *types = json_array();
     for (int k = 0; k < d->noutputs; k++) {
-      sk__jw_append(w, shapes, sk__jw_i64s(w, d->out_shape[k], d->out_ndims[k]));
-      sk__jw_append(w, types, json_string(sk_dtype_name(op->out_dtype[k])));
+      sk__jw_append(&w->jw, shapes, sk__jw_i64s(&w->jw, d->out_shape[k], d->out_ndims[k]));
+      sk__jw_append(&w->jw, types, json_string(sk_dtype_name(op->out_dtype[k])));
       dtypes |= op->out_dtype[k] != 0;
     }
-    sk__jw_set(w, o, "out_shapes", shapes);
-    if (dtypes) sk__jw_set(w, o, "out_dtypes", types);
+    sk__jw_set(&w->jw, o, "out_shapes", shapes);
+    if (dtypes) sk__jw_set(&w->jw, o, "out_dtypes", types);
     else json_decref(types);
   }
-  sk__jw_bool(w, o, "repeat_left", d->repeat_left);
-  sk__jw_bool(w, o, "full_batch", d->full_batch);
-  if (op->fusion) sk__jw_set(w, o, "fusion", json_integer(op->fusion == SK_GRAPH_FUSION_NEVER ? 0 : op->fusion));
-  sk__jw_int(w, o, "stage", op->stage);
-  sk__jw_bool(w, o, "recompute", op->recompute);
+  sk__jn_bool(w, o, "repeat_left", d->repeat_left);
+  sk__jn_bool(w, o, "full_batch", d->full_batch);
+  if (op->fusion) sk__jw_set(&w->jw, o, "fusion", json_integer(op->fusion == SK_GRAPH_FUSION_NEVER ? 0 : op->fusion));
+  sk__jn_int(w, o, "stage", op->stage);
+  sk__jn_bool(w, o, "recompute", op->recompute);
 }
 
 /* shard (as written: sk__json_tuples / _tuple_len stand in for zero counts and lengths) and
    out_strategy (over output 0's rank, and any non-zero entry past it). */
-static void sk__jw_strategy(sk__jw *w, json_t *o, const sk_graph_op *op) {
+static void sk__jn_strategy(sk__jn *w, json_t *o, const sk_graph_op *op) {
   const sk_op_desc *d = &op->desc;
   if (d->has_strategy) {
     json_t *tuples = json_array();
     int n = d->nstrategies ? d->nstrategies : sk__json_tuples(op);
     for (int i = 0; i < n; i++) {
       int len = d->strategy_len[i] ? d->strategy_len[i] : sk__json_tuple_len(w->g, op, i);
-      sk__jw_append(w, tuples, sk__jw_ints(w, d->strategy[i], len));
+      sk__jw_append(&w->jw, tuples, sk__jw_ints(&w->jw, d->strategy[i], len));
     }
-    sk__jw_set(w, o, "shard", tuples);
+    sk__jw_set(&w->jw, o, "shard", tuples);
   }
   if (d->has_out_strategy) {
     int n = op->noutputs ? w->g->tensors[op->outputs[0]].ndims : 0;
     for (int k = n; k < SK_MAX_DIMS; k++)
       if (d->out_strategy[k]) n = k + 1;
-    sk__jw_set(w, o, "out_strategy", sk__jw_ints(w, d->out_strategy, n));
+    sk__jw_set(&w->jw, o, "out_strategy", sk__jw_ints(&w->jw, d->out_strategy, n));
   }
 }
 
-/* n layouts on one mesh (sk__jw_check made sure they share it) as member `key` of o:
-   {"mesh": ..., "<list>": [maps]}. */
-static void sk__jw_layout_set(sk__jw *w, json_t *o, const char *key, const char *list, const sk_layout *ls, int n) {
-  char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 1];
-  json_t *l = json_object(), *maps = json_array();
-  sk_mesh_format(&ls[0].mesh, text, sizeof text);
-  sk__jw_set(w, l, "mesh", json_string(text));
-  for (int k = 0; k < n; k++) {
-    sk_layout_format(&ls[k], text, sizeof text);
-    sk__jw_append(w, maps, json_string(text));
-  }
-  sk__jw_set(w, l, list, maps);
-  sk__jw_set(w, o, key, l);
-}
-
-static json_t *sk__jw_op(sk__jw *w, const sk_graph_op *op) {
+static json_t *sk__jn_op(sk__jn *w, const sk_graph_op *op) {
   json_t *o = json_object(), *inputs = json_array();
-  sk__jw_set(w, o, "name", sk__jw_name(w, op->name));
-  sk__jw_set(w, o, "type", json_string(sk_op_kind_name(op->desc.kind)));
+  sk__jw_set(&w->jw, o, "name", sk__jw_name(&w->jw, op->name));
+  sk__jw_set(&w->jw, o, "type", json_string(sk_op_kind_name(op->desc.kind)));
   for (int k = 0; k < op->ninputs; k++) { /* a constant: its number, where it is read */
     const sk_graph_tensor *x = &w->g->tensors[op->inputs[k]];
-    sk__jw_append(w, inputs, x->role == SK_TENSOR_CONST ? json_real(x->value) : sk__jw_name(w, x->name));
+    sk__jw_append(&w->jw, inputs, x->role == SK_TENSOR_CONST ? json_real(x->value) : sk__jw_name(&w->jw, x->name));
   }
-  sk__jw_set(w, o, "inputs", inputs);
-  sk__jw_attrs(w, o, op);
-  sk__jw_attrs2(w, o, op);
-  sk__jw_strategy(w, o, op);
-  if (op->desc.has_layouts) sk__jw_layout_set(w, o, "layouts", "inputs", op->desc.layouts, op->ninputs);
-  if (op->desc.nout_layouts) sk__jw_layout_set(w, o, "out_layout", "outputs", op->desc.out_layouts, op->desc.nout_layouts);
+  sk__jw_set(&w->jw, o, "inputs", inputs);
+  sk__jn_attrs(w, o, op);
+  sk__jn_attrs2(w, o, op);
+  sk__jn_strategy(w, o, op);
+  if (op->desc.has_layouts) sk__jw_set(&w->jw, o, "layouts", sk__jw_layouts(&w->jw, op->desc.layouts, op->ninputs, "inputs"));
+  if (op->desc.nout_layouts) sk__jw_set(&w->jw, o, "out_layout", sk__jw_layouts(&w->jw, op->desc.out_layouts, op->desc.nout_layouts, "outputs"));
   return o;
 }
 
 /* The optimizer: its kind, then its non-zero fields (zero is MindSpore's default). */
-static json_t *sk__jw_optim(sk__jw *w, const sk_optim_desc *d) {
+static json_t *sk__jn_optim(sk__jn *w, const sk_optim_desc *d) {
   json_t *o = json_object();
-  sk__jw_set(w, o, "kind", json_string(sk_optim_kind_name(d->kind)));
-  sk__jw_real(w, o, "lr", d->lr);
-  sk__jw_real(w, o, "momentum", d->momentum);
-  sk__jw_real(w, o, "dampening", d->dampening);
-  sk__jw_real(w, o, "weight_decay", d->weight_decay);
-  sk__jw_bool(w, o, "nesterov", d->nesterov);
-  sk__jw_real(w, o, "beta1", d->beta1);
-  sk__jw_real(w, o, "beta2", d->beta2);
-  sk__jw_real(w, o, "eps", d->eps);
+  sk__jw_set(&w->jw, o, "kind", json_string(sk_optim_kind_name(d->kind)));
+  sk__jn_real(w, o, "lr", d->lr);
+  sk__jn_real(w, o, "momentum", d->momentum);
+  sk__jn_real(w, o, "dampening", d->dampening);
+  sk__jn_real(w, o, "weight_decay", d->weight_decay);
+  sk__jn_bool(w, o, "nesterov", d->nesterov);
+  sk__jn_real(w, o, "beta1", d->beta1);
+  sk__jn_real(w, o, "beta2", d->beta2);
+  sk__jn_real(w, o, "eps", d->eps);
   return o;
 }
 
 /* "data": each input's source, in the inputs' order; NULL when none has one. */
-static json_t *sk__jw_data(sk__jw *w) {
+static json_t *sk__jn_data(sk__jn *w) {
   json_t *data = NULL;
   for (int t = 0; t < w->g->ntensors; t++) {
     const sk_graph_tensor *x = &w->g->tensors[t];
     const sk_data_source *s = &x->data;
     if (x->role != SK_TENSOR_INPUT || s->kind == SK_DATA_NONE) continue;
     json_t *src = json_object(), *arg;
-    if (s->kind == SK_DATA_NPY) arg = sk__jw_name(w, s->path);
+    if (s->kind == SK_DATA_NPY) arg = sk__jw_name(&w->jw, s->path);
     else if (s->kind == SK_DATA_RANDOM_INT) arg = json_pack("[II]", (json_int_t)s->a, (json_int_t)s->b);
     else arg = json_pack("[ff]", s->a, s->b);
-    sk__jw_set(w, src, sk_data_kind_name(s->kind), arg);
+    sk__jw_set(&w->jw, src, sk_data_kind_name(s->kind), arg);
     if (!data) data = json_object();
-    sk__jw_set(w, data, x->name, src);
+    sk__jw_set(&w->jw, data, x->name, src);
   }
   return data;
 }
 
-static json_t *sk__jw_network(sk__jw *w) {
+static json_t *sk__jn_network(sk__jn *w) {
   const sk_graph *g = w->g;
   json_t *root = json_object(), *tensors = json_array(), *ops = json_array();
-  sk__jw_set(w, root, "format", json_string(SK__JSON_FORMAT));
-  sk__jw_set(w, root, "version", json_integer(SK__JSON_VERSION));
-  if (g->dataset[0]) sk__jw_set(w, root, "dataset", sk__jw_name(w, g->dataset));
-  json_t *data = sk__jw_data(w);
-  if (data) sk__jw_set(w, root, "data", data);
+  sk__jw_set(&w->jw, root, "format", json_string(SK__JSON_FORMAT));
+  sk__jw_set(&w->jw, root, "version", json_integer(SK__JSON_VERSION));
+  if (g->dataset[0]) sk__jw_set(&w->jw, root, "dataset", sk__jw_name(&w->jw, g->dataset));
+  json_t *data = sk__jn_data(w);
+  if (data) sk__jw_set(&w->jw, root, "data", data);
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].role == SK_TENSOR_INPUT || g->tensors[t].role == SK_TENSOR_PARAM)
-      sk__jw_append(w, tensors, sk__jw_tensor(w, &g->tensors[t]));
-  sk__jw_set(w, root, "tensors", tensors);
-  for (int i = 0; i < g->nops; i++) sk__jw_append(w, ops, sk__jw_op(w, &g->ops[i]));
-  sk__jw_set(w, root, "operators", ops);
-  if (g->loss >= 0) sk__jw_set(w, root, "loss", sk__jw_name(w, g->tensors[g->loss].name));
+      sk__jw_append(&w->jw, tensors, sk__jn_tensor(w, &g->tensors[t]));
+  sk__jw_set(&w->jw, root, "tensors", tensors);
+  for (int i = 0; i < g->nops; i++) sk__jw_append(&w->jw, ops, sk__jn_op(w, &g->ops[i]));
+  sk__jw_set(&w->jw, root, "operators", ops);
+  if (g->loss >= 0) sk__jw_set(&w->jw, root, "loss", sk__jw_name(&w->jw, g->tensors[g->loss].name));
   if (g->logits >= 0 && g->labels >= 0) {
     json_t *ev = json_object();
-    sk__jw_set(w, ev, "logits", sk__jw_name(w, g->tensors[g->logits].name));
-    sk__jw_set(w, ev, "labels", sk__jw_name(w, g->tensors[g->labels].name));
-    sk__jw_set(w, root, "eval", ev);
+    sk__jw_set(&w->jw, ev, "logits", sk__jw_name(&w->jw, g->tensors[g->logits].name));
+    sk__jw_set(&w->jw, ev, "labels", sk__jw_name(&w->jw, g->tensors[g->labels].name));
+    sk__jw_set(&w->jw, root, "eval", ev);
   }
-  sk__jw_set(w, root, "optimizer", sk__jw_optim(w, &g->optim));
+  sk__jw_set(&w->jw, root, "optimizer", sk__jn_optim(w, &g->optim));
   return root;
 }
 
 /* ---- what the writer reads must be in range: a graph the builder made always is ---- */
 
-static bool sk__jw_tensor_ok(const sk_graph *g, int t) { return t >= 0 && t < g->ntensors; }
+static bool sk__jn_tensor_ok(const sk_graph *g, int t) { return t >= 0 && t < g->ntensors; }
 
 /* n (>= 1) valid layouts on one mesh: what one "layouts" or "out_layout" object carries. */
-static bool sk__jw_layouts_ok(const sk_layout *ls, int n) {
+static bool sk__jn_layouts_ok(const sk_layout *ls, int n) {
   bool ok = n >= 1 && sk_mesh_format(&ls[0].mesh, NULL, 0) > 0;
   for (int k = 0; ok && k < n; k++) ok = sk_layout_format(&ls[k], NULL, 0) > 0 && sk_mesh_equal(&ls[k].mesh, &ls[0].mesh);
   return ok;
 }
 
-static sk_result sk__jw_check_op(const sk_graph *g, const sk_graph_op *op, sk_error *err) {
+static sk_result sk__jn_check_op(const sk_graph *g, const sk_graph_op *op, sk_error *err) {
   const sk_op_desc *d = &op->desc;
   bool ok = (unsigned)d->kind < SK_OP_KIND_COUNT && op->ninputs >= 0 && op->ninputs <= SK_OP_MAX_INPUTS &&
             op->noutputs >= 0 && op->noutputs <= SK_OP_MAX_OUTPUTS && d->naxis >= 0 && d->naxis <= SK_MAX_DIMS &&
             d->noutputs >= 0 && d->noutputs <= SK_OP_MAX_OUTPUTS && d->nstrategies >= 0 &&
             d->nstrategies <= SK_OP_MAX_INPUTS && memchr(op->name, 0, sizeof op->name);
-  for (int k = 0; ok && k < op->ninputs; k++) ok = sk__jw_tensor_ok(g, op->inputs[k]);
-  for (int k = 0; ok && k < op->noutputs; k++) ok = sk__jw_tensor_ok(g, op->outputs[k]);
+  for (int k = 0; ok && k < op->ninputs; k++) ok = sk__jn_tensor_ok(g, op->inputs[k]);
+  for (int k = 0; ok && k < op->noutputs; k++) ok = sk__jn_tensor_ok(g, op->outputs[k]);
   for (int k = 0; ok && k < d->noutputs; k++) ok = d->out_ndims[k] >= 0 && d->out_ndims[k] <= SK_MAX_DIMS;
   for (int k = 0; ok && k < SK_OP_MAX_INPUTS; k++) ok = d->strategy_len[k] >= 0 && d->strategy_len[k] <= SK_MAX_DIMS;
   for (int k = 0; ok && k < SK_OP_MAX_OUTPUTS; k++) ok = sk_dtype_valid(op->out_dtype[k]);
@@ -876,17 +835,17 @@ static sk_result sk__jw_check_op(const sk_graph *g, const sk_graph_op *op, sk_er
   if (!isfinite(op->keep_prob) || !isfinite(op->epsilon) || !isfinite(op->on_value) || !isfinite(op->off_value))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: operator '%s': keep_prob, epsilon, on_value, off_value must be "
                     "finite", op->name);
-  if (d->has_layouts && !sk__jw_layouts_ok(d->layouts, op->ninputs))
+  if (d->has_layouts && !sk__jn_layouts_ok(d->layouts, op->ninputs))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: operator '%s': the layouts are not valid layouts, one per input, "
                     "on one mesh", op->name);
-  if (d->nout_layouts < 0 || d->nout_layouts > op->noutputs || (d->nout_layouts && !sk__jw_layouts_ok(d->out_layouts, d->nout_layouts)))
+  if (d->nout_layouts < 0 || d->nout_layouts > op->noutputs || (d->nout_layouts && !sk__jn_layouts_ok(d->out_layouts, d->nout_layouts)))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: operator '%s': the output layouts are not valid layouts of its "
                     "first outputs on one mesh", op->name);
   return SK_OK;
 }
 
 /* A tensor's data source as sk_graph_set_data would take it: what loading the text would do. */
-static sk_result sk__jw_check_data(const sk_graph *g, int t, sk_error *err) {
+static sk_result sk__jn_check_data(const sk_graph *g, int t, sk_error *err) {
   const sk_graph_tensor *x = &g->tensors[t];
   if (x->data.kind == SK_DATA_NONE) return SK_OK;
   sk_graph scratch = *g; /* sk_graph_set_data checks against the tensor; the copy is written, not g */
@@ -898,10 +857,10 @@ static sk_result sk__jw_check_data(const sk_graph *g, int t, sk_error *err) {
   return SK_OK;
 }
 
-static sk_result sk__jw_check(const sk_graph *g, sk_error *err) {
+static sk_result sk__jn_check(const sk_graph *g, sk_error *err) {
   if (g->ntensors < 0 || g->nops < 0 || (g->ntensors && !g->tensors) || (g->nops && !g->ops) ||
-      (g->loss != -1 && !sk__jw_tensor_ok(g, g->loss)) || (g->logits != -1 && !sk__jw_tensor_ok(g, g->logits)) ||
-      (g->labels != -1 && !sk__jw_tensor_ok(g, g->labels)) || !memchr(g->dataset, 0, sizeof g->dataset))
+      (g->loss != -1 && !sk__jn_tensor_ok(g, g->loss)) || (g->logits != -1 && !sk__jn_tensor_ok(g, g->logits)) ||
+      (g->labels != -1 && !sk__jn_tensor_ok(g, g->labels)) || !memchr(g->dataset, 0, sizeof g->dataset))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: the graph's counts or tensor ids are out of range");
   for (int t = 0; t < g->ntensors; t++) {
     const sk_graph_tensor *x = &g->tensors[t];
@@ -913,11 +872,11 @@ static sk_result sk__jw_check(const sk_graph *g, sk_error *err) {
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: parameter '%s': the initialiser's value is not finite", x->name);
     if (x->role == SK_TENSOR_CONST && (!isfinite(x->value) || x->ndims))
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: constant '%s' is not a finite rank-0 number", x->name);
-    sk_result r = sk__jw_check_data(g, t, err);
+    sk_result r = sk__jn_check_data(g, t, err);
     if (r) return r;
   }
   for (int i = 0; i < g->nops; i++) {
-    sk_result r = sk__jw_check_op(g, &g->ops[i], err);
+    sk_result r = sk__jn_check_op(g, &g->ops[i], err);
     if (r) return r;
   }
   const sk_optim_desc *o = &g->optim;
@@ -936,21 +895,11 @@ SK_API sk_result sk_json_format_network(const sk_graph *g, char **text, sk_error
   if (!text) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL text");
   *text = NULL;
   if (!g) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: NULL graph");
-  sk_result r = sk__jw_check(g, err);
+  sk_result r = sk__jn_check(g, err);
   if (r) return r;
-  sk__jw w = {g, false, NULL};
-  json_t *root = sk__jw_network(&w);
-  /* json_dumpb into a buffer of ours, so that the caller frees it with free() whatever
-     allocator jansson was given */
-  size_t n = root && !w.failed && !w.bad_utf8 ? json_dumpb(root, NULL, 0, SK__JSON_DUMP_FLAGS) : 0;
-  char *buf = n ? (char *)malloc(n + 2) : NULL;
-  if (buf && json_dumpb(root, buf, n, SK__JSON_DUMP_FLAGS) != n) free(buf), buf = NULL;
-  json_decref(root);
-  if (w.bad_utf8) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "json: name '%.63s' is not UTF-8", w.bad_utf8);
-  if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "json: out of memory formatting the network");
-  buf[n] = '\n', buf[n + 1] = 0; /* a text file ends with a newline */
-  *text = buf;
-  return SK_OK;
+  sk__jn w = {{false, NULL}, g};
+  json_t *root = sk__jn_network(&w);
+  return sk__jw_text(&w.jw, root, SK__JSON_DUMP_FLAGS, "json", "the network", text, err);
 }
 
 SK_API sk_result sk_json_save_network(const sk_graph *g, const char *path, sk_error *err) {
@@ -958,14 +907,7 @@ SK_API sk_result sk_json_save_network(const sk_graph *g, const char *path, sk_er
   char *text = NULL;
   sk_result r = sk_json_format_network(g, &text, err);
   if (r) return r;
-  FILE *f = fopen(path, "wb");
-  if (!f) return free(text), sk__fail(err, SK_ERR_SYSTEM, "json: cannot create '%s': %s", path, strerror(errno));
-  size_t len = strlen(text);
-  bool ok = fwrite(text, 1, len, f) == len;
-  ok = (fclose(f) == 0) && ok; /* fclose flushes: a full disk shows here */
-  free(text);
-  if (!ok) return sk__fail(err, SK_ERR_SYSTEM, "json: cannot write '%s': %s", path, strerror(errno));
-  return SK_OK;
+  return sk__jw_save(text, path, "json", err);
 }
 
 #endif /* SK_JSON_IMPL */

@@ -54,6 +54,7 @@
      (an unknown top-level key: its own). The reading helpers are sk_json_read.h's, which
      sk_json.h's network reader shares: "strategy", "layouts" and "out_layout" are refused in
      the words of a network file's "shard", "layouts" and "out_layout".
+     The writing helpers are sk_json_write.h's, sk_json.h's network writer's too.
      The compiler's own refusals pass through unchanged. A file that cannot be read or written:
      SK_ERR_SYSTEM with its path and the system's reason; out of memory: SK_ERR_OUT_OF_MEMORY.
      A file is read only when it is a regular file (a symbolic link to one is followed) of at
@@ -61,6 +62,12 @@
      SK_ERR_INVALID_ARGUMENT naming it ("PATH: N bytes exceeds the limit of L bytes",
      "PATH: not a regular file (a FIFO)") before a byte is read.
      On any failure sk_strategy_compile leaves the graph as it was and the plan empty.
+
+   MEMORY
+     The scratch of every call and the file texts read come from the configuration's allocator
+     (sk_autoparallel.allocator; a compiled plan keeps its configuration in plan->desc). The
+     text sk_strategy_format hands back is the C library's, for the caller's free(). jansson's
+     own values use jansson's allocator (json_set_alloc_funcs), which shardkit leaves alone.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_STRATEGY_IMPL)
@@ -82,8 +89,8 @@ SK_EXTERN_C_BEGIN
 SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *plan,
                                      sk_error *err);
 
-/* The canonical text of a compiled plan's strategy file, NUL-terminated, in *text (malloc'd: the
-   caller frees it; NULL on failure): its parameter layouts when `params` (every parameter when
+/* The canonical text of a compiled plan's strategy file, NUL-terminated, in *text (from the C
+   library, not the plan's allocator: the caller frees it with free(); NULL on failure): its parameter layouts when `params` (every parameter when
    all_params, else the trainable ones), its operators' strategies and dataset strategy when
    `operators`. */
 SK_API sk_result sk_strategy_format(const sk_parallel_plan *plan, bool params, bool operators, bool all_params,
@@ -112,6 +119,8 @@ SK_EXTERN_C_END
 #include "sk_core.h"
 #define SK__JSON_READ_PRIVATE
 #include "sk_json_read.h"
+#define SK__JSON_WRITE_PRIVATE
+#include "sk_json_write.h"
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -129,13 +138,13 @@ SK_EXTERN_C_BEGIN
 
 /* ---- shared by reading and writing ---------------------------------------------------------- */
 
-/* reach[t] (g->ntensors + 1 entries, malloc'd; NULL when out of memory): whether the loss's
+/* reach[t] (g->ntensors + 1 entries, from a; NULL when out of memory): whether the loss's
    gradient reaches tensor t, through the differentiable inputs of the operators the loss
    depends on. A parameter it reaches is trainable unless frozen (requires_grad false, which
    MindSpore's only_trainable_params tests); one read only as indices, or only by operators the
    loss does not depend on, is not. */
-static bool *sk__st_trainable(const sk_graph *g) {
-  bool *reach = (bool *)calloc((size_t)g->ntensors + 1, sizeof *reach);
+static bool *sk__st_trainable(const sk_graph *g, const sk_allocator *a) {
+  bool *reach = (bool *)sk__calloc(a, ((size_t)g->ntensors + 1) * sizeof *reach, 0);
   if (!reach) return NULL;
   if (g->loss >= 0 && g->loss < g->ntensors) reach[g->loss] = true;
   for (int o = g->nops - 1; o >= 0; o--) {
@@ -146,6 +155,12 @@ static bool *sk__st_trainable(const sk_graph *g) {
       if (sk_exec_differentiable(op, k)) reach[op->inputs[k]] = true;
   }
   return reach;
+}
+
+/* The configuration's allocator (MEMORY above) is whole: both functions or neither. */
+static sk_result sk__st_allocator(const sk_allocator *a, sk_error *err) {
+  if (sk__allocator_ok(a)) return SK_OK;
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: allocator: set both alloc and free, or neither");
 }
 
 /* Whether tensor t goes into (and must be in) a file. */
@@ -168,7 +183,8 @@ static void sk__st_list_text(const int64_t *v, int n, char *buf, size_t cap) {
 /* ==== reading ================================================================================= */
 
 typedef struct sk__st_rd {
-  char *text; /* the file, malloc'd */
+  char *text; /* the file, from `a` */
+  const sk_allocator *a;
   size_t len;
   const char *base; /* the file's base name, in front of every message */
   sk_error *err;
@@ -181,12 +197,12 @@ static void sk__st_jr(sk__jr *jr, const sk__st_rd *rd, const char *key) {
   if (key) sk__jr_top(jr, key);
 }
 
-/* The whole file into rd->text and its JSON into rd->root. */
-static sk_result sk__st_open(sk__st_rd *rd, const char *path, sk_error *err) {
+/* The whole file into rd->text (from a) and its JSON into rd->root. */
+static sk_result sk__st_open(sk__st_rd *rd, const char *path, const sk_allocator *a, sk_error *err) {
   memset(rd, 0, sizeof *rd);
   const char *slash = strrchr(path, '/');
-  rd->base = slash ? slash + 1 : path, rd->err = err;
-  sk_result r = sk__read_text_file(NULL, path, true, SK_MAX_TEXT_FILE_BYTES, &rd->text, &rd->len, err);
+  rd->base = slash ? slash + 1 : path, rd->err = err, rd->a = a;
+  sk_result r = sk__read_text_file(a, path, true, SK_MAX_TEXT_FILE_BYTES, &rd->text, &rd->len, err);
   if (r) return r;
   sk__jr jr;
   sk__st_jr(&jr, rd, NULL);
@@ -195,7 +211,7 @@ static sk_result sk__st_open(sk__st_rd *rd, const char *path, sk_error *err) {
 
 static void sk__st_close(sk__st_rd *rd) {
   json_decref(rd->root);
-  free(rd->text);
+  sk__free(rd->a, rd->text);
   memset(rd, 0, sizeof *rd);
 }
 
@@ -492,13 +508,16 @@ static sk_result sk__st_dataset(const sk__st_rd *rd, const sk_graph *g, sk_autop
 
 SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_autoparallel *desc, sk_error *err) {
   if (!path || !g || !desc) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
-  sk_result r = sk_graph_check(g, err);
+  sk_result r = sk__st_allocator(&desc->allocator, err);
+  if (!r) r = sk_graph_check(g, err);
   if (r) return r;
+  const sk_allocator *a = &desc->allocator;
   sk__st_rd rd;
-  if ((r = sk__st_open(&rd, path, err))) return sk__st_close(&rd), r;
-  sk_op_desc *descs = (sk_op_desc *)calloc((size_t)g->nops + 1, sizeof *descs);
-  int *stages = (int *)calloc((size_t)g->nops + 1, sizeof *stages);
-  bool *seen = (bool *)calloc((size_t)g->nops + 1, sizeof *seen);
+  if ((r = sk__st_open(&rd, path, a, err))) return sk__st_close(&rd), r;
+  size_t n = (size_t)g->nops + 1;
+  sk_op_desc *descs = (sk_op_desc *)sk__calloc(a, n * sizeof *descs, 0);
+  int *stages = (int *)sk__calloc(a, n * sizeof *stages, 0);
+  bool *seen = (bool *)sk__calloc(a, n * sizeof *seen, 0);
   sk_autoparallel d = *desc;
   sk__st_head h;
   if (!descs || !stages || !seen) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading '%s'", path);
@@ -516,7 +535,7 @@ SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_au
     }
     *desc = d;
   }
-  free(descs), free(stages), free(seen);
+  sk__free(a, descs), sk__free(a, stages), sk__free(a, seen);
   sk__st_close(&rd);
   return r;
 }
@@ -698,10 +717,12 @@ SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_pl
   if (!path || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
   if (!p->graph || !p->tensors) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: the plan is not compiled");
   const sk_graph *g = p->graph;
+  const sk_allocator *a = &p->desc.allocator;
+  sk_result r = sk__st_allocator(a, err);
+  if (r) return r;
   sk__st_rd rd;
-  sk_result r = sk__st_open(&rd, path, err);
-  if (r) return sk__st_close(&rd), r;
-  bool *seen = (bool *)calloc((size_t)g->ntensors + 1, sizeof *seen), *trainable = sk__st_trainable(g);
+  if ((r = sk__st_open(&rd, path, a, err))) return sk__st_close(&rd), r;
+  bool *seen = (bool *)sk__calloc(a, ((size_t)g->ntensors + 1) * sizeof *seen, 0), *trainable = sk__st_trainable(g, a);
   json_t *list = json_object_get(rd.root, "parameters");
   sk__jr jr;
   sk__st_head h;
@@ -717,7 +738,7 @@ SK_API sk_result sk_strategy_check_params(const char *path, const sk_parallel_pl
   for (int t = 0; !r && t < g->ntensors; t++)
     if (sk__st_listed(g, trainable, t, all_params) && !seen[t])
       r = sk__jr_fail(&jr, "parameters", "the network's parameter \"%s\" is not in the file", g->tensors[t].name);
-  free(seen), free(trainable);
+  sk__free(a, seen), sk__free(a, trainable);
   sk__st_close(&rd);
   return r;
 }
@@ -735,7 +756,7 @@ static int sk__st_stage_of(const sk_parallel_plan *p, int o) {
 static sk_result sk__st_check_stages(const char *path, const sk_parallel_plan *p, sk_error *err) {
   sk__st_rd rd;
   sk__st_head h;
-  sk_result r = sk__st_open(&rd, path, err);
+  sk_result r = sk__st_open(&rd, path, &p->desc.allocator, err);
   if (!r) r = sk__st_header(&rd, p->world_devices, p->world_devices, &h);
   json_t *list = r ? NULL : json_object_get(rd.root, "operators");
   for (size_t i = 0; !r && h.version >= 2 && i < json_array_size(list); i++) {
@@ -754,52 +775,25 @@ static sk_result sk__st_check_stages(const char *path, const sk_parallel_plan *p
 
 /* ==== writing ================================================================================= */
 
+/* A strategy file's writing: the layer's (sk_json_write.h), the plan written and its trainable
+   parameters. */
 typedef struct sk__sw {
+  sk__jw jw;
   const sk_parallel_plan *p;
   const bool *trainable; /* sk__st_trainable */
-  bool failed;          /* jansson could not allocate */
-  const char *bad_utf8; /* a name jansson refused as not UTF-8 */
 } sk__sw;
 
-/* jansson returns NULL values and -1 when out of memory; both calls take NULL safely and
-   release v on failure. */
-static void sk__sw_set(sk__sw *w, json_t *obj, const char *key, json_t *v) {
-  if (json_object_set_new(obj, key, v)) w->failed = true;
-}
-
-static void sk__sw_append(sk__sw *w, json_t *list, json_t *v) {
-  if (json_array_append_new(list, v)) w->failed = true;
-}
-
-/* A name as a JSON string; JSON text is UTF-8, so another encoding is refused. */
-static json_t *sk__sw_name(sk__sw *w, const char *name) {
-  json_t *s = json_string(name), *raw;
-  if (!s && (raw = json_string_nocheck(name)) != NULL) w->bad_utf8 = name, json_decref(raw);
-  return s;
-}
-
-static json_t *sk__sw_ints(sk__sw *w, const int *v, int n) {
-  json_t *list = json_array();
-  for (int k = 0; k < n; k++) sk__sw_append(w, list, json_integer(v[k]));
-  return list;
-}
-
-static json_t *sk__sw_i64s(sk__sw *w, const int64_t *v, int n) {
-  json_t *list = json_array();
-  for (int k = 0; k < n; k++) sk__sw_append(w, list, json_integer((json_int_t)v[k]));
-  return list;
-}
-
 /* Whether two rule plans are the same, as sk_op_plan_format prints them (mesh, layouts,
-   collectives); out of memory sets w->failed. */
+   collectives); out of memory sets w->jw.failed. */
 static bool sk__sw_same_op_plan(sk__sw *w, const sk_op_plan *a, const sk_op_plan *b) {
   size_t na = sk_op_plan_format(a, NULL, 0), nb = sk_op_plan_format(b, NULL, 0);
   if (na != nb) return false;
-  char *x = (char *)malloc(na + 1), *y = (char *)malloc(nb + 1);
+  const sk_allocator *al = &w->p->desc.allocator;
+  char *x = (char *)sk__alloc(al, na + 1, 1), *y = (char *)sk__alloc(al, nb + 1, 1);
   bool same = x && y;
   if (same) sk_op_plan_format(a, x, na + 1), sk_op_plan_format(b, y, nb + 1), same = !strcmp(x, y);
-  else w->failed = true;
-  free(x), free(y);
+  else w->jw.failed = true;
+  sk__free(al, x), sk__free(al, y);
   return same;
 }
 
@@ -837,28 +831,9 @@ static json_t *sk__sw_shard(sk__sw *w, int o) {
   int n = d->nstrategies ? d->nstrategies : sk__json_tuples(&g->ops[o]);
   for (int i = 0; i < n && i < SK_OP_MAX_INPUTS; i++) {
     int len = d->strategy_len[i] ? d->strategy_len[i] : sk__json_tuple_len(g, &g->ops[o], i);
-    sk__sw_append(w, tuples, sk__sw_ints(w, d->strategy[i], len < SK_MAX_DIMS ? len : SK_MAX_DIMS));
+    sk__jw_append(&w->jw, tuples, sk__jw_ints(&w->jw, d->strategy[i], len < SK_MAX_DIMS ? len : SK_MAX_DIMS));
   }
   return tuples;
-}
-
-static json_t *sk__sw_layout_texts(sk__sw *w, const sk_layout *l, const char *map_key, json_t *maps) {
-  char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 1];
-  json_t *o = json_object();
-  sk_mesh_format(&l->mesh, text, sizeof text);
-  sk__sw_set(w, o, "mesh", json_string(text));
-  if (l->ndims) sk_layout_format(l, text, sizeof text);
-  else text[0] = 0;
-  sk__sw_set(w, o, map_key, maps ? maps : json_string(text));
-  return o;
-}
-
-/* n layouts on one mesh (sk__sw_check made sure they share it): {"mesh", "<list>": [maps]}. */
-static json_t *sk__sw_layout_set(sk__sw *w, const sk_layout *ls, int n, const char *list) {
-  char text[SK_MAX_DIMS * (SK_MAX_AXES * SK_AXIS_NAME_MAX + 4) + 1];
-  json_t *maps = json_array();
-  for (int k = 0; k < n; k++) sk_layout_format(&ls[k], text, sizeof text), sk__sw_append(w, maps, json_string(text));
-  return sk__sw_layout_texts(w, &ls[0], list, maps);
 }
 
 static json_t *sk__sw_op(sk__sw *w, int o) {
@@ -866,19 +841,19 @@ static json_t *sk__sw_op(sk__sw *w, int o) {
   const sk_parallel_op *po = &w->p->ops[o];
   const sk_op_desc *d = &po->desc;
   json_t *v = json_object();
-  sk__sw_set(w, v, "name", sk__sw_name(w, g->ops[o].name));
-  sk__sw_set(w, v, "type", json_string(sk_op_kind_name(d->kind)));
-  sk__sw_set(w, v, "stage", json_integer(sk__st_stage_of(w->p, o)));
-  sk__sw_set(w, v, "strategy", sk__sw_shard(w, o));
+  sk__jw_set(&w->jw, v, "name", sk__jw_name(&w->jw, g->ops[o].name));
+  sk__jw_set(&w->jw, v, "type", json_string(sk_op_kind_name(d->kind)));
+  sk__jw_set(&w->jw, v, "stage", json_integer(sk__st_stage_of(w->p, o)));
+  sk__jw_set(&w->jw, v, "strategy", sk__sw_shard(w, o));
   if (d->has_out_strategy) { /* over output 0's rank, and any non-zero entry past it */
     int n = g->ops[o].noutputs ? g->tensors[g->ops[o].outputs[0]].ndims : 0;
     for (int k = n; k < SK_MAX_DIMS; k++)
       if (d->out_strategy[k]) n = k + 1;
-    sk__sw_set(w, v, "out_strategy", sk__sw_ints(w, d->out_strategy, n));
+    sk__jw_set(&w->jw, v, "out_strategy", sk__jw_ints(&w->jw, d->out_strategy, n));
   }
-  if (d->has_layouts) sk__sw_set(w, v, "layouts", sk__sw_layout_set(w, d->layouts, g->ops[o].ninputs, "inputs"));
-  if (d->nout_layouts) sk__sw_set(w, v, "out_layout", sk__sw_layout_set(w, d->out_layouts, d->nout_layouts, "outputs"));
-  if (po->fell_back) sk__sw_set(w, v, "fell_back", json_true());
+  if (d->has_layouts) sk__jw_set(&w->jw, v, "layouts", sk__jw_layouts(&w->jw, d->layouts, g->ops[o].ninputs, "inputs"));
+  if (d->nout_layouts) sk__jw_set(&w->jw, v, "out_layout", sk__jw_layouts(&w->jw, d->out_layouts, d->nout_layouts, "outputs"));
+  if (po->fell_back) sk__jw_set(&w->jw, v, "fell_back", json_true());
   return v;
 }
 
@@ -892,10 +867,10 @@ static json_t *sk__sw_dataset(sk__sw *w) {
   for (int t = 0, k = 0; t < g->ntensors && k < SK_OP_MAX_INPUTS; t++) {
     if (g->tensors[t].role != SK_TENSOR_INPUT) continue;
     if (d->ndataset_layouts) {
-      if (k < d->ndataset_layouts) sk__sw_append(w, list, sk__sw_layout_texts(w, &d->dataset_layouts[k], "map", NULL));
+      if (k < d->ndataset_layouts) sk__jw_append(&w->jw, list, sk__jw_layout(&w->jw, &d->dataset_layouts[k], "map", NULL));
     } else if (k < d->ndataset) {
       int len = d->dataset_strategy_len[k] ? d->dataset_strategy_len[k] : g->tensors[t].ndims;
-      sk__sw_append(w, list, sk__sw_ints(w, d->dataset_strategy[k], len < SK_MAX_DIMS ? len : SK_MAX_DIMS));
+      sk__jw_append(&w->jw, list, sk__jw_ints(&w->jw, d->dataset_strategy[k], len < SK_MAX_DIMS ? len : SK_MAX_DIMS));
     }
     k++;
   }
@@ -911,9 +886,9 @@ static json_t *sk__sw_opt_shard(sk__sw *w, int t) {
   json_t *v = json_object();
   sk_layout_slice_shape(&pt->layout, slice);
   slice[0] /= pt->opt_size;
-  sk__sw_set(w, v, "size", json_integer(pt->opt_size));
-  sk__sw_set(w, v, "mirror", json_integer(pt->opt_mirror));
-  sk__sw_set(w, v, "slice_shape", sk__sw_i64s(w, slice, pt->layout.ndims));
+  sk__jw_set(&w->jw, v, "size", json_integer(pt->opt_size));
+  sk__jw_set(&w->jw, v, "mirror", json_integer(pt->opt_mirror));
+  sk__jw_set(&w->jw, v, "slice_shape", sk__jw_i64s(&w->jw, slice, pt->layout.ndims));
   return v;
 }
 
@@ -922,9 +897,9 @@ static json_t *sk__sw_hsdp(sk__sw *w) {
   const sk_hsdp *h = &w->p->desc.hsdp;
   if (!h->enabled) return json_null();
   json_t *v = json_object();
-  sk__sw_set(w, v, "shard_size", json_integer(h->shard_size));
-  sk__sw_set(w, v, "threshold", json_integer((json_int_t)h->threshold_kb));
-  sk__sw_set(w, v, "optimizer_level", json_string(sk_hsdp_level_name(h->level)));
+  sk__jw_set(&w->jw, v, "shard_size", json_integer(h->shard_size));
+  sk__jw_set(&w->jw, v, "threshold", json_integer((json_int_t)h->threshold_kb));
+  sk__jw_set(&w->jw, v, "optimizer_level", json_string(sk_hsdp_level_name(h->level)));
   return v;
 }
 
@@ -936,39 +911,39 @@ static json_t *sk__sw_param(sk__sw *w, int t) {
   json_t *v = json_object(), *map = json_array();
   int64_t slice[SK_MAX_DIMS] = {0};
   sk_dim_map ms[SK_MAX_DIMS];
-  sk__sw_set(w, v, "name", sk__sw_name(w, x->name));
-  sk__sw_set(w, v, "shape", sk__sw_i64s(w, x->shape, x->ndims));
-  sk__sw_set(w, v, "device_matrix", sk__sw_ints(w, l->mesh.dims, l->mesh.naxes));
+  sk__jw_set(&w->jw, v, "name", sk__jw_name(&w->jw, x->name));
+  sk__jw_set(&w->jw, v, "shape", sk__jw_i64s(&w->jw, x->shape, x->ndims));
+  sk__jw_set(&w->jw, v, "device_matrix", sk__jw_ints(&w->jw, l->mesh.dims, l->mesh.naxes));
   if (x->ndims) sk_layout_to_ms_map(l, ms), sk_layout_slice_shape(l, slice);
   for (int d = 0; d < x->ndims; d++) {
-    if (ms[d].naxes <= 1) sk__sw_append(w, map, json_integer(ms[d].naxes ? ms[d].axes[0] : -1));
-    else sk__sw_append(w, map, sk__sw_ints(w, ms[d].axes, ms[d].naxes));
+    if (ms[d].naxes <= 1) sk__jw_append(&w->jw, map, json_integer(ms[d].naxes ? ms[d].axes[0] : -1));
+    else sk__jw_append(&w->jw, map, sk__jw_ints(&w->jw, ms[d].axes, ms[d].naxes));
   }
-  sk__sw_set(w, v, "tensor_map", map);
-  sk__sw_set(w, v, "slice_shape", sk__sw_i64s(w, slice, x->ndims));
-  sk__sw_set(w, v, "opt_shard", sk__sw_opt_shard(w, t));
+  sk__jw_set(&w->jw, v, "tensor_map", map);
+  sk__jw_set(&w->jw, v, "slice_shape", sk__jw_i64s(&w->jw, slice, x->ndims));
+  sk__jw_set(&w->jw, v, "opt_shard", sk__sw_opt_shard(w, t));
   return v;
 }
 
 static json_t *sk__sw_root(sk__sw *w, bool params, bool operators, bool all_params) {
   const sk_graph *g = w->p->graph;
   json_t *root = json_object();
-  sk__sw_set(w, root, "format", json_string(SK__ST_FORMAT));
-  sk__sw_set(w, root, "version", json_integer(SK__ST_VERSION));
-  sk__sw_set(w, root, "device_num", json_integer(w->p->world_devices)); /* every stage's */
-  sk__sw_set(w, root, "stages", json_integer(w->p->stages));
-  sk__sw_set(w, root, "hsdp", sk__sw_hsdp(w));
+  sk__jw_set(&w->jw, root, "format", json_string(SK__ST_FORMAT));
+  sk__jw_set(&w->jw, root, "version", json_integer(SK__ST_VERSION));
+  sk__jw_set(&w->jw, root, "device_num", json_integer(w->p->world_devices)); /* every stage's */
+  sk__jw_set(&w->jw, root, "stages", json_integer(w->p->stages));
+  sk__jw_set(&w->jw, root, "hsdp", sk__sw_hsdp(w));
   if (operators) {
     json_t *ops = json_array();
-    sk__sw_set(w, root, "dataset_strategy", sk__sw_dataset(w));
-    for (int o = 0; o < g->nops; o++) sk__sw_append(w, ops, sk__sw_op(w, o));
-    sk__sw_set(w, root, "operators", ops);
+    sk__jw_set(&w->jw, root, "dataset_strategy", sk__sw_dataset(w));
+    for (int o = 0; o < g->nops; o++) sk__jw_append(&w->jw, ops, sk__sw_op(w, o));
+    sk__jw_set(&w->jw, root, "operators", ops);
   }
   if (params) {
     json_t *list = json_array();
     for (int t = 0; t < g->ntensors; t++)
-      if (sk__st_listed(g, w->trainable, t, all_params)) sk__sw_append(w, list, sk__sw_param(w, t));
-    sk__sw_set(w, root, "parameters", list);
+      if (sk__st_listed(g, w->trainable, t, all_params)) sk__jw_append(&w->jw, list, sk__sw_param(w, t));
+    sk__jw_set(&w->jw, root, "parameters", list);
   }
   return root;
 }
@@ -977,6 +952,7 @@ static json_t *sk__sw_root(sk__sw *w, bool params, bool operators, bool all_para
    have no form in the file. */
 static sk_result sk__sw_check(const sk_parallel_plan *p, sk_error *err) {
   if (!p->graph || !p->ops || !p->tensors) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: the plan is not compiled");
+  if (sk__st_allocator(&p->desc.allocator, err)) return SK_ERR_INVALID_ARGUMENT;
   for (int o = 0; o < p->graph->nops; o++) {
     const sk_op_desc *d = &p->ops[o].desc;
     bool ok = true;
@@ -994,23 +970,13 @@ SK_API sk_result sk_strategy_format(const sk_parallel_plan *p, bool params, bool
   if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL plan");
   sk_result r = sk__sw_check(p, err);
   if (r) return r;
-  sk__sw w = {p, NULL, false, NULL};
-  bool *trainable = sk__st_trainable(p->graph);
+  sk__sw w = {{false, NULL}, p, NULL};
+  bool *trainable = sk__st_trainable(p->graph, &p->desc.allocator);
   if (!trainable) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory formatting the strategy file");
   w.trainable = trainable;
   json_t *root = sk__sw_root(&w, params, operators, all_params);
-  free(trainable);
-  /* json_dumpb into a buffer of ours, so that the caller frees it with free() whatever
-     allocator jansson was given */
-  size_t n = root && !w.failed && !w.bad_utf8 ? json_dumpb(root, NULL, 0, SK__ST_DUMP_FLAGS) : 0;
-  char *buf = n ? (char *)malloc(n + 2) : NULL;
-  if (buf && json_dumpb(root, buf, n, SK__ST_DUMP_FLAGS) != n) free(buf), buf = NULL;
-  json_decref(root);
-  if (w.bad_utf8) return free(buf), sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: name '%.63s' is not UTF-8", w.bad_utf8);
-  if (!buf) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory formatting the strategy file");
-  buf[n] = '\n', buf[n + 1] = 0; /* a text file ends with a newline */
-  *text = buf;
-  return SK_OK;
+  sk__free(&p->desc.allocator, trainable);
+  return sk__jw_text(&w.jw, root, SK__ST_DUMP_FLAGS, "strategy", "the strategy file", text, err);
 }
 
 SK_API sk_result sk_strategy_save(const sk_parallel_plan *p, const char *path, bool params, bool operators,
@@ -1019,14 +985,7 @@ SK_API sk_result sk_strategy_save(const sk_parallel_plan *p, const char *path, b
   char *text = NULL;
   sk_result r = sk_strategy_format(p, params, operators, all_params, &text, err);
   if (r) return r;
-  FILE *f = fopen(path, "wb");
-  if (!f) return free(text), sk__fail(err, SK_ERR_SYSTEM, "strategy: cannot create '%s': %s", path, strerror(errno));
-  size_t len = strlen(text);
-  bool ok = fwrite(text, 1, len, f) == len;
-  ok = (fclose(f) == 0) && ok; /* fclose flushes: a full disk shows here */
-  free(text);
-  if (!ok) return sk__fail(err, SK_ERR_SYSTEM, "strategy: cannot write '%s': %s", path, strerror(errno));
-  return SK_OK;
+  return sk__jw_save(text, path, "strategy", err);
 }
 
 /* ==== compiling ================================================================================ */
@@ -1045,13 +1004,14 @@ SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_autoparallel *desc, s
                                      sk_error *err) {
   if (!g || !desc || !plan) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
   memset(plan, 0, sizeof *plan);
+  if (sk__st_allocator(&desc->allocator, err)) return SK_ERR_INVALID_ARGUMENT;
   sk_autoparallel d = *desc;
   d.save_param_strategy_file = d.load_param_strategy_file = NULL;
   d.save_operator_strategy_file = d.load_operator_strategy_file = NULL;
   sk_graph_op *backup = NULL; /* the network's own strategies and stages, put back on failure */
   sk_result r = SK_OK;
   if (desc->load_operator_strategy_file) {
-    backup = (sk_graph_op *)malloc(((size_t)g->nops + 1) * sizeof *backup);
+    backup = (sk_graph_op *)sk__alloc(&desc->allocator, ((size_t)g->nops + 1) * sizeof *backup, 0);
     if (!backup) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading the strategies");
     for (int o = 0; o < g->nops; o++) backup[o] = g->ops[o];
     r = sk_strategy_load_operators(desc->load_operator_strategy_file, g, &d, err);
@@ -1065,7 +1025,7 @@ SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_autoparallel *desc, s
     sk_parallel_free(plan);
     for (int o = 0; backup && o < g->nops; o++) g->ops[o].desc = backup[o].desc, g->ops[o].stage = backup[o].stage;
   }
-  free(backup);
+  sk__free(&desc->allocator, backup);
   return r;
 }
 

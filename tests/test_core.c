@@ -1,5 +1,6 @@
 /* sk_core.h: f16/bf16 conversion (edge cases, every f16 pattern, a stride over all f32 patterns
-   against a reference computed here in double arithmetic), dtype and redop names, result strings. */
+   against a reference computed here in double arithmetic), dtype and redop names, result
+   strings, sk_error_set. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
@@ -236,4 +237,45 @@ Test(core_result, every_code_has_a_string_and_name) {
   cr_assert_str_eq(sk_result_string((sk_result)-1), "unknown sk_result");
   cr_assert_str_eq(sk_result_string((sk_result)1000), "unknown sk_result");
   cr_assert_str_eq(sk_result_name((sk_result)-5), "SK_ERR_UNKNOWN");
+}
+
+/* sk_error_set: the code and the formatted message land in the sk_error, the code comes back
+   whatever err is, and a message longer than the buffer is cut inside it, NUL-terminated. */
+Test(core_error, set_formats_truncates_and_takes_null) {
+  sk_error e;
+  memset(&e, 0x5a, sizeof e); /* not zeroed: sk_error_set must write every byte it relies on */
+  cr_assert_eq(sk_error_set(&e, SK_ERR_INVALID_ARGUMENT, "dim %d (%lld) is not divisible by %s", 1, 784LL, "3"),
+               SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(e.code, SK_ERR_INVALID_ARGUMENT);
+  cr_assert_str_eq(e.msg, "dim 1 (784) is not divisible by 3");
+
+  /* a second call replaces both, with no trace of the longer first message */
+  cr_assert_eq(sk_error_set(&e, SK_ERR_OUT_OF_MEMORY, "%s", "oom"), SK_ERR_OUT_OF_MEMORY);
+  cr_assert_eq(e.code, SK_ERR_OUT_OF_MEMORY);
+  cr_assert_str_eq(e.msg, "oom");
+
+  /* NULL err: nothing written, the code still returned */
+  cr_assert_eq(sk_error_set(NULL, SK_ERR_SYSTEM, "cannot open '%s'", "x"), SK_ERR_SYSTEM);
+
+  /* a message of 3 * SK_ERROR_MSG_MAX characters: the first SK_ERROR_MSG_MAX - 1 kept, then NUL;
+     the bytes around the record stay untouched (no write past msg) */
+  struct {
+    sk_error e;
+    char after[16];
+  } guard;
+  char long_name[3 * SK_ERROR_MSG_MAX + 1];
+  for (size_t i = 0; i < sizeof long_name - 1; i++) long_name[i] = (char)('a' + i % 26);
+  long_name[sizeof long_name - 1] = 0;
+  memset(&guard, 0x5a, sizeof guard);
+  cr_assert_eq(sk_error_set(&guard.e, SK_ERR_INVALID_ARGUMENT, "name '%s'", long_name), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(guard.e.code, SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(strlen(guard.e.msg), SK_ERROR_MSG_MAX - 1);
+  cr_assert_eq(strncmp(guard.e.msg, "name '", 6), 0);
+  cr_assert_eq(memcmp(guard.e.msg + 6, long_name, SK_ERROR_MSG_MAX - 1 - 6), 0);
+  for (size_t i = 0; i < sizeof guard.after; i++) cr_assert_eq((unsigned char)guard.after[i], 0x5a, "byte %zu past msg written", i);
+
+  /* the empty message is a valid one */
+  cr_assert_eq(sk_error_set(&e, SK_ERR_SYSTEM, "%s", ""), SK_ERR_SYSTEM);
+  cr_assert_eq(e.code, SK_ERR_SYSTEM);
+  cr_assert_str_eq(e.msg, "");
 }

@@ -4,7 +4,8 @@
    operator layouts, and operators that fell back to data parallel on 8 devices; the re-saved
    file is byte for byte the first; loaded strategies take precedence over the network's; every
    refusal names the first mismatch (and its line); files that cannot be read or written and
-   jansson running out of memory are reported; trainable parameters only unless all_params. */
+   jansson or the configuration's allocator running out of memory are reported, with nothing
+   leaked and the graph left as it was; trainable parameters only unless all_params. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "oom_alloc.h"
 #include "shardkit.h"
 #include "sk_json.h"
 #define SK_STRATEGY_IMPL
@@ -833,10 +835,18 @@ Test(strategy, bad_arguments) {
   BAD("NULL", sk_strategy_load_operators(NULL, &g, &d, E));
   BAD("NULL", sk_strategy_check_params("x", NULL, false, E));
   BAD("not compiled", sk_strategy_check_params("x", &p, false, E));
+  d.allocator.free = oom_alloc_give; /* one function of two */
+  BAD("set both alloc and free", sk_strategy_compile(&g, &d, &p, E));
+  BAD("set both alloc and free", sk_strategy_load_operators("x", &g, &d, E));
+  memset(&d.allocator, 0, sizeof d.allocator);
   d.ndevices = 0;
   BAD("devices", sk_strategy_compile(&g, &d, &p, E)); /* the compiler's own refusal */
   d.ndevices = 8, d.mode = SK_PARALLEL_SHARDING_PROPAGATION; /* built now: tests/test_search.c */
   OK(sk_strategy_compile(&g, &d, &p, E));
+  p.desc.allocator.alloc = oom_alloc_take; /* a plan whose allocator lost a function */
+  BAD("set both alloc and free", sk_strategy_format(&p, true, true, false, &text, E));
+  BAD("set both alloc and free", sk_strategy_check_params("x", &p, false, E));
+  p.desc.allocator.alloc = NULL;
   sk_parallel_free(&p);
   d.mode = SK_PARALLEL_SEMI_AUTO, d.save_param_strategy_file = "x.json";
   BAD("sk_strategy_compile", sk_parallel_compile(&g, &d, &p, E));
@@ -901,5 +911,69 @@ Test(strategy, out_of_memory_in_jansson, .timeout = 60) {
   cr_assert_gt(oom_sweep(oom_load, &c, true), 10);
   sk_parallel_free(&p);
   sk_graph_free(&g);
+  tmp_clean(&t);
+}
+
+/* One sk_strategy_compile that loads both sections of `path` and saves them to `again`, its
+   scratch and file texts from the configuration's allocator o (armed by the caller). */
+static sk_result oom_compile(sk_graph *h, const char *path, const char *again, oom_alloc *o, sk_parallel_plan *p,
+                             sk_error *e) {
+  sk_autoparallel l = pdesc(8);
+  l.load_param_strategy_file = l.load_operator_strategy_file = path;
+  l.save_param_strategy_file = l.save_operator_strategy_file = again;
+  l.allocator = oom_alloc_hook(o);
+  return sk_strategy_compile(h, &l, p, e);
+}
+
+/* The configuration's allocator failing at its k-th call, once and from there on, for every k
+   a load-check-save compile makes: each failure is SK_ERR_OUT_OF_MEMORY, every block taken is
+   given back, and the graph keeps its own strategies and stages; with none failing the file
+   saved again is the first, byte for byte. */
+Test(strategy, out_of_memory_in_the_allocator, .timeout = 60) {
+  sk_graph g, h;
+  sk_parallel_plan p;
+  tmpdir t;
+  char path[128], again[128];
+  tmp_make(&t);
+  load(TUTORIAL, &g);
+  sk_autoparallel d = pdesc(8);
+  tutorial_dataset(&d);
+  d.save_param_strategy_file = d.save_operator_strategy_file = tmp_path(&t, "s.json", path, sizeof path);
+  OK(sk_strategy_compile(&g, &d, &p, E));
+  sk_parallel_free(&p);
+  load(TUTORIAL, &h);
+  sk_op_desc *before = (sk_op_desc *)calloc((size_t)h.nops, sizeof *before);
+  int *stages = (int *)calloc((size_t)h.nops, sizeof *stages);
+  cr_assert(before && stages);
+  for (int o = 0; o < h.nops; o++) before[o] = h.ops[o].desc, stages[o] = h.ops[o].stage;
+  oom_alloc o;
+  oom_alloc_arm(&o, 0, false);
+  tmp_path(&t, "again.json", again, sizeof again);
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(oom_compile(&h, path, again, &o, &p, &e), SK_OK, "%s", e.msg);
+  sk_parallel_free(&p);
+  long n = o.calls;
+  cr_assert_gt(n, 5, "the compile took %ld blocks from the configuration's allocator", n);
+  cr_assert_eq(o.live, 0, "%ld blocks never given back", o.live);
+  char *first = read_text(path), *second = read_text(again);
+  cr_assert_str_eq(first, second, "saved through the user's allocator, the file differs");
+  free(first), free(second);
+  for (int persistent = 0; persistent < 2; persistent++)
+    for (long k = 1; k <= n; k++) {
+      sk_graph_free(&h), load(TUTORIAL, &h);
+      oom_alloc_arm(&o, k, persistent);
+      sk_result r = oom_compile(&h, path, again, &o, &p, &e);
+      cr_assert_eq(r, SK_ERR_OUT_OF_MEMORY, "allocation %ld failing (%s) gave %s (%s)", k,
+                   persistent ? "from there on" : "once", sk_result_name(r), e.msg);
+      cr_assert_gt(o.failed, 0);
+      cr_assert_eq(o.live, 0, "allocation %ld failing: %ld blocks never given back", k, o.live);
+      cr_assert_null(p.ops, "allocation %ld failing: the plan is not empty", k);
+      for (int x = 0; x < h.nops; x++) {
+        same_desc(&before[x], &h.ops[x].desc, h.ops[x].name, false);
+        cr_assert_eq(h.ops[x].stage, stages[x], "%s: stage", h.ops[x].name);
+      }
+    }
+  free(before), free(stages);
+  sk_graph_free(&g), sk_graph_free(&h);
   tmp_clean(&t);
 }
