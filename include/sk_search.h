@@ -35,7 +35,9 @@
      whose work passes desc.exhaustive_limit (default 4e9 steps: 15 to 40 s on this machine, at 1e8 to 2.5e8 steps a second).
 
    ERRORS: NULL, SK_ERR_INVALID_ARGUMENT (a refused exhaustive search, D-Rec's failed memory
-   check, naming the bytes), SK_ERR_OUT_OF_MEMORY (nothing leaks).
+   check, naming the bytes), SK_ERR_OUT_OF_MEMORY (nothing leaks; memory from the searched
+   graph's allocator; also when the model's redistribution cache could not grow:
+   sk_search_model.cache_failed).
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_SEARCH_IMPL)
