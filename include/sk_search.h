@@ -35,7 +35,9 @@
      whose work passes desc.exhaustive_limit (default 4e9 steps: 15 to 40 s on this machine, at 1e8 to 2.5e8 steps a second).
 
    ERRORS: NULL, SK_ERR_INVALID_ARGUMENT (a refused exhaustive search, D-Rec's failed memory
-   check, naming the bytes), SK_ERR_OUT_OF_MEMORY (nothing leaks).
+   check, naming the bytes), SK_ERR_OUT_OF_MEMORY (nothing leaks; memory from the searched
+   graph's allocator; also when the model's redistribution cache could not grow:
+   sk_search_model.cache_failed).
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_SEARCH_IMPL)
@@ -81,11 +83,13 @@ static double sk__se_against(sk_search_model *m, int o, const sk_search_cand *c,
   return cost;
 }
 
-/* The searches' scratch comes from the graph's allocator (sk_graph.allocator; the model's desc
-   has none). A macro, not a function: the clang analyzer follows only a few nested calls, and
-   past them would not know the memory zeroed. */
-#define SK__SE_CALLOC(m, n, size) sk__calloc(&(m)->graph->allocator, (n) * (size), 0)
-static void sk__se_free(const sk_search_model *m, void *p) { sk__free(&m->graph->allocator, p); }
+/* The searches' scratch comes from the graph's allocator, through the model's helpers
+   (SK__SC_CALLOC, sk__sc_free, sk__sc_grow: sk_search_cost.h). A search whose pricing could not
+   grow the redistribution cache still chose right, but reports the failure (r SK_OK only). */
+static sk_result sk__se_priced(const sk_search_model *m, sk_result r, sk_error *err) {
+  if (r || !m->cache_failed) return r;
+  return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the redistribution cache");
+}
 
 /* ---- sharding propagation ---------------------------------------------------------------------- */
 
@@ -135,11 +139,11 @@ static sk_result sk__se_propagate(sk_search_model *m, int *choice, const bool *f
   sk_result r = sk_search_model_candidates(m, err);
   if (r) return r;
   int n = m->graph->nops;
-  sk__se_walk w = {m, choice, (int *)SK__SE_CALLOC(m, (size_t)n + 1, sizeof(int)),
-                   (bool *)SK__SE_CALLOC(m, (size_t)n + 1, sizeof(bool)),
-                   (sk_search_cand **)SK__SE_CALLOC(m, (size_t)n + 1, sizeof(sk_search_cand *))};
+  sk__se_walk w = {m, choice, (int *)SK__SC_CALLOC(m, (size_t)n + 1, sizeof(int)),
+                   (bool *)SK__SC_CALLOC(m, (size_t)n + 1, sizeof(bool)),
+                   (sk_search_cand **)SK__SC_CALLOC(m, (size_t)n + 1, sizeof(sk_search_cand *))};
   if (!w.queue || !w.decided || !w.cur) {
-    sk__se_free(m, w.queue), sk__se_free(m, w.decided), sk__se_free(m, w.cur);
+    sk__sc_free(m, w.queue), sk__sc_free(m, w.decided), sk__sc_free(m, w.cur);
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the propagation");
   }
   for (int o = 0; o < n; o++) {
@@ -151,13 +155,13 @@ static sk_result sk__se_propagate(sk_search_model *m, int *choice, const bool *f
   for (int pass = 0; pass < 2; pass++) /* from the dataset, then from what no edge reached */
     for (int o = 0; o < n; o++)
       if (!w.decided[o] && (pass == 1 || sk__se_reads_input(m->graph, o))) sk__se_choose(&w, o), sk__se_spread(&w, o);
-  sk__se_free(m, w.queue), sk__se_free(m, w.decided), sk__se_free(m, w.cur);
+  sk__sc_free(m, w.queue), sk__sc_free(m, w.decided), sk__sc_free(m, w.cur);
   return SK_OK;
 }
 
 SK_API sk_result sk_search_propagate(sk_search_model *m, int *choice, sk_error *err) {
   if (!m || !m->graph || !choice) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: propagate: NULL argument");
-  return sk__se_propagate(m, choice, NULL, err);
+  return sk__se_priced(m, sk__se_propagate(m, choice, NULL, err), err);
 }
 
 /* ---- recursive programming (D-Rec) ------------------------------------------------------------- */
@@ -233,7 +237,7 @@ static sk_result sk__se_links(sk__se_drec *d, sk_error *err) {
   const sk_graph *g = d->m->graph;
   int cap = 0;
   for (int o = 0; o < g->nops; o++) cap += g->ops[o].ninputs;
-  d->links = (sk__se_link *)SK__SE_CALLOC(d->m, (size_t)cap + 1, sizeof *d->links);
+  d->links = (sk__se_link *)SK__SC_CALLOC(d->m, (size_t)cap + 1, sizeof *d->links);
   if (!d->links) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec");
   for (int o = 0; o < g->nops; o++)
     for (int k = 0; d->rec[o] && k < g->ops[o].ninputs; k++) {
@@ -296,9 +300,10 @@ static sk_result sk__se_adopt(sk__se_drec *d, int *choice, sk_error *err) {
       if (!memcmp(m->cands[o][c].joint, d->state[o].joint, sizeof d->state[o].joint)) found = c;
     if (found < 0) {
       /* The model's own list: grown the way sk_search_cost.h allocates and frees it. */
-      sk_search_cand *grown = (sk_search_cand *)realloc(m->cands[o], ((size_t)m->ncands[o] + 1) * sizeof *grown);
-      if (!grown) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec's strategies");
-      m->cands[o] = grown, grown[m->ncands[o]] = d->state[o], found = m->ncands[o]++;
+      size_t n = (size_t)m->ncands[o];
+      if (!sk__sc_grow(m, (void **)&m->cands[o], n * sizeof *m->cands[o], (n + 1) * sizeof *m->cands[o]))
+        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec's strategy of '%s'", m->graph->ops[o].name);
+      m->cands[o][n] = d->state[o], found = m->ncands[o]++;
     }
     choice[o] = found;
   }
@@ -354,18 +359,18 @@ SK_API sk_result sk_search_recursive(sk_search_model *m, int *choice, sk_error *
   size_t n = (size_t)m->graph->nops + 1;
   sk__se_drec d;
   d.m = m;
-  d.state = (sk_search_cand *)SK__SE_CALLOC(m, n, sizeof *d.state);
-  d.cur = (sk_search_cand **)SK__SE_CALLOC(m, n, sizeof *d.cur);
-  d.decided = (bool *)SK__SE_CALLOC(m, n, sizeof *d.decided);
-  d.order = (sk__se_ranked *)SK__SE_CALLOC(m, n, sizeof *d.order);
-  d.rec = (bool *)SK__SE_CALLOC(m, n, sizeof *d.rec);
+  d.state = (sk_search_cand *)SK__SC_CALLOC(m, n, sizeof *d.state);
+  d.cur = (sk_search_cand **)SK__SC_CALLOC(m, n, sizeof *d.cur);
+  d.decided = (bool *)SK__SC_CALLOC(m, n, sizeof *d.decided);
+  d.order = (sk__se_ranked *)SK__SC_CALLOC(m, n, sizeof *d.order);
+  d.rec = (bool *)SK__SC_CALLOC(m, n, sizeof *d.rec);
   d.links = NULL, d.nlinks = 0;
   sk_result r = d.state && d.cur && d.decided && d.order && d.rec
                     ? sk__se_drec_run(&d, choice, err)
                     : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for D-Rec");
-  sk__se_free(m, d.state), sk__se_free(m, d.cur), sk__se_free(m, d.decided), sk__se_free(m, d.order);
-  sk__se_free(m, d.rec), sk__se_free(m, d.links);
-  return r;
+  sk__sc_free(m, d.state), sk__sc_free(m, d.cur), sk__sc_free(m, d.decided), sk__sc_free(m, d.order);
+  sk__sc_free(m, d.rec), sk__sc_free(m, d.links);
+  return sk__se_priced(m, r, err);
 }
 
 /* ---- the exact search -------------------------------------------------------------------------- */
@@ -432,9 +437,9 @@ static sk_result sk__se_edge_tables(sk__se_dp *p, const sk__se_step *before, int
     if (u >= v) continue; /* a later neighbour: counted when it joins */
     for (int f = 0; before && f < before->nfront; f++)
       if (before->front[f] == u) at = f;
-    double *t = (double *)SK__SE_CALLOC(m, (size_t)m->ncands[u] * (size_t)m->ncands[v], sizeof(double));
+    double *t = (double *)SK__SC_CALLOC(m, (size_t)m->ncands[u] * (size_t)m->ncands[v], sizeof(double));
     if (!t || at < 0) {
-      sk__se_free(m, t);
+      sk__sc_free(m, t);
       return sk__fail(err, t ? SK_ERR_INVALID_ARGUMENT : SK_ERR_OUT_OF_MEMORY, "search: exhaustive: %s",
                       t ? "a neighbour left the frontier early" : "out of memory");
     }
@@ -488,8 +493,8 @@ static void sk__se_relax(sk__se_dp *p, int v, const sk__se_step *before, const s
 
 static sk_result sk__se_dp_step(sk__se_dp *p, int v, const double *tbefore, double *tafter, sk_error *err) {
   sk__se_step *s = &p->steps[v];
-  s->pick = (int *)SK__SE_CALLOC(p->m, (size_t)s->size, sizeof(int));
-  s->prev = (int64_t *)SK__SE_CALLOC(p->m, (size_t)s->size, sizeof(int64_t));
+  s->pick = (int *)SK__SC_CALLOC(p->m, (size_t)s->size, sizeof(int));
+  s->prev = (int64_t *)SK__SC_CALLOC(p->m, (size_t)s->size, sizeof(int64_t));
   double *tab[SK__SE_MAX_FRONT * 4];
   int pos[SK__SE_MAX_FRONT * 4], ntab = 0;
   if (!s->pick || !s->prev) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
@@ -499,7 +504,7 @@ static sk_result sk__se_dp_step(sk__se_dp *p, int v, const double *tbefore, doub
   const sk__se_step *before = v ? &p->steps[v - 1] : NULL;
   sk_result r = sk__se_edge_tables(p, before, v, tab, pos, &ntab, err);
   if (!r) sk__se_relax(p, v, before, s, tbefore, tafter, tab, pos, ntab);
-  for (int i = 0; i < ntab; i++) sk__se_free(p->m, tab[i]);
+  for (int i = 0; i < ntab; i++) sk__sc_free(p->m, tab[i]);
   return r;
 }
 
@@ -508,15 +513,15 @@ static sk_result sk__se_dp_run(sk__se_dp *p, int *choice, sk_error *err) {
   sk_result r = sk__se_dp_plan(p, err);
   double *tbefore = NULL, *tafter = NULL;
   for (int v = 0; !r && v < g->nops; v++) {
-    tafter = (double *)SK__SE_CALLOC(p->m, (size_t)p->steps[v].size, sizeof(double));
+    tafter = (double *)SK__SC_CALLOC(p->m, (size_t)p->steps[v].size, sizeof(double));
     if (!tafter) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
     if (!r) {
       double zero = 0;
       r = sk__se_dp_step(p, v, v ? tbefore : &zero, tafter, err);
     }
-    sk__se_free(p->m, tbefore), tbefore = tafter, tafter = NULL;
+    sk__sc_free(p->m, tbefore), tbefore = tafter, tafter = NULL;
   }
-  sk__se_free(p->m, tbefore);
+  sk__sc_free(p->m, tbefore);
   int64_t j = 0; /* the last frontier is empty: one state */
   for (int v = g->nops - 1; !r && v >= 0 && p->steps[v].pick; v--) choice[v] = p->steps[v].pick[j] - 1, j = p->steps[v].prev[j];
   return r;
@@ -527,8 +532,8 @@ SK_API sk_result sk_search_exhaustive(sk_search_model *m, int *choice, sk_error 
   const sk_graph *g = m->graph;
   sk__se_dp p;
   p.m = m;
-  p.last = (int *)SK__SE_CALLOC(m, (size_t)g->nops + 1, sizeof(int));
-  p.steps = (sk__se_step *)SK__SE_CALLOC(m, (size_t)g->nops + 1, sizeof *p.steps);
+  p.last = (int *)SK__SC_CALLOC(m, (size_t)g->nops + 1, sizeof(int));
+  p.steps = (sk__se_step *)SK__SC_CALLOC(m, (size_t)g->nops + 1, sizeof *p.steps);
   sk_result r = p.last && p.steps ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: exhaustive: out of memory");
   for (int o = 0; !r && o < g->nops; o++) {
     p.last[o] = o;
@@ -539,9 +544,9 @@ SK_API sk_result sk_search_exhaustive(sk_search_model *m, int *choice, sk_error 
   }
   if (!r) r = sk_search_model_candidates(m, err);
   if (!r) r = sk__se_dp_run(&p, choice, err);
-  for (int v = 0; p.steps && v < g->nops; v++) sk__se_free(m, p.steps[v].pick), sk__se_free(m, p.steps[v].prev);
-  sk__se_free(m, p.last), sk__se_free(m, p.steps);
-  return r;
+  for (int v = 0; p.steps && v < g->nops; v++) sk__sc_free(m, p.steps[v].pick), sk__sc_free(m, p.steps[v].prev);
+  sk__sc_free(m, p.last), sk__sc_free(m, p.steps);
+  return sk__se_priced(m, r, err);
 }
 
 SK_EXTERN_C_END

@@ -45,7 +45,10 @@
    cache): how much redistribution work a search caused.
 
    ERRORS: NULL, a device count outside 1..SK_MAX_DEVICES, a graph that is not ready:
-   SK_ERR_INVALID_ARGUMENT; SK_ERR_OUT_OF_MEMORY (nothing leaks).
+   SK_ERR_INVALID_ARGUMENT; SK_ERR_OUT_OF_MEMORY (nothing leaks). Every block comes from the
+   graph's allocator (sk_graph.allocator). The costs return no error: when the redistribution
+   cache cannot grow they are measured uncached, still right, and cache_failed is set for the
+   searches to report.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_SEARCH_COST_IMPL)
@@ -139,6 +142,9 @@ typedef struct sk_search_model {
   bool enumerated; /* the unconfigured operators' candidates are listed (sk_search_model_candidates) */
   void *cache;     /* the redistribution cache (private) */
   void *memo;      /* the candidate lists of operators seen, by their description (private) */
+  /* the redistribution cache could not grow: the costs stay right (measured uncached), and the
+     searches (sk_search.h) report SK_ERR_OUT_OF_MEMORY rather than hide it */
+  bool cache_failed;
 } sk_search_model;
 
 /* Builds the model of g: edges, every operator's candidates (with desc.lazy_candidates only the
@@ -196,6 +202,24 @@ SK_EXTERN_C_END
 #include <string.h>
 
 SK_EXTERN_C_BEGIN
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+
+/* Everything the model and the searches (sk_search.h) allocate comes from the graph's allocator
+   (sk_graph.allocator; the desc has none). The zeroing one is a macro, not a function: the clang
+   analyzer follows only a few nested calls, and past them would not know the memory zeroed. */
+#define SK__SC_CALLOC(m, n, size) sk__calloc(&(m)->graph->allocator, (size_t)(n) * (size), 0)
+static void sk__sc_free(const sk_search_model *m, void *p) { sk__free(&m->graph->allocator, p); }
+
+/* *p grown to `bytes` keeping its first `used`: the allocator cannot resize, so alloc + copy +
+   free (callers double). False, *p untouched, when out of memory. */
+static bool sk__sc_grow(const sk_search_model *m, void **p, size_t used, size_t bytes) {
+  void *q = sk__alloc(&m->graph->allocator, bytes, sizeof(double));
+  if (!q) return false;
+  if (used) memcpy(q, *p, used);
+  sk__sc_free(m, *p), *p = q;
+  return true;
+}
 
 /* ---- joint dims -------------------------------------------------------------------------------- */
 
@@ -395,12 +419,11 @@ static void sk__sc_try(sk__sc_enum *s) {
   if (s->n >= SK_SEARCH_MAX_CANDIDATES || s->oom) return;
   if (s->n == s->cap) {
     int cap = s->cap ? 2 * s->cap : 16;
-    sk_search_cand *grown = (sk_search_cand *)realloc(s->out, (size_t)cap * sizeof *grown);
-    if (!grown) {
+    if (!sk__sc_grow(s->m, (void **)&s->out, (size_t)s->n * sizeof *s->out, (size_t)cap * sizeof *s->out)) {
       s->oom = SK_ERR_OUT_OF_MEMORY;
       return;
     }
-    s->out = grown, s->cap = cap;
+    s->cap = cap;
   }
   sk_search_cand *c = &s->out[s->n];
   memset(c, 0, sizeof *c);
@@ -462,7 +485,7 @@ static int sk__sc_recall(sk_search_model *m, const sk__sc_key *k, sk_search_cand
   for (int i = 0; i < memo->n; i++) {
     if (memcmp(&memo->keys[i], k, sizeof *k)) continue;
     int from = memo->op[i];
-    *out = (sk_search_cand *)malloc(((size_t)m->ncands[from] + 1) * sizeof **out);
+    *out = (sk_search_cand *)SK__SC_CALLOC(m, (size_t)m->ncands[from] + 1, sizeof **out);
     if (!*out) return SK_ERR_OUT_OF_MEMORY;
     memcpy(*out, m->cands[from], (size_t)m->ncands[from] * sizeof **out), *n = m->ncands[from];
     return 0;
@@ -470,18 +493,20 @@ static int sk__sc_recall(sk_search_model *m, const sk__sc_key *k, sk_search_cand
   return -1;
 }
 
-static void sk__sc_remember(sk_search_model *m, int o, const sk__sc_key *k) {
+/* Operator o's list recorded under k. Out of memory (the memo's growth): the lists stay valid,
+   and the error is reported rather than the sharing quietly lost. */
+static sk_result sk__sc_remember(sk_search_model *m, int o, const sk__sc_key *k, sk_error *err) {
   sk__sc_memo *memo = (sk__sc_memo *)m->memo;
-  if (memo->n == memo->cap) { /* a failed grow only loses the sharing */
-    int cap = memo->cap ? 2 * memo->cap : 16;
-    sk__sc_key *keys = (sk__sc_key *)realloc(memo->keys, (size_t)cap * sizeof *keys);
-    if (keys) memo->keys = keys;
-    int *ops = keys ? (int *)realloc(memo->op, (size_t)cap * sizeof *ops) : NULL;
-    if (ops) memo->op = ops;
-    if (!keys || !ops) return;
-    memo->cap = cap;
+  if (memo->n == memo->cap) {
+    size_t n = (size_t)memo->n, cap = memo->cap ? 2 * n : 16;
+    if (!sk__sc_grow(m, (void **)&memo->keys, n * sizeof *memo->keys, cap * sizeof *memo->keys) ||
+        !sk__sc_grow(m, (void **)&memo->op, n * sizeof *memo->op, cap * sizeof *memo->op))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the memo of candidate lists ('%s')",
+                      m->graph->ops[o].name);
+    memo->cap = (int)cap;
   }
   memo->keys[memo->n] = *k, memo->op[memo->n++] = o;
+  return SK_OK;
 }
 
 /* Every cut of operator o's joint dims using the most devices (of ndevices' divisors) that has one. */
@@ -495,7 +520,7 @@ static sk_result sk__sc_enumerate(sk_search_model *m, int o, const sk_op_space *
   if (s.oom) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the candidates of '%s'", m->graph->ops[o].name);
   else if (s.n == 0)
     r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: operator '%s' has no strategy its rule accepts", m->graph->ops[o].name);
-  if (r) return free(s.out), r;
+  if (r) return sk__sc_free(m, s.out), r;
   m->cands[o] = s.out, m->ncands[o] = s.n;
   return SK_OK;
 }
@@ -513,11 +538,11 @@ static sk_result sk__sc_configure(sk_search_model *m, int o, sk_error *err) {
   memcpy(m->joint_size[o], j.size, sizeof j.size);
   m->configured[o] = d.has_strategy || d.has_layouts || j.n == 0;
   if (!m->configured[o]) return SK_OK;
-  sk_search_cand *c = (sk_search_cand *)calloc(1, sizeof *c);
-  if (!c) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory");
+  sk_search_cand *c = (sk_search_cand *)SK__SC_CALLOC(m, 1, sizeof *c);
+  if (!c) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the candidate of '%s'", g->ops[o].name);
   c->kind = j.n == 0 && !d.has_strategy && !d.has_layouts ? SK_SEARCH_CAND_DEFAULT : SK_SEARCH_CAND_CONFIGURED;
   r = sk__sc_eval(m, o, c, err);
-  if (r) return free(c), r;
+  if (r) return sk__sc_free(m, c), r;
   m->cands[o] = c, m->ncands[o] = 1;
   return SK_OK;
 }
@@ -543,7 +568,7 @@ SK_API sk_result sk_search_model_candidates(sk_search_model *m, sk_error *err) {
     if (got != -1) continue;
     sk__sc_joint_of(g, o, &d, &j);
     r = sk__sc_enumerate(m, o, &j, err);
-    if (!r) sk__sc_remember(m, o, &k);
+    if (!r) r = sk__sc_remember(m, o, &k, err);
   }
   m->enumerated = !r;
   return r;
@@ -597,9 +622,9 @@ static void sk__sc_measure(const sk_search_model *m, sk__sc_entry *e) {
 
 static sk__sc_entry *sk__sc_lookup(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to) {
   sk__sc_cache *c = (sk__sc_cache *)m->cache;
-  if (c->used * 2 >= c->cap) { /* grow; a failed grow keeps the table and computes uncached */
+  if (c->used * 2 >= c->cap) { /* grow; a failed grow keeps the table, computes uncached, is flagged */
     size_t cap = c->cap ? 2 * c->cap : 1024;
-    sk__sc_entry *slots = (sk__sc_entry *)calloc(cap, sizeof *slots);
+    sk__sc_entry *slots = (sk__sc_entry *)SK__SC_CALLOC(m, cap, sizeof *slots);
     if (slots) {
       for (size_t i = 0; i < c->cap; i++) {
         if (!c->slots[i].used) continue;
@@ -607,8 +632,11 @@ static sk__sc_entry *sk__sc_lookup(sk_search_model *m, const sk_search_sig *from
         while (slots[h].used) h = (h + 1) & (cap - 1);
         slots[h] = c->slots[i];
       }
-      free(c->slots), c->slots = slots, c->cap = cap;
-    } else if (c->used + 1 >= c->cap) return NULL;
+      sk__sc_free(m, c->slots), c->slots = slots, c->cap = cap;
+    } else {
+      m->cache_failed = true;
+      if (c->used + 1 >= c->cap) return NULL;
+    }
   }
   size_t h = (size_t)sk__sc_hash(from, to) & (c->cap - 1);
   while (c->slots[h].used) {
@@ -736,9 +764,9 @@ static sk_result sk__sc_edges(sk_search_model *m, sk_error *err) {
   const sk_graph *g = m->graph;
   int cap = 0;
   for (int o = 0; o < g->nops; o++) cap += g->ops[o].ninputs;
-  m->edges = (sk_search_edge *)calloc((size_t)cap + 1, sizeof *m->edges);
-  m->nadj = (int *)calloc((size_t)g->nops + 1, sizeof(int));
-  m->adj = (int **)calloc((size_t)g->nops + 1, sizeof(int *));
+  m->edges = (sk_search_edge *)SK__SC_CALLOC(m, (size_t)cap + 1, sizeof *m->edges);
+  m->nadj = (int *)SK__SC_CALLOC(m, (size_t)g->nops + 1, sizeof(int));
+  m->adj = (int **)SK__SC_CALLOC(m, (size_t)g->nops + 1, sizeof(int *));
   if (!m->edges || !m->nadj || !m->adj) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the edges");
   for (int o = 0; o < g->nops; o++)
     for (int k = 0; k < g->ops[o].ninputs; k++) {
@@ -754,8 +782,8 @@ static sk_result sk__sc_edges(sk_search_model *m, sk_error *err) {
       m->nadj[e.src]++, m->nadj[o]++;
     }
   for (int o = 0; o < g->nops; o++) {
-    m->adj[o] = (int *)malloc(sizeof(int) * ((size_t)m->nadj[o] + 1));
-    if (!m->adj[o]) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the edges");
+    m->adj[o] = (int *)SK__SC_CALLOC(m, (size_t)m->nadj[o] + 1, sizeof(int));
+    if (!m->adj[o]) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the edges of '%s'", g->ops[o].name);
     m->nadj[o] = 0;
   }
   for (int e = 0; e < m->nedges; e++) {
@@ -767,34 +795,36 @@ static sk_result sk__sc_edges(sk_search_model *m, sk_error *err) {
 }
 
 SK_API void sk_search_model_free(sk_search_model *m) {
-  if (!m) return;
-  int n = m->graph ? m->graph->nops : 0;
-  for (int o = 0; o < n; o++) {
-    if (m->cands) free(m->cands[o]);
-    if (m->adj) free(m->adj[o]);
+  if (!m || !m->graph) return; /* not built (a failed build frees itself): nothing held */
+  for (int o = 0; o < m->graph->nops; o++) {
+    if (m->cands) sk__sc_free(m, m->cands[o]);
+    if (m->adj) sk__sc_free(m, m->adj[o]);
   }
-  free(m->cands), free(m->ncands), free(m->configured), free(m->needs_grad), free(m->input_sig);
-  free(m->edges), free(m->nadj), free(m->adj), free(m->njoint), free(m->joint_size);
-  if (m->cache) free(((sk__sc_cache *)m->cache)->slots);
-  if (m->memo) free(((sk__sc_memo *)m->memo)->keys), free(((sk__sc_memo *)m->memo)->op);
-  free(m->cache), free(m->memo);
+  sk__sc_free(m, m->cands), sk__sc_free(m, m->ncands), sk__sc_free(m, m->configured), sk__sc_free(m, m->needs_grad);
+  sk__sc_free(m, m->input_sig), sk__sc_free(m, m->edges), sk__sc_free(m, m->nadj), sk__sc_free(m, m->adj);
+  sk__sc_free(m, m->njoint), sk__sc_free(m, m->joint_size);
+  if (m->cache) sk__sc_free(m, ((sk__sc_cache *)m->cache)->slots);
+  if (m->memo) sk__sc_free(m, ((sk__sc_memo *)m->memo)->keys), sk__sc_free(m, ((sk__sc_memo *)m->memo)->op);
+  sk__sc_free(m, m->cache), sk__sc_free(m, m->memo);
   memset(m, 0, sizeof *m);
 }
 
 static sk_result sk__sc_alloc(sk_search_model *m, sk_error *err) {
   size_t no = (size_t)m->graph->nops + 1, nt = (size_t)m->graph->ntensors + 1;
-  m->ncands = (int *)calloc(no, sizeof(int));
-  m->cands = (sk_search_cand **)calloc(no, sizeof(sk_search_cand *));
-  m->configured = (bool *)calloc(no, sizeof(bool));
-  m->njoint = (int *)calloc(no, sizeof(int));
-  m->joint_size = (int64_t(*)[SK_SEARCH_MAX_JOINT])calloc(no, sizeof *m->joint_size);
-  m->needs_grad = (bool *)calloc(nt, sizeof(bool));
-  m->input_sig = (sk_search_sig *)calloc(nt, sizeof(sk_search_sig));
-  m->cache = calloc(1, sizeof(sk__sc_cache));
-  m->memo = calloc(1, sizeof(sk__sc_memo));
+  m->ncands = (int *)SK__SC_CALLOC(m, no, sizeof(int));
+  m->cands = (sk_search_cand **)SK__SC_CALLOC(m, no, sizeof(sk_search_cand *));
+  m->configured = (bool *)SK__SC_CALLOC(m, no, sizeof(bool));
+  m->njoint = (int *)SK__SC_CALLOC(m, no, sizeof(int));
+  m->joint_size = (int64_t(*)[SK_SEARCH_MAX_JOINT])SK__SC_CALLOC(m, no, sizeof *m->joint_size);
+  m->needs_grad = (bool *)SK__SC_CALLOC(m, nt, sizeof(bool));
+  m->input_sig = (sk_search_sig *)SK__SC_CALLOC(m, nt, sizeof(sk_search_sig));
+  m->cache = SK__SC_CALLOC(m, 1, sizeof(sk__sc_cache));
+  m->memo = SK__SC_CALLOC(m, 1, sizeof(sk__sc_memo));
   if (!m->memo || !m->ncands || !m->cands || !m->configured || !m->njoint || !m->joint_size || !m->needs_grad || !m->input_sig ||
       !m->cache)
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "search: out of memory for the model");
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY,
+                    "search: out of memory for the model's tables (operators' candidates and joint dims, tensors' "
+                    "gradients and input cuts, the cache, the memo)");
   return SK_OK;
 }
 

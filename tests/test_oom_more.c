@@ -16,7 +16,10 @@
                fresh root; sk_ckpt_open_with, sk_ckpt_load into new buffers, sk_ckpt_verify,
                sk_ckpt_read_strategy, sk_ckpt_merge into a second root (/dev/shm: no disk)
      search    a MatMul + softmax loss network on 4 devices: sk_search_propagate,
-               sk_search_recursive and sk_search_exhaustive (scratch from the graph's allocator)
+               sk_search_recursive and sk_search_exhaustive (the model and the scratch from the
+               graph's allocator)
+     search_grow  18 MatMuls of distinct shapes on 64 devices, listed in full (propagation, exact
+               search) and lazily (D-Rec): the model's growing lists, memo and cache
      graph     a graph of 20 chained operators (its lists grow past their first 16), then
                sk_graph_micro (whose result inherits the allocator) and sk_graph_free
      pipeline  sk_pipe_schedule_make for 1f1b (2 chunks) and zero_bubble_v, sk_pipe_simulate
@@ -106,30 +109,54 @@ static sk_graph_op op_of(const char *name, sk_op_kind kind, int n, int in0, int 
   return op;
 }
 
-/* x [8, 16] MatMul w [16, 8] -> softmax loss against y [8]; `relus` ReLUs after the MatMul. */
-static sk_result small_net(sk_graph *g, const sk_allocator *a, int relus) {
+/* A graph on allocator a (NULL: libc's) with the inputs x [batch, feat] (f32) and y [batch]. */
+static sk_result net_inputs(sk_graph *g, const sk_allocator *a, int64_t batch, int64_t feat, int *x, int *y) {
   sk_graph_init(g);
   if (a) g->allocator = *a;
-  int64_t xs[2] = {8, 16}, ys[1] = {8}, wsh[2] = {16, 8};
+  int64_t xs[2] = {batch, feat}, ys[1] = {batch};
+  sk_result r = sk_graph_add_input(g, "x", SK_F32, 2, xs, x, NULL);
+  return r ? r : sk_graph_add_input(g, "y", SK_I32, 1, ys, y, NULL);
+}
+
+/* *h [., k] MatMul a parameter w<i> [k, n]: the product in *h. */
+static sk_result net_matmul(sk_graph *g, int i, int64_t k, int64_t n, int *h) {
+  int64_t ws[2] = {k, n};
   sk_init init;
   memset(&init, 0, sizeof init);
   init.kind = SK_INIT_XAVIER_UNIFORM;
-  int x = -1, y = -1, w = -1, o = -1;
+  char name[16];
+  int w = -1, o = -1;
+  snprintf(name, sizeof name, "w%d", i);
+  sk_result r = sk_graph_add_param(g, name, SK_F32, 2, ws, init, &w, NULL);
+  snprintf(name, sizeof name, "mm%d", i);
+  sk_graph_op op = op_of(name, SK_OP_MATMUL, 2, *h, w);
+  if (!r) r = sk_graph_add_op(g, &op, &o, NULL);
+  if (!r) *h = g->ops[o].outputs[0];
+  return r;
+}
+
+/* Softmax loss of h against the labels y: the graph's loss. */
+static sk_result net_loss(sk_graph *g, int h, int y) {
+  sk_graph_op op = op_of("loss", SK_OP_SOFTMAX_CE, 2, h, y);
+  int o = -1;
+  sk_result r = sk_graph_add_op(g, &op, &o, NULL);
+  return r ? r : sk_graph_set_loss(g, g->ops[o].outputs[0], NULL);
+}
+
+/* x [8, 16] MatMul w [16, 8] -> softmax loss against y [8]; `relus` ReLUs after the MatMul. */
+static sk_result small_net(sk_graph *g, const sk_allocator *a, int relus) {
+  int h = -1, y = -1, o = -1;
   sk_result r;
-  TRY(sk_graph_add_input(g, "x", SK_F32, 2, xs, &x, NULL));
-  TRY(sk_graph_add_input(g, "y", SK_I32, 1, ys, &y, NULL));
-  TRY(sk_graph_add_param(g, "w", SK_F32, 2, wsh, init, &w, NULL));
-  sk_graph_op op = op_of("mm", SK_OP_MATMUL, 2, x, w);
-  TRY(sk_graph_add_op(g, &op, &o, NULL));
+  TRY(net_inputs(g, a, 8, 16, &h, &y));
+  TRY(net_matmul(g, 0, 16, 8, &h));
   for (int k = 0; k < relus; k++) {
     char name[16];
     snprintf(name, sizeof name, "relu%d", k);
-    op = op_of(name, SK_OP_RELU, 1, g->ops[o].outputs[0], 0);
+    sk_graph_op op = op_of(name, SK_OP_RELU, 1, h, 0);
     TRY(sk_graph_add_op(g, &op, &o, NULL));
+    h = g->ops[o].outputs[0];
   }
-  op = op_of("loss", SK_OP_SOFTMAX_CE, 2, g->ops[o].outputs[0], y);
-  TRY(sk_graph_add_op(g, &op, &o, NULL));
-  TRY(sk_graph_set_loss(g, g->ops[o].outputs[0], NULL));
+  r = net_loss(g, h, y);
 fail:
   return r;
 }
@@ -156,6 +183,56 @@ static sk_result scenario_search(const sk_allocator *a, oom_out *out) {
   }
 fail:
   if (built) sk_search_model_free(&m);
+  sk_graph_free(&g);
+  return r;
+}
+
+/* x [64, 8] through 18 MatMuls of widths 8, 16, ..., 152 (each operator its own description,
+   more than the memo's first 16), softmax loss against y [64], on 64 devices: MatMuls with more
+   candidates than a list's first 16, more priced pairs of cuts than the cache's first 512 (half
+   its 1024 slots), and (lazy lists) D-Rec's strategies appended to empty lists. The model's
+   growth paths, each failing in its turn. */
+static sk_result wide_net(sk_graph *g, const sk_allocator *a) {
+  int h = -1, y = -1;
+  sk_result r = net_inputs(g, a, 64, 8, &h, &y);
+  for (int i = 0; !r && i < 18; i++) r = net_matmul(g, i, 8 * (i + 1), 8 * (i + 2), &h);
+  return r ? r : net_loss(g, h, y);
+}
+
+/* One model of the wide net: lazy, D-Rec (its strategies appended to empty lists); else
+   listed in full, the propagation and the exact search. Its plans' costs, and (lists ready) the
+   growth its lists, memo and cache went through, which the scenario needs to have happened. */
+static sk_result search_wide(const sk_graph *g, bool lazy, oom_out *out) {
+  sk_search_model m;
+  sk_search_desc d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = 64, d.lazy_candidates = lazy;
+  int choice[2][24];
+  sk_result r = sk_search_model_build(g, &d, &m, NULL);
+  if (r) return r;
+  if (lazy) r = sk_search_recursive(&m, choice[0], NULL);
+  else if (!(r = sk_search_propagate(&m, choice[0], NULL))) r = sk_search_exhaustive(&m, choice[1], NULL);
+  for (int s = 0; !r && s < (lazy ? 1 : 2); s++) {
+    for (int o = 0; o < g->nops; o++) put(out, choice[s][o]);
+    put(out, sk_search_plan_cost(&m, choice[s]));
+  }
+  int most = 0;
+  for (int o = 0; o < g->nops; o++) most = m.ncands[o] > most ? m.ncands[o] : most;
+  size_t pairs = sk_search_cached_pairs(&m);
+  if (!r) put(out, most), put(out, (double)pairs);
+  /* the growth this scenario is for: a list past its first 16 and the cache past half its first
+     1024 slots (the memo's 19 descriptions pass its first 16 by construction) */
+  if (!r && !lazy) cr_assert(most > 16 && pairs > 512, "wide net: %d candidates at most, %zu pairs", most, pairs);
+  if (!r && lazy) cr_assert(most >= 1, "wide net: D-Rec appended no strategy");
+  sk_search_model_free(&m);
+  return r;
+}
+
+static sk_result scenario_search_grow(const sk_allocator *a, oom_out *out) {
+  sk_graph g;
+  sk_result r = wide_net(&g, a);
+  if (!r) r = search_wide(&g, false, out);
+  if (!r) r = search_wide(&g, true, out);
   sk_graph_free(&g);
   return r;
 }
@@ -259,6 +336,7 @@ static void sweep(const char *name, oom_scenario run) {
 
 Test(oom_more, ckpt) { sweep("ckpt", scenario_ckpt); }
 Test(oom_more, search) { sweep("search", scenario_search); }
+Test(oom_more, search_grow, .timeout = 300) { sweep("search_grow", scenario_search_grow); }
 Test(oom_more, graph) { sweep("graph", scenario_graph); }
 Test(oom_more, pipeline) { sweep("pipeline", scenario_pipeline); }
 Test(oom_more, npy) { sweep("npy", scenario_npy); }

@@ -1028,3 +1028,124 @@ Test(search, format_strategy_tuples) {
   sk_graph_free(&n.g);
 }
 
+
+/* ---- the model's readers: sk_search_sig_of, sk_search_cached_pairs ------------------------- */
+
+/* Every rank's slice of l against its cuts: dim d's block on rank r is (r / stride) % count. */
+static void assert_sig_matches_slices(const sk_layout *l, const sk_search_sig *s, const char *what) {
+  cr_assert_eq(s->ndims, l->ndims, "%s: %d dims", what, s->ndims);
+  for (int r = 0; r < l->mesh.size; r++) {
+    sk_slice sl;
+    OK(sk_layout_slice(l, r, &sl, E));
+    for (int d = 0; d < l->ndims; d++) {
+      int count = s->dim[d].count;
+      int64_t block = count > 1 ? (r / s->dim[d].stride) % count : 0;
+      cr_assert_eq(sl.start[d], block * (l->shape[d] / count), "%s: rank %d dim %d starts at %lld", what, r, d,
+                   (long long)sl.start[d]);
+    }
+  }
+}
+
+static sk_search_sig sig_checked(const sk_layout *l, const char *what) {
+  sk_search_sig s = sk_search_sig_of(l);
+  assert_sig_matches_slices(l, &s, what);
+  return s;
+}
+
+static sk_search_sig parsed_sig(const sk_mesh *mesh, const char *map) {
+  sk_layout l;
+  OK(sk_layout_parse(&l, mesh, map, 2, SH2(8, 16), E));
+  return sig_checked(&l, map);
+}
+
+static bool same_sig(sk_search_sig a, sk_search_sig b) { return !memcmp(&a, &b, sizeof a); }
+
+Test(search, sig_of_cuts_by_hand) {
+  sk_mesh dm, flat;
+  OK(sk_mesh_parse(&dm, "dp=2,mp=4", E));
+  OK(sk_mesh_parse(&flat, "r=8", E));
+  /* by hand on dp=2,mp=4 (rank = 4 dp + mp): dp is (r / 4) % 2, mp is r % 4, both is r % 8 */
+  sk_search_sig sigs[4] = {parsed_sig(&dm, "dp,mp"), parsed_sig(&dm, "mp,dp"), parsed_sig(&dm, "(dp,mp),None"),
+                           parsed_sig(&dm, "None,None")};
+  cr_assert(same_sig(sigs[0], sig2(2, 4, 4, 1)));
+  cr_assert(same_sig(sigs[1], sig2(4, 1, 2, 4)));
+  cr_assert(same_sig(sigs[2], sig2(8, 1, 1, 0)));
+  cr_assert(same_sig(sigs[3], sig2(1, 0, 1, 0)));
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < i; j++) cr_assert(!same_sig(sigs[i], sigs[j]), "layouts %d and %d: one signature", i, j);
+  /* equal layouts, however reached: parsed again, on a one-axis mesh of the same size, from a
+     strategy tuple */
+  cr_assert(same_sig(parsed_sig(&dm, "dp,mp"), sigs[0]));
+  cr_assert(same_sig(parsed_sig(&flat, "r,None"), sigs[2]));
+  sk_layout l;
+  OK(sk_layout_from_strategy(&l, 8, 2, SH2(8, 16), (const int[]){2, 4}, SK_REPEAT_RIGHT, E));
+  cr_assert(same_sig(sig_checked(&l, "strategy (2, 4)"), sigs[0]));
+  /* a repeated strategy: the repeat axis placed right (replicas adjacent) or left cuts alike but
+     hands the blocks to other ranks */
+  OK(sk_layout_from_strategy(&l, 8, 2, SH2(8, 16), (const int[]){2, 1}, SK_REPEAT_RIGHT, E));
+  sk_search_sig right = sig_checked(&l, "strategy (2, 1) repeated right");
+  OK(sk_layout_from_strategy(&l, 8, 2, SH2(8, 16), (const int[]){2, 1}, SK_REPEAT_LEFT, E));
+  sk_search_sig left = sig_checked(&l, "strategy (2, 1) repeated left");
+  cr_assert(same_sig(right, sig2(2, 4, 1, 0)) && same_sig(left, sig2(2, 1, 1, 0)));
+  cr_assert_eq(sk_search_sig_of(NULL).ndims, 0);
+}
+
+/* The candidates' recorded cuts are their layouts' signatures: MatMul's x [16, 16] cut (i, k)
+   with the repeat axis right, as the rule lays a strategy out. */
+Test(search, sig_of_agrees_with_the_candidates) {
+  static net n;
+  sk_search_model m;
+  matmul_net(&n, 16, 16, 16, false);
+  sk_search_desc d = sdesc(8);
+  build_model(&n.g, &d, &m);
+  int mm = op_named(&n.g, "mm");
+  cr_assert_gt(m.ncands[mm], 1);
+  for (int c = 0; c < m.ncands[mm]; c++) {
+    const sk_search_cand *k = &m.cands[mm][c];
+    sk_layout l;
+    OK(sk_layout_from_strategy(&l, 8, 2, SH2(16, 16), k->strategy[0], SK_REPEAT_RIGHT, E));
+    cr_assert(same_sig(sk_search_sig_of(&l), k->in[0]), "candidate %d: x's cuts differ from its layout's", c);
+  }
+  sk_search_model_free(&m);
+  sk_graph_free(&n.g);
+}
+
+/* A signature of 4 dims: no tensor of matmul_net has 4, so the pair cannot be cached already. */
+static sk_search_sig sig4(int at) {
+  sk_search_sig s;
+  memset(&s, 0, sizeof s);
+  s.ndims = 4;
+  for (int d = 0; d < 4; d++) s.dim[d].count = d == at ? 4 : 1, s.dim[d].stride = d == at ? 1 : 0;
+  return s;
+}
+
+Test(search, cached_pairs_count_the_measured_moves) {
+  static net n;
+  sk_search_model m;
+  memset(&m, 0, sizeof m);
+  cr_assert_eq(sk_search_cached_pairs(NULL), 0);
+  cr_assert_eq(sk_search_cached_pairs(&m), 0, "a model not built");
+  matmul_net(&n, 16, 16, 16, false);
+  sk_search_desc d = sdesc(4);
+  build_model(&n.g, &d, &m);
+  size_t built = sk_search_cached_pairs(&m);
+  int choice[8];
+  OK(sk_search_exhaustive(&m, choice, E));
+  size_t searched = sk_search_cached_pairs(&m);
+  cr_assert_gt(searched, built, "the exact search prices every edge's pairs of cuts");
+  OK(sk_search_exhaustive(&m, choice, E));
+  cr_assert_eq(sk_search_cached_pairs(&m), searched, "searched again: every pair already measured");
+  /* one new pair: one more; the same again, or a move to the same cuts: none; reversed: a pair */
+  sk_search_sig a = sig4(0), b = sig4(3);
+  double first = sk_search_redist_cost(&m, &a, &b, 256, SK_F32, NULL);
+  cr_assert_eq(sk_search_cached_pairs(&m), searched + 1);
+  cr_assert_eq(sk_search_redist_cost(&m, &a, &b, 256, SK_F32, NULL), first);
+  cr_assert_gt(first, 0);
+  sk_search_redist_cost(&m, &a, &a, 256, SK_F32, NULL);
+  cr_assert_eq(sk_search_cached_pairs(&m), searched + 1);
+  sk_search_redist_cost(&m, &b, &a, 256, SK_F32, NULL);
+  cr_assert_eq(sk_search_cached_pairs(&m), searched + 2);
+  sk_search_model_free(&m);
+  cr_assert_eq(sk_search_cached_pairs(&m), 0, "freed");
+  sk_graph_free(&n.g);
+}
