@@ -77,14 +77,17 @@ static void sk__rt_pipe_owners(sk_runtime *rt) {
 }
 
 static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err) {
-  rt->world = world;
   rt->stage = sk_parallel_stage_of_rank(rt->plan, sk_comm_rank(world));
   sk_comm *stage = NULL;
   sk_result r = sk_comm_split(world, rt->stage, sk_comm_rank(world), &stage);
   if (!r) r = sk_comm_split(world, 0, sk_comm_rank(world), &rt->fwd_link);
   if (!r) r = sk_comm_split(world, 0, sk_comm_rank(world), &rt->bwd_link);
-  if (r) return sk_comm_destroy(stage), sk__fail(err, r, "runtime: pipeline: splitting the stages: %s", sk_comm_error_message(world));
-  rt->comm = stage, rt->rank = sk_comm_rank(stage);
+  if (r) { /* a peer that failed before the splits fails them here: rt->comm stays the caller's */
+    sk_comm_destroy(stage), sk_comm_destroy(rt->fwd_link), sk_comm_destroy(rt->bwd_link);
+    rt->fwd_link = rt->bwd_link = NULL;
+    return sk__fail(err, r, "runtime: pipeline: splitting the stages: %s", sk_comm_error_message(world));
+  }
+  rt->world = world, rt->comm = stage, rt->rank = sk_comm_rank(stage); /* pipe_close now owns stage */
   size_t nt = (size_t)rt->g->ntensors + 1, no = (size_t)rt->g->nops + 1, m = (size_t)rt->plan->micro;
   size_t nslots = m * (size_t)sk__rt_nvstages(rt);
   rt->owner = (int *)sk__rt_table(rt, nt, sizeof(int));
