@@ -691,15 +691,24 @@ static double sk__par_now_ms(void) {
   return timespec_get(&ts, TIME_UTC) ? (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6 : 0;
 }
 
-/* A search mode writes strategies into the network: the plan's own copy of it. */
-static sk_result sk__par_own_graph(sk_parallel_plan *p, sk_error *err) {
-  if (p->micro_graph) return SK_OK;
-  p->micro_graph = (sk_graph *)calloc(1, sizeof *p->micro_graph);
-  if (!p->micro_graph) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory copying the network");
-  sk_result r = sk_graph_micro(p->graph, 1, p->micro_graph, err);
-  if (r) return free(p->micro_graph), p->micro_graph = NULL, r;
+/* The plan's own network (g at micro-batch size), from the configuration's allocator:
+   sk_graph_micro gives its result the source's allocator, so it reads a view of g that carries
+   the plan's. */
+static sk_result sk__par_micro_graph(sk_parallel_plan *p, const sk_graph *g, int micro, const char *what, sk_error *err) {
+  const sk_allocator *a = &p->desc.allocator;
+  p->micro_graph = (sk_graph *)sk__calloc(a, sizeof *p->micro_graph, sizeof(double));
+  if (!p->micro_graph) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory for the network's copy", what);
+  sk_graph view = *g;
+  view.allocator = *a;
+  sk_result r = sk_graph_micro(&view, micro, p->micro_graph, err);
+  if (r) return sk__free(a, p->micro_graph), p->micro_graph = NULL, r;
   p->graph = p->micro_graph;
   return SK_OK;
+}
+
+/* A search mode writes strategies into the network: the plan's own copy of it. */
+static sk_result sk__par_own_graph(sk_parallel_plan *p, sk_error *err) {
+  return p->micro_graph ? SK_OK : sk__par_micro_graph(p, p->graph, 1, "parallel", err);
 }
 
 static sk_result sk__par_run_search(sk_parallel_plan *p, sk_search_model *m, int *choice, sk_error *err) {
@@ -713,11 +722,13 @@ static sk_result sk__par_run_search(sk_parallel_plan *p, sk_search_model *m, int
 /* The search: every operator the network left without a strategy gets the one chosen. */
 static sk_result sk__par_search(sk_parallel_plan *p, sk_error *err) {
   sk_graph *g = p->micro_graph;
-  sk_layout *inputs = (sk_layout *)calloc((size_t)g->ntensors + 1, sizeof *inputs);
-  int *choice = (int *)calloc((size_t)g->nops + 1, sizeof(int));
-  p->searched = (bool *)calloc((size_t)g->nops + 1, sizeof(bool));
+  const sk_allocator *a = &p->desc.allocator;
+  sk_layout *inputs = (sk_layout *)sk__calloc(a, sizeof *inputs * ((size_t)g->ntensors + 1), sizeof(double));
+  int *choice = (int *)sk__calloc(a, sizeof(int) * ((size_t)g->nops + 1), sizeof(int));
+  p->searched = (bool *)sk__calloc(a, sizeof(bool) * ((size_t)g->nops + 1), sizeof(bool));
   if (!inputs || !choice || !p->searched)
-    return free(inputs), free(choice), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the search");
+    return sk__free(a, inputs), sk__free(a, choice),
+           sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the search's layouts and choices");
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].role == SK_TENSOR_INPUT) inputs[t] = p->tensors[t].layout;
   sk_search_desc d;
@@ -736,7 +747,7 @@ static sk_result sk__par_search(sk_parallel_plan *p, sk_error *err) {
     p->searched[o] = true;
   }
   sk_search_model_free(&m);
-  free(inputs), free(choice);
+  sk__free(a, inputs), sk__free(a, choice);
   return r;
 }
 
@@ -884,8 +895,8 @@ static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
   size_t most = 1;
   for (int o = 0; o < g->nops; o++) most += 4 + 8 * (size_t)g->ops[o].ninputs + 2 * (size_t)g->ops[o].noutputs;
-  p->steps = (sk_parallel_step *)calloc(most, sizeof *p->steps);
-  if (!p->steps) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the program");
+  p->steps = (sk_parallel_step *)sk__calloc(&p->desc.allocator, most * sizeof *p->steps, sizeof(double));
+  if (!p->steps) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan's steps");
   sk__par_forward_steps(p);
   for (int o = g->nops - 1; o >= 0; o--) sk__par_backward_steps(p, o);
   sk__par_push(p, SK_PSTEP_UPDATE, -1, 0, NULL);
@@ -894,11 +905,12 @@ static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
 
 SK_API void sk_parallel_free(sk_parallel_plan *p) {
   if (!p) return;
+  const sk_allocator a = p->desc.allocator; /* everything the compile took came from it */
   sk__prog_free(p);
-  free(p->ops), free(p->tensors), free(p->steps), free(p->vstage), free(p->searched);
+  sk__free(&a, p->ops), sk__free(&a, p->tensors), sk__free(&a, p->steps), sk__free(&a, p->vstage), sk__free(&a, p->searched);
   sk_pipe_schedule_free(&p->schedule);
   if (p->micro_graph) sk_graph_free(p->micro_graph);
-  free(p->micro_graph);
+  sk__free(&a, p->micro_graph);
   memset(p, 0, sizeof *p);
 }
 
@@ -982,16 +994,9 @@ static sk_result sk__par_check_pipeline(const sk_autoparallel *d, sk_error *err)
 static sk_result sk__par_pipeline_begin(sk_parallel_plan *p, const sk_graph *g, sk_error *err) {
   p->stages = SK__DEF(p->desc.pipeline.stages, 1), p->micro = SK__DEF(p->desc.pipeline.micro, 1);
   p->desc.ndevices /= p->stages;
-  p->micro_graph = (sk_graph *)calloc(1, sizeof *p->micro_graph);
-  p->vstage = (int *)calloc((size_t)g->nops + 1, sizeof(int));
-  if (!p->micro_graph || !p->vstage) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "pipeline: out of memory");
-  sk_result r = sk_graph_micro(g, p->micro, p->micro_graph, err);
-  if (r) {
-    free(p->micro_graph), p->micro_graph = NULL;
-    return r;
-  }
-  p->graph = p->micro_graph;
-  return SK_OK;
+  p->vstage = (int *)sk__calloc(&p->desc.allocator, sizeof(int) * ((size_t)g->nops + 1), sizeof(int));
+  if (!p->vstage) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "pipeline: out of memory for the operators' stages");
+  return sk__par_micro_graph(p, g, p->micro, "pipeline", err);
 }
 
 /* Operator o's forward FLOPs at the network's shapes: the cut's weight. */
@@ -1016,13 +1021,14 @@ static sk_result sk__par_assign_vstages(sk_parallel_plan *p, sk_error *err) {
     return SK_OK;
   }
   p->recut = annotated > 1;
-  double *w = (double *)malloc(sizeof(double) * ((size_t)g->nops + 1));
-  int *part = (int *)calloc((size_t)g->nops + 1, sizeof(int));
-  sk_result r = w && part ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "pipeline: out of memory for the cut");
+  const sk_allocator *a = &p->desc.allocator;
+  double *w = (double *)sk__alloc(a, sizeof(double) * ((size_t)g->nops + 1), sizeof(double));
+  int *part = (int *)sk__calloc(a, sizeof(int) * ((size_t)g->nops + 1), sizeof(int));
+  sk_result r = w && part ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "pipeline: out of memory for the cut's weights");
   for (int o = 0; !r && o < g->nops; o++) w[o] = sk__par_op_flops(g, g->nops - 1 - o); /* reversed: empties first */
   if (!r) r = sk_pipe_partition(w, g->nops, parts, part, err);
   for (int o = 0; !r && o < g->nops; o++) p->vstage[o] = parts - 1 - part[g->nops - 1 - o];
-  free(w), free(part);
+  sk__free(a, w), sk__free(a, part);
   return r;
 }
 
@@ -1093,22 +1099,23 @@ SK_API const char *sk_parallel_recompute_refusal(const sk_parallel_plan *p, int 
 /* The plan of p->graph for p->desc.ndevices devices. */
 static sk_result sk__par_compile_graph(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
+  const sk_allocator *a = &p->desc.allocator;
   sk_result r = SK_OK;
-  p->ops = (sk_parallel_op *)calloc((size_t)g->nops + 1, sizeof *p->ops);
-  p->tensors = (sk_parallel_tensor *)calloc((size_t)g->ntensors + 1, sizeof *p->tensors);
-  if (!p->ops || !p->tensors) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan");
-  bool *needs = r ? NULL : (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
-  if (!r && !needs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan");
+  p->ops = (sk_parallel_op *)sk__calloc(a, sizeof *p->ops * ((size_t)g->nops + 1), sizeof(double));
+  p->tensors = (sk_parallel_tensor *)sk__calloc(a, sizeof *p->tensors * ((size_t)g->ntensors + 1), sizeof(double));
+  if (!p->ops || !p->tensors) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan's operators and tensors");
+  bool *needs = r ? NULL : (bool *)sk__calloc(a, sizeof(bool) * ((size_t)g->ntensors + 1), sizeof(bool));
+  if (!r && !needs) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the gradient flow");
   if (!r) sk_exec_grad_flow(g, needs);
   for (int t = 0; !r && t < g->ntensors; t++) p->tensors[t].needs_grad = needs[t];
-  free(needs);
+  sk__free(a, needs);
   if (!r && g->nops == 0) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: the network has no operator");
-  bool *placed = r ? NULL : (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
+  bool *placed = r ? NULL : (bool *)sk__calloc(a, sizeof(bool) * ((size_t)g->ntensors + 1), sizeof(bool));
   if (!r && !placed) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory placing tensors");
   if (!r) r = sk__par_place_inputs(p, placed, err);
   if (!r && p->desc.mode != SK_PARALLEL_SEMI_AUTO) r = sk__par_search(p, err);
   if (!r) r = sk__par_place(p, placed, err);
-  free(placed);
+  sk__free(a, placed);
   if (!r) r = sk__par_kernel_layouts(p, err);
   if (!r) r = sk__par_opt_shards(p, err);
   if (!r) r = sk__par_steps(p, err);

@@ -50,13 +50,10 @@ static sk_result sk__prog_members(const sk_parallel_plan *p, const sk_plan_group
   if (g->kind == SK_PGROUP_MESH) return sk_mesh_group(&g->mesh, local, g->axes, ranks, SK_MAX_DEVICES, n, NULL);
   const sk_layout *l = &p->tensors[g->tensor].layout;
   sk_dtype dt = p->graph->tensors[g->tensor].dtype;
-  int *other = (int *)malloc(sizeof(int) * SK_MAX_DEVICES), m = 0;
-  if (!other) return SK_ERR_OUT_OF_MEMORY;
-  sk_result r = g->kind == SK_PGROUP_OPT_GATHER
-                    ? sk_opt_shard_groups(l, dt, &p->desc.hsdp, local, ranks, n, other, &m, SK_MAX_DEVICES, NULL)
-                    : sk_opt_shard_groups(l, dt, &p->desc.hsdp, local, other, &m, ranks, n, SK_MAX_DEVICES, NULL);
-  free(other);
-  return r;
+  int other[SK_MAX_DEVICES], m = 0; /* 16 KiB on the stack, as in sk_opt_shard_of: no failure to report */
+  return g->kind == SK_PGROUP_OPT_GATHER
+             ? sk_opt_shard_groups(l, dt, &p->desc.hsdp, local, ranks, n, other, &m, SK_MAX_DEVICES, NULL)
+             : sk_opt_shard_groups(l, dt, &p->desc.hsdp, local, other, &m, ranks, n, SK_MAX_DEVICES, NULL);
 }
 
 /* The same group by its definition: one mesh's axes, or one parameter's shard groups. */
@@ -97,10 +94,11 @@ static bool sk__prog_same_split(const sk_parallel_plan *p, const sk_plan_group *
   return !memcmp(ra, rb, sizeof(int) * (size_t)p->desc.ndevices);
 }
 
-/* The id of the plan's group that splits the devices as *want does; -1 when none does (or out
-   of memory). Without a pipeline the stage is the world; a group of the whole stage is the
-   stage's. A group defined alike (the same mesh and axes, the same parameter) is found first,
-   without comparing partitions. */
+/* The id of the plan's group that splits the devices as *want does; -1 when none does, -2 when
+   out of memory (told apart: the build must not add a group it could not compare). Without a
+   pipeline the stage is the world; a group of the whole stage is the stage's. A group defined
+   alike (the same mesh and axes, the same parameter) is found first, without comparing
+   partitions. */
 static int sk__prog_find(const sk_parallel_plan *p, const sk_plan_group *want) {
   sk_plan_group_kind kind = want->kind == SK_PGROUP_STAGE && !p->vstage ? SK_PGROUP_WORLD : want->kind;
   if (kind <= SK_PGROUP_LINK_BWD) {
@@ -110,35 +108,53 @@ static int sk__prog_find(const sk_parallel_plan *p, const sk_plan_group *want) {
   }
   for (int i = 0; i < p->ngroups; i++)
     if (sk__prog_same_def(&p->groups[i], want)) return i;
-  int *buf = (int *)malloc(3 * sizeof(int) * SK_MAX_DEVICES), found = -1, n = 0;
-  if (!buf) return -1;
+  const sk_allocator *a = &p->desc.allocator; /* 48 KiB: too much for the stack */
+  int *buf = (int *)sk__alloc(a, 3 * sizeof(int) * SK_MAX_DEVICES, sizeof(int)), found = -1, n = 0;
+  if (!buf) return -2;
   if (!sk__prog_members(p, want, 0, buf, &n) && n == p->desc.ndevices) { /* the whole stage: its group */
     sk_plan_group whole;
     memset(&whole, 0, sizeof whole);
     whole.kind = SK_PGROUP_STAGE, whole.tensor = -1;
-    free(buf);
+    sk__free(a, buf);
     return sk__prog_find(p, &whole);
   }
   for (int i = 0; i < p->ngroups && found < 0; i++)
     if (p->groups[i].kind > SK_PGROUP_LINK_BWD && sk__prog_same_split(p, &p->groups[i], want, buf)) found = i;
-  free(buf);
+  sk__free(a, buf);
   return found;
 }
 
 SK_API int sk_parallel_find_group(const sk_parallel_plan *p, const sk_plan_group *want) {
   if (!p || !want || !p->graph || (want->kind >= SK_PGROUP_OPT_GATHER && (want->tensor < 0 || want->tensor >= p->graph->ntensors)))
     return -1;
-  return sk__prog_find(p, want);
+  int id = sk__prog_find(p, want);
+  return id >= 0 ? id : -1;
 }
 
-/* The id of group *want, added to the plan's table when new; -1 when out of memory. */
+/* *q (`used` bytes of it) moved into `bytes` from allocator a; *q is kept on failure. The
+   allocator has no realloc: growth is alloc + copy + free, amortised by doubling. */
+static bool sk__prog_grow(const sk_allocator *a, void **q, size_t used, size_t bytes) {
+  void *n = sk__alloc(a, bytes, sizeof(double));
+  if (!n) return false;
+  if (used) memcpy(n, *q, used);
+  sk__free(a, *q);
+  *q = n;
+  return true;
+}
+
+/* The id of group *want, added to the plan's table when new; -1 when out of memory. The table
+   has no capacity field: it holds a power of two of groups, grown when ngroups reaches one. */
 static int sk__prog_group(sk_parallel_plan *p, const sk_plan_group *want) {
   int found = sk__prog_find(p, want);
   if (found >= 0) return found;
+  if (found < -1) return -1; /* out of memory comparing */
   if (want->kind == SK_PGROUP_STAGE && !p->vstage) return -1; /* the world, made first */
-  sk_plan_group *ng = (sk_plan_group *)realloc(p->groups, (size_t)(p->ngroups + 1) * sizeof *ng);
-  if (!ng) return -1;
-  p->groups = ng, p->groups[p->ngroups] = *want;
+  int n = p->ngroups;
+  void *q = p->groups;
+  if ((n & (n - 1)) == 0 && !sk__prog_grow(&p->desc.allocator, &q, (size_t)n * sizeof *p->groups,
+                                           (size_t)(n ? 2 * n : 1) * sizeof *p->groups))
+    return -1;
+  p->groups = (sk_plan_group *)q, p->groups[n] = *want;
   return p->ngroups++;
 }
 
@@ -169,7 +185,7 @@ SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *p, int group, i
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: group %d of rank %d: out of range", group, rank);
   const sk_plan_group *g = &p->groups[group];
   int stage = sk_parallel_stage_of_rank(p, rank), base = stage * p->desc.ndevices, m = 0;
-  int *tmp = (int *)malloc(sizeof(int) * SK_MAX_DEVICES);
+  int *tmp = (int *)sk__alloc(&p->desc.allocator, sizeof(int) * SK_MAX_DEVICES, sizeof(int));
   if (!tmp) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory listing group %d", group);
   sk_result r = SK_OK;
   if (g->kind == SK_PGROUP_STAGE)
@@ -182,7 +198,7 @@ SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *p, int group, i
     for (int i = 0; i < m; i++) tmp[i] += base;
   if (!r && m > cap) r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: group %d has %d ranks, room for %d", group, m, cap);
   if (!r) memcpy(ranks, tmp, sizeof(int) * (size_t)m), *n = m;
-  free(tmp);
+  sk__free(&p->desc.allocator, tmp);
   return r;
 }
 
@@ -231,12 +247,13 @@ static sk_program_step *sk__prog_emit(sk__prog_b *b, sk_parallel_step_kind kind)
                                         SK_COLL_NONE, false};
   if (b->prog->nsteps == b->cap) {
     int cap = b->cap ? 2 * b->cap : 64;
-    sk_program_step *ns = b->failed ? NULL : (sk_program_step *)realloc(b->prog->steps, (size_t)cap * sizeof *ns);
-    if (!ns) {
+    void *q = b->prog->steps;
+    size_t step = sizeof *b->prog->steps;
+    if (b->failed || !sk__prog_grow(&b->p->desc.allocator, &q, (size_t)b->cap * step, (size_t)cap * step)) {
       b->failed = true;
       return &b->sink; /* the build reports the failure */
     }
-    b->prog->steps = ns, b->cap = cap;
+    b->prog->steps = (sk_program_step *)q, b->cap = cap;
   }
   sk_program_step *s = &b->prog->steps[b->prog->nsteps++];
   *s = none;
@@ -256,6 +273,13 @@ static bool sk__prog_is_forward(sk_parallel_step_kind k) {
          k == SK_PSTEP_PARAM_RELEASE || k == SK_PSTEP_OUT_MOVE;
 }
 
+/* Group id `id` as a step takes it: -1 (out of memory) fails the build, so that no step names a
+   group that is not there nor the table numbers its groups otherwise than without the failure. */
+static int sk__prog_take(sk__prog_b *b, int id) {
+  if (id < 0) b->failed = true;
+  return id;
+}
+
 /* The group and element count an operator step's collective moves (nccl-tests' sizes). */
 static void sk__prog_comm(sk__prog_b *b, sk_program_step *ps, const sk_parallel_step *s) {
   sk_parallel_plan *p = b->p;
@@ -268,25 +292,25 @@ static void sk__prog_comm(sk__prog_b *b, sk_program_step *ps, const sk_parallel_
       if (s->kind == SK_PSTEP_UNDO_COMM && s->comm.kind != SK_COLL_REDUCE_SCATTER) return; /* a scale */
       int64_t n = sk__prog_count(&po->plan.out[0]);
       if (s->comm.kind == SK_COLL_REDUCE_SCATTER) n *= sk_mesh_group_size(&po->plan.mesh, s->comm.axes);
-      ps->group = sk__prog_mesh_group(p, &po->plan.mesh, s->comm.axes), ps->count = n;
+      ps->group = sk__prog_take(b, sk__prog_mesh_group(p, &po->plan.mesh, s->comm.axes)), ps->count = n;
       ps->dtype = p->graph->tensors[op->outputs[0]].dtype;
       return;
     }
     case SK_PSTEP_BACKWARD_COMM:
     case SK_PSTEP_MIRROR:
-      ps->group = sk__prog_mesh_group(p, &po->plan.mesh, s->comm.axes);
+      ps->group = sk__prog_take(b, sk__prog_mesh_group(p, &po->plan.mesh, s->comm.axes));
       ps->count = sk__prog_count(&po->kernel_in[s->slot]);
       return;
     case SK_PSTEP_PARAM_GATHER:
     case SK_PSTEP_GRAD_REDUCE_SCATTER:
-      ps->group = sk__prog_opt_group(p, t_in, SK_PGROUP_OPT_GATHER), ps->count = sk_parallel_slice_count(p, t_in);
+      ps->group = sk__prog_take(b, sk__prog_opt_group(p, t_in, SK_PGROUP_OPT_GATHER)), ps->count = sk_parallel_slice_count(p, t_in);
       if (s->kind == SK_PSTEP_GRAD_REDUCE_SCATTER && p->tensors[t_in].opt_mirror > 1)
-        (void)sk__prog_opt_group(p, t_in, SK_PGROUP_OPT_MIRROR); /* its partial Mirror at the update */
+        (void)sk__prog_take(b, sk__prog_opt_group(p, t_in, SK_PGROUP_OPT_MIRROR)); /* its partial Mirror at the update */
       return;
     case SK_PSTEP_MOVE:
     case SK_PSTEP_MOVE_BACK:
     case SK_PSTEP_OUT_MOVE:
-    case SK_PSTEP_OUT_MOVE_BACK: ps->group = sk__prog_fixed(p, SK_PGROUP_STAGE); return;
+    case SK_PSTEP_OUT_MOVE_BACK: ps->group = sk__prog_take(b, sk__prog_fixed(p, SK_PGROUP_STAGE)); return;
     default: return;
   }
 }
@@ -393,7 +417,7 @@ static void sk__prog_slot(sk__prog_b *b, bool alloc, int v, int m) {
 static void sk__prog_cross(sk__prog_b *b, int j, bool send, bool grad, int v, int m) {
   sk_parallel_plan *p = b->p;
   int peer = sk__prog_stage_of(p, send != grad ? j + 1 : j);
-  int link = sk__prog_fixed(p, grad ? SK_PGROUP_LINK_BWD : SK_PGROUP_LINK_FWD);
+  int link = sk__prog_take(b, sk__prog_fixed(p, grad ? SK_PGROUP_LINK_BWD : SK_PGROUP_LINK_FWD));
   for (int t = 0; t < p->graph->ntensors; t++) {
     if (!sk__prog_crosses(p, t, j) || (grad && !p->tensors[t].needs_grad)) continue;
     sk_dtype dt = grad ? SK_F32 : p->graph->tensors[t].dtype;
@@ -616,7 +640,9 @@ static void sk__prog_plain_step(sk__prog_plain_b *pb, int i) {
 static void sk__prog_plain(sk__prog_b *b) {
   const sk_parallel_plan *p = b->p;
   size_t nt = (size_t)p->graph->ntensors + 1;
-  sk__prog_plain_b pb = {b, (bool *)calloc(nt, sizeof(bool)), (int *)malloc(nt * sizeof(int)), (int *)malloc(nt * sizeof(int))};
+  const sk_allocator *a = &p->desc.allocator;
+  sk__prog_plain_b pb = {b, (bool *)sk__calloc(a, nt * sizeof(bool), sizeof(bool)), (int *)sk__alloc(a, nt * sizeof(int), sizeof(int)),
+                         (int *)sk__alloc(a, nt * sizeof(int), sizeof(int))};
   if (!pb.held || !pb.last_fwd_use || !pb.last_use) b->failed = true;
   int use[SK__PROG_USES];
   for (int t = 0; !b->failed && t < p->graph->ntensors; t++) pb.last_fwd_use[t] = pb.last_use[t] = -1;
@@ -630,7 +656,7 @@ static void sk__prog_plain(sk__prog_b *b) {
     sk__prog_plain_step(&pb, i);
   }
   if (b->nforward >= p->nsteps - 1) sk__prog_emit(b, SK_PSTEP_SEED_LOSS)->tensor = p->graph->loss; /* no backward */
-  free(pb.held), free(pb.last_fwd_use), free(pb.last_use);
+  sk__free(a, pb.held), sk__free(a, pb.last_fwd_use), sk__free(a, pb.last_use);
 }
 
 /* ---- WaitSend: where each send is proven complete ---------------------------------------------- */
@@ -676,18 +702,18 @@ static bool sk__prog_at_end(sk_parallel_step_kind k) {
 }
 
 /* Inserts every WaitSend (and the Free of its staging copy) into stage s's program. */
-static sk_result sk__prog_wait_sends(sk_program *progs, int s) {
+static sk_result sk__prog_wait_sends(const sk_allocator *a, sk_program *progs, int s) {
   sk_program *pg = &progs[s];
   int n = pg->nsteps, nsend = 0;
-  int *after = (int *)malloc(sizeof(int) * ((size_t)n + 1));
+  int *after = (int *)sk__alloc(a, sizeof(int) * ((size_t)n + 1), sizeof(int));
   if (!after) return SK_ERR_OUT_OF_MEMORY;
   for (int i = 0; i < n; i++) {
     after[i] = pg->steps[i].kind == SK_PSTEP_SEND ? sk__prog_proof(progs, s, i) : -2;
     nsend += pg->steps[i].kind == SK_PSTEP_SEND;
   }
-  sk_program_step *out = (sk_program_step *)malloc(sizeof *out * ((size_t)n + 2 * (size_t)nsend + 1));
-  int *moved = (int *)malloc(sizeof(int) * ((size_t)n + 1));
-  if (!out || !moved) return free(after), free(out), free(moved), SK_ERR_OUT_OF_MEMORY;
+  sk_program_step *out = (sk_program_step *)sk__alloc(a, sizeof *out * ((size_t)n + 2 * (size_t)nsend + 1), sizeof(double));
+  int *moved = (int *)sk__alloc(a, sizeof(int) * ((size_t)n + 1), sizeof(int));
+  if (!out || !moved) return sk__free(a, after), sk__free(a, out), sk__free(a, moved), SK_ERR_OUT_OF_MEMORY;
   for (int i = 0; i < n; i++) moved[i] = -1;
   int tail = n, m = 0; /* the step's end (sk_program_fuse.h): no Send there */
   while (tail > 0 && sk__prog_at_end(pg->steps[tail - 1].kind)) tail--;
@@ -703,7 +729,7 @@ static sk_result sk__prog_wait_sends(sk_program *progs, int s) {
     }
   }
   for (int at = tail; at < n; at++) out[m++] = pg->steps[at];
-  free(pg->steps), free(after), free(moved);
+  sk__free(a, pg->steps), sk__free(a, after), sk__free(a, moved);
   pg->steps = out, pg->nsteps = m;
   return SK_OK;
 }
@@ -783,7 +809,7 @@ static bool sk__prog_create(sk_parallel_plan *p); /* sk_program_create.h */
 
 /* Every stage's evaluation program (under a pipeline). */
 static bool sk__prog_build_evals(sk_parallel_plan *p, int *owner, int nforward) {
-  p->evals = (sk_program *)calloc((size_t)p->stages, sizeof *p->evals);
+  p->evals = (sk_program *)sk__calloc(&p->desc.allocator, sizeof *p->evals * (size_t)p->stages, sizeof(double));
   bool failed = !p->evals;
   for (int s = 0; s < p->stages && !failed; s++) {
     sk__prog_b b;
@@ -795,44 +821,57 @@ static bool sk__prog_build_evals(sk_parallel_plan *p, int *owner, int nforward) 
   return !failed;
 }
 
-static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
-  p->programs = (sk_program *)calloc((size_t)p->stages, sizeof *p->programs);
-  int *owner = (int *)calloc((size_t)p->graph->ntensors + 1, sizeof(int)); /* each stage's: sk__prog_owners */
-  bool failed = !p->programs || !owner || sk__prog_fixed(p, SK_PGROUP_WORLD) < 0 ||
-                (p->vstage && (sk__prog_fixed(p, SK_PGROUP_STAGE) < 0 || sk__prog_fixed(p, SK_PGROUP_LINK_FWD) < 0 ||
-                               sk__prog_fixed(p, SK_PGROUP_LINK_BWD) < 0));
-  int nforward = 0;
-  while (nforward < p->nsteps && sk__prog_is_forward(p->steps[nforward].kind)) nforward++;
-  for (int s = 0; s < p->stages && !failed; s++) {
+/* The training programs (and the pipeline's evaluation programs) with their fused collectives;
+   NULL, else what ran out of memory. */
+static const char *sk__prog_build_stages(sk_parallel_plan *p, int *owner, int nforward, sk_error *err, sk_result *r) {
+  bool piped = p->vstage != NULL; /* read once: the analyzer forgets vstage across the fusing calls */
+  for (int s = 0; s < p->stages; s++) {
     sk__prog_b b;
     memset(&b, 0, sizeof b);
     b.p = p, b.prog = &p->programs[s], b.stage = s, b.nforward = nforward, b.owner = owner;
-    if (p->vstage) sk__prog_pipeline_stage(&b);
+    if (piped) sk__prog_pipeline_stage(&b);
     else sk__prog_plain(&b);
     sk__prog_op_step(&b, p->nsteps - 1, 0, 0, 0, SK_PSTEP_UPDATE);
     sk__prog_bwd_pack(&b);
-    failed = b.failed;
+    if (b.failed) return "the programs' steps";
   }
-  /* `piped` read once: the fusing calls take p, and the analyzer then no longer knows vstage. */
-  const bool piped = p->vstage != NULL;
-  if (!failed && piped) failed = !sk__prog_build_evals(p, owner, nforward);
-  for (int s = 0; s < p->stages && !failed; s++) {
-    sk_result r = sk__prog_fuse(p, &p->programs[s], s, false, err);
-    if (!r && piped) r = sk__prog_fuse(p, &p->evals[s], s, true, err);
-    if (r) return free(owner), r;
+  if (piped && !sk__prog_build_evals(p, owner, nforward)) return "the evaluation programs";
+  for (int s = 0; s < p->stages && !*r; s++) {
+    *r = sk__prog_fuse(p, &p->programs[s], s, false, err);
+    if (!*r && piped) *r = sk__prog_fuse(p, &p->evals[s], s, true, err);
   }
-  for (int s = 0; s < p->stages && !failed && piped; s++)
-    failed = sk__prog_wait_sends(p->programs, s) != SK_OK || sk__prog_wait_sends(p->evals, s) != SK_OK;
-  if (!failed) failed = !sk__prog_all_groups(p) || !sk__prog_create(p);
-  free(owner);
-  return failed ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the programs") : SK_OK;
+  for (int s = 0; s < p->stages && !*r && piped; s++)
+    if (sk__prog_wait_sends(&p->desc.allocator, p->programs, s) || sk__prog_wait_sends(&p->desc.allocator, p->evals, s))
+      return "placing the WaitSends";
+  return NULL;
+}
+
+static sk_result sk__prog_build(sk_parallel_plan *p, sk_error *err) {
+  const sk_allocator *a = &p->desc.allocator;
+  p->programs = (sk_program *)sk__calloc(a, sizeof *p->programs * (size_t)p->stages, sizeof(double));
+  int *owner = (int *)sk__calloc(a, sizeof(int) * ((size_t)p->graph->ntensors + 1), sizeof(int)); /* each stage's: sk__prog_owners */
+  const char *what = p->programs && owner ? NULL : "the programs";
+  if (!what && (sk__prog_fixed(p, SK_PGROUP_WORLD) < 0 ||
+                (p->vstage && (sk__prog_fixed(p, SK_PGROUP_STAGE) < 0 || sk__prog_fixed(p, SK_PGROUP_LINK_FWD) < 0 ||
+                               sk__prog_fixed(p, SK_PGROUP_LINK_BWD) < 0))))
+    what = "the groups";
+  int nforward = 0;
+  while (nforward < p->nsteps && sk__prog_is_forward(p->steps[nforward].kind)) nforward++;
+  sk_result r = SK_OK; /* a failure the fusing reported itself */
+  if (!what) what = sk__prog_build_stages(p, owner, nforward, err, &r);
+  sk__free(a, owner);
+  if (r) return r;
+  if (!what && !sk__prog_all_groups(p)) what = "the groups";
+  if (!what && !sk__prog_create(p)) what = "the create sections";
+  return what ? sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for %s", what) : SK_OK;
 }
 
 static void sk__prog_free(sk_parallel_plan *p) {
-  for (int s = 0; p->programs && s < p->stages; s++) free(p->programs[s].steps), free(p->programs[s].create);
-  for (int s = 0; p->evals && s < p->stages; s++) free(p->evals[s].steps);
-  free(p->evals);
-  free(p->programs), free(p->groups);
+  const sk_allocator *a = &p->desc.allocator;
+  for (int s = 0; p->programs && s < p->stages; s++) sk__free(a, p->programs[s].steps), sk__free(a, p->programs[s].create);
+  for (int s = 0; p->evals && s < p->stages; s++) sk__free(a, p->evals[s].steps);
+  sk__free(a, p->evals);
+  sk__free(a, p->programs), sk__free(a, p->groups);
 }
 
 /* ---- the program as text ------------------------------------------------------------------------ */
@@ -851,13 +890,13 @@ static void sk__prog_put_slice(sk__par_text *t, const char *key, const sk_layout
 /* " KEY=g5 RANKS={0,1}" for world rank `rank`: group 5 and its members (the first 16). */
 static void sk__prog_put_group_as(sk__par_text *t, const sk_parallel_plan *p, const char *key, const char *members,
                                   int group, int rank) {
-  int *ranks = (int *)malloc(sizeof(int) * SK_MAX_DEVICES), n = 0;
+  int *ranks = (int *)sk__alloc(&p->desc.allocator, sizeof(int) * SK_MAX_DEVICES, sizeof(int)), n = 0;
   sk__par_put(t, " %s=g%d", key, group);
   if (!ranks || sk_parallel_group_ranks(p, group, rank, ranks, SK_MAX_DEVICES, &n, NULL)) n = 0;
   if (n) sk__par_put(t, " %s={", members);
   for (int i = 0; i < n && i < 16; i++) sk__par_put(t, "%s%d", i ? "," : "", ranks[i]);
   if (n) sk__par_put(t, "%s}", n > 16 ? ",..." : "");
-  free(ranks);
+  sk__free(&p->desc.allocator, ranks);
 }
 
 static void sk__prog_put_group(sk__par_text *t, const sk_parallel_plan *p, int group, int rank) {
@@ -939,8 +978,8 @@ static void sk__prog_put_op(sk__par_text *t, const sk_parallel_plan *p, const sk
     sk__par_put(t, " recompute=%s", sk_parallel_recompute_refusal(p, s->op) ? "refused" : "yes");
 }
 
-/* A buffer's, a Send's or a Recv's fields. */
-static void sk__prog_put_data(sk__par_text *t, const sk_parallel_plan *p, const sk_program_step *ps, int rank) {
+/* A buffer's, a Send's or a Recv's fields; `mark` the program's ("e": a WaitSend's Send is #eN). */
+static void sk__prog_put_data(sk__par_text *t, const sk_parallel_plan *p, const char *mark, const sk_program_step *ps, int rank) {
   const sk_graph *g = p->graph;
   if (ps->tensor >= 0) sk__par_put(t, " %s", g->tensors[ps->tensor].name);
   else if (ps->op >= 0) sk__par_put(t, " %s", g->ops[ps->op].name);
@@ -951,7 +990,7 @@ static void sk__prog_put_data(sk__par_text *t, const sk_parallel_plan *p, const 
   }
   if (ps->kind == SK_PSTEP_SEND || ps->kind == SK_PSTEP_RECV || ps->kind == SK_PSTEP_WAIT_SEND)
     sk__par_put(t, " data=%s", ps->grad ? "grad" : "value");
-  if (ps->kind == SK_PSTEP_WAIT_SEND) sk__par_put(t, " send=#%d", ps->send);
+  if (ps->kind == SK_PSTEP_WAIT_SEND) sk__par_put(t, " send=#%s%d", mark, ps->send);
   if (p->vstage && ps->kind != SK_PSTEP_UPDATE) {
     int chunk = 0;
     (void)sk_pipe_stage_of(&p->schedule, ps->vstage, &chunk);
@@ -975,9 +1014,12 @@ static void sk__prog_put_end(sk__par_text *t, const sk_parallel_plan *p, const s
     sk__par_put(t, " accumulate=%d", p->desc.grad_accumulation_step);
 }
 
-static void sk__prog_put_step(sk__par_text *t, const sk_parallel_plan *p, int i, const sk_program_step *ps, int rank) {
+/* Step i of a program, "#N Kind ..." (mark "": the training step's) or "#eN Kind ..." (mark "e":
+   the evaluation's). */
+static void sk__prog_put_step(sk__par_text *t, const sk_parallel_plan *p, const char *mark, int i, const sk_program_step *ps,
+                              int rank) {
   int local = rank % p->desc.ndevices;
-  sk__par_put(t, "#%d %s", i, sk_parallel_step_name(ps->kind));
+  sk__par_put(t, "#%s%d %s", mark, i, sk_parallel_step_name(ps->kind));
   bool operator_step = ps->kind < SK_PSTEP_ALLOC || ps->kind == SK_PSTEP_RECOMPUTE;
   if (ps->kind == SK_PSTEP_UPDATE) sk__par_put(t, " parameters");
   else if (sk__prog_at_end(ps->kind)) sk__prog_put_end(t, p, ps, rank);
@@ -990,7 +1032,7 @@ static void sk__prog_put_step(sk__par_text *t, const sk_parallel_plan *p, int i,
     }
     if (ps->half) sk__par_put(t, " half=%s", ps->half == 1 ? "B" : "W");
     if (ps->bucket >= 0) sk__par_put(t, " bucket=%d", ps->bucket);
-  } else sk__prog_put_data(t, p, ps, rank);
+  } else sk__prog_put_data(t, p, mark, ps, rank);
   if (ps->last) sk__par_put(t, " when=last");
   sk__par_put(t, "\n");
 }
@@ -1014,6 +1056,22 @@ static void sk__prog_put_create(sk__par_text *t, const sk_parallel_plan *p, int 
               (unsigned long long)sk_program_bytes(ps, p->desc.dtype));
 }
 
+/* How the device evaluates: under a pipeline its stage's own program (plan.evals), else the
+   training program's forward part, the steps before its SeedLoss (as sk_runtime_evaluate runs it). */
+static void sk__prog_put_eval(sk__par_text *t, const sk_parallel_plan *p, int stage, int rank) {
+  if (p->evals) {
+    const sk_program *ev = &p->evals[stage];
+    sk__par_put(t, "# evaluation: %d steps, every micro-batch's forwards%s\n", ev->nsteps,
+                stage == p->stages - 1 ? " and their Score" : "");
+    for (int i = 0; i < ev->nsteps; i++) sk__prog_put_step(t, p, "e", i, &ev->steps[i], rank);
+    return;
+  }
+  const sk_program *pg = &p->programs[stage];
+  int seed = 0;
+  while (seed < pg->nsteps && pg->steps[seed].kind != SK_PSTEP_SEED_LOSS) seed++;
+  sk__par_put(t, "# evaluation: the training steps #0..#%d (the forward part)\n", seed - 1);
+}
+
 SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, char *buf, size_t cap) {
   sk__par_text t = {buf, buf ? cap : 0, 0, 0};
   if (cap && buf) buf[0] = 0;
@@ -1026,9 +1084,10 @@ SK_API size_t sk_parallel_format_program(const sk_parallel_plan *p, int rank, ch
     for (int c = 0; c < p->schedule.chunks; c++) sk__par_put(&t, " %d", sk_pipe_virtual_stage(&p->schedule, stage, c));
     sk__par_put(&t, " of %d), %d micro-batches, %d steps\n", p->stages * p->schedule.chunks, p->micro, pg->nsteps);
   } else sk__par_put(&t, "# device %d of %d: %d steps\n", rank, p->desc.ndevices, pg->nsteps);
-  for (int i = 0; i < pg->nsteps; i++) sk__prog_put_step(&t, p, i, &pg->steps[i], rank);
+  for (int i = 0; i < pg->nsteps; i++) sk__prog_put_step(&t, p, "", i, &pg->steps[i], rank);
   sk__par_put(&t, "# create: %d buffers the device allocates once, held for the run\n", pg->ncreate);
   for (int i = 0; i < pg->ncreate; i++) sk__prog_put_create(&t, p, i, &pg->create[i]);
+  sk__prog_put_eval(&t, p, stage, rank);
   return t.len;
 }
 

@@ -183,9 +183,11 @@ static int sk__fuse_id(const sk_parallel_plan *p, const sk_program_step *ps) {
 static sk_result sk__fuse_plan(sk_parallel_plan *p, sk_program *pg, int *nbuckets, sk_error *err) {
   int n = 0;
   for (int i = 0; i < pg->nsteps; i++) n += pg->steps[i].coll != SK_COLL_NONE;
-  sk_fusion_key_op *ops = (sk_fusion_key_op *)calloc((size_t)n + 1, sizeof *ops);
-  int *bucket = (int *)malloc(sizeof(int) * ((size_t)n + 1)), m = 0;
-  if (!ops || !bucket) return free(ops), free(bucket), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory fusing");
+  const sk_allocator *a = &p->desc.allocator;
+  sk_fusion_key_op *ops = (sk_fusion_key_op *)sk__calloc(a, sizeof *ops * ((size_t)n + 1), sizeof(double));
+  int *bucket = (int *)sk__alloc(a, sizeof(int) * ((size_t)n + 1), sizeof(int)), m = 0;
+  if (!ops || !bucket)
+    return sk__free(a, ops), sk__free(a, bucket), sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the fusion's keys");
   for (int i = 0; i < pg->nsteps; i++) {
     const sk_program_step *s = &pg->steps[i];
     if (s->coll == SK_COLL_NONE) continue;
@@ -199,7 +201,7 @@ static sk_result sk__fuse_plan(sk_parallel_plan *p, sk_program *pg, int *nbucket
   sk_result r = sk_fusion_plan_keys(&fd, ops, n, bucket, nbuckets, err);
   for (int i = 0, j = 0; i < pg->nsteps && !r; i++)
     if (pg->steps[i].coll != SK_COLL_NONE) pg->steps[i].bucket = bucket[j++];
-  free(ops), free(bucket);
+  sk__free(a, ops), sk__free(a, bucket);
   return r;
 }
 
@@ -271,7 +273,7 @@ static void sk__fuse_end(sk__fuse_b *fb, const sk__fuse_bucket *bk, int nb, cons
   for (int t = 0; t < p->graph->ntensors; t++) {
     if (p->tensors[t].opt_mirror <= 1 || !p->tensors[t].needs_grad || !sk__fuse_sharded_here(p, fb->b->stage, t)) continue;
     sk_program_step *s = sk__prog_emit(fb->b, SK_PSTEP_SHARD_MIRROR);
-    s->tensor = t, s->group = sk__prog_opt_group(fb->b->p, t, SK_PGROUP_OPT_MIRROR), s->last = accum;
+    s->tensor = t, s->group = sk__prog_take(fb->b, sk__prog_opt_group(fb->b->p, t, SK_PGROUP_OPT_MIRROR)), s->last = accum;
     s->count = sk_parallel_slice_count(p, t) / p->tensors[t].opt_size, s->dtype = p->graph->tensors[t].dtype;
   }
   sk__fuse_copy(fb, update)->last = accum;
@@ -305,26 +307,31 @@ static sk_result sk__prog_fuse(sk_parallel_plan *p, sk_program *pg, int stage, b
   sk__prog_b b;
   memset(&b, 0, sizeof b);
   b.p = p, b.prog = &mid, b.stage = stage;
-  sk__fuse_b fb = {&b, pg->steps, eval ? pg->nsteps : pg->nsteps - 1, (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool)),
-                   (int *)calloc((size_t)g->ntensors + 1, sizeof(int)), (int *)calloc(2 * (size_t)g->ntensors + 1, sizeof(int))};
+  const sk_allocator *a = &p->desc.allocator;
+  size_t nt = (size_t)g->ntensors + 1;
+  sk__fuse_b fb = {&b, pg->steps, eval ? pg->nsteps : pg->nsteps - 1, (bool *)sk__calloc(a, nt * sizeof(bool), sizeof(bool)),
+                   (int *)sk__calloc(a, nt * sizeof(int), sizeof(int)), (int *)sk__calloc(a, 2 * nt * sizeof(int), sizeof(int))};
   sk__fuse_bucket *bk = NULL;
   int nb = 0;
-  sk_result r = fb.held && fb.readers && fb.held_at && (eval || pg->nsteps > 0) ? SK_OK : SK_ERR_OUT_OF_MEMORY;
+  sk_result r = fb.held && fb.readers && fb.held_at && (eval || pg->nsteps > 0)
+                    ? SK_OK
+                    : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the fusing's tensor tables");
   for (int o = 0; !r && o < g->nops; o++)
     for (int k = 0; k < g->ops[o].ninputs; k++) fb.readers[g->ops[o].inputs[k]]++;
   if (!r) sk__fuse_rewrite(&fb);
-  if (!r && b.failed) r = SK_ERR_OUT_OF_MEMORY;
+  if (!r && b.failed) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the fused program's steps");
   if (!r) r = sk__fuse_plan(p, &mid, &nb, err);
-  if (!r && !(bk = (sk__fuse_bucket *)calloc((size_t)nb + 1, sizeof *bk))) r = SK_ERR_OUT_OF_MEMORY;
+  if (!r && !(bk = (sk__fuse_bucket *)sk__calloc(a, sizeof *bk * ((size_t)nb + 1), sizeof(double))))
+    r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the fusion's buckets");
   if (!r) {
     sk__fuse_places(p, &mid, bk, nb);
     b.prog = &out, b.cap = 0;
     sk__fuse_emit(&fb, &mid, bk, nb, eval ? NULL : &pg->steps[pg->nsteps - 1]);
-    if (b.failed) r = SK_ERR_OUT_OF_MEMORY;
+    if (b.failed) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the fused program's steps");
   }
-  free(fb.held), free(fb.readers), free(fb.held_at), free(bk), free(mid.steps);
-  if (r) return free(out.steps), r == SK_ERR_OUT_OF_MEMORY ? sk__fail(err, r, "parallel: out of memory fusing") : r;
-  free(pg->steps);
+  sk__free(a, fb.held), sk__free(a, fb.readers), sk__free(a, fb.held_at), sk__free(a, bk), sk__free(a, mid.steps);
+  if (r) return sk__free(a, out.steps), r;
+  sk__free(a, pg->steps);
   pg->nsteps = out.nsteps, pg->steps = out.steps;
   return SK_OK;
 }

@@ -231,7 +231,9 @@ else bad "4096 devices: $(tail -2 "$tmp/out")"; fi
 # --dump-program prints device RANK's program and exits
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --dump-program 4 >"$tmp/out" 2>&1
 if head -1 "$tmp/out" | grep -q '^# device 4 of 8' && grep -q '^#[0-9]* Update parameters$' "$tmp/out" && ! grep -q 'loss is' "$tmp/out" &&
-  grep -q '^# create: [0-9]* buffers' "$tmp/out" && grep -q '^#c[0-9]* Alloc fc1.weight buffer=state state=0 memory=optimizer bytes=[0-9]*$' "$tmp/out"; then ok
+  grep -q '^# create: [0-9]* buffers' "$tmp/out" && grep -q '^#c[0-9]* Alloc fc1.weight buffer=state state=0 memory=optimizer bytes=[0-9]*$' "$tmp/out" &&
+  seed=$(sed -n 's/^#\([0-9]*\) SeedLoss loss$/\1/p' "$tmp/out") && [ -n "$seed" ] && ! grep -q '^#e' "$tmp/out" &&
+  grep -q "^# evaluation: the training steps #0..#$((seed - 1)) (the forward part)\$" "$tmp/out"; then ok
 else bad "dump-program: $(head -3 "$tmp/out")"; fi
 
 # ---- the AutoParallel knobs: each keeps --check holding and shows its effect ----
@@ -497,6 +499,9 @@ if grep -q '^stage 0: F0.0 F1.0 F2.0 F0.1 B0.1 W0.1' "$tmp/out"; then ok; else b
 # (relu1, flagged by the network, feeds the next stage: named, not recomputed)
 if grep -q '^# device 4 of 8: stage 1 of 2 (ranks 4..7; chunks 1 of 2)' "$tmp/out" && ! grep -q ' fc1 op=Dense' "$tmp/out" &&
    grep -q '^#[0-9]* Forward fc2 op=Dense ' "$tmp/out" && ! grep -q '^#[0-9]* Recompute relu1 ' "$tmp/out" &&
+   n=$(sed -n "s/^# evaluation: \([0-9]*\) steps, every micro-batch's forwards and their Score\$/\1/p" "$tmp/out") &&
+   [ -n "$n" ] && [ "$(grep -c '^#e[0-9]* ' "$tmp/out")" -eq "$n" ] && grep -q '^#e[0-9]* Score micro=3 chunk=0$' "$tmp/out" &&
+   grep -q '^#e[0-9]* Forward fc2 op=Dense ' "$tmp/out" &&
    [ "$(cat "$tmp/err")" = "sk-sim: operator 'relu1' is flagged for recomputation but its outputs are read by another pipeline chunk or are the loss: not recomputed" ]; then ok
 else bad "--dump-program of stage 1: $(cat "$tmp/out" "$tmp/err")"; fi
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 4 --micro 4 --dump-schedule >"$tmp/out" 2>"$tmp/err"

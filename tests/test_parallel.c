@@ -818,7 +818,11 @@ Test(parallel, format_tutorial_rank0) {
                      text);
   int lines = 0;
   for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
-  cr_assert_eq(lines, p.programs[0].nsteps + p.programs[0].ncreate + 2, "a header, one line per step, a header, one per buffer");
+  cr_assert_eq(lines, p.programs[0].nsteps + p.programs[0].ncreate + 3,
+               "a header, one line per step, a header, one per buffer, the evaluation's line");
+  const char *seed = "\n#14 SeedLoss loss\n", *last = "\n# evaluation: the training steps #0..#13 (the forward part)\n";
+  cr_assert_not_null(strstr(text, seed), "%s", text);
+  cr_assert(n > strlen(last) && !strcmp(text + n - strlen(last), last), "evaluation: the steps before SeedLoss, last: %s", text);
   cr_assert_eq(sk_parallel_format_program(&p, 3, text, sizeof text), strlen(text));
   cr_assert_not_null(strstr(text, " group=g2 ranks={3,7} "), "rank 3's fc1 Mirror group: %s", text);
   sk_parallel_free(&p);

@@ -323,11 +323,12 @@ static char *dump(const sk_parallel_plan *p, int rank) {
   return text;
 }
 
-/* The step program's lines "#N Kind ...", then the create section's "#cN Alloc ...", each
-   numbered in order, with one header line before each. */
+/* Every line of the dump in its form: the header, the training step's "#N ..." lines, the
+   create section's "#cN ..." and the evaluation program's "#eN ..." (each numbered in order,
+   each section after the one before), the evaluation's WaitSends naming its own Sends. */
 Test(program, dump_lines_have_one_form) {
   regex_t re, create;
-  cr_assert_eq(regcomp(&re, "^#[0-9]+ [A-Za-z]+( [^ =]+)?( [a-z_]+=[^ ]+)*$", REG_EXTENDED | REG_NOSUB), 0);
+  cr_assert_eq(regcomp(&re, "^#e?[0-9]+ [A-Za-z]+( [^ =]+)?( [a-z_]+=[^ ]+)*$", REG_EXTENDED | REG_NOSUB), 0);
   cr_assert_eq(regcomp(&create, "^#c[0-9]+ Alloc( [^ =]+)? buffer=[a-z_]+( [a-z_]+=[^ ]+)* memory=[a-z]+ bytes=[0-9]+$",
                        REG_EXTENDED | REG_NOSUB), 0);
   for (int w = 0; w < NPLANS; w++) {
@@ -336,25 +337,66 @@ Test(program, dump_lines_have_one_form) {
     compile_plan(&g, w, &p);
     for (int r = 0; r < p.world_devices; r += 5) {
       char *text = dump(&p, r);
-      const sk_program *pg = &p.programs[sk_parallel_stage_of_rank(&p, r)];
-      int lines = 0, steps = 0, created = 0;
+      int stage = sk_parallel_stage_of_rank(&p, r);
+      const sk_program *pg = &p.programs[stage], *ev = &p.evals[stage];
+      int lines = 0, n[3] = {0, 0, 0}, section = 0, waits = 0; /* section: 0 steps, 1 create, 2 evaluation */
       for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), lines++) {
-        if (!strncmp(l, "# ", 2)) continue;
-        bool c = !strncmp(l, "#c", 2);
-        cr_assert(c || !created, "%s rank %d: a step after the create section: '%s'", plan_name[w], r, l);
-        cr_assert_eq(regexec(c ? &create : &re, l, 0, NULL, 0), 0, "%s rank %d: '%s'", plan_name[w], r, l);
-        cr_assert_eq(atoi(l + 1 + c), c ? created : steps, "%s rank %d: numbered in order: '%s'", plan_name[w], r, l);
-        *(c ? &created : &steps) += 1;
+        if (!strncmp(l, "# ", 2)) {
+          if (!strncmp(l, "# evaluation: ", 14)) {
+            char want[96];
+            snprintf(want, sizeof want, "# evaluation: %d steps, every micro-batch's forwards%s", ev->nsteps,
+                     stage == p.stages - 1 ? " and their Score" : "");
+            cr_assert_str_eq(l, want, "%s rank %d", plan_name[w], r);
+          }
+          continue;
+        }
+        int c = l[1] == 'c' ? 1 : l[1] == 'e' ? 2 : 0;
+        cr_assert_geq(c, section, "%s rank %d: a line after a later section: '%s'", plan_name[w], r, l);
+        section = c;
+        cr_assert_eq(regexec(c == 1 ? &create : &re, l, 0, NULL, 0), 0, "%s rank %d: '%s'", plan_name[w], r, l);
+        cr_assert_eq(atoi(l + 1 + (c > 0)), n[c], "%s rank %d: numbered in order: '%s'", plan_name[w], r, l);
+        const char *send = strstr(l, " send=#");
+        if (send) {
+          waits++;
+          cr_assert_eq(send[7] == 'e', c == 2, "%s rank %d: a WaitSend names its own program's Send: '%s'", plan_name[w], r, l);
+        }
+        n[c]++;
       }
-      cr_assert_eq(steps, pg->nsteps, "%s rank %d", plan_name[w], r);
-      cr_assert_eq(created, pg->ncreate, "%s rank %d", plan_name[w], r);
-      cr_assert_gt(created, 0, "%s rank %d: nothing at create", plan_name[w], r);
-      cr_assert_eq(lines, steps + created + 2, "a header line before the steps and one before the create section");
+      cr_assert_eq(n[0], pg->nsteps, "%s rank %d", plan_name[w], r);
+      cr_assert_eq(n[1], pg->ncreate, "%s rank %d", plan_name[w], r);
+      cr_assert_eq(n[2], ev->nsteps, "%s rank %d: the evaluation's steps", plan_name[w], r);
+      cr_assert_gt(n[1], 0, "%s rank %d: nothing at create", plan_name[w], r);
+      cr_assert_gt(n[2], 0, "%s rank %d: no evaluation", plan_name[w], r);
+      cr_assert_gt(waits, 0, "%s rank %d: no WaitSend", plan_name[w], r);
+      cr_assert_eq(lines, n[0] + n[1] + n[2] + 3, "a header line before the steps, the create section and the evaluation");
       free(text);
     }
     sk_parallel_free(&p), sk_graph_free(&g);
   }
   regfree(&re), regfree(&create);
+}
+
+/* Without a pipeline the dump names the training steps evaluation runs: those before SeedLoss. */
+Test(program, dump_names_the_plain_evaluation) {
+  sk_graph g;
+  load(RECURSIVE, &g);
+  sk_autoparallel d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = 8;
+  sk_parallel_plan p;
+  compile(&g, &d, &p);
+  cr_assert_null(p.evals, "no evaluation program of its own");
+  int seed = 0;
+  while (seed < p.programs[0].nsteps && p.programs[0].steps[seed].kind != SK_PSTEP_SEED_LOSS) seed++;
+  cr_assert(seed > 0 && seed < p.programs[0].nsteps, "SeedLoss at %d", seed);
+  char *text = dump(&p, 3), want[96];
+  snprintf(want, sizeof want, "\n# evaluation: the training steps #0..#%d (the forward part)\n", seed - 1);
+  const char *at = strstr(text, want);
+  cr_assert_not_null(at, "%s", text);
+  cr_assert_eq(at[strlen(want)], '\0', "the dump's last line: %s", text);
+  cr_assert_null(strstr(text, "\n#e"), "no #e lines: %s", text);
+  free(text);
+  sk_parallel_free(&p), sk_graph_free(&g);
 }
 
 /* The line numbered n of text (without its newline), in buf. */
