@@ -741,6 +741,8 @@ static sk_result sk__par_search(sk_parallel_plan *p, sk_error *err) {
   sk_result r = sk_search_model_build(g, &d, &m, err);
   if (!r) r = sk__par_run_search(p, &m, choice, err);
   if (!r) p->search_ms = sk__par_now_ms() - t0, p->search_cost = sk_search_plan_cost(&m, choice);
+  if (!r && m.cache_failed) /* the cost came out right, measured uncached; the allocator still refused */
+    r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the search's redistribution cache");
   for (int o = 0; !r && o < g->nops; o++) {
     if (m.configured[o]) continue;
     r = sk_search_apply(&m, o, &m.cands[o][choice[o]], &g->ops[o].desc, err);

@@ -49,12 +49,12 @@ static void sk__prc_alloc(sk__prc_b *b, int buffer, int t, int o, int k, int m, 
   sk_program *c = b->create;
   if (c->nsteps == b->cap) {
     int cap = b->cap ? 2 * b->cap : 16;
-    sk_program_step *grown = (sk_program_step *)realloc(c->steps, sizeof *grown * (size_t)cap);
-    if (!grown) {
+    void *q = c->steps;
+    if (!sk__prog_grow(&b->p->desc.allocator, &q, sizeof *c->steps * (size_t)b->cap, sizeof *c->steps * (size_t)cap)) {
       b->failed = true;
       return;
     }
-    c->steps = grown, b->cap = cap;
+    c->steps = (sk_program_step *)q, b->cap = cap;
   }
   sk_program_step *s = &c->steps[c->nsteps++];
   memset(s, 0, sizeof *s);
@@ -234,7 +234,7 @@ static bool sk__prog_create_stage(sk_parallel_plan *p, int s, int *readers, bool
   for (int o = 0; o < g->nops; o++)
     if (!p->vstage || sk_parallel_op_on_stage(p, o, s)) sk__prc_op(&b, o);
   sk__prc_wires(&b);
-  if (b.failed) return free(sec.steps), false;
+  if (b.failed) return sk__free(&p->desc.allocator, sec.steps), false;
   p->programs[s].ncreate = sec.nsteps, p->programs[s].create = sec.steps;
   return true;
 }
@@ -242,13 +242,14 @@ static bool sk__prog_create_stage(sk_parallel_plan *p, int s, int *readers, bool
 /* Every stage's create section. False when out of memory. */
 static bool sk__prog_create(sk_parallel_plan *p) {
   const sk_graph *g = p->graph;
-  int *readers = (int *)calloc((size_t)g->ntensors + 1, sizeof(int));
-  bool *here = (bool *)calloc((size_t)g->ntensors + 1, sizeof(bool));
+  const sk_allocator *a = &p->desc.allocator;
+  int *readers = (int *)sk__calloc(a, sizeof(int) * ((size_t)g->ntensors + 1), sizeof(int));
+  bool *here = (bool *)sk__calloc(a, sizeof(bool) * ((size_t)g->ntensors + 1), sizeof(bool));
   bool ok = readers && here;
   for (int o = 0; ok && o < g->nops; o++)
     for (int k = 0; k < g->ops[o].ninputs; k++) readers[g->ops[o].inputs[k]]++;
   for (int s = 0; ok && s < p->stages; s++) ok = sk__prog_create_stage(p, s, readers, here);
-  free(readers), free(here);
+  sk__free(a, readers), sk__free(a, here);
   return ok;
 }
 

@@ -229,9 +229,13 @@ if head -1 "$tmp/out" | grep -q '^# device 4095 of 4096' && grep -q '^# compiled
 else bad "4096 devices: $(tail -2 "$tmp/out")"; fi
 
 # --dump-program prints device RANK's program and exits
-"$BIN" --net examples/nets/operator_parallel.json --devices 8 --dump-program 4 >"$tmp/out" 2>&1
+# (the create section lists the states the optimizer keeps: Adam two, the network's SGD none)
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --optimizer adam --dump-program 4 >"$tmp/out" 2>&1
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --dump-program 4 >"$tmp/sgd" 2>&1
 if head -1 "$tmp/out" | grep -q '^# device 4 of 8' && grep -q '^#[0-9]* Update parameters$' "$tmp/out" && ! grep -q 'loss is' "$tmp/out" &&
   grep -q '^# create: [0-9]* buffers' "$tmp/out" && grep -q '^#c[0-9]* Alloc fc1.weight buffer=state state=0 memory=optimizer bytes=[0-9]*$' "$tmp/out" &&
+  grep -q '^#c[0-9]* Alloc fc1.weight buffer=state state=1 memory=optimizer bytes=[0-9]*$' "$tmp/out" &&
+  grep -q '^# create: [0-9]* buffers' "$tmp/sgd" && ! grep -q 'buffer=state' "$tmp/sgd" &&
   seed=$(sed -n 's/^#\([0-9]*\) SeedLoss loss$/\1/p' "$tmp/out") && [ -n "$seed" ] && ! grep -q '^#e' "$tmp/out" &&
   grep -q "^# evaluation: the training steps #0..#$((seed - 1)) (the forward part)\$" "$tmp/out"; then ok
 else bad "dump-program: $(head -3 "$tmp/out")"; fi
