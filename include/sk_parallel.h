@@ -177,7 +177,9 @@ typedef struct sk_autoparallel {
   bool seed_by_rank;
   bool output_broadcast; /* inference: the last stage's output is broadcast to every stage */
   /* Where the compiler and the plan take their memory (zero: the C library); a device's runtime
-     buffers come from its own allocator (sk_runtime_desc.alloc). */
+     buffers come from its own allocator (sk_runtime_desc.alloc). Every device's runtime looks
+     groups up in the plan at create (sk_parallel_find_group, sk_parallel_group_ranks take
+     scratch from it), so on the threads backend it must be safe to call from several threads. */
   sk_allocator allocator;
 } sk_autoparallel;
 
