@@ -14,6 +14,8 @@
 #                   (tests/analyze.sh; ANALYZE_JOBS=N, default 2)
 #   make fuzz       the parsers' libFuzzer harnesses, each for FUZZ_TIME seconds (60), one at a
 #                   time; not part of make test (tests/fuzz/README.md)
+#   make oom-full   the allocation-failure suites (tests/test_oom*.c) refusing every allocation in
+#                   turn (make test's oom_nets strides past k = 500); not part of make test
 #   make install PREFIX=/usr/local [DESTDIR=stage]   headers, shardkit.pc, the CMake package
 #                   (find_package(shardkit)) and the command-line tools;   make uninstall
 #   make deps       install the Debian packages below that are missing (as root), or name them
@@ -120,7 +122,7 @@ BUILDABLE := $(foreach p,$(PROGRAMS),$(if $(call missing,$p),,$p))
 SKIPPED   := $(filter-out $(BUILDABLE),$(PROGRAMS))
 
 .PHONY: all data test test-run demo demo-run sanitize tsan test-clang analyze install uninstall deps \
-        check-headers clean fuzz FORCE
+        check-headers clean fuzz oom-full FORCE
 
 all: $(BUILDABLE) data
 	@:$(foreach p,$(SKIPPED),; echo "skipping $p: needs $(call missing,$p) (run make deps)")
@@ -274,6 +276,22 @@ $(BUILD)/san/obj/%.o: %.c $(SUITE_DEPS)
 $(BUILD)/san/unit: $(SAN_OBJS)
 	$(need)
 	$(CC) $(CFLAGS) -O1 $(SAN_FLAGS) -o $@ $^ -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
+
+# oom-full: the unit binary with tests/test_oom_nets.c compiled with -DSK_OOM_FULL (every k,
+# not make test's stride), run on the OOM suites only; tests/test_oom.c and tests/test_oom_more.c
+# already refuse every allocation, so their unit objects serve as they are.
+OOM_FULL_OBJ  := $(BUILD)/oomfull/obj/tests/test_oom_nets.o
+OOM_FULL_OBJS := $(filter-out $(BUILD)/tests/obj/tests/test_oom_nets.o,$(UNIT_OBJS)) $(OOM_FULL_OBJ)
+NEEDS.$(OOM_FULL_OBJ) := criterion jansson zlib uring
+$(OOM_FULL_OBJ): tests/test_oom_nets.c $(SUITE_DEPS)
+	$(need)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -DSK_OOM_FULL -c -o $@ $<
+$(BUILD)/oomfull/unit: $(OOM_FULL_OBJS)
+	$(need)
+	$(CC) $(CFLAGS) -o $@ $^ -lcriterion $(JSON_LIBS) $(CKPT_LIBS) $(LDLIBS)
+oom-full: $(BUILD)/oomfull/unit
+	$(BUILD)/oomfull/unit --filter 'oom*/*' $(CRITERION_ARGS)
 
 # Criterion cannot start under TSan (Snaipe/Criterion#274), so the threaded suites are built
 # against a small stand-in with the same assertions and run in one process (tests/tsan_shim/).

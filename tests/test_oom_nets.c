@@ -1,0 +1,144 @@
+/* test_oom_nets.c -- the allocation-failure sweep of the shipped networks (examples/nets/, each .json):
+   each compiled for 4 devices, every device allocating through a counting allocator
+   (tests/runtime_harness.h), and allocation k of device k % 4 refused once, counted from the
+   start of sk_runtime_create through the feeds and the first sk_runtime_step. Every device then
+   returns SK_OK or an error (the refused one SK_ERR_OUT_OF_MEMORY), none by the world's timeout,
+   and nothing stays allocated on any device after sk_runtime_destroy.
+
+   Every k up to OOM_NETS_DENSE, then every OOM_NETS_STRIDE-th, so the suite stays within `make
+   test`'s time; compiled with -DSK_OOM_FULL (`make oom-full`) every k. A sweep stops when the
+   refusing device's allocation came after its last one twice in a row. */
+#include <criterion/criterion.h>
+
+#include "runtime_harness.h"
+#include "sk_json.h"
+
+#define OOM_NETS_NDEV 4
+#define OOM_NETS_DENSE 500
+#define OOM_NETS_STRIDE 37
+#define OOM_NETS_TIMEOUT 600
+
+/* The range an integer input draws from: a Gather's table rows when it indexes one (the
+   transformer's tokens), else the classes of the logits (the labels). */
+static int64_t int_range(const sk_graph *g, int t) {
+  for (int o = 0; o < g->nops; o++) {
+    const sk_graph_op *op = &g->ops[o];
+    if (op->desc.kind == SK_OP_GATHER && op->ninputs > 1 && op->inputs[1] == t) return g->tensors[op->inputs[0]].shape[0];
+  }
+  cr_assert_geq(g->logits, 0, "integer input '%s' in a network without logits", g->tensors[t].name);
+  const sk_graph_tensor *l = &g->tensors[g->logits];
+  return l->shape[l->ndims - 1];
+}
+
+/* Loads path into n, with each input's data range (runtime_harness.h's net). */
+static void load_net(net *n, const char *path) {
+  memset(n, 0, sizeof *n);
+  sk_graph_init(&n->g);
+  OK(sk_json_load_network(path, &n->g, E));
+  for (int t = 0; t < n->g.ntensors; t++) {
+    const sk_graph_tensor *x = &n->g.tensors[t];
+    if (x->role != SK_TENSOR_INPUT) continue;
+    cr_assert_lt(n->nin, MAXIN, "%s: more than %d inputs", path, MAXIN);
+    bool integer = x->dtype == SK_I32 || x->dtype == SK_I64;
+    n->range[n->nin++] = integer ? int_range(&n->g, t) : 0;
+  }
+}
+
+/* One device: create with the counting allocator (call R->fail_at refused on R->fail_rank),
+   feed the first step's data, one step, destroy. */
+static sk_result oom_device(sk_comm *comm, void *arg) {
+  run *R = (run *)arg;
+  int rank = sk_comm_rank(comm);
+  dev_out *o = &R->dev[rank];
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  o->ran = true;
+  if (rank == R->fail_rank) o->cnt.fail_at = R->fail_at;
+  sk_runtime_desc d = R->desc;
+  d.alloc.alloc = count_alloc, d.alloc.free = count_free, d.alloc.user = &o->cnt;
+  sk_runtime *rt = NULL;
+  sk_result r = note(o, "create", sk_runtime_create(comm, &R->plan, &d, &rt, &e), &e);
+  o->created = !r;
+  for (int i = 0; !r && i < R->n->nin; i++)
+    r = note(o, "feed", sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[0][i], (size_t)R->in_n[i], &e), &e);
+  if (!r) r = note(o, "step", sk_runtime_step(rt, &o->loss[0], &e), &e);
+  if (!r) o->steps++;
+  sk_runtime_destroy(rt);
+  o->out_after = o->cnt.outstanding, o->blocks_after = o->cnt.blocks;
+  return r;
+}
+
+/* run_world with oom_device: a fresh world of R->ndev threads, what each device saw reset. */
+static void oom_world(run *R) {
+  for (int d = 0; d < MAXDEV; d++) {
+    dev_out *o = &R->dev[d];
+    unsigned char *p = o->params, *l = o->logits, *in = o->init;
+    memset(o, 0, sizeof *o);
+    o->params = p, o->logits = l, o->init = in;
+  }
+  sk_world_desc wd;
+  memset(&wd, 0, sizeof wd);
+  wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
+  sk_world *w = NULL;
+  OK(sk_world_create(&wd, &w, E));
+  R->world_rc = sk_world_run(w, oom_device, R);
+  snprintf(R->world_msg, sizeof R->world_msg, "%s", sk_world_error_message(w));
+  sk_world_destroy(w);
+}
+
+/* The checks of one refused allocation (k): nothing outstanding anywhere, no device timed out,
+   the refused one out of memory; returns whether the refusal happened at all. */
+static bool judge(const run *R, long k, const char *what) {
+  const dev_out *f = &R->dev[R->fail_rank];
+  for (int d = 0; d < R->ndev; d++) {
+    const dev_out *o = &R->dev[d];
+    cr_assert(o->out_after == 0 && o->blocks_after == 0, "%s: k = %ld, device %d: %zu bytes in %ld blocks outstanding (%s in %s: %s)",
+              what, k, d, o->out_after, o->blocks_after, sk_result_name(o->rc), o->where, o->msg);
+    cr_assert_neq(o->rc, SK_ERR_TIMEOUT, "%s: k = %ld: device %d waited out the timeout in %s: %s", what, k, d, o->where, o->msg);
+  }
+  if (!f->cnt.refused) {
+    expect_all_ok(R, what);
+    return false;
+  }
+  cr_assert_eq(f->rc, SK_ERR_OUT_OF_MEMORY, "%s: k = %ld, device %d: %s in %s (%s)", what, k, R->fail_rank, sk_result_name(f->rc),
+               f->where, f->msg);
+  return true;
+}
+
+static long next_k(long k) {
+#ifdef SK_OOM_FULL
+  return k + 1;
+#else
+  return k < OOM_NETS_DENSE ? k + 1 : k + OOM_NETS_STRIDE;
+#endif
+}
+
+static void sweep_net(const char *path) {
+  static net n;
+  static run R;
+  load_net(&n, path);
+  run_init_knobs(&R, &n, OOM_NETS_NDEV, SK_F32, n.g.optim, 1, NULL);
+  oom_world(&R); /* no refusal: the allocations to sweep */
+  expect_all_ok(&R, path);
+  long calls[OOM_NETS_NDEV];
+  for (int d = 0; d < OOM_NETS_NDEV; d++) calls[d] = R.dev[d].cnt.calls;
+  int done_in_a_row = 0;
+  long k = 1, tried = 0;
+  for (; done_in_a_row < 2; k = next_k(k), tried++) {
+    R.fail_rank = (int)(k % OOM_NETS_NDEV), R.fail_at = k;
+    oom_world(&R);
+    done_in_a_row = judge(&R, k, path) ? 0 : done_in_a_row + 1;
+  }
+  for (int d = 0; d < OOM_NETS_NDEV; d++)
+    cr_assert_geq(k, calls[d], "%s: the sweep stopped at k = %ld before device %d's last allocation (%ld)", path, k, d, calls[d]);
+  fprintf(stderr, "oom_nets %s: %ld %ld %ld %ld allocations (create + step), %ld refusals tried\n", path, calls[0], calls[1],
+          calls[2], calls[3], tried);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+Test(oom_nets, transformer, .timeout = OOM_NETS_TIMEOUT) { sweep_net("examples/nets/transformer.json"); }
+Test(oom_nets, operator_parallel, .timeout = OOM_NETS_TIMEOUT) { sweep_net("examples/nets/operator_parallel.json"); }
+Test(oom_nets, recursive_programming, .timeout = OOM_NETS_TIMEOUT) { sweep_net("examples/nets/recursive_programming.json"); }
+Test(oom_nets, attention, .timeout = OOM_NETS_TIMEOUT) { sweep_net("examples/nets/attention.json"); }
+Test(oom_nets, dense_mutmul, .timeout = OOM_NETS_TIMEOUT) { sweep_net("examples/nets/dense_mutmul.json"); }
