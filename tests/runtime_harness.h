@@ -509,7 +509,8 @@ static inline void run_free(run *R) {
 }
 
 /* Runs R on a fresh world of R->ndev device threads; resets what the devices record. */
-static inline void run_world(run *R) {
+/* A fresh world of R->ndev threads running fn on R, what each device saw reset first. */
+static inline void run_world_with(run *R, sk_device_fn fn) {
   for (int d = 0; d < MAXDEV; d++) {
     dev_out *o = &R->dev[d];
     unsigned char *p = o->params, *l = o->logits, *in = o->init;
@@ -521,10 +522,12 @@ static inline void run_world(run *R) {
   wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS, wd.cluster.link = R->link;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
-  R->world_rc = sk_world_run(w, device_main, R);
+  R->world_rc = sk_world_run(w, fn, R);
   snprintf(R->world_msg, sizeof R->world_msg, "%s", sk_world_error_message(w));
   sk_world_destroy(w);
 }
+
+static inline void run_world(run *R) { run_world_with(R, device_main); }
 
 static inline void expect_all_ok(const run *R, const char *what) {
   cr_assert_eq(R->world_rc, SK_OK, "%s on %d devices: world %s (%s)", what, R->ndev, sk_result_name(R->world_rc), R->world_msg);

@@ -68,24 +68,6 @@ static sk_result oom_device(sk_comm *comm, void *arg) {
   return r;
 }
 
-/* run_world with oom_device: a fresh world of R->ndev threads, what each device saw reset. */
-static void oom_world(run *R) {
-  for (int d = 0; d < MAXDEV; d++) {
-    dev_out *o = &R->dev[d];
-    unsigned char *p = o->params, *l = o->logits, *in = o->init;
-    memset(o, 0, sizeof *o);
-    o->params = p, o->logits = l, o->init = in;
-  }
-  sk_world_desc wd;
-  memset(&wd, 0, sizeof wd);
-  wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
-  sk_world *w = NULL;
-  OK(sk_world_create(&wd, &w, E));
-  R->world_rc = sk_world_run(w, oom_device, R);
-  snprintf(R->world_msg, sizeof R->world_msg, "%s", sk_world_error_message(w));
-  sk_world_destroy(w);
-}
-
 /* The checks of one refused allocation (k): nothing outstanding anywhere, no device timed out,
    the refused one out of memory; returns whether the refusal happened at all. */
 static bool judge(const run *R, long k, const char *what) {
@@ -118,7 +100,7 @@ static void sweep_net(const char *path) {
   static run R;
   load_net(&n, path);
   run_init_knobs(&R, &n, OOM_NETS_NDEV, SK_F32, n.g.optim, 1, NULL);
-  oom_world(&R); /* no refusal: the allocations to sweep */
+  run_world_with(&R, oom_device); /* no refusal: the allocations to sweep */
   expect_all_ok(&R, path);
   long calls[OOM_NETS_NDEV];
   for (int d = 0; d < OOM_NETS_NDEV; d++) calls[d] = R.dev[d].cnt.calls;
@@ -126,7 +108,7 @@ static void sweep_net(const char *path) {
   long k = 1, tried = 0;
   for (; done_in_a_row < 2; k = next_k(k), tried++) {
     R.fail_rank = (int)(k % OOM_NETS_NDEV), R.fail_at = k;
-    oom_world(&R);
+    run_world_with(&R, oom_device);
     done_in_a_row = judge(&R, k, path) ? 0 : done_in_a_row + 1;
   }
   for (int d = 0; d < OOM_NETS_NDEV; d++)
