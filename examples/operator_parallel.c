@@ -256,7 +256,7 @@ static sk_result run_reference(job *J, results *out, char *msg, size_t cap) {
   run R = {J, NULL, NULL, true, true, out};
   sk_train_desc d;
   memset(&d, 0, sizeof d);
-  d.kernels = &BLAS;
+  d.dtype = SK_F64, d.optim = J->g->optim, d.seed = SEED, d.kernels = &BLAS;
   sk_error e = {SK_OK, ""};
   sk_result r = sk_trainer_create(J->g, &d, &R.t, &e);
   if (!r) r = train(&R, &e);
