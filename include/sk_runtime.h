@@ -713,7 +713,7 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
   }
   for (int id = 0; rt->gcomm && rt->gown && id < rt->plan->ngroups; id++)
     if (rt->gown[id]) sk_comm_destroy(rt->gcomm[id]);
-  if (rt->world && rt->owner) sk__rt_pipe_unpoint(rt);
+  if (rt->world && rt->owner && rt->values && rt->ops) sk__rt_pipe_unpoint(rt); /* the tables exist */
   sk__rt_pipe_close(rt); /* after the groups: they were split from its stage's communicator */
   for (int t = 0; rt->shards && t < rt->g->ntensors; t++) {
     sk__rt_shard *sh = &rt->shards[t];
