@@ -895,17 +895,22 @@ static sk_result oom_load(void *arg, sk_error *e) {
   return r ? r : sk_strategy_check_params(c->path, c->plan, false, e);
 }
 
+/* The tutorial network compiled for 8 devices into *p, its strategies saved to path (in t). */
+static void save_tutorial(tmpdir *t, sk_graph *g, sk_parallel_plan *p, char *path, size_t cap) {
+  tmp_make(t);
+  load(TUTORIAL, g);
+  sk_autoparallel d = pdesc(8);
+  tutorial_dataset(&d);
+  d.save_param_strategy_file = d.save_operator_strategy_file = tmp_path(t, "s.json", path, cap);
+  OK(sk_strategy_compile(g, &d, p, E));
+}
+
 Test(strategy, out_of_memory_in_jansson, .timeout = 60) {
   sk_graph g;
   sk_parallel_plan p;
   tmpdir t;
   char path[128];
-  tmp_make(&t);
-  load(TUTORIAL, &g);
-  sk_autoparallel d = pdesc(8);
-  tutorial_dataset(&d);
-  d.save_param_strategy_file = d.save_operator_strategy_file = tmp_path(&t, "s.json", path, sizeof path);
-  OK(sk_strategy_compile(&g, &d, &p, E));
+  save_tutorial(&t, &g, &p, path, sizeof path);
   oom_case c = {&p, &g, path};
   cr_assert_gt(oom_sweep(oom_format, &c, false), 10);
   cr_assert_gt(oom_sweep(oom_load, &c, true), 10);
@@ -934,12 +939,7 @@ Test(strategy, out_of_memory_in_the_allocator, .timeout = 60) {
   sk_parallel_plan p;
   tmpdir t;
   char path[128], again[128];
-  tmp_make(&t);
-  load(TUTORIAL, &g);
-  sk_autoparallel d = pdesc(8);
-  tutorial_dataset(&d);
-  d.save_param_strategy_file = d.save_operator_strategy_file = tmp_path(&t, "s.json", path, sizeof path);
-  OK(sk_strategy_compile(&g, &d, &p, E));
+  save_tutorial(&t, &g, &p, path, sizeof path);
   sk_parallel_free(&p);
   load(TUTORIAL, &h);
   sk_op_desc *before = (sk_op_desc *)calloc((size_t)h.nops, sizeof *before);
