@@ -25,6 +25,9 @@
                                LEFT, so rank r holds the slice of rank r % N
        sk_layout_collapse      the inverse of the expansions: back to a coarser mesh and shape
 
+     Below them, MindSpore's own shape helpers (shape_util.cc: ShapeToAccumulateProduct,
+     UnifyShape, ExpandShape, ...) under snake_case names, for code and tests ported from it.
+
      "Refines" means: the prefix products of the coarse dims (or axes) are among those of the
      fine ones, so every coarse dim is the product of consecutive fine ones. Size-1 axes and
      size-1 dims carry nothing and are skipped when matching. docs/layout-algebra.md explains
@@ -89,6 +92,42 @@ SK_API sk_result sk_layout_unify(const sk_layout *from, const sk_layout *to, sk_
 SK_API sk_result sk_layout_collapse(const sk_layout *in, const sk_mesh *mesh, int ndims, const int64_t *shape,
                                     sk_layout *out, sk_error *err);
 
+/* ---- MindSpore's shape helpers (shape_util.cc), with its semantics ---------------------------
+   The pieces MindSpore's layout code is built on, public so code ported from it (and its tests)
+   read the same. A list is an sk_int_list (at most SK_INT_LIST_MAX values). "Accumulate
+   products" are prefix products: [2,8,32] -> [2,16,512]; reversed, suffix products:
+   [512,256,32]. Unlike the layout helpers above, size-1 dims are kept, as MindSpore keeps them.
+   Where MindSpore reads past a list's end (UnifyAccumulateProduct with different last values,
+   ExpandAccumulateProduct with an empty input) these return SK_ERR_INVALID_ARGUMENT; a value
+   <= 0 in an accumulate-product list is refused too (MindSpore accepts a negative one there). */
+#define SK_INT_LIST_MAX 32
+typedef struct sk_int_list {
+  int n;
+  int64_t v[SK_INT_LIST_MAX];
+} sk_int_list;
+
+/* ShapeToAccumulateProduct: [2,8,32] -> [2,16,512]. Every dim > 0. */
+SK_API sk_result sk_shape_to_accumulate_product(const sk_int_list *shape, sk_int_list *out, sk_error *err);
+/* ShapeToAccumulateProductReverse: [2,8,32] -> [512,256,32]. */
+SK_API sk_result sk_shape_to_accumulate_product_reverse(const sk_int_list *shape, sk_int_list *out, sk_error *err);
+/* AccumulateProductToShape: [2,16,512] -> [2,8,32]; each value a multiple of the one before. */
+SK_API sk_result sk_accumulate_product_to_shape(const sk_int_list *accum, sk_int_list *out, sk_error *err);
+/* AccumulateProductReverseToShape: [512,256,32] -> [2,8,32]. */
+SK_API sk_result sk_accumulate_product_reverse_to_shape(const sk_int_list *accum, sk_int_list *out, sk_error *err);
+/* UnifyAccumulateProduct: the merged ascending lists, equal values once: [2,8] and [4,8] ->
+   [2,4,8]. Both must end on the same value. */
+SK_API sk_result sk_unify_accumulate_product(const sk_int_list *a, const sk_int_list *b, sk_int_list *out,
+                                             sk_error *err);
+/* UnifyShape: the shape whose prefix products are both shapes' merged: [8,4] and [2,16] -> [2,4,4]. */
+SK_API sk_result sk_unify_shape(const sk_int_list *a, const sk_int_list *b, sk_int_list *out, sk_error *err);
+/* ExpandAccumulateProduct: suffix-product lists merged from the right: [512,256,32] and
+   [512,32,8] -> [512,256,32,8]. Once `in` is used up, a value of `expand` equal to the one
+   after it (a size-1 dim) is dropped; any other is an error. */
+SK_API sk_result sk_expand_accumulate_product(const sk_int_list *in_reverse, const sk_int_list *expand_reverse,
+                                              sk_int_list *out, sk_error *err);
+/* ExpandShape: `in` cut further where `expand` cuts: [2,8,32] by [16,4,8] -> [2,8,4,8]. */
+SK_API sk_result sk_expand_shape(const sk_int_list *in, const sk_int_list *expand, sk_int_list *out, sk_error *err);
+
 SK_EXTERN_C_END
 
 #endif /* SK_LAYOUT_ALGEBRA_H */
@@ -101,7 +140,7 @@ SK_EXTERN_C_END
 #include <string.h>
 
 /* Layout of this section:  >>text (messages)  >>chain (prefix products)  >>mesh  >>shape
-   >>devices  >>unify  >>collapse
+   >>devices  >>unify  >>collapse  >>shape_util (MindSpore's shape helpers)
    Everything works on prefix products: a factorization [f0, f1, ..] of n is the chain
    f0 | f0*f1 | .. | n, and one factorization refines another exactly when its chain contains the
    other's. Size-1 factors add no point, so they never matter. */
@@ -599,6 +638,165 @@ SK_API sk_result sk_layout_collapse(const sk_layout *in, const sk_mesh *mesh, in
     if ((r = sk__la_merge_dim(in, d, first[d], count[d], &map[d], err))) return r;
   if ((r = sk__la_merge_axes(&cm, &in->mesh, map, ndims, err))) return r;
   return sk_layout_init(out, &cm, ndims, shape, map, err);
+}
+
+/* >>shape_util -- MindSpore's shape helpers */
+
+static sk_result sk__su_check(const sk_int_list *l, const char *what, sk_error *err) {
+  if (!l) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s is NULL", what);
+  if (l->n < 0 || l->n > SK_INT_LIST_MAX)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s has %d values; allowed 0..%d", what, l->n, SK_INT_LIST_MAX);
+  return SK_OK;
+}
+
+static sk_result sk__su_positive(const sk_int_list *l, const char *what, sk_error *err) {
+  sk_result r = sk__su_check(l, what, err);
+  for (int k = 0; !r && k < l->n; k++)
+    if (l->v[k] <= 0)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: value %d is %lld; every value must be > 0", what, k,
+                      (long long)l->v[k]);
+  return r;
+}
+
+static sk_result sk__su_push(sk_int_list *out, int64_t v, sk_error *err) {
+  if (out->n == SK_INT_LIST_MAX)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the result needs more than %d values", SK_INT_LIST_MAX);
+  out->v[out->n++] = v;
+  return SK_OK;
+}
+
+/* Prefix products (reverse: suffix products) of a shape of positive dims. */
+static sk_result sk__su_products(const sk_int_list *shape, bool reverse, sk_int_list *out, sk_error *err) {
+  sk_result r = sk__su_positive(shape, "shape", err);
+  if (r || !out) return r ? r : sk__fail(err, SK_ERR_INVALID_ARGUMENT, "out is NULL");
+  sk_int_list res = {shape->n, {0}};
+  int64_t size = 1;
+  for (int i = 0; i < shape->n; i++) {
+    int k = reverse ? shape->n - 1 - i : i;
+    if (size > INT64_MAX / shape->v[k])
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "shape: the product of the dims overflows 64 bits");
+    res.v[k] = size *= shape->v[k];
+  }
+  *out = res;
+  return SK_OK;
+}
+
+/* The dims of prefix products (reverse: suffix products): each value divided by the previous. */
+static sk_result sk__su_dims(const sk_int_list *accum, bool reverse, sk_int_list *out, sk_error *err) {
+  sk_result r = sk__su_positive(accum, "accumulate product", err);
+  if (r || !out) return r ? r : sk__fail(err, SK_ERR_INVALID_ARGUMENT, "out is NULL");
+  sk_int_list res = {accum->n, {0}};
+  int64_t prev = 1;
+  for (int i = 0; i < accum->n; i++) {
+    int k = reverse ? accum->n - 1 - i : i;
+    if (accum->v[k] % prev)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                      "accumulate product: %lld is not a multiple of %lld (not an accumulate product in %s order)",
+                      (long long)accum->v[k], (long long)prev, reverse ? "descending" : "ascending");
+    res.v[k] = accum->v[k] / prev;
+    prev = accum->v[k];
+  }
+  *out = res;
+  return SK_OK;
+}
+
+SK_API sk_result sk_shape_to_accumulate_product(const sk_int_list *shape, sk_int_list *out, sk_error *err) {
+  return sk__su_products(shape, false, out, err);
+}
+
+SK_API sk_result sk_shape_to_accumulate_product_reverse(const sk_int_list *shape, sk_int_list *out, sk_error *err) {
+  return sk__su_products(shape, true, out, err);
+}
+
+SK_API sk_result sk_accumulate_product_to_shape(const sk_int_list *accum, sk_int_list *out, sk_error *err) {
+  return sk__su_dims(accum, false, out, err);
+}
+
+SK_API sk_result sk_accumulate_product_reverse_to_shape(const sk_int_list *accum, sk_int_list *out, sk_error *err) {
+  return sk__su_dims(accum, true, out, err);
+}
+
+SK_API sk_result sk_unify_accumulate_product(const sk_int_list *a, const sk_int_list *b, sk_int_list *out,
+                                             sk_error *err) {
+  sk_result r = sk__su_positive(a, "in1", err);
+  if (!r) r = sk__su_positive(b, "in2", err);
+  if (r || !out) return r ? r : sk__fail(err, SK_ERR_INVALID_ARGUMENT, "out is NULL");
+  sk_int_list res = {0, {0}};
+  int i = 0, j = 0;
+  while (!r && i < a->n && j < b->n) {
+    int64_t v = a->v[i] < b->v[j] ? a->v[i] : b->v[j];
+    if (a->v[i] == v) i++;
+    if (b->v[j] == v) j++;
+    r = sk__su_push(&res, v, err);
+  }
+  if (r) return r;
+  if (i < a->n || j < b->n)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the last values of in1 and in2 must be equal (%lld, %lld)",
+                    a->n ? (long long)a->v[a->n - 1] : 0LL, b->n ? (long long)b->v[b->n - 1] : 0LL);
+  *out = res;
+  return SK_OK;
+}
+
+SK_API sk_result sk_unify_shape(const sk_int_list *a, const sk_int_list *b, sk_int_list *out, sk_error *err) {
+  sk_int_list pa, pb, merged;
+  sk_result r = sk_shape_to_accumulate_product(a, &pa, err);
+  if (!r) r = sk_shape_to_accumulate_product(b, &pb, err);
+  if (!r) r = sk_unify_accumulate_product(&pa, &pb, &merged, err);
+  if (!r) r = sk_accumulate_product_to_shape(&merged, out, err);
+  return r;
+}
+
+/* Walks both suffix-product lists from their ends (the smallest values), as MindSpore does,
+   and writes the merged list backwards into res (res->v[SK_INT_LIST_MAX - res->n ..]). */
+static sk_result sk__su_expand_walk(const sk_int_list *in, const sk_int_list *ex, sk_int_list *res, sk_error *err) {
+  int i = in->n - 1, j = ex->n - 1;
+  while (j >= 0) {
+    int64_t v;
+    if (i < 0) {
+      if (j + 1 < ex->n && ex->v[j] == ex->v[j + 1]) { /* a size-1 dim of expand */
+        j--;
+        continue;
+      }
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "expand: %lld is beyond the input's %lld elements",
+                      (long long)ex->v[j], in->n ? (long long)in->v[0] : 1LL);
+    }
+    if (in->v[i] > ex->v[j])
+      v = ex->v[j--];
+    else if (in->v[i] == ex->v[j])
+      v = ex->v[j--], i--;
+    else
+      v = in->v[i--];
+    if (res->n == SK_INT_LIST_MAX)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the result needs more than %d values", SK_INT_LIST_MAX);
+    res->v[SK_INT_LIST_MAX - ++res->n] = v;
+  }
+  for (; i >= 0; i--) {
+    if (res->n == SK_INT_LIST_MAX)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "the result needs more than %d values", SK_INT_LIST_MAX);
+    res->v[SK_INT_LIST_MAX - ++res->n] = in->v[i];
+  }
+  return SK_OK;
+}
+
+SK_API sk_result sk_expand_accumulate_product(const sk_int_list *in_reverse, const sk_int_list *expand_reverse,
+                                              sk_int_list *out, sk_error *err) {
+  sk_result r = sk__su_positive(in_reverse, "in", err);
+  if (!r) r = sk__su_positive(expand_reverse, "expand", err);
+  if (r || !out) return r ? r : sk__fail(err, SK_ERR_INVALID_ARGUMENT, "out is NULL");
+  sk_int_list res = {0, {0}};
+  if ((r = sk__su_expand_walk(in_reverse, expand_reverse, &res, err))) return r;
+  out->n = res.n;
+  memmove(out->v, res.v + SK_INT_LIST_MAX - res.n, (size_t)res.n * sizeof *res.v);
+  return SK_OK;
+}
+
+SK_API sk_result sk_expand_shape(const sk_int_list *in, const sk_int_list *expand, sk_int_list *out, sk_error *err) {
+  sk_int_list pin, pex, merged;
+  sk_result r = sk_shape_to_accumulate_product_reverse(in, &pin, err);
+  if (!r) r = sk_shape_to_accumulate_product_reverse(expand, &pex, err);
+  if (!r) r = sk_expand_accumulate_product(&pin, &pex, &merged, err);
+  if (!r) r = sk_accumulate_product_reverse_to_shape(&merged, out, err);
+  return r;
 }
 
 #endif /* SK_LAYOUT_ALGEBRA_IMPL */

@@ -167,6 +167,16 @@ dev_matrix  [2,2]
 shape       [2,8]
 layout      sp,dp
 tensor_map  (0,1)" --mesh dp=2,sp=2 --shape "(16,)" --map '("sp","dp")' --standard
+# --shape-util: MindSpore's shape helpers, vectors of its shape_util_test.cc (UnifyShape2,
+# ExpandShape2, ExpandAccumulateProduct4, ShapeToAccumulateProductReverse)
+expect_out "shape-util UnifyShape" "[2, 4, 4]" --shape-util UnifyShape "(8,4)" "(2,16)"
+expect_out "shape-util ExpandShape" "[2, 4, 2, 4, 8]" --shape-util ExpandShape 2,8,32 2,4,8
+expect_out "shape-util ExpandAccumulateProduct" "[524288, 4096, 1024]" --shape-util ExpandAccumulateProduct 524288,1024 524288,4096
+expect_out "shape-util ShapeToAccumulateProductReverse" "[512, 256, 32]" --shape-util ShapeToAccumulateProductReverse "[2,8,32]"
+expect_err "shape-util unknown function" "unknown function 'Unify'" --shape-util Unify 2,8
+expect_err "shape-util one list short" "UnifyShape takes 2 lists, got 1" --shape-util UnifyShape 2,8
+expect_err "shape-util different ends" "last values of in1 and in2 must be equal (8, 16)" --shape-util UnifyAccumulateProduct 2,8 4,16
+
 expect_out "strategy (4,) on 8 devices" "0,1
 2,3
 4,5

@@ -15,6 +15,7 @@
    for bad input; under --op --json a failure is also {"ok": false, "error": ...} on stdout. */
 #define SK_IMPL
 #include "sk_layout.h"
+#include "sk_layout_algebra.h"
 #include "sk_opt_shard.h"
 #include "sk_comm.h"
 #include "sk_threads.h"
@@ -39,6 +40,7 @@ static const char usage[] =
     "                 [--dtype T] [--rank R] [--json]\n"
     "       sk-layout --op NAME --shapes SHAPES [--shard STRATEGY] --devices N [--rank R]\n"
     "                 [--attr NAME=VALUE ...] [--params LIST] [--json]\n"
+    "       sk-layout --shape-util FUNC LIST [LIST]   (MindSpore's shape helpers, see below)\n"
     "\n"
     "Shows how a tensor is cut across a device mesh, MindSpore semantics (rank = row-major\n"
     "coordinates, last axis fastest; in a tuple the first axis is the major factor), or how an\n"
@@ -74,6 +76,11 @@ static const char usage[] =
     "  --tsv              rank<TAB>recv_bytes<TAB>send_bytes, one line per rank\n"
     "  --exec             run the plan on the threads backend with generated data and check\n"
     "                     every element: prints ok, or the first wrong element (exit 1)\n"
+    "shape helpers (MindSpore's shape_util.cc), each printing its result list:\n"
+    "  --shape-util FUNC LIST [LIST]  FUNC one of ShapeToAccumulateProduct[Reverse] SHAPE,\n"
+    "                     AccumulateProduct[Reverse]ToShape ACCUM, UnifyAccumulateProduct A B,\n"
+    "                     UnifyShape A B, ExpandAccumulateProduct IN EXPAND, ExpandShape IN EXPAND;\n"
+    "                     e.g. sk-layout --shape-util UnifyShape \"(8,4)\" \"(2,16)\" prints [2, 4, 4]\n"
     ;
 
 /* A third string for the same reason. */
@@ -1375,7 +1382,43 @@ static int hsdp_main(const options *o, const sk_layout *l) {
   return finish_output();
 }
 
+/* --shape-util FUNC LIST [LIST]: one of MindSpore's shape helpers (sk_layout_algebra.h). */
+static int shape_util_main(int argc, char **argv) {
+  static const struct {
+    const char *name;
+    sk_result (*unary)(const sk_int_list *, sk_int_list *, sk_error *);
+    sk_result (*binary)(const sk_int_list *, const sk_int_list *, sk_int_list *, sk_error *);
+  } funcs[] = {{"ShapeToAccumulateProduct", sk_shape_to_accumulate_product, NULL},
+               {"ShapeToAccumulateProductReverse", sk_shape_to_accumulate_product_reverse, NULL},
+               {"AccumulateProductToShape", sk_accumulate_product_to_shape, NULL},
+               {"AccumulateProductReverseToShape", sk_accumulate_product_reverse_to_shape, NULL},
+               {"UnifyAccumulateProduct", NULL, sk_unify_accumulate_product},
+               {"UnifyShape", NULL, sk_unify_shape},
+               {"ExpandAccumulateProduct", NULL, sk_expand_accumulate_product},
+               {"ExpandShape", NULL, sk_expand_shape}};
+  if (argc < 1) die("--shape-util needs a function name (try --help)");
+  size_t f = 0;
+  while (f < sizeof funcs / sizeof *funcs && strcmp(funcs[f].name, argv[0])) f++;
+  if (f == sizeof funcs / sizeof *funcs) die("--shape-util: unknown function '%s' (try --help)", argv[0]);
+  int want = funcs[f].unary ? 1 : 2;
+  if (argc - 1 != want) die("--shape-util %s takes %d list%s, got %d", argv[0], want, want == 1 ? "" : "s", argc - 1);
+  sk_int_list in[2], out;
+  long long v[SK_INT_LIST_MAX] = {0};
+  for (int k = 0; k < want; k++) {
+    in[k].n = parse_positive_ints("--shape-util", argv[1 + k], v, SK_INT_LIST_MAX);
+    for (int i = 0; i < in[k].n; i++) in[k].v[i] = v[i];
+  }
+  sk_error e;
+  sk_result r = funcs[f].unary ? funcs[f].unary(&in[0], &out, &e) : funcs[f].binary(&in[0], &in[1], &out, &e);
+  if (r) die("%s: %s", argv[0], e.msg);
+  char text[SK_INT_LIST_MAX * 24];
+  format_dims(out.v, out.n, text, sizeof text);
+  printf("%s\n", text);
+  return finish_output();
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--shape-util")) return shape_util_main(argc - 2, argv + 2);
   options o;
   parse_args(argc, argv, &o);
   if (o.op && o.hsdp) die("--hsdp explains a parameter's layout (--mesh, --layout or --strategy); not with --op");
