@@ -1064,7 +1064,11 @@ static sk_result sk__par_check_vstages(const sk_parallel_plan *p, sk_error *err)
 }
 
 SK_API int sk_parallel_stage_of_rank(const sk_parallel_plan *p, int rank) {
-  return p && p->desc.ndevices > 0 && p->stages > 1 ? rank / p->desc.ndevices : 0;
+  if (!p || p->desc.ndevices < 1 || p->stages < 2) return 0;
+  sk_stage_map map = {p->desc.ndevices * p->stages, NULL, p->stages, NULL};
+  int stage = 0;
+  (void)sk_stage_of_device(&map, rank, &stage, NULL, NULL); /* a rank outside the world: stage 0 */
+  return stage;
 }
 
 SK_API bool sk_parallel_op_on_stage(const sk_parallel_plan *p, int o, int stage) {

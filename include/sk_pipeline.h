@@ -54,7 +54,7 @@
 #ifndef SK_PIPELINE_H
 #define SK_PIPELINE_H
 
-#include "sk_core.h"
+#include "sk_layout.h" /* SK_MAX_DEVICES */
 
 SK_EXTERN_C_BEGIN
 
@@ -140,6 +140,28 @@ SK_API double sk_pipe_bubble_formula(const sk_pipe_desc *desc);
    part, non-decreasing, and no part is empty while items remain for it (k > n leaves the last
    k - n parts empty). */
 SK_API sk_result sk_pipe_partition(const double *weights, int n, int k, int *part_of, sk_error *err);
+
+/* ---- stage queries, without a network ---------------------------------------------------------
+   MindSpore's DeviceManager: a device list (global ranks in order; NULL: 0..ndevices-1) cut in
+   order into nstages stages, stage s holding stage_sizes[s] devices (NULL: ndevices / nstages
+   each, which must divide, as pipeline_stages must divide device_num). */
+typedef struct sk_stage_map {
+  int ndevices;
+  const int *devices;
+  int nstages;
+  const int *stage_sizes;
+} sk_stage_map;
+
+/* GetDeviceListByStageId: the devices of `stage` into out[0..cap), their count in *n. */
+SK_API sk_result sk_stage_devices(const sk_stage_map *map, int stage, int *out, int cap, int *n, sk_error *err);
+/* The stage holding `device` (a value of the list) and its position in that stage (index may be
+   NULL). */
+SK_API sk_result sk_stage_of_device(const sk_stage_map *map, int device, int *stage, int *index, sk_error *err);
+/* The pipeline Send/Recv peers of `device`: the device at its position in the next stage and in
+   the previous one (-1 past either end). MindSpore's pipeline transformer sends to
+   dest_rank = rank + (stage' - stage) * per_stage_rank_num, so every stage must hold the same
+   number of devices; on a device list that is the same position one stage on. */
+SK_API sk_result sk_stage_peers(const sk_stage_map *map, int device, int *next, int *prev, sk_error *err);
 
 SK_EXTERN_C_END
 #endif /* SK_PIPELINE_H */
@@ -515,6 +537,85 @@ SK_API sk_result sk_pipe_partition(const double *w, int n, int k, int *part_of, 
   }
   double cap = sk__pipe_fits(w, n, k, lo, NULL) ? lo : hi;
   (void)sk__pipe_fits(w, n, k, cap, part_of);
+  return SK_OK;
+}
+
+/* ---- stage queries ------------------------------------------------------------------------- */
+
+/* The map checked, and the first device position of every stage in first[0..nstages]. */
+static sk_result sk__stage_layout(const sk_stage_map *m, int *first, sk_error *err) {
+  if (!m) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: the stage map is NULL");
+  if (m->ndevices < 1 || m->ndevices > SK_MAX_DEVICES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: %d devices; allowed 1..%d", m->ndevices, SK_MAX_DEVICES);
+  if (m->nstages < 1 || m->nstages > SK_PIPE_MAX_STAGES || m->nstages > m->ndevices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: %d stages for %d devices; allowed 1..%d", m->nstages,
+                    m->ndevices, m->ndevices < SK_PIPE_MAX_STAGES ? m->ndevices : SK_PIPE_MAX_STAGES);
+  if (!m->stage_sizes && m->ndevices % m->nstages)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: %d devices are not divisible by %d stages", m->ndevices,
+                    m->nstages);
+  first[0] = 0;
+  for (int s = 0; s < m->nstages; s++) {
+    int size = m->stage_sizes ? m->stage_sizes[s] : m->ndevices / m->nstages;
+    if (size < 1 || size > m->ndevices - first[s])
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: stage %d holds %d devices; %d are left for it", s, size,
+                      m->ndevices - first[s]);
+    first[s + 1] = first[s] + size;
+  }
+  if (first[m->nstages] != m->ndevices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: the stage sizes add up to %d, not the %d devices",
+                    first[m->nstages], m->ndevices);
+  for (int i = 0; m->devices && i < m->ndevices; i++)
+    for (int j = 0; j < i; j++)
+      if (m->devices[j] == m->devices[i])
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: device %d is listed twice", m->devices[i]);
+  return SK_OK;
+}
+
+SK_API sk_result sk_stage_devices(const sk_stage_map *m, int stage, int *out, int cap, int *n, sk_error *err) {
+  int first[SK_PIPE_MAX_STAGES + 1];
+  sk_result r = sk__stage_layout(m, first, err);
+  if (r) return r;
+  if (!out || !n) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: out and n are required");
+  if (stage < 0 || stage >= m->nstages)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: stage %d of %d stages", stage, m->nstages);
+  int count = first[stage + 1] - first[stage];
+  if (count > cap) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: stage %d holds %d devices; out holds %d", stage, count, cap);
+  for (int i = 0; i < count; i++) out[i] = m->devices ? m->devices[first[stage] + i] : first[stage] + i;
+  *n = count;
+  return SK_OK;
+}
+
+SK_API sk_result sk_stage_of_device(const sk_stage_map *m, int device, int *stage, int *index, sk_error *err) {
+  int first[SK_PIPE_MAX_STAGES + 1];
+  sk_result r = sk__stage_layout(m, first, err);
+  if (r) return r;
+  if (!stage) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: stage (the output) is NULL");
+  int pos = m->devices ? -1 : (device >= 0 && device < m->ndevices ? device : -1);
+  for (int i = 0; m->devices && i < m->ndevices && pos < 0; i++)
+    if (m->devices[i] == device) pos = i;
+  if (pos < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: device %d is not in the device list", device);
+  int s = 0;
+  while (s + 1 < m->nstages && first[s + 1] <= pos) s++;
+  *stage = s;
+  if (index) *index = pos - first[s];
+  return SK_OK;
+}
+
+SK_API sk_result sk_stage_peers(const sk_stage_map *m, int device, int *next, int *prev, sk_error *err) {
+  int stage, index, first[SK_PIPE_MAX_STAGES + 1];
+  sk_result r = sk_stage_of_device(m, device, &stage, &index, err);
+  if (r) return r;
+  (void)sk__stage_layout(m, first, NULL);
+  if (!next || !prev) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "stages: next and prev are required");
+  for (int s = 1; s < m->nstages; s++)
+    if (first[s + 1] - first[s] != first[1])
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                      "stages: stage %d holds %d devices and stage 0 %d; pipeline peers need equal stages", s,
+                      first[s + 1] - first[s], first[1]);
+  int at_next = stage + 1 < m->nstages ? first[stage + 1] + index : -1;
+  int at_prev = stage > 0 ? first[stage - 1] + index : -1;
+  *next = at_next < 0 ? -1 : m->devices ? m->devices[at_next] : at_next;
+  *prev = at_prev < 0 ? -1 : m->devices ? m->devices[at_prev] : at_prev;
   return SK_OK;
 }
 
