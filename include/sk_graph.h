@@ -133,6 +133,7 @@ typedef struct sk_graph_tensor {
   sk_init init;     /* parameters */
   double value;     /* constants: the number (a rank-0 tensor) */
   bool frozen;      /* parameters: requires_grad=False (sk_graph_set_requires_grad) */
+  bool no_parallel_optimizer; /* parameters: parallel_optimizer=False (sk_graph_set_parallel_optimizer) */
   int producer;     /* the operator whose output it is; -1 for inputs and parameters */
   int output_index; /* which output of the producer */
   sk_data_source data; /* inputs: what feeds it (SK_DATA_NONE: the graph's dataset) */
@@ -193,6 +194,10 @@ SK_API sk_result sk_graph_add_const(sk_graph *g, const char *name, sk_dtype dtyp
 /* MindSpore's Parameter.requires_grad: false freezes parameter t (see TENSORS); true (what
    sk_graph_add_param gives) trains it. */
 SK_API sk_result sk_graph_set_requires_grad(sk_graph *g, int t, bool requires_grad, sk_error *err);
+/* MindSpore's Parameter(..., parallel_optimizer=False): parameter t is never sharded by optimizer
+   parallel (hsdp); its gradient is summed whole as without hsdp. true (the default) lets the
+   hsdp rules decide. */
+SK_API sk_result sk_graph_set_parallel_optimizer(sk_graph *g, int t, bool enabled, sk_error *err);
 /* Whether tensor t is a parameter that trains (requires_grad): gradient, Mirror, optimizer. */
 SK_API bool sk_graph_trainable(const sk_graph *g, int t);
 /* Adds op (copied), infers its outputs' shapes and dtypes and adds them as tensors; *index (may
@@ -351,7 +356,7 @@ SK_API sk_result sk_graph_micro(const sk_graph *g, int micro, sk_graph *out, sk_
       if (!r) out->tensors[id].data = x->data;
     } else if (x->role == SK_TENSOR_PARAM) {
       r = sk_graph_add_param(out, x->name, x->dtype, x->ndims, shape, x->init, &id, err);
-      if (!r) out->tensors[id].frozen = x->frozen;
+      if (!r) out->tensors[id].frozen = x->frozen, out->tensors[id].no_parallel_optimizer = x->no_parallel_optimizer;
     } else if (x->role == SK_TENSOR_CONST) {
       r = sk_graph_add_const(out, x->name, x->dtype, x->value, &id, err);
     } else if (x->output_index == 0) {
@@ -498,6 +503,13 @@ SK_API sk_result sk_graph_set_requires_grad(sk_graph *g, int t, bool requires_gr
   if (!g || t < 0 || t >= g->ntensors || g->tensors[t].role != SK_TENSOR_PARAM)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: requires_grad: tensor %d is not a parameter", t);
   g->tensors[t].frozen = !requires_grad;
+  return SK_OK;
+}
+
+SK_API sk_result sk_graph_set_parallel_optimizer(sk_graph *g, int t, bool enabled, sk_error *err) {
+  if (!g || t < 0 || t >= g->ntensors || g->tensors[t].role != SK_TENSOR_PARAM)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "graph: parallel_optimizer: tensor %d is not a parameter", t);
+  g->tensors[t].no_parallel_optimizer = !enabled;
   return SK_OK;
 }
 

@@ -156,9 +156,10 @@ static sk_result sk__jr_init(sk__jr *jr, json_t *t, sk_init *init) {
 
 static sk_result sk__jr_tensor(sk__jr *jr, sk_graph *g, json_t *list, size_t i, size_t list_at) {
   json_t *v = json_array_get(list, i);
-  static const char *const keys[] = {"name", "role", "dtype", "shape", "init", "requires_grad", NULL};
+  static const char *const keys[] = {"name", "role", "dtype", "shape", "init", "requires_grad", "parallel_optimizer",
+                                     NULL};
   const char *name, *role;
-  bool requires_grad = true;
+  bool requires_grad = true, parallel_optimizer = true;
   sk_dtype dt = SK_F32;
   int64_t shape[SK_MAX_DIMS];
   int n = 0;
@@ -175,11 +176,16 @@ static sk_result sk__jr_tensor(sk__jr *jr, sk_graph *g, json_t *list, size_t i, 
   if (!param && json_object_get(v, "init")) return sk__jr_fail(jr, "init", "an input has no initialiser");
   if (!param && json_object_get(v, "requires_grad"))
     return sk__jr_fail(jr, "requires_grad", "an input takes no gradient");
-  if (param && ((r = sk__jr_init(jr, v, &init)) || (r = sk__jr_bool(jr, v, "requires_grad", &requires_grad)))) return r;
+  if (!param && json_object_get(v, "parallel_optimizer"))
+    return sk__jr_fail(jr, "parallel_optimizer", "an input has no optimizer state");
+  if (param && ((r = sk__jr_init(jr, v, &init)) || (r = sk__jr_bool(jr, v, "requires_grad", &requires_grad)) ||
+                (r = sk__jr_bool(jr, v, "parallel_optimizer", &parallel_optimizer))))
+    return r;
   int id = -1;
   r = param ? sk_graph_add_param(g, name, dt, n, shape, init, &id, &e)
             : sk_graph_add_input(g, name, dt, n, shape, NULL, &e);
   if (!r && param) r = sk_graph_set_requires_grad(g, id, requires_grad, &e);
+  if (!r && param) r = sk_graph_set_parallel_optimizer(g, id, parallel_optimizer, &e);
   return r ? sk__jr_refused(jr, r, "", &e) : SK_OK;
 }
 
@@ -657,6 +663,7 @@ static json_t *sk__jn_tensor(sk__jn *w, const sk_graph_tensor *t) {
     sk__jn_real(w, init, "value", t->init.value);
     sk__jw_set(&w->jw, o, "init", init);
     if (t->frozen) sk__jw_set(&w->jw, o, "requires_grad", json_false());
+    if (t->no_parallel_optimizer) sk__jw_set(&w->jw, o, "parallel_optimizer", json_false());
   }
   return o;
 }

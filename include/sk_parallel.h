@@ -792,6 +792,10 @@ static sk_result sk__par_opt_shards(sk_parallel_plan *p, sk_error *err) {
     sk_parallel_tensor *pt = &p->tensors[t];
     pt->opt_why = "";
     if (g->tensors[t].role != SK_TENSOR_PARAM) continue;
+    if (g->tensors[t].no_parallel_optimizer) { /* MindSpore's Parameter(parallel_optimizer=False) */
+      pt->opt_why = "parallel_optimizer=False";
+      continue;
+    }
     const char *moved = NULL;
     for (int o = 0; o < g->nops && !moved; o++)
       for (int k = 0; k < g->ops[o].ninputs; k++)

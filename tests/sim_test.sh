@@ -173,6 +173,17 @@ p1=$(awk '$1 == "0" && NF == 10 { print $8 }' "$tmp/h1"); p3=$(awk '$1 == "0" &&
 if grep -q '^reduce_scatter  *2 ' "$tmp/h1" && [ -n "$p1" ] && [ -n "$p3" ] && [ "$p3" -lt "$p1" ]; then ok
 else bad "hsdp report: peak_params level1 '$p1' level3 '$p3': $(grep reduce_scatter "$tmp/h1")"; fi
 
+# Parameter(..., parallel_optimizer=False) on fc1.weight: still one device's losses under hsdp,
+# --print-strategies says it stays whole, and the report holds it whole (more parameter bytes)
+sed 's/"name": "fc1.weight",/"name": "fc1.weight", "parallel_optimizer": false,/' examples/nets/operator_parallel.json >"$tmp/optout.json"
+checks "operator_parallel 8 devices hsdp, fc1.weight parallel_optimizer=False" 1e-12 --net "$tmp/optout.json" --devices 8 \
+  --steps 12 --dtype f64 --optimizer adam --hsdp -1,0
+"$BIN" --net "$tmp/optout.json" --devices 8 --steps 2 --hsdp -1,0 --report --print-strategies >"$tmp/oo" 2>&1
+q1=$(awk '$1 == "0" && NF == 10 { print $2 }' "$tmp/h1"); q0=$(awk '$1 == "0" && NF == 10 { print $2 }' "$tmp/oo")
+if grep -qx 'hsdp: fc1.weight: not sharded (parallel_optimizer=False)' "$tmp/oo" && grep -q '^hsdp: fc3.weight: shard ' "$tmp/oo" &&
+  [ -n "$q0" ] && [ -n "$q1" ] && [ "$q0" -gt "$q1" ]; then ok
+else bad "parallel_optimizer=False: parameters $q0 (all sharded: $q1): $(grep '^hsdp:' "$tmp/oo")"; fi
+
 # the same program on MPI processes: 2 processes, rank 0 alone prints, the same check
 if command -v mpirun.openmpi >/dev/null 2>&1; then
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun.openmpi --oversubscribe -np 2 \

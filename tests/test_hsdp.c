@@ -34,6 +34,7 @@
 #include "shardkit.h"
 
 #include "runtime_harness.h"
+#include "expect_bad.h"
 
 #define PROGRAM_MAX 65536
 
@@ -214,6 +215,46 @@ Test(hsdp, plan_which_parameters_shard_and_where_steps_stand) {
   free(text);
   sk_parallel_free(&p), sk_parallel_free(&base);
   sk_graph_free(&n.g);
+}
+
+/* MindSpore's Parameter(..., parallel_optimizer=False): w3 opted out stays whole, keeps its
+   Mirror and gets no gather or scatter; w1 shards as before. */
+static void build_mlp_w3_whole(net *n, int N) {
+  build_mlp(n, N);
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_graph_set_parallel_optimizer(&n->g, tensor_named(&n->g, "w3"), false, &e), SK_OK, "%s", e.msg);
+}
+
+Test(hsdp, plan_parallel_optimizer_false_keeps_the_parameter_whole) {
+  static net n;
+  build_mlp_w3_whole(&n, 8);
+  sk_parallel_plan p;
+  sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
+  compile(&n, 8, &pd, &p);
+  int w1 = tensor_named(&n.g, "w1"), w3 = tensor_named(&n.g, "w3");
+  cr_assert_eq(p.tensors[w1].opt_size, 2, "w1 still shards");
+  cr_assert_eq(p.tensors[w3].opt_size, 0, "w3 opted out");
+  cr_assert_str_eq(p.tensors[w3].opt_why, "parallel_optimizer=False");
+  cr_assert_eq(count_on(&p, SK_PSTEP_PARAM_GATHER, w3), 0);
+  cr_assert_eq(count_on(&p, SK_PSTEP_GRAD_REDUCE_SCATTER, w3), 0);
+  cr_assert_eq(count_on(&p, SK_PSTEP_MIRROR, w3), 1, "w3's gradient is summed whole");
+  sk_error e;
+  EXPECT_BAD(sk_graph_set_parallel_optimizer(&n.g, tensor_named(&n.g, "x"), false, &e), &e, "is not a parameter");
+  sk_parallel_free(&p);
+  sk_graph_free(&n.g);
+}
+
+static void check_w3_whole(const run *R, int N) {
+  int w3 = tensor_named(R->plan.graph, "w3");
+  cr_assert_eq(R->plan.tensors[w3].opt_size, 0, "%d devices: w3 sharded", N);
+  cr_assert_gt(sharded_params(&R->plan), 0, "%d devices: nothing sharded", N);
+}
+
+Test(hsdp, parallel_optimizer_false_trains_like_the_trainer, .timeout = RT_TIMEOUT) {
+  sk_autoparallel pd = knobs_of(hsdp_of(-1, 0, SK_HSDP_LEVEL1));
+  errs a = each_device_count_knobs("hsdp level1, w3 parallel_optimizer=False, Adam", build_mlp_w3_whole, check_w3_whole,
+                                   adam(0.01), 4, &pd);
+  cr_log_info("parallel_optimizer=False: worst relative difference %.3g (losses), %.3g (parameters)", a.loss, a.param);
 }
 
 /* shard_size 2 < w3's 8 replicas: w3 shards 2 ways ({0,1}, {2,3}, ...) and its gradient is

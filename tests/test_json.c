@@ -287,6 +287,7 @@ static void expect_same_tensor(const sk_graph_tensor *a, const sk_graph_tensor *
             sk_init_kind_name(a->init.kind), a->init.value, sk_init_kind_name(b->init.kind), b->init.value);
   cr_expect(a->value == b->value, "%s: constant %.17g vs %.17g", name, a->value, b->value);
   cr_expect_eq(a->frozen, b->frozen, "%s: requires_grad differs", name);
+  cr_expect_eq(a->no_parallel_optimizer, b->no_parallel_optimizer, "%s: parallel_optimizer differs", name);
 }
 
 static void expect_same_graph(const sk_graph *a, const sk_graph *b) {
@@ -977,7 +978,8 @@ static int constant(sk_graph *g, const char *name, double value) {
 
 /* Mul(x, 0.5) and Sub(1, y) as MindSpore writes them, with strategies holding () for the
    numbers (the constants named as the reader names them, added just before their operator), and
-   a frozen parameter (requires_grad false) beside a trained one. */
+   a frozen parameter (requires_grad false) beside a trained one, which opts out of optimizer
+   parallel (parallel_optimizer false). */
 static void build_operands(sk_graph *g) {
   static const int64_t xs[2] = {8, 4}, ws[1] = {4};
   static const int s24[2] = {2, 4};
@@ -987,6 +989,7 @@ static void build_operands(sk_graph *g) {
   int mask = param(g, "mask", 1, ws, SK_INIT_UNIFORM, 1);
   param(g, "w", 1, ws, SK_INIT_ONES, 0);
   cr_assert_eq(sk_graph_set_requires_grad(g, mask, false, &e), SK_OK, "%s", e.msg);
+  cr_assert_eq(sk_graph_set_parallel_optimizer(g, sk_graph_find(g, "w"), false, &e), SK_OK, "%s", e.msg);
   constant(g, "scale:in1", 0.5);
   sk_graph_op op = op_of(g, "scale", SK_OP_MUL, "x", "scale:in1", NULL);
   strategy(&op, 0, 2, s24);
@@ -1017,6 +1020,8 @@ Test(json, a_number_among_the_inputs_is_a_constant_written_back_as_the_number) {
   cr_expect(!strstr(text, "scale:in1") && !strstr(text, "\"constant\""), "%s", text);
   const char *first = strstr(text, "\"requires_grad\": false");
   cr_expect(first && !strstr(first + 1, "\"requires_grad\""), "one parameter is frozen: %s", text);
+  first = strstr(text, "\"parallel_optimizer\": false");
+  cr_expect(first && !strstr(first + 1, "\"parallel_optimizer\""), "one parameter opts out: %s", text);
   free(text);
   sk_graph_free(&g);
 }
@@ -1038,6 +1043,7 @@ Test(json, hand_written_numbers_take_the_dtype_of_the_tensor_beside_them) {
   cr_expect(g.tensors[two].value == 2 && g.tensors[quarter].value == -0.25);
   cr_expect_eq(g.ops[1].inputs[0], quarter);
   cr_expect(!g.tensors[sk_graph_find(&g, "p")].frozen, "requires_grad true is the default");
+  cr_expect(!g.tensors[sk_graph_find(&g, "p")].no_parallel_optimizer, "parallel_optimizer true is the default");
   cr_expect(sk_graph_trainable(&g, sk_graph_find(&g, "p")) && !sk_graph_trainable(&g, two));
   sk_graph_free(&g);
 }
@@ -1051,6 +1057,10 @@ Test(json, numbers_and_requires_grad_refused) {
           "line 5: tensors[0] (\"x\").requires_grad: an input takes no gradient");
   REFUSED("\"init\": {\"kind\": \"normal\"}", "\"init\": {\"kind\": \"normal\"}, \"requires_grad\": 0",
           "line 8: tensors[2] (\"w2\").requires_grad: expected true or false");
+  REFUSED("\"shape\": [32, 784]}", "\"shape\": [32, 784], \"parallel_optimizer\": false}",
+          "line 5: tensors[0] (\"x\").parallel_optimizer: an input has no optimizer state");
+  REFUSED("\"init\": {\"kind\": \"normal\"}", "\"init\": {\"kind\": \"normal\"}, \"parallel_optimizer\": \"no\"",
+          "line 8: tensors[2] (\"w2\").parallel_optimizer: expected true or false");
 }
 
 /* A constant two operators read is written at each: it reads back as two, of the same value. */
