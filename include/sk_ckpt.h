@@ -4,6 +4,8 @@
    NEEDS ZLIB (-lz: crc32 and crc32_combine; Debian zlib1g-dev), and LIBURING (-luring; Debian
    liburing-dev) when built with SK_USE_URING. That is why shardkit.h does not include this
    header: include it yourself. Without SK_USE_URING every read and write is plain pread/pwrite.
+   The planning calls (sk_ckpt_box, sk_ckpt_writes, sk_ckpt_read_plan, sk_ckpt_infer_rank_list)
+   and the manifest's types are in sk_ckpt_plan.h, which needs neither and which this includes.
 
    Do this in ONE .c file:   #define SK_IMPL  (or SK_CKPT_IMPL where the other modules'
                              [#define SK_USE_URING]       implementations come from elsewhere)
@@ -85,73 +87,15 @@
 #include "sk_layout.h"
 #include "sk_optim.h" /* the optimizers' names: the manifest's optimizer line */
 #include "sk_redundancy.h"
+#include "sk_ckpt_plan.h" /* the manifest's types and the planning calls, which need no zlib */
 
 SK_EXTERN_C_BEGIN
-
-#define SK_CKPT_BLOCK ((uint32_t)1 << 20) /* bytes per checksummed block */
-#define SK_CKPT_ALIGN 4096                /* each slice's offset in its rank file */
-#define SK_CKPT_NAME_MAX 128              /* tensor names, 1..127 bytes, no blank */
-#define SK_CKPT_FILE_MAX 64               /* file and checkpoint names */
-
-typedef enum sk_ckpt_kind { SK_CKPT_PARAM = 0, SK_CKPT_STATE0, SK_CKPT_STATE1, SK_CKPT_KINDS } sk_ckpt_kind;
-SK_API const char *sk_ckpt_kind_name(sk_ckpt_kind k); /* "param", "state0", "state1" ("?") */
 
 /* How bytes move. AUTO: io_uring when built with SK_USE_URING and the kernel accepts
    io_uring_queue_init, else plain pread/pwrite (the report says which ran); URING: io_uring or
    SK_ERR_UNSUPPORTED; PLAIN: pread/pwrite. */
 typedef enum sk_ckpt_io { SK_CKPT_IO_AUTO = 0, SK_CKPT_IO_PLAIN, SK_CKPT_IO_URING } sk_ckpt_io;
 SK_API const char *sk_ckpt_io_name(sk_ckpt_io io); /* "auto", "plain", "io_uring" */
-
-/* One slice on this device, for saving (written when `write`) and loading (filled). data holds
-   the box's elements, row-major inside the box. */
-typedef struct sk_ckpt_slice {
-  const char *tensor;
-  sk_ckpt_kind kind;
-  sk_dtype dtype;
-  int ndims;
-  int64_t shape[SK_MAX_DIMS]; /* the whole tensor's */
-  sk_slice box;
-  void *data;
-  bool write;
-} sk_ckpt_slice;
-
-typedef struct sk_ckpt_file {
-  char name[SK_CKPT_FILE_MAX];
-  uint64_t size;
-  uint32_t crc;
-  int nblocks;
-  uint32_t *blocks; /* crc32 of each SK_CKPT_BLOCK bytes (the last: what is left) */
-} sk_ckpt_file;
-
-typedef struct sk_ckpt_entry {
-  char tensor[SK_CKPT_NAME_MAX];
-  sk_ckpt_kind kind;
-  sk_dtype dtype;
-  int ndims;
-  int64_t shape[SK_MAX_DIMS];
-  sk_slice box;
-  int file; /* index into files */
-  uint64_t offset, length;
-  int rank; /* the device that wrote it */
-} sk_ckpt_entry;
-
-typedef struct sk_ckpt_manifest {
-  char dir[4096];                 /* the checkpoint directory it was read from ("" when built) */
-  char name[SK_CKPT_FILE_MAX];    /* ckpt-<step> */
-  int64_t step, position;
-  int devices;
-  uint32_t block;
-  char optimizer[16];             /* the saving run's, as sk_optim_kind_name spells it (sgd,
-                                     momentum, adam); "" unknown: a version-1 manifest, or a save
-                                     whose desc gave none */
-  int nfiles, nentries;
-  sk_ckpt_file *files;
-  sk_ckpt_entry *entries;
-  /* What its arrays came from, and what every call on it allocates from (load, verify, merge,
-     the texts of format and read_strategy): sk_ckpt_open_with's (a save's: its desc's); zero =
-     the C library, as sk_ckpt_open, sk_ckpt_open_dir and sk_ckpt_manifest_parse leave it. */
-  sk_allocator allocator;
-} sk_ckpt_manifest;
 
 /* Where a save stands when the test hook is asked (crash injection in tests). */
 typedef enum sk_ckpt_stage {
@@ -185,28 +129,6 @@ typedef struct sk_ckpt_report {
   int slices;           /* slices it wrote, or pieces it read */
   char name[SK_CKPT_FILE_MAX]; /* the checkpoint */
 } sk_ckpt_report;
-
-/* ---- pure planning ------------------------------------------------------------------------ */
-
-/* The box of a parameter laid out as l on `rank`: its slice, dim 0 narrowed to the rows of its
-   optimizer shard when opt_size > 1 (the rank at position i of its replica group keeps chunk
-   i % opt_size, as sk_opt_shard.h says). */
-SK_API sk_result sk_ckpt_box(const sk_layout *l, int opt_size, int rank, sk_slice *box, sk_error *err);
-/* Whether `rank` writes params[which]'s box: its round-robin owner among the devices holding the
-   same box (sk_redundancy_owner with params[].opt_shard_size, initial rank 0). */
-SK_API sk_result sk_ckpt_writes(int n, const sk_redundancy_param *params, int which, int rank, bool *writes,
-                                sk_error *err);
-
-/* One piece of a load: entry `entry` of the manifest gives `box` (global coordinates) of a target. */
-typedef struct sk_ckpt_piece {
-  int entry;
-  sk_slice box;
-} sk_ckpt_piece;
-/* The pieces tiling target t (at most cap in pieces; *n of them). Fails naming the tensor, kind
-   and `rank` when the saved slices do not cover the box exactly once, the shape differs, or the
-   dtypes differ and are not both floating. */
-SK_API sk_result sk_ckpt_read_plan(const sk_ckpt_manifest *m, const sk_ckpt_slice *t, int rank, sk_ckpt_piece *pieces,
-                                   int cap, int *n, sk_error *err);
 
 /* ---- manifests ---------------------------------------------------------------------------- */
 
@@ -318,35 +240,6 @@ extern int ftruncate(int fd, off_t length);
 
 SK_EXTERN_C_BEGIN
 
-static const char *const sk__ckpt_kinds[SK_CKPT_KINDS] = {"param", "state0", "state1"};
-
-SK_API const char *sk_ckpt_kind_name(sk_ckpt_kind k) {
-  return (int)k >= 0 && k < SK_CKPT_KINDS ? sk__ckpt_kinds[k] : "?";
-}
-
-SK_API const char *sk_ckpt_io_name(sk_ckpt_io io) {
-  return io == SK_CKPT_IO_PLAIN ? "plain" : io == SK_CKPT_IO_URING ? "io_uring" : "auto";
-}
-
-/* ---- boxes ---------------------------------------------------------------------------------- */
-
-static int64_t sk__ckpt_volume(const sk_slice *b) {
-  int64_t v = 1;
-  for (int d = 0; d < b->ndims; d++) v *= b->stop[d] > b->start[d] ? b->stop[d] - b->start[d] : 0;
-  return v;
-}
-
-/* a ∩ b into *out; false when empty. */
-static bool sk__ckpt_intersect(const sk_slice *a, const sk_slice *b, sk_slice *out) {
-  out->ndims = a->ndims;
-  for (int d = 0; d < a->ndims; d++) {
-    out->start[d] = a->start[d] > b->start[d] ? a->start[d] : b->start[d];
-    out->stop[d] = a->stop[d] < b->stop[d] ? a->stop[d] : b->stop[d];
-    if (out->start[d] >= out->stop[d]) return false;
-  }
-  return true;
-}
-
 /* Row-major index inside box `in` of the global coordinates c. */
 static int64_t sk__ckpt_index(const sk_slice *in, const int64_t *c) {
   int64_t i = 0;
@@ -354,77 +247,8 @@ static int64_t sk__ckpt_index(const sk_slice *in, const int64_t *c) {
   return i;
 }
 
-SK_API sk_result sk_ckpt_box(const sk_layout *l, int opt_size, int rank, sk_slice *box, sk_error *err) {
-  if (!l || !box || opt_size < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_box: NULL or opt_size < 0");
-  sk_result r = sk_layout_slice(l, rank, box, err);
-  if (r || opt_size <= 1) return r;
-  int ranks[SK_MAX_DEVICES], n = 0, pos = -1;
-  if ((r = sk_layout_replica_group(l, rank, ranks, SK_MAX_DEVICES, &n, err))) return r;
-  for (int i = 0; i < n; i++)
-    if (ranks[i] == rank) pos = i;
-  int64_t rows = box->stop[0] - box->start[0];
-  if (pos < 0 || n % opt_size || rows % opt_size || box->ndims < 1)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_box: %d optimizer shards do not divide %d replicas of %lld rows",
-                    opt_size, n, (long long)rows);
-  int64_t chunk = rows / opt_size;
-  box->start[0] += (pos % opt_size) * chunk;
-  box->stop[0] = box->start[0] + chunk;
-  return SK_OK;
-}
-
-SK_API sk_result sk_ckpt_writes(int n, const sk_redundancy_param *params, int which, int rank, bool *writes,
-                                sk_error *err) {
-  if (!writes) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_writes: writes is NULL");
-  int owner = -1;
-  sk_result r = sk_redundancy_owner(n, params, which, rank, 0, &owner, err);
-  if (r) return r;
-  if (owner < 0) /* MindSpore drops a group K does not divide: here that is an error, not a lost slice */
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_writes: '%s' has no redundancy group holding rank %d",
-                    params[which].name, rank);
-  *writes = owner == rank;
-  return SK_OK;
-}
-
-/* Whether entry e is target t's tensor and kind; a shape or dtype mismatch is an error. */
-static sk_result sk__ckpt_match(const sk_ckpt_entry *e, const sk_ckpt_slice *t, int rank, bool *match, sk_error *err) {
-  *match = !strcmp(e->tensor, t->tensor) && e->kind == t->kind;
-  if (!*match) return SK_OK;
-  /* floating dtypes convert into each other (MindSpore's non-strict load); others must agree */
-  bool same = e->ndims == t->ndims && (e->dtype == t->dtype || (sk_dtype_is_float(e->dtype) && sk_dtype_is_float(t->dtype)));
-  for (int d = 0; same && d < t->ndims; d++) same = e->shape[d] == t->shape[d];
-  if (!same)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s (rank %d): saved as %s of %d dims, wanted %s of %d dims or another shape",
-                    t->tensor, sk_ckpt_kind_name(t->kind), rank, sk_dtype_name(e->dtype), e->ndims, sk_dtype_name(t->dtype), t->ndims);
-  return SK_OK;
-}
-
-SK_API sk_result sk_ckpt_read_plan(const sk_ckpt_manifest *m, const sk_ckpt_slice *t, int rank, sk_ckpt_piece *pieces,
-                                   int cap, int *n, sk_error *err) {
-  if (!m || !t || !t->tensor || !n || (cap && !pieces))
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_ckpt_read_plan: NULL argument");
-  int64_t covered = 0;
-  *n = 0;
-  for (int i = 0; i < m->nentries; i++) {
-    bool match = false;
-    sk_result r = sk__ckpt_match(&m->entries[i], t, rank, &match, err);
-    if (r) return r;
-    sk_slice x;
-    if (!match || !sk__ckpt_intersect(&m->entries[i].box, &t->box, &x)) continue;
-    if (*n == cap)
-      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' %s (rank %d): more than %d saved pieces",
-                      t->tensor, sk_ckpt_kind_name(t->kind), rank, cap);
-    pieces[*n].entry = i, pieces[*n].box = x, (*n)++;
-    covered += sk__ckpt_volume(&x);
-  }
-  /* the pieces are disjoint when the saved boxes are (verify checks that), so the volumes add up
-     to the box's exactly when they tile it */
-  int64_t want = sk__ckpt_volume(&t->box);
-  if (covered != want)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
-                    "checkpoint: tensor '%s' %s (rank %d): %s: the saved slices hold %lld of its %lld elements",
-                    t->tensor, sk_ckpt_kind_name(t->kind), rank, covered ? "slice missing" : "missing",
-                    (long long)covered, (long long)want);
-  return SK_OK;
+SK_API const char *sk_ckpt_io_name(sk_ckpt_io io) {
+  return io == SK_CKPT_IO_PLAIN ? "plain" : io == SK_CKPT_IO_URING ? "io_uring" : "auto";
 }
 
 /* ---- manifest text ---------------------------------------------------------------------------- */
@@ -607,7 +431,7 @@ static sk_result sk__ckpt_parse_slice(sk__ckpt_cur *c, sk_ckpt_entry *e, sk_erro
              kind, dt, shape, box, &e->file, &off, &len, &e->rank) != 9)
     return sk__ckpt_bad(err, c, "expected: slice TENSOR KIND DTYPE shape D,.. box A:B,.. file F offset O length L rank R");
   int k = 0, nd = 0, nb = 0;
-  while (k < SK_CKPT_KINDS && strcmp(kind, sk__ckpt_kinds[k])) k++;
+  while (k < SK_CKPT_KINDS && strcmp(kind, sk_ckpt_kind_name((sk_ckpt_kind)k))) k++;
   if (k == SK_CKPT_KINDS) return sk__ckpt_bad(err, c, "a kind that is not param, state0 or state1");
   e->kind = (sk_ckpt_kind)k, e->offset = off, e->length = len;
   if (!sk_dtype_from_name(dt, &e->dtype)) return sk__ckpt_bad(err, c, "an unknown dtype");
@@ -624,7 +448,7 @@ static sk_result sk__ckpt_parse_slice(sk__ckpt_cur *c, sk_ckpt_entry *e, sk_erro
     if (e->shape[d] > INT64_MAX / 8 / elems) return sk__ckpt_bad(err, c, "a shape of 2^60 elements or more");
     elems *= e->shape[d];
   }
-  if ((uint64_t)sk__ckpt_volume(&e->box) * sk_dtype_size(e->dtype) != e->length)
+  if ((uint64_t)sk_slice_volume(&e->box) * sk_dtype_size(e->dtype) != e->length)
     return sk__ckpt_bad(err, c, "a length that is not the box's bytes");
   return SK_OK;
 }
@@ -962,7 +786,7 @@ static uint32_t sk__ckpt_crc_file(const uint32_t *blocks, int n, uint64_t size) 
 }
 
 static uint64_t sk__ckpt_slice_bytes(const sk_ckpt_slice *s) {
-  return (uint64_t)sk__ckpt_volume(&s->box) * sk_dtype_size(s->dtype);
+  return (uint64_t)sk_slice_volume(&s->box) * sk_dtype_size(s->dtype);
 }
 
 /* Where this device's written slices go in its rank file, in order; the file's size. */
@@ -1595,7 +1419,7 @@ static void sk__ckpt_pairwise(const sk__ckpt_ref *g, int n, sk__ckpt_clash *c) {
       bool same = a->ndims == b->ndims;
       for (int d = 0; same && d < a->ndims; d++) same = a->shape[d] == b->shape[d];
       sk_slice s;
-      c->what = !same ? "disagree on its shape" : sk__ckpt_intersect(&a->box, &b->box, &s) ? "overlap" : NULL;
+      c->what = !same ? "disagree on its shape" : sk_slice_intersect(&a->box, &b->box, &s) ? "overlap" : NULL;
       if (c->what) {
         c->i = g[x].i, c->j = g[y].i;
         return;
@@ -1723,7 +1547,7 @@ static sk_result sk__ckpt_check_group(const sk_allocator *a, const sk__ckpt_ref 
   /* disjoint boxes inside one shape: the sum stays within its element count, which
      sk_ckpt_manifest_parse keeps within int64 */
   int64_t sum = 0, whole = 1;
-  for (int s = 0; s < n; s++) sum += sk__ckpt_volume(&g[s].e->box);
+  for (int s = 0; s < n; s++) sum += sk_slice_volume(&g[s].e->box);
   for (int d = 0; d < e0->ndims; d++) whole *= e0->shape[d];
   if (sum != whole) v->missing = g[0].i, v->sum = sum, v->whole = whole;
   return SK_OK;
@@ -1804,7 +1628,7 @@ SK_API sk_result sk_ckpt_read_strategy(const sk_ckpt_manifest *m, char **text, s
 static bool sk__ckpt_empty(const sk_ckpt_manifest *m, const sk_ckpt_entry *a, const sk_slice *x) {
   sk_slice y;
   for (int i = 0; i < m->nentries; i++)
-    if (sk__ckpt_same_group(&m->entries[i], a) && sk__ckpt_intersect(&m->entries[i].box, x, &y)) return false;
+    if (sk__ckpt_same_group(&m->entries[i], a) && sk_slice_intersect(&m->entries[i].box, x, &y)) return false;
   return true;
 }
 
@@ -1888,7 +1712,7 @@ static sk_result sk__ckpt_merge_check(const sk_ckpt_manifest *m, sk_error *err) 
       first = j >= i;
       same_shape = same_shape && b->ndims == a->ndims;
       for (int d = 0; same_shape && d < a->ndims; d++) same_shape = b->shape[d] == a->shape[d];
-      if (saved < whole) saved += sk__ckpt_volume(&b->box); /* each below 2^60: no overflow */
+      if (saved < whole) saved += sk_slice_volume(&b->box); /* each below 2^60: no overflow */
     }
     if (first && same_shape && saved < whole) return sk__ckpt_gap_error(m, a, saved, err);
   }
@@ -1908,7 +1732,7 @@ static sk_result sk__ckpt_whole(const sk_ckpt_manifest *m, sk_ckpt_slice *out, i
     memset(s, 0, sizeof *s);
     s->tensor = e->tensor, s->kind = e->kind, s->dtype = e->dtype, s->ndims = s->box.ndims = e->ndims, s->write = true;
     for (int d = 0; d < e->ndims; d++) s->shape[d] = s->box.stop[d] = e->shape[d];
-    if (!(s->data = sk__alloc(&m->allocator, (size_t)sk__ckpt_volume(&s->box) * sk_dtype_size(e->dtype) + 1, 64)))
+    if (!(s->data = sk__alloc(&m->allocator, (size_t)sk_slice_volume(&s->box) * sk_dtype_size(e->dtype) + 1, 64)))
       return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "checkpoint: out of memory merging '%s'", e->tensor);
   }
   return SK_OK;

@@ -144,6 +144,10 @@ SK_API int sk_layout_split_count(const sk_layout *layout, int dim);
 SK_API void sk_layout_slice_shape(const sk_layout *layout, int64_t *shape);
 /* The slice rank holds. */
 SK_API sk_result sk_layout_slice(const sk_layout *layout, int rank, sk_slice *slice, sk_error *err);
+/* The number of elements of a box (0 when any dim is empty). */
+SK_API int64_t sk_slice_volume(const sk_slice *box);
+/* a ∩ b (same dim count) into *out; false when it is empty. */
+SK_API bool sk_slice_intersect(const sk_slice *a, const sk_slice *b, sk_slice *out);
 /* Mask of the mesh axes the map uses; the others replicate the tensor. */
 SK_API uint32_t sk_layout_used_axes(const sk_layout *layout);
 /* Whether two layouts of one tensor give every rank the same slice, compared rank by rank
@@ -1060,6 +1064,22 @@ SK_API void sk_layout_slice_shape(const sk_layout *layout, int64_t *shape) {
     int split = sk_layout_split_count(layout, d); /* >= 1 for a sane layout */
     shape[d] = split ? layout->shape[d] / split : 0;
   }
+}
+
+SK_API int64_t sk_slice_volume(const sk_slice *b) {
+  int64_t v = 1;
+  for (int d = 0; d < b->ndims; d++) v *= b->stop[d] > b->start[d] ? b->stop[d] - b->start[d] : 0;
+  return v;
+}
+
+SK_API bool sk_slice_intersect(const sk_slice *a, const sk_slice *b, sk_slice *out) {
+  out->ndims = a->ndims;
+  for (int d = 0; d < a->ndims; d++) {
+    out->start[d] = a->start[d] > b->start[d] ? a->start[d] : b->start[d];
+    out->stop[d] = a->stop[d] < b->stop[d] ? a->stop[d] : b->stop[d];
+    if (out->start[d] >= out->stop[d]) return false;
+  }
+  return true;
 }
 
 SK_API sk_result sk_layout_slice(const sk_layout *layout, int rank, sk_slice *slice, sk_error *err) {

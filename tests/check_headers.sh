@@ -43,6 +43,9 @@ done
 printf '#define SK_IMPL\n#include "shardkit.h"\n' >"$tmp/a.c"
 printf '#include "shardkit.h"\nint main(void) { return sk_dtype_size(SK_F32) == 4 ? 0 : 1; }\n' >"$tmp/b.c"
 try "implementation TU + user TU link" gcc -std=c11 $W "$tmp/a.c" "$tmp/b.c" -o "$tmp/ab" -lpthread -lm
+# Checkpoint planning (sk_ckpt_plan.h, in the umbrella) links without zlib or liburing, and runs.
+printf '#include "shardkit.h"\nint main(void) {\n  sk_layout l;\n  sk_slice box;\n  int ranks[8], n = 0;\n  bool as_saved = true;\n  const int64_t shape[1] = {8};\n  const int cut[1] = {8};\n  if (sk_layout_from_strategy(&l, 8, 1, shape, cut, SK_REPEAT_RIGHT, NULL)) return 1;\n  if (sk_ckpt_box(&l, 0, 3, &box, NULL) || box.start[0] != 3) return 2;\n  if (sk_ckpt_infer_rank_list(&l, NULL, 0, ranks, 8, &n, &as_saved, NULL) || n != 8 || as_saved) return 3;\n  return 0;\n}\n' >"$tmp/p.c"
+try "checkpoint planning links without zlib and runs" sh -c "gcc -std=c11 $W '$tmp/a.c' '$tmp/p.c' -o '$tmp/pp' -lpthread -lm && '$tmp/pp'"
 # Two private SK_STATIC copies in one program.
 printf '#define SK_STATIC\n#define SK_IMPL\n#include "shardkit.h"\nint f1(void) { return (int)sk_dtype_size(SK_F64); }\n' >"$tmp/s1.c"
 printf '#define SK_STATIC\n#define SK_IMPL\n#include "shardkit.h"\nint f1(void);\nint main(void) { return f1() == 8 ? 0 : 1; }\n' >"$tmp/s2.c"
