@@ -25,3 +25,4 @@
 #include "sk_search.h" /* sharding_propagation, recursive_programming (D-Rec), the exact search */
 #include "sk_pipeline.h" /* pipeline parallel: schedulers as action lists, chunk placement, the balanced cut, a simulator */
 #include "sk_redundancy.h" /* redundancy groups, owners, parameter_broadcast (zero-then-AllReduce) */
+#include "sk_dryrun.h" /* a plan's step with no data: memory, communication and FLOPs as the runtime counts them */
