@@ -26,3 +26,4 @@
 #include "sk_pipeline.h" /* pipeline parallel: schedulers as action lists, chunk placement, the balanced cut, a simulator */
 #include "sk_redundancy.h" /* redundancy groups, owners, parameter_broadcast (zero-then-AllReduce) */
 #include "sk_ckpt_plan.h" /* checkpoint planning: boxes, owners, read plans, MindSpore's rank list (no zlib) */
+#include "sk_dryrun.h" /* a plan's step with no data: memory, communication and FLOPs as the runtime counts them */

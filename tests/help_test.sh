@@ -73,6 +73,8 @@ sk-sim $SIM --checkpoint-io fast
 sk-sim $SIM --check --load-checkpoint \$tmp/work/ck
 sk-sim $SIM --dump-program -1
 sk-sim $SIM --dump-program 4
+sk-sim $SIM --dry-run
+sk-sim --net examples/nets/transformer.json --dry-run --check
 sk-sim $SIM --grad-accumulation-step 0
 sk-sim $SIM --pipeline 0
 sk-sim $SIM --pipeline 3 --micro 3

@@ -229,6 +229,32 @@ if grep -q '^memory' "$tmp/out" && [ "$(grep -cE '^ +[0-7] +[0-9]+ ' "$tmp/out")
    grep -q '^communication per step' "$tmp/out" && grep -qE '^modelled step time: [0-9.]+ ms' "$tmp/out"; then ok
 else bad "report: $(cat "$tmp/out")"; fi
 
+# --dry-run prints --report's sections of one step, equal to an executed step's (the memory table,
+# the communication, the compute), without a world: under a pipeline with zero_bubble_v and
+# recomputation; with 16-bit gradient sync, fusion, hsdp and recomputation; under gradient
+# accumulation with hsdp level2; a search under a pipeline
+TR6=embed,embed_pos,b0.ln1,b0.ln1_2d,b0.q,b0.q_4d
+while read -r dry; do
+  eval "set -- $dry"
+  "$BIN" "$@" --steps 1 --report >"$tmp/run" 2>&1; r1=$?
+  "$BIN" "$@" --dry-run >"$tmp/dry" 2>&1; r2=$?
+  sed -n '/^memory/,/^compute per step/p' "$tmp/run" >"$tmp/run_s"
+  sed -n '/^memory/,/^compute per step/p' "$tmp/dry" >"$tmp/dry_s"
+  if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ -s "$tmp/dry_s" ] && cmp -s "$tmp/run_s" "$tmp/dry_s" && ! grep -q 'loss is' "$tmp/dry" &&
+     head -1 "$tmp/dry" | grep -q '^# dry run: [0-9]* devices, '; then ok
+  else bad "--dry-run $*: exit $r2 (executed $r1), not the executed step's report: $(diff "$tmp/run_s" "$tmp/dry_s" | head -4)"; fi
+done <<EOF
+--net examples/nets/transformer.json --devices 8 --pipeline 2 --micro 4 --scheduler zero_bubble_v --recompute $TR6
+--net examples/nets/operator_parallel.json --devices 8 --recompute fc1,relu1 --fusion size:1 --dtype bf16 --no-gradient-fp32-sync --hsdp 2,0
+--net examples/nets/transformer.json --devices 8 --grad-accumulation-step 2 --hsdp 2,0,level2
+--net examples/nets/transformer.json --devices 16 --pipeline 2 --micro 2 --mode recursive_programming
+EOF
+# ... and on far more devices than threads could run: 512
+"$BIN" --net examples/nets/transformer.json --devices 512 --dataset-strategy "((2,1),(2,))" --dry-run >"$tmp/out" 2>&1
+if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 512 devices' && [ "$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$tmp/out")" -eq 512 ] &&
+   grep -q '^allreduce  *512 ' "$tmp/out" && grep -q '^compute per step (device 0): ' "$tmp/out"; then ok
+else bad "--dry-run on 512 devices: $(tail -3 "$tmp/out")"; fi
+
 # a strategy needing more devices falls back to data parallel, and says so
 "$BIN" --net examples/nets/operator_parallel.json --devices 4 --steps 2 >"$tmp/out" 2>"$tmp/err"
 if [ $? -eq 0 ] && grep -q "operator 'fc1'.*data parallel instead" "$tmp/err"; then ok

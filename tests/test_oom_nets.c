@@ -12,37 +12,12 @@
 
 #include "runtime_harness.h"
 #include "sk_json.h"
+#include "shipped_nets.h"
 
 #define OOM_NETS_NDEV 4
 #define OOM_NETS_DENSE 500
 #define OOM_NETS_STRIDE 37
 #define OOM_NETS_TIMEOUT 600
-
-/* The range an integer input draws from: a Gather's table rows when it indexes one (the
-   transformer's tokens), else the classes of the logits (the labels). */
-static int64_t int_range(const sk_graph *g, int t) {
-  for (int o = 0; o < g->nops; o++) {
-    const sk_graph_op *op = &g->ops[o];
-    if (op->desc.kind == SK_OP_GATHER && op->ninputs > 1 && op->inputs[1] == t) return g->tensors[op->inputs[0]].shape[0];
-  }
-  cr_assert_geq(g->logits, 0, "integer input '%s' in a network without logits", g->tensors[t].name);
-  const sk_graph_tensor *l = &g->tensors[g->logits];
-  return l->shape[l->ndims - 1];
-}
-
-/* Loads path into n, with each input's data range (runtime_harness.h's net). */
-static void load_net(net *n, const char *path) {
-  memset(n, 0, sizeof *n);
-  sk_graph_init(&n->g);
-  OK(sk_json_load_network(path, &n->g, E));
-  for (int t = 0; t < n->g.ntensors; t++) {
-    const sk_graph_tensor *x = &n->g.tensors[t];
-    if (x->role != SK_TENSOR_INPUT) continue;
-    cr_assert_lt(n->nin, MAXIN, "%s: more than %d inputs", path, MAXIN);
-    bool integer = x->dtype == SK_I32 || x->dtype == SK_I64;
-    n->range[n->nin++] = integer ? int_range(&n->g, t) : 0;
-  }
-}
 
 /* One device: create with the counting allocator (call R->fail_at refused on R->fail_rank),
    feed the first step's data, one step, destroy. */
@@ -98,7 +73,7 @@ static long next_k(long k) {
 static void sweep_net(const char *path) {
   static net n;
   static run R;
-  load_net(&n, path);
+  load_shipped_net(&n, path);
   run_init_knobs(&R, &n, OOM_NETS_NDEV, SK_F32, n.g.optim, 1, NULL);
   run_world_with(&R, oom_device); /* no refusal: the allocations to sweep */
   expect_all_ok(&R, path);

@@ -55,14 +55,20 @@ static void sim_print_comm(FILE *f, const sk_runtime_stats *st) {
   if (!st->nrows) fprintf(f, "(none)\n");
 }
 
-/* The report: memory per device, device 0's communication and FLOPs per step, the modelled
-   step time when a link model ran (model_us: device 0's virtual clock per step). */
-static void sim_print_report(FILE *f, const sim_device_figures *all, int n, const sk_cluster *cluster, double model_us) {
-  const sk_link_model *link = &cluster->link;
+/* Memory per device, device 0's communication and FLOPs per step: what --report and
+   --dry-run print alike. */
+static void sim_print_figures(FILE *f, const sim_device_figures *all, int n) {
   sim_print_memory(f, all, n);
   sim_print_comm(f, &all[0].stats);
   double steps = all[0].stats.steps ? (double)all[0].stats.steps : 1;
   fprintf(f, "compute per step (device 0): %.6g GFLOP\n", all[0].stats.flops / steps / 1e9);
+}
+
+/* The report: the figures, and the modelled step time when a link model ran (model_us: device
+   0's virtual clock per step). */
+static void sim_print_report(FILE *f, const sim_device_figures *all, int n, const sk_cluster *cluster, double model_us) {
+  const sk_link_model *link = &cluster->link;
+  sim_print_figures(f, all, n);
   if (link->gbps > 0)
     fprintf(f, "modelled step time: %.3f ms (links %g us, %g GB/s; devices %g TFLOPS)\n", model_us / 1e3,
             link->alpha_us, link->gbps, cluster->device_flops * 1e-12);

@@ -42,6 +42,7 @@
 #include "pylayout.h"
 #include "pyshard.h"
 #include "sim_report.h"
+#include "sim_dryrun.h"
 #include "sim_ckpt.h"
 #include "../examples/loss_check.h"
 
@@ -55,6 +56,7 @@ typedef struct options {
   sk_optim_kind optim_kind; /* --optimizer's */
   uint64_t seed;
   bool check, report, strict, mpi;
+  bool dry_run; /* --dry-run: the plan's step on every device with no data (tools/sim_dryrun.h) */
   bool broadcast; /* --parameter-broadcast: device r draws its model from seed + r, then parameter_broadcast */
   bool distributed; /* the runtime on a world (even of one device: --report, --link) */
   int dump_rank; /* -1: none */
@@ -125,6 +127,8 @@ static void usage(FILE *f, const char *argv0) {
 
           "  --device-memory GB   recursive_programming's memory check: the bytes a device may hold\n",
           prog_name(argv0));
+  fprintf(f, "  --dry-run            compile and print --report's memory, communication and compute of one step\n"
+             "                       on every device, executing nothing (no world, no threads: any --devices)\n");
   fprintf(f, /* ISO C's 4095 characters a string: three of them */
           "  --shard OP=S         shard(in_strategy=S) of operator OP, replacing the network's (repeatable):\n"
           "                       MindSpore's tuples \"((2,1),(1,4))\" or layouts, one per input:\n"
@@ -308,6 +312,7 @@ static int parse_mode(const char *v, options *o) {
 static int parse_flag(const char *a, options *o) {
   if (!strcmp(a, "--check")) return o->check = true, 1;
   if (!strcmp(a, "--report")) return o->report = true, 1;
+  if (!strcmp(a, "--dry-run")) return o->dry_run = true, 1;
   if (!strcmp(a, "--strict-strategies")) return o->strict = true, 1;
   if (!strcmp(a, "--gradients-mean")) return o->pd.gradients_mean = true, 1;
   if (!strcmp(a, "--no-loss-repeated-mean")) return o->pd.no_loss_repeated_mean = true, 1;
@@ -474,6 +479,8 @@ static int check_combinations(const char *argv0, const options *o, bool steps, b
   if ((o->pd.cluster.link.gbps > 0) != (o->pd.cluster.device_flops > 0))
     return bad_usage(argv0, "--link and --device-tflops go together", NULL);
   if (o->check_tolerance > 0 && !o->check) return bad_usage(argv0, "--check-tolerance needs --check", NULL);
+  if (o->dry_run && (o->check || o->dump_rank >= 0 || o->dump_schedule || o->ckpt.save || o->ckpt.load))
+    return bad_usage(argv0, "--dry-run executes nothing: not with --check, --dump-program, --dump-schedule or checkpoints", NULL);
   const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
   if (ck) return bad_usage(argv0, ck, NULL);
   sk_autoparallel pd = o->pd; /* the strategy files are sk_strategy_compile's, read later */
@@ -964,7 +971,7 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
             J->plan.stages, J->plan.schedule.chunks);
   if (!o->mpi || prog_launch_rank() == 0) say_not_recomputed(J);
   if (o->print_strategies && (!o->mpi || prog_launch_rank() == 0)) print_strategies(&J->plan);
-  if (o->dump_rank >= 0 || o->dump_schedule) return 0;
+  if (o->dump_rank >= 0 || o->dump_schedule || o->dry_run) return 0;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;
   if (data_sources_open(g, o->data, o->ndata, J->data.kind >= 0, o->seed, &J->src, msg, cap)) return -1;
@@ -1075,6 +1082,9 @@ int main(int argc, char **argv) {
   } else if (o.dump_rank >= 0) {
     sim_print_program(stdout, &J.plan, o.dump_rank);
     printf("# compiled for %d devices in %.3f ms\n", o.devices, J.compile_ms);
+  }
+  else if (o.dry_run) {
+    if ((!o.mpi || prog_launch_rank() == 0) && sim_dry_run(stdout, &J.plan, J.compile_ms, msg, sizeof msg)) rc = 1;
   }
   else if ((code = run_all(&J, argv[0], msg, sizeof msg))) rc = 1;
   /* every process meets the same error: one says it; a failed check or a loss that is not

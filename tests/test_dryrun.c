@@ -1,0 +1,242 @@
+/* The dry run (sk_dryrun.h) against an executed run: the shipped networks (examples/nets,
+   every .json) compiled for N devices, one training step on thread devices, and every device's
+   dry run of the same plan. Equal, byte for byte and call for call:
+     MEMORY   right after create and after the step, each of parameters, gradients, optimizer,
+              activations and communication (current value and per-kind peak) and the peak of
+              their sum (host is the library's bookkeeping: not compared);
+     COMM     the statistics rows, as a set of (kind, plan group id): group size, calls, bytes;
+     FLOPS    the step's FLOPs, exactly (the same function summed in the same order).
+   Combinations (the suite stays within about half a minute on a loaded 2-core machine): every
+   network with semi_auto on 1, 2 and 8 devices; every network under a 2-stage pipeline (1f1b, 2
+   micro-batches) on 2 and 8 devices; hsdp level1 and level3 on 8; recompute (every operator but
+   the last flagged) without and with a pipeline on 8 (without one, not the transformer: its
+   executed step replays the recomputed operators for 40 s); sharding_propagation and
+   recursive_programming on 8 (a search under a pipeline needs 16 devices, more than the
+   harness holds: the networks' strategies are written for 8 devices a stage; tests/sim_test.sh
+   runs one); bf16 and f16 with the gradient sync in 16 bits under hsdp level2, without and
+   with a pipeline, on 8; zero_bubble_v (hsdp level2, recompute) and gpipe (hsdp level1) with 4
+   micro-batches, grad_accumulation_step 2 with hsdp level2, comm_fusion closed, 4 KB AllReduce
+   buckets launched as their gradients are ready with packed BackwardComm, on 8. dense_mutmul
+   never under a pipeline (NPIPE below).
+
+   Device threads never assert: each records into its dev_out, the test's thread asserts. */
+#include <criterion/criterion.h>
+
+#include "runtime_harness.h"
+#include "sk_json.h"
+#include "shipped_nets.h"
+
+#define DR_TIMEOUT 120
+
+static const char *const nets[] = {"examples/nets/transformer.json", "examples/nets/operator_parallel.json",
+                                   "examples/nets/recursive_programming.json", "examples/nets/attention.json",
+                                   "examples/nets/dense_mutmul.json"};
+#define NNETS ((int)(sizeof nets / sizeof nets[0]))
+/* Under a pipeline the first four: dense_mutmul adds a bias as long as the whole batch, which a
+   micro-batch is not (the compiler refuses it). */
+#define NPIPE (NNETS - 1)
+
+/* The network at path, with every operator but the last flagged for recomputation when asked. */
+static void load_net(net *n, const char *path, bool recompute) {
+  load_shipped_net(n, path);
+  for (int o = 0; recompute && o + 1 < n->g.nops; o++) n->g.ops[o].recompute = true;
+}
+
+/* One device: create, one step; its memory after each and its statistics. */
+static sk_result one_step(sk_comm *comm, void *arg) {
+  run *R = (run *)arg;
+  dev_out *o = &R->dev[sk_comm_rank(comm)];
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  o->ran = true, o->rc = SK_OK;
+  sk_runtime *rt = NULL;
+  sk_result r = note(o, "create", sk_runtime_create(comm, &R->plan, &R->desc, &rt, &e), &e);
+  if (!r) sk_runtime_memory_get(rt, &o->mem_created), o->created = true;
+  for (int i = 0; !r && i < R->n->nin; i++)
+    r = note(o, "feed", sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[0][i], (size_t)R->in_n[i], &e), &e);
+  if (!r) r = note(o, "step", sk_runtime_step(rt, &o->loss[0], &e), &e);
+  if (rt) sk_runtime_stats_get(rt, &o->stats), sk_runtime_memory_get(rt, &o->mem_end);
+  sk_runtime_destroy(rt);
+  return r;
+}
+
+static const char *const kinds[SK_MEM_KINDS] = {"parameters", "gradients", "optimizer", "activations", "communication"};
+
+/* The five kinds' current values and peaks, and the peak of their sum. */
+static void expect_memory(const sk_runtime_memory *got, const sk_runtime_memory *want, int d, const char *when, const char *what) {
+  const uint64_t g[2][SK_MEM_KINDS] = {{got->parameters, got->gradients, got->optimizer_state, got->activations, got->communication},
+                                       {got->peak_parameters, got->peak_gradients, got->peak_optimizer_state,
+                                        got->peak_activations, got->peak_communication}};
+  const uint64_t w[2][SK_MEM_KINDS] = {{want->parameters, want->gradients, want->optimizer_state, want->activations,
+                                        want->communication},
+                                       {want->peak_parameters, want->peak_gradients, want->peak_optimizer_state,
+                                        want->peak_activations, want->peak_communication}};
+  for (int peak = 0; peak < 2; peak++)
+    for (int k = 0; k < SK_MEM_KINDS; k++)
+      cr_assert_eq(g[peak][k], w[peak][k], "%s: device %d %s: %s%s: the runtime %llu bytes, the dry run %llu", what, d, when,
+                   peak ? "peak " : "", kinds[k], (unsigned long long)g[peak][k], (unsigned long long)w[peak][k]);
+  cr_assert_eq(got->peak, want->peak, "%s: device %d %s: peak total: the runtime %llu, the dry run %llu", what, d, when,
+               (unsigned long long)got->peak, (unsigned long long)want->peak);
+}
+
+static const sk_runtime_comm_row *find_row(const sk_runtime_stats *st, const sk_runtime_comm_row *x) {
+  for (int i = 0; i < st->nrows; i++)
+    if (st->rows[i].kind == x->kind && st->rows[i].group_id == x->group_id) return &st->rows[i];
+  return NULL;
+}
+
+static const char *row_name(sk_coll_kind k) { return k == SK_COLL_NONE ? "Redistribution" : sk_coll_kind_name(k); }
+
+/* Every row of each side on the other, with the same group size, calls and bytes. */
+static void expect_rows(const sk_runtime_stats *rt, const sk_runtime_stats *dry, int d, const char *what) {
+  cr_assert_lt(rt->nrows, SK_RUNTIME_COMM_ROWS, "%s: device %d: the statistics ran out of rows", what, d);
+  cr_assert_eq(rt->nrows, dry->nrows, "%s: device %d: the runtime has %d rows, the dry run %d", what, d, rt->nrows, dry->nrows);
+  for (int i = 0; i < rt->nrows; i++) {
+    const sk_runtime_comm_row *x = &rt->rows[i], *y = find_row(dry, x);
+    cr_assert_not_null(y, "%s: device %d: %s on g%d: %llu calls at run time, none in the dry run", what, d, row_name(x->kind),
+                       x->group_id, (unsigned long long)x->calls);
+    cr_assert(x->group == y->group && x->calls == y->calls && x->bytes == y->bytes,
+              "%s: device %d: %s on g%d: the runtime %d ranks %llu calls %llu bytes, the dry run %d ranks %llu calls %llu bytes",
+              what, d, row_name(x->kind), x->group_id, x->group, (unsigned long long)x->calls, (unsigned long long)x->bytes,
+              y->group, (unsigned long long)y->calls, (unsigned long long)y->bytes);
+  }
+}
+
+/* Every device's dry run equals its executed step. */
+static void expect_equal(run *R, const char *what) {
+  for (int d = 0; d < R->ndev; d++) {
+    sk_dryrun_device dry;
+    OK(sk_dryrun_device_run(&R->plan, d, &dry, E));
+    const dev_out *o = &R->dev[d];
+    expect_memory(&o->mem_created, &dry.created, d, "after create", what);
+    expect_memory(&o->mem_end, &dry.after, d, "after the step", what);
+    expect_rows(&o->stats, &dry.stats, d, what);
+    cr_assert(o->stats.flops == dry.stats.flops, "%s: device %d: the runtime %.17g FLOPs, the dry run %.17g", what, d,
+              o->stats.flops, dry.stats.flops);
+    cr_assert_gt(dry.stats.flops, 0, "%s: device %d: no FLOPs", what, d);
+  }
+}
+
+/* Network `path` on `ndev` devices with the knobs of pd: executed and dry, compared. */
+static void check_net_dt(const char *path, int ndev, sk_dtype dt, const sk_autoparallel *pd, bool recompute, const char *label) {
+  static net n;
+  static run R;
+  char what[256];
+  cr_assert_leq(ndev, MAXDEV, "%s: %d devices, the harness holds %d", path, ndev, MAXDEV);
+  snprintf(what, sizeof what, "%s, %d device%s, %s, %s", path, ndev, ndev > 1 ? "s" : "", sk_dtype_name(dt), label);
+  load_net(&n, path, recompute);
+  run_init_knobs(&R, &n, ndev, dt, n.g.optim, 1, pd);
+  run_world_with(&R, one_step);
+  expect_all_ok(&R, what);
+  expect_equal(&R, what);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+static void check_net(const char *path, int ndev, const sk_autoparallel *pd, bool recompute, const char *label) {
+  check_net_dt(path, ndev, SK_F32, pd, recompute, label);
+}
+
+static sk_autoparallel knobs(void) {
+  sk_autoparallel d;
+  memset(&d, 0, sizeof d);
+  return d;
+}
+
+static sk_autoparallel pipe2(void) {
+  sk_autoparallel d = knobs();
+  d.pipeline.stages = 2, d.pipeline.micro = 2, d.pipeline.scheduler = SK_PIPE_1F1B;
+  return d;
+}
+
+Test(dryrun, semi_auto_1_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  const int counts[] = {1, 2, 8};
+  for (int i = 0; i < NNETS; i++)
+    for (int c = 0; c < 3; c++) check_net(nets[i], counts[c], &pd, false, "semi_auto");
+}
+
+Test(dryrun, pipeline_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = pipe2();
+  for (int i = 0; i < NPIPE; i++) {
+    check_net(nets[i], 2, &pd, false, "1f1b, 2 stages, 2 micro-batches");
+    check_net(nets[i], 8, &pd, false, "1f1b, 2 stages, 2 micro-batches");
+  }
+}
+
+Test(dryrun, hsdp_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  pd.hsdp = (sk_hsdp){true, -1, 0, SK_HSDP_LEVEL1};
+  for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "hsdp level1");
+  pd.hsdp.level = SK_HSDP_LEVEL3;
+  for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "hsdp level3");
+}
+
+Test(dryrun, recompute_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs(), pp = pipe2();
+  for (int i = 1; i < NNETS; i++) check_net(nets[i], 8, &pd, true, "recompute"); /* not the transformer: 40 s */
+  for (int i = 0; i < NPIPE; i++) check_net(nets[i], 8, &pp, true, "recompute, 1f1b, 2 stages");
+}
+
+Test(dryrun, search_modes_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  pd.mode = SK_PARALLEL_SHARDING_PROPAGATION;
+  for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "sharding_propagation");
+  pd.mode = SK_PARALLEL_RECURSIVE_PROGRAMMING;
+  for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "recursive_programming");
+}
+
+/* 16-bit runs: the reducing collectives and the gradient sync on a 16-bit wire, the wire buffer
+   and the shadows in the create section. */
+Test(dryrun, half_wires_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs(), pp = pipe2();
+  pd.no_gradient_fp32_sync = pp.no_gradient_fp32_sync = true;
+  pd.hsdp = pp.hsdp = (sk_hsdp){true, -1, 0, SK_HSDP_LEVEL2};
+  for (int i = 0; i < NNETS; i++) check_net_dt(nets[i], 8, SK_BF16, &pd, false, "hsdp level2, 16-bit gradient sync");
+  for (int i = 0; i < NPIPE; i++) check_net_dt(nets[i], 8, SK_F16, &pp, false, "hsdp level2, 1f1b, 16-bit gradient sync");
+}
+
+/* A NULL or uncompiled plan, a rank outside the world: refused, naming what was wrong. */
+Test(dryrun, refuses_bad_input, .timeout = DR_TIMEOUT) {
+  static net n;
+  static run R;
+  sk_dryrun_device dry;
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  sk_parallel_plan none;
+  memset(&none, 0, sizeof none);
+  cr_assert_eq(sk_dryrun_device_run(NULL, 0, &dry, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_dryrun_device_run(&none, 0, &dry, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "uncompiled"), "%s", e.msg);
+  load_net(&n, nets[3], false);
+  sk_autoparallel pd = knobs();
+  run_init_knobs(&R, &n, 2, SK_F32, n.g.optim, 1, &pd);
+  cr_assert_eq(sk_dryrun_device_run(&R.plan, 2, &dry, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "rank 2 outside the plan's 2 devices"), "%s", e.msg);
+  cr_assert_eq(sk_dryrun_device_run(&R.plan, -1, &dry, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(sk_dryrun_device_run(&R.plan, 1, NULL, &e), SK_ERR_INVALID_ARGUMENT);
+  OK(sk_dryrun_device_run(&R.plan, 1, &dry, E));
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* The other schedulers, gradient accumulation, fusion (closed; small buckets launched as their
+   gradients are ready). */
+Test(dryrun, schedulers_accumulation_fusion, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = pipe2();
+  pd.pipeline.micro = 4, pd.pipeline.scheduler = SK_PIPE_ZERO_BUBBLE_V;
+  pd.hsdp = (sk_hsdp){true, -1, 0, SK_HSDP_LEVEL2};
+  for (int i = 0; i < NPIPE; i++) check_net(nets[i], 8, &pd, true, "zero_bubble_v, 4 micro-batches, hsdp level2, recompute");
+  pd.pipeline.scheduler = SK_PIPE_GPIPE, pd.hsdp.level = SK_HSDP_LEVEL1;
+  for (int i = 0; i < NPIPE; i++) check_net(nets[i], 8, &pd, false, "gpipe, 4 micro-batches, hsdp level1");
+  pd = knobs();
+  pd.grad_accumulation_step = 2, pd.hsdp = (sk_hsdp){true, -1, 0, SK_HSDP_LEVEL2};
+  for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "grad_accumulation_step 2, hsdp level2");
+  pd = knobs();
+  pd.comm_fusion.closed = true;
+  for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "comm_fusion closed");
+  pd = knobs();
+  pd.comm_fusion.allreduce.mode = SK_FUSION_SIZE, pd.comm_fusion.allreduce.threshold_bytes = 4096;
+  pd.transformer_opt.grad_computation_allreduce_overlap = true, pd.transformer_opt.enable_communication_fusion = true;
+  for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "4 KB buckets launched when ready, packed BackwardComm");
+}
