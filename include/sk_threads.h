@@ -18,11 +18,11 @@
      its range of all N inputs once and writes it to all N outputs (2*N*S bytes of memory
      traffic in all, the minimum), f32/f64 sums in registers, other types through an L1-sized
      block, reducing in the fixed order rank 0..N-1 so that results are bitwise deterministic
-     whoever runs the task. Outputs too large
-     to stay in cache are written with streaming stores (no read-for-ownership), except where an
-     output is also an input (in place). In-place AllToAll exchanges blocks pairwise, without a
-     staging copy. Small AllReduces (<= small_bytes per rank) go through per-member inline
-     slots: one synchronisation instead of two.
+     whoever runs the task. Outputs too large to stay in cache are written with streaming
+     stores (no read-for-ownership), except where an output is also an input (in place).
+     In-place AllToAll exchanges blocks pairwise, without a staging copy. Small AllReduces
+     (<= small_bytes per rank) go through per-member inline slots: one synchronisation instead
+     of two.
      Waiting: a spin of at most 20 us (only when devices <= cores), then sched_yield, then a
      futex sleep in bounded slices, always bounded by the world's timeout and woken by abort.
      Non-blocking collectives run on a per-communicator progress thread per device (started on
