@@ -16,12 +16,13 @@
      left: the threads that are running do the work of those that are not (8 devices on 2
      cores), and the split stays even on a noisy machine. AllReduce is one pass: a task reads
      its range of all N inputs once and writes it to all N outputs (2*N*S bytes of memory
-     traffic in all, the minimum), through an L1-sized block, reducing in the fixed order rank
-     0..N-1 so that results are bitwise deterministic whoever runs the task. Outputs too large
-     to stay in cache are written with streaming stores (no read-for-ownership), except where an
-     output is also an input (in place). In-place AllToAll exchanges blocks pairwise, without a
-     staging copy. Small AllReduces (<= small_bytes per rank) go through per-member inline
-     slots: one synchronisation instead of two.
+     traffic in all, the minimum), f32/f64 sums in registers, other types through an L1-sized
+     block, reducing in the fixed order rank 0..N-1 so that results are bitwise deterministic
+     whoever runs the task. Outputs too large to stay in cache are written with streaming
+     stores (no read-for-ownership), except where an output is also an input (in place).
+     In-place AllToAll exchanges blocks pairwise, without a staging copy. Small AllReduces
+     (<= small_bytes per rank) go through per-member inline slots: one synchronisation instead
+     of two.
      Waiting: a spin of at most 20 us (only when devices <= cores), then sched_yield, then a
      futex sleep in bounded slices, always bounded by the world's timeout and woken by abort.
      Non-blocking collectives run on a per-communicator progress thread per device (started on
@@ -612,10 +613,50 @@ static sk__tplan sk__tplan_of(const sk_coll *op, int k) {
   return pl;
 }
 
-/* Reduces len elements of the k inputs m->ptrs[] into each of the nout outputs m->outs[], a block
-   at a time through an L1-sized buffer. An output that is also an input (in place) takes
-   ordinary stores: its lines were just read, so writing them back costs nothing extra, whereas
-   streaming would evict them; the other outputs stream when nt is set. */
+#if defined(__SSE2__)
+/* The common case fused: f32 and f64 sums add the k inputs in registers, 4 vectors at a time, and
+   store the sums straight to every output, streamed where nt is set, the output is not an input
+   (plain[j]) and is 16-byte aligned. Going through the block buffer below instead costs a third
+   more CPU per task at 8 devices (its accumulators live in memory, and every output is copied
+   from the buffer; bench/RESULTS.md). Each element is in[0] + in[1] + ... + in[k-1], left to
+   right as sk_reduce_local adds, so results are bitwise the same. One step reads every input's
+   lines before it writes the outputs', so an output that is also an input is safe. */
+#define SK__TSUM_KERNEL(name, T, V, L, LOADU, ADD, STOREU, STREAM)                                   \
+  static void name(const void *const *in, int k, unsigned char *const *out, const bool *plain, int nout, \
+                   size_t len, bool nt) {                                                            \
+    size_t i = 0;                                                                                    \
+    for (; i + 4 * (L) <= len; i += 4 * (L)) {                                                       \
+      const T *a = (const T *)in[0] + i;                                                             \
+      V s0 = LOADU(a), s1 = LOADU(a + (L)), s2 = LOADU(a + 2 * (L)), s3 = LOADU(a + 3 * (L));         \
+      for (int r = 1; r < k; r++) {                                                                  \
+        const T *b = (const T *)in[r] + i;                                                           \
+        s0 = ADD(s0, LOADU(b)), s1 = ADD(s1, LOADU(b + (L)));                                        \
+        s2 = ADD(s2, LOADU(b + 2 * (L))), s3 = ADD(s3, LOADU(b + 3 * (L)));                          \
+      }                                                                                              \
+      for (int j = 0; j < nout; j++) {                                                               \
+        T *d = (T *)(void *)out[j] + i;                                                              \
+        if (nt && !plain[j] && ((uintptr_t)d & 15) == 0)                                             \
+          STREAM(d, s0), STREAM(d + (L), s1), STREAM(d + 2 * (L), s2), STREAM(d + 3 * (L), s3);      \
+        else                                                                                         \
+          STOREU(d, s0), STOREU(d + (L), s1), STOREU(d + 2 * (L), s2), STOREU(d + 3 * (L), s3);      \
+      }                                                                                              \
+    }                                                                                                \
+    for (; i < len; i++) { /* the tail, in the same order */                                         \
+      T s = ((const T *)in[0])[i];                                                                   \
+      for (int r = 1; r < k; r++) s += ((const T *)in[r])[i];                                        \
+      for (int j = 0; j < nout; j++) ((T *)(void *)out[j])[i] = s;                                   \
+    }                                                                                                \
+  }
+SK__TSUM_KERNEL(sk__tsum_f32, float, __m128, 4, _mm_loadu_ps, _mm_add_ps, _mm_storeu_ps, _mm_stream_ps)
+SK__TSUM_KERNEL(sk__tsum_f64, double, __m128d, 2, _mm_loadu_pd, _mm_add_pd, _mm_storeu_pd, _mm_stream_pd)
+#undef SK__TSUM_KERNEL
+#endif
+
+/* Reduces len elements of the k inputs m->ptrs[] into each of the nout outputs m->outs[]: f32 and
+   f64 sums in registers (above), the rest a block at a time through an L1-sized buffer. An output
+   that is also an input (in place) takes ordinary stores: its lines were just read, so writing
+   them back costs nothing extra, whereas streaming would evict them; the other outputs stream
+   when nt is set. */
 static void sk__treduce_to(sk__tmember *m, const sk_coll *op, int nout, size_t len, bool nt) {
   int k = m->g->size;
   size_t es = sk_dtype_size(op->dtype);
@@ -628,6 +669,12 @@ static void sk__treduce_to(sk__tmember *m, const sk_coll *op, int nout, size_t l
     for (int i = 0; nout != k && i < k && !alias; i++) alias = (const void *)m->outs[j] == m->ptrs[i];
     m->alias[j] = alias;
   }
+#if defined(__SSE2__)
+  if (op->op == SK_SUM && (op->dtype == SK_F32 || op->dtype == SK_F64)) {
+    (op->dtype == SK_F32 ? sk__tsum_f32 : sk__tsum_f64)(m->ptrs, k, m->outs, m->alias, nout, len, nt);
+    return;
+  }
+#endif
   for (size_t off = 0; off < len; off += block) {
     size_t b = len - off < block ? len - off : block;
     for (int i = 0; i < k; i++) in[i] = (const unsigned char *)m->ptrs[i] + off * es;
