@@ -1194,7 +1194,8 @@ SK_API sk_result sk_parallel_check(const sk_autoparallel *desc, sk_error *err) {
   return r;
 }
 
-/* The compile of a checked g and desc, no strategy file named. */
+/* The compile of a checked g and desc, no strategy file named (g may be p->micro_graph already:
+   the copy a file was loaded into). */
 static sk_result sk__par_compile_checked(const sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *p,
                                          sk_error *err) {
   sk_result r = SK_OK;

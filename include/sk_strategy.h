@@ -583,6 +583,7 @@ static sk_result sk__st_file_layout(sk__jr *jr, json_t *v, const sk_graph_tensor
   for (int a = 0; a < naxes; a++) dims[a] = (int)dims64[a], size *= size <= SK_MAX_DEVICES ? dims64[a] : 1;
   if (naxes == 0 || size != ndevices)
     return sk__jr_fail(jr, "device_matrix", "expected dims whose product is the %d devices", ndevices);
+  memset(&mesh, 0, sizeof mesh); /* the analyzer cannot see that a refusal's code is never 0 */
   if (sk_mesh_init(&mesh, naxes, dims, names, &e)) return sk__jr_fail(jr, "device_matrix", "%s", e.msg);
   if ((r = sk__st_tensor_map(jr, json_object_get(v, "tensor_map"), x->ndims, ms))) return r;
   memset(l, 0, sizeof *l), l->mesh = mesh;
