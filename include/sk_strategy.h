@@ -527,7 +527,7 @@ SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_au
   if (!r) r = sk__st_ops(&rd, &h, g, descs, stages, seen);
   if (!r) { /* all or nothing: the graph and desc change only once the whole file is accepted */
     /* the stages become the network's annotations, which the compiler follows with one chunk
-       per stage; with more, it cuts by FLOPs and step 3 checks the cut */
+       per stage; with more, it cuts by FLOPs and the check after compiling compares the cut */
     bool annotate = h.version >= 2 && sk__st_chunks(&d.pipeline) == 1;
     for (int o = 0; o < g->nops; o++) {
       g->ops[o].desc = descs[o];
