@@ -105,6 +105,8 @@ typedef struct sk_transformer_opt {
   bool enable_communication_fusion;        /* see docs/auto-parallel.md */
 } sk_transformer_opt;
 
+struct sk_strategy_io_fns; /* below: the strategy-file steps */
+
 /* The parallel configuration: AutoParallel's knobs. Zero-initialise; every zero field is
    MindSpore's default. device_num and global_rank are not here: they are the world's. */
 typedef struct sk_autoparallel {
@@ -141,11 +143,13 @@ typedef struct sk_autoparallel {
   const char *dump_local_norm;
   sk_comm_fusion comm_fusion;
   sk_transformer_opt transformer_opt;
-  /* Strategy files (JSON, docs/strategy-files.md): read and written by sk_strategy.h's
-     sk_strategy_compile; sk_parallel_compile refuses a desc naming one. */
+  /* Strategy files (JSON, docs/strategy-files.md), read and written by sk_parallel_compile
+     through strategy_io, the reader and writer sk_strategy.h gives (sk_strategy_io()): this
+     header needs no JSON library, and a desc naming a file without strategy_io is refused. */
   const char *save_param_strategy_file, *load_param_strategy_file;
   const char *save_operator_strategy_file, *load_operator_strategy_file;
   bool strategy_file_all_params; /* disable_strategy_file_only_for_trainable_params */
+  const struct sk_strategy_io_fns *strategy_io;
   /* hsdp(): optimizer parallel (sk_opt_shard.h decides per parameter; zero: off). A parameter
      is sharded only when every operator reads it in its own layout; the threshold counts the
      graph's dtype. */
@@ -350,7 +354,7 @@ typedef struct sk_parallel_tensor {
 } sk_parallel_tensor;
 
 typedef struct sk_parallel_plan {
-  const sk_graph *graph; /* borrowed: it must outlive the plan */
+  const sk_graph *graph; /* the caller's (borrowed: it must outlive the plan), or micro_graph */
   sk_autoparallel desc;
   sk_parallel_op *ops;         /* graph->nops */
   sk_parallel_tensor *tensors; /* graph->ntensors */
@@ -369,7 +373,8 @@ typedef struct sk_parallel_plan {
   int *vstage;       /* [nops]: each operator's virtual stage, its chunk's place in the model */
   bool recut;        /* the network's stage annotations were set but not used: the cut is by FLOPs */
   sk_pipe_schedule schedule;
-  sk_graph *micro_graph; /* the graph the plan owns (one micro-batch's; a searched copy), or NULL */
+  sk_graph *micro_graph; /* the graph the plan owns (one micro-batch's; a searched copy; the copy
+                            a strategy file was loaded into), or NULL */
   /* A search mode: the searched plan's cost in the model's unit (sk_search_cost.h), the
      search's wall time, and searched[o]: operator o's strategy came from the search. */
   double search_cost, search_ms;
@@ -382,7 +387,24 @@ typedef struct sk_parallel_plan {
   sk_plan_group *groups;
 } sk_parallel_plan;
 
-/* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free). */
+/* The strategy-file steps sk_parallel_compile runs when a desc names a file; sk_strategy.h's
+   sk_strategy_io() is the table (docs/strategy-files.md). `desc` is the caller's, its file
+   names set. */
+typedef struct sk_strategy_io_fns {
+  /* load_operator_strategy_file: the file's strategies and stages into g (the plan's copy of the
+     network), its dataset strategy, stage count and hsdp into *desc; on failure neither changes. */
+  sk_result (*load_operators)(const char *path, sk_graph *g, sk_autoparallel *desc, sk_error *err);
+  /* After compiling: the operators' stages against load_operator_strategy_file, the parameter
+     layouts and optimizer shards against load_param_strategy_file. */
+  sk_result (*check)(const sk_parallel_plan *plan, const sk_autoparallel *desc, sk_error *err);
+  /* save_param_strategy_file and save_operator_strategy_file (one file when the paths match). */
+  sk_result (*save)(const sk_parallel_plan *plan, const sk_autoparallel *desc, sk_error *err);
+} sk_strategy_io_fns;
+
+/* Compiles g for desc->ndevices devices into *plan (the caller's; free with sk_parallel_free).
+   With strategy files (desc->strategy_io set): loads the operator file into the plan's own copy
+   of g, compiles, checks the loaded files against the plan, saves; g is never changed. On any
+   failure *plan is empty. */
 SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *plan,
                                      sk_error *err);
 /* What sk_parallel_compile checks first, the knobs that need no network (the device count, the
@@ -693,22 +715,32 @@ static double sk__par_now_ms(void) {
   return timespec_get(&ts, TIME_UTC) ? (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6 : 0;
 }
 
+/* Frees the network the plan owns, if any. */
+static void sk__par_drop_graph(sk_parallel_plan *p) {
+  if (!p->micro_graph) return;
+  sk_graph_free(p->micro_graph);
+  sk__free(&p->desc.allocator, p->micro_graph);
+  p->micro_graph = NULL;
+}
+
 /* The plan's own network (g at micro-batch size), from the configuration's allocator:
    sk_graph_micro gives its result the source's allocator, so it reads a view of g that carries
    the plan's. */
 static sk_result sk__par_micro_graph(sk_parallel_plan *p, const sk_graph *g, int micro, const char *what, sk_error *err) {
   const sk_allocator *a = &p->desc.allocator;
-  p->micro_graph = (sk_graph *)sk__calloc(a, sizeof *p->micro_graph, sizeof(double));
-  if (!p->micro_graph) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory for the network's copy", what);
+  sk_graph *m = (sk_graph *)sk__calloc(a, sizeof *m, sizeof(double));
+  if (!m) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "%s: out of memory for the network's copy", what);
   sk_graph view = *g;
   view.allocator = *a;
-  sk_result r = sk_graph_micro(&view, micro, p->micro_graph, err);
-  if (r) return sk__free(a, p->micro_graph), p->micro_graph = NULL, r;
-  p->graph = p->micro_graph;
+  sk_result r = sk_graph_micro(&view, micro, m, err);
+  if (r) return sk__free(a, m), r;
+  sk__par_drop_graph(p); /* a copy made earlier (the loaded strategies'), read above */
+  p->graph = p->micro_graph = m;
   return SK_OK;
 }
 
-/* A search mode writes strategies into the network: the plan's own copy of it. */
+/* A search mode and a loaded strategy file write strategies into the network: the plan's own
+   copy of it. */
 static sk_result sk__par_own_graph(sk_parallel_plan *p, sk_error *err) {
   return p->micro_graph ? SK_OK : sk__par_micro_graph(p, p->graph, 1, "parallel", err);
 }
@@ -917,8 +949,7 @@ SK_API void sk_parallel_free(sk_parallel_plan *p) {
   sk__prog_free(p);
   sk__free(&a, p->ops), sk__free(&a, p->tensors), sk__free(&a, p->steps), sk__free(&a, p->vstage), sk__free(&a, p->searched);
   sk_pipe_schedule_free(&p->schedule);
-  if (p->micro_graph) sk_graph_free(p->micro_graph);
-  sk__free(&a, p->micro_graph);
+  sk__par_drop_graph(p);
   memset(p, 0, sizeof *p);
 }
 
@@ -930,6 +961,27 @@ static sk_result sk__par_check_fusion(const sk_fusion_config *c, const char *kin
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm_fusion: %s: mode 'index' is AllReduce's only ('auto' or 'size')", kind);
   if (c->mode == SK_FUSION_SIZE && c->threshold_bytes == 0 && !(c->threshold_mb > 0))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "comm_fusion: %s: the size threshold must be larger than 0 MB", kind);
+  return SK_OK;
+}
+
+/* The first strategy-file field set, or NULL. */
+static const char *sk__par_strategy_file(const sk_autoparallel *d) {
+  if (d->load_operator_strategy_file) return "load_operator_strategy_file";
+  if (d->load_param_strategy_file) return "load_param_strategy_file";
+  if (d->save_operator_strategy_file) return "save_operator_strategy_file";
+  return d->save_param_strategy_file ? "save_param_strategy_file" : NULL;
+}
+
+/* A file named needs the table that reads and writes it (sk_strategy.h's, which needs jansson,
+   which this header does not). */
+static sk_result sk__par_check_strategy_io(const sk_autoparallel *d, sk_error *err) {
+  const char *field = sk__par_strategy_file(d);
+  const sk_strategy_io_fns *io = d->strategy_io;
+  if (field && !io)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: %s needs the strategy-file reader: set strategy_io = "
+                    "sk_strategy_io() (sk_strategy.h)", field);
+  if (io && (!io->load_operators || !io->check || !io->save))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: strategy_io lacks a function (load_operators, check, save)");
   return SK_OK;
 }
 
@@ -958,9 +1010,8 @@ static sk_result sk__par_check_desc(const sk_autoparallel *d, sk_error *err) {
                     d->ndataset_layouts, SK_OP_MAX_INPUTS);
   if (d->ndataset && d->ndataset_layouts)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dataset_strategy: a tuple of strategies or of layouts, not both");
-  if (d->save_param_strategy_file || d->load_param_strategy_file || d->save_operator_strategy_file ||
-      d->load_operator_strategy_file)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: strategy files are read and written by sk_strategy_compile (sk_strategy.h)");
+  sk_result bad_io = sk__par_check_strategy_io(d, err);
+  if (bad_io) return bad_io;
   if (d->grad_accumulation_step < 0)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: grad_accumulation_step must be 1 or more, got %d",
                     d->grad_accumulation_step);
@@ -1143,13 +1194,11 @@ SK_API sk_result sk_parallel_check(const sk_autoparallel *desc, sk_error *err) {
   return r;
 }
 
-SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *p,
-                                     sk_error *err) {
-  if (!g || !desc || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL argument");
-  memset(p, 0, sizeof *p);
-  sk_result r = sk_parallel_check(desc, err);
-  if (!r) r = sk_graph_check(g, err);
-  if (r) return r;
+/* The compile of a checked g and desc, no strategy file named (g may be p->micro_graph already:
+   the copy a file was loaded into). */
+static sk_result sk__par_compile_checked(const sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *p,
+                                         sk_error *err) {
+  sk_result r = SK_OK;
   p->graph = g, p->desc = *desc, p->stages = p->micro = 1, p->world_devices = desc->ndevices;
   if (sk__par_pipelined(desc)) {
     r = sk__par_pipeline_begin(p, g, err);
@@ -1159,6 +1208,40 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_autoparallel *d
   }
   if (!r && desc->mode != SK_PARALLEL_SEMI_AUTO) r = sk__par_own_graph(p, err);
   if (!r) r = sk__par_compile_graph(p, err);
+  return r;
+}
+
+/* With strategy files: the four steps (docs/strategy-files.md), the file fields cleared in the
+   compiled desc. The loaded strategies go into the plan's copy of g, the loaded desc is checked
+   as the caller's would be. */
+static sk_result sk__par_compile_files(const sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *p,
+                                       sk_error *err) {
+  const sk_strategy_io_fns *io = desc->strategy_io;
+  sk_autoparallel d = *desc;
+  d.save_param_strategy_file = d.load_param_strategy_file = NULL;
+  d.save_operator_strategy_file = d.load_operator_strategy_file = NULL;
+  sk_result r = SK_OK;
+  if (desc->load_operator_strategy_file) { /* into p->micro_graph, which a pipeline's copy replaces */
+    p->desc = d; /* the copy's allocator */
+    r = sk__par_micro_graph(p, g, 1, "strategy", err);
+    if (!r) r = io->load_operators(desc->load_operator_strategy_file, p->micro_graph, &d, err);
+    if (!r) r = sk_parallel_check(&d, err);
+    if (!r) r = sk_graph_check(p->micro_graph, err);
+  }
+  if (!r) r = sk__par_compile_checked(p->micro_graph ? p->micro_graph : g, &d, p, err);
+  if (!r) r = io->check(p, desc, err);
+  if (!r) r = io->save(p, desc, err);
+  return r;
+}
+
+SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *p,
+                                     sk_error *err) {
+  if (!g || !desc || !p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "parallel: NULL argument");
+  memset(p, 0, sizeof *p);
+  sk_result r = sk_parallel_check(desc, err);
+  if (!r) r = sk_graph_check(g, err);
+  if (r) return r;
+  r = sk__par_strategy_file(desc) ? sk__par_compile_files(g, desc, p, err) : sk__par_compile_checked(g, desc, p, err);
   if (r) sk_parallel_free(p);
   return r;
 }

@@ -8,12 +8,13 @@
                              #include "sk_strategy.h"   implementations come from elsewhere)
 
    WHAT IT DOES
-     sk_strategy_compile is sk_parallel_compile for a desc that names strategy files (which
-     sk_parallel_compile refuses):
-       1. load_operator_strategy_file: every operator takes the strategy (or layouts) and the
-          pipeline stage the file saved for it, replacing the network's own `shard` and `stage`
-          annotation, and the desc takes the file's dataset strategy, stage count and hsdp: a
-          saved plan is compiled again as it was, in whatever parallel mode;
+     sk_strategy_io() is the table a desc naming strategy files sets as strategy_io; through
+     it sk_parallel_compile (sk_parallel.h, which needs no JSON library) runs four steps:
+       1. load_operator_strategy_file: every operator of the plan's own copy of the network
+          takes the strategy (or layouts) and the pipeline stage the file saved for it,
+          replacing the network's own `shard` and `stage` annotation (the caller's network is
+          never changed), and the desc takes the file's dataset strategy, stage count and
+          hsdp: a saved plan is compiled again as it was, in whatever parallel mode;
        2. the network is compiled with the file fields cleared; with several chunks per stage
           (the compiler then cuts by FLOPs) every operator must land on the file's stage;
        3. load_param_strategy_file: every parameter layout and optimizer shard the file saved
@@ -61,11 +62,12 @@
      most SK_MAX_TEXT_FILE_BYTES (sk_core.h, 256 MiB unless defined otherwise); otherwise
      SK_ERR_INVALID_ARGUMENT naming it ("PATH: N bytes exceeds the limit of L bytes",
      "PATH: not a regular file (a FIFO)") before a byte is read.
-     On any failure sk_strategy_compile leaves the graph as it was and the plan empty.
+     On any failure the plan is empty (the caller's graph is never written).
 
    MEMORY
-     The scratch of every call and the file texts read come from the configuration's allocator
-     (sk_autoparallel.allocator; a compiled plan keeps its configuration in plan->desc). The
+     The scratch of every call, the file texts read and the plan's copy of the network come
+     from the configuration's allocator (sk_autoparallel.allocator; a compiled plan keeps its
+     configuration, the file names cleared, in plan->desc). The
      text sk_strategy_format hands back is the C library's, for the caller's free(). jansson's
      own values use jansson's allocator (json_set_alloc_funcs), which shardkit leaves alone.
 
@@ -83,11 +85,9 @@
 
 SK_EXTERN_C_BEGIN
 
-/* Compiles g as sk_parallel_compile does, reading and writing the strategy files desc names
-   (see above). g's operators keep the loaded strategies and stages (the plan borrows g); on
-   failure g is unchanged and *plan empty. */
-SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *plan,
-                                     sk_error *err);
+/* The strategy-file reader and writer for sk_autoparallel.strategy_io: sk_parallel_compile
+   then reads and writes the files the desc names (see above). A static table: no state. */
+SK_API const sk_strategy_io_fns *sk_strategy_io(void);
 
 /* The canonical text of a compiled plan's strategy file, NUL-terminated, in *text (from the C
    library, not the plan's allocator: the caller frees it with free(); NULL on failure): its parameter layouts when `params` (every parameter when
@@ -527,7 +527,7 @@ SK_API sk_result sk_strategy_load_operators(const char *path, sk_graph *g, sk_au
   if (!r) r = sk__st_ops(&rd, &h, g, descs, stages, seen);
   if (!r) { /* all or nothing: the graph and desc change only once the whole file is accepted */
     /* the stages become the network's annotations, which the compiler follows with one chunk
-       per stage; with more, it cuts by FLOPs and sk_strategy_compile checks the cut */
+       per stage; with more, it cuts by FLOPs and the check after compiling compares the cut */
     bool annotate = h.version >= 2 && sk__st_chunks(&d.pipeline) == 1;
     for (int o = 0; o < g->nops; o++) {
       g->ops[o].desc = descs[o];
@@ -583,6 +583,7 @@ static sk_result sk__st_file_layout(sk__jr *jr, json_t *v, const sk_graph_tensor
   for (int a = 0; a < naxes; a++) dims[a] = (int)dims64[a], size *= size <= SK_MAX_DEVICES ? dims64[a] : 1;
   if (naxes == 0 || size != ndevices)
     return sk__jr_fail(jr, "device_matrix", "expected dims whose product is the %d devices", ndevices);
+  memset(&mesh, 0, sizeof mesh); /* the analyzer cannot see that a refusal's code is never 0 */
   if (sk_mesh_init(&mesh, naxes, dims, names, &e)) return sk__jr_fail(jr, "device_matrix", "%s", e.msg);
   if ((r = sk__st_tensor_map(jr, json_object_get(v, "tensor_map"), x->ndims, ms))) return r;
   memset(l, 0, sizeof *l), l->mesh = mesh;
@@ -988,7 +989,16 @@ SK_API sk_result sk_strategy_save(const sk_parallel_plan *p, const char *path, b
   return sk__jw_save(text, path, "strategy", err);
 }
 
-/* ==== compiling ================================================================================ */
+/* ==== the table sk_parallel_compile reads and writes through ================================= */
+
+/* Step 3: the operators' stages against the operator file, the parameters against theirs. */
+static sk_result sk__st_check_files(const sk_parallel_plan *p, const sk_autoparallel *desc, sk_error *err) {
+  sk_result r = SK_OK;
+  if (desc->load_operator_strategy_file) r = sk__st_check_stages(desc->load_operator_strategy_file, p, err);
+  if (!r && desc->load_param_strategy_file)
+    r = sk_strategy_check_params(desc->load_param_strategy_file, p, desc->strategy_file_all_params, err);
+  return r;
+}
 
 /* Step 4: one file when both save paths are the same, holding both sections. */
 static sk_result sk__st_save_files(const sk_parallel_plan *p, const sk_autoparallel *desc, sk_error *err) {
@@ -1000,33 +1010,9 @@ static sk_result sk__st_save_files(const sk_parallel_plan *p, const sk_autoparal
   return r;
 }
 
-SK_API sk_result sk_strategy_compile(sk_graph *g, const sk_autoparallel *desc, sk_parallel_plan *plan,
-                                     sk_error *err) {
-  if (!g || !desc || !plan) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "strategy: NULL argument");
-  memset(plan, 0, sizeof *plan);
-  if (sk__st_allocator(&desc->allocator, err)) return SK_ERR_INVALID_ARGUMENT;
-  sk_autoparallel d = *desc;
-  d.save_param_strategy_file = d.load_param_strategy_file = NULL;
-  d.save_operator_strategy_file = d.load_operator_strategy_file = NULL;
-  sk_graph_op *backup = NULL; /* the network's own strategies and stages, put back on failure */
-  sk_result r = SK_OK;
-  if (desc->load_operator_strategy_file) {
-    backup = (sk_graph_op *)sk__alloc(&desc->allocator, ((size_t)g->nops + 1) * sizeof *backup, 0);
-    if (!backup) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "strategy: out of memory loading the strategies");
-    for (int o = 0; o < g->nops; o++) backup[o] = g->ops[o];
-    r = sk_strategy_load_operators(desc->load_operator_strategy_file, g, &d, err);
-  }
-  if (!r) r = sk_parallel_compile(g, &d, plan, err);
-  if (!r && desc->load_operator_strategy_file) r = sk__st_check_stages(desc->load_operator_strategy_file, plan, err);
-  if (!r && desc->load_param_strategy_file)
-    r = sk_strategy_check_params(desc->load_param_strategy_file, plan, d.strategy_file_all_params, err);
-  if (!r) r = sk__st_save_files(plan, desc, err);
-  if (r) {
-    sk_parallel_free(plan);
-    for (int o = 0; backup && o < g->nops; o++) g->ops[o].desc = backup[o].desc, g->ops[o].stage = backup[o].stage;
-  }
-  sk__free(&desc->allocator, backup);
-  return r;
+SK_API const sk_strategy_io_fns *sk_strategy_io(void) {
+  static const sk_strategy_io_fns io = {sk_strategy_load_operators, sk__st_check_files, sk__st_save_files};
+  return &io;
 }
 
 SK_EXTERN_C_END

@@ -259,9 +259,9 @@ Test(ms_rules, an_older_file_of_unchanged_rules_loads) {
   sk_parallel_plan a, b;
   memset(&d, 0, sizeof d), memset(&l, 0, sizeof l);
   d.ndevices = l.ndevices = 8;
-  l.load_operator_strategy_file = path;
+  l.load_operator_strategy_file = path, l.strategy_io = sk_strategy_io();
   OK(sk_parallel_compile(&g, &d, &a, E));
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   cr_assert_eq(a.nsteps, b.nsteps);
   for (int o = 0; o < g.nops; o++)
     cr_assert(sk_parallel_same_layout(&a.ops[o].plan.in[0], &b.ops[o].plan.in[0]), "'%s'", g.ops[o].name);

@@ -17,20 +17,27 @@
      pipeline  the recursive_programming network on 8 devices, 1f1b, 2 stages, 4 micro-batches,
                hsdp level1 (evaluation programs, WaitSends)
      search    the recursive_programming network on 8 devices under recursive_programming
-               (the plan's own copy of the network, the searched operators) */
+               (the plan's own copy of the network, the searched operators)
+     loaded    the pipeline case's plan saved as a strategy file, then compiled from it (stage
+               count and hsdp from the file; the plan's copy the file is loaded into, replaced
+               by the pipeline's) and saved again (sk_strategy.h's table: strategy_io) */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "oom_alloc.h"
 #include "shardkit.h"
 #include "sk_json.h"
+#include "sk_strategy.h" /* implemented in tests/test_strategy.c */
 
 #define TUTORIAL "examples/nets/operator_parallel.json"
 #define RECURSIVE "examples/nets/recursive_programming.json"
 
-enum { CASE_PLAIN, CASE_PIPELINE, CASE_SEARCH, NCASES };
-static const char *const case_name[NCASES] = {"plain", "pipeline", "search"};
+enum { CASE_PLAIN, CASE_PIPELINE, CASE_SEARCH, CASE_LOADED, NCASES };
+static const char *const case_name[NCASES] = {"plain", "pipeline", "search", "loaded"};
+static char loaded_path[64], again_path[64]; /* the loaded case's files (sweep makes them) */
 
 static void load_case(int which, sk_graph *g, sk_autoparallel *d) {
   sk_error e = {SK_OK, ""};
@@ -46,6 +53,25 @@ static void load_case(int which, sk_graph *g, sk_autoparallel *d) {
   }
   if (which == CASE_PIPELINE) d->pipeline.stages = 2, d->pipeline.micro = 4, d->pipeline.scheduler = SK_PIPE_1F1B;
   if (which == CASE_SEARCH) d->mode = SK_PARALLEL_RECURSIVE_PROGRAMMING;
+  if (which == CASE_LOADED) { /* stages and hsdp come from the file */
+    d->pipeline.micro = 4, d->pipeline.scheduler = SK_PIPE_1F1B, d->strategy_io = sk_strategy_io();
+    d->load_operator_strategy_file = d->load_param_strategy_file = loaded_path;
+    d->save_operator_strategy_file = d->save_param_strategy_file = again_path;
+  }
+}
+
+/* The pipeline case's plan saved to loaded_path, for the loaded case. */
+static void save_pipeline_plan(void) {
+  snprintf(loaded_path, sizeof loaded_path, "/tmp/sk_oom_compile_%d.json", (int)getpid());
+  snprintf(again_path, sizeof again_path, "/tmp/sk_oom_compile_%d_again.json", (int)getpid());
+  sk_graph g;
+  sk_autoparallel d;
+  load_case(CASE_PIPELINE, &g, &d);
+  d.save_operator_strategy_file = d.save_param_strategy_file = loaded_path, d.strategy_io = sk_strategy_io();
+  sk_parallel_plan p;
+  sk_error e = {SK_OK, ""};
+  cr_assert_eq(sk_parallel_compile(&g, &d, &p, &e), SK_OK, "saving the pipeline's plan: %s", e.msg);
+  sk_parallel_free(&p), sk_graph_free(&g);
 }
 
 /* Device 0's and the last device's program text (malloc'd by the test, not the hook). */
@@ -98,6 +124,7 @@ static void run_k(int which, const char *ref, long k, bool persistent) {
 }
 
 static void sweep(int which) {
+  if (which == CASE_LOADED) save_pipeline_plan();
   sk_result r;
   char *ref = compile_case(which, NULL, &r);
   cr_assert_eq(r, SK_OK, "%s without a hook: %s", case_name[which], sk_result_name(r));
@@ -120,8 +147,10 @@ static void sweep(int which) {
   for (long k = 1; k <= n; k++) run_k(which, ref, k, false), run_k(which, ref, k, true);
   cr_log_info("%s: %ld allocations, each failed once and persistently", case_name[which], n);
   free(counted), free(ref);
+  if (which == CASE_LOADED) remove(loaded_path), remove(again_path);
 }
 
 Test(oom_compile, plain) { sweep(CASE_PLAIN); }
 Test(oom_compile, pipeline) { sweep(CASE_PIPELINE); }
 Test(oom_compile, search) { sweep(CASE_SEARCH); }
+Test(oom_compile, loaded) { sweep(CASE_LOADED); }

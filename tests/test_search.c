@@ -904,17 +904,54 @@ Test(search, searched_strategies_saved_and_loaded) {
     sk_autoparallel d;
     memset(&d, 0, sizeof d);
     d.ndevices = 8, d.mode = (sk_parallel_mode)mode, d.save_operator_strategy_file = path;
+    d.strategy_io = sk_strategy_io();
     sk_parallel_plan p, q;
-    OK(sk_strategy_compile(&n.g, &d, &p, E));
+    OK(sk_parallel_compile(&n.g, &d, &p, E));
     memset(&d, 0, sizeof d);
-    d.ndevices = 8, d.load_operator_strategy_file = path;
-    OK(sk_strategy_compile(&n.g, &d, &q, E));
+    d.ndevices = 8, d.load_operator_strategy_file = path, d.strategy_io = sk_strategy_io();
+    OK(sk_parallel_compile(&n.g, &d, &q, E));
     char a[2048], b[2048];
     sk_parallel_format_strategies(&p, a, sizeof a), sk_parallel_format_strategies(&q, b, sizeof b);
     cr_assert_str_eq(a, b, "%s: searched\n%s\nloaded from its file\n%s", sk_parallel_mode_name((sk_parallel_mode)mode), a, b);
     cr_assert_null(q.searched);
     sk_parallel_free(&p), sk_parallel_free(&q);
   }
+  remove(path);
+  sk_graph_free(&n.g);
+}
+
+/* Compiling from a strategy file writes the loaded strategies into the plan's own copy of the
+   network: the caller's network stays byte for byte as it was, and the loaded plan trains as the
+   searched plan did (the same losses and parameters on every device). */
+Test(search, a_loaded_file_trains_as_searched_and_leaves_the_network_alone, .timeout = 60) {
+  static net n;
+  load_rp(&n);
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/sk_test_search_load_%d.json", (int)getpid());
+  sk_autoparallel save, again;
+  memset(&save, 0, sizeof save), memset(&again, 0, sizeof again);
+  save.mode = SK_PARALLEL_SHARDING_PROPAGATION, save.save_operator_strategy_file = path;
+  save.strategy_io = again.strategy_io = sk_strategy_io();
+  again.load_operator_strategy_file = path;
+  static run A, B;
+  run_knobs(&A, &n, 8, SK_F64, sgd(0.01), 4, &save, "searched");
+  size_t ops_bytes = (size_t)n.g.nops * sizeof *n.g.ops, tensors_bytes = (size_t)n.g.ntensors * sizeof *n.g.tensors;
+  void *ops = malloc(ops_bytes), *tensors = malloc(tensors_bytes);
+  cr_assert(ops && tensors);
+  memcpy(ops, n.g.ops, ops_bytes), memcpy(tensors, n.g.tensors, tensors_bytes);
+  run_knobs(&B, &n, 8, SK_F64, sgd(0.01), 4, &again, "loaded");
+  cr_assert(!memcmp(ops, n.g.ops, ops_bytes), "the caller's operators changed");
+  cr_assert(!memcmp(tensors, n.g.tensors, tensors_bytes), "the caller's tensors changed");
+  cr_assert(B.plan.graph != &n.g && B.plan.graph == B.plan.micro_graph, "the plan compiles its own copy");
+  int loaded = 0;
+  for (int o = 0; o < n.g.nops; o++) loaded += B.plan.graph->ops[o].desc.has_strategy && !n.g.ops[o].desc.has_strategy;
+  cr_assert_gt(loaded, 0, "the copy holds strategies the caller's network lacks");
+  for (int d = 0; d < 8; d++) {
+    for (int s = 0; s < 4; s++) cr_assert_eq(A.dev[d].loss[s], B.dev[d].loss[s], "device %d step %d: the loss", d, s);
+    cr_assert(!memcmp(A.dev[d].params, B.dev[d].params, A.params_bytes), "device %d: the parameters", d);
+  }
+  free(ops), free(tensors);
+  run_free(&A), run_free(&B);
   remove(path);
   sk_graph_free(&n.g);
 }

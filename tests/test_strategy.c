@@ -56,6 +56,7 @@ static sk_autoparallel pdesc(int n) {
   sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = n;
+  d.strategy_io = sk_strategy_io(); /* the files the tests name are read and written */
   return d;
 }
 
@@ -220,13 +221,13 @@ static void round_trip(sk_graph *g, const char *net, const sk_autoparallel *d, b
   s.save_param_strategy_file = tmp_path(&t, one ? "both.json" : "params.json", pp, sizeof pp);
   s.save_operator_strategy_file = tmp_path(&t, one ? "both.json" : "ops.json", op, sizeof op);
   sk_parallel_plan a, b;
-  OK(sk_strategy_compile(g, &s, &a, E));
+  OK(sk_parallel_compile(g, &s, &a, E));
   sk_graph h;
   load(net, &h);
   l.load_param_strategy_file = pp, l.load_operator_strategy_file = op;
   l.save_param_strategy_file = tmp_path(&t, one ? "both2.json" : "params2.json", pp2, sizeof pp2);
   l.save_operator_strategy_file = tmp_path(&t, one ? "both2.json" : "ops2.json", op2, sizeof op2);
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   same_plan(&a, &b);
   for (int k = 0; k < 2; k++) {
     char *x = read_text(k ? op : pp), *y = read_text(k ? op2 : pp2);
@@ -314,7 +315,7 @@ Test(strategy, a_plan_with_fallbacks_reloads_to_the_same_plan) {
   sk_autoparallel d = pdesc(8), l = pdesc(8);
   d.save_param_strategy_file = d.save_operator_strategy_file = tmp_path(&t, "s.json", path, sizeof path);
   sk_parallel_plan a, b;
-  OK(sk_strategy_compile(&g, &d, &a, E));
+  OK(sk_parallel_compile(&g, &d, &a, E));
   cr_assert_eq(a.nfallbacks, 1);
   cr_assert(a.ops[op_index(&g, "fc1")].fell_back);
   char *text = read_text(path);
@@ -324,12 +325,13 @@ Test(strategy, a_plan_with_fallbacks_reloads_to_the_same_plan) {
             "%s", text);
   l.load_param_strategy_file = l.load_operator_strategy_file = path;
   l.save_operator_strategy_file = l.save_param_strategy_file = tmp_path(&t, "again.json", again, sizeof again);
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   same_plan(&a, &b);
   cr_assert_eq(b.nfallbacks, 0, "the file's data parallel strategy fits: nothing falls back");
-  const sk_op_desc *fc1h = &h.ops[op_index(&h, "fc1")].desc;
+  const sk_op_desc *fc1h = &b.graph->ops[op_index(&h, "fc1")].desc;
   cr_assert(fc1h->has_strategy && fc1h->strategy[0][0] == 8 && fc1h->strategy[0][1] == 1 && fc1h->strategy[1][0] == 1,
-            "the network's fc1 took the file's strategy");
+            "the plan's network took the file's fc1 strategy");
+  cr_assert_eq(h.ops[op_index(&h, "fc1")].desc.strategy[0][1], 4, "the caller's network keeps its own");
   char *text2 = read_text(again);
   cr_assert(strstr(text2, "fell_back") == NULL);
   free(text), free(text2);
@@ -353,13 +355,14 @@ Test(strategy, loaded_strategies_take_precedence) {
   tutorial_dataset(&d);
   d.save_operator_strategy_file = tmp_path(&t, "ops.json", path, sizeof path);
   sk_parallel_plan a, b;
-  OK(sk_strategy_compile(&g, &d, &a, E));
+  OK(sk_parallel_compile(&g, &d, &a, E));
   l.dataset = SK_DATASET_FULL_BATCH; /* the file's tuple replaces it */
   l.load_operator_strategy_file = path;
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   same_plan(&a, &b);
   cr_assert_eq(b.desc.ndataset, 2);
-  cr_assert_eq(h.ops[op_index(&h, "fc2")].desc.strategy[0][1], 4);
+  cr_assert_eq(b.graph->ops[op_index(&h, "fc2")].desc.strategy[0][1], 4);
+  cr_assert_neq(h.ops[op_index(&h, "fc2")].desc.strategy[0][1], 4, "the caller's network keeps its own");
   sk_parallel_free(&a), sk_parallel_free(&b);
   /* step 1 alone changes the graph and the desc */
   sk_graph_free(&h);
@@ -457,26 +460,26 @@ Test(strategy, trainable_parameters_only_unless_all_params) {
   sk_autoparallel d = pdesc(8), l = pdesc(8);
   d.save_param_strategy_file = tmp_path(&t, "only.json", only, sizeof only);
   sk_parallel_plan a, b;
-  OK(sk_strategy_compile(&g, &d, &a, E));
+  OK(sk_parallel_compile(&g, &d, &a, E));
   sk_parallel_free(&a);
   d.save_param_strategy_file = tmp_path(&t, "all.json", all, sizeof all), d.strategy_file_all_params = true;
-  OK(sk_strategy_compile(&g, &d, &a, E));
+  OK(sk_parallel_compile(&g, &d, &a, E));
   char *x = read_text(only), *y = read_text(all);
   cr_assert(strstr(x, "fc1.weight") && !strstr(x, "frozen"), "trainable only");
   cr_assert(strstr(y, "fc1.weight") && strstr(y, "\"name\": \"frozen\""), "every parameter");
   free(x), free(y);
   /* every file passes the trainable check; only the all-params file passes the all-params one */
   l.load_param_strategy_file = only;
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   sk_parallel_free(&b);
   l.load_param_strategy_file = all;
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   sk_parallel_free(&b);
   l.strategy_file_all_params = true;
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   sk_parallel_free(&b);
   l.load_param_strategy_file = only;
-  BAD("the network's parameter \"frozen\" is not in the file", sk_strategy_compile(&h, &l, &b, E));
+  BAD("the network's parameter \"frozen\" is not in the file", sk_parallel_compile(&h, &l, &b, E));
   BAD("is not in the file", sk_strategy_check_params(only, &a, true, E));
   OK(sk_strategy_check_params(only, &a, false, E));
   sk_parallel_free(&a);
@@ -539,7 +542,7 @@ static void refused(json_t *root, const char *word, const char *line_of) {
   d.load_operator_strategy_file = d.load_param_strategy_file = path;
   sk_parallel_plan p;
   memset(&p, 0xab, sizeof p);
-  BAD(word, sk_strategy_compile(&g, &d, &p, E));
+  BAD(word, sk_parallel_compile(&g, &d, &p, E));
   cr_assert(p.ops == NULL && p.tensors == NULL && p.steps == NULL, "the plan is empty");
   for (int o = 0; o < g.nops; o++) same_desc(&g.ops[o].desc, &ref.ops[o].desc, g.ops[o].name, false);
   if (line_of) {
@@ -550,7 +553,7 @@ static void refused(json_t *root, const char *word, const char *line_of) {
     char want[32];
     snprintf(want, sizeof want, "bad.json: line %d: ", line);
     sk_error e;
-    cr_assert_eq(sk_strategy_compile(&g, &d, &p, &e), SK_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(sk_parallel_compile(&g, &d, &p, &e), SK_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(e.msg, want) == e.msg, "'%s' does not start with '%s'", e.msg, want);
   }
   free(text);
@@ -569,7 +572,7 @@ static void loads(json_t *root) {
   sk_autoparallel d = pdesc(8);
   d.load_operator_strategy_file = d.load_param_strategy_file = path;
   sk_parallel_plan p;
-  OK(sk_strategy_compile(&g, &d, &p, E));
+  OK(sk_parallel_compile(&g, &d, &p, E));
   sk_parallel_free(&p);
   sk_graph_free(&g);
   free(text);
@@ -592,26 +595,26 @@ Test(strategy, empty_and_invalid_files) {
   sk_parallel_plan p;
   d.load_operator_strategy_file = tmp_path(&t, "s.json", path, sizeof path);
   write_text(path, "");
-  BAD("s.json: the file is empty", sk_strategy_compile(&g, &d, &p, E));
+  BAD("s.json: the file is empty", sk_parallel_compile(&g, &d, &p, E));
   write_text(path, " \n\t\n");
-  BAD("s.json: the file is empty", sk_strategy_compile(&g, &d, &p, E));
+  BAD("s.json: the file is empty", sk_parallel_compile(&g, &d, &p, E));
   write_text(path, "{\n  \"format\": \"shardkit-strategy\",\n  \"version\": 1,\n}\n");
-  BAD("s.json: line 4, column", sk_strategy_compile(&g, &d, &p, E));
+  BAD("s.json: line 4, column", sk_parallel_compile(&g, &d, &p, E));
   write_text(path, "[]");
-  BAD("expected the strategy object, got a list", sk_strategy_compile(&g, &d, &p, E));
+  BAD("expected the strategy object, got a list", sk_parallel_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-network\", \"version\": 1, \"device_num\": 8}");
-  BAD("line 1: format: expected \"shardkit-strategy\"", sk_strategy_compile(&g, &d, &p, E));
+  BAD("line 1: format: expected \"shardkit-strategy\"", sk_parallel_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 4, \"device_num\": 8}");
-  BAD("line 1: version: expected 1..3, the versions this reader knows, got 4", sk_strategy_compile(&g, &d, &p, E));
+  BAD("line 1: version: expected 1..3, the versions this reader knows, got 4", sk_parallel_compile(&g, &d, &p, E));
   /* an unknown top-level key: the line of that key */
   write_text(path, "{\"format\": \"shardkit-strategy\",\n\"version\": 1,\n\"devices\": 8}");
-  BAD("s.json: line 3: devices: unknown key", sk_strategy_compile(&g, &d, &p, E));
+  BAD("s.json: line 3: devices: unknown key", sk_parallel_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 1, \"device_num\": 8}");
-  BAD("dataset_strategy: expected \"data_parallel\", \"full_batch\" or a list", sk_strategy_compile(&g, &d, &p, E));
+  BAD("dataset_strategy: expected \"data_parallel\", \"full_batch\" or a list", sk_parallel_compile(&g, &d, &p, E));
   write_text(path, "{\"format\": \"shardkit-strategy\", \"version\": 1, \"device_num\": 8, \"dataset_strategy\": \"data_parallel\"}");
-  BAD("operators: missing: the file holds no operator strategies", sk_strategy_compile(&g, &d, &p, E));
+  BAD("operators: missing: the file holds no operator strategies", sk_parallel_compile(&g, &d, &p, E));
   d.load_operator_strategy_file = NULL, d.load_param_strategy_file = path;
-  BAD("parameters: missing: the file holds no parameter layouts", sk_strategy_compile(&g, &d, &p, E));
+  BAD("parameters: missing: the file holds no parameter layouts", sk_parallel_compile(&g, &d, &p, E));
   sk_graph_free(&g);
   tmp_clean(&t);
 }
@@ -749,7 +752,7 @@ Test(strategy, an_equivalent_layout_passes) {
   load(TUTORIAL, &g);
   sk_autoparallel d = pdesc(8);
   d.load_param_strategy_file = path;
-  OK(sk_strategy_compile(&g, &d, &p, E));
+  OK(sk_parallel_compile(&g, &d, &p, E));
   sk_parallel_free(&p);
   sk_graph_free(&g);
   free(text);
@@ -800,18 +803,18 @@ Test(strategy, files_that_cannot_be_read_or_written) {
   load(TUTORIAL, &ref);
   sk_autoparallel d = pdesc(8);
   d.save_param_strategy_file = "/nonexistent-dir/s.json";
-  FAILS(SK_ERR_SYSTEM, "strategy: cannot create '/nonexistent-dir/s.json'", sk_strategy_compile(&g, &d, &p, E));
+  FAILS(SK_ERR_SYSTEM, "strategy: cannot create '/nonexistent-dir/s.json'", sk_parallel_compile(&g, &d, &p, E));
   cr_assert_null(p.ops, "a failed save leaves no plan");
   d.save_param_strategy_file = NULL, d.save_operator_strategy_file = t.dir; /* a directory */
-  FAILS(SK_ERR_SYSTEM, "cannot create", sk_strategy_compile(&g, &d, &p, E));
+  FAILS(SK_ERR_SYSTEM, "cannot create", sk_parallel_compile(&g, &d, &p, E));
   if (access("/dev/full", W_OK) == 0) {
     d.save_operator_strategy_file = "/dev/full";
-    FAILS(SK_ERR_SYSTEM, "strategy: cannot write '/dev/full'", sk_strategy_compile(&g, &d, &p, E));
+    FAILS(SK_ERR_SYSTEM, "strategy: cannot write '/dev/full'", sk_parallel_compile(&g, &d, &p, E));
   }
   d.save_operator_strategy_file = NULL, d.load_operator_strategy_file = tmp_path(&t, "missing.json", dir_as_file, sizeof dir_as_file);
-  FAILS(SK_ERR_SYSTEM, "missing.json: cannot open: No such file", sk_strategy_compile(&g, &d, &p, E));
+  FAILS(SK_ERR_SYSTEM, "missing.json: cannot open: No such file", sk_parallel_compile(&g, &d, &p, E));
   d.load_operator_strategy_file = NULL, d.load_param_strategy_file = t.dir; /* never read (sk_core.h's TEXT FILES) */
-  FAILS(SK_ERR_INVALID_ARGUMENT, "not a regular file (a directory)", sk_strategy_compile(&g, &d, &p, E));
+  FAILS(SK_ERR_INVALID_ARGUMENT, "not a regular file (a directory)", sk_parallel_compile(&g, &d, &p, E));
   for (int o = 0; o < g.nops; o++) same_desc(&g.ops[o].desc, &ref.ops[o].desc, g.ops[o].name, false);
   sk_graph_free(&g), sk_graph_free(&ref);
   tmp_clean(&t);
@@ -823,9 +826,9 @@ Test(strategy, bad_arguments) {
   char *text = (char *)"x";
   load(TUTORIAL, &g);
   sk_autoparallel d = pdesc(8);
-  BAD("NULL", sk_strategy_compile(NULL, &d, &p, E));
-  BAD("NULL", sk_strategy_compile(&g, NULL, &p, E));
-  BAD("NULL", sk_strategy_compile(&g, &d, NULL, E));
+  BAD("NULL", sk_parallel_compile(NULL, &d, &p, E));
+  BAD("NULL", sk_parallel_compile(&g, NULL, &p, E));
+  BAD("NULL", sk_parallel_compile(&g, &d, NULL, E));
   memset(&p, 0, sizeof p);
   BAD("not compiled", sk_strategy_format(&p, true, true, false, &text, E));
   cr_assert_null(text);
@@ -836,20 +839,21 @@ Test(strategy, bad_arguments) {
   BAD("NULL", sk_strategy_check_params("x", NULL, false, E));
   BAD("not compiled", sk_strategy_check_params("x", &p, false, E));
   d.allocator.free = oom_alloc_give; /* one function of two */
-  BAD("set both alloc and free", sk_strategy_compile(&g, &d, &p, E));
+  BAD("the allocator needs both alloc and free", sk_parallel_compile(&g, &d, &p, E));
   BAD("set both alloc and free", sk_strategy_load_operators("x", &g, &d, E));
   memset(&d.allocator, 0, sizeof d.allocator);
   d.ndevices = 0;
-  BAD("devices", sk_strategy_compile(&g, &d, &p, E)); /* the compiler's own refusal */
+  BAD("devices", sk_parallel_compile(&g, &d, &p, E)); /* the compiler's own refusal */
   d.ndevices = 8, d.mode = SK_PARALLEL_SHARDING_PROPAGATION; /* built now: tests/test_search.c */
-  OK(sk_strategy_compile(&g, &d, &p, E));
+  OK(sk_parallel_compile(&g, &d, &p, E));
   p.desc.allocator.alloc = oom_alloc_take; /* a plan whose allocator lost a function */
   BAD("set both alloc and free", sk_strategy_format(&p, true, true, false, &text, E));
   BAD("set both alloc and free", sk_strategy_check_params("x", &p, false, E));
   p.desc.allocator.alloc = NULL;
   sk_parallel_free(&p);
-  d.mode = SK_PARALLEL_SEMI_AUTO, d.save_param_strategy_file = "x.json";
-  BAD("sk_strategy_compile", sk_parallel_compile(&g, &d, &p, E));
+  d.mode = SK_PARALLEL_SEMI_AUTO, d.save_param_strategy_file = "x.json", d.strategy_io = NULL;
+  BAD("parallel: save_param_strategy_file needs the strategy-file reader: set strategy_io = sk_strategy_io() (sk_strategy.h)",
+      sk_parallel_compile(&g, &d, &p, E));
   sk_graph_free(&g);
 }
 
@@ -902,7 +906,7 @@ static void save_tutorial(tmpdir *t, sk_graph *g, sk_parallel_plan *p, char *pat
   sk_autoparallel d = pdesc(8);
   tutorial_dataset(&d);
   d.save_param_strategy_file = d.save_operator_strategy_file = tmp_path(t, "s.json", path, cap);
-  OK(sk_strategy_compile(g, &d, p, E));
+  OK(sk_parallel_compile(g, &d, p, E));
 }
 
 Test(strategy, out_of_memory_in_jansson, .timeout = 60) {
@@ -919,7 +923,7 @@ Test(strategy, out_of_memory_in_jansson, .timeout = 60) {
   tmp_clean(&t);
 }
 
-/* One sk_strategy_compile that loads both sections of `path` and saves them to `again`, its
+/* One compile that loads both sections of `path` and saves them to `again`, its
    scratch and file texts from the configuration's allocator o (armed by the caller). */
 static sk_result oom_compile(sk_graph *h, const char *path, const char *again, oom_alloc *o, sk_parallel_plan *p,
                              sk_error *e) {
@@ -927,7 +931,7 @@ static sk_result oom_compile(sk_graph *h, const char *path, const char *again, o
   l.load_param_strategy_file = l.load_operator_strategy_file = path;
   l.save_param_strategy_file = l.save_operator_strategy_file = again;
   l.allocator = oom_alloc_hook(o);
-  return sk_strategy_compile(h, &l, p, e);
+  return sk_parallel_compile(h, &l, p, e);
 }
 
 /* The configuration's allocator failing at its k-th call, once and from there on, for every k

@@ -49,6 +49,7 @@ static sk_autoparallel pdesc(int n) {
   sk_autoparallel d;
   memset(&d, 0, sizeof d);
   d.ndevices = n;
+  d.strategy_io = sk_strategy_io(); /* the files the tests name are read and written */
   return d;
 }
 
@@ -126,9 +127,9 @@ static void round_trip_into(sk_graph *g, const char *net, const sk_autoparallel 
   r.save_param_strategy_file = r.save_operator_strategy_file = t.b;
   sk_parallel_plan b;
   sk_graph h;
-  OK(sk_strategy_compile(g, &s, first, E));
+  OK(sk_parallel_compile(g, &s, first, E));
   load(net, &h);
-  OK(sk_strategy_compile(&h, &r, &b, E));
+  OK(sk_parallel_compile(&h, &r, &b, E));
   same_programs(first, &b);
   char *x = read_text(t.a), *y = read_text(t.b);
   /* a fallback is saved as the data parallel strategy it got, which fits: it falls back no more */
@@ -180,15 +181,23 @@ Test(strategy_roundtrip, pipeline_stages_replace_the_network_annotations) {
   for (int o = 0; o < g.nops; o++) g.ops[o].stage = o >= 1 ? 1 : 0; /* only flatten on stage 0 */
   sk_autoparallel d = piped(8, 2, 4), l = piped(8, 2, 4);
   d.save_operator_strategy_file = d.save_param_strategy_file = t.a;
-  OK(sk_strategy_compile(&g, &d, &a, E));
+  OK(sk_parallel_compile(&g, &d, &a, E));
   cr_assert(!a.recut && a.vstage[0] == 0 && a.vstage[1] == 1);
   load(TUTORIAL, &h);
   for (int o = 0; o < h.nops; o++) h.ops[o].stage = o == h.nops - 1 ? 1 : 0; /* another cut */
+  sk_graph_op *before = (sk_graph_op *)malloc((size_t)h.nops * sizeof *before);
+  cr_assert_not_null(before);
+  memcpy(before, h.ops, (size_t)h.nops * sizeof *before);
   sk_parallel_plan b;
   l.load_operator_strategy_file = l.load_param_strategy_file = t.a;
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
+  cr_assert(!memcmp(before, h.ops, (size_t)h.nops * sizeof *before), "the caller's operators changed");
+  free(before);
   same_programs(&a, &b);
-  for (int o = 0; o < h.nops; o++) cr_assert_eq(h.ops[o].stage, g.ops[o].stage, "%s: the file's stage", h.ops[o].name);
+  for (int o = 0; o < h.nops; o++) {
+    cr_assert_eq(b.graph->ops[o].stage, g.ops[o].stage, "%s: the file's stage", h.ops[o].name);
+    cr_assert_eq(h.ops[o].stage, o == h.nops - 1 ? 1 : 0, "%s: the caller's network keeps its stage", h.ops[o].name);
+  }
   sk_parallel_free(&a), sk_parallel_free(&b);
   sk_graph_free(&g), sk_graph_free(&h);
   tmp_clean(&t);
@@ -310,7 +319,7 @@ Test(strategy_roundtrip, a_version_1_file_still_loads) {
   OK(sk_parallel_compile(&g, &d, &a, E));
   l.load_operator_strategy_file = l.load_param_strategy_file = t.a;
   l.save_operator_strategy_file = l.save_param_strategy_file = t.b;
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   same_programs(&a, &b);
   char *text = read_text(t.b);
   cr_assert(strstr(text, "\"version\": 3") != NULL, "saved again as version 3");
@@ -319,7 +328,7 @@ Test(strategy_roundtrip, a_version_1_file_still_loads) {
   /* version 1 records no hsdp or stages: the configuration's are used, as before */
   l.save_operator_strategy_file = l.save_param_strategy_file = NULL;
   l.hsdp.enabled = true, l.hsdp.shard_size = -1;
-  OK(sk_strategy_compile(&h, &l, &b, E));
+  OK(sk_parallel_compile(&h, &l, &b, E));
   cr_assert(b.desc.hsdp.enabled);
   sk_parallel_free(&a), sk_parallel_free(&b);
   sk_graph_free(&g), sk_graph_free(&h);
@@ -334,7 +343,7 @@ static void save_tutorial(const tmpdir *t, sk_autoparallel d) {
   sk_parallel_plan p;
   load(TUTORIAL, &g);
   d.save_operator_strategy_file = d.save_param_strategy_file = t->a;
-  OK(sk_strategy_compile(&g, &d, &p, E));
+  OK(sk_parallel_compile(&g, &d, &p, E));
   sk_parallel_free(&p);
   sk_graph_free(&g);
 }
@@ -347,7 +356,7 @@ static void refused_by(const tmpdir *t, sk_autoparallel l, const char *word) {
   load(TUTORIAL, &ref);
   for (int o = 0; o < g.nops; o++) g.ops[o].stage = ref.ops[o].stage = o % 2; /* to see them kept */
   l.load_operator_strategy_file = l.load_param_strategy_file = t->a;
-  BAD(word, sk_strategy_compile(&g, &l, &p, E));
+  BAD(word, sk_parallel_compile(&g, &l, &p, E));
   cr_assert_null(p.ops, "the plan is empty");
   for (int o = 0; o < g.nops; o++) {
     cr_assert_eq(g.ops[o].stage, ref.ops[o].stage, "%s: stage", g.ops[o].name);
@@ -379,7 +388,7 @@ Test(strategy_roundtrip, a_contradicting_configuration_is_refused_by_name) {
   sk_parallel_plan p;
   load(TUTORIAL, &g);
   l = d, l.load_operator_strategy_file = l.load_param_strategy_file = t.a;
-  OK(sk_strategy_compile(&g, &l, &p, E));
+  OK(sk_parallel_compile(&g, &l, &p, E));
   sk_parallel_free(&p);
   sk_graph_free(&g);
   tmp_clean(&t);
@@ -461,7 +470,7 @@ Test(strategy_roundtrip, the_unedited_file_loads) {
   write_text(t.a, text);
   load(TUTORIAL, &g);
   l.load_operator_strategy_file = l.load_param_strategy_file = t.a;
-  OK(sk_strategy_compile(&g, &l, &p, E));
+  OK(sk_parallel_compile(&g, &l, &p, E));
   cr_assert(p.stages == 2 && p.desc.hsdp.enabled && p.desc.hsdp.threshold_kb == 0);
   sk_parallel_free(&p);
   sk_graph_free(&g);

@@ -483,7 +483,7 @@ static int check_combinations(const char *argv0, const options *o, bool steps, b
     return bad_usage(argv0, "--dry-run executes nothing: not with --check, --dump-program, --dump-schedule or checkpoints", NULL);
   const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
   if (ck) return bad_usage(argv0, ck, NULL);
-  sk_autoparallel pd = o->pd; /* the strategy files are sk_strategy_compile's, read later */
+  sk_autoparallel pd = o->pd; /* the strategy files are read by the compile, later */
   pd.ndevices = o->devices;
   pd.save_param_strategy_file = pd.save_operator_strategy_file = NULL;
   pd.load_param_strategy_file = pd.load_operator_strategy_file = NULL;
@@ -964,7 +964,8 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
   if (o->mpi && prog_launch_rank() != 0) /* every process compiles the same plan: one writes it */
     pd.save_param_strategy_file = pd.save_operator_strategy_file = NULL;
   double t0 = now_s();
-  if (sk_strategy_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
+  pd.strategy_io = sk_strategy_io();
+  if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   J->compile_ms = (now_s() - t0) * 1e3;
   if (J->plan.recut && (!o->mpi || prog_launch_rank() == 0))
     fprintf(stderr, "sk-sim: the network's stage annotations are not used (%d stages x %d chunks): the operators are re-cut by FLOPs\n",

@@ -1,6 +1,7 @@
 /* libFuzzer harness: strategy files (sk_strategy.h), read as sk-sim --load-strategy reads them:
-   sk_strategy_compile with the input as both the operator and the parameter strategy file, on 8
-   devices, against each network of examples/nets (tests/fuzz/README.md). The loaders read a
+   sk_parallel_compile with the input as both the operator and the parameter strategy file, on 8
+   devices, against each network of examples/nets (tests/fuzz/README.md), which must leave each
+   network byte for byte as it was. The loaders read a
    path, so each input is written to a file first. Run from the repository's top directory.
    The desc names gpipe, which runs any micro-batch count: a file's "stages" then compiles a
    pipeline of one micro-batch (1f1b would refuse it before reading further). */
@@ -25,7 +26,7 @@
 static const char *const nets[NNETS] = {"examples/nets/operator_parallel.json", "examples/nets/recursive_programming.json",
                                         "examples/nets/transformer.json"};
 static sk_graph graphs[NNETS];
-static sk_graph_op *saved[NNETS]; /* each network's own strategies and stages, put back after an accepted file */
+static sk_graph_op *saved[NNETS]; /* each network's operators as loaded: no compile may change them */
 static char path[64];
 
 static void remove_file(void) { unlink(path); }
@@ -40,7 +41,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }
     saved[i] = (sk_graph_op *)malloc(((size_t)graphs[i].nops + 1) * sizeof *saved[i]);
     if (!saved[i]) exit(1);
-    for (int o = 0; o < graphs[i].nops; o++) saved[i][o] = graphs[i].ops[o];
+    memcpy(saved[i], graphs[i].ops, (size_t)graphs[i].nops * sizeof *saved[i]);
   }
   snprintf(path, sizeof path, "/tmp/sk_fuzz_strategy.XXXXXX");
   int fd = mkstemp(path);
@@ -61,15 +62,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sk_error e = {SK_OK, ""};
     memset(&d, 0, sizeof d);
     d.ndevices = 8, d.pipeline.scheduler = SK_PIPE_GPIPE;
-    d.load_operator_strategy_file = d.load_param_strategy_file = path;
-    sk_result r = sk_strategy_compile(&graphs[i], &d, &plan, &e);
+    d.load_operator_strategy_file = d.load_param_strategy_file = path, d.strategy_io = sk_strategy_io();
+    sk_result r = sk_parallel_compile(&graphs[i], &d, &plan, &e);
     fuzz_check_limit(size, r == SK_OK, e.msg);
-    if (r == SK_OK) {
-      sk_parallel_free(&plan);
-      for (int o = 0; o < graphs[i].nops; o++) graphs[i].ops[o].desc = saved[i][o].desc, graphs[i].ops[o].stage = saved[i][o].stage;
-    } else if (!e.msg[0]) {
-      abort(); /* a refusal always says why */
-    }
+    if (r == SK_OK) sk_parallel_free(&plan);
+    else if (!e.msg[0]) abort(); /* a refusal always says why */
+    if (memcmp(saved[i], graphs[i].ops, (size_t)graphs[i].nops * sizeof *saved[i])) abort(); /* the caller's graph changed */
   }
   return 0;
 }
