@@ -734,7 +734,8 @@ SK_API sk_result sk_device_matrix_init(sk_device_matrix *dm, int rank, const int
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix has %d dims; allowed 1..%d", ndims, SK_MAX_AXES);
   long long size = 1;
   for (int k = 0; k < ndims; k++) {
-    if (shape[k] < 1) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix dim %d is %d; dims are >= 1", k, shape[k]);
+    if (shape[k] < 1)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix dim %d is %d; dims are >= 1", k, shape[k]);
     size *= shape[k]; /* fits: size <= ndevices before each product, and stops once past it */
     if (size > ndevices) break;
   }
@@ -781,8 +782,8 @@ SK_API sk_result sk_device_matrix_replica_group(const sk_device_matrix *dm, cons
     for (int j = 0; j < ms_map[d].naxes; j++) {
       int v = ms_map[d].axes[j];
       if (v < 0 || v >= na)
-        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "tensor map value %d (dim %d) is outside the %d-dim device matrix",
-                        v, d, na);
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                        "tensor map value %d (dim %d) is outside the %d-dim device matrix", v, d, na);
       if (used & (1u << (na - 1 - v)))
         return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "tensor map value %d is used twice", v);
       used |= 1u << (na - 1 - v);

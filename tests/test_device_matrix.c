@@ -28,7 +28,8 @@ static void expect_group_list(const int *want) {
   for (int k = 0; k < dm.mesh.naxes; k++) {
     cr_assert_eq(sk_device_matrix_group(&dm, 1u << k, ids, SK_MAX_DEVICES, &n, &e), SK_OK, "%s", e.msg);
     cr_assert_eq(n, dm.mesh.dims[k], "dim %d", k);
-    for (int i = 0; i < n; i++) cr_expect_eq(ids[i], want[at + i], "dim %d entry %d: %d, want %d", k, i, ids[i], want[at + i]);
+    for (int i = 0; i < n; i++)
+      cr_expect_eq(ids[i], want[at + i], "dim %d entry %d: %d, want %d", k, i, ids[i], want[at + i]);
     at += n;
   }
 }
