@@ -109,6 +109,35 @@ SK_API int sk_mesh_group_size(const sk_mesh *mesh, uint32_t axis_mask);
 SK_API sk_result sk_mesh_groups(const sk_mesh *mesh, uint32_t axis_mask, int *ranks, int cap, int *ngroups,
                                 int *group_size, sk_error *err);
 
+/* ---- device matrix over a device list ------------------------------------------------------ */
+
+/* MindSpore's DeviceMatrix(rank, dev_list, dev_shape): a shape laid row-major over any list of
+   device ids (a pipeline stage's devices, a sub-group), not only 0..n-1 as sk_mesh is. Groups
+   come back as device ids in the list's order. mesh holds the shape (axes named d0, d1, ...);
+   index is the position of `rank` in devices. Build it with sk_device_matrix_init. */
+typedef struct sk_device_matrix {
+  int rank;  /* a device id of the list: the device whose groups the calls return */
+  int index; /* its position in devices */
+  int ndevices;
+  int devices[SK_MAX_DEVICES];
+  sk_mesh mesh;
+} sk_device_matrix;
+
+/* ndims in 1..SK_MAX_AXES, shape >= 1 with a product equal to ndevices, ids >= 0 and distinct,
+   rank one of them (MindSpore refuses the same). */
+SK_API sk_result sk_device_matrix_init(sk_device_matrix *dm, int rank, const int *devices, int ndevices, int ndims,
+                                       const int *shape, sk_error *err);
+/* The devices that differ from dm->rank only along the dims in dim_mask (bit k: dim k, left = 0),
+   in the list's order: GetDevicesAlongDim for one bit, GetDevicesAlongMultiDim for several.
+   ids needs cap >= the product of those dims; *n receives the count. mask 0 gives {rank}. */
+SK_API sk_result sk_device_matrix_group(const sk_device_matrix *dm, uint32_t dim_mask, int *ids, int cap, int *n,
+                                        sk_error *err);
+/* GetDevicesByTensorMap: the devices holding the same slice as dm->rank under a tensor map in
+   MindSpore values (ms_map[d].axes, value v = dim ndims-1-v of the matrix; naxes 0 = -1), i.e.
+   the group along the dims the map leaves unused, in the list's order. */
+SK_API sk_result sk_device_matrix_replica_group(const sk_device_matrix *dm, const sk_dim_map *ms_map, int ndims,
+                                                int *ids, int cap, int *n, sk_error *err);
+
 /* ---- layout -------------------------------------------------------------------------------- */
 
 /* ndims in 1..SK_MAX_DIMS, shape[d] >= 1, each axis used at most once, each dim divisible by
@@ -674,6 +703,93 @@ SK_API sk_result sk_mesh_groups(const sk_mesh *mesh, uint32_t axis_mask, int *ra
   *group_size = sk_mesh_group_size(mesh, axis_mask);
   *ngroups = mesh->size / *group_size;
   return SK_OK;
+}
+
+/* >>device_matrix -- the shape's arithmetic is sk_mesh's (on list positions); the list only
+   renames positions to device ids. */
+
+static sk_result sk__dm_check_ids(int rank, const int *devices, int ndevices, int *index, sk_error *err) {
+  *index = -1;
+  for (int i = 0; i < ndevices; i++) {
+    if (devices[i] < 0)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device list entry %d is %d; device ids are >= 0", i, devices[i]);
+    for (int j = 0; j < i; j++)
+      if (devices[j] == devices[i])
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device %d is listed twice (entries %d and %d)", devices[i], j,
+                        i);
+    if (devices[i] == rank) *index = i;
+  }
+  if (*index < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "rank %d is not in the device list", rank);
+  return SK_OK;
+}
+
+SK_API sk_result sk_device_matrix_init(sk_device_matrix *dm, int rank, const int *devices, int ndevices, int ndims,
+                                       const int *shape, sk_error *err) {
+  if (!dm) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix is NULL");
+  if (!devices || !shape) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device list or shape is NULL");
+  if (ndevices < 1 || ndevices > SK_MAX_DEVICES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device list has %d entries; allowed 1..%d", ndevices,
+                    SK_MAX_DEVICES);
+  if (ndims < 1 || ndims > SK_MAX_AXES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix has %d dims; allowed 1..%d", ndims, SK_MAX_AXES);
+  long long size = 1;
+  for (int k = 0; k < ndims; k++) {
+    if (shape[k] < 1)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix dim %d is %d; dims are >= 1", k, shape[k]);
+    size *= shape[k]; /* fits: size <= ndevices before each product, and stops once past it */
+    if (size > ndevices) break;
+  }
+  if (size != ndevices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix shape's product is not the device list's %d entries",
+                    ndevices);
+  sk_result r = sk__dm_check_ids(rank, devices, ndevices, &dm->index, err);
+  if (r) return r;
+  char names[SK_MAX_AXES][SK_AXIS_NAME_MAX];
+  const char *np[SK_MAX_AXES];
+  for (int k = 0; k < ndims; k++) snprintf(names[k], sizeof names[k], "d%d", k), np[k] = names[k];
+  if ((r = sk_mesh_init(&dm->mesh, ndims, shape, np, err))) return r;
+  dm->rank = rank;
+  dm->ndevices = ndevices;
+  memcpy(dm->devices, devices, (size_t)ndevices * sizeof *devices);
+  return SK_OK;
+}
+
+SK_API sk_result sk_device_matrix_group(const sk_device_matrix *dm, uint32_t dim_mask, int *ids, int cap, int *n,
+                                        sk_error *err) {
+  if (!dm) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix is NULL");
+  if (dm->ndevices != dm->mesh.size || dm->index < 0 || dm->index >= dm->ndevices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix is not initialised (%d devices, index %d)",
+                    dm->ndevices, dm->index);
+  /* positions ascend in sk_mesh_group's answer, so the ids come out in the list's order */
+  sk_result r = sk_mesh_group(&dm->mesh, dm->index, dim_mask, ids, cap, n, err);
+  if (r) return r;
+  for (int i = 0; i < *n; i++) ids[i] = dm->devices[ids[i]];
+  return SK_OK;
+}
+
+SK_API sk_result sk_device_matrix_replica_group(const sk_device_matrix *dm, const sk_dim_map *ms_map, int ndims,
+                                                int *ids, int cap, int *n, sk_error *err) {
+  if (!dm || !ms_map) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix or tensor map is NULL");
+  if (ndims < 0 || ndims > SK_MAX_DIMS)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "tensor map has %d dims; allowed 0..%d", ndims, SK_MAX_DIMS);
+  int na = dm->mesh.naxes;
+  if (na < 1 || na > SK_MAX_AXES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "device matrix is not initialised (%d dims)", na);
+  uint32_t used = 0;
+  for (int d = 0; d < ndims; d++) {
+    if (ms_map[d].naxes < 0 || ms_map[d].naxes > SK_MAX_AXES)
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "tensor map dim %d lists %d values", d, ms_map[d].naxes);
+    for (int j = 0; j < ms_map[d].naxes; j++) {
+      int v = ms_map[d].axes[j];
+      if (v < 0 || v >= na)
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                        "tensor map value %d (dim %d) is outside the %d-dim device matrix", v, d, na);
+      if (used & (1u << (na - 1 - v)))
+        return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "tensor map value %d is used twice", v);
+      used |= 1u << (na - 1 - v);
+    }
+  }
+  return sk_device_matrix_group(dm, ((1u << na) - 1u) & ~used, ids, cap, n, err);
 }
 
 /* >>layout */

@@ -177,6 +177,19 @@ expect_err "shape-util unknown function" "unknown function 'Unify'" --shape-util
 expect_err "shape-util one list short" "UnifyShape takes 2 lists, got 1" --shape-util UnifyShape 2,8
 expect_err "shape-util different ends" "last values of in1 and in2 must be equal (8, 16)" --shape-util UnifyAccumulateProduct 2,8 4,16
 
+# --dev-list: MindSpore's DeviceMatrix on a list of device ids (sk_device_matrix). The random-order
+# list and its groups are device_matrix_test.cc's TestGetDeviceByTensorMapRandomOrderSliceOne.
+expect_out "dev-list stage groups" "dim 0: [9, 11]
+dim 1: [8, 9]" --dev-list 8,9,10,11 --dev-shape 2,2 --rank 9
+expect_out "dev-list tensor map" "[8, 9]" --dev-list "(8,9,10,11)" --dev-shape "(2,2)" --rank 9 --tensor-map "(1,-1)"
+expect_out "dev-list random order" "[3, 9, 100, 0]" --dev-list 10,3,2,9,11,100,1,0 --dev-shape 4,2 --rank 0 --tensor-map "(-1,0)"
+expect_err "dev-list rank not listed" "rank 7 is not in the device list" --dev-list 8,9,10,11 --dev-shape 2,2 --rank 7
+expect_err "dev-list shape against list" "not the device list's 3 entries" --dev-list 8,9,10 --dev-shape 2,2 --rank 9
+expect_err "dev-list twice" "device 9 is listed twice" --dev-list 8,9,9,11 --dev-shape 4 --rank 8
+expect_err "dev-list map value" "tensor map value 2 (dim 0) is outside" --dev-list 8,9,10,11 --dev-shape 2,2 --rank 9 --tensor-map "(2,)"
+expect_err "dev-list other flag" "not '--mesh'" --dev-list 8,9 --dev-shape 2 --rank 8 --mesh dp=2
+expect_err "dev-list needs rank" "needs --dev-shape and --rank" --dev-list 8,9 --dev-shape 2
+
 expect_out "strategy (4,) on 8 devices" "0,1
 2,3
 4,5

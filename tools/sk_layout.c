@@ -28,6 +28,7 @@
 #include <ctype.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,10 @@ static const char usage[] =
     "                     AccumulateProduct[Reverse]ToShape ACCUM, UnifyAccumulateProduct A B,\n"
     "                     UnifyShape A B, ExpandAccumulateProduct IN EXPAND, ExpandShape IN EXPAND;\n"
     "                     e.g. sk-layout --shape-util UnifyShape \"(8,4)\" \"(2,16)\" prints [2, 4, 4]\n"
+    "device lists (MindSpore's DeviceMatrix over any device ids, sk_device_matrix):\n"
+    "  --dev-list IDS --dev-shape SHAPE --rank ID [--tensor-map MAP]  e.g. --dev-list 8,9,10,11\n"
+    "                     --dev-shape 2,2 --rank 9: rank 9's group along each dim, one line per\n"
+    "                     dim; with --tensor-map (-1,0): the devices holding rank 9's slice\n"
     ;
 
 /* A third string for the same reason. */
@@ -254,10 +259,10 @@ static void layout_from_map_flag(sk_layout *l, const sk_mesh *mesh, const char *
   check(sk_layout_parse(l, mesh, canonical, ndims, shape, &e), &e);
 }
 
-/* --ms-map: MindSpore's numeric tensor_map, "(0,(1,2))", "0,-1", "[1,-1]"; read by
-   sk_ms_map_parse, which checks the values. */
-static void layout_from_ms_map_flag(sk_layout *l, const sk_mesh *mesh, const char *text, int ndims, const int64_t *shape) {
-  pylit_doc *doc = parse_flag("--ms-map", text);
+/* A numeric tensor_map flag (--ms-map, --tensor-map): "(0,(1,2))", "0,-1", "[1,-1]", read by
+   sk_ms_map_parse, which checks the values, into ms (SK_MAX_DIMS entries). Returns the dims. */
+static int ms_map_flag(const char *flag, const char *text, sk_dim_map *ms) {
+  pylit_doc *doc = parse_flag(flag, text);
   int items[PYLIT_MAX_NODES];
   int n = pylit_list(doc, doc->root, items, PYLIT_MAX_NODES);
   char canonical[1024] = "(";
@@ -272,10 +277,16 @@ static void layout_from_ms_map_flag(sk_layout *l, const sk_mesh *mesh, const cha
     if (node->kind == PYLIT_TUPLE) append(canonical, sizeof canonical, ")");
   }
   append(canonical, sizeof canonical, n == 1 ? ",)" : ")");
-  sk_dim_map ms[SK_MAX_DIMS];
   int got;
   sk_error e;
   check(sk_ms_map_parse(canonical, ms, &got, &e), &e);
+  return got;
+}
+
+static void layout_from_ms_map_flag(sk_layout *l, const sk_mesh *mesh, const char *text, int ndims, const int64_t *shape) {
+  sk_dim_map ms[SK_MAX_DIMS];
+  sk_error e;
+  int got = ms_map_flag("--ms-map", text, ms);
   if (got != ndims) die("--ms-map \"%s\" has %d dims; --shape has %d", text, got, ndims);
   check(sk_layout_from_ms_map(l, mesh, ndims, shape, ms, &e), &e);
 }
@@ -1417,8 +1428,62 @@ static int shape_util_main(int argc, char **argv) {
   return finish_output();
 }
 
+/* "[8, 9]" and a newline: device ids as Python prints a list. */
+static void print_ids(const int *ids, int n) {
+  printf("[");
+  for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+  printf("]\n");
+}
+
+/* --dev-list IDS --dev-shape SHAPE --rank ID [--tensor-map MAP]: MindSpore's DeviceMatrix on a
+   list of device ids (sk_device_matrix). Without --tensor-map, its group list (one group per
+   dim); with it, GetDevicesByTensorMap's devices. */
+static int dev_list_main(int argc, char **argv) {
+  static sk_device_matrix dm;
+  static const char *const flags[] = {"--dev-list", "--dev-shape", "--rank", "--tensor-map"};
+  const char *val[4] = {NULL, NULL, NULL, NULL}; /* in flags' order */
+  for (int i = 0; i < argc; i++) {
+    int k = 0, at = i;
+    const char *v = NULL;
+    /* a flag that took its value moved i: no further name is tried on that value */
+    while (k < 4 && i == at && !(v = flag_value(argc, argv, &i, flags[k]))) k++;
+    if (k == 4) die("--dev-list takes only --dev-shape, --rank and --tensor-map, not '%s'", argv[i]);
+    val[k] = v;
+  }
+  if (args_error[0]) die("%s", args_error);
+  const char *ids_text = val[0], *shape_text = val[1], *rank_text = val[2], *map_text = val[3];
+  if (!ids_text || !shape_text || !rank_text) die("--dev-list needs --dev-shape and --rank");
+  static long long ids_ll[SK_MAX_DEVICES];
+  static int ids[SK_MAX_DEVICES];
+  long long shape_ll[SK_MAX_AXES];
+  int shape[SK_MAX_AXES];
+  pylit_doc *doc = parse_flag("--dev-list", ids_text);
+  int n = pylit_int_tuple(doc, doc->root, 0, INT_MAX, "a device id", ids_ll, SK_MAX_DEVICES);
+  need(n, doc);
+  int nd = parse_positive_ints("--dev-shape", shape_text, shape_ll, SK_MAX_AXES);
+  for (int i = 0; i < n; i++) ids[i] = (int)ids_ll[i];
+  for (int k = 0; k < nd; k++) shape[k] = shape_ll[k] > INT_MAX ? INT_MAX : (int)shape_ll[k];
+  sk_error e;
+  check(sk_device_matrix_init(&dm, parse_int_flag("--rank", rank_text, 0, INT_MAX), ids, n, nd, shape, &e), &e);
+  if (map_text) {
+    sk_dim_map ms[SK_MAX_DIMS];
+    int nm = ms_map_flag("--tensor-map", map_text, ms), got;
+    check(sk_device_matrix_replica_group(&dm, ms, nm, ids, SK_MAX_DEVICES, &got, &e), &e);
+    print_ids(ids, got);
+  } else {
+    for (int k = 0; k < nd; k++) {
+      int got;
+      check(sk_device_matrix_group(&dm, 1u << k, ids, SK_MAX_DEVICES, &got, &e), &e);
+      printf("dim %d: ", k);
+      print_ids(ids, got);
+    }
+  }
+  return finish_output();
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--shape-util")) return shape_util_main(argc - 2, argv + 2);
+  if (argc > 1 && !strcmp(argv[1], "--dev-list")) return dev_list_main(argc - 1, argv + 1);
   options o;
   parse_args(argc, argv, &o);
   if (o.op && o.hsdp) die("--hsdp explains a parameter's layout (--mesh, --layout or --strategy); not with --op");
