@@ -358,7 +358,7 @@ static sk_result make_world(int devices, bool mpi, sk_world **w, char *msg, size
   if (sk_world_size(*w) != devices) {
     snprintf(msg, cap, "--backend mpi needs %d processes: " PROG_MPIRUN " -np %d (this world has %d)", devices, devices,
              sk_world_size(*w));
-    sk_world_destroy(*w);
+    sk_world_destroy(*w, NULL);
     *w = NULL;
     return SK_ERR_INVALID_ARGUMENT;
   }
@@ -434,8 +434,8 @@ static sk_result run_all(job *J, results *base, char *msg, size_t cap, bool *qui
   if (r == SK_OK && J->o->mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
   if (r == SK_OK && process == 0) print_tables(J);
   if (r == SK_OK && J->o->check && J->o->devices != 1 && process == 0) r = run_reference(J, base, msg, cap);
-  if (r == SK_OK && (r = sk_world_run(w, device_main, J)) != SK_OK) snprintf(msg, cap, "%s", sk_world_error_message(w));
-  if (w) sk_world_destroy(w);
+  if (r == SK_OK && (r = sk_world_run(w, device_main, J, NULL)) != SK_OK) snprintf(msg, cap, "%s", sk_world_error_message(w));
+  if (w) sk_world_destroy(w, NULL);
   if (r == SK_OK && process == 0) *failed = !print_summary(J, base);
   return r;
 }

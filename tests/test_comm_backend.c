@@ -68,7 +68,7 @@ static sk_result redist_device(sk_comm *c, void *p) {
   sk_redist_executor *ex = NULL;
   a->rc[r] = sk_redist_executor_create(c, &d, &ex, &a->err[r]);
   if (a->rc[r] == SK_OK) {
-    a->rc[r] = sk_redist_execute(ex, src, 16, dst, 16, SK_F32);
+    a->rc[r] = sk_redist_execute(ex, src, 16, dst, 16, SK_F32, NULL);
     sk_last_error(ex, &a->err[r]);
     sk_redist_executor_destroy(ex);
   }
@@ -89,8 +89,8 @@ static sk_result run_wrapped_redist(bool failing_copy, uint32_t timeout_ms, redi
   atomic_store(&copies, 0), atomic_store(&fail_copies, failing_copy), atomic_store(&destroy_result, SK_OK);
   sk_world *w = wrapped_world(&b, 4, timeout_ms);
   memset(a, 0, sizeof *a);
-  sk_result r = sk_world_run(w, redist_device, a);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  sk_result r = sk_world_run(w, redist_device, a, NULL);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
   return r;
 }
 
@@ -120,7 +120,7 @@ Test(comm_backend, world_destroy_returns_the_backend_result, .timeout = 30) {
   sk_backend b = wrapped();
   atomic_store(&destroy_result, SK_ERR_TIMEOUT);
   sk_world *w = wrapped_world(&b, 2, 1000);
-  cr_expect_eq(sk_world_destroy(w), SK_ERR_TIMEOUT);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_ERR_TIMEOUT);
   atomic_store(&destroy_result, SK_OK);
 }
 
@@ -169,7 +169,7 @@ static sk_result mismatch_device(sk_comm *c, void *p) {
   mm_arg *a = (mm_arg *)p;
   int r = sk_comm_rank(c);
   float x[8] = {0}, y[8];
-  sk_result rc = sk_allreduce(c, x, y, r == 2 ? 5 : 4, SK_F32, SK_SUM);
+  sk_result rc = sk_allreduce(c, x, y, r == 2 ? 5 : 4, SK_F32, SK_SUM, NULL);
   sk_last_error(c, &a->err[r]);
   return rc;
 }
@@ -195,11 +195,11 @@ Test(comm_backend, a_mismatch_is_logged_by_id_and_read_by_sk_last_error, .timeou
   sk_world *w = logged_world(&l, true, SK_LOG_INFO);
   mm_arg a;
   memset(&a, 0, sizeof a);
-  cr_expect_eq(sk_world_run(w, mismatch_device, &a), SK_ERR_MISMATCH);
+  cr_expect_eq(sk_world_run(w, mismatch_device, &a, NULL), SK_ERR_MISMATCH);
   sk_error we;
   cr_expect_eq(sk_last_error(w, &we), SK_ERR_MISMATCH);
   cr_expect(strstr(we.msg, "mismatch: rank 0 called allreduce(count 4"), "world: %s", we.msg);
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   for (int i = 0; i < 3; i++) {
     cr_expect_eq(a.err[i].code, SK_ERR_MISMATCH, "rank %d: %s", i, a.err[i].msg);
     cr_expect(strstr(a.err[i].msg, "but rank 2 called allreduce(count 5"), "rank %d: %s", i, a.err[i].msg);
@@ -215,8 +215,8 @@ Test(comm_backend, the_text_form_starts_with_the_id, .timeout = 30) {
   memset(&l, 0, sizeof l);
   sk_world *w = logged_world(&l, false, SK_LOG_ERROR);
   mm_arg a;
-  sk_world_run(w, mismatch_device, &a);
-  sk_world_destroy(w);
+  sk_world_run(w, mismatch_device, &a, NULL);
+  sk_world_destroy(w, NULL);
   cr_expect(strncmp(l.text, "sk.mismatch: ", 13) == 0 || strncmp(l.text, "sk.world_failed: ", 17) == 0, "%s", l.text);
 }
 
@@ -227,7 +227,7 @@ static sk_result timeout_device(sk_comm *c, void *p) {
     ct_sleep_ms(600);
     return SK_OK;
   }
-  return sk_barrier(c);
+  return sk_barrier(c, NULL);
 }
 
 Test(comm_backend, a_timeout_is_logged_by_id, .timeout = 30) {
@@ -239,8 +239,8 @@ Test(comm_backend, a_timeout_is_logged_by_id, .timeout = 30) {
   d.logger.user = &l, d.logger.item = on_item;
   sk_world *w = NULL;
   cr_assert_eq(sk_world_create(&d, &w, NULL), SK_OK);
-  cr_expect_eq(sk_world_run(w, timeout_device, NULL), SK_ERR_TIMEOUT);
-  sk_world_destroy(w);
+  cr_expect_eq(sk_world_run(w, timeout_device, NULL, NULL), SK_ERR_TIMEOUT);
+  sk_world_destroy(w, NULL);
   cr_expect_eq(atomic_load(&l.by_id[SK_LOG_TIMEOUT]), 1);
   cr_expect_eq(atomic_load(&l.by_id[SK_LOG_WORLD_FAILED]), 1);
 }
@@ -255,15 +255,15 @@ Test(comm_backend, sk_last_error_on_every_kind_of_object) {
   sk_world *w = ct_world(2, 0, 2000);
   cr_expect_eq(sk_last_error(w, &e), SK_OK);
   cr_expect_str_eq(e.msg, "");
-  cr_expect_eq(sk_world_run(w, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_world_run(w, NULL, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect_eq(sk_last_error(w, &e), SK_ERR_INVALID_ARGUMENT);
   cr_expect_str_eq(e.msg, "world_run: fn is NULL");
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   sk_fusion_desc fd;
   memset(&fd, 0, sizeof fd);
   sk_fusion *f = NULL;
   cr_assert_eq(sk_fusion_create(&fd, &f, &e), SK_OK, "%s", e.msg);
-  cr_expect_eq(sk_fusion_add(f, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_add(f, NULL, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect_eq(sk_last_error(f, &e), SK_ERR_INVALID_ARGUMENT);
   cr_expect_str_eq(e.msg, sk_fusion_error_message(f));
   sk_fusion_destroy(f);
@@ -273,10 +273,10 @@ Test(comm_backend, sk_last_error_on_every_kind_of_object) {
 static sk_result copy_device(sk_comm *c, void *p) {
   ct_slot *s = (ct_slot *)p + sk_comm_rank(c);
   char a[8] = "abcdefg", b[8] = {0};
-  ct_check(s, sk_comm_copy(c, b, a, 8) == SK_OK && memcmp(a, b, 8) == 0, "copy");
-  ct_check(s, sk_comm_copy(c, NULL, a, 8) == SK_ERR_INVALID_ARGUMENT, "NULL dst");
+  ct_check(s, sk_comm_copy(c, b, a, 8, NULL) == SK_OK && memcmp(a, b, 8) == 0, "copy");
+  ct_check(s, sk_comm_copy(c, NULL, a, 8, NULL) == SK_ERR_INVALID_ARGUMENT, "NULL dst");
   ct_check(s, strstr(sk_comm_error_message(c), "copy: dst is NULL with 8 bytes") != NULL, "%s", sk_comm_error_message(c));
-  ct_check(s, sk_comm_copy(c, NULL, NULL, 0) == SK_OK, "0 bytes");
+  ct_check(s, sk_comm_copy(c, NULL, NULL, 0, NULL) == SK_OK, "0 bytes");
   s->ran = 1;
   return SK_OK;
 }

@@ -744,7 +744,7 @@ static sk_result share_stage_param(run *R, int p, bool held, void *full, size_t 
   bool sender = held && rank % plan->desc.ndevices == 0; /* its stage's first device */
   sk_dtype dt = R->J->o->dtype == SK_F64 ? SK_F64 : SK_F32;
   if (!sender) memset(full, 0, n * sk_dtype_size(dt));
-  sk_result r = sk_allreduce(R->comm, full, full, n, dt, SK_SUM);
+  sk_result r = sk_allreduce(R->comm, full, full, n, dt, SK_SUM, NULL);
   return r ? sk_error_set(e, r, "sharing '%s' after the broadcast: %s", R->J->g->tensors[p].name, sk_comm_error_message(R->comm))
            : SK_OK;
 }
@@ -818,7 +818,7 @@ static sk_result make_world(const options *o, sk_world **w, char *msg, size_t ca
   if (sk_world_size(*w) != o->devices) {
     snprintf(msg, cap, "--devices %d, but the MPI world has %d processes: " PROG_MPIRUN " -np %d", o->devices,
              sk_world_size(*w), o->devices);
-    sk_world_destroy(*w);
+    sk_world_destroy(*w, NULL);
     *w = NULL;
     return SK_ERR_INVALID_ARGUMENT;
   }
@@ -1035,7 +1035,7 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   if (!rc && !o->distributed) {
     sk_error e;
     if (run_reference(J, false, &e)) snprintf(msg, cap, "%s", e.msg), rc = -1;
-  } else if (!rc && sk_world_run(w, device_main, J)) {
+  } else if (!rc && sk_world_run(w, device_main, J, NULL)) {
     const char *why = sk_world_error_message(w);
     snprintf(msg, cap, "%s", *why ? why : J->mpi_error), rc = -1;
     /* each process fails its own way (a timeout names whom it waited for, and process 0 may be
@@ -1045,7 +1045,7 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && process == 0 && !print_summary(J, base, nbase)) rc = 1; /* said: the verdict line */
   if (!rc && J->diverged) rc = 1;                                      /* said: the not-finite line */
-  if (w) sk_world_destroy(w);
+  if (w) sk_world_destroy(w, NULL);
   sk_ckpt_unlock(&lock);
   free(base);
   return rc;
