@@ -689,7 +689,7 @@ BENCH_FN sk_result bench__probe(sk_comm *c, bench_ctx *x, int lrank, double *t_p
   double mine = 0;
   int maxseg = 2 * x->nlocal + 2, nseg = 0;
   bench_region *seg = (bench_region *)malloc(sizeof *seg * (size_t)maxseg);
-  if (!seg) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "probe: allocating %d segments", maxseg);
+  if (!seg) return sk_error_set(sk_comm_error(c), SK_ERR_OUT_OF_MEMORY, "probe: allocating %d segments", maxseg);
   size_t share = 0;
   if (lrank < P && F) {
     size_t lo = F / (size_t)P * (size_t)lrank / 64 * 64, hi = lrank == P - 1 ? F : F / (size_t)P * (size_t)(lrank + 1) / 64 * 64;
@@ -1101,7 +1101,7 @@ BENCH_FN sk_result bench__ceil_time(bench_dev_state *s, int root, size_t q, size
   size_t inner = share ? (1u << 20) / share + 1 : 1;
   int samples = total > (64u << 20) ? 3 : 5;
   float **ptr = (float **)malloc(sizeof *ptr * 2 * (size_t)x->n);
-  if (!ptr) return sk_comm_set_error(s->c, SK_ERR_OUT_OF_MEMORY, "ceiling: %d stream pointers", 2 * x->n);
+  if (!ptr) return sk_error_set(sk_comm_error(s->c), SK_ERR_OUT_OF_MEMORY, "ceiling: %d stream pointers", 2 * x->n);
   sk_result r = SK_OK;
   best[0] = best[1] = 1e30;
   for (int k = 0; k < 2 * samples && r == SK_OK; k++) {

@@ -366,18 +366,18 @@ static sk_result fp_make_cfg(fp_dev *d, int ci, size_t thr) {
   desc.no_zero_copy = !x->o->zero_copy;
   desc.workspace = d->ws;
   desc.workspace_bytes = d->ws ? fp_ws_bytes(x) : 0;
-  sk_error err;
-  sk_result r = sk_fusion_create(&desc, &d->f[ci], &err);
-  if (r != SK_OK) return sk_comm_set_error(d->c, r, "fusion create: %s", err.msg);
+  sk_error *e = sk_comm_error(d->c); /* a failure is described where sk_world_run looks */
+  sk_result r = sk_fusion_create(&desc, &d->f[ci], e);
+  if (r != SK_OK) return r;
   d->h[ci] = (int *)calloc((size_t)x->nt, sizeof(int));
   if (!d->h[ci]) return SK_ERR_OUT_OF_MEMORY;
   for (int k = 0; k < x->nt; k++) {
     const fp_tensor *t = &x->t[x->nt - 1 - k];
-    r = sk_fusion_add_allreduce(d->f[ci], d->c, d->grad[k], d->grad[k], t->count, SK_F32, SK_SUM, 0, t->name, &d->h[ci][k], NULL);
-    if (r != SK_OK) return sk_comm_set_error(d->c, r, "fusion add: %s", sk_fusion_error_message(d->f[ci]));
+    r = sk_fusion_add_allreduce(d->f[ci], d->c, d->grad[k], d->grad[k], t->count, SK_F32, SK_SUM, 0, t->name, &d->h[ci][k], e);
+    if (r != SK_OK) return r;
   }
-  r = sk_fusion_plan(d->f[ci], NULL);
-  if (r != SK_OK) return sk_comm_set_error(d->c, r, "fusion plan: %s", sk_fusion_error_message(d->f[ci]));
+  r = sk_fusion_plan(d->f[ci], e);
+  if (r != SK_OK) return r;
   if (d->lrank == 0 && d->x->local0 == 0) x->buckets[ci] = sk_fusion_bucket_count(d->f[ci]);
   return SK_OK;
 }
@@ -398,11 +398,11 @@ static sk_result fp_step(fp_dev *d, int ci, double *t) {
       sk_comm_compute(d->c, cu);
       fp_sleep_until(t0 + (uint64_t)(cum * 1000.0));
     }
-    r = sk_fusion_ready(f, d->h[ci][k], NULL);
-    if (r != SK_OK) return sk_comm_set_error(d->c, r, "ready: %s", sk_fusion_error_message(f));
+    r = sk_fusion_ready(f, d->h[ci][k], sk_comm_error(d->c));
+    if (r != SK_OK) return r;
   }
-  r = sk_fusion_wait(f, NULL);
-  if (r != SK_OK) return sk_comm_set_error(d->c, r, "%s", sk_fusion_error_message(f));
+  r = sk_fusion_wait(f, sk_comm_error(d->c));
+  if (r != SK_OK) return r;
   double mine[2] = {(double)(sk_now_ns() - t0) / 1e3, sk_comm_clock_us(d->c) - clk0};
   return sk_allreduce(d->c, mine, t, 2, SK_F64, SK_MAX, NULL);
 }
@@ -488,7 +488,7 @@ static sk_result fp_device(sk_comm *c, void *arg) {
     d.ws = bench__alloc(fp_ws_bytes(x));
     if (!d.ws) r = SK_ERR_OUT_OF_MEMORY;
   }
-  if (r != SK_OK) sk_comm_set_error(c, r, "rank %d: allocating %zu bytes of gradients", d.rank, x->total_bytes);
+  if (r != SK_OK) sk_error_set(sk_comm_error(c), r, "rank %d: allocating %zu bytes of gradients", d.rank, x->total_bytes);
   int nsweep = x->ncfg - (x->o->autopick ? 1 : 0);
   for (int ci = 0; ci < nsweep && r == SK_OK; ci++) r = fp_make_cfg(&d, ci, x->cfg_thr[ci]);
   if (r == SK_OK && x->o->autopick) {

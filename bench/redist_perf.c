@@ -71,18 +71,18 @@ static sk_result device(sk_comm *c, void *arg) {
   const sk_redist_desc *d = &x->desc;
   sk_slice fs, ts;
   memset(&fs, 0, sizeof fs), memset(&ts, 0, sizeof ts); /* the analyzer cannot see every dim written */
-  sk_error e;
-  sk_result rc = sk_layout_slice(&d->from, r, &fs, &e);
-  if (rc == SK_OK) rc = sk_layout_slice(&d->to, r, &ts, &e);
-  if (rc) return sk_comm_set_error(c, rc, "%s", e.msg);
+  sk_error *e = sk_comm_error(c); /* a failure is described where sk_world_run looks */
+  sk_result rc = sk_layout_slice(&d->from, r, &fs, e);
+  if (rc == SK_OK) rc = sk_layout_slice(&d->to, r, &ts, e);
+  if (rc) return rc;
   int k = ppos(&d->from.mesh, d->partial, r), g = 1;
   for (int a = 0; a < d->from.mesh.naxes; a++)
     if (d->partial & (1u << a)) g *= d->from.mesh.dims[a];
   for (size_t i = 0; i < x->nsrc[r]; i++) x->src[r][i] = val(gidx(&d->from, &fs, (int64_t)i), d->partial ? k : 0);
   memset(x->dst[r], 0, x->ndst[r] * 4);
   sk_redist_executor *ex;
-  rc = sk_redist_executor_create(c, d, &ex, &e);
-  if (rc) return sk_comm_set_error(c, rc, "%s", e.msg);
+  rc = sk_redist_executor_create(c, d, &ex, e);
+  if (rc) return rc;
   /* check once */
   rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32, NULL);
   int64_t wrong = 0;

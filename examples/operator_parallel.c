@@ -243,10 +243,9 @@ static sk_result device_main(sk_comm *c, void *arg) {
   sk_runtime_desc d;
   memset(&d, 0, sizeof d);
   d.kernels = &BLAS;
-  sk_error e = {SK_OK, ""};
-  sk_result r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
-  if (!r) r = train(&R, &e);
-  if (r) sk_comm_set_error(c, r, "%s", e.msg);
+  sk_error *e = sk_comm_error(c); /* a failure is described where sk_world_run looks */
+  sk_result r = sk_runtime_create(c, &J->plan, &d, &R.rt, e);
+  if (!r) r = train(&R, e);
   sk_runtime_destroy(R.rt);
   return r;
 }

@@ -494,13 +494,10 @@ SK_API bool sk_coll_kind_from_name(const char *name, sk_coll_kind *kind) {
 }
 
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) {
-  if (comm) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(comm->head.error.msg, sizeof comm->head.error.msg, fmt, ap);
-    va_end(ap);
-    comm->head.error.code = code;
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  sk__error_vset(sk_comm_error(comm), code, fmt, ap);
+  va_end(ap);
   return code;
 }
 

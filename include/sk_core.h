@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdarg.h> /* sk_error_set */
 #include <stdio.h>  /* snprintf in sk_last_error, vsnprintf in sk_error_set */
+#include <string.h> /* memcpy in sk_error_set */
 
 #define SK_VERSION_MAJOR 0
 #define SK_VERSION_MINOR 1
@@ -140,18 +141,26 @@ typedef struct sk_error {
   char msg[SK_ERROR_MSG_MAX];
 } sk_error;
 
+/* sk_error_set's body. The message is formatted aside first: an argument may be err->msg itself
+   (a comm's record passed as err to a call that words "...: %s" from the comm's message). */
+SK__INLINE sk_result sk__error_vset(sk_error *err, sk_result code, const char *fmt, va_list ap) {
+  if (!err) return code;
+  char msg[SK_ERROR_MSG_MAX];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  memcpy(err->msg, msg, sizeof msg);
+  err->code = code;
+  return code;
+}
+
 /* Writes code and the printf-style message into *err (when err is not NULL; a message longer than
    SK_ERROR_MSG_MAX - 1 bytes is cut) and returns code, so that a fallible function reports in one
    line: `return sk_error_set(err, SK_ERR_OUT_OF_MEMORY, "out of memory gathering '%s'", name);`.
    shardkit's own calls write their messages with it; programs built on shardkit use it for theirs. */
 SK__INLINE SK__PRINTF(3, 4) sk_result sk_error_set(sk_error *err, sk_result code, const char *fmt, ...) {
-  if (err) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    err->code = code;
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  sk__error_vset(err, code, fmt, ap);
+  va_end(ap);
   return code;
 }
 
@@ -188,7 +197,8 @@ SK__INLINE sk_result sk_object_set_error(sk_object_head *h, sk_result code, cons
   if (!h) return code;
   h->magic = SK_OBJECT_MAGIC;
   h->error.code = code;
-  snprintf(h->error.msg, sizeof h->error.msg, "%.*s", (int)sizeof h->error.msg - 1, msg ? msg : ""); /* truncates long text */
+  if (msg != h->error.msg) /* truncates long text */
+    snprintf(h->error.msg, sizeof h->error.msg, "%.*s", (int)sizeof h->error.msg - 1, msg ? msg : "");
   return code;
 }
 

@@ -785,16 +785,15 @@ static sk_result device_main(sk_comm *c, void *arg) {
   sk_runtime_desc d;
   memset(&d, 0, sizeof d);
   d.kernels = &BLAS;
-  sk_error e = {SK_OK, ""};
-  sk_result r = run_buffers(&R, &e);
-  if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
-  if (!r && J->o->broadcast) r = broadcast(&R, &e);
-  if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, J->optim.kind, &J->o->ckpt, &R.start, R.lead, &e);
+  sk_error *e = sk_comm_error(c); /* a failure is described where sk_world_run looks */
+  sk_result r = run_buffers(&R, e);
+  if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, e);
+  if (!r && J->o->broadcast) r = broadcast(&R, e);
+  if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, J->optim.kind, &J->o->ckpt, &R.start, R.lead, e);
   R.saved = R.start;
-  if (!r) r = train(&R, &e);
-  if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, &e);
-  if (r) sk_comm_set_error(c, r, "%s", e.msg);
-  if (r && J->o->mpi) snprintf(J->mpi_error, sizeof J->mpi_error, "%s", e.msg); /* the process's one device */
+  if (!r) r = train(&R, e);
+  if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, e);
+  if (r && J->o->mpi) snprintf(J->mpi_error, sizeof J->mpi_error, "%s", e->msg); /* the process's one device */
   free(R.x), free(R.y);
   data_readers_close(&R.rd);
   sk_runtime_destroy(R.rt);
