@@ -39,10 +39,14 @@
    the collective runs); sk_wait / sk_test only observe. A blocking call on a communicator with
    requests outstanding runs after them.
 
-   ERRORS: every call returns sk_result; the detailed message of the last failed call on a
-   communicator is sk_comm_error_message(comm) (per communicator, so per device thread). Every
-   wait is bounded by the world's timeout; sk_world_abort() or a device function returning an
-   error wakes every waiter with SK_ERR_ABORTED.
+   ERRORS: every fallible call returns sk_result and takes a trailing sk_error *err (NULL
+   allowed), which receives the code and message of a failure and is untouched on success. The
+   communicator keeps its last failure too: sk_comm_error_message(comm), sk_last_error (per
+   communicator, so per device thread). A device function passes sk_comm_error(c), the
+   communicator's own record, as err: a failure it returns is then the world's root cause with
+   its message (docs/errors-and-logging.md). Every wait is bounded by the world's timeout;
+   sk_world_abort() or a device function returning an error wakes every waiter with
+   SK_ERR_ABORTED.
 
    WORLDS, COMMUNICATORS AND REQUESTS are opaque: hold them by pointer, use the functions below.
    Writing a backend (NCCL, HCCL, ...): sk_backend.h.
@@ -116,7 +120,7 @@ typedef struct sk_world_desc {
 
 SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk_error *err);
 /* Runs fn once on every device (threads backend: N threads; MPI: this process's device) and
-   returns the first error any device returned (its text: sk_world_error_message). A device that
+   returns the first error any device returned (its text: sk_world_error_message, and err's). A device that
    returns an error aborts the world, so its peers return instead of hanging. An aborted world
    stays aborted: a later run returns at once with the first error recorded (or
    SK_ERR_ABORTED); destroy it and create a new one. */

@@ -73,8 +73,9 @@
      allocated at plan time and kept until destroy.
 
    ERRORS
-     Fallible calls return sk_result; the message of the last failure is
-     sk_fusion_error_message(f) (per scheduler; sk_fusion_create writes its sk_error).
+     Fallible calls return sk_result and take a trailing sk_error *err (NULL allowed) that
+     receives a failure; the scheduler keeps its last one too: sk_fusion_error_message(f),
+     sk_last_error (per scheduler).
      Bad arguments -> SK_ERR_INVALID_ARGUMENT naming them; add after planning, ready twice ->
      SK_ERR_INVALID_USAGE. A failing bucket (launch or completion) does not stop the others; its
      error surfaces at wait, naming the bucket and its tensors. At wait, a tensor never marked
