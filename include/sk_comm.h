@@ -657,6 +657,14 @@ static sk_result sk__check_caller(const sk_comm *c) {
   return b->check_caller ? b->check_caller(c) : SK_OK;
 }
 
+/* The end of a public call on c (sk__report): a caller the backend refuses gets its own message,
+   never c's record, which another thread owns and may be writing. */
+static sk_result sk__comm_report(sk_comm *c, sk_result r, sk_error *err) {
+  if (r == SK_OK || !err || !c || sk__check_caller(c) == SK_OK) return sk__report(c, r, err);
+  const char *name = c->world->backend->name;
+  return sk_error_set(err, r, "the calling thread may not use this communicator (backend '%s')", name ? name : "?");
+}
+
 static sk_comm *sk__comm_alloc(sk_world *w) { return (sk_comm *)sk__calloc(&w->desc.allocator, sizeof(sk_comm), 64); }
 
 SK_API sk_result sk_comm_init_rank(sk_world *w, int rank, sk_comm **comm, sk_error *err) {
@@ -682,7 +690,7 @@ SK_API sk_result sk_comm_init_rank(sk_world *w, int rank, sk_comm **comm, sk_err
 }
 
 SK_API sk_result sk_comm_destroy(sk_comm *c, sk_error *err) {
-  if (!c) return sk__report(c, SK_ERR_INVALID_ARGUMENT, err);
+  if (!c) return sk__comm_report(c, SK_ERR_INVALID_ARGUMENT, err);
   sk_world *w = c->world;
   w->backend->comm_destroy(c, c->state);
   sk__free(&w->desc.allocator, c);
@@ -710,7 +718,7 @@ static sk_result sk__comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn f
   return b->peer_access(c, mine, fn, ctx);
 }
 SK_API sk_result sk_comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn, void *ctx, sk_error *err) {
-  return sk__report(c, sk__comm_peer_access(c, mine, fn, ctx), err);
+  return sk__comm_report(c, sk__comm_peer_access(c, mine, fn, ctx), err);
 }
 
 static sk_result sk__comm_copy(sk_comm *c, void *dst, const void *src, size_t bytes) {
@@ -726,7 +734,7 @@ static sk_result sk__comm_copy(sk_comm *c, void *dst, const void *src, size_t by
   return SK_OK;
 }
 SK_API sk_result sk_comm_copy(sk_comm *c, void *dst, const void *src, size_t bytes, sk_error *err) {
-  return sk__report(c, sk__comm_copy(c, dst, src, bytes), err);
+  return sk__comm_report(c, sk__comm_copy(c, dst, src, bytes), err);
 }
 
 SK_API void sk_comm_log(sk_comm *c, sk_log_level level, sk_log_id id, const char *fmt, ...) {
@@ -820,7 +828,7 @@ static sk_result sk__comm_split(sk_comm *c, int color, int key, sk_comm **out) {
   return SK_OK;
 }
 SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out, sk_error *err) {
-  return sk__report(c, sk__comm_split(c, color, key, out), err);
+  return sk__comm_report(c, sk__comm_split(c, color, key, out), err);
 }
 
 static sk_result sk__comm_create(sk_comm *c, int n, const int *ranks, sk_comm **out) {
@@ -844,7 +852,7 @@ static sk_result sk__comm_create(sk_comm *c, int n, const int *ranks, sk_comm **
   return sk__comm_split(c, pos >= 0 ? 0 : SK_UNDEFINED, pos, out);
 }
 SK_API sk_result sk_comm_create(sk_comm *c, int n, const int *ranks, sk_comm **out, sk_error *err) {
-  return sk__report(c, sk__comm_create(c, n, ranks, out), err);
+  return sk__comm_report(c, sk__comm_create(c, n, ranks, out), err);
 }
 
 static sk_result sk__comm_split_mesh(sk_comm *c, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out) {
@@ -871,7 +879,7 @@ static sk_result sk__comm_split_mesh(sk_comm *c, const sk_mesh *mesh, uint32_t a
   return sk__comm_split(c, color, c->rank, out);
 }
 SK_API sk_result sk_comm_split_mesh(sk_comm *c, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out, sk_error *err) {
-  return sk__report(c, sk__comm_split_mesh(c, mesh, axis_mask, out), err);
+  return sk__comm_report(c, sk__comm_split_mesh(c, mesh, axis_mask, out), err);
 }
 
 /* ---- validation and dispatch ------------------------------------------------------------------ */
@@ -993,35 +1001,35 @@ static sk_coll sk__coll(sk_coll_kind kind, const void *send, void *recv, size_t 
 
 SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLREDUCE, send, recv, count, dt, op, 0);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_allgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLGATHER, send, recv, count, dt, SK_SUM, 0);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_reduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_broadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_BROADCAST, send, recv, count, dt, SK_SUM, root);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_reduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_REDUCE, send, recv, count, dt, op, root);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLTOALL, send, recv, count, dt, SK_SUM, 0);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_GATHER, send, recv, count, dt, SK_SUM, root);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_SCATTER, send, recv, count, dt, SK_SUM, root);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 static sk_coll sk__coll_vec(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
                             const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt) {
@@ -1033,19 +1041,19 @@ static sk_coll sk__coll_vec(const void *send, const size_t *send_counts, const s
 SK_API sk_result sk_alltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
                               void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt, sk_error *err) {
   sk_coll o = sk__coll_vec(send, send_counts, send_displs, recv, recv_counts, recv_displs, dt);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_barrier(sk_comm *c, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_BARRIER, NULL, NULL, 0, SK_U8, SK_SUM, 0);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_SEND, buf, NULL, count, dt, SK_SUM, peer);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_RECV, NULL, buf, count, dt, SK_SUM, peer);
-  return sk__report(c, sk__blocking(c, &o), err);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 static sk_result sk__sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
                              int src, sk_dtype dt) {
@@ -1074,64 +1082,64 @@ static sk_result sk__sendrecv(sk_comm *c, const void *send, size_t send_count, i
 }
 SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
                              int src, sk_dtype dt, sk_error *err) {
-  return sk__report(c, sk__sendrecv(c, send, send_count, dst, recv, recv_count, src, dt), err);
+  return sk__comm_report(c, sk__sendrecv(c, send, send_count, dst, recv, recv_count, src, dt), err);
 }
 
 SK_API sk_result sk_iallreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
                                sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLREDUCE, send, recv, count, dt, op, 0);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_iallgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLGATHER, send, recv, count, dt, SK_SUM, 0);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ireduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
                                     sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ibroadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
                                sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_BROADCAST, send, recv, count, dt, SK_SUM, root);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ireduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root,
                             sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_REDUCE, send, recv, count, dt, op, root);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLTOALL, send, recv, count, dt, SK_SUM, 0);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_igather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
                             sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_GATHER, send, recv, count, dt, SK_SUM, root);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_iscatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
                              sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_SCATTER, send, recv, count, dt, SK_SUM, root);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ialltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
                                void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt,
                                sk_request **req, sk_error *err) {
   sk_coll o = sk__coll_vec(send, send_counts, send_displs, recv, recv_counts, recv_displs, dt);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_BARRIER, NULL, NULL, 0, SK_U8, SK_SUM, 0);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_SEND, buf, NULL, count, dt, SK_SUM, peer);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_RECV, NULL, buf, count, dt, SK_SUM, peer);
-  return sk__report(c, sk__nonblocking(c, &o, req), err);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 
 SK_API sk_result sk_wait(sk_request **req, sk_error *err) {
@@ -1140,12 +1148,12 @@ SK_API sk_result sk_wait(sk_request **req, sk_error *err) {
   if (!r) return SK_OK;
   sk_comm *c = r->comm; /* the request is freed below */
   sk_result res = sk__check_caller(c);
-  if (res != SK_OK) return sk__report(c, res, err);
+  if (res != SK_OK) return sk__comm_report(c, res, err);
   res = sk__logged(c, c->world->backend->wait(r));
   sk__clock_reach(c, r->model_end_us);
   *req = NULL;
   r->free_fn(r);
-  return sk__report(c, res, err);
+  return sk__comm_report(c, res, err);
 }
 
 SK_API sk_result sk_test(sk_request **req, bool *done, sk_error *err) {
@@ -1159,7 +1167,7 @@ SK_API sk_result sk_test(sk_request **req, bool *done, sk_error *err) {
   sk_result res = sk__check_caller(c);
   if (res != SK_OK) {
     *done = false;
-    return sk__report(c, res, err);
+    return sk__comm_report(c, res, err);
   }
   res = r->comm->world->backend->test(r, done);
   /* Under a link model "done" is in virtual time: not before this device's clock reaches the
@@ -1174,7 +1182,7 @@ SK_API sk_result sk_test(sk_request **req, bool *done, sk_error *err) {
     *req = NULL;
     r->free_fn(r);
   }
-  return sk__report(c, res, err);
+  return sk__comm_report(c, res, err);
 }
 
 SK_API sk_result sk_waitall(int n, sk_request **reqs, sk_error *err) {

@@ -335,6 +335,7 @@ typedef struct wt_help {
   sk_comm *c;
   sk_result rc[5];
   char msg[5][SK_ERROR_MSG_MAX];
+  sk_error err; /* the barrier's: says why, without the owner's record */
 } wt_help;
 
 static void *wt_helper_main(void *pv) {
@@ -346,7 +347,7 @@ static void *wt_helper_main(void *pv) {
   h->rc[1] = sk_iallreduce(h->c, x, y, 4, SK_F32, SK_SUM, &req, NULL);
   f_msg(h->msg[1], h->c);
   if (req) sk_wait(&req, NULL); /* only if wrongly accepted */
-  h->rc[2] = sk_barrier(h->c, NULL);
+  h->rc[2] = sk_barrier(h->c, &h->err);
   f_msg(h->msg[2], h->c);
   h->rc[3] = sk_send(h->c, x, 4, SK_F32, 1, NULL);
   f_msg(h->msg[3], h->c);
@@ -412,6 +413,9 @@ Test(comm_faults, comm_used_from_wrong_thread, .timeout = 30) {
       /* the message belongs to the owner (who may be using its communicator): untouched */
       cr_expect_str_eq(a.help[which].msg[k], "", "%s comm: helper thread's %s wrote '%s' into the owner's communicator",
                        which ? "sub" : "world", calls[k], a.help[which].msg[k]);
+      cr_expect(a.help[which].err.code == SK_ERR_INVALID_ARGUMENT &&
+                    strstr(a.help[which].err.msg, "the calling thread may not use this communicator"),
+                "%s comm: the helper's err: '%s'", which ? "sub" : "world", a.help[which].err.msg);
     }
 }
 
