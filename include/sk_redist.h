@@ -1373,7 +1373,7 @@ static sk_result sk__rd_sub(sk_redist_executor *ex, const sk_mesh *m, uint32_t m
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: desc.group gave no communicator for %s", what);
     }
   } else {
-    sk_result r = sk_comm_split_mesh(ex->comm, m, mask, &c, err);
+    sk_result r = sk_comm_split_mesh(ex->comm, m, mask, &c, NULL);
     if (r) return sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(ex->comm));
   }
   ex->subs[ex->nsubs].mesh = m, ex->subs[ex->nsubs].mask = mask, ex->subs[ex->nsubs].own = !d->group;
@@ -1665,7 +1665,7 @@ static sk_result sk__rd_build(sk_comm *comm, const sk_redist_desc *desc, sk_redi
    the checks every rank makes alike. mine: this rank's result, returned as is when it failed. */
 static sk_result sk__rd_agree_created(sk_comm *comm, sk_result mine, sk_error *err) {
   int64_t v = mine ? (int64_t)sk_comm_rank(comm) : INT64_MAX, low = INT64_MAX;
-  sk_result r = sk_allreduce(comm, &v, &low, 1, SK_I64, SK_MIN, err);
+  sk_result r = sk_allreduce(comm, &v, &low, 1, SK_I64, SK_MIN, NULL);
   if (mine) return mine;
   if (r) return sk__fail(err, r, "redist: agreeing on the executor's creation: %s", sk_comm_error_message(comm));
   if (low != INT64_MAX)
