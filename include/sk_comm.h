@@ -660,9 +660,14 @@ static sk_result sk__check_caller(const sk_comm *c) {
 /* The end of a public call on c (sk__report): a caller the backend refuses gets its own message,
    never c's record, which another thread owns and may be writing. */
 static sk_result sk__comm_report(sk_comm *c, sk_result r, sk_error *err) {
-  if (r == SK_OK || !err || !c || sk__check_caller(c) == SK_OK) return sk__report(c, r, err);
-  const char *name = c->world->backend->name;
-  return sk_error_set(err, r, "the calling thread may not use this communicator (backend '%s')", name ? name : "?");
+  if (r == SK_OK || !err) return r;
+  if (!c || sk__check_caller(c) == SK_OK) {
+    sk__report(c, r, err);
+  } else {
+    const char *name = c->world->backend->name;
+    sk_error_set(err, r, "the calling thread may not use this communicator (backend '%s')", name ? name : "?");
+  }
+  return r; /* plainly r, for the analyzer */
 }
 
 static sk_comm *sk__comm_alloc(sk_world *w) { return (sk_comm *)sk__calloc(&w->desc.allocator, sizeof(sk_comm), 64); }

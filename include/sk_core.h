@@ -209,10 +209,13 @@ SK__INLINE sk_result sk_object_set_error(sk_object_head *h, sk_result code, cons
 SK__INLINE sk_result sk__report(const void *object, sk_result r, sk_error *err) {
   const sk_object_head *h = (const sk_object_head *)object;
   if (r == SK_OK || !err || (h && err == &h->error)) return r;
-  if (!h) return sk_error_set(err, r, "the object passed (communicator, world, fusion scheduler or executor) is NULL");
-  if (h->magic == SK_OBJECT_MAGIC && h->error.code == r && h->error.msg[0])
-    return sk_error_set(err, r, "%s", h->error.msg);
-  return sk_error_set(err, r, "%s", sk_result_string(r));
+  if (!h)
+    sk_error_set(err, r, "the object passed (communicator, world, fusion scheduler or executor) is NULL");
+  else if (h->magic == SK_OBJECT_MAGIC && h->error.code == r && h->error.msg[0])
+    sk_error_set(err, r, "%s", h->error.msg);
+  else
+    sk_error_set(err, r, "%s", sk_result_string(r));
+  return r; /* plainly r: analyzers do not follow the variadic sk_error_set's result */
 }
 
 /* ---- dtypes ------------------------------------------------------------------------------- */
