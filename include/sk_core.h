@@ -147,7 +147,7 @@ SK__INLINE sk_result sk__error_vset(sk_error *err, sk_result code, const char *f
   if (!err) return code;
   char msg[SK_ERROR_MSG_MAX];
   vsnprintf(msg, sizeof msg, fmt, ap);
-  memcpy(err->msg, msg, sizeof msg);
+  memcpy(err->msg, msg, strlen(msg) + 1);
   err->code = code;
   return code;
 }
