@@ -23,12 +23,12 @@ static unsigned ag_touches(int rank, int n, int root) {
 }
 
 static sk_result ag_run(sk_comm *c, const bench_io *io) {
-  return sk_allgather(c, io->send, io->recv, io->count, io->dt);
+  return sk_allgather(c, io->send, io->recv, io->count, io->dt, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result ag_start(sk_comm *c, const bench_io *io, sk_request **req) {
-  return sk_iallgather(c, io->send, io->recv, io->count, io->dt, req);
+  return sk_iallgather(c, io->send, io->recv, io->count, io->dt, req, NULL);
 }
 
 int main(int argc, char **argv) {

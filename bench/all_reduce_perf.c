@@ -22,12 +22,12 @@ static unsigned ar_touches(int rank, int n, int root) {
 }
 
 static sk_result ar_run(sk_comm *c, const bench_io *io) {
-  return sk_allreduce(c, io->send, io->recv, io->count, io->dt, io->op);
+  return sk_allreduce(c, io->send, io->recv, io->count, io->dt, io->op, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result ar_start(sk_comm *c, const bench_io *io, sk_request **req) {
-  return sk_iallreduce(c, io->send, io->recv, io->count, io->dt, io->op, req);
+  return sk_iallreduce(c, io->send, io->recv, io->count, io->dt, io->op, req, NULL);
 }
 
 static void ar_fill(const bench_io *io) {

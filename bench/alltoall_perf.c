@@ -23,12 +23,12 @@ static unsigned a2a_touches(int rank, int n, int root) {
 }
 
 static sk_result a2a_run(sk_comm *c, const bench_io *io) {
-  return sk_alltoall(c, io->send, io->recv, io->count, io->dt);
+  return sk_alltoall(c, io->send, io->recv, io->count, io->dt, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result a2a_start(sk_comm *c, const bench_io *io, sk_request **req) {
-  return sk_ialltoall(c, io->send, io->recv, io->count, io->dt, req);
+  return sk_ialltoall(c, io->send, io->recv, io->count, io->dt, req, NULL);
 }
 
 /* Rank j's send element k is value(j, k); block r of it goes to rank r. */

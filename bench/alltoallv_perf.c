@@ -61,13 +61,13 @@ static unsigned a2av_touches(int rank, int n, int root) {
 /* Explicit (packed) displacements, as an MPI_Alltoallv caller passes them. */
 static sk_result a2av_run(sk_comm *c, const bench_io *io) {
   return sk_alltoallv(c, io->send, io->send_counts, io->send_displs, io->recv, io->recv_counts, io->recv_displs,
-                      io->dt);
+                      io->dt, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result a2av_start(sk_comm *c, const bench_io *io, sk_request **req) {
   return sk_ialltoallv(c, io->send, io->send_counts, io->send_displs, io->recv, io->recv_counts,
-                       io->recv_displs, io->dt, req);
+                       io->recv_displs, io->dt, req, NULL);
 }
 
 /* Rank j's send element k is value(j, k); its block for rank r starts at a2av_send_displ(j, r). */

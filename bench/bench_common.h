@@ -680,7 +680,7 @@ BENCH_FN void bench__rw(unsigned char *p, size_t n, uint64_t z) {
 /* Runs on every device. Returns the best time of one pass over the whole footprint (seconds;
    the maximum over the probing threads, each timing its share) and the footprint bytes. */
 BENCH_FN sk_result bench__probe(sk_comm *c, bench_ctx *x, int lrank, double *t_pass, size_t *footprint) {
-  sk_result r = sk_barrier(c); /* every device registered its regions */
+  sk_result r = sk_barrier(c, NULL); /* every device registered its regions */
   if (r != SK_OK) return r;
   size_t F = 0;
   for (int d = 0; d < x->nlocal; d++) F += x->dev[d].reg[0].bytes + x->dev[d].reg[1].bytes;
@@ -689,7 +689,7 @@ BENCH_FN sk_result bench__probe(sk_comm *c, bench_ctx *x, int lrank, double *t_p
   double mine = 0;
   int maxseg = 2 * x->nlocal + 2, nseg = 0;
   bench_region *seg = (bench_region *)malloc(sizeof *seg * (size_t)maxseg);
-  if (!seg) return sk_comm_set_error(c, SK_ERR_OUT_OF_MEMORY, "probe: allocating %d segments", maxseg);
+  if (!seg) return sk_error_set(sk_comm_error(c), SK_ERR_OUT_OF_MEMORY, "probe: allocating %d segments", maxseg);
   size_t share = 0;
   if (lrank < P && F) {
     size_t lo = F / (size_t)P * (size_t)lrank / 64 * 64, hi = lrank == P - 1 ? F : F / (size_t)P * (size_t)(lrank + 1) / 64 * 64;
@@ -711,7 +711,7 @@ BENCH_FN sk_result bench__probe(sk_comm *c, bench_ctx *x, int lrank, double *t_p
   int samples = F > (64u << 20) ? 3 : 5;
   double best = 1e30;
   for (int s = 0; s < samples; s++) {
-    r = sk_barrier(c);
+    r = sk_barrier(c, NULL);
     if (r != SK_OK) break;
     if (!nseg) continue;
     uint64_t z = bench__zero;
@@ -725,11 +725,11 @@ BENCH_FN sk_result bench__probe(sk_comm *c, bench_ctx *x, int lrank, double *t_p
   free(seg);
   if (r != SK_OK) return r;
   if (nseg) mine = best;
-  r = sk_allreduce(c, &mine, t_pass, 1, SK_F64, SK_MAX);
+  r = sk_allreduce(c, &mine, t_pass, 1, SK_F64, SK_MAX, NULL);
   /* Every process probed its own devices at the same time: the footprint is the sum over
      processes (one contribution per process; the threads backend has one process). */
   int64_t fl = lrank == 0 ? (int64_t)F_local : 0, ft = 0;
-  if (r == SK_OK) r = sk_allreduce(c, &fl, &ft, 1, SK_I64, SK_SUM);
+  if (r == SK_OK) r = sk_allreduce(c, &fl, &ft, 1, SK_I64, SK_SUM, NULL);
   *footprint = (size_t)ft;
   return r;
 }
@@ -828,24 +828,24 @@ BENCH_FN sk_result bench__iteration(bench_dev_state *s, const bench_io *io, doub
   if (o->blocking == 1 || o->blocking == 2 || o->agg == 1) {
     for (int k = 0; r == SK_OK && k < o->agg; k++) {
       r = bench__call(s, io);
-      if (r == SK_OK && o->blocking == 1) r = sk_barrier(s->c);
+      if (r == SK_OK && o->blocking == 1) r = sk_barrier(s->c, NULL);
     }
   } else {
     int nreq = BENCH_REQS_PER_CALL * o->agg;
     for (int k = 0; r == SK_OK && k < o->agg; k++) r = bench__start(s, io, s->reqs + BENCH_REQS_PER_CALL * k);
-    sk_result w = bench__said(s, sk_waitall(nreq, s->reqs)); /* also after a failed start: frees what began */
+    sk_result w = bench__said(s, sk_waitall(nreq, s->reqs, NULL)); /* also after a failed start: frees what began */
     if (r == SK_OK) r = w;
   }
   *coll_s += (double)(sk_now_ns() - t0) * 1e-9;
-  if (r == SK_OK && o->blocking == 3) r = sk_barrier(s->c);
+  if (r == SK_OK && o->blocking == 3) r = sk_barrier(s->c, NULL);
   return r;
 }
 
 /* -a: one time per rank to the time of the row, on every rank: rank 0's, the mean, the minimum or
    the maximum (nccl-tests reduces its times across threads and processes the same way). */
 BENCH_FN sk_result bench__over_ranks(sk_comm *c, int mode, double mine, double *out) {
-  if (mode == 0) return sk_broadcast(c, &mine, out, 1, SK_F64, 0);
-  sk_result r = sk_allreduce(c, &mine, out, 1, SK_F64, mode == 1 ? SK_SUM : mode == 2 ? SK_MIN : SK_MAX);
+  if (mode == 0) return sk_broadcast(c, &mine, out, 1, SK_F64, 0, NULL);
+  sk_result r = sk_allreduce(c, &mine, out, 1, SK_F64, mode == 1 ? SK_SUM : mode == 2 ? SK_MIN : SK_MAX, NULL);
   if (r == SK_OK && mode == 1) *out /= sk_comm_size(c);
   return r;
 }
@@ -857,7 +857,7 @@ BENCH_FN sk_result bench__time(bench_dev_state *s, const bench_io *io, double *t
   sk_result r = SK_OK;
   double coll_s = 0;
   for (int i = 0; r == SK_OK && i < o->warmup; i++) r = bench__iteration(s, io, &coll_s);
-  if (r == SK_OK) r = sk_barrier(s->c);
+  if (r == SK_OK) r = sk_barrier(s->c, NULL);
   if (r != SK_OK) return r;
   coll_s = 0;
   uint64_t t0 = sk_now_ns();
@@ -882,12 +882,12 @@ BENCH_FN sk_result bench__check(bench_dev_state *s, sk_dtype dt, sk_redop op, in
       size_t lo = m * (size_t)s->lrank / (size_t)x->nlocal, hi = m * (size_t)(s->lrank + 1) / (size_t)x->nlocal;
       for (size_t j = lo; j < hi; j++) coll->expected(&io, j, x->expected + j * io.es);
     }
-    sk_result r = sk_barrier(s->c);
+    sk_result r = sk_barrier(s->c, NULL);
     if (r != SK_OK) return r;
     if ((r = bench__call(s, &io)) != SK_OK) return r;
     int64_t mine = coll->check(&io), sum = 0;
     /* also the synchronisation before the next run rewrites the shared table */
-    if ((r = sk_allreduce(s->c, &mine, &sum, 1, SK_I64, SK_SUM)) != SK_OK) return r;
+    if ((r = sk_allreduce(s->c, &mine, &sum, 1, SK_I64, SK_SUM, NULL)) != SK_OK) return r;
     *wrong = sum;
     if (sum) break;
   }
@@ -1101,12 +1101,12 @@ BENCH_FN sk_result bench__ceil_time(bench_dev_state *s, int root, size_t q, size
   size_t inner = share ? (1u << 20) / share + 1 : 1;
   int samples = total > (64u << 20) ? 3 : 5;
   float **ptr = (float **)malloc(sizeof *ptr * 2 * (size_t)x->n);
-  if (!ptr) return sk_comm_set_error(s->c, SK_ERR_OUT_OF_MEMORY, "ceiling: %d stream pointers", 2 * x->n);
+  if (!ptr) return sk_error_set(sk_comm_error(s->c), SK_ERR_OUT_OF_MEMORY, "ceiling: %d stream pointers", 2 * x->n);
   sk_result r = SK_OK;
   best[0] = best[1] = 1e30;
   for (int k = 0; k < 2 * samples && r == SK_OK; k++) {
     bool stream = k & 1;
-    if ((r = sk_barrier(s->c)) != SK_OK || !share) continue;
+    if ((r = sk_barrier(s->c, NULL)) != SK_OK || !share) continue;
     uint64_t t0 = sk_now_ns();
     for (size_t it = 0; it < inner; it++) bench__ceil_pass(x, root, q, lo, hi, stream, ptr, ptr + x->n);
     double t = (double)(sk_now_ns() - t0) * 1e-9 / (double)inner;
@@ -1134,11 +1134,11 @@ BENCH_FN sk_result bench__ceiling(bench_dev_state *s, const bench_io *io, bench_
   float *mine = (float *)(void *)s->sendbuf;
   for (size_t i = 0; i < q * nblk; i++) mine[i] = 1.0f;
   x->dev[s->lrank].send = s->sendbuf, x->dev[s->lrank].recv = s->recvbuf;
-  sk_result r = sk_barrier(s->c); /* every device's inputs and pointers are in place */
+  sk_result r = sk_barrier(s->c, NULL); /* every device's inputs and pointers are in place */
   size_t total = q * nblk * ((size_t)x->n + nout) * sizeof(float);
   double best[2], t[2];
   if (r == SK_OK) r = bench__ceil_time(s, io->root, q, total, best);
-  if (r == SK_OK) r = sk_allreduce(s->c, best, t, 2, SK_F64, SK_MAX); /* the slowest thread's */
+  if (r == SK_OK) r = sk_allreduce(s->c, best, t, 2, SK_F64, SK_MAX, NULL); /* the slowest thread's */
   double tmin = t[0] < t[1] ? t[0] : t[1];
   if (r == SK_OK && tmin > 0) row->ceil_bps = (double)total / tmin;
   return r;
@@ -1313,7 +1313,7 @@ static sk_result bench__who(sk_comm *c, void *arg) {
 /* This process's rank: a first run of the world that only asks. */
 BENCH_FN int bench__mpi_rank(sk_world *w) {
   int rank = -1;
-  return sk_world_run(w, bench__who, &rank) == SK_OK ? rank : -1;
+  return sk_world_run(w, bench__who, &rank, NULL) == SK_OK ? rank : -1;
 }
 #endif
 
@@ -1362,7 +1362,7 @@ BENCH_FN int bench_world_mpi(bench_opts *o, sk_world **w, int *nlocal, int *loca
   if (o->ngpus && o->ngpus != size) {
     fprintf(stderr, "%s: -g %d but the MPI world has %d process%s (one device per process: " PROG_MPIRUN " -np %d)\n",
             o->prog, o->ngpus, size, size == 1 ? "" : "es", o->ngpus);
-    sk_world_destroy(*w);
+    sk_world_destroy(*w, NULL);
     *w = NULL;
     return 2;
   }
@@ -1461,14 +1461,14 @@ BENCH_FN int bench__make_world(bench_opts *o, const bench_coll *coll, sk_world *
     snprintf(buf, sizeof buf, "%d", o->root);
     st = bench__bad(o->prog, "-r: root %s is not a rank of the world", buf);
   }
-  if (st) sk_world_destroy(*w), *w = NULL;
+  if (st) sk_world_destroy(*w, NULL), *w = NULL;
   return st;
 }
 
 #if defined(SK_BENCH_MPI)
 static sk_result bench__agree_fn(sk_comm *c, void *arg) {
   int mine = *(int *)arg, all = 0;
-  sk_result r = sk_allreduce(c, &mine, &all, 1, SK_I32, SK_MIN);
+  sk_result r = sk_allreduce(c, &mine, &all, 1, SK_I32, SK_MIN, NULL);
   *(int *)arg = all;
   return r;
 }
@@ -1484,7 +1484,7 @@ BENCH_FN int bench__open_json(bench_ctx *x, sk_world *w) {
     else ok = 0, fprintf(stderr, "%s: -J: cannot write '%s': %s\n", x->o->prog, x->o->json, strerror(errno));
   }
 #if defined(SK_BENCH_MPI)
-  if (x->o->json && strcmp(x->o->backend, "mpi") == 0 && sk_world_run(w, bench__agree_fn, &ok) != SK_OK) ok = 0;
+  if (x->o->json && strcmp(x->o->backend, "mpi") == 0 && sk_world_run(w, bench__agree_fn, &ok, NULL) != SK_OK) ok = 0;
 #else
   (void)w;
 #endif
@@ -1546,16 +1546,16 @@ BENCH_FN int bench_main(int argc, char **argv, const bench_coll *coll) {
   if (st) return st;
   bench_ctx x;
   if ((st = bench__setup_ctx(&x, &o, coll, nlocal, local0)) != 0) {
-    sk_world_destroy(w);
+    sk_world_destroy(w, NULL);
     return st;
   }
   if ((st = bench__open_json(&x, w)) == 0) {
     if (local0 == 0) bench__print_header(&x);
-    st = bench__finish(&x, w, sk_world_run(w, bench__device, &x));
+    st = bench__finish(&x, w, sk_world_run(w, bench__device, &x, NULL));
   } else if (x.json) {
     fclose(x.json);
   }
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   free(x.dev);
   free(x.expected);
   return st;

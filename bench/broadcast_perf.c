@@ -22,12 +22,12 @@ static unsigned bc_touches(int rank, int n, int root) {
 }
 
 static sk_result bc_run(sk_comm *c, const bench_io *io) {
-  return sk_broadcast(c, io->send, io->recv, io->count, io->dt, io->root);
+  return sk_broadcast(c, io->send, io->recv, io->count, io->dt, io->root, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result bc_start(sk_comm *c, const bench_io *io, sk_request **req) {
-  return sk_ibroadcast(c, io->send, io->recv, io->count, io->dt, io->root, req);
+  return sk_ibroadcast(c, io->send, io->recv, io->count, io->dt, io->root, req, NULL);
 }
 
 static void bc_fill(const bench_io *io) {

@@ -105,26 +105,25 @@ static sk_result device(sk_comm *c, void *arg) {
   memset(&d, 0, sizeof d);
   d.step = J->run + 1, d.io = J->o->io;
   sk_ckpt_report rep;
-  sk_error e = {SK_OK, ""};
-  sk_result r = sk_barrier(c);
+  sk_error *e = sk_comm_error(c); /* a failure is described where sk_world_run looks */
+  sk_result r = sk_barrier(c, e);
   double t0 = now_s();
-  if (!r) r = sk_ckpt_save(c, J->o->dir, &d, n, s, &rep, &e);
-  if (!r) r = sk_barrier(c);
+  if (!r) r = sk_ckpt_save(c, J->o->dir, &d, n, s, &rep, e);
+  if (!r) r = sk_barrier(c, e);
   double t1 = now_s();
   if (!r && !J->o->warm) drop_cache(J->o->dir, rep.name, rank);
   sk_ckpt_manifest m;
   memset(&m, 0, sizeof m);
-  if (!r) r = sk_ckpt_open(J->o->dir, &m, &e);
-  if (!r) r = sk_barrier(c);
+  if (!r) r = sk_ckpt_open(J->o->dir, &m, e);
+  if (!r) r = sk_barrier(c, e);
   double t2 = now_s();
   for (int k = 0; !r && k < n; k++) s[k].write = false;
-  if (!r) r = sk_ckpt_load(&m, rank, J->o->io, n, s, &rep, &e);
-  if (!r) r = sk_barrier(c);
+  if (!r) r = sk_ckpt_load(&m, rank, J->o->io, n, s, &rep, e);
+  if (!r) r = sk_barrier(c, e);
   double t3 = now_s();
   for (int64_t i = 0; !r && i < rows * 8 * 1024; i++)
-    if (data[i] != (double)(i ^ rank)) r = SK_ERR_INTERNAL, snprintf(e.msg, sizeof e.msg, "device %d: element %lld differs", rank, (long long)i);
+    if (data[i] != (double)(i ^ rank)) r = sk_error_set(e, SK_ERR_INTERNAL, "device %d: element %lld differs", rank, (long long)i);
   if (!r && rank == 0) J->save_s = t1 - t0, J->load_s = t3 - t2, J->used = rep.used;
-  if (r) sk_comm_set_error(c, r, "%s", e.msg);
   sk_ckpt_manifest_free(&m);
   free(data);
   return r;
@@ -248,7 +247,7 @@ int main(int argc, char **argv) {
     job J;
     memset(&J, 0, sizeof J);
     J.o = &o, J.run = run;
-    if (sk_world_run(w, device, &J)) {
+    if (sk_world_run(w, device, &J, NULL)) {
       fprintf(stderr, "%s: %s\n", prog_name(argv[0]), sk_world_error_message(w));
       rc = 1;
       break;
@@ -257,6 +256,6 @@ int main(int argc, char **argv) {
            J.save_s, (double)bytes / J.save_s / 1e9, J.load_s, (double)bytes / J.load_s / 1e9);
     fflush(stdout);
   }
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   return rc;
 }

@@ -366,18 +366,18 @@ static sk_result fp_make_cfg(fp_dev *d, int ci, size_t thr) {
   desc.no_zero_copy = !x->o->zero_copy;
   desc.workspace = d->ws;
   desc.workspace_bytes = d->ws ? fp_ws_bytes(x) : 0;
-  sk_error err;
-  sk_result r = sk_fusion_create(&desc, &d->f[ci], &err);
-  if (r != SK_OK) return sk_comm_set_error(d->c, r, "fusion create: %s", err.msg);
+  sk_error *e = sk_comm_error(d->c); /* a failure is described where sk_world_run looks */
+  sk_result r = sk_fusion_create(&desc, &d->f[ci], e);
+  if (r != SK_OK) return r;
   d->h[ci] = (int *)calloc((size_t)x->nt, sizeof(int));
   if (!d->h[ci]) return SK_ERR_OUT_OF_MEMORY;
   for (int k = 0; k < x->nt; k++) {
     const fp_tensor *t = &x->t[x->nt - 1 - k];
-    r = sk_fusion_add_allreduce(d->f[ci], d->c, d->grad[k], d->grad[k], t->count, SK_F32, SK_SUM, 0, t->name, &d->h[ci][k]);
-    if (r != SK_OK) return sk_comm_set_error(d->c, r, "fusion add: %s", sk_fusion_error_message(d->f[ci]));
+    r = sk_fusion_add_allreduce(d->f[ci], d->c, d->grad[k], d->grad[k], t->count, SK_F32, SK_SUM, 0, t->name, &d->h[ci][k], e);
+    if (r != SK_OK) return r;
   }
-  r = sk_fusion_plan(d->f[ci]);
-  if (r != SK_OK) return sk_comm_set_error(d->c, r, "fusion plan: %s", sk_fusion_error_message(d->f[ci]));
+  r = sk_fusion_plan(d->f[ci], e);
+  if (r != SK_OK) return r;
   if (d->lrank == 0 && d->x->local0 == 0) x->buckets[ci] = sk_fusion_bucket_count(d->f[ci]);
   return SK_OK;
 }
@@ -386,7 +386,7 @@ static sk_result fp_make_cfg(fp_dev *d, int ci, size_t thr) {
 static sk_result fp_step(fp_dev *d, int ci, double *t) {
   fp_ctx *x = d->x;
   sk_fusion *f = d->f[ci];
-  sk_result r = sk_barrier(d->c);
+  sk_result r = sk_barrier(d->c, NULL);
   if (r != SK_OK) return r;
   double clk0 = sk_comm_clock_us(d->c);
   uint64_t t0 = sk_now_ns();
@@ -398,13 +398,13 @@ static sk_result fp_step(fp_dev *d, int ci, double *t) {
       sk_comm_compute(d->c, cu);
       fp_sleep_until(t0 + (uint64_t)(cum * 1000.0));
     }
-    r = sk_fusion_ready(f, d->h[ci][k]);
-    if (r != SK_OK) return sk_comm_set_error(d->c, r, "ready: %s", sk_fusion_error_message(f));
+    r = sk_fusion_ready(f, d->h[ci][k], sk_comm_error(d->c));
+    if (r != SK_OK) return r;
   }
-  r = sk_fusion_wait(f);
-  if (r != SK_OK) return sk_comm_set_error(d->c, r, "%s", sk_fusion_error_message(f));
+  r = sk_fusion_wait(f, sk_comm_error(d->c));
+  if (r != SK_OK) return r;
   double mine[2] = {(double)(sk_now_ns() - t0) / 1e3, sk_comm_clock_us(d->c) - clk0};
-  return sk_allreduce(d->c, mine, t, 2, SK_F64, SK_MAX);
+  return sk_allreduce(d->c, mine, t, 2, SK_F64, SK_MAX, NULL);
 }
 
 static double fp_median(double *v, int n) {
@@ -428,20 +428,20 @@ static sk_result fp_probe(fp_dev *d, double *a_us, double *c_us) {
   sk_result r = SK_OK;
   for (int i = 0; i < 41 && r == SK_OK; i++) {
     sk_request *q = NULL;
-    if ((r = sk_barrier(d->c)) != SK_OK) break;
+    if ((r = sk_barrier(d->c, NULL)) != SK_OK) break;
     uint64_t t0 = sk_now_ns();
-    r = sk_iallreduce(d->c, tiny, tiny, 2, SK_F32, SK_SUM, &q);
-    if (r == SK_OK) r = sk_wait(&q);
+    r = sk_iallreduce(d->c, tiny, tiny, 2, SK_F32, SK_SUM, &q, NULL);
+    if (r == SK_OK) r = sk_wait(&q, NULL);
     small[i] = (double)(sk_now_ns() - t0) / 1e3;
   }
   for (int i = 0; i < 7 && r == SK_OK; i++) {
     sk_request *q = NULL;
-    if ((r = sk_barrier(d->c)) != SK_OK) break;
+    if ((r = sk_barrier(d->c, NULL)) != SK_OK) break;
     uint64_t t0 = sk_now_ns();
-    r = sk_iallreduce(d->c, buf, buf, big / 4, SK_F32, SK_SUM, &q);
-    if (r == SK_OK) r = sk_wait(&q);
+    r = sk_iallreduce(d->c, buf, buf, big / 4, SK_F32, SK_SUM, &q, NULL);
+    if (r == SK_OK) r = sk_wait(&q, NULL);
     large[i] = (double)(sk_now_ns() - t0) / 1e3;
-    if (r != SK_OK || (r = sk_barrier(d->c)) != SK_OK) break; /* a failed wait ends the probe too */
+    if (r != SK_OK || (r = sk_barrier(d->c, NULL)) != SK_OK) break; /* a failed wait ends the probe too */
     t0 = sk_now_ns();
     if (!x->o->zero_copy && d->ws && d->grad) { /* pack + unpack: two copies of `big` bytes */
       size_t done = 0;
@@ -457,7 +457,7 @@ static sk_result fp_probe(fp_dev *d, double *a_us, double *c_us) {
   }
   if (r != SK_OK) return r;
   double mine[3] = {fp_median(small, 41), fp_median(large, 7), fp_median(copy, 7)}, all[3];
-  r = sk_allreduce(d->c, mine, all, 3, SK_F64, SK_MAX);
+  r = sk_allreduce(d->c, mine, all, 3, SK_F64, SK_MAX, NULL);
   if (r != SK_OK) return r;
   *a_us = all[0];
   *c_us = ((all[1] - all[0]) > 0 ? (all[1] - all[0]) : 0) / (double)big + all[2] / (double)big;
@@ -488,7 +488,7 @@ static sk_result fp_device(sk_comm *c, void *arg) {
     d.ws = bench__alloc(fp_ws_bytes(x));
     if (!d.ws) r = SK_ERR_OUT_OF_MEMORY;
   }
-  if (r != SK_OK) sk_comm_set_error(c, r, "rank %d: allocating %zu bytes of gradients", d.rank, x->total_bytes);
+  if (r != SK_OK) sk_error_set(sk_comm_error(c), r, "rank %d: allocating %zu bytes of gradients", d.rank, x->total_bytes);
   int nsweep = x->ncfg - (x->o->autopick ? 1 : 0);
   for (int ci = 0; ci < nsweep && r == SK_OK; ci++) r = fp_make_cfg(&d, ci, x->cfg_thr[ci]);
   if (r == SK_OK && x->o->autopick) {
@@ -999,7 +999,7 @@ int main(int argc, char **argv) {
   if (o.autopick) x.cfg_auto[x.ncfg++] = true;
   sk_world *w = NULL;
   if ((st = fp_make_world(&o, &x, &w)) != 0) {
-    if (w) sk_world_destroy(w);
+    if (w) sk_world_destroy(w, NULL);
     free(x.t);
     return st;
   }
@@ -1007,20 +1007,20 @@ int main(int argc, char **argv) {
   x.model = (double *)calloc((size_t)(x.ncfg * o.rounds), sizeof(double));
   if (!x.meas || !x.model) {
     fprintf(stderr, "%s: out of memory\n", o.prog);
-    sk_world_destroy(w);
+    sk_world_destroy(w, NULL);
     free(x.meas), free(x.model), free(x.t);
     return 1;
   }
   bool root = x.local0 == 0;
   if (root) fp_print_header(&x);
-  sk_result r = sk_world_run(w, fp_device, &x);
+  sk_result r = sk_world_run(w, fp_device, &x, NULL);
   int status = 0;
   if (r != SK_OK) {
     fprintf(stderr, "%s: the run failed: %s: %s\n", o.prog, sk_result_name(r), sk_world_error_message(w));
     status = 1;
   }
   if (root && status == 0) status = fp_report(&x);
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   free(x.meas);
   free(x.model);
   free(x.t);

@@ -27,12 +27,12 @@ static unsigned ga_touches(int rank, int n, int root) {
 }
 
 static sk_result ga_run(sk_comm *c, const bench_io *io) {
-  return sk_gather(c, io->send, io->recv, io->count, io->dt, io->root);
+  return sk_gather(c, io->send, io->recv, io->count, io->dt, io->root, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result ga_start(sk_comm *c, const bench_io *io, sk_request **req) {
-  return sk_igather(c, io->send, io->recv, io->count, io->dt, io->root, req);
+  return sk_igather(c, io->send, io->recv, io->count, io->dt, io->root, req, NULL);
 }
 
 /* only the root receives */

@@ -71,20 +71,20 @@ static sk_result device(sk_comm *c, void *arg) {
   const sk_redist_desc *d = &x->desc;
   sk_slice fs, ts;
   memset(&fs, 0, sizeof fs), memset(&ts, 0, sizeof ts); /* the analyzer cannot see every dim written */
-  sk_error e;
-  sk_result rc = sk_layout_slice(&d->from, r, &fs, &e);
-  if (rc == SK_OK) rc = sk_layout_slice(&d->to, r, &ts, &e);
-  if (rc) return sk_comm_set_error(c, rc, "%s", e.msg);
+  sk_error *e = sk_comm_error(c); /* a failure is described where sk_world_run looks */
+  sk_result rc = sk_layout_slice(&d->from, r, &fs, e);
+  if (rc == SK_OK) rc = sk_layout_slice(&d->to, r, &ts, e);
+  if (rc) return rc;
   int k = ppos(&d->from.mesh, d->partial, r), g = 1;
   for (int a = 0; a < d->from.mesh.naxes; a++)
     if (d->partial & (1u << a)) g *= d->from.mesh.dims[a];
   for (size_t i = 0; i < x->nsrc[r]; i++) x->src[r][i] = val(gidx(&d->from, &fs, (int64_t)i), d->partial ? k : 0);
   memset(x->dst[r], 0, x->ndst[r] * 4);
   sk_redist_executor *ex;
-  rc = sk_redist_executor_create(c, d, &ex, &e);
-  if (rc) return sk_comm_set_error(c, rc, "%s", e.msg);
+  rc = sk_redist_executor_create(c, d, &ex, e);
+  if (rc) return rc;
   /* check once */
-  rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32);
+  rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32, NULL);
   int64_t wrong = 0;
   for (size_t i = 0; rc == SK_OK && i < x->ndst[r]; i++) {
     int64_t gi = gidx(&d->to, &ts, (int64_t)i);
@@ -98,7 +98,7 @@ static sk_result device(sk_comm *c, void *arg) {
   /* probe: min(devices, cores) threads sweep every device's src and dst */
   double best = 1e30;
   for (int rep = 0; rep < 5 && rc == SK_OK; rep++) {
-    rc = sk_barrier(c);
+    rc = sk_barrier(c, NULL);
     uint64_t t0 = sk_now_ns();
     if (r < x->probe_threads)
       for (int dv = r; dv < x->n; dv += x->probe_threads) {
@@ -106,19 +106,19 @@ static sk_result device(sk_comm *c, void *arg) {
         bench__rw((unsigned char *)x->dst[dv], x->ndst[dv] * 4, bench__zero);
       }
     double t = (double)(sk_now_ns() - t0) * 1e-9, tmax = 0;
-    if (rc == SK_OK) rc = sk_allreduce(c, &t, &tmax, 1, SK_F64, SK_MAX);
+    if (rc == SK_OK) rc = sk_allreduce(c, &t, &tmax, 1, SK_F64, SK_MAX, NULL);
     if (tmax < best) best = tmax;
   }
   for (int i = 0; i < x->warmup && rc == SK_OK; i++)
-    rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32);
-  if (rc == SK_OK) rc = sk_barrier(c);
+    rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32, NULL);
+  if (rc == SK_OK) rc = sk_barrier(c, NULL);
   uint64_t t0 = sk_now_ns();
   for (int i = 0; i < x->iters && rc == SK_OK; i++)
-    rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32);
+    rc = sk_redist_execute(ex, x->src[r], x->nsrc[r], x->dst[r], x->ndst[r], SK_F32, NULL);
   double t = (double)(sk_now_ns() - t0) * 1e-9 / x->iters, tmax = 0;
   int64_t wsum = 0;
-  if (rc == SK_OK) rc = sk_allreduce(c, &t, &tmax, 1, SK_F64, SK_MAX);
-  if (rc == SK_OK) rc = sk_allreduce(c, &wrong, &wsum, 1, SK_I64, SK_SUM);
+  if (rc == SK_OK) rc = sk_allreduce(c, &t, &tmax, 1, SK_F64, SK_MAX, NULL);
+  if (rc == SK_OK) rc = sk_allreduce(c, &wrong, &wsum, 1, SK_I64, SK_SUM, NULL);
   if (r == 0) x->t_iter = tmax, x->t_probe = best, x->wrong = wsum;
   sk_redist_executor_destroy(ex);
   return rc;
@@ -269,7 +269,7 @@ static int run_moves(const opts *o) {
       x.dst[r] = aligned_alloc(4096, (x.ndst[r] * 4 + 4095) / 4096 * 4096);
       if (!x.src[r] || !x.dst[r]) die("out of memory", NULL);
     }
-    if (sk_world_run(w, device, &x)) {
+    if (sk_world_run(w, device, &x, NULL)) {
       fprintf(stderr, "redist_perf: %s: %s\n", mv->label, sk_world_error_message(w));
       exit(1);
     }
@@ -283,7 +283,7 @@ static int run_moves(const opts *o) {
     bad += x.wrong != 0;
     for (int r = 0; r < ndev; r++) free(x.src[r]), free(x.dst[r]);
   }
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   free(x.src), free(x.dst), free(x.nsrc), free(x.ndst);
   return bad;
 }

@@ -22,12 +22,12 @@ static unsigned rd_touches(int rank, int n, int root) {
 }
 
 static sk_result rd_run(sk_comm *c, const bench_io *io) {
-  return sk_reduce(c, io->send, io->recv, io->count, io->dt, io->op, io->root);
+  return sk_reduce(c, io->send, io->recv, io->count, io->dt, io->op, io->root, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result rd_start(sk_comm *c, const bench_io *io, sk_request **req) {
-  return sk_ireduce(c, io->send, io->recv, io->count, io->dt, io->op, io->root, req);
+  return sk_ireduce(c, io->send, io->recv, io->count, io->dt, io->op, io->root, req, NULL);
 }
 
 static void rd_fill(const bench_io *io) {

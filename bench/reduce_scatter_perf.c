@@ -23,12 +23,12 @@ static unsigned rs_touches(int rank, int n, int root) {
 }
 
 static sk_result rs_run(sk_comm *c, const bench_io *io) {
-  return sk_reduce_scatter(c, io->send, io->recv, io->count, io->dt, io->op);
+  return sk_reduce_scatter(c, io->send, io->recv, io->count, io->dt, io->op, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result rs_start(sk_comm *c, const bench_io *io, sk_request **req) {
-  return sk_ireduce_scatter(c, io->send, io->recv, io->count, io->dt, io->op, req);
+  return sk_ireduce_scatter(c, io->send, io->recv, io->count, io->dt, io->op, req, NULL);
 }
 
 /* Rank j's input element k (k < n*count) is value(j, k). */

@@ -27,12 +27,12 @@ static unsigned sc_touches(int rank, int n, int root) {
 }
 
 static sk_result sc_run(sk_comm *c, const bench_io *io) {
-  return sk_scatter(c, io->send, io->recv, io->count, io->dt, io->root);
+  return sk_scatter(c, io->send, io->recv, io->count, io->dt, io->root, NULL);
 }
 
 /* -m under -z 0 or 3: the same call, non-blocking. */
 static sk_result sc_start(sk_comm *c, const bench_io *io, sk_request **req) {
-  return sk_iscatter(c, io->send, io->recv, io->count, io->dt, io->root, req);
+  return sk_iscatter(c, io->send, io->recv, io->count, io->dt, io->root, req, NULL);
 }
 
 /* The root's send element k (k < n*count) is value(root, k): rank j receives value(root, j*count + i). */

@@ -27,7 +27,7 @@ static unsigned sr_touches(int rank, int n, int root) {
 static sk_result sr_run(sk_comm *c, const bench_io *io) {
   int n = sk_comm_size(c), me = sk_comm_rank(c);
   if (n < 1) return SK_ERR_INVALID_ARGUMENT; /* no communicator: the modulo below needs n */
-  return sk_sendrecv(c, io->send, io->count, (me + 1) % n, io->recv, io->count, (me - 1 + n) % n, io->dt);
+  return sk_sendrecv(c, io->send, io->count, (me + 1) % n, io->recv, io->count, (me - 1 + n) % n, io->dt, NULL);
 }
 
 /* -m under -z 0 or 3: the receive and the send posted non-blocking (two requests), as
@@ -35,8 +35,8 @@ static sk_result sr_run(sk_comm *c, const bench_io *io) {
 static sk_result sr_start(sk_comm *c, const bench_io *io, sk_request **req) {
   int n = sk_comm_size(c), me = sk_comm_rank(c);
   if (n < 1) return SK_ERR_INVALID_ARGUMENT;
-  sk_result r = sk_irecv(c, io->recv, io->count, io->dt, (me - 1 + n) % n, &req[0]);
-  return r == SK_OK ? sk_isend(c, io->send, io->count, io->dt, (me + 1) % n, &req[1]) : r;
+  sk_result r = sk_irecv(c, io->recv, io->count, io->dt, (me - 1 + n) % n, &req[0], NULL);
+  return r == SK_OK ? sk_isend(c, io->send, io->count, io->dt, (me + 1) % n, &req[1], NULL) : r;
 }
 
 static void sr_fill(const bench_io *io) {

@@ -35,10 +35,10 @@ static sk_result step(sk_comm *c, void *arg) {
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   float g[N_PARAMS], loss = 1.0f / (float)(rank + 3);
   for (int i = 0; i < N_PARAMS; i++) g[i] = grad_of(rank, i);
-  sk_result r = sk_allreduce(c, g, g, N_PARAMS, SK_F32, SK_AVG); /* data-parallel gradient mean */
+  sk_result r = sk_allreduce(c, g, g, N_PARAMS, SK_F32, SK_AVG, NULL); /* data-parallel gradient mean */
   float *losses = (float *)malloc(sizeof(float) * (size_t)n);
   if (!losses) return SK_ERR_OUT_OF_MEMORY;
-  if (r == SK_OK) r = sk_allgather(c, &loss, losses, 1, SK_F32);
+  if (r == SK_OK) r = sk_allgather(c, &loss, losses, 1, SK_F32, NULL);
   /* groups along the second axis of an (n/2 x 2) mesh (or 1 x n when n is odd) */
   sk_mesh mesh;
   int dims[2] = {n % 2 ? 1 : n / 2, n % 2 ? n : 2};
@@ -46,8 +46,8 @@ static sk_result step(sk_comm *c, void *arg) {
   sk_comm *mp = NULL;
   float part = g[rank % N_PARAMS], part_sum = 0;
   if (r == SK_OK) r = sk_mesh_init(&mesh, 2, dims, names, NULL);
-  if (r == SK_OK) r = sk_comm_split_mesh(c, &mesh, 2u, &mp);
-  if (r == SK_OK) r = sk_allreduce(mp, &part, &part_sum, 1, SK_F32, SK_SUM);
+  if (r == SK_OK) r = sk_comm_split_mesh(c, &mesh, 2u, &mp, NULL);
+  if (r == SK_OK) r = sk_allreduce(mp, &part, &part_sum, 1, SK_F32, SK_SUM, NULL);
   if (r == SK_OK && rank == 0) {
     uint32_t h = 2166136261u; /* FNV-1a over the averaged gradient's bits */
     for (int i = 0; i < N_PARAMS; i++) h = (h ^ bits_of(g[i])) * 16777619u;
@@ -56,7 +56,7 @@ static sk_result step(sk_comm *c, void *arg) {
     printf("devices %d: mean gradient checksum %08x, g[0] = %.9g, losses summed = %.9g, mp group sum = %.9g\n", n,
            (unsigned)h, (double)g[0], (double)total, (double)part_sum);
   }
-  if (mp) sk_comm_destroy(mp);
+  if (mp) sk_comm_destroy(mp, NULL);
   free(losses);
   return r;
 }
@@ -123,8 +123,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: %s\n", argv[0], err.msg);
     return 1;
   }
-  sk_result r = sk_world_run(w, step, NULL);
+  sk_result r = sk_world_run(w, step, NULL, NULL);
   if (r != SK_OK) fprintf(stderr, "%s: %s\n", argv[0], sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   return r != SK_OK;
 }

@@ -129,9 +129,9 @@ static bool gather_and_sum(run_state *st, int rank, sk_comm *c) {
     shard[i] = vec_value((size_t)rank * SHARD + i);
     local += (int64_t)shard[i];
   }
-  ok = ok && coll_ok(st, rank, c, sk_allgather(c, shard, all, SHARD, SK_F32), "allgather");
+  ok = ok && coll_ok(st, rank, c, sk_allgather(c, shard, all, SHARD, SK_F32, NULL), "allgather");
   for (size_t g = 0; ok && g < n * SHARD; g++) s->gather_wrong += all[g] != vec_value(g);
-  ok = ok && coll_ok(st, rank, c, sk_allreduce(c, &local, &s->sum, 1, SK_I64, SK_SUM), "allreduce of the sum");
+  ok = ok && coll_ok(st, rank, c, sk_allreduce(c, &local, &s->sum, 1, SK_I64, SK_SUM, NULL), "allreduce of the sum");
   free(shard), free(all);
   return ok;
 }
@@ -148,10 +148,10 @@ static bool train(run_state *st, int rank, sk_comm *c) {
       fail(st, rank, "device %d: %s", rank, err.msg);
       return false;
     }
-    if (!coll_ok(st, rank, c, sk_allreduce(c, &loss, &loss, 1, SK_F64, SK_AVG), "allreduce of the loss")) return false;
+    if (!coll_ok(st, rank, c, sk_allreduce(c, &loss, &loss, 1, SK_F64, SK_AVG, NULL), "allreduce of the loss")) return false;
     if (step == 0) s->loss0 = loss;
     if (step == STEPS) break; /* the last pass only measures the trained model's loss */
-    if (!coll_ok(st, rank, c, sk_allreduce(c, grad, grad, DIM, SK_F64, SK_AVG), "allreduce of the gradient"))
+    if (!coll_ok(st, rank, c, sk_allreduce(c, grad, grad, DIM, SK_F64, SK_AVG, NULL), "allreduce of the gradient"))
       return false;
     for (int j = 0; j < DIM; j++) s->w[j] -= LR * grad[j];
   }
@@ -170,7 +170,7 @@ static void device_main(run_state *st, int rank) {
     return;
   }
   bool ok = gather_and_sum(st, rank, c) && train(st, rank, c);
-  r = sk_comm_destroy(c);
+  r = sk_comm_destroy(c, NULL);
   if (ok && r != SK_OK) fail(st, rank, "device %d: sk_comm_destroy: %s", rank, sk_result_name(r)), ok = false;
   st->slots[rank].done = ok;
 }
@@ -354,7 +354,7 @@ int main(int argc, char **argv) {
   } else {
     failed = check(&st) != 0;
   }
-  sk_result r = sk_world_destroy(st.world);
+  sk_result r = sk_world_destroy(st.world, NULL);
   if (r != SK_OK) fprintf(stderr, "openmp_devices: error: sk_world_destroy: %s\n", sk_result_name(r)), failed = 1;
   free(st.slots);
   puts(failed ? "openmp_devices: FAILED" : "openmp_devices: ok");

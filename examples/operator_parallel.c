@@ -243,10 +243,9 @@ static sk_result device_main(sk_comm *c, void *arg) {
   sk_runtime_desc d;
   memset(&d, 0, sizeof d);
   d.kernels = &BLAS;
-  sk_error e = {SK_OK, ""};
-  sk_result r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
-  if (!r) r = train(&R, &e);
-  if (r) sk_comm_set_error(c, r, "%s", e.msg);
+  sk_error *e = sk_comm_error(c); /* a failure is described where sk_world_run looks */
+  sk_result r = sk_runtime_create(c, &J->plan, &d, &R.rt, e);
+  if (!r) r = train(&R, e);
   sk_runtime_destroy(R.rt);
   return r;
 }
@@ -358,7 +357,7 @@ static sk_result make_world(int devices, bool mpi, sk_world **w, char *msg, size
   if (sk_world_size(*w) != devices) {
     snprintf(msg, cap, "--backend mpi needs %d processes: " PROG_MPIRUN " -np %d (this world has %d)", devices, devices,
              sk_world_size(*w));
-    sk_world_destroy(*w);
+    sk_world_destroy(*w, NULL);
     *w = NULL;
     return SK_ERR_INVALID_ARGUMENT;
   }
@@ -434,8 +433,8 @@ static sk_result run_all(job *J, results *base, char *msg, size_t cap, bool *qui
   if (r == SK_OK && J->o->mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
   if (r == SK_OK && process == 0) print_tables(J);
   if (r == SK_OK && J->o->check && J->o->devices != 1 && process == 0) r = run_reference(J, base, msg, cap);
-  if (r == SK_OK && (r = sk_world_run(w, device_main, J)) != SK_OK) snprintf(msg, cap, "%s", sk_world_error_message(w));
-  if (w) sk_world_destroy(w);
+  if (r == SK_OK && (r = sk_world_run(w, device_main, J, NULL)) != SK_OK) snprintf(msg, cap, "%s", sk_world_error_message(w));
+  if (w) sk_world_destroy(w, NULL);
   if (r == SK_OK && process == 0) *failed = !print_summary(J, base);
   return r;
 }

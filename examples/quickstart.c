@@ -17,7 +17,7 @@ static sk_result step(sk_comm *c, void *arg) { /* runs on each of the 8 device t
   int rank = sk_comm_rank(c);
   float g[N];
   for (int i = 0; i < N; i++) g[i] = (float)rank; /* this device's gradient */
-  sk_result r = sk_allreduce(c, g, g, N, SK_F32, SK_AVG);
+  sk_result r = sk_allreduce(c, g, g, N, SK_F32, SK_AVG, NULL);
   /* the mean of 0..7 is 3.5, exact in float, on every element of every device */
   for (int i = 0; r == SK_OK && i < N; i++) wrong[rank] += g[i] != 3.5f;
   return r;
@@ -35,9 +35,9 @@ static long run_allreduce(void) {
     return -1;
   }
   int wrong[DEVICES] = {0};
-  sk_result r = sk_world_run(w, step, wrong);
+  sk_result r = sk_world_run(w, step, wrong, NULL);
   if (r != SK_OK) fprintf(stderr, "quickstart: %s\n", sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   long total = 0;
   for (int i = 0; i < DEVICES; i++) total += wrong[i];
   printf("AllReduce(avg) on %d threads as devices: device r held %d floats equal to r; every device now\n"

@@ -827,7 +827,7 @@ static sk_result sk__ckpt_hook(const sk__ckpt_save *S, sk_ckpt_stage at, sk_erro
 static sk_result sk__ckpt_agree(const sk__ckpt_save *S, sk_result mine, sk_error *err) {
   if (!S->comm) return mine;
   int64_t v[2] = {(int64_t)mine, mine ? (int64_t)S->rank : -1}, all[2] = {0, 0};
-  sk_result r = sk_allreduce(S->comm, v, all, 2, SK_I64, SK_MAX);
+  sk_result r = sk_allreduce(S->comm, v, all, 2, SK_I64, SK_MAX, NULL);
   if (r) return mine ? mine : sk__fail(err, r, "checkpoint: the devices could not agree: %s", sk_comm_error_message(S->comm));
   if (!mine && all[0])
     return sk__fail(err, SK_ERR_ABORTED, "checkpoint: device %lld failed (its message says why)", (long long)all[1]);
@@ -916,7 +916,7 @@ static sk_result sk__ckpt_make_tmp(sk__ckpt_save *S, sk_error *err) {
 static sk_result sk__ckpt_allgather(const sk__ckpt_save *S, const void *mine, void *all, size_t width, sk_dtype dt,
                                     sk_error *err) {
   if (!S->comm) return memcpy(all, mine, width * sk_dtype_size(dt)), SK_OK;
-  sk_result r = sk_allgather(S->comm, mine, all, width, dt);
+  sk_result r = sk_allgather(S->comm, mine, all, width, dt, NULL);
   return r ? sk__fail(err, r, "checkpoint: gathering the manifest: %s", sk_comm_error_message(S->comm)) : SK_OK;
 }
 

@@ -39,10 +39,14 @@
    the collective runs); sk_wait / sk_test only observe. A blocking call on a communicator with
    requests outstanding runs after them.
 
-   ERRORS: every call returns sk_result; the detailed message of the last failed call on a
-   communicator is sk_comm_error_message(comm) (per communicator, so per device thread). Every
-   wait is bounded by the world's timeout; sk_world_abort() or a device function returning an
-   error wakes every waiter with SK_ERR_ABORTED.
+   ERRORS: every fallible call returns sk_result and takes a trailing sk_error *err (NULL
+   allowed), which receives the code and message of a failure and is untouched on success. The
+   communicator keeps its last failure too: sk_comm_error_message(comm), sk_last_error (per
+   communicator, so per device thread). A device function passes sk_comm_error(c), the
+   communicator's own record, as err: a failure it returns is then the world's root cause with
+   its message (docs/errors-and-logging.md). Every wait is bounded by the world's timeout;
+   sk_world_abort() or a device function returning an error wakes every waiter with
+   SK_ERR_ABORTED.
 
    WORLDS, COMMUNICATORS AND REQUESTS are opaque: hold them by pointer, use the functions below.
    Writing a backend (NCCL, HCCL, ...): sk_backend.h.
@@ -116,11 +120,11 @@ typedef struct sk_world_desc {
 
 SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk_error *err);
 /* Runs fn once on every device (threads backend: N threads; MPI: this process's device) and
-   returns the first error any device returned (its text: sk_world_error_message). A device that
+   returns the first error any device returned (its text: sk_world_error_message, and err's). A device that
    returns an error aborts the world, so its peers return instead of hanging. An aborted world
    stays aborted: a later run returns at once with the first error recorded (or
    SK_ERR_ABORTED); destroy it and create a new one. */
-SK_API sk_result sk_world_run(sk_world *world, sk_device_fn fn, void *arg);
+SK_API sk_result sk_world_run(sk_world *world, sk_device_fn fn, void *arg, sk_error *err);
 SK_API const char *sk_world_error_message(const sk_world *world);
 SK_API int sk_world_size(const sk_world *world);
 /* The world's cluster model (zero: none); zero for NULL. */
@@ -130,7 +134,7 @@ SK_API void sk_world_abort(sk_world *world);
 SK_API bool sk_world_aborted(const sk_world *world);
 /* Tears the world down, also after an abort. No device may still be using it. The MPI backend
    makes the last world's teardown a bounded collective step (see sk_mpi.h). */
-SK_API sk_result sk_world_destroy(sk_world *world);
+SK_API sk_result sk_world_destroy(sk_world *world, sk_error *err);
 
 /* Bring-your-own-threads entry: the calling thread becomes device `rank` of the world. */
 SK_API sk_result sk_comm_init_rank(sk_world *world, int rank, sk_comm **comm, sk_error *err);
@@ -139,7 +143,7 @@ SK_API sk_result sk_comm_init_rank(sk_world *world, int rank, sk_comm **comm, sk
    at once after an abort) and freed: their handles are invalid afterwards. Threads backend:
    peers that wait for a destroyed sub-communicator's member, or for a device whose
    sk_world_run function has returned, learn at once that it has left (SK_ERR_MISMATCH). */
-SK_API sk_result sk_comm_destroy(sk_comm *comm);
+SK_API sk_result sk_comm_destroy(sk_comm *comm, sk_error *err);
 SK_API int sk_comm_rank(const sk_comm *comm);
 SK_API int sk_comm_size(const sk_comm *comm);
 /* This member's rank in the world (its device index). */
@@ -147,31 +151,36 @@ SK_API int sk_comm_world_rank(const sk_comm *comm);
 SK_API sk_world *sk_comm_world(const sk_comm *comm);
 /* The detailed message of the last failed call on comm ("" if none). */
 SK_API const char *sk_comm_error_message(const sk_comm *comm);
+/* comm's own record of its last failure (NULL for NULL), to pass as `err`: what a device function
+   gives the calls it makes, so that a failure it returns is already described where
+   sk_world_run looks for the root cause ("device 3 returned SK_ERR_...: <this message>").
+   Programs write their own failures into it with sk_error_set(sk_comm_error(c), code, ...). */
+SK_API sk_error *sk_comm_error(sk_comm *comm);
 
 /* ---- sub-communicators (collective over the parent: every member calls) ------------------- */
 #define SK_UNDEFINED (-1)
 /* As MPI_Comm_split: members with the same color form a communicator, ranked by (key, parent
    rank). color SK_UNDEFINED: *out = NULL. */
-SK_API sk_result sk_comm_split(sk_comm *comm, int color, int key, sk_comm **out);
+SK_API sk_result sk_comm_split(sk_comm *comm, int color, int key, sk_comm **out, sk_error *err);
 /* The listed parent ranks form a communicator, ranked in list order; others get *out = NULL. */
-SK_API sk_result sk_comm_create(sk_comm *comm, int n, const int *ranks, sk_comm **out);
+SK_API sk_result sk_comm_create(sk_comm *comm, int n, const int *ranks, sk_comm **out, sk_error *err);
 /* The group along the mesh axes in axis_mask (sk_mesh_group); comm size must equal the mesh's
    device count. New ranks ascend with parent ranks, as MindSpore's groups do. */
-SK_API sk_result sk_comm_split_mesh(sk_comm *comm, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out);
+SK_API sk_result sk_comm_split_mesh(sk_comm *comm, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out, sk_error *err);
 
 /* ---- collectives (blocking) ---------------------------------------------------------------- */
-SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op);
-SK_API sk_result sk_allgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt);
-SK_API sk_result sk_reduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op);
-SK_API sk_result sk_broadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
-SK_API sk_result sk_reduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root);
-SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt);
+SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, sk_error *err);
+SK_API sk_result sk_allgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_error *err);
+SK_API sk_result sk_reduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, sk_error *err);
+SK_API sk_result sk_broadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err);
+SK_API sk_result sk_reduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root, sk_error *err);
+SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_error *err);
 /* Gather: every rank's count elements to the root, whose recv holds size*count in rank order
    (recv may be NULL elsewhere). Scatter: the root's send holds size*count; rank i receives block
    i (send may be NULL elsewhere). In place on the root: Gather send == recv + root*count,
    Scatter recv == send + root*count (as MPI_Gather/MPI_Scatter with MPI_IN_PLACE). */
-SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
-SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root);
+SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err);
+SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err);
 /* AllToAllV (as MPI_Alltoallv, and MindSpore's AlltoAllV of MoE layers): rank i sends
    send_counts[j] elements, from send + send_displs[j], to rank j, which receives them at
    recv + recv_displs[i]. So recv_counts[i] on rank j must equal send_counts[j] on rank i
@@ -180,45 +189,45 @@ SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t cou
    overlap, nor may two recv blocks. Non-blocking: the four arrays, like the buffers, stay the
    caller's and must stay valid until the request completes. */
 SK_API sk_result sk_alltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
-                              void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt);
-SK_API sk_result sk_barrier(sk_comm *c);
+                              void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt, sk_error *err);
+SK_API sk_result sk_barrier(sk_comm *c, sk_error *err);
 /* Point to point: messages between a pair match in order; counts and dtypes must agree. */
-SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer);
-SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer);
+SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_error *err);
+SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_error *err);
 /* Send to one peer and receive from another at once (no deadlock in rings and exchanges). */
 SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv,
-                             size_t recv_count, int src, sk_dtype dt);
+                             size_t recv_count, int src, sk_dtype dt, sk_error *err);
 
 /* ---- collectives (non-blocking) ------------------------------------------------------------ */
 SK_API sk_result sk_iallreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
-                               sk_request **req);
-SK_API sk_result sk_iallgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req);
+                               sk_request **req, sk_error *err);
+SK_API sk_result sk_iallgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req, sk_error *err);
 SK_API sk_result sk_ireduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt,
-                                    sk_redop op, sk_request **req);
+                                    sk_redop op, sk_request **req, sk_error *err);
 SK_API sk_result sk_ibroadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
-                               sk_request **req);
+                               sk_request **req, sk_error *err);
 SK_API sk_result sk_ireduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
-                            int root, sk_request **req);
-SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req);
+                            int root, sk_request **req, sk_error *err);
+SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req, sk_error *err);
 SK_API sk_result sk_igather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
-                            sk_request **req);
+                            sk_request **req, sk_error *err);
 SK_API sk_result sk_iscatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
-                             sk_request **req);
+                             sk_request **req, sk_error *err);
 SK_API sk_result sk_ialltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
                                void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt,
-                               sk_request **req);
-SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req);
-SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req);
-SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req);
+                               sk_request **req, sk_error *err);
+SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req, sk_error *err);
+SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req, sk_error *err);
+SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req, sk_error *err);
 /* Waits (bounded) for the request, frees it and sets *req = NULL; returns the op's result.
    *req == NULL returns SK_OK at once. */
-SK_API sk_result sk_wait(sk_request **req);
+SK_API sk_result sk_wait(sk_request **req, sk_error *err);
 /* *done = whether it completed. Not yet: returns SK_OK (as MPI_Test). Completed: returns the
    op's result and frees the request as sk_wait does. Never blocks. Under a link model it
    completes in virtual time: only once this device's clock (advanced by sk_comm_compute) has
    reached the modelled end; sk_wait always completes it. */
-SK_API sk_result sk_test(sk_request **req, bool *done);
-SK_API sk_result sk_waitall(int n, sk_request **reqs);
+SK_API sk_result sk_test(sk_request **req, bool *done, sk_error *err);
+SK_API sk_result sk_waitall(int n, sk_request **reqs, sk_error *err);
 
 /* ---- link model and virtual clock (see sk_link_model) -------------------------------------- */
 /* This device's virtual clock in us (0 without a link model). */
@@ -229,7 +238,7 @@ SK_API void sk_comm_compute(sk_comm *c, double us);
 /* ---- local reduction (the kernels every backend uses, exposed for references and checks) -- */
 /* dst[i] = op over srcs[0][i], srcs[1][i], ..., srcs[n-1][i], left to right, with the numeric
    rules above (avg divides by n). dst may alias srcs[0]. */
-SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size_t count, sk_dtype dt, sk_redop op);
+SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size_t count, sk_dtype dt, sk_redop op, sk_error *err);
 
 /* ==== the collectives: one table ===========================================================
 
@@ -409,11 +418,11 @@ SK_API bool sk_comm_shared_memory(const sk_comm *comm);
    valid for exactly the call. A member that never arrives fails the call on all (timeout, or
    SK_ERR_MISMATCH when it left or called something else). SK_ERR_UNSUPPORTED where
    !sk_comm_shared_memory(comm). */
-SK_API sk_result sk_comm_peer_access(sk_comm *comm, const void *mine, sk_peer_fn fn, void *ctx);
+SK_API sk_result sk_comm_peer_access(sk_comm *comm, const void *mine, sk_peer_fn fn, void *ctx, sk_error *err);
 /* Copies bytes between two of this device's buffers through the backend (a device-memory
    backend cannot memcpy them): what modules use to pack and unpack (sk_fusion.h, sk_redist.h).
    Not collective. */
-SK_API sk_result sk_comm_copy(sk_comm *comm, void *dst, const void *src, size_t bytes);
+SK_API sk_result sk_comm_copy(sk_comm *comm, void *dst, const void *src, size_t bytes, sk_error *err);
 /* Sets comm's detailed message; returns code (for `return sk_comm_set_error(...)`). */
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) SK__PRINTF(3, 4);
 /* Logs one item through the world's logger (sk_world_desc.logger), about this device. */
@@ -489,13 +498,10 @@ SK_API bool sk_coll_kind_from_name(const char *name, sk_coll_kind *kind) {
 }
 
 SK_API sk_result sk_comm_set_error(sk_comm *comm, sk_result code, const char *fmt, ...) {
-  if (comm) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(comm->head.msg, sizeof comm->head.msg, fmt, ap);
-    va_end(ap);
-    comm->head.code = code;
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  sk__error_vset(sk_comm_error(comm), code, fmt, ap);
+  va_end(ap);
   return code;
 }
 
@@ -506,7 +512,7 @@ SK_API void sk_world_fail(sk_world *w, sk_result code, const char *msg) {
     if (__atomic_compare_exchange_n(&w->error_claimed, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
       sk_object_set_error(&w->head, code, msg ? msg : sk_result_string(code));
       __atomic_store_n(&w->first_error, (int)code, __ATOMIC_RELEASE);
-      sk__log(&w->desc.logger, SK_LOG_ERROR, SK_LOG_WORLD_FAILED, -1, "%s: %s", sk_result_name(code), w->head.msg);
+      sk__log(&w->desc.logger, SK_LOG_ERROR, SK_LOG_WORLD_FAILED, -1, "%s: %s", sk_result_name(code), w->head.error.msg);
     }
   }
   sk_world_abort(w);
@@ -572,11 +578,11 @@ static sk_result sk__device_entry(sk_world *w, int rank, void *ctx) {
   }
   r = d->fn(c, d->arg);
   if (r != SK_OK) {
-    snprintf(msg, sizeof msg, "device %d returned %s%s%s", rank, sk_result_name(r), c->head.msg[0] ? ": " : "",
-             c->head.msg);
+    snprintf(msg, sizeof msg, "device %d returned %s%s%s", rank, sk_result_name(r), c->head.error.msg[0] ? ": " : "",
+             c->head.error.msg);
     sk_world_fail(w, r, msg);
   }
-  sk_comm_destroy(c);
+  sk_comm_destroy(c, NULL);
   return r;
 }
 
@@ -586,18 +592,18 @@ static sk_result sk__world_misuse(sk_world *w, sk_result code, const char *msg) 
   return code;
 }
 
-SK_API sk_result sk_world_run(sk_world *w, sk_device_fn fn, void *arg) {
-  if (!w) return SK_ERR_INVALID_ARGUMENT;
-  if (!fn) return sk__world_misuse(w, SK_ERR_INVALID_ARGUMENT, "world_run: fn is NULL");
+SK_API sk_result sk_world_run(sk_world *w, sk_device_fn fn, void *arg, sk_error *err) {
+  if (!w) return sk__report(w, SK_ERR_INVALID_ARGUMENT, err);
+  if (!fn) return sk__report(w, sk__world_misuse(w, SK_ERR_INVALID_ARGUMENT, "world_run: fn is NULL"), err);
   sk__device_fn d = {fn, arg};
   sk_result r = w->backend->world_run(w, sk__device_entry, &d);
   int first = __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE);
-  return first ? (sk_result)first : r;
+  return sk__report(w, first ? (sk_result)first : r, err);
 }
 
 SK_API const char *sk_world_error_message(const sk_world *w) {
   if (!w) return "world is NULL";
-  return __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE) ? w->head.msg : "";
+  return __atomic_load_n(&w->first_error, __ATOMIC_ACQUIRE) ? w->head.error.msg : "";
 }
 
 SK_API int sk_world_size(const sk_world *w) { return w ? w->ndevices : 0; }
@@ -632,10 +638,12 @@ SK_API void sk_world_abort(sk_world *w) {
 
 SK_API bool sk_world_aborted(const sk_world *w) { return w && __atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE); }
 
-SK_API sk_result sk_world_destroy(sk_world *w) {
-  if (!w) return SK_ERR_INVALID_ARGUMENT;
+SK_API sk_result sk_world_destroy(sk_world *w, sk_error *err) {
+  if (!w) return sk__report(w, SK_ERR_INVALID_ARGUMENT, err);
   sk_allocator a = w->desc.allocator;
   sk_result r = w->backend->world_destroy(w, w->state);
+  if (r != SK_OK) sk_error_set(err, r, "world_destroy: the %s backend's teardown: %s", w->backend->name ? w->backend->name : "?",
+                              sk_result_string(r)); /* the world's record goes with it */
   sk__free(&a, w->clocks);
   sk__free(&a, w);
   return r;
@@ -647,6 +655,19 @@ SK_API sk_result sk_world_destroy(sk_world *w) {
 static sk_result sk__check_caller(const sk_comm *c) {
   const sk_backend *b = c->world->backend;
   return b->check_caller ? b->check_caller(c) : SK_OK;
+}
+
+/* The end of a public call on c (sk__report): a caller the backend refuses gets its own message,
+   never c's record, which another thread owns and may be writing. */
+static sk_result sk__comm_report(sk_comm *c, sk_result r, sk_error *err) {
+  if (r == SK_OK || !err) return r;
+  if (!c || sk__check_caller(c) == SK_OK) {
+    sk__report(c, r, err);
+  } else {
+    const char *name = c->world->backend->name;
+    sk_error_set(err, r, "the calling thread may not use this communicator (backend '%s')", name ? name : "?");
+  }
+  return r; /* plainly r, for the analyzer */
 }
 
 static sk_comm *sk__comm_alloc(sk_world *w) { return (sk_comm *)sk__calloc(&w->desc.allocator, sizeof(sk_comm), 64); }
@@ -673,8 +694,8 @@ SK_API sk_result sk_comm_init_rank(sk_world *w, int rank, sk_comm **comm, sk_err
   return SK_OK;
 }
 
-SK_API sk_result sk_comm_destroy(sk_comm *c) {
-  if (!c) return SK_ERR_INVALID_ARGUMENT;
+SK_API sk_result sk_comm_destroy(sk_comm *c, sk_error *err) {
+  if (!c) return sk__comm_report(c, SK_ERR_INVALID_ARGUMENT, err);
   sk_world *w = c->world;
   w->backend->comm_destroy(c, c->state);
   sk__free(&w->desc.allocator, c);
@@ -686,9 +707,10 @@ SK_API int sk_comm_size(const sk_comm *c) { return c ? c->size : 0; }
 SK_API int sk_comm_world_rank(const sk_comm *c) { return c ? c->world_rank : -1; }
 SK_API sk_world *sk_comm_world(const sk_comm *c) { return c ? c->world : NULL; }
 SK_API bool sk_comm_shared_memory(const sk_comm *c) { return c && c->world->backend->shared_address_space; }
-SK_API const char *sk_comm_error_message(const sk_comm *c) { return c ? c->head.msg : "comm is NULL"; }
+SK_API const char *sk_comm_error_message(const sk_comm *c) { return c ? c->head.error.msg : "comm is NULL"; }
+SK_API sk_error *sk_comm_error(sk_comm *c) { return c ? &c->head.error : NULL; }
 
-SK_API sk_result sk_comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn, void *ctx) {
+static sk_result sk__comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn, void *ctx) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
   sk_result r = sk__check_caller(c);
   if (r != SK_OK) return r;
@@ -700,8 +722,11 @@ SK_API sk_result sk_comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn
                              b->name ? b->name : "?");
   return b->peer_access(c, mine, fn, ctx);
 }
+SK_API sk_result sk_comm_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn, void *ctx, sk_error *err) {
+  return sk__comm_report(c, sk__comm_peer_access(c, mine, fn, ctx), err);
+}
 
-SK_API sk_result sk_comm_copy(sk_comm *c, void *dst, const void *src, size_t bytes) {
+static sk_result sk__comm_copy(sk_comm *c, void *dst, const void *src, size_t bytes) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
   sk_result r = sk__check_caller(c);
   if (r != SK_OK) return r;
@@ -712,6 +737,9 @@ SK_API sk_result sk_comm_copy(sk_comm *c, void *dst, const void *src, size_t byt
   if (b->copy) return b->copy(c, dst, src, bytes);
   memcpy(dst, src, bytes);
   return SK_OK;
+}
+SK_API sk_result sk_comm_copy(sk_comm *c, void *dst, const void *src, size_t bytes, sk_error *err) {
+  return sk__comm_report(c, sk__comm_copy(c, dst, src, bytes), err);
 }
 
 SK_API void sk_comm_log(sk_comm *c, sk_log_level level, sk_log_id id, const char *fmt, ...) {
@@ -724,8 +752,8 @@ SK_API void sk_comm_log(sk_comm *c, sk_log_level level, sk_log_id id, const char
 
 /* A call's outcome as the logger hears it: timeouts and mismatches, per device. */
 static sk_result sk__logged(sk_comm *c, sk_result r) {
-  if (r == SK_ERR_TIMEOUT) sk_comm_log(c, SK_LOG_ERROR, SK_LOG_TIMEOUT, "%s", c->head.msg);
-  if (r == SK_ERR_MISMATCH) sk_comm_log(c, SK_LOG_ERROR, SK_LOG_MISMATCH, "%s", c->head.msg);
+  if (r == SK_ERR_TIMEOUT) sk_comm_log(c, SK_LOG_ERROR, SK_LOG_TIMEOUT, "%s", c->head.error.msg);
+  if (r == SK_ERR_MISMATCH) sk_comm_log(c, SK_LOG_ERROR, SK_LOG_MISMATCH, "%s", c->head.error.msg);
   return r;
 }
 
@@ -781,7 +809,7 @@ static void sk__clock_reach(sk_comm *c, double end_us) {
   if (sk__link_on(c->world) && end_us > *clk) *clk = end_us;
 }
 
-SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out) {
+static sk_result sk__comm_split(sk_comm *c, int color, int key, sk_comm **out) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
   sk_result rc = sk__check_caller(c);
   if (rc != SK_OK) return rc;
@@ -804,8 +832,11 @@ SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out) {
   *out = child;
   return SK_OK;
 }
+SK_API sk_result sk_comm_split(sk_comm *c, int color, int key, sk_comm **out, sk_error *err) {
+  return sk__comm_report(c, sk__comm_split(c, color, key, out), err);
+}
 
-SK_API sk_result sk_comm_create(sk_comm *c, int n, const int *ranks, sk_comm **out) {
+static sk_result sk__comm_create(sk_comm *c, int n, const int *ranks, sk_comm **out) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
   if (!out) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "create: out (the output pointer) is NULL");
   *out = NULL;
@@ -823,10 +854,13 @@ SK_API sk_result sk_comm_create(sk_comm *c, int n, const int *ranks, sk_comm **o
                                  ranks[i], j, i);
     if (ranks[i] == c->rank) pos = i;
   }
-  return sk_comm_split(c, pos >= 0 ? 0 : SK_UNDEFINED, pos, out);
+  return sk__comm_split(c, pos >= 0 ? 0 : SK_UNDEFINED, pos, out);
+}
+SK_API sk_result sk_comm_create(sk_comm *c, int n, const int *ranks, sk_comm **out, sk_error *err) {
+  return sk__comm_report(c, sk__comm_create(c, n, ranks, out), err);
 }
 
-SK_API sk_result sk_comm_split_mesh(sk_comm *c, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out) {
+static sk_result sk__comm_split_mesh(sk_comm *c, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
   if (!out) return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split_mesh: out (the output pointer) is NULL");
   *out = NULL;
@@ -847,7 +881,10 @@ SK_API sk_result sk_comm_split_mesh(sk_comm *c, const sk_mesh *mesh, uint32_t ax
   int color = 0;
   if (sk_mesh_rank(mesh, coords, &color, &e) != SK_OK)
     return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "split_mesh: %s", e.msg);
-  return sk_comm_split(c, color, c->rank, out);
+  return sk__comm_split(c, color, c->rank, out);
+}
+SK_API sk_result sk_comm_split_mesh(sk_comm *c, const sk_mesh *mesh, uint32_t axis_mask, sk_comm **out, sk_error *err) {
+  return sk__comm_report(c, sk__comm_split_mesh(c, mesh, axis_mask, out), err);
 }
 
 /* ---- validation and dispatch ------------------------------------------------------------------ */
@@ -944,7 +981,7 @@ static sk_result sk__blocking(sk_comm *c, const sk_coll *in) {
   sk_request *req = NULL;
   r = b->start(c, &op, &req);
   if (r != SK_OK) return r;
-  return sk_wait(&req);
+  return sk_wait(&req, NULL);
 }
 
 static sk_result sk__nonblocking(sk_comm *c, const sk_coll *op, sk_request **req) {
@@ -967,37 +1004,37 @@ static sk_coll sk__coll(sk_coll_kind kind, const void *send, void *recv, size_t 
   return c;
 }
 
-SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op) {
+SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLREDUCE, send, recv, count, dt, op, 0);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_allgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt) {
+SK_API sk_result sk_allgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLGATHER, send, recv, count, dt, SK_SUM, 0);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_reduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op) {
+SK_API sk_result sk_reduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_broadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root) {
+SK_API sk_result sk_broadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_BROADCAST, send, recv, count, dt, SK_SUM, root);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_reduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root) {
+SK_API sk_result sk_reduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_REDUCE, send, recv, count, dt, op, root);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt) {
+SK_API sk_result sk_alltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLTOALL, send, recv, count, dt, SK_SUM, 0);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root) {
+SK_API sk_result sk_gather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_GATHER, send, recv, count, dt, SK_SUM, root);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root) {
+SK_API sk_result sk_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_SCATTER, send, recv, count, dt, SK_SUM, root);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
 static sk_coll sk__coll_vec(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
                             const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt) {
@@ -1007,23 +1044,23 @@ static sk_coll sk__coll_vec(const void *send, const size_t *send_counts, const s
   return o;
 }
 SK_API sk_result sk_alltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
-                              void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt) {
+                              void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt, sk_error *err) {
   sk_coll o = sk__coll_vec(send, send_counts, send_displs, recv, recv_counts, recv_displs, dt);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_barrier(sk_comm *c) {
+SK_API sk_result sk_barrier(sk_comm *c, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_BARRIER, NULL, NULL, 0, SK_U8, SK_SUM, 0);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer) {
+SK_API sk_result sk_send(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_SEND, buf, NULL, count, dt, SK_SUM, peer);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer) {
+SK_API sk_result sk_recv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_RECV, NULL, buf, count, dt, SK_SUM, peer);
-  return sk__blocking(c, &o);
+  return sk__comm_report(c, sk__blocking(c, &o), err);
 }
-SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
+static sk_result sk__sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
                              int src, sk_dtype dt) {
   if (!c) return SK_ERR_INVALID_ARGUMENT;
   sk_result rc = sk__check_caller(c);
@@ -1036,100 +1073,106 @@ SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, in
   if (r == SK_OK) r = sk__validate(c, &ro);
   if (r != SK_OK) return r;
   sk_request *reqs[2] = {NULL, NULL};
-  r = sk_isend(c, send, send_count, dt, dst, &reqs[0]);
+  r = sk_isend(c, send, send_count, dt, dst, &reqs[0], NULL);
   if (r != SK_OK) return r;
-  r = sk_irecv(c, recv, recv_count, dt, src, &reqs[1]);
+  r = sk_irecv(c, recv, recv_count, dt, src, &reqs[1], NULL);
   if (r != SK_OK) {
     /* The posted send may never be matched (the peer's own sendrecv may have failed the same
        way): take the world down so that neither side waits for the timeout. */
-    if (r != SK_ERR_ABORTED) sk_world_fail(c->world, r, c->head.msg);
-    sk_wait(&reqs[0]);
+    if (r != SK_ERR_ABORTED) sk_world_fail(c->world, r, c->head.error.msg);
+    sk_wait(&reqs[0], NULL);
     return r;
   }
-  return sk_waitall(2, reqs);
+  return sk_waitall(2, reqs, NULL);
+}
+SK_API sk_result sk_sendrecv(sk_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
+                             int src, sk_dtype dt, sk_error *err) {
+  return sk__comm_report(c, sk__sendrecv(c, send, send_count, dst, recv, recv_count, src, dt), err);
 }
 
 SK_API sk_result sk_iallreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
-                               sk_request **req) {
+                               sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLREDUCE, send, recv, count, dt, op, 0);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
-SK_API sk_result sk_iallgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req) {
+SK_API sk_result sk_iallgather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLGATHER, send, recv, count, dt, SK_SUM, 0);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ireduce_scatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op,
-                                    sk_request **req) {
+                                    sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ibroadcast(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
-                               sk_request **req) {
+                               sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_BROADCAST, send, recv, count, dt, SK_SUM, root);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ireduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, int root,
-                            sk_request **req) {
+                            sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_REDUCE, send, recv, count, dt, op, root);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
-SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req) {
+SK_API sk_result sk_ialltoall(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLTOALL, send, recv, count, dt, SK_SUM, 0);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_igather(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
-                            sk_request **req) {
+                            sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_GATHER, send, recv, count, dt, SK_SUM, root);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_iscatter(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, int root,
-                             sk_request **req) {
+                             sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_SCATTER, send, recv, count, dt, SK_SUM, root);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 SK_API sk_result sk_ialltoallv(sk_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
                                void *recv, const size_t *recv_counts, const size_t *recv_displs, sk_dtype dt,
-                               sk_request **req) {
+                               sk_request **req, sk_error *err) {
   sk_coll o = sk__coll_vec(send, send_counts, send_displs, recv, recv_counts, recv_displs, dt);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
-SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req) {
+SK_API sk_result sk_ibarrier(sk_comm *c, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_BARRIER, NULL, NULL, 0, SK_U8, SK_SUM, 0);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
-SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req) {
+SK_API sk_result sk_isend(sk_comm *c, const void *buf, size_t count, sk_dtype dt, int peer, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_SEND, buf, NULL, count, dt, SK_SUM, peer);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
-SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req) {
+SK_API sk_result sk_irecv(sk_comm *c, void *buf, size_t count, sk_dtype dt, int peer, sk_request **req, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_RECV, NULL, buf, count, dt, SK_SUM, peer);
-  return sk__nonblocking(c, &o, req);
+  return sk__comm_report(c, sk__nonblocking(c, &o, req), err);
 }
 
-SK_API sk_result sk_wait(sk_request **req) {
-  if (!req) return SK_ERR_INVALID_ARGUMENT;
+SK_API sk_result sk_wait(sk_request **req, sk_error *err) {
+  if (!req) return sk_error_set(err, SK_ERR_INVALID_ARGUMENT, "wait: req is NULL");
   sk_request *r = *req;
   if (!r) return SK_OK;
-  sk_result res = sk__check_caller(r->comm);
-  if (res != SK_OK) return res;
-  res = sk__logged(r->comm, r->comm->world->backend->wait(r));
-  sk__clock_reach(r->comm, r->model_end_us);
+  sk_comm *c = r->comm; /* the request is freed below */
+  sk_result res = sk__check_caller(c);
+  if (res != SK_OK) return sk__comm_report(c, res, err);
+  res = sk__logged(c, c->world->backend->wait(r));
+  sk__clock_reach(c, r->model_end_us);
   *req = NULL;
   r->free_fn(r);
-  return res;
+  return sk__comm_report(c, res, err);
 }
 
-SK_API sk_result sk_test(sk_request **req, bool *done) {
-  if (!req || !done) return SK_ERR_INVALID_ARGUMENT;
+SK_API sk_result sk_test(sk_request **req, bool *done, sk_error *err) {
+  if (!req || !done) return sk_error_set(err, SK_ERR_INVALID_ARGUMENT, "test: %s is NULL", req ? "done" : "req");
   sk_request *r = *req;
   if (!r) {
     *done = true;
     return SK_OK;
   }
-  sk_result res = sk__check_caller(r->comm);
+  sk_comm *c = r->comm; /* the request is freed below */
+  sk_result res = sk__check_caller(c);
   if (res != SK_OK) {
     *done = false;
-    return res;
+    return sk__comm_report(c, res, err);
   }
   res = r->comm->world->backend->test(r, done);
   /* Under a link model "done" is in virtual time: not before this device's clock reaches the
@@ -1144,14 +1187,15 @@ SK_API sk_result sk_test(sk_request **req, bool *done) {
     *req = NULL;
     r->free_fn(r);
   }
-  return res;
+  return sk__comm_report(c, res, err);
 }
 
-SK_API sk_result sk_waitall(int n, sk_request **reqs) {
-  if (n < 0 || (n > 0 && !reqs)) return SK_ERR_INVALID_ARGUMENT;
+SK_API sk_result sk_waitall(int n, sk_request **reqs, sk_error *err) {
+  if (n < 0 || (n > 0 && !reqs))
+    return sk_error_set(err, SK_ERR_INVALID_ARGUMENT, "waitall: n = %d with reqs %s", n, reqs ? "set" : "NULL");
   sk_result first = SK_OK;
   for (int i = 0; i < n; i++) {
-    sk_result r = sk_wait(&reqs[i]);
+    sk_result r = sk_wait(&reqs[i], first == SK_OK ? err : NULL); /* err keeps the first failure */
     if (r != SK_OK && first == SK_OK) first = r;
   }
   return first;
@@ -1267,10 +1311,15 @@ SK__DEFINE_INT_KERNEL(sk__red_u8, uint8_t, uint8_t)
 SK__DEFINE_INT_KERNEL(sk__red_i32, int32_t, uint32_t)
 SK__DEFINE_INT_KERNEL(sk__red_i64, int64_t, uint64_t)
 
-SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size_t count, sk_dtype dt, sk_redop op) {
-  if (!sk_dtype_valid(dt) || !sk_redop_valid(op) || n < 1 || !srcs || (count && !dst)) return SK_ERR_INVALID_ARGUMENT;
+SK_API sk_result sk_reduce_local(void *dst, const void *const *srcs, int n, size_t count, sk_dtype dt, sk_redop op, sk_error *err) {
+  if (!sk_dtype_valid(dt) || !sk_redop_valid(op))
+    return sk_error_set(err, SK_ERR_INVALID_ARGUMENT, "reduce_local: invalid dtype %d or reduce op %d", (int)dt, (int)op);
+  if (n < 1 || !srcs || (count && !dst))
+    return sk_error_set(err, SK_ERR_INVALID_ARGUMENT, "reduce_local: n = %d, srcs %s, dst %s with count %zu", n,
+                        srcs ? "set" : "NULL", dst ? "set" : "NULL", count);
   for (int r = 0; r < n; r++)
-    if (count && !srcs[r]) return SK_ERR_INVALID_ARGUMENT;
+    if (count && !srcs[r])
+      return sk_error_set(err, SK_ERR_INVALID_ARGUMENT, "reduce_local: srcs[%d] is NULL with count %zu", r, count);
   void (*k)(void *, const void *const *, int, size_t, size_t, sk_redop);
   switch (dt) {
     case SK_F32: k = sk__red_f32; break;

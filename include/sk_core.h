@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdarg.h> /* sk_error_set */
 #include <stdio.h>  /* snprintf in sk_last_error, vsnprintf in sk_error_set */
+#include <string.h> /* memcpy in sk_error_set */
 
 #define SK_VERSION_MAJOR 0
 #define SK_VERSION_MINOR 1
@@ -140,36 +141,42 @@ typedef struct sk_error {
   char msg[SK_ERROR_MSG_MAX];
 } sk_error;
 
+/* sk_error_set's body. The message is formatted aside first: an argument may be err->msg itself
+   (a comm's record passed as err to a call that words "...: %s" from the comm's message). */
+SK__INLINE sk_result sk__error_vset(sk_error *err, sk_result code, const char *fmt, va_list ap) {
+  if (!err) return code;
+  char msg[SK_ERROR_MSG_MAX];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  memcpy(err->msg, msg, strlen(msg) + 1);
+  err->code = code;
+  return code;
+}
+
 /* Writes code and the printf-style message into *err (when err is not NULL; a message longer than
    SK_ERROR_MSG_MAX - 1 bytes is cut) and returns code, so that a fallible function reports in one
    line: `return sk_error_set(err, SK_ERR_OUT_OF_MEMORY, "out of memory gathering '%s'", name);`.
    shardkit's own calls write their messages with it; programs built on shardkit use it for theirs. */
 SK__INLINE SK__PRINTF(3, 4) sk_result sk_error_set(sk_error *err, sk_result code, const char *fmt, ...) {
-  if (err) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    err->code = code;
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  sk__error_vset(err, code, fmt, ap);
+  va_end(ap);
   return code;
 }
 
 /* ---- one way to read any failure ---------------------------------------------------------- */
 
 /* Every object a call can fail on -- world, communicator, fusion scheduler, redistribution
-   executor -- starts with this head, holding its last failure (a world: its root cause, once it
-   failed). Calls that create an object write an sk_error; for everything else,
-   sk_last_error(object, &err) copies the object's failure into an sk_error. So every failure is
-   read the same way: err.code and err.msg. Returns the code (SK_OK and "" when none). The
-   per-object functions (sk_comm_error_message, sk_world_error_message,
-   sk_fusion_error_message) read the same head. A call passed a NULL object returns
-   SK_ERR_INVALID_ARGUMENT and has nowhere to write; so does sk_reduce_local, which takes none. */
+   executor -- starts with this head, holding its last failure as an sk_error (a world: its root
+   cause, once it failed). Every fallible call takes a trailing `sk_error *err` (NULL allowed),
+   which receives the failure too; the object keeps it besides, so that sk_last_error(object,
+   &err) reads it later: err.code and err.msg, whichever way it is read. sk_last_error returns the
+   code (SK_OK and "" when none). The per-object functions (sk_comm_error_message,
+   sk_world_error_message, sk_fusion_error_message) read the same record. */
 #define SK_OBJECT_MAGIC 0x6f626b73u
 typedef struct sk_object_head {
   uint32_t magic; /* SK_OBJECT_MAGIC */
-  sk_result code;
-  char msg[SK_ERROR_MSG_MAX];
+  sk_error error; /* the last failure */
 } sk_object_head;
 
 SK__INLINE sk_result sk_last_error(const void *object, sk_error *out) {
@@ -177,8 +184,8 @@ SK__INLINE sk_result sk_last_error(const void *object, sk_error *out) {
   sk_result code = SK_ERR_INVALID_ARGUMENT;
   const char *msg = "object is NULL";
   if (h && h->magic != SK_OBJECT_MAGIC) msg = "not a shardkit object (world, communicator, fusion scheduler, executor)";
-  if (h && h->magic == SK_OBJECT_MAGIC) code = h->code, msg = h->msg;
-  if (out) {
+  if (h && h->magic == SK_OBJECT_MAGIC) code = h->error.code, msg = h->error.msg;
+  if (out && (!h || out != &h->error)) {
     out->code = code;
     snprintf(out->msg, sizeof out->msg, "%.*s", (int)sizeof out->msg - 1, msg);
   }
@@ -189,9 +196,26 @@ SK__INLINE sk_result sk_last_error(const void *object, sk_error *out) {
 SK__INLINE sk_result sk_object_set_error(sk_object_head *h, sk_result code, const char *msg) {
   if (!h) return code;
   h->magic = SK_OBJECT_MAGIC;
-  h->code = code;
-  snprintf(h->msg, sizeof h->msg, "%.*s", (int)sizeof h->msg - 1, msg ? msg : ""); /* truncates long text */
+  h->error.code = code;
+  if (msg != h->error.msg) /* truncates long text */
+    snprintf(h->error.msg, sizeof h->error.msg, "%.*s", (int)sizeof h->error.msg - 1, msg ? msg : "");
   return code;
+}
+
+/* The end of every fallible call on an object (modules' helper): on failure, the object's record
+   (which the call wrote) is copied into the caller's err, unless err is that record itself or
+   NULL; on success err is untouched. A record holding another code (a failure the call did not
+   describe) gives the code's sentence instead of a stale message. Returns r. */
+SK__INLINE sk_result sk__report(const void *object, sk_result r, sk_error *err) {
+  const sk_object_head *h = (const sk_object_head *)object;
+  if (r == SK_OK || !err || (h && err == &h->error)) return r;
+  if (!h)
+    sk_error_set(err, r, "the object passed (communicator, world, fusion scheduler or executor) is NULL");
+  else if (h->magic == SK_OBJECT_MAGIC && h->error.code == r && h->error.msg[0])
+    sk_error_set(err, r, "%s", h->error.msg);
+  else
+    sk_error_set(err, r, "%s", sk_result_string(r));
+  return r; /* plainly r: analyzers do not follow the variadic sk_error_set's result */
 }
 
 /* ---- dtypes ------------------------------------------------------------------------------- */

@@ -73,8 +73,9 @@
      allocated at plan time and kept until destroy.
 
    ERRORS
-     Fallible calls return sk_result; the message of the last failure is
-     sk_fusion_error_message(f) (per scheduler; sk_fusion_create writes its sk_error).
+     Fallible calls return sk_result and take a trailing sk_error *err (NULL allowed) that
+     receives a failure; the scheduler keeps its last one too: sk_fusion_error_message(f),
+     sk_last_error (per scheduler).
      Bad arguments -> SK_ERR_INVALID_ARGUMENT naming them; add after planning, ready twice ->
      SK_ERR_INVALID_USAGE. A failing bucket (launch or completion) does not stop the others; its
      error surfaces at wait, naming the bucket and its tensors. At wait, a tensor never marked
@@ -178,31 +179,31 @@ SK_API const char *sk_fusion_error_message(const sk_fusion *f);
 
 /* Registers an op (parameter order); *handle (may be NULL) receives its handle: 0, 1, 2, ... in
    registration order. Only before planning. */
-SK_API sk_result sk_fusion_add(sk_fusion *f, const sk_fusion_op *op, int *handle);
+SK_API sk_result sk_fusion_add(sk_fusion *f, const sk_fusion_op *op, int *handle, sk_error *err);
 SK_API sk_result sk_fusion_add_allreduce(sk_fusion *f, sk_comm *c, const void *send, void *recv, size_t count,
-                                         sk_dtype dt, sk_redop op, int fusion_id, const char *name, int *handle);
+                                         sk_dtype dt, sk_redop op, int fusion_id, const char *name, int *handle, sk_error *err);
 SK_API sk_result sk_fusion_add_allgather(sk_fusion *f, sk_comm *c, const void *send, void *recv, size_t count,
-                                         sk_dtype dt, int fusion_id, const char *name, int *handle);
+                                         sk_dtype dt, int fusion_id, const char *name, int *handle, sk_error *err);
 SK_API sk_result sk_fusion_add_reduce_scatter(sk_fusion *f, sk_comm *c, const void *send, void *recv, size_t count,
-                                              sk_dtype dt, sk_redop op, int fusion_id, const char *name, int *handle);
+                                              sk_dtype dt, sk_redop op, int fusion_id, const char *name, int *handle, sk_error *err);
 
 /* Builds the buckets and the fusion buffers; registration ends. The calls below plan implicitly
    when needed. Calling it again is a no-op. */
-SK_API sk_result sk_fusion_plan(sk_fusion *f);
+SK_API sk_result sk_fusion_plan(sk_fusion *f, sk_error *err);
 SK_API int sk_fusion_bucket_count(sk_fusion *f); /* -1 if planning failed */
-SK_API sk_result sk_fusion_get_bucket(sk_fusion *f, int bucket, sk_fusion_bucket_info *out);
+SK_API sk_result sk_fusion_get_bucket(sk_fusion *f, int bucket, sk_fusion_bucket_info *out, sk_error *err);
 /* Bucket of a handle (-1 if invalid or planning failed). */
 SK_API int sk_fusion_bucket_of(sk_fusion *f, int handle);
 /* Fusion buffer bytes the plan needs (0 when nothing is packed). */
-SK_API sk_result sk_fusion_workspace_bytes(sk_fusion *f, size_t *bytes);
+SK_API sk_result sk_fusion_workspace_bytes(sk_fusion *f, size_t *bytes, sk_error *err);
 /* snprintf-style: writes the plan (one line per bucket, then one per tensor when `tensors`),
    returns the length it needed (excluding the NUL), or -1 if planning failed. */
 SK_API int sk_fusion_plan_format(sk_fusion *f, char *buf, size_t cap, bool tensors);
 
 /* Marks op `handle` ready; launches every bucket that may now launch (in order). */
-SK_API sk_result sk_fusion_ready(sk_fusion *f, int handle);
+SK_API sk_result sk_fusion_ready(sk_fusion *f, int handle, sk_error *err);
 /* Completes every bucket and unpacks; returns the first error (see ERRORS). Re-arms. */
-SK_API sk_result sk_fusion_wait(sk_fusion *f);
+SK_API sk_result sk_fusion_wait(sk_fusion *f, sk_error *err);
 
 /* The closed form of docs/cost-models.md section 4: gradients of total_bytes produced
    uniformly over backward_us, one bucket costing a_us + c_us_per_byte * b. Compute-bound (c*r < 1, r =
@@ -368,7 +369,7 @@ SK_API sk_result sk_fusion_create(const sk_fusion_desc *desc, sk_fusion **out, s
 
 static void sk__fdrain(sk_fusion *f) {
   for (int i = 0; f->b && i < f->nb; i++)
-    if (f->b[i].req) sk_wait(&f->b[i].req);
+    if (f->b[i].req) sk_wait(&f->b[i].req, NULL);
 }
 
 SK_API void sk_fusion_destroy(sk_fusion *f) {
@@ -386,7 +387,7 @@ SK_API const char *sk_fusion_error_message(const sk_fusion *f) { return f ? f->m
 
 /* ---- registration ----------------------------------------------------------------------------- */
 
-SK_API sk_result sk_fusion_add(sk_fusion *f, const sk_fusion_op *op, int *handle) {
+static sk_result sk__fusion_add(sk_fusion *f, const sk_fusion_op *op, int *handle) {
   if (!f) return SK_ERR_INVALID_ARGUMENT;
   if (handle) *handle = -1;
   if (!op) return sk__fset(f, SK_ERR_INVALID_ARGUMENT, "add: op is NULL");
@@ -438,32 +439,35 @@ SK_API sk_result sk_fusion_add(sk_fusion *f, const sk_fusion_op *op, int *handle
   if (handle) *handle = h;
   return SK_OK;
 }
+SK_API sk_result sk_fusion_add(sk_fusion *f, const sk_fusion_op *op, int *handle, sk_error *err) {
+  return sk__report(f, sk__fusion_add(f, op, handle), err);
+}
 
 SK_API sk_result sk_fusion_add_allreduce(sk_fusion *f, sk_comm *c, const void *send, void *recv, size_t count,
-                                         sk_dtype dt, sk_redop op, int fusion_id, const char *name, int *handle) {
+                                         sk_dtype dt, sk_redop op, int fusion_id, const char *name, int *handle, sk_error *err) {
   sk_fusion_op o;
   memset(&o, 0, sizeof o);
   o.kind = SK_COLL_ALLREDUCE, o.comm = c, o.send = send, o.recv = recv, o.count = count, o.dtype = dt, o.op = op;
   o.fusion_id = fusion_id, o.name = name;
-  return sk_fusion_add(f, &o, handle);
+  return sk_fusion_add(f, &o, handle, err);
 }
 
 SK_API sk_result sk_fusion_add_allgather(sk_fusion *f, sk_comm *c, const void *send, void *recv, size_t count,
-                                         sk_dtype dt, int fusion_id, const char *name, int *handle) {
+                                         sk_dtype dt, int fusion_id, const char *name, int *handle, sk_error *err) {
   sk_fusion_op o;
   memset(&o, 0, sizeof o);
   o.kind = SK_COLL_ALLGATHER, o.comm = c, o.send = send, o.recv = recv, o.count = count, o.dtype = dt, o.op = SK_SUM;
   o.fusion_id = fusion_id, o.name = name;
-  return sk_fusion_add(f, &o, handle);
+  return sk_fusion_add(f, &o, handle, err);
 }
 
 SK_API sk_result sk_fusion_add_reduce_scatter(sk_fusion *f, sk_comm *c, const void *send, void *recv, size_t count,
-                                              sk_dtype dt, sk_redop op, int fusion_id, const char *name, int *handle) {
+                                              sk_dtype dt, sk_redop op, int fusion_id, const char *name, int *handle, sk_error *err) {
   sk_fusion_op o;
   memset(&o, 0, sizeof o);
   o.kind = SK_COLL_REDUCE_SCATTER, o.comm = c, o.send = send, o.recv = recv, o.count = count, o.dtype = dt, o.op = op;
   o.fusion_id = fusion_id, o.name = name;
-  return sk_fusion_add(f, &o, handle);
+  return sk_fusion_add(f, &o, handle, err);
 }
 
 /* ---- planning --------------------------------------------------------------------------------- */
@@ -671,7 +675,7 @@ static void sk__flog_plan(sk_fusion *f) {
               bytes);
 }
 
-SK_API sk_result sk_fusion_plan(sk_fusion *f) {
+static sk_result sk__fusion_plan(sk_fusion *f) {
   if (!f) return SK_ERR_INVALID_ARGUMENT;
   if (f->planned) {
     if (f->plan_result != SK_OK) sk__fset(f, f->plan_result, "plan: planning failed earlier; destroy this scheduler");
@@ -681,6 +685,9 @@ SK_API sk_result sk_fusion_plan(sk_fusion *f) {
   f->plan_result = sk__fplan(f);
   if (f->plan_result == SK_OK && f->nb > 0) sk__flog_plan(f);
   return f->plan_result;
+}
+SK_API sk_result sk_fusion_plan(sk_fusion *f, sk_error *err) {
+  return sk__report(f, sk__fusion_plan(f), err);
 }
 
 static sk_result sk__fkey_check(const sk_fusion_key_op *o, int i, sk_error *err) {
@@ -731,14 +738,14 @@ SK_API sk_result sk_fusion_plan_keys(const sk_fusion_desc *desc, const sk_fusion
 }
 
 SK_API int sk_fusion_bucket_count(sk_fusion *f) {
-  if (!f || sk_fusion_plan(f) != SK_OK) return -1;
+  if (!f || sk_fusion_plan(f, NULL) != SK_OK) return -1;
   return f->nb;
 }
 
-SK_API sk_result sk_fusion_get_bucket(sk_fusion *f, int i, sk_fusion_bucket_info *out) {
+static sk_result sk__fusion_get_bucket(sk_fusion *f, int i, sk_fusion_bucket_info *out) {
   if (!f) return SK_ERR_INVALID_ARGUMENT;
   if (!out) return sk__fset(f, SK_ERR_INVALID_ARGUMENT, "get_bucket: out is NULL");
-  sk_result r = sk_fusion_plan(f);
+  sk_result r = sk__fusion_plan(f);
   if (r != SK_OK) return r;
   if (i < 0 || i >= f->nb) return sk__fset(f, SK_ERR_INVALID_ARGUMENT, "get_bucket: bucket %d out of range [0, %d)", i, f->nb);
   const sk__fbucket *b = &f->b[i];
@@ -747,19 +754,25 @@ SK_API sk_result sk_fusion_get_bucket(sk_fusion *f, int i, sk_fusion_bucket_info
   out->pack = b->pack;
   return SK_OK;
 }
+SK_API sk_result sk_fusion_get_bucket(sk_fusion *f, int i, sk_fusion_bucket_info *out, sk_error *err) {
+  return sk__report(f, sk__fusion_get_bucket(f, i, out), err);
+}
 
 SK_API int sk_fusion_bucket_of(sk_fusion *f, int handle) {
-  if (!f || sk_fusion_plan(f) != SK_OK || handle < 0 || handle >= f->nt) return -1;
+  if (!f || sk_fusion_plan(f, NULL) != SK_OK || handle < 0 || handle >= f->nt) return -1;
   return f->t[handle].bucket;
 }
 
-SK_API sk_result sk_fusion_workspace_bytes(sk_fusion *f, size_t *bytes) {
+static sk_result sk__fusion_workspace_bytes(sk_fusion *f, size_t *bytes) {
   if (!f) return SK_ERR_INVALID_ARGUMENT;
   if (!bytes) return sk__fset(f, SK_ERR_INVALID_ARGUMENT, "workspace_bytes: bytes is NULL");
   *bytes = 0;
-  sk_result r = sk_fusion_plan(f);
+  sk_result r = sk__fusion_plan(f);
   if (r == SK_OK) *bytes = f->ws_need;
   return r;
+}
+SK_API sk_result sk_fusion_workspace_bytes(sk_fusion *f, size_t *bytes, sk_error *err) {
+  return sk__report(f, sk__fusion_workspace_bytes(f, bytes), err);
 }
 
 static const char *sk__fpack_name(sk_fusion_pack p) {
@@ -795,7 +808,7 @@ static void sk__fcat_config(char *buf, size_t cap, size_t *len, const char *name
 }
 
 SK_API int sk_fusion_plan_format(sk_fusion *f, char *buf, size_t cap, bool tensors) {
-  if (!f || sk_fusion_plan(f) != SK_OK) return -1;
+  if (!f || sk_fusion_plan(f, NULL) != SK_OK) return -1;
   size_t len = 0;
   if (buf && cap) buf[0] = 0;
   sk__fcat(buf, cap, &len, "fusion plan: %d ops -> %d buckets;", f->nt, f->nb);
@@ -860,7 +873,7 @@ static sk_result sk__fpack(const sk__fbucket *b, const sk__ften *t) {
   int n = b->kind == SK_COLL_REDUCE_SCATTER ? sk_comm_size(b->comm) : 1;
   sk_result r = SK_OK;
   for (int i = 0; i < n && r == SK_OK; i++)
-    r = sk_comm_copy(b->comm, b->sbuf + (size_t)i * tot + t->off * es, (const char *)t->op.send + (size_t)i * bytes, bytes);
+    r = sk_comm_copy(b->comm, b->sbuf + (size_t)i * tot + t->off * es, (const char *)t->op.send + (size_t)i * bytes, bytes, NULL);
   return r;
 }
 
@@ -874,7 +887,7 @@ static sk_result sk__funpack(const sk_fusion *f, const sk__fbucket *b) {
     const sk__ften *t = &f->t[f->order[b->start + j]];
     size_t bytes = t->op.count * es;
     for (int i = 0; i < n && r == SK_OK; i++)
-      r = sk_comm_copy(b->comm, (char *)t->op.recv + (size_t)i * bytes, b->rbuf + (size_t)i * tot + t->off * es, bytes);
+      r = sk_comm_copy(b->comm, (char *)t->op.recv + (size_t)i * bytes, b->rbuf + (size_t)i * tot + t->off * es, bytes, NULL);
   }
   return r;
 }
@@ -891,9 +904,9 @@ static void sk__flaunch(sk_fusion *f, int i) {
   }
   sk_result r;
   switch (b->kind) {
-    case SK_COLL_ALLREDUCE: r = sk_iallreduce(b->comm, send, recv, b->count, b->dt, b->op, &b->req); break;
-    case SK_COLL_ALLGATHER: r = sk_iallgather(b->comm, send, recv, b->count, b->dt, &b->req); break;
-    default: r = sk_ireduce_scatter(b->comm, send, recv, b->count, b->dt, b->op, &b->req); break;
+    case SK_COLL_ALLREDUCE: r = sk_iallreduce(b->comm, send, recv, b->count, b->dt, b->op, &b->req, NULL); break;
+    case SK_COLL_ALLGATHER: r = sk_iallgather(b->comm, send, recv, b->count, b->dt, &b->req, NULL); break;
+    default: r = sk_ireduce_scatter(b->comm, send, recv, b->count, b->dt, b->op, &b->req, NULL); break;
   }
   b->launched = true;
   if (r != SK_OK) {
@@ -916,9 +929,9 @@ static void sk__fpoll(sk_fusion *f) {
     if (!b->completed && sk_world_cluster(sk_comm_world(b->comm)).link.gbps > 0) return;
     if (!b->completed) {
       bool done = false;
-      sk_result r = sk_test(&b->req, &done);
+      sk_result r = sk_test(&b->req, &done, NULL);
       if (!done && r != SK_OK && r != SK_ERR_IN_PROGRESS) { /* a broken test: wait settles it */
-        r = sk_wait(&b->req);
+        r = sk_wait(&b->req, NULL);
         done = true;
       }
       if (!done) return;
@@ -936,9 +949,9 @@ static void sk__flaunch_ready(sk_fusion *f) {
   while (f->next_launch < f->nb && f->b[f->next_launch].nready == f->b[f->next_launch].n) sk__flaunch(f, f->next_launch++);
 }
 
-SK_API sk_result sk_fusion_ready(sk_fusion *f, int handle) {
+static sk_result sk__fusion_ready(sk_fusion *f, int handle) {
   if (!f) return SK_ERR_INVALID_ARGUMENT;
-  sk_result r = sk_fusion_plan(f);
+  sk_result r = sk__fusion_plan(f);
   if (r != SK_OK) return r;
   if (handle < 0 || handle >= f->nt)
     return sk__fset(f, SK_ERR_INVALID_ARGUMENT, "ready: handle %d out of range [0, %d)", handle, f->nt);
@@ -959,17 +972,20 @@ SK_API sk_result sk_fusion_ready(sk_fusion *f, int handle) {
   sk__fpoll(f);
   return SK_OK;
 }
+SK_API sk_result sk_fusion_ready(sk_fusion *f, int handle, sk_error *err) {
+  return sk__report(f, sk__fusion_ready(f, handle), err);
+}
 
-SK_API sk_result sk_fusion_wait(sk_fusion *f) {
+static sk_result sk__fusion_wait(sk_fusion *f) {
   if (!f) return SK_ERR_INVALID_ARGUMENT;
-  sk_result r = sk_fusion_plan(f);
+  sk_result r = sk__fusion_plan(f);
   if (r != SK_OK) return r;
   sk__flaunch_ready(f);
   /* complete every launched bucket, in order */
   for (int i = f->next_done; i < f->next_launch; i++) {
     sk__fbucket *b = &f->b[i];
     if (b->completed) continue;
-    sk_result w = sk_wait(&b->req);
+    sk_result w = sk_wait(&b->req, NULL);
     b->completed = true;
     if (w != SK_OK)
       sk__fbucket_fail(f, i, w, "failed");
@@ -1003,6 +1019,9 @@ SK_API sk_result sk_fusion_wait(sk_fusion *f) {
   }
   f->next_launch = f->next_done = 0;
   return res;
+}
+SK_API sk_result sk_fusion_wait(sk_fusion *f, sk_error *err) {
+  return sk__report(f, sk__fusion_wait(f), err);
 }
 
 SK_API double sk_fusion_pick_threshold(double a_us, double c_us_per_byte, double total_bytes, double backward_us) {

@@ -651,7 +651,7 @@ static sk_result sk__mchunk_finish(sk__mreq *q) {
   if (sk_coll_reduces(o->kind)) {
     if (q->gather && here) {
       for (int i = 0; i < n; i++) m->ptrs[i] = q->tmp + (size_t)i * len * es;
-      sk_result rr = sk_reduce_local(r, m->ptrs, n, len, o->dtype, o->op);
+      sk_result rr = sk_reduce_local(r, m->ptrs, n, len, o->dtype, o->op, NULL);
       if (rr != SK_OK) return sk__mreq_fail(q, rr, "%s: local reduction failed", sk_coll_kind_name(o->kind));
     } else if (!q->gather && here && o->op == SK_AVG) {
       sk__m_divide(r, len, o->dtype, n);
@@ -1690,7 +1690,7 @@ static sk_result sk__m_split_agree(sk__mcomm *pm, int color, int key) {
   q->fp[0] = SK__M_FP_SPLIT, q->fp[1] = color, q->fp[2] = key, q->fp[3] = q->fp[4] = 0;
   sk__mreq_enqueue(pm, q);
   sk_request *req = &q->base;
-  sk_result r = sk_wait(&req);
+  sk_result r = sk_wait(&req, NULL);
   if (r == SK_ERR_OUT_OF_MEMORY) sk_world_fail(sk_comm_world(pm->comm), r, sk_comm_error_message(pm->comm));
   return r;
 }

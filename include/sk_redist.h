@@ -272,7 +272,7 @@ SK_API sk_result sk_redist_executor_create(sk_comm *comm, const sk_redist_desc *
 /* Collective. src: src_count elements (>= the source slice), dst: dst_count (>= the target
    slice), both of dtype dt (must be the plan's). */
 SK_API sk_result sk_redist_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
-                                   size_t dst_count, sk_dtype dt);
+                                   size_t dst_count, sk_dtype dt, sk_error *err);
 SK_API const sk_redist_plan *sk_redist_executor_plan(const sk_redist_executor *ex);
 SK_API void sk_redist_executor_destroy(sk_redist_executor *ex);
 /* One shot: create an executor, execute, destroy. Collective. */
@@ -398,7 +398,7 @@ static sk_result sk__rd_copy(sk_comm *via, char *dst, const sk__rd_box *db, cons
   for (;;) {
     sk_result r = SK_OK;
     if (via)
-      r = sk_comm_copy(via, dst + (size_t)doff * es, src + (size_t)soff * es, rb);
+      r = sk_comm_copy(via, dst + (size_t)doff * es, src + (size_t)soff * es, rb, NULL);
     else
       memcpy(dst + (size_t)doff * es, src + (size_t)soff * es, rb);
     if (r != SK_OK) return r;
@@ -510,7 +510,7 @@ static sk_result sk__rd_segcopy_fn(void *pv, int64_t toff, int64_t soff, int64_t
   c->pos += n;
   char *dp = c->dst + (size_t)d * c->es;
   const char *sp = c->src + (size_t)s * c->es;
-  if (c->via) return sk_comm_copy(c->via, dp, sp, (size_t)n * c->es);
+  if (c->via) return sk_comm_copy(c->via, dp, sp, (size_t)n * c->es, NULL);
   memcpy(dp, sp, (size_t)n * c->es);
   return SK_OK;
 }
@@ -1373,7 +1373,7 @@ static sk_result sk__rd_sub(sk_redist_executor *ex, const sk_mesh *m, uint32_t m
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: desc.group gave no communicator for %s", what);
     }
   } else {
-    sk_result r = sk_comm_split_mesh(ex->comm, m, mask, &c);
+    sk_result r = sk_comm_split_mesh(ex->comm, m, mask, &c, NULL);
     if (r) return sk__fail(err, r, "creating the group communicator: %s", sk_comm_error_message(ex->comm));
   }
   ex->subs[ex->nsubs].mesh = m, ex->subs[ex->nsubs].mask = mask, ex->subs[ex->nsubs].own = !d->group;
@@ -1421,7 +1421,7 @@ SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
     sk__free(&al, x->soff), sk__free(&al, x->roff), sk__free(&al, x->sdir), sk__free(&al, x->rdir);
   }
   for (int i = 0; i < ex->nsubs; i++)
-    if (ex->subs[i].own) sk_comm_destroy(ex->subs[i].comm);
+    if (ex->subs[i].own) sk_comm_destroy(ex->subs[i].comm, NULL);
   for (int i = 0; i < SK__RD_MAX_STEPS; i++) sk__free(&al, ex->inter[i]);
   sk__free(&al, ex->scratch);
   sk__free(&al, ex->reqs);
@@ -1665,7 +1665,7 @@ static sk_result sk__rd_build(sk_comm *comm, const sk_redist_desc *desc, sk_redi
    the checks every rank makes alike. mine: this rank's result, returned as is when it failed. */
 static sk_result sk__rd_agree_created(sk_comm *comm, sk_result mine, sk_error *err) {
   int64_t v = mine ? (int64_t)sk_comm_rank(comm) : INT64_MAX, low = INT64_MAX;
-  sk_result r = sk_allreduce(comm, &v, &low, 1, SK_I64, SK_MIN);
+  sk_result r = sk_allreduce(comm, &v, &low, 1, SK_I64, SK_MIN, NULL);
   if (mine) return mine;
   if (r) return sk__fail(err, r, "redist: agreeing on the executor's creation: %s", sk_comm_error_message(comm));
   if (low != INT64_MAX)
@@ -1779,7 +1779,7 @@ static sk_result sk__rd_run_sendrecv(sk_redist_executor *ex, const sk__rd_step *
   int nq = 0;
   for (int k = 0; k < L->nrecv && r == SK_OK; k++) {
     char *dst = x->roff[k] == (size_t)-1 ? out + (size_t)x->rdir[k] * es : ex->scratch + x->roff[k];
-    r = sk_irecv(ex->comm, dst, (size_t)sk__rd_piece_elems(s, &L->recv[k].box), dt, L->recv[k].peer, &ex->reqs[nq]);
+    r = sk_irecv(ex->comm, dst, (size_t)sk__rd_piece_elems(s, &L->recv[k].box), dt, L->recv[k].peer, &ex->reqs[nq], NULL);
     if (r == SK_OK) nq++;
   }
   for (int k = 0; k < L->nsend && r == SK_OK; k++) {
@@ -1792,14 +1792,14 @@ static sk_result sk__rd_run_sendrecv(sk_redist_executor *ex, const sk__rd_step *
       src = st;
     }
     if (r != SK_OK) break;
-    r = sk_isend(ex->comm, src, (size_t)sk__rd_piece_elems(s, &L->send[k].box), dt, L->send[k].peer, &ex->reqs[nq]);
+    r = sk_isend(ex->comm, src, (size_t)sk__rd_piece_elems(s, &L->send[k].box), dt, L->send[k].peer, &ex->reqs[nq], NULL);
     if (r == SK_OK) nq++;
   }
   if (r == SK_OK && L->nlocal)
     r = sk__rd_piece_copy(ex->comm, s, x, SK__RD_DIRECT, x->me, x->me, &L->local, out, in, es);
   /* a post that failed leaves peers' matching posts unmatched: fail the world, not the timeout */
   if (r != SK_OK && r != SK_ERR_ABORTED) sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
-  sk_result w = sk_waitall(nq, ex->reqs);
+  sk_result w = sk_waitall(nq, ex->reqs, NULL);
   if (r == SK_OK) r = w;
   if (r) return r;
   for (int k = 0; k < L->nrecv && r == SK_OK; k++)
@@ -1847,7 +1847,7 @@ static sk_result sk__rd_run_collective(sk_redist_executor *ex, const sk__rd_step
        (one copy instead of pack, collective, unpack). Peer access keeps every input valid
        until all members have read it, also when the world aborts meanwhile. */
     sk__rd_peer_ctx ctx = {s, x, in, out, es};
-    r = sk_comm_peer_access(x->comm, in, sk__rd_peer_blocks, &ctx);
+    r = sk_comm_peer_access(x->comm, in, sk__rd_peer_blocks, &ctx, NULL);
     if (r && x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
     return r;
   }
@@ -1869,10 +1869,10 @@ static sk_result sk__rd_run_collective(sk_redist_executor *ex, const sk__rd_step
   rp = x->recv_direct ? out + (size_t)x->recv_off * es : ex->scratch + x->recv_stage;
   size_t cnt = (size_t)s->count;
   switch (s->op) {
-    case SK_REDIST_ALLGATHER: r = sk_allgather(x->comm, sp, rp, cnt, dt); break;
-    case SK_REDIST_ALLTOALL: r = sk_alltoall(x->comm, sp, rp, cnt, dt); break;
-    case SK_REDIST_REDUCE_SCATTER: r = sk_reduce_scatter(x->comm, sp, rp, cnt, dt, SK_SUM); break;
-    default: r = sk_allreduce(x->comm, sp, rp, cnt, dt, SK_SUM); break;
+    case SK_REDIST_ALLGATHER: r = sk_allgather(x->comm, sp, rp, cnt, dt, NULL); break;
+    case SK_REDIST_ALLTOALL: r = sk_alltoall(x->comm, sp, rp, cnt, dt, NULL); break;
+    case SK_REDIST_REDUCE_SCATTER: r = sk_reduce_scatter(x->comm, sp, rp, cnt, dt, SK_SUM, NULL); break;
+    default: r = sk_allreduce(x->comm, sp, rp, cnt, dt, SK_SUM, NULL); break;
   }
   if (r) {
     if (x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
@@ -1890,7 +1890,7 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
   if (s->op == SK_REDIST_SENDRECV && x->peer) {
     /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
     sk__rd_peer_ctx ctx = {s, x, in, out, es};
-    return sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx);
+    return sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx, NULL);
   }
   if (s->op == SK_REDIST_SENDRECV) return sk__rd_run_sendrecv(ex, s, x, in, out);
   return sk__rd_run_collective(ex, s, x, in, out);
@@ -1928,7 +1928,7 @@ static uint64_t sk__rd_fingerprint(const sk_redist_plan *p) {
    failure path only), before anything moves. */
 static sk_result sk__rd_plan_mismatch(sk_comm *c, int64_t mine, int64_t lowest) {
   int64_t rank = sk_comm_rank(c), v[2] = {mine == lowest ? rank : INT64_MAX, mine == lowest ? INT64_MAX : rank}, w[2];
-  sk_result r = sk_allreduce(c, v, w, 2, SK_I64, SK_MIN);
+  sk_result r = sk_allreduce(c, v, w, 2, SK_I64, SK_MIN, NULL);
   if (r) return r;
   return sk_comm_set_error(c, SK_ERR_MISMATCH,
                            "redist: ranks %lld and %lld hold different plans (their descriptors differ in layouts, "
@@ -1941,11 +1941,11 @@ static sk_result sk__rd_execute(sk_redist_executor *ex, const void *src, size_t 
 
 /* The executor keeps its last failure (its communicator's message) for sk_last_error. */
 SK_API sk_result sk_redist_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
-                                   size_t dst_count, sk_dtype dt) {
-  if (!ex) return SK_ERR_INVALID_ARGUMENT;
+                                   size_t dst_count, sk_dtype dt, sk_error *err) {
+  if (!ex) return sk__report(ex, SK_ERR_INVALID_ARGUMENT, err);
   sk_result r = sk__rd_execute(ex, src, src_count, dst, dst_count, dt);
   if (r != SK_OK) sk_object_set_error(&ex->head, r, sk_comm_error_message(ex->comm));
-  return r;
+  return sk__report(ex, r, err);
 }
 
 static sk_result sk__rd_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
@@ -1978,7 +1978,7 @@ static sk_result sk__rd_execute(sk_redist_executor *ex, const void *src, size_t 
      fingerprints all agree iff min == ~min(~fingerprint) */
   uint64_t h = sk__rd_fingerprint(p);
   int64_t mine[3] = {bad ? (int64_t)sk_comm_rank(c) : INT64_MAX, (int64_t)h, (int64_t)~h}, all[3];
-  sk_result r = sk_allreduce(c, mine, all, 3, SK_I64, SK_MIN);
+  sk_result r = sk_allreduce(c, mine, all, 3, SK_I64, SK_MIN, NULL);
   if (r) return r;
   if (bad) return sk_comm_set_error(c, bad, "%s", msg);
   if (all[0] != INT64_MAX)
@@ -2003,8 +2003,7 @@ SK_API sk_result sk_redist(sk_comm *comm, const sk_redist_desc *desc, const void
   sk_redist_executor *ex = NULL;
   sk_result r = sk_redist_executor_create(comm, desc, &ex, err);
   if (r) return r;
-  r = sk_redist_execute(ex, src, src_count, dst, dst_count, desc->dtype);
-  if (r) sk__fail(err, r, "%s", sk_comm_error_message(comm));
+  r = sk_redist_execute(ex, src, src_count, dst, dst_count, desc->dtype, err);
   sk_redist_executor_destroy(ex);
   return r;
 }

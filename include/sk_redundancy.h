@@ -406,7 +406,7 @@ typedef struct sk__rdn_plan {
 
 static SK__UNUSED void sk__rdn_plan_free(sk__rdn_plan *pl) {
   for (int i = 0; i < pl->nsubs; i++)
-    if (pl->subs[i]) sk_comm_destroy(pl->subs[i]);
+    if (pl->subs[i]) sk_comm_destroy(pl->subs[i], NULL);
   sk__free(pl->al, pl->order);
   sk__free(pl->al, pl->part);
   sk__free(pl->al, pl->subs);
@@ -506,7 +506,7 @@ static SK__UNUSED sk_result sk__rdn_agree(sk_comm *comm, sk_result mine, sk_erro
   /* each member's code, the largest kept: a peer whose allocation failed is reported as memory,
      not as a bad argument */
   int32_t code = (int32_t)mine, worst = 0;
-  sk_result r = sk_allreduce(comm, &code, &worst, 1, SK_I32, SK_MAX);
+  sk_result r = sk_allreduce(comm, &code, &worst, 1, SK_I32, SK_MAX, NULL);
   if (mine != SK_OK) return mine; /* keep the first cause */
   if (r != SK_OK)
     return sk__fail(err, r, "sk_parameter_broadcast: agreeing on the arguments: %s", sk_comm_error_message(comm));
@@ -530,7 +530,7 @@ static SK__UNUSED sk_result sk__rdn_split(sk_comm *comm, const sk__rdn_set *set,
     int q = pl->order[i];
     sk__rdn_shape s = sk__rdn_shape_of(sk__rdn_layout(set, q), sk__rdn_opt(set, q));
     int color = initial_rank + sk__rdn_member(&s, me, 0);
-    sk_result r = sk_comm_split(comm, color, me, &pl->subs[made]);
+    sk_result r = sk_comm_split(comm, color, me, &pl->subs[made], NULL);
     if (r != SK_OK)
       return sk__fail(err, r, "sk_parameter_broadcast: splitting the group of '%s': %s", sk__rdn_name(set, q),
                       sk_comm_error_message(comm));
@@ -549,7 +549,7 @@ static SK__UNUSED sk_result sk__rdn_exchange(sk_comm *comm, const sk__rdn_set *s
     if (sk__rdn_owner_pos(set, pl->order[i], me, 0) != me && bp->count > 0)
       memset(bp->data, 0, bp->count * sk_dtype_size(bp->dtype));
     sk_comm *sub = pl->subs[pl->part[i]];
-    sk_result r = sk_allreduce(sub, bp->data, bp->data, bp->count, bp->dtype, SK_SUM);
+    sk_result r = sk_allreduce(sub, bp->data, bp->data, bp->count, bp->dtype, SK_SUM, NULL);
     if (r != SK_OK)
       return sk__fail(err, r, "sk_parameter_broadcast: AllReduce of '%s': %s", bp->name, sk_comm_error_message(sub));
   }

@@ -193,7 +193,7 @@ static sk_result sk__rt_make_group(sk_runtime *rt, int id, int *ranks, sk_error 
   sk_comm *fixed[] = {rt->world ? rt->world : rt->comm, rt->comm, rt->fwd_link, rt->bwd_link};
   if (g->kind <= SK_PGROUP_LINK_BWD) return rt->gcomm[id] = fixed[g->kind], SK_OK;
   sk_result r;
-  if (g->kind == SK_PGROUP_MESH) r = sk_comm_split_mesh(rt->comm, &g->mesh, g->axes, &rt->gcomm[id]);
+  if (g->kind == SK_PGROUP_MESH) r = sk_comm_split_mesh(rt->comm, &g->mesh, g->axes, &rt->gcomm[id], NULL);
   else {
     int ng = 0, nm = 0;
     const sk_layout *l = &rt->plan->tensors[g->tensor].layout;
@@ -202,7 +202,7 @@ static sk_result sk__rt_make_group(sk_runtime *rt, int id, int *ranks, sk_error 
     if (!r && (ng < 1 || nm < 1)) /* the plan and the rule disagree: never for one compiled plan */
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: parameter '%s' has no shard group", rt->g->tensors[g->tensor].name);
     if (r) return r;
-    r = sk_comm_split(rt->comm, g->kind == SK_PGROUP_OPT_GATHER ? ranks[0] : ranks[SK_MAX_DEVICES], rt->rank, &rt->gcomm[id]);
+    r = sk_comm_split(rt->comm, g->kind == SK_PGROUP_OPT_GATHER ? ranks[0] : ranks[SK_MAX_DEVICES], rt->rank, &rt->gcomm[id], NULL);
   }
   if (r) return sk__fail(err, r, "runtime: creating group g%d: %s", id, sk_comm_error_message(rt->comm));
   rt->gown[id] = true;

@@ -49,7 +49,7 @@ static sk_result sk__rt_prog_gather(sk_runtime *rt, int t, int bucket, sk_error 
   sk_result r = SK_OK;
   if (!sh->held) return sk__fail(err, SK_ERR_INVALID_USAGE, "runtime: gathering '%s' without its slice", rt->g->tensors[t].name);
   if (bucket < 0) {
-    if ((r = sk_allgather(sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt)))
+    if ((r = sk_allgather(sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt, NULL)))
       return sk__rt_comm_failed(rt, sh->gather, r, err);
     sk__rt_count_comm(rt, SK_COLL_ALLGATHER, sh->gather, (uint64_t)sk_parallel_slice_count(rt->plan, t) * sk_dtype_size(rt->cdt));
     return SK_OK;
@@ -61,7 +61,7 @@ static sk_result sk__rt_prog_gather(sk_runtime *rt, int t, int bucket, sk_error 
   }
   rt->kind = SK__RT_HOST;
   r = sk_fusion_add_allgather(rt->ag, sh->gather, sh->data, rt->values[t], (size_t)sh->count, rt->cdt, bucket + 1,
-                              rt->g->tensors[t].name, NULL);
+                              rt->g->tensors[t].name, NULL, NULL);
   return r ? sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->ag)) : SK_OK;
 }
 
@@ -89,10 +89,10 @@ static sk_result sk__rt_pipe_scatter_micro(sk_runtime *rt, int t, sk_error *err)
   sk_result r;
   if (sh->wire_grad) {
     sk__rt_to_wire(rt->mirror_wire, rt->grads[t], sh->wire_grad, n);
-    r = sk_reduce_scatter(sh->gather, sh->wire_grad, sh->wire_shard, (size_t)sh->count, rt->mirror_wire, SK_SUM);
+    r = sk_reduce_scatter(sh->gather, sh->wire_grad, sh->wire_shard, (size_t)sh->count, rt->mirror_wire, SK_SUM, NULL);
     if (!r) sk__rt_from_wire(rt->mirror_wire, sh->wire_shard, to, sh->count);
   } else {
-    r = sk_reduce_scatter(sh->gather, rt->grads[t], to, (size_t)sh->count, rt->cdt, SK_SUM);
+    r = sk_reduce_scatter(sh->gather, rt->grads[t], to, (size_t)sh->count, rt->cdt, SK_SUM, NULL);
   }
   if (r) return sk__rt_comm_failed(rt, sh->gather, r, err);
   sk__rt_count_comm(rt, SK_COLL_REDUCE_SCATTER, sh->gather, (uint64_t)n * sk_dtype_size(rt->mirror_wire));
@@ -113,7 +113,7 @@ static sk_result sk__rt_pipe_grad_reduce_scatter(sk_runtime *rt, int t, sk_error
   if (++sh->micros < rt->plan->micro) return SK_OK;
   if (sh->wire_grad) sk__rt_to_wire(rt->mirror_wire, rt->grads[t], sh->wire_grad, sk_parallel_slice_count(rt->plan, t));
   if (!rt->overlap) return SK_OK;
-  sk_result r = sk_fusion_ready(rt->rs_fusion, sh->rs_handle);
+  sk_result r = sk_fusion_ready(rt->rs_fusion, sh->rs_handle, NULL);
   return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion)) : SK_OK;
 }
 
@@ -129,7 +129,7 @@ static sk_result sk__rt_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err
   if (rt->shards[t].wire_grad) /* the gradient is final: its 16-bit copy is what the scheduler sends */
     sk__rt_to_wire(rt->mirror_wire, rt->grads[t], rt->shards[t].wire_grad, n);
   if (!rt->overlap) return SK_OK;
-  sk_result r = sk_fusion_ready(rt->rs_fusion, rt->shards[t].rs_handle);
+  sk_result r = sk_fusion_ready(rt->rs_fusion, rt->shards[t].rs_handle, NULL);
   return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion)) : SK_OK;
 }
 
@@ -137,9 +137,9 @@ static sk_result sk__rt_grad_reduce_scatter(sk_runtime *rt, int t, sk_error *err
    free again after the ReduceScatter (the shard itself may have changed since: level2 sums it
    over the micro-steps). */
 static sk_result sk__rt_shard_mirror(sk_runtime *rt, sk__rt_shard *sh) {
-  if (!sh->wire_shard) return sk_allreduce(sh->mirror, sh->grad, sh->grad, (size_t)sh->count, rt->cdt, SK_SUM);
+  if (!sh->wire_shard) return sk_allreduce(sh->mirror, sh->grad, sh->grad, (size_t)sh->count, rt->cdt, SK_SUM, NULL);
   sk__rt_to_wire(rt->mirror_wire, sh->grad, sh->wire_shard, sh->count);
-  sk_result r = sk_allreduce(sh->mirror, sh->wire_shard, sh->wire_shard, (size_t)sh->count, rt->mirror_wire, SK_SUM);
+  sk_result r = sk_allreduce(sh->mirror, sh->wire_shard, sh->wire_shard, (size_t)sh->count, rt->mirror_wire, SK_SUM, NULL);
   if (!r) sk__rt_from_wire(rt->mirror_wire, sh->wire_shard, sh->grad, sh->count);
   return r;
 }

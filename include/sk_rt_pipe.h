@@ -79,11 +79,11 @@ static void sk__rt_pipe_owners(sk_runtime *rt) {
 static sk_result sk__rt_pipe_open(sk_runtime *rt, sk_comm *world, sk_error *err) {
   rt->stage = sk_parallel_stage_of_rank(rt->plan, sk_comm_rank(world));
   sk_comm *stage = NULL;
-  sk_result r = sk_comm_split(world, rt->stage, sk_comm_rank(world), &stage);
-  if (!r) r = sk_comm_split(world, 0, sk_comm_rank(world), &rt->fwd_link);
-  if (!r) r = sk_comm_split(world, 0, sk_comm_rank(world), &rt->bwd_link);
+  sk_result r = sk_comm_split(world, rt->stage, sk_comm_rank(world), &stage, NULL);
+  if (!r) r = sk_comm_split(world, 0, sk_comm_rank(world), &rt->fwd_link, NULL);
+  if (!r) r = sk_comm_split(world, 0, sk_comm_rank(world), &rt->bwd_link, NULL);
   if (r) { /* a peer that failed before the splits fails them here: rt->comm stays the caller's */
-    sk_comm_destroy(stage), sk_comm_destroy(rt->fwd_link), sk_comm_destroy(rt->bwd_link);
+    sk_comm_destroy(stage, NULL), sk_comm_destroy(rt->fwd_link, NULL), sk_comm_destroy(rt->bwd_link, NULL);
     rt->fwd_link = rt->bwd_link = NULL;
     return sk__fail(err, r, "runtime: pipeline: splitting the stages: %s", sk_comm_error_message(world));
   }
@@ -200,7 +200,7 @@ static void sk__rt_staging_free(sk_runtime *rt, int at) {
 static sk_result sk__rt_pipe_sends(sk_runtime *rt, sk_error *err) {
   sk_result r = SK_OK;
   for (int i = 0; i < rt->nsends; i++) {
-    sk_result q = rt->sends[i].req ? sk_wait(&rt->sends[i].req) : SK_OK;
+    sk_result q = rt->sends[i].req ? sk_wait(&rt->sends[i].req, NULL) : SK_OK;
     if (q && !r) r = sk__fail(err, q, "runtime: pipeline: a send to the next stage: %s", sk_comm_error_message(rt->world));
     sk__rt_counted_free(rt, rt->sends[i].staging);
   }
@@ -253,8 +253,8 @@ static void sk__rt_pipe_close(sk_runtime *rt) {
   for (size_t i = 0; rt->feeds && i < (size_t)rt->plan->micro * (size_t)rt->g->ntensors; i++) sk__rt_counted_free(rt, rt->feeds[i]);
   sk__rt_counted_free(rt, rt->slots), sk__rt_counted_free(rt, rt->feeds);
   sk__rt_counted_free(rt, rt->owner), sk__rt_counted_free(rt, rt->sends);
-  sk_comm_destroy(rt->fwd_link), sk_comm_destroy(rt->bwd_link);
-  sk_comm_destroy(rt->comm); /* this stage's, split from the world */
+  sk_comm_destroy(rt->fwd_link, NULL), sk_comm_destroy(rt->bwd_link, NULL);
+  sk_comm_destroy(rt->comm, NULL); /* this stage's, split from the world */
 }
 
 SK_EXTERN_C_END

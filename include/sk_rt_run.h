@@ -17,7 +17,7 @@ static sk_result sk__rt_move_back(sk_runtime *rt, const sk_parallel_step *s, sk_
   void *target = rt->written[t] ? rt->scratch[k] : rt->grads[t];
   ro->add[k] = rt->written[t], rt->written[t] = true;
   sk_result r = sk_redist_execute(ro->move_back[k], ro->dkin[k], (size_t)sk__rt_dx_count(rt, s->op, k), target,
-                                  (size_t)sk_parallel_slice_count(rt->plan, t), rt->cdt);
+                                  (size_t)sk_parallel_slice_count(rt->plan, t), rt->cdt, NULL);
   if (r) return sk__fail(err, r, "moving the gradient back: %s", sk_comm_error_message(rt->comm));
   sk__rt_count_comm(rt, SK_COLL_NONE, NULL, ro->move_back_bytes[k]);
   ro->dx[k] = target;
@@ -32,8 +32,8 @@ static sk_result sk__rt_out_move(sk_runtime *rt, const sk_parallel_step *s, sk_e
   size_t nk = (size_t)sk__rt_count(&rt->plan->ops[s->op].plan.out[k]), nt = (size_t)sk_parallel_slice_count(rt->plan, t);
   bool back = s->kind == SK_PSTEP_OUT_MOVE_BACK;
   if (back && !rt->written[t]) return memset(ro->dkout[k], 0, nk * sk_dtype_size(rt->cdt)), SK_OK;
-  sk_result r = back ? sk_redist_execute(ro->out_move_back[k], rt->grads[t], nt, ro->dkout[k], nk, rt->cdt)
-                     : sk_redist_execute(ro->out_move[k], ro->kout[k], nk, rt->values[t], nt, sk__rt_dtype(rt, t));
+  sk_result r = back ? sk_redist_execute(ro->out_move_back[k], rt->grads[t], nt, ro->dkout[k], nk, rt->cdt, NULL)
+                     : sk_redist_execute(ro->out_move[k], ro->kout[k], nk, rt->values[t], nt, sk__rt_dtype(rt, t), NULL);
   if (r) return sk__fail(err, r, "%s", sk_comm_error_message(rt->comm));
   sk__rt_count_comm(rt, SK_COLL_NONE, NULL, back ? ro->out_move_back_bytes[k] : ro->out_move_bytes[k]);
   return SK_OK;
@@ -81,7 +81,7 @@ static sk_result sk__rt_local_norms(sk_runtime *rt, sk_error *err) {
   const sk_graph *g = rt->g;
   sk_comm *all = sk__rt_everyone(rt);
   sk__rt_norms_here(rt);
-  sk_result r = sk_gather(all, rt->norms, rt->all_norms, (size_t)rt->nnorms, SK_F64, 0);
+  sk_result r = sk_gather(all, rt->norms, rt->all_norms, (size_t)rt->nnorms, SK_F64, 0, NULL);
   if (r) return sk__fail(err, r, "local norms: %s", sk_comm_error_message(all));
   if (sk_comm_rank(all) != 0) return SK_OK;
   const sk_autoparallel *pd = &rt->plan->desc;
@@ -118,19 +118,19 @@ static sk_result sk__rt_prog_fused(sk_runtime *rt, const sk_program_step *ps, sk
   if (ps->coll != SK_COLL_ALLGATHER && rt->overlap) return SK_OK;
   if (!f) return sk__fail(err, SK_ERR_INVALID_USAGE, "runtime: bucket %d launched before any member", ps->bucket);
   rt->kind = SK__RT_HOST;
-  sk_result r = sk_fusion_plan(f); /* its buffers: the first failure's message, not a later call's */
+  sk_result r = sk_fusion_plan(f, NULL); /* its buffers: the first failure's message, not a later call's */
   for (int b = 0, nb = r ? 0 : sk_fusion_bucket_count(f); b < nb && !r; b++) {
     sk_fusion_bucket_info bi;
     memset(&bi, 0, sizeof bi);
-    if ((r = sk_fusion_get_bucket(f, b, &bi)) || bi.fusion_id != ps->bucket + 1) continue;
-    for (int i = 0; i < bi.ntensors && !r; i++) r = sk_fusion_ready(f, bi.tensors[i]);
+    if ((r = sk_fusion_get_bucket(f, b, &bi, NULL)) || bi.fusion_id != ps->bucket + 1) continue;
+    for (int i = 0; i < bi.ntensors && !r; i++) r = sk_fusion_ready(f, bi.tensors[i], NULL);
   }
   return r ? sk__fail(err, r, "Fused bucket %d of %s steps: %s", ps->bucket, members, sk_fusion_error_message(f)) : SK_OK;
 }
 
 /* This step's gathers complete: counted per bucket, the scheduler gone (its slices stay). */
 static sk_result sk__rt_gathers_done(sk_runtime *rt, sk_error *err) {
-  sk_result r = rt->ag ? sk_fusion_wait(rt->ag) : SK_OK;
+  sk_result r = rt->ag ? sk_fusion_wait(rt->ag, NULL) : SK_OK;
   if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->ag));
   if (rt->ag) sk__rt_count_buckets(rt, rt->ag);
   sk_fusion_destroy(rt->ag);
@@ -141,7 +141,7 @@ static sk_result sk__rt_gathers_done(sk_runtime *rt, sk_error *err) {
 /* Completes the fused Mirrors, 16-bit shadows back into the gradients; each bucket counted as
    the one AllReduce it is. */
 static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
-  sk_result r = sk_fusion_wait(rt->fusion);
+  sk_result r = sk_fusion_wait(rt->fusion, NULL);
   if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion));
   for (int o = 0; o < rt->g->nops; o++)
     for (int k = 0; k < rt->g->ops[o].ninputs; k++)
@@ -157,7 +157,7 @@ static sk_result sk__rt_mirrors_done(sk_runtime *rt, sk_error *err) {
    each bucket counted in its wire dtype. */
 static sk_result sk__rt_reduce_scatters_done(sk_runtime *rt, sk_error *err) {
   if (!rt->nrs) return SK_OK;
-  sk_result r = sk_fusion_wait(rt->rs_fusion);
+  sk_result r = sk_fusion_wait(rt->rs_fusion, NULL);
   if (r) return sk__fail(err, r, "%s", sk_fusion_error_message(rt->rs_fusion));
   for (int t = 0; t < rt->g->ntensors; t++) {
     const sk__rt_shard *sh = &rt->shards[t];
@@ -227,7 +227,7 @@ static sk_result sk__rt_run_step(sk_runtime *rt, int i, bool inference, sk_error
   switch (s->kind) {
     case SK_PSTEP_MOVE:
       r = sk_redist_execute(ro->move[s->slot], rt->values[t], (size_t)sk_parallel_slice_count(rt->plan, t),
-                            ro->kin[s->slot], (size_t)sk__rt_dx_count(rt, s->op, s->slot), sk__rt_dtype(rt, t));
+                            ro->kin[s->slot], (size_t)sk__rt_dx_count(rt, s->op, s->slot), sk__rt_dtype(rt, t), NULL);
       if (r) r = sk__fail(err, r, "%s", sk_comm_error_message(rt->comm));
       else sk__rt_count_comm(rt, SK_COLL_NONE, NULL, ro->move_bytes[s->slot]);
       break;

@@ -170,7 +170,7 @@ static sk_result sk__rt_add_reduce_scatter(sk_runtime *rt, int t, int bucket, sk
   void *recv = sh->wire_shard ? sh->wire_shard : sh->grad;
   rt->kind = SK__RT_HOST;
   sk_result r = sk_fusion_add_reduce_scatter(rt->rs_fusion, sh->gather, send, recv, (size_t)sh->count, rt->mirror_wire,
-                                             SK_SUM, bucket + 1, rt->g->tensors[t].name, &sh->rs_handle);
+                                             SK_SUM, bucket + 1, rt->g->tensors[t].name, &sh->rs_handle, NULL);
   if (r) return sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->rs_fusion));
   rt->nrs++;
   return SK_OK;
@@ -202,14 +202,14 @@ static sk_result sk__rt_setup_fusion(sk_runtime *rt, sk_error *err) {
     rt->kind = SK__RT_HOST;
     r = sk_fusion_add_allreduce(rt->fusion, ro->mirror[s->slot], buf, buf, (size_t)sk_parallel_slice_count(rt->plan, t),
                                 rt->mirror_wire, SK_SUM, ps->bucket + 1, rt->g->tensors[t].name,
-                                &ro->fusion_handle[s->slot]);
+                                &ro->fusion_handle[s->slot], NULL);
     if (r) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
     else rt->nfused++;
   }
   rt->kind = SK__RT_HOST;
-  if (!r && (r = sk_fusion_plan(rt->fusion))) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
+  if (!r && (r = sk_fusion_plan(rt->fusion, NULL))) r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->fusion));
   rt->kind = SK__RT_HOST;
-  if (!r && (r = sk_fusion_plan(rt->rs_fusion)))
+  if (!r && (r = sk_fusion_plan(rt->rs_fusion, NULL)))
     r = sk__fail(err, r, "runtime: fusion: %s", sk_fusion_error_message(rt->rs_fusion));
   return r;
 }

@@ -99,10 +99,10 @@ static sk_result sk__rt_reduce(sk_runtime *rt, sk_comm *c, sk_coll_kind kind, co
                                int64_t n_send, int64_t n_recv, sk_dtype wire, sk_redop op) {
   bool rs = kind == SK_COLL_REDUCE_SCATTER;
   if (wire == rt->cdt)
-    return rs ? sk_reduce_scatter(c, send, recv, (size_t)n_recv, wire, op) : sk_allreduce(c, send, recv, (size_t)n_recv, wire, op);
+    return rs ? sk_reduce_scatter(c, send, recv, (size_t)n_recv, wire, op, NULL) : sk_allreduce(c, send, recv, (size_t)n_recv, wire, op, NULL);
   uint16_t *w = (uint16_t *)rt->wire_buf, *out = rs ? w + n_send : w;
   sk__rt_to_wire(wire, send, w, n_send);
-  sk_result r = rs ? sk_reduce_scatter(c, w, out, (size_t)n_recv, wire, op) : sk_allreduce(c, w, w, (size_t)n_recv, wire, op);
+  sk_result r = rs ? sk_reduce_scatter(c, w, out, (size_t)n_recv, wire, op, NULL) : sk_allreduce(c, w, w, (size_t)n_recv, wire, op, NULL);
   if (!r) sk__rt_from_wire(wire, out, recv, n_recv);
   return r;
 }
@@ -145,7 +145,7 @@ static sk_result sk__rt_undo_comm(sk_runtime *rt, const sk_parallel_step *s, sk_
   if (!dy) return SK_OK; /* a moved output 0 no gradient flows to */
   sk_dtype dt = sk__rt_dtype(rt, t);
   if (s->comm.kind != SK_COLL_REDUCE_SCATTER) return sk__rt_scale(dt, dy, n, s->comm.scale), SK_OK;
-  sk_result r = sk_allgather(ro->fwd, dy, ro->dy_full, (size_t)n, dt);
+  sk_result r = sk_allgather(ro->fwd, dy, ro->dy_full, (size_t)n, dt, NULL);
   if (r) return sk__rt_comm_failed(rt, ro->fwd, r, err);
   sk__rt_count_comm(rt, SK_COLL_ALLGATHER, ro->fwd, (uint64_t)ro->pre_rs_count * sk_dtype_size(dt));
   sk__rt_scale(dt, ro->dy_full, ro->pre_rs_count, s->comm.scale);
@@ -206,7 +206,7 @@ static sk_result sk__rt_backward_comm(sk_runtime *rt, const sk_parallel_step *s,
   sk_result r;
   if (m == 1u << k && rt->wire == rt->cdt) {
     total = sk__rt_dx_count(rt, s->op, k);
-    r = sk_allreduce(c, ro->dx[k], ro->dx[k], (size_t)total, rt->cdt, s->comm.op);
+    r = sk_allreduce(c, ro->dx[k], ro->dx[k], (size_t)total, rt->cdt, s->comm.op, NULL);
   } else {
     char *w = (char *)rt->wire_buf;
     int64_t need = 0;
@@ -219,7 +219,7 @@ static sk_result sk__rt_backward_comm(sk_runtime *rt, const sk_parallel_step *s,
       else sk__rt_to_wire(rt->wire, ro->dx[j], w + (size_t)total * es, n);
       total += n;
     }
-    r = sk_allreduce(c, w, w, (size_t)total, rt->wire, s->comm.op);
+    r = sk_allreduce(c, w, w, (size_t)total, rt->wire, s->comm.op, NULL);
     int64_t at = 0;
     for (int j = 0; j < SK_OP_MAX_INPUTS && !r; j++) {
       if (!((m >> j) & 1u)) continue;
@@ -250,7 +250,7 @@ static sk_result sk__rt_mirror(sk_runtime *rt, const sk_parallel_step *s, sk_err
   if (ro->fusion_handle[k] >= 0) {
     if (ro->shadow[k]) sk__rt_to_wire(rt->mirror_wire, ro->dx[k], ro->shadow[k], n);
     if (!rt->overlap) return SK_OK;
-    sk_result r = sk_fusion_ready(rt->fusion, ro->fusion_handle[k]);
+    sk_result r = sk_fusion_ready(rt->fusion, ro->fusion_handle[k], NULL);
     return r ? sk__fail(err, r, "%s", sk_fusion_error_message(rt->fusion)) : SK_OK;
   }
   sk_result r = rt->mirror_wire == rt->cdt ? SK_OK : sk__rt_wire_room(rt, s, n, err);
@@ -267,7 +267,7 @@ static void sk__rt_count_buckets(sk_runtime *rt, sk_fusion *f) {
   for (int b = 0; b < nb && rt->counting; b++) {
     sk_fusion_bucket_info bi;
     memset(&bi, 0, sizeof bi);
-    if (sk_fusion_get_bucket(f, b, &bi)) continue;
+    if (sk_fusion_get_bucket(f, b, &bi, NULL)) continue;
     uint64_t n = (uint64_t)bi.count * (bi.kind == SK_COLL_ALLREDUCE ? 1u : (uint64_t)sk_comm_size(bi.comm));
     sk__rt_count_comm(rt, bi.kind, bi.comm, n * sk_dtype_size(bi.dtype));
   }

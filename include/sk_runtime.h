@@ -465,7 +465,7 @@ static sk_result sk__rt_prog_send(sk_runtime *rt, int i, const sk_program_step *
   if (from) memcpy(s->staging, from, b);
   else memset(s->staging, 0, b); /* a crossing tensor no gradient reached: zero, so the streams stay paired */
   if (ps->grad) rt->written[t] = false; /* what was sent comes back with the rest through the chunks between */
-  sk_result r = sk_isend(link, s->staging, n, sk__rt_dtype(rt, t), ps->peer * rt->plan->desc.ndevices + rt->rank, &s->req);
+  sk_result r = sk_isend(link, s->staging, n, sk__rt_dtype(rt, t), ps->peer * rt->plan->desc.ndevices + rt->rank, &s->req, NULL);
   if (r) return sk__fail(err, r, "runtime: pipeline: sending '%s': %s", rt->g->tensors[t].name, sk_comm_error_message(link));
   sk__rt_count_comm(rt, SK_COLL_SEND, link, b);
   return SK_OK;
@@ -476,7 +476,7 @@ static sk_result sk__rt_prog_recv(sk_runtime *rt, const sk_program_step *ps, sk_
   sk_comm *link = ps->grad ? rt->bwd_link : rt->fwd_link;
   bool add = ps->grad && rt->written[t]; /* beside the gradient already there, then summed in */
   void *to = !ps->grad ? rt->values[t] : add ? rt->scratch[0] : rt->grads[t];
-  sk_result r = sk_recv(link, to, (size_t)ps->count, ps->grad ? rt->cdt : sk__rt_dtype(rt, t), peer);
+  sk_result r = sk_recv(link, to, (size_t)ps->count, ps->grad ? rt->cdt : sk__rt_dtype(rt, t), peer, NULL);
   if (r) return sk__fail(err, r, "runtime: pipeline: receiving %s'%s': %s", ps->grad ? "the gradient of " : "",
                          rt->g->tensors[t].name, sk_comm_error_message(link));
   if (add) sk__rt_add(rt->cdt, rt->grads[t], to, ps->count);
@@ -486,7 +486,7 @@ static sk_result sk__rt_prog_recv(sk_runtime *rt, const sk_program_step *ps, sk_
 
 static sk_result sk__rt_prog_wait(sk_runtime *rt, const sk_program_step *ps, sk_error *err) {
   sk__rt_send *s = sk__rt_send_at(rt, ps->send);
-  sk_result r = s && s->req ? sk_wait(&s->req) : SK_OK;
+  sk_result r = s && s->req ? sk_wait(&s->req, NULL) : SK_OK;
   return r ? sk__fail(err, r, "runtime: pipeline: a send to the next stage: %s", sk_comm_error_message(rt->world)) : SK_OK;
 }
 
@@ -554,8 +554,8 @@ static sk_result sk__rt_settle(sk_runtime *rt, sk_result r, sk_error *err) {
   sk_error e2;
   sk_result w = sk__rt_pipe_sends(rt, r ? &e2 : err);
   if (r) { /* a failed step: no bucket stays in flight, the schedulers ready for the next */
-    if (rt->fusion) (void)sk_fusion_wait(rt->fusion);
-    if (rt->rs_fusion) (void)sk_fusion_wait(rt->rs_fusion);
+    if (rt->fusion) (void)sk_fusion_wait(rt->fusion, NULL);
+    if (rt->rs_fusion) (void)sk_fusion_wait(rt->rs_fusion, NULL);
   }
   sk_fusion_destroy(rt->ag); /* waits for what it launched */
   rt->ag = NULL;
@@ -586,7 +586,7 @@ static sk_result sk__rt_train_step(sk_runtime *rt, double *loss, sk_error *err) 
   if (r || !rt->world) return r || !loss ? r : (*loss = sum, SK_OK);
   double all = sk__rt_pipe_has_loss(rt, sk__rt_nvstages(rt) - 1) && sk__rt_vstage_here(rt, sk__rt_nvstages(rt) - 1) && rt->rank == 0
                    ? sum / rt->plan->micro : 0;
-  if ((r = sk_allreduce(rt->world, &all, &all, 1, SK_F64, SK_SUM))) /* the loss on every stage */
+  if ((r = sk_allreduce(rt->world, &all, &all, 1, SK_F64, SK_SUM, NULL))) /* the loss on every stage */
     return sk__fail(err, r, "runtime: pipeline: sharing the loss: %s", sk_comm_error_message(rt->world));
   if (loss) *loss = all;
   return SK_OK;
@@ -621,7 +621,7 @@ static sk_result sk__rt_pipe_evaluate(sk_runtime *rt, int64_t *correct, int64_t 
   double counts[2] = {(double)rt->scored[0], (double)rt->scored[1]};
   if (!r && rt->plan->desc.output_broadcast) { /* the last stage's first device speaks for it */
     if (!sk__rt_vstage_here(rt, last) || rt->rank != 0) counts[0] = counts[1] = 0;
-    if ((r = sk_allreduce(rt->world, counts, counts, 2, SK_F64, SK_SUM)))
+    if ((r = sk_allreduce(rt->world, counts, counts, 2, SK_F64, SK_SUM, NULL)))
       r = sk__fail(err, r, "runtime: pipeline: broadcasting the last stage's score: %s", sk_comm_error_message(rt->world));
   }
   if (!r) *correct = (int64_t)counts[0], *rows = (int64_t)counts[1];
@@ -712,7 +712,7 @@ SK_API void sk_runtime_destroy(sk_runtime *rt) {
     sk__rt_counted_free(rt, ro->pre_rs), sk__rt_counted_free(rt, ro->dy_full);
   }
   for (int id = 0; rt->gcomm && rt->gown && id < rt->plan->ngroups; id++)
-    if (rt->gown[id]) sk_comm_destroy(rt->gcomm[id]);
+    if (rt->gown[id]) sk_comm_destroy(rt->gcomm[id], NULL);
   if (rt->world && rt->owner && rt->values && rt->ops) sk__rt_pipe_unpoint(rt); /* the tables exist */
   sk__rt_pipe_close(rt); /* after the groups: they were split from its stage's communicator */
   for (int t = 0; rt->shards && t < rt->g->ntensors; t++) {
@@ -838,7 +838,7 @@ SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *
   rt->kind = SK__RT_HOST;
   void *slice = sh->data ? sk__rt_counted_alloc(rt, sk__rt_bytes(rt, t), 64) : rt->values[t]; /* a shard: gathered first */
   if (!r && !slice) r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: gather: out of memory");
-  if (!r && sh->data && (r = sk_allgather(sh->gather, sh->data, slice, (size_t)sh->count, rt->cdt)))
+  if (!r && sh->data && (r = sk_allgather(sh->gather, sh->data, slice, (size_t)sh->count, rt->cdt, NULL)))
     r = sk__rt_comm_failed(rt, sh->gather, r, err);
   rt->kind = SK__RT_HOST;
   if (!r) r = sk_redist(rt->comm, &rd, slice, (size_t)n, full, (size_t)sk_graph_numel(rt->g, t), err);

@@ -678,7 +678,7 @@ static void sk__treduce_to(sk__tmember *m, const sk_coll *op, int nout, size_t l
   for (size_t off = 0; off < len; off += block) {
     size_t b = len - off < block ? len - off : block;
     for (int i = 0; i < k; i++) in[i] = (const unsigned char *)m->ptrs[i] + off * es;
-    sk_reduce_local(tmp, in, k, b, op->dtype, op->op);
+    sk_reduce_local(tmp, in, k, b, op->dtype, op->op, NULL);
     for (int j = 0; j < nout; j++) sk__tstore(m->outs[j] + off * es, tmp, b * es, nt && !m->alias[j]);
   }
 }
@@ -965,7 +965,7 @@ static sk_result sk__texec(sk__tmember *m, const sk_coll *op, int origin, double
   if (origin == SK__ORIGIN_USER) *end_us = sk__tmodel_end(m, p, op);
   if (small) { /* every member reduces the inline copies into its own output */
     for (int i = 0; i < k; i++) m->ptrs[i] = g->inline_data + ((size_t)i * 2 + (size_t)p) * g->small_bytes;
-    return op->count ? sk_reduce_local(op->recv, m->ptrs, k, op->count, op->dtype, op->op) : SK_OK;
+    return op->count ? sk_reduce_local(op->recv, m->ptrs, k, op->count, op->dtype, op->op, NULL) : SK_OK;
   }
   return sk__trun_tasks(m, op, origin, p, name);
 }
@@ -1244,7 +1244,7 @@ static sk_result sk__thr_run(sk_comm *c, const sk_coll *op, double *end_us) {
     sk_request *req = NULL;
     sk_result r = sk__thr_start(c, op, &req);
     if (r != SK_OK) return r;
-    return sk_wait(&req);
+    return sk_wait(&req, NULL);
   }
   sk_result r = sk__texec(m, op, SK__ORIGIN_USER, end_us);
   if (r == SK_ERR_ABORTED && !sk_comm_error_message(c)[0]) sk_comm_set_error(c, r, "%s: the world was aborted", sk_coll_kind_name(op->kind));

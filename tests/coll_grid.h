@@ -225,7 +225,7 @@ static inline sk_result cg_complete(sk_result issued, sk_request **req) {
     sk_result r = ct_test(req, &done);
     if (r != SK_OK || done) return r;
   }
-  return sk_wait(req);
+  return sk_wait(req, NULL);
 }
 
 /* ---- one case of each collective ---------------------------------------------------------------- */
@@ -238,8 +238,8 @@ static inline sk_result cg_run_allreduce(const cg_run *x) {
   cg_fill(x, pat, x->rank, 0, send, t->count);
   cg_ptrs p = cg_pass(t, 1, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_iallreduce(x->c, p.send, p.recv, t->count, t->dt, t->op, &req)
-                                  : sk_allreduce(x->c, p.send, p.recv, t->count, t->dt, t->op),
+  sk_result r = cg_complete(t->nb ? sk_iallreduce(x->c, p.send, p.recv, t->count, t->dt, t->op, &req, NULL)
+                                  : sk_allreduce(x->c, p.send, p.recv, t->count, t->dt, t->op, NULL),
                             &req);
   if (cg_called(x, r)) {
     cg_ref(x, pat, 0, exp, t->count);
@@ -257,8 +257,8 @@ static inline sk_result cg_run_allgather(const cg_run *x) {
   cg_fill(x, CT_PAT_MOVE, x->rank, 0, send, t->count);
   cg_ptrs p = cg_pass(t, 1, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_iallgather(x->c, p.send, p.recv, t->count, t->dt, &req)
-                                  : sk_allgather(x->c, p.send, p.recv, t->count, t->dt),
+  sk_result r = cg_complete(t->nb ? sk_iallgather(x->c, p.send, p.recv, t->count, t->dt, &req, NULL)
+                                  : sk_allgather(x->c, p.send, p.recv, t->count, t->dt, NULL),
                             &req);
   if (cg_called(x, r)) {
     for (int j = 0; j < x->n; j++) cg_fill(x, CT_PAT_MOVE, j, 0, exp + (size_t)j * nb, t->count);
@@ -277,8 +277,8 @@ static inline sk_result cg_run_reduce_scatter(const cg_run *x) {
   cg_fill(x, pat, x->rank, 0, send, tot);
   cg_ptrs p = cg_pass(t, 1, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_ireduce_scatter(x->c, p.send, p.recv, t->count, t->dt, t->op, &req)
-                                  : sk_reduce_scatter(x->c, p.send, p.recv, t->count, t->dt, t->op),
+  sk_result r = cg_complete(t->nb ? sk_ireduce_scatter(x->c, p.send, p.recv, t->count, t->dt, t->op, &req, NULL)
+                                  : sk_reduce_scatter(x->c, p.send, p.recv, t->count, t->dt, t->op, NULL),
                             &req);
   if (cg_called(x, r)) {
     cg_ref(x, pat, (size_t)x->rank * t->count, exp, t->count);
@@ -308,8 +308,8 @@ static inline sk_result cg_run_broadcast(const cg_run *x) {
   } /* else NULL: allowed off the root */
   cg_ptrs p = cg_pass(t, 2, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_ibroadcast(x->c, p.send, p.recv, t->count, t->dt, t->root, &req)
-                                  : sk_broadcast(x->c, p.send, p.recv, t->count, t->dt, t->root),
+  sk_result r = cg_complete(t->nb ? sk_ibroadcast(x->c, p.send, p.recv, t->count, t->dt, t->root, &req, NULL)
+                                  : sk_broadcast(x->c, p.send, p.recv, t->count, t->dt, t->root, NULL),
                             &req);
   if (cg_called(x, r)) {
     cg_fill(x, CT_PAT_MOVE, t->root, 0, exp, t->count);
@@ -336,8 +336,8 @@ static inline sk_result cg_run_reduce(const cg_run *x) {
     recv = cg_buf(x, nb); /* off the root: ignored, must stay untouched */
   cg_ptrs p = cg_pass(t, 2, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_ireduce(x->c, p.send, p.recv, t->count, t->dt, t->op, t->root, &req)
-                                  : sk_reduce(x->c, p.send, p.recv, t->count, t->dt, t->op, t->root),
+  sk_result r = cg_complete(t->nb ? sk_ireduce(x->c, p.send, p.recv, t->count, t->dt, t->op, t->root, &req, NULL)
+                                  : sk_reduce(x->c, p.send, p.recv, t->count, t->dt, t->op, t->root, NULL),
                             &req);
   if (cg_called(x, r)) {
     if (is_root) {
@@ -364,8 +364,8 @@ static inline sk_result cg_run_alltoall(const cg_run *x) {
   cg_fill(x, CT_PAT_MOVE, x->rank, 0, send, tot);
   cg_ptrs p = cg_pass(t, 1, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_ialltoall(x->c, p.send, p.recv, t->count, t->dt, &req)
-                                  : sk_alltoall(x->c, p.send, p.recv, t->count, t->dt),
+  sk_result r = cg_complete(t->nb ? sk_ialltoall(x->c, p.send, p.recv, t->count, t->dt, &req, NULL)
+                                  : sk_alltoall(x->c, p.send, p.recv, t->count, t->dt, NULL),
                             &req);
   if (cg_called(x, r)) {
     /* recv[j*count + i] came from peer j: gen(j, rank*count + i) */
@@ -387,8 +387,8 @@ static inline sk_result cg_run_gather(const cg_run *x) {
   cg_fill(x, CT_PAT_MOVE, x->rank, 0, send, t->count);
   cg_ptrs p = cg_pass(t, 2, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_igather(x->c, p.send, p.recv, t->count, t->dt, t->root, &req)
-                                  : sk_gather(x->c, p.send, p.recv, t->count, t->dt, t->root),
+  sk_result r = cg_complete(t->nb ? sk_igather(x->c, p.send, p.recv, t->count, t->dt, t->root, &req, NULL)
+                                  : sk_gather(x->c, p.send, p.recv, t->count, t->dt, t->root, NULL),
                             &req);
   if (cg_called(x, r)) {
     if (is_root) {
@@ -415,8 +415,8 @@ static inline sk_result cg_run_scatter(const cg_run *x) {
   unsigned char *recv = ip_root ? send + (size_t)x->rank * nb : cg_buf(x, nb), *exp = cg_buf(x, nb);
   cg_ptrs p = cg_pass(t, 2, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_iscatter(x->c, p.send, p.recv, t->count, t->dt, t->root, &req)
-                                  : sk_scatter(x->c, p.send, p.recv, t->count, t->dt, t->root),
+  sk_result r = cg_complete(t->nb ? sk_iscatter(x->c, p.send, p.recv, t->count, t->dt, t->root, &req, NULL)
+                                  : sk_scatter(x->c, p.send, p.recv, t->count, t->dt, t->root, NULL),
                             &req);
   if (cg_called(x, r)) {
     cg_fill(x, CT_PAT_MOVE, t->root, (size_t)x->rank * t->count, exp, t->count);
@@ -470,8 +470,8 @@ static inline sk_result cg_run_alltoallv(const cg_run *x) {
   memcpy(want_send, send, sspan * es);
   cg_ptrs p = cg_pass(t, 1, send, recv);
   sk_request *req = NULL;
-  sk_result r = cg_complete(t->nb ? sk_ialltoallv(x->c, p.send, sc, sd, p.recv, rc, rd, t->dt, &req)
-                                  : sk_alltoallv(x->c, p.send, sc, sd, p.recv, rc, rd, t->dt),
+  sk_result r = cg_complete(t->nb ? sk_ialltoallv(x->c, p.send, sc, sd, p.recv, rc, rd, t->dt, &req, NULL)
+                                  : sk_alltoallv(x->c, p.send, sc, sd, p.recv, rc, rd, t->dt, NULL),
                             &req);
   if (cg_called(x, r)) {
     cg_check_recv(x, "recv", recv, exp, rspan);
@@ -494,12 +494,12 @@ static inline sk_result cg_run_ring(const cg_run *x) {
   sk_result r;
   if (t->nb) {
     sk_request *two[2] = {NULL, NULL};
-    r = sk_irecv(x->c, recv, t->count, t->dt, from, &two[1]); /* posted first: the send may find it */
-    if (r == SK_OK) r = sk_isend(x->c, send, t->count, t->dt, to, &two[0]);
-    sk_result w = sk_waitall(2, two);
+    r = sk_irecv(x->c, recv, t->count, t->dt, from, &two[1], NULL); /* posted first: the send may find it */
+    if (r == SK_OK) r = sk_isend(x->c, send, t->count, t->dt, to, &two[0], NULL);
+    sk_result w = sk_waitall(2, two, NULL);
     if (r == SK_OK) r = w;
   } else {
-    r = sk_sendrecv(x->c, send, t->count, to, recv, t->count, from, t->dt);
+    r = sk_sendrecv(x->c, send, t->count, to, recv, t->count, from, t->dt, NULL);
   }
   if (cg_called(x, r)) {
     cg_fill(x, CT_PAT_MOVE, from, 0, exp, t->count);
@@ -520,12 +520,12 @@ static inline sk_result cg_run_multi(const cg_run *x) {
   unsigned char *exp = cg_buf(x, all);
   cg_fill(x, pat, x->rank, 0, send, t->count);
   sk_request *q[3] = {NULL, NULL, NULL};
-  sk_result r = sk_iallreduce(x->c, send, sum, t->count, t->dt, t->op, &q[0]);
-  if (r == SK_OK) r = sk_iallgather(x->c, send, gathered, t->count, t->dt, &q[1]);
-  if (r == SK_OK) r = sk_ibroadcast(x->c, send, bcast, t->count, t->dt, t->root, &q[2]);
+  sk_result r = sk_iallreduce(x->c, send, sum, t->count, t->dt, t->op, &q[0], NULL);
+  if (r == SK_OK) r = sk_iallgather(x->c, send, gathered, t->count, t->dt, &q[1], NULL);
+  if (r == SK_OK) r = sk_ibroadcast(x->c, send, bcast, t->count, t->dt, t->root, &q[2], NULL);
   bool done = false;
   if (r == SK_OK) r = ct_test(&q[2], &done);
-  sk_result w = sk_waitall(3, q);
+  sk_result w = sk_waitall(3, q, NULL);
   if (r == SK_OK) r = w;
   if (cg_called(x, r)) {
     cg_ref(x, pat, 0, exp, t->count);
@@ -543,7 +543,7 @@ static inline sk_result cg_run_multi(const cg_run *x) {
    itself through shared memory. */
 static inline sk_result cg_run_barrier(const cg_run *x) {
   sk_request *req = NULL;
-  sk_result r = cg_complete(x->t->nb ? sk_ibarrier(x->c, &req) : sk_barrier(x->c), &req);
+  sk_result r = cg_complete(x->t->nb ? sk_ibarrier(x->c, &req, NULL) : sk_barrier(x->c, NULL), &req);
   ct_rc(x->s, r, x->c, x->ctx);
   return r;
 }
@@ -579,11 +579,11 @@ static inline sk_result cg_group_comm(sk_comm *c, cg_group group, sk_comm **g, i
   switch (group) {
     case CG_SPLIT: /* by parity, keys reversed: group ranks run against the world's order */
       *colour = me % 2;
-      return sk_comm_split(c, me % 2, -me, g);
+      return sk_comm_split(c, me % 2, -me, g, NULL);
     case CG_CREATE: { /* a listed group, not in rank order: {n-1, 0, 1} */
       int ranks[3] = {n - 1, 0, 1}, m = n >= 3 ? 3 : n;
       if (n == 2) ranks[0] = 1, ranks[1] = 0;
-      return sk_comm_create(c, m, ranks, g);
+      return sk_comm_create(c, m, ranks, g, NULL);
     }
     case CG_MESH: { /* dp x mp (dp = 2 when n is even), one group per dp row along mp */
       sk_mesh mesh;
@@ -593,7 +593,7 @@ static inline sk_result cg_group_comm(sk_comm *c, cg_group group, sk_comm **g, i
       sk_result r = sk_mesh_init(&mesh, 2, dims, names, NULL);
       if (r == SK_OK) r = sk_mesh_coords(&mesh, me, coords, NULL);
       *colour = coords[0];
-      return r != SK_OK ? r : sk_comm_split_mesh(c, &mesh, 2u, g);
+      return r != SK_OK ? r : sk_comm_split_mesh(c, &mesh, 2u, g, NULL);
     }
     default: *g = c; return SK_OK;
   }
@@ -629,7 +629,7 @@ static inline sk_result cg_run_case(sk_comm *c, const cg_case *t, ct_slot *s, co
   cg_case_str(ctx, sizeof ctx, &here, env, x.n, x.rank);
   r = cg_kinds[t->kind].run(&x);
   for (int i = 0; i < bufs.n; i++) free(bufs.p[i]);
-  if (g != c) sk_comm_destroy(g);
+  if (g != c) sk_comm_destroy(g, NULL);
   return r;
 }
 

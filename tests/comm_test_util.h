@@ -140,9 +140,9 @@ static inline sk_world *ct_world(int n, int cfg, uint32_t timeout_ms) {
 static inline void ct_run(int n, int cfg, sk_device_fn fn, void *arg, const char *label) {
   sk_world *w = ct_world(n, cfg, 0);
   cr_assert_eq(sk_world_size(w), n);
-  sk_result r = sk_world_run(w, fn, arg);
+  sk_result r = sk_world_run(w, fn, arg, NULL);
   cr_expect_eq(r, SK_OK, "%s: sk_world_run returned %s: %s", label, sk_result_name(r), sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }
 #endif /* CT_NO_CRITERION */
 
@@ -160,7 +160,7 @@ static inline void ct_sleep_ms(unsigned ms) {
    pin the code; the threads backend returns SK_ERR_IN_PROGRESS): both mean keep polling. */
 static inline sk_result ct_test(sk_request **req, bool *done) {
   *done = false;
-  sk_result r = sk_test(req, done);
+  sk_result r = sk_test(req, done, NULL);
   if (!*done && r == SK_ERR_IN_PROGRESS) r = SK_OK;
   return r;
 }

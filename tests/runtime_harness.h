@@ -522,9 +522,9 @@ static inline void run_world_with(run *R, sk_device_fn fn) {
   wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS, wd.cluster.link = R->link;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
-  R->world_rc = sk_world_run(w, fn, R);
+  R->world_rc = sk_world_run(w, fn, R, NULL);
   snprintf(R->world_msg, sizeof R->world_msg, "%s", sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }
 
 static inline void run_world(run *R) { run_world_with(R, device_main); }

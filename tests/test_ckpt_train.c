@@ -109,8 +109,8 @@ static sk_result run(job *J, sk_graph *g, int ndev, bool dp, int shard, long ste
   wd.ndevices = ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = 60000;
   sk_world *w = NULL;
   cr_assert_eq(sk_world_create(&wd, &w, &e), SK_OK, "%s", e.msg);
-  sk_world_run(w, device, J);
-  sk_world_destroy(w);
+  sk_world_run(w, device, J, NULL);
+  sk_world_destroy(w, NULL);
   sk_parallel_free(&J->plan);
   memcpy(g->ops, saved, sizeof(sk_graph_op) * (size_t)g->nops);
   free(saved);

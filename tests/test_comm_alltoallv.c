@@ -29,13 +29,13 @@ static sk_result bad_device(sk_comm *c, void *p) {
   if (a->mode == BAD_RECV_OVERLAP && me == 0) rd[1] = 1; /* block 0 is [0, 2), block 1 [1, 3) */
   sk_result r;
   if (a->mode == BAD_NULL_COUNTS)
-    r = sk_alltoallv(c, buf, me == 0 ? NULL : sc, NULL, out, rc, NULL, SK_F32);
+    r = sk_alltoallv(c, buf, me == 0 ? NULL : sc, NULL, out, rc, NULL, SK_F32, NULL);
   else if (a->mode == BAD_OVERLAP)
-    r = sk_alltoallv(c, buf, sc, NULL, buf + 1, rc, NULL, SK_F32);
+    r = sk_alltoallv(c, buf, sc, NULL, buf + 1, rc, NULL, SK_F32, NULL);
   else if (a->mode == BAD_NULL_BUF)
-    r = sk_alltoallv(c, NULL, sc, NULL, out, rc, NULL, SK_F32);
+    r = sk_alltoallv(c, NULL, sc, NULL, out, rc, NULL, SK_F32, NULL);
   else
-    r = sk_alltoallv(c, buf, sc, NULL, out, rc, rd, SK_F32);
+    r = sk_alltoallv(c, buf, sc, NULL, out, rc, rd, SK_F32, NULL);
   a->rc[me] = r;
   snprintf(a->msg[me], sizeof a->msg[me], "%s", sk_comm_error_message(c));
   return SK_OK; /* report, do not abort: the checks below read every rank's result */
@@ -46,8 +46,8 @@ static bad_arg *run_bad(int n, int mode) {
   memset(&a, 0, sizeof a);
   a.n = n, a.mode = mode;
   sk_world *w = ct_world(n, 0, 2000);
-  sk_result r = sk_world_run(w, bad_device, &a);
-  sk_world_destroy(w);
+  sk_result r = sk_world_run(w, bad_device, &a, NULL);
+  sk_world_destroy(w, NULL);
   cr_assert(r == SK_OK || r == SK_ERR_MISMATCH || r == SK_ERR_INVALID_ARGUMENT, "world_run: %s", sk_result_name(r));
   return &a;
 }
@@ -92,7 +92,7 @@ static sk_result link_device(sk_comm *c, void *p) {
   size_t sc[4] = {0}, rc[4] = {0};
   static float src[4][4000], dst[4][4000];
   for (int j = 0; j < 4; j++) sc[j] = me == 0 && j != 0 ? 1000 : 0, rc[j] = me != 0 && j == 0 ? 1000 : 0;
-  sk_result r = sk_alltoallv(c, src[me], sc, NULL, dst[me], rc, NULL, SK_F32);
+  sk_result r = sk_alltoallv(c, src[me], sc, NULL, dst[me], rc, NULL, SK_F32, NULL);
   a->end[me] = sk_comm_clock_us(c);
   return r;
 }
@@ -106,8 +106,8 @@ Test(comm_alltoallv, link_model_charges_the_busiest_member, .timeout = 30) {
   cr_assert_eq(sk_world_create(&d, &w, &e), SK_OK, "%s", e.msg);
   link_arg a;
   memset(&a, 0, sizeof a);
-  cr_assert_eq(sk_world_run(w, link_device, &a), SK_OK, "%s", sk_world_error_message(w));
-  sk_world_destroy(w);
+  cr_assert_eq(sk_world_run(w, link_device, &a, NULL), SK_OK, "%s", sk_world_error_message(w));
+  sk_world_destroy(w, NULL);
   double want = 3 * 5 + 3 * 1000 * 4 * 1e-3 / 10; /* (p-1)a + (p-1) * per-peer bytes / B */
   cr_expect_float_eq(want, sk_link_cost_us(&d.cluster.link, SK_COLL_ALLTOALLV, 1000, SK_F32, 4), 1e-9);
   for (int i = 0; i < 4; i++) cr_expect_float_eq(a.end[i], want, 1e-9, "rank %d ends at %g us, want %g", i, a.end[i], want);

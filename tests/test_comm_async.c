@@ -51,34 +51,34 @@ static sk_result pend_start(sk_comm *c, pend *p) {
     case P_ALLREDUCE:
       p->send = ct_buf(nb), p->recv = ct_buf(nb);
       ct_fill(p->dt, pat, p->seed, rank, 0, p->send, p->count);
-      r = sk_iallreduce(c, p->send, p->recv, p->count, p->dt, p->op, &req);
+      r = sk_iallreduce(c, p->send, p->recv, p->count, p->dt, p->op, &req, NULL);
       break;
     case P_ALLGATHER:
       p->send = ct_buf(nb), p->recv = ct_buf(nb * N);
       ct_fill(p->dt, CT_PAT_MOVE, p->seed, rank, 0, p->send, p->count);
-      r = sk_iallgather(c, p->send, p->recv, p->count, p->dt, &req);
+      r = sk_iallgather(c, p->send, p->recv, p->count, p->dt, &req, NULL);
       break;
     case P_REDUCE_SCATTER:
       p->send = ct_buf(nb * N), p->recv = ct_buf(nb);
       ct_fill(p->dt, pat, p->seed, rank, 0, p->send, p->count * N);
-      r = sk_ireduce_scatter(c, p->send, p->recv, p->count, p->dt, p->op, &req);
+      r = sk_ireduce_scatter(c, p->send, p->recv, p->count, p->dt, p->op, &req, NULL);
       break;
     case P_BROADCAST:
       p->send = ct_buf(nb), p->recv = ct_buf(nb);
       ct_fill(p->dt, CT_PAT_MOVE, p->seed, rank, 0, p->send, p->count);
-      r = sk_ibroadcast(c, p->send, p->recv, p->count, p->dt, p->root, &req);
+      r = sk_ibroadcast(c, p->send, p->recv, p->count, p->dt, p->root, &req, NULL);
       break;
     case P_REDUCE:
       p->send = ct_buf(nb), p->recv = ct_buf(nb);
       ct_fill(p->dt, pat, p->seed, rank, 0, p->send, p->count);
-      r = sk_ireduce(c, p->send, p->recv, p->count, p->dt, p->op, p->root, &req);
+      r = sk_ireduce(c, p->send, p->recv, p->count, p->dt, p->op, p->root, &req, NULL);
       break;
     case P_ALLTOALL:
       p->send = ct_buf(nb * N), p->recv = ct_buf(nb * N);
       ct_fill(p->dt, CT_PAT_MOVE, p->seed, rank, 0, p->send, p->count * N);
-      r = sk_ialltoall(c, p->send, p->recv, p->count, p->dt, &req);
+      r = sk_ialltoall(c, p->send, p->recv, p->count, p->dt, &req, NULL);
       break;
-    default: r = sk_ibarrier(c, &req); break;
+    default: r = sk_ibarrier(c, &req, NULL); break;
   }
   p->req = req;
   return r;
@@ -132,7 +132,7 @@ static void pend_check(sk_comm *c, pend *p, ct_slot *s, const char *ctx0) {
    outstanding (its result is moot, the failure is already recorded) since the library may write
    the buffers until then, then frees them. Safe on a pend never started (NULL buffers). */
 static void pend_free(pend *p) {
-  if (p->req) sk_wait(&p->req);
+  if (p->req) sk_wait(&p->req, NULL);
   free(p->send), free(p->recv);
   p->send = p->recv = NULL;
 }
@@ -202,7 +202,7 @@ static sk_result outstanding_device(sk_comm *c, void *pv) {
     for (int i = 0; i < 8 && r == SK_OK; i++) r = pend_start(c, &ps[i]);
     if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, 8); return r; }
     if (a->mode == 0) {
-      r = sk_wait(&ps[7].req);
+      r = sk_wait(&ps[7].req, NULL);
       if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, 8); return r; }
       for (int i = 0; i < 7; i++) {
         bool done = false;
@@ -210,18 +210,18 @@ static sk_result outstanding_device(sk_comm *c, void *pv) {
         if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, 8); return r; }
         ct_check(s, done && ps[i].req == NULL, "%s rank %d: request %d (%s) not done after request 7 completed", ctx,
                  rank, i, p_names[ps[i].kind]);
-        if (!done) r = sk_wait(&ps[i].req);
+        if (!done) r = sk_wait(&ps[i].req, NULL);
       }
     } else if (a->mode == 1) {
       sk_request *reqs[8];
       for (int i = 0; i < 8; i++) reqs[i] = ps[i].req;
-      r = sk_waitall(8, reqs);
+      r = sk_waitall(8, reqs, NULL);
       for (int i = 0; i < 8; i++) {
         ct_check(s, reqs[i] == NULL, "%s rank %d: waitall left request %d set", ctx, rank, i);
         ps[i].req = NULL;
       }
     } else if (a->mode == 2) {
-      for (int i = 7; i >= 0 && r == SK_OK; i--) r = sk_wait(&ps[i].req);
+      for (int i = 7; i >= 0 && r == SK_OK; i--) r = sk_wait(&ps[i].req, NULL);
     } else {
       uint64_t deadline = sk_now_ns() + 20000000000ull;
       int left = 8;
@@ -244,7 +244,7 @@ static sk_result outstanding_device(sk_comm *c, void *pv) {
         }
       }
       ct_check(s, left == 0, "%s rank %d: %d requests still pending after 20 s of sk_test", ctx, rank, left);
-      for (int i = 0; i < 8; i++) sk_wait(&ps[i].req);
+      for (int i = 0; i < 8; i++) sk_wait(&ps[i].req, NULL);
     }
     if (!ct_rc(s, r, c, ctx)) { pend_free_all(ps, 8); return r; }
     for (int i = 0; i < 8; i++) pend_check(c, &ps[i], s, ctx);
@@ -341,7 +341,7 @@ static sk_result late_device(sk_comm *c, void *pv) {
     ct_check(s, others == n - 1,
              "%s: only %d of %d peers completed while the late device was away from the library (%.0f ms)", ctx,
              others, n - 1, ct_ms_since(t0));
-    for (int i = 0; i < np && r == SK_OK; i++) r = sk_wait(&ps[i].req);
+    for (int i = 0; i < np && r == SK_OK; i++) r = sk_wait(&ps[i].req, NULL);
   } else {
     uint64_t t0 = sk_now_ns();
     int left = np;
@@ -357,7 +357,7 @@ static sk_result late_device(sk_comm *c, void *pv) {
     ct_check(s, left == 0, "%s rank %d: %d requests did not complete while the late device slept", ctx, rank, left);
     atomic_fetch_add(&a->counter, 1);
     for (int i = 0; i < np; i++) {
-      sk_result r2 = sk_wait(&ps[i].req);
+      sk_result r2 = sk_wait(&ps[i].req, NULL);
       if (r == SK_OK) r = r2;
     }
   }
@@ -405,7 +405,7 @@ static sk_result overlap_device(sk_comm *c, void *pv) {
     for (size_t i = 0; i < m; i++) sum2 += work[i];
     free(work);
     ct_check(s, sum == sum2, "overlap rank %d: compute result changed while the collective ran", rank);
-    r = sk_wait(&p.req);
+    r = sk_wait(&p.req, NULL);
     if (!ct_rc(s, r, c, "overlap: wait")) { pend_free(&p); return r; }
     pend_check(c, &p, s, "overlap");
   }
@@ -439,13 +439,13 @@ static sk_result ring_device(sk_comm *c, void *pv) {
     sk_request *reqs[2] = {NULL, NULL};
     sk_result r;
     if (a->mode == 0) {
-      r = sk_isend(c, out, count, SK_I32, to, &reqs[0]);
-      if (r == SK_OK) r = sk_irecv(c, in, count, SK_I32, from, &reqs[1]);
+      r = sk_isend(c, out, count, SK_I32, to, &reqs[0], NULL);
+      if (r == SK_OK) r = sk_irecv(c, in, count, SK_I32, from, &reqs[1], NULL);
     } else {
-      r = sk_irecv(c, in, count, SK_I32, from, &reqs[1]);
-      if (r == SK_OK) r = sk_isend(c, out, count, SK_I32, to, &reqs[0]);
+      r = sk_irecv(c, in, count, SK_I32, from, &reqs[1], NULL);
+      if (r == SK_OK) r = sk_isend(c, out, count, SK_I32, to, &reqs[0], NULL);
     }
-    sk_result r2 = sk_waitall(2, reqs);
+    sk_result r2 = sk_waitall(2, reqs, NULL);
     if (r == SK_OK) r = r2;
     char ctx[96];
     snprintf(ctx, sizeof ctx, "ring mode %d n=%d rank %d count %zu", a->mode, n, rank, count);
@@ -493,23 +493,23 @@ static sk_result exchange_device(sk_comm *c, void *pv) {
     snprintf(ctx, sizeof ctx, "exchange mode %d n=%d rank %d<->%d count %zu", a->mode, n, rank, peer, count);
     if (a->mode == 0) {
       sk_request *reqs[2] = {NULL, NULL};
-      r = sk_isend(c, out, count, SK_I32, peer, &reqs[0]);
-      if (r == SK_OK) r = sk_irecv(c, in, count, SK_I32, peer, &reqs[1]);
-      sk_result r2 = sk_waitall(2, reqs);
+      r = sk_isend(c, out, count, SK_I32, peer, &reqs[0], NULL);
+      if (r == SK_OK) r = sk_irecv(c, in, count, SK_I32, peer, &reqs[1], NULL);
+      sk_result r2 = sk_waitall(2, reqs, NULL);
       if (r == SK_OK) r = r2;
     } else if (a->mode == 1) {
       sk_request *req = NULL;
-      r = sk_isend(c, out, count, SK_I32, peer, &req);
-      if (r == SK_OK) r = sk_recv(c, in, count, SK_I32, peer);
-      sk_result r2 = sk_wait(&req);
+      r = sk_isend(c, out, count, SK_I32, peer, &req, NULL);
+      if (r == SK_OK) r = sk_recv(c, in, count, SK_I32, peer, NULL);
+      sk_result r2 = sk_wait(&req, NULL);
       if (r == SK_OK) r = r2;
     } else {
       if (rank % 2 == 0) {
-        r = sk_send(c, out, count, SK_I32, peer);
-        if (r == SK_OK) r = sk_recv(c, in, count, SK_I32, peer);
+        r = sk_send(c, out, count, SK_I32, peer, NULL);
+        if (r == SK_OK) r = sk_recv(c, in, count, SK_I32, peer, NULL);
       } else {
-        r = sk_recv(c, in, count, SK_I32, peer);
-        if (r == SK_OK) r = sk_send(c, out, count, SK_I32, peer);
+        r = sk_recv(c, in, count, SK_I32, peer, NULL);
+        if (r == SK_OK) r = sk_send(c, out, count, SK_I32, peer, NULL);
       }
     }
     if (ct_rc(s, r, c, ctx)) {
@@ -528,19 +528,19 @@ static sk_result exchange_device(sk_comm *c, void *pv) {
     int64_t bufs[6][4];
     for (int m = 0; m < 6 && r == SK_OK; m++) {
       for (int i = 0; i < 4; i++) bufs[m][i] = m * 100 + i;
-      r = sk_isend(c, bufs[m], m % 2 ? 4 : 2, SK_I64, peer, &reqs[m]);
+      r = sk_isend(c, bufs[m], m % 2 ? 4 : 2, SK_I64, peer, &reqs[m], NULL);
     }
-    if (r == SK_OK) r = sk_waitall(6, reqs);
+    if (r == SK_OK) r = sk_waitall(6, reqs, NULL);
   } else {
     for (int m = 0; m < 6 && r == SK_OK; m++) {
       int64_t got[4] = {-1, -1, -1, -1};
       size_t cnt = m % 2 ? 4 : 2;
       if (m < 3) {
-        r = sk_recv(c, got, cnt, SK_I64, peer);
+        r = sk_recv(c, got, cnt, SK_I64, peer, NULL);
       } else {
         sk_request *req = NULL;
-        r = sk_irecv(c, got, cnt, SK_I64, peer, &req);
-        if (r == SK_OK) r = sk_wait(&req);
+        r = sk_irecv(c, got, cnt, SK_I64, peer, &req, NULL);
+        if (r == SK_OK) r = sk_wait(&req, NULL);
       }
       if (r == SK_OK)
         for (size_t i = 0; i < cnt; i++)
@@ -576,7 +576,7 @@ static sk_result sendrecv_ring_device(sk_comm *c, void *pv) {
   sk_result r = SK_OK;
   for (int step = 0; step < n - 1 && r == SK_OK; step++) {
     int sb = (rank - step + n) % n, rb = (rank - step - 1 + 2 * n) % n;
-    r = sk_sendrecv(c, all + (size_t)sb * blk, blk, to, all + (size_t)rb * blk, blk, from, SK_I32);
+    r = sk_sendrecv(c, all + (size_t)sb * blk, blk, to, all + (size_t)rb * blk, blk, from, SK_I32, NULL);
   }
   char ctx[64];
   snprintf(ctx, sizeof ctx, "sendrecv ring n=%d rank %d block %zu", n, rank, blk);
@@ -608,9 +608,9 @@ static sk_result self_device(sk_comm *c, void *pv) {
   ct_slot *s = &a->slots[rank];
   int32_t out[3] = {rank, rank + 1, rank + 2}, in[3] = {-1, -1, -1};
   sk_request *reqs[2] = {NULL, NULL};
-  sk_result r = sk_isend(c, out, 3, SK_I32, rank, &reqs[0]);
-  if (r == SK_OK) r = sk_irecv(c, in, 3, SK_I32, rank, &reqs[1]);
-  sk_result r2 = sk_waitall(2, reqs);
+  sk_result r = sk_isend(c, out, 3, SK_I32, rank, &reqs[0], NULL);
+  if (r == SK_OK) r = sk_irecv(c, in, 3, SK_I32, rank, &reqs[1], NULL);
+  sk_result r2 = sk_waitall(2, reqs, NULL);
   if (r == SK_OK) r = r2;
   if (!ct_rc(s, r, c, "isend/irecv to self")) return r;
   ct_check(s, in[0] == rank && in[1] == rank + 1 && in[2] == rank + 2, "self message rank %d: got %d %d %d", rank,
@@ -640,7 +640,7 @@ static sk_result mixed_device(sk_comm *c, void *pv) {
     if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     /* a blocking allreduce while p1 is outstanding: runs after it */
     int64_t v = rank + round, sum = -1;
-    r = sk_allreduce(c, &v, &sum, 1, SK_I64, SK_SUM);
+    r = sk_allreduce(c, &v, &sum, 1, SK_I64, SK_SUM, NULL);
     if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     ct_check(s, sum == (int64_t)n * (n - 1) / 2 + (int64_t)n * round, "%s rank %d: blocking allreduce gave %lld", ctx,
              rank, (long long)sum);
@@ -648,19 +648,19 @@ static sk_result mixed_device(sk_comm *c, void *pv) {
     if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     /* point to point in the middle: ring shift of one value */
     int32_t o = rank * 10 + round, in = -1;
-    r = sk_sendrecv(c, &o, 1, (rank + 1) % n, &in, 1, (rank + n - 1) % n, SK_I32);
+    r = sk_sendrecv(c, &o, 1, (rank + 1) % n, &in, 1, (rank + n - 1) % n, SK_I32, NULL);
     if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     ct_check(s, in == ((rank + n - 1) % n) * 10 + round, "%s rank %d: sendrecv got %d", ctx, rank, in);
-    r = sk_barrier(c);
+    r = sk_barrier(c, NULL);
     if (r == SK_OK) {
       int32_t b = rank == round % n ? 4242 + round : 0;
-      r = sk_broadcast(c, &b, &b, 1, SK_I32, round % n);
+      r = sk_broadcast(c, &b, &b, 1, SK_I32, round % n, NULL);
       ct_check(s, r != SK_OK || b == 4242 + round, "%s rank %d: broadcast gave %d", ctx, rank, b);
     }
     if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     /* wait out of order: p2 first, then p1 */
-    r = sk_wait(&p2.req);
-    if (r == SK_OK) r = sk_wait(&p1.req);
+    r = sk_wait(&p2.req, NULL);
+    if (r == SK_OK) r = sk_wait(&p1.req, NULL);
     if (!ct_rc(s, r, c, ctx)) { pend_free(&p1), pend_free(&p2); return r; }
     pend_check(c, &p1, s, ctx);
     pend_check(c, &p2, s, ctx);
@@ -708,14 +708,14 @@ static void *byo_thread(void *pv) {
   pend_mix(ps, n, 4242);
   for (int i = 0; i < 8 && r == SK_OK; i++) {
     r = pend_start(c, &ps[i]);
-    if (r == SK_OK) r = sk_wait(&ps[i].req);
+    if (r == SK_OK) r = sk_wait(&ps[i].req, NULL);
     if (ct_rc(s, r, c, "BYO")) pend_check(c, &ps[i], s, "BYO blocking-by-wait");
     else pend_free(&ps[i]);
   }
   pend_mix(ps, n, 4343);
   for (int i = 0; i < 8 && r == SK_OK; i++) r = pend_start(c, &ps[i]);
   for (int i = 0; i < 8; i++) {
-    sk_result r2 = sk_wait(&ps[i].req);
+    sk_result r2 = sk_wait(&ps[i].req, NULL);
     if (r == SK_OK) r = r2;
   }
   if (ct_rc(s, r, c, "BYO outstanding"))
@@ -723,24 +723,24 @@ static void *byo_thread(void *pv) {
   else
     pend_free_all(ps, 8);
   sk_comm *half = NULL;
-  if (r == SK_OK) r = sk_comm_split(c, rank % 2, 0, &half);
+  if (r == SK_OK) r = sk_comm_split(c, rank % 2, 0, &half, NULL);
   if (ct_rc(s, r, c, "BYO split")) {
     int64_t v = rank, sum = -1, e = 0;
     for (int q = rank % 2; q < n; q += 2) e += q;
-    r = sk_allreduce(half, &v, &sum, 1, SK_I64, SK_SUM);
+    r = sk_allreduce(half, &v, &sum, 1, SK_I64, SK_SUM, NULL);
     if (ct_rc(s, r, half, "BYO allreduce on the split"))
       ct_check(s, sum == e, "BYO rank %d: allreduce on its half gave %lld, expected %lld", rank, (long long)sum,
                (long long)e);
-    sk_comm_destroy(half);
+    sk_comm_destroy(half, NULL);
   }
   if (r == SK_OK) {
     int32_t o = rank, in = -1;
-    r = sk_sendrecv(c, &o, 1, (rank + 1) % n, &in, 1, (rank + n - 1) % n, SK_I32);
+    r = sk_sendrecv(c, &o, 1, (rank + 1) % n, &in, 1, (rank + n - 1) % n, SK_I32, NULL);
     if (ct_rc(s, r, c, "BYO sendrecv")) ct_check(s, in == (rank + n - 1) % n, "BYO rank %d: sendrecv got %d", rank, in);
   }
-  if (r == SK_OK) r = sk_barrier(c);
+  if (r == SK_OK) r = sk_barrier(c, NULL);
   ct_rc(s, r, c, "BYO barrier");
-  r = sk_comm_destroy(c);
+  r = sk_comm_destroy(c, NULL);
   ct_rc(s, r, NULL, "BYO sk_comm_destroy");
   s->ran = 1;
   return NULL;
@@ -760,7 +760,7 @@ static void byo_run(int n, int cfg) {
   snprintf(lab, sizeof lab, "bring-your-own-threads n=%d cfg=%s", n, ct_cfg_names[cfg]);
   ct_expect_slots(slots, n, lab);
   free(slots);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
 }
 
 Test(comm_async, bring_your_own_threads, .timeout = 30) {
@@ -781,7 +781,7 @@ Test(comm_async, init_rank_bad_arguments) {
   cr_expect_eq(sk_comm_init_rank(w, -1, &c, &err), SK_ERR_INVALID_ARGUMENT);
   cr_expect_eq(sk_comm_init_rank(NULL, 0, &c, &err), SK_ERR_INVALID_ARGUMENT);
   cr_expect_eq(sk_comm_init_rank(w, 0, NULL, &err), SK_ERR_INVALID_ARGUMENT);
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }
 
 Test(comm_async, world_bad_arguments) {
@@ -803,14 +803,14 @@ Test(comm_async, world_bad_arguments) {
     cr_expect_eq(r, SK_ERR_INVALID_ARGUMENT, "ndevices %d: %s", bad_n[i], sk_result_name(r));
     cr_expect(strstr(err.msg, "ndevices") != NULL || strstr(err.msg, "devices") != NULL,
               "ndevices %d: message '%s' should name ndevices", bad_n[i], err.msg);
-    if (r == SK_OK) sk_world_destroy(w);
+    if (r == SK_OK) sk_world_destroy(w, NULL);
   }
   cr_expect_eq(sk_world_create(NULL, &w, &err), SK_ERR_INVALID_ARGUMENT);
   cr_expect_eq(sk_world_create(&d, NULL, &err), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_world_run(NULL, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_world_run(NULL, NULL, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
   sk_world *ok = ct_world(2, CT_CFG_DEFAULT, 0);
-  cr_expect_eq(sk_world_run(ok, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_world_destroy(ok), SK_OK);
+  cr_expect_eq(sk_world_run(ok, NULL, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_world_destroy(ok, NULL), SK_OK);
 }
 
 /* ---- failures ------------------------------------------------------------------------------- */
@@ -853,23 +853,23 @@ static sk_result fail_device(sk_comm *c, void *pv) {
   float x[64] = {0}, y[64];
   sk_result r;
   switch (a->mode) {
-    case 0: r = sk_allreduce(c, x, y, 64, SK_F32, SK_SUM); break;
+    case 0: r = sk_allreduce(c, x, y, 64, SK_F32, SK_SUM, NULL); break;
     case 1: {
       sk_request *req = NULL;
-      r = sk_iallreduce(c, x, y, 64, SK_F32, SK_SUM, &req);
-      if (r == SK_OK) r = sk_wait(&req);
+      r = sk_iallreduce(c, x, y, 64, SK_F32, SK_SUM, &req, NULL);
+      if (r == SK_OK) r = sk_wait(&req, NULL);
       break;
     }
-    case 2: r = sk_barrier(c); break;
-    case 3: r = sk_recv(c, y, 64, SK_F32, a->failing); break;
-    default: r = sk_broadcast(c, x, y, 64, SK_F32, a->failing); break;
+    case 2: r = sk_barrier(c, NULL); break;
+    case 3: r = sk_recv(c, y, 64, SK_F32, a->failing, NULL); break;
+    default: r = sk_broadcast(c, x, y, 64, SK_F32, a->failing, NULL); break;
   }
   a->ms[rank] = ct_ms_since(t0);
   a->rc[rank] = r;
   snprintf(a->msg[rank], sizeof a->msg[rank], "%s", sk_comm_error_message(c));
   /* and later calls on the aborted world fail at once with ABORTED */
   if (r == SK_ERR_ABORTED) {
-    sk_result r2 = sk_allreduce(c, x, y, 64, SK_F32, SK_SUM);
+    sk_result r2 = sk_allreduce(c, x, y, 64, SK_F32, SK_SUM, NULL);
     if (r2 != SK_ERR_ABORTED) a->rc[rank] = (sk_result)(100 + r2); /* flagged below */
   }
   return r;
@@ -884,7 +884,7 @@ ParameterizedTest(param *p, comm_async, device_error_aborts_peers, .timeout = 30
   farg_init(&a, p->n, p->n / 2, p->cfg);
   sk_world *w = ct_world(p->n, CT_CFG_DEFAULT, 20000); /* long: this must be ABORTED, not a timeout */
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_world_run(w, fail_device, &a);
+  sk_result r = sk_world_run(w, fail_device, &a, NULL);
   double ms = ct_ms_since(t0);
   cr_expect_eq(r, SK_ERR_BACKEND, "mode %d n=%d: sk_world_run returned %s, expected the failing device's SK_ERR_BACKEND",
                p->cfg, p->n, sk_result_name(r));
@@ -902,7 +902,7 @@ ParameterizedTest(param *p, comm_async, device_error_aborts_peers, .timeout = 30
   sk_error err;
   memset(&err, 0, sizeof err);
   cr_expect_eq(sk_comm_init_rank(w, 0, &c, &err), SK_ERR_ABORTED);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
 }
 
 /* Timeout: one rank never calls the collective (it waits, away from the library, until the others
@@ -922,12 +922,12 @@ static sk_result timeout_device(sk_comm *c, void *pv) {
   int32_t x[5] = {1, 2, 3, 4, 5}, y[5];
   sk_result r;
   switch (a->mode) {
-    case 0: r = sk_allreduce(c, x, y, 5, SK_I32, SK_SUM); break;
+    case 0: r = sk_allreduce(c, x, y, 5, SK_I32, SK_SUM, NULL); break;
     case 1:
     case 2: {
       sk_request *req = NULL;
-      r = sk_iallreduce(c, x, y, 5, SK_I32, SK_SUM, &req);
-      if (r == SK_OK && a->mode == 1) r = sk_wait(&req);
+      r = sk_iallreduce(c, x, y, 5, SK_I32, SK_SUM, &req, NULL);
+      if (r == SK_OK && a->mode == 1) r = sk_wait(&req, NULL);
       if (r == SK_OK && a->mode == 2) {
         bool done = false;
         while (r == SK_OK && !done && sk_now_ns() - t0 < 15000000000ull) {
@@ -935,13 +935,13 @@ static sk_result timeout_device(sk_comm *c, void *pv) {
           if (r == SK_OK && !done) ct_sleep_ms(1);
         }
         if (req) {
-          sk_result r2 = sk_wait(&req);
+          sk_result r2 = sk_wait(&req, NULL);
           if (r == SK_OK) r = r2;
         }
       }
       break;
     }
-    default: r = sk_barrier(c); break;
+    default: r = sk_barrier(c, NULL); break;
   }
   a->ms[rank] = ct_ms_since(t0);
   a->rc[rank] = r;
@@ -958,7 +958,7 @@ ParameterizedTest(param *p, comm_async, timeout_names_missing_rank, .timeout = 3
   farg a;
   farg_init(&a, p->n, p->n == 5 ? 3 : 1, p->cfg);
   sk_world *w = ct_world(p->n, CT_CFG_DEFAULT, 200);
-  sk_result r = sk_world_run(w, timeout_device, &a);
+  sk_result r = sk_world_run(w, timeout_device, &a, NULL);
   cr_expect_eq(r, SK_ERR_TIMEOUT, "mode %d n=%d: sk_world_run returned %s: %s", p->cfg, p->n, sk_result_name(r),
                sk_world_error_message(w));
   char missing[8];
@@ -978,7 +978,7 @@ ParameterizedTest(param *p, comm_async, timeout_names_missing_rank, .timeout = 3
   int timeouts = 0;
   for (int q = 0; q < p->n; q++) timeouts += a.rc[q] == SK_ERR_TIMEOUT;
   cr_expect_geq(timeouts, 1, "no rank reported SK_ERR_TIMEOUT");
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }
 
 /* sk_world_abort from a thread that is not a device: every blocked device returns ABORTED. */
@@ -1001,21 +1001,21 @@ static sk_result abort_victim_device(sk_comm *c, void *pv) {
   double x[8] = {0}, y[8];
   sk_result r;
   if (rank == n - 1) { /* waits for a message nobody sends */
-    r = sk_recv(c, y, 8, SK_F64, 0);
+    r = sk_recv(c, y, 8, SK_F64, 0, NULL);
   } else if (rank == 0 && a->mode == 1) { /* polls a request that cannot complete */
     sk_request *req = NULL;
-    r = sk_iallreduce(c, x, y, 8, SK_F64, SK_SUM, &req);
+    r = sk_iallreduce(c, x, y, 8, SK_F64, SK_SUM, &req, NULL);
     bool done = false;
     while (r == SK_OK && !done && sk_now_ns() - t0 < 15000000000ull) {
       r = ct_test(&req, &done);
       if (r == SK_OK && !done) ct_sleep_ms(1);
     }
     if (req) {
-      sk_result r2 = sk_wait(&req);
+      sk_result r2 = sk_wait(&req, NULL);
       if (r == SK_OK) r = r2;
     }
   } else { /* in a collective the last rank never joins */
-    r = sk_allreduce(c, x, y, 8, SK_F64, SK_SUM);
+    r = sk_allreduce(c, x, y, 8, SK_F64, SK_SUM, NULL);
   }
   a->ms[rank] = ct_ms_since(t0);
   a->rc[rank] = r;
@@ -1035,7 +1035,7 @@ ParameterizedTest(param *p, comm_async, abort_from_another_thread, .timeout = 30
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, abort_thread, &ab), 0);
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_world_run(w, abort_victim_device, &a);
+  sk_result r = sk_world_run(w, abort_victim_device, &a, NULL);
   double ms = ct_ms_since(t0);
   pthread_join(th, NULL);
   cr_expect_eq(r, SK_ERR_ABORTED, "sk_world_run returned %s", sk_result_name(r));
@@ -1047,7 +1047,7 @@ ParameterizedTest(param *p, comm_async, abort_from_another_thread, .timeout = 30
   /* later calls fail with ABORTED too: a new run's collectives, and init_rank */
   farg b;
   farg_init(&b, p->n, -1, 0);
-  r = sk_world_run(w, abort_victim_device, &b);
+  r = sk_world_run(w, abort_victim_device, &b, NULL);
   cr_expect_eq(r, SK_ERR_ABORTED, "a run on an aborted world returned %s", sk_result_name(r));
   for (int q = 0; q < p->n; q++)
     cr_expect(b.rc[q] == SK_ERR_ABORTED || b.rc[q] == SK_ERR_INTERNAL /* device never ran */,
@@ -1055,7 +1055,7 @@ ParameterizedTest(param *p, comm_async, abort_from_another_thread, .timeout = 30
   sk_comm *c = NULL;
   cr_expect_eq(sk_comm_init_rank(w, 0, &c, NULL), SK_ERR_ABORTED);
   sk_world_abort(w); /* twice is harmless */
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
 }
 
 /* ---- bad arguments ------------------------------------------------------------------------------ */
@@ -1081,58 +1081,58 @@ static sk_result bad_device(sk_comm *c, void *pv) {
   float buf[64] = {0}, out[64] = {0};
   const size_t cnt = 4;
   /* NULL buffers with count > 0 */
-  EXPECT_BAD(sk_allreduce(c, NULL, out, cnt, SK_F32, SK_SUM), "send");
-  EXPECT_BAD(sk_allreduce(c, buf, NULL, cnt, SK_F32, SK_SUM), "recv");
-  EXPECT_BAD(sk_allgather(c, NULL, out, cnt, SK_F32), "send");
-  EXPECT_BAD(sk_reduce_scatter(c, buf, NULL, 1, SK_F32, SK_SUM), "recv");
-  EXPECT_BAD(sk_alltoall(c, NULL, out, 1, SK_F32), "send");
-  EXPECT_BAD(sk_send(c, NULL, cnt, SK_F32, 0), "NULL");
-  EXPECT_BAD(sk_recv(c, NULL, cnt, SK_F32, 0), "NULL");
-  if (rank == 0) EXPECT_BAD(sk_broadcast(c, NULL, out, cnt, SK_F32, 0), "send"); /* the root needs send */
+  EXPECT_BAD(sk_allreduce(c, NULL, out, cnt, SK_F32, SK_SUM, NULL), "send");
+  EXPECT_BAD(sk_allreduce(c, buf, NULL, cnt, SK_F32, SK_SUM, NULL), "recv");
+  EXPECT_BAD(sk_allgather(c, NULL, out, cnt, SK_F32, NULL), "send");
+  EXPECT_BAD(sk_reduce_scatter(c, buf, NULL, 1, SK_F32, SK_SUM, NULL), "recv");
+  EXPECT_BAD(sk_alltoall(c, NULL, out, 1, SK_F32, NULL), "send");
+  EXPECT_BAD(sk_send(c, NULL, cnt, SK_F32, 0, NULL), "NULL");
+  EXPECT_BAD(sk_recv(c, NULL, cnt, SK_F32, 0, NULL), "NULL");
+  if (rank == 0) EXPECT_BAD(sk_broadcast(c, NULL, out, cnt, SK_F32, 0, NULL), "send"); /* the root needs send */
   /* invalid dtype and op */
-  EXPECT_BAD(sk_allreduce(c, buf, out, cnt, (sk_dtype)99, SK_SUM), "dtype");
-  EXPECT_BAD(sk_allreduce(c, buf, out, cnt, (sk_dtype)-1, SK_SUM), "dtype");
-  EXPECT_BAD(sk_broadcast(c, buf, out, cnt, SK_DTYPE_COUNT, 0), "dtype");
-  EXPECT_BAD(sk_allreduce(c, buf, out, cnt, SK_F32, (sk_redop)99), "op");
-  EXPECT_BAD(sk_reduce_scatter(c, buf, out, 1, SK_F32, (sk_redop)-3), "op");
-  EXPECT_BAD(sk_reduce(c, buf, out, cnt, SK_I32, SK_REDOP_COUNT, 0), "op");
+  EXPECT_BAD(sk_allreduce(c, buf, out, cnt, (sk_dtype)99, SK_SUM, NULL), "dtype");
+  EXPECT_BAD(sk_allreduce(c, buf, out, cnt, (sk_dtype)-1, SK_SUM, NULL), "dtype");
+  EXPECT_BAD(sk_broadcast(c, buf, out, cnt, SK_DTYPE_COUNT, 0, NULL), "dtype");
+  EXPECT_BAD(sk_allreduce(c, buf, out, cnt, SK_F32, (sk_redop)99, NULL), "op");
+  EXPECT_BAD(sk_reduce_scatter(c, buf, out, 1, SK_F32, (sk_redop)-3, NULL), "op");
+  EXPECT_BAD(sk_reduce(c, buf, out, cnt, SK_I32, SK_REDOP_COUNT, 0, NULL), "op");
   /* root / peer out of range */
-  EXPECT_BAD(sk_broadcast(c, buf, out, cnt, SK_F32, n), "root");
-  EXPECT_BAD(sk_broadcast(c, buf, out, cnt, SK_F32, -1), "root");
-  EXPECT_BAD(sk_reduce(c, buf, out, cnt, SK_F32, SK_SUM, n + 5), "root");
-  EXPECT_BAD(sk_send(c, buf, cnt, SK_F32, n), "peer");
-  EXPECT_BAD(sk_recv(c, out, cnt, SK_F32, -1), "peer");
+  EXPECT_BAD(sk_broadcast(c, buf, out, cnt, SK_F32, n, NULL), "root");
+  EXPECT_BAD(sk_broadcast(c, buf, out, cnt, SK_F32, -1, NULL), "root");
+  EXPECT_BAD(sk_reduce(c, buf, out, cnt, SK_F32, SK_SUM, n + 5, NULL), "root");
+  EXPECT_BAD(sk_send(c, buf, cnt, SK_F32, n, NULL), "peer");
+  EXPECT_BAD(sk_recv(c, out, cnt, SK_F32, -1, NULL), "peer");
   /* overlapping buffers that are not the in-place form */
-  EXPECT_BAD(sk_allreduce(c, buf, buf + 1, cnt, SK_F32, SK_SUM), "overlap");
-  EXPECT_BAD(sk_allgather(c, buf + 1, buf, cnt, SK_F32), "overlap");     /* in-place is buf + rank*cnt */
-  EXPECT_BAD(sk_reduce_scatter(c, buf, buf + 1, cnt, SK_F32, SK_SUM), "overlap"); /* in-place: buf + rank*cnt */
-  EXPECT_BAD(sk_alltoall(c, buf, buf + 2, cnt, SK_F32), "overlap");
-  if (rank == 0) EXPECT_BAD(sk_reduce(c, buf + 1, buf, cnt, SK_F32, SK_SUM, 0), "overlap");
+  EXPECT_BAD(sk_allreduce(c, buf, buf + 1, cnt, SK_F32, SK_SUM, NULL), "overlap");
+  EXPECT_BAD(sk_allgather(c, buf + 1, buf, cnt, SK_F32, NULL), "overlap");     /* in-place is buf + rank*cnt */
+  EXPECT_BAD(sk_reduce_scatter(c, buf, buf + 1, cnt, SK_F32, SK_SUM, NULL), "overlap"); /* in-place: buf + rank*cnt */
+  EXPECT_BAD(sk_alltoall(c, buf, buf + 2, cnt, SK_F32, NULL), "overlap");
+  if (rank == 0) EXPECT_BAD(sk_reduce(c, buf + 1, buf, cnt, SK_F32, SK_SUM, 0, NULL), "overlap");
   /* non-blocking forms: same checks, and *req stays NULL */
   sk_request *req = (sk_request *)&req;
-  EXPECT_BAD(sk_iallreduce(c, NULL, out, cnt, SK_F32, SK_SUM, &req), "send");
+  EXPECT_BAD(sk_iallreduce(c, NULL, out, cnt, SK_F32, SK_SUM, &req, NULL), "send");
   ct_check(s, req == NULL, "rank %d: a failed sk_iallreduce left *req set", rank);
-  EXPECT_BAD(sk_iallreduce(c, buf, out, cnt, SK_F32, SK_SUM, NULL), "req");
-  EXPECT_BAD(sk_ibroadcast(c, buf, out, cnt, SK_F32, n, &req), "root");
-  EXPECT_BAD(sk_isend(c, buf, cnt, SK_F32, n, &req), "peer");
-  EXPECT_BAD(sk_iallgather(c, buf, out, cnt, (sk_dtype)77, &req), "dtype");
+  EXPECT_BAD(sk_iallreduce(c, buf, out, cnt, SK_F32, SK_SUM, NULL, NULL), "req");
+  EXPECT_BAD(sk_ibroadcast(c, buf, out, cnt, SK_F32, n, &req, NULL), "root");
+  EXPECT_BAD(sk_isend(c, buf, cnt, SK_F32, n, &req, NULL), "peer");
+  EXPECT_BAD(sk_iallgather(c, buf, out, cnt, (sk_dtype)77, &req, NULL), "dtype");
   /* request helpers */
   bool done = false;
   req = NULL;
-  ct_check(s, sk_wait(NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_wait(NULL)", rank);
-  ct_check(s, sk_wait(&req) == SK_OK, "rank %d: sk_wait(&NULL) must be SK_OK", rank);
-  ct_check(s, sk_test(&req, &done) == SK_OK && done, "rank %d: sk_test(&NULL) must be done", rank);
-  ct_check(s, sk_test(NULL, &done) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_test(NULL)", rank);
-  ct_check(s, sk_waitall(-1, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_waitall(-1)", rank);
-  ct_check(s, sk_waitall(0, NULL) == SK_OK, "rank %d: sk_waitall(0)", rank);
+  ct_check(s, sk_wait(NULL, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_wait(NULL)", rank);
+  ct_check(s, sk_wait(&req, NULL) == SK_OK, "rank %d: sk_wait(&NULL) must be SK_OK", rank);
+  ct_check(s, sk_test(&req, &done, NULL) == SK_OK && done, "rank %d: sk_test(&NULL) must be done", rank);
+  ct_check(s, sk_test(NULL, &done, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_test(NULL)", rank);
+  ct_check(s, sk_waitall(-1, NULL, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_waitall(-1)", rank);
+  ct_check(s, sk_waitall(0, NULL, NULL) == SK_OK, "rank %d: sk_waitall(0)", rank);
   /* count 0 with NULL buffers is valid and is a real (empty) collective */
-  sk_result r = sk_allreduce(c, NULL, NULL, 0, SK_F32, SK_SUM);
-  if (r == SK_OK) r = sk_alltoall(c, NULL, NULL, 0, SK_I8);
-  if (r == SK_OK) r = sk_broadcast(c, NULL, NULL, 0, SK_F64, n - 1);
+  sk_result r = sk_allreduce(c, NULL, NULL, 0, SK_F32, SK_SUM, NULL);
+  if (r == SK_OK) r = sk_alltoall(c, NULL, NULL, 0, SK_I8, NULL);
+  if (r == SK_OK) r = sk_broadcast(c, NULL, NULL, 0, SK_F64, n - 1, NULL);
   if (!ct_rc(s, r, c, "count 0 with NULL buffers")) return r;
   /* the communicator still works after all the rejected calls */
   for (int i = 0; i < 64; i++) buf[i] = (float)(rank + i);
-  r = sk_allreduce(c, buf, out, 64, SK_F32, SK_SUM);
+  r = sk_allreduce(c, buf, out, 64, SK_F32, SK_SUM, NULL);
   if (!ct_rc(s, r, c, "allreduce after the rejected calls")) return r;
   bool good = true;
   for (int i = 0; i < 64; i++) good = good && out[i] == (float)(n * (n - 1) / 2 + n * i);
@@ -1161,8 +1161,8 @@ static sk_result rerun_device(sk_comm *c, void *pv) {
   int run = atomic_load(&a->counter);
   int64_t v = rank + 100 * run, sum = -1;
   sk_request *req = NULL;
-  sk_result r = sk_iallreduce(c, &v, &sum, 1, SK_I64, SK_SUM, &req);
-  if (r == SK_OK) r = sk_wait(&req);
+  sk_result r = sk_iallreduce(c, &v, &sum, 1, SK_I64, SK_SUM, &req, NULL);
+  if (r == SK_OK) r = sk_wait(&req, NULL);
   char ctx[48];
   snprintf(ctx, sizeof ctx, "world_run #%d rank %d", run, rank);
   if (!ct_rc(s, r, c, ctx)) return r;
@@ -1177,12 +1177,12 @@ Test(comm_async, world_run_repeated, .timeout = 30) {
   sk_world *w = ct_world(5, CT_CFG_DEFAULT, 0);
   for (int run = 0; run < 4; run++) {
     atomic_store(&a.counter, run);
-    sk_result r = sk_world_run(w, rerun_device, &a);
+    sk_result r = sk_world_run(w, rerun_device, &a, NULL);
     cr_expect_eq(r, SK_OK, "sk_world_run #%d returned %s: %s", run, sk_result_name(r), sk_world_error_message(w));
   }
   for (int q = 0; q < 5; q++)
     cr_expect(a.slots[q].ran == 4 && a.slots[q].nfail == 0, "rank %d: ran %d times, %d failures; first: %s", q,
               a.slots[q].ran, a.slots[q].nfail, a.slots[q].msg);
   free(a.slots);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
 }

@@ -211,11 +211,11 @@ static sk_result barrier_device(sk_comm *c, void *p) {
   for (int k = 1; k <= a->rounds; k++) {
     if (rank == k % a->n) ct_sleep_ms(2); /* a late arrival, a different rank each round */
     atomic_store(&a->phase[rank], k);
-    sk_result r = (k % 3 == 0) ? SK_OK : sk_barrier(c);
+    sk_result r = (k % 3 == 0) ? SK_OK : sk_barrier(c, NULL);
     if (k % 3 == 0) { /* the non-blocking form too */
       sk_request *req = NULL;
-      r = sk_ibarrier(c, &req);
-      if (r == SK_OK) r = sk_wait(&req);
+      r = sk_ibarrier(c, &req, NULL);
+      if (r == SK_OK) r = sk_wait(&req, NULL);
     }
     char what[96];
     snprintf(what, sizeof what, "barrier n=%d rank=%d round %d", a->n, rank, k);

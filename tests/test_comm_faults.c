@@ -97,36 +97,36 @@ static sk_result mm_exec(sk_comm *c, const mm_call *k, const void *send, void *r
   sk_result r;
   switch (k->kind) {
     case SK_COLL_ALLREDUCE:
-      r = rq ? sk_iallreduce(c, send, recv, k->count, k->dt, k->op, rq) : sk_allreduce(c, send, recv, k->count, k->dt, k->op);
+      r = rq ? sk_iallreduce(c, send, recv, k->count, k->dt, k->op, rq, NULL) : sk_allreduce(c, send, recv, k->count, k->dt, k->op, NULL);
       break;
     case SK_COLL_ALLGATHER:
-      r = rq ? sk_iallgather(c, send, recv, k->count, k->dt, rq) : sk_allgather(c, send, recv, k->count, k->dt);
+      r = rq ? sk_iallgather(c, send, recv, k->count, k->dt, rq, NULL) : sk_allgather(c, send, recv, k->count, k->dt, NULL);
       break;
     case SK_COLL_REDUCE_SCATTER:
-      r = rq ? sk_ireduce_scatter(c, send, recv, k->count, k->dt, k->op, rq)
-             : sk_reduce_scatter(c, send, recv, k->count, k->dt, k->op);
+      r = rq ? sk_ireduce_scatter(c, send, recv, k->count, k->dt, k->op, rq, NULL)
+             : sk_reduce_scatter(c, send, recv, k->count, k->dt, k->op, NULL);
       break;
     case SK_COLL_BROADCAST:
-      r = rq ? sk_ibroadcast(c, send, recv, k->count, k->dt, k->root, rq)
-             : sk_broadcast(c, send, recv, k->count, k->dt, k->root);
+      r = rq ? sk_ibroadcast(c, send, recv, k->count, k->dt, k->root, rq, NULL)
+             : sk_broadcast(c, send, recv, k->count, k->dt, k->root, NULL);
       break;
     case SK_COLL_REDUCE:
-      r = rq ? sk_ireduce(c, send, recv, k->count, k->dt, k->op, k->root, rq)
-             : sk_reduce(c, send, recv, k->count, k->dt, k->op, k->root);
+      r = rq ? sk_ireduce(c, send, recv, k->count, k->dt, k->op, k->root, rq, NULL)
+             : sk_reduce(c, send, recv, k->count, k->dt, k->op, k->root, NULL);
       break;
     case SK_COLL_ALLTOALL:
-      r = rq ? sk_ialltoall(c, send, recv, k->count, k->dt, rq) : sk_alltoall(c, send, recv, k->count, k->dt);
+      r = rq ? sk_ialltoall(c, send, recv, k->count, k->dt, rq, NULL) : sk_alltoall(c, send, recv, k->count, k->dt, NULL);
       break;
     case SK_COLL_GATHER:
-      r = rq ? sk_igather(c, send, recv, k->count, k->dt, k->root, rq) : sk_gather(c, send, recv, k->count, k->dt, k->root);
+      r = rq ? sk_igather(c, send, recv, k->count, k->dt, k->root, rq, NULL) : sk_gather(c, send, recv, k->count, k->dt, k->root, NULL);
       break;
     case SK_COLL_SCATTER:
-      r = rq ? sk_iscatter(c, send, recv, k->count, k->dt, k->root, rq)
-             : sk_scatter(c, send, recv, k->count, k->dt, k->root);
+      r = rq ? sk_iscatter(c, send, recv, k->count, k->dt, k->root, rq, NULL)
+             : sk_scatter(c, send, recv, k->count, k->dt, k->root, NULL);
       break;
-    default: r = rq ? sk_ibarrier(c, rq) : sk_barrier(c); break;
+    default: r = rq ? sk_ibarrier(c, rq, NULL) : sk_barrier(c, NULL); break;
   }
-  if (rq && r == SK_OK) r = sk_wait(rq);
+  if (rq && r == SK_OK) r = sk_wait(rq, NULL);
   return r;
 }
 
@@ -143,7 +143,7 @@ static void mm_followup(sk_comm *c, ct_slot *s, int i, const char *ctx) {
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   int64_t x[3], y[3] = {-1, -1, -1};
   for (int j = 0; j < 3; j++) x[j] = (int64_t)rank * 1000 + i * 10 + j;
-  sk_result r = sk_allreduce(c, x, y, 3, SK_I64, SK_SUM);
+  sk_result r = sk_allreduce(c, x, y, 3, SK_I64, SK_SUM, NULL);
   if (!ct_rc(s, r, c, ctx)) return;
   for (int j = 0; j < 3; j++)
     ct_check(s, y[j] == (int64_t)n * (n - 1) / 2 * 1000 + (int64_t)n * (i * 10 + j),
@@ -157,7 +157,7 @@ static sk_result mm_device(sk_comm *wc, void *pv) {
   ct_slot *s = &a->slots[wrank];
   sk_comm *c = wc;
   if (a->sub) {
-    sk_result r = sk_comm_split(wc, wrank % 2, -wrank, &c);
+    sk_result r = sk_comm_split(wc, wrank % 2, -wrank, &c, NULL);
     if (!ct_rc(s, r, wc, "split")) return r;
   }
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
@@ -176,7 +176,7 @@ static sk_result mm_device(sk_comm *wc, void *pv) {
   }
   free(send), free(recv);
   if (a->sub) {
-    sk_comm_destroy(c);
+    sk_comm_destroy(c, NULL);
     /* and the world communicator was not disturbed by its children's mismatches */
     mm_followup(wc, s, 99, "world allreduce after the sub-communicator mismatches");
   }
@@ -282,22 +282,22 @@ static sk_result p2p_mm_device(sk_comm *c, void *pv) {
   sk_result r = SK_OK;
   bool first = (a->order == 0 && rank == 1) || (a->order == 1 && rank == 0);
   if (a->order < 2 && first) {
-    r = rank == 0 ? sk_isend(c, x, 4, SK_F32, 1, &req) : sk_irecv(c, y, rcount, rdt, 0, &req);
+    r = rank == 0 ? sk_isend(c, x, 4, SK_F32, 1, &req, NULL) : sk_irecv(c, y, rcount, rdt, 0, &req, NULL);
     if (!ct_rc(s, r, c, "posting the first side")) req = NULL;
   }
   if (a->order < 2) {
-    sk_result rb = sk_barrier(c);
+    sk_result rb = sk_barrier(c, NULL);
     if (!ct_rc(s, rb, c, "barrier")) return rb;
   }
   if (first)
-    r = req ? sk_wait(&req) : r;
+    r = req ? sk_wait(&req, NULL) : r;
   else
-    r = rank == 0 ? sk_send(c, x, 4, SK_F32, 1) : sk_recv(c, y, rcount, rdt, 0);
+    r = rank == 0 ? sk_send(c, x, 4, SK_F32, 1, NULL) : sk_recv(c, y, rcount, rdt, 0, NULL);
   a->rc[rank] = r;
   f_msg(a->msg[rank], c);
   /* the pair still works afterwards */
   float z[4] = {0};
-  r = rank == 0 ? sk_send(c, x, 4, SK_F32, 1) : sk_recv(c, z, 4, SK_F32, 0);
+  r = rank == 0 ? sk_send(c, x, 4, SK_F32, 1, NULL) : sk_recv(c, z, 4, SK_F32, 0, NULL);
   a->rc_after[rank] = r;
   if (ct_rc(s, r, c, "matching send/recv after the mismatch") && rank == 1)
     ct_check(s, z[0] == 1 && z[3] == 4, "send/recv after the mismatch delivered %g %g", (double)z[0], (double)z[3]);
@@ -335,22 +335,23 @@ typedef struct wt_help {
   sk_comm *c;
   sk_result rc[5];
   char msg[5][SK_ERROR_MSG_MAX];
+  sk_error err; /* the barrier's: says why, without the owner's record */
 } wt_help;
 
 static void *wt_helper_main(void *pv) {
   wt_help *h = (wt_help *)pv;
   float x[4] = {1, 1, 1, 1}, y[4];
   sk_request *req = NULL;
-  h->rc[0] = sk_allreduce(h->c, x, y, 4, SK_F32, SK_SUM);
+  h->rc[0] = sk_allreduce(h->c, x, y, 4, SK_F32, SK_SUM, NULL);
   f_msg(h->msg[0], h->c);
-  h->rc[1] = sk_iallreduce(h->c, x, y, 4, SK_F32, SK_SUM, &req);
+  h->rc[1] = sk_iallreduce(h->c, x, y, 4, SK_F32, SK_SUM, &req, NULL);
   f_msg(h->msg[1], h->c);
-  if (req) sk_wait(&req); /* only if wrongly accepted */
-  h->rc[2] = sk_barrier(h->c);
+  if (req) sk_wait(&req, NULL); /* only if wrongly accepted */
+  h->rc[2] = sk_barrier(h->c, &h->err);
   f_msg(h->msg[2], h->c);
-  h->rc[3] = sk_send(h->c, x, 4, SK_F32, 1);
+  h->rc[3] = sk_send(h->c, x, 4, SK_F32, 1, NULL);
   f_msg(h->msg[3], h->c);
-  h->rc[4] = sk_broadcast(h->c, x, y, 4, SK_F32, 0);
+  h->rc[4] = sk_broadcast(h->c, x, y, 4, SK_F32, 0, NULL);
   f_msg(h->msg[4], h->c);
   return NULL;
 }
@@ -367,7 +368,7 @@ static sk_result wt_device(sk_comm *c, void *pv) {
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   ct_slot *s = &a->slots[rank];
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split(c, 0, n - rank, &sub); /* everyone, reversed */
+  sk_result r = sk_comm_split(c, 0, n - rank, &sub, NULL); /* everyone, reversed */
   if (!ct_rc(s, r, c, "split")) return r;
   sk_comm *cs[2] = {c, sub};
   for (int which = 0; which < 2; which++) {
@@ -382,7 +383,7 @@ static sk_result wt_device(sk_comm *c, void *pv) {
     }
     float x[4], y[4] = {0};
     for (int j = 0; j < 4; j++) x[j] = (float)(crank + j);
-    r = sk_allreduce(cc, x, y, 4, SK_F32, SK_SUM);
+    r = sk_allreduce(cc, x, y, 4, SK_F32, SK_SUM, NULL);
     if (!ct_rc(s, r, cc, which ? "sub allreduce after the helper's calls" : "allreduce after the helper's calls"))
       return r;
     for (int j = 0; j < 4; j++)
@@ -390,11 +391,11 @@ static sk_result wt_device(sk_comm *c, void *pv) {
     /* and a second collective, so the sequence is checked to still line up */
     float b[4] = {0};
     if (crank == 0) memcpy(b, x, sizeof b);
-    r = sk_broadcast(cc, b, b, 4, SK_F32, 0);
+    r = sk_broadcast(cc, b, b, 4, SK_F32, 0, NULL);
     if (!ct_rc(s, r, cc, "broadcast after the helper's calls")) return r;
     ct_check(s, b[0] == 0 && b[3] == 3, "comm %d: broadcast gave %g %g", which, (double)b[0], (double)b[3]);
   }
-  sk_comm_destroy(sub);
+  sk_comm_destroy(sub, NULL);
   s->ran = 1;
   return SK_OK;
 }
@@ -412,6 +413,9 @@ Test(comm_faults, comm_used_from_wrong_thread, .timeout = 30) {
       /* the message belongs to the owner (who may be using its communicator): untouched */
       cr_expect_str_eq(a.help[which].msg[k], "", "%s comm: helper thread's %s wrote '%s' into the owner's communicator",
                        which ? "sub" : "world", calls[k], a.help[which].msg[k]);
+      cr_expect(a.help[which].err.code == SK_ERR_INVALID_ARGUMENT &&
+                    strstr(a.help[which].err.msg, "the calling thread may not use this communicator"),
+                "%s comm: the helper's err: '%s'", which ? "sub" : "world", a.help[which].err.msg);
     }
 }
 
@@ -446,7 +450,7 @@ typedef struct ba_arg {
     req = (sk_request *)&req;                                                                               \
     BAD(call, word);                                                                                        \
     ct_check(s, req == NULL, "rank %d: %s left *req set", rank, #call);                                     \
-    if (req && req != (sk_request *)&req) sk_wait(&req);                                                    \
+    if (req && req != (sk_request *)&req) sk_wait(&req, NULL);                                                    \
     req = NULL;                                                                                             \
   } while (0)
 
@@ -464,136 +468,136 @@ static sk_result ba_device(sk_comm *c, void *pv) {
   const sk_redop bad_op[] = {(sk_redop)99, (sk_redop)-1, SK_REDOP_COUNT};
 
   /* ---- NULL buffers with count > 0 ---- */
-  BAD(sk_allreduce(c, NULL, out, E, SK_F32, SK_SUM), "send buffer is NULL");
-  BAD(sk_allreduce(c, buf, NULL, E, SK_F32, SK_SUM), "recv buffer is NULL");
-  BAD(sk_allgather(c, NULL, out, E, SK_F32), "send buffer is NULL");
-  BAD(sk_allgather(c, buf, NULL, E, SK_F32), "recv buffer is NULL");
-  BAD(sk_reduce_scatter(c, NULL, out, 1, SK_F32, SK_SUM), "send buffer is NULL");
-  BAD(sk_reduce_scatter(c, buf, NULL, 1, SK_F32, SK_SUM), "recv buffer is NULL");
-  BAD(sk_broadcast(c, NULL, out, E, SK_F32, me), "send buffer is NULL"); /* every rank its own root */
-  BAD(sk_broadcast(c, buf, NULL, E, SK_F32, 0), "recv buffer is NULL"); /* recv needed everywhere */
-  BAD(sk_reduce(c, NULL, out, E, SK_F32, SK_SUM, 0), "send buffer is NULL"); /* send needed everywhere */
-  BAD(sk_reduce(c, buf, NULL, E, SK_F32, SK_SUM, me), "recv buffer is NULL"); /* every rank its own root */
-  BAD(sk_alltoall(c, NULL, out, 1, SK_F32), "send buffer is NULL");
-  BAD(sk_alltoall(c, buf, NULL, 1, SK_F32), "recv buffer is NULL");
-  BAD(sk_send(c, NULL, E, SK_F32, (me + 1) % n), "send buffer is NULL");
-  BAD(sk_recv(c, NULL, E, SK_F32, (me + 1) % n), "recv buffer is NULL");
-  IBAD(sk_iallreduce(c, NULL, out, E, SK_F32, SK_SUM, &req), "send buffer is NULL");
-  IBAD(sk_iallgather(c, buf, NULL, E, SK_F32, &req), "recv buffer is NULL");
-  IBAD(sk_ireduce_scatter(c, NULL, out, 1, SK_F32, SK_SUM, &req), "send buffer is NULL");
-  IBAD(sk_ibroadcast(c, NULL, out, E, SK_F32, me, &req), "send buffer is NULL");
-  IBAD(sk_ireduce(c, buf, NULL, E, SK_F32, SK_SUM, me, &req), "recv buffer is NULL");
-  IBAD(sk_ialltoall(c, NULL, out, 1, SK_F32, &req), "send buffer is NULL");
-  IBAD(sk_isend(c, NULL, E, SK_F32, 0, &req), "send buffer is NULL");
-  IBAD(sk_irecv(c, NULL, E, SK_F32, 0, &req), "recv buffer is NULL");
+  BAD(sk_allreduce(c, NULL, out, E, SK_F32, SK_SUM, NULL), "send buffer is NULL");
+  BAD(sk_allreduce(c, buf, NULL, E, SK_F32, SK_SUM, NULL), "recv buffer is NULL");
+  BAD(sk_allgather(c, NULL, out, E, SK_F32, NULL), "send buffer is NULL");
+  BAD(sk_allgather(c, buf, NULL, E, SK_F32, NULL), "recv buffer is NULL");
+  BAD(sk_reduce_scatter(c, NULL, out, 1, SK_F32, SK_SUM, NULL), "send buffer is NULL");
+  BAD(sk_reduce_scatter(c, buf, NULL, 1, SK_F32, SK_SUM, NULL), "recv buffer is NULL");
+  BAD(sk_broadcast(c, NULL, out, E, SK_F32, me, NULL), "send buffer is NULL"); /* every rank its own root */
+  BAD(sk_broadcast(c, buf, NULL, E, SK_F32, 0, NULL), "recv buffer is NULL"); /* recv needed everywhere */
+  BAD(sk_reduce(c, NULL, out, E, SK_F32, SK_SUM, 0, NULL), "send buffer is NULL"); /* send needed everywhere */
+  BAD(sk_reduce(c, buf, NULL, E, SK_F32, SK_SUM, me, NULL), "recv buffer is NULL"); /* every rank its own root */
+  BAD(sk_alltoall(c, NULL, out, 1, SK_F32, NULL), "send buffer is NULL");
+  BAD(sk_alltoall(c, buf, NULL, 1, SK_F32, NULL), "recv buffer is NULL");
+  BAD(sk_send(c, NULL, E, SK_F32, (me + 1) % n, NULL), "send buffer is NULL");
+  BAD(sk_recv(c, NULL, E, SK_F32, (me + 1) % n, NULL), "recv buffer is NULL");
+  IBAD(sk_iallreduce(c, NULL, out, E, SK_F32, SK_SUM, &req, NULL), "send buffer is NULL");
+  IBAD(sk_iallgather(c, buf, NULL, E, SK_F32, &req, NULL), "recv buffer is NULL");
+  IBAD(sk_ireduce_scatter(c, NULL, out, 1, SK_F32, SK_SUM, &req, NULL), "send buffer is NULL");
+  IBAD(sk_ibroadcast(c, NULL, out, E, SK_F32, me, &req, NULL), "send buffer is NULL");
+  IBAD(sk_ireduce(c, buf, NULL, E, SK_F32, SK_SUM, me, &req, NULL), "recv buffer is NULL");
+  IBAD(sk_ialltoall(c, NULL, out, 1, SK_F32, &req, NULL), "send buffer is NULL");
+  IBAD(sk_isend(c, NULL, E, SK_F32, 0, &req, NULL), "send buffer is NULL");
+  IBAD(sk_irecv(c, NULL, E, SK_F32, 0, &req, NULL), "recv buffer is NULL");
 
   /* ---- invalid dtype ---- */
   for (int i = 0; i < 3; i++) {
     sk_dtype d = bad_dt[i];
-    BAD(sk_allreduce(c, buf, out, E, d, SK_SUM), "dtype");
-    BAD(sk_allgather(c, buf, out, E, d), "dtype");
-    BAD(sk_reduce_scatter(c, buf, out, 1, d, SK_SUM), "dtype");
-    BAD(sk_broadcast(c, buf, out, E, d, 0), "dtype");
-    BAD(sk_reduce(c, buf, out, E, d, SK_SUM, 0), "dtype");
-    BAD(sk_alltoall(c, buf, out, 1, d), "dtype");
-    BAD(sk_send(c, buf, E, d, 0), "dtype");
-    BAD(sk_recv(c, out, E, d, 0), "dtype");
-    BAD(sk_sendrecv(c, buf, E, 0, out, E, 0, d), "dtype");
-    IBAD(sk_iallreduce(c, buf, out, E, d, SK_SUM, &req), "dtype");
-    IBAD(sk_ialltoall(c, buf, out, 1, d, &req), "dtype");
-    IBAD(sk_irecv(c, out, E, d, 0, &req), "dtype");
+    BAD(sk_allreduce(c, buf, out, E, d, SK_SUM, NULL), "dtype");
+    BAD(sk_allgather(c, buf, out, E, d, NULL), "dtype");
+    BAD(sk_reduce_scatter(c, buf, out, 1, d, SK_SUM, NULL), "dtype");
+    BAD(sk_broadcast(c, buf, out, E, d, 0, NULL), "dtype");
+    BAD(sk_reduce(c, buf, out, E, d, SK_SUM, 0, NULL), "dtype");
+    BAD(sk_alltoall(c, buf, out, 1, d, NULL), "dtype");
+    BAD(sk_send(c, buf, E, d, 0, NULL), "dtype");
+    BAD(sk_recv(c, out, E, d, 0, NULL), "dtype");
+    BAD(sk_sendrecv(c, buf, E, 0, out, E, 0, d, NULL), "dtype");
+    IBAD(sk_iallreduce(c, buf, out, E, d, SK_SUM, &req, NULL), "dtype");
+    IBAD(sk_ialltoall(c, buf, out, 1, d, &req, NULL), "dtype");
+    IBAD(sk_irecv(c, out, E, d, 0, &req, NULL), "dtype");
   }
 
   /* ---- invalid reduce op (the reducing collectives) ---- */
   for (int i = 0; i < 3; i++) {
     sk_redop o = bad_op[i];
-    BAD(sk_allreduce(c, buf, out, E, SK_F32, o), "op");
-    BAD(sk_reduce_scatter(c, buf, out, 1, SK_I32, o), "op");
-    BAD(sk_reduce(c, buf, out, E, SK_F64, o, 0), "op");
-    IBAD(sk_iallreduce(c, buf, out, E, SK_F32, o, &req), "op");
-    IBAD(sk_ireduce_scatter(c, buf, out, 1, SK_F32, o, &req), "op");
-    IBAD(sk_ireduce(c, buf, out, E, SK_F32, o, 0, &req), "op");
+    BAD(sk_allreduce(c, buf, out, E, SK_F32, o, NULL), "op");
+    BAD(sk_reduce_scatter(c, buf, out, 1, SK_I32, o, NULL), "op");
+    BAD(sk_reduce(c, buf, out, E, SK_F64, o, 0, NULL), "op");
+    IBAD(sk_iallreduce(c, buf, out, E, SK_F32, o, &req, NULL), "op");
+    IBAD(sk_ireduce_scatter(c, buf, out, 1, SK_F32, o, &req, NULL), "op");
+    IBAD(sk_ireduce(c, buf, out, E, SK_F32, o, 0, &req, NULL), "op");
   }
 
   /* ---- root / peer out of range: -1 and size ---- */
   const int bad_rank[] = {-1, n, n + 100, -1000};
   for (int i = 0; i < 4; i++) {
     int b = bad_rank[i];
-    BAD(sk_broadcast(c, buf, out, E, SK_F32, b), "root");
-    BAD(sk_reduce(c, buf, out, E, SK_F32, SK_SUM, b), "root");
-    BAD(sk_send(c, buf, E, SK_F32, b), "peer");
-    BAD(sk_recv(c, out, E, SK_F32, b), "peer");
-    BAD(sk_sendrecv(c, buf, E, b, out, E, 0, SK_F32), "peer"); /* bad dst */
-    IBAD(sk_ibroadcast(c, buf, out, E, SK_F32, b, &req), "root");
-    IBAD(sk_ireduce(c, buf, out, E, SK_F32, SK_SUM, b, &req), "root");
-    IBAD(sk_isend(c, buf, E, SK_F32, b, &req), "peer");
-    IBAD(sk_irecv(c, out, E, SK_F32, b, &req), "peer");
+    BAD(sk_broadcast(c, buf, out, E, SK_F32, b, NULL), "root");
+    BAD(sk_reduce(c, buf, out, E, SK_F32, SK_SUM, b, NULL), "root");
+    BAD(sk_send(c, buf, E, SK_F32, b, NULL), "peer");
+    BAD(sk_recv(c, out, E, SK_F32, b, NULL), "peer");
+    BAD(sk_sendrecv(c, buf, E, b, out, E, 0, SK_F32, NULL), "peer"); /* bad dst */
+    IBAD(sk_ibroadcast(c, buf, out, E, SK_F32, b, &req, NULL), "root");
+    IBAD(sk_ireduce(c, buf, out, E, SK_F32, SK_SUM, b, &req, NULL), "root");
+    IBAD(sk_isend(c, buf, E, SK_F32, b, &req, NULL), "peer");
+    IBAD(sk_irecv(c, out, E, SK_F32, b, &req, NULL), "peer");
   }
 
   /* ---- overlapping send/recv that is not the in-place form ---- */
-  BAD(sk_allreduce(c, buf, buf + 1, E, SK_F32, SK_SUM), "overlap");
-  BAD(sk_allreduce(c, buf + 1, buf, E, SK_F32, SK_SUM), "overlap");
-  BAD(sk_allgather(c, buf + 1, buf, E, SK_F32), "overlap");         /* in place: send == recv + rank*E */
-  BAD(sk_allgather(c, buf, buf + 1, E, SK_F32), "overlap");
-  BAD(sk_reduce_scatter(c, buf, buf + 1, E, SK_F32, SK_SUM), "overlap"); /* in place: recv == send + rank*E */
-  BAD(sk_reduce_scatter(c, buf + 1, buf, E, SK_F32, SK_SUM), "overlap");
-  BAD(sk_broadcast(c, buf, buf + 1, E, SK_F32, me), "overlap");   /* only the root reads send */
-  BAD(sk_reduce(c, buf + 1, buf, E, SK_F32, SK_SUM, me), "overlap"); /* only the root writes recv */
-  BAD(sk_alltoall(c, buf, buf + 1, E, SK_F32), "overlap");
-  BAD(sk_alltoall(c, buf + 1, buf, E, SK_F32), "overlap");
-  IBAD(sk_iallreduce(c, buf, buf + 1, E, SK_F32, SK_SUM, &req), "overlap");
-  IBAD(sk_iallgather(c, buf + 1, buf, E, SK_F32, &req), "overlap");
+  BAD(sk_allreduce(c, buf, buf + 1, E, SK_F32, SK_SUM, NULL), "overlap");
+  BAD(sk_allreduce(c, buf + 1, buf, E, SK_F32, SK_SUM, NULL), "overlap");
+  BAD(sk_allgather(c, buf + 1, buf, E, SK_F32, NULL), "overlap");         /* in place: send == recv + rank*E */
+  BAD(sk_allgather(c, buf, buf + 1, E, SK_F32, NULL), "overlap");
+  BAD(sk_reduce_scatter(c, buf, buf + 1, E, SK_F32, SK_SUM, NULL), "overlap"); /* in place: recv == send + rank*E */
+  BAD(sk_reduce_scatter(c, buf + 1, buf, E, SK_F32, SK_SUM, NULL), "overlap");
+  BAD(sk_broadcast(c, buf, buf + 1, E, SK_F32, me, NULL), "overlap");   /* only the root reads send */
+  BAD(sk_reduce(c, buf + 1, buf, E, SK_F32, SK_SUM, me, NULL), "overlap"); /* only the root writes recv */
+  BAD(sk_alltoall(c, buf, buf + 1, E, SK_F32, NULL), "overlap");
+  BAD(sk_alltoall(c, buf + 1, buf, E, SK_F32, NULL), "overlap");
+  IBAD(sk_iallreduce(c, buf, buf + 1, E, SK_F32, SK_SUM, &req, NULL), "overlap");
+  IBAD(sk_iallgather(c, buf + 1, buf, E, SK_F32, &req, NULL), "overlap");
 
   /* ---- absurd count ---- */
-  BAD(sk_allreduce(c, buf, out, huge, SK_F32, SK_SUM), "count");
-  BAD(sk_allgather(c, buf, out, huge, SK_F32), "count");
-  BAD(sk_reduce_scatter(c, buf, out, huge, SK_F32, SK_SUM), "count");
-  BAD(sk_broadcast(c, buf, out, huge, SK_F32, 0), "count");
-  BAD(sk_reduce(c, buf, out, huge, SK_F32, SK_SUM, 0), "count");
-  BAD(sk_alltoall(c, buf, out, huge, SK_F32), "count");
-  BAD(sk_send(c, buf, huge, SK_F32, 0), "count");
-  BAD(sk_recv(c, out, huge, SK_F32, 0), "count");
-  BAD(sk_allreduce(c, buf, out, SIZE_MAX, SK_U8, SK_SUM), "count");
-  IBAD(sk_iallreduce(c, buf, out, huge, SK_F64, SK_SUM, &req), "count");
-  IBAD(sk_isend(c, buf, SIZE_MAX, SK_I8, 0, &req), "count");
+  BAD(sk_allreduce(c, buf, out, huge, SK_F32, SK_SUM, NULL), "count");
+  BAD(sk_allgather(c, buf, out, huge, SK_F32, NULL), "count");
+  BAD(sk_reduce_scatter(c, buf, out, huge, SK_F32, SK_SUM, NULL), "count");
+  BAD(sk_broadcast(c, buf, out, huge, SK_F32, 0, NULL), "count");
+  BAD(sk_reduce(c, buf, out, huge, SK_F32, SK_SUM, 0, NULL), "count");
+  BAD(sk_alltoall(c, buf, out, huge, SK_F32, NULL), "count");
+  BAD(sk_send(c, buf, huge, SK_F32, 0, NULL), "count");
+  BAD(sk_recv(c, out, huge, SK_F32, 0, NULL), "count");
+  BAD(sk_allreduce(c, buf, out, SIZE_MAX, SK_U8, SK_SUM, NULL), "count");
+  IBAD(sk_iallreduce(c, buf, out, huge, SK_F64, SK_SUM, &req, NULL), "count");
+  IBAD(sk_isend(c, buf, SIZE_MAX, SK_I8, 0, &req, NULL), "count");
 
   /* ---- NULL request pointer for every i* form ---- */
-  BAD(sk_iallreduce(c, buf, out, E, SK_F32, SK_SUM, NULL), "req");
-  BAD(sk_iallgather(c, buf, out, E, SK_F32, NULL), "req");
-  BAD(sk_ireduce_scatter(c, buf, out, 1, SK_F32, SK_SUM, NULL), "req");
-  BAD(sk_ibroadcast(c, buf, out, E, SK_F32, 0, NULL), "req");
-  BAD(sk_ireduce(c, buf, out, E, SK_F32, SK_SUM, 0, NULL), "req");
-  BAD(sk_ialltoall(c, buf, out, 1, SK_F32, NULL), "req");
-  BAD(sk_ibarrier(c, NULL), "req");
-  BAD(sk_isend(c, buf, E, SK_F32, 0, NULL), "req");
-  BAD(sk_irecv(c, out, E, SK_F32, 0, NULL), "req");
+  BAD(sk_iallreduce(c, buf, out, E, SK_F32, SK_SUM, NULL, NULL), "req");
+  BAD(sk_iallgather(c, buf, out, E, SK_F32, NULL, NULL), "req");
+  BAD(sk_ireduce_scatter(c, buf, out, 1, SK_F32, SK_SUM, NULL, NULL), "req");
+  BAD(sk_ibroadcast(c, buf, out, E, SK_F32, 0, NULL, NULL), "req");
+  BAD(sk_ireduce(c, buf, out, E, SK_F32, SK_SUM, 0, NULL, NULL), "req");
+  BAD(sk_ialltoall(c, buf, out, 1, SK_F32, NULL, NULL), "req");
+  BAD(sk_ibarrier(c, NULL, NULL), "req");
+  BAD(sk_isend(c, buf, E, SK_F32, 0, NULL, NULL), "req");
+  BAD(sk_irecv(c, out, E, SK_F32, 0, NULL, NULL), "req");
 
   /* ---- request helpers ---- */
   bool done = true;
-  ct_check(s, sk_wait(NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_wait(NULL)", rank);
-  ct_check(s, sk_test(NULL, &done) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_test(NULL, &done)", rank);
-  ct_check(s, sk_test(&req, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_test(&req, NULL)", rank);
-  ct_check(s, sk_waitall(-1, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_waitall(-1)", rank);
-  ct_check(s, sk_waitall(2, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_waitall(2, NULL)", rank);
+  ct_check(s, sk_wait(NULL, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_wait(NULL)", rank);
+  ct_check(s, sk_test(NULL, &done, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_test(NULL, &done)", rank);
+  ct_check(s, sk_test(&req, NULL, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_test(&req, NULL)", rank);
+  ct_check(s, sk_waitall(-1, NULL, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_waitall(-1)", rank);
+  ct_check(s, sk_waitall(2, NULL, NULL) == SK_ERR_INVALID_ARGUMENT, "rank %d: sk_waitall(2, NULL)", rank);
 
   /* ---- sub-communicator constructors (argument checks come before the collective part) ---- */
   sk_comm *sub = (sk_comm *)&sub;
-  BAD(sk_comm_split(c, 0, 0, NULL), "out");
-  BAD(sk_comm_split(c, -5, 0, &sub), "color");
+  BAD(sk_comm_split(c, 0, 0, NULL, NULL), "out");
+  BAD(sk_comm_split(c, -5, 0, &sub, NULL), "color");
   ct_check(s, sub == NULL, "rank %d: a failed split left *out set", rank);
   int dup[2] = {0, 0}, oor[2] = {0, n}, neg[2] = {-1, 0};
   if (n >= 2) { /* two ranks fit */
-    BAD(sk_comm_create(c, 2, dup, &sub), "twice");
-    BAD(sk_comm_create(c, 2, oor, &sub), "out of range");
-    BAD(sk_comm_create(c, 2, neg, &sub), "out of range");
+    BAD(sk_comm_create(c, 2, dup, &sub, NULL), "twice");
+    BAD(sk_comm_create(c, 2, oor, &sub, NULL), "out of range");
+    BAD(sk_comm_create(c, 2, neg, &sub, NULL), "out of range");
   } else { /* one rank: the lists' second entries alone */
-    BAD(sk_comm_create(c, 1, oor + 1, &sub), "out of range");
-    BAD(sk_comm_create(c, 1, neg, &sub), "out of range");
+    BAD(sk_comm_create(c, 1, oor + 1, &sub, NULL), "out of range");
+    BAD(sk_comm_create(c, 1, neg, &sub, NULL), "out of range");
   }
-  BAD(sk_comm_create(c, 0, dup, &sub), "n = 0");
-  BAD(sk_comm_create(c, n + 1, dup, &sub), "n =");
-  BAD(sk_comm_create(c, 1, NULL, &sub), "ranks is NULL");
-  BAD(sk_comm_create(c, 1, dup, NULL), "out");
+  BAD(sk_comm_create(c, 0, dup, &sub, NULL), "n = 0");
+  BAD(sk_comm_create(c, n + 1, dup, &sub, NULL), "n =");
+  BAD(sk_comm_create(c, 1, NULL, &sub, NULL), "ranks is NULL");
+  BAD(sk_comm_create(c, 1, dup, NULL, NULL), "out");
   ct_check(s, sub == NULL, "rank %d: a failed create left *out set", rank);
   sk_mesh wrong, ok;
   sk_error e;
@@ -601,11 +605,11 @@ static sk_result ba_device(sk_comm *c, void *pv) {
   const char *names2[2] = {"dp", "mp"}, *names1[1] = {"dp"};
   ct_check(s, sk_mesh_init(&wrong, 2, dims_wrong, names2, &e) == SK_OK, "mesh init: %s", e.msg);
   ct_check(s, sk_mesh_init(&ok, 1, dims_ok, names1, &e) == SK_OK, "mesh init: %s", e.msg);
-  BAD(sk_comm_split_mesh(c, &wrong, 1u, &sub), "devices");
-  BAD(sk_comm_split_mesh(c, &ok, 2u, &sub), "axis_mask");   /* axis 1 of a 1-axis mesh */
-  BAD(sk_comm_split_mesh(c, &ok, 0x80000000u, &sub), "axis_mask");
-  BAD(sk_comm_split_mesh(c, NULL, 1u, &sub), "mesh is NULL");
-  BAD(sk_comm_split_mesh(c, &ok, 1u, NULL), "out");
+  BAD(sk_comm_split_mesh(c, &wrong, 1u, &sub, NULL), "devices");
+  BAD(sk_comm_split_mesh(c, &ok, 2u, &sub, NULL), "axis_mask");   /* axis 1 of a 1-axis mesh */
+  BAD(sk_comm_split_mesh(c, &ok, 0x80000000u, &sub, NULL), "axis_mask");
+  BAD(sk_comm_split_mesh(c, NULL, 1u, &sub, NULL), "mesh is NULL");
+  BAD(sk_comm_split_mesh(c, &ok, 1u, NULL, NULL), "out");
   ct_check(s, sub == NULL, "rank %d: a failed split_mesh left *out set", rank);
 
   /* ---- valid: NULL with count 0, Reduce's recv NULL off the root, Broadcast's send NULL off
@@ -617,32 +621,32 @@ static sk_result ba_device(sk_comm *c, void *pv) {
     what = #call;               \
     r = (call);                 \
   }
-  OKCALL(sk_allreduce(c, NULL, NULL, 0, SK_F32, SK_SUM));
-  OKCALL(sk_allgather(c, NULL, NULL, 0, SK_I8));
-  OKCALL(sk_reduce_scatter(c, NULL, NULL, 0, SK_F64, SK_MAX));
-  OKCALL(sk_broadcast(c, NULL, NULL, 0, SK_F16, n - 1));
-  OKCALL(sk_reduce(c, NULL, NULL, 0, SK_I64, SK_PROD, 0));
-  OKCALL(sk_alltoall(c, NULL, NULL, 0, SK_U8));
-  OKCALL(sk_sendrecv(c, NULL, 0, (me + 1) % n, NULL, 0, (me + n - 1) % n, SK_F32));
+  OKCALL(sk_allreduce(c, NULL, NULL, 0, SK_F32, SK_SUM, NULL));
+  OKCALL(sk_allgather(c, NULL, NULL, 0, SK_I8, NULL));
+  OKCALL(sk_reduce_scatter(c, NULL, NULL, 0, SK_F64, SK_MAX, NULL));
+  OKCALL(sk_broadcast(c, NULL, NULL, 0, SK_F16, n - 1, NULL));
+  OKCALL(sk_reduce(c, NULL, NULL, 0, SK_I64, SK_PROD, 0, NULL));
+  OKCALL(sk_alltoall(c, NULL, NULL, 0, SK_U8, NULL));
+  OKCALL(sk_sendrecv(c, NULL, 0, (me + 1) % n, NULL, 0, (me + n - 1) % n, SK_F32, NULL));
   if (!ct_rc(s, r, c, what)) goto out;
   for (int j = 0; j < E; j++) buf[j] = (float)(rank * 10 + j), out[j] = -1;
-  r = sk_reduce(c, buf, rank == n - 1 ? out : NULL, E, SK_F32, SK_SUM, n - 1);
+  r = sk_reduce(c, buf, rank == n - 1 ? out : NULL, E, SK_F32, SK_SUM, n - 1, NULL);
   if (!ct_rc(s, r, c, "reduce with recv NULL on non-roots")) goto out;
   if (rank == n - 1)
     for (int j = 0; j < E; j++)
       ct_check(s, out[j] == (float)(10 * n * (n - 1) / 2 + n * j), "reduce [%d] = %g", j, (double)out[j]);
   for (int j = 0; j < E; j++) out[j] = -1;
-  r = sk_broadcast(c, rank == 0 ? buf : NULL, out, E, SK_F32, 0);
+  r = sk_broadcast(c, rank == 0 ? buf : NULL, out, E, SK_F32, 0, NULL);
   if (!ct_rc(s, r, c, "broadcast with send NULL on non-roots")) goto out;
   for (int j = 0; j < E; j++) ct_check(s, out[j] == (float)j, "broadcast [%d] = %g", j, (double)out[j]);
   /* in-place forms are not overlaps */
   for (int j = 0; j < E * n; j++) buf[j] = (float)(j / E == rank ? rank + 1 : 0);
-  r = sk_allgather(c, buf + (size_t)rank * E, buf, E, SK_F32);
+  r = sk_allgather(c, buf + (size_t)rank * E, buf, E, SK_F32, NULL);
   if (!ct_rc(s, r, c, "in-place allgather")) goto out;
   for (int j = 0; j < E * n; j++) ct_check(s, buf[j] == (float)(j / E + 1), "in-place allgather [%d] = %g", j, (double)buf[j]);
   /* the communicator still works after all the rejected calls */
   for (int j = 0; j < E; j++) buf[j] = (float)(rank + j);
-  r = sk_allreduce(c, buf, buf, E, SK_F32, SK_SUM);
+  r = sk_allreduce(c, buf, buf, E, SK_F32, SK_SUM, NULL);
   if (!ct_rc(s, r, c, "in-place allreduce after the rejected calls")) goto out;
   for (int j = 0; j < E; j++)
     ct_check(s, buf[j] == (float)(n * (n - 1) / 2 + n * j), "allreduce after the rejected calls [%d] = %g", j,
@@ -663,11 +667,11 @@ Test(comm_faults, bad_arguments_each, .timeout = 30) {
     snprintf(lab, sizeof lab, "bad arguments, n=%d", n);
     sk_world *w = ct_world(n, CT_CFG_DEFAULT, CT_TIMEOUT_MS); /* a wrongly accepted call fails in 10 s, not 5 min */
     uint64_t t0 = sk_now_ns();
-    sk_result r = sk_world_run(w, ba_device, &a);
+    sk_result r = sk_world_run(w, ba_device, &a, NULL);
     cr_expect_eq(r, SK_OK, "%s: sk_world_run returned %s: %s", lab, sk_result_name(r), sk_world_error_message(w));
     cr_expect_lt(ct_ms_since(t0), CT_TIMEOUT_MS / 2.0, "%s: took %.0f ms (something waited)", lab, ct_ms_since(t0));
     cr_expect(!sk_world_aborted(w), "%s: the world was aborted", lab);
-    sk_world_destroy(w);
+    sk_world_destroy(w, NULL);
     ct_expect_slots(a.slots, n, lab);
     free(a.slots);
   }
@@ -687,7 +691,7 @@ static sk_result sr_bad_src_device(sk_comm *c, void *pv) {
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   float x[4] = {0}, y[4];
   uint64_t t0 = sk_now_ns();
-  a->rc[rank] = sk_sendrecv(c, x, 4, (rank + 1) % n, y, 4, n, SK_F32);
+  a->rc[rank] = sk_sendrecv(c, x, 4, (rank + 1) % n, y, 4, n, SK_F32, NULL);
   a->ms[rank] = ct_ms_since(t0);
   f_msg(a->msg[rank], c);
   return SK_OK;
@@ -697,7 +701,7 @@ Test(comm_faults, sendrecv_bad_source_fails_fast, .timeout = 30) {
   sr_arg a;
   memset(&a, 0, sizeof a);
   sk_world *w = ct_world(2, CT_CFG_DEFAULT, CT_TIMEOUT_MS);
-  sk_world_run(w, sr_bad_src_device, &a);
+  sk_world_run(w, sr_bad_src_device, &a, NULL);
   for (int q = 0; q < 2; q++) {
     cr_expect_eq(a.rc[q], SK_ERR_INVALID_ARGUMENT, "rank %d: sk_sendrecv(src = size) returned %s", q,
                  sk_result_name(a.rc[q]));
@@ -706,7 +710,7 @@ Test(comm_faults, sendrecv_bad_source_fails_fast, .timeout = 30) {
                  "posted send; world timeout %u ms)", q, a.ms[q], CT_TIMEOUT_MS);
   }
   cr_expect(!sk_world_aborted(w), "a rejected sendrecv aborted the world: %s", sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }
 
 /* An absurd count on Send/Recv: nothing else (no overlap check, which in practice catches a huge
@@ -717,18 +721,18 @@ static sk_result p2p_huge_device(sk_comm *c, void *pv) {
   sr_arg *a = (sr_arg *)pv;
   unsigned char b[16] = {0};
   sk_request *req = NULL;
-  a->rc[0] = sk_isend(c, b, SIZE_MAX / 2, SK_U8, 0, &req);
+  a->rc[0] = sk_isend(c, b, SIZE_MAX / 2, SK_U8, 0, &req, NULL);
   f_msg(a->msg[0], c);
-  if (req) sk_wait(&req);
+  if (req) sk_wait(&req, NULL);
   return SK_OK;
 }
 static sk_result p2p_huge_recv_device(sk_comm *c, void *pv) {
   sr_arg *a = (sr_arg *)pv;
   unsigned char b[16] = {0};
   sk_request *req = NULL;
-  a->rc[1] = sk_irecv(c, b, SIZE_MAX / 2, SK_U8, 0, &req);
+  a->rc[1] = sk_irecv(c, b, SIZE_MAX / 2, SK_U8, 0, &req, NULL);
   f_msg(a->msg[1], c);
-  if (req) sk_wait(&req);
+  if (req) sk_wait(&req, NULL);
   return SK_OK;
 }
 
@@ -736,11 +740,11 @@ Test(comm_faults, absurd_count_u8, .timeout = 30) {
   sr_arg a;
   memset(&a, 0, sizeof a);
   sk_world *w = ct_world(1, CT_CFG_DEFAULT, F_TIMEOUT_MS);
-  sk_world_run(w, p2p_huge_device, &a);
-  sk_world_destroy(w);
+  sk_world_run(w, p2p_huge_device, &a, NULL);
+  sk_world_destroy(w, NULL);
   w = ct_world(1, CT_CFG_DEFAULT, F_TIMEOUT_MS);
-  sk_world_run(w, p2p_huge_recv_device, &a);
-  sk_world_destroy(w);
+  sk_world_run(w, p2p_huge_recv_device, &a, NULL);
+  sk_world_destroy(w, NULL);
   for (int q = 0; q < 2; q++) {
     cr_expect_eq(a.rc[q], SK_ERR_INVALID_ARGUMENT, "1 device: %s of SIZE_MAX/2 x u8 returned %s: '%s'",
                  q ? "irecv" : "isend", sk_result_name(a.rc[q]), a.msg[q]);
@@ -754,9 +758,9 @@ Test(comm_faults, absurd_count_u8, .timeout = 30) {
 static sk_result coll_huge_device(sk_comm *c, void *pv) {
   sr_arg *a = (sr_arg *)pv;
   static unsigned char b[64], o[64];
-  a->rc[0] = sk_allreduce(c, b, o, SIZE_MAX / 2, SK_U8, SK_SUM);
+  a->rc[0] = sk_allreduce(c, b, o, SIZE_MAX / 2, SK_U8, SK_SUM, NULL);
   f_msg(a->msg[0], c);
-  a->rc[1] = sk_broadcast(c, b, o, SIZE_MAX / 2, SK_U8, 0);
+  a->rc[1] = sk_broadcast(c, b, o, SIZE_MAX / 2, SK_U8, 0, NULL);
   f_msg(a->msg[1], c);
   return SK_OK;
 }
@@ -765,8 +769,8 @@ Test(comm_faults, absurd_count_u8_collective_message, .timeout = 30) {
   sr_arg a;
   memset(&a, 0, sizeof a);
   sk_world *w = ct_world(1, CT_CFG_DEFAULT, F_TIMEOUT_MS);
-  sk_world_run(w, coll_huge_device, &a);
-  sk_world_destroy(w);
+  sk_world_run(w, coll_huge_device, &a, NULL);
+  sk_world_destroy(w, NULL);
   for (int q = 0; q < 2; q++) {
     cr_expect_eq(a.rc[q], SK_ERR_INVALID_ARGUMENT, "%s of SIZE_MAX/2 x u8 returned %s", q ? "broadcast" : "allreduce",
                  sk_result_name(a.rc[q]));
@@ -785,25 +789,25 @@ Test(comm_faults, null_comm, .timeout = 10) {
   int dims[1] = {1};
   const char *names[1] = {"dp"};
   cr_assert_eq(sk_mesh_init(&m, 1, dims, names, NULL), SK_OK);
-  cr_expect_eq(sk_allreduce(NULL, x, y, 4, SK_F32, SK_SUM), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_allgather(NULL, x, y, 1, SK_F32), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_reduce_scatter(NULL, x, y, 1, SK_F32, SK_SUM), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_broadcast(NULL, x, y, 4, SK_F32, 0), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_reduce(NULL, x, y, 4, SK_F32, SK_SUM, 0), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_alltoall(NULL, x, y, 1, SK_F32), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_barrier(NULL), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_send(NULL, x, 4, SK_F32, 0), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_recv(NULL, y, 4, SK_F32, 0), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_sendrecv(NULL, x, 4, 0, y, 4, 0, SK_F32), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_iallreduce(NULL, x, y, 4, SK_F32, SK_SUM, &req), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_ibarrier(NULL, &req), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_isend(NULL, x, 4, SK_F32, 0, &req), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_irecv(NULL, y, 4, SK_F32, 0, &req), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_comm_split(NULL, 0, 0, &out), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_comm_create(NULL, 1, ranks, &out), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_comm_split_mesh(NULL, &m, 1u, &out), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_comm_destroy(NULL), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_wait(NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_allreduce(NULL, x, y, 4, SK_F32, SK_SUM, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_allgather(NULL, x, y, 1, SK_F32, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce_scatter(NULL, x, y, 1, SK_F32, SK_SUM, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_broadcast(NULL, x, y, 4, SK_F32, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce(NULL, x, y, 4, SK_F32, SK_SUM, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_alltoall(NULL, x, y, 1, SK_F32, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_barrier(NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_send(NULL, x, 4, SK_F32, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_recv(NULL, y, 4, SK_F32, 0, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_sendrecv(NULL, x, 4, 0, y, 4, 0, SK_F32, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_iallreduce(NULL, x, y, 4, SK_F32, SK_SUM, &req, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_ibarrier(NULL, &req, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_isend(NULL, x, 4, SK_F32, 0, &req, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_irecv(NULL, y, 4, SK_F32, 0, &req, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_comm_split(NULL, 0, 0, &out, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_comm_create(NULL, 1, ranks, &out, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_comm_split_mesh(NULL, &m, 1u, &out, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_comm_destroy(NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_wait(NULL, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect_str_eq(sk_comm_error_message(NULL), "comm is NULL");
   cr_expect_eq(sk_comm_rank(NULL), -1);
   cr_expect_eq(sk_comm_size(NULL), 0);
@@ -826,7 +830,7 @@ static sk_result one_bad_device(sk_comm *c, void *pv) {
   int rank = sk_comm_rank(c);
   float x[4] = {1, 2, 3, 4}, y[4];
   uint64_t t0 = sk_now_ns();
-  a->rc[rank] = sk_allreduce(c, rank == a->bad ? NULL : x, y, 4, SK_F32, SK_SUM);
+  a->rc[rank] = sk_allreduce(c, rank == a->bad ? NULL : x, y, 4, SK_F32, SK_SUM, NULL);
   a->ms[rank] = ct_ms_since(t0);
   f_msg(a->msg[rank], c);
   return SK_OK; /* the bad rank does not fail its device: the peers must find out by timing out */
@@ -839,7 +843,7 @@ Test(comm_faults, bad_arg_on_one_rank, .timeout = 30) {
   for (int q = 0; q < a.n; q++) a.rc[q] = SK_RESULT_COUNT; /* never ran: the world fell before it joined */
   sk_world *w = ct_world(a.n, CT_CFG_DEFAULT, CT_TIMEOUT_MS);
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_world_run(w, one_bad_device, &a);
+  sk_result r = sk_world_run(w, one_bad_device, &a, NULL);
   double ms = ct_ms_since(t0);
   cr_expect_eq(r, SK_ERR_MISMATCH, "sk_world_run returned %s: %s", sk_result_name(r), sk_world_error_message(w));
   cr_expect(strstr(sk_world_error_message(w), "group rank 1 (world rank 1) has left") != NULL, "world message '%s'",
@@ -861,7 +865,7 @@ Test(comm_faults, bad_arg_on_one_rank, .timeout = 30) {
     }
   }
   cr_expect_geq(named, 1);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
 }
 
 /* ============================================================================================ */
@@ -888,14 +892,14 @@ static sk_result lonely_device(sk_comm *c, void *pv) {
   sk_comm *sub = NULL;
   if (a->mode == 2) {
     int members[2] = {0, a->lonely};
-    sk_result r = sk_comm_create(c, 2, members, &sub);
+    sk_result r = sk_comm_create(c, 2, members, &sub, NULL);
     if (!ct_rc(s, r, c, "create")) return r;
   }
   s->ran = 1;
   if (rank != a->lonely) {
     uint64_t t0 = sk_now_ns();
     while (!atomic_load(&a->finished) && sk_now_ns() - t0 < 10000000000ull) ct_sleep_ms(1);
-    if (sub) sk_comm_destroy(sub);
+    if (sub) sk_comm_destroy(sub, NULL);
     return SK_OK;
   }
   float x[8] = {0}, y[8 * 4];
@@ -903,27 +907,27 @@ static sk_result lonely_device(sk_comm *c, void *pv) {
   uint64_t t0 = sk_now_ns();
   sk_comm *cc = c;
   switch (a->mode) {
-    case 0: a->rc = sk_allreduce(c, x, y, 8, SK_F32, SK_SUM); break;
+    case 0: a->rc = sk_allreduce(c, x, y, 8, SK_F32, SK_SUM, NULL); break;
     case 1:
-      a->rc = sk_ibroadcast(c, x, y, 8, SK_F32, 0, &req);
-      if (a->rc == SK_OK) a->rc = sk_wait(&req);
+      a->rc = sk_ibroadcast(c, x, y, 8, SK_F32, 0, &req, NULL);
+      if (a->rc == SK_OK) a->rc = sk_wait(&req, NULL);
       break;
-    case 2: cc = sub, a->rc = sk_barrier(sub); break;
+    case 2: cc = sub, a->rc = sk_barrier(sub, NULL); break;
     default: {
-      a->rc = sk_ireduce_scatter(c, y, x, 2, SK_F32, SK_SUM, &req);
+      a->rc = sk_ireduce_scatter(c, y, x, 2, SK_F32, SK_SUM, &req, NULL);
       bool done = false;
       while (a->rc == SK_OK && !done && sk_now_ns() - t0 < 10000000000ull) {
         a->rc = ct_test(&req, &done);
         if (a->rc == SK_OK && !done) ct_sleep_ms(1);
       }
-      if (req) sk_wait(&req);
+      if (req) sk_wait(&req, NULL);
       (void)n;
       break;
     }
   }
   a->ms = ct_ms_since(t0);
   f_msg(a->msg, cc);
-  if (sub) sk_comm_destroy(sub);
+  if (sub) sk_comm_destroy(sub, NULL);
   atomic_store(&a->finished, 1);
   return a->rc;
 }
@@ -937,7 +941,7 @@ Test(comm_faults, timeout_lonely_collective, .timeout = 30) {
     a.n = 3, a.lonely = 2, a.mode = mode;
     sk_world *w = ct_world(a.n, CT_CFG_DEFAULT, F_TIMEOUT_MS);
     uint64_t t0 = sk_now_ns();
-    sk_result r = sk_world_run(w, lonely_device, &a);
+    sk_result r = sk_world_run(w, lonely_device, &a, NULL);
     double ms = ct_ms_since(t0);
     ct_expect_slots(a.slots, a.n, modes[mode]); /* creation worked; rc recorded separately */
     cr_expect_eq(r, SK_ERR_TIMEOUT, "%s: sk_world_run returned %s: %s", modes[mode], sk_result_name(r),
@@ -957,12 +961,12 @@ Test(comm_faults, timeout_lonely_collective, .timeout = 30) {
     memset(&b, 0, sizeof b);
     b.n = 3, b.lonely = 2, b.mode = 0;
     t0 = sk_now_ns();
-    r = sk_world_run(w, lonely_device, &b);
+    r = sk_world_run(w, lonely_device, &b, NULL);
     cr_expect(r == SK_ERR_ABORTED || r == SK_ERR_TIMEOUT, "%s: a second run after the timeout returned %s", modes[mode],
               sk_result_name(r));
     cr_expect_lt(ct_ms_since(t0), F_HUNG_MS, "%s: a second run after the timeout took %.0f ms", modes[mode],
                  ct_ms_since(t0));
-    cr_expect_eq(sk_world_destroy(w), SK_OK);
+    cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
   }
 }
 
@@ -985,11 +989,11 @@ static sk_result p2p_timeout_device(sk_comm *c, void *pv) {
   float x[4] = {0};
   sk_request *req = NULL;
   uint64_t t0 = sk_now_ns();
-  if (a->mode == 0) a->rc = sk_recv(c, x, 4, SK_F32, 1);
-  else if (a->mode == 1) a->rc = sk_send(c, x, 4, SK_F32, 1);
+  if (a->mode == 0) a->rc = sk_recv(c, x, 4, SK_F32, 1, NULL);
+  else if (a->mode == 1) a->rc = sk_send(c, x, 4, SK_F32, 1, NULL);
   else {
-    a->rc = sk_irecv(c, x, 4, SK_F32, 1, &req);
-    if (a->rc == SK_OK) a->rc = sk_wait(&req);
+    a->rc = sk_irecv(c, x, 4, SK_F32, 1, &req, NULL);
+    if (a->rc == SK_OK) a->rc = sk_wait(&req, NULL);
   }
   a->ms = ct_ms_since(t0);
   f_msg(a->msg, c);
@@ -1004,13 +1008,13 @@ Test(comm_faults, timeout_p2p_unmatched, .timeout = 30) {
     memset(&a, 0, sizeof a);
     a.mode = mode;
     sk_world *w = ct_world(2, CT_CFG_DEFAULT, F_TIMEOUT_MS);
-    sk_result r = sk_world_run(w, p2p_timeout_device, &a);
+    sk_result r = sk_world_run(w, p2p_timeout_device, &a, NULL);
     cr_expect_eq(r, SK_ERR_TIMEOUT, "%s: sk_world_run returned %s", modes[mode], sk_result_name(r));
     cr_expect_eq(a.rc, SK_ERR_TIMEOUT, "%s: returned %s: '%s'", modes[mode], sk_result_name(a.rc), a.msg);
     cr_expect(a.ms >= 100.0 && a.ms < F_HUNG_MS, "%s: timed out after %.0f ms (timeout %u ms)", modes[mode], a.ms,
               F_TIMEOUT_MS);
     cr_expect(strstr(a.msg, "rank 1") != NULL, "%s: message '%s' does not name the peer rank 1", modes[mode], a.msg);
-    cr_expect_eq(sk_world_destroy(w), SK_OK);
+    cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
   }
 }
 
@@ -1032,7 +1036,7 @@ static sk_result ab_block_device(sk_comm *c, void *pv) {
   atomic_fetch_add(&a->calls, 1);
   atomic_fetch_add(&a->entered, 1);
   /* the last rank waits for a message nobody sends; the others for it in an allreduce */
-  a->rc[rank] = rank == n - 1 ? sk_recv(c, y, 16, SK_F32, 0) : sk_allreduce(c, x, y, 16, SK_F32, SK_SUM);
+  a->rc[rank] = rank == n - 1 ? sk_recv(c, y, 16, SK_F32, 0, NULL) : sk_allreduce(c, x, y, 16, SK_F32, SK_SUM, NULL);
   return a->rc[rank];
 }
 
@@ -1054,7 +1058,7 @@ Test(comm_faults, teardown_and_rerun_after_abort, .timeout = 30) {
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, ab_abort_main, &a), 0);
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_world_run(a.w, ab_block_device, &a);
+  sk_result r = sk_world_run(a.w, ab_block_device, &a, NULL);
   pthread_join(th, NULL);
   cr_expect_eq(r, SK_ERR_ABORTED, "the aborted run returned %s", sk_result_name(r));
   cr_expect_lt(ct_ms_since(t0), 10000.0);
@@ -1063,12 +1067,12 @@ Test(comm_faults, teardown_and_rerun_after_abort, .timeout = 30) {
   for (int k = 0; k < 2; k++) {
     atomic_store(&a.calls, 0);
     t0 = sk_now_ns();
-    r = sk_world_run(a.w, ab_block_device, &a);
+    r = sk_world_run(a.w, ab_block_device, &a, NULL);
     double ms = ct_ms_since(t0);
     cr_expect_eq(r, SK_ERR_ABORTED, "run #%d on the aborted world returned %s", k + 2, sk_result_name(r));
     cr_expect_lt(ms, 10000.0, "run #%d on the aborted world took %.0f ms (timeout 20 s)", k + 2, ms);
   }
-  cr_expect_eq(sk_world_destroy(a.w), SK_OK);
+  cr_expect_eq(sk_world_destroy(a.w, NULL), SK_OK);
 }
 
 /* Aborted before any run: the run fails fast, the device function never gets a communicator,
@@ -1088,13 +1092,13 @@ Test(comm_faults, abort_before_run, .timeout = 30) {
   sk_world_abort(w);
   cr_expect(sk_world_aborted(w));
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_world_run(w, ab_count_device, &a);
+  sk_result r = sk_world_run(w, ab_count_device, &a, NULL);
   cr_expect_eq(r, SK_ERR_ABORTED, "a run on a world aborted before use returned %s", sk_result_name(r));
   cr_expect_lt(ct_ms_since(t0), 2000.0);
   cr_expect_eq(atomic_load(&a.calls), 0, "the device function ran %d times on an aborted world", atomic_load(&a.calls));
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
   /* and destroying an aborted world that never ran */
   w = ct_world(2, CT_CFG_DEFAULT, 0);
   sk_world_abort(w);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
 }

@@ -29,7 +29,7 @@ static sk_result check_comm(ct_slot *s, sk_comm *sub, const int *members, int m,
   if (sk_comm_size(sub) != m || sk_comm_rank(sub) != me) return SK_OK; /* collectives would not line up */
   int32_t *all = (int32_t *)calloc((size_t)m, sizeof(int32_t));
   int32_t mine = wr;
-  sk_result r = sk_allgather(sub, &mine, all, 1, SK_I32);
+  sk_result r = sk_allgather(sub, &mine, all, 1, SK_I32, NULL);
   if (!ct_rc(s, r, sub, ctx)) goto out;
   bool same = true;
   for (int i = 0; i < m; i++) same = same && all[i] == members[i];
@@ -47,18 +47,18 @@ static sk_result check_comm(ct_slot *s, sk_comm *sub, const int *members, int m,
     esum += (int64_t)members[i] * 3 + 1;
     if (members[i] > emax) emax = members[i];
   }
-  r = sk_allreduce(sub, &v[0], &sum_max[0], 1, SK_I64, SK_SUM);
-  if (r == SK_OK) r = sk_allreduce(sub, &v[1], &sum_max[1], 1, SK_I64, SK_MAX);
+  r = sk_allreduce(sub, &v[0], &sum_max[0], 1, SK_I64, SK_SUM, NULL);
+  if (r == SK_OK) r = sk_allreduce(sub, &v[1], &sum_max[1], 1, SK_I64, SK_MAX, NULL);
   if (!ct_rc(s, r, sub, ctx)) goto out;
   ct_check(s, sum_max[0] == esum, "%s: allreduce sum %lld, expected %lld", ctx, (long long)sum_max[0], (long long)esum);
   ct_check(s, sum_max[1] == emax, "%s: allreduce max %lld, expected %lld", ctx, (long long)sum_max[1], (long long)emax);
   int32_t b = me == m - 1 ? wr * 7 : -1;
-  r = sk_broadcast(sub, &b, &b, 1, SK_I32, m - 1);
+  r = sk_broadcast(sub, &b, &b, 1, SK_I32, m - 1, NULL);
   if (!ct_rc(s, r, sub, ctx)) goto out;
   ct_check(s, b == members[m - 1] * 7, "%s: broadcast from rank %d gave %d, expected %d", ctx, m - 1, b,
            members[m - 1] * 7);
   int32_t red = -5, one = wr;
-  r = sk_reduce(sub, &one, &red, 1, SK_I32, SK_MIN, 0);
+  r = sk_reduce(sub, &one, &red, 1, SK_I32, SK_MIN, 0, NULL);
   if (!ct_rc(s, r, sub, ctx)) goto out;
   if (me == 0) {
     int32_t emin = members[0];
@@ -103,10 +103,10 @@ static void run_groups(int n, sk_device_fn fn, garg *a, const char *label) {
   a->world = w;
   char lab[96];
   snprintf(lab, sizeof lab, "%s n=%d", label, n);
-  sk_result r = sk_world_run(w, fn, a);
+  sk_result r = sk_world_run(w, fn, a, NULL);
   cr_expect_eq(r, SK_OK, "%s: sk_world_run returned %s: %s", lab, sk_result_name(r), sk_world_error_message(w));
   ct_expect_slots(a->slots, n, lab);
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   free(a->slots);
 }
 
@@ -185,7 +185,7 @@ static sk_result split_device(sk_comm *c, void *p) {
     char ctx[160];
     snprintf(ctx, sizeof ctx, "split '%s' n=%d world rank %d", sc_names[sc], n, rank);
     sk_comm *sub = (sk_comm *)&sub; /* must be overwritten */
-    sk_result r = sk_comm_split(c, color[rank], key[rank], &sub);
+    sk_result r = sk_comm_split(c, color[rank], key[rank], &sub, NULL);
     if (!ct_rc(s, r, c, ctx)) return r;
     int m = split_expect(n, color, key, NULL, rank, members);
     if (m == 0) {
@@ -202,16 +202,16 @@ static sk_result split_device(sk_comm *c, void *p) {
       sk_comm *sub2 = NULL;
       char ctx2[200];
       snprintf(ctx2, sizeof ctx2, "%s, then split by child rank parity", ctx);
-      r = sk_comm_split(sub, cc[sk_comm_rank(sub)], kk[sk_comm_rank(sub)], &sub2);
+      r = sk_comm_split(sub, cc[sk_comm_rank(sub)], kk[sk_comm_rank(sub)], &sub2, NULL);
       if (ct_rc(s, r, sub, ctx2)) {
         int m2 = split_expect(sm, cc, kk, members, sk_comm_rank(sub), mem2);
         r = check_comm(s, sub2, mem2, m2, ctx2);
         /* the parent still works after its child was made and used */
         if (r == SK_OK) r = check_comm(s, sub, members, m, ctx);
-        sk_comm_destroy(sub2);
+        sk_comm_destroy(sub2, NULL);
       }
     }
-    sk_comm_destroy(sub);
+    sk_comm_destroy(sub, NULL);
     if (r != SK_OK) return r;
   }
   /* the world communicator is unaffected by all of this */
@@ -237,19 +237,19 @@ static sk_result split_bad_device(sk_comm *c, void *p) {
   int rank = sk_comm_rank(c);
   ct_slot *s = &a->slots[rank];
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split(c, -7, 0, &sub);
+  sk_result r = sk_comm_split(c, -7, 0, &sub, NULL);
   ct_check(s, r == SK_ERR_INVALID_ARGUMENT && sub == NULL, "split color -7 rank %d: %s", rank, sk_result_name(r));
   ct_check(s, strstr(sk_comm_error_message(c), "color") != NULL, "split color -7 rank %d: message '%s' lacks 'color'",
            rank, sk_comm_error_message(c));
-  r = sk_comm_split(c, 0, 0, NULL);
+  r = sk_comm_split(c, 0, 0, NULL, NULL);
   ct_check(s, r == SK_ERR_INVALID_ARGUMENT, "split out=NULL rank %d: %s", rank, sk_result_name(r));
   /* and the communicator still splits fine afterwards */
-  r = sk_comm_split(c, 0, 0, &sub);
+  r = sk_comm_split(c, 0, 0, &sub, NULL);
   if (!ct_rc(s, r, c, "split after bad calls")) return r;
   int members[MAXN];
   for (int i = 0; i < a->n; i++) members[i] = i;
   r = check_comm(s, sub, members, a->n, "split after bad calls");
-  sk_comm_destroy(sub);
+  sk_comm_destroy(sub, NULL);
   if (r == SK_OK) s->ran = 1;
   return r;
 }
@@ -273,7 +273,7 @@ static sk_result create_device(sk_comm *c, void *p) {
     char ctx[96];
     snprintf(ctx, sizeof ctx, "create list #%d n=%d world rank %d", li, n, rank);
     sk_comm *sub = (sk_comm *)&sub;
-    sk_result r = sk_comm_create(c, lens[li], lists[li], &sub);
+    sk_result r = sk_comm_create(c, lens[li], lists[li], &sub, NULL);
     if (!ct_rc(s, r, c, ctx)) return r;
     bool member = false;
     for (int i = 0; i < lens[li]; i++) member = member || lists[li][i] == rank;
@@ -283,7 +283,7 @@ static sk_result create_device(sk_comm *c, void *p) {
     }
     if (!ct_check(s, sub != NULL, "%s: no communicator", ctx)) return SK_ERR_INTERNAL;
     r = check_comm(s, sub, lists[li], lens[li], ctx);
-    sk_comm_destroy(sub);
+    sk_comm_destroy(sub, NULL);
     if (r != SK_OK) return r;
   }
   /* bad lists: every rank passes the same one, so every rank fails, locally */
@@ -295,13 +295,13 @@ static sk_result create_device(sk_comm *c, void *p) {
   } bad[] = {{3, dup, "twice"}, {2, range, "range"}, {1, neg, "range"}, {0, l1, "n"}, {9, l2, "n"}};
   for (int b = 0; b < 5; b++) {
     sk_comm *sub = (sk_comm *)&sub;
-    sk_result r = sk_comm_create(c, bad[b].len, bad[b].l, &sub);
+    sk_result r = sk_comm_create(c, bad[b].len, bad[b].l, &sub, NULL);
     ct_check(s, r == SK_ERR_INVALID_ARGUMENT && sub == NULL, "create bad list #%d rank %d: got %s (out %s)", b, rank,
              sk_result_name(r), sub ? "not NULL" : "NULL");
     ct_check(s, strstr(sk_comm_error_message(c), bad[b].word) != NULL,
              "create bad list #%d rank %d: message '%s' lacks '%s'", b, rank, sk_comm_error_message(c), bad[b].word);
   }
-  sk_result r = sk_comm_create(c, 2, NULL, &(sk_comm *){NULL});
+  sk_result r = sk_comm_create(c, 2, NULL, &(sk_comm *){NULL}, NULL);
   ct_check(s, r == SK_ERR_INVALID_ARGUMENT, "create ranks=NULL rank %d: %s", rank, sk_result_name(r));
   s->ran = 1;
   return SK_OK;
@@ -371,7 +371,7 @@ static sk_result mesh_device(sk_comm *c, void *p) {
     snprintf(ctx, sizeof ctx, "split_mesh %s along %s (mask 0x%x) n=%d world rank %d", mc->text, mc->mask_names[mi],
              (unsigned)mc->masks[mi], n, rank);
     sk_comm *sub = NULL;
-    sk_result r = sk_comm_split_mesh(c, &a->g.mesh, mc->masks[mi], &sub);
+    sk_result r = sk_comm_split_mesh(c, &a->g.mesh, mc->masks[mi], &sub, NULL);
     if (!ct_rc(s, r, c, ctx)) return r;
     if (!ct_check(s, sub != NULL, "%s: no communicator", ctx)) return SK_ERR_INTERNAL;
     int members[MAXN];
@@ -382,7 +382,7 @@ static sk_result mesh_device(sk_comm *c, void *p) {
       const size_t count = 1001;
       int32_t *buf = (int32_t *)malloc(count * sizeof(int32_t));
       for (size_t i = 0; i < count; i++) buf[i] = rank * 1000 + (int32_t)i;
-      r = sk_allreduce(sub, buf, buf, count, SK_I32, SK_SUM);
+      r = sk_allreduce(sub, buf, buf, count, SK_I32, SK_SUM, NULL);
       if (ct_rc(s, r, sub, ctx)) {
         size_t bad = 0;
         for (size_t i = 0; i < count; i++) {
@@ -394,7 +394,7 @@ static sk_result mesh_device(sk_comm *c, void *p) {
       }
       free(buf);
     }
-    sk_comm_destroy(sub);
+    sk_comm_destroy(sub, NULL);
     if (r != SK_OK) return r;
   }
   a->g.slots[rank].ran = 1;
@@ -432,18 +432,18 @@ static sk_result mesh_bad_device(sk_comm *c, void *p) {
   int rank = sk_comm_rank(c);
   ct_slot *s = &a->slots[rank];
   sk_comm *sub = (sk_comm *)&sub;
-  sk_result r = sk_comm_split_mesh(c, &a->mesh, 1u, &sub); /* a 4-device mesh on 8 ranks */
+  sk_result r = sk_comm_split_mesh(c, &a->mesh, 1u, &sub, NULL); /* a 4-device mesh on 8 ranks */
   ct_check(s, r == SK_ERR_INVALID_ARGUMENT && sub == NULL, "split_mesh size mismatch rank %d: %s", rank,
            sk_result_name(r));
   ct_check(s, strstr(sk_comm_error_message(c), "mesh") != NULL, "split_mesh size mismatch rank %d: message '%s'",
            rank, sk_comm_error_message(c));
-  r = sk_comm_split_mesh(c, NULL, 1u, &sub);
+  r = sk_comm_split_mesh(c, NULL, 1u, &sub, NULL);
   ct_check(s, r == SK_ERR_INVALID_ARGUMENT, "split_mesh mesh=NULL rank %d: %s", rank, sk_result_name(r));
   sk_mesh m8;
   const int dims[3] = {2, 2, 2};
   const char *names[3] = {"dp", "sp", "mp"};
   sk_mesh_init(&m8, 3, dims, names, NULL);
-  r = sk_comm_split_mesh(c, &m8, 1u << 3, &sub); /* axis 3 of a 3-axis mesh */
+  r = sk_comm_split_mesh(c, &m8, 1u << 3, &sub, NULL); /* axis 3 of a 3-axis mesh */
   ct_check(s, r == SK_ERR_INVALID_ARGUMENT, "split_mesh mask 0x8 on 3 axes rank %d: %s", rank, sk_result_name(r));
   ct_check(s, strstr(sk_comm_error_message(c), "axis") != NULL || strstr(sk_comm_error_message(c), "axes") != NULL,
            "split_mesh mask 0x8 rank %d: message '%s'", rank, sk_comm_error_message(c));
@@ -469,8 +469,8 @@ static sk_result concurrent_device(sk_comm *c, void *p) {
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   ct_slot *s = &a->slots[rank];
   sk_comm *mp = NULL, *spdp = NULL;
-  sk_result r = sk_comm_split_mesh(c, &a->mesh, 1u << 2, &mp);
-  if (r == SK_OK) r = sk_comm_split_mesh(c, &a->mesh, 3u, &spdp);
+  sk_result r = sk_comm_split_mesh(c, &a->mesh, 1u << 2, &mp, NULL);
+  if (r == SK_OK) r = sk_comm_split_mesh(c, &a->mesh, 3u, &spdp, NULL);
   if (!ct_rc(s, r, c, "concurrent: split_mesh")) return r;
   int pair = rank / 2, partner = rank ^ 1, mprank = rank % 2;
   for (int it = 0; it < 30 && r == SK_OK; it++) {
@@ -482,22 +482,22 @@ static sk_result concurrent_device(sk_comm *c, void *p) {
     size_t bad = 0;
     switch ((pair + it) % 4) {
       case 0: /* allreduce sum */
-        r = sk_allreduce(mp, x, y, count, SK_I32, SK_SUM);
+        r = sk_allreduce(mp, x, y, count, SK_I32, SK_SUM, NULL);
         for (size_t i = 0; r == SK_OK && i < count; i++)
           bad += y[i] != (rank + partner) * 100000 + 2 * (it * 1000 + (int32_t)i);
         break;
       case 1: /* broadcast from mp rank 1 */
-        r = sk_broadcast(mp, x, y, count, SK_I32, 1);
+        r = sk_broadcast(mp, x, y, count, SK_I32, 1, NULL);
         for (size_t i = 0; r == SK_OK && i < count; i++)
           bad += y[i] != (pair * 2 + 1) * 100000 + it * 1000 + (int32_t)i;
         break;
       case 2: /* allgather */
-        r = sk_allgather(mp, x, y, count, SK_I32);
+        r = sk_allgather(mp, x, y, count, SK_I32, NULL);
         for (size_t i = 0; r == SK_OK && i < 2 * count; i++)
           bad += y[i] != (pair * 2 + (int)(i / count)) * 100000 + it * 1000 + (int32_t)(i % count);
         break;
       default: /* alltoall */
-        r = sk_alltoall(mp, x, y, count, SK_I32);
+        r = sk_alltoall(mp, x, y, count, SK_I32, NULL);
         for (size_t i = 0; r == SK_OK && i < 2 * count; i++)
           bad += y[i] != (pair * 2 + (int)(i / count)) * 100000 + it * 1000 + (int32_t)(mprank * count + i % count);
         break;
@@ -507,16 +507,16 @@ static sk_result concurrent_device(sk_comm *c, void *p) {
     ct_check(s, bad == 0, "%s: pattern %d: %zu wrong elements", ctx, (pair + it) % 4, bad);
     int64_t v = rank, sum = 0;
     if (it % 3 == 0) {
-      r = sk_allreduce(c, &v, &sum, 1, SK_I64, SK_SUM);
+      r = sk_allreduce(c, &v, &sum, 1, SK_I64, SK_SUM, NULL);
       if (ct_rc(s, r, c, ctx)) ct_check(s, sum == (int64_t)n * (n - 1) / 2, "%s: world sum %lld", ctx, (long long)sum);
     } else if (it % 3 == 1) {
-      r = sk_allreduce(spdp, &v, &sum, 1, SK_I64, SK_SUM);
+      r = sk_allreduce(spdp, &v, &sum, 1, SK_I64, SK_SUM, NULL);
       if (ct_rc(s, r, spdp, ctx))
         ct_check(s, sum == (rank % 2 ? 1 + 3 + 5 + 7 : 0 + 2 + 4 + 6), "%s: sp,dp sum %lld", ctx, (long long)sum);
     }
   }
-  sk_comm_destroy(mp);
-  sk_comm_destroy(spdp);
+  sk_comm_destroy(mp, NULL);
+  sk_comm_destroy(spdp, NULL);
   if (r == SK_OK) s->ran = 1;
   return r;
 }
@@ -539,16 +539,16 @@ static sk_result nested_device(sk_comm *c, void *p) {
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   ct_slot *s = &a->slots[rank];
   sk_comm *half = NULL, *par = NULL, *rev = NULL;
-  sk_result r = sk_comm_split(c, rank / 4, 0, &half);
+  sk_result r = sk_comm_split(c, rank / 4, 0, &half, NULL);
   if (!ct_rc(s, r, c, "nested: halves")) return r;
   int hm[4];
   for (int i = 0; i < 4; i++) hm[i] = (rank / 4) * 4 + i;
   r = check_comm(s, half, hm, 4, "nested: halves");
-  if (r == SK_OK) r = sk_comm_split(half, sk_comm_rank(half) % 2, 0, &par);
+  if (r == SK_OK) r = sk_comm_split(half, sk_comm_rank(half) % 2, 0, &par, NULL);
   if (!ct_rc(s, r, half, "nested: parity")) return r;
   int pm[2] = {(rank / 4) * 4 + rank % 2, (rank / 4) * 4 + rank % 2 + 2};
   r = check_comm(s, par, pm, 2, "nested: parity in halves");
-  if (r == SK_OK) r = sk_comm_split(par, 0, -sk_comm_rank(par), &rev);
+  if (r == SK_OK) r = sk_comm_split(par, 0, -sk_comm_rank(par), &rev, NULL);
   if (!ct_rc(s, r, par, "nested: reversed")) return r;
   int rm[2] = {pm[1], pm[0]};
   r = check_comm(s, rev, rm, 2, "nested: reversed pair");
@@ -558,13 +558,13 @@ static sk_result nested_device(sk_comm *c, void *p) {
   if (r == SK_OK) r = check_comm(s, c, wm, n, "nested: world");
   if (r == SK_OK) r = check_comm(s, par, pm, 2, "nested: parity again");
   if (r == SK_OK) r = check_comm(s, half, hm, 4, "nested: halves again");
-  sk_comm_destroy(rev);
-  sk_comm_destroy(par);
-  sk_comm_destroy(half);
+  sk_comm_destroy(rev, NULL);
+  sk_comm_destroy(par, NULL);
+  sk_comm_destroy(half, NULL);
   for (int gen = 0; gen < 25 && r == SK_OK; gen++) {
     sk_comm *x = NULL;
     int colors = 1 + gen % 4;
-    r = sk_comm_split(c, rank % colors, gen % 2 ? -rank : rank, &x);
+    r = sk_comm_split(c, rank % colors, gen % 2 ? -rank : rank, &x, NULL);
     char ctx[64];
     snprintf(ctx, sizeof ctx, "churn generation %d", gen);
     if (!ct_rc(s, r, c, ctx)) break;
@@ -577,7 +577,7 @@ static sk_result nested_device(sk_comm *c, void *p) {
         mem[i] = mem[m - 1 - i], mem[m - 1 - i] = t;
       }
     int64_t v = rank + 1, sum = 0;
-    r = sk_allreduce(x, &v, &sum, 1, SK_I64, SK_SUM);
+    r = sk_allreduce(x, &v, &sum, 1, SK_I64, SK_SUM, NULL);
     if (ct_rc(s, r, x, ctx)) {
       int64_t e = 0;
       for (int i = 0; i < m; i++) e += mem[i] + 1;
@@ -585,7 +585,7 @@ static sk_result nested_device(sk_comm *c, void *p) {
       ct_check(s, sk_comm_size(x) == m && sk_comm_world_rank(x) == rank && mem[sk_comm_rank(x)] == rank,
                "%s: size %d rank %d", ctx, sk_comm_size(x), sk_comm_rank(x));
     }
-    sk_comm_destroy(x);
+    sk_comm_destroy(x, NULL);
   }
   if (r == SK_OK) s->ran = 1;
   return r;
@@ -603,16 +603,16 @@ static sk_result multi_comm_async_device(sk_comm *c, void *p) {
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   ct_slot *s = &a->slots[rank];
   sk_comm *mp = NULL, *dp = NULL;
-  sk_result r = sk_comm_split_mesh(c, &a->mesh, 1u << 2, &mp);
-  if (r == SK_OK) r = sk_comm_split_mesh(c, &a->mesh, 1u << 0, &dp);
+  sk_result r = sk_comm_split_mesh(c, &a->mesh, 1u << 2, &mp, NULL);
+  if (r == SK_OK) r = sk_comm_split_mesh(c, &a->mesh, 1u << 0, &dp, NULL);
   if (!ct_rc(s, r, c, "multi-comm: split_mesh")) return r;
   for (int it = 0; it < 10 && r == SK_OK; it++) {
     int64_t v = rank + 1 + it, w_sum = 0, mp_sum = 0, dp_sum = 0;
     sk_request *req[3] = {NULL, NULL, NULL};
-    r = sk_iallreduce(dp, &v, &dp_sum, 1, SK_I64, SK_SUM, &req[0]);
-    if (r == SK_OK) r = sk_iallreduce(c, &v, &w_sum, 1, SK_I64, SK_SUM, &req[1]);
-    if (r == SK_OK) r = sk_iallreduce(mp, &v, &mp_sum, 1, SK_I64, SK_SUM, &req[2]);
-    sk_result r2 = sk_waitall(3, req);
+    r = sk_iallreduce(dp, &v, &dp_sum, 1, SK_I64, SK_SUM, &req[0], NULL);
+    if (r == SK_OK) r = sk_iallreduce(c, &v, &w_sum, 1, SK_I64, SK_SUM, &req[1], NULL);
+    if (r == SK_OK) r = sk_iallreduce(mp, &v, &mp_sum, 1, SK_I64, SK_SUM, &req[2], NULL);
+    sk_result r2 = sk_waitall(3, req, NULL);
     if (r == SK_OK) r = r2;
     char ctx[64];
     snprintf(ctx, sizeof ctx, "multi-comm async rank %d iteration %d", rank, it);
@@ -623,8 +623,8 @@ static sk_result multi_comm_async_device(sk_comm *c, void *p) {
     ct_check(s, w_sum == ew && mp_sum == emp && dp_sum == edp, "%s: world %lld/%lld mp %lld/%lld dp %lld/%lld", ctx,
              (long long)w_sum, (long long)ew, (long long)mp_sum, (long long)emp, (long long)dp_sum, (long long)edp);
   }
-  sk_comm_destroy(mp);
-  sk_comm_destroy(dp);
+  sk_comm_destroy(mp, NULL);
+  sk_comm_destroy(dp, NULL);
   if (r == SK_OK) s->ran = 1;
   return r;
 }

@@ -51,11 +51,11 @@ static void big_sizes(sk_coll_kind kind, size_t c, int n, size_t *ns, size_t *nr
 
 static sk_result big_call(sk_comm *c, sk_coll_kind kind, const float *s, float *r, size_t count) {
   switch (kind) {
-    case SK_COLL_ALLREDUCE: return sk_allreduce(c, s, r, count, SK_F32, SK_SUM);
-    case SK_COLL_ALLGATHER: return sk_allgather(c, s, r, count, SK_F32);
-    case SK_COLL_REDUCE_SCATTER: return sk_reduce_scatter(c, s, r, count, SK_F32, SK_SUM);
-    case SK_COLL_ALLTOALL: return sk_alltoall(c, s, r, count, SK_F32);
-    default: return sk_broadcast(c, s, r, count, SK_F32, 0);
+    case SK_COLL_ALLREDUCE: return sk_allreduce(c, s, r, count, SK_F32, SK_SUM, NULL);
+    case SK_COLL_ALLGATHER: return sk_allgather(c, s, r, count, SK_F32, NULL);
+    case SK_COLL_REDUCE_SCATTER: return sk_reduce_scatter(c, s, r, count, SK_F32, SK_SUM, NULL);
+    case SK_COLL_ALLTOALL: return sk_alltoall(c, s, r, count, SK_F32, NULL);
+    default: return sk_broadcast(c, s, r, count, SK_F32, 0, NULL);
   }
 }
 
@@ -65,7 +65,7 @@ static sk_result big_device(sk_comm *w, void *pv) {
   int rank = sk_comm_rank(w);
   sk_comm *c = w, *sub = NULL;
   if (a->fail_rank >= 0) { /* two sub-groups: even and odd ranks; the failing rank is odd */
-    sk_result r = sk_comm_split(w, rank % 2, rank, &sub);
+    sk_result r = sk_comm_split(w, rank % 2, rank, &sub, NULL);
     if (r != SK_OK) return a->rc[rank] = r;
     c = sub;
   }
@@ -75,7 +75,7 @@ static sk_result big_device(sk_comm *w, void *pv) {
   float *s = (float *)malloc(ns * sizeof(float)), *r = (float *)malloc(nr * sizeof(float));
   if (!s || !r) {
     free(s), free(r);
-    if (sub) sk_comm_destroy(sub);
+    if (sub) sk_comm_destroy(sub, NULL);
     return a->rc[rank] = SK_ERR_OUT_OF_MEMORY;
   }
   memset(s, 0, ns * sizeof(float));
@@ -85,7 +85,7 @@ static sk_result big_device(sk_comm *w, void *pv) {
     ct_sleep_ms(3); /* the even group is inside its collective by now */
     rc = SK_ERR_INVALID_USAGE;
   } else if (a->fail_rank >= 0 && rank % 2) {
-    rc = sk_barrier(c); /* the failing rank's group: never completes */
+    rc = sk_barrier(c, NULL); /* the failing rank's group: never completes */
   } else { /* repeated, so that the abort lands mid-collective however late its thread runs */
     rc = SK_OK;
     for (int it = 0; it < a->repeat && rc == SK_OK; it++)
@@ -95,7 +95,7 @@ static sk_result big_device(sk_comm *w, void *pv) {
   free(r);
   a->rc[rank] = rc;
   snprintf(a->msg[rank], SK_ERROR_MSG_MAX, "%s", sk_comm_error_message(c));
-  if (sub) sk_comm_destroy(sub);
+  if (sub) sk_comm_destroy(sub, NULL);
   return rc;
 }
 
@@ -131,7 +131,7 @@ ParameterizedTest(sk_coll_kind *kind, comm_hazards, abort_mid_collective, .timeo
   big_abort b = {w, &a, {0}};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, big_abort_main, &b), 0);
-  sk_result r = sk_world_run(w, big_device, &a);
+  sk_result r = sk_world_run(w, big_device, &a, NULL);
   pthread_join(th, NULL);
   const char *name = sk_coll_kind_name(*kind);
   cr_expect(r == SK_ERR_ABORTED || r == SK_OK, "%s: sk_world_run returned %s", name, sk_result_name(r));
@@ -154,7 +154,7 @@ ParameterizedTest(sk_coll_kind *kind, comm_hazards, abort_mid_collective, .timeo
     int more = atomic_load(&a.done[q]) - b.done_after_abort[q];
     cr_expect_leq(more, 1, "%s: rank %d completed %d calls after the abort", name, q, more);
   }
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
 }
 
 /* A device of the other sub-group fails while the even group runs a large AllReduce. */
@@ -164,7 +164,7 @@ Test(comm_hazards, failing_device_in_other_group, .timeout = 60) {
   a.kind = SK_COLL_ALLREDUCE, a.fail_rank = 3, a.repeat = 1;
   sk_world *w = ct_world(H_N, CT_CFG_DEFAULT, 0);
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_world_run(w, big_device, &a);
+  sk_result r = sk_world_run(w, big_device, &a, NULL);
   double ms = ct_ms_since(t0);
   /* Rank 3 destroys its sub-communicator on the way out: its group may notice that departure
      (MISMATCH naming world rank 3) before the device's own error takes the world down. */
@@ -177,7 +177,7 @@ Test(comm_hazards, failing_device_in_other_group, .timeout = 60) {
       cr_expect(a.rc[q] == SK_OK || a.rc[q] == SK_ERR_ABORTED || (q % 2 && a.rc[q] == SK_ERR_MISMATCH),
                 "rank %d returned %s: %s", q, sk_result_name(a.rc[q]), a.msg[q]);
   cr_expect_lt(ms, CT_TIMEOUT_MS / 2.0, "the run took %.0f ms (timeout %u ms)", ms, CT_TIMEOUT_MS);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
 }
 
 /* A world timeout of 1 ms against large collectives: some member times out (at arrival or while
@@ -189,7 +189,7 @@ Test(comm_hazards, timeout_mid_collective, .timeout = 60) {
     a.kind = big_kinds[i], a.fail_rank = -1, a.repeat = 1;
     sk_world *w = ct_world(H_N, CT_CFG_DEFAULT, 1);
     uint64_t t0 = sk_now_ns();
-    sk_result r = sk_world_run(w, big_device, &a);
+    sk_result r = sk_world_run(w, big_device, &a, NULL);
     double ms = ct_ms_since(t0);
     const char *name = sk_coll_kind_name(a.kind);
     cr_expect(r == SK_ERR_TIMEOUT || r == SK_OK, "%s: sk_world_run returned %s: %s", name, sk_result_name(r),
@@ -198,7 +198,7 @@ Test(comm_hazards, timeout_mid_collective, .timeout = 60) {
       cr_expect(a.rc[q] == SK_OK || a.rc[q] == SK_ERR_ABORTED || a.rc[q] == SK_ERR_TIMEOUT, "%s: rank %d returned %s", name,
                 q, sk_result_name(a.rc[q]));
     cr_expect_lt(ms, CT_TIMEOUT_MS / 2.0, "%s: the run took %.0f ms", name, ms);
-    cr_expect_eq(sk_world_destroy(w), SK_OK);
+    cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
   }
 }
 
@@ -221,14 +221,14 @@ static sk_result conf_device(sk_comm *c, void *pv) {
   int64_t mine[3] = {rank, rank, rank}, all[3 * 4];
   sk_comm *sub = NULL;
   if (rank == a->odd)
-    a->rc[rank] = a->which == 0 ? sk_comm_split(c, 0, rank, &sub) : sk_comm_peer_access(c, mine, conf_peer_fn, NULL);
+    a->rc[rank] = a->which == 0 ? sk_comm_split(c, 0, rank, &sub, NULL) : sk_comm_peer_access(c, mine, conf_peer_fn, NULL, NULL);
   else
-    a->rc[rank] = a->which == 0 ? sk_allgather(c, mine, all, 3, SK_I64) : sk_barrier(c);
+    a->rc[rank] = a->which == 0 ? sk_allgather(c, mine, all, 3, SK_I64, NULL) : sk_barrier(c, NULL);
   snprintf(a->msg[rank], SK_ERROR_MSG_MAX, "%s", sk_comm_error_message(c));
-  if (sub) sk_comm_destroy(sub);
+  if (sub) sk_comm_destroy(sub, NULL);
   /* the members still agree on the sequence: a matching call works */
   float x = 1, y = 0;
-  a->after[rank] = sk_allreduce(c, &x, &y, 1, SK_F32, SK_SUM);
+  a->after[rank] = sk_allreduce(c, &x, &y, 1, SK_F32, SK_SUM, NULL);
   return SK_OK;
 }
 
@@ -267,10 +267,10 @@ static sk_result gone_device(sk_comm *c, void *pv) {
   gone_arg *a = (gone_arg *)pv;
   int rank = sk_comm_rank(c);
   sk_comm *sub = NULL;
-  if (a->mode == 2 && sk_comm_split(c, 0, rank, &sub) != SK_OK) return SK_ERR_INTERNAL;
+  if (a->mode == 2 && sk_comm_split(c, 0, rank, &sub, NULL) != SK_OK) return SK_ERR_INTERNAL;
   if (rank != 2) {
     if (a->mode != 2) return SK_OK; /* leaves at once */
-    sk_comm_destroy(sub);           /* leaves the sub-group only; stays in the world */
+    sk_comm_destroy(sub, NULL);           /* leaves the sub-group only; stays in the world */
     uint64_t t0 = sk_now_ns();
     while (!atomic_load(&a->done) && sk_now_ns() - t0 < 10000000000ull) ct_sleep_ms(1);
     return SK_OK;
@@ -278,11 +278,11 @@ static sk_result gone_device(sk_comm *c, void *pv) {
   float x[4] = {0}, y[4];
   uint64_t t0 = sk_now_ns();
   sk_comm *cc = a->mode == 2 ? sub : c;
-  a->rc = a->mode == 0 ? sk_allreduce(c, x, y, 4, SK_F32, SK_SUM) : a->mode == 1 ? sk_recv(c, y, 4, SK_F32, 0) : sk_barrier(sub);
+  a->rc = a->mode == 0 ? sk_allreduce(c, x, y, 4, SK_F32, SK_SUM, NULL) : a->mode == 1 ? sk_recv(c, y, 4, SK_F32, 0, NULL) : sk_barrier(sub, NULL);
   a->ms = ct_ms_since(t0);
   snprintf(a->msg, sizeof a->msg, "%s", sk_comm_error_message(cc));
   atomic_store(&a->done, 1);
-  if (sub) sk_comm_destroy(sub);
+  if (sub) sk_comm_destroy(sub, NULL);
   return a->rc;
 }
 
@@ -293,7 +293,7 @@ Test(comm_hazards, departed_peers_reported_at_once, .timeout = 30) {
     memset(&a, 0, sizeof a);
     a.mode = mode;
     sk_world *w = ct_world(3, CT_CFG_DEFAULT, 0); /* 10 s: a timeout would show in the time */
-    sk_result r = sk_world_run(w, gone_device, &a);
+    sk_result r = sk_world_run(w, gone_device, &a, NULL);
     cr_expect_eq(r, SK_ERR_MISMATCH, "%s: sk_world_run returned %s: %s", modes[mode], sk_result_name(r),
                  sk_world_error_message(w));
     cr_expect_eq(a.rc, SK_ERR_MISMATCH, "%s: returned %s: '%s'", modes[mode], sk_result_name(a.rc), a.msg);
@@ -302,7 +302,7 @@ Test(comm_hazards, departed_peers_reported_at_once, .timeout = 30) {
               "%s: message '%s' does not name a departed rank", modes[mode], a.msg);
     cr_expect_lt(a.ms, CT_TIMEOUT_MS / 2.0, "%s: the departure took %.0f ms to notice (timeout %u ms)", modes[mode], a.ms,
                  CT_TIMEOUT_MS);
-    cr_expect_eq(sk_world_destroy(w), SK_OK);
+    cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
   }
 }
 
@@ -329,14 +329,14 @@ static sk_result outstanding_device(sk_comm *c, void *pv) {
   ct_slot *s = &((ct_slot *)pv)[sk_comm_rank(c)];
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split(c, 0, rank, &sub);
+  sk_result r = sk_comm_split(c, 0, rank, &sub, NULL);
   if (!ct_rc(s, r, c, "split")) return r;
   static float x[4][64], y[4][3][64], p2p[4][64];
   sk_request *req[5] = {NULL};
-  for (int k = 0; k < 3; k++) ct_rc(s, sk_iallreduce(sub, x[rank], y[rank][k], 64, SK_F32, SK_SUM, &req[k]), sub, "iallreduce");
-  ct_rc(s, sk_isend(sub, x[rank], 64, SK_F32, (rank + 1) % n, &req[3]), sub, "isend");
-  ct_rc(s, sk_irecv(sub, p2p[rank], 64, SK_F32, (rank + n - 1) % n, &req[4]), sub, "irecv");
-  ct_rc(s, sk_comm_destroy(sub), c, "destroy with 5 requests outstanding"); /* finishes and frees them */
+  for (int k = 0; k < 3; k++) ct_rc(s, sk_iallreduce(sub, x[rank], y[rank][k], 64, SK_F32, SK_SUM, &req[k], NULL), sub, "iallreduce");
+  ct_rc(s, sk_isend(sub, x[rank], 64, SK_F32, (rank + 1) % n, &req[3], NULL), sub, "isend");
+  ct_rc(s, sk_irecv(sub, p2p[rank], 64, SK_F32, (rank + n - 1) % n, &req[4], NULL), sub, "irecv");
+  ct_rc(s, sk_comm_destroy(sub, NULL), c, "destroy with 5 requests outstanding"); /* finishes and frees them */
   s->ran = 1;
   return SK_OK;
 }
@@ -352,9 +352,9 @@ static void h_run(sk_device_fn fn, const char *label) {
   cr_assert_eq(sk_world_create(&d, &w, NULL), SK_OK);
   ct_slot slots[4];
   memset(slots, 0, sizeof slots);
-  cr_expect_eq(sk_world_run(w, fn, slots), SK_OK, "%s", sk_world_error_message(w));
+  cr_expect_eq(sk_world_run(w, fn, slots, NULL), SK_OK, "%s", sk_world_error_message(w));
   ct_expect_slots(slots, 4, label);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
   cr_expect_eq(atomic_load(&h_live), 0, "%ld allocations leaked", atomic_load(&h_live));
 }
 
@@ -366,13 +366,13 @@ static sk_result unmatched_device(sk_comm *c, void *pv) {
   ct_slot *s = &((ct_slot *)pv)[sk_comm_rank(c)];
   int rank = sk_comm_rank(c);
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split(c, 0, rank, &sub);
+  sk_result r = sk_comm_split(c, 0, rank, &sub, NULL);
   if (!ct_rc(s, r, c, "split")) return r;
   static float buf[4][64];
   sk_request *req = NULL;
-  if (rank == 0) ct_rc(s, sk_isend(sub, buf[0], 64, SK_F32, 1, &req), sub, "isend");
-  if (rank == 2) ct_rc(s, sk_irecv(sub, buf[2], 64, SK_F32, 3, &req), sub, "irecv");
-  ct_rc(s, sk_comm_destroy(sub), c, "destroy with an unmatched post");
+  if (rank == 0) ct_rc(s, sk_isend(sub, buf[0], 64, SK_F32, 1, &req, NULL), sub, "isend");
+  if (rank == 2) ct_rc(s, sk_irecv(sub, buf[2], 64, SK_F32, 3, &req, NULL), sub, "irecv");
+  ct_rc(s, sk_comm_destroy(sub, NULL), c, "destroy with an unmatched post");
   s->ran = 1;
   return SK_OK;
 }
@@ -399,13 +399,13 @@ static sk_result pa_device(sk_comm *c, void *pv) {
   for (int round = 0; round < 50; round++) {
     int64_t mine = rank * 1000 + round;
     pa_ctx ctx = {n, 0};
-    if (!ct_rc(s, sk_comm_peer_access(c, &mine, pa_fn, &ctx), c, "peer_access")) return SK_ERR_INTERNAL;
+    if (!ct_rc(s, sk_comm_peer_access(c, &mine, pa_fn, &ctx, NULL), c, "peer_access")) return SK_ERR_INTERNAL;
     int64_t want = 0;
     for (int i = 0; i < n; i++) want += (int64_t)(i * 1000 + round) * (i + 1);
     ct_check(s, ctx.sum == want, "rank %d round %d: sum %lld, want %lld", rank, round, (long long)ctx.sum,
              (long long)want);
   }
-  ct_check(s, sk_comm_peer_access(c, NULL, NULL, NULL) == SK_ERR_INVALID_ARGUMENT, "NULL fn accepted");
+  ct_check(s, sk_comm_peer_access(c, NULL, NULL, NULL, NULL) == SK_ERR_INVALID_ARGUMENT, "NULL fn accepted");
   s->ran = 1;
   return SK_OK;
 }
@@ -486,7 +486,7 @@ static sk_result zero_dim_device(sk_comm *c, void *pv) {
   snprintf(m.names[0], SK_AXIS_NAME_MAX, "x");
   snprintf(m.names[1], SK_AXIS_NAME_MAX, "y");
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split_mesh(c, &m, 1u, &sub);
+  sk_result r = sk_comm_split_mesh(c, &m, 1u, &sub, NULL);
   ct_check(s, r == SK_ERR_INVALID_ARGUMENT && !sub, "split_mesh with a zero dim returned %s", sk_result_name(r));
   ct_check(s, strstr(sk_comm_error_message(c), "axis 0") != NULL, "message '%s'", sk_comm_error_message(c));
   int ranks[4], ng, gs;
@@ -527,7 +527,7 @@ Test(comm_hazards, world_link_query, .timeout = 10) {
   cr_assert_eq(sk_world_create(&d, &w, NULL), SK_OK);
   sk_link_model l = sk_world_cluster(w).link;
   cr_expect(l.alpha_us == 5 && l.gbps == 25, "sk_world_cluster gave {%g, %g}", l.alpha_us, l.gbps);
-  cr_expect_eq(sk_world_destroy(w), SK_OK);
+  cr_expect_eq(sk_world_destroy(w, NULL), SK_OK);
   l = sk_world_cluster(NULL).link;
   cr_expect(l.alpha_us == 0 && l.gbps == 0, "sk_world_cluster(NULL) gave {%g, %g}", l.alpha_us, l.gbps);
 }

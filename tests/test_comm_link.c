@@ -38,12 +38,12 @@ static float bufs[LINK_MAX][COUNT];
 static sk_result blocking_steps(sk_comm *c, void *arg) {
   clocks *k = (clocks *)arg;
   int r = sk_comm_rank(c);
-  sk_result rc = sk_allreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM);
+  sk_result rc = sk_allreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, NULL);
   k->at[r][0] = sk_comm_clock_us(c);
   sk_comm_compute(c, 10.0 * r);
-  if (rc == SK_OK) rc = sk_allreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM);
+  if (rc == SK_OK) rc = sk_allreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, NULL);
   k->at[r][1] = sk_comm_clock_us(c);
-  if (rc == SK_OK) rc = sk_barrier(c);
+  if (rc == SK_OK) rc = sk_barrier(c, NULL);
   k->at[r][2] = sk_comm_clock_us(c);
   k->rc[r] = rc;
   return rc;
@@ -55,7 +55,7 @@ Test(comm_link, blocking_collectives_follow_the_model, .timeout = 30) {
   sk_world *w = link_world(n, alpha, gbps);
   clocks k;
   memset(&k, 0, sizeof k);
-  cr_assert_eq(sk_world_run(w, blocking_steps, &k), SK_OK, "%s", sk_world_error_message(w));
+  cr_assert_eq(sk_world_run(w, blocking_steps, &k, NULL), SK_OK, "%s", sk_world_error_message(w));
   sk_link_model m = {alpha, gbps};
   double ar = sk_link_cost_us(&m, SK_COLL_ALLREDUCE, COUNT, SK_F32, n);
   /* 2(p-1)a + 2(p-1)/p * n / B, with n = 1 MiB, B = 25e3 bytes/us */
@@ -69,7 +69,7 @@ Test(comm_link, blocking_collectives_follow_the_model, .timeout = 30) {
               2 * ar + 70);
     cr_assert(near(k.at[r][2], 2 * ar + 70 + bar), "rank %d: barrier clock %g", r, k.at[r][2]);
   }
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }
 
 /* Non-blocking: issue at 0, compute `work` us, wait: clock = max(work, cost). */
@@ -82,10 +82,10 @@ static sk_result overlap_steps(sk_comm *c, void *arg) {
   overlap_arg *a = (overlap_arg *)arg;
   int r = sk_comm_rank(c);
   sk_request *q = NULL;
-  sk_result rc = sk_iallreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, &q);
+  sk_result rc = sk_iallreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, &q, NULL);
   sk_comm_compute(c, a->work);
   a->k.at[r][0] = sk_comm_clock_us(c);
-  if (rc == SK_OK) rc = sk_wait(&q);
+  if (rc == SK_OK) rc = sk_wait(&q, NULL);
   a->k.at[r][1] = sk_comm_clock_us(c);
   a->k.rc[r] = rc;
   return rc;
@@ -101,14 +101,14 @@ Test(comm_link, nonblocking_overlaps_compute, .timeout = 30) {
     overlap_arg a;
     memset(&a, 0, sizeof a);
     a.work = works[i];
-    cr_assert_eq(sk_world_run(w, overlap_steps, &a), SK_OK, "%s", sk_world_error_message(w));
+    cr_assert_eq(sk_world_run(w, overlap_steps, &a, NULL), SK_OK, "%s", sk_world_error_message(w));
     for (int r = 0; r < n; r++) {
       cr_assert(near(a.k.at[r][0], works[i]), "rank %d: compute alone moved the clock to %g", r, a.k.at[r][0]);
       double want = works[i] > ar ? works[i] : ar;
       cr_assert(near(a.k.at[r][1], want), "work %g: rank %d clock %g after wait, want max(work, cost) = %g", works[i],
                 r, a.k.at[r][1], want);
     }
-    sk_world_destroy(w);
+    sk_world_destroy(w, NULL);
   }
 }
 
@@ -119,9 +119,9 @@ static sk_result p2p_steps(sk_comm *c, void *arg) {
   sk_result rc;
   if (r == 0) {
     sk_comm_compute(c, 100);
-    rc = sk_send(c, bufs[0], 1000, SK_F32, 1);
+    rc = sk_send(c, bufs[0], 1000, SK_F32, 1, NULL);
   } else {
-    rc = sk_recv(c, bufs[1], 1000, SK_F32, 0);
+    rc = sk_recv(c, bufs[1], 1000, SK_F32, 0, NULL);
   }
   k->at[r][0] = sk_comm_clock_us(c);
   k->rc[r] = rc;
@@ -132,11 +132,11 @@ Test(comm_link, send_recv_start_when_both_posted, .timeout = 30) {
   sk_world *w = link_world(2, 3, 4);
   clocks k;
   memset(&k, 0, sizeof k);
-  cr_assert_eq(sk_world_run(w, p2p_steps, &k), SK_OK, "%s", sk_world_error_message(w));
+  cr_assert_eq(sk_world_run(w, p2p_steps, &k, NULL), SK_OK, "%s", sk_world_error_message(w));
   double want = 100 + 3 + 4000.0 / 4e3; /* alpha + 4000 bytes at 4 GB/s */
   cr_assert(near(k.at[0][0], want), "sender clock %g, want %g", k.at[0][0], want);
   cr_assert(near(k.at[1][0], want), "receiver clock %g, want %g", k.at[1][0], want);
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }
 
 /* Without a model the clock stays 0 and compute is ignored. */
@@ -144,7 +144,7 @@ static sk_result no_model_steps(sk_comm *c, void *arg) {
   clocks *k = (clocks *)arg;
   int r = sk_comm_rank(c);
   sk_comm_compute(c, 50);
-  k->rc[r] = sk_allreduce(c, bufs[r], bufs[r], 16, SK_F32, SK_SUM);
+  k->rc[r] = sk_allreduce(c, bufs[r], bufs[r], 16, SK_F32, SK_SUM, NULL);
   k->at[r][0] = sk_comm_clock_us(c);
   return k->rc[r];
 }
@@ -153,9 +153,9 @@ Test(comm_link, no_model_no_clock, .timeout = 30) {
   sk_world *w = link_world(3, 0, 0);
   clocks k;
   memset(&k, 0, sizeof k);
-  cr_assert_eq(sk_world_run(w, no_model_steps, &k), SK_OK);
+  cr_assert_eq(sk_world_run(w, no_model_steps, &k, NULL), SK_OK);
   for (int r = 0; r < 3; r++) cr_assert_eq(k.at[r][0], 0.0, "rank %d clock %g without a link model", r, k.at[r][0]);
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }
 
 Test(comm_link, cost_formulas) {
@@ -212,21 +212,21 @@ static sk_result poll_steps(sk_comm *c, void *arg) {
   poll_arg *a = (poll_arg *)arg;
   int r = sk_comm_rank(c);
   sk_request *q = NULL;
-  sk_result rc = sk_iallreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, &q);
+  sk_result rc = sk_iallreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, &q, NULL);
   bool done = false;
   /* Wait for the collective to really finish, asking the backend itself (its test hook reports
      the data's completion; sk_test would hide it behind the virtual clock). A condition, not a
      real-time pause: a loaded machine may take any time to run the progress threads. */
   if (rc == SK_OK) rc = really_done(q);
   sk_comm_compute(c, a->cost / 2);
-  if (rc == SK_OK) rc = sk_test(&q, &done);
+  if (rc == SK_OK) rc = sk_test(&q, &done, NULL);
   a->early_done[r] = done;
   sk_comm_compute(c, a->cost);
   /* The data is there and the clock is past the modelled end: done at the first poll. */
-  if (rc == SK_OK && !done) rc = sk_test(&q, &done);
+  if (rc == SK_OK && !done) rc = sk_test(&q, &done, NULL);
   a->late_done[r] = done;
   a->clock_after[r] = sk_comm_clock_us(c);
-  if (!done) sk_wait(&q);
+  if (!done) sk_wait(&q, NULL);
   a->rc[r] = rc;
   return rc;
 }
@@ -238,7 +238,7 @@ Test(comm_link, test_completes_in_virtual_time, .timeout = 30) {
   memset(&a, 0, sizeof a);
   a.cost = sk_link_cost_us(&m, SK_COLL_ALLREDUCE, COUNT, SK_F32, n);
   sk_world *w = link_world(n, m.alpha_us, m.gbps);
-  cr_assert_eq(sk_world_run(w, poll_steps, &a), SK_OK, "%s", sk_world_error_message(w));
+  cr_assert_eq(sk_world_run(w, poll_steps, &a, NULL), SK_OK, "%s", sk_world_error_message(w));
   for (int r = 0; r < n; r++) {
     cr_assert_eq(a.rc[r], SK_OK);
     cr_assert_eq(a.early_done[r], 0, "rank %d: done at half the modelled time", r);
@@ -246,5 +246,5 @@ Test(comm_link, test_completes_in_virtual_time, .timeout = 30) {
     cr_assert(near(a.clock_after[r], 1.5 * a.cost), "rank %d: clock %g, want %g (compute only)", r, a.clock_after[r],
               1.5 * a.cost);
   }
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 }

@@ -158,19 +158,19 @@ static sk_result vec_device(sk_comm *c, void *p) {
       sk_result r;
       sk_request *req = NULL;
       switch (var) {
-        case VAR_ALLREDUCE: r = sk_allreduce(c, send, recv, vc->count, vc->dt, vc->op); break;
+        case VAR_ALLREDUCE: r = sk_allreduce(c, send, recv, vc->count, vc->dt, vc->op, NULL); break;
         case VAR_ALLREDUCE_INPLACE:
           memcpy(recv, vc->in[rank], nb);
-          r = sk_allreduce(c, recv, recv, vc->count, vc->dt, vc->op);
+          r = sk_allreduce(c, recv, recv, vc->count, vc->dt, vc->op, NULL);
           break;
         case VAR_IALLREDUCE:
-          r = sk_iallreduce(c, send, recv, vc->count, vc->dt, vc->op, &req);
-          if (r == SK_OK) r = sk_wait(&req);
+          r = sk_iallreduce(c, send, recv, vc->count, vc->dt, vc->op, &req, NULL);
+          if (r == SK_OK) r = sk_wait(&req, NULL);
           break;
-        case VAR_REDUCE: r = sk_reduce(c, send, recv, vc->count, vc->dt, vc->op, n - 1); break;
+        case VAR_REDUCE: r = sk_reduce(c, send, recv, vc->count, vc->dt, vc->op, n - 1, NULL); break;
         default: /* every chunk j of send is this rank's vector: every rank's result is the vector result */
           for (int j = 0; j < n; j++) memcpy(send + (size_t)j * nb, vc->in[rank], nb);
-          r = sk_reduce_scatter(c, send, recv, vc->count, vc->dt, vc->op);
+          r = sk_reduce_scatter(c, send, recv, vc->count, vc->dt, vc->op, NULL);
           break;
       }
       if (!ct_rc(s, r, c, ctx)) return r;
@@ -251,7 +251,7 @@ static sk_result nan_device(sk_comm *c, void *p) {
               snprintf(ctx, sizeof ctx, "%s n=%d cfg=%s rank=%d dt=%s op=%s count=7: NaN on rank %d%s at [%zu]",
                        via ? "reduce" : "allreduce", n, ct_cfg_names[a->cfg], rank, sk_dtype_name(dt),
                        sk_redop_name(op), nr, both ? " and the last rank" : "", pos);
-              sk_result r = via ? sk_reduce(c, send, recv, count, dt, op, nr) : sk_allreduce(c, send, recv, count, dt, op);
+              sk_result r = via ? sk_reduce(c, send, recv, count, dt, op, nr, NULL) : sk_allreduce(c, send, recv, count, dt, op, NULL);
               if (!ct_rc(s, r, c, ctx)) return r;
               if (via && rank != nr) continue;
               const void *src[CT_MAX_RANKS];
@@ -310,10 +310,10 @@ static sk_result det_device(sk_comm *c, void *p) {
     if (inplace) memcpy(recv, send, nb);
     if (run % 5 == 4) { /* the non-blocking path must give the same bits */
       sk_request *req = NULL;
-      r = sk_iallreduce(c, inplace ? recv : send, recv, DET_COUNT, a->dt, a->op, &req);
-      if (r == SK_OK) r = sk_wait(&req);
+      r = sk_iallreduce(c, inplace ? recv : send, recv, DET_COUNT, a->dt, a->op, &req, NULL);
+      if (r == SK_OK) r = sk_wait(&req, NULL);
     } else {
-      r = sk_allreduce(c, inplace ? recv : send, recv, DET_COUNT, a->dt, a->op);
+      r = sk_allreduce(c, inplace ? recv : send, recv, DET_COUNT, a->dt, a->op, NULL);
     }
     if (!ct_rc(s, r, c, ctx)) break;
     if (run == 0) {
@@ -385,9 +385,9 @@ static sk_result det2_device(sk_comm *c, void *p) {
   const size_t count = 3001; /* per-rank slice of the reduce_scatter */
   float *send = (float *)malloc(count * (size_t)n * sizeof(float));
   ct_fill(SK_F32, CT_PAT_RAND, 99, rank, 0, send, count * (size_t)n);
-  sk_result r = sk_allreduce(c, send, a->out[rank], count * (size_t)n, SK_F32, SK_SUM);
+  sk_result r = sk_allreduce(c, send, a->out[rank], count * (size_t)n, SK_F32, SK_SUM, NULL);
   if (r == SK_OK)
-    r = sk_reduce_scatter(c, send, a->out[rank] + count * (size_t)n * sizeof(float), count, SK_F32, SK_SUM);
+    r = sk_reduce_scatter(c, send, a->out[rank] + count * (size_t)n * sizeof(float), count, SK_F32, SK_SUM, NULL);
   free(send);
   if (!ct_rc(&a->slots[rank], r, c, "det2")) return r;
   a->slots[rank].ran = 1;
@@ -450,7 +450,7 @@ Test(comm_rules, reduce_local_matches_reference, .timeout = 30) {
           }
           unsigned char *dst = ct_buf(maxc * es), *exp = ct_buf(maxc * es);
           ct_ref_reduce(exp, srcs, n, count, dt, op);
-          sk_result rc = sk_reduce_local(count ? dst : NULL, srcs, n, count, dt, op);
+          sk_result rc = sk_reduce_local(count ? dst : NULL, srcs, n, count, dt, op, NULL);
           cr_expect_eq(rc, SK_OK, "reduce_local n=%d dt=%s op=%s count=%zu: %s", n, sk_dtype_name(dt),
                        sk_redop_name(op), count, sk_result_name(rc));
           ct_slot s;
@@ -463,7 +463,7 @@ Test(comm_rules, reduce_local_matches_reference, .timeout = 30) {
           cr_expect(ct_all_bytes(dst + count * es, maxc * es - count * es, CT_JUNK_BYTE), "%s: wrote past count", ctx);
           /* dst may alias srcs[0] */
           if (count) {
-            rc = sk_reduce_local(bufs[0], srcs, n, count, dt, op);
+            rc = sk_reduce_local(bufs[0], srcs, n, count, dt, op, NULL);
             cr_expect_eq(rc, SK_OK);
             ct_cmp(&s, ctx, "dst aliasing srcs[0]", dt, bufs[0], exp, count);
           }
@@ -479,7 +479,7 @@ Test(comm_rules, reduce_local_rules) {
   for (int v = 0; v < NVCASES; v++) {
     const vcase *c = &vcases[v];
     unsigned char out[64];
-    cr_assert_eq(sk_reduce_local(out, c->in, c->n, c->count, c->dt, c->op), SK_OK, "%s", c->name);
+    cr_assert_eq(sk_reduce_local(out, c->in, c->n, c->count, c->dt, c->op, NULL), SK_OK, "%s", c->name);
     ct_slot s;
     memset(&s, 0, sizeof s);
     ct_cmp(&s, c->name, "sk_reduce_local", c->dt, out, c->expect, c->count);
@@ -495,7 +495,7 @@ Test(comm_rules, reduce_local_rules) {
     const void *srcs[3] = {a, b, c3};
     for (int o = 0; o < 2; o++) {
       sk_redop op = o ? SK_MAX : SK_MIN;
-      cr_assert_eq(sk_reduce_local(out, srcs, 3, 1, dt, op), SK_OK);
+      cr_assert_eq(sk_reduce_local(out, srcs, 3, 1, dt, op, NULL), SK_OK);
       double g = ct_load_f(dt, out);
       cr_expect(g != g, "reduce_local %s %s: NaN in the last input lost (got %g)", sk_dtype_name(dt), sk_redop_name(op),
                 g);
@@ -504,7 +504,7 @@ Test(comm_rules, reduce_local_rules) {
   /* f32 sum is left to right: (1e8 + 1) - 1e8 == 0, but 1 + (1e8 - 1e8) would be 1 */
   float x[3] = {1e8f, 1.0f, -1e8f}, y;
   const void *sx[3] = {&x[0], &x[1], &x[2]};
-  cr_assert_eq(sk_reduce_local(&y, sx, 3, 1, SK_F32, SK_SUM), SK_OK);
+  cr_assert_eq(sk_reduce_local(&y, sx, 3, 1, SK_F32, SK_SUM, NULL), SK_OK);
   cr_expect_eq(y, 0.0f, "f32 sum not left to right: got %g", (double)y);
 }
 
@@ -512,15 +512,15 @@ Test(comm_rules, reduce_local_invalid_arguments) {
   float a = 1, b = 2, out = 0;
   const void *srcs[2] = {&a, &b};
   const void *bad[2] = {&a, NULL};
-  cr_expect_eq(sk_reduce_local(&out, srcs, 2, 1, (sk_dtype)99, SK_SUM), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_reduce_local(&out, srcs, 2, 1, (sk_dtype)-1, SK_SUM), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_reduce_local(&out, srcs, 2, 1, SK_F32, (sk_redop)SK_REDOP_COUNT), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_reduce_local(&out, srcs, 0, 1, SK_F32, SK_SUM), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_reduce_local(&out, NULL, 2, 1, SK_F32, SK_SUM), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_reduce_local(NULL, srcs, 2, 1, SK_F32, SK_SUM), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_reduce_local(&out, bad, 2, 1, SK_F32, SK_SUM), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce_local(&out, srcs, 2, 1, (sk_dtype)99, SK_SUM, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce_local(&out, srcs, 2, 1, (sk_dtype)-1, SK_SUM, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce_local(&out, srcs, 2, 1, SK_F32, (sk_redop)SK_REDOP_COUNT, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce_local(&out, srcs, 0, 1, SK_F32, SK_SUM, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce_local(&out, NULL, 2, 1, SK_F32, SK_SUM, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce_local(NULL, srcs, 2, 1, SK_F32, SK_SUM, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_reduce_local(&out, bad, 2, 1, SK_F32, SK_SUM, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect_eq(out, 0.0f, "a failed call wrote dst");
-  cr_expect_eq(sk_reduce_local(NULL, bad, 2, 0, SK_F32, SK_SUM), SK_OK, "count 0 needs no buffers");
+  cr_expect_eq(sk_reduce_local(NULL, bad, 2, 0, SK_F32, SK_SUM, NULL), SK_OK, "count 0 needs no buffers");
 }
 
 /* Integer avg with many inputs: the divisor is the input count, not the count squeezed into the
@@ -536,19 +536,19 @@ Test(comm_rules, reduce_local_int_avg_many_inputs, .timeout = 10) {
     s8[r] = &in8[r], su[r] = &inu[r];
   }
   int8_t o8 = 55;
-  cr_assert_eq(sk_reduce_local(&o8, s8, 200, 1, SK_I8, SK_AVG), SK_OK);
+  cr_assert_eq(sk_reduce_local(&o8, s8, 200, 1, SK_I8, SK_AVG, NULL), SK_OK);
   cr_expect_eq(o8, 0, "i8 avg over 200 inputs summing to 100: expected 0, got %d", o8);
   int8_t e8;
   ct_ref_reduce1(&e8, s8, 200, SK_I8, SK_AVG);
   cr_expect_eq(e8, 0);
   inu[0] = 200, inu[1] = 0;
   uint8_t ou = 55;
-  cr_assert_eq(sk_reduce_local(&ou, su, 256, 1, SK_U8, SK_AVG), SK_OK);
+  cr_assert_eq(sk_reduce_local(&ou, su, 256, 1, SK_U8, SK_AVG, NULL), SK_OK);
   cr_expect_eq(ou, 0, "u8 avg over 256 inputs summing to 200: expected 0, got %d", ou);
   int32_t in32[300];
   const void *s32[300];
   for (int r = 0; r < 300; r++) in32[r] = -1, s32[r] = &in32[r];
   int32_t o32 = 0;
-  cr_assert_eq(sk_reduce_local(&o32, s32, 300, 1, SK_I32, SK_AVG), SK_OK);
+  cr_assert_eq(sk_reduce_local(&o32, s32, 300, 1, SK_I32, SK_AVG, NULL), SK_OK);
   cr_expect_eq(o32, -1, "i32 avg over 300 inputs of -1: got %d", o32);
 }

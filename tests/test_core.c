@@ -254,6 +254,11 @@ Test(core_error, set_formats_truncates_and_takes_null) {
   cr_assert_eq(e.code, SK_ERR_OUT_OF_MEMORY);
   cr_assert_str_eq(e.msg, "oom");
 
+  /* the message may quote the record it replaces (a comm's record passed as err to a call that
+     words "...: %s" from the comm's message) */
+  cr_assert_eq(sk_error_set(&e, SK_ERR_TIMEOUT, "runtime: step 3: %s", e.msg), SK_ERR_TIMEOUT);
+  cr_assert_str_eq(e.msg, "runtime: step 3: oom");
+
   /* NULL err: nothing written, the code still returned */
   cr_assert_eq(sk_error_set(NULL, SK_ERR_SYSTEM, "cannot open '%s'", "x"), SK_ERR_SYSTEM);
 

@@ -37,8 +37,8 @@ static solo solo_open(void) {
 }
 
 static void solo_close(solo *s) {
-  sk_comm_destroy(s->c);
-  sk_world_destroy(s->w);
+  sk_comm_destroy(s->c, NULL);
+  sk_world_destroy(s->w, NULL);
 }
 
 /* Plans never touch buffers: every op points at this, and a claimed-huge workspace is never
@@ -58,7 +58,7 @@ static sk_fusion *mkf(const sk_fusion_desc *d) {
 
 static int add_ar(sk_fusion *f, sk_comm *c, size_t count, sk_dtype dt, sk_redop op, int id) {
   int h = -1;
-  sk_result r = sk_fusion_add_allreduce(f, c, g_dummy, g_dummy, count, dt, op, id, NULL, &h);
+  sk_result r = sk_fusion_add_allreduce(f, c, g_dummy, g_dummy, count, dt, op, id, NULL, &h, NULL);
   cr_assert_eq(r, SK_OK, "add: %s", sk_fusion_error_message(f));
   return h;
 }
@@ -70,7 +70,7 @@ static void expect_plan(sk_fusion *f, const char *want, const char *label) {
   cr_assert(nb >= 0, "%s: planning failed: %s", label, sk_fusion_error_message(f));
   for (int b = 0; b < nb; b++) {
     sk_fusion_bucket_info bi;
-    cr_assert_eq(sk_fusion_get_bucket(f, b, &bi), SK_OK);
+    cr_assert_eq(sk_fusion_get_bucket(f, b, &bi, NULL), SK_OK);
     if (b) strcat(got, "|");
     for (int j = 0; j < bi.ntensors; j++) {
       char num[16];
@@ -91,7 +91,7 @@ Test(fusion_plan, none, TO) {
   for (int i = 0; i < 5; i++) add_ar(f, s.c, 10, SK_F32, SK_SUM, 0);
   expect_plan(f, "0|1|2|3|4", "none");
   sk_fusion_bucket_info bi;
-  sk_fusion_get_bucket(f, 2, &bi);
+  sk_fusion_get_bucket(f, 2, &bi, NULL);
   cr_expect_eq(bi.pack, SK_FUSION_DIRECT);
   cr_expect_eq(bi.count, 10);
   cr_expect_eq(bi.bytes, 40);
@@ -111,7 +111,7 @@ Test(fusion_plan, size_bytes, TO) {
   for (int i = 0; i < 7; i++) add_ar(f, s.c, counts[i], SK_F32, SK_SUM, 0);
   expect_plan(f, "0,1|2,3|4|5,6", "size 1600 B");
   sk_fusion_bucket_info bi;
-  sk_fusion_get_bucket(f, 1, &bi);
+  sk_fusion_get_bucket(f, 1, &bi, NULL);
   cr_expect_eq(bi.bytes, 1400);
   cr_expect_eq(bi.count, 350);
   cr_expect_eq(bi.pack, SK_FUSION_PACKED);
@@ -168,13 +168,13 @@ Test(fusion_plan, index_20_35, TO) {
   int ar[50], ag[5], k = 0;
   for (int i = 0; i < 50; i++) {
     ar[i] = add_ar(f, s.c, 3, SK_F32, SK_SUM, 0);
-    if (i % 10 == 9) cr_assert_eq(sk_fusion_add_allgather(f, s.c, g_dummy, g_dummy, 2, SK_F32, 0, "ag", &ag[k++]), SK_OK);
+    if (i % 10 == 9) cr_assert_eq(sk_fusion_add_allgather(f, s.c, g_dummy, g_dummy, 2, SK_F32, 0, "ag", &ag[k++], NULL), SK_OK);
   }
   cr_assert_eq(sk_fusion_bucket_count(f), 4);
   int sizes[4] = {0, 0, 0, 0};
   for (int b = 0; b < 4; b++) {
     sk_fusion_bucket_info bi;
-    sk_fusion_get_bucket(f, b, &bi);
+    sk_fusion_get_bucket(f, b, &bi, NULL);
     sizes[b] = bi.ntensors;
   }
   /* order by first op: AR [0..20] (handle 0), AG (handle 10), AR [21..35], AR [36..49] */
@@ -245,7 +245,7 @@ Test(fusion_plan, mindspore_accounting, TO) {
 Test(fusion_plan, keys_and_ids, TO) {
   solo s = solo_open();
   sk_comm *c2 = NULL;
-  cr_assert_eq(sk_comm_split(s.c, 0, 0, &c2), SK_OK);
+  cr_assert_eq(sk_comm_split(s.c, 0, 0, &c2, NULL), SK_OK);
   sk_fusion_desc d;
   memset(&d, 0, sizeof d);
   d.allreduce.mode = SK_FUSION_SIZE;
@@ -264,18 +264,18 @@ Test(fusion_plan, keys_and_ids, TO) {
   add_ar(f, c2, 4, SK_F32, SK_SUM, 0);                /* 10: group 2 */
   add_ar(f, s.c, 4, SK_F16, SK_SUM, 0);               /* 11: f16 */
   int hg = -1, hr = -1;
-  cr_assert_eq(sk_fusion_add_allgather(f, s.c, g_dummy, g_dummy, 4, SK_F32, 0, "g", &hg), SK_OK);       /* 12 */
-  cr_assert_eq(sk_fusion_add_reduce_scatter(f, s.c, g_dummy, g_dummy, 4, SK_F32, SK_SUM, 0, "r", &hr), SK_OK); /* 13 */
+  cr_assert_eq(sk_fusion_add_allgather(f, s.c, g_dummy, g_dummy, 4, SK_F32, 0, "g", &hg, NULL), SK_OK);       /* 12 */
+  cr_assert_eq(sk_fusion_add_reduce_scatter(f, s.c, g_dummy, g_dummy, 4, SK_F32, SK_SUM, 0, "r", &hr, NULL), SK_OK); /* 13 */
   cr_expect_eq(hg, 12);
   cr_expect_eq(hr, 13);
   /* AllGather / ReduceScatter default to auto: alone here, and never merged with AllReduces */
   expect_plan(f, "0,1,9|2,8|3|4|5,11|6|7,10|12|13", "keys and ids");
   sk_fusion_bucket_info bi;
-  sk_fusion_get_bucket(f, 1, &bi);
+  sk_fusion_get_bucket(f, 1, &bi, NULL);
   cr_expect_eq(bi.fusion_id, 2);
-  sk_fusion_get_bucket(f, 2, &bi);
+  sk_fusion_get_bucket(f, 2, &bi, NULL);
   cr_expect_eq(bi.fusion_id, SK_FUSION_NEVER);
-  sk_fusion_get_bucket(f, 0, &bi);
+  sk_fusion_get_bucket(f, 0, &bi, NULL);
   cr_expect_eq(bi.fusion_id, 1);
   sk_fusion_destroy(f);
 
@@ -295,7 +295,7 @@ Test(fusion_plan, keys_and_ids, TO) {
   for (int i = 0; i < 4; i++) add_ar(f, s.c, 4, SK_F32, SK_SUM, i % 2 ? 7 : 0);
   expect_plan(f, "0,2|1,3", "mindspore auto with two ids");
   sk_fusion_destroy(f);
-  sk_comm_destroy(c2);
+  sk_comm_destroy(c2, NULL);
   solo_close(&s);
 }
 
@@ -307,9 +307,9 @@ Test(fusion_plan, format, TO) {
   d.allreduce.threshold_bytes = 100;
   sk_fusion *f = mkf(&d);
   int h;
-  cr_assert_eq(sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy, 10, SK_F32, SK_SUM, 0, "conv1.weight", &h), SK_OK);
-  cr_assert_eq(sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy, 10, SK_F32, SK_SUM, 0, "conv1.bias", &h), SK_OK);
-  cr_assert_eq(sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy, 30, SK_F32, SK_SUM, 0, NULL, &h), SK_OK);
+  cr_assert_eq(sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy, 10, SK_F32, SK_SUM, 0, "conv1.weight", &h, NULL), SK_OK);
+  cr_assert_eq(sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy, 10, SK_F32, SK_SUM, 0, "conv1.bias", &h, NULL), SK_OK);
+  cr_assert_eq(sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy, 30, SK_F32, SK_SUM, 0, NULL, &h, NULL), SK_OK);
   char buf[2048];
   int len = sk_fusion_plan_format(f, buf, sizeof buf, true);
   cr_assert(len > 0 && (size_t)len == strlen(buf), "len %d vs %zu", len, strlen(buf));
@@ -326,7 +326,7 @@ Test(fusion_plan, format, TO) {
   cr_expect_eq(strlen(small), sizeof small - 1);
   cr_expect_eq(sk_fusion_plan_format(f, NULL, 0, true), len);
   size_t ws = 0;
-  cr_expect_eq(sk_fusion_workspace_bytes(f, &ws), SK_OK);
+  cr_expect_eq(sk_fusion_workspace_bytes(f, &ws, NULL), SK_OK);
   cr_expect_eq(ws, 128); /* one packed bucket of 80 B, 64-aligned */
   sk_fusion_destroy(f);
   solo_close(&s);
@@ -371,49 +371,49 @@ Test(fusion_errors, bad_arguments, TO) {
   sk_fusion_op op;
   memset(&op, 0, sizeof op);
   op.comm = s.c, op.send = g_dummy, op.recv = g_dummy, op.count = 1, op.name = "w";
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_ERR_INVALID_ARGUMENT); /* kind unset */
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_ERR_INVALID_ARGUMENT); /* kind unset */
   cr_expect(strstr(sk_fusion_error_message(f), "kind"), "%s", sk_fusion_error_message(f));
   cr_expect_eq(h, -1);
   op.kind = SK_COLL_BROADCAST;
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_ERR_INVALID_ARGUMENT);
   op.kind = SK_COLL_ALLREDUCE;
   op.comm = NULL;
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(sk_fusion_error_message(f), "comm is NULL"), "%s", sk_fusion_error_message(f));
   op.comm = s.c;
   op.dtype = (sk_dtype)99;
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(sk_fusion_error_message(f), "dtype"), "%s", sk_fusion_error_message(f));
   op.dtype = SK_F32;
   op.op = (sk_redop)77;
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(sk_fusion_error_message(f), "reduce op"), "%s", sk_fusion_error_message(f));
   op.op = SK_SUM;
   op.fusion_id = -2;
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(sk_fusion_error_message(f), "fusion_id -2"), "%s", sk_fusion_error_message(f));
   op.fusion_id = 0;
   op.send = NULL;
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(sk_fusion_error_message(f), "send buffer is NULL"), "%s", sk_fusion_error_message(f));
   op.send = g_dummy;
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_OK);
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_OK);
   cr_expect_eq(h, 0);
-  cr_expect_eq(sk_fusion_add(f, NULL, &h), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_fusion_ready(f, 1), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_add(f, NULL, &h, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_ready(f, 1, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(sk_fusion_error_message(f), "handle 1 out of range"), "%s", sk_fusion_error_message(f));
-  cr_expect_eq(sk_fusion_add(f, &op, &h), SK_ERR_INVALID_USAGE); /* planned by the ready above */
-  cr_expect_eq(sk_fusion_get_bucket(f, 5, NULL), SK_ERR_INVALID_ARGUMENT);
-  cr_expect_eq(sk_fusion_wait(f), SK_ERR_INVALID_USAGE); /* tensor 'w' never ready */
+  cr_expect_eq(sk_fusion_add(f, &op, &h, NULL), SK_ERR_INVALID_USAGE); /* planned by the ready above */
+  cr_expect_eq(sk_fusion_get_bucket(f, 5, NULL, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(sk_fusion_wait(f, NULL), SK_ERR_INVALID_USAGE); /* tensor 'w' never ready */
   sk_fusion_destroy(f);
   /* a workspace too small */
   memset(&d, 0, sizeof d);
   d.workspace = g_dummy;
   d.workspace_bytes = 8;
   cr_assert_eq(sk_fusion_create(&d, &f, &err), SK_OK);
-  sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy + 8, 4, SK_F32, SK_SUM, 0, "a", NULL);
-  sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy + 8, 4, SK_F32, SK_SUM, 0, "b", NULL);
-  cr_expect_eq(sk_fusion_plan(f), SK_ERR_INVALID_ARGUMENT);
+  sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy + 8, 4, SK_F32, SK_SUM, 0, "a", NULL, NULL);
+  sk_fusion_add_allreduce(f, s.c, g_dummy, g_dummy + 8, 4, SK_F32, SK_SUM, 0, "b", NULL, NULL);
+  cr_expect_eq(sk_fusion_plan(f, NULL), SK_ERR_INVALID_ARGUMENT);
   cr_expect(strstr(sk_fusion_error_message(f), "workspace_bytes 8"), "%s", sk_fusion_error_message(f));
   cr_expect_eq(sk_fusion_bucket_count(f), -1);
   sk_fusion_destroy(f);
@@ -537,21 +537,21 @@ static sk_result rt_device(sk_comm *c, void *argp) {
     char name[32];
     snprintf(name, sizeof name, "t%d", i);
     op.name = name;
-    r = sk_fusion_add(f, &op, &t[i].h);
+    r = sk_fusion_add(f, &op, &t[i].h, NULL);
     if (!ct_check(s, r == SK_OK && t[i].h == i, "add %d: %s: %s", i, sk_result_name(r), sk_fusion_error_message(f))) goto out;
   }
-  r = sk_fusion_plan(f);
+  r = sk_fusion_plan(f, NULL);
   if (!ct_check(s, r == SK_OK, "plan: %s", sk_fusion_error_message(f))) goto out;
   if (flat) {
     sk_fusion_bucket_info bi;
-    sk_fusion_get_bucket(f, 0, &bi);
+    sk_fusion_get_bucket(f, 0, &bi, NULL);
     ct_check(s, sk_fusion_bucket_count(f) == 1 && bi.pack == SK_FUSION_ZERO_COPY, "flat: %d buckets, pack %d",
              sk_fusion_bucket_count(f), (int)bi.pack);
   }
   int missing = -1;
   if (a->missing) { /* the first tensor of bucket 1 */
     sk_fusion_bucket_info bi;
-    sk_fusion_get_bucket(f, 1, &bi);
+    sk_fusion_get_bucket(f, 1, &bi, NULL);
     missing = bi.tensors[0];
   }
   for (int step = 0; step < a->steps; step++) {
@@ -570,9 +570,9 @@ static sk_result rt_device(sk_comm *c, void *argp) {
         if (t[i].sbytes) memcpy(tmp, t[i].send, t[i].sbytes);
         in = tmp;
       }
-      if (t[i].kind == SK_COLL_ALLREDUCE) r = sk_allreduce(c, in, t[i].ref, t[i].count, t[i].dt, t[i].op);
-      else if (t[i].kind == SK_COLL_ALLGATHER) r = sk_allgather(c, in, t[i].ref, t[i].count, t[i].dt);
-      else r = sk_reduce_scatter(c, in, t[i].ref, t[i].count, t[i].dt, t[i].op);
+      if (t[i].kind == SK_COLL_ALLREDUCE) r = sk_allreduce(c, in, t[i].ref, t[i].count, t[i].dt, t[i].op, NULL);
+      else if (t[i].kind == SK_COLL_ALLGATHER) r = sk_allgather(c, in, t[i].ref, t[i].count, t[i].dt, NULL);
+      else r = sk_reduce_scatter(c, in, t[i].ref, t[i].count, t[i].dt, t[i].op, NULL);
       free(tmp);
       if (!ct_rc(s, r, c, "reference")) goto out;
     }
@@ -580,10 +580,10 @@ static sk_result rt_device(sk_comm *c, void *argp) {
     rt_shuffle(perm, nt, 77u + (uint64_t)rank * 1000003u + (uint64_t)step);
     for (int k = 0; k < nt; k++) {
       if (perm[k] == missing) continue;
-      r = sk_fusion_ready(f, perm[k]);
+      r = sk_fusion_ready(f, perm[k], NULL);
       if (!ct_check(s, r == SK_OK, "ready %d: %s: %s", perm[k], sk_result_name(r), sk_fusion_error_message(f))) goto out;
       if (a->ready_twice && k == 3) {
-        r = sk_fusion_ready(f, perm[k]);
+        r = sk_fusion_ready(f, perm[k], NULL);
         char want[64];
         snprintf(want, sizeof want, "tensor 't%d'", perm[k]);
         ct_check(s, r == SK_ERR_INVALID_USAGE && strstr(sk_fusion_error_message(f), want) &&
@@ -591,7 +591,7 @@ static sk_result rt_device(sk_comm *c, void *argp) {
                  "ready twice: %s: %s", sk_result_name(r), sk_fusion_error_message(f));
       }
     }
-    r = sk_fusion_wait(f);
+    r = sk_fusion_wait(f, NULL);
     if (a->missing) {
       char want[64];
       snprintf(want, sizeof want, "tensor 't%d'", missing);
@@ -600,7 +600,7 @@ static sk_result rt_device(sk_comm *c, void *argp) {
                "missing: %s: %s", sk_result_name(r), sk_fusion_error_message(f));
       /* bucket 0 ran and was unpacked */
       sk_fusion_bucket_info bi;
-      sk_fusion_get_bucket(f, 0, &bi);
+      sk_fusion_get_bucket(f, 0, &bi, NULL);
       for (int j = 0; j < bi.ntensors; j++) {
         int i = bi.tensors[j];
         ct_check(s, t[i].rbytes == 0 || memcmp(t[i].recv, t[i].ref, t[i].rbytes) == 0, "missing: bucket 0 tensor %d wrong", i);
@@ -714,12 +714,12 @@ Test(fusion_plan, plan_keys_equal_the_schedulers, TO) {
       memset(&o, 0, sizeof o);
       o.kind = ops[i].kind, o.comm = s.c, o.send = g_dummy, o.recv = g_dummy, o.count = el[i], o.dtype = SK_F32;
       o.op = SK_SUM, o.fusion_id = ids[i];
-      cr_assert_eq(sk_fusion_add(f, &o, NULL), SK_OK, "%s", sk_fusion_error_message(f));
+      cr_assert_eq(sk_fusion_add(f, &o, NULL, NULL), SK_OK, "%s", sk_fusion_error_message(f));
     }
     char want[256] = "", got[256];
     for (int b = 0, nb = sk_fusion_bucket_count(f); b < nb; b++) {
       sk_fusion_bucket_info bi;
-      cr_assert_eq(sk_fusion_get_bucket(f, b, &bi), SK_OK);
+      cr_assert_eq(sk_fusion_get_bucket(f, b, &bi, NULL), SK_OK);
       for (int j = 0; j < bi.ntensors; j++)
         snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", j ? "," : (b ? "|" : ""), bi.tensors[j]);
     }

@@ -250,7 +250,7 @@ static sk_result oom_sub_colls(sk_comm *sub, oom_slot *s, const int *wr, int gn,
   /* small AllReduce (inline path) */
   int32_t x[3] = {wme + 1, 10 * (wme + 1), -wme}, y[3] = {0, 0, 0};
   snprintf(what, sizeof what, "%s allreduce", tag);
-  if (!OOM_CALL(s, sub, sk_allreduce(sub, x, y, 3, SK_I32, SK_SUM), what)) return s->rc;
+  if (!OOM_CALL(s, sub, sk_allreduce(sub, x, y, 3, SK_I32, SK_SUM, NULL), what)) return s->rc;
   int32_t e = 0;
   for (int i = 0; i < gn; i++) e += wr[i] + 1;
   if (y[0] != e || y[1] != 10 * e || y[2] != gn - e) oom_bad(s, "%s: [%d %d %d], expected [%d %d %d]", what, y[0], y[1], y[2], e, 10 * e, gn - e);
@@ -258,7 +258,7 @@ static sk_result oom_sub_colls(sk_comm *sub, oom_slot *s, const int *wr, int gn,
   float big[100], bo[100];
   for (int i = 0; i < 100; i++) big[i] = (float)(wme * 1000 + i), bo[i] = -1;
   snprintf(what, sizeof what, "%s allreduce(100)", tag);
-  if (!OOM_CALL(s, sub, sk_allreduce(sub, big, bo, 100, SK_F32, SK_SUM), what)) return s->rc;
+  if (!OOM_CALL(s, sub, sk_allreduce(sub, big, bo, 100, SK_F32, SK_SUM, NULL), what)) return s->rc;
   for (int i = 0; i < 100; i++) {
     float ex = 0;
     for (int j = 0; j < gn; j++) ex += (float)(wr[j] * 1000 + i);
@@ -270,7 +270,7 @@ static sk_result oom_sub_colls(sk_comm *sub, oom_slot *s, const int *wr, int gn,
   /* AllGather of world ranks */
   int32_t mine = wme, all[OOM_MAXDEV] = {-1, -1, -1, -1};
   snprintf(what, sizeof what, "%s allgather", tag);
-  if (!OOM_CALL(s, sub, sk_allgather(sub, &mine, all, 1, SK_I32), what)) return s->rc;
+  if (!OOM_CALL(s, sub, sk_allgather(sub, &mine, all, 1, SK_I32, NULL), what)) return s->rc;
   for (int i = 0; i < gn; i++)
     if (all[i] != wr[i]) {
       oom_bad(s, "%s: [%d] = %d, expected %d", what, i, all[i], wr[i]);
@@ -279,11 +279,11 @@ static sk_result oom_sub_colls(sk_comm *sub, oom_slot *s, const int *wr, int gn,
   /* Broadcast from the last member */
   int32_t b[2] = {wme, 7 * wme}, bo2[2] = {-1, -1};
   snprintf(what, sizeof what, "%s broadcast", tag);
-  if (!OOM_CALL(s, sub, sk_broadcast(sub, b, bo2, 2, SK_I32, gn - 1), what)) return s->rc;
+  if (!OOM_CALL(s, sub, sk_broadcast(sub, b, bo2, 2, SK_I32, gn - 1, NULL), what)) return s->rc;
   if (bo2[0] != wr[gn - 1] || bo2[1] != 7 * wr[gn - 1])
     oom_bad(s, "%s: [%d %d], expected [%d %d]", what, bo2[0], bo2[1], wr[gn - 1], 7 * wr[gn - 1]);
   snprintf(what, sizeof what, "%s barrier", tag);
-  if (!OOM_CALL(s, sub, sk_barrier(sub), what)) return s->rc;
+  if (!OOM_CALL(s, sub, sk_barrier(sub, NULL), what)) return s->rc;
   return SK_OK;
 }
 
@@ -294,45 +294,45 @@ static sk_result oom_dev_split(sk_comm *c, void *arg) {
   s->entered = 1;
   sk_comm *sub = NULL;
   /* split: color = parity, key = -rank (higher world rank first): {2,0} and {3,1} */
-  if (OOM_CALL(s, c, sk_comm_split(c, w % 2, -w, &sub), "split")) {
+  if (OOM_CALL(s, c, sk_comm_split(c, w % 2, -w, &sub, NULL), "split")) {
     int wr[2] = {w % 2 + 2, w % 2};
     sk_result r = oom_sub_colls(sub, s, wr, 2, "split");
-    sk_comm_destroy(sub);
+    sk_comm_destroy(sub, NULL);
     if (r != SK_OK) return s->rc; /* SK_OK after a wrong group: recorded, not the world's error */
   } else {
     return s->rc;
   }
   /* split_mesh along b: {0,1} and {2,3} */
-  if (OOM_CALL(s, c, sk_comm_split_mesh(c, &oom_mesh22, 2u, &sub), "split_mesh(b)")) {
+  if (OOM_CALL(s, c, sk_comm_split_mesh(c, &oom_mesh22, 2u, &sub, NULL), "split_mesh(b)")) {
     int wr[2] = {w / 2 * 2, w / 2 * 2 + 1};
     sk_result r = oom_sub_colls(sub, s, wr, 2, "split_mesh(b)");
-    sk_comm_destroy(sub);
+    sk_comm_destroy(sub, NULL);
     if (r != SK_OK) return s->rc; /* SK_OK after a wrong group: recorded, not the world's error */
   } else {
     return s->rc;
   }
   /* create from a list: world ranks 3 and 1 (in that order); 0 and 2 get NULL */
   static const int listed[2] = {3, 1};
-  if (OOM_CALL(s, c, sk_comm_create(c, 2, listed, &sub), "create")) {
+  if (OOM_CALL(s, c, sk_comm_create(c, 2, listed, &sub, NULL), "create")) {
     if (w % 2 == 0) {
       if (sub) {
         oom_bad(s, "create: returned SK_OK and a communicator of size %d for unlisted rank %d", sk_comm_size(sub), w);
-        sk_comm_destroy(sub);
+        sk_comm_destroy(sub, NULL);
         return s->rc;
       }
     } else {
       sk_result r = oom_sub_colls(sub, s, listed, 2, "create");
-      sk_comm_destroy(sub);
+      sk_comm_destroy(sub, NULL);
       if (r != SK_OK) return s->rc;
     }
   } else {
     return s->rc;
   }
   /* split_mesh along both axes: everyone */
-  if (OOM_CALL(s, c, sk_comm_split_mesh(c, &oom_mesh22, 3u, &sub), "split_mesh(a,b)")) {
+  if (OOM_CALL(s, c, sk_comm_split_mesh(c, &oom_mesh22, 3u, &sub, NULL), "split_mesh(a,b)")) {
     int wr[4] = {0, 1, 2, 3};
     sk_result r = oom_sub_colls(sub, s, wr, 4, "split_mesh(a,b)");
-    sk_comm_destroy(sub);
+    sk_comm_destroy(sub, NULL);
     if (r != SK_OK) return s->rc; /* SK_OK after a wrong group: recorded, not the world's error */
   } else {
     return s->rc;
@@ -346,7 +346,7 @@ static sk_result oom_dev_split(sk_comm *c, void *arg) {
 /* On error: abort the world (peers stop waiting for this device), then drain. */
 static void oom_drain(sk_comm *c, sk_request **reqs, int n, bool failed) {
   if (failed) sk_world_abort(sk_comm_world(c));
-  sk_waitall(n, reqs);
+  sk_waitall(n, reqs, NULL);
 }
 
 static sk_result oom_dev_async(sk_comm *c, void *arg) {
@@ -368,22 +368,22 @@ static sk_result oom_dev_async(sk_comm *c, void *arg) {
   rso[0] = rso[1] = -1;
   sk_request *q[8] = {NULL};
   int nq = 0;
-  bool ok = OOM_CALL(s, c, sk_iallreduce(c, a, ao, 4, SK_F32, SK_SUM, &q[nq]), "iallreduce(4)") && ++nq;
-  ok = ok && OOM_CALL(s, c, sk_iallreduce(c, big, bo, 96, SK_F32, SK_MAX, &q[nq]), "iallreduce(96)") && ++nq;
-  ok = ok && OOM_CALL(s, c, sk_iallgather(c, &g, go, 1, SK_I32, &q[nq]), "iallgather") && ++nq;
-  ok = ok && OOM_CALL(s, c, sk_ireduce_scatter(c, rs, rso, 2, SK_I32, SK_SUM, &q[nq]), "ireduce_scatter") && ++nq;
-  ok = ok && OOM_CALL(s, c, sk_ibroadcast(c, bc, bc, 3, SK_I64, 2, &q[nq]), "ibroadcast") && ++nq;
-  ok = ok && OOM_CALL(s, c, sk_ibarrier(c, &q[nq]), "ibarrier") && ++nq;
+  bool ok = OOM_CALL(s, c, sk_iallreduce(c, a, ao, 4, SK_F32, SK_SUM, &q[nq], NULL), "iallreduce(4)") && ++nq;
+  ok = ok && OOM_CALL(s, c, sk_iallreduce(c, big, bo, 96, SK_F32, SK_MAX, &q[nq], NULL), "iallreduce(96)") && ++nq;
+  ok = ok && OOM_CALL(s, c, sk_iallgather(c, &g, go, 1, SK_I32, &q[nq], NULL), "iallgather") && ++nq;
+  ok = ok && OOM_CALL(s, c, sk_ireduce_scatter(c, rs, rso, 2, SK_I32, SK_SUM, &q[nq], NULL), "ireduce_scatter") && ++nq;
+  ok = ok && OOM_CALL(s, c, sk_ibroadcast(c, bc, bc, 3, SK_I64, 2, &q[nq], NULL), "ibroadcast") && ++nq;
+  ok = ok && OOM_CALL(s, c, sk_ibarrier(c, &q[nq], NULL), "ibarrier") && ++nq;
   /* a blocking call with requests outstanding queues behind them (start + wait) */
   int32_t bl[2] = {r, 1}, blo[2] = {-1, -1};
-  ok = ok && OOM_CALL(s, c, sk_allreduce(c, bl, blo, 2, SK_I32, SK_SUM), "allreduce behind requests");
+  ok = ok && OOM_CALL(s, c, sk_allreduce(c, bl, blo, 2, SK_I32, SK_SUM, NULL), "allreduce behind requests");
   if (ok && (blo[0] != n * (n - 1) / 2 || blo[1] != n))
     oom_bad(s, "allreduce behind requests: [%d %d], expected [%d %d]", blo[0], blo[1], n * (n - 1) / 2, n);
   if (!ok) {
     oom_drain(c, q, nq, true);
     return s->rc;
   }
-  if (!OOM_CALL(s, c, sk_waitall(nq, q), "waitall (collectives)")) return s->rc;
+  if (!OOM_CALL(s, c, sk_waitall(nq, q, NULL), "waitall (collectives)")) return s->rc;
   for (int i = 0; i < 4; i++)
     if (ao[i] != 10.0f * (float)(i + 1)) {
       oom_bad(s, "iallreduce(4): [%d] = %g, expected %g", i, (double)ao[i], 10.0 * (i + 1));
@@ -412,15 +412,15 @@ static sk_result oom_dev_async(sk_comm *c, void *arg) {
   for (int i = 0; i < 5; i++) out1[i] = r * 10 + i, in1[i] = -1;
   for (int i = 0; i < 3; i++) out2[i] = -(r * 10 + i), in2[i] = -1;
   nq = 0;
-  ok = OOM_CALL(s, c, sk_isend(c, out1, 5, SK_I32, right, &q[nq]), "isend(5)") && ++nq;
-  ok = ok && OOM_CALL(s, c, sk_irecv(c, in1, 5, SK_I32, left, &q[nq]), "irecv(5)") && ++nq;
-  ok = ok && OOM_CALL(s, c, sk_irecv(c, in2, 3, SK_I32, left, &q[nq]), "irecv(3)") && ++nq;
-  ok = ok && OOM_CALL(s, c, sk_isend(c, out2, 3, SK_I32, right, &q[nq]), "isend(3)") && ++nq;
+  ok = OOM_CALL(s, c, sk_isend(c, out1, 5, SK_I32, right, &q[nq], NULL), "isend(5)") && ++nq;
+  ok = ok && OOM_CALL(s, c, sk_irecv(c, in1, 5, SK_I32, left, &q[nq], NULL), "irecv(5)") && ++nq;
+  ok = ok && OOM_CALL(s, c, sk_irecv(c, in2, 3, SK_I32, left, &q[nq], NULL), "irecv(3)") && ++nq;
+  ok = ok && OOM_CALL(s, c, sk_isend(c, out2, 3, SK_I32, right, &q[nq], NULL), "isend(3)") && ++nq;
   if (!ok) {
     oom_drain(c, q, nq, true);
     return s->rc;
   }
-  if (!OOM_CALL(s, c, sk_waitall(nq, q), "waitall (isend/irecv)")) return s->rc;
+  if (!OOM_CALL(s, c, sk_waitall(nq, q, NULL), "waitall (isend/irecv)")) return s->rc;
   for (int i = 0; i < 5; i++)
     if (in1[i] != left * 10 + i) {
       oom_bad(s, "irecv(5) from %d: [%d] = %d, expected %d", left, i, in1[i], left * 10 + i);
@@ -433,7 +433,7 @@ static sk_result oom_dev_async(sk_comm *c, void *arg) {
     }
   /* blocking sendrecv ring (the library posts both halves and waits) */
   int64_t so[2] = {r, r * r}, ri[2] = {-1, -1};
-  if (!OOM_CALL(s, c, sk_sendrecv(c, so, 2, right, ri, 2, left, SK_I64), "sendrecv")) return s->rc;
+  if (!OOM_CALL(s, c, sk_sendrecv(c, so, 2, right, ri, 2, left, SK_I64, NULL), "sendrecv")) return s->rc;
   if (ri[0] != left || ri[1] != (int64_t)left * left)
     oom_bad(s, "sendrecv from %d: [%lld %lld], expected [%d %d]", left, (long long)ri[0], (long long)ri[1], left, left * left);
   s->ran = 1;
@@ -541,7 +541,7 @@ static sk_result oom_dev_redist(sk_comm *c, void *arg) {
       for (int rep = 0; rep < 2; rep++) {
         for (int i = 0; i < 64; i++) dst[i] = -1;
         snprintf(what, sizeof what, "execute #%d (%d)", ci, rep);
-        if (!OOM_CALL(s, c, sk_redist_execute(ex, src, ns, dst, nd, SK_F32), what)) {
+        if (!OOM_CALL(s, c, sk_redist_execute(ex, src, ns, dst, nd, SK_F32, NULL), what)) {
           sk_redist_executor_destroy(ex);
           return s->rc;
         }
@@ -655,14 +655,14 @@ static sk_result oom_dev_fusion(sk_comm *c, void *arg) {
     sk_result rr;
     if (t < OOM_FT) {
       snprintf(nm, sizeof nm, "g%d", t);
-      rr = sk_fusion_add_allreduce(f, c, send[t], recv[t], oom_fcount[t], SK_F32, SK_SUM, 0, nm, &h[t]);
+      rr = sk_fusion_add_allreduce(f, c, send[t], recv[t], oom_fcount[t], SK_F32, SK_SUM, 0, nm, &h[t], NULL);
     } else if (t < OOM_FT + 2) {
       snprintf(nm, sizeof nm, "ag%d", t - OOM_FT);
-      rr = sk_fusion_add_allgather(f, c, ags[t - OOM_FT], agr[t - OOM_FT], OOM_FAG, SK_F32, 0, nm, &h[t]);
+      rr = sk_fusion_add_allgather(f, c, ags[t - OOM_FT], agr[t - OOM_FT], OOM_FAG, SK_F32, 0, nm, &h[t], NULL);
     } else {
       snprintf(nm, sizeof nm, "rs%d", t - OOM_FT - 2);
       rr = sk_fusion_add_reduce_scatter(f, c, rss[t - OOM_FT - 2], rsr[t - OOM_FT - 2], OOM_FRS, SK_F32, SK_SUM, 0, nm,
-                                        &h[t]);
+                                        &h[t], NULL);
     }
     if (!oom_rc(s, rr, sk_fusion_error_message(f), "fusion_add")) {
       sk_fusion_destroy(f);
@@ -677,13 +677,13 @@ static sk_result oom_dev_fusion(sk_comm *c, void *arg) {
     }
     for (int t = 0; t < OOM_FT + 4; t++) {
       int tt = step == 0 ? t : OOM_FT + 3 - t; /* step 1 marks them ready in reverse */
-      if (!oom_rc(s, sk_fusion_ready(f, h[tt]), sk_fusion_error_message(f), "fusion_ready")) {
+      if (!oom_rc(s, sk_fusion_ready(f, h[tt], NULL), sk_fusion_error_message(f), "fusion_ready")) {
         /* ready reports a plan failure (an allocation); nothing was launched */
         sk_fusion_destroy(f);
         return s->rc;
       }
     }
-    if (!oom_rc(s, sk_fusion_wait(f), sk_fusion_error_message(f), step ? "fusion_wait (step 1)" : "fusion_wait (step 0)")) {
+    if (!oom_rc(s, sk_fusion_wait(f, NULL), sk_fusion_error_message(f), step ? "fusion_wait (step 1)" : "fusion_wait (step 0)")) {
       sk_fusion_destroy(f);
       return s->rc;
     }
@@ -761,9 +761,9 @@ static void oom_once(const oom_scn *sc, oom_alloc *al, unsigned long k, bool per
   if (o->create_rc != SK_OK) {
     snprintf(o->create_msg, sizeof o->create_msg, "%s", err.msg);
   } else {
-    o->run_rc = sk_world_run(w, sc->fn, &arg);
+    o->run_rc = sk_world_run(w, sc->fn, &arg, NULL);
     snprintf(o->run_msg, sizeof o->run_msg, "%s", sk_world_error_message(w));
-    sk_world_destroy(w);
+    sk_world_destroy(w, NULL);
   }
   o->ms = ct_ms_since(t0);
   o->calls = atomic_load(&al->calls);

@@ -271,10 +271,10 @@ static void slice_copy(const float *full, int64_t cols, const sk_slice *s, float
 static sk_result allreduce_along(sk_comm *c, const sk_op_plan *p, const sk_op_comm *oc, float *buf, size_t n) {
   if (oc->kind == SK_COLL_NONE) return SK_OK;
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split_mesh(c, &p->mesh, oc->axes, &sub);
-  if (r == SK_OK) r = sk_allreduce(sub, buf, buf, n, SK_F32, SK_SUM);
+  sk_result r = sk_comm_split_mesh(c, &p->mesh, oc->axes, &sub, NULL);
+  if (r == SK_OK) r = sk_allreduce(sub, buf, buf, n, SK_F32, SK_SUM, NULL);
   for (size_t i = 0; i < n; i++) buf[i] *= (float)oc->scale;
-  if (sub) sk_comm_destroy(sub);
+  if (sub) sk_comm_destroy(sub, NULL);
   return r;
 }
 
@@ -345,8 +345,8 @@ static void run_on_8_threads(sk_device_fn fn, void *arg) {
   sk_world *w;
   sk_error e;
   cr_assert_eq(sk_world_create(&wd, &w, &e), SK_OK, "%s", e.msg);
-  cr_assert_eq(sk_world_run(w, fn, arg), SK_OK, "%s", sk_world_error_message(w));
-  sk_world_destroy(w);
+  cr_assert_eq(sk_world_run(w, fn, arg, NULL), SK_OK, "%s", sk_world_error_message(w));
+  sk_world_destroy(w, NULL);
 }
 
 static void run_sharded_matmul(int s00, int s01, int s11) {

@@ -181,12 +181,12 @@ static sk_result k_coll(kctx *k, sk_coll_kind kind, sk_redop op, uint32_t axes, 
                         size_t count) {
   if (!k->comm || !axes) return SK_OK;
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split_mesh(k->comm, &k->plan->mesh, axes, &sub);
-  if (r == SK_OK && kind == SK_COLL_ALLREDUCE) r = sk_allreduce(sub, send, recv, count, SK_F64, op);
-  if (r == SK_OK && kind == SK_COLL_REDUCE_SCATTER) r = sk_reduce_scatter(sub, send, recv, count, SK_F64, op);
-  if (r == SK_OK && kind == SK_COLL_ALLGATHER) r = sk_allgather(sub, send, recv, count, SK_F64);
+  sk_result r = sk_comm_split_mesh(k->comm, &k->plan->mesh, axes, &sub, NULL);
+  if (r == SK_OK && kind == SK_COLL_ALLREDUCE) r = sk_allreduce(sub, send, recv, count, SK_F64, op, NULL);
+  if (r == SK_OK && kind == SK_COLL_REDUCE_SCATTER) r = sk_reduce_scatter(sub, send, recv, count, SK_F64, op, NULL);
+  if (r == SK_OK && kind == SK_COLL_ALLGATHER) r = sk_allgather(sub, send, recv, count, SK_F64, NULL);
   if (r != SK_OK) snprintf(k->err.msg, sizeof k->err.msg, "%s", sk_comm_error_message(sub ? sub : k->comm));
-  if (sub) sk_comm_destroy(sub);
+  if (sub) sk_comm_destroy(sub, NULL);
   return r;
 }
 
@@ -693,10 +693,10 @@ static void run_case(const op_case *c) {
   wd.ndevices = NDEV, wd.backend = sk_threads_backend(), wd.timeout_ms = 20000;
   sk_world *w;
   cr_assert_eq(sk_world_create(&wd, &w, &e), SK_OK, "%s", e.msg);
-  sk_result rr = sk_world_run(w, device_fn, &R);
+  sk_result rr = sk_world_run(w, device_fn, &R, NULL);
   char wmsg[300];
   snprintf(wmsg, sizeof wmsg, "%s", sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   for (int r = 0; r < NDEV; r++) cr_assert_eq(R.dev[r].rc, SK_OK, "%s: rank %d: %s", op, r, R.dev[r].msg);
   cr_assert_eq(rr, SK_OK, "%s: %s", op, wmsg);
   compare(&R);

@@ -589,9 +589,9 @@ Test(pipeline_runtime, wrong_feed_counts_and_other_stage_gather_refused, .timeou
   wd.ndevices = 4, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
-  R.world_rc = sk_world_run(w, feed_refusals_device, &R);
+  R.world_rc = sk_world_run(w, feed_refusals_device, &R, NULL);
   snprintf(R.world_msg, sizeof R.world_msg, "%s", sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   expect_all_ok(&R, "after the refused calls");
   for (int d = 0; d < 4; d++) {
     cr_assert_eq(rlog[d].n, 4);

@@ -101,9 +101,9 @@ static void run_steps(run *R, const char *what) {
   wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
-  R->world_rc = sk_world_run(w, steps_only, R);
+  R->world_rc = sk_world_run(w, steps_only, R, NULL);
   snprintf(R->world_msg, sizeof R->world_msg, "%s", sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   expect_all_ok(R, what);
 }
 

@@ -152,7 +152,7 @@ static sk_result rt_device(sk_comm *comm, void *arg) {
       s->rc = rc;
       break;
     }
-    rc = sk_redist_execute(ex, src, (size_t)nf, dst, (size_t)nt, x->dt);
+    rc = sk_redist_execute(ex, src, (size_t)nf, dst, (size_t)nt, x->dt, NULL);
     if (!ct_rc(s, rc, comm, "sk_redist_execute")) {
       sk_redist_executor_destroy(ex);
       break;
@@ -657,7 +657,7 @@ static sk_result rt_bad_device(sk_comm *c, void *arg) {
     if (b->what == 3) dp = NULL;
     if (b->what == 4) sp = dst + 1, dp = dst;
   }
-  sk_result rc = sk_redist_execute(ex, sp, ns, dp, nd, dt);
+  sk_result rc = sk_redist_execute(ex, sp, ns, dp, nd, dt, NULL);
   ct_check(s, rc == SK_ERR_INVALID_ARGUMENT, "case %d: rank %d got %s, expected INVALID_ARGUMENT", b->what, r,
            sk_result_name(rc));
   const char *msg = sk_comm_error_message(c);
@@ -672,7 +672,7 @@ static sk_result rt_bad_device(sk_comm *c, void *arg) {
   ct_check(s, untouched, "case %d: dst was written", b->what);
   /* the executor still works afterwards */
   for (int i = 0; i < 32; i++) src[i] = (float)(r * 100 + i);
-  ct_rc(s, sk_redist_execute(ex, src, 32, dst, 32, SK_F32), c, "execute after a rejected call");
+  ct_rc(s, sk_redist_execute(ex, src, 32, dst, 32, SK_F32, NULL), c, "execute after a rejected call");
   sk_redist_executor_destroy(ex);
   s->ran = 1;
   return SK_OK;

@@ -365,7 +365,7 @@ static sk_result ra_fail_device(sk_comm *comm, void *arg) {
   float src[8] = {0}, dst[8] = {0};
   sk_redist_executor *ex = NULL;
   x->rc[r] = sk_redist_executor_create(comm, &x->desc, &ex, NULL);
-  if (x->rc[r] == SK_OK) x->rc[r] = sk_redist_execute(ex, src, 8, dst, 8, SK_F32);
+  if (x->rc[r] == SK_OK) x->rc[r] = sk_redist_execute(ex, src, 8, dst, 8, SK_F32, NULL);
   if (r) atomic_fetch_add(&x->returned, 1);
   while (r == 0 && atomic_load(&x->returned) < 3) nanosleep(&(struct timespec){0, 1000000}, NULL);
   sk_redist_executor_destroy(ex);
@@ -404,8 +404,8 @@ Test(redist_across, a_failed_local_step_does_not_leave_the_others_waiting, .time
   sk_world *w = NULL;
   sk_error e;
   cr_assert_eq(sk_world_create(&wd, &w, &e), SK_OK, "%s", e.msg);
-  (void)sk_world_run(w, ra_fail_device, &x);
-  sk_world_destroy(w);
+  (void)sk_world_run(w, ra_fail_device, &x, NULL);
+  sk_world_destroy(w, NULL);
   cr_expect_eq(x.rc[0], SK_ERR_BACKEND, "rank 0: %s, want the refused copy", sk_result_name(x.rc[0]));
   for (int r = 1; r < 4; r++) {
     cr_expect_neq(x.rc[r], SK_OK, "rank %d went through with rank 0 failed", r);

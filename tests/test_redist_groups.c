@@ -137,7 +137,7 @@ static int rg_split_groups(sk_comm *comm, const sk_redist_desc *d, rg_groups *t,
     while (k < t->n && !(t->axes[k] == info.group_axes && sk_mesh_equal(&t->mesh[k], &info.from->mesh))) k++;
     if (k < t->n) continue;
     t->mesh[k] = info.from->mesh, t->axes[k] = info.group_axes;
-    if (!ct_rc(s, sk_comm_split_mesh(comm, &t->mesh[k], t->axes[k], &t->comm[k]), comm, "split_mesh")) break;
+    if (!ct_rc(s, sk_comm_split_mesh(comm, &t->mesh[k], t->axes[k], &t->comm[k], NULL), comm, "split_mesh")) break;
     t->n++;
   }
   sk_redist_plan_destroy(p);
@@ -154,11 +154,11 @@ typedef struct rg_run {
 /* Executor creation between two barriers: the comm_split calls the whole world made meanwhile. */
 static int rg_create_counted(sk_comm *comm, const sk_redist_desc *d, sk_redist_executor **ex, ct_slot *s) {
   sk_error e;
-  sk_barrier(comm);
+  sk_barrier(comm, NULL);
   int before = atomic_load(&rg_splits);
   sk_result r = sk_redist_executor_create(comm, d, ex, &e);
   ct_check(s, r == SK_OK, "executor_create (%s): %s: %s", d->group ? "hooked" : "splitting", sk_result_name(r), e.msg);
-  sk_barrier(comm);
+  sk_barrier(comm, NULL);
   return atomic_load(&rg_splits) - before;
 }
 
@@ -200,15 +200,15 @@ static void rg_case_on_rank(sk_comm *comm, const rg_case *c, ct_slot *s) {
   ct_check(s, t.calls == t.n, "the hook was asked %d times for %d distinct groups", t.calls, t.n);
   for (int i = 0; i < t.n; i++) ct_check(s, t.asked[i] == 1, "group %d asked %d times", i, t.asked[i]);
   if (ea && eb) {
-    ct_rc(s, sk_redist_execute(ea, src, (size_t)nf, a, (size_t)nt, SK_F64), comm, "execute (splitting)");
-    ct_rc(s, sk_redist_execute(eb, src, (size_t)nf, b, (size_t)nt, SK_F64), comm, "execute (hooked)");
+    ct_rc(s, sk_redist_execute(ea, src, (size_t)nf, a, (size_t)nt, SK_F64, NULL), comm, "execute (splitting)");
+    ct_rc(s, sk_redist_execute(eb, src, (size_t)nf, b, (size_t)nt, SK_F64, NULL), comm, "execute (hooked)");
     ct_check(s, !memcmp(a, b, sizeof(double) * (size_t)nt), "rank %d: the two executors' results differ", r);
     rg_check_values(&own, c, r, b, s);
   }
   sk_redist_executor_destroy(ea), sk_redist_executor_destroy(eb);
   for (int i = 0; i < t.n; i++) { /* still the test's: alive after the executor is gone */
-    ct_rc(s, sk_barrier(t.comm[i]), t.comm[i], "barrier on a hook's communicator after destroy");
-    sk_comm_destroy(t.comm[i]);
+    ct_rc(s, sk_barrier(t.comm[i], NULL), t.comm[i], "barrier on a hook's communicator after destroy");
+    sk_comm_destroy(t.comm[i], NULL);
   }
   free(src), free(a), free(b);
 }
@@ -228,9 +228,9 @@ Test(redist_groups, hooked_executor_matches_the_splitting_one_and_splits_nothing
     memset(&x, 0, sizeof x);
     x.case_index = i;
     sk_world *w = rg_counting_world();
-    sk_result r = sk_world_run(w, rg_same_device, &x);
+    sk_result r = sk_world_run(w, rg_same_device, &x, NULL);
     cr_expect_eq(r, SK_OK, "case %d: world run: %s: %s", i, sk_result_name(r), sk_world_error_message(w));
-    sk_world_destroy(w);
+    sk_world_destroy(w, NULL);
     char label[200];
     snprintf(label, sizeof label, "%s %s -> %s %s partial 0x%x", c->from_mesh, c->from_map, c->to_mesh, c->to_map,
              (unsigned)c->partial);
@@ -261,14 +261,14 @@ static sk_result rg_fail_device(sk_comm *comm, void *arg) {
   t.parent = comm;
   t.mode = x->mode == RG_NULL && x->only >= 0 && x->only != r ? RG_ANSWER : x->mode;
   sk_comm *mine = NULL; /* the right group, split on every rank (collective) for those that answer */
-  if (sk_comm_split_mesh(comm, &d.from.mesh, 2u, &mine) == SK_OK)
+  if (sk_comm_split_mesh(comm, &d.from.mesh, 2u, &mine, NULL) == SK_OK)
     t.n = 1, t.mesh[0] = d.from.mesh, t.axes[0] = 2u, t.comm[0] = mine;
   d.group = rg_hook, d.group_ctx = &t;
   sk_redist_executor *ex = NULL;
   x->rc[r] = sk_redist_executor_create(comm, &d, &ex, &x->err[r]);
   x->got_ex[r] = ex != NULL, x->calls[r] = t.calls;
   sk_redist_executor_destroy(ex);
-  sk_comm_destroy(mine);
+  sk_comm_destroy(mine, NULL);
   x->ran[r] = true;
   return SK_OK;
 }
@@ -278,9 +278,9 @@ static void rg_expect_failure(rg_mode mode, int only, const char *needle) {
   memset(&x, 0, sizeof x);
   x.mode = mode, x.only = only;
   sk_world *w = ct_world(RG_N, CT_CFG_DEFAULT, 5000);
-  sk_result r = sk_world_run(w, rg_fail_device, &x);
+  sk_result r = sk_world_run(w, rg_fail_device, &x, NULL);
   cr_expect_eq(r, SK_OK, "world run: %s: %s (a hang times out)", sk_result_name(r), sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   for (int i = 0; i < RG_N; i++) {
     bool failing = only < 0 || i == only;
     cr_expect(x.ran[i], "rank %d did not finish", i);
@@ -409,8 +409,8 @@ Test(redist_groups, the_runtime_splits_one_communicator_per_plan_group, .timeout
   memset(&x, 0, sizeof x);
   x.plan = &p;
   atomic_store(&rg_splits, 0);
-  cr_expect_eq(sk_world_run(w, rg_rt_device, &x), SK_OK, "%s", sk_world_error_message(w));
-  sk_world_destroy(w);
+  cr_expect_eq(sk_world_run(w, rg_rt_device, &x, NULL), SK_OK, "%s", sk_world_error_message(w));
+  sk_world_destroy(w, NULL);
   for (int i = 0; i < RG_N; i++) cr_expect_eq(x.rc[i], SK_OK, "rank %d: %s", i, x.err[i].msg);
   cr_expect_eq(atomic_load(&rg_splits), RG_N * split, "%d comm_split calls by %d devices for %d split groups",
                atomic_load(&rg_splits), RG_N, split);

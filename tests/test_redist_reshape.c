@@ -234,9 +234,9 @@ static void rr_execute(sk_redist_desc *cases, int n, int W, const char *label) {
     sk_world *w = NULL;
     sk_error e;
     cr_assert_eq(sk_world_create(&wd, &w, &e), SK_OK, "%s", e.msg);
-    sk_result r = sk_world_run(w, rr_device, &x);
+    sk_result r = sk_world_run(w, rr_device, &x, NULL);
     cr_expect_eq(r, SK_OK, "%s (%s): %s", label, wd.backend->name, sk_world_error_message(w));
-    sk_world_destroy(w);
+    sk_world_destroy(w, NULL);
     ct_expect_slots(x.slots, W, label);
     free(x.slots);
   }

@@ -426,8 +426,8 @@ static sk_result bc_run(bc_world *W) {
   sk_world *w = NULL;
   sk_error e = {SK_OK, ""};
   cr_assert_eq(sk_world_create(&wd, &w, &e), SK_OK, "%s", e.msg);
-  sk_result rc = sk_world_run(w, bc_device, W);
-  sk_world_destroy(w);
+  sk_result rc = sk_world_run(w, bc_device, W, NULL);
+  sk_world_destroy(w, NULL);
   return rc;
 }
 

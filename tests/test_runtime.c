@@ -270,10 +270,10 @@ Test(runtime, evaluate_and_gather_match_trainer, .timeout = RT_TIMEOUT) {
   wd.ndevices = 4, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
-  sk_result wr = sk_world_run(w, eval_device, &V);
+  sk_result wr = sk_world_run(w, eval_device, &V, NULL);
   for (int d = 0; d < 4; d++) cr_assert_eq(V.dev[d].rc, SK_OK, "device %d: %s", d, V.dev[d].msg);
   cr_assert_eq(wr, SK_OK);
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
 
   sk_train_desc td;
   memset(&td, 0, sizeof td);
@@ -478,8 +478,8 @@ Test(runtime, null_and_bad_arguments, .timeout = RT_TIMEOUT) {
   wd.ndevices = 1, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
-  cr_assert_eq(sk_world_run(w, args_device, &A), SK_OK);
-  sk_world_destroy(w);
+  cr_assert_eq(sk_world_run(w, args_device, &A, NULL), SK_OK);
+  sk_world_destroy(w, NULL);
   const call_log *L = &A.log[0];
   cr_assert_eq(L->bad, 0, "%s", L->note);
   cr_assert_eq(L->n, 18);
@@ -609,8 +609,8 @@ Test(runtime, feed_refused_names_the_tensor, .timeout = RT_TIMEOUT) {
   wd.ndevices = 2, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
-  cr_assert_eq(sk_world_run(w, feed_device, &A), SK_OK);
-  sk_world_destroy(w);
+  cr_assert_eq(sk_world_run(w, feed_device, &A, NULL), SK_OK);
+  sk_world_destroy(w, NULL);
   for (int d = 0; d < 2; d++) {
     const call_log *L = &A.log[d];
     cr_assert_eq(L->n, 9 + 3 * R.nsteps + 1);

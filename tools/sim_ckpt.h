@@ -110,7 +110,7 @@ static inline sk_result sim_ckpt_lock_device(sk_comm *c, void *arg) {
   sk_result r = sk_comm_rank(c) == 0 ? sk_ckpt_lock(L->root, L->lock, &e) : SK_OK;
   if (r) snprintf(L->msg, sizeof L->msg, "%s", e.msg);
   int64_t mine = r, worst = 0;
-  sk_result a = sk_allreduce(c, &mine, &worst, 1, SK_I64, SK_MAX);
+  sk_result a = sk_allreduce(c, &mine, &worst, 1, SK_I64, SK_MAX, NULL);
   return r ? r : a ? a : worst ? SK_ERR_ABORTED : SK_OK;
 }
 
@@ -122,7 +122,7 @@ static inline int sim_ckpt_lock(sk_world *w, const sim_ckpt_opts *o, sk_ckpt_roo
   sim_ckpt_locking L;
   memset(&L, 0, sizeof L);
   L.root = o->save, L.lock = lock;
-  if (w && !sk_world_run(w, sim_ckpt_lock_device, &L)) return 0;
+  if (w && !sk_world_run(w, sim_ckpt_lock_device, &L, NULL)) return 0;
   sk_error e = {SK_OK, ""};
   if (!w && !sk_ckpt_lock(o->save, lock, &e)) return 0;
   snprintf(msg, cap, "%s", !w ? e.msg : L.msg[0] ? L.msg : sk_world_error_message(w));
@@ -189,7 +189,7 @@ static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_paral
   /* every device learns whether one could not describe its slices: then nobody saves (a save
      without one device's slices would not tile, which sk_ckpt_save refuses too) */
   int64_t status = r, worst = 0;
-  sk_result a = sk_allreduce(c, &status, &worst, 1, SK_I64, SK_MAX);
+  sk_result a = sk_allreduce(c, &status, &worst, 1, SK_I64, SK_MAX, NULL);
   if (!r && (a || worst)) r = sk_error_set(e, SK_ERR_ABORTED, "checkpoint: a device failed before saving (%lld)", (long long)worst);
   if (r) return free(s), free(strategy), r;
   sk_ckpt_save_desc d;
@@ -200,7 +200,7 @@ static inline sk_result sim_ckpt_save(sk_comm *c, sk_runtime *rt, const sk_paral
   memset(&rep, 0, sizeof rep);
   r = sk_ckpt_save(c, o->save, &d, n, s, &rep, e);
   int64_t mine[2] = {(int64_t)rep.bytes, rep.slices}, sum[2] = {0, 0};
-  if (!r) r = sk_allreduce(c, mine, sum, 2, SK_I64, SK_SUM);
+  if (!r) r = sk_allreduce(c, mine, sum, 2, SK_I64, SK_SUM, NULL);
   if (!r && lead)
     fprintf(stderr, "sk-sim: checkpoint %s/%s saved at step %lld: %lld slices, %lld bytes (%s)\n", o->save, rep.name,
             (long long)d.step, (long long)sum[1], (long long)sum[0], sk_ckpt_io_name(rep.used));
@@ -252,7 +252,7 @@ static inline sk_result sim_ckpt_load(sk_comm *c, sk_runtime *rt, const sk_paral
   if (!r) r = sk_ckpt_load(&m, rank, o->io, n, s, &rep, e);
   if (!r) r = sk_runtime_set_steps(rt, m.step, e);
   int64_t mine[2] = {(int64_t)r, r ? rank : -1}, all[2] = {0, 0};
-  sk_result a = sk_allreduce(c, mine, all, 2, SK_I64, SK_MAX);
+  sk_result a = sk_allreduce(c, mine, all, 2, SK_I64, SK_MAX, NULL);
   if (!r && (a || all[0])) r = sk_error_set(e, SK_ERR_ABORTED, "checkpoint: device %lld could not load it", (long long)all[1]);
   if (!r && lead)
     fprintf(stderr, "sk-sim: checkpoint %s/%s loaded: step %lld, position %lld (%s)%s\n", o->load, m.name,

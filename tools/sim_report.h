@@ -24,9 +24,7 @@ static sk_result sim_collect_figures(sk_comm *c, const sk_runtime *rt, sim_devic
   memset(&mine, 0, sizeof mine);
   sk_runtime_memory_get(rt, &mine.mem);
   sk_runtime_stats_get(rt, &mine.stats);
-  sk_result r = sk_gather(c, &mine, sk_comm_rank(c) == 0 ? all : NULL, sizeof mine, SK_U8, 0);
-  if (r && err) err->code = r, snprintf(err->msg, sizeof err->msg, "report: %.200s", sk_comm_error_message(c));
-  return r;
+  return sk_gather(c, &mine, sk_comm_rank(c) == 0 ? all : NULL, sizeof mine, SK_U8, 0, err);
 }
 
 static void sim_print_memory(FILE *f, const sim_device_figures *all, int n) {

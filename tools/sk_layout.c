@@ -467,7 +467,7 @@ static sk_result exec_device(sk_comm *c, void *arg) {
       int64_t g = global_index(&d->to, &ts, i, NULL);
       if (d->partial) {
         for (int j = 0; j < x->gsize; j++) gen_value(d->dtype, parts, (size_t)j, g, j, 1);
-        sk_reduce_local(want, srcs, x->gsize, 1, d->dtype, SK_SUM); /* rank order, as the plan sums */
+        sk_reduce_local(want, srcs, x->gsize, 1, d->dtype, SK_SUM, NULL); /* rank order, as the plan sums */
       } else {
         gen_value(d->dtype, want, 0, g, 0, 0);
       }
@@ -509,7 +509,7 @@ static int run_exec(const sk_redist_desc *d) {
   sk_world *w;
   sk_error e;
   if (sk_world_create(&wd, &w, &e) != SK_OK) die("creating the threads world: %s", e.msg);
-  sk_result rc = sk_world_run(w, exec_device, &x);
+  sk_result rc = sk_world_run(w, exec_device, &x, NULL);
   int status = 0;
   if (rc != SK_OK) {
     for (int r = 0; r < n; r++)
@@ -528,7 +528,7 @@ static int run_exec(const sk_redist_desc *d) {
       status = 1;
     }
   if (!status) puts("ok");
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   free(x.bad_index), free(x.got), free(x.want), free(x.rc), free(x.msg);
   return status;
 }

@@ -751,7 +751,7 @@ static sk_result share_stage_param(run *R, int p, bool held, void *full, size_t 
   bool sender = held && rank % plan->desc.ndevices == 0; /* its stage's first device */
   sk_dtype dt = R->J->o->dtype == SK_F64 ? SK_F64 : SK_F32;
   if (!sender) memset(full, 0, n * sk_dtype_size(dt));
-  sk_result r = sk_allreduce(R->comm, full, full, n, dt, SK_SUM);
+  sk_result r = sk_allreduce(R->comm, full, full, n, dt, SK_SUM, NULL);
   return r ? sk_error_set(e, r, "sharing '%s' after the broadcast: %s", R->J->g->tensors[p].name, sk_comm_error_message(R->comm))
            : SK_OK;
 }
@@ -792,16 +792,15 @@ static sk_result device_main(sk_comm *c, void *arg) {
   sk_runtime_desc d;
   memset(&d, 0, sizeof d);
   d.kernels = &BLAS;
-  sk_error e = {SK_OK, ""};
-  sk_result r = run_buffers(&R, &e);
-  if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, &e);
-  if (!r && J->o->broadcast) r = broadcast(&R, &e);
-  if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, J->optim.kind, &J->o->ckpt, &R.start, R.lead, &e);
+  sk_error *e = sk_comm_error(c); /* a failure is described where sk_world_run looks */
+  sk_result r = run_buffers(&R, e);
+  if (!r) r = sk_runtime_create(c, &J->plan, &d, &R.rt, e);
+  if (!r && J->o->broadcast) r = broadcast(&R, e);
+  if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, J->optim.kind, &J->o->ckpt, &R.start, R.lead, e);
   R.saved = R.start;
-  if (!r) r = train(&R, &e);
-  if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, &e);
-  if (r) sk_comm_set_error(c, r, "%s", e.msg);
-  if (r && J->o->mpi) snprintf(J->mpi_error, sizeof J->mpi_error, "%s", e.msg); /* the process's one device */
+  if (!r) r = train(&R, e);
+  if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, e);
+  if (r && J->o->mpi) snprintf(J->mpi_error, sizeof J->mpi_error, "%s", e->msg); /* the process's one device */
   free(R.x), free(R.y);
   data_readers_close(&R.rd);
   sk_runtime_destroy(R.rt);
@@ -825,7 +824,7 @@ static sk_result make_world(const options *o, sk_world **w, char *msg, size_t ca
   if (sk_world_size(*w) != o->devices) {
     snprintf(msg, cap, "--devices %d, but the MPI world has %d processes: " PROG_MPIRUN " -np %d", o->devices,
              sk_world_size(*w), o->devices);
-    sk_world_destroy(*w);
+    sk_world_destroy(*w, NULL);
     *w = NULL;
     return SK_ERR_INVALID_ARGUMENT;
   }
@@ -1043,7 +1042,7 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   if (!rc && !o->distributed) {
     sk_error e;
     if (run_reference(J, false, &e)) snprintf(msg, cap, "%s", e.msg), rc = -1;
-  } else if (!rc && sk_world_run(w, device_main, J)) {
+  } else if (!rc && sk_world_run(w, device_main, J, NULL)) {
     const char *why = sk_world_error_message(w);
     snprintf(msg, cap, "%s", *why ? why : J->mpi_error), rc = -1;
     /* each process fails its own way (a timeout names whom it waited for, and process 0 may be
@@ -1053,7 +1052,7 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && process == 0 && !print_summary(J, base, nbase)) rc = 1; /* said: the verdict line */
   if (!rc && J->diverged) rc = 1;                                      /* said: the not-finite line */
-  if (w) sk_world_destroy(w);
+  if (w) sk_world_destroy(w, NULL);
   sk_ckpt_unlock(&lock);
   free(base);
   return rc;

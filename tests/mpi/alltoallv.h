@@ -184,17 +184,17 @@ static void av_verify(av_ctx *x, sk_comm *c, const av_case *t, const av_bufs *b,
 static const size_t *av_displs(const av_case *t, const size_t *d) { return t->layout == AV_PACKED ? NULL : d; }
 
 static sk_result av_issue(sk_comm *c, const av_case *t, av_bufs *b, sk_request **q) {
-  return sk_ialltoallv(c, b->send, b->sc, av_displs(t, b->sd), b->recv, b->rc, av_displs(t, b->rd), t->dt, q);
+  return sk_ialltoallv(c, b->send, b->sc, av_displs(t, b->sd), b->recv, b->rc, av_displs(t, b->rd), t->dt, q, NULL);
 }
 
 /* Polls a while (sk_test drives MPI), then waits. */
 static sk_result av_finish(sk_request **q) {
   bool done = false;
   for (int i = 0; i < 20 && !done; i++) {
-    sk_result r = sk_test(q, &done);
+    sk_result r = sk_test(q, &done, NULL);
     if (r != SK_OK) return r;
   }
-  return done ? SK_OK : sk_wait(q);
+  return done ? SK_OK : sk_wait(q, NULL);
 }
 
 /* Runs one case on c and checks it. NB_PAIR: two AllToAllV outstanding with an AllReduce
@@ -215,7 +215,7 @@ static void av_run_case(av_ctx *x, sk_comm *c, const av_case *t, const char *gro
   sk_result r;
   int64_t one = 1, all = 0;
   if (t->mode == AV_BLOCKING) {
-    r = sk_alltoallv(c, a.send, a.sc, av_displs(t, a.sd), a.recv, a.rc, av_displs(t, a.rd), t->dt);
+    r = sk_alltoallv(c, a.send, a.sc, av_displs(t, a.sd), a.recv, a.rc, av_displs(t, a.rd), t->dt, NULL);
   } else if (!pair) {
     sk_request *q = NULL;
     r = av_issue(c, t, &a, &q);
@@ -223,9 +223,9 @@ static void av_run_case(av_ctx *x, sk_comm *c, const av_case *t, const char *gro
   } else {
     sk_request *q[3] = {NULL, NULL, NULL};
     r = av_issue(c, t, &a, &q[0]);
-    if (r == SK_OK) r = sk_iallreduce(c, &one, &all, 1, SK_I64, SK_SUM, &q[1]);
+    if (r == SK_OK) r = sk_iallreduce(c, &one, &all, 1, SK_I64, SK_SUM, &q[1], NULL);
     if (r == SK_OK) r = av_issue(c, &t2, &b, &q[2]);
-    sk_result r2 = sk_waitall(3, q);
+    sk_result r2 = sk_waitall(3, q, NULL);
     if (r == SK_OK) r = r2;
   }
   AV_CHECK(x, r == SK_OK, "%s: %s: %s", what, sk_result_name(r), sk_comm_error_message(c));
@@ -263,7 +263,7 @@ static void av_far(av_ctx *x, sk_comm *c, bool far_send) {
   for (int j = 0; j < n; j++) counts[j] = 2, far_d[j] = base + 3 * (size_t)j;
   unsigned char *far = (unsigned char *)malloc(far_bytes), *near = (unsigned char *)malloc(near_bytes);
   int32_t have = far && near, everyone = 0; /* all or none call: a lone caller would wait */
-  sk_result r = sk_allreduce(c, &have, &everyone, 1, SK_I32, SK_MIN);
+  sk_result r = sk_allreduce(c, &have, &everyone, 1, SK_I32, SK_MIN, NULL);
   x->cases++;
   if (r != SK_OK || !everyone) {
     fprintf(stderr, "note: suite alltoallv rank %d: %s; the far-blocks case is skipped\n", x->rank,
@@ -278,7 +278,7 @@ static void av_far(av_ctx *x, sk_comm *c, bool far_send) {
       send[(far_send ? far_d[j] : 2 * (size_t)j) + e] = av_byte(99, me, j, e, 0);
       recv[(far_send ? 2 * (size_t)j : far_d[j]) + e] = AV_JUNK;
     }
-  r = sk_alltoallv(c, send, counts, sd, recv, counts, rd, SK_I8);
+  r = sk_alltoallv(c, send, counts, sd, recv, counts, rd, SK_I8, NULL);
   AV_CHECK(x, r == SK_OK, "far %s blocks: %s: %s", far_send ? "send" : "recv", sk_result_name(r),
            sk_comm_error_message(c));
   for (int i = 0; r == SK_OK && i < n; i++)
@@ -303,8 +303,8 @@ static void av_too_far(av_ctx *x, sk_comm *c, bool send_side) {
   d[blk] = (size_t)INT_MAX + 10;
   float *lo = pool, *hi = pool + 512;
   x->cases++;
-  sk_result r = send_side ? sk_alltoallv(c, hi, counts, d, lo, counts, NULL, SK_F32)
-                          : sk_alltoallv(c, lo, counts, NULL, hi, counts, d, SK_F32);
+  sk_result r = send_side ? sk_alltoallv(c, hi, counts, d, lo, counts, NULL, SK_F32, NULL)
+                          : sk_alltoallv(c, lo, counts, NULL, hi, counts, d, SK_F32, NULL);
   char want[96];
   const char *side = send_side ? "send" : "recv";
   snprintf(want, sizeof want, "alltoallv: %s block %d starts at element %zu, %zu after %s block 0", side, blk, d[blk],
@@ -335,7 +335,7 @@ static sk_result av_mm_call(sk_comm *c, int v) {
   if (v == AV_MM_TWO_BAD && me == 1) sc[n - 1] = 6;
   if (v == AV_MM_TWO_BAD && me == 0) rc[2] = 4;
   bool vec = v < AV_MM_VS_ALLGATHER || (v == AV_MM_VS_ALLGATHER && me == 0) || (v == AV_MM_ALLGATHER_VS && me == n - 1);
-  return vec ? sk_alltoallv(c, send, sc, NULL, recv, rc, NULL, SK_I64) : sk_allgather(c, send, recv, 3, SK_I64);
+  return vec ? sk_alltoallv(c, send, sc, NULL, recv, rc, NULL, SK_I64, NULL) : sk_allgather(c, send, recv, 3, SK_I64, NULL);
 }
 
 /* What every rank must see for variant v on a communicator of n (world ranks a, b: the suffix
@@ -413,12 +413,12 @@ static sk_result av_device(sk_comm *c, void *arg) {
   av_ctx *x = (av_ctx *)arg;
   av_grid(x, c, "world", 1);
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split(c, x->rank % 2, -x->rank, &sub);
+  sk_result r = sk_comm_split(c, x->rank % 2, -x->rank, &sub, NULL);
   AV_CHECK(x, r == SK_OK && sub, "split: %s: %s", sk_result_name(r), sk_comm_error_message(c));
   if (sub) {
     av_grid(x, sub, "split", 2);
     if (x->cfg == AV_W_CHECK) av_mismatch_split(x, sub);
-    sk_comm_destroy(sub);
+    sk_comm_destroy(sub, NULL);
   }
   av_far(x, c, true);
   av_far(x, c, false);
@@ -457,8 +457,8 @@ static bool av_threads_reference(av_ctx *x) {
     fprintf(stderr, "FAIL suite alltoallv rank %d: threads world: %s\n", x->rank, err.msg);
     return false;
   }
-  sk_result r = sk_world_run(tw, av_mm_threads_device, x);
-  sk_world_destroy(tw);
+  sk_result r = sk_world_run(tw, av_mm_threads_device, x, NULL);
+  sk_world_destroy(tw, NULL);
   return r == SK_OK;
 }
 
@@ -499,8 +499,8 @@ static sk_result av_oom_device(sk_comm *c, void *arg) {
       o->k->fail_at = o->k->made + at;
       sk_request *q = NULL;
       sk_result r = mode == AV_NB ? av_issue(c, &t, &b, &q)
-                                  : sk_alltoallv(c, b.send, b.sc, b.sd, b.recv, b.rc, b.rd, t.dt);
-      if (r == SK_OK && q) r = sk_wait(&q);
+                                  : sk_alltoallv(c, b.send, b.sc, b.sd, b.recv, b.rc, b.rd, t.dt, NULL);
+      if (r == SK_OK && q) r = sk_wait(&q, NULL);
       bool failed = o->k->made > o->k->fail_at;
       o->k->fail_at = -1;
       x->cases++;
@@ -527,9 +527,9 @@ static void av_run_oom(av_ctx *x) {
   AV_CHECK(x, w, "the allocation-failure world");
   if (!w) return;
   av_oom o = {x, &k};
-  sk_result r = sk_world_run(w, av_oom_device, &o);
+  sk_result r = sk_world_run(w, av_oom_device, &o, NULL);
   AV_CHECK(x, r == SK_OK, "allocation-failure run: %s: %s", sk_result_name(r), sk_world_error_message(w));
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   AV_CHECK(x, k.live == 0, "%ld allocations of the allocation-failure world left after destroy", k.live);
 }
 
@@ -549,7 +549,7 @@ static bool av_loose_call(av_ctx *x, sk_comm *c, size_t per, size_t want, bool s
   }
   if (me == 1) rc[0] = want;
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_alltoallv(c, send, sc, NULL, recv, rc, NULL, SK_I32);
+  sk_result r = sk_alltoallv(c, send, sc, NULL, recv, rc, NULL, SK_I32, NULL);
   double s = av_secs_since(t0);
   const char *m = sk_comm_error_message(c);
   bool truncated = want < per && me == 1, ok = r == SK_OK || r == SK_ERR_MISMATCH;
@@ -597,9 +597,9 @@ static void av_run_loose(av_ctx *x) {
     AV_CHECK(x, w, "the check-off world");
     if (!w) return;
     x->loose_max_count = max_counts[k], x->loose_timeout_ms = timeouts[k];
-    sk_world_run(w, av_loose_device, x);
+    sk_world_run(w, av_loose_device, x, NULL);
     uint64_t t0 = sk_now_ns();
-    sk_world_destroy(w);
+    sk_world_destroy(w, NULL);
     double s = av_secs_since(t0);
     AV_CHECK(x, s < timeouts[k] * 1e-3 + AV_SLACK_S, "destroying the check-off world took %.2f s", s);
   }
@@ -610,7 +610,7 @@ static void av_run_loose(av_ctx *x) {
 static sk_result av_tally_device(sk_comm *c, void *arg) {
   av_ctx *x = (av_ctx *)arg;
   int64_t mine = x->fails, all = 0;
-  sk_result r = sk_allreduce(c, &mine, &all, 1, SK_I64, SK_SUM);
+  sk_result r = sk_allreduce(c, &mine, &all, 1, SK_I64, SK_SUM, NULL);
   if (r == SK_OK) x->fails = all;
   return r;
 }
@@ -629,16 +629,16 @@ static int alltoallv_suite(int np, int rank) {
     x.cfg = i;
     AV_CHECK(&x, w[i], "creating the world");
     if (!w[i]) continue;
-    sk_result r = sk_world_run(w[i], av_device, &x);
+    sk_result r = sk_world_run(w[i], av_device, &x, NULL);
     AV_CHECK(&x, r == SK_OK, "run: %s: %s", sk_result_name(r), sk_world_error_message(w[i]));
   }
   av_run_oom(&x);
   av_run_loose(&x); /* after the others: it may fail its own world (never the plain one) */
   long mine = x.fails;
-  if (!w[AV_W_PLAIN] || sk_world_aborted(w[AV_W_PLAIN]) || sk_world_run(w[AV_W_PLAIN], av_tally_device, &x) != SK_OK)
+  if (!w[AV_W_PLAIN] || sk_world_aborted(w[AV_W_PLAIN]) || sk_world_run(w[AV_W_PLAIN], av_tally_device, &x, NULL) != SK_OK)
     x.fails = mine + 1; /* no job-wide count: fail here */
   for (int i = AV_NWORLD - 1; i >= 0; i--)
-    if (w[i]) sk_world_destroy(w[i]);
+    if (w[i]) sk_world_destroy(w[i], NULL);
   if (rank == 0) printf("suite alltoallv np=%d: %ld cases, %ld failures\n", np, x.cases, x.fails);
   free(x.tmsg), free(x.trc);
   return x.fails > INT_MAX ? INT_MAX : (int)x.fails;

@@ -110,15 +110,15 @@ enum {
 static sk_result fault_mismatch(fctx *x, sk_comm *c) {
   int me = sk_comm_rank(c), n = sk_comm_size(c);
   float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
-  sk_result r = sk_allreduce(c, a, b, me == 0 ? 5 : 4, SK_F32, SK_SUM);
+  sk_result r = sk_allreduce(c, a, b, me == 0 ? 5 : 4, SK_F32, SK_SUM, NULL);
   FCHECK(x, r == SK_ERR_MISMATCH && strstr(sk_comm_error_message(c), "mismatch: rank 0 called allreduce(count 5"),
          "count mismatch: %s: %s", sk_result_name(r), sk_comm_error_message(c));
   sk_request *q = NULL;
-  r = me == 0 ? sk_ibroadcast(c, a, b, 3, SK_F32, 0, &q) : sk_ireduce(c, a, b, 3, SK_F32, SK_SUM, 0, &q);
-  if (r == SK_OK) r = sk_wait(&q);
+  r = me == 0 ? sk_ibroadcast(c, a, b, 3, SK_F32, 0, &q, NULL) : sk_ireduce(c, a, b, 3, SK_F32, SK_SUM, 0, &q, NULL);
+  if (r == SK_OK) r = sk_wait(&q, NULL);
   FCHECK(x, r == SK_ERR_MISMATCH && strstr(sk_comm_error_message(c), "but rank 1 called reduce"),
          "kind mismatch: %s: %s", sk_result_name(r), sk_comm_error_message(c));
-  r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM);
+  r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM, NULL);
   FCHECK(x, r == SK_OK && b[7] == 8.0f * (float)n, "allreduce after mismatches: %s", sk_result_name(r));
   return SK_OK;
 }
@@ -129,20 +129,20 @@ static sk_result fault_p2p(fctx *x, sk_comm *c) {
   float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
   sk_result r;
   if (me == 0) {
-    r = sk_send(c, a, 4, SK_F32, 1);
+    r = sk_send(c, a, 4, SK_F32, 1, NULL);
     FCHECK(x, r == SK_OK, "send: %s", sk_result_name(r));
-    r = sk_send(c, a, 6, SK_F32, 1);
+    r = sk_send(c, a, 6, SK_F32, 1, NULL);
     FCHECK(x, r == SK_OK, "send: %s", sk_result_name(r));
   } else if (me == 1) {
     const char *m = sk_comm_error_message(c);
-    r = sk_recv(c, b, 5, SK_F32, 0);
+    r = sk_recv(c, b, 5, SK_F32, 0, NULL);
     FCHECK(x, r == SK_ERR_MISMATCH && strstr(m, "rank 1 receives 5 x f32 from rank 0, which sent 4"),
            "recv longer: %s: %s", sk_result_name(r), m);
-    r = sk_recv(c, b, 5, SK_F32, 0);
+    r = sk_recv(c, b, 5, SK_F32, 0, NULL);
     FCHECK(x, r == SK_ERR_MISMATCH && strstr(m, "from rank 0, which sent more") && strstr(m, "MPI_ERR_TRUNCATE"),
            "recv shorter: %s: %s", sk_result_name(r), m);
   }
-  r = sk_barrier(c);
+  r = sk_barrier(c, NULL);
   FCHECK(x, r == SK_OK, "barrier after p2p mismatches: %s", sk_result_name(r));
   return SK_OK;
 }
@@ -158,7 +158,7 @@ static sk_result fault_peer_fails(fctx *x, sk_comm *c) {
     return sk_comm_set_error(c, SK_ERR_INVALID_USAGE, "rank %d fails on purpose", me);
   }
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_barrier(c);
+  sk_result r = sk_barrier(c, NULL);
   double s = secs_since(t0);
   const char *m = sk_comm_error_message(c);
   FCHECK(x, r == SK_ERR_ABORTED && s < 10.0, "peer failure: %s after %.1f s: %s", sk_result_name(r), s, m);
@@ -169,7 +169,7 @@ static sk_result fault_peer_fails(fctx *x, sk_comm *c) {
 /* Rank 0 alone in a barrier (the others left): TIMEOUT naming them as the ones it waited for. */
 static sk_result fault_timeout(fctx *x, sk_comm *c) {
   if (sk_comm_rank(c) != 0) return SK_OK;
-  sk_result r = sk_barrier(c);
+  sk_result r = sk_barrier(c, NULL);
   const char *m = sk_comm_error_message(c);
   FCHECK(x, r == SK_ERR_TIMEOUT && strstr(m, "timed out") && names(m, "waiting for world rank ", 1),
          "lonely barrier: %s: %s", sk_result_name(r), m);
@@ -183,13 +183,13 @@ static sk_result fault_hang(fctx *x, sk_comm *c) {
   float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
   if (me == n - 1) {
     sleep_ms(3 * (long)x->timeout);
-    sk_result r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM);
+    sk_result r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM, NULL);
     const char *m = sk_comm_error_message(c);
     FCHECK(x, r == SK_ERR_ABORTED && strstr(m, "timed out"), "sleeper: %s: %s", sk_result_name(r), m);
     return r;
   }
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM);
+  sk_result r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM, NULL);
   double s = secs_since(t0);
   const char *m = sk_comm_error_message(c);
   FCHECK(x, (r == SK_ERR_TIMEOUT || r == SK_ERR_ABORTED) && s < x->timeout * 1e-3 + SLACK_S, "hang: %s after %.2f s: %s",
@@ -205,7 +205,7 @@ static sk_result fault_counts_off(fctx *x, sk_comm *c) {
   int me = sk_comm_rank(c);
   float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
   uint64_t t0 = sk_now_ns();
-  sk_result r = sk_allreduce(c, a, b, me == 0 ? 5 : 4, SK_F32, SK_SUM);
+  sk_result r = sk_allreduce(c, a, b, me == 0 ? 5 : 4, SK_F32, SK_SUM, NULL);
   double s = secs_since(t0);
   const char *m = sk_comm_error_message(c);
   FCHECK(x, undefined_ok(r) && s < x->timeout * 1e-3 + SLACK_S, "counts, check off: %s after %.2f s: %s",
@@ -223,10 +223,10 @@ static sk_result fault_split(fctx *x, sk_comm *c) {
   int64_t mine[3] = {me, me, me}, all[3 * 64];
   sk_comm *sub = NULL;
   uint64_t t0 = sk_now_ns();
-  sk_result r = me == 0 ? sk_comm_split(c, 0, me, &sub) : sk_allgather(c, mine, all, 3, SK_I64);
+  sk_result r = me == 0 ? sk_comm_split(c, 0, me, &sub, NULL) : sk_allgather(c, mine, all, 3, SK_I64, NULL);
   double s = secs_since(t0);
   const char *m = sk_comm_error_message(c);
-  if (sub) sk_comm_destroy(sub);
+  if (sub) sk_comm_destroy(sub, NULL);
   if (x->which == F_SPLIT_OFF) {
     FCHECK(x, undefined_ok(r) && (me != 0 || r != SK_OK) && s < x->timeout * 1e-3 + SLACK_S,
            "split vs allgather, check off: %s after %.2f s: %s", sk_result_name(r), s, m);
@@ -236,7 +236,7 @@ static sk_result fault_split(fctx *x, sk_comm *c) {
   FCHECK(x, r == SK_ERR_MISMATCH && strstr(m, "split(color 0, key 0)") && strstr(m, "allgather(count 3, i64"),
          "split vs allgather: %s: %s", sk_result_name(r), m);
   float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
-  r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM);
+  r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM, NULL);
   FCHECK(x, r == SK_OK && b[7] == 8.0f * (float)n, "allreduce after the split mismatch: %s", sk_result_name(r));
   return SK_OK;
 }
@@ -248,20 +248,20 @@ static sk_result fault_pending(fctx *x, sk_comm *c) {
   float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {0}, rb[8] = {0};
   long before = g_count.live;
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split(c, me % 2, me, &sub);
+  sk_result r = sk_comm_split(c, me % 2, me, &sub, NULL);
   FCHECK(x, r == SK_OK && sub, "split: %s", sk_result_name(r));
   if (r != SK_OK) return r;
   int k = sk_comm_size(sub), sr = sk_comm_rank(sub);
   sk_request *q[4] = {NULL, NULL, NULL, NULL};
-  r = sk_iallreduce(sub, a, b, 8, SK_F32, SK_SUM, &q[0]);
-  if (r == SK_OK) r = sk_ibarrier(sub, &q[1]);
-  if (r == SK_OK) r = sk_irecv(sub, rb, 8, SK_F32, (sr + k - 1) % k, &q[2]);
-  if (r == SK_OK) r = sk_isend(sub, a, 8, SK_F32, (sr + 1) % k, &q[3]);
+  r = sk_iallreduce(sub, a, b, 8, SK_F32, SK_SUM, &q[0], NULL);
+  if (r == SK_OK) r = sk_ibarrier(sub, &q[1], NULL);
+  if (r == SK_OK) r = sk_irecv(sub, rb, 8, SK_F32, (sr + k - 1) % k, &q[2], NULL);
+  if (r == SK_OK) r = sk_isend(sub, a, 8, SK_F32, (sr + 1) % k, &q[3], NULL);
   FCHECK(x, r == SK_OK, "issuing: %s", sk_result_name(r));
-  sk_comm_destroy(sub); /* the handles in q are invalid from here */
+  sk_comm_destroy(sub, NULL); /* the handles in q are invalid from here */
   FCHECK(x, b[7] == 8.0f * (float)k && rb[7] == 8.0f, "results after destroy: %g %g", (double)b[7], (double)rb[7]);
   FCHECK(x, g_count.live == before, "%ld allocations left by the destroyed communicator", g_count.live - before);
-  r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM);
+  r = sk_allreduce(c, a, b, 8, SK_F32, SK_SUM, NULL);
   FCHECK(x, r == SK_OK, "allreduce after: %s", sk_result_name(r));
   return r;
 }
@@ -301,8 +301,8 @@ static bool anyone(sk_world *keeper, int mine) {
   sk_error err;
   int32_t v = mine, any = 0;
   if (sk_comm_init_rank(keeper, g_rank, &c, &err) != SK_OK) return false;
-  sk_result r = sk_allreduce(c, &v, &any, 1, SK_I32, SK_MAX);
-  sk_comm_destroy(c);
+  sk_result r = sk_allreduce(c, &v, &any, 1, SK_I32, SK_MAX, NULL);
+  sk_comm_destroy(c, NULL);
   return r == SK_OK && any;
 }
 
@@ -325,7 +325,7 @@ static void fault_verdict(fctx *x, sk_world *keeper, sk_world *w, sk_result r) {
   if (x->which == F_DEVICE_FAILS || x->which == F_ABORT || x->which == F_TIMEOUT || x->which == F_HANG)
     FCHECK(x, sk_world_aborted(w) || g_rank != 0, "world not aborted");
   uint64_t t0 = sk_now_ns();
-  sk_world_destroy(w);
+  sk_world_destroy(w, NULL);
   double s = secs_since(t0);
   FCHECK(x, s < x->timeout * 1e-3 + SLACK_S, "fault %d: sk_world_destroy took %.2f s", x->which, s);
 }
@@ -340,11 +340,11 @@ static sk_result oom_device(sk_comm *c, void *arg) {
   int32_t t[2 * 64], s[2] = {me, me}, rb[2];
   for (int i = 0; i < 2 * n; i++) t[i] = i;
   sk_comm *sub = NULL;
-  sk_result r = sk_comm_split(c, me % 2, me, &sub);
-  if (r == SK_OK) r = sk_allreduce(sub, h, hr, 5, SK_F16, SK_SUM);
-  if (sub) sk_comm_destroy(sub);
-  if (r == SK_OK) r = sk_alltoall(c, t, t, 2, SK_I32);
-  if (r == SK_OK) r = sk_sendrecv(c, s, 2, (me + 1) % n, rb, 2, (me + n - 1) % n, SK_I32);
+  sk_result r = sk_comm_split(c, me % 2, me, &sub, NULL);
+  if (r == SK_OK) r = sk_allreduce(sub, h, hr, 5, SK_F16, SK_SUM, NULL);
+  if (sub) sk_comm_destroy(sub, NULL);
+  if (r == SK_OK) r = sk_alltoall(c, t, t, 2, SK_I32, NULL);
+  if (r == SK_OK) r = sk_sendrecv(c, s, 2, (me + 1) % n, rb, 2, (me + n - 1) % n, SK_I32, NULL);
   return r;
 }
 
@@ -365,11 +365,11 @@ static long run_oom(fctx *x, sk_world *keeper) {
     sk_result r = sk_world_create(&d, &w, &err);
     FCHECK(x, r == SK_OK || r == SK_ERR_OUT_OF_MEMORY, "oom %ld: create: %s: %s", k, sk_result_name(r), err.msg);
     if (r == SK_OK) {
-      r = sk_world_run(w, oom_device, NULL);
+      r = sk_world_run(w, oom_device, NULL, NULL);
       FCHECK(x, r == SK_OK || r == SK_ERR_OUT_OF_MEMORY || r == SK_ERR_ABORTED, "oom %ld: run: %s: %s", k,
              sk_result_name(r), sk_world_error_message(w));
       FCHECK(x, k >= 0 || r == SK_OK, "oom: the run without failures: %s", sk_world_error_message(w));
-      sk_world_destroy(w);
+      sk_world_destroy(w, NULL);
     }
     /* an aborted run may leave requests in MPI (a peer failed mid-collective): those are freed
        after MPI_Finalize, and main checks that nothing is left then */
@@ -379,8 +379,8 @@ static long run_oom(fctx *x, sk_world *keeper) {
       sk_comm *c = NULL;
       int64_t mine = g_count.made, most = mine;
       if (sk_comm_init_rank(keeper, g_rank, &c, &err) == SK_OK) {
-        sk_allreduce(c, &mine, &most, 1, SK_I64, SK_MAX);
-        sk_comm_destroy(c);
+        sk_allreduce(c, &mine, &most, 1, SK_I64, SK_MAX, NULL);
+        sk_comm_destroy(c, NULL);
       }
       total = most;
     }
@@ -411,7 +411,7 @@ static long run_faults(sk_world *keeper) {
     r = fault_world(which, x.timeout, &w, &err);
     FCHECK(&x, r == SK_OK, "world: %s", err.msg);
     if (r != SK_OK) continue;
-    r = sk_world_run(w, fault_device, &x);
+    r = sk_world_run(w, fault_device, &x, NULL);
     fault_verdict(&x, keeper, w, r);
   }
   long swept = run_oom(&x, keeper);
@@ -439,11 +439,11 @@ static sk_result teardown_device(sk_comm *c, void *arg) {
   g_rank = me, g_size = n;
   /* Everyone meets once first, so that the waiters enter the checked barrier together: on a
      loaded host one of them could otherwise start late enough to be named as missing too. */
-  if (t->hang && (t->r = sk_barrier(c)) != SK_OK) return t->r;
+  if (t->hang && (t->r = sk_barrier(c, NULL)) != SK_OK) return t->r;
   if (t->hang && me == n - 1) sleep_ms(60000);
   if (!t->hang && me != 0) return SK_OK;
   uint64_t t0 = sk_now_ns();
-  t->r = sk_barrier(c);
+  t->r = sk_barrier(c, NULL);
   t->s = secs_since(t0);
   snprintf(t->msg, sizeof t->msg, "%s", sk_comm_error_message(c));
   return t->r;
@@ -464,7 +464,7 @@ static int run_teardown(bool hang) {
     fprintf(stderr, "teardown: cannot create the MPI world: %s\n", err.msg);
     return 2;
   }
-  sk_world_run(w, teardown_device, &t);
+  sk_world_run(w, teardown_device, &t, NULL);
   bool waiter = hang ? g_rank != g_size - 1 : g_rank == 0;
   if (waiter) {
     FCHECK(&x, (t.r == SK_ERR_TIMEOUT || t.r == SK_ERR_ABORTED) && t.s < 0.5 + SLACK_S, "%s after %.2f s: %s",
@@ -473,7 +473,7 @@ static int run_teardown(bool hang) {
            "the message does not name the missing rank: %s", t.msg);
   }
   uint64_t t0 = sk_now_ns();
-  sk_world_destroy(w); /* the last world: MPI_Finalize, or not, within the bound */
+  sk_world_destroy(w, NULL); /* the last world: MPI_Finalize, or not, within the bound */
   double ds = secs_since(t0);
   FCHECK(&x, ds < 0.5 + SLACK_S, "sk_world_destroy took %.2f s", ds);
   printf("teardown-%s rank %d np=%d: %s after %.2f s, destroy %.2f s; %ld checks, %ld failures\n", hang ? "hang" : "left",

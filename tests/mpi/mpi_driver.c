@@ -170,7 +170,7 @@ static sk_result mpi_device(sk_comm *c, void *arg) {
     if (r != SK_OK) return r; /* fails the world: the peers return instead of hanging */
   }
   long mine[2] = {x->fails, x->checks}, sum[2] = {0, 0};
-  sk_result r = sk_allreduce(c, mine, sum, 2, SK_I64, SK_SUM);
+  sk_result r = sk_allreduce(c, mine, sum, 2, SK_I64, SK_SUM, NULL);
   if (r != SK_OK) return r;
   if (g_rank == 0)
     printf("suite %s np=%d: %d cases, %ld checks, %ld failures\n", x->suite, g_size, x->l->n, sum[1], sum[0]);
@@ -189,10 +189,10 @@ static long run_threads_reference(suite_run *x) {
     fprintf(stderr, "rank %d: threads world: %s\n", g_rank, err.msg);
     return 1;
   }
-  sk_result r = sk_world_run(tw, threads_device, x);
+  sk_result r = sk_world_run(tw, threads_device, x, NULL);
   if (r != SK_OK)
     fprintf(stderr, "rank %d: suite %s: the threads run failed: %s\n", g_rank, x->suite, sk_world_error_message(tw));
-  sk_world_destroy(tw);
+  sk_world_destroy(tw, NULL);
   return r != SK_OK;
 }
 
@@ -210,7 +210,7 @@ static long run_suite(const char *suite, sk_world *mw) {
     if (!x.threads_out) abort();
     fails += run_threads_reference(&x);
   }
-  sk_result r = sk_world_run(mw, mpi_device, &x);
+  sk_result r = sk_world_run(mw, mpi_device, &x, NULL);
   if (r != SK_OK) {
     fprintf(stderr, "rank %d: suite %s: the MPI run failed: %s: %s\n", g_rank, suite, sk_result_name(r),
             sk_world_error_message(mw));
@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "teardown-left")) return run_teardown(false);
   /* The first world initialises MPI and is destroyed last, so MPI stays up for the others. */
   sk_world *plain = mpi_world(false, 0), *det = mpi_world(true, 0), *chunk = mpi_world(false, 7);
-  if (sk_world_run(plain, who, NULL) != SK_OK) return 2;
+  if (sk_world_run(plain, who, NULL, NULL) != SK_OK) return 2;
   static const char *const all[] = {"coll", "groups", "async", "chunk", "det", "alltoallv"};
   const char *const *suites = argc > 1 ? (const char *const *)(argv + 1) : all;
   int ns = argc > 1 ? argc - 1 : 6;
@@ -275,9 +275,9 @@ int main(int argc, char **argv) {
       fails++;
     }
   }
-  sk_world_destroy(chunk);
-  sk_world_destroy(det);
-  sk_world_destroy(plain); /* MPI_Finalize: requests orphaned by failed worlds are freed now */
+  sk_world_destroy(chunk, NULL);
+  sk_world_destroy(det, NULL);
+  sk_world_destroy(plain, NULL); /* MPI_Finalize: requests orphaned by failed worlds are freed now */
   if (g_count.live != 0) {
     fprintf(stderr, "FAIL rank %d: %ld allocations of the fault worlds live after MPI_Finalize\n", g_rank, g_count.live);
     fails++;
