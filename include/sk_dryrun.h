@@ -295,12 +295,8 @@ static sk_result sk__dr_train(sk__dr *d, const sk_program *pg) {
 }
 
 static void sk__dr_wires(sk__dr *d) {
-  const sk_autoparallel *pd = &d->p->desc;
-  bool half = pd->dtype == SK_F16 || pd->dtype == SK_BF16;
-  d->cdt = pd->dtype == SK_F64 ? SK_F64 : SK_F32;
-  /* the runtime's wire rule (sk_runtime.h, sk__rt_setup_wire) */
-  d->wire = half && !pd->fp32_communication ? pd->dtype : d->cdt;
-  d->mirror_wire = half && pd->no_gradient_fp32_sync && !pd->fp32_communication ? pd->dtype : d->cdt;
+  sk_run_dtypes t = sk_parallel_run_dtypes(&d->p->desc); /* the runtime's rule too */
+  d->cdt = t.compute, d->wire = t.wire, d->mirror_wire = t.gradient;
 }
 
 static sk_result sk__dr_run(sk__dr *d, sk_dryrun_device *out) {

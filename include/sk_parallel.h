@@ -412,6 +412,16 @@ SK_API sk_result sk_parallel_compile(const sk_graph *g, const sk_autoparallel *d
    with): a program can refuse a configuration before it loads or trains anything. */
 SK_API sk_result sk_parallel_check(const sk_autoparallel *desc, sk_error *err);
 SK_API void sk_parallel_free(sk_parallel_plan *plan);
+/* The dtypes a run computes and communicates in, one rule for the compiler's buffers, the runtime
+   and the dry run: `compute` f64 for f64 runs, else f32 (f16 / bf16 are stored 16-bit and
+   computed in f32); `wire`, what the reducing collectives travel in: the stored 16-bit dtype
+   unless fp32_communication, else compute; `gradient`, the gradient sync (the Mirrors, the
+   sharded gradients' ReduceScatters and partial Mirrors): f32 (MindSpore's gradient_fp32_sync)
+   unless no_gradient_fp32_sync, and then not under fp32_communication. */
+typedef struct sk_run_dtypes {
+  sk_dtype compute, wire, gradient;
+} sk_run_dtypes;
+SK_API sk_run_dtypes sk_parallel_run_dtypes(const sk_autoparallel *desc);
 
 /* The kernels' sharding facts for operator `op` on device `rank`, as the operator's row computes
    them (sk_optable_kernels.h; seed and inference are the runtime's to set). */
@@ -1116,6 +1126,15 @@ static sk_result sk__par_check_vstages(const sk_parallel_plan *p, sk_error *err)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "pipeline: the loss '%s' is computed on stage %d, not the last (%d)",
                     g->tensors[g->loss].name, p->vstage[lo], last);
   return SK_OK;
+}
+
+SK_API sk_run_dtypes sk_parallel_run_dtypes(const sk_autoparallel *d) {
+  bool half = d->dtype == SK_F16 || d->dtype == SK_BF16;
+  sk_run_dtypes t;
+  t.compute = d->dtype == SK_F64 ? SK_F64 : SK_F32;
+  t.wire = half && !d->fp32_communication ? d->dtype : t.compute;
+  t.gradient = half && d->no_gradient_fp32_sync && !d->fp32_communication ? d->dtype : t.compute;
+  return t;
 }
 
 SK_API int sk_parallel_stage_of_rank(const sk_parallel_plan *p, int rank) {

@@ -165,12 +165,15 @@ static void sk__prc_op(sk__prc_b *b, int o) {
 
 /* ---- the 16-bit wires (f16 / bf16 runs; docs/auto-parallel.md, "Wire dtypes") ------------- */
 
-/* The reducing collectives travel in 16 bits unless fp32_communication; the gradient sync too
-   with no_gradient_fp32_sync. */
+/* Whether the reducing collectives, and the gradient sync, travel in 16 bits (sk_parallel_run_dtypes). */
 static bool sk__prc_half_wire(const sk_autoparallel *d) {
-  return (d->dtype == SK_F16 || d->dtype == SK_BF16) && !d->fp32_communication;
+  sk_run_dtypes t = sk_parallel_run_dtypes(d);
+  return t.wire != t.compute;
 }
-static bool sk__prc_half_mirrors(const sk_autoparallel *d) { return sk__prc_half_wire(d) && d->no_gradient_fp32_sync; }
+static bool sk__prc_half_mirrors(const sk_autoparallel *d) {
+  sk_run_dtypes t = sk_parallel_run_dtypes(d);
+  return t.gradient != t.compute;
+}
 
 /* Elements (of the compute dtype) program step ps converts through the wire buffer: a 16-bit
    forward collective (a ReduceScatter's input and output), a packed or 16-bit BackwardComm (its

@@ -654,15 +654,11 @@ static sk_result sk__rt_check(sk_comm *comm, const sk_parallel_plan *plan, const
   return SK_OK;
 }
 
-/* The wire dtypes (f16 / bf16 runs; f32 and f64 reduce in their own): the reducing collectives
-   travel in the storage format unless fp32_communication; the gradient sync (the Mirrors, the
-   sharded gradients' ReduceScatters and partial Mirrors) in f32 (MindSpore's gradient_fp32_sync)
-   unless no_gradient_fp32_sync, and then not under fp32_communication. */
+/* The wire dtypes: sk_parallel_run_dtypes, the compiler's and the dry run's rule. */
 static void sk__rt_setup_wire(sk_runtime *rt) {
   const sk_autoparallel *pd = &rt->plan->desc;
-  bool half = rt->store == SK_F16 || rt->store == SK_BF16;
-  rt->wire = half && !pd->fp32_communication ? rt->store : rt->cdt;
-  rt->mirror_wire = half && pd->no_gradient_fp32_sync && !pd->fp32_communication ? rt->store : rt->cdt;
+  sk_run_dtypes t = sk_parallel_run_dtypes(pd);
+  rt->wire = t.wire, rt->mirror_wire = t.gradient;
   rt->overlap = pd->transformer_opt.grad_computation_allreduce_overlap;
 }
 
@@ -749,7 +745,7 @@ SK_API sk_result sk_runtime_create(sk_comm *comm, const sk_parallel_plan *plan, 
   if (!rt) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: out of memory");
   rt->bytes[SK__RT_HOST] = sizeof *rt;
   rt->comm = comm, rt->rank = sk_comm_rank(comm), rt->plan = plan, rt->g = plan->graph, rt->desc = *desc;
-  rt->cdt = plan->desc.dtype == SK_F64 ? SK_F64 : SK_F32, rt->store = plan->desc.dtype;
+  rt->cdt = sk_parallel_run_dtypes(&plan->desc).compute, rt->store = plan->desc.dtype;
   sk__rt_setup_wire(rt);
   rt->counted.alloc = sk__rt_counted_alloc, rt->counted.free = sk__rt_counted_free, rt->counted.user = rt;
   rt->seed = plan->desc.seed ? plan->desc.seed : 1;
