@@ -123,7 +123,8 @@ static sk_result sk__group_shape_of(const sk_topology *t, int n, const int *rank
   for (int i = 0, run = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= devices || (i > 0 && ranks[i] <= ranks[i - 1]))
       return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
-                      "group: ranks[%d] = %d; want ascending world ranks in 0..%d, each once", i, ranks[i], devices - 1);
+                      "group: ranks[%d] = %d; want ascending world ranks in 0..%d, each once", i, ranks[i],
+                      devices - 1);
     if (!t->nodes) continue;
     bool new_node = i == 0 || ranks[i] / t->per_node != ranks[i - 1] / t->per_node;
     run = new_node ? 1 : run + 1;
@@ -141,7 +142,8 @@ static double sk__hop_us(const sk_link_model *l, double msgs, double bytes) {
 }
 
 /* Ring over the slowest link it crosses: each link's sk_link_cost_us, the larger one. */
-static double sk__ring_us(const sk_topology *t, const sk__group_shape *s, sk_coll_kind kind, size_t count, sk_dtype dt) {
+static double sk__ring_us(const sk_topology *t, const sk__group_shape *s, sk_coll_kind kind, size_t count,
+                          sk_dtype dt) {
   double us = s->k >= 2 ? sk_link_cost_us(&t->intra, kind, count, dt, s->p) : 0;
   double inter = s->m >= 2 ? sk_link_cost_us(&t->inter, kind, count, dt, s->p) : 0;
   return inter > us ? inter : us;
