@@ -216,8 +216,9 @@ SK_API sk_result sk_cluster_coll_us(const sk_cluster *c, sk_coll_kind kind, size
                                     const int *ranks, sk_coll_algo *algo, double *us, sk_error *err) {
   if (!algo) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "algo (the output) is NULL");
   sk_result r = sk_cluster_algo_us(c, SK_ALGO_RING, kind, count, dt, n, ranks, us, err);
+  if (r) return r;
   *algo = SK_ALGO_RING;
-  if (r || !c->topology.nodes) return r;
+  if (!c->topology.nodes) return SK_OK; /* flat: ring only */
   for (int a = SK_ALGO_RING + 1; a < (int)SK_ALGO_COUNT; a++) {
     double cost = 0;
     if (!sk_coll_algo_applies((sk_coll_algo)a, kind)) continue;
