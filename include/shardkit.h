@@ -7,6 +7,7 @@
 #include "sk_opt_shard.h" /* optimizer parallel (hsdp): which parameters shard, over which group */
 #include "sk_layout_algebra.h" /* refining meshes and shapes, unifying two layouts (MindSpore's layout transfer) */
 #include "sk_comm.h"
+#include "sk_topology.h" /* a hierarchical cluster: each collective priced per algorithm (ring, tree, hierarchical), the cheapest chosen */
 #include "sk_backend.h" /* the backend contract: sk_coll, sk_backend (for backend authors) */
 #include "sk_threads.h"
 #include "sk_ops.h"

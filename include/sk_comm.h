@@ -84,18 +84,33 @@ typedef struct sk_link_model {
   double gbps;     /* link bandwidth, GB/s (1e9 bytes/s) */
 } sk_link_model;
 
+/* A hierarchical cluster: `nodes` nodes of `per_node` devices each, a fast link between two
+   devices of one node and a slower one between nodes. World ranks are numbered node by node
+   (rank r sits on node r / per_node), as msrun and mpirun place them. Zero = none (flat: one
+   link between any two devices). Collectives over it are priced per algorithm by sk_topology.h. */
+typedef struct sk_topology {
+  int nodes;           /* nodes in the cluster */
+  int per_node;        /* devices on each node */
+  sk_link_model intra; /* between two devices of one node */
+  sk_link_model inter; /* between devices of different nodes */
+} sk_topology;
+
 /* The modelled cluster, in one place: what the world's virtual clocks, the compiler's searches
    and the reports read. Zero: nothing modelled (no clocks, searches count bytes, compute and
-   memory unchecked). */
+   memory unchecked). Either `link` (flat) or `topology` (hierarchical), not both. */
 typedef struct sk_cluster {
-  sk_link_model link;   /* between any two devices */
+  sk_link_model link;   /* flat: between any two devices */
+  sk_topology topology; /* hierarchical (zero: flat) */
   double device_flops;  /* one device's speed, FLOP/s (0: compute time not modelled) */
   double device_memory; /* bytes one device holds (0: unchecked) */
 } sk_cluster;
 
 /* Checks a cluster model: every number finite and >= 0, and a bandwidth wherever a latency is
-   set. `what` names it in the message ("desc.cluster"). The world, the compiler and the
-   searches all check it here. */
+   set; a topology, when any of its fields is set, has nodes and per_node >= 1 (at most
+   SK_TOPOLOGY_MAX_DEVICES devices in all), both links with a bandwidth, and no flat link beside
+   it. `what` names it in the message ("desc.cluster"), with the bad field. The world, the
+   compiler and the searches all check it here. */
+#define SK_TOPOLOGY_MAX_DEVICES (1 << 24)
 SK_API sk_result sk_cluster_check(const sk_cluster *cluster, const char *what, sk_error *err);
 
 /* World configuration; zero fields mean the default:
@@ -105,7 +120,8 @@ SK_API sk_result sk_cluster_check(const sk_cluster *cluster, const char *what, s
      backend_config  backend-specific, see the backend's header (NULL = its defaults)
      allocator       the C library
      logger          silent
-     cluster         none: no virtual clocks (the clocks read its link, see sk_link_model) */
+     cluster         none: no virtual clocks (the clocks read its link, see sk_link_model; a
+                     topology is refused with SK_ERR_UNSUPPORTED: the clocks price flat links only) */
 typedef struct sk_world_desc {
   int ndevices;
   uint32_t timeout_ms;
@@ -536,6 +552,10 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.allocator: set both alloc and free, or neither");
   sk_result bad_cluster = sk_cluster_check(&desc->cluster, "desc.cluster", err);
   if (bad_cluster) return bad_cluster;
+  /* Refused rather than ignored: the clocks would silently run on the (zero) flat link. */
+  if (desc->cluster.topology.nodes)
+    return sk__fail(err, SK_ERR_UNSUPPORTED,
+                    "desc.cluster.topology: the world's virtual clocks do not price a topology yet; use the flat link");
   sk_world *w = (sk_world *)sk__calloc(&desc->allocator, sizeof *w, 64);
   if (!w) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world (%zu bytes)", sizeof *w);
   w->head.magic = SK_OBJECT_MAGIC;
@@ -614,6 +634,33 @@ SK_API sk_cluster sk_world_cluster(const sk_world *w) {
   return w ? w->desc.cluster : none;
 }
 
+/* A topology's link: a bandwidth is required (a node pair always talks), alpha may be 0. */
+static sk_result sk__topology_link_check(const sk_link_model *l, const char *what, const char *name, sk_error *err) {
+  if (!(l->alpha_us >= 0 && l->alpha_us <= 1e12) || !(l->gbps > 0 && l->gbps <= 1e12))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                    "%s.topology.%s: alpha_us %g, gbps %g; alpha finite and >= 0, gbps finite and > 0", what, name,
+                    l->alpha_us, l->gbps);
+  return SK_OK;
+}
+
+/* Zero topology: flat, fine. Any field set: the whole topology must be, and the flat link not. */
+static sk_result sk__topology_check(const sk_cluster *c, const char *what, sk_error *err) {
+  const sk_topology *t = &c->topology;
+  if (t->nodes == 0 && t->per_node == 0 && t->intra.alpha_us == 0 && t->intra.gbps == 0 && t->inter.alpha_us == 0 &&
+      t->inter.gbps == 0)
+    return SK_OK;
+  if (t->nodes < 1 || t->per_node < 1 || (long long)t->nodes * t->per_node > SK_TOPOLOGY_MAX_DEVICES)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s.topology: nodes %d, per_node %d; both >= 1, at most %d devices",
+                    what, t->nodes, t->per_node, SK_TOPOLOGY_MAX_DEVICES);
+  sk_result r = sk__topology_link_check(&t->intra, what, "intra", err);
+  if (!r) r = sk__topology_link_check(&t->inter, what, "inter", err);
+  if (!r && (c->link.alpha_us != 0 || c->link.gbps != 0))
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                 "%s.link: alpha_us %g, gbps %g beside a topology; set either the flat link or the topology", what,
+                 c->link.alpha_us, c->link.gbps);
+  return r;
+}
+
 SK_API sk_result sk_cluster_check(const sk_cluster *c, const char *what, sk_error *err) {
   if (!c) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: NULL cluster", what ? what : "cluster");
   /* "!(x >= 0)" also rejects NaN; the upper bounds reject infinities. */
@@ -626,7 +673,7 @@ SK_API sk_result sk_cluster_check(const sk_cluster *c, const char *what, sk_erro
   if (!(c->device_flops >= 0 && c->device_flops <= 1e30) || !(c->device_memory >= 0 && c->device_memory <= 1e30))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "%s: device_flops %g, device_memory %g; both finite and >= 0",
                     what ? what : "cluster", c->device_flops, c->device_memory);
-  return SK_OK;
+  return sk__topology_check(c, what ? what : "cluster", err);
 }
 
 SK_API void sk_world_abort(sk_world *w) {
