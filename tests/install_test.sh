@@ -53,7 +53,7 @@ static float got[2];
 static sk_result step(sk_comm *c, void *arg) {
   (void)arg;
   float v = (float)(sk_comm_rank(c) + 1);
-  sk_result r = sk_allreduce(c, &v, &v, 1, SK_F32, SK_SUM);
+  sk_result r = sk_allreduce(c, &v, &v, 1, SK_F32, SK_SUM, NULL);
   got[sk_comm_rank(c)] = v;
   return r;
 }
@@ -65,8 +65,8 @@ int main(void) {
   d.backend = sk_threads_backend();
   sk_world *w;
   if (sk_world_create(&d, &w, NULL) != SK_OK) return 1;
-  sk_result r = sk_world_run(w, step, NULL);
-  sk_world_destroy(w);
+  sk_result r = sk_world_run(w, step, NULL, NULL);
+  sk_world_destroy(w, NULL);
   volatile double nine = 9.0;
   printf("allreduce %g %g, version %d\n", (double)got[0], (double)got[1], SK_VERSION);
   return r == SK_OK && got[0] == 3.0f && got[1] == 3.0f && sqrt(nine) == 3.0 ? 0 : 1;
@@ -84,7 +84,7 @@ cat >"$tmp/src/consumer_mpi.c" <<'EOF'
 static sk_result step(sk_comm *c, void *arg) {
   int n = sk_comm_size(c);
   float v = (float)(sk_comm_rank(c) + 1);
-  sk_result r = sk_allreduce(c, &v, &v, 1, SK_F32, SK_SUM);
+  sk_result r = sk_allreduce(c, &v, &v, 1, SK_F32, SK_SUM, NULL);
   *(int *)arg = r == SK_OK && v == (float)(n * (n + 1) / 2);
   return r;
 }
@@ -96,8 +96,8 @@ int main(void) {
   sk_world *w;
   if (sk_world_create(&d, &w, NULL) != SK_OK) return 1;
   int good = 0;
-  sk_result r = sk_world_run(w, step, &good);
-  sk_world_destroy(w);
+  sk_result r = sk_world_run(w, step, &good, NULL);
+  sk_world_destroy(w, NULL);
   return r == SK_OK && good ? 0 : 1;
 }
 EOF
