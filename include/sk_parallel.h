@@ -417,7 +417,7 @@ SK_API void sk_parallel_free(sk_parallel_plan *plan);
    computed in f32); `wire`, what the reducing collectives travel in: the stored 16-bit dtype
    unless fp32_communication, else compute; `gradient`, the gradient sync (the Mirrors, the
    sharded gradients' ReduceScatters and partial Mirrors): f32 (MindSpore's gradient_fp32_sync)
-   unless no_gradient_fp32_sync, and then not under fp32_communication. */
+   unless no_gradient_fp32_sync, and then not under fp32_communication. NULL: a default f32 run. */
 typedef struct sk_run_dtypes {
   sk_dtype compute, wire, gradient;
 } sk_run_dtypes;
@@ -1129,8 +1129,9 @@ static sk_result sk__par_check_vstages(const sk_parallel_plan *p, sk_error *err)
 }
 
 SK_API sk_run_dtypes sk_parallel_run_dtypes(const sk_autoparallel *d) {
+  sk_run_dtypes t = {SK_F32, SK_F32, SK_F32};
+  if (!d) return t; /* no configuration: the default f32 run */
   bool half = d->dtype == SK_F16 || d->dtype == SK_BF16;
-  sk_run_dtypes t;
   t.compute = d->dtype == SK_F64 ? SK_F64 : SK_F32;
   t.wire = half && !d->fp32_communication ? d->dtype : t.compute;
   t.gradient = half && d->no_gradient_fp32_sync && !d->fp32_communication ? d->dtype : t.compute;
