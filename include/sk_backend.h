@@ -91,7 +91,7 @@ typedef sk_result (*sk_device_entry)(sk_world *world, int rank, void *ctx);
 
 /* The hook table. Required: world_create, world_destroy, world_run, comm_init_rank,
    comm_split, comm_destroy, start, test, wait, abort. Optional (NULL = the generic path):
-   run, check_caller, peer_access, copy. */
+   run, check_caller, peer_access, copy, clock_align. */
 struct sk_backend {
   int version; /* SK_BACKEND_VERSION */
   const char *name;
@@ -129,6 +129,11 @@ struct sk_backend {
      backend): collective callers may then exchange buffer pointers and copy straight from
      peers' buffers, bracketed by synchronisation (see sk_comm_shared_memory). */
   int shared_address_space;
+  /* sk_comm_clock_align, for backends that price collectives in the link model: a collective
+     over comm that sets *clock_us (in: this member's clock) to the members' maximum and moves
+     no modelled time (no cost, no group's link-free time). NULL = a plain MAX AllReduce of the
+     clocks, right for a backend whose collectives move no clock. */
+  sk_result (*clock_align)(sk_comm *comm, double *clock_us);
 };
 
 /* ---- the records, through accessors (their layout is the generic layer's) ------------------ */

@@ -250,6 +250,12 @@ SK_API sk_result sk_waitall(int n, sk_request **reqs, sk_error *err);
 SK_API double sk_comm_clock_us(const sk_comm *c);
 /* Reports `us` of compute on this device: advances its virtual clock (no-op without a model). */
 SK_API void sk_comm_compute(sk_comm *c, double us);
+/* Collective over c: every member's clock becomes the members' latest, at no modelled cost (no
+   link time, and no group's link-free time moves), so a measurement can start from one common
+   instant (a training step's start: see sk-sim's modelled step time). Waits for this member's
+   outstanding non-blocking work as any backend-internal traffic does, without moving the clock
+   for it (the clock moves when that work is waited on). No-op without a link model. */
+SK_API sk_result sk_comm_clock_align(sk_comm *c, sk_error *err);
 
 /* ---- local reduction (the kernels every backend uses, exposed for references and checks) -- */
 /* dst[i] = op over srcs[0][i], srcs[1][i], ..., srcs[n-1][i], left to right, with the numeric
@@ -1050,6 +1056,27 @@ static sk_coll sk__coll(sk_coll_kind kind, const void *send, void *recv, size_t 
   c.kind = kind, c.send = send, c.recv = recv, c.count = count, c.dtype = dt, c.op = op, c.root = root;
   return c;
 }
+
+/* A backend that prices collectives (clock_align hook) takes the maximum without pricing it;
+   one that prices none gets a plain AllReduce, which moves no clock there. */
+static sk_result sk__clock_align(sk_comm *c) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_result r = sk__check_caller(c);
+  if (r != SK_OK || !sk__link_on(c->world)) return r;
+  const sk_backend *b = c->world->backend;
+  double mine = sk_comm_clock_us(c), latest = mine;
+  if (b->clock_align) {
+    r = b->clock_align(c, &latest);
+  } else {
+    sk_coll o;
+    memset(&o, 0, sizeof o);
+    o.kind = SK_COLL_ALLREDUCE, o.send = &mine, o.recv = &latest, o.count = 1, o.dtype = SK_F64, o.op = SK_MAX;
+    r = sk__blocking(c, &o);
+  }
+  if (r == SK_OK) sk__clock_reach(c, latest);
+  return r;
+}
+SK_API sk_result sk_comm_clock_align(sk_comm *c, sk_error *err) { return sk__comm_report(c, sk__clock_align(c), err); }
 
 SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLREDUCE, send, recv, count, dt, op, 0);

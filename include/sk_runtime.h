@@ -150,8 +150,11 @@ typedef struct sk_runtime_stats {
   /* Time summed over the steps: step_s their wall time, busy_s the part inside operator kernels
      (1 - busy_s / step_s: the idle share, a pipeline's bubble measured); under a link model,
      clock_us their span on this device's virtual clock and compute_us the part its FLOPs took
-     (the bubble modelled). */
-  double step_s, busy_s, clock_us, compute_us;
+     (the bubble modelled), and step_us the modelled step time: each step starts with every
+     device's clock aligned to the latest (sk_comm_clock_align) and lasts until the last device
+     ends it, the same on every device (under gradient accumulation a step is one micro-step, so
+     step_us over a whole window's steps gives the window's mean). */
+  double step_s, busy_s, clock_us, compute_us, step_us;
   int nrows; /* one per (kind, plan group); rows past SK_RUNTIME_COMM_ROWS are summed into the last */
   sk_runtime_comm_row rows[SK_RUNTIME_COMM_ROWS];
 } sk_runtime_stats;
@@ -592,15 +595,28 @@ static sk_result sk__rt_train_step(sk_runtime *rt, double *loss, sk_error *err) 
   return SK_OK;
 }
 
+/* Aligns the clocks of every device of the step (free: see sk_comm_clock_align). */
+static sk_result sk__rt_align(sk_comm *all, sk_error *err) {
+  sk_result r = all ? sk_comm_clock_align(all, NULL) : SK_OK;
+  return r ? sk__fail(err, r, "runtime: aligning the virtual clocks: %s", sk_comm_error_message(all)) : SK_OK;
+}
+
+/* The step between two clock alignments: the first gives every device the step's start, the
+   second the latest end, so the difference is the step's makespan on every device. */
 SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   if (!rt) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: NULL runtime");
-  double t0 = sk__rt_now_s(), c0 = sk_comm_clock_us(rt->world ? rt->world : rt->comm);
-  rt->counting = true;
-  sk_result r = sk__rt_train_step(rt, loss, err);
-  rt->counting = false;
+  sk_comm *all = rt->world ? rt->world : rt->comm;
+  sk_result r = sk__rt_align(all, err);
   if (r) return r;
+  double t0 = sk__rt_now_s(), c0 = sk_comm_clock_us(all);
+  rt->counting = true;
+  r = sk__rt_train_step(rt, loss, err);
+  rt->counting = false;
+  double c1 = sk_comm_clock_us(all); /* this device's end */
+  if (r || (r = sk__rt_align(all, err))) return r;
   rt->step++, rt->stats.steps++;
-  rt->stats.step_s += sk__rt_now_s() - t0, rt->stats.clock_us += sk_comm_clock_us(rt->world ? rt->world : rt->comm) - c0;
+  rt->stats.step_s += sk__rt_now_s() - t0, rt->stats.clock_us += c1 - c0;
+  rt->stats.step_us += sk_comm_clock_us(all) - c0;
   return SK_OK;
 }
 

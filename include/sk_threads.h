@@ -398,7 +398,7 @@ static bool sk__tcount_reached(const void *p) {
 /* Why a member posted. The backend's own agreement traffic (a split's exchanges, a peer
    access) must never match a user's call: a split against a user's AllGather of 3 x i64 would
    otherwise pass the mismatch check and read user data as group pointers. */
-enum { SK__ORIGIN_USER = 0, SK__ORIGIN_SPLIT, SK__ORIGIN_PEER };
+enum { SK__ORIGIN_USER = 0, SK__ORIGIN_SPLIT, SK__ORIGIN_PEER, SK__ORIGIN_CLOCK };
 
 /* A member that will never post again: it destroyed its sub-communicator, or sk_world_run's
    device function for its rank has returned (which also covers sub-communicators it did not
@@ -500,13 +500,14 @@ static void sk__tclose_drain(sk__tgroup *g) {
 }
 
 /* Writes what one member called: the collective, or the backend's own traffic by name. */
+static const char *sk__torigin_name(int origin) {
+  return origin == SK__ORIGIN_SPLIT ? "comm_split" : origin == SK__ORIGIN_PEER ? "peer_access" : "clock_align";
+}
 static void sk__tdescribe(char *buf, size_t cap, int origin, const sk_coll *c) {
-  if (origin == SK__ORIGIN_SPLIT)
-    snprintf(buf, cap, "comm_split");
-  else if (origin == SK__ORIGIN_PEER)
-    snprintf(buf, cap, "peer_access");
-  else
+  if (origin == SK__ORIGIN_USER)
     sk_coll_describe(buf, cap, c);
+  else
+    snprintf(buf, cap, "%s", sk__torigin_name(origin));
 }
 
 /* Compares every member's posting with rank 0's. All members see the same postings, so they
@@ -949,8 +950,7 @@ static sk_result sk__texec(sk__tmember *m, const sk_coll *op, int origin, double
   sk__tgroup *g = m->g;
   int k = g->size;
   sk__tslot *sl = &g->slots[m->me];
-  const char *name = origin == SK__ORIGIN_SPLIT ? "comm_split" : origin == SK__ORIGIN_PEER ? "peer_access"
-                                                                                            : sk_coll_kind_name(op->kind);
+  const char *name = origin == SK__ORIGIN_USER ? sk_coll_kind_name(op->kind) : sk__torigin_name(origin);
   uint64_t s = ++sl->seq;
   int p = (int)(s & 1);
   *end_us = 0;
@@ -1507,6 +1507,13 @@ static sk_result sk__thr_peer_access(sk_comm *c, const void *mine, sk_peer_fn fn
   return sk__tinternal(m, SK__ORIGIN_PEER, SK_COLL_BARRIER, mine, NULL, 0, SK_U8, SK_SUM);
 }
 
+/* Clock alignment: a tagged MAX AllReduce; tagged traffic skips the link model, so it costs
+   nothing and leaves every group's link-free time as it was. */
+static sk_result sk__thr_clock_align(sk_comm *c, double *clock_us) {
+  double mine = *clock_us;
+  return sk__tinternal(SK__TMEMBER(c), SK__ORIGIN_CLOCK, SK_COLL_ALLREDUCE, &mine, clock_us, 1, SK_F64, SK_MAX);
+}
+
 typedef struct sk__trun_arg {
   sk_world *w;
   int rank;
@@ -1579,6 +1586,7 @@ static const sk_backend sk__threads_backend_table = {
     SK_HOOK(peer_access) sk__thr_peer_access,
     SK_HOOK(copy) NULL, /* host memory: memcpy */
     SK_HOOK(shared_address_space) 1, /* the devices are threads of this process */
+    SK_HOOK(clock_align) sk__thr_clock_align,
 };
 
 SK_API const sk_backend *sk_threads_backend(void) { return &sk__threads_backend_table; }

@@ -139,12 +139,72 @@ Test(comm_link, send_recv_start_when_both_posted, .timeout = 30) {
   sk_world_destroy(w, NULL);
 }
 
-/* Without a model the clock stays 0 and compute is ignored. */
+/* Clock alignment: after an AllReduce from 0 (ends at ar), rank r computes 10*r us; align
+   gives every rank the latest clock (ar + 10*(n-1)) at no cost, so the next AllReduce ends one
+   ar later. Then a non-blocking AllReduce issued at that clock is left pending over a second
+   align: that align must neither price anything nor move the group's link-free time, so a
+   blocking AllReduce issued right after starts once the pending one ends (2 ar later). */
+static sk_result align_steps(sk_comm *c, void *arg) {
+  clocks *k = (clocks *)arg;
+  int r = sk_comm_rank(c);
+  sk_request *q = NULL;
+  sk_result rc = sk_allreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, NULL);
+  sk_comm_compute(c, 10.0 * r);
+  if (rc == SK_OK) rc = sk_comm_clock_align(c, NULL);
+  k->at[r][0] = sk_comm_clock_us(c);
+  if (rc == SK_OK) rc = sk_allreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, NULL);
+  k->at[r][1] = sk_comm_clock_us(c);
+  if (rc == SK_OK) rc = sk_iallreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, &q, NULL);
+  if (rc == SK_OK) rc = sk_comm_clock_align(c, NULL);
+  k->at[r][2] = sk_comm_clock_us(c);
+  static float other[LINK_MAX][COUNT];
+  if (rc == SK_OK) rc = sk_allreduce(c, other[r], other[r], COUNT, SK_F32, SK_SUM, NULL);
+  if (rc == SK_OK) rc = sk_wait(&q, NULL);
+  k->at[r][3] = sk_comm_clock_us(c);
+  k->rc[r] = rc;
+  return rc;
+}
+
+Test(comm_link, clock_align_takes_the_latest_at_no_cost, .timeout = 30) {
+  const int n = 8;
+  sk_world *w = link_world(n, 10, 25);
+  clocks k;
+  memset(&k, 0, sizeof k);
+  cr_assert_eq(sk_world_run(w, align_steps, &k, NULL), SK_OK, "%s", sk_world_error_message(w));
+  sk_link_model m = {10, 25};
+  double ar = sk_link_cost_us(&m, SK_COLL_ALLREDUCE, COUNT, SK_F32, n), top = ar + 10.0 * (n - 1);
+  for (int r = 0; r < n; r++) {
+    cr_assert_eq(k.at[r][0], top, "rank %d: aligned clock %g, want the latest %g", r, k.at[r][0], top);
+    cr_assert(near(k.at[r][1], top + ar), "rank %d: align was priced: clock %g, want %g", r, k.at[r][1], top + ar);
+    cr_assert_eq(k.at[r][2], k.at[r][1], "rank %d: align moved the clock for pending work (%g)", r, k.at[r][2]);
+    cr_assert(near(k.at[r][3], top + 3 * ar), "rank %d: align moved the link-free time: clock %g, want %g", r,
+              k.at[r][3], top + 3 * ar);
+  }
+  sk_world_destroy(w, NULL);
+}
+
+/* A member aligning while another calls a collective is a mismatch naming clock_align. */
+static sk_result align_mismatch(sk_comm *c, void *arg) {
+  (void)arg;
+  int r = sk_comm_rank(c);
+  return r == 0 ? sk_comm_clock_align(c, NULL) : sk_allreduce(c, bufs[r], bufs[r], 1, SK_F32, SK_SUM, NULL);
+}
+
+Test(comm_link, clock_align_mismatch_is_reported, .timeout = 30) {
+  sk_world *w = link_world(2, 10, 25);
+  cr_assert_neq(sk_world_run(w, align_mismatch, NULL, NULL), SK_OK);
+  cr_assert(strstr(sk_world_error_message(w), "clock_align") != NULL, "message: %s", sk_world_error_message(w));
+  sk_world_destroy(w, NULL);
+}
+
+/* Without a model the clock stays 0, compute is ignored and clock alignment is a no-op that
+   succeeds. */
 static sk_result no_model_steps(sk_comm *c, void *arg) {
   clocks *k = (clocks *)arg;
   int r = sk_comm_rank(c);
-  sk_comm_compute(c, 50);
+  sk_comm_compute(c, 50.0 * (r + 1));
   k->rc[r] = sk_allreduce(c, bufs[r], bufs[r], 16, SK_F32, SK_SUM, NULL);
+  if (k->rc[r] == SK_OK) k->rc[r] = sk_comm_clock_align(c, NULL);
   k->at[r][0] = sk_comm_clock_us(c);
   return k->rc[r];
 }
@@ -153,7 +213,7 @@ Test(comm_link, no_model_no_clock, .timeout = 30) {
   sk_world *w = link_world(3, 0, 0);
   clocks k;
   memset(&k, 0, sizeof k);
-  cr_assert_eq(sk_world_run(w, no_model_steps, &k, NULL), SK_OK);
+  cr_assert_eq(sk_world_run(w, no_model_steps, &k, NULL), SK_OK, "%s", sk_world_error_message(w));
   for (int r = 0; r < 3; r++) cr_assert_eq(k.at[r][0], 0.0, "rank %d clock %g without a link model", r, k.at[r][0]);
   sk_world_destroy(w, NULL);
 }

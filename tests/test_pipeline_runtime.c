@@ -461,6 +461,33 @@ Test(pipeline_runtime, peak_activations_follow_the_schedule, .timeout = PIPE_TIM
   sk_pipe_schedule_free(&s);
 }
 
+/* The modelled step time (sk_runtime_stats.step_us) under a link model: every step starts from
+   aligned clocks and ends at the last device's end, so it is the same on every device, and with
+   one step it is the largest of the devices' spans (clock_us) exactly. */
+Test(pipeline_runtime, modelled_step_time_is_the_makespan, .timeout = PIPE_TIMEOUT) {
+  static net n;
+  static run R;
+  const pcase c = {SK_PIPE_1F1B, 4, 4, 4, 1};
+  sk_autoparallel pd = knobs_of(&c);
+  NETS[0].build(&n, 1);
+  run_init_knobs(&R, &n, 4, SK_F64, sgd(0.5), 1, &pd);
+  R.link.alpha_us = 5, R.link.gbps = 25;
+  R.plan.desc.cluster.device_flops = 1e9;
+  R.evaluate = false;
+  run_world(&R);
+  expect_all_ok(&R, "1f1b, 4 stages, link model");
+  double step = R.dev[0].stats.step_us, most = 0;
+  for (int d = 0; d < 4; d++) {
+    cr_assert_eq(R.dev[d].stats.step_us, step, "device %d: step time %.17g, device 0's %.17g", d, R.dev[d].stats.step_us, step);
+    most = fmax(most, R.dev[d].stats.clock_us);
+  }
+  cr_assert_gt(step, 0);
+  cr_assert_eq(step, most, "step time %.17g, the longest device span %.17g", step, most);
+  cr_log_info("1f1b on 4 stages, one step: modelled step time %.3f us", step);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
 /* ---- 4. refusals ----------------------------------------------------------------------------------- */
 
 /* Every device that ran stopped at `where` with SK_ERR_INVALID_ARGUMENT and a message holding

@@ -62,13 +62,14 @@ static void sim_print_figures(FILE *f, const sim_device_figures *all, int n) {
   fprintf(f, "compute per step (device 0): %.6g GFLOP\n", all[0].stats.flops / steps / 1e9);
 }
 
-/* The report: the figures, and the modelled step time when a link model ran (model_us: device
-   0's virtual clock per step). */
-static void sim_print_report(FILE *f, const sim_device_figures *all, int n, const sk_cluster *cluster, double model_us) {
+/* The report: the figures, and the modelled step time when a link model ran (the runtime's
+   step_us, the same on every device, per step). */
+static void sim_print_report(FILE *f, const sim_device_figures *all, int n, const sk_cluster *cluster) {
   const sk_link_model *link = &cluster->link;
   sim_print_figures(f, all, n);
+  double steps = all[0].stats.steps ? (double)all[0].stats.steps : 1;
   if (link->gbps > 0)
-    fprintf(f, "modelled step time: %.3f ms (links %g us, %g GB/s; devices %g TFLOPS)\n", model_us / 1e3,
+    fprintf(f, "modelled step time: %.3f ms (links %g us, %g GB/s; devices %g TFLOPS)\n", all[0].stats.step_us / steps / 1e3,
             link->alpha_us, link->gbps, cluster->device_flops * 1e-12);
 }
 

@@ -544,7 +544,7 @@ typedef struct job {
   long nlosses, cap_losses;
   double *step_s, *cpu_s; /* each step's wall and CPU seconds */
   long nstep_s;
-  double seconds, model_us, compile_ms;
+  double seconds, compile_ms;
   sim_device_figures *figures; /* per device, for --report */
   void **init; /* --parameter-broadcast --check: per tensor, the broadcast model gathered (the lead's) */
   bool diverged; /* a loss was not finite: training stopped there (the run exits 1) */
@@ -659,11 +659,10 @@ static sk_result train_epoch(run *R, int ep, long *done, sk_error *e) {
   long stop = R->start + o->steps; /* --steps S: S more steps */
   for (long s = *done - ep * J->data.train_batches; s < J->data.train_batches && (!o->steps || *done < stop) && !R->stopped;
        s++, (*done)++) {
-    double loss = 0, t1 = now_s(), p1 = cpu_s(), c1 = R->comm ? sk_comm_clock_us(R->comm) : 0;
+    double loss = 0, t1 = now_s(), p1 = cpu_s();
     sk_result r = feed(R, false, s, e);
     if (!r) r = step(R, &loss, e);
     if (r) return r;
-    if (R->lead && R->comm) J->model_us += sk_comm_clock_us(R->comm) - c1;
     if (R->lead && record(J, *done - R->start, loss, now_s() - t1, cpu_s() - p1)) return sk_error_set(e, SK_ERR_OUT_OF_MEMORY, "out of memory");
     print_loss(R, ep, s, loss);
     if (!isfinite(loss)) return not_finite(R, *done), SK_OK; /* the same loss on every device: all stop here */
@@ -1005,7 +1004,7 @@ static bool print_summary(job *J, const double *base, long nbase) {
   printf("# %d device%s, %s%s, %ld steps, %.3f ms per step, median cpu %.3f ms, median %.3f ms\n", o->devices,
          o->devices > 1 ? "s" : "", sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0,
          median_ms(J->cpu_s, J->nstep_s), median_ms(J->step_s, J->nstep_s));
-  if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->pd.cluster, J->model_us / (n ? n : 1));
+  if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->pd.cluster);
   if (o->report && J->plan.vstage) sim_print_pipeline(stdout, J->figures, o->devices, &J->plan, o->pd.cluster.link.gbps > 0);
   if (!o->check) return true;
   double tol = o->check_tolerance > 0 ? o->check_tolerance : loss_check_tolerance(o->dtype);
@@ -1017,7 +1016,7 @@ static bool print_summary(job *J, const double *base, long nbase) {
 /* --check: the reference's losses, taken from a silent single-device run. */
 static int reference_losses(job *J, double **base, long *nbase, char *msg, size_t cap) {
   job R = *J;
-  R.losses = NULL, R.step_s = NULL, R.cpu_s = NULL, R.nlosses = R.nstep_s = R.cap_losses = 0, R.seconds = 0, R.model_us = 0;
+  R.losses = NULL, R.step_s = NULL, R.cpu_s = NULL, R.nlosses = R.nstep_s = R.cap_losses = 0, R.seconds = 0;
   sk_error e;
   sk_result r = run_reference(&R, true, &e);
   free(R.step_s), free(R.cpu_s);
