@@ -113,6 +113,10 @@ typedef struct sk_cluster {
 #define SK_TOPOLOGY_MAX_DEVICES (1 << 24)
 SK_API sk_result sk_cluster_check(const sk_cluster *cluster, const char *what, sk_error *err);
 
+/* Whether the cluster prices communication (a flat link with a bandwidth, or a topology): the
+   one test the virtual clocks, the dry run and the reports make. */
+SK_API bool sk_cluster_prices(const sk_cluster *cluster);
+
 /* World configuration; zero fields mean the default:
      ndevices        threads backend: required, 1..SK_MAX_DEVICES; MPI: 0 or the world size
      timeout_ms      300000 (5 min): the bound of every wait
@@ -681,6 +685,8 @@ SK_API sk_result sk_cluster_check(const sk_cluster *c, const char *what, sk_erro
                     what ? what : "cluster", c->device_flops, c->device_memory);
   return sk__topology_check(c, what ? what : "cluster", err);
 }
+
+SK_API bool sk_cluster_prices(const sk_cluster *c) { return c && (c->link.gbps > 0 || c->topology.nodes > 0); }
 
 SK_API void sk_world_abort(sk_world *w) {
   if (!w) return;
