@@ -32,6 +32,11 @@
      first that differs. The backend's own traffic (a split's exchanges, peer access) is tagged
      and never matches a user's call. A communicator belongs to the thread that created it: a
      call from another thread returns SK_ERR_INVALID_ARGUMENT and writes nothing.
+   VIRTUAL CLOCKS (a cluster model in sk_world_desc.cluster, see sk_link_model)
+     Each user call is priced with sk_topology.h, as the dry run prices it: a collective with
+     sk_cluster_coll_us on its group's world ranks in ascending order (sorted once when the
+     group is made), a Send/Recv with sk_cluster_p2p_us between the two world ranks. On a flat
+     link both give sk_link_cost_us's ring values; under a topology, the cheapest algorithm.
    FAULTS (abort, timeout, a failing or departed device)
      No member returns from a collective while a peer's task can still touch its buffers. A
      member that leaves on a fault first closes the group's task gate (no task starts after it)
