@@ -75,7 +75,8 @@ typedef sk_result (*sk_device_fn)(sk_comm *comm, void *arg);
    faster than any interconnect. Zero = none. Every device then has a virtual clock (us, from 0
    at world creation): compute the caller reports with sk_comm_compute advances it; a
    collective on a group starts when every member has issued it (their clocks at the call) and
-   the group's previous collective has ended, lasts sk_link_cost_us, and a device's clock moves
+   the group's previous collective has ended, lasts its price (sk_link_cost_us; under a topology
+   sk_topology.h's, see sk_world_desc.cluster), and a device's clock moves
    to its end when the device returns from the blocking call or completes the request (so a
    non-blocking collective overlaps the compute reported meanwhile). Send/Recv start when both
    sides have posted. Supported by the threads backend; other backends leave clocks to compute. */
@@ -124,8 +125,10 @@ SK_API bool sk_cluster_prices(const sk_cluster *cluster);
      backend_config  backend-specific, see the backend's header (NULL = its defaults)
      allocator       the C library
      logger          silent
-     cluster         none: no virtual clocks (the clocks read its link, see sk_link_model; a
-                     topology is refused with SK_ERR_UNSUPPORTED: the clocks price flat links only) */
+     cluster         none: no virtual clocks (see sk_link_model). A flat link prices every call
+                     with sk_link_cost_us; a topology, which must hold at least the world's
+                     devices (SK_ERR_INVALID_ARGUMENT otherwise), with sk_topology.h: the cheapest
+                     algorithm per collective, Send/Recv over the link between the two nodes */
 typedef struct sk_world_desc {
   int ndevices;
   uint32_t timeout_ms;
@@ -546,6 +549,15 @@ SK_API void sk_world_fail(sk_world *w, sk_result code, const char *msg) {
 
 /* ---- world ---------------------------------------------------------------------------------- */
 
+/* Every device must sit on a node of the topology: the clocks price a call by where its
+   members are. A flat cluster (no topology) fits any world. */
+static sk_result sk__topology_fits(const sk_topology *t, int ndevices, sk_error *err) {
+  if (!t->nodes || ndevices <= t->nodes * t->per_node) return SK_OK;
+  return sk__fail(err, SK_ERR_INVALID_ARGUMENT,
+                  "desc.cluster.topology: %d nodes x %d per node = %d devices, fewer than the world's %d devices",
+                  t->nodes, t->per_node, t->nodes * t->per_node, ndevices);
+}
+
 SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk_error *err) {
   if (!world) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "world (the output pointer) is NULL");
   *world = NULL;
@@ -562,10 +574,6 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.allocator: set both alloc and free, or neither");
   sk_result bad_cluster = sk_cluster_check(&desc->cluster, "desc.cluster", err);
   if (bad_cluster) return bad_cluster;
-  /* Refused rather than ignored: the clocks would silently run on the (zero) flat link. */
-  if (desc->cluster.topology.nodes)
-    return sk__fail(err, SK_ERR_UNSUPPORTED,
-                    "desc.cluster.topology: the world's virtual clocks do not price a topology yet; use the flat link");
   sk_world *w = (sk_world *)sk__calloc(&desc->allocator, sizeof *w, 64);
   if (!w) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the world (%zu bytes)", sizeof *w);
   w->head.magic = SK_OBJECT_MAGIC;
@@ -578,11 +586,15 @@ SK_API sk_result sk_world_create(const sk_world_desc *desc, sk_world **world, sk
     return r;
   }
   int n = w->ndevices;
-  w->clocks = (double *)sk__calloc(&desc->allocator, sizeof(double) * (size_t)n, 64);
-  if (!w->clocks) {
+  /* Checked once the backend has counted the devices (MPI: the job's size), on every process
+     alike, so a refused world's teardown stays collective. */
+  r = sk__topology_fits(&desc->cluster.topology, n, err);
+  if (!r && !(w->clocks = (double *)sk__calloc(&desc->allocator, sizeof(double) * (size_t)n, 64)))
+    r = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %d device clocks", n);
+  if (r) {
     w->backend->world_destroy(w, w->state);
     sk__free(&desc->allocator, w);
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating %d device clocks", n);
+    return r;
   }
   *world = w;
   return SK_OK;
@@ -840,7 +852,7 @@ SK_API sk_result sk_comm_set_mismatch(sk_comm *c, int rank_a, const char *what_a
 
 /* ---- link model ------------------------------------------------------------------------------- */
 
-static bool sk__link_on(const sk_world *w) { return w->desc.cluster.link.gbps > 0; }
+static bool sk__link_on(const sk_world *w) { return sk_cluster_prices(&w->desc.cluster); }
 
 SK_API double sk_link_cost_us(const sk_link_model *m, sk_coll_kind kind, size_t count, sk_dtype dt, int p) {
   if (!m || m->gbps <= 0 || p <= 1 || !sk_dtype_valid(dt)) return 0;

@@ -1,6 +1,6 @@
 /* sk_threads.h -- the built-in backend: N threads in one process act as N devices.
 
-   Do this in ONE .c file:   #define SK_IMPL  (or SK_THREADS_IMPL + SK_COMM_IMPL)
+   Do this in ONE .c file:   #define SK_IMPL  (or SK_THREADS_IMPL + SK_COMM_IMPL + SK_TOPOLOGY_IMPL)
                              #include "sk_threads.h"
    Link with -lpthread. Linux only (futex).
 
@@ -32,6 +32,11 @@
      first that differs. The backend's own traffic (a split's exchanges, peer access) is tagged
      and never matches a user's call. A communicator belongs to the thread that created it: a
      call from another thread returns SK_ERR_INVALID_ARGUMENT and writes nothing.
+   VIRTUAL CLOCKS (a cluster model in sk_world_desc.cluster, see sk_link_model)
+     Each user call is priced with sk_topology.h, as the dry run prices it: a collective with
+     sk_cluster_coll_us on its group's world ranks in ascending order (sorted once when the
+     group is made), a Send/Recv with sk_cluster_p2p_us between the two world ranks. On a flat
+     link both give sk_link_cost_us's ring values; under a topology, the cheapest algorithm.
    FAULTS (abort, timeout, a failing or departed device)
      No member returns from a collective while a peer's task can still touch its buffers. A
      member that leaves on a fault first closes the group's task gate (no task starts after it)
@@ -76,10 +81,12 @@ SK_EXTERN_C_END
 #define SK_THREADS_IMPL_DONE
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
+#include "sk_topology.h" /* the clocks price each call as the dry run does */
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h> /* qsort */
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -241,6 +248,8 @@ typedef struct sk__tgroup {
   int size;
   int refs; /* atomic: members still attached */
   int *wranks;      /* member -> world rank */
+  int *ascending;   /* the members' world ranks in ascending order: what the cluster model
+                       prices a call by (sk_topology.h), sorted once here, not per call */
   sk__tslot *slots; /* size entries */
   unsigned char *inline_data; /* size * 2 * small_bytes: small AllReduce inputs */
   size_t small_bytes;
@@ -314,11 +323,16 @@ struct sk__tp2p {
 
 /* ---- groups ------------------------------------------------------------------------------- */
 
+static int sk__tint_order(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 static sk__tgroup *sk__tgroup_new(sk__tworld *tw, int size, const int *wranks) {
   size_t sb = tw->small_bytes;
   size_t off_slots = (sizeof(sk__tgroup) + SK__CL - 1) / SK__CL * SK__CL;
   size_t off_wranks = off_slots + sizeof(sk__tslot) * (size_t)size;
-  size_t off_inline = (off_wranks + sizeof(int) * (size_t)size + SK__CL - 1) / SK__CL * SK__CL;
+  size_t off_inline = (off_wranks + 2 * sizeof(int) * (size_t)size + SK__CL - 1) / SK__CL * SK__CL;
   size_t total = off_inline + (size_t)size * 2 * sb;
   unsigned char *mem = (unsigned char *)sk__calloc(tw->alloc, total, SK__CL);
   if (!mem) return NULL;
@@ -327,9 +341,11 @@ static sk__tgroup *sk__tgroup_new(sk__tworld *tw, int size, const int *wranks) {
   g->size = size;
   g->slots = (sk__tslot *)(mem + off_slots);
   g->wranks = (int *)(mem + off_wranks);
+  g->ascending = g->wranks + size;
   g->inline_data = mem + off_inline;
   g->small_bytes = sb;
-  for (int i = 0; i < size; i++) g->wranks[i] = wranks ? wranks[i] : i;
+  for (int i = 0; i < size; i++) g->wranks[i] = g->ascending[i] = wranks ? wranks[i] : i;
+  if (wranks) qsort(g->ascending, (size_t)size, sizeof(int), sk__tint_order); /* a split orders by key */
   if (pthread_mutex_init(&g->p2p_lock, NULL) != 0) {
     sk__free(tw->alloc, mem);
     return NULL;
@@ -865,18 +881,27 @@ static size_t sk__tvec_per_peer(const sk__tgroup *g, int p) {
 }
 
 /* Link model: a collective starts when every member has issued it and the group's previous one
-   has ended. Every member computes the same value from the same postings. */
-static double sk__tmodel_end(sk__tmember *m, int p, const sk_coll *op) {
-  const sk_link_model *link = &sk_world_config(sk_comm_world(m->comm))->cluster.link;
-  if (link->gbps <= 0) return 0;
+   has ended, and lasts the cluster's price for it (sk_cluster_coll_us: on a flat link
+   sk_link_cost_us's ring, under a topology the cheapest algorithm, as the dry run prices it).
+   Every member computes the same value from the same postings, so a refusal (not expected: the
+   world checked the cluster and that the topology holds every device) fails every member alike,
+   before any task touches a buffer. *end_us: the modelled end, or 0 with no model. */
+static sk_result sk__tmodel_end(sk__tmember *m, int p, const sk_coll *op, double *end_us) {
+  const sk_cluster *cluster = &sk_world_config(sk_comm_world(m->comm))->cluster;
+  *end_us = 0;
+  if (!sk_cluster_prices(cluster)) return SK_OK;
   sk__tgroup *g = m->g;
   sk__tslot *sl = &g->slots[m->me];
-  double start = sl->link_free;
+  double start = sl->link_free, us = 0;
   for (int i = 0; i < g->size; i++)
     if (g->slots[i].coll[p].issue_us > start) start = g->slots[i].coll[p].issue_us;
   size_t count = sk_coll_vector(op->kind) ? sk__tvec_per_peer(g, p) : op->count;
-  sl->link_free = start + sk_link_cost_us(link, op->kind, count, op->dtype, g->size);
-  return sl->link_free;
+  sk_coll_algo algo;
+  sk_error err;
+  sk_result r = sk_cluster_coll_us(cluster, op->kind, count, op->dtype, g->size, g->ascending, &algo, &us, &err);
+  if (r != SK_OK) return sk_comm_set_error(m->comm, r, "%s: pricing it: %s", sk_coll_kind_name(op->kind), err.msg);
+  *end_us = sl->link_free = start + us;
+  return SK_OK;
 }
 
 /* Peer access, task t: member t's function over every member's offered address. */
@@ -962,7 +987,7 @@ static sk_result sk__texec(sk__tmember *m, const sk_coll *op, int origin, double
   r = sk__tcheck_match(m, p);
   if (r != SK_OK) return r;
   /* the backend's own traffic costs nothing in the modelled cluster */
-  if (origin == SK__ORIGIN_USER) *end_us = sk__tmodel_end(m, p, op);
+  if (origin == SK__ORIGIN_USER && (r = sk__tmodel_end(m, p, op, end_us)) != SK_OK) return r;
   if (small) { /* every member reduces the inline copies into its own output */
     for (int i = 0; i < k; i++) m->ptrs[i] = g->inline_data + ((size_t)i * 2 + (size_t)p) * g->small_bytes;
     return op->count ? sk_reduce_local(op->recv, m->ptrs, k, op->count, op->dtype, op->op, NULL) : SK_OK;
@@ -1057,6 +1082,24 @@ static sk_result sk__tenqueue(sk__tmember *m, const sk_coll *op, sk__treq **out)
 
 /* ---- point to point ----------------------------------------------------------------------- */
 
+/* Link model: the message moves once both sides have posted, over the link between the two
+   devices (sk_cluster_p2p_us: under a topology the intra- or inter-node link, on a flat link
+   sk_link_cost_us's Send). A refusal (not expected: the world checked the cluster) goes into
+   msg, for both sides. */
+static sk_result sk__tp2p_end(const sk__tmember *m, const sk__tp2p *node, const sk_coll *so, const sk_coll *ro,
+                              double *end, char *msg, size_t cap) {
+  const sk_cluster *cluster = &sk_world_config(sk_comm_world(m->comm))->cluster;
+  double us = 0;
+  sk_error err;
+  *end = so->issue_us > ro->issue_us ? so->issue_us : ro->issue_us;
+  if (!sk_cluster_prices(cluster)) return SK_OK;
+  sk_result r = sk_cluster_p2p_us(cluster, m->g->wranks[node->src], m->g->wranks[node->dst], so->count, so->dtype,
+                                  &us, &err);
+  if (r != SK_OK) return snprintf(msg, cap, "Send: pricing it: %.200s", err.msg), r;
+  *end += us;
+  return SK_OK;
+}
+
 /* Posts a Send or Recv; whichever side of a pair arrives second copies and completes both. */
 static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out) {
   sk__tgroup *g = m->g;
@@ -1094,18 +1137,20 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
   sk__treq *sq = is_send ? q : it->req, *rq = is_send ? it->req : q;
   const sk_coll *so = &sq->base.coll, *ro = &rq->base.coll;
   sk_result r = SK_OK;
+  char msg[SK_ERROR_MSG_MAX];
+  double end = 0;
   if (so->count != ro->count || so->dtype != ro->dtype) {
     r = SK_ERR_MISMATCH;
-    char msg[SK_ERROR_MSG_MAX];
     snprintf(msg, sizeof msg, "mismatch: rank %d sends %zu x %s to rank %d, which receives %zu x %s", node->src,
              so->count, sk_dtype_name(so->dtype), node->dst, ro->count, sk_dtype_name(ro->dtype));
+  } else {
+    r = sk__tp2p_end(m, node, so, ro, &end, msg, sizeof msg);
+  }
+  if (r != SK_OK) {
     sk_comm_set_error(m->comm, r, "%s", msg);
     memcpy(it->req->msg, msg, sizeof msg); /* written before `done`: the owner reads it after */
     sk__treq_complete(it->req, r);
   } else {
-    /* link model: the message moves once both sides have posted */
-    double start = so->issue_us > ro->issue_us ? so->issue_us : ro->issue_us;
-    double end = start + sk_link_cost_us(&sk_world_config(sk_comm_world(m->comm))->cluster.link, SK_COLL_SEND, so->count, so->dtype, 2);
     sq->base.model_end_us = rq->base.model_end_us = end;
     size_t bytes = so->count * sk_dtype_size(so->dtype);
     if (bytes) {

@@ -4,7 +4,8 @@
 
    Do this in ONE .c file:   #define SK_IMPL  (or SK_TOPOLOGY_IMPL)   #include "sk_topology.h"
    Needs libc and sk_comm.h (the cluster model, the table of collectives, sk_link_cost_us).
-   Pure functions: nothing allocated, no state. A separate header because it builds on
+   Pure functions: nothing allocated, no state. The threads backend's virtual clocks
+   (sk_threads.h) price every call with sk_cluster_coll_us and sk_cluster_p2p_us. A separate header because it builds on
    sk_comm.h's declarations (sk_coll_kind, sk_link_cost_us) while sk_comm.h itself only holds
    the model's fields and their check; sk_comm.h including it back would be a cycle.
 

@@ -1,7 +1,7 @@
 /* The hierarchical cluster model (sk_topology in sk_cluster) and its per-algorithm collective
    costs (sk_topology.h): each formula against costs worked by hand in the comments, the
    chooser's pick and its ties, uneven groups, the flat cluster's exact sk_link_cost_us values,
-   and every refusal. */
+   and every refusal, the world's included. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -215,16 +215,24 @@ Test(topology, bad_topologies_refused) {
   EXPECT_BAD(sk_cluster_check(&c, "desc.cluster", &err), &err, "desc.cluster.link");
 }
 
-Test(topology, world_refuses_a_topology_for_now) {
+/* The world takes a topology that holds its devices (the clocks' pricing:
+   tests/test_comm_topology.c) and refuses a smaller one, naming both counts. */
+Test(topology, world_needs_a_topology_holding_its_devices) {
   sk_world_desc d = {0};
   d.ndevices = 8;
   d.backend = sk_threads_backend();
   d.cluster = two_level(2, 4);
   sk_world *w = NULL;
   sk_error err;
-  memset(&err, 0, sizeof err);
-  cr_expect_eq(sk_world_create(&d, &w, &err), SK_ERR_UNSUPPORTED);
-  cr_expect(strstr(err.msg, "desc.cluster.topology") != NULL, "%s", err.msg);
+  cr_assert_eq(sk_world_create(&d, &w, &err), SK_OK, "%s", err.msg);
+  cr_expect_eq(sk_world_cluster(w).topology.per_node, 4);
+  sk_world_destroy(w, NULL);
+  d.ndevices = 6; /* room to spare: fine */
+  cr_assert_eq(sk_world_create(&d, &w, &err), SK_OK, "%s", err.msg);
+  sk_world_destroy(w, NULL);
+  w = NULL;
+  d.ndevices = 9;
+  EXPECT_BAD(sk_world_create(&d, &w, &err), &err, "2 nodes x 4 per node = 8 devices, fewer than the world's 9");
   cr_expect_null(w);
 }
 
