@@ -925,8 +925,9 @@ static void sk__fpoll(sk_fusion *f) {
     sk__fbucket *b = &f->b[f->next_done];
     /* Under a link model, completing a request moves the device's virtual clock to its
        modelled end; polling would make that depend on real-time races. The threads backend
-       (the only one with a link model) progresses without polling, so leave it to wait. */
-    if (!b->completed && sk_world_cluster(sk_comm_world(b->comm)).link.gbps > 0) return;
+       (the only one with clocks) progresses without polling, so leave it to wait. */
+    sk_cluster cluster = sk_world_cluster(sk_comm_world(b->comm));
+    if (!b->completed && sk_cluster_prices(&cluster)) return;
     if (!b->completed) {
       bool done = false;
       sk_result r = sk_test(&b->req, &done, NULL);
