@@ -4,7 +4,9 @@
    sk_redist_desc.mode to SK_REDIST_MINDSPORE or SK_REDIST_MINDSPORE_NO_ALLTOALL. This header
    holds how those modes plan. Their public face -- the modes and sk_redist_plan_ms_cost() --
    is declared in sk_redist.h with the rest of the API; the cost record it fills,
-   sk_redist_ms_cost, is declared here, and sk_redist.h includes this header.
+   sk_redist_ms_cost, is declared here, and sk_redist.h includes this header. So is
+   sk_redist_ms_oplist(): the same operators written as MindSpore master's per-rank lists
+   (TensorTransform, `_get_resharding_operator_map`), which needs no plan.
 
    WHAT IT DOES
      Plans a layout -> layout move the way MindSpore's TensorRedistribution does, and prices it
@@ -38,6 +40,9 @@
      exchange between the layouts before and after it (sk_redist.h's planner), and each Reshape
      a local step that maps elements by flat index (sk_redist.h >>flat, >>reshape), so MindSpore-mode
      plans run on any backend.
+     sk_redist_ms_oplist() records the operators through its own sink instead and writes them
+     for one rank as master does, optionally through master's list optimizer (>>oplist;
+     docs/redistribution-across.md section 10). The plan keeps the operators as inferred.
 
    INCLUDE RELATIONSHIP
      One way: sk_redist.h includes this header, never the reverse. This header knows layouts
@@ -126,7 +131,7 @@ SK_EXTERN_C_BEGIN
 /* Layout of this section:  >>shared (layout arithmetic sk_redist.h's planner uses too)  >>sink
    (where the operators go)  >>state (the inference state and one operator)  >>infer
    (RedistributionOperatorInfer)  >>unify (a layout's own expansion for the fallback, the Reshape
-   tests; unification itself is sk_layout_unify)  >>plan */
+   tests; unification itself is sk_layout_unify)  >>plan  >>oplist (master's per-rank lists) */
 
 /* >>shared -- the redistribution module's sk__rd_ helpers that this part needs as well */
 static SK__UNUSED int64_t sk__rd_elems(int nd, const int64_t *shape) {
