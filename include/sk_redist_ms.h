@@ -644,13 +644,16 @@ static sk_result sk__ms_rec_exchange(void *ctx, const sk_layout *a, const sk_lay
   memset(&op, 0, sizeof op);
   if (!strcmp(name, "Identity")) return SK_OK;
   int gain = sk__ms_changed_dim(a, b, true), lose = sk__ms_changed_dim(a, b, false);
+  bool gathers = !strcmp(name, "AllGather"), slices = !strcmp(name, "StridedSlice");
+  if ((!slices && lose < 0) || (!gathers && gain < 0))
+    return sk__fail(err, SK_ERR_INTERNAL, "MindSpore operator list: %s changes no dim the way it should", name);
   sk_result r = sk_mesh_coords(&a->mesh, rc->rank, coords, err);
   if (r) return r;
-  if (!strcmp(name, "AllGather")) {
+  if (gathers) {
     op.kind = SK_MS_OP_ALLCONCAT;
     if ((r = sk__ms_group_args(&a->mesh, rc->rank, a->map[lose].axes[0], &op, err))) return r;
     op.args[op.nargs++] = lose;
-  } else if (!strcmp(name, "StridedSlice")) {
+  } else if (slices) {
     int axis = b->map[gain].axes[0];
     op.kind = SK_MS_OP_SLICE, op.nargs = 3;
     op.args[0] = gain, op.args[1] = b->mesh.dims[axis], op.args[2] = coords[axis];
