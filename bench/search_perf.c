@@ -15,6 +15,8 @@
      16 heads, FFN 4096) on 4096 devices: the model build, D-Rec and propagation, each timed
      (median of --runs), wall and CPU time (the machine is shared). Targets: D-Rec under 1 s,
      propagation under 5 s, the build included; "met" says yes (wall), cpu (CPU time only) or NO.
+     With --write-net FILE: that transformer written as network JSON instead (build/sk-sim --net;
+     bench/nets/transformer96.json is --scale 96's), nothing timed.
    - --strip IN OUT: writes network IN with every operator's strategy and layouts cleared (for
      build/sk-sim's search modes against its data-parallel plan).
    Cost model: sk_search_cost.h under --link A,G (default 5 us, 25 GB/s; communication only;
@@ -557,25 +559,51 @@ static int scale(int layers, int devices, int runs) {
   return 0;
 }
 
+/* --scale L --write-net FILE: the same transformer as network JSON, for build/sk-sim --net (its
+   dry run at thousands of devices; bench/nets/transformer96.json is the 96-layer one). */
+static int write_net(int layers, const char *path) {
+  sk_graph g;
+  build_transformer(&g, layers, 4096, 128, 1024, 16, 4096, 1024);
+  /* trained as examples/nets/transformer.json is: its token dataset, evaluation and optimizer */
+  int logits = -1;
+  for (int o = 0; o < g.nops; o++)
+    if (!strcmp(g.ops[o].name, "logits")) logits = g.ops[o].outputs[0];
+  snprintf(g.dataset, sizeof g.dataset, "sequences");
+  g.optim.kind = SK_OPTIM_ADAM, g.optim.lr = 0.003;
+  sk_result r = sk_graph_set_eval(&g, logits, 1 /* targets */, &E);
+  if (r == SK_OK) r = sk_json_save_network(&g, path, &E);
+  if (r == SK_OK)
+    printf("search_perf: wrote %s: %d-layer transformer (batch 4096 x seq 128, hidden 1024, 16 heads, FFN 4096), %d "
+           "operators, %d tensors\n",
+           path, layers, g.nops, g.ntensors);
+  else
+    fprintf(stderr, "search_perf: --write-net %s: %s\n", path, E.msg);
+  sk_graph_free(&g);
+  return r == SK_OK ? 0 : 1;
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 static void usage(FILE *f, const char *path) {
   fprintf(f,
           "Usage: %s [--nets DIR] [--mlps N] [--link A,G] [--device-tflops T]\n"
           "       %s --scale [LAYERS] [--devices N] [--runs R] [--link A,G] [--device-tflops T]\n"
+          "       %s --scale [LAYERS] --write-net FILE.json\n"
           "       %s --strip IN.json OUT.json\n"
           "The strategy searches (sk_search.h) against the exhaustive optimum: N random MLPs (default 20), the\n"
           "tutorial networks from DIR (default examples/nets) stripped of strategies and one transformer block,\n"
           "on 2, 4 and 8 devices. --scale: a LAYERS-layer transformer (default 96) on N devices (default 4096):\n"
-          "model build and search times of D-Rec and propagation, median of R runs (default 3).\n"
+          "model build and search times of D-Rec and propagation, median of R runs (default 3); with\n"
+          "--write-net, that transformer written as network JSON for build/sk-sim --net instead.\n"
           "--strip: write IN with every operator's strategy cleared. Costs under --link A,G (default 5,25: us\n"
           "latency, GB/s; 0,0 counts bytes), plus compute with --device-tflops.\n"
           "  -h,--help   this text\n",
-          path, path, path);
+          path, path, path, path);
 }
 
 int main(int argc, char **argv) {
   const char *nets = "examples/nets";
+  const char *out = NULL;
   int mlps = 20, layers = 0, devices = 4096, runs = 3;
   base_desc.cluster.link.alpha_us = 5, base_desc.cluster.link.gbps = 25;
   for (int i = 1; i < argc; i++) {
@@ -593,8 +621,12 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(a, "--scale")) {
       layers = 96;
-      if (v && v[0] >= '0' && v[0] <= '9') layers = atoi(v), i++;
-      if (layers < 1 || layers > 1000) return fprintf(stderr, "search_perf: --scale takes 1..1000 layers\n"), 2;
+      if (v && v[0] >= '0' && v[0] <= '9') {
+        char *end = NULL;
+        long l = strtol(v, &end, 10);
+        layers = *end || l > 1000 ? 0 : (int)l, i++;
+      }
+      if (layers < 1) return fprintf(stderr, "search_perf: --scale takes 1..1000 layers, not '%s'\n", v), 2;
       continue;
     }
     if (!v) return fprintf(stderr, "search_perf: '%s' needs a value or is unknown (see %s -h)\n", a, prog_name(argv[0])), 2;
@@ -603,6 +635,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--mlps")) mlps = atoi(v);
     else if (!strcmp(a, "--devices")) devices = atoi(v);
     else if (!strcmp(a, "--runs")) runs = atoi(v);
+    else if (!strcmp(a, "--write-net")) out = v;
     else if (!strcmp(a, "--device-tflops")) base_desc.cluster.device_flops = atof(v) * 1e12;
     else if (!strcmp(a, "--link")) {
       if (sscanf(v, "%lf,%lf", &base_desc.cluster.link.alpha_us, &base_desc.cluster.link.gbps) != 2)
@@ -612,6 +645,8 @@ int main(int argc, char **argv) {
   }
   if (mlps < 0 || mlps > 1000 || devices < 1 || devices > SK_MAX_DEVICES || runs < 1 || runs > 31)
     return fprintf(stderr, "search_perf: --mlps 0..1000, --devices 1..%d, --runs 1..31\n", SK_MAX_DEVICES), 2;
+  if (out && !layers) return fprintf(stderr, "search_perf: --write-net writes the --scale transformer: give --scale\n"), 2;
   if (prog_refuse_launch(argv[0])) return 2;
+  if (out) return write_net(layers, out);
   return layers ? scale(layers, devices, runs) : quality(nets, mlps);
 }

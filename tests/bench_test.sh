@@ -298,6 +298,33 @@ for n in 1280 1000; do
 done
 for args in "--tiling 0" "--tiling x" "--tiling 10 -n 0" "--tiling 10 --dir $tmp"; do bad ckpt_perf $args; done
 ok_if "ckpt_perf --help names --tiling" sh -c 'build/ckpt_perf --help | grep -q -- "--tiling N"'
+# search_perf --scale L --write-net FILE: the scale transformer as network JSON (28 operators a
+# block and 6 around them: 2,694 at 96 layers), loaded back by the project's own reader (--strip
+# reads it with sk_json_load_network); the 96-layer file equals the shipped bench/nets one; bad
+# layer counts, --write-net without --scale, and a path that cannot be written are refused.
+[ -x build/search_perf ] || make -s build/search_perf >/dev/null || { echo "bench: cannot build build/search_perf"; exit 1; }
+# ops FILE: the operators in a network file (each has one "type" key; tensors have none)
+ops() { awk '/"operators"/ { on = 1 } on && /"type":/ { n++ } END { print n + 0 }' "$1"; }
+# wrote RC FILE N OUT: exit 0, N operators in FILE and the count said in OUT
+wrote() { [ "$1" = 0 ] && [ "$(ops "$2")" = "$3" ] && grep -q "$3 operators" "$4"; }
+# refused RC ERR TEXT: exit 1 and TEXT starting a line of ERR
+refused() { [ "$1" = 1 ] && grep -q "^$3" "$2"; }
+for l in 2 96; do
+  timeout 30 build/search_perf --scale $l --write-net "$tmp/t$l.json" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  ok_if "search_perf --scale $l --write-net: exit $rc, $(ops "$tmp/t$l.json") operators, want $((28 * l + 6)) ($(head -1 "$tmp/err"))" \
+    wrote $rc "$tmp/t$l.json" $((28 * l + 6)) "$tmp/out"
+  ok_if "search_perf --scale $l: the written network loads (--strip)" \
+    timeout 30 build/search_perf --strip "$tmp/t$l.json" "$tmp/s$l.json"
+done
+ok_if "bench/nets/transformer96.json is what --scale 96 --write-net writes" cmp -s "$tmp/t96.json" bench/nets/transformer96.json
+for args in "--scale 0 --write-net $tmp/x.json" "--scale 5x --write-net $tmp/x.json" "--scale 1001 --write-net $tmp/x.json" \
+            "--write-net $tmp/x.json" "--scale 2 --write-net"; do
+  bad search_perf $args
+done
+timeout 30 build/search_perf --scale 2 --write-net "$tmp/no/such/dir/x.json" >"$tmp/out" 2>"$tmp/err"; rc=$?
+ok_if "search_perf --write-net to a missing folder: exit 1 naming the path, got exit $rc: $(head -1 "$tmp/err")" \
+  refused $rc "$tmp/err" "search_perf: --write-net $tmp/no/such/dir/x.json: "
+ok_if "search_perf --help names --write-net" sh -c 'build/search_perf --help | grep -q -- "--write-net FILE"'
 # gloo, bench/compare's peer (built only where libgloo-dev is installed): every row checked.
 if [ -x build/gloo_allreduce ]; then
   if timeout 60 build/gloo_allreduce -g 2 -b 8 -e 64K -f 8 $FAST >"$tmp/out" 2>"$tmp/err" &&
