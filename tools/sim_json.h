@@ -91,8 +91,8 @@ static json_t *sim_json_report(const sim_run_figures *fig, char *msg, size_t cap
     if (!one || json_array_append_new(classes, one)) json_decref(classes), classes = NULL;
   }
   free(ranks);
-  double bubble = NAN;
-  if (fig->plan->vstage && !sim_simulated_bubble(fig->plan, &bubble)) bubble = NAN;
+  double bubble = NAN; /* stays so without a pipeline, or when its simulation refuses the schedule */
+  if (fig->plan->vstage) (void)sim_simulated_bubble(fig->plan, &bubble);
   return classes ? json_pack("{s:i, s:o, s:o, s:o}", "devices", fig->n, "classes", classes, "step_time_ms",
                              sim_json_maybe(fig->step_time_ms), "bubble", sim_json_maybe(bubble))
                  : NULL;

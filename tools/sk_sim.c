@@ -15,7 +15,8 @@
    time, then its wall time), with --check
    "check: passed|FAILED: max relative loss difference X over N steps (tolerance T for DTYPE)"
    (examples/loss_check.h; exit 1 when FAILED), and with --report the per-device
-   report (docs/sk-sim.md). Under MPI only world rank 0 prints. Data: the network's "dataset"
+   report (docs/sk-sim.md); --report-json writes its figures as JSON, and --device-memory
+   checks that every device's peak fits (exit 1 when one does not). Under MPI only world rank 0 prints. Data: the network's "dataset"
    (tools/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist; its
    "data" sources and --data NAME=FILE.npy over them (tools/data_sources.h). A loss
    that is not finite stops the training at once: "sk-sim: loss is not finite at step S (device
