@@ -484,6 +484,105 @@ expect_fail "a negative dataset strategy value" "cut -2 ways" $OPD "((-2,1,1,1),
 expect_fail "bad optimizer" "--optimizer" --net examples/nets/operator_parallel.json --optimizer lamb
 expect_fail "an unknown --mode" "--mode takes semi_auto, sharding_propagation, recursive_programming or exhaustive: bogus" --net examples/nets/recursive_programming.json --devices 8 --mode bogus
 expect_fail "D-Rec's memory check" "the strategies need [0-9]* bytes per device, the device has 1000" --net examples/nets/recursive_programming.json --devices 8 --steps 1 --mode recursive_programming --device-memory 0.000001
+
+# --report-json FILE: the report's figures as JSON with exactly the documented keys, after a dry
+# run and after one executed step of the same configuration (memory, communication and FLOPs
+# equal, host aside: the dry run does not model it; the pipeline's network has no test set, since
+# an executed run's peaks also cover the evaluation, which the dry run does not walk); class 0's rows are the text report's
+# communication table; algorithms: ring on a flat cluster, p2p for Send and redistribution;
+# step_time_ms the report's modelled step time (null without --link, and dry), bubble the
+# report's simulated bubble (null without a pipeline). Parsed with python3 where installed.
+# json_check DRY RUN REPORT PIPELINE: the checks above (PIPELINE 1: a bubble is due)
+json_check() {
+  python3 - "$@" <<'EOF'
+import json, re, sys
+dry, run = (json.load(open(p)) for p in sys.argv[1:3])
+report, piped = open(sys.argv[3]).read(), sys.argv[4] == "1"
+def want(cond, what):
+    if not cond: sys.exit(what)
+KINDS = ["parameters", "gradients", "optimizer", "activations", "communication", "host", "peak_total"]
+for d in (dry, run):
+    want(list(d) == ["devices", "classes", "step_time_ms", "bubble"], "top keys %s" % list(d))
+    want(len(d["classes"]) == d["devices"], "one class per device")
+    for i, c in enumerate(d["classes"]):
+        want(list(c) == ["id", "devices", "memory", "communication", "flops_per_step"], "class keys %s" % list(c))
+        want(c["id"] == i and c["devices"] == [i], "class %d: id %s devices %s" % (i, c["id"], c["devices"]))
+        m = c["memory"]
+        want(list(m) == KINDS and all(type(m[k]) is int and m[k] >= 0 for k in KINDS), "memory %s" % m)
+        want(max(m[k] for k in KINDS[:5]) <= m["peak_total"] <= sum(m[k] for k in KINDS[:5]), "peak_total %s" % m)
+        want(isinstance(c["flops_per_step"], (int, float)) and c["flops_per_step"] > 0, "flops %s" % c["flops_per_step"])
+        for r in c["communication"]:
+            want(list(r) == ["kind", "group_size", "calls", "bytes", "algorithm"], "row keys %s" % list(r))
+            want(all(type(r[k]) is int for k in ("group_size", "calls", "bytes")), "row numbers %s" % r)
+            p2p = r["kind"] in ("send", "recv") or (r["kind"] == "redistribution" and r["bytes"] > 0)
+            algo = "local" if r["group_size"] == 1 or (r["kind"] == "redistribution" and r["bytes"] == 0) else "p2p" if p2p else "ring"
+            want(r["algorithm"] == algo, "row %s: want %s" % (r, algo))
+for a, b in zip(dry["classes"], run["classes"]):
+    want({k: v for k, v in a["memory"].items() if k != "host"} == {k: v for k, v in b["memory"].items() if k != "host"},
+         "class %d memory: dry %s, executed %s" % (a["id"], a["memory"], b["memory"]))
+    want(a["memory"]["host"] == 0, "the dry run's host")
+    want(a["communication"] == b["communication"] and a["flops_per_step"] == b["flops_per_step"], "class %d rows or flops differ" % a["id"])
+table = report.split("communication per step (device 0)\n")[1].split("compute per step")[0].splitlines()[1:]
+rows = [(k.lower(), int(g), round(float(c)), round(float(n))) for k, g, c, n, _ in (l.split() for l in table if l != "(none)")]
+want(rows == [(r["kind"], r["group_size"], r["calls"], r["bytes"]) for r in run["classes"][0]["communication"]], "rows: report %s" % rows)
+t = re.search(r"^modelled step time: ([0-9.]+) ms", report, re.M)
+want(dry["step_time_ms"] is None, "dry step_time_ms %s" % dry["step_time_ms"])
+want((run["step_time_ms"] is None) if not t else ("%.3f" % run["step_time_ms"] == t.group(1)), "step_time_ms %s, report %s" % (run["step_time_ms"], t and t.group(1)))
+s = re.search(r"^bubble: .*simulated ([0-9.]+)", report, re.M)
+want(bool(s) == piped, "the report's bubble line")
+for d in (dry, run):
+    want((d["bubble"] is None) if not piped else ("%.4f" % d["bubble"] == s.group(1)), "bubble %s, report %s" % (d["bubble"], s and s.group(1)))
+EOF
+}
+if command -v python3 >/dev/null 2>&1; then
+  while read -r cfg; do
+    eval "set -- $cfg"
+    piped=0; case "$*" in *--pipeline*) piped=1 ;; esac
+    "$BIN" "$@" --dry-run --report-json "$tmp/dry.json" >"$tmp/dry" 2>&1; r1=$?
+    "$BIN" "$@" --steps 1 --report --report-json "$tmp/run.json" >"$tmp/run" 2>&1; r2=$?
+    if [ $r1 -ne 0 ] || [ $r2 -ne 0 ]; then bad "--report-json $*: exit $r1 (dry), $r2: $(tail -2 "$tmp/dry" "$tmp/run")"
+    elif why=$(json_check "$tmp/dry.json" "$tmp/run.json" "$tmp/run" $piped 2>&1); then ok
+    else bad "--report-json $*: $why"; fi
+  done <<EOF
+--net examples/nets/operator_parallel.json --devices 8
+--net examples/nets/operator_parallel.json --devices 8 --link 5,25 --device-tflops 10 --hsdp 2,0
+--net tests/nets/npy.json --devices 8 --pipeline 2 --micro 2 --link 5,25 --device-tflops 10
+--net examples/nets/operator_parallel.json
+EOF
+else echo "skip the --report-json parse checks (no python3)"; fi
+# a FILE that cannot be written: exit 1 naming it; with nothing run, refused at once
+expect_fail "--report-json into a missing folder" "^sk-sim: --report-json $tmp/no/r.json: cannot write: No such file or directory\$" \
+  --net examples/nets/operator_parallel.json --dry-run --report-json "$tmp/no/r.json"
+[ $rc -eq 1 ] && ok || bad "--report-json into a missing folder: exit $rc, want 1"
+expect_fail "--report-json with --dump-schedule" "--report-json needs a run or --dry-run" --net examples/nets/operator_parallel.json --dump-schedule --report-json "$tmp/r.json"
+[ $rc -eq 2 ] && [ ! -e "$tmp/r.json" ] && ok || bad "--report-json with --dump-schedule: exit $rc, want 2 and no file"
+
+# --device-memory GB: the fit check of every class's peak_total (here 1455192 bytes on each of the
+# 8 devices), dry or executed: too small exits 1 naming the first five classes and how many more;
+# above 90% warns; roomy says nothing; a value that is not a positive number is refused
+OP8="--net examples/nets/operator_parallel.json --devices 8"
+fit() { # fit NAME WANT_RC WANT_STDERR_FILE ARGS...
+  name=$1; want_rc=$2; want=$3; shift 3
+  "$BIN" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  if [ $rc -eq "$want_rc" ] && cmp -s "$want" "$tmp/err"; then ok
+  else bad "$name: exit $rc (want $want_rc), stderr: $(diff "$want" "$tmp/err" | head -4)"; fi
+}
+: >"$tmp/fit_none"
+{ for c in 0 1 2 3 4; do
+    echo "sk-sim: does not fit: class $c (devices $c-$c): peak 0.00145519 GB > 0.0014 GB (largest: gradients 0.000708772 GB)"
+  done
+  echo "sk-sim: ... and 3 more classes do not fit"; } >"$tmp/fit_over"
+{ for c in 0 1 2 3 4; do echo "sk-sim: warning: class $c at 97.0% of --device-memory"; done
+  echo "sk-sim: ... and 3 more classes above 90% of --device-memory"; } >"$tmp/fit_near"
+fit "--device-memory too small, dry" 1 "$tmp/fit_over" $OP8 --dry-run --device-memory 0.0014
+fit "--device-memory too small, executed" 1 "$tmp/fit_over" $OP8 --steps 1 --device-memory 0.0014
+fit "--device-memory at 97%, dry" 0 "$tmp/fit_near" $OP8 --dry-run --device-memory 0.0015
+fit "--device-memory at 97%, executed" 0 "$tmp/fit_near" $OP8 --steps 1 --device-memory 0.0015
+fit "--device-memory roomy, dry" 0 "$tmp/fit_none" $OP8 --dry-run --device-memory 0.0017
+fit "--device-memory roomy, executed" 0 "$tmp/fit_none" $OP8 --steps 1 --device-memory 1
+for v in 0 -1 abc nan inf 1e10; do
+  expect_fail "--device-memory '$v'" "^sk-sim: --device-memory takes a positive number of GB (at most 1e9): $v (try --help)\$" $OP8 --dry-run --device-memory "$v"
+done
 # wide_net FILE K: K MatMuls reading one Flatten, summed by a chain of Adds: the exact search's
 # frontier holds every MatMul until its Add (10 candidates each on 8 devices)
 wide_net() {

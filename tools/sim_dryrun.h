@@ -6,14 +6,16 @@
 #ifndef SK_TOOLS_SIM_DRYRUN_H
 #define SK_TOOLS_SIM_DRYRUN_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "shardkit.h"
 #include "sim_report.h"
 
-/* Every device of `plan` dry-run and the report printed to f. 0, or -1 with msg written. */
-static int sim_dry_run(FILE *f, const sk_parallel_plan *plan, double compile_ms, char *msg, size_t cap) {
+/* Every device of `plan` dry-run and the report printed to f; *fig holds the figures (fig->dev
+   is the caller's to free, also on failure). 0, or -1 with msg written. */
+static int sim_dry_run(FILE *f, const sk_parallel_plan *plan, double compile_ms, sim_run_figures *fig, char *msg, size_t cap) {
   int n = plan->world_devices;
   sim_device_figures *all = (sim_device_figures *)calloc((size_t)n, sizeof *all);
   sk_dryrun_device *dev = (sk_dryrun_device *)malloc(sizeof *dev);
@@ -23,12 +25,14 @@ static int sim_dry_run(FILE *f, const sk_parallel_plan *plan, double compile_ms,
     if (sk_dryrun_device_run(plan, d, dev, &e)) rc = (snprintf(msg, cap, "device %d: %s", d, e.msg), -1);
     else all[d].mem = dev->after, all[d].stats = dev->stats;
   }
+  fig->dev = all, fig->n = n, fig->plan = plan;
+  fig->step_time_ms = NAN; /* the dry run's modelled step time: not modelled yet (null) */
   if (!rc) {
     fprintf(f, "# dry run: %d device%s, %s, compiled in %.3f ms; one training step, nothing executed\n", n, n > 1 ? "s" : "",
             sk_dtype_name(plan->desc.dtype), compile_ms);
     sim_print_figures(f, all, n);
   }
-  free(all), free(dev);
+  free(dev);
   return rc;
 }
 

@@ -18,6 +18,32 @@ typedef struct sim_device_figures {
   sk_runtime_stats stats;
 } sim_device_figures;
 
+/* What --report-json and --device-memory's fit check read, executed or dry: every device's
+   figures in world rank order and the plan they ran. Until devices are grouped into classes,
+   each device is its own class (class k: device k). */
+typedef struct sim_run_figures {
+  sim_device_figures *dev;
+  int n;
+  const sk_parallel_plan *plan;
+  /* The modelled step time in ms, NAN when there is none (JSON null): an executed run's
+     stats.step_us per step under a cluster that prices communication; the dry run's is set in
+     sim_dry_run, the one place to fill once the dry run models time. */
+  double step_time_ms;
+} sim_run_figures;
+
+/* The kinds of device memory by their report names, and a device's peak of each: what
+   peak_total is the peak of the sum of (host, the library's bookkeeping, is held apart). */
+#define SIM_DEVICE_KINDS 5
+static const char *sim_kind_name(int k) {
+  static const char *const names[SIM_DEVICE_KINDS] = {"parameters", "gradients", "optimizer", "activations", "communication"};
+  return names[k];
+}
+static uint64_t sim_kind_peak(const sk_runtime_memory *m, int k) {
+  const uint64_t peaks[SIM_DEVICE_KINDS] = {m->peak_parameters, m->peak_gradients, m->peak_optimizer_state, m->peak_activations,
+                                            m->peak_communication};
+  return peaks[k];
+}
+
 /* Every device's figures into `all` on device 0 (collective; `all` is read only there). */
 static sk_result sim_collect_figures(sk_comm *c, const sk_runtime *rt, sim_device_figures *all, sk_error *err) {
   sim_device_figures mine;
@@ -73,6 +99,19 @@ static void sim_print_report(FILE *f, const sim_device_figures *all, int n, cons
             link->alpha_us, link->gbps, cluster->device_flops * 1e-12);
 }
 
+/* The schedule's bubble simulated with equal chunks (backward = 2 x forward; zero_bubble_v's B
+   and W one each): the pipeline's one bubble figure, which --report prints and --report-json
+   gives, the same executed or dry (it reads the schedule, not the clocks). false when the
+   simulation refuses the schedule. */
+static bool sim_simulated_bubble(const sk_parallel_plan *plan, double *bubble) {
+  sk_pipe_stats sim;
+  sk_pipe_costs c = {1, 2, 0, 0};
+  if (plan->schedule.split_backward) c.b = 1, c.w = 1;
+  if (sk_pipe_simulate(&plan->schedule, &c, &sim, NULL)) return false;
+  *bubble = sim.bubble_fraction;
+  return true;
+}
+
 /* A pipeline's time per device: its stage, the share of its steps' wall time spent in kernels
    (the rest waited: the bubble, measured), and under a link model the bubble on the virtual
    clocks (1 - compute / step span), beside the schedule's formula and its simulation with
@@ -90,13 +129,35 @@ static void sim_print_pipeline(FILE *f, const sim_device_figures *all, int n, co
     if (modelled) fprintf(f, " %16.4f", st->clock_us > 0 ? 1 - st->compute_us / st->clock_us : 0);
     fprintf(f, "\n");
   }
-  sk_pipe_stats sim;
-  sk_pipe_costs c = {1, 2, 0, 0};
-  if (plan->schedule.split_backward) c.b = 1, c.w = 1;
-  double formula = sk_pipe_bubble_formula(&d);
-  if (!sk_pipe_simulate(&plan->schedule, &c, &sim, NULL))
+  double formula = sk_pipe_bubble_formula(&d), simulated = 0;
+  if (sim_simulated_bubble(plan, &simulated))
     fprintf(f, "bubble: formula %s%.4f, simulated %.4f (equal chunks, backward = 2 x forward)\n", formula < 0 ? "n/a " : "",
-            formula < 0 ? 0 : formula, sim.bubble_fraction);
+            formula < 0 ? 0 : formula, simulated);
+}
+
+/* --device-memory's fit check of every class against `limit` bytes, on f (stderr): a class whose
+   peak_total is above it "does not fit" (with its largest kind), one above 90% of it is warned
+   of; the first few of each, then how many more (a data-parallel plan's devices are alike).
+   GB are 1e9 bytes, printed with 6 significant digits so that a test network's MBs still
+   show; the share with one decimal. true when every class fits. */
+#define SIM_FIT_LINES 5
+static bool sim_fit_check(FILE *f, const sim_run_figures *fig, double limit) {
+  int over = 0, near = 0;
+  for (int c = 0; c < fig->n; c++) { /* class c: device c */
+    const sk_runtime_memory *m = &fig->dev[c].mem;
+    double peak = (double)m->peak;
+    if (peak > limit && over++ < SIM_FIT_LINES) {
+      int big = 0;
+      for (int k = 1; k < SIM_DEVICE_KINDS; k++)
+        if (sim_kind_peak(m, k) > sim_kind_peak(m, big)) big = k;
+      fprintf(f, "sk-sim: does not fit: class %d (devices %d-%d): peak %.6g GB > %.6g GB (largest: %s %.6g GB)\n", c, c, c,
+              peak / 1e9, limit / 1e9, sim_kind_name(big), (double)sim_kind_peak(m, big) / 1e9);
+    } else if (peak <= limit && peak > 0.9 * limit && near++ < SIM_FIT_LINES)
+      fprintf(f, "sk-sim: warning: class %d at %.1f%% of --device-memory\n", c, 100 * peak / limit);
+  }
+  if (over > SIM_FIT_LINES) fprintf(f, "sk-sim: ... and %d more classes do not fit\n", over - SIM_FIT_LINES);
+  if (near > SIM_FIT_LINES) fprintf(f, "sk-sim: ... and %d more classes above 90%% of --device-memory\n", near - SIM_FIT_LINES);
+  return over == 0;
 }
 
 /* --dump-program: device `rank`'s program. */

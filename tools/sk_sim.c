@@ -15,7 +15,8 @@
    time, then its wall time), with --check
    "check: passed|FAILED: max relative loss difference X over N steps (tolerance T for DTYPE)"
    (examples/loss_check.h; exit 1 when FAILED), and with --report the per-device
-   report (docs/sk-sim.md). Under MPI only world rank 0 prints. Data: the network's "dataset"
+   report (docs/sk-sim.md); --report-json writes its figures as JSON, and --device-memory
+   checks that every device's peak fits (exit 1 when one does not). Under MPI only world rank 0 prints. Data: the network's "dataset"
    (tools/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist; its
    "data" sources and --data NAME=FILE.npy over them (tools/data_sources.h). A loss
    that is not finite stops the training at once: "sk-sim: loss is not finite at step S (device
@@ -43,6 +44,7 @@
 #include "pyshard.h"
 #include "sim_report.h"
 #include "sim_dryrun.h"
+#include "sim_json.h"
 #include "sim_ckpt.h"
 #include "../examples/loss_check.h"
 
@@ -57,6 +59,7 @@ typedef struct options {
   uint64_t seed;
   bool check, report, strict, mpi;
   bool dry_run; /* --dry-run: the plan's step on every device with no data (tools/sim_dryrun.h) */
+  const char *report_json; /* --report-json FILE: the figures as JSON (tools/sim_json.h) */
   bool broadcast; /* --parameter-broadcast: device r draws its model from seed + r, then parameter_broadcast */
   bool distributed; /* the runtime on a world (even of one device: --report, --link) */
   int dump_rank; /* -1: none */
@@ -86,7 +89,7 @@ static void usage(FILE *f, const char *argv0) {
           "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
           "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))] \n"
           "          [--mode semi_auto|sharding_propagation|recursive_programming|exhaustive] [--print-strategies]\n"
-          "          [--device-memory GB]\n"
+          "          [--device-memory GB] [--report-json FILE]\n"
           "          [--gradients-mean] [--no-loss-repeated-mean] [--no-gradient-fp32-sync] [--fp32-communication]\n"
           "          [--local-norm print|dump:FILE] [--device-local-norm] [--fusion [KIND=]none|auto|size:MB|index:I,J,...]\n"
           "          [--save-strategy FILE] [--load-strategy FILE] [--transformer-opt FILE]\n"
@@ -123,12 +126,14 @@ static void usage(FILE *f, const char *argv0) {
           "                       for every operator without one; exhaustive: the exact optimum of the same\n"
           "                       cost model (small networks). The cost unit: time under --link (and\n"
           "                       --device-tflops), else bytes\n"
-          "  --print-strategies   print every operator's strategy (\"name ((2, 1), (1, 4))\") before training\n"
-
-          "  --device-memory GB   recursive_programming's memory check: the bytes a device may hold\n",
+          "  --print-strategies   print every operator's strategy (\"name ((2, 1), (1, 4))\") before training\n",
           prog_name(argv0));
-  fprintf(f, "  --dry-run            compile and print --report's memory, communication and compute of one step\n"
-             "                       on every device, executing nothing (no world, no threads: any --devices)\n");
+  fprintf(f, "  --device-memory GB   the bytes a device holds (1 GB = 1e9): a run or --dry-run whose peak does not\n"
+             "                       fit exits 1, one above 90%% warns; recursive_programming's search checks it\n"
+             "  --dry-run            compile and print --report's memory, communication and compute of one step\n"
+             "                       on every device, executing nothing (no world, no threads: any --devices)\n"
+             "  --report-json FILE   write the report's figures as JSON after a run or --dry-run: memory peaks,\n"
+             "                       communication (with its algorithm), FLOPs, step time, pipeline bubble\n");
   fprintf(f, /* ISO C's 4095 characters a string: three of them */
           "  --shard OP=S         shard(in_strategy=S) of operator OP, replacing the network's (repeatable):\n"
           "                       MindSpore's tuples \"((2,1),(1,4))\" or layouts, one per input:\n"
@@ -430,6 +435,7 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   else if (!strcmp(a, "--save-strategy")) o->pd.save_param_strategy_file = o->pd.save_operator_strategy_file = v, file = true;
   else if (!strcmp(a, "--load-strategy")) o->pd.load_param_strategy_file = o->pd.load_operator_strategy_file = v, file = true;
   else if (!strcmp(a, "--transformer-opt")) o->transformer_opt = v, file = true;
+  else if (!strcmp(a, "--report-json")) o->report_json = v, file = true;
   else if (!strcmp(a, "--optimizer")) {
     if (!sk_optim_kind_from_name(v, &o->optim_kind)) return bad_usage(argv0, "--optimizer takes sgd, momentum or adam", v);
     o->optimizer = v;
@@ -481,6 +487,8 @@ static int check_combinations(const char *argv0, const options *o, bool steps, b
   if (o->check_tolerance > 0 && !o->check) return bad_usage(argv0, "--check-tolerance needs --check", NULL);
   if (o->dry_run && (o->check || o->dump_rank >= 0 || o->dump_schedule || o->ckpt.save || o->ckpt.load))
     return bad_usage(argv0, "--dry-run executes nothing: not with --check, --dump-program, --dump-schedule or checkpoints", NULL);
+  if (o->report_json && (o->dump_rank >= 0 || o->dump_schedule))
+    return bad_usage(argv0, "--report-json needs a run or --dry-run: not with --dump-program or --dump-schedule", NULL);
   const char *ck = sim_ckpt_conflict(&o->ckpt, o->check, o->pd.grad_accumulation_step);
   if (ck) return bad_usage(argv0, ck, NULL);
   sk_autoparallel pd = o->pd; /* the strategy files are read by the compile, later */
@@ -500,6 +508,10 @@ static int check_launch(const char *argv0, const options *o) {
            launched, o->devices);
   return o->mpi && launched > 0 && launched != o->devices ? bad_usage(argv0, msg, NULL) : 0;
 }
+
+/* What --report, --report-json and --device-memory's fit check read: every device's figures,
+   which only the runtime counts (so even one device runs it on a world). */
+static bool wants_figures(const options *o) { return o->report || o->report_json || o->pd.cluster.device_memory > 0; }
 
 /* 0: go on; 1: --help printed; 2: bad usage. */
 static int parse_options(int argc, char **argv, options *o) {
@@ -524,7 +536,7 @@ static int parse_options(int argc, char **argv, options *o) {
   }
   if (check_combinations(argv[0], o, steps, epochs)) return 2;
   /* else the trainer runs alone (parameter_broadcast and checkpoints are the runtime's) */
-  o->distributed = o->devices > 1 || o->report || o->pd.cluster.link.gbps > 0 || o->broadcast || o->ckpt.save || o->ckpt.load;
+  o->distributed = o->devices > 1 || wants_figures(o) || o->pd.cluster.link.gbps > 0 || o->broadcast || o->ckpt.save || o->ckpt.load;
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");
@@ -798,7 +810,7 @@ static sk_result device_main(sk_comm *c, void *arg) {
   if (!r && J->o->ckpt.load) r = sim_ckpt_load(c, R.rt, &J->plan, J->optim.kind, &J->o->ckpt, &R.start, R.lead, e);
   R.saved = R.start;
   if (!r) r = train(&R, e);
-  if (!r && J->o->report) r = sim_collect_figures(c, R.rt, J->figures, e);
+  if (!r && wants_figures(J->o)) r = sim_collect_figures(c, R.rt, J->figures, e);
   if (r && J->o->mpi) snprintf(J->mpi_error, sizeof J->mpi_error, "%s", e->msg); /* the process's one device */
   free(R.x), free(R.y);
   data_readers_close(&R.rd);
@@ -1024,6 +1036,24 @@ static int reference_losses(job *J, double **base, long *nbase, char *msg, size_
   return r ? (snprintf(msg, cap, "the single-device reference: %s", e.msg), -1) : 0;
 }
 
+/* --report-json and --device-memory's fit check on a run's figures, executed or dry (world rank
+   0). The JSON first: it says what does not fit. 0; 1 when a class does not fit (said on
+   stderr); -1 with msg. */
+static int report_figures(const options *o, const sim_run_figures *fig, char *msg, size_t cap) {
+  if (o->report_json && sim_json_write(fig, o->report_json, msg, cap)) return -1;
+  double limit = o->pd.cluster.device_memory;
+  return limit > 0 && !sim_fit_check(stderr, fig, limit) ? 1 : 0;
+}
+
+/* The executed run's figures: the modelled step time is the runtime's step_us per step, the
+   same on every device (none when the cluster prices nothing). */
+static sim_run_figures executed_figures(const job *J) {
+  sim_run_figures fig = {J->figures, J->o->devices, &J->plan, NAN};
+  const sk_runtime_stats *st = &J->figures[0].stats;
+  if (sk_cluster_prices(&J->plan.desc.cluster)) fig.step_time_ms = st->step_us / (double)(st->steps ? st->steps : 1) / 1e3;
+  return fig;
+}
+
 static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   const options *o = J->o;
   double *base = NULL;
@@ -1051,9 +1081,23 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
   if (!rc && process == 0 && !print_summary(J, base, nbase)) rc = 1; /* said: the verdict line */
   if (!rc && J->diverged) rc = 1;                                      /* said: the not-finite line */
+  if (!rc && process == 0 && wants_figures(o)) {
+    sim_run_figures fig = executed_figures(J);
+    rc = report_figures(o, &fig, msg, cap);
+  }
   if (w) sk_world_destroy(w, NULL);
   sk_ckpt_unlock(&lock);
   free(base);
+  return rc;
+}
+
+/* --dry-run: the report printed, then --report-json and the fit check on its figures. 0; 1 when
+   a class does not fit (said); -1 with msg. */
+static int dry_run(const job *J, char *msg, size_t cap) {
+  sim_run_figures fig = {NULL, 0, &J->plan, NAN};
+  int rc = sim_dry_run(stdout, &J->plan, J->compile_ms, &fig, msg, cap);
+  if (!rc) rc = report_figures(J->o, &fig, msg, cap);
+  free(fig.dev);
   return rc;
 }
 
@@ -1083,7 +1127,7 @@ int main(int argc, char **argv) {
     printf("# compiled for %d devices in %.3f ms\n", o.devices, J.compile_ms);
   }
   else if (o.dry_run) {
-    if ((!o.mpi || prog_launch_rank() == 0) && sim_dry_run(stdout, &J.plan, J.compile_ms, msg, sizeof msg)) rc = 1;
+    if ((!o.mpi || prog_launch_rank() == 0) && (code = dry_run(&J, msg, sizeof msg))) rc = 1;
   }
   else if ((code = run_all(&J, argv[0], msg, sizeof msg))) rc = 1;
   /* every process meets the same error: one says it; a failed check or a loss that is not
