@@ -112,7 +112,8 @@ typedef struct sk_search_edge {
 
 typedef struct sk_search_desc {
   int ndevices;         /* the devices every candidate spreads over (a stage's) */
-  /* cluster.link: the cost unit (time under it; no bandwidth: bytes); cluster.device_flops > 0:
+  /* cluster.link: the cost unit (time under it; no bandwidth: bytes); a topology is refused
+     (SK_ERR_UNSUPPORTED); cluster.device_flops > 0:
      own() adds compute time; cluster.device_memory: bytes per device D-Rec's final check allows
      (0: unchecked) */
   sk_cluster cluster;
@@ -834,6 +835,12 @@ SK_API sk_result sk_search_model_build(const sk_graph *g, const sk_search_desc *
   if (desc->ndevices < 1 || desc->ndevices > SK_MAX_DEVICES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: %d devices (1..%d)", desc->ndevices, SK_MAX_DEVICES);
   sk_result r = sk_cluster_check(&desc->cluster, "search: cluster", err);
+  /* Refused, not approximated: the model prices a collective without its ranks, so it cannot
+     tell an intra-node group from one that crosses nodes. */
+  if (!r && desc->cluster.topology.nodes)
+    r = sk__fail(err, SK_ERR_UNSUPPORTED,
+                 "search: the searches price a flat link only (cluster.link), not a topology; search under a flat "
+                 "link, then run or dry-run the plan on the topology");
   if (!r) r = sk_graph_check(g, err);
   if (r) return r;
   m->graph = g, m->desc = *desc;

@@ -1000,6 +1000,10 @@ Test(search, null_and_bad_arguments) {
   BAD("cluster.link", sk_search_model_build(&n.g, &d, &m, E));
   d = sdesc(8), d.cluster.device_memory = -1;
   BAD("device_memory", sk_search_model_build(&n.g, &d, &m, E));
+  d = sdesc(8), d.cluster.topology = (sk_topology){2, 4, {2, 150}, {10, 25}};
+  sk_error topo_err;
+  cr_assert_eq(sk_search_model_build(&n.g, &d, &m, &topo_err), SK_ERR_UNSUPPORTED);
+  cr_assert(strstr(topo_err.msg, "topology"), "%s", topo_err.msg);
   BAD("NULL", sk_search_propagate(NULL, choice, E));
   BAD("NULL", sk_search_recursive(NULL, choice, E));
   BAD("NULL", sk_search_exhaustive(NULL, choice, E));
