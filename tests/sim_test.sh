@@ -248,7 +248,27 @@ done <<EOF
 --net examples/nets/operator_parallel.json --devices 8 --recompute fc1,relu1 --fusion size:1 --dtype bf16 --no-gradient-fp32-sync --hsdp 2,0
 --net examples/nets/transformer.json --devices 8 --grad-accumulation-step 2 --hsdp 2,0,level2
 --net examples/nets/transformer.json --devices 16 --pipeline 2 --micro 2 --mode recursive_programming
+--net examples/nets/transformer.json --devices 8 --topology 2x4 --intra 2,150 --inter 10,25 --device-tflops 10
 EOF
+# a hierarchical cluster: the modelled step time names it; each row says the algorithm its calls
+# take: the tensor-parallel AllReduce on 4 devices of one node rings over the fast link, the
+# 8-device AllReduce across both nodes of this small gradient goes hierarchical (docs/cost-models.md)
+"$BIN" --net examples/nets/transformer.json --devices 8 --steps 2 --report --topology 2x4 --intra 2,150 --inter 10,25 \
+  --device-tflops 10 >"$tmp/out" 2>&1
+if grep -qE '^modelled step time: [0-9.]+ ms \(topology 2x4, intra 2 us, 150 GB/s, inter 10 us, 25 GB/s; devices 10 TFLOPS\)$' "$tmp/out" &&
+   grep -qE '^allreduce +4 .* g1 +ring$' "$tmp/out" && grep -qE '^allreduce +8 .* g0 +hierarchical$' "$tmp/out" &&
+   grep -qE '^Redistribution .* p2p$' "$tmp/out"; then ok
+else bad "--topology 2x4 report: $(tail -8 "$tmp/out")"; fi
+for bad_topo in "--topology 2x4 --intra 2,150" "--topology 2x3 --intra 2,150 --inter 10,25 --device-tflops 1" \
+  "--topology 2x4 --intra 2,150 --inter 10,25 --link 1,1 --device-tflops 1" "--topology 0x4 --intra 2,150 --inter 10,25 --device-tflops 1" \
+  "--topology 2x4 --intra 2,150 --inter 10,25"; do
+  eval "set -- $bad_topo"
+  "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  if [ $rc -eq 2 ] && grep -qE -- '--topology|together' "$tmp/err"; then ok; else bad "$bad_topo: exit $rc: $(cat "$tmp/err")"; fi
+done
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --topology 2x4 --intra 2,150 --inter 10,25 \
+  --device-tflops 1 --mode sharding_propagation >"$tmp/out" 2>"$tmp/err"
+if [ $? -eq 1 ] && grep -q 'searches price a flat link only' "$tmp/err"; then ok; else bad "a search under --topology: $(cat "$tmp/err")"; fi
 # ... and on far more devices than threads could run: 512
 "$BIN" --net examples/nets/transformer.json --devices 512 --dataset-strategy "((2,1),(2,))" --dry-run >"$tmp/out" 2>&1
 if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 512 devices' && [ "$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$tmp/out")" -eq 512 ] &&
@@ -523,8 +543,8 @@ for a, b in zip(dry["classes"], run["classes"]):
     want(a["memory"]["host"] == 0, "the dry run's host")
     want(a["communication"] == b["communication"] and a["flops_per_step"] == b["flops_per_step"], "class %d rows or flops differ" % a["id"])
 table = report.split("communication per step (device 0)\n")[1].split("compute per step")[0].splitlines()[1:]
-rows = [(k.lower(), int(g), round(float(c)), round(float(n))) for k, g, c, n, _ in (l.split() for l in table if l != "(none)")]
-want(rows == [(r["kind"], r["group_size"], r["calls"], r["bytes"]) for r in run["classes"][0]["communication"]], "rows: report %s" % rows)
+rows = [(k.lower(), int(g), round(float(c)), round(float(n)), al) for k, g, c, n, _, al in (l.split() for l in table if l != "(none)")]
+want(rows == [(r["kind"], r["group_size"], r["calls"], r["bytes"], r["algorithm"]) for r in run["classes"][0]["communication"]], "rows: report %s" % rows)
 t = re.search(r"^modelled step time: ([0-9.]+) ms", report, re.M)
 want(dry["step_time_ms"] is None, "dry step_time_ms %s" % dry["step_time_ms"])
 want((run["step_time_ms"] is None) if not t else ("%.3f" % run["step_time_ms"] == t.group(1)), "step_time_ms %s, report %s" % (run["step_time_ms"], t and t.group(1)))

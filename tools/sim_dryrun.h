@@ -30,7 +30,7 @@ static int sim_dry_run(FILE *f, const sk_parallel_plan *plan, double compile_ms,
   if (!rc) {
     fprintf(f, "# dry run: %d device%s, %s, compiled in %.3f ms; one training step, nothing executed\n", n, n > 1 ? "s" : "",
             sk_dtype_name(plan->desc.dtype), compile_ms);
-    sim_print_figures(f, all, n);
+    rc = sim_print_figures(f, plan, all, n, msg, cap);
   }
   free(dev);
   return rc;

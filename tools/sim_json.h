@@ -20,27 +20,6 @@
 #include "shardkit.h"
 #include "sim_report.h"
 
-/* A row's algorithm: "p2p" for Send/Recv (a pipeline's transfers are Sends); a redistribution's
-   moves are this device's sends to its peers, counted as bytes sent rather than as one
-   collective's buffer, so "p2p" too; "local" for a group of one or a row that sent nothing (every
-   move a local slice); a collective otherwise is priced on its group's ranks (ascending) and
-   the cheapest algorithm named (a flat cluster, or none: ring). NULL with msg on failure. */
-static const char *sim_row_algorithm(const sk_parallel_plan *plan, int rank, const sk_runtime_comm_row *row, uint64_t per_call,
-                                     int *ranks, char *msg, size_t cap) {
-  if (row->kind != SK_COLL_NONE && sk_coll_p2p(row->kind)) return "p2p";
-  if (row->group <= 1 || (row->kind == SK_COLL_NONE && row->bytes == 0)) return "local";
-  if (row->kind == SK_COLL_NONE) return "p2p";
-  int n = 0;
-  sk_coll_algo algo = SK_ALGO_RING;
-  double us = 0;
-  sk_error e;
-  if (sk_parallel_group_ranks(plan, row->group_id, rank, ranks, plan->world_devices, &n, &e) ||
-      sk_cluster_coll_us(&plan->desc.cluster, row->kind, (size_t)per_call, SK_U8, n, ranks, &algo, &us, &e))
-    return snprintf(msg, cap, "--report-json: device %d, %s on group g%d: %s", rank, sk_coll_kind_name(row->kind), row->group_id,
-                    e.msg), (const char *)NULL;
-  return sk_coll_algo_name(algo);
-}
-
 /* x / steps to the nearest whole: a per-step figure of an executed run over several steps (a
    mean under gradient accumulation, whose window's last micro-step also syncs). */
 static json_t *sim_json_per_step(uint64_t x, int64_t steps) {

@@ -67,36 +67,79 @@ static void sim_print_memory(FILE *f, const sim_device_figures *all, int n) {
   }
 }
 
-static void sim_print_comm(FILE *f, const sk_runtime_stats *st) {
+/* A row's algorithm: "p2p" for Send/Recv (a pipeline's transfers are Sends); a redistribution's
+   moves are this device's sends to its peers, counted as bytes sent rather than as one
+   collective's buffer, so "p2p" too; "local" for a group of one or a row that sent nothing (every
+   move a local slice); a collective otherwise is priced on its group's ranks (ascending) and
+   the cheapest algorithm named (a flat cluster, or none: ring). NULL with msg on failure. */
+static const char *sim_row_algorithm(const sk_parallel_plan *plan, int rank, const sk_runtime_comm_row *row, uint64_t per_call,
+                                     int *ranks, char *msg, size_t cap) {
+  if (row->kind != SK_COLL_NONE && sk_coll_p2p(row->kind)) return "p2p";
+  if (row->group <= 1 || (row->kind == SK_COLL_NONE && row->bytes == 0)) return "local";
+  if (row->kind == SK_COLL_NONE) return "p2p";
+  int n = 0;
+  sk_coll_algo algo = SK_ALGO_RING;
+  double us = 0;
+  sk_error e;
+  if (sk_parallel_group_ranks(plan, row->group_id, rank, ranks, plan->world_devices, &n, &e) ||
+      sk_cluster_coll_us(&plan->desc.cluster, row->kind, (size_t)per_call, SK_U8, n, ranks, &algo, &us, &e))
+    return snprintf(msg, cap, "--report-json: device %d, %s on group g%d: %s", rank, sk_coll_kind_name(row->kind), row->group_id,
+                    e.msg), (const char *)NULL;
+  return sk_coll_algo_name(algo);
+}
+
+/* Device 0's rows, each with the algorithm its calls take on the plan's cluster. 0, or -1 with
+   msg written. */
+static int sim_print_comm(FILE *f, const sk_parallel_plan *plan, const sk_runtime_stats *st, char *msg, size_t cap) {
   double steps = st->steps ? (double)st->steps : 1;
+  int *ranks = (int *)malloc(sizeof(int) * (size_t)plan->world_devices);
+  if (!ranks) return snprintf(msg, cap, "report: out of memory for %d ranks", plan->world_devices), -1;
   fprintf(f, "communication per step (device 0)\n");
-  fprintf(f, "%-16s %6s %10s %14s %10s\n", "kind", "group", "calls", "bytes", "plan_group");
+  fprintf(f, "%-16s %6s %10s %14s %10s %12s\n", "kind", "group", "calls", "bytes", "plan_group", "algorithm");
   for (int i = 0; i < st->nrows; i++) {
     const sk_runtime_comm_row *row = &st->rows[i];
-    fprintf(f, "%-16s %6d %10.2f %14.0f %9s%d\n", row->kind == SK_COLL_NONE ? "Redistribution" : sk_coll_kind_name(row->kind),
-            row->group, (double)row->calls / steps, (double)row->bytes / steps, "g", row->group_id);
+    const char *algo = sim_row_algorithm(plan, 0, row, row->calls ? row->bytes / row->calls : 0, ranks, msg, cap);
+    if (!algo) return free(ranks), -1;
+    fprintf(f, "%-16s %6d %10.2f %14.0f %9s%d %12s\n", row->kind == SK_COLL_NONE ? "Redistribution" : sk_coll_kind_name(row->kind),
+            row->group, (double)row->calls / steps, (double)row->bytes / steps, "g", row->group_id, algo);
   }
   if (!st->nrows) fprintf(f, "(none)\n");
+  free(ranks);
+  return 0;
 }
 
 /* Memory per device, device 0's communication and FLOPs per step: what --report and
    --dry-run print alike. */
-static void sim_print_figures(FILE *f, const sim_device_figures *all, int n) {
+static int sim_print_figures(FILE *f, const sk_parallel_plan *plan, const sim_device_figures *all, int n, char *msg,
+                             size_t cap) {
   sim_print_memory(f, all, n);
-  sim_print_comm(f, &all[0].stats);
+  if (sim_print_comm(f, plan, &all[0].stats, msg, cap)) return -1;
   double steps = all[0].stats.steps ? (double)all[0].stats.steps : 1;
   fprintf(f, "compute per step (device 0): %.6g GFLOP\n", all[0].stats.flops / steps / 1e9);
+  return 0;
+}
+
+/* "modelled step time: X ms (the cluster)": scripts parse the line up to "ms". */
+static void sim_print_step_time(FILE *f, double step_us, const sk_cluster *cluster) {
+  const sk_link_model *link = &cluster->link;
+  const sk_topology *t = &cluster->topology;
+  fprintf(f, "modelled step time: %.3f ms (", step_us / 1e3);
+  if (t->nodes)
+    fprintf(f, "topology %dx%d, intra %g us, %g GB/s, inter %g us, %g GB/s", t->nodes, t->per_node, t->intra.alpha_us,
+            t->intra.gbps, t->inter.alpha_us, t->inter.gbps);
+  else
+    fprintf(f, "links %g us, %g GB/s", link->alpha_us, link->gbps);
+  fprintf(f, "; devices %g TFLOPS)\n", cluster->device_flops * 1e-12);
 }
 
 /* The report: the figures, and the modelled step time when a link model ran (the runtime's
    step_us, the same on every device, per step). */
-static void sim_print_report(FILE *f, const sim_device_figures *all, int n, const sk_cluster *cluster) {
-  const sk_link_model *link = &cluster->link;
-  sim_print_figures(f, all, n);
+static int sim_print_report(FILE *f, const sk_parallel_plan *plan, const sim_device_figures *all, int n, char *msg,
+                            size_t cap) {
+  if (sim_print_figures(f, plan, all, n, msg, cap)) return -1;
   double steps = all[0].stats.steps ? (double)all[0].stats.steps : 1;
-  if (link->gbps > 0)
-    fprintf(f, "modelled step time: %.3f ms (links %g us, %g GB/s; devices %g TFLOPS)\n", all[0].stats.step_us / steps / 1e3,
-            link->alpha_us, link->gbps, cluster->device_flops * 1e-12);
+  if (sk_cluster_prices(&plan->desc.cluster)) sim_print_step_time(f, all[0].stats.step_us / steps, &plan->desc.cluster);
+  return 0;
 }
 
 /* The schedule's bubble simulated with equal chunks (backward = 2 x forward; zero_bubble_v's B

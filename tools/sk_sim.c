@@ -85,7 +85,8 @@ static void usage(FILE *f, const char *argv0) {
   fprintf(f,
           "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check [--check-tolerance T]] [--report]\n"
           "          [--dump-program RANK] [--backend threads|mpi] [--timeout SECONDS]\n"
-          "          [--link ALPHA_US,GBPS --device-tflops T]\n"
+          "          [--link ALPHA_US,GBPS | --topology NODESxPER_NODE --intra ALPHA_US,GBPS --inter ALPHA_US,GBPS]\n"
+          "          [--device-tflops T]\n"
           "          [--dtype f16|bf16|f32|f64] [--optimizer sgd|momentum|adam] [--seed K] [--strict-strategies]\n"
           "          [--dataset-strategy data_parallel|full_batch|((2,1),(2,))] \n"
           "          [--mode semi_auto|sharding_propagation|recursive_programming|exhaustive] [--print-strategies]\n"
@@ -114,6 +115,12 @@ static void usage(FILE *f, const char *argv0) {
           "                       run; under MPI every process then exits, naming the rank it waited for\n"
           "  --link A,G           model links of A us latency and G GB/s (with --device-tflops T: the\n"
           "                       device's speed) and report the modelled step time of that cluster\n"
+          "  --topology NxP       a hierarchical cluster instead: N nodes of P devices (N x P = --devices, ranks\n"
+          "                       node by node); --intra A,G and --inter A,G its links within and between\n"
+          "                       nodes; each collective priced by its cheapest algorithm (ring, tree,\n"
+          "                       hierarchical). Not with the searches (--mode): they price a flat link\n"
+          , prog_name(argv0));
+  fprintf(f,
           "  --dtype D            the float dtype (default f32; f16/bf16 store in that format, compute f32)\n"
           "  --optimizer O        override the network's optimizer (its hyper-parameters stay)\n"
           "  --seed K             initial parameters, dropout, synthetic and random data (default 1)\n"
@@ -126,8 +133,7 @@ static void usage(FILE *f, const char *argv0) {
           "                       for every operator without one; exhaustive: the exact optimum of the same\n"
           "                       cost model (small networks). The cost unit: time under --link (and\n"
           "                       --device-tflops), else bytes\n"
-          "  --print-strategies   print every operator's strategy (\"name ((2, 1), (1, 4))\") before training\n",
-          prog_name(argv0));
+          "  --print-strategies   print every operator's strategy (\"name ((2, 1), (1, 4))\") before training\n");
   fprintf(f, "  --device-memory GB   the bytes a device holds (1 GB = 1e9): a run or --dry-run whose peak does not\n"
              "                       fit exits 1, one above 90%% warns; recursive_programming's search checks it\n"
              "  --dry-run            compile and print --report's memory, communication and compute of one step\n"
@@ -361,7 +367,29 @@ static int parse_count(const char *argv0, const char *a, const char *v, options 
   return -1;
 }
 
-/* The other numbers: --steps, --seed, --device-tflops, --device-memory, --link, --check-tolerance. 0 when handled,
+/* "ALPHA_US,GBPS" into *l: latency >= 0, bandwidth > 0. */
+static bool parse_link(const char *v, sk_link_model *l) {
+  char alpha[64];
+  size_t n = strcspn(v, ",");
+  if (n >= sizeof alpha || v[n] != ',') return false;
+  memcpy(alpha, v, n), alpha[n] = 0;
+  return prog_parse_double_in(alpha, 0, 1e9, &l->alpha_us) && prog_parse_double_in(v + n + 1, DBL_MIN, 1e9, &l->gbps);
+}
+
+/* "NODESxPER_NODE" into *nodes, *per_node: each 1..SK_MAX_DEVICES. */
+static bool parse_topology(const char *v, int *nodes, int *per_node) {
+  char first[32];
+  size_t n = strcspn(v, "x");
+  if (n >= sizeof first || v[n] != 'x') return false;
+  memcpy(first, v, n), first[n] = 0;
+  long a = 0, b = 0;
+  if (!prog_parse_long_in(first, 1, SK_MAX_DEVICES, &a) || !prog_parse_long_in(v + n + 1, 1, SK_MAX_DEVICES, &b)) return false;
+  *nodes = (int)a, *per_node = (int)b;
+  return true;
+}
+
+/* The other numbers: --steps, --seed, --device-tflops, --device-memory, --link, --topology, --intra, --inter,
+   --check-tolerance. 0 when handled,
    2 after a usage error, -1 when `a` is not one. */
 static int parse_number(const char *argv0, const char *a, const char *v, options *o, bool *steps) {
   if (!strcmp(a, "--steps")) {
@@ -382,13 +410,16 @@ static int parse_number(const char *argv0, const char *a, const char *v, options
     double gb = 0;
     if (!prog_parse_double_in(v, DBL_MIN, 1e9, &gb)) return bad_usage(argv0, "--device-memory takes a positive number of GB (at most 1e9)", v);
     o->pd.cluster.device_memory = gb * 1e9;
-  } else if (!strcmp(a, "--link")) {
-    char alpha[64];
-    size_t n = strcspn(v, ",");
-    bool good = n < sizeof alpha && v[n] == ',';
-    if (good) memcpy(alpha, v, n), alpha[n] = 0;
-    if (!good || !prog_parse_double_in(alpha, 0, 1e9, &o->pd.cluster.link.alpha_us) || !prog_parse_double_in(v + n + 1, DBL_MIN, 1e9, &o->pd.cluster.link.gbps))
-      return bad_usage(argv0, "--link takes ALPHA_US,GBPS (e.g. 5,25; latency >= 0, bandwidth > 0)", v);
+  } else if (!strcmp(a, "--link") || !strcmp(a, "--intra") || !strcmp(a, "--inter")) {
+    sk_topology *t = &o->pd.cluster.topology;
+    sk_link_model *l = !strcmp(a, "--link") ? &o->pd.cluster.link : !strcmp(a, "--intra") ? &t->intra : &t->inter;
+    char what[96];
+    snprintf(what, sizeof what, "%s takes ALPHA_US,GBPS (e.g. 5,25; latency >= 0, bandwidth > 0)", a);
+    if (!parse_link(v, l)) return bad_usage(argv0, what, v);
+  } else if (!strcmp(a, "--topology")) {
+    sk_topology *t = &o->pd.cluster.topology;
+    if (!parse_topology(v, &t->nodes, &t->per_node))
+      return bad_usage(argv0, "--topology takes NODESxPER_NODE (e.g. 512x8; each >= 1)", v);
   } else return -1;
   return 0;
 }
@@ -473,6 +504,12 @@ static int parse_valued(const char *argv0, const char *a, const char *v, options
   return file ? check_file(argv0, a, v) : 0;
 }
 
+/* Some but not all of --topology, --intra, --inter given. */
+static bool topology_incomplete(const sk_topology *t) {
+  int given = (t->nodes > 0) + (t->intra.gbps > 0) + (t->inter.gbps > 0);
+  return given > 0 && given < 3;
+}
+
 /* What the options allow together, before any work: the combinations the compile, the world or
    the checkpoints would refuse later. 0, or 2 after a usage error. */
 static int check_combinations(const char *argv0, const options *o, bool steps, bool epochs) {
@@ -482,8 +519,17 @@ static int check_combinations(const char *argv0, const options *o, bool steps, b
   snprintf(msg, sizeof msg, "--dump-program takes a rank below --devices %d", o->devices);
   snprintf(arg, sizeof arg, "%d", o->dump_rank);
   if (o->dump_rank >= o->devices) return bad_usage(argv0, msg, arg);
-  if ((o->pd.cluster.link.gbps > 0) != (o->pd.cluster.device_flops > 0))
-    return bad_usage(argv0, "--link and --device-tflops go together", NULL);
+  if (topology_incomplete(&o->pd.cluster.topology))
+    return bad_usage(argv0, "--topology, --intra and --inter go together", NULL);
+  if (o->pd.cluster.topology.nodes && o->pd.cluster.link.gbps > 0)
+    return bad_usage(argv0, "give the flat --link or --topology with --intra and --inter, not both", NULL);
+  if (o->pd.cluster.topology.nodes && (long long)o->pd.cluster.topology.nodes * o->pd.cluster.topology.per_node != o->devices) {
+    snprintf(msg, sizeof msg, "--topology holds %lld devices; --devices is %d",
+             (long long)o->pd.cluster.topology.nodes * o->pd.cluster.topology.per_node, o->devices);
+    return bad_usage(argv0, msg, NULL);
+  }
+  if (sk_cluster_prices(&o->pd.cluster) != (o->pd.cluster.device_flops > 0))
+    return bad_usage(argv0, "--link (or --topology) and --device-tflops go together", NULL);
   if (o->check_tolerance > 0 && !o->check) return bad_usage(argv0, "--check-tolerance needs --check", NULL);
   if (o->dry_run && (o->check || o->dump_rank >= 0 || o->dump_schedule || o->ckpt.save || o->ckpt.load))
     return bad_usage(argv0, "--dry-run executes nothing: not with --check, --dump-program, --dump-schedule or checkpoints", NULL);
@@ -536,7 +582,7 @@ static int parse_options(int argc, char **argv, options *o) {
   }
   if (check_combinations(argv[0], o, steps, epochs)) return 2;
   /* else the trainer runs alone (parameter_broadcast and checkpoints are the runtime's) */
-  o->distributed = o->devices > 1 || wants_figures(o) || o->pd.cluster.link.gbps > 0 || o->broadcast || o->ckpt.save || o->ckpt.load;
+  o->distributed = o->devices > 1 || wants_figures(o) || sk_cluster_prices(&o->pd.cluster) || o->broadcast || o->ckpt.save || o->ckpt.load;
   const char *backend = prog_backend(argv[0], o->backend_asked, "--backend");
   if (!backend) return 2;
   o->mpi = !strcmp(backend, "mpi");
@@ -950,7 +996,7 @@ static void print_strategies(const sk_parallel_plan *plan) {
   free(text);
   if (plan->searched)
     printf("# %s: plan cost %.6g %s, searched in %.3f ms\n", sk_parallel_mode_name(plan->desc.mode), plan->search_cost,
-           plan->desc.cluster.link.gbps > 0 ? "us" : "bytes", plan->search_ms);
+           sk_cluster_prices(&plan->desc.cluster) ? "us" : "bytes", plan->search_ms);
   if (plan->desc.hsdp.enabled) print_hsdp(plan);
 }
 
@@ -1016,8 +1062,10 @@ static bool print_summary(job *J, const double *base, long nbase) {
   printf("# %d device%s, %s%s, %ld steps, %.3f ms per step, median cpu %.3f ms, median %.3f ms\n", o->devices,
          o->devices > 1 ? "s" : "", sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0,
          median_ms(J->cpu_s, J->nstep_s), median_ms(J->step_s, J->nstep_s));
-  if (o->report) sim_print_report(stdout, J->figures, o->devices, &o->pd.cluster);
-  if (o->report && J->plan.vstage) sim_print_pipeline(stdout, J->figures, o->devices, &J->plan, o->pd.cluster.link.gbps > 0);
+  char msg[SK_ERROR_MSG_MAX];
+  if (o->report && sim_print_report(stdout, &J->plan, J->figures, o->devices, msg, sizeof msg))
+    return fprintf(stderr, "sk-sim: %s\n", msg), false;
+  if (o->report && J->plan.vstage) sim_print_pipeline(stdout, J->figures, o->devices, &J->plan, sk_cluster_prices(&o->pd.cluster));
   if (!o->check) return true;
   double tol = o->check_tolerance > 0 ? o->check_tolerance : loss_check_tolerance(o->dtype);
   loss_verdict v = loss_check(J->losses, n, base, nbase, tol);
