@@ -240,3 +240,92 @@ Test(dryrun, schedulers_accumulation_fusion, .timeout = DR_TIMEOUT) {
   pd.transformer_opt.grad_computation_allreduce_overlap = true, pd.transformer_opt.enable_communication_fusion = true;
   for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "4 KB buckets launched when ready, packed BackwardComm");
 }
+
+/* ---- the step time ------------------------------------------------------------------------------
+   The executed step's modelled time (stats.step_us: the threads backend's virtual clocks under a
+   flat link and device_flops) against sk_dryrun_step_time, to a relative 1e-9: the first step,
+   and the mean of steps 2..STEPS (a step starts with the clocks aligned, so they should agree
+   with the first; compared rather than assumed). */
+#define STEPS 3
+static double step_first[MAXDEV], step_total[MAXDEV];
+
+static sk_result timed_steps(sk_comm *comm, void *arg) {
+  run *R = (run *)arg;
+  int me = sk_comm_rank(comm);
+  dev_out *o = &R->dev[me];
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  o->ran = true, o->rc = SK_OK;
+  sk_runtime *rt = NULL;
+  sk_result r = note(o, "create", sk_runtime_create(comm, &R->plan, &R->desc, &rt, &e), &e);
+  for (int s = 0; s < STEPS && !r; s++) {
+    for (int i = 0; !r && i < R->n->nin; i++)
+      r = note(o, "feed", sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[0][i], (size_t)R->in_n[i], &e), &e);
+    if (!r) r = note(o, "step", sk_runtime_step(rt, &o->loss[0], &e), &e);
+    if (!r) sk_runtime_stats_get(rt, &o->stats);
+    if (!r && s == 0) step_first[me] = o->stats.step_us;
+  }
+  step_total[me] = o->stats.step_us;
+  sk_runtime_destroy(rt);
+  return r;
+}
+
+static bool close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)); }
+
+/* Network `path` on ndev devices, link 5 us / 25 GB/s, 1 GFLOP/s devices: executed vs modelled.
+   Returns false when the dry run refuses the plan (SK_ERR_UNSUPPORTED, its message logged). */
+static bool check_time(const char *path, int ndev, const sk_autoparallel *pd, const char *label) {
+  static net n;
+  static run R;
+  char what[256];
+  snprintf(what, sizeof what, "%s, %d device%s, %s", path, ndev, ndev > 1 ? "s" : "", label);
+  load_net(&n, path, false);
+  run_init_knobs(&R, &n, ndev, SK_F32, n.g.optim, 1, pd);
+  R.link.alpha_us = 5, R.link.gbps = 25;
+  R.plan.desc.cluster.link = R.link, R.plan.desc.cluster.device_flops = 1e9;
+  sk_dryrun_time t;
+  memset(&t, 0, sizeof t);
+  double span[MAXDEV], busy[MAXDEV];
+  t.span_us = span, t.busy_us = busy;
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  sk_result rc = sk_dryrun_step_time(&R.plan, &t, &e);
+  bool modelled = rc == SK_OK;
+  if (!modelled) {
+    cr_assert_eq(rc, SK_ERR_UNSUPPORTED, "%s: %s", what, e.msg);
+    cr_log_info("%s: refused: %s", what, e.msg);
+  } else {
+    run_world_with(&R, timed_steps);
+    expect_all_ok(&R, what);
+    for (int d = 0; d < ndev; d++) {
+      double first = step_first[d], later = (step_total[d] - first) / (STEPS - 1);
+      cr_assert(close_to(first, t.step_us), "%s: device %d: step 1 took %.17g us executed, %.17g modelled", what, d, first, t.step_us);
+      cr_assert(close_to(later, t.step_us), "%s: device %d: steps 2..%d took %.17g us each executed, %.17g modelled", what, d,
+                STEPS, later, t.step_us);
+      cr_assert_leq(span[d], t.step_us, "%s: device %d ends after the step", what, d);
+    }
+    cr_assert_gt(t.step_us, 0, "%s: no time", what);
+    cr_assert(t.bubble >= 0 && t.bubble < 1, "%s: bubble %g", what, t.bubble);
+  }
+  run_free(&R);
+  sk_graph_free(&n.g);
+  return modelled;
+}
+
+Test(dryrun_time, semi_auto_1_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  const int counts[] = {1, 2, 8};
+  int modelled = 0;
+  for (int i = 0; i < NNETS; i++)
+    for (int c = 0; c < 3; c++) modelled += check_time(nets[i], counts[c], &pd, "semi_auto");
+  cr_log_info("semi_auto: %d of %d modelled", modelled, NNETS * 3);
+  cr_assert_gt(modelled, 0);
+}
+
+Test(dryrun_time, search_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  pd.mode = SK_PARALLEL_SHARDING_PROPAGATION;
+  int modelled = 0;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "sharding_propagation");
+  cr_log_info("sharding_propagation: %d of %d modelled", modelled, NNETS);
+}

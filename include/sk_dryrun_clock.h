@@ -1,0 +1,344 @@
+/* sk_dryrun_clock.h -- a compiled plan's modelled training-step time with no data: every device's
+   program walked together on virtual clocks, as the runtime's world of devices runs it under a
+   priced cluster (sk_comm.h's sk_link_model: the threads backend's virtual clocks).
+
+   Part of sk_dryrun.h (which includes it; its implementation comes with SK_DRYRUN_IMPL).
+
+   THE WALK (a discrete-event simulation of sk_runtime_step on every device at once)
+     Each device has a cursor in its program (plan->programs[stage]) and a virtual clock, from 0
+     (the runtime aligns every clock before the step); each communicator the runtime would use
+     (a plan group's member set; the world and the stage are one without a pipeline) has the time
+     its last collective ended (link_free). A device runs until it reaches a collective; a
+     collective starts when every member has issued it and link_free has passed -- the latest of
+     the members' clocks at the call and link_free -- lasts sk_cluster_coll_us's price for the
+     call (kind, count in elements as the runtime passes it, dtype, the members' world ranks),
+     and every member's clock moves to its end (never back). Compute: every Forward, Backward
+     and recomputed Forward costs sk_exec_flops / device_flops * 1e6 us on its device's clock
+     (zero_bubble_v's halves half a backward), the runtime's own sum. A redistribution costs its
+     agreement AllReduce (3 x i64 over the stage) followed by its plan's steps.
+     step_us = the latest clock at the end: the runtime's stats.step_us for the step.
+   REFUSED (SK_ERR_UNSUPPORTED, naming what): a cluster that prices nothing (no clocks run);
+     pipelines; grad_accumulation_step > 1; fusion buckets and non-blocking steps (Fused,
+     WaitFused, a bucket's member); hsdp (ParamGather, GradReduceScatter, ShardMirror); the
+     local-norm gather (print_local_norm / dump_local_norm); a redistribution whose plan moves
+     data (the threads backend moves its Send/Recv, and AllGather/AllToAll with strided blocks,
+     through peer access, which its clocks leave unpriced: not the cluster's price).
+
+   License: MIT. */
+#ifndef SK_DRYRUN_CLOCK_H
+#define SK_DRYRUN_CLOCK_H
+
+#include "sk_dryrun.h"
+
+SK_EXTERN_C_BEGIN
+
+/* The modelled step time of a plan. span_us and busy_us are the caller's arrays of
+   plan->world_devices entries, or NULL when not wanted. */
+typedef struct sk_dryrun_time {
+  double step_us; /* the step's makespan: the latest device clock at its end (stats.step_us) */
+  double bubble;  /* 1 - the devices' mean compute time / step_us (0 when step_us is 0) */
+  double *span_us; /* [world_devices]: each device's clock at the end of its program */
+  double *busy_us; /* [world_devices]: each device's modelled compute */
+} sk_dryrun_time;
+
+/* One training step of `plan` on plan->desc.cluster's clocks into *out (its arrays, when set,
+   filled). The executed run equals it when its world's cluster is the plan's. */
+SK_API sk_result sk_dryrun_step_time(const sk_parallel_plan *plan, sk_dryrun_time *out, sk_error *err);
+
+SK_EXTERN_C_END
+#define SK_DRYRUN_CLOCK_DECLS
+#endif /* SK_DRYRUN_CLOCK_H */
+
+#if defined(SK_DRYRUN_IMPL) && defined(SK_DRYRUN_IMPL_DONE) && defined(SK_DRYRUN_CLOCK_DECLS) && \
+    !defined(SK_DRYRUN_CLOCK_IMPL_DONE)
+#define SK_DRYRUN_CLOCK_IMPL_DONE
+#include "sk_topology.h"
+
+SK_EXTERN_C_BEGIN
+
+/* A communicator of the run: its members (ascending world ranks), when its last collective
+   ends, and the call being gathered (members posted so far, their latest clock). */
+typedef struct sk__dc_comm {
+  int *ranks, n, posted;
+  double link_free, issue;
+  sk_coll_kind kind;
+  size_t count;
+  sk_dtype dt;
+} sk__dc_comm;
+
+typedef struct sk__dc_dev {
+  int pc;            /* the next program step */
+  int wait;          /* the communicator it is blocked in, or -1 */
+  double clock, busy;
+} sk__dc_dev;
+
+/* One collective call a program step makes: its kind, communicator slot, elements and dtype. */
+typedef struct sk__dc_call {
+  sk_coll_kind kind;
+  int slot;
+  size_t count;
+  sk_dtype dt;
+} sk__dc_call;
+
+typedef struct sk__dc {
+  sk__dr d;                /* the FLOPs and dtypes (alike on every device of a stage) */
+  const sk_parallel_plan *p;
+  int ndev, nslots;        /* slots: the plan's groups, then the stage communicator */
+  sk__dc_dev *dev;
+  int *slot;               /* [ndev * nslots]: the device's communicator of each slot, -1 unknown */
+  sk__dc_comm *comms;
+  int ncomms;
+  signed char *moves;      /* [nsteps]: a move step's plan checked (1) or not yet (0) */
+  sk_error *err;
+} sk__dc;
+
+static sk_result sk__dc_refuse(sk__dc *c, int i, const char *what) {
+  return sk__fail(c->err, SK_ERR_UNSUPPORTED, "dry run step time: program step %d: %s is not modelled", i, what);
+}
+
+/* Plan-wide refusals, before any walk. */
+static sk_result sk__dc_check(const sk_parallel_plan *p, sk_error *err) {
+  const sk_autoparallel *pd = &p->desc;
+  const char *no = !sk_cluster_prices(&pd->cluster) ? "a cluster that prices no communication (no clock runs)"
+                   : p->stages > 1 || p->world_devices != pd->ndevices ? "a pipeline"
+                   : pd->grad_accumulation_step > 1 ? "grad_accumulation_step > 1"
+                   : pd->print_local_norm || pd->dump_local_norm ? "the local-norm gather"
+                                                                 : NULL;
+  return no ? sk__fail(err, SK_ERR_UNSUPPORTED, "dry run step time: %s is not modelled", no) : SK_OK;
+}
+
+/* The slot of plan group id: the world and the stage are one communicator without a pipeline. */
+static int sk__dc_slot_of(const sk__dc *c, int id) {
+  sk_plan_group_kind k = c->p->groups[id].kind;
+  return k == SK_PGROUP_WORLD || k == SK_PGROUP_STAGE ? c->nslots - 1 : id;
+}
+
+static void sk__dc_sort(int *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      int t = v[j];
+      v[j] = v[j - 1], v[j - 1] = t;
+    }
+}
+
+/* Device dev's communicator of `slot`, made on first use for every member at once. */
+static sk_result sk__dc_comm_of(sk__dc *c, int dev, int slot, int *out) {
+  int *at = &c->slot[(size_t)dev * (size_t)c->nslots + (size_t)slot];
+  if (*at >= 0) return *out = *at, SK_OK;
+  const sk_allocator *a = &c->p->desc.allocator;
+  int *ranks = (int *)sk__alloc(a, sizeof(int) * SK_MAX_DEVICES, sizeof(int)), n = 0;
+  if (!ranks) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  sk_result r = SK_OK;
+  if (slot == c->nslots - 1)
+    for (n = 0; n < c->ndev; n++) ranks[n] = n;
+  else
+    r = sk_parallel_group_ranks(c->p, slot, dev, ranks, SK_MAX_DEVICES, &n, c->err);
+  if (r) return sk__free(a, ranks), r;
+  sk__dc_sort(ranks, n);
+  sk__dc_comm *m = &c->comms[c->ncomms];
+  memset(m, 0, sizeof *m);
+  m->ranks = ranks, m->n = n;
+  for (int k = 0; k < n; k++) c->slot[(size_t)ranks[k] * (size_t)c->nslots + (size_t)slot] = c->ncomms;
+  *out = c->ncomms++;
+  return SK_OK;
+}
+
+/* A move's redistribution: its plan's steps priced as the runtime's clocks price them. Only
+   local steps are: the rest go through peer access on the threads backend (see REFUSED). */
+static sk_result sk__dc_move(sk__dc *c, int i, const sk_program_step *s, int move) {
+  if (c->moves[i]) return SK_OK;
+  sk_redist_plan *rp = NULL;
+  sk_result r = sk__dr_move_plan(&c->d, s->op, move, s->slot, &rp);
+  for (int k = 0; !r && k < sk_redist_plan_nsteps(rp); k++) {
+    sk_redist_step_info si;
+    if ((r = sk_redist_plan_step(rp, k, &si, c->err))) break;
+    if (si.op != SK_REDIST_LOCAL && si.op != SK_REDIST_RESHAPE) {
+      char what[160];
+      snprintf(what, sizeof what, "the redistribution of operator '%.60s' moving data (%.40s)", c->p->graph->ops[s->op].name,
+               si.name);
+      r = sk__dc_refuse(c, i, what);
+    }
+  }
+  sk_redist_plan_destroy(rp);
+  if (!r) c->moves[i] = 1;
+  return r;
+}
+
+/* The collective program step i (plan step kind k) makes, if any (*has): its call as the
+   runtime makes it (sk_rt_steps.h): a ReduceScatter's and an AllGather's count per member. */
+static sk_result sk__dc_call_of(sk__dc *c, int i, const sk_program_step *s, sk_parallel_step_kind k, sk__dc_call *call,
+                                bool *has) {
+  const sk_parallel_plan *p = c->p;
+  *has = false;
+  int move = sk__dr_move_of(k);
+  if (move >= 0) { /* the executor's agreement over the stage, then its (local) steps */
+    call->kind = SK_COLL_ALLREDUCE, call->slot = c->nslots - 1, call->count = 3, call->dt = SK_I64;
+    sk_result r = sk__dc_move(c, i, s, move);
+    return r ? r : (*has = true, SK_OK);
+  }
+  if (k == SK_PSTEP_PARAM_GATHER || k == SK_PSTEP_GRAD_REDUCE_SCATTER) return sk__dc_refuse(c, i, "hsdp");
+  bool comm = k == SK_PSTEP_FORWARD_COMM || k == SK_PSTEP_UNDO_COMM || k == SK_PSTEP_BACKWARD_COMM || k == SK_PSTEP_MIRROR;
+  if (!comm) return SK_OK;
+  if (s->bucket >= 0) return sk__dc_refuse(c, i, "a fusion bucket's member");
+  if (s->count <= 0) return SK_OK; /* a packed BackwardComm's follower, a scaling UndoComm */
+  int out0 = p->graph->ops[s->op].outputs[0];
+  call->slot = sk__dc_slot_of(c, s->group), call->count = (size_t)s->count, call->kind = SK_COLL_ALLREDUCE;
+  switch (k) {
+    case SK_PSTEP_FORWARD_COMM:
+      call->kind = p->steps[s->index].comm.kind;
+      call->dt = sk_exec_is_float(p->graph->tensors[out0].dtype) ? c->d.wire : sk__dr_dtype(&c->d, out0);
+      break;
+    case SK_PSTEP_UNDO_COMM: call->kind = SK_COLL_ALLGATHER, call->dt = sk__dr_dtype(&c->d, out0); break;
+    case SK_PSTEP_BACKWARD_COMM: call->dt = c->d.wire; break;
+    default: call->dt = c->d.mirror_wire; break; /* a Mirror */
+  }
+  return *has = true, SK_OK;
+}
+
+/* Program step i's compute on device dev: the runtime's modelled kernel time. */
+static void sk__dc_compute(sk__dc *c, sk__dc_dev *dev, const sk_program_step *s, sk_parallel_step_kind k) {
+  double speed = c->p->desc.cluster.device_flops;
+  if (speed <= 0) return;
+  double us = sk__dr_flops(&c->d, s->op, k == SK_PSTEP_BACKWARD, s->half) / speed * 1e6;
+  if (us > 0) dev->clock += us, dev->busy += us;
+}
+
+/* Every member has posted the call of communicator m: it runs from the latest of their clocks
+   and link_free, for the cluster's price; each member's clock reaches its end. */
+static sk_result sk__dc_finish(sk__dc *c, int m) {
+  sk__dc_comm *g = &c->comms[m];
+  double start = g->link_free > g->issue ? g->link_free : g->issue, us = 0;
+  sk_coll_algo algo;
+  sk_result r = sk_cluster_coll_us(&c->p->desc.cluster, g->kind, g->count, g->dt, g->n, g->ranks, &algo, &us, c->err);
+  if (r) return r;
+  g->link_free = start + us, g->posted = 0, g->issue = 0;
+  for (int k = 0; k < g->n; k++) {
+    sk__dc_dev *v = &c->dev[g->ranks[k]];
+    if (v->clock < g->link_free) v->clock = g->link_free;
+    v->wait = -1, v->pc++;
+  }
+  return SK_OK;
+}
+
+/* Device dev issues `call` at its clock and blocks until every member has. */
+static sk_result sk__dc_post(sk__dc *c, int dev, const sk__dc_call *call) {
+  int m = -1;
+  sk_result r = sk__dc_comm_of(c, dev, call->slot, &m);
+  if (r) return r;
+  sk__dc_comm *g = &c->comms[m];
+  if (call->kind == SK_COLL_REDUCE_SCATTER || call->kind == SK_COLL_ALLGATHER) {
+    if (g->n < 1 || call->count % (size_t)g->n)
+      return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: %s of %zu elements over %d ranks", sk_coll_kind_name(call->kind),
+                      call->count, g->n);
+  }
+  size_t count = call->kind == SK_COLL_REDUCE_SCATTER || call->kind == SK_COLL_ALLGATHER ? call->count / (size_t)g->n : call->count;
+  if (g->posted && (g->kind != call->kind || g->count != count || g->dt != call->dt))
+    return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: device %d calls %s, its group's members %s", dev,
+                    sk_coll_kind_name(call->kind), sk_coll_kind_name(g->kind));
+  g->kind = call->kind, g->count = count, g->dt = call->dt;
+  if (!g->posted || c->dev[dev].clock > g->issue) g->issue = c->dev[dev].clock;
+  c->dev[dev].wait = m;
+  return ++g->posted == g->n ? sk__dc_finish(c, m) : SK_OK;
+}
+
+/* Device dev's next program step; *blocked when it waits in a collective. */
+static sk_result sk__dc_advance(sk__dc *c, int dev, bool *blocked) {
+  const sk_program *pg = &c->p->programs[0];
+  sk__dc_dev *v = &c->dev[dev];
+  int i = v->pc;
+  const sk_program_step *s = &pg->steps[i];
+  *blocked = false;
+  switch (s->kind) {
+    case SK_PSTEP_FUSED:
+    case SK_PSTEP_WAIT_FUSED: return sk__dc_refuse(c, i, "a fusion bucket");
+    case SK_PSTEP_SHARD_MIRROR: return sk__dc_refuse(c, i, "hsdp");
+    case SK_PSTEP_SEND:
+    case SK_PSTEP_RECV:
+    case SK_PSTEP_WAIT_SEND: return sk__dc_refuse(c, i, "a pipeline's Send/Recv");
+    default: break;
+  }
+  bool op_step = (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
+  if (!op_step) return v->pc++, SK_OK;
+  sk_parallel_step_kind k = c->p->steps[s->index].kind;
+  if (k == SK_PSTEP_FORWARD || k == SK_PSTEP_BACKWARD) return sk__dc_compute(c, v, s, k), v->pc++, SK_OK;
+  sk__dc_call call;
+  bool has = false;
+  sk_result r = sk__dc_call_of(c, i, s, k, &call, &has);
+  if (r || !has) return r ? r : (v->pc++, SK_OK);
+  *blocked = true;
+  return sk__dc_post(c, dev, &call);
+}
+
+/* Runs every device until each has ended its program; a round in which none moves while some
+   have not ended is a wait no program can leave (a compiler fault). */
+static sk_result sk__dc_walk(sk__dc *c) {
+  int nsteps = c->p->programs[0].nsteps;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int d = 0; d < c->ndev; d++) {
+      bool blocked = false;
+      while (c->dev[d].wait < 0 && c->dev[d].pc < nsteps && !blocked) {
+        sk_result r = sk__dc_advance(c, d, &blocked);
+        if (r) return r;
+        moved = true;
+      }
+    }
+  }
+  for (int d = 0; d < c->ndev; d++)
+    if (c->dev[d].pc < nsteps)
+      return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: device %d waits at program step %d forever", d, c->dev[d].pc);
+  return SK_OK;
+}
+
+static void sk__dc_report(const sk__dc *c, sk_dryrun_time *out) {
+  double busy = 0;
+  out->step_us = 0;
+  for (int d = 0; d < c->ndev; d++) {
+    const sk__dc_dev *v = &c->dev[d];
+    if (v->clock > out->step_us) out->step_us = v->clock;
+    busy += v->busy;
+    if (out->span_us) out->span_us[d] = v->clock;
+    if (out->busy_us) out->busy_us[d] = v->busy;
+  }
+  out->bubble = out->step_us > 0 ? 1 - busy / c->ndev / out->step_us : 0;
+}
+
+static void sk__dc_free(sk__dc *c) {
+  const sk_allocator *a = &c->p->desc.allocator;
+  for (int m = 0; c->comms && m < c->ncomms; m++) sk__free(a, c->comms[m].ranks);
+  sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->comms), sk__free(a, c->moves);
+  sk__free(a, c->d.gsize), sk__free(a, c->d.sends);
+}
+
+static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err) {
+  const sk_allocator *a = &p->desc.allocator;
+  memset(c, 0, sizeof *c);
+  c->p = p, c->err = err, c->ndev = p->world_devices, c->nslots = p->ngroups + 1;
+  c->d.p = p, c->d.err = err;
+  sk__dr_wires(&c->d);
+  size_t ns = (size_t)c->ndev * (size_t)c->nslots, maxcomms = ns + 1;
+  c->dev = (sk__dc_dev *)sk__calloc(a, sizeof(sk__dc_dev) * (size_t)c->ndev, sizeof(double));
+  c->slot = (int *)sk__alloc(a, sizeof(int) * ns, sizeof(int));
+  c->comms = (sk__dc_comm *)sk__calloc(a, sizeof(sk__dc_comm) * maxcomms, sizeof(double));
+  c->moves = (signed char *)sk__calloc(a, (size_t)p->programs[0].nsteps + 1, 1);
+  if (!c->dev || !c->slot || !c->comms || !c->moves) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  for (size_t i = 0; i < ns; i++) c->slot[i] = -1;
+  for (int d = 0; d < c->ndev; d++) c->dev[d].wait = -1;
+  return SK_OK;
+}
+
+SK_API sk_result sk_dryrun_step_time(const sk_parallel_plan *p, sk_dryrun_time *out, sk_error *err) {
+  if (!p || !out || !p->graph || !p->programs || !p->steps)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run step time: NULL or uncompiled plan, or NULL output");
+  sk_result r = sk__dc_check(p, err);
+  if (r) return r;
+  sk__dc c;
+  r = sk__dc_init(&c, p, err);
+  if (!r) r = sk__dc_walk(&c);
+  if (!r) sk__dc_report(&c, out);
+  sk__dc_free(&c);
+  return r;
+}
+
+SK_EXTERN_C_END
+#endif /* SK_DRYRUN_CLOCK_IMPL */
