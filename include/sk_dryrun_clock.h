@@ -68,6 +68,7 @@ typedef struct sk__dc_comm {
 
 typedef struct sk__dc_dev {
   int pc;            /* the next program step */
+  int sub;           /* the next call of that step (a move makes several) */
   int wait;          /* the communicator it is blocked in, or -1 */
   double clock, busy;
 } sk__dc_dev;
@@ -76,9 +77,13 @@ typedef struct sk__dc_dev {
 typedef struct sk__dc_call {
   sk_coll_kind kind;
   int slot;
-  size_t count;
+  size_t count;      /* elements as the call takes them, or in all (per_member) */
+  bool per_member;   /* count is the whole array: the call takes count / group size */
   sk_dtype dt;
 } sk__dc_call;
+
+/* A move's calls: the executor's agreement, then its plan's collective steps. */
+#define SK__DC_MOVE_CALLS 49
 
 typedef struct sk__dc {
   sk__dr d;                /* the FLOPs and dtypes (alike on every device of a stage) */
@@ -88,7 +93,8 @@ typedef struct sk__dc {
   int *slot;               /* [ndev * nslots]: the device's communicator of each slot, -1 unknown */
   sk__dc_comm *comms;
   int ncomms;
-  signed char *moves;      /* [nsteps]: a move step's plan checked (1) or not yet (0) */
+  int *nmove;              /* [nsteps]: a move step's calls, -1 not yet known */
+  sk__dc_call *move;       /* [nsteps * SK__DC_MOVE_CALLS]: they */
   sk_error *err;
 } sk__dc;
 
@@ -143,39 +149,66 @@ static sk_result sk__dc_comm_of(sk__dc *c, int dev, int slot, int *out) {
   return SK_OK;
 }
 
-/* A move's redistribution: its plan's steps priced as the runtime's clocks price them. Only
-   local steps are: the rest go through peer access on the threads backend (see REFUSED). */
+/* Redistribution step k of move plan rp as a call: AllReduce and ReduceScatter on the plan
+   group along its axes (sk_redist.h's executor). SendRecv, and AllGather / AllToAll whose blocks
+   are not back to back, go through peer access on the threads backend, which its clocks leave
+   unpriced: refused rather than priced differently from the run (see REFUSED). */
+static sk_result sk__dc_move_step(sk__dc *c, int i, const sk_program_step *s, const sk_redist_plan *rp, int k,
+                                  sk__dc_call *call, bool *has) {
+  sk_redist_step_info si;
+  sk_result r = sk_redist_plan_step(rp, k, &si, c->err);
+  *has = false;
+  if (r || si.op == SK_REDIST_LOCAL || si.op == SK_REDIST_RESHAPE) return r;
+  if (si.op != SK_REDIST_ALLREDUCE && si.op != SK_REDIST_REDUCE_SCATTER) {
+    char what[200];
+    snprintf(what, sizeof what, "the redistribution of operator '%.60s' moving data by %.40s (unpriced peer access at run time)",
+             c->p->graph->ops[s->op].name, sk_redist_op_name(si.op));
+    return sk__dc_refuse(c, i, what);
+  }
+  sk_plan_group want;
+  memset(&want, 0, sizeof want);
+  want.kind = SK_PGROUP_MESH, want.mesh = si.from->mesh, want.axes = si.group_axes, want.tensor = -1;
+  int id = sk_parallel_find_group(c->p, &want);
+  if (id < 0) return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: program step %d: a redistribution's group is not the plan's", i);
+  call->kind = si.op == SK_REDIST_ALLREDUCE ? SK_COLL_ALLREDUCE : SK_COLL_REDUCE_SCATTER;
+  call->slot = sk__dc_slot_of(c, id), call->count = si.count, call->per_member = false;
+  call->dt = sk_redist_plan_desc(rp)->dtype;
+  return *has = true, SK_OK;
+}
+
+/* Move step i's calls, made once (every rank's plan has the same steps: the executor's
+   agreement checks their fingerprint): the agreement over the stage (3 x i64), then the steps. */
 static sk_result sk__dc_move(sk__dc *c, int i, const sk_program_step *s, int move) {
-  if (c->moves[i]) return SK_OK;
+  if (c->nmove[i] >= 0) return SK_OK;
+  sk__dc_call *calls = &c->move[(size_t)i * SK__DC_MOVE_CALLS];
+  memset(calls, 0, sizeof *calls);
+  calls[0].kind = SK_COLL_ALLREDUCE, calls[0].slot = c->nslots - 1, calls[0].count = 3, calls[0].dt = SK_I64;
+  int n = 1;
   sk_redist_plan *rp = NULL;
   sk_result r = sk__dr_move_plan(&c->d, s->op, move, s->slot, &rp);
-  for (int k = 0; !r && k < sk_redist_plan_nsteps(rp); k++) {
-    sk_redist_step_info si;
-    if ((r = sk_redist_plan_step(rp, k, &si, c->err))) break;
-    if (si.op != SK_REDIST_LOCAL && si.op != SK_REDIST_RESHAPE) {
-      char what[160];
-      snprintf(what, sizeof what, "the redistribution of operator '%.60s' moving data (%.40s)", c->p->graph->ops[s->op].name,
-               si.name);
-      r = sk__dc_refuse(c, i, what);
-    }
+  for (int k = 0; !r && k < sk_redist_plan_nsteps(rp) && n < SK__DC_MOVE_CALLS; k++) {
+    bool has = false;
+    r = sk__dc_move_step(c, i, s, rp, k, &calls[n], &has);
+    n += has;
   }
   sk_redist_plan_destroy(rp);
-  if (!r) c->moves[i] = 1;
+  if (!r) c->nmove[i] = n;
   return r;
 }
 
 /* The collective program step i (plan step kind k) makes, if any (*has): its call as the
    runtime makes it (sk_rt_steps.h): a ReduceScatter's and an AllGather's count per member. */
-static sk_result sk__dc_call_of(sk__dc *c, int i, const sk_program_step *s, sk_parallel_step_kind k, sk__dc_call *call,
-                                bool *has) {
+static sk_result sk__dc_call_of(sk__dc *c, int i, int sub, const sk_program_step *s, sk_parallel_step_kind k,
+                                sk__dc_call *call, bool *has) {
   const sk_parallel_plan *p = c->p;
   *has = false;
   int move = sk__dr_move_of(k);
-  if (move >= 0) { /* the executor's agreement over the stage, then its (local) steps */
-    call->kind = SK_COLL_ALLREDUCE, call->slot = c->nslots - 1, call->count = 3, call->dt = SK_I64;
+  if (move >= 0) {
     sk_result r = sk__dc_move(c, i, s, move);
-    return r ? r : (*has = true, SK_OK);
+    if (!r && sub < c->nmove[i]) *call = c->move[(size_t)i * SK__DC_MOVE_CALLS + (size_t)sub], *has = true;
+    return r;
   }
+  if (sub > 0) return SK_OK; /* the others make one call */
   if (k == SK_PSTEP_PARAM_GATHER || k == SK_PSTEP_GRAD_REDUCE_SCATTER) return sk__dc_refuse(c, i, "hsdp");
   bool comm = k == SK_PSTEP_FORWARD_COMM || k == SK_PSTEP_UNDO_COMM || k == SK_PSTEP_BACKWARD_COMM || k == SK_PSTEP_MIRROR;
   if (!comm) return SK_OK;
@@ -183,12 +216,13 @@ static sk_result sk__dc_call_of(sk__dc *c, int i, const sk_program_step *s, sk_p
   if (s->count <= 0) return SK_OK; /* a packed BackwardComm's follower, a scaling UndoComm */
   int out0 = p->graph->ops[s->op].outputs[0];
   call->slot = sk__dc_slot_of(c, s->group), call->count = (size_t)s->count, call->kind = SK_COLL_ALLREDUCE;
+  call->per_member = false;
   switch (k) {
     case SK_PSTEP_FORWARD_COMM:
-      call->kind = p->steps[s->index].comm.kind;
+      call->kind = p->steps[s->index].comm.kind, call->per_member = call->kind == SK_COLL_REDUCE_SCATTER;
       call->dt = sk_exec_is_float(p->graph->tensors[out0].dtype) ? c->d.wire : sk__dr_dtype(&c->d, out0);
       break;
-    case SK_PSTEP_UNDO_COMM: call->kind = SK_COLL_ALLGATHER, call->dt = sk__dr_dtype(&c->d, out0); break;
+    case SK_PSTEP_UNDO_COMM: call->kind = SK_COLL_ALLGATHER, call->per_member = true, call->dt = sk__dr_dtype(&c->d, out0); break;
     case SK_PSTEP_BACKWARD_COMM: call->dt = c->d.wire; break;
     default: call->dt = c->d.mirror_wire; break; /* a Mirror */
   }
@@ -215,7 +249,7 @@ static sk_result sk__dc_finish(sk__dc *c, int m) {
   for (int k = 0; k < g->n; k++) {
     sk__dc_dev *v = &c->dev[g->ranks[k]];
     if (v->clock < g->link_free) v->clock = g->link_free;
-    v->wait = -1, v->pc++;
+    v->wait = -1, v->sub++;
   }
   return SK_OK;
 }
@@ -226,12 +260,10 @@ static sk_result sk__dc_post(sk__dc *c, int dev, const sk__dc_call *call) {
   sk_result r = sk__dc_comm_of(c, dev, call->slot, &m);
   if (r) return r;
   sk__dc_comm *g = &c->comms[m];
-  if (call->kind == SK_COLL_REDUCE_SCATTER || call->kind == SK_COLL_ALLGATHER) {
-    if (g->n < 1 || call->count % (size_t)g->n)
-      return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: %s of %zu elements over %d ranks", sk_coll_kind_name(call->kind),
-                      call->count, g->n);
-  }
-  size_t count = call->kind == SK_COLL_REDUCE_SCATTER || call->kind == SK_COLL_ALLGATHER ? call->count / (size_t)g->n : call->count;
+  if (call->per_member && (g->n < 1 || call->count % (size_t)g->n))
+    return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: %s of %zu elements over %d ranks", sk_coll_kind_name(call->kind),
+                    call->count, g->n);
+  size_t count = call->per_member ? call->count / (size_t)g->n : call->count;
   if (g->posted && (g->kind != call->kind || g->count != count || g->dt != call->dt))
     return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: device %d calls %s, its group's members %s", dev,
                     sk_coll_kind_name(call->kind), sk_coll_kind_name(g->kind));
@@ -263,8 +295,8 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *blocked) {
   if (k == SK_PSTEP_FORWARD || k == SK_PSTEP_BACKWARD) return sk__dc_compute(c, v, s, k), v->pc++, SK_OK;
   sk__dc_call call;
   bool has = false;
-  sk_result r = sk__dc_call_of(c, i, s, k, &call, &has);
-  if (r || !has) return r ? r : (v->pc++, SK_OK);
+  sk_result r = sk__dc_call_of(c, i, v->sub, s, k, &call, &has);
+  if (r || !has) return r ? r : (v->pc++, v->sub = 0, SK_OK);
   *blocked = true;
   return sk__dc_post(c, dev, &call);
 }
@@ -306,7 +338,7 @@ static void sk__dc_report(const sk__dc *c, sk_dryrun_time *out) {
 static void sk__dc_free(sk__dc *c) {
   const sk_allocator *a = &c->p->desc.allocator;
   for (int m = 0; c->comms && m < c->ncomms; m++) sk__free(a, c->comms[m].ranks);
-  sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->comms), sk__free(a, c->moves);
+  sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->comms), sk__free(a, c->nmove), sk__free(a, c->move);
   sk__free(a, c->d.gsize), sk__free(a, c->d.sends);
 }
 
@@ -320,9 +352,13 @@ static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err
   c->dev = (sk__dc_dev *)sk__calloc(a, sizeof(sk__dc_dev) * (size_t)c->ndev, sizeof(double));
   c->slot = (int *)sk__alloc(a, sizeof(int) * ns, sizeof(int));
   c->comms = (sk__dc_comm *)sk__calloc(a, sizeof(sk__dc_comm) * maxcomms, sizeof(double));
-  c->moves = (signed char *)sk__calloc(a, (size_t)p->programs[0].nsteps + 1, 1);
-  if (!c->dev || !c->slot || !c->comms || !c->moves) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  size_t nsteps = (size_t)p->programs[0].nsteps + 1;
+  c->nmove = (int *)sk__alloc(a, sizeof(int) * nsteps, sizeof(int));
+  c->move = (sk__dc_call *)sk__alloc(a, sizeof(sk__dc_call) * nsteps * SK__DC_MOVE_CALLS, sizeof(double));
+  if (!c->dev || !c->slot || !c->comms || !c->nmove || !c->move)
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (size_t i = 0; i < ns; i++) c->slot[i] = -1;
+  for (size_t i = 0; i < nsteps; i++) c->nmove[i] = -1;
   for (int d = 0; d < c->ndev; d++) c->dev[d].wait = -1;
   return SK_OK;
 }
