@@ -56,20 +56,31 @@ SK_EXTERN_C_END
 
 SK_EXTERN_C_BEGIN
 
-/* A communicator of the run: its members (ascending world ranks), when its last collective
-   ends, and the call being gathered (members posted so far, their latest clock). */
-typedef struct sk__dc_comm {
-  int *ranks, n, posted;
-  double link_free, issue;
+/* One call on one communicator, gathered as its members post it: how many have, their latest
+   clock at the call; once all have, when it ends. */
+typedef struct sk__dc_rec {
+  int comm, posted;
+  bool done;
+  double issue, end;
   sk_coll_kind kind;
   size_t count;
   sk_dtype dt;
+} sk__dc_rec;
+
+/* A communicator of the run: its members (ascending world ranks), when its last collective
+   ends, and its calls in issue order (indices into the walk's records). */
+typedef struct sk__dc_comm {
+  int *ranks, n;
+  double link_free;
+  int *recs, nrecs, cap;
 } sk__dc_comm;
 
 typedef struct sk__dc_dev {
   int pc;            /* the next program step */
   int sub;           /* the next call of that step (a move makes several) */
-  int wait;          /* the communicator it is blocked in, or -1 */
+  int wait;          /* the record of the blocking call it is in, or -1 */
+  int nreqs;         /* its fusion buckets in flight (records in reqs) */
+  int launched;      /* AllReduce buckets launched this step */
   double clock, busy;
 } sk__dc_dev;
 
@@ -91,10 +102,19 @@ typedef struct sk__dc {
   int ndev, nslots;        /* slots: the plan's groups, then the stage communicator */
   sk__dc_dev *dev;
   int *slot;               /* [ndev * nslots]: the device's communicator of each slot, -1 unknown */
+  int *seq;                /* [ndev * nslots]: calls the device has posted on it */
   sk__dc_comm *comms;
   int ncomms;
+  sk__dc_rec *recs;
+  int nrecs, caprecs;
   int *nmove;              /* [nsteps]: a move step's calls, -1 not yet known */
   sk__dc_call *move;       /* [nsteps * SK__DC_MOVE_CALLS]: they */
+  int nbuckets, bstride;   /* the program's AllReduce buckets (Fused steps), in launch order; ready's row */
+  int *bucket_step;        /* [nbuckets]: each one's Fused step */
+  int *bucket_members;     /* [nbuckets]: its Mirror steps */
+  int *bucket_of;          /* [largest bucket id + 1]: the launch index of a bucket id */
+  int *ready;              /* [ndev * nbuckets]: members marked ready (overlap) */
+  int *reqs;               /* [ndev * nbuckets]: each device's buckets in flight */
   sk_error *err;
 } sk__dc;
 
@@ -237,52 +257,137 @@ static void sk__dc_compute(sk__dc *c, sk__dc_dev *dev, const sk_program_step *s,
   if (us > 0) dev->clock += us, dev->busy += us;
 }
 
-/* Every member has posted the call of communicator m: it runs from the latest of their clocks
-   and link_free, for the cluster's price; each member's clock reaches its end. */
-static sk_result sk__dc_finish(sk__dc *c, int m) {
+/* Appends one element of es bytes to *arr (n used, *cap held), growing it by doubling. */
+static bool sk__dc_grow(const sk_allocator *a, void **arr, int n, int *cap, size_t es) {
+  if (n < *cap) return true;
+  int nc = *cap ? 2 * *cap : 16;
+  void *g = sk__alloc(a, es * (size_t)nc, sizeof(double));
+  if (!g) return false;
+  if (*arr) memcpy(g, *arr, es * (size_t)n);
+  sk__free(a, *arr);
+  *arr = g, *cap = nc;
+  return true;
+}
+
+/* Call `seq` of communicator m: made when its first member posts it. */
+static sk_result sk__dc_rec_of(sk__dc *c, int m, int seq, int *out) {
   sk__dc_comm *g = &c->comms[m];
-  double start = g->link_free > g->issue ? g->link_free : g->issue, us = 0;
+  const sk_allocator *a = &c->p->desc.allocator;
+  if (seq < g->nrecs) return *out = g->recs[seq], SK_OK;
+  void *rv = c->recs, *gv = g->recs;
+  bool ok = sk__dc_grow(a, &rv, c->nrecs, &c->caprecs, sizeof(sk__dc_rec));
+  c->recs = (sk__dc_rec *)rv;
+  ok = ok && sk__dc_grow(a, &gv, g->nrecs, &g->cap, sizeof(int));
+  g->recs = (int *)gv;
+  if (!ok) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  sk__dc_rec *x = &c->recs[c->nrecs];
+  memset(x, 0, sizeof *x);
+  x->comm = m;
+  g->recs[g->nrecs++] = *out = c->nrecs++;
+  return SK_OK;
+}
+
+/* Every member has posted call x: it runs from the latest of their clocks at the call and the
+   communicator's link_free, for the cluster's price. A member blocked in it returns: its clock
+   reaches the end. (A non-blocking member's clock reaches it when it waits.) */
+static sk_result sk__dc_finish(sk__dc *c, int x) {
+  sk__dc_rec *e = &c->recs[x];
+  sk__dc_comm *g = &c->comms[e->comm];
+  double start = g->link_free > e->issue ? g->link_free : e->issue, us = 0;
   sk_coll_algo algo;
-  sk_result r = sk_cluster_coll_us(&c->p->desc.cluster, g->kind, g->count, g->dt, g->n, g->ranks, &algo, &us, c->err);
+  sk_result r = sk_cluster_coll_us(&c->p->desc.cluster, e->kind, e->count, e->dt, g->n, g->ranks, &algo, &us, c->err);
   if (r) return r;
-  g->link_free = start + us, g->posted = 0, g->issue = 0;
+  g->link_free = e->end = start + us, e->done = true;
   for (int k = 0; k < g->n; k++) {
     sk__dc_dev *v = &c->dev[g->ranks[k]];
-    if (v->clock < g->link_free) v->clock = g->link_free;
+    if (v->wait != x) continue;
+    if (v->clock < e->end) v->clock = e->end;
     v->wait = -1, v->sub++;
   }
   return SK_OK;
 }
 
-/* Device dev issues `call` at its clock and blocks until every member has. */
-static sk_result sk__dc_post(sk__dc *c, int dev, const sk__dc_call *call) {
+/* Device dev issues `call` at its clock (its next call on that communicator); *x = its record.
+   Blocking: the device waits in it (finish releases it). */
+static sk_result sk__dc_post(sk__dc *c, int dev, const sk__dc_call *call, bool blocking, int *x) {
   int m = -1;
   sk_result r = sk__dc_comm_of(c, dev, call->slot, &m);
+  int *seq = &c->seq[(size_t)dev * (size_t)c->nslots + (size_t)call->slot];
+  if (!r) r = sk__dc_rec_of(c, m, *seq, x);
   if (r) return r;
-  sk__dc_comm *g = &c->comms[m];
-  if (call->per_member && (g->n < 1 || call->count % (size_t)g->n))
+  (*seq)++;
+  int n = c->comms[m].n;
+  sk__dc_rec *e = &c->recs[*x];
+  if (call->per_member && (n < 1 || call->count % (size_t)n))
     return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: %s of %zu elements over %d ranks", sk_coll_kind_name(call->kind),
-                    call->count, g->n);
-  size_t count = call->per_member ? call->count / (size_t)g->n : call->count;
-  if (g->posted && (g->kind != call->kind || g->count != count || g->dt != call->dt))
+                    call->count, n);
+  size_t count = call->per_member ? call->count / (size_t)n : call->count;
+  if (e->posted && (e->kind != call->kind || e->count != count || e->dt != call->dt))
     return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: device %d calls %s, its group's members %s", dev,
-                    sk_coll_kind_name(call->kind), sk_coll_kind_name(g->kind));
-  g->kind = call->kind, g->count = count, g->dt = call->dt;
-  if (!g->posted || c->dev[dev].clock > g->issue) g->issue = c->dev[dev].clock;
-  c->dev[dev].wait = m;
-  return ++g->posted == g->n ? sk__dc_finish(c, m) : SK_OK;
+                    sk_coll_kind_name(call->kind), sk_coll_kind_name(e->kind));
+  e->kind = call->kind, e->count = count, e->dt = call->dt;
+  if (!e->posted || c->dev[dev].clock > e->issue) e->issue = c->dev[dev].clock;
+  if (blocking) c->dev[dev].wait = *x;
+  return ++e->posted == n ? sk__dc_finish(c, *x) : SK_OK;
 }
 
-/* Device dev's next program step; *blocked when it waits in a collective. */
-static sk_result sk__dc_advance(sk__dc *c, int dev, bool *blocked) {
+/* ---- fusion buckets: non-blocking AllReduces of Mirror gradients (sk_fusion.h) ------------------
+   Launched strictly in bucket order, each when its last member is ready: under
+   grad_computation_allreduce_overlap at that member's Mirror step, else at its Fused step; every
+   one completes (the clock reaches its end) at the WaitFused step. */
+
+/* Launches device dev's buckets from the next one on while their members are all ready. */
+static sk_result sk__dc_launch(sk__dc *c, int dev, bool at_fused) {
+  sk__dc_dev *v = &c->dev[dev];
+  const sk_program *pg = &c->p->programs[0];
+  sk_result r = SK_OK;
+  while (!r && v->launched < c->nbuckets &&
+         (at_fused || c->ready[(size_t)dev * (size_t)c->bstride + (size_t)v->launched] == c->bucket_members[v->launched])) {
+    const sk_program_step *s = &pg->steps[c->bucket_step[v->launched]];
+    sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_slot_of(c, s->group), (size_t)s->count, false, c->d.mirror_wire};
+    int x = -1;
+    r = sk__dc_post(c, dev, &call, false, &x);
+    if (!r) c->reqs[(size_t)dev * (size_t)c->bstride + (size_t)v->nreqs++] = x;
+    v->launched++, at_fused = false;
+  }
+  return r;
+}
+
+/* A bucket step of device dev: a member Mirror, a Fused launch, the WaitFused; *stuck when the
+   wait cannot complete yet (a peer has not launched a bucket). */
+static sk_result sk__dc_bucket_step(sk__dc *c, int dev, int i, const sk_program_step *s, bool *stuck) {
+  sk__dc_dev *v = &c->dev[dev];
+  bool overlap = c->p->desc.transformer_opt.grad_computation_allreduce_overlap;
+  if (s->kind != SK_PSTEP_FUSED && s->kind != SK_PSTEP_WAIT_FUSED) { /* a member Mirror */
+    if (!overlap) return SK_OK;
+    c->ready[(size_t)dev * (size_t)c->bstride + (size_t)c->bucket_of[s->bucket]]++;
+    return sk__dc_launch(c, dev, false);
+  }
+  if (s->coll != SK_COLL_ALLREDUCE) return sk__dc_refuse(c, i, "hsdp's buckets");
+  if (s->kind == SK_PSTEP_FUSED) {
+    if (overlap) return SK_OK;
+    if (c->bucket_step[v->launched] != i)
+      return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: program step %d launches a bucket out of order", i);
+    return sk__dc_launch(c, dev, true);
+  }
+  const int *q = &c->reqs[(size_t)dev * (size_t)c->bstride];
+  for (int k = 0; k < v->nreqs; k++)
+    if (!c->recs[q[k]].done) return *stuck = true, SK_OK;
+  for (int k = 0; k < v->nreqs; k++)
+    if (v->clock < c->recs[q[k]].end) v->clock = c->recs[q[k]].end;
+  v->nreqs = 0;
+  return SK_OK;
+}
+
+/* Device dev's next program step; *stuck when it cannot run it yet. A blocking call leaves the
+   device waiting in it (dev.wait). */
+static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
   const sk_program *pg = &c->p->programs[0];
   sk__dc_dev *v = &c->dev[dev];
   int i = v->pc;
   const sk_program_step *s = &pg->steps[i];
-  *blocked = false;
+  *stuck = false;
   switch (s->kind) {
-    case SK_PSTEP_FUSED:
-    case SK_PSTEP_WAIT_FUSED: return sk__dc_refuse(c, i, "a fusion bucket");
     case SK_PSTEP_SHARD_MIRROR: return sk__dc_refuse(c, i, "hsdp");
     case SK_PSTEP_SEND:
     case SK_PSTEP_RECV:
@@ -290,6 +395,12 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *blocked) {
     default: break;
   }
   bool op_step = (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
+  bool bucket = s->kind == SK_PSTEP_FUSED || s->kind == SK_PSTEP_WAIT_FUSED || (op_step && s->bucket >= 0 &&
+                c->p->steps[s->index].kind == SK_PSTEP_MIRROR);
+  if (bucket) {
+    sk_result r = sk__dc_bucket_step(c, dev, i, s, stuck);
+    return r || *stuck ? r : (v->pc++, SK_OK);
+  }
   if (!op_step) return v->pc++, SK_OK;
   sk_parallel_step_kind k = c->p->steps[s->index].kind;
   if (k == SK_PSTEP_FORWARD || k == SK_PSTEP_BACKWARD) return sk__dc_compute(c, v, s, k), v->pc++, SK_OK;
@@ -297,8 +408,8 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *blocked) {
   bool has = false;
   sk_result r = sk__dc_call_of(c, i, v->sub, s, k, &call, &has);
   if (r || !has) return r ? r : (v->pc++, v->sub = 0, SK_OK);
-  *blocked = true;
-  return sk__dc_post(c, dev, &call);
+  int x = -1;
+  return sk__dc_post(c, dev, &call, true, &x);
 }
 
 /* Runs every device until each has ended its program; a round in which none moves while some
@@ -308,10 +419,11 @@ static sk_result sk__dc_walk(sk__dc *c) {
   for (bool moved = true; moved;) {
     moved = false;
     for (int d = 0; d < c->ndev; d++) {
-      bool blocked = false;
-      while (c->dev[d].wait < 0 && c->dev[d].pc < nsteps && !blocked) {
-        sk_result r = sk__dc_advance(c, d, &blocked);
+      bool stuck = false;
+      while (c->dev[d].wait < 0 && c->dev[d].pc < nsteps) {
+        sk_result r = sk__dc_advance(c, d, &stuck);
         if (r) return r;
+        if (stuck) break;
         moved = true;
       }
     }
@@ -337,9 +449,39 @@ static void sk__dc_report(const sk__dc *c, sk_dryrun_time *out) {
 
 static void sk__dc_free(sk__dc *c) {
   const sk_allocator *a = &c->p->desc.allocator;
-  for (int m = 0; c->comms && m < c->ncomms; m++) sk__free(a, c->comms[m].ranks);
-  sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->comms), sk__free(a, c->nmove), sk__free(a, c->move);
-  sk__free(a, c->d.gsize), sk__free(a, c->d.sends);
+  for (int m = 0; c->comms && m < c->ncomms; m++) sk__free(a, c->comms[m].ranks), sk__free(a, c->comms[m].recs);
+  sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->seq), sk__free(a, c->comms), sk__free(a, c->recs);
+  sk__free(a, c->nmove), sk__free(a, c->move);
+  sk__free(a, c->bucket_step), sk__free(a, c->bucket_members), sk__free(a, c->bucket_of), sk__free(a, c->ready);
+  sk__free(a, c->reqs);
+}
+
+/* The program's AllReduce buckets: their Fused steps in order, and each one's member Mirrors. */
+static sk_result sk__dc_buckets(sk__dc *c) {
+  const sk_allocator *a = &c->p->desc.allocator;
+  const sk_program *pg = &c->p->programs[0];
+  int top = 0;
+  for (int i = 0; i < pg->nsteps; i++) top = pg->steps[i].bucket > top ? pg->steps[i].bucket : top;
+  size_t n = (size_t)top + 2, nd = (size_t)c->ndev;
+  c->bstride = top + 2;
+  c->bucket_step = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
+  c->bucket_members = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
+  c->bucket_of = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
+  c->ready = (int *)sk__calloc(a, sizeof(int) * n * nd, sizeof(int));
+  c->reqs = (int *)sk__calloc(a, sizeof(int) * n * nd, sizeof(int));
+  if (!c->bucket_step || !c->bucket_members || !c->bucket_of || !c->ready || !c->reqs)
+    return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  for (int i = 0; i < pg->nsteps; i++) {
+    const sk_program_step *s = &pg->steps[i];
+    if (s->kind == SK_PSTEP_FUSED && s->coll == SK_COLL_ALLREDUCE && s->bucket >= 0)
+      c->bucket_of[s->bucket] = c->nbuckets, c->bucket_step[c->nbuckets++] = i;
+  }
+  for (int i = 0; i < pg->nsteps; i++) {
+    const sk_program_step *s = &pg->steps[i];
+    bool op_step = (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
+    if (op_step && s->bucket >= 0 && c->p->steps[s->index].kind == SK_PSTEP_MIRROR) c->bucket_members[c->bucket_of[s->bucket]]++;
+  }
+  return SK_OK;
 }
 
 static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err) {
@@ -348,19 +490,19 @@ static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err
   c->p = p, c->err = err, c->ndev = p->world_devices, c->nslots = p->ngroups + 1;
   c->d.p = p, c->d.err = err;
   sk__dr_wires(&c->d);
-  size_t ns = (size_t)c->ndev * (size_t)c->nslots, maxcomms = ns + 1;
+  size_t ns = (size_t)c->ndev * (size_t)c->nslots, nsteps = (size_t)p->programs[0].nsteps + 1;
   c->dev = (sk__dc_dev *)sk__calloc(a, sizeof(sk__dc_dev) * (size_t)c->ndev, sizeof(double));
   c->slot = (int *)sk__alloc(a, sizeof(int) * ns, sizeof(int));
-  c->comms = (sk__dc_comm *)sk__calloc(a, sizeof(sk__dc_comm) * maxcomms, sizeof(double));
-  size_t nsteps = (size_t)p->programs[0].nsteps + 1;
+  c->seq = (int *)sk__calloc(a, sizeof(int) * ns, sizeof(int));
+  c->comms = (sk__dc_comm *)sk__calloc(a, sizeof(sk__dc_comm) * (ns + 1), sizeof(double));
   c->nmove = (int *)sk__alloc(a, sizeof(int) * nsteps, sizeof(int));
   c->move = (sk__dc_call *)sk__alloc(a, sizeof(sk__dc_call) * nsteps * SK__DC_MOVE_CALLS, sizeof(double));
-  if (!c->dev || !c->slot || !c->comms || !c->nmove || !c->move)
+  if (!c->dev || !c->slot || !c->seq || !c->comms || !c->nmove || !c->move)
     return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (size_t i = 0; i < ns; i++) c->slot[i] = -1;
   for (size_t i = 0; i < nsteps; i++) c->nmove[i] = -1;
   for (int d = 0; d < c->ndev; d++) c->dev[d].wait = -1;
-  return SK_OK;
+  return sk__dc_buckets(c);
 }
 
 SK_API sk_result sk_dryrun_step_time(const sk_parallel_plan *p, sk_dryrun_time *out, sk_error *err) {
