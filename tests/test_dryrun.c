@@ -243,7 +243,7 @@ Test(dryrun, schedulers_accumulation_fusion, .timeout = DR_TIMEOUT) {
 
 /* ---- the step time ------------------------------------------------------------------------------
    The executed step's modelled time (stats.step_us: the threads backend's virtual clocks under a
-   flat link and device_flops) against sk_dryrun_step_time, to a relative 1e-9: the first step,
+   flat link and device_flops; a search mode plans every operator itself) against sk_dryrun_step_time, to a relative 1e-9: the first step,
    and the mean of steps 2..STEPS (a step starts with the clocks aligned, so they should agree
    with the first; compared rather than assumed). */
 #define STEPS 3
@@ -280,6 +280,11 @@ static bool check_time(const char *path, int ndev, const sk_autoparallel *pd, co
   char what[256];
   snprintf(what, sizeof what, "%s, %d device%s, %s", path, ndev, ndev > 1 ? "s" : "", label);
   load_net(&n, path, false);
+  for (int o = 0; pd->mode != SK_PARALLEL_SEMI_AUTO && o < n.g.nops; o++) { /* the search's own (they are for 8 devices) */
+    sk_op_desc *d = &n.g.ops[o].desc;
+    d->has_strategy = d->has_out_strategy = d->has_layouts = false, d->nstrategies = d->nout_layouts = 0;
+    memset(d->strategy_len, 0, sizeof d->strategy_len);
+  }
   run_init_knobs(&R, &n, ndev, SK_F32, n.g.optim, 1, pd);
   R.link.alpha_us = 5, R.link.gbps = 25;
   R.plan.desc.cluster.link = R.link, R.plan.desc.cluster.device_flops = 1e9;
@@ -291,8 +296,9 @@ static bool check_time(const char *path, int ndev, const sk_autoparallel *pd, co
   memset(&e, 0, sizeof e);
   sk_result rc = sk_dryrun_step_time(&R.plan, &t, &e);
   bool modelled = rc == SK_OK;
-  if (!modelled) {
+  if (!modelled) { /* only what the runtime's clocks leave unpriced (sk_dryrun_clock.h, REFUSED) */
     cr_assert_eq(rc, SK_ERR_UNSUPPORTED, "%s: %s", what, e.msg);
+    cr_assert(strstr(e.msg, "unpriced peer access"), "%s: refused: %s", what, e.msg);
     cr_log_info("%s: refused: %s", what, e.msg);
   } else {
     run_world_with(&R, timed_steps);
@@ -322,10 +328,34 @@ Test(dryrun_time, semi_auto_1_2_8, .timeout = DR_TIMEOUT) {
   cr_assert_gt(modelled, 0);
 }
 
-Test(dryrun_time, search_8, .timeout = DR_TIMEOUT) {
+Test(dryrun_time, search_2_8, .timeout = DR_TIMEOUT) {
   sk_autoparallel pd = knobs();
-  pd.mode = SK_PARALLEL_SHARDING_PROPAGATION;
   int modelled = 0;
-  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "sharding_propagation");
-  cr_log_info("sharding_propagation: %d of %d modelled", modelled, NNETS);
+  const sk_parallel_mode modes[] = {SK_PARALLEL_SHARDING_PROPAGATION, SK_PARALLEL_RECURSIVE_PROGRAMMING};
+  const char *const names[] = {"sharding_propagation", "recursive_programming"};
+  for (int m = 0; m < 2; m++) {
+    pd.mode = modes[m];
+    for (int i = 0; i < NNETS; i++)
+      for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, names[m]);
+  }
+  cr_log_info("searches: %d of %d modelled", modelled, 4 * NNETS);
+  cr_assert_gt(modelled, 0);
+}
+
+/* Fusion buckets: 4 KB AllReduce buckets launched at their Fused steps, or as their gradients
+   are ready (with packed BackwardComm); and comm_fusion closed. */
+Test(dryrun_time, fusion_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  int modelled = 0;
+  pd.comm_fusion.allreduce.mode = SK_FUSION_SIZE, pd.comm_fusion.allreduce.threshold_bytes = 4096;
+  for (int i = 0; i < NNETS; i++)
+    for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, "4 KB buckets at their Fused steps");
+  pd.transformer_opt.grad_computation_allreduce_overlap = true, pd.transformer_opt.enable_communication_fusion = true;
+  for (int i = 0; i < NNETS; i++)
+    for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, "4 KB buckets launched when ready, packed BackwardComm");
+  pd = knobs();
+  pd.comm_fusion.closed = true;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, "comm_fusion closed");
+  cr_log_info("fusion: %d of %d modelled", modelled, 5 * NNETS);
+  cr_assert_gt(modelled, 0);
 }
