@@ -272,20 +272,17 @@ static sk_result timed_steps(sk_comm *comm, void *arg) {
 
 static bool close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)); }
 
-/* Network `path` on ndev devices, link 5 us / 25 GB/s, 1 GFLOP/s devices: executed vs modelled.
-   Returns false when the dry run refuses the plan (SK_ERR_UNSUPPORTED, its message logged). */
-static bool check_time(const char *path, int ndev, const sk_autoparallel *pd, const char *label) {
-  static net n;
+/* Network n on ndev devices, link 5 us / 25 GB/s, 1 GFLOP/s devices: executed vs modelled.
+   Returns false when the dry run refuses the plan (SK_ERR_UNSUPPORTED, its message logged).
+   Frees n's graph. */
+static bool check_time_net(net *n, int ndev, const sk_autoparallel *pd, const char *what) {
   static run R;
-  char what[256];
-  snprintf(what, sizeof what, "%s, %d device%s, %s", path, ndev, ndev > 1 ? "s" : "", label);
-  load_net(&n, path, false);
-  for (int o = 0; pd->mode != SK_PARALLEL_SEMI_AUTO && o < n.g.nops; o++) { /* the search's own (they are for 8 devices) */
-    sk_op_desc *d = &n.g.ops[o].desc;
+  for (int o = 0; pd->mode != SK_PARALLEL_SEMI_AUTO && o < n->g.nops; o++) { /* the search's own */
+    sk_op_desc *d = &n->g.ops[o].desc;
     d->has_strategy = d->has_out_strategy = d->has_layouts = false, d->nstrategies = d->nout_layouts = 0;
     memset(d->strategy_len, 0, sizeof d->strategy_len);
   }
-  run_init_knobs(&R, &n, ndev, SK_F32, n.g.optim, 1, pd);
+  run_init_knobs(&R, n, ndev, SK_F32, n->g.optim, 1, pd);
   R.link.alpha_us = 5, R.link.gbps = 25;
   R.plan.desc.cluster.link = R.link, R.plan.desc.cluster.device_flops = 1e9;
   sk_dryrun_time t;
@@ -314,8 +311,16 @@ static bool check_time(const char *path, int ndev, const sk_autoparallel *pd, co
     cr_assert(t.bubble >= 0 && t.bubble < 1, "%s: bubble %g", what, t.bubble);
   }
   run_free(&R);
-  sk_graph_free(&n.g);
+  sk_graph_free(&n->g);
   return modelled;
+}
+
+static bool check_time(const char *path, int ndev, const sk_autoparallel *pd, const char *label) {
+  static net n;
+  char what[256];
+  snprintf(what, sizeof what, "%s, %d device%s, %s", path, ndev, ndev > 1 ? "s" : "", label);
+  load_net(&n, path, false);
+  return check_time_net(&n, ndev, pd, what);
 }
 
 Test(dryrun_time, semi_auto_1_2_8, .timeout = DR_TIMEOUT) {
@@ -358,4 +363,44 @@ Test(dryrun_time, fusion_2_8, .timeout = DR_TIMEOUT) {
   for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, "comm_fusion closed");
   cr_log_info("fusion: %d of %d modelled", modelled, 5 * NNETS);
   cr_assert_gt(modelled, 0);
+}
+
+/* MatMul ((1, N), (N, 1)) with output strategy (N, 1): a forward ReduceScatter and its
+   backward AllGather, the layers after it data parallel (no redistribution). */
+static void build_rs_chain(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  sk_graph_op fc = OP("fc", SK_OP_MATMUL, x, w);
+  SHARD(fc, 0, 1, N), SHARD(fc, 1, N, 1);
+  fc.desc.has_out_strategy = true, fc.desc.out_strategy[0] = N, fc.desc.out_strategy[1] = 1;
+  sk_graph_op relu = OP("relu", SK_OP_RELU, add_op(n, fc));
+  SHARD(relu, 0, N, 1);
+  loss_head(n, add_op(n, relu), y, "u", 8, 4);
+}
+
+/* The harness's small networks: layer changes (redistributions, which today move data by peer
+   access and are refused), and a forward ReduceScatter with its backward AllGather. */
+Test(dryrun_time, built_nets_2_4_8, .timeout = DR_TIMEOUT) {
+  static net n;
+  sk_autoparallel pd = knobs(), full = knobs();
+  full.dataset = SK_DATASET_FULL_BATCH; /* the inputs whole: the moves into the cuts are local */
+  int modelled = 0, rs = 0;
+  char what[128];
+  for (int N = 2; N <= 8; N *= 2) {
+    build_rs_chain(&n, N);
+    snprintf(what, sizeof what, "forward ReduceScatter on %d devices, full_batch", N);
+    rs += check_time_net(&n, N, &full, what);
+    for (int b = 0; b < 4; b++) {
+      const char *name = b == 0 ? "mlp" : b == 1 ? "reduce_scatter" : b == 2 ? "residual" : "layernorm";
+      if (b == 0) build_mlp(&n, N);
+      else if (b == 1) (void)build_reduce_scatter(&n, N);
+      else if (b == 2) build_residual(&n, N);
+      else (void)build_layernorm(&n, N);
+      snprintf(what, sizeof what, "%s on %d devices", name, N);
+      modelled += check_time_net(&n, N, &pd, what);
+    }
+  }
+  cr_log_info("built networks: %d of 12 with layer changes modelled", modelled);
+  cr_assert_eq(rs, 3, "the forward ReduceScatter chain is refused");
 }
