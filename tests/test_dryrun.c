@@ -329,7 +329,9 @@ Test(dryrun_time, semi_auto_1_2_8, .timeout = DR_TIMEOUT) {
   int modelled = 0;
   for (int i = 0; i < NNETS; i++)
     for (int c = 0; c < 3; c++) modelled += check_time(nets[i], counts[c], &pd, "semi_auto");
-  cr_log_info("semi_auto: %d of %d modelled", modelled, NNETS * 3);
+  pd.dataset = SK_DATASET_FULL_BATCH; /* the inputs whole: moves into cuts are local */
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "semi_auto, full_batch");
+  cr_log_info("semi_auto: %d of %d modelled", modelled, NNETS * 4);
   cr_assert_gt(modelled, 0);
 }
 
