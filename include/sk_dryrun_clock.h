@@ -17,12 +17,19 @@
      (zero_bubble_v's halves half a backward), the runtime's own sum. A redistribution costs its
      agreement AllReduce (3 x i64 over the stage) followed by its plan's steps.
      step_us = the latest clock at the end: the runtime's stats.step_us for the step.
+     Fusion buckets (sk_fusion.h: the Mirrors' AllReduces, hsdp's ReduceScatters and gathers)
+     are non-blocking: each scheduler launches its buckets in order, a bucket when its last
+     member is ready (under grad_computation_allreduce_overlap at that member's step for the
+     AllReduces and ReduceScatters, else at its Fused step), the launch is its issue, and the
+     clock reaches each end at the kind's WaitFused. hsdp's unbucketed steps block: level3's
+     ParamGather (an AllGather of the shard), ShardMirror (an AllReduce of it).
    REFUSED (SK_ERR_UNSUPPORTED, naming what): a cluster that prices nothing (no clocks run);
-     pipelines; grad_accumulation_step > 1; fusion buckets and non-blocking steps (Fused,
-     WaitFused, a bucket's member); hsdp (ParamGather, GradReduceScatter, ShardMirror); the
-     local-norm gather (print_local_norm / dump_local_norm); a redistribution whose plan moves
-     data (the threads backend moves its Send/Recv, and AllGather/AllToAll with strided blocks,
-     through peer access, which its clocks leave unpriced: not the cluster's price).
+     pipelines; grad_accumulation_step > 1; the local-norm gather (print_local_norm /
+     dump_local_norm); a redistribution whose plan moves data by SendRecv, AllGather or
+     AllToAll: on the threads backend (the one whose clocks run) sk_redist moves those through
+     sk_comm_peer_access, which its clocks leave unpriced (backend-internal traffic), except an
+     AllGather / AllToAll whose blocks lie back to back -- the dry run cannot tell those apart
+     from the plan, and will not price a move the run does not.
 
    License: MIT. */
 #ifndef SK_DRYRUN_CLOCK_H
@@ -75,12 +82,26 @@ typedef struct sk__dc_comm {
   int *recs, nrecs, cap;
 } sk__dc_comm;
 
+/* The fusion schedulers' kinds: the Mirrors' AllReduces, hsdp's ReduceScatters and gathers. */
+enum { SK__DC_AR = 0, SK__DC_RS, SK__DC_AG, SK__DC_KINDS };
+
+/* One scheduler's buckets: their Fused steps in launch order, each one's member steps, and per
+   device the members marked ready (overlap) and the buckets in flight. */
+typedef struct sk__dc_sched {
+  int n, stride;  /* buckets; the per-device rows' length (largest bucket id + 2) */
+  int *step;      /* [n]: each one's Fused step */
+  int *members;   /* [n]: its member steps */
+  int *of;        /* [stride]: the launch index of a bucket id */
+  int *ready;     /* [ndev * stride] */
+  int *reqs;      /* [ndev * stride]: records in flight */
+} sk__dc_sched;
+
 typedef struct sk__dc_dev {
   int pc;            /* the next program step */
   int sub;           /* the next call of that step (a move makes several) */
   int wait;          /* the record of the blocking call it is in, or -1 */
-  int nreqs;         /* its fusion buckets in flight (records in reqs) */
-  int launched;      /* AllReduce buckets launched this step */
+  int nreqs[SK__DC_KINDS];    /* its fusion buckets in flight, by kind (records in reqs) */
+  int launched[SK__DC_KINDS]; /* buckets launched this step, by kind */
   double clock, busy;
 } sk__dc_dev;
 
@@ -109,12 +130,7 @@ typedef struct sk__dc {
   int nrecs, caprecs;
   int *nmove;              /* [nsteps]: a move step's calls, -1 not yet known */
   sk__dc_call *move;       /* [nsteps * SK__DC_MOVE_CALLS]: they */
-  int nbuckets, bstride;   /* the program's AllReduce buckets (Fused steps), in launch order; ready's row */
-  int *bucket_step;        /* [nbuckets]: each one's Fused step */
-  int *bucket_members;     /* [nbuckets]: its Mirror steps */
-  int *bucket_of;          /* [largest bucket id + 1]: the launch index of a bucket id */
-  int *ready;              /* [ndev * nbuckets]: members marked ready (overlap) */
-  int *reqs;               /* [ndev * nbuckets]: each device's buckets in flight */
+  sk__dc_sched sched[SK__DC_KINDS];
   sk_error *err;
 } sk__dc;
 
@@ -229,7 +245,13 @@ static sk_result sk__dc_call_of(sk__dc *c, int i, int sub, const sk_program_step
     return r;
   }
   if (sub > 0) return SK_OK; /* the others make one call */
-  if (k == SK_PSTEP_PARAM_GATHER || k == SK_PSTEP_GRAD_REDUCE_SCATTER) return sk__dc_refuse(c, i, "hsdp");
+  if (k == SK_PSTEP_GRAD_REDUCE_SCATTER) /* without a pipeline always a bucket's member */
+    return sk__dc_refuse(c, i, "a GradReduceScatter outside any bucket");
+  if (k == SK_PSTEP_PARAM_GATHER) { /* level3's, one AllGather of the shard into the slice (sk_rt_hsdp.h) */
+    call->kind = SK_COLL_ALLGATHER, call->slot = sk__dc_slot_of(c, s->group), call->count = (size_t)s->count;
+    call->per_member = true, call->dt = c->d.cdt;
+    return *has = true, SK_OK;
+  }
   bool comm = k == SK_PSTEP_FORWARD_COMM || k == SK_PSTEP_UNDO_COMM || k == SK_PSTEP_BACKWARD_COMM || k == SK_PSTEP_MIRROR;
   if (!comm) return SK_OK;
   if (s->bucket >= 0) return sk__dc_refuse(c, i, "a fusion bucket's member");
@@ -331,52 +353,75 @@ static sk_result sk__dc_post(sk__dc *c, int dev, const sk__dc_call *call, bool b
   return ++e->posted == n ? sk__dc_finish(c, *x) : SK_OK;
 }
 
-/* ---- fusion buckets: non-blocking AllReduces of Mirror gradients (sk_fusion.h) ------------------
-   Launched strictly in bucket order, each when its last member is ready: under
-   grad_computation_allreduce_overlap at that member's Mirror step, else at its Fused step; every
-   one completes (the clock reaches its end) at the WaitFused step. */
+/* ---- fusion buckets: non-blocking collectives (sk_fusion.h) -------------------------------------
+   Each scheduler launches its buckets strictly in bucket order, each when its last member is
+   ready: the Mirrors' AllReduces and hsdp's ReduceScatters under
+   grad_computation_allreduce_overlap at that member's step, else (and hsdp's gathers always) at
+   the bucket's Fused step; all complete (the clock reaches their ends) at the kind's WaitFused. */
 
-/* Launches device dev's buckets from the next one on while their members are all ready. */
-static sk_result sk__dc_launch(sk__dc *c, int dev, bool at_fused) {
+static int sk__dc_kind_of(sk_coll_kind k) {
+  return k == SK_COLL_ALLREDUCE ? SK__DC_AR : k == SK_COLL_REDUCE_SCATTER ? SK__DC_RS : SK__DC_AG;
+}
+
+/* The scheduler a program step is a bucket member of (-1: none). */
+static int sk__dc_member_kind(const sk__dc *c, const sk_program_step *s) {
+  bool op_step = (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
+  if (!op_step || s->bucket < 0) return -1;
+  sk_parallel_step_kind k = c->p->steps[s->index].kind;
+  return k == SK_PSTEP_MIRROR ? SK__DC_AR : k == SK_PSTEP_GRAD_REDUCE_SCATTER ? SK__DC_RS : k == SK_PSTEP_PARAM_GATHER ? SK__DC_AG : -1;
+}
+
+/* Launches device dev's buckets of scheduler b from the next one on while their members are
+   all ready (at_fused: the next one's Fused step marks them). Gathers and ReduceScatters take
+   their Fused step's count as the whole array (per member on the wire). */
+static sk_result sk__dc_launch(sk__dc *c, int dev, int b, bool at_fused) {
+  sk__dc_sched *q = &c->sched[b];
   sk__dc_dev *v = &c->dev[dev];
-  const sk_program *pg = &c->p->programs[0];
+  size_t row = (size_t)dev * (size_t)q->stride;
   sk_result r = SK_OK;
-  while (!r && v->launched < c->nbuckets &&
-         (at_fused || c->ready[(size_t)dev * (size_t)c->bstride + (size_t)v->launched] == c->bucket_members[v->launched])) {
-    const sk_program_step *s = &pg->steps[c->bucket_step[v->launched]];
-    sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_slot_of(c, s->group), (size_t)s->count, false, c->d.mirror_wire};
+  while (!r && v->launched[b] < q->n && (at_fused || q->ready[row + (size_t)v->launched[b]] == q->members[v->launched[b]])) {
+    const sk_program_step *s = &c->p->programs[0].steps[q->step[v->launched[b]]];
+    sk__dc_call call = {s->coll, sk__dc_slot_of(c, s->group), (size_t)s->count, b != SK__DC_AR,
+                        b == SK__DC_AG ? c->d.cdt : c->d.mirror_wire};
     int x = -1;
     r = sk__dc_post(c, dev, &call, false, &x);
-    if (!r) c->reqs[(size_t)dev * (size_t)c->bstride + (size_t)v->nreqs++] = x;
-    v->launched++, at_fused = false;
+    if (!r) q->reqs[row + (size_t)v->nreqs[b]++] = x;
+    v->launched[b]++, at_fused = false;
   }
   return r;
 }
 
-/* A bucket step of device dev: a member Mirror, a Fused launch, the WaitFused; *stuck when the
-   wait cannot complete yet (a peer has not launched a bucket). */
-static sk_result sk__dc_bucket_step(sk__dc *c, int dev, int i, const sk_program_step *s, bool *stuck) {
+/* Device dev's WaitFused of scheduler b; *stuck while a peer has not launched a bucket. */
+static void sk__dc_wait_fused(sk__dc *c, int dev, int b, bool *stuck) {
   sk__dc_dev *v = &c->dev[dev];
-  bool overlap = c->p->desc.transformer_opt.grad_computation_allreduce_overlap;
-  if (s->kind != SK_PSTEP_FUSED && s->kind != SK_PSTEP_WAIT_FUSED) { /* a member Mirror */
-    if (!overlap) return SK_OK;
-    c->ready[(size_t)dev * (size_t)c->bstride + (size_t)c->bucket_of[s->bucket]]++;
-    return sk__dc_launch(c, dev, false);
-  }
-  if (s->coll != SK_COLL_ALLREDUCE) return sk__dc_refuse(c, i, "hsdp's buckets");
-  if (s->kind == SK_PSTEP_FUSED) {
-    if (overlap) return SK_OK;
-    if (c->bucket_step[v->launched] != i)
-      return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: program step %d launches a bucket out of order", i);
-    return sk__dc_launch(c, dev, true);
-  }
-  const int *q = &c->reqs[(size_t)dev * (size_t)c->bstride];
-  for (int k = 0; k < v->nreqs; k++)
-    if (!c->recs[q[k]].done) return *stuck = true, SK_OK;
-  for (int k = 0; k < v->nreqs; k++)
+  const int *q = &c->sched[b].reqs[(size_t)dev * (size_t)c->sched[b].stride];
+  for (int k = 0; k < v->nreqs[b]; k++)
+    if (!c->recs[q[k]].done) {
+      *stuck = true;
+      return;
+    }
+  for (int k = 0; k < v->nreqs[b]; k++)
     if (v->clock < c->recs[q[k]].end) v->clock = c->recs[q[k]].end;
-  v->nreqs = 0;
-  return SK_OK;
+  v->nreqs[b] = 0;
+}
+
+/* A bucket step of device dev: a member, a Fused launch, the WaitFused. */
+static sk_result sk__dc_bucket_step(sk__dc *c, int dev, int i, const sk_program_step *s, bool *stuck) {
+  bool overlap = c->p->desc.transformer_opt.grad_computation_allreduce_overlap;
+  if (s->kind == SK_PSTEP_WAIT_FUSED) return sk__dc_wait_fused(c, dev, sk__dc_kind_of(s->coll), stuck), SK_OK;
+  if (s->kind == SK_PSTEP_FUSED) {
+    int b = sk__dc_kind_of(s->coll);
+    if (overlap && b != SK__DC_AG) return SK_OK;
+    const sk__dc_sched *q = &c->sched[b];
+    if (c->dev[dev].launched[b] >= q->n || q->step[c->dev[dev].launched[b]] != i)
+      return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: program step %d launches a bucket out of order", i);
+    return sk__dc_launch(c, dev, b, true);
+  }
+  int b = sk__dc_member_kind(c, s);
+  if (!overlap || b == SK__DC_AG) return SK_OK; /* its Fused step launches it */
+  sk__dc_sched *q = &c->sched[b];
+  q->ready[(size_t)dev * (size_t)q->stride + (size_t)q->of[s->bucket]]++;
+  return sk__dc_launch(c, dev, b, false);
 }
 
 /* Device dev's next program step; *stuck when it cannot run it yet. A blocking call leaves the
@@ -388,15 +433,19 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
   const sk_program_step *s = &pg->steps[i];
   *stuck = false;
   switch (s->kind) {
-    case SK_PSTEP_SHARD_MIRROR: return sk__dc_refuse(c, i, "hsdp");
     case SK_PSTEP_SEND:
     case SK_PSTEP_RECV:
     case SK_PSTEP_WAIT_SEND: return sk__dc_refuse(c, i, "a pipeline's Send/Recv");
     default: break;
   }
+  if (s->kind == SK_PSTEP_SHARD_MIRROR) { /* a partly sharded parameter's AllReduce over its other replicas */
+    sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_slot_of(c, s->group), (size_t)s->count, false, c->d.mirror_wire};
+    int x = -1;
+    if (v->sub > 0) return v->pc++, v->sub = 0, SK_OK;
+    return sk__dc_post(c, dev, &call, true, &x);
+  }
   bool op_step = (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
-  bool bucket = s->kind == SK_PSTEP_FUSED || s->kind == SK_PSTEP_WAIT_FUSED || (op_step && s->bucket >= 0 &&
-                c->p->steps[s->index].kind == SK_PSTEP_MIRROR);
+  bool bucket = s->kind == SK_PSTEP_FUSED || s->kind == SK_PSTEP_WAIT_FUSED || sk__dc_member_kind(c, s) >= 0;
   if (bucket) {
     sk_result r = sk__dc_bucket_step(c, dev, i, s, stuck);
     return r || *stuck ? r : (v->pc++, SK_OK);
@@ -452,36 +501,42 @@ static void sk__dc_free(sk__dc *c) {
   for (int m = 0; c->comms && m < c->ncomms; m++) sk__free(a, c->comms[m].ranks), sk__free(a, c->comms[m].recs);
   sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->seq), sk__free(a, c->comms), sk__free(a, c->recs);
   sk__free(a, c->nmove), sk__free(a, c->move);
-  sk__free(a, c->bucket_step), sk__free(a, c->bucket_members), sk__free(a, c->bucket_of), sk__free(a, c->ready);
-  sk__free(a, c->reqs);
+  for (int b = 0; b < SK__DC_KINDS; b++) {
+    sk__dc_sched *q = &c->sched[b];
+    sk__free(a, q->step), sk__free(a, q->members), sk__free(a, q->of), sk__free(a, q->ready), sk__free(a, q->reqs);
+  }
 }
 
-/* The program's AllReduce buckets: their Fused steps in order, and each one's member Mirrors. */
-static sk_result sk__dc_buckets(sk__dc *c) {
+/* Scheduler b's buckets: the program's Fused steps of its kind in order, each one's members. */
+static sk_result sk__dc_sched_init(sk__dc *c, int b, int top) {
   const sk_allocator *a = &c->p->desc.allocator;
   const sk_program *pg = &c->p->programs[0];
-  int top = 0;
-  for (int i = 0; i < pg->nsteps; i++) top = pg->steps[i].bucket > top ? pg->steps[i].bucket : top;
+  sk__dc_sched *q = &c->sched[b];
   size_t n = (size_t)top + 2, nd = (size_t)c->ndev;
-  c->bstride = top + 2;
-  c->bucket_step = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
-  c->bucket_members = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
-  c->bucket_of = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
-  c->ready = (int *)sk__calloc(a, sizeof(int) * n * nd, sizeof(int));
-  c->reqs = (int *)sk__calloc(a, sizeof(int) * n * nd, sizeof(int));
-  if (!c->bucket_step || !c->bucket_members || !c->bucket_of || !c->ready || !c->reqs)
+  q->stride = top + 2;
+  q->step = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
+  q->members = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
+  q->of = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
+  q->ready = (int *)sk__calloc(a, sizeof(int) * n * nd, sizeof(int));
+  q->reqs = (int *)sk__calloc(a, sizeof(int) * n * nd, sizeof(int));
+  if (!q->step || !q->members || !q->of || !q->ready || !q->reqs)
     return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (int i = 0; i < pg->nsteps; i++) {
     const sk_program_step *s = &pg->steps[i];
-    if (s->kind == SK_PSTEP_FUSED && s->coll == SK_COLL_ALLREDUCE && s->bucket >= 0)
-      c->bucket_of[s->bucket] = c->nbuckets, c->bucket_step[c->nbuckets++] = i;
+    if (s->kind == SK_PSTEP_FUSED && s->bucket >= 0 && sk__dc_kind_of(s->coll) == b) q->of[s->bucket] = q->n, q->step[q->n++] = i;
   }
-  for (int i = 0; i < pg->nsteps; i++) {
-    const sk_program_step *s = &pg->steps[i];
-    bool op_step = (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
-    if (op_step && s->bucket >= 0 && c->p->steps[s->index].kind == SK_PSTEP_MIRROR) c->bucket_members[c->bucket_of[s->bucket]]++;
-  }
+  for (int i = 0; i < pg->nsteps; i++)
+    if (sk__dc_member_kind(c, &pg->steps[i]) == b) q->members[q->of[pg->steps[i].bucket]]++;
   return SK_OK;
+}
+
+static sk_result sk__dc_buckets(sk__dc *c) {
+  const sk_program *pg = &c->p->programs[0];
+  int top = 0;
+  for (int i = 0; i < pg->nsteps; i++) top = pg->steps[i].bucket > top ? pg->steps[i].bucket : top;
+  sk_result r = SK_OK;
+  for (int b = 0; b < SK__DC_KINDS && !r; b++) r = sk__dc_sched_init(c, b, top);
+  return r;
 }
 
 static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err) {

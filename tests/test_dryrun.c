@@ -406,3 +406,20 @@ Test(dryrun_time, built_nets_2_4_8, .timeout = DR_TIMEOUT) {
   cr_log_info("built networks: %d of 12 with layer changes modelled", modelled);
   cr_assert_eq(rs, 3, "the forward ReduceScatter chain is refused");
 }
+
+/* hsdp: level1 and level2 (gathers and ReduceScatters in buckets, ShardMirrors), level3 (a
+   gather before each use), the ReduceScatters launched as ready under overlap. */
+Test(dryrun_time, hsdp_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  int modelled = 0;
+  const sk_hsdp_level levels[] = {SK_HSDP_LEVEL1, SK_HSDP_LEVEL2, SK_HSDP_LEVEL3};
+  for (int l = 0; l < 3; l++) {
+    pd.hsdp = (sk_hsdp){true, -1, 0, levels[l]};
+    for (int i = 0; i < NNETS; i++)
+      for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, l == 0 ? "hsdp level1" : l == 1 ? "hsdp level2" : "hsdp level3");
+  }
+  pd.hsdp.level = SK_HSDP_LEVEL2, pd.transformer_opt.grad_computation_allreduce_overlap = true;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, "hsdp level2, launched when ready");
+  cr_log_info("hsdp: %d of %d modelled", modelled, 7 * NNETS);
+  cr_assert_gt(modelled, 0);
+}
