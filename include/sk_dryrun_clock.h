@@ -121,6 +121,7 @@ typedef struct sk__dc {
   sk__dr d;                /* the FLOPs and dtypes (alike on every device of a stage) */
   const sk_parallel_plan *p;
   int ndev, nslots;        /* slots: the plan's groups, then the stage communicator */
+  bool last;               /* walking the last micro-step of a grad-accumulation window (or no window) */
   sk__dc_dev *dev;
   int *slot;               /* [ndev * nslots]: the device's communicator of each slot, -1 unknown */
   int *seq;                /* [ndev * nslots]: calls the device has posted on it */
@@ -143,7 +144,7 @@ static sk_result sk__dc_check(const sk_parallel_plan *p, sk_error *err) {
   const sk_autoparallel *pd = &p->desc;
   const char *no = !sk_cluster_prices(&pd->cluster) ? "a cluster that prices no communication (no clock runs)"
                    : p->stages > 1 || p->world_devices != pd->ndevices ? "a pipeline"
-                   : pd->grad_accumulation_step > 1 ? "grad_accumulation_step > 1"
+                   : pd->grad_accumulation_step > 1 && pd->hsdp.enabled ? "hsdp under grad_accumulation_step > 1"
                    : pd->print_local_norm || pd->dump_local_norm ? "the local-norm gather"
                                                                  : NULL;
   return no ? sk__fail(err, SK_ERR_UNSUPPORTED, "dry run step time: %s is not modelled", no) : SK_OK;
@@ -432,6 +433,8 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
   int i = v->pc;
   const sk_program_step *s = &pg->steps[i];
   *stuck = false;
+  if (s->last && !c->last) return v->pc++, SK_OK; /* the window's last micro-step's */
+  if (s->kind == SK_PSTEP_GRADS_READY && !c->last) return v->pc = pg->nsteps, SK_OK; /* a micro-step ends here */
   switch (s->kind) {
     case SK_PSTEP_SEND:
     case SK_PSTEP_RECV:
@@ -483,17 +486,18 @@ static sk_result sk__dc_walk(sk__dc *c) {
   return SK_OK;
 }
 
-static void sk__dc_report(const sk__dc *c, sk_dryrun_time *out) {
-  double busy = 0;
-  out->step_us = 0;
+/* Adds a walked step, weighted w, to *out: its makespan, each device's span and compute;
+   *busy sums the devices' compute. */
+static void sk__dc_add(const sk__dc *c, double w, sk_dryrun_time *out, double *busy) {
+  double most = 0;
   for (int d = 0; d < c->ndev; d++) {
     const sk__dc_dev *v = &c->dev[d];
-    if (v->clock > out->step_us) out->step_us = v->clock;
-    busy += v->busy;
-    if (out->span_us) out->span_us[d] = v->clock;
-    if (out->busy_us) out->busy_us[d] = v->busy;
+    most = v->clock > most ? v->clock : most;
+    *busy += w * v->busy;
+    if (out->span_us) out->span_us[d] += w * v->clock;
+    if (out->busy_us) out->busy_us[d] += w * v->busy;
   }
-  out->bubble = out->step_us > 0 ? 1 - busy / c->ndev / out->step_us : 0;
+  out->step_us += w * most;
 }
 
 static void sk__dc_free(sk__dc *c) {
@@ -560,6 +564,43 @@ static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err
   return sk__dc_buckets(c);
 }
 
+/* Back to a step's start: clocks aligned at 0, every communicator idle (each step waits for
+   all it issued, so link_free is at most the aligned start), nothing posted or in flight. */
+static void sk__dc_reset(sk__dc *c) {
+  memset(c->dev, 0, sizeof(sk__dc_dev) * (size_t)c->ndev);
+  for (int d = 0; d < c->ndev; d++) c->dev[d].wait = -1;
+  memset(c->seq, 0, sizeof(int) * (size_t)c->ndev * (size_t)c->nslots);
+  for (int m = 0; m < c->ncomms; m++) c->comms[m].link_free = 0, c->comms[m].nrecs = 0;
+  c->nrecs = 0;
+  for (int b = 0; b < SK__DC_KINDS; b++)
+    memset(c->sched[b].ready, 0, sizeof(int) * (size_t)c->ndev * (size_t)c->sched[b].stride);
+}
+
+/* Under grad_accumulation_step M, a window's M micro-steps: M - 1 stop at GradsReady (each
+   alike: every one starts aligned and idle), the last runs the `last` steps too; the figures are
+   the window's mean per micro-step, as the runtime's step_us / steps over whole windows. */
+static sk_result sk__dc_window(sk__dc *c, sk_dryrun_time *out) {
+  int m = c->p->desc.grad_accumulation_step > 1 ? c->p->desc.grad_accumulation_step : 1;
+  double busy = 0;
+  out->step_us = 0;
+  for (int d = 0; d < c->ndev; d++) {
+    if (out->span_us) out->span_us[d] = 0;
+    if (out->busy_us) out->busy_us[d] = 0;
+  }
+  sk_result r = SK_OK;
+  if (m > 1) {
+    c->last = false;
+    if ((r = sk__dc_walk(c))) return r;
+    sk__dc_add(c, (double)(m - 1) / m, out, &busy);
+    sk__dc_reset(c);
+  }
+  c->last = true;
+  if ((r = sk__dc_walk(c))) return r;
+  sk__dc_add(c, 1.0 / m, out, &busy);
+  out->bubble = out->step_us > 0 ? 1 - busy / c->ndev / out->step_us : 0;
+  return SK_OK;
+}
+
 SK_API sk_result sk_dryrun_step_time(const sk_parallel_plan *p, sk_dryrun_time *out, sk_error *err) {
   if (!p || !out || !p->graph || !p->programs || !p->steps)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run step time: NULL or uncompiled plan, or NULL output");
@@ -567,8 +608,7 @@ SK_API sk_result sk_dryrun_step_time(const sk_parallel_plan *p, sk_dryrun_time *
   if (r) return r;
   sk__dc c;
   r = sk__dc_init(&c, p, err);
-  if (!r) r = sk__dc_walk(&c);
-  if (!r) sk__dc_report(&c, out);
+  if (!r) r = sk__dc_window(&c, out);
   sk__dc_free(&c);
   return r;
 }

@@ -248,6 +248,7 @@ Test(dryrun, schedulers_accumulation_fusion, .timeout = DR_TIMEOUT) {
    with the first; compared rather than assumed). */
 #define STEPS 3
 static double step_first[MAXDEV], step_total[MAXDEV];
+static int window = 1; /* grad_accumulation_step: the first "step" is the first window's mean */
 
 static sk_result timed_steps(sk_comm *comm, void *arg) {
   run *R = (run *)arg;
@@ -258,12 +259,12 @@ static sk_result timed_steps(sk_comm *comm, void *arg) {
   o->ran = true, o->rc = SK_OK;
   sk_runtime *rt = NULL;
   sk_result r = note(o, "create", sk_runtime_create(comm, &R->plan, &R->desc, &rt, &e), &e);
-  for (int s = 0; s < STEPS && !r; s++) {
+  for (int s = 0; s < STEPS * window && !r; s++) {
     for (int i = 0; !r && i < R->n->nin; i++)
       r = note(o, "feed", sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[0][i], (size_t)R->in_n[i], &e), &e);
     if (!r) r = note(o, "step", sk_runtime_step(rt, &o->loss[0], &e), &e);
     if (!r) sk_runtime_stats_get(rt, &o->stats);
-    if (!r && s == 0) step_first[me] = o->stats.step_us;
+    if (!r && s == window - 1) step_first[me] = o->stats.step_us;
   }
   step_total[me] = o->stats.step_us;
   sk_runtime_destroy(rt);
@@ -301,7 +302,7 @@ static bool check_time_net(net *n, int ndev, const sk_autoparallel *pd, const ch
     run_world_with(&R, timed_steps);
     expect_all_ok(&R, what);
     for (int d = 0; d < ndev; d++) {
-      double first = step_first[d], later = (step_total[d] - first) / (STEPS - 1);
+      double first = step_first[d] / window, later = (step_total[d] - step_first[d]) / ((STEPS - 1) * window);
       cr_assert(close_to(first, t.step_us), "%s: device %d: step 1 took %.17g us executed, %.17g modelled", what, d, first, t.step_us);
       cr_assert(close_to(later, t.step_us), "%s: device %d: steps 2..%d took %.17g us each executed, %.17g modelled", what, d,
                 STEPS, later, t.step_us);
@@ -421,5 +422,23 @@ Test(dryrun_time, hsdp_2_8, .timeout = DR_TIMEOUT) {
   pd.hsdp.level = SK_HSDP_LEVEL2, pd.transformer_opt.grad_computation_allreduce_overlap = true;
   for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, "hsdp level2, launched when ready");
   cr_log_info("hsdp: %d of %d modelled", modelled, 7 * NNETS);
+  cr_assert_gt(modelled, 0);
+}
+
+/* Grad accumulation: windows of 2 and 3 micro-steps; each window's mean per micro-step (the
+   runtime's step_us / steps over whole windows) against the dry run's. */
+Test(dryrun_time, grad_accumulation_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  int modelled = 0;
+  for (int m = 2; m <= 3; m++) {
+    pd.grad_accumulation_step = window = m;
+    for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, m == 2 ? "grad_accumulation_step 2" : "grad_accumulation_step 3");
+  }
+  pd.grad_accumulation_step = window = 2;
+  pd.comm_fusion.allreduce.mode = SK_FUSION_SIZE, pd.comm_fusion.allreduce.threshold_bytes = 4096;
+  pd.transformer_opt.grad_computation_allreduce_overlap = true;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "grad_accumulation_step 2, 4 KB buckets when ready");
+  window = 1;
+  cr_log_info("grad accumulation: %d of %d modelled", modelled, 3 * NNETS);
   cr_assert_gt(modelled, 0);
 }
