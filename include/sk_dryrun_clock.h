@@ -96,7 +96,20 @@ typedef struct sk__dc_sched {
   int *reqs;      /* [ndev * stride]: records in flight */
 } sk__dc_sched;
 
+/* A Send and its Recv (a pipeline's activations or gradients between stages), matched in
+   posting order per (link, sender, receiver) as the threads backend matches them. */
+typedef struct sk__dc_p2p {
+  int src, dst, link, step;    /* world ranks; 0 forward link, 1 backward; the Send's program step */
+  size_t count;
+  sk_dtype dt;
+  bool has_send, has_recv, done, waited;
+  double send_issue, recv_issue, end;
+} sk__dc_p2p;
+
 typedef struct sk__dc_dev {
+  int stage;         /* its pipeline stage: its program */
+  int pwait;         /* the Recv it is blocked in (a p2p record), or -1 */
+  int tail;          /* after its program under a pipeline: 0 sends to wait, 1 the loss, 2 done */
   int pc;            /* the next program step */
   int sub;           /* the next call of that step (a move makes several) */
   int wait;          /* the record of the blocking call it is in, or -1 */
@@ -129,9 +142,12 @@ typedef struct sk__dc {
   int ncomms;
   sk__dc_rec *recs;
   int nrecs, caprecs;
-  int *nmove;              /* [nsteps]: a move step's calls, -1 not yet known */
-  sk__dc_call *move;       /* [nsteps * SK__DC_MOVE_CALLS]: they */
-  sk__dc_sched sched[SK__DC_KINDS];
+  int *moff;               /* [stages + 1]: each stage's first entry in nmove */
+  int *nmove;              /* [every stage's steps]: a move step's calls, -1 not yet known */
+  sk__dc_call *move;       /* [that * SK__DC_MOVE_CALLS]: they */
+  sk__dc_p2p *p2ps;
+  int np2p, capp2p;
+  sk__dc_sched *sched;     /* [stages * SK__DC_KINDS] */
   sk_error *err;
 } sk__dc;
 
@@ -143,17 +159,22 @@ static sk_result sk__dc_refuse(sk__dc *c, int i, const char *what) {
 static sk_result sk__dc_check(const sk_parallel_plan *p, sk_error *err) {
   const sk_autoparallel *pd = &p->desc;
   const char *no = !sk_cluster_prices(&pd->cluster) ? "a cluster that prices no communication (no clock runs)"
-                   : p->stages > 1 || p->world_devices != pd->ndevices ? "a pipeline"
+                   : p->stages > 1 && pd->hsdp.enabled ? "hsdp under a pipeline"
                    : pd->grad_accumulation_step > 1 && pd->hsdp.enabled ? "hsdp under grad_accumulation_step > 1"
                    : pd->print_local_norm || pd->dump_local_norm ? "the local-norm gather"
                                                                  : NULL;
   return no ? sk__fail(err, SK_ERR_UNSUPPORTED, "dry run step time: %s is not modelled", no) : SK_OK;
 }
 
-/* The slot of plan group id: the world and the stage are one communicator without a pipeline. */
+/* The communicator slots past the plan's groups: the stage's, then the world's. */
+static int sk__dc_stage_slot(const sk__dc *c) { return c->nslots - 2; }
+static int sk__dc_world_slot(const sk__dc *c) { return c->p->stages > 1 ? c->nslots - 1 : c->nslots - 2; }
+
+/* The slot of plan group id: the runtime's own communicators for the world and the stage (one
+   without a pipeline), a split of its own for each other group. */
 static int sk__dc_slot_of(const sk__dc *c, int id) {
   sk_plan_group_kind k = c->p->groups[id].kind;
-  return k == SK_PGROUP_WORLD || k == SK_PGROUP_STAGE ? c->nslots - 1 : id;
+  return k == SK_PGROUP_STAGE ? sk__dc_stage_slot(c) : k == SK_PGROUP_WORLD ? sk__dc_world_slot(c) : id;
 }
 
 static void sk__dc_sort(int *v, int n) {
@@ -172,7 +193,10 @@ static sk_result sk__dc_comm_of(sk__dc *c, int dev, int slot, int *out) {
   int *ranks = (int *)sk__alloc(a, sizeof(int) * SK_MAX_DEVICES, sizeof(int)), n = 0;
   if (!ranks) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   sk_result r = SK_OK;
-  if (slot == c->nslots - 1)
+  int nd = c->p->desc.ndevices, first = c->dev[dev].stage * nd;
+  if (slot == sk__dc_stage_slot(c))
+    for (n = 0; n < nd; n++) ranks[n] = first + n;
+  else if (slot == c->nslots - 1)
     for (n = 0; n < c->ndev; n++) ranks[n] = n;
   else
     r = sk_parallel_group_ranks(c->p, slot, dev, ranks, SK_MAX_DEVICES, &n, c->err);
@@ -215,11 +239,11 @@ static sk_result sk__dc_move_step(sk__dc *c, int i, const sk_program_step *s, co
 
 /* Move step i's calls, made once (every rank's plan has the same steps: the executor's
    agreement checks their fingerprint): the agreement over the stage (3 x i64), then the steps. */
-static sk_result sk__dc_move(sk__dc *c, int i, const sk_program_step *s, int move) {
-  if (c->nmove[i] >= 0) return SK_OK;
-  sk__dc_call *calls = &c->move[(size_t)i * SK__DC_MOVE_CALLS];
+static sk_result sk__dc_move(sk__dc *c, int i, int gi, const sk_program_step *s, int move) {
+  if (c->nmove[gi] >= 0) return SK_OK;
+  sk__dc_call *calls = &c->move[(size_t)gi * SK__DC_MOVE_CALLS];
   memset(calls, 0, sizeof *calls);
-  calls[0].kind = SK_COLL_ALLREDUCE, calls[0].slot = c->nslots - 1, calls[0].count = 3, calls[0].dt = SK_I64;
+  calls[0].kind = SK_COLL_ALLREDUCE, calls[0].slot = sk__dc_stage_slot(c), calls[0].count = 3, calls[0].dt = SK_I64;
   int n = 1;
   sk_redist_plan *rp = NULL;
   sk_result r = sk__dr_move_plan(&c->d, s->op, move, s->slot, &rp);
@@ -229,20 +253,20 @@ static sk_result sk__dc_move(sk__dc *c, int i, const sk_program_step *s, int mov
     n += has;
   }
   sk_redist_plan_destroy(rp);
-  if (!r) c->nmove[i] = n;
+  if (!r) c->nmove[gi] = n;
   return r;
 }
 
 /* The collective program step i (plan step kind k) makes, if any (*has): its call as the
    runtime makes it (sk_rt_steps.h): a ReduceScatter's and an AllGather's count per member. */
-static sk_result sk__dc_call_of(sk__dc *c, int i, int sub, const sk_program_step *s, sk_parallel_step_kind k,
+static sk_result sk__dc_call_of(sk__dc *c, int stage, int i, int sub, const sk_program_step *s, sk_parallel_step_kind k,
                                 sk__dc_call *call, bool *has) {
   const sk_parallel_plan *p = c->p;
   *has = false;
-  int move = sk__dr_move_of(k);
+  int move = sk__dr_move_of(k), gi = c->moff[stage] + i;
   if (move >= 0) {
-    sk_result r = sk__dc_move(c, i, s, move);
-    if (!r && sub < c->nmove[i]) *call = c->move[(size_t)i * SK__DC_MOVE_CALLS + (size_t)sub], *has = true;
+    sk_result r = sk__dc_move(c, i, gi, s, move);
+    if (!r && sub < c->nmove[gi]) *call = c->move[(size_t)gi * SK__DC_MOVE_CALLS + (size_t)sub], *has = true;
     return r;
   }
   if (sub > 0) return SK_OK; /* the others make one call */
@@ -376,12 +400,12 @@ static int sk__dc_member_kind(const sk__dc *c, const sk_program_step *s) {
    all ready (at_fused: the next one's Fused step marks them). Gathers and ReduceScatters take
    their Fused step's count as the whole array (per member on the wire). */
 static sk_result sk__dc_launch(sk__dc *c, int dev, int b, bool at_fused) {
-  sk__dc_sched *q = &c->sched[b];
+  sk__dc_sched *q = &c->sched[c->dev[dev].stage * SK__DC_KINDS + b];
   sk__dc_dev *v = &c->dev[dev];
   size_t row = (size_t)dev * (size_t)q->stride;
   sk_result r = SK_OK;
   while (!r && v->launched[b] < q->n && (at_fused || q->ready[row + (size_t)v->launched[b]] == q->members[v->launched[b]])) {
-    const sk_program_step *s = &c->p->programs[0].steps[q->step[v->launched[b]]];
+    const sk_program_step *s = &c->p->programs[v->stage].steps[q->step[v->launched[b]]];
     sk__dc_call call = {s->coll, sk__dc_slot_of(c, s->group), (size_t)s->count, b != SK__DC_AR,
                         b == SK__DC_AG ? c->d.cdt : c->d.mirror_wire};
     int x = -1;
@@ -395,7 +419,8 @@ static sk_result sk__dc_launch(sk__dc *c, int dev, int b, bool at_fused) {
 /* Device dev's WaitFused of scheduler b; *stuck while a peer has not launched a bucket. */
 static void sk__dc_wait_fused(sk__dc *c, int dev, int b, bool *stuck) {
   sk__dc_dev *v = &c->dev[dev];
-  const int *q = &c->sched[b].reqs[(size_t)dev * (size_t)c->sched[b].stride];
+  const sk__dc_sched *sq = &c->sched[v->stage * SK__DC_KINDS + b];
+  const int *q = &sq->reqs[(size_t)dev * (size_t)sq->stride];
   for (int k = 0; k < v->nreqs[b]; k++)
     if (!c->recs[q[k]].done) {
       *stuck = true;
@@ -413,34 +438,117 @@ static sk_result sk__dc_bucket_step(sk__dc *c, int dev, int i, const sk_program_
   if (s->kind == SK_PSTEP_FUSED) {
     int b = sk__dc_kind_of(s->coll);
     if (overlap && b != SK__DC_AG) return SK_OK;
-    const sk__dc_sched *q = &c->sched[b];
+    const sk__dc_sched *q = &c->sched[c->dev[dev].stage * SK__DC_KINDS + b];
     if (c->dev[dev].launched[b] >= q->n || q->step[c->dev[dev].launched[b]] != i)
       return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: program step %d launches a bucket out of order", i);
     return sk__dc_launch(c, dev, b, true);
   }
   int b = sk__dc_member_kind(c, s);
   if (!overlap || b == SK__DC_AG) return SK_OK; /* its Fused step launches it */
-  sk__dc_sched *q = &c->sched[b];
+  sk__dc_sched *q = &c->sched[c->dev[dev].stage * SK__DC_KINDS + b];
   q->ready[(size_t)dev * (size_t)q->stride + (size_t)q->of[s->bucket]]++;
   return sk__dc_launch(c, dev, b, false);
 }
 
-/* Device dev's next program step; *stuck when it cannot run it yet. A blocking call leaves the
-   device waiting in it (dev.wait). */
-static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
-  const sk_program *pg = &c->p->programs[0];
+/* ---- a pipeline's Send / Recv (sk_runtime.h: isend, a blocking recv, WaitSend) ------------------
+   The message moves once both sides have posted: from the later of their clocks, for
+   sk_cluster_p2p_us (no link_free: the threads backend prices each pair alone). */
+
+/* Device dev posts its side of a message to or from world rank `peer` on `link`; *x = the
+   record. The pair completes when the second side posts; a Recv blocked in it then returns. */
+static sk_result sk__dc_p2p_post(sk__dc *c, int dev, const sk_program_step *s, int peer, int i, int *x) {
+  bool send = s->kind == SK_PSTEP_SEND;
+  int src = send ? dev : peer, dst = send ? peer : dev, link = s->grad ? 1 : 0, k = 0;
+  sk_dtype dt = sk__dr_dtype(&c->d, s->tensor);
+  while (k < c->np2p && !(!c->p2ps[k].done && c->p2ps[k].link == link && c->p2ps[k].src == src && c->p2ps[k].dst == dst &&
+                          (send ? !c->p2ps[k].has_send : !c->p2ps[k].has_recv)))
+    k++;
+  if (k == c->np2p) {
+    void *pv = c->p2ps;
+    if (!sk__dc_grow(&c->p->desc.allocator, &pv, c->np2p, &c->capp2p, sizeof(sk__dc_p2p)))
+      return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+    c->p2ps = (sk__dc_p2p *)pv;
+    memset(&c->p2ps[k], 0, sizeof c->p2ps[k]);
+    c->p2ps[k].src = src, c->p2ps[k].dst = dst, c->p2ps[k].link = link, c->p2ps[k].count = (size_t)s->count, c->p2ps[k].dt = dt;
+    c->np2p++;
+  }
+  sk__dc_p2p *m = &c->p2ps[k];
+  if (m->count != (size_t)s->count || m->dt != dt)
+    return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: rank %d sends %zu, rank %d receives %lld", src, m->count, dst,
+                    (long long)s->count);
+  if (send) m->has_send = true, m->send_issue = c->dev[dev].clock, m->step = i;
+  else m->has_recv = true, m->recv_issue = c->dev[dev].clock, c->dev[dev].pwait = k;
+  *x = k;
+  if (!m->has_send || !m->has_recv) return SK_OK;
+  double us = 0, start = m->send_issue > m->recv_issue ? m->send_issue : m->recv_issue;
+  sk_result r = sk_cluster_p2p_us(&c->p->desc.cluster, src, dst, m->count, m->dt, &us, c->err);
+  if (r) return r;
+  m->end = start + us, m->done = true;
+  sk__dc_dev *rv = &c->dev[dst];
+  if (rv->pwait == k) rv->clock = rv->clock < m->end ? m->end : rv->clock, rv->pwait = -1, rv->pc++;
+  return SK_OK;
+}
+
+/* Device dev waits for its Send at program step `step` (every one of its sends when step < 0);
+   *stuck while one has no Recv yet. */
+static void sk__dc_wait_sends(sk__dc *c, int dev, int step, bool *stuck) {
   sk__dc_dev *v = &c->dev[dev];
+  for (int k = 0; k < c->np2p; k++) {
+    const sk__dc_p2p *m = &c->p2ps[k];
+    if (m->src == dev && m->has_send && !m->waited && (step < 0 || m->step == step) && !m->done) {
+      *stuck = true;
+      return;
+    }
+  }
+  for (int k = 0; k < c->np2p; k++) {
+    sk__dc_p2p *m = &c->p2ps[k];
+    if (m->src != dev || !m->has_send || m->waited || (step >= 0 && m->step != step)) continue;
+    if (v->clock < m->end) v->clock = m->end;
+    m->waited = true;
+  }
+}
+
+/* A pipeline step of device dev: Send (non-blocking), Recv (blocking), WaitSend. */
+static sk_result sk__dc_pipe_step(sk__dc *c, int dev, int i, const sk_program_step *s, bool *stuck) {
+  sk__dc_dev *v = &c->dev[dev];
+  if (s->kind == SK_PSTEP_WAIT_SEND) {
+    sk__dc_wait_sends(c, dev, s->send, stuck);
+    return *stuck ? SK_OK : (v->pc++, SK_OK);
+  }
+  int nd = c->p->desc.ndevices, x = -1;
+  sk_result r = sk__dc_p2p_post(c, dev, s, s->peer * nd + dev % nd, i, &x);
+  if (!r && s->kind == SK_PSTEP_SEND) v->pc++;
+  return r;
+}
+
+/* After its program under a pipeline, device dev waits for its sends still in flight, then
+   joins the loss's AllReduce over the world (1 x f64: sk_runtime.h). */
+static sk_result sk__dc_tail(sk__dc *c, int dev, bool *stuck) {
+  sk__dc_dev *v = &c->dev[dev];
+  if (v->tail == 0) {
+    sk__dc_wait_sends(c, dev, -1, stuck);
+    if (*stuck) return SK_OK;
+    v->tail = 1;
+  }
+  sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_world_slot(c), 1, false, SK_F64};
+  int x = -1;
+  v->tail = 2;
+  return sk__dc_post(c, dev, &call, true, &x);
+}
+
+/* Device dev's next program step; *stuck when it cannot run it yet. A blocking call leaves the
+   device waiting in it (dev.wait, dev.pwait). */
+static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
+  sk__dc_dev *v = &c->dev[dev];
+  const sk_program *pg = &c->p->programs[v->stage];
+  *stuck = false;
+  if (v->pc >= pg->nsteps) return sk__dc_tail(c, dev, stuck);
   int i = v->pc;
   const sk_program_step *s = &pg->steps[i];
-  *stuck = false;
   if (s->last && !c->last) return v->pc++, SK_OK; /* the window's last micro-step's */
   if (s->kind == SK_PSTEP_GRADS_READY && !c->last) return v->pc = pg->nsteps, SK_OK; /* a micro-step ends here */
-  switch (s->kind) {
-    case SK_PSTEP_SEND:
-    case SK_PSTEP_RECV:
-    case SK_PSTEP_WAIT_SEND: return sk__dc_refuse(c, i, "a pipeline's Send/Recv");
-    default: break;
-  }
+  if (s->kind == SK_PSTEP_SEND || s->kind == SK_PSTEP_RECV || s->kind == SK_PSTEP_WAIT_SEND)
+    return sk__dc_pipe_step(c, dev, i, s, stuck);
   if (s->kind == SK_PSTEP_SHARD_MIRROR) { /* a partly sharded parameter's AllReduce over its other replicas */
     sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_slot_of(c, s->group), (size_t)s->count, false, c->d.mirror_wire};
     int x = -1;
@@ -458,21 +566,26 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
   if (k == SK_PSTEP_FORWARD || k == SK_PSTEP_BACKWARD) return sk__dc_compute(c, v, s, k), v->pc++, SK_OK;
   sk__dc_call call;
   bool has = false;
-  sk_result r = sk__dc_call_of(c, i, v->sub, s, k, &call, &has);
+  sk_result r = sk__dc_call_of(c, v->stage, i, v->sub, s, k, &call, &has);
   if (r || !has) return r ? r : (v->pc++, v->sub = 0, SK_OK);
   int x = -1;
   return sk__dc_post(c, dev, &call, true, &x);
 }
 
-/* Runs every device until each has ended its program; a round in which none moves while some
-   have not ended is a wait no program can leave (a compiler fault). */
+/* Whether device dev has ended its step: its program, and under a pipeline the tail. */
+static bool sk__dc_ended(const sk__dc *c, int dev) {
+  const sk__dc_dev *v = &c->dev[dev];
+  return v->pc >= c->p->programs[v->stage].nsteps && (c->p->stages == 1 || v->tail == 2);
+}
+
+/* Runs every device until each has ended its step; a round in which none moves while some have
+   not ended is a wait no program can leave (a compiler fault). */
 static sk_result sk__dc_walk(sk__dc *c) {
-  int nsteps = c->p->programs[0].nsteps;
   for (bool moved = true; moved;) {
     moved = false;
     for (int d = 0; d < c->ndev; d++) {
       bool stuck = false;
-      while (c->dev[d].wait < 0 && c->dev[d].pc < nsteps) {
+      while (c->dev[d].wait < 0 && c->dev[d].pwait < 0 && !sk__dc_ended(c, d)) {
         sk_result r = sk__dc_advance(c, d, &stuck);
         if (r) return r;
         if (stuck) break;
@@ -481,7 +594,7 @@ static sk_result sk__dc_walk(sk__dc *c) {
     }
   }
   for (int d = 0; d < c->ndev; d++)
-    if (c->dev[d].pc < nsteps)
+    if (!sk__dc_ended(c, d) || c->dev[d].wait >= 0 || c->dev[d].pwait >= 0)
       return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: device %d waits at program step %d forever", d, c->dev[d].pc);
   return SK_OK;
 }
@@ -504,18 +617,21 @@ static void sk__dc_free(sk__dc *c) {
   const sk_allocator *a = &c->p->desc.allocator;
   for (int m = 0; c->comms && m < c->ncomms; m++) sk__free(a, c->comms[m].ranks), sk__free(a, c->comms[m].recs);
   sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->seq), sk__free(a, c->comms), sk__free(a, c->recs);
-  sk__free(a, c->nmove), sk__free(a, c->move);
-  for (int b = 0; b < SK__DC_KINDS; b++) {
+  sk__free(a, c->moff), sk__free(a, c->nmove), sk__free(a, c->move), sk__free(a, c->p2ps);
+  for (int b = 0; c->sched && b < c->p->stages * SK__DC_KINDS; b++) {
     sk__dc_sched *q = &c->sched[b];
     sk__free(a, q->step), sk__free(a, q->members), sk__free(a, q->of), sk__free(a, q->ready), sk__free(a, q->reqs);
   }
+  sk__free(a, c->sched);
 }
 
-/* Scheduler b's buckets: the program's Fused steps of its kind in order, each one's members. */
-static sk_result sk__dc_sched_init(sk__dc *c, int b, int top) {
+/* Stage st's scheduler b: the program's Fused steps of its kind in order, each one's members. */
+static sk_result sk__dc_sched_init(sk__dc *c, int st, int b) {
   const sk_allocator *a = &c->p->desc.allocator;
-  const sk_program *pg = &c->p->programs[0];
-  sk__dc_sched *q = &c->sched[b];
+  const sk_program *pg = &c->p->programs[st];
+  sk__dc_sched *q = &c->sched[st * SK__DC_KINDS + b];
+  int top = 0;
+  for (int i = 0; i < pg->nsteps; i++) top = pg->steps[i].bucket > top ? pg->steps[i].bucket : top;
   size_t n = (size_t)top + 2, nd = (size_t)c->ndev;
   q->stride = top + 2;
   q->step = (int *)sk__calloc(a, sizeof(int) * n, sizeof(int));
@@ -534,46 +650,53 @@ static sk_result sk__dc_sched_init(sk__dc *c, int b, int top) {
   return SK_OK;
 }
 
-static sk_result sk__dc_buckets(sk__dc *c) {
-  const sk_program *pg = &c->p->programs[0];
-  int top = 0;
-  for (int i = 0; i < pg->nsteps; i++) top = pg->steps[i].bucket > top ? pg->steps[i].bucket : top;
+/* The per-stage tables: where each stage's steps start in the move cache, its schedulers. */
+static sk_result sk__dc_stages(sk__dc *c) {
+  const sk_allocator *a = &c->p->desc.allocator;
+  int ns = c->p->stages;
+  c->moff = (int *)sk__calloc(a, sizeof(int) * ((size_t)ns + 1), sizeof(int));
+  c->sched = (sk__dc_sched *)sk__calloc(a, sizeof(sk__dc_sched) * (size_t)ns * SK__DC_KINDS, sizeof(double));
+  if (!c->moff || !c->sched) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  for (int st = 0; st < ns; st++) c->moff[st + 1] = c->moff[st] + c->p->programs[st].nsteps;
+  size_t total = (size_t)c->moff[ns] + 1;
+  c->nmove = (int *)sk__alloc(a, sizeof(int) * total, sizeof(int));
+  c->move = (sk__dc_call *)sk__alloc(a, sizeof(sk__dc_call) * total * SK__DC_MOVE_CALLS, sizeof(double));
+  if (!c->nmove || !c->move) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  for (size_t i = 0; i < total; i++) c->nmove[i] = -1;
   sk_result r = SK_OK;
-  for (int b = 0; b < SK__DC_KINDS && !r; b++) r = sk__dc_sched_init(c, b, top);
+  for (int b = 0; b < ns * SK__DC_KINDS && !r; b++) r = sk__dc_sched_init(c, b / SK__DC_KINDS, b % SK__DC_KINDS);
   return r;
-}
-
-static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err) {
-  const sk_allocator *a = &p->desc.allocator;
-  memset(c, 0, sizeof *c);
-  c->p = p, c->err = err, c->ndev = p->world_devices, c->nslots = p->ngroups + 1;
-  c->d.p = p, c->d.err = err;
-  sk__dr_wires(&c->d);
-  size_t ns = (size_t)c->ndev * (size_t)c->nslots, nsteps = (size_t)p->programs[0].nsteps + 1;
-  c->dev = (sk__dc_dev *)sk__calloc(a, sizeof(sk__dc_dev) * (size_t)c->ndev, sizeof(double));
-  c->slot = (int *)sk__alloc(a, sizeof(int) * ns, sizeof(int));
-  c->seq = (int *)sk__calloc(a, sizeof(int) * ns, sizeof(int));
-  c->comms = (sk__dc_comm *)sk__calloc(a, sizeof(sk__dc_comm) * (ns + 1), sizeof(double));
-  c->nmove = (int *)sk__alloc(a, sizeof(int) * nsteps, sizeof(int));
-  c->move = (sk__dc_call *)sk__alloc(a, sizeof(sk__dc_call) * nsteps * SK__DC_MOVE_CALLS, sizeof(double));
-  if (!c->dev || !c->slot || !c->seq || !c->comms || !c->nmove || !c->move)
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
-  for (size_t i = 0; i < ns; i++) c->slot[i] = -1;
-  for (size_t i = 0; i < nsteps; i++) c->nmove[i] = -1;
-  for (int d = 0; d < c->ndev; d++) c->dev[d].wait = -1;
-  return sk__dc_buckets(c);
 }
 
 /* Back to a step's start: clocks aligned at 0, every communicator idle (each step waits for
    all it issued, so link_free is at most the aligned start), nothing posted or in flight. */
 static void sk__dc_reset(sk__dc *c) {
   memset(c->dev, 0, sizeof(sk__dc_dev) * (size_t)c->ndev);
-  for (int d = 0; d < c->ndev; d++) c->dev[d].wait = -1;
+  for (int d = 0; d < c->ndev; d++)
+    c->dev[d].wait = c->dev[d].pwait = -1, c->dev[d].stage = sk_parallel_stage_of_rank(c->p, d);
   memset(c->seq, 0, sizeof(int) * (size_t)c->ndev * (size_t)c->nslots);
   for (int m = 0; m < c->ncomms; m++) c->comms[m].link_free = 0, c->comms[m].nrecs = 0;
-  c->nrecs = 0;
-  for (int b = 0; b < SK__DC_KINDS; b++)
+  c->nrecs = c->np2p = 0;
+  for (int b = 0; b < c->p->stages * SK__DC_KINDS; b++)
     memset(c->sched[b].ready, 0, sizeof(int) * (size_t)c->ndev * (size_t)c->sched[b].stride);
+}
+
+static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err) {
+  const sk_allocator *a = &p->desc.allocator;
+  memset(c, 0, sizeof *c);
+  c->p = p, c->err = err, c->ndev = p->world_devices, c->nslots = p->ngroups + 2;
+  c->d.p = p, c->d.err = err;
+  sk__dr_wires(&c->d);
+  size_t ns = (size_t)c->ndev * (size_t)c->nslots;
+  c->dev = (sk__dc_dev *)sk__calloc(a, sizeof(sk__dc_dev) * (size_t)c->ndev, sizeof(double));
+  c->slot = (int *)sk__alloc(a, sizeof(int) * ns, sizeof(int));
+  c->seq = (int *)sk__calloc(a, sizeof(int) * ns, sizeof(int));
+  c->comms = (sk__dc_comm *)sk__calloc(a, sizeof(sk__dc_comm) * (ns + 1), sizeof(double));
+  if (!c->dev || !c->slot || !c->seq || !c->comms) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  for (size_t i = 0; i < ns; i++) c->slot[i] = -1;
+  sk_result r = sk__dc_stages(c);
+  if (!r) sk__dc_reset(c);
+  return r;
 }
 
 /* Under grad_accumulation_step M, a window's M micro-steps: M - 1 stop at GradsReady (each
