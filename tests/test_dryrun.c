@@ -442,3 +442,21 @@ Test(dryrun_time, grad_accumulation_2_8, .timeout = DR_TIMEOUT) {
   cr_log_info("grad accumulation: %d of %d modelled", modelled, 3 * NNETS);
   cr_assert_gt(modelled, 0);
 }
+
+/* Pipelines: 1f1b and gpipe over 2 stages, zero_bubble_v (split backward halves, recompute
+   when asked), 4 micro-batches, on 2 and 8 devices (1 and 4 a stage). */
+Test(dryrun_time, pipelines_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = pipe2();
+  int modelled = 0;
+  const sk_pipe_scheduler scheds[] = {SK_PIPE_1F1B, SK_PIPE_GPIPE, SK_PIPE_ZERO_BUBBLE_V};
+  const char *const names[] = {"1f1b, 2 stages, 4 micro-batches", "gpipe, 2 stages, 4 micro-batches",
+                               "zero_bubble_v, 2 stages, 4 micro-batches"};
+  pd.pipeline.micro = 4;
+  for (int k = 0; k < 3; k++) {
+    pd.pipeline.scheduler = scheds[k];
+    for (int i = 0; i < NPIPE; i++)
+      for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, names[k]);
+  }
+  cr_log_info("pipelines: %d of %d modelled", modelled, 6 * NPIPE);
+  cr_assert_gt(modelled, 0);
+}
