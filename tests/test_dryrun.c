@@ -249,6 +249,7 @@ Test(dryrun, schedulers_accumulation_fusion, .timeout = DR_TIMEOUT) {
 #define STEPS 3
 static double step_first[MAXDEV], step_total[MAXDEV];
 static int window = 1; /* grad_accumulation_step: the first "step" is the first window's mean */
+static sk_dtype run_dt = SK_F32; /* the run's dtype (16-bit runs sync gradients on a 16-bit wire when asked) */
 
 static sk_result timed_steps(sk_comm *comm, void *arg) {
   run *R = (run *)arg;
@@ -283,7 +284,7 @@ static bool check_time_net(net *n, int ndev, const sk_autoparallel *pd, const ch
     d->has_strategy = d->has_out_strategy = d->has_layouts = false, d->nstrategies = d->nout_layouts = 0;
     memset(d->strategy_len, 0, sizeof d->strategy_len);
   }
-  run_init_knobs(&R, n, ndev, SK_F32, n->g.optim, 1, pd);
+  run_init_knobs(&R, n, ndev, run_dt, n->g.optim, 1, pd);
   R.link.alpha_us = 5, R.link.gbps = 25;
   R.plan.desc.cluster.link = R.link, R.plan.desc.cluster.device_flops = 1e9;
   sk_dryrun_time t;
@@ -421,7 +422,14 @@ Test(dryrun_time, hsdp_2_8, .timeout = DR_TIMEOUT) {
   }
   pd.hsdp.level = SK_HSDP_LEVEL2, pd.transformer_opt.grad_computation_allreduce_overlap = true;
   for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, "hsdp level2, launched when ready");
-  cr_log_info("hsdp: %d of %d modelled", modelled, 7 * NNETS);
+  pd = knobs(); /* shards of 2 (a ShardMirror over the other replicas), the sync on a 16-bit wire */
+  pd.hsdp = (sk_hsdp){true, 2, 0, SK_HSDP_LEVEL2}, pd.no_gradient_fp32_sync = true;
+  run_dt = SK_BF16;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "bf16, hsdp level2 in shards of 2, 16-bit sync");
+  pd.hsdp.level = SK_HSDP_LEVEL3;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "bf16, hsdp level3 in shards of 2, 16-bit sync");
+  run_dt = SK_F32;
+  cr_log_info("hsdp: %d of %d modelled", modelled, 9 * NNETS);
   cr_assert_gt(modelled, 0);
 }
 
