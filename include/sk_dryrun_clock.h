@@ -23,8 +23,15 @@
      AllReduces and ReduceScatters, else at its Fused step), the launch is its issue, and the
      clock reaches each end at the kind's WaitFused. hsdp's unbucketed steps block: level3's
      ParamGather (an AllGather of the shard), ShardMirror (an AllReduce of it).
+     Pipelines: each stage's devices walk its program; a Send is non-blocking, a Recv blocks,
+     the pair moves once both have posted (from the later clock, for sk_cluster_p2p_us: no
+     link_free), a WaitSend reaches its Send's end; after the program a device waits for its
+     sends still in flight and joins the loss AllReduce over the world (1 x f64).
+     grad_accumulation_step M: a window's M - 1 first micro-steps stop at GradsReady, the last
+     runs the `last` steps too; the figures are the window's mean per micro-step (the runtime's
+     step_us / steps over whole windows).
    REFUSED (SK_ERR_UNSUPPORTED, naming what): a cluster that prices nothing (no clocks run);
-     pipelines; grad_accumulation_step > 1; the local-norm gather (print_local_norm /
+     hsdp under a pipeline or under grad accumulation; the local-norm gather (print_local_norm /
      dump_local_norm); a redistribution whose plan moves data by SendRecv, AllGather or
      AllToAll: on the threads backend (the one whose clocks run) sk_redist moves those through
      sk_comm_peer_access, which its clocks leave unpriced (backend-internal traffic), except an
