@@ -468,3 +468,36 @@ Test(dryrun_time, pipelines_2_8, .timeout = DR_TIMEOUT) {
   cr_log_info("pipelines: %d of %d modelled", modelled, 6 * NPIPE);
   cr_assert_gt(modelled, 0);
 }
+
+/* What the step time cannot reproduce is refused, naming it; bad input is an argument error. */
+Test(dryrun_time, refusals, .timeout = DR_TIMEOUT) {
+  static net n;
+  static run R;
+  sk_dryrun_time t;
+  sk_error e;
+  memset(&t, 0, sizeof t), memset(&e, 0, sizeof e);
+  cr_assert_eq(sk_dryrun_step_time(NULL, &t, &e), SK_ERR_INVALID_ARGUMENT);
+  struct { sk_autoparallel pd; int ndev; bool priced; const char *says; } cases[4];
+  memset(cases, 0, sizeof cases);
+  cases[0].ndev = 2, cases[0].says = "prices no communication";
+  cases[1].ndev = 2, cases[1].priced = true, cases[1].pd.print_local_norm = true, cases[1].says = "local-norm gather";
+  cases[2].ndev = 2, cases[2].priced = true, cases[2].pd = pipe2(), cases[2].says = "hsdp under a pipeline";
+  cases[2].pd.hsdp = (sk_hsdp){true, -1, 0, SK_HSDP_LEVEL1};
+  cases[3].ndev = 2, cases[3].priced = true, cases[3].pd.grad_accumulation_step = 2, cases[3].says = "hsdp under grad_accumulation";
+  cases[3].pd.hsdp = (sk_hsdp){true, -1, 0, SK_HSDP_LEVEL2};
+  for (int k = 0; k < 4; k++) {
+    load_net(&n, nets[1], false);
+    run_init_knobs(&R, &n, cases[k].ndev, SK_F32, n.g.optim, 1, &cases[k].pd);
+    if (cases[k].priced) R.plan.desc.cluster.link.alpha_us = 5, R.plan.desc.cluster.link.gbps = 25;
+    cr_assert_eq(sk_dryrun_step_time(&R.plan, &t, &e), SK_ERR_UNSUPPORTED, "case %d: %s", k, e.msg);
+    cr_assert(strstr(e.msg, cases[k].says), "case %d: %s", k, e.msg);
+    run_free(&R);
+    sk_graph_free(&n.g);
+  }
+  load_net(&n, nets[1], false);
+  sk_autoparallel pd = knobs();
+  run_init_knobs(&R, &n, 2, SK_F32, n.g.optim, 1, &pd);
+  cr_assert_eq(sk_dryrun_step_time(&R.plan, NULL, &e), SK_ERR_INVALID_ARGUMENT);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
