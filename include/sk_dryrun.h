@@ -23,8 +23,12 @@
        redistribution plan sk_redist_plan_create makes for it (the executor's own plan).
      FLOPs: sk_exec_flops of every Forward, Backward and recomputed Forward on the kernel's
        slices (zero_bubble_v's split halves: half a backward each).
-   NOT MODELLED: host bookkeeping (memory kind host: the library's internals; reported 0), the
-     step's wall and virtual times (stats' step_s, busy_s, clock_us, compute_us stay 0).
+   STEP TIME: sk_dryrun_step_time (sk_dryrun_clock.h, included below) walks every device's
+     program together on virtual clocks: the runtime's stats.step_us, exactly, for the plans it
+     models (what it refuses, with SK_ERR_UNSUPPORTED, is listed there).
+   NOT MODELLED: host bookkeeping (memory kind host: the library's internals; reported 0); in
+     sk_dryrun_device_run the step's wall and virtual times (stats' step_s, busy_s, clock_us,
+     compute_us stay 0: the step time is sk_dryrun_step_time's).
 
    ERRORS: SK_ERR_INVALID_ARGUMENT for a NULL or uncompiled plan or a rank outside the world,
      and for a program that frees more of a kind than it holds (a compiler fault);
@@ -169,27 +173,34 @@ static sk_dtype sk__dr_dtype(const sk__dr *d, int t) {
   return sk_exec_is_float(dt) ? d->cdt : dt;
 }
 
-/* The bytes rank `local` sends in move `which` of operator o's slot k: its redistribution plan
-   for this rank, the one the runtime's executor makes (sk_rt_setup.h), cached. */
-static sk_result sk__dr_move_sends(sk__dr *d, int o, int which, int k, uint64_t *sends) {
+/* The redistribution plan of move `which` of operator o's slot k for rank `local`: the one the
+   runtime's executor makes (sk_rt_setup.h). The caller destroys it. */
+static sk_result sk__dr_move_plan(const sk__dr *d, int o, int which, int k, sk_redist_plan **rp) {
   const sk_parallel_plan *p = d->p;
+  const sk_parallel_op *po = &p->ops[o];
+  bool in = which == SK__DR_MOVE || which == SK__DR_MOVE_BACK, back = which == SK__DR_MOVE_BACK || which == SK__DR_OUT_MOVE_BACK;
+  int t = in ? p->graph->ops[o].inputs[k] : p->graph->ops[o].outputs[k];
+  const sk_layout *tensor = &p->tensors[t].layout, *kernel = in ? &po->kernel_in[k] : &po->plan.out[k];
+  bool to_kernel = in != back; /* MOVE and OUT_MOVE_BACK end in the operator's layout */
+  sk_redist_desc rd;
+  memset(&rd, 0, sizeof rd);
+  rd.from = to_kernel ? *tensor : *kernel, rd.to = to_kernel ? *kernel : *tensor;
+  rd.dtype = sk__dr_dtype(d, t), rd.allocator = p->desc.allocator;
+  *rp = NULL;
+  sk_result r = sk_redist_plan_create(&rd, d->local, rp, d->err);
+  return r ? sk__fail(d->err, r, "dry run: the move of operator '%s' slot %d", p->graph->ops[o].name, k) : SK_OK;
+}
+
+/* The bytes rank `local` sends in move `which` of operator o's slot k, cached. */
+static sk_result sk__dr_move_sends(sk__dr *d, int o, int which, int k, uint64_t *sends) {
   uint64_t *at = &d->sends[((size_t)o * SK__DR_MOVES + (size_t)which) * SK__DR_SLOTS + (size_t)k];
   if (*at == SK__DR_UNKNOWN) {
-    const sk_parallel_op *po = &p->ops[o];
-    bool in = which == SK__DR_MOVE || which == SK__DR_MOVE_BACK, back = which == SK__DR_MOVE_BACK || which == SK__DR_OUT_MOVE_BACK;
-    int t = in ? p->graph->ops[o].inputs[k] : p->graph->ops[o].outputs[k];
-    const sk_layout *tensor = &p->tensors[t].layout, *kernel = in ? &po->kernel_in[k] : &po->plan.out[k];
-    bool to_kernel = in != back; /* MOVE and OUT_MOVE_BACK end in the operator's layout */
-    sk_redist_desc rd;
-    memset(&rd, 0, sizeof rd);
-    rd.from = to_kernel ? *tensor : *kernel, rd.to = to_kernel ? *kernel : *tensor;
-    rd.dtype = sk__dr_dtype(d, t), rd.allocator = p->desc.allocator;
     sk_redist_plan *rp = NULL;
     uint64_t recv = 0;
-    sk_result r = sk_redist_plan_create(&rd, d->local, &rp, d->err);
+    sk_result r = sk__dr_move_plan(d, o, which, k, &rp);
     if (!r) r = sk_redist_plan_bytes(rp, -1, d->local, &recv, at, d->err);
     sk_redist_plan_destroy(rp);
-    if (r) return *at = SK__DR_UNKNOWN, sk__fail(d->err, r, "dry run: the move of operator '%s' slot %d", p->graph->ops[o].name, k);
+    if (r) return *at = SK__DR_UNKNOWN, r;
   }
   *sends = *at;
   return SK_OK;
@@ -336,3 +347,5 @@ SK_API sk_result sk_dryrun_device_run(const sk_parallel_plan *p, int rank, sk_dr
 
 SK_EXTERN_C_END
 #endif /* SK_DRYRUN_IMPL */
+
+#include "sk_dryrun_clock.h" /* the step time: every device's program on virtual clocks */

@@ -240,3 +240,264 @@ Test(dryrun, schedulers_accumulation_fusion, .timeout = DR_TIMEOUT) {
   pd.transformer_opt.grad_computation_allreduce_overlap = true, pd.transformer_opt.enable_communication_fusion = true;
   for (int i = 0; i < NNETS; i++) check_net(nets[i], 8, &pd, false, "4 KB buckets launched when ready, packed BackwardComm");
 }
+
+/* ---- the step time ------------------------------------------------------------------------------
+   The executed step's modelled time (stats.step_us: the threads backend's virtual clocks under a
+   flat link and device_flops; a search mode plans every operator itself) against sk_dryrun_step_time, to a relative 1e-9: the first step,
+   and the mean of steps 2..STEPS (a step starts with the clocks aligned, so they should agree
+   with the first; compared rather than assumed). */
+#define STEPS 3
+static double step_first[MAXDEV], step_total[MAXDEV];
+static int window = 1; /* grad_accumulation_step: the first "step" is the first window's mean */
+static sk_dtype run_dt = SK_F32; /* the run's dtype (16-bit runs sync gradients on a 16-bit wire when asked) */
+
+static sk_result timed_steps(sk_comm *comm, void *arg) {
+  run *R = (run *)arg;
+  int me = sk_comm_rank(comm);
+  dev_out *o = &R->dev[me];
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  o->ran = true, o->rc = SK_OK;
+  sk_runtime *rt = NULL;
+  sk_result r = note(o, "create", sk_runtime_create(comm, &R->plan, &R->desc, &rt, &e), &e);
+  for (int s = 0; s < STEPS * window && !r; s++) {
+    for (int i = 0; !r && i < R->n->nin; i++)
+      r = note(o, "feed", sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[0][i], (size_t)R->in_n[i], &e), &e);
+    if (!r) r = note(o, "step", sk_runtime_step(rt, &o->loss[0], &e), &e);
+    if (!r) sk_runtime_stats_get(rt, &o->stats);
+    if (!r && s == window - 1) step_first[me] = o->stats.step_us;
+  }
+  step_total[me] = o->stats.step_us;
+  sk_runtime_destroy(rt);
+  return r;
+}
+
+static bool close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)); }
+
+/* Network n on ndev devices, link 5 us / 25 GB/s, 1 GFLOP/s devices: executed vs modelled.
+   Returns false when the dry run refuses the plan (SK_ERR_UNSUPPORTED, its message logged).
+   Frees n's graph. */
+static bool check_time_net(net *n, int ndev, const sk_autoparallel *pd, const char *what) {
+  static run R;
+  for (int o = 0; pd->mode != SK_PARALLEL_SEMI_AUTO && o < n->g.nops; o++) { /* the search's own */
+    sk_op_desc *d = &n->g.ops[o].desc;
+    d->has_strategy = d->has_out_strategy = d->has_layouts = false, d->nstrategies = d->nout_layouts = 0;
+    memset(d->strategy_len, 0, sizeof d->strategy_len);
+  }
+  run_init_knobs(&R, n, ndev, run_dt, n->g.optim, 1, pd);
+  R.link.alpha_us = 5, R.link.gbps = 25;
+  R.plan.desc.cluster.link = R.link, R.plan.desc.cluster.device_flops = 1e9;
+  sk_dryrun_time t;
+  memset(&t, 0, sizeof t);
+  double span[MAXDEV], busy[MAXDEV];
+  t.span_us = span, t.busy_us = busy;
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  sk_result rc = sk_dryrun_step_time(&R.plan, &t, &e);
+  bool modelled = rc == SK_OK;
+  if (!modelled) { /* only what the runtime's clocks leave unpriced (sk_dryrun_clock.h, REFUSED) */
+    cr_assert_eq(rc, SK_ERR_UNSUPPORTED, "%s: %s", what, e.msg);
+    cr_assert(strstr(e.msg, "unpriced peer access"), "%s: refused: %s", what, e.msg);
+    cr_log_info("%s: refused: %s", what, e.msg);
+  } else {
+    run_world_with(&R, timed_steps);
+    expect_all_ok(&R, what);
+    for (int d = 0; d < ndev; d++) {
+      double first = step_first[d] / window, later = (step_total[d] - step_first[d]) / ((STEPS - 1) * window);
+      cr_assert(close_to(first, t.step_us), "%s: device %d: step 1 took %.17g us executed, %.17g modelled", what, d, first, t.step_us);
+      cr_assert(close_to(later, t.step_us), "%s: device %d: steps 2..%d took %.17g us each executed, %.17g modelled", what, d,
+                STEPS, later, t.step_us);
+      cr_assert_leq(span[d], t.step_us, "%s: device %d ends after the step", what, d);
+    }
+    cr_assert_gt(t.step_us, 0, "%s: no time", what);
+    cr_assert(t.bubble >= 0 && t.bubble < 1, "%s: bubble %g", what, t.bubble);
+  }
+  run_free(&R);
+  sk_graph_free(&n->g);
+  return modelled;
+}
+
+static bool check_time(const char *path, int ndev, const sk_autoparallel *pd, const char *label) {
+  static net n;
+  char what[256];
+  snprintf(what, sizeof what, "%s, %d device%s, %s", path, ndev, ndev > 1 ? "s" : "", label);
+  load_net(&n, path, false);
+  return check_time_net(&n, ndev, pd, what);
+}
+
+Test(dryrun_time, semi_auto_1_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  const int counts[] = {1, 2, 8};
+  int modelled = 0;
+  for (int i = 0; i < NNETS; i++)
+    for (int c = 0; c < 3; c++) modelled += check_time(nets[i], counts[c], &pd, "semi_auto");
+  pd.dataset = SK_DATASET_FULL_BATCH; /* the inputs whole: moves into cuts are local */
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "semi_auto, full_batch");
+  cr_log_info("semi_auto: %d of %d modelled", modelled, NNETS * 4);
+  cr_assert_gt(modelled, 0);
+}
+
+Test(dryrun_time, search_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  int modelled = 0;
+  const sk_parallel_mode modes[] = {SK_PARALLEL_SHARDING_PROPAGATION, SK_PARALLEL_RECURSIVE_PROGRAMMING};
+  const char *const names[] = {"sharding_propagation", "recursive_programming"};
+  for (int m = 0; m < 2; m++) {
+    pd.mode = modes[m];
+    for (int i = 0; i < NNETS; i++)
+      for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, names[m]);
+  }
+  cr_log_info("searches: %d of %d modelled", modelled, 4 * NNETS);
+  cr_assert_gt(modelled, 0);
+}
+
+/* Fusion buckets: 4 KB AllReduce buckets launched at their Fused steps, or as their gradients
+   are ready (with packed BackwardComm); and comm_fusion closed. */
+Test(dryrun_time, fusion_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  int modelled = 0;
+  pd.comm_fusion.allreduce.mode = SK_FUSION_SIZE, pd.comm_fusion.allreduce.threshold_bytes = 4096;
+  for (int i = 0; i < NNETS; i++)
+    for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, "4 KB buckets at their Fused steps");
+  pd.transformer_opt.grad_computation_allreduce_overlap = true, pd.transformer_opt.enable_communication_fusion = true;
+  for (int i = 0; i < NNETS; i++)
+    for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, "4 KB buckets launched when ready, packed BackwardComm");
+  pd = knobs();
+  pd.comm_fusion.closed = true;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, "comm_fusion closed");
+  cr_log_info("fusion: %d of %d modelled", modelled, 5 * NNETS);
+  cr_assert_gt(modelled, 0);
+}
+
+/* MatMul ((1, N), (N, 1)) with output strategy (N, 1): a forward ReduceScatter and its
+   backward AllGather, the layers after it data parallel (no redistribution). */
+static void build_rs_chain(net *n, int N) {
+  sk_graph_init(&n->g), n->nin = 0;
+  int x = add_input(n, "x", SK_F32, 2, SH2(16, 8), 0), y = add_input(n, "y", SK_I32, 1, SH1(16), 4);
+  int w = add_param(n, "w", 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
+  sk_graph_op fc = OP("fc", SK_OP_MATMUL, x, w);
+  SHARD(fc, 0, 1, N), SHARD(fc, 1, N, 1);
+  fc.desc.has_out_strategy = true, fc.desc.out_strategy[0] = N, fc.desc.out_strategy[1] = 1;
+  sk_graph_op relu = OP("relu", SK_OP_RELU, add_op(n, fc));
+  SHARD(relu, 0, N, 1);
+  loss_head(n, add_op(n, relu), y, "u", 8, 4);
+}
+
+/* The harness's small networks: layer changes (redistributions, which today move data by peer
+   access and are refused), and a forward ReduceScatter with its backward AllGather. */
+Test(dryrun_time, built_nets_2_4_8, .timeout = DR_TIMEOUT) {
+  static net n;
+  sk_autoparallel pd = knobs(), full = knobs();
+  full.dataset = SK_DATASET_FULL_BATCH; /* the inputs whole: the moves into the cuts are local */
+  int modelled = 0, rs = 0;
+  char what[128];
+  for (int N = 2; N <= 8; N *= 2) {
+    build_rs_chain(&n, N);
+    snprintf(what, sizeof what, "forward ReduceScatter on %d devices, full_batch", N);
+    rs += check_time_net(&n, N, &full, what);
+    for (int b = 0; b < 4; b++) {
+      const char *name = b == 0 ? "mlp" : b == 1 ? "reduce_scatter" : b == 2 ? "residual" : "layernorm";
+      if (b == 0) build_mlp(&n, N);
+      else if (b == 1) (void)build_reduce_scatter(&n, N);
+      else if (b == 2) build_residual(&n, N);
+      else (void)build_layernorm(&n, N);
+      snprintf(what, sizeof what, "%s on %d devices", name, N);
+      modelled += check_time_net(&n, N, &pd, what);
+    }
+  }
+  cr_log_info("built networks: %d of 12 with layer changes modelled", modelled);
+  cr_assert_eq(rs, 3, "the forward ReduceScatter chain is refused");
+}
+
+/* hsdp: level1 and level2 (gathers and ReduceScatters in buckets, ShardMirrors), level3 (a
+   gather before each use), the ReduceScatters launched as ready under overlap. */
+Test(dryrun_time, hsdp_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  int modelled = 0;
+  const sk_hsdp_level levels[] = {SK_HSDP_LEVEL1, SK_HSDP_LEVEL2, SK_HSDP_LEVEL3};
+  for (int l = 0; l < 3; l++) {
+    pd.hsdp = (sk_hsdp){true, -1, 0, levels[l]};
+    for (int i = 0; i < NNETS; i++)
+      for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, l == 0 ? "hsdp level1" : l == 1 ? "hsdp level2" : "hsdp level3");
+  }
+  pd.hsdp.level = SK_HSDP_LEVEL2, pd.transformer_opt.grad_computation_allreduce_overlap = true;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, "hsdp level2, launched when ready");
+  pd = knobs(); /* shards of 2 (a ShardMirror over the other replicas), the sync on a 16-bit wire */
+  pd.hsdp = (sk_hsdp){true, 2, 0, SK_HSDP_LEVEL2}, pd.no_gradient_fp32_sync = true;
+  run_dt = SK_BF16;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "bf16, hsdp level2 in shards of 2, 16-bit sync");
+  pd.hsdp.level = SK_HSDP_LEVEL3;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "bf16, hsdp level3 in shards of 2, 16-bit sync");
+  run_dt = SK_F32;
+  cr_log_info("hsdp: %d of %d modelled", modelled, 9 * NNETS);
+  cr_assert_gt(modelled, 0);
+}
+
+/* Grad accumulation: windows of 2 and 3 micro-steps; each window's mean per micro-step (the
+   runtime's step_us / steps over whole windows) against the dry run's. */
+Test(dryrun_time, grad_accumulation_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = knobs();
+  int modelled = 0;
+  for (int m = 2; m <= 3; m++) {
+    pd.grad_accumulation_step = window = m;
+    for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 2, &pd, m == 2 ? "grad_accumulation_step 2" : "grad_accumulation_step 3");
+  }
+  pd.grad_accumulation_step = window = 2;
+  pd.comm_fusion.allreduce.mode = SK_FUSION_SIZE, pd.comm_fusion.allreduce.threshold_bytes = 4096;
+  pd.transformer_opt.grad_computation_allreduce_overlap = true;
+  for (int i = 0; i < NNETS; i++) modelled += check_time(nets[i], 8, &pd, "grad_accumulation_step 2, 4 KB buckets when ready");
+  window = 1;
+  cr_log_info("grad accumulation: %d of %d modelled", modelled, 3 * NNETS);
+  cr_assert_gt(modelled, 0);
+}
+
+/* Pipelines: 1f1b and gpipe over 2 stages, zero_bubble_v (split backward halves, recompute
+   when asked), 4 micro-batches, on 2 and 8 devices (1 and 4 a stage). */
+Test(dryrun_time, pipelines_2_8, .timeout = DR_TIMEOUT) {
+  sk_autoparallel pd = pipe2();
+  int modelled = 0;
+  const sk_pipe_scheduler scheds[] = {SK_PIPE_1F1B, SK_PIPE_GPIPE, SK_PIPE_ZERO_BUBBLE_V};
+  const char *const names[] = {"1f1b, 2 stages, 4 micro-batches", "gpipe, 2 stages, 4 micro-batches",
+                               "zero_bubble_v, 2 stages, 4 micro-batches"};
+  pd.pipeline.micro = 4;
+  for (int k = 0; k < 3; k++) {
+    pd.pipeline.scheduler = scheds[k];
+    for (int i = 0; i < NPIPE; i++)
+      for (int n = 2; n <= 8; n += 6) modelled += check_time(nets[i], n, &pd, names[k]);
+  }
+  cr_log_info("pipelines: %d of %d modelled", modelled, 6 * NPIPE);
+  cr_assert_gt(modelled, 0);
+}
+
+/* What the step time cannot reproduce is refused, naming it; bad input is an argument error. */
+Test(dryrun_time, refusals, .timeout = DR_TIMEOUT) {
+  static net n;
+  static run R;
+  sk_dryrun_time t;
+  sk_error e;
+  memset(&t, 0, sizeof t), memset(&e, 0, sizeof e);
+  cr_assert_eq(sk_dryrun_step_time(NULL, &t, &e), SK_ERR_INVALID_ARGUMENT);
+  struct { sk_autoparallel pd; int ndev; bool priced; const char *says; } cases[4];
+  memset(cases, 0, sizeof cases);
+  cases[0].ndev = 2, cases[0].says = "prices no communication";
+  cases[1].ndev = 2, cases[1].priced = true, cases[1].pd.print_local_norm = true, cases[1].says = "local-norm gather";
+  cases[2].ndev = 2, cases[2].priced = true, cases[2].pd = pipe2(), cases[2].says = "hsdp under a pipeline";
+  cases[2].pd.hsdp = (sk_hsdp){true, -1, 0, SK_HSDP_LEVEL1};
+  cases[3].ndev = 2, cases[3].priced = true, cases[3].pd.grad_accumulation_step = 2, cases[3].says = "hsdp under grad_accumulation";
+  cases[3].pd.hsdp = (sk_hsdp){true, -1, 0, SK_HSDP_LEVEL2};
+  for (int k = 0; k < 4; k++) {
+    load_net(&n, nets[1], false);
+    run_init_knobs(&R, &n, cases[k].ndev, SK_F32, n.g.optim, 1, &cases[k].pd);
+    if (cases[k].priced) R.plan.desc.cluster.link.alpha_us = 5, R.plan.desc.cluster.link.gbps = 25;
+    cr_assert_eq(sk_dryrun_step_time(&R.plan, &t, &e), SK_ERR_UNSUPPORTED, "case %d: %s", k, e.msg);
+    cr_assert(strstr(e.msg, cases[k].says), "case %d: %s", k, e.msg);
+    run_free(&R);
+    sk_graph_free(&n.g);
+  }
+  load_net(&n, nets[1], false);
+  sk_autoparallel pd = knobs();
+  run_init_knobs(&R, &n, 2, SK_F32, n.g.optim, 1, &pd);
+  cr_assert_eq(sk_dryrun_step_time(&R.plan, NULL, &e), SK_ERR_INVALID_ARGUMENT);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
