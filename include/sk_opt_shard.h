@@ -228,7 +228,10 @@ SK_API sk_result sk_opt_shard_groups(const sk_layout *l, sk_dtype dt, const sk_h
   int s = os.size ? os.size : 1, mine = os.size ? pos % s : 0;
   if (!r && (n / s > cap || (os.size && s > cap)))
     r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "opt shard: %d ranks do not fit in %d", n, cap);
-  for (int i = 0; !r && os.size && i < s; i++) gather[(*ngather)++] = g[pos / s * s + i];
+  /* sk_opt_shard_of cuts the replicas into whole shard groups; said here so no read passes n */
+  if (!r && os.size && (n % s || pos < 0 || pos >= n))
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "opt shard: shard groups of %d over %d replicas (position %d)", s, n, pos);
+  if (!r && os.size) memcpy(gather, g + pos / s * s, sizeof(int) * (size_t)s), *ngather = s; /* pos's whole group */
   for (int i = 0; !r && i < n; i++)
     if (!os.size || i % s == mine) mirror[(*nmirror)++] = g[i];
   return r;

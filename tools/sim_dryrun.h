@@ -1,8 +1,9 @@
 /* sim_dryrun.h -- sk-sim --dry-run: the compiled plan's step on every device with no data, no
    world and no threads (sk_dryrun.h), printed in --report's sections (sim_report.h): memory per
    device after one step, device 0's communication and compute per step. Any device count the
-   compiler accepts: nothing runs on the devices. The modelled step time is not part of it yet
-   (docs/sk-sim.md, "Dry run"). */
+   compiler accepts: nothing runs on the devices. Under a cluster model, the modelled step time
+   of every device's program walked together on virtual clocks (sk_dryrun_step_time), or a
+   warning naming what it cannot model yet (docs/sk-sim.md, "Dry run"). */
 #ifndef SK_TOOLS_SIM_DRYRUN_H
 #define SK_TOOLS_SIM_DRYRUN_H
 
@@ -12,6 +13,21 @@
 
 #include "shardkit.h"
 #include "sim_report.h"
+
+/* The modelled step time's line, into fig too; a plan the clocks' walk cannot model yet (a
+   redistribution through peer access, ...) is said on stderr and leaves it NAN. 0, or -1 with
+   msg written. */
+static int sim_dry_step_time(FILE *f, const sk_parallel_plan *plan, sim_run_figures *fig, char *msg, size_t cap) {
+  sk_dryrun_time t = {0, 0, NULL, NULL};
+  sk_error e;
+  sk_result r = sk_dryrun_step_time(plan, &t, &e);
+  if (r == SK_ERR_UNSUPPORTED) /* after the report, also where both streams go to one file */
+    return fflush(f), fprintf(stderr, "sk-sim: warning: no modelled step time: %s\n", e.msg), 0;
+  if (r) return snprintf(msg, cap, "dry run's step time: %s", e.msg), -1;
+  fig->step_time_ms = t.step_us / 1e3;
+  sim_print_step_time(f, t.step_us, &plan->desc.cluster);
+  return 0;
+}
 
 /* Every device of `plan` dry-run and the report printed to f; *fig holds the figures (fig->dev
    is the caller's to free, also on failure). 0, or -1 with msg written. */
@@ -26,12 +42,13 @@ static int sim_dry_run(FILE *f, const sk_parallel_plan *plan, double compile_ms,
     else all[d].mem = dev->after, all[d].stats = dev->stats;
   }
   fig->dev = all, fig->n = n, fig->plan = plan;
-  fig->step_time_ms = NAN; /* the dry run's modelled step time: not modelled yet (null) */
+  fig->step_time_ms = NAN; /* JSON null until the step time is modelled below */
   if (!rc) {
     fprintf(f, "# dry run: %d device%s, %s, compiled in %.3f ms; one training step, nothing executed\n", n, n > 1 ? "s" : "",
             sk_dtype_name(plan->desc.dtype), compile_ms);
     rc = sim_print_figures(f, plan, all, n, msg, cap);
   }
+  if (!rc && sk_cluster_prices(&plan->desc.cluster)) rc = sim_dry_step_time(f, plan, fig, msg, cap);
   free(dev);
   return rc;
 }
