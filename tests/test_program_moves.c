@@ -3,7 +3,7 @@
    1. MEGATRON: examples/nets/megatron_block.json (attention + MLP at dp 2 x mp 4) on 8 devices:
       no (tensor, from-layout, to-layout) Move twice in the step's program; 8 Moves and 6
       MoveBacks (today's 10 + 6 less the second and third moves of x_2d, for k and v; the
-      derivation is in docs/strategy-search.md, "One move per layout"); one kernel_in buffer per
+      derivation is in docs/auto-parallel.md, "One move per layout"); one kernel_in buffer per
       Move in the create section; 8 devices train like one (f64, 3 steps, relative 1e-12).
    2. TWO LAYOUTS: one tensor read in two different kernel layouts is still moved twice, once
       to each, and trains like one device.
