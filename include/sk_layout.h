@@ -1238,8 +1238,9 @@ SK_API bool sk_layout_same_slices(const sk_layout *a, const sk_layout *b) {
   if (!a || !b || a->ndims != b->ndims || a->mesh.size != b->mesh.size) return false;
   for (int d = 0; d < a->ndims; d++)
     if (a->shape[d] != b->shape[d]) return false;
+  sk_slice x, y; /* zeroed once: the analyzer cannot see that a successful slice sets every dim */
+  memset(&x, 0, sizeof x), memset(&y, 0, sizeof y);
   for (int r = 0; a->ndims > 0 && r < a->mesh.size; r++) {
-    sk_slice x, y;
     if (sk_layout_slice(a, r, &x, NULL) || sk_layout_slice(b, r, &y, NULL)) return false;
     for (int d = 0; d < a->ndims; d++)
       if (x.start[d] != y.start[d] || x.stop[d] != y.stop[d]) return false;

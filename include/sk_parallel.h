@@ -334,6 +334,12 @@ typedef struct sk_parallel_op {
      that Reshape's kernel reads it whole on the axes its output does not use. */
   sk_layout kernel_in[SK_OP_MAX_INPUTS];
   bool moved[SK_OP_MAX_INPUTS]; /* input k is read in another layout than its tensor's */
+  /* A moved input k reads the copy that operator move_op[k]'s input move_slot[k] moved: its own
+     (o, k), or the first earlier reader of the same tensor moved to the same layout, so a tensor
+     is moved to a layout once per step (without a pipeline, whose slots are per operator).
+     Only the owner has a Move step and a kernel_in buffer; each reader keeps its gradient and
+     its MoveBack. -1 when not moved. */
+  int move_op[SK_OP_MAX_INPUTS], move_slot[SK_OP_MAX_INPUTS];
   /* output k's kernel writes plan.out[k] and its tensor is plan.wanted[k] (out_strategy asked
      for it): an OUT_MOVE after the forward, an OUT_MOVE_BACK of its gradient before the backward */
   bool out_moved[SK_OP_MAX_OUTPUTS];
@@ -806,6 +812,31 @@ static int sk__par_loss_repeat(const sk_parallel_plan *p) {
   return slices > 0 ? (int)(p->desc.ndevices / slices) : 1; /* a compiled layout always has slices */
 }
 
+/* The slot whose Move input k of operator o reads (sk_parallel_op.move_op): the first slot, in
+   graph order, that reads the same tensor in the same kernel layout and moves it itself. The
+   tensor is written once (by its producer, before every reader), so that copy stays valid for
+   the whole step. Under a pipeline each slot moves its own: the micro-batches' slots hold them. */
+static void sk__par_move_owner(sk_parallel_plan *p, int o, int k) {
+  const sk_graph *g = p->graph;
+  sk_parallel_op *po = &p->ops[o];
+  int t = g->ops[o].inputs[k];
+  po->move_op[k] = po->moved[k] ? o : -1, po->move_slot[k] = po->moved[k] ? k : -1;
+  for (int o2 = 0; po->moved[k] && !p->vstage && o2 <= o; o2++)
+    for (int k2 = 0; k2 < g->ops[o2].ninputs && (o2 < o || k2 < k); k2++) {
+      const sk_parallel_op *q = &p->ops[o2];
+      if (g->ops[o2].inputs[k2] != t || q->move_op[k2] != o2 || q->move_slot[k2] != k2) continue;
+      if (!sk_parallel_same_layout(&q->kernel_in[k2], &po->kernel_in[k])) continue;
+      po->move_op[k] = o2, po->move_slot[k] = k2;
+      return;
+    }
+}
+
+/* Whether input k of operator o runs its own Move (and holds the kernel_in buffer it writes). */
+static bool sk__par_own_move(const sk_parallel_plan *p, int o, int k) {
+  const sk_parallel_op *po = &p->ops[o];
+  return po->moved[k] && po->move_op[k] == o && po->move_slot[k] == k;
+}
+
 static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
   for (int o = 0; o < g->nops; o++) {
@@ -821,6 +852,7 @@ static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
         po->mirror_scale[k] = 1.0 / sk_mesh_group_size(&po->plan.mesh, po->plan.grad[k].axes);
     }
     for (int k = 0; k < op->noutputs; k++) po->out_moved[k] = (po->plan.redistributed >> k) & 1u;
+    for (int k = 0; k < op->ninputs; k++) sk__par_move_owner(p, o, k);
   }
   return SK_OK;
 }
@@ -876,7 +908,7 @@ static void sk__par_forward_steps(sk_parallel_plan *p) {
     const sk_parallel_op *po = &p->ops[o];
     sk__par_gathers(p, o);
     for (int k = 0; k < g->ops[o].ninputs; k++)
-      if (po->moved[k]) sk__par_push(p, SK_PSTEP_MOVE, o, k, NULL);
+      if (sk__par_own_move(p, o, k)) sk__par_push(p, SK_PSTEP_MOVE, o, k, NULL);
     sk__par_push(p, SK_PSTEP_FORWARD, o, 0, NULL);
     sk_coll_kind f = po->plan.fwd.kind;
     if (f == SK_COLL_ALLREDUCE || f == SK_COLL_REDUCE_SCATTER) sk__par_push(p, SK_PSTEP_FORWARD_COMM, o, 0, &po->plan.fwd);

@@ -13,7 +13,8 @@
      Under a pipeline each input the stage reads, once per micro-batch (its feeds).
      The second-gradient scratch, one per input position (sk__prc_second_grad).
      Under grad_accumulation_step the gradient sums.
-     Per operator of the stage: an input read in another layout (and its gradient), an output
+     Per operator of the stage: an input read in another layout (its moved copy only where it
+     runs the Move, sk_parallel_op.move_op; its gradient always), an output
      out_strategy moves (and its gradient), a forward ReduceScatter's output before it (and its
      gradient); under a pipeline the values among these live in the micro-batches' slots, which
      the training step allocates, so only the gradients are here.
@@ -146,7 +147,7 @@ static void sk__prc_op(sk__prc_b *b, int o) {
     int t = op->inputs[k];
     if (!po->moved[k]) continue;
     int64_t n = sk__prog_count(&po->kernel_in[k]);
-    if (!slots) sk__prc_alloc(b, SK_PBUF_KERNEL_IN, -1, o, k, 0, n, p->graph->tensors[t].dtype);
+    if (!slots && sk__par_own_move(p, o, k)) sk__prc_alloc(b, SK_PBUF_KERNEL_IN, -1, o, k, 0, n, p->graph->tensors[t].dtype);
     if (p->tensors[t].needs_grad) sk__prc_alloc(b, SK_PBUF_KERNEL_DIN, -1, o, k, 0, n, SK_F32);
   }
   for (int k = 0; k < op->noutputs && !slots; k++) {

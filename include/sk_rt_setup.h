@@ -43,13 +43,15 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
     int t = op->inputs[k];
     sk_dtype dt = sk__rt_dtype(rt, t);
     ro->fusion_handle[k] = -1;
+    bool own = po->moved[k] && po->move_op[k] == o && po->move_slot[k] == k; /* else an earlier reader's copy */
     if (po->moved[k]) {
-      r = sk__rt_move(rt, &rt->plan->tensors[t].layout, &po->kernel_in[k], dt, &ro->move[k], err);
+      if (own) r = sk__rt_move(rt, &rt->plan->tensors[t].layout, &po->kernel_in[k], dt, &ro->move[k], err);
       if (!r && ro->dkin[k]) r = sk__rt_move(rt, &po->kernel_in[k], &rt->plan->tensors[t].layout, dt, &ro->move_back[k], err);
       ro->move_bytes[k] = sk__rt_plan_sends(ro->move[k], rt->rank);
       ro->move_back_bytes[k] = sk__rt_plan_sends(ro->move_back[k], rt->rank);
     }
-    sk__rt_view(&ro->karg[k], &po->kernel_in[k], dt, po->moved[k] ? ro->kin[k] : rt->values[t]);
+    void *in = !po->moved[k] ? rt->values[t] : own ? ro->kin[k] : rt->ops[po->move_op[k]].kin[po->move_slot[k]];
+    sk__rt_view(&ro->karg[k], &po->kernel_in[k], dt, in);
     if (!r && po->plan.bwd_in[k].kind != SK_COLL_NONE) r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.bwd_in[k].axes, &ro->bwd[k], err);
     if (!r && po->plan.grad[k].kind != SK_COLL_NONE && ((po->desc.params >> k) & 1u))
       r = sk__rt_group_of(rt, &po->plan.mesh, po->plan.grad[k].axes, &ro->mirror[k], err);
