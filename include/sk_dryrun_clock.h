@@ -170,7 +170,12 @@ static sk_result sk__dc_check(const sk_parallel_plan *p, sk_error *err) {
                    : pd->grad_accumulation_step > 1 && pd->hsdp.enabled ? "hsdp under grad_accumulation_step > 1"
                    : pd->print_local_norm || pd->dump_local_norm ? "the local-norm gather"
                                                                  : NULL;
-  return no ? sk__fail(err, SK_ERR_UNSUPPORTED, "dry run step time: %s is not modelled", no) : SK_OK;
+  if (no) return sk__fail(err, SK_ERR_UNSUPPORTED, "dry run step time: %s is not modelled", no);
+  const sk_topology *t = &pd->cluster.topology; /* as sk_world_create refuses it */
+  if (t->nodes && (long long)t->nodes * t->per_node < p->world_devices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run step time: the topology's %d x %d devices are fewer than the plan's %d",
+                    t->nodes, t->per_node, p->world_devices);
+  return SK_OK;
 }
 
 /* The communicator slots past the plan's groups: the stage's, then the world's. */

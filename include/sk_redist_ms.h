@@ -652,6 +652,9 @@ static sk_result sk__ms_rec_exchange(void *ctx, const sk_layout *a, const sk_lay
   if (gathers) {
     op.kind = SK_MS_OP_ALLCONCAT;
     if ((r = sk__ms_group_args(&a->mesh, rc->rank, a->map[lose].axes[0], &op, err))) return r;
+    if (op.nargs >= SK_MS_OP_ARGS) /* the axis goes after the ranks */
+      return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "MindSpore operator list: a group of %d ranks is more than %d",
+                      op.nargs, SK_MS_OP_ARGS - 1);
     op.args[op.nargs++] = lose;
   } else if (slices) {
     int axis = b->map[gain].axes[0];
@@ -757,8 +760,9 @@ static sk_result sk__ms_reorder(sk_ms_oplist *l, sk_error *err) {
 static sk_result sk__ms_concat_to_axis0(sk_ms_oplist *l, const sk__ms_shape *in, sk_error *err) {
   for (int i = 0; i < l->n; i++) {
     sk_ms_op *op = &l->ops[i];
+    if (op->kind != SK_MS_OP_ALLCONCAT || op->nargs < 1) continue;
     int64_t axis = op->args[op->nargs - 1];
-    if (op->kind != SK_MS_OP_ALLCONCAT || axis == 0) continue;
+    if (axis == 0) continue;
     sk__ms_shape s_in = sk__ms_shape_at(l, in, i), s_out = sk__ms_shape_at(l, in, i + 1), pre;
     bool ones = true;
     for (int d = 0; d < axis; d++) ones = ones && s_in.s[d] == 1;
@@ -797,7 +801,9 @@ static void sk__ms_slice_to_axis0(sk_ms_oplist *l, const sk__ms_shape *in) {
 
 /* MergeAllConcat's test: b continues a on the same axis, its rank stride a's whole span. */
 static bool sk__ms_concat_continues(const sk_ms_op *a, const sk_ms_op *b) {
-  if (b->kind != SK_MS_OP_ALLCONCAT || a->args[a->nargs - 1] != b->args[b->nargs - 1]) return false;
+  /* two ranks and the axis at least in each, ascending: a one-rank group has no stride */
+  if (b->kind != SK_MS_OP_ALLCONCAT || a->nargs < 3 || b->nargs < 3 || a->args[1] <= a->args[0]) return false;
+  if (a->args[a->nargs - 1] != b->args[b->nargs - 1]) return false;
   return (a->args[1] - a->args[0]) * (a->nargs - 1) == b->args[1] - b->args[0];
 }
 
@@ -923,6 +929,13 @@ SK_API sk_result sk_redist_ms_oplist(const sk_layout *from, const sk_layout *to,
   if (r) return r;
   if (rank < 0 || rank >= f.mesh.size)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_redist_ms_oplist: rank %d outside 0..%d", rank, f.mesh.size - 1);
+  /* Without resharding the operators work on the tuple dims' refined shape, which no Reshape of
+     the list would record: refused rather than listed wrong. */
+  for (int d = 0; !resharding && d < (f.ndims > t.ndims ? f.ndims : t.ndims); d++)
+    if ((d < f.ndims && f.map[d].naxes > 1) || (d < t.ndims && t.map[d].naxes > 1))
+      return sk__fail(err, SK_ERR_UNSUPPORTED,
+                      "sk_redist_ms_oplist: dim %d is mapped to several axes; list it with resharding on "
+                      "(MindSpore's resharding operator map)", d);
   fe = f, te = t;
   if (resharding && ((r = sk__ms_py_expand(&f, &fe, &f_tuple, err)) || (r = sk__ms_py_expand(&t, &te, &t_tuple, err))))
     return r;

@@ -67,6 +67,11 @@ static void sim_print_memory(FILE *f, const sim_device_figures *all, int n) {
   }
 }
 
+static int sim_int_ascending(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 /* A row's algorithm: "p2p" for Send/Recv (a pipeline's transfers are Sends); a redistribution's
    moves are this device's sends to its peers, counted as bytes sent rather than as one
    collective's buffer, so "p2p" too; "local" for a group of one or a row that sent nothing (every
@@ -81,9 +86,12 @@ static const char *sim_row_algorithm(const sk_parallel_plan *plan, int rank, con
   sk_coll_algo algo = SK_ALGO_RING;
   double us = 0;
   sk_error e;
-  if (sk_parallel_group_ranks(plan, row->group_id, rank, ranks, plan->world_devices, &n, &e) ||
-      sk_cluster_coll_us(&plan->desc.cluster, row->kind, (size_t)per_call, SK_U8, n, ranks, &algo, &us, &e))
-    return snprintf(msg, cap, "--report-json: device %d, %s on group g%d: %s", rank, sk_coll_kind_name(row->kind), row->group_id,
+  /* a row counts the whole buffer; AllGather's and ReduceScatter's call counts one member's part */
+  if (row->kind == SK_COLL_ALLGATHER || row->kind == SK_COLL_REDUCE_SCATTER) per_call /= (uint64_t)row->group;
+  bool listed = !sk_parallel_group_ranks(plan, row->group_id, rank, ranks, plan->world_devices, &n, &e);
+  if (listed) qsort(ranks, (size_t)n, sizeof *ranks, sim_int_ascending); /* the pricing takes them ascending */
+  if (!listed || sk_cluster_coll_us(&plan->desc.cluster, row->kind, (size_t)per_call, SK_U8, n, ranks, &algo, &us, &e))
+    return snprintf(msg, cap, "report: device %d, %s on group g%d: %s", rank, sk_coll_kind_name(row->kind), row->group_id,
                     e.msg), (const char *)NULL;
   return sk_coll_algo_name(algo);
 }
