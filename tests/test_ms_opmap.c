@@ -574,3 +574,36 @@ Test(ms_opmap, bad_input) {
   cr_expect(strstr(e.msg, "rank 8") != NULL, "%s", e.msg);
   cr_expect_eq(sk_redist_ms_oplist(NULL, &to, 0, false, true, &l, &e), SK_ERR_INVALID_ARGUMENT);
 }
+
+/* Layouts the list cannot be written for are refused by name, never listed wrong or crashed on:
+   a tuple dim without resharding (its operators would start from a refined shape no Reshape of
+   the list records), and a gather over more ranks than an operator's arguments hold. */
+static sk_layout om_one_layout(int ndims_mesh, const int *dims, int ndims, const int64_t *shape, const sk_dim_map *map) {
+  static const char *const names[] = {"a", "b", "c"};
+  sk_mesh m;
+  sk_layout l;
+  cr_assert_eq(sk_mesh_init(&m, ndims_mesh, dims, names, NULL), SK_OK);
+  cr_assert_eq(sk_layout_init(&l, &m, ndims, shape, map, NULL), SK_OK);
+  return l;
+}
+
+Test(ms_opmap, unlistable_layouts_refused) {
+  static sk_ms_oplist l;
+  sk_error e;
+  int dims2[2] = {2, 2}, dims131[1] = {131};
+  int64_t shape2[2] = {8, 8}, shape1[1] = {262};
+  sk_dim_map f0[2], t0[2], one[1], none[1];
+  memset(f0, 0, sizeof f0), memset(t0, 0, sizeof t0), memset(one, 0, sizeof one), memset(none, 0, sizeof none);
+  f0[1].naxes = 1, f0[1].axes[0] = 1;                                   /* (None, b) */
+  t0[1].naxes = 2, t0[1].axes[0] = 0, t0[1].axes[1] = 1;                /* (None, (a, b)) */
+  sk_layout from = om_one_layout(2, dims2, 2, shape2, f0), to = om_one_layout(2, dims2, 2, shape2, t0);
+  for (int alltoall = 0; alltoall < 2; alltoall++) {
+    cr_expect_eq(sk_redist_ms_oplist(&from, &to, 0, alltoall, false, &l, &e), SK_ERR_UNSUPPORTED);
+    cr_expect(strstr(e.msg, "several axes") != NULL, "%s", e.msg);
+    cr_expect_eq(sk_redist_ms_oplist(&from, &to, 0, alltoall, true, &l, &e), SK_OK, "%s", e.msg); /* with resharding: listed */
+  }
+  one[0].naxes = 1, one[0].axes[0] = 0;
+  sk_layout cut = om_one_layout(1, dims131, 1, shape1, one), whole = om_one_layout(1, dims131, 1, shape1, none);
+  cr_expect_eq(sk_redist_ms_oplist(&cut, &whole, 0, false, false, &l, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_expect(strstr(e.msg, "131 ranks") != NULL, "%s", e.msg);
+}
