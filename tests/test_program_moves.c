@@ -89,7 +89,7 @@ static void build_two_layouts(net *n) {
   int x = add_op(n, r), sum = -1;
   const char *names[3] = {"a", "b", "c"};
   for (int i = 0; i < 3; i++) {
-    char w[8];
+    char w[16]; /* room for any int: the sanitizer build cannot bound i */
     snprintf(w, sizeof w, "w%d", i + 1);
     int wt = add_param(n, w, 2, SH2(8, 8), SK_INIT_XAVIER_UNIFORM, 0);
     sk_graph_op mm = OP(names[i], SK_OP_MATMUL, x, wt);
