@@ -91,7 +91,7 @@ typedef sk_result (*sk_device_entry)(sk_world *world, int rank, void *ctx);
 
 /* The hook table. Required: world_create, world_destroy, world_run, comm_init_rank,
    comm_split, comm_destroy, start, test, wait, abort. Optional (NULL = the generic path):
-   run, check_caller, peer_access, copy, clock_align. */
+   run, check_caller, peer_access, copy, clock_align, clock_charge. */
 struct sk_backend {
   int version; /* SK_BACKEND_VERSION */
   const char *name;
@@ -134,6 +134,12 @@ struct sk_backend {
      no modelled time (no cost, no group's link-free time). NULL = a plain MAX AllReduce of the
      clocks, right for a backend whose collectives move no clock. */
   sk_result (*clock_align)(sk_comm *comm, double *clock_us);
+  /* sk_comm_clock_charge, for backends that price collectives in the link model: a collective
+     over comm that moves no data; in: *clock_us this member's clock, us its price of the event;
+     out: *clock_us = the event's end = max(the members' clocks, comm's link-free time) + the
+     largest us, which becomes comm's link-free time. NULL = a plain MAX AllReduce of (clock, us),
+     the end their sum, right for a backend whose collectives move no clock. */
+  sk_result (*clock_charge)(sk_comm *comm, double us, double *clock_us);
 };
 
 /* ---- the records, through accessors (their layout is the generic layer's) ------------------ */

@@ -263,6 +263,12 @@ SK_API void sk_comm_compute(sk_comm *c, double us);
    outstanding non-blocking work as any backend-internal traffic does, without moving the clock
    for it (the clock moves when that work is waited on). No-op without a link model. */
 SK_API sk_result sk_comm_clock_align(sk_comm *c, sk_error *err);
+/* Collective over c that moves no data: an event the caller priced, for traffic a backend
+   carries outside its priced calls (sk_comm_peer_access: sk_redist's shared-memory moves). It
+   starts at the latest of the members' clocks and c's link-free time (as a collective does),
+   lasts the largest `us` any member passes (each passes its own part's price; us >= 0), and
+   every member's clock and c's link-free time move to its end. No-op without a link model. */
+SK_API sk_result sk_comm_clock_charge(sk_comm *c, double us, sk_error *err);
 
 /* ---- local reduction (the kernels every backend uses, exposed for references and checks) -- */
 /* dst[i] = op over srcs[0][i], srcs[1][i], ..., srcs[n-1][i], left to right, with the numeric
@@ -1095,6 +1101,31 @@ static sk_result sk__clock_align(sk_comm *c) {
   return r;
 }
 SK_API sk_result sk_comm_clock_align(sk_comm *c, sk_error *err) { return sk__comm_report(c, sk__clock_align(c), err); }
+
+/* As the alignment: a pricing backend (clock_charge hook) applies its link-free time; one that
+   prices none gets a plain MAX AllReduce of (clock, us), which moves no clock there. */
+static sk_result sk__clock_charge(sk_comm *c, double us) {
+  if (!c) return SK_ERR_INVALID_ARGUMENT;
+  sk_result r = sk__check_caller(c);
+  if (r == SK_OK && !(us >= 0 && us <= 1e300))
+    r = sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "clock_charge: us %g is not a time >= 0", us);
+  if (r != SK_OK || !sk__link_on(c->world)) return r;
+  const sk_backend *b = c->world->backend;
+  double end = sk_comm_clock_us(c);
+  if (b->clock_charge) {
+    r = b->clock_charge(c, us, &end);
+  } else {
+    double mine[2] = {end, us}, most[2] = {0, 0};
+    sk_coll o;
+    memset(&o, 0, sizeof o);
+    o.kind = SK_COLL_ALLREDUCE, o.send = mine, o.recv = most, o.count = 2, o.dtype = SK_F64, o.op = SK_MAX;
+    r = sk__blocking(c, &o);
+    end = most[0] + most[1];
+  }
+  if (r == SK_OK) sk__clock_reach(c, end);
+  return r;
+}
+SK_API sk_result sk_comm_clock_charge(sk_comm *c, double us, sk_error *err) { return sk__comm_report(c, sk__clock_charge(c, us), err); }
 
 SK_API sk_result sk_allreduce(sk_comm *c, const void *send, void *recv, size_t count, sk_dtype dt, sk_redop op, sk_error *err) {
   sk_coll o = sk__coll(SK_COLL_ALLREDUCE, send, recv, count, dt, op, 0);

@@ -15,7 +15,10 @@
      and every member's clock moves to its end (never back). Compute: every Forward, Backward
      and recomputed Forward costs sk_exec_flops / device_flops * 1e6 us on its device's clock
      (zero_bubble_v's halves half a backward), the runtime's own sum. A redistribution costs its
-     agreement AllReduce (3 x i64 over the stage) followed by its plan's steps.
+     agreement AllReduce (3 x i64 over the stage) followed by its plan's steps: a collective on
+     its plan group, or, for a Send/Recv exchange, a charge over the stage as the executor makes
+     it (sk_comm_clock_charge of sk_redist_step_clock_us: a call whose length is the busiest
+     rank's; the threads backend moves those by peer access, which no priced call covers).
      step_us = the latest clock at the end: the runtime's stats.step_us for the step.
      Fusion buckets (sk_fusion.h: the Mirrors' AllReduces, hsdp's ReduceScatters and gathers)
      are non-blocking: each scheduler launches its buckets in order, a bucket when its last
@@ -32,11 +35,7 @@
      step_us / steps over whole windows).
    REFUSED (SK_ERR_UNSUPPORTED, naming what): a cluster that prices nothing (no clocks run);
      hsdp under a pipeline or under grad accumulation; the local-norm gather (print_local_norm /
-     dump_local_norm); a redistribution whose plan moves data by SendRecv, AllGather or
-     AllToAll: on the threads backend (the one whose clocks run) sk_redist moves those through
-     sk_comm_peer_access, which its clocks leave unpriced (backend-internal traffic), except an
-     AllGather / AllToAll whose blocks lie back to back -- the dry run cannot tell those apart
-     from the plan, and will not price a move the run does not.
+     dump_local_norm).
 
    License: MIT. */
 #ifndef SK_DRYRUN_CLOCK_H
@@ -76,8 +75,9 @@ typedef struct sk__dc_rec {
   int comm, posted;
   bool done;
   double issue, end;
-  sk_coll_kind kind;
+  sk_coll_kind kind; /* SK_COLL_NONE: a charge (sk_comm_clock_charge) of charge_us */
   size_t count;
+  double charge_us;
   sk_dtype dt;
 } sk__dc_rec;
 
@@ -127,11 +127,12 @@ typedef struct sk__dc_dev {
 
 /* One collective call a program step makes: its kind, communicator slot, elements and dtype. */
 typedef struct sk__dc_call {
-  sk_coll_kind kind;
+  sk_coll_kind kind; /* SK_COLL_NONE: a charge of charge_us */
   int slot;
   size_t count;      /* elements as the call takes them, or in all (per_member) */
   bool per_member;   /* count is the whole array: the call takes count / group size */
   sk_dtype dt;
+  double charge_us;  /* a charge's length: the largest any member passes */
 } sk__dc_call;
 
 /* A move's calls: the executor's agreement, then its plan's collective steps. */
@@ -222,28 +223,49 @@ static sk_result sk__dc_comm_of(sk__dc *c, int dev, int slot, int *out) {
   return SK_OK;
 }
 
-/* Redistribution step k of move plan rp as a call: AllReduce and ReduceScatter on the plan
-   group along its axes (sk_redist.h's executor). SendRecv, and AllGather / AllToAll whose blocks
-   are not back to back, go through peer access on the threads backend, which its clocks leave
-   unpriced: refused rather than priced differently from the run (see REFUSED). */
-static sk_result sk__dc_move_step(sk__dc *c, int i, const sk_program_step *s, const sk_redist_plan *rp, int k,
-                                  sk__dc_call *call, bool *has) {
+/* A Send/Recv exchange as the executor charges it over the stage (sk_redist_step_clock_us):
+   one event as long as the busiest of the stage's ranks. */
+static sk_result sk__dc_exchange_us(sk__dc *c, int stage, const sk_redist_plan *rp, int k, double *us) {
+  int nd = c->p->desc.ndevices;
+  int *world = (int *)sk__alloc(&c->p->desc.allocator, sizeof(int) * (size_t)nd, sizeof(int));
+  if (!world) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  for (int r = 0; r < nd; r++) world[r] = stage * nd + r;
+  sk_result res = SK_OK;
+  *us = 0;
+  for (int r = 0; !res && r < nd; r++) {
+    double t = 0;
+    res = sk_redist_step_clock_us(rp, k, r, &c->p->desc.cluster, world, &t, c->err);
+    if (t > *us) *us = t;
+  }
+  sk__free(&c->p->desc.allocator, world);
+  return res;
+}
+
+/* Redistribution step k of move plan rp as a call (sk_redist.h's executor): an AllReduce,
+   ReduceScatter, AllGather or AllToAll on the plan group along its axes (the last two priced
+   alike whether they run as the collective or by peer access and a charge); a Send/Recv
+   exchange as a charge over the stage. */
+static sk_result sk__dc_move_step(sk__dc *c, int i, int stage, const sk_redist_plan *rp, int k, sk__dc_call *call,
+                                  bool *has) {
   sk_redist_step_info si;
   sk_result r = sk_redist_plan_step(rp, k, &si, c->err);
   *has = false;
+  memset(call, 0, sizeof *call);
   if (r || si.op == SK_REDIST_LOCAL || si.op == SK_REDIST_RESHAPE) return r;
-  if (si.op != SK_REDIST_ALLREDUCE && si.op != SK_REDIST_REDUCE_SCATTER) {
-    char what[200];
-    snprintf(what, sizeof what, "the redistribution of operator '%.60s' moving data by %.40s (unpriced peer access at run time)",
-             c->p->graph->ops[s->op].name, sk_redist_op_name(si.op));
-    return sk__dc_refuse(c, i, what);
+  if (si.op == SK_REDIST_SENDRECV) {
+    call->kind = SK_COLL_NONE, call->slot = sk__dc_stage_slot(c);
+    r = sk__dc_exchange_us(c, stage, rp, k, &call->charge_us);
+    return *has = !r, r;
   }
   sk_plan_group want;
   memset(&want, 0, sizeof want);
   want.kind = SK_PGROUP_MESH, want.mesh = si.from->mesh, want.axes = si.group_axes, want.tensor = -1;
   int id = sk_parallel_find_group(c->p, &want);
   if (id < 0) return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: program step %d: a redistribution's group is not the plan's", i);
-  call->kind = si.op == SK_REDIST_ALLREDUCE ? SK_COLL_ALLREDUCE : SK_COLL_REDUCE_SCATTER;
+  call->kind = si.op == SK_REDIST_ALLREDUCE        ? SK_COLL_ALLREDUCE
+               : si.op == SK_REDIST_REDUCE_SCATTER ? SK_COLL_REDUCE_SCATTER
+               : si.op == SK_REDIST_ALLGATHER      ? SK_COLL_ALLGATHER
+                                                   : SK_COLL_ALLTOALL;
   call->slot = sk__dc_slot_of(c, id), call->count = si.count, call->per_member = false;
   call->dt = sk_redist_plan_desc(rp)->dtype;
   return *has = true, SK_OK;
@@ -251,7 +273,8 @@ static sk_result sk__dc_move_step(sk__dc *c, int i, const sk_program_step *s, co
 
 /* Move step i's calls, made once (every rank's plan has the same steps: the executor's
    agreement checks their fingerprint): the agreement over the stage (3 x i64), then the steps. */
-static sk_result sk__dc_move(sk__dc *c, int i, int gi, const sk_program_step *s, int move) {
+static sk_result sk__dc_move(sk__dc *c, int i, int stage, const sk_program_step *s, int move) {
+  int gi = c->moff[stage] + i;
   if (c->nmove[gi] >= 0) return SK_OK;
   sk__dc_call *calls = &c->move[(size_t)gi * SK__DC_MOVE_CALLS];
   memset(calls, 0, sizeof *calls);
@@ -261,7 +284,7 @@ static sk_result sk__dc_move(sk__dc *c, int i, int gi, const sk_program_step *s,
   sk_result r = sk__dr_move_plan(&c->d, s->op, move, s->slot, &rp);
   for (int k = 0; !r && k < sk_redist_plan_nsteps(rp) && n < SK__DC_MOVE_CALLS; k++) {
     bool has = false;
-    r = sk__dc_move_step(c, i, s, rp, k, &calls[n], &has);
+    r = sk__dc_move_step(c, i, stage, rp, k, &calls[n], &has);
     n += has;
   }
   sk_redist_plan_destroy(rp);
@@ -277,7 +300,7 @@ static sk_result sk__dc_call_of(sk__dc *c, int stage, int i, int sub, const sk_p
   *has = false;
   int move = sk__dr_move_of(k), gi = c->moff[stage] + i;
   if (move >= 0) {
-    sk_result r = sk__dc_move(c, i, gi, s, move);
+    sk_result r = sk__dc_move(c, i, stage, s, move);
     if (!r && sub < c->nmove[gi]) *call = c->move[(size_t)gi * SK__DC_MOVE_CALLS + (size_t)sub], *has = true;
     return r;
   }
@@ -352,9 +375,11 @@ static sk_result sk__dc_rec_of(sk__dc *c, int m, int seq, int *out) {
 static sk_result sk__dc_finish(sk__dc *c, int x) {
   sk__dc_rec *e = &c->recs[x];
   sk__dc_comm *g = &c->comms[e->comm];
-  double start = g->link_free > e->issue ? g->link_free : e->issue, us = 0;
+  double start = g->link_free > e->issue ? g->link_free : e->issue, us = e->charge_us;
   sk_coll_algo algo;
-  sk_result r = sk_cluster_coll_us(&c->p->desc.cluster, e->kind, e->count, e->dt, g->n, g->ranks, &algo, &us, c->err);
+  sk_result r = e->kind == SK_COLL_NONE ? SK_OK
+                                        : sk_cluster_coll_us(&c->p->desc.cluster, e->kind, e->count, e->dt, g->n, g->ranks,
+                                                             &algo, &us, c->err);
   if (r) return r;
   g->link_free = e->end = start + us, e->done = true;
   for (int k = 0; k < g->n; k++) {
@@ -381,10 +406,10 @@ static sk_result sk__dc_post(sk__dc *c, int dev, const sk__dc_call *call, bool b
     return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: %s of %zu elements over %d ranks", sk_coll_kind_name(call->kind),
                     call->count, n);
   size_t count = call->per_member ? call->count / (size_t)n : call->count;
-  if (e->posted && (e->kind != call->kind || e->count != count || e->dt != call->dt))
+  if (e->posted && (e->kind != call->kind || e->count != count || e->dt != call->dt || e->charge_us != call->charge_us))
     return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: device %d calls %s, its group's members %s", dev,
                     sk_coll_kind_name(call->kind), sk_coll_kind_name(e->kind));
-  e->kind = call->kind, e->count = count, e->dt = call->dt;
+  e->kind = call->kind, e->count = count, e->dt = call->dt, e->charge_us = call->charge_us;
   if (!e->posted || c->dev[dev].clock > e->issue) e->issue = c->dev[dev].clock;
   if (blocking) c->dev[dev].wait = *x;
   return ++e->posted == n ? sk__dc_finish(c, *x) : SK_OK;
@@ -419,7 +444,7 @@ static sk_result sk__dc_launch(sk__dc *c, int dev, int b, bool at_fused) {
   while (!r && v->launched[b] < q->n && (at_fused || q->ready[row + (size_t)v->launched[b]] == q->members[v->launched[b]])) {
     const sk_program_step *s = &c->p->programs[v->stage].steps[q->step[v->launched[b]]];
     sk__dc_call call = {s->coll, sk__dc_slot_of(c, s->group), (size_t)s->count, b != SK__DC_AR,
-                        b == SK__DC_AG ? c->d.cdt : c->d.mirror_wire};
+                        b == SK__DC_AG ? c->d.cdt : c->d.mirror_wire, 0};
     int x = -1;
     r = sk__dc_post(c, dev, &call, false, &x);
     if (!r) q->reqs[row + (size_t)v->nreqs[b]++] = x;
@@ -542,7 +567,7 @@ static sk_result sk__dc_tail(sk__dc *c, int dev, bool *stuck) {
     if (*stuck) return SK_OK;
     v->tail = 1;
   }
-  sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_world_slot(c), 1, false, SK_F64};
+  sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_world_slot(c), 1, false, SK_F64, 0};
   int x = -1;
   v->tail = 2;
   return sk__dc_post(c, dev, &call, true, &x);
@@ -562,7 +587,7 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
   if (s->kind == SK_PSTEP_SEND || s->kind == SK_PSTEP_RECV || s->kind == SK_PSTEP_WAIT_SEND)
     return sk__dc_pipe_step(c, dev, i, s, stuck);
   if (s->kind == SK_PSTEP_SHARD_MIRROR) { /* a partly sharded parameter's AllReduce over its other replicas */
-    sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_slot_of(c, s->group), (size_t)s->count, false, c->d.mirror_wire};
+    sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_slot_of(c, s->group), (size_t)s->count, false, c->d.mirror_wire, 0};
     int x = -1;
     if (v->sub > 0) return v->pc++, v->sub = 0, SK_OK;
     return sk__dc_post(c, dev, &call, true, &x);
@@ -577,6 +602,7 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
   sk_parallel_step_kind k = c->p->steps[s->index].kind;
   if (k == SK_PSTEP_FORWARD || k == SK_PSTEP_BACKWARD) return sk__dc_compute(c, v, s, k), v->pc++, SK_OK;
   sk__dc_call call;
+  memset(&call, 0, sizeof call);
   bool has = false;
   sk_result r = sk__dc_call_of(c, v->stage, i, v->sub, s, k, &call, &has);
   if (r || !has) return r ? r : (v->pc++, v->sub = 0, SK_OK);

@@ -1770,6 +1770,7 @@ static const sk_backend sk__mpi_backend_table = {
     SK_HOOK(copy) NULL,        /* host memory: memcpy */
     SK_HOOK(shared_address_space) 0, /* one process per device */
     SK_HOOK(clock_align) NULL,       /* prices no collective: a plain MAX AllReduce */
+    SK_HOOK(clock_charge) NULL,      /* prices no collective: a plain MAX AllReduce */
 };
 
 SK_API const sk_backend *sk_mpi_backend(void) { return &sk__mpi_backend_table; }

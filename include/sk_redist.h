@@ -2,7 +2,8 @@
 
    Do this in ONE .c file:   #define SK_IMPL  (or SK_REDIST_IMPL with the modules it uses)
                              #include "shardkit.h"
-   Needs sk_layout.h, sk_layout_algebra.h and sk_comm.h (and a backend to execute on). Link
+   Needs sk_layout.h, sk_layout_algebra.h, sk_comm.h and sk_topology.h (and a backend to
+   execute on). Link
    with -lpthread.
 
    FILES
@@ -165,6 +166,7 @@
 #include "sk_layout.h"
 #include "sk_layout_algebra.h" /* minimal mode unifies the two layouts across a reshape (sk_layout_unify) */
 #include "sk_comm.h"
+#include "sk_topology.h"  /* a peer-access step's price on the clocks (sk_redist_step_clock_us) */
 #include "sk_redist_ms.h" /* MindSpore mode's operator inference and its cost record, sk_redist_ms_cost */
 
 SK_EXTERN_C_BEGIN
@@ -259,6 +261,16 @@ SK_API sk_result sk_redist_plan_step(const sk_redist_plan *plan, int i, sk_redis
    answers only for its rank. */
 SK_API sk_result sk_redist_plan_bytes(const sk_redist_plan *plan, int step, int rank, uint64_t *recv_bytes,
                                       uint64_t *send_bytes, sk_error *err);
+/* The modelled time (us) of step `step` for `rank` (0..devices-1) when its data moves outside
+   any priced call, as the threads backend moves a Send/Recv exchange and an AllGather or AllToAll
+   of strided blocks (shared-memory peer access; sk_redist_execute then charges it to the
+   clocks with sk_comm_clock_charge, and the dry run does the same): an AllGather or AllToAll
+   costs that collective on the rank's group (sk_cluster_coll_us over the members' world ranks);
+   a Send/Recv exchange the rank's busier side, the sum of sk_cluster_p2p_us over the messages
+   it sends or over those it receives, whichever is larger; any other step 0. world[r] is rank
+   r's world rank (NULL: r itself). Any plan of the descriptor answers for every rank. */
+SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *plan, int step, int rank, const sk_cluster *cluster,
+                                         const int *world, double *us, sk_error *err);
 /* Sum of the steps' estimates (s). */
 SK_API double sk_redist_plan_cost(const sk_redist_plan *plan);
 /* MindSpore mode only (else SK_ERR_INVALID_ARGUMENT). */
@@ -288,6 +300,7 @@ SK_EXTERN_C_END
 #define SK_REDIST_IMPL_DONE
 #define SK__CORE_PRIVATE
 #include "sk_core.h"
+#include "sk_topology.h"
 #include "sk_redist_ms.h" /* its implementation first (SK_REDIST_MS_IMPL is set above): sk__ms_plan, sk__rd_elems */
 
 SK_EXTERN_C_BEGIN
@@ -820,6 +833,11 @@ typedef struct sk__rd_step {
   int msgs;              /* Send/Recv: messages of the planned rank (max over ranks) */
 } sk__rd_step;
 
+/* Elements of a piece of step s (a box, or a flat count: sk__rd_meet). */
+static int64_t sk__rd_piece_elems(const sk__rd_step *s, const sk__rd_box *box) {
+  return s->flat ? box->hi[0] : sk__rd_vol(box, s->a.ndims);
+}
+
 struct sk_redist_plan {
   sk_redist_desc desc;
   int rank;   /* planned rank or SK_REDIST_ALL_RANKS */
@@ -1189,6 +1207,60 @@ SK_API sk_result sk_redist_plan_bytes(const sk_redist_plan *p, int step, int ran
   return SK_OK;
 }
 
+/* Rank r's busier side of Send/Recv step s: its sends' or its receives' summed p2p prices. */
+static sk_result sk__rd_p2p_clock_us(const sk_redist_plan *p, const sk__rd_step *s, int r, const sk_cluster *cl,
+                                     const int *world, double *us, sk_error *err) {
+  sk__rd_lists L;
+  if (sk__rd_pieces(&s->a, &s->b, r, NULL, NULL, &L, &p->desc.allocator))
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+  double side[2] = {0, 0};
+  sk_result res = SK_OK;
+  for (int k = 0; !res && k < L.nsend + L.nrecv; k++) {
+    bool send = k < L.nsend;
+    const sk__rd_piece *pc = send ? &L.send[k] : &L.recv[k - L.nsend];
+    int me = world ? world[r] : r, peer = world ? world[pc->peer] : pc->peer;
+    double t = 0;
+    res = sk_cluster_p2p_us(cl, send ? me : peer, send ? peer : me, (size_t)sk__rd_piece_elems(s, &pc->box), p->desc.dtype,
+                            &t, err);
+    side[send ? 0 : 1] += t;
+  }
+  sk__rd_lists_free(&L, &p->desc.allocator);
+  *us = side[0] > side[1] ? side[0] : side[1];
+  return res;
+}
+
+/* Rank r's group of collective step s, as ascending world ranks, priced as that collective. */
+static sk_result sk__rd_coll_clock_us(const sk_redist_plan *p, const sk__rd_step *s, int r, const sk_cluster *cl,
+                                      const int *world, double *us, sk_error *err) {
+  int *mem = (int *)sk__alloc(&p->desc.allocator, sizeof(int) * (size_t)s->gsize, 16), n = 0;
+  if (!mem) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+  sk_mesh_group(&s->a.mesh, r, s->axes, mem, s->gsize, &n, NULL);
+  for (int i = 0; i < n; i++) {
+    int v = world ? world[mem[i]] : mem[i], j = i;
+    for (; j > 0 && mem[j - 1] > v; j--) mem[j] = mem[j - 1]; /* insertion: mem[0..i) already world ranks */
+    mem[j] = v;
+  }
+  sk_coll_algo algo;
+  sk_coll_kind kind = s->op == SK_REDIST_ALLGATHER ? SK_COLL_ALLGATHER : SK_COLL_ALLTOALL;
+  sk_result res = sk_cluster_coll_us(cl, kind, (size_t)s->count, p->desc.dtype, n, mem, &algo, us, err);
+  sk__free(&p->desc.allocator, mem);
+  return res;
+}
+
+SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *p, int step, int rank, const sk_cluster *cluster,
+                                         const int *world, double *us, sk_error *err) {
+  if (!p || !cluster || !us) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: plan, cluster and us must be set");
+  if (step < 0 || step >= p->nsteps)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: step %d out of range [0, %d)", step, p->nsteps);
+  if (rank < 0 || rank >= sk__rd_devices(&p->desc))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: rank %d out of range [0, %d)", rank, sk__rd_devices(&p->desc));
+  const sk__rd_step *s = &p->steps[step];
+  *us = 0;
+  if (s->op == SK_REDIST_SENDRECV) return sk__rd_p2p_clock_us(p, s, rank, cluster, world, us, err);
+  if (s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL) return sk__rd_coll_clock_us(p, s, rank, cluster, world, us, err);
+  return SK_OK;
+}
+
 SK_API double sk_redist_plan_cost(const sk_redist_plan *p) {
   double t = 0;
   for (int i = 0; p && i < p->nsteps; i++) t += p->steps[i].cost;
@@ -1320,6 +1392,7 @@ typedef struct sk__rd_xstep {
   int me;                          /* this rank */
   sk__rd_box *pbox;                /* shared memory, AllToAll/AllGather: member k's source box */
   bool peer;                       /* shared memory: read the members' inputs directly */
+  double clock_us;                 /* peer access under a link model: its price (sk_redist_step_clock_us) */
 } sk__rd_xstep;
 
 struct sk_redist_executor {
@@ -1341,6 +1414,10 @@ struct sk_redist_executor {
   sk_request **reqs;
   int nreqs_cap;
   size_t src_elems, dst_elems;
+  /* The clocks of a pricing world see no peer access, so its steps are charged
+     (sk_comm_clock_charge), priced at the first execute on the ranks' world ranks. */
+  bool charge, priced;
+  int *world; /* [comm size]: each rank's world rank, once priced */
 };
 
 /* "axes mp,dp of mesh (dp=2,mp=4)": what a group error names. */
@@ -1425,6 +1502,7 @@ SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
   for (int i = 0; i < SK__RD_MAX_STEPS; i++) sk__free(&al, ex->inter[i]);
   sk__free(&al, ex->scratch);
   sk__free(&al, ex->reqs);
+  sk__free(&al, ex->world);
   sk_redist_plan_destroy(ex->plan);
   sk__free(&al, ex);
 }
@@ -1455,11 +1533,6 @@ static sk_result sk__rd_prepare_buffers(sk_redist_executor *ex, int i, int me, s
     if (!ex->inter[x->buf_out - 2]) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an intermediate buffer");
   }
   return SK_OK;
-}
-
-/* Elements of a piece of step s (a box, or a flat count: sk__rd_meet). */
-static int64_t sk__rd_piece_elems(const sk__rd_step *s, const sk__rd_box *box) {
-  return s->flat ? box->hi[0] : sk__rd_vol(box, s->a.ndims);
 }
 
 /* Places the pieces of `pieces` that are not one contiguous range of the buffer holding `buf`
@@ -1637,6 +1710,16 @@ static sk_result sk__rd_alloc_shared(sk_redist_executor *ex, const sk__rd_needs 
 }
 
 /* This rank's executor, planned and prepared (*out NULL on failure: nothing is left behind). */
+/* Whether peer-access steps must be charged to the world's clocks: they run on a pricing world. */
+static sk_result sk__rd_want_charges(sk_redist_executor *ex, sk_error *err) {
+  const sk_world_desc *wd = sk_world_config(sk_comm_world(ex->comm));
+  for (int i = 0; i < ex->plan->nsteps; i++) ex->charge = ex->charge || ex->xs[i].peer;
+  ex->charge = ex->charge && wd && sk_cluster_prices(&wd->cluster);
+  if (!ex->charge) return SK_OK;
+  ex->world = (int *)sk__alloc(&ex->al, sizeof(int) * (size_t)sk_comm_size(ex->comm), 16);
+  return ex->world ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the ranks' world ranks");
+}
+
 static sk_result sk__rd_build(sk_comm *comm, const sk_redist_desc *desc, sk_redist_executor **out, sk_error *err) {
   sk_redist_executor *ex = (sk_redist_executor *)sk__calloc(&desc->allocator, sizeof *ex, 64);
   if (!ex) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating an executor");
@@ -1652,6 +1735,7 @@ static sk_result sk__rd_build(sk_comm *comm, const sk_redist_desc *desc, sk_redi
   /* the first failure stops the preparation; destroy frees whatever the steps got so far */
   for (int i = 0; !r && i < ex->plan->nsteps; i++) r = sk__rd_prepare_step(ex, i, me, es, &need, err);
   if (r == SK_OK) r = sk__rd_alloc_shared(ex, &need, err);
+  if (r == SK_OK) r = sk__rd_want_charges(ex, err);
   if (r) {
     sk_redist_executor_destroy(ex);
     return r;
@@ -1848,6 +1932,7 @@ static sk_result sk__rd_run_collective(sk_redist_executor *ex, const sk__rd_step
        until all members have read it, also when the world aborts meanwhile. */
     sk__rd_peer_ctx ctx = {s, x, in, out, es};
     r = sk_comm_peer_access(x->comm, in, sk__rd_peer_blocks, &ctx, NULL);
+    if (!r && ex->charge) r = sk_comm_clock_charge(x->comm, x->clock_us, NULL);
     if (r && x->comm != ex->comm) sk_comm_set_error(ex->comm, r, "%s", sk_comm_error_message(x->comm));
     return r;
   }
@@ -1890,7 +1975,8 @@ static sk_result sk__rd_run_step(sk_redist_executor *ex, int i, const char *in, 
   if (s->op == SK_REDIST_SENDRECV && x->peer) {
     /* Shared memory: every rank reads its pieces straight from the senders' inputs. */
     sk__rd_peer_ctx ctx = {s, x, in, out, es};
-    return sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx, NULL);
+    sk_result r = sk_comm_peer_access(ex->comm, in, sk__rd_peer_pieces, &ctx, NULL);
+    return !r && ex->charge ? sk_comm_clock_charge(ex->comm, x->clock_us, NULL) : r;
   }
   if (s->op == SK_REDIST_SENDRECV) return sk__rd_run_sendrecv(ex, s, x, in, out);
   return sk__rd_run_collective(ex, s, x, in, out);
@@ -1939,6 +2025,31 @@ static sk_result sk__rd_plan_mismatch(sk_comm *c, int64_t mine, int64_t lowest) 
 static sk_result sk__rd_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
                                 size_t dst_count, sk_dtype dt);
 
+static void sk__rd_world_of(void *pv, const void *const *peers) {
+  sk_redist_executor *ex = (sk_redist_executor *)pv;
+  for (int i = 0; i < sk_comm_size(ex->comm); i++) ex->world[i] = *(const int *)peers[i];
+}
+
+/* Once, after execute's agreement (every rank gets here with the same plan): the ranks' world
+   ranks through peer access (backend traffic: no clock moves), then each peer-access step's
+   price. A rank whose pricing fails takes the world down: its peers are about to charge. */
+static sk_result sk__rd_price_steps(sk_redist_executor *ex) {
+  int mine = sk_comm_world_rank(ex->comm);
+  sk_result r = sk_comm_peer_access(ex->comm, &mine, sk__rd_world_of, ex, NULL);
+  if (r) return r;
+  const sk_cluster *cl = &sk_world_config(sk_comm_world(ex->comm))->cluster;
+  sk_error e;
+  for (int i = 0; !r && i < ex->plan->nsteps; i++)
+    if (ex->xs[i].peer) r = sk_redist_step_clock_us(ex->plan, i, ex->xs[i].me, cl, ex->world, &ex->xs[i].clock_us, &e);
+  if (r) {
+    sk_comm_set_error(ex->comm, r, "redist: pricing a peer-access step: %s", e.msg);
+    sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));
+    return r;
+  }
+  ex->priced = true;
+  return SK_OK;
+}
+
 /* The executor keeps its last failure (its communicator's message) for sk_last_error. */
 SK_API sk_result sk_redist_execute(sk_redist_executor *ex, const void *src, size_t src_count, void *dst,
                                    size_t dst_count, sk_dtype dt, sk_error *err) {
@@ -1984,6 +2095,7 @@ static sk_result sk__rd_execute(sk_redist_executor *ex, const void *src, size_t 
   if (all[0] != INT64_MAX)
     return sk_comm_set_error(c, SK_ERR_INVALID_ARGUMENT, "redist: another rank's arguments were rejected (rank %lld)", (long long)all[0]);
   if (all[1] != ~all[2]) return sk__rd_plan_mismatch(c, (int64_t)h, all[1]);
+  if (ex->charge && !ex->priced && (r = sk__rd_price_steps(ex)) != SK_OK) return r;
   for (int i = 0; i < p->nsteps; i++) {
     const sk__rd_xstep *x = &ex->xs[i];
     const char *in = x->buf_in == 0 ? (const char *)src : ex->inter[x->buf_in - 2];

@@ -414,7 +414,7 @@ static bool sk__tcount_reached(const void *p) {
 /* Why a member posted. The backend's own agreement traffic (a split's exchanges, a peer
    access) must never match a user's call: a split against a user's AllGather of 3 x i64 would
    otherwise pass the mismatch check and read user data as group pointers. */
-enum { SK__ORIGIN_USER = 0, SK__ORIGIN_SPLIT, SK__ORIGIN_PEER, SK__ORIGIN_CLOCK };
+enum { SK__ORIGIN_USER = 0, SK__ORIGIN_SPLIT, SK__ORIGIN_PEER, SK__ORIGIN_CLOCK, SK__ORIGIN_CHARGE };
 
 /* A member that will never post again: it destroyed its sub-communicator, or sk_world_run's
    device function for its rank has returned (which also covers sub-communicators it did not
@@ -517,7 +517,10 @@ static void sk__tclose_drain(sk__tgroup *g) {
 
 /* Writes what one member called: the collective, or the backend's own traffic by name. */
 static const char *sk__torigin_name(int origin) {
-  return origin == SK__ORIGIN_SPLIT ? "comm_split" : origin == SK__ORIGIN_PEER ? "peer_access" : "clock_align";
+  return origin == SK__ORIGIN_SPLIT    ? "comm_split"
+         : origin == SK__ORIGIN_PEER   ? "peer_access"
+         : origin == SK__ORIGIN_CHARGE ? "clock_charge"
+                                       : "clock_align";
 }
 static void sk__tdescribe(char *buf, size_t cap, int origin, const sk_coll *c) {
   if (origin == SK__ORIGIN_USER)
@@ -1559,6 +1562,20 @@ static sk_result sk__thr_clock_align(sk_comm *c, double *clock_us) {
   return sk__tinternal(SK__TMEMBER(c), SK__ORIGIN_CLOCK, SK_COLL_ALLREDUCE, &mine, clock_us, 1, SK_F64, SK_MAX);
 }
 
+/* A charge (sk_comm_clock_charge): the tagged MAX AllReduce of (clock, us), then the event runs
+   from the later of the latest clock and the group's link-free time, as a priced call does
+   (sk__tmodel_end); every member computes the same end from the same maxima. */
+static sk_result sk__thr_clock_charge(sk_comm *c, double us, double *clock_us) {
+  sk__tmember *m = SK__TMEMBER(c);
+  double mine[2] = {*clock_us, us}, most[2] = {0, 0};
+  sk_result r = sk__tinternal(m, SK__ORIGIN_CHARGE, SK_COLL_ALLREDUCE, mine, most, 2, SK_F64, SK_MAX);
+  if (r) return r;
+  sk__tslot *sl = &m->g->slots[m->me];
+  double start = sl->link_free > most[0] ? sl->link_free : most[0];
+  *clock_us = sl->link_free = start + most[1];
+  return SK_OK;
+}
+
 typedef struct sk__trun_arg {
   sk_world *w;
   int rank;
@@ -1632,6 +1649,7 @@ static const sk_backend sk__threads_backend_table = {
     SK_HOOK(copy) NULL, /* host memory: memcpy */
     SK_HOOK(shared_address_space) 1, /* the devices are threads of this process */
     SK_HOOK(clock_align) sk__thr_clock_align,
+    SK_HOOK(clock_charge) sk__thr_clock_charge,
 };
 
 SK_API const sk_backend *sk_threads_backend(void) { return &sk__threads_backend_table; }

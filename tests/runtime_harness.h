@@ -337,6 +337,7 @@ typedef struct run {
   long fail_at;            /* ... at this call of create (FAIL_IN_CREATE) or of the first step (FAIL_IN_STEP) */
   int fail_phase;          /* FAIL_*: when it fails */
   sk_link_model link;      /* the world's (zero: none) */
+  sk_topology topology;    /* the world's hierarchical cluster instead of link (zero: none) */
   /* after create, sk_runtime_parameter_broadcast(rt, rank + initial_rank + cur_rank_skew,
      initial_rank) and a gather of every parameter (dev_out.init); against_trainer then starts
      the trainer from device 0's. Under a pipeline rank is the world's, the initial_rank passed
@@ -520,6 +521,7 @@ static inline void run_world_with(run *R, sk_device_fn fn) {
   sk_world_desc wd;
   memset(&wd, 0, sizeof wd);
   wd.ndevices = R->ndev, wd.backend = sk_threads_backend(), wd.timeout_ms = WORLD_TIMEOUT_MS, wd.cluster.link = R->link;
+  wd.cluster.topology = R->topology;
   sk_world *w = NULL;
   OK(sk_world_create(&wd, &w, E));
   R->world_rc = sk_world_run(w, fn, R, NULL);

@@ -197,14 +197,81 @@ Test(comm_link, clock_align_mismatch_is_reported, .timeout = 30) {
   sk_world_destroy(w, NULL);
 }
 
-/* Without a model the clock stays 0, compute is ignored and clock alignment is a no-op that
-   succeeds. */
+/* A charge: rank r computes 10*r us and charges 5*(r+1) us: the event starts at the latest
+   clock (10*(n-1)) and lasts the largest charge (5*n). Then a non-blocking AllReduce issued at
+   once is still on the link when a charge of 1 us comes: the charge starts when it ends (the
+   group's link-free time), and a blocking AllReduce after it starts when the charge ends. */
+static sk_result charge_steps(sk_comm *c, void *arg) {
+  clocks *k = (clocks *)arg;
+  int r = sk_comm_rank(c);
+  sk_request *q = NULL;
+  sk_comm_compute(c, 10.0 * r);
+  sk_result rc = sk_comm_clock_charge(c, 5.0 * (r + 1), NULL);
+  k->at[r][0] = sk_comm_clock_us(c);
+  if (rc == SK_OK) rc = sk_iallreduce(c, bufs[r], bufs[r], COUNT, SK_F32, SK_SUM, &q, NULL);
+  if (rc == SK_OK) rc = sk_comm_clock_charge(c, 1, NULL);
+  k->at[r][1] = sk_comm_clock_us(c);
+  static float other[LINK_MAX][COUNT];
+  if (rc == SK_OK) rc = sk_allreduce(c, other[r], other[r], COUNT, SK_F32, SK_SUM, NULL);
+  if (rc == SK_OK) rc = sk_wait(&q, NULL);
+  k->at[r][2] = sk_comm_clock_us(c);
+  k->rc[r] = rc;
+  return rc;
+}
+
+Test(comm_link, clock_charge_starts_at_the_latest_and_lasts_the_largest, .timeout = 30) {
+  const int n = 4;
+  sk_world *w = link_world(n, 10, 25);
+  clocks k;
+  memset(&k, 0, sizeof k);
+  cr_assert_eq(sk_world_run(w, charge_steps, &k, NULL), SK_OK, "%s", sk_world_error_message(w));
+  sk_link_model m = {10, 25};
+  double ar = sk_link_cost_us(&m, SK_COLL_ALLREDUCE, COUNT, SK_F32, n), first = 10.0 * (n - 1) + 5.0 * n;
+  for (int r = 0; r < n; r++) {
+    cr_assert(near(k.at[r][0], first), "rank %d: clock %g after the charge, want %g", r, k.at[r][0], first);
+    cr_assert(near(k.at[r][1], first + ar + 1), "rank %d: the charge ignored the link-free time: %g, want %g", r,
+              k.at[r][1], first + ar + 1);
+    cr_assert(near(k.at[r][2], first + 2 * ar + 1), "rank %d: the charge did not move the link-free time: %g, want %g", r,
+              k.at[r][2], first + 2 * ar + 1);
+  }
+  sk_world_destroy(w, NULL);
+}
+
+/* A member charging while another calls a collective is a mismatch naming clock_charge; a
+   negative charge is refused by name. */
+static sk_result charge_mismatch(sk_comm *c, void *arg) {
+  (void)arg;
+  int r = sk_comm_rank(c);
+  return r == 0 ? sk_comm_clock_charge(c, 1, NULL) : sk_allreduce(c, bufs[r], bufs[r], 1, SK_F32, SK_SUM, NULL);
+}
+
+static sk_result charge_negative(sk_comm *c, void *arg) {
+  sk_error *e = (sk_error *)arg;
+  return sk_comm_rank(c) == 0 ? sk_comm_clock_charge(c, -1, e) : SK_OK;
+}
+
+Test(comm_link, clock_charge_mismatch_and_bad_input_are_reported, .timeout = 30) {
+  sk_world *w = link_world(2, 10, 25);
+  cr_assert_neq(sk_world_run(w, charge_mismatch, NULL, NULL), SK_OK);
+  cr_assert(strstr(sk_world_error_message(w), "clock_charge") != NULL, "message: %s", sk_world_error_message(w));
+  sk_world_destroy(w, NULL);
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  w = link_world(2, 10, 25);
+  cr_assert_eq(sk_world_run(w, charge_negative, &e, NULL), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "us -1") != NULL, "message: %s", e.msg);
+  sk_world_destroy(w, NULL);
+}
+
+/* Without a model the clock stays 0, compute is ignored and clock alignment and charges are
+   no-ops that succeed. */
 static sk_result no_model_steps(sk_comm *c, void *arg) {
   clocks *k = (clocks *)arg;
   int r = sk_comm_rank(c);
   sk_comm_compute(c, 50.0 * (r + 1));
   k->rc[r] = sk_allreduce(c, bufs[r], bufs[r], 16, SK_F32, SK_SUM, NULL);
   if (k->rc[r] == SK_OK) k->rc[r] = sk_comm_clock_align(c, NULL);
+  if (k->rc[r] == SK_OK) k->rc[r] = sk_comm_clock_charge(c, 7, NULL);
   k->at[r][0] = sk_comm_clock_us(c);
   return k->rc[r];
 }

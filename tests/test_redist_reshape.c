@@ -361,6 +361,65 @@ Test(redist_reshape, labels, .timeout = 30) {
   rr_expect_op(&d, SK_REDIST_SENDRECV, "flat");
 }
 
+/* The price of a step moved by peer access (sk_redist_step_clock_us), on rows by 8 of [8,4] ->
+   columns by 8 of [4,8]: column c comes one element each from ranks c/4, 2+c/4, 4+c/4, 6+c/4
+   and row r goes to columns 4r%8 .. 4r%8+3. Rank 1 receives 4 messages (from 0, 2, 4, 6) and
+   sends 4 (to 4..7); rank 0 receives 3 (from 2, 4, 6) and sends 3 (to 1, 2, 3), its own
+   element local. A message: alpha + 4 bytes / bandwidth. The rank pays its busier side. */
+static double rr_clock_us(const sk_redist_plan *p, int step, int rank, const sk_cluster *cl, const int *world) {
+  double us = -1;
+  sk_error e;
+  cr_assert_eq(sk_redist_step_clock_us(p, step, rank, cl, world, &us, &e), SK_OK, "%s", e.msg);
+  return us;
+}
+
+static bool rr_near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(1, fabs(b)); }
+
+Test(redist_reshape, peer_access_clock_prices, .timeout = 30) {
+  sk_redist_desc d = rr_pair("a=8", "a,None", 2, rr_84, "a=8", "None,a", 2, rr_48);
+  sk_redist_plan *p = NULL;
+  cr_assert_eq(sk_redist_plan_create(&d, 3, &p, NULL), SK_OK);
+  sk_cluster flat;
+  memset(&flat, 0, sizeof flat);
+  flat.link = (sk_link_model){10, 25};
+  double msg = 10 + 4 / 25e3;
+  cr_assert(rr_near(rr_clock_us(p, 0, 1, &flat, NULL), 4 * msg), "rank 1: %.17g", rr_clock_us(p, 0, 1, &flat, NULL));
+  cr_assert(rr_near(rr_clock_us(p, 0, 0, &flat, NULL), 3 * msg), "rank 0: %.17g", rr_clock_us(p, 0, 0, &flat, NULL));
+  /* 2 nodes of 4: rank 1 receives from 0, 2 inside its node and 4, 6 across, sends all 4 across:
+     the send side (4 inter messages) is the busier; rank 0 receives from 2 inside and 4, 6
+     across, sends to 1, 2, 3 inside: the receive side */
+  sk_cluster topo;
+  memset(&topo, 0, sizeof topo);
+  topo.topology = (sk_topology){2, 4, {2, 150}, {10, 25}};
+  double intra = 2 + 4 / 150e3, inter = 10 + 4 / 25e3;
+  cr_assert(rr_near(rr_clock_us(p, 0, 1, &topo, NULL), 4 * inter), "rank 1 on 2x4");
+  cr_assert(rr_near(rr_clock_us(p, 0, 0, &topo, NULL), intra + 2 * inter), "rank 0 on 2x4");
+  /* the ranks as world ranks 7..0: rank 0 is world 7 (node 1), its sources 2, 4, 6 are 5, 3, 1 */
+  const int reversed[8] = {7, 6, 5, 4, 3, 2, 1, 0};
+  cr_assert(rr_near(rr_clock_us(p, 0, 0, &topo, reversed), intra + 2 * inter), "rank 0 reversed");
+  /* ranks spread over the nodes: rank 0 = world 0 receives from worlds 1, 2, 3 (its node) and
+     sends to worlds 4, 1, 5: two across, so the send side */
+  const int spread[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  cr_assert(rr_near(rr_clock_us(p, 0, 0, &topo, spread), intra + 2 * inter), "rank 0 spread");
+  sk_error e;
+  double us;
+  cr_assert_eq(sk_redist_step_clock_us(p, 1, 0, &flat, NULL, &us, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "step 1"), "%s", e.msg);
+  cr_assert_eq(sk_redist_step_clock_us(p, 0, 8, &flat, NULL, &us, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "rank 8"), "%s", e.msg);
+  cr_assert_eq(sk_redist_step_clock_us(p, 0, 0, NULL, NULL, &us, &e), SK_ERR_INVALID_ARGUMENT);
+  sk_redist_plan_destroy(p);
+  /* an AllGather of rows by 4 of [8,4] into [32]: that collective on the members' world ranks */
+  d = rr_pair("a=4", "a,None", 2, rr_84, "a=4", "None", 1, rr_32);
+  cr_assert_eq(sk_redist_plan_create(&d, SK_REDIST_ALL_RANKS, &p, NULL), SK_OK);
+  const int world[4] = {6, 0, 4, 2}, sorted[4] = {0, 2, 4, 6};
+  double want = 0;
+  sk_coll_algo algo;
+  cr_assert_eq(sk_cluster_coll_us(&topo, SK_COLL_ALLGATHER, 8, SK_F32, 4, sorted, &algo, &want, NULL), SK_OK);
+  cr_assert(rr_near(rr_clock_us(p, 0, 2, &topo, world), want), "AllGather: %.17g, want %.17g", rr_clock_us(p, 0, 2, &topo, world), want);
+  sk_redist_plan_destroy(p);
+}
+
 Test(redist_reshape, partial_sources, .timeout = 30) {
   /* partial over b (the from layout leaves it unused) */
   sk_redist_desc four[3], eight[1];
