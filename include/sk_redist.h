@@ -1207,34 +1207,29 @@ SK_API sk_result sk_redist_plan_bytes(const sk_redist_plan *p, int step, int ran
   return SK_OK;
 }
 
-/* Rank r's busier side of Send/Recv step s: its sends' or its receives' summed p2p prices. */
-static sk_result sk__rd_p2p_clock_us(const sk_redist_plan *p, const sk__rd_step *s, int r, const sk_cluster *cl,
-                                     const int *world, double *us, sk_error *err) {
-  sk__rd_lists L;
-  if (sk__rd_pieces(&s->a, &s->b, r, NULL, NULL, &L, &p->desc.allocator))
-    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+/* Rank r's busier side of Send/Recv step s (its pieces L): its sends' or its receives' summed
+   p2p prices. Allocates nothing (an executor prices inside a step). */
+static sk_result sk__rd_p2p_price(const sk__rd_step *s, const sk__rd_lists *L, int r, const sk_cluster *cl,
+                                  const int *world, sk_dtype dt, double *us, sk_error *err) {
   double side[2] = {0, 0};
   sk_result res = SK_OK;
-  for (int k = 0; !res && k < L.nsend + L.nrecv; k++) {
-    bool send = k < L.nsend;
-    const sk__rd_piece *pc = send ? &L.send[k] : &L.recv[k - L.nsend];
+  for (int k = 0; !res && k < L->nsend + L->nrecv; k++) {
+    bool send = k < L->nsend;
+    const sk__rd_piece *pc = send ? &L->send[k] : &L->recv[k - L->nsend];
     int me = world ? world[r] : r, peer = world ? world[pc->peer] : pc->peer;
     double t = 0;
-    res = sk_cluster_p2p_us(cl, send ? me : peer, send ? peer : me, (size_t)sk__rd_piece_elems(s, &pc->box), p->desc.dtype,
-                            &t, err);
+    res = sk_cluster_p2p_us(cl, send ? me : peer, send ? peer : me, (size_t)sk__rd_piece_elems(s, &pc->box), dt, &t, err);
     side[send ? 0 : 1] += t;
   }
-  sk__rd_lists_free(&L, &p->desc.allocator);
   *us = side[0] > side[1] ? side[0] : side[1];
   return res;
 }
 
-/* Rank r's group of collective step s, as ascending world ranks, priced as that collective. */
-static sk_result sk__rd_coll_clock_us(const sk_redist_plan *p, const sk__rd_step *s, int r, const sk_cluster *cl,
-                                      const int *world, double *us, sk_error *err) {
-  int *mem = (int *)sk__alloc(&p->desc.allocator, sizeof(int) * (size_t)s->gsize, 16), n = 0;
-  if (!mem) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
-  sk_mesh_group(&s->a.mesh, r, s->axes, mem, s->gsize, &n, NULL);
+/* Collective step s on the group mem[0..n) (mesh ranks; overwritten with the members' world
+   ranks in ascending order, as the cluster prices a group), priced as that collective.
+   Allocates nothing. */
+static sk_result sk__rd_coll_price(const sk__rd_step *s, int *mem, int n, const sk_cluster *cl, const int *world,
+                                   sk_dtype dt, double *us, sk_error *err) {
   for (int i = 0; i < n; i++) {
     int v = world ? world[mem[i]] : mem[i], j = i;
     for (; j > 0 && mem[j - 1] > v; j--) mem[j] = mem[j - 1]; /* insertion: mem[0..i) already world ranks */
@@ -1242,9 +1237,7 @@ static sk_result sk__rd_coll_clock_us(const sk_redist_plan *p, const sk__rd_step
   }
   sk_coll_algo algo;
   sk_coll_kind kind = s->op == SK_REDIST_ALLGATHER ? SK_COLL_ALLGATHER : SK_COLL_ALLTOALL;
-  sk_result res = sk_cluster_coll_us(cl, kind, (size_t)s->count, p->desc.dtype, n, mem, &algo, us, err);
-  sk__free(&p->desc.allocator, mem);
-  return res;
+  return sk_cluster_coll_us(cl, kind, (size_t)s->count, dt, n, mem, &algo, us, err);
 }
 
 SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *p, int step, int rank, const sk_cluster *cluster,
@@ -1255,10 +1248,23 @@ SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *p, int step, int 
   if (rank < 0 || rank >= sk__rd_devices(&p->desc))
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: rank %d out of range [0, %d)", rank, sk__rd_devices(&p->desc));
   const sk__rd_step *s = &p->steps[step];
+  const sk_allocator *al = &p->desc.allocator;
+  sk_result res = SK_OK;
   *us = 0;
-  if (s->op == SK_REDIST_SENDRECV) return sk__rd_p2p_clock_us(p, s, rank, cluster, world, us, err);
-  if (s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL) return sk__rd_coll_clock_us(p, s, rank, cluster, world, us, err);
-  return SK_OK;
+  if (s->op == SK_REDIST_SENDRECV) {
+    sk__rd_lists L;
+    if (sk__rd_pieces(&s->a, &s->b, rank, NULL, NULL, &L, al))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+    res = sk__rd_p2p_price(s, &L, rank, cluster, world, p->desc.dtype, us, err);
+    sk__rd_lists_free(&L, al);
+  } else if (s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL) {
+    int *mem = (int *)sk__alloc(al, sizeof(int) * (size_t)s->gsize, 16), n = 0;
+    if (!mem) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+    sk_mesh_group(&s->a.mesh, rank, s->axes, mem, s->gsize, &n, NULL);
+    res = sk__rd_coll_price(s, mem, n, cluster, world, p->desc.dtype, us, err);
+    sk__free(al, mem);
+  }
+  return res;
 }
 
 SK_API double sk_redist_plan_cost(const sk_redist_plan *p) {
@@ -1392,6 +1398,7 @@ typedef struct sk__rd_xstep {
   int me;                          /* this rank */
   sk__rd_box *pbox;                /* shared memory, AllToAll/AllGather: member k's source box */
   bool peer;                       /* shared memory: read the members' inputs directly */
+  int *mem;                        /* peer collectives under a link model: the group (mesh ranks), for its price */
   double clock_us;                 /* peer access under a link model: its price (sk_redist_step_clock_us) */
 } sk__rd_xstep;
 
@@ -1493,7 +1500,7 @@ SK_API void sk_redist_executor_destroy(sk_redist_executor *ex) {
   sk_allocator al = ex->al;
   for (int i = 0; ex->plan && i < ex->plan->nsteps; i++) {
     sk__rd_xstep *x = &ex->xs[i];
-    sk__free(&al, x->sbox), sk__free(&al, x->rbox), sk__free(&al, x->pbox);
+    sk__free(&al, x->sbox), sk__free(&al, x->rbox), sk__free(&al, x->pbox), sk__free(&al, x->mem);
     sk__rd_lists_free(&x->lists, &al);
     sk__free(&al, x->soff), sk__free(&al, x->roff), sk__free(&al, x->sdir), sk__free(&al, x->rdir);
   }
@@ -1661,7 +1668,10 @@ static sk_result sk__rd_prepare_collective(sk_redist_executor *ex, int i, int me
     }
   }
   sk__rd_group_blocks(s, x, mem, n, peer_copy);
-  sk__free(al, mem);
+  if (peer_copy) /* kept for pricing the step on the clocks (sk__rd_want_charges drops it if unpriced) */
+    x->mem = mem;
+  else
+    sk__free(al, mem);
   sk__rd_stage_collective(s, x, es, need);
   return SK_OK;
 }
@@ -1715,7 +1725,10 @@ static sk_result sk__rd_want_charges(sk_redist_executor *ex, sk_error *err) {
   const sk_world_desc *wd = sk_world_config(sk_comm_world(ex->comm));
   for (int i = 0; i < ex->plan->nsteps; i++) ex->charge = ex->charge || ex->xs[i].peer;
   ex->charge = ex->charge && wd && sk_cluster_prices(&wd->cluster);
-  if (!ex->charge) return SK_OK;
+  if (!ex->charge) { /* the groups kept for pricing are not needed */
+    for (int i = 0; i < ex->plan->nsteps; i++) sk__free(&ex->al, ex->xs[i].mem), ex->xs[i].mem = NULL;
+    return SK_OK;
+  }
   ex->world = (int *)sk__alloc(&ex->al, sizeof(int) * (size_t)sk_comm_size(ex->comm), 16);
   return ex->world ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the ranks' world ranks");
 }
@@ -2032,15 +2045,24 @@ static void sk__rd_world_of(void *pv, const void *const *peers) {
 
 /* Once, after execute's agreement (every rank gets here with the same plan): the ranks' world
    ranks through peer access (backend traffic: no clock moves), then each peer-access step's
-   price. A rank whose pricing fails takes the world down: its peers are about to charge. */
+   price, from what creation kept, allocating nothing (a caller counting its allocator's bytes
+   by what runs at the time, as sk_runtime does, sees no step-time temporaries). A rank whose
+   pricing fails takes the world down: its peers are about to charge. */
 static sk_result sk__rd_price_steps(sk_redist_executor *ex) {
   int mine = sk_comm_world_rank(ex->comm);
   sk_result r = sk_comm_peer_access(ex->comm, &mine, sk__rd_world_of, ex, NULL);
   if (r) return r;
   const sk_cluster *cl = &sk_world_config(sk_comm_world(ex->comm))->cluster;
   sk_error e;
-  for (int i = 0; !r && i < ex->plan->nsteps; i++)
-    if (ex->xs[i].peer) r = sk_redist_step_clock_us(ex->plan, i, ex->xs[i].me, cl, ex->world, &ex->xs[i].clock_us, &e);
+  sk_dtype dt = ex->plan->desc.dtype;
+  for (int i = 0; !r && i < ex->plan->nsteps; i++) {
+    const sk__rd_step *s = &ex->plan->steps[i];
+    sk__rd_xstep *x = &ex->xs[i];
+    if (x->peer && s->op == SK_REDIST_SENDRECV)
+      r = sk__rd_p2p_price(s, &x->lists, x->me, cl, ex->world, dt, &x->clock_us, &e);
+    else if (x->peer)
+      r = sk__rd_coll_price(s, x->mem, x->nmem, cl, ex->world, dt, &x->clock_us, &e);
+  }
   if (r) {
     sk_comm_set_error(ex->comm, r, "redist: pricing a peer-access step: %s", e.msg);
     sk_world_fail(sk_comm_world(ex->comm), r, sk_comm_error_message(ex->comm));

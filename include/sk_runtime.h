@@ -118,8 +118,9 @@ typedef struct sk_runtime_desc {
                                    bring its own arena, so it is not the plan's allocator */
 } sk_runtime_desc;
 
-/* Bytes a device holds, by kind: now, and the most since create returned (peak_*: per kind;
-   peak: of the sum of the first five). Under optimizer parallel, parameters are the shards
+/* Bytes a device holds, by kind: now, and the most over the training steps since create
+   returned (peak_*: per kind; peak: of the sum of the first five; sk_runtime_evaluate's own
+   buffers are not in them). Under optimizer parallel, parameters are the shards
    outside a step and the gathered slices count as parameters while they are held.
    Communication is the runtime's own buffers on the wire (a Send's staging copy, 16-bit wire
    copies); host is the library's bookkeeping (redistribution plans and executors, fusion
@@ -874,16 +875,28 @@ static int64_t sk__rt_argmax_hits(const sk_runtime *rt, const void *logits, cons
   return hits;
 }
 
+static sk_result sk__rt_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
+  if (rt->world) return sk__rt_pipe_evaluate(rt, correct, rows, err);
+  sk_result r = sk__rt_plain_evaluate(rt, err);
+  sk__rt_release_all(rt); /* no backward follows */
+  if (!r) r = sk__rt_score(rt, correct, rows, err);
+  sk__rt_drop_recomputed(rt);
+  return r;
+}
+
+/* The peaks are training's (sk_runtime_memory): what evaluation holds meanwhile -- its forward
+   only, but a pipeline's sends in flight as its clocks let them complete -- is left out, so a
+   run's peaks are the plan's, as the dry run walks it. Host bookkeeping keeps its own. */
 SK_API sk_result sk_runtime_evaluate(sk_runtime *rt, int64_t *correct, int64_t *rows, sk_error *err) {
   if (!rt || !correct || !rows) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: evaluate: NULL argument");
   const sk_graph *g = rt->g;
   if (g->logits < 0 || g->labels < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: evaluate: the network has no eval");
-  if (rt->world) return sk__rt_pipe_evaluate(rt, correct, rows, err);
-  sk_result r = SK_OK;
-  r = sk__rt_plain_evaluate(rt, err);
-  sk__rt_release_all(rt); /* no backward follows */
-  if (!r) r = sk__rt_score(rt, correct, rows, err);
-  sk__rt_drop_recomputed(rt);
+  uint64_t peak[SK__RT_KINDS], peak_total = rt->peak_total;
+  memcpy(peak, rt->peak, sizeof peak);
+  sk_result r = sk__rt_evaluate(rt, correct, rows, err);
+  uint64_t now = 0;
+  for (int k = 0; k < SK__RT_HOST; k++) rt->peak[k] = peak[k] > rt->bytes[k] ? peak[k] : rt->bytes[k], now += rt->bytes[k];
+  rt->peak_total = peak_total > now ? peak_total : now;
   return r;
 }
 

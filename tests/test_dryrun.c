@@ -43,6 +43,8 @@ static void load_net(net *n, const char *path, bool recompute) {
 }
 
 /* One device: create, one step; its memory after each and its statistics. */
+static bool evaluate_after; /* one_step evaluates after its step */
+
 static sk_result one_step(sk_comm *comm, void *arg) {
   run *R = (run *)arg;
   dev_out *o = &R->dev[sk_comm_rank(comm)];
@@ -55,7 +57,10 @@ static sk_result one_step(sk_comm *comm, void *arg) {
   for (int i = 0; !r && i < R->n->nin; i++)
     r = note(o, "feed", sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[0][i], (size_t)R->in_n[i], &e), &e);
   if (!r) r = note(o, "step", sk_runtime_step(rt, &o->loss[0], &e), &e);
-  if (rt) sk_runtime_stats_get(rt, &o->stats), sk_runtime_memory_get(rt, &o->mem_end);
+  if (rt) sk_runtime_stats_get(rt, &o->stats);
+  int64_t hits = 0, rows = 0; /* evaluation leaves the peaks as training left them */
+  if (!r && evaluate_after && R->n->g.logits >= 0 && R->n->g.labels >= 0) r = note(o, "evaluate", sk_runtime_evaluate(rt, &hits, &rows, &e), &e);
+  if (rt) sk_runtime_memory_get(rt, &o->mem_end);
   sk_runtime_destroy(rt);
   return r;
 }
@@ -162,6 +167,29 @@ Test(dryrun, pipeline_2_8, .timeout = DR_TIMEOUT) {
     check_net(nets[i], 2, &pd, false, "1f1b, 2 stages, 2 micro-batches");
     check_net(nets[i], 8, &pd, false, "1f1b, 2 stages, 2 micro-batches");
   }
+}
+
+/* Under a priced cluster, with an evaluation after the step: the peaks stay training's (an
+   evaluation's pipeline may hold more in flight), and pricing the redistributions' peer-access
+   steps inside the step allocates nothing the activations would count. */
+Test(dryrun, pipeline_priced_evaluation, .timeout = DR_TIMEOUT) {
+  static net n;
+  static run R;
+  sk_autoparallel pd = pipe2();
+  pd.pipeline.micro = 4;
+  evaluate_after = true;
+  for (int i = 0; i < NPIPE; i++) {
+    load_net(&n, nets[i], false);
+    run_init_knobs(&R, &n, 8, SK_F32, n.g.optim, 1, &pd);
+    R.link.alpha_us = 5, R.link.gbps = 25;
+    R.plan.desc.cluster.link = R.link, R.plan.desc.cluster.device_flops = 1e9;
+    run_world_with(&R, one_step);
+    expect_all_ok(&R, nets[i]);
+    expect_equal(&R, nets[i]);
+    run_free(&R);
+    sk_graph_free(&n.g);
+  }
+  evaluate_after = false;
 }
 
 Test(dryrun, hsdp_8, .timeout = DR_TIMEOUT) {

@@ -14,9 +14,8 @@
 #include "shardkit.h"
 #include "sim_report.h"
 
-/* The modelled step time's line, into fig too; a plan the clocks' walk cannot model yet (a
-   redistribution through peer access, ...) is said on stderr and leaves it NAN. 0, or -1 with
-   msg written. */
+/* The modelled step time's line, into fig too; a plan the clocks' walk cannot model yet (hsdp
+   under a pipeline, ...) is said on stderr and leaves it NAN. 0, or -1 with msg written. */
 static int sim_dry_step_time(FILE *f, const sk_parallel_plan *plan, sim_run_figures *fig, char *msg, size_t cap) {
   sk_dryrun_time t = {0, 0, NULL, NULL};
   sk_error e;
