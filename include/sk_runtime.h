@@ -835,7 +835,7 @@ SK_API sk_result sk_runtime_gather(sk_runtime *rt, int t, void *full, sk_error *
   if (rt->world && !rt->values[t] && !rt->shards[t].data) /* a shard: this stage's parameter */
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: '%s' is not held by pipeline stage %d",
                     rt->g->tensors[t].name, rt->stage);
-  if (rt->recomputed[t])
+  if (rt->recomputed[t] && !rt->values[t]) /* held from its forward until the step (or evaluation) ends */
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: gather: '%s' is recomputed: it is not held between steps",
                     rt->g->tensors[t].name);
   const sk_layout *l = &rt->plan->tensors[t].layout;

@@ -432,8 +432,9 @@ static inline sk_result device_main(sk_comm *comm, void *arg) {
   if (!r && !R->create_only && R->evaluate) {
     if (rank == R->fail_rank && R->fail_phase == FAIL_FROM_EVALUATE) o->cnt.fail_all = true;
     r = note(o, "evaluate", sk_runtime_evaluate(rt, &o->correct, &o->rows, &e), &e);
-    /* pipeline: the logits are a micro-batch's activation, held by no stage after evaluate */
-    if (!r && !R->plan.vstage) r = note(o, "gather", sk_runtime_gather(rt, g->logits, o->logits, &e), &e);
+    /* pipeline: the logits are a micro-batch's activation, held by no stage after evaluate;
+       recomputed logits are dropped when evaluate ends */
+    if (!r && !R->plan.vstage && !sk_parallel_recomputed(&R->plan, g->logits)) r = note(o, "gather", sk_runtime_gather(rt, g->logits, o->logits, &e), &e);
   }
   for (int t = 0; !r && !R->create_only && t < g->ntensors; t++)
     if (g->tensors[t].role == SK_TENSOR_PARAM && holds_param(R, rank, t)) r = note(o, "gather", sk_runtime_gather(rt, t, o->params + R->param_off[t], &e), &e);
@@ -612,11 +613,13 @@ static inline errs against_trainer(const run *R, double tol, const char *what) {
                    (long long)R->dev[d].rows, (long long)rows);
       cr_assert_eq(R->dev[d].correct, correct, "%s, %d devices: device %d counts %lld correct, one device %lld", what,
                    R->ndev, d, (long long)R->dev[d].correct, (long long)correct);
-      cr_assert(R->plan.vstage || memcmp(R->dev[d].logits, R->dev[0].logits, R->logits_bytes) == 0,
+      cr_assert(R->plan.vstage || sk_parallel_recomputed(&R->plan, g->logits) ||
+                    memcmp(R->dev[d].logits, R->dev[0].logits, R->logits_bytes) == 0,
                 "%s: device %d gathered other logits than device 0", what, d);
     }
     const void *ref = sk_trainer_values(t, g->logits);
-    for (int64_t j = 0; !R->plan.vstage && j < sk_graph_numel(g, g->logits); j++) {
+    bool gathered = !R->plan.vstage && !sk_parallel_recomputed(&R->plan, g->logits); /* as device_main gathers them */
+    for (int64_t j = 0; gathered && j < sk_graph_numel(g, g->logits); j++) {
       double a = get(cdt, R->dev[0].logits, j), b = get(cdt, ref, j), x = rel(a, b);
       m.logits = x > m.logits ? x : m.logits;
       cr_assert(x <= tol, "%s, %d devices: logits[%lld] %.17g, one device %.17g", what, R->ndev, (long long)j, a, b);

@@ -92,6 +92,19 @@ Test(recompute, chain_peak_and_losses, .timeout = RT_TIMEOUT) {
 }
 
 /* One device: relu1 and relu2 are never held together (fc2's output lies between). */
+/* The logits' operator flagged: evaluation scores the logits its forward has just computed
+   (held until evaluate returns), as many correct rows as the single-device trainer counts. */
+Test(recompute, logits_evaluated, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  const char *const flags[] = {"z", "relu2", NULL};
+  run_flagged(&R, &n, build_mlp, 4, SK_F64, flags, "z and relu2 recomputed");
+  cr_assert(R.evaluate && sk_parallel_recomputed(&R.plan, n.g.logits), "the logits are not recomputed");
+  for (int d = 0; d < R.ndev; d++) cr_assert_eq(R.dev[d].rows, 16, "device %d evaluated %lld rows", d, (long long)R.dev[d].rows);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
 Test(recompute, one_device_apart, .timeout = RT_TIMEOUT) {
   static const char *const flags[] = {"relu1", "relu2", NULL};
   static net n0, n1;
