@@ -28,20 +28,27 @@
      ParamGather (an AllGather of the shard), ShardMirror (an AllReduce of it).
      Pipelines: each stage's devices walk its program; a Send is non-blocking, a Recv blocks,
      the pair moves once both have posted (from the later clock, for sk_cluster_p2p_us: no
-     link_free), a WaitSend reaches its Send's end; after the program a device waits for its
-     sends still in flight and joins the loss AllReduce over the world (1 x f64).
-     grad_accumulation_step M: a window's M - 1 first micro-steps stop at GradsReady, the last
-     runs the `last` steps too; the figures are the window's mean per micro-step (the runtime's
-     step_us / steps over whole windows).
-   REFUSED (SK_ERR_UNSUPPORTED, naming what): a cluster that prices nothing (no clocks run);
-     hsdp under a pipeline or under grad accumulation; the local-norm gather (print_local_norm /
-     dump_local_norm).
+     link_free; matched in posting order per sender, receiver and link), a WaitSend reaches its
+     Send's end; after the program a device waits for its sends still in flight. hsdp under a
+     pipeline: at level2 each micro-batch's GradReduceScatter blocks (a ReduceScatter of the
+     slice in the Mirrors' wire); at level1 / level3 the micro-batches but the last only sum,
+     the last one's is a bucket member.
+     After the program (sk_runtime.h's train step): the update's local-norm gather when asked
+     (print_local_norm / dump_local_norm: a Gather over the world to device 0 of one f64 per
+     trainable parameter, plus one with device_local_norm), then under a pipeline the loss
+     AllReduce over the world (1 x f64).
+     grad_accumulation_step M: a window's M - 1 first micro-steps stop at GradsReady (no
+     update, so no norms), the last runs the `last` steps too (hsdp level1 / level3's
+     ReduceScatters among them); the figures are the window's mean per micro-step (the
+     runtime's step_us / steps over whole windows).
+   REFUSED (SK_ERR_UNSUPPORTED, naming what): a cluster that prices nothing (no clocks run).
 
    License: MIT. */
 #ifndef SK_DRYRUN_CLOCK_H
 #define SK_DRYRUN_CLOCK_H
 
 #include "sk_dryrun.h"
+#include "sk_program.h" /* sk_program_op_step */
 
 SK_EXTERN_C_BEGIN
 
@@ -68,6 +75,10 @@ SK_EXTERN_C_END
 #include "sk_topology.h"
 
 SK_EXTERN_C_BEGIN
+
+/* After a device's program (sk_runtime.h's train step): its sends still in flight waited for
+   (a pipeline), the update's local-norm gather, the loss's AllReduce (a pipeline), done. */
+enum { SK__DC_TAIL_SENDS = 0, SK__DC_TAIL_NORMS, SK__DC_TAIL_LOSS, SK__DC_TAIL_DONE };
 
 /* One call on one communicator, gathered as its members post it: how many have, their latest
    clock at the call; once all have, when it ends. */
@@ -113,10 +124,18 @@ typedef struct sk__dc_p2p {
   double send_issue, recv_issue, end;
 } sk__dc_p2p;
 
+/* The messages of one (sender, receiver, link) in posting order: the n-th Send and the n-th
+   Recv of the pair are the n-th record's two sides. */
+typedef struct sk__dc_pq {
+  int *recs, n, cap;  /* p2p records */
+  int sends, recvs;   /* the sides posted so far */
+} sk__dc_pq;
+
 typedef struct sk__dc_dev {
   int stage;         /* its pipeline stage: its program */
   int pwait;         /* the Recv it is blocked in (a p2p record), or -1 */
-  int tail;          /* after its program under a pipeline: 0 sends to wait, 1 the loss, 2 done */
+  int tail;          /* after its program: SK__DC_TAIL_* */
+  bool short_step;   /* its micro-step ended at GradsReady: no update */
   int pc;            /* the next program step */
   int sub;           /* the next call of that step (a move makes several) */
   int wait;          /* the record of the blocking call it is in, or -1 */
@@ -135,26 +154,26 @@ typedef struct sk__dc_call {
   double charge_us;  /* a charge's length: the largest any member passes */
 } sk__dc_call;
 
-/* A move's calls: the executor's agreement, then its plan's collective steps. */
-#define SK__DC_MOVE_CALLS 49
-
 typedef struct sk__dc {
   sk__dr d;                /* the FLOPs and dtypes (alike on every device of a stage) */
   const sk_parallel_plan *p;
   int ndev, nslots;        /* slots: the plan's groups, then the stage communicator */
+  int nnorms;              /* the local norms each device gathers at the update (0: none) */
   bool last;               /* walking the last micro-step of a grad-accumulation window (or no window) */
   sk__dc_dev *dev;
   int *slot;               /* [ndev * nslots]: the device's communicator of each slot, -1 unknown */
   int *seq;                /* [ndev * nslots]: calls the device has posted on it */
+  int *scratch;            /* [ndev]: a group's ranks as listed, before its communicator keeps them */
   sk__dc_comm *comms;
   int ncomms;
   sk__dc_rec *recs;
   int nrecs, caprecs;
   int *moff;               /* [stages + 1]: each stage's first entry in nmove */
   int *nmove;              /* [every stage's steps]: a move step's calls, -1 not yet known */
-  sk__dc_call *move;       /* [that * SK__DC_MOVE_CALLS]: they */
+  sk__dc_call **move;      /* [that]: they (the agreement, then at most every step of its plan) */
   sk__dc_p2p *p2ps;
   int np2p, capp2p;
+  sk__dc_pq *pq;           /* [ndev * stages * 2]: by sender, receiver's stage, link (sk__dc_pq_of) */
   sk__dc_sched *sched;     /* [stages * SK__DC_KINDS] */
   sk_error *err;
 } sk__dc;
@@ -166,12 +185,8 @@ static sk_result sk__dc_refuse(sk__dc *c, int i, const char *what) {
 /* Plan-wide refusals, before any walk. */
 static sk_result sk__dc_check(const sk_parallel_plan *p, sk_error *err) {
   const sk_autoparallel *pd = &p->desc;
-  const char *no = !sk_cluster_prices(&pd->cluster) ? "a cluster that prices no communication (no clock runs)"
-                   : p->stages > 1 && pd->hsdp.enabled ? "hsdp under a pipeline"
-                   : pd->grad_accumulation_step > 1 && pd->hsdp.enabled ? "hsdp under grad_accumulation_step > 1"
-                   : pd->print_local_norm || pd->dump_local_norm ? "the local-norm gather"
-                                                                 : NULL;
-  if (no) return sk__fail(err, SK_ERR_UNSUPPORTED, "dry run step time: %s is not modelled", no);
+  if (!sk_cluster_prices(&pd->cluster))
+    return sk__fail(err, SK_ERR_UNSUPPORTED, "dry run step time: a cluster that prices no communication (no clock runs) is not modelled");
   const sk_topology *t = &pd->cluster.topology; /* as sk_world_create refuses it */
   if (t->nodes && (long long)t->nodes * t->per_node < p->world_devices)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run step time: the topology's %d x %d devices are fewer than the plan's %d",
@@ -203,17 +218,19 @@ static sk_result sk__dc_comm_of(sk__dc *c, int dev, int slot, int *out) {
   int *at = &c->slot[(size_t)dev * (size_t)c->nslots + (size_t)slot];
   if (*at >= 0) return *out = *at, SK_OK;
   const sk_allocator *a = &c->p->desc.allocator;
-  int *ranks = (int *)sk__alloc(a, sizeof(int) * SK_MAX_DEVICES, sizeof(int)), n = 0;
-  if (!ranks) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  int *all = c->scratch, n = 0; /* a group is at most the world: listed there, then kept at its size */
   sk_result r = SK_OK;
   int nd = c->p->desc.ndevices, first = c->dev[dev].stage * nd;
   if (slot == sk__dc_stage_slot(c))
-    for (n = 0; n < nd; n++) ranks[n] = first + n;
+    for (n = 0; n < nd; n++) all[n] = first + n;
   else if (slot == c->nslots - 1)
-    for (n = 0; n < c->ndev; n++) ranks[n] = n;
+    for (n = 0; n < c->ndev; n++) all[n] = n;
   else
-    r = sk_parallel_group_ranks(c->p, slot, dev, ranks, SK_MAX_DEVICES, &n, c->err);
-  if (r) return sk__free(a, ranks), r;
+    r = sk_parallel_group_ranks(c->p, slot, dev, all, c->ndev, &n, c->err);
+  if (r) return r;
+  int *ranks = (int *)sk__alloc(a, sizeof(int) * (size_t)(n > 0 ? n : 1), sizeof(int));
+  if (!ranks) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  memcpy(ranks, all, sizeof(int) * (size_t)n);
   sk__dc_sort(ranks, n);
   sk__dc_comm *m = &c->comms[c->ncomms];
   memset(m, 0, sizeof *m);
@@ -276,13 +293,17 @@ static sk_result sk__dc_move_step(sk__dc *c, int i, int stage, const sk_redist_p
 static sk_result sk__dc_move(sk__dc *c, int i, int stage, const sk_program_step *s, int move) {
   int gi = c->moff[stage] + i;
   if (c->nmove[gi] >= 0) return SK_OK;
-  sk__dc_call *calls = &c->move[(size_t)gi * SK__DC_MOVE_CALLS];
-  memset(calls, 0, sizeof *calls);
-  calls[0].kind = SK_COLL_ALLREDUCE, calls[0].slot = sk__dc_stage_slot(c), calls[0].count = 3, calls[0].dt = SK_I64;
-  int n = 1;
   sk_redist_plan *rp = NULL;
   sk_result r = sk__dr_move_plan(&c->d, s->op, move, s->slot, &rp);
-  for (int k = 0; !r && k < sk_redist_plan_nsteps(rp) && n < SK__DC_MOVE_CALLS; k++) {
+  int steps = r ? 0 : sk_redist_plan_nsteps(rp);
+  size_t bytes = sizeof(sk__dc_call) * ((size_t)steps + 1);
+  sk__dc_call *calls = r ? NULL : (sk__dc_call *)sk__calloc(&c->p->desc.allocator, bytes, sizeof(double));
+  if (!r && !calls) r = sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  if (r) return sk_redist_plan_destroy(rp), r;
+  c->move[gi] = calls;
+  calls[0].kind = SK_COLL_ALLREDUCE, calls[0].slot = sk__dc_stage_slot(c), calls[0].count = 3, calls[0].dt = SK_I64;
+  int n = 1;
+  for (int k = 0; !r && k < steps; k++) {
     bool has = false;
     r = sk__dc_move_step(c, i, stage, rp, k, &calls[n], &has);
     n += has;
@@ -290,6 +311,19 @@ static sk_result sk__dc_move(sk__dc *c, int i, int stage, const sk_program_step 
   sk_redist_plan_destroy(rp);
   if (!r) c->nmove[gi] = n;
   return r;
+}
+
+/* A GradReduceScatter outside any bucket (a bucket's member is the scheduler's): under a
+   pipeline at level2, each micro-batch's ReduceScatter of the whole slice at its step, in the
+   Mirrors' wire (sk_rt_hsdp.h); at level1 / level3 the micro-batches but the last only sum
+   (count 0). Without a pipeline every one is a member. */
+static sk_result sk__dc_scatter_now(sk__dc *c, int i, const sk_program_step *s, sk__dc_call *call, bool *has) {
+  if (s->count <= 0) return SK_OK;
+  if (c->p->stages == 1 || c->p->desc.hsdp.level != SK_HSDP_LEVEL2)
+    return sk__dc_refuse(c, i, "a GradReduceScatter outside any bucket");
+  call->kind = SK_COLL_REDUCE_SCATTER, call->slot = sk__dc_slot_of(c, s->group), call->count = (size_t)s->count;
+  call->per_member = true, call->dt = c->d.mirror_wire;
+  return *has = true, SK_OK;
 }
 
 /* The collective program step i (plan step kind k) makes, if any (*has): its call as the
@@ -301,12 +335,11 @@ static sk_result sk__dc_call_of(sk__dc *c, int stage, int i, int sub, const sk_p
   int move = sk__dr_move_of(k), gi = c->moff[stage] + i;
   if (move >= 0) {
     sk_result r = sk__dc_move(c, i, stage, s, move);
-    if (!r && sub < c->nmove[gi]) *call = c->move[(size_t)gi * SK__DC_MOVE_CALLS + (size_t)sub], *has = true;
+    if (!r && sub < c->nmove[gi]) *call = c->move[gi][sub], *has = true;
     return r;
   }
   if (sub > 0) return SK_OK; /* the others make one call */
-  if (k == SK_PSTEP_GRAD_REDUCE_SCATTER) /* without a pipeline always a bucket's member */
-    return sk__dc_refuse(c, i, "a GradReduceScatter outside any bucket");
+  if (k == SK_PSTEP_GRAD_REDUCE_SCATTER) return sk__dc_scatter_now(c, i, s, call, has);
   if (k == SK_PSTEP_PARAM_GATHER) { /* level3's, one AllGather of the shard into the slice (sk_rt_hsdp.h) */
     call->kind = SK_COLL_ALLGATHER, call->slot = sk__dc_slot_of(c, s->group), call->count = (size_t)s->count;
     call->per_member = true, call->dt = c->d.cdt;
@@ -427,8 +460,7 @@ static int sk__dc_kind_of(sk_coll_kind k) {
 
 /* The scheduler a program step is a bucket member of (-1: none). */
 static int sk__dc_member_kind(const sk__dc *c, const sk_program_step *s) {
-  bool op_step = (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
-  if (!op_step || s->bucket < 0) return -1;
+  if (!sk_program_op_step(s) || s->bucket < 0) return -1;
   sk_parallel_step_kind k = c->p->steps[s->index].kind;
   return k == SK_PSTEP_MIRROR ? SK__DC_AR : k == SK_PSTEP_GRAD_REDUCE_SCATTER ? SK__DC_RS : k == SK_PSTEP_PARAM_GATHER ? SK__DC_AG : -1;
 }
@@ -446,6 +478,8 @@ static sk_result sk__dc_launch(sk__dc *c, int dev, int b, bool at_fused) {
     sk__dc_call call = {s->coll, sk__dc_slot_of(c, s->group), (size_t)s->count, b != SK__DC_AR,
                         b == SK__DC_AG ? c->d.cdt : c->d.mirror_wire, 0};
     int x = -1;
+    if (v->nreqs[b] == q->stride)
+      return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: device %d has more than %d buckets in flight", dev, q->stride);
     r = sk__dc_post(c, dev, &call, false, &x);
     if (!r) q->reqs[row + (size_t)v->nreqs[b]++] = x;
     v->launched[b]++, at_fused = false;
@@ -491,23 +525,46 @@ static sk_result sk__dc_bucket_step(sk__dc *c, int dev, int i, const sk_program_
    The message moves once both sides have posted: from the later of their clocks, for
    sk_cluster_p2p_us (no link_free: the threads backend prices each pair alone). */
 
+/* The queue of the messages from world rank src to dst on link: a pipeline's peer is the
+   device at the sender's place in another stage, so the receiver's stage names it. */
+static sk_result sk__dc_pq_of(sk__dc *c, int src, int dst, int link, sk__dc_pq **q) {
+  int nd = c->p->desc.ndevices;
+  if (src < 0 || dst < 0 || src >= c->ndev || dst >= c->ndev || src % nd != dst % nd)
+    return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: a message from rank %d to rank %d, not at its place", src, dst);
+  *q = &c->pq[((size_t)src * (size_t)c->p->stages + (size_t)(dst / nd)) * 2 + (size_t)link];
+  return SK_OK;
+}
+
+/* The record of this side's next message on queue q: the next the other side left, or a new one. */
+static sk_result sk__dc_p2p_next(sk__dc *c, sk__dc_pq *q, bool send, int *k) {
+  int *nth = send ? &q->sends : &q->recvs;
+  if (*nth < q->n) return *k = q->recs[(*nth)++], SK_OK;
+  const sk_allocator *a = &c->p->desc.allocator;
+  void *pv = c->p2ps, *qv = q->recs;
+  bool ok = sk__dc_grow(a, &pv, c->np2p, &c->capp2p, sizeof(sk__dc_p2p));
+  c->p2ps = (sk__dc_p2p *)pv;
+  ok = ok && sk__dc_grow(a, &qv, q->n, &q->cap, sizeof(int));
+  q->recs = (int *)qv;
+  if (!ok) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  memset(&c->p2ps[c->np2p], 0, sizeof c->p2ps[c->np2p]);
+  q->recs[q->n++] = *k = c->np2p++;
+  (*nth)++;
+  return SK_OK;
+}
+
 /* Device dev posts its side of a message to or from world rank `peer` on `link`; *x = the
    record. The pair completes when the second side posts; a Recv blocked in it then returns. */
 static sk_result sk__dc_p2p_post(sk__dc *c, int dev, const sk_program_step *s, int peer, int i, int *x) {
   bool send = s->kind == SK_PSTEP_SEND;
   int src = send ? dev : peer, dst = send ? peer : dev, link = s->grad ? 1 : 0, k = 0;
   sk_dtype dt = sk__dr_dtype(&c->d, s->tensor);
-  while (k < c->np2p && !(!c->p2ps[k].done && c->p2ps[k].link == link && c->p2ps[k].src == src && c->p2ps[k].dst == dst &&
-                          (send ? !c->p2ps[k].has_send : !c->p2ps[k].has_recv)))
-    k++;
-  if (k == c->np2p) {
-    void *pv = c->p2ps;
-    if (!sk__dc_grow(&c->p->desc.allocator, &pv, c->np2p, &c->capp2p, sizeof(sk__dc_p2p)))
-      return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
-    c->p2ps = (sk__dc_p2p *)pv;
-    memset(&c->p2ps[k], 0, sizeof c->p2ps[k]);
-    c->p2ps[k].src = src, c->p2ps[k].dst = dst, c->p2ps[k].link = link, c->p2ps[k].count = (size_t)s->count, c->p2ps[k].dt = dt;
-    c->np2p++;
+  sk__dc_pq *q = NULL;
+  sk_result res = sk__dc_pq_of(c, src, dst, link, &q);
+  if (!res) res = sk__dc_p2p_next(c, q, send, &k);
+  if (res) return res;
+  if (!c->p2ps[k].has_send && !c->p2ps[k].has_recv) {
+    sk__dc_p2p *n = &c->p2ps[k];
+    n->src = src, n->dst = dst, n->link = link, n->count = (size_t)s->count, n->dt = dt;
   }
   sk__dc_p2p *m = &c->p2ps[k];
   if (m->count != (size_t)s->count || m->dt != dt)
@@ -558,18 +615,27 @@ static sk_result sk__dc_pipe_step(sk__dc *c, int dev, int i, const sk_program_st
   return r;
 }
 
-/* After its program under a pipeline, device dev waits for its sends still in flight, then
-   joins the loss's AllReduce over the world (1 x f64: sk_runtime.h). */
+/* After its program device dev waits for its sends still in flight (a pipeline), gathers its
+   local norms when asked (the update's: not on a micro-step that ended at GradsReady), then
+   joins the loss's AllReduce over the world (a pipeline; 1 x f64: sk_runtime.h). */
 static sk_result sk__dc_tail(sk__dc *c, int dev, bool *stuck) {
   sk__dc_dev *v = &c->dev[dev];
-  if (v->tail == 0) {
-    sk__dc_wait_sends(c, dev, -1, stuck);
-    if (*stuck) return SK_OK;
-    v->tail = 1;
-  }
-  sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_world_slot(c), 1, false, SK_F64, 0};
   int x = -1;
-  v->tail = 2;
+  if (v->tail == SK__DC_TAIL_SENDS) {
+    if (c->p->stages > 1) sk__dc_wait_sends(c, dev, -1, stuck);
+    if (*stuck) return SK_OK;
+    v->tail = SK__DC_TAIL_NORMS;
+  }
+  if (v->tail == SK__DC_TAIL_NORMS) {
+    v->tail = SK__DC_TAIL_LOSS;
+    if (c->nnorms && !v->short_step) {
+      sk__dc_call gather = {SK_COLL_GATHER, sk__dc_world_slot(c), (size_t)c->nnorms, false, SK_F64, 0};
+      return sk__dc_post(c, dev, &gather, true, &x);
+    }
+  }
+  v->tail = SK__DC_TAIL_DONE;
+  if (c->p->stages == 1) return SK_OK;
+  sk__dc_call call = {SK_COLL_ALLREDUCE, sk__dc_world_slot(c), 1, false, SK_F64, 0};
   return sk__dc_post(c, dev, &call, true, &x);
 }
 
@@ -583,7 +649,8 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
   int i = v->pc;
   const sk_program_step *s = &pg->steps[i];
   if (s->last && !c->last) return v->pc++, SK_OK; /* the window's last micro-step's */
-  if (s->kind == SK_PSTEP_GRADS_READY && !c->last) return v->pc = pg->nsteps, SK_OK; /* a micro-step ends here */
+  if (s->kind == SK_PSTEP_GRADS_READY && !c->last) /* a micro-step ends here, without the update */
+    return v->pc = pg->nsteps, v->short_step = true, SK_OK;
   if (s->kind == SK_PSTEP_SEND || s->kind == SK_PSTEP_RECV || s->kind == SK_PSTEP_WAIT_SEND)
     return sk__dc_pipe_step(c, dev, i, s, stuck);
   if (s->kind == SK_PSTEP_SHARD_MIRROR) { /* a partly sharded parameter's AllReduce over its other replicas */
@@ -592,13 +659,12 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
     if (v->sub > 0) return v->pc++, v->sub = 0, SK_OK;
     return sk__dc_post(c, dev, &call, true, &x);
   }
-  bool op_step = (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
   bool bucket = s->kind == SK_PSTEP_FUSED || s->kind == SK_PSTEP_WAIT_FUSED || sk__dc_member_kind(c, s) >= 0;
   if (bucket) {
     sk_result r = sk__dc_bucket_step(c, dev, i, s, stuck);
     return r || *stuck ? r : (v->pc++, SK_OK);
   }
-  if (!op_step) return v->pc++, SK_OK;
+  if (!sk_program_op_step(s)) return v->pc++, SK_OK;
   sk_parallel_step_kind k = c->p->steps[s->index].kind;
   if (k == SK_PSTEP_FORWARD || k == SK_PSTEP_BACKWARD) return sk__dc_compute(c, v, s, k), v->pc++, SK_OK;
   sk__dc_call call;
@@ -613,7 +679,7 @@ static sk_result sk__dc_advance(sk__dc *c, int dev, bool *stuck) {
 /* Whether device dev has ended its step: its program, and under a pipeline the tail. */
 static bool sk__dc_ended(const sk__dc *c, int dev) {
   const sk__dc_dev *v = &c->dev[dev];
-  return v->pc >= c->p->programs[v->stage].nsteps && (c->p->stages == 1 || v->tail == 2);
+  return v->pc >= c->p->programs[v->stage].nsteps && v->tail == SK__DC_TAIL_DONE;
 }
 
 /* Runs every device until each has ended its step; a round in which none moves while some have
@@ -654,8 +720,12 @@ static void sk__dc_add(const sk__dc *c, double w, sk_dryrun_time *out, double *b
 static void sk__dc_free(sk__dc *c) {
   const sk_allocator *a = &c->p->desc.allocator;
   for (int m = 0; c->comms && m < c->ncomms; m++) sk__free(a, c->comms[m].ranks), sk__free(a, c->comms[m].recs);
-  sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->seq), sk__free(a, c->comms), sk__free(a, c->recs);
+  sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->seq), sk__free(a, c->scratch), sk__free(a, c->comms);
+  sk__free(a, c->recs);
+  for (int i = 0; c->move && i <= c->moff[c->p->stages]; i++) sk__free(a, c->move[i]);
   sk__free(a, c->moff), sk__free(a, c->nmove), sk__free(a, c->move), sk__free(a, c->p2ps);
+  for (int i = 0; c->pq && i < c->ndev * c->p->stages * 2; i++) sk__free(a, c->pq[i].recs);
+  sk__free(a, c->pq);
   for (int b = 0; c->sched && b < c->p->stages * SK__DC_KINDS; b++) {
     sk__dc_sched *q = &c->sched[b];
     sk__free(a, q->step), sk__free(a, q->members), sk__free(a, q->of), sk__free(a, q->ready), sk__free(a, q->reqs);
@@ -681,7 +751,10 @@ static sk_result sk__dc_sched_init(sk__dc *c, int st, int b) {
     return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (int i = 0; i < pg->nsteps; i++) {
     const sk_program_step *s = &pg->steps[i];
-    if (s->kind == SK_PSTEP_FUSED && s->bucket >= 0 && sk__dc_kind_of(s->coll) == b) q->of[s->bucket] = q->n, q->step[q->n++] = i;
+    if (s->kind != SK_PSTEP_FUSED || s->bucket < 0 || sk__dc_kind_of(s->coll) != b) continue;
+    if (q->n == q->stride) /* each bucket id launches once a step */
+      return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: stage %d: more Fused steps than the %d bucket ids", st, q->stride);
+    q->of[s->bucket] = q->n, q->step[q->n++] = i;
   }
   for (int i = 0; i < pg->nsteps; i++)
     if (sk__dc_member_kind(c, &pg->steps[i]) == b) q->members[q->of[pg->steps[i].bucket]]++;
@@ -693,12 +766,13 @@ static sk_result sk__dc_stages(sk__dc *c) {
   const sk_allocator *a = &c->p->desc.allocator;
   int ns = c->p->stages;
   c->moff = (int *)sk__calloc(a, sizeof(int) * ((size_t)ns + 1), sizeof(int));
+  c->pq = (sk__dc_pq *)sk__calloc(a, sizeof(sk__dc_pq) * (size_t)c->ndev * (size_t)ns * 2, sizeof(void *));
   c->sched = (sk__dc_sched *)sk__calloc(a, sizeof(sk__dc_sched) * (size_t)ns * SK__DC_KINDS, sizeof(double));
-  if (!c->moff || !c->sched) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  if (!c->moff || !c->pq || !c->sched) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (int st = 0; st < ns; st++) c->moff[st + 1] = c->moff[st] + c->p->programs[st].nsteps;
   size_t total = (size_t)c->moff[ns] + 1;
   c->nmove = (int *)sk__alloc(a, sizeof(int) * total, sizeof(int));
-  c->move = (sk__dc_call *)sk__alloc(a, sizeof(sk__dc_call) * total * SK__DC_MOVE_CALLS, sizeof(double));
+  c->move = (sk__dc_call **)sk__calloc(a, sizeof(sk__dc_call *) * total, sizeof(void *));
   if (!c->nmove || !c->move) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (size_t i = 0; i < total; i++) c->nmove[i] = -1;
   sk_result r = SK_OK;
@@ -715,6 +789,7 @@ static void sk__dc_reset(sk__dc *c) {
   memset(c->seq, 0, sizeof(int) * (size_t)c->ndev * (size_t)c->nslots);
   for (int m = 0; m < c->ncomms; m++) c->comms[m].link_free = 0, c->comms[m].nrecs = 0;
   c->nrecs = c->np2p = 0;
+  for (int i = 0; i < c->ndev * c->p->stages * 2; i++) c->pq[i].n = c->pq[i].sends = c->pq[i].recvs = 0;
   for (int b = 0; b < c->p->stages * SK__DC_KINDS; b++)
     memset(c->sched[b].ready, 0, sizeof(int) * (size_t)c->ndev * (size_t)c->sched[b].stride);
 }
@@ -725,12 +800,17 @@ static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err
   c->p = p, c->err = err, c->ndev = p->world_devices, c->nslots = p->ngroups + 2;
   c->d.p = p, c->d.err = err;
   sk__dr_wires(&c->d);
+  if (p->desc.print_local_norm || p->desc.dump_local_norm) { /* as sk_rt_setup.h counts them */
+    for (int t = 0; t < p->graph->ntensors; t++) c->nnorms += sk_graph_trainable(p->graph, t);
+    c->nnorms += p->desc.device_local_norm;
+  }
   size_t ns = (size_t)c->ndev * (size_t)c->nslots;
   c->dev = (sk__dc_dev *)sk__calloc(a, sizeof(sk__dc_dev) * (size_t)c->ndev, sizeof(double));
   c->slot = (int *)sk__alloc(a, sizeof(int) * ns, sizeof(int));
   c->seq = (int *)sk__calloc(a, sizeof(int) * ns, sizeof(int));
+  c->scratch = (int *)sk__alloc(a, sizeof(int) * (size_t)c->ndev, sizeof(int));
   c->comms = (sk__dc_comm *)sk__calloc(a, sizeof(sk__dc_comm) * (ns + 1), sizeof(double));
-  if (!c->dev || !c->slot || !c->seq || !c->comms) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  if (!c->dev || !c->slot || !c->seq || !c->scratch || !c->comms) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (size_t i = 0; i < ns; i++) c->slot[i] = -1;
   sk_result r = sk__dc_stages(c);
   if (!r) sk__dc_reset(c);

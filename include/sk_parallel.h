@@ -393,6 +393,13 @@ typedef struct sk_parallel_plan {
   sk_plan_group *groups;
 } sk_parallel_plan;
 
+/* Whether input k of operator o runs its own Move (and holds the kernel_in buffer it writes),
+   rather than reading an earlier reader's copy of the same tensor in the same layout. */
+SK__INLINE bool sk_parallel_owns_move(const sk_parallel_plan *p, int o, int k) {
+  const sk_parallel_op *po = &p->ops[o];
+  return po->moved[k] && po->move_op[k] == o && po->move_slot[k] == k;
+}
+
 /* The strategy-file steps sk_parallel_compile runs when a desc names a file; sk_strategy.h's
    sk_strategy_io() is the table (docs/strategy-files.md). `desc` is the caller's, its file
    names set. */
@@ -831,12 +838,6 @@ static void sk__par_move_owner(sk_parallel_plan *p, int o, int k) {
     }
 }
 
-/* Whether input k of operator o runs its own Move (and holds the kernel_in buffer it writes). */
-static bool sk__par_own_move(const sk_parallel_plan *p, int o, int k) {
-  const sk_parallel_op *po = &p->ops[o];
-  return po->moved[k] && po->move_op[k] == o && po->move_slot[k] == k;
-}
-
 static sk_result sk__par_kernel_layouts(sk_parallel_plan *p, sk_error *err) {
   const sk_graph *g = p->graph;
   for (int o = 0; o < g->nops; o++) {
@@ -908,7 +909,7 @@ static void sk__par_forward_steps(sk_parallel_plan *p) {
     const sk_parallel_op *po = &p->ops[o];
     sk__par_gathers(p, o);
     for (int k = 0; k < g->ops[o].ninputs; k++)
-      if (sk__par_own_move(p, o, k)) sk__par_push(p, SK_PSTEP_MOVE, o, k, NULL);
+      if (sk_parallel_owns_move(p, o, k)) sk__par_push(p, SK_PSTEP_MOVE, o, k, NULL);
     sk__par_push(p, SK_PSTEP_FORWARD, o, 0, NULL);
     sk_coll_kind f = po->plan.fwd.kind;
     if (f == SK_COLL_ALLREDUCE || f == SK_COLL_REDUCE_SCATTER) sk__par_push(p, SK_PSTEP_FORWARD_COMM, o, 0, &po->plan.fwd);

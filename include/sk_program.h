@@ -34,6 +34,21 @@
 #include "sk_parallel.h"
 #endif
 
+/* Guarded apart: included first with the implementation, this header's implementation runs
+   inside sk_parallel.h's (which includes it) before the block above ends, and needs this. */
+#ifndef SK_PROGRAM_OP_STEP_DEFINED
+#define SK_PROGRAM_OP_STEP_DEFINED
+SK_EXTERN_C_BEGIN
+
+/* Whether program step s runs an operator's step of plan.steps (s->index): a plan step kind or
+   a Recompute, with its operator (not the Update, nor a buffer, pipeline or bucket step). */
+SK__INLINE bool sk_program_op_step(const sk_program_step *s) {
+  return (s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE) && s->op >= 0;
+}
+
+SK_EXTERN_C_END
+#endif
+
 #if defined(SK_PARALLEL_IMPL) && !defined(SK_PROGRAM_IMPL_DONE) && defined(SK_PARALLEL_IMPL_BODY)
 #define SK_PROGRAM_IMPL_DONE
 #include "sk_redist.h" /* the moves' groups: their plans' collective steps */
@@ -1020,10 +1035,9 @@ static void sk__prog_put_step(sk__par_text *t, const sk_parallel_plan *p, const 
                               int rank) {
   int local = rank % p->desc.ndevices;
   sk__par_put(t, "#%s%d %s", mark, i, sk_parallel_step_name(ps->kind));
-  bool operator_step = ps->kind < SK_PSTEP_ALLOC || ps->kind == SK_PSTEP_RECOMPUTE;
   if (ps->kind == SK_PSTEP_UPDATE) sk__par_put(t, " parameters");
   else if (sk__prog_at_end(ps->kind)) sk__prog_put_end(t, p, ps, rank);
-  else if (operator_step) {
+  else if (sk_program_op_step(ps)) {
     sk__prog_put_op(t, p, ps, rank, local);
     if (p->vstage) {
       int chunk = 0;

@@ -147,7 +147,7 @@ static void sk__prc_op(sk__prc_b *b, int o) {
     int t = op->inputs[k];
     if (!po->moved[k]) continue;
     int64_t n = sk__prog_count(&po->kernel_in[k]);
-    if (!slots && sk__par_own_move(p, o, k)) sk__prc_alloc(b, SK_PBUF_KERNEL_IN, -1, o, k, 0, n, p->graph->tensors[t].dtype);
+    if (!slots && sk_parallel_owns_move(p, o, k)) sk__prc_alloc(b, SK_PBUF_KERNEL_IN, -1, o, k, 0, n, p->graph->tensors[t].dtype);
     if (p->tensors[t].needs_grad) sk__prc_alloc(b, SK_PBUF_KERNEL_DIN, -1, o, k, 0, n, SK_F32);
   }
   for (int k = 0; k < op->noutputs && !slots; k++) {

@@ -28,7 +28,7 @@
    License: MIT. */
 #ifndef SK_PROGRAM_FUSE_H
 #define SK_PROGRAM_FUSE_H
-#include "sk_parallel.h"
+#include "sk_program.h" /* sk_program_op_step */
 #endif
 
 #if defined(SK_PARALLEL_IMPL) && !defined(SK_PROGRAM_FUSE_IMPL_DONE) && defined(SK_PARALLEL_IMPL_BODY)
@@ -129,9 +129,8 @@ static void sk__fuse_rewrite(sk__fuse_b *fb) {
   bool level3 = p->desc.hsdp.level == SK_HSDP_LEVEL3;
   for (int i = 0; i < fb->nin && !fb->b->failed; i++) {
     const sk_program_step *ps = &fb->in[i];
-    bool op_step = ps->kind < SK_PSTEP_ALLOC || ps->kind == SK_PSTEP_RECOMPUTE;
-    sk_parallel_step_kind k = op_step ? sk__fuse_kind(p, ps) : SK_PSTEP_KIND_COUNT;
-    int t = op_step && k != SK_PSTEP_UPDATE ? sk__fuse_input(p, ps) : -1;
+    sk_parallel_step_kind k = sk_program_op_step(ps) ? sk__fuse_kind(p, ps) : SK_PSTEP_KIND_COUNT; /* none: the Update */
+    int t = k != SK_PSTEP_KIND_COUNT ? sk__fuse_input(p, ps) : -1;
     if (k == SK_PSTEP_PARAM_GATHER) {
       if (fb->held[t]) continue;
       if (!level3) {

@@ -43,7 +43,7 @@ static sk_result sk__rt_setup_op(sk_runtime *rt, int o, sk_error *err) {
     int t = op->inputs[k];
     sk_dtype dt = sk__rt_dtype(rt, t);
     ro->fusion_handle[k] = -1;
-    bool own = po->moved[k] && po->move_op[k] == o && po->move_slot[k] == k; /* else an earlier reader's copy */
+    bool own = sk_parallel_owns_move(rt->plan, o, k); /* else an earlier reader's copy */
     if (po->moved[k]) {
       if (own) r = sk__rt_move(rt, &rt->plan->tensors[t].layout, &po->kernel_in[k], dt, &ro->move[k], err);
       if (!r && ro->dkin[k]) r = sk__rt_move(rt, &po->kernel_in[k], &rt->plan->tensors[t].layout, dt, &ro->move_back[k], err);

@@ -602,6 +602,16 @@ static sk_result sk__rt_align(sk_comm *all, sk_error *err) {
   return r ? sk__fail(err, r, "runtime: aligning the virtual clocks: %s", sk_comm_error_message(all)) : SK_OK;
 }
 
+/* A step that failed here leaves its peers waiting for this device (in a collective of the
+   step, or in the closing alignment): the world goes down with its message, so they return
+   SK_ERR_ABORTED now, not at the world's timeout. A step aborted by a peer's failure already
+   did; a world of one device waits for nobody. */
+static sk_result sk__rt_step_failed(sk_comm *all, sk_result r, const sk_error *err) {
+  if (r != SK_ERR_ABORTED && sk_comm_size(all) > 1)
+    sk_world_fail(sk_comm_world(all), r, err && err->msg[0] ? err->msg : sk_result_name(r));
+  return r;
+}
+
 /* The step between two clock alignments: the first gives every device the step's start, the
    second the latest end, so the difference is the step's makespan on every device. */
 SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
@@ -614,7 +624,8 @@ SK_API sk_result sk_runtime_step(sk_runtime *rt, double *loss, sk_error *err) {
   r = sk__rt_train_step(rt, loss, err);
   rt->counting = false;
   double c1 = sk_comm_clock_us(all); /* this device's end */
-  if (r || (r = sk__rt_align(all, err))) return r;
+  if (r) return sk__rt_step_failed(all, r, err);
+  if ((r = sk__rt_align(all, err))) return r;
   rt->step++, rt->stats.steps++;
   rt->stats.step_s += sk__rt_now_s() - t0, rt->stats.clock_us += c1 - c0;
   rt->stats.step_us += sk_comm_clock_us(all) - c0;

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h> /* clock_gettime, nanosleep */
 #include <unistd.h>
 
 #include "shardkit.h"
@@ -737,6 +738,63 @@ Test(runtime, allocation_failure_after_create_takes_the_world_down, .timeout = R
       cr_assert_eq(o->out_after, 0, "phase %d: device %d: %zu bytes outstanding", phase, d, o->out_after);
     }
   }
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* A device whose step fails and which then lingers (as a caller that logs, cleans up or retries
+   before returning would): its peers, waiting for it in the step's collectives or its closing
+   clock alignment, return SK_ERR_ABORTED at once, not when it returns nor at the world's
+   timeout. Each device records its step's code and wall time; the test's thread asserts. */
+#define LINGER_MS 3000
+static sk_result step_ms_rc[MAXDEV];
+static double step_ms[MAXDEV];
+
+static double mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static sk_result failing_then_lingering(sk_comm *comm, void *arg) {
+  run *R = (run *)arg;
+  int me = sk_comm_rank(comm);
+  dev_out *o = &R->dev[me];
+  sk_error e;
+  memset(&e, 0, sizeof e);
+  o->ran = true;
+  sk_runtime *rt = NULL;
+  sk_result r = note(o, "create", sk_runtime_create(comm, &R->plan, &R->desc, &rt, &e), &e);
+  for (int i = 0; !r && i < R->n->nin; i++)
+    r = note(o, "feed", sk_runtime_feed(rt, R->in_t[i], R->in_dt[i], R->data[0][i], (size_t)R->in_n[i], &e), &e);
+  double t0 = mono_ms();
+  step_ms_rc[me] = r ? r : sk_runtime_step(rt, &o->loss[0], &e);
+  step_ms[me] = mono_ms() - t0;
+  if (!r) r = note(o, "step", step_ms_rc[me], &e);
+  if (r && me == 0) { /* the failing device stays away */
+    struct timespec nap = {LINGER_MS / 1000, 0};
+    while (nanosleep(&nap, &nap) != 0) continue;
+  }
+  sk_runtime_destroy(rt);
+  return r;
+}
+
+Test(runtime, failed_step_releases_its_peers_at_once, .timeout = RT_TIMEOUT) {
+  static net n;
+  static run R;
+  build_mlp(&n, 4);
+  run_init(&R, &n, 4, SK_F64, sgd(0.1), 1);
+  R.link.alpha_us = 5, R.link.gbps = 25; /* virtual clocks: every step aligns them twice */
+  ((int32_t *)R.data[0][1])[1] = 99;    /* device 0's loss kernel refuses its label */
+  run_world_with(&R, failing_then_lingering);
+  cr_assert_eq(step_ms_rc[0], SK_ERR_INVALID_ARGUMENT, "device 0's step: %s (%s)", sk_result_name(step_ms_rc[0]), R.dev[0].msg);
+  cr_assert_neq(R.world_rc, SK_OK);
+  for (int d = 1; d < 4; d++) {
+    cr_assert_eq(step_ms_rc[d], SK_ERR_ABORTED, "device %d's step: %s (%s)", d, sk_result_name(step_ms_rc[d]), R.dev[d].msg);
+    cr_assert_lt(step_ms[d], LINGER_MS / 3.0, "device %d waited %.0f ms for the failed device (it lingered %d ms)", d, step_ms[d],
+                 LINGER_MS);
+  }
+  cr_assert(strstr(R.world_msg, "label 99"), "the world's message names the cause: '%s'", R.world_msg);
   run_free(&R);
   sk_graph_free(&n.g);
 }
