@@ -62,6 +62,10 @@ typedef struct sk_dryrun_device {
 /* World rank `rank`'s dry run of one training step of `plan` into *out. Scratch comes from the
    plan's allocator (desc.allocator) and is given back. */
 SK_API sk_result sk_dryrun_device_run(const sk_parallel_plan *plan, int rank, sk_dryrun_device *out, sk_error *err);
+/* The same for the `count` world ranks from `first` into out[0 .. count - 1], each equal to its
+   sk_dryrun_device_run; the operators' FLOPs are computed once for all of them (the walk of a
+   large world spends most of its time there otherwise). */
+SK_API sk_result sk_dryrun_devices_run(const sk_parallel_plan *plan, int first, int count, sk_dryrun_device *out, sk_error *err);
 
 SK_EXTERN_C_END
 #endif /* SK_DRYRUN_H */
@@ -87,6 +91,8 @@ typedef struct sk__dr {
   uint64_t bytes[SK_MEM_KINDS], peak[SK_MEM_KINDS], peak_total, live[SK_MEM_KINDS];
   int *gsize;                /* [ngroups]: each plan group's size for this rank, 0 not yet known */
   uint64_t *sends;           /* [nops][SK__DR_MOVES][SK__DR_SLOTS]: a move's bytes sent, or SK__DR_UNKNOWN */
+  double *flops;             /* [nops][2]: an operator's forward and backward FLOPs, < 0 not yet known
+                                (sk__dr_flops_table: one for every device walked) */
   sk_runtime_stats *st;
   sk_error *err;
 } sk__dr;
@@ -261,7 +267,7 @@ static void sk__dr_view(sk_exec_arg *a, const sk_layout *l, sk_dtype dt) {
 /* Operator o's FLOPs on this device's slices, as the runtime's kernels see them: inputs in the
    kernel's layouts, outputs in the rule's (out_strategy) or their tensors', output 0 whole
    along the scattered dim before a forward ReduceScatter. */
-static double sk__dr_flops(const sk__dr *d, int o, bool backward, int half) {
+static double sk__dr_op_flops(const sk__dr *d, int o, bool backward) {
   const sk_parallel_plan *p = d->p;
   const sk_graph_op *op = &p->graph->ops[o];
   const sk_parallel_op *po = &p->ops[o];
@@ -273,7 +279,26 @@ static double sk__dr_flops(const sk__dr *d, int o, bool backward, int half) {
     sk__dr_view(&out[k], po->out_moved[k] ? &po->plan.out[k] : &p->tensors[t].layout, sk__dr_dtype(d, t));
   }
   if (po->plan.fwd.kind == SK_COLL_REDUCE_SCATTER) out[0].shape[0] *= sk_mesh_group_size(&po->plan.mesh, po->plan.fwd.axes);
-  return sk_exec_flops(op, in, out, backward) * (backward && half ? 0.5 : 1);
+  return sk_exec_flops(op, in, out, backward);
+}
+
+/* The FLOPs table for a plan of nops operators, every entry unknown; NULL when out of memory.
+   One table serves every device of every stage: the FLOPs read the operator's layouts' slice
+   shapes alone, which are the same on every device (layouts split evenly, sk_layout_slice_shape
+   takes no rank; the runtime's kernels count sk_exec_flops on those shapes too). */
+static double *sk__dr_flops_table(const sk_allocator *a, int nops) {
+  size_t n = 2 * (size_t)nops;
+  double *t = (double *)sk__alloc(a, sizeof(double) * (n + 1), sizeof(double));
+  for (size_t i = 0; t && i < n; i++) t[i] = -1;
+  return t;
+}
+
+/* Operator o's FLOPs on a device, from the table (computed on first use); zero_bubble_v's split
+   halves count half a backward each. */
+static double sk__dr_flops(const sk__dr *d, int o, bool backward, int half) {
+  double *at = &d->flops[2 * (size_t)o + (backward ? 1 : 0)];
+  if (*at < 0) *at = sk__dr_op_flops(d, o, backward);
+  return *at * (backward && half ? 0.5 : 1);
 }
 
 /* ---- the walk ------------------------------------------------------------------------------- */
@@ -284,11 +309,11 @@ static sk_result sk__dr_step(sk__dr *d, const sk_program *pg, int i, bool *more)
   const sk_program_step *s = &pg->steps[i];
   if (s->kind == SK_PSTEP_ALLOC || s->kind == SK_PSTEP_FREE) return sk__dr_buffer(d, i, s);
   if (s->kind == SK_PSTEP_GRADS_READY) return *more = d->p->desc.grad_accumulation_step <= 1, SK_OK;
-  bool op_step = s->kind < SK_PSTEP_ALLOC || s->kind == SK_PSTEP_RECOMPUTE;
-  if (!op_step) /* of the rest only these communicate (a Recv is its Send's other side) */
+  /* of the rest only these communicate (a Recv is its Send's other side); the Update (no
+     operator) is the optimizer, which the runtime counts no FLOPs of */
+  if (!sk_program_op_step(s))
     return s->kind == SK_PSTEP_SEND || s->kind == SK_PSTEP_FUSED || s->kind == SK_PSTEP_SHARD_MIRROR ? sk__dr_comm(d, s, s->kind)
                                                                                                        : SK_OK;
-  if (s->op < 0) return SK_OK; /* the Update: the optimizer, which the runtime counts no FLOPs of */
   sk_parallel_step_kind k = d->p->steps[s->index].kind;
   if (k == SK_PSTEP_FORWARD || k == SK_PSTEP_BACKWARD)
     return d->st->flops += sk__dr_flops(d, s->op, k == SK_PSTEP_BACKWARD, s->half), SK_OK;
@@ -324,25 +349,46 @@ static sk_result sk__dr_run(sk__dr *d, sk_dryrun_device *out) {
   return SK_OK;
 }
 
-SK_API sk_result sk_dryrun_device_run(const sk_parallel_plan *p, int rank, sk_dryrun_device *out, sk_error *err) {
-  if (!p || !out || !p->graph || !p->programs || !p->steps)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run: NULL or uncompiled plan, or NULL output");
-  if (rank < 0 || rank >= p->world_devices)
-    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run: rank %d outside the plan's %d devices", rank, p->world_devices);
+/* World rank `rank` walked into *out with d's tables, its per-rank caches emptied first. */
+static sk_result sk__dr_device(sk__dr *d, int rank, sk_dryrun_device *out) {
+  const sk_parallel_plan *p = d->p;
   memset(out, 0, sizeof *out);
   out->rank = rank, out->stage = sk_parallel_stage_of_rank(p, rank);
+  memset(d->bytes, 0, sizeof d->bytes), memset(d->peak, 0, sizeof d->peak), memset(d->live, 0, sizeof d->live);
+  d->peak_total = 0;
+  d->rank = rank, d->local = rank - out->stage * p->desc.ndevices, d->st = &out->stats;
+  memset(d->gsize, 0, sizeof(int) * ((size_t)p->ngroups + 1));
+  size_t nsends = (size_t)p->graph->nops * SK__DR_MOVES * SK__DR_SLOTS;
+  for (size_t i = 0; i < nsends; i++) d->sends[i] = SK__DR_UNKNOWN;
+  return sk__dr_run(d, out);
+}
+
+SK_API sk_result sk_dryrun_devices_run(const sk_parallel_plan *p, int first, int count, sk_dryrun_device *out, sk_error *err) {
+  if (!p || !out || !p->graph || !p->programs || !p->steps)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run: NULL or uncompiled plan, or NULL output");
+  if (first < 0 || first >= p->world_devices)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run: rank %d outside the plan's %d devices", first, p->world_devices);
+  if (count < 1 || count > p->world_devices - first)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "dry run: %d devices from rank %d, the plan has %d", count, first,
+                    p->world_devices);
   const sk_allocator *a = &p->desc.allocator;
   size_t nsends = (size_t)p->graph->nops * SK__DR_MOVES * SK__DR_SLOTS + 1;
   sk__dr d;
   memset(&d, 0, sizeof d);
-  d.p = p, d.rank = rank, d.local = rank - out->stage * p->desc.ndevices, d.st = &out->stats, d.err = err;
+  d.p = p, d.err = err;
   d.gsize = (int *)sk__calloc(a, sizeof(int) * ((size_t)p->ngroups + 1), sizeof(int));
   d.sends = (uint64_t *)sk__alloc(a, sizeof(uint64_t) * nsends, sizeof(uint64_t));
-  sk_result r = d.gsize && d.sends ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run: out of memory");
-  for (size_t i = 0; !r && i < nsends; i++) d.sends[i] = SK__DR_UNKNOWN;
-  if (!r) r = sk__dr_run(&d, out);
-  sk__free(a, d.gsize), sk__free(a, d.sends);
+  d.flops = sk__dr_flops_table(a, p->graph->nops);
+  sk_result r = d.gsize && d.sends && d.flops ? SK_OK : sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run: out of memory");
+  for (int i = 0; i < count && !r; i++)
+    if ((r = sk__dr_device(&d, first + i, &out[i])) && count > 1 && err) /* which of them failed */
+      (void)sk__fail(err, r, "device %d: %s", first + i, err->msg);
+  sk__free(a, d.gsize), sk__free(a, d.sends), sk__free(a, d.flops);
   return r;
+}
+
+SK_API sk_result sk_dryrun_device_run(const sk_parallel_plan *p, int rank, sk_dryrun_device *out, sk_error *err) {
+  return sk_dryrun_devices_run(p, rank, 1, out, err);
 }
 
 SK_EXTERN_C_END

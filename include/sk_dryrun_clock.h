@@ -721,7 +721,7 @@ static void sk__dc_free(sk__dc *c) {
   const sk_allocator *a = &c->p->desc.allocator;
   for (int m = 0; c->comms && m < c->ncomms; m++) sk__free(a, c->comms[m].ranks), sk__free(a, c->comms[m].recs);
   sk__free(a, c->dev), sk__free(a, c->slot), sk__free(a, c->seq), sk__free(a, c->scratch), sk__free(a, c->comms);
-  sk__free(a, c->recs);
+  sk__free(a, c->recs), sk__free(a, c->d.flops);
   for (int i = 0; c->move && i <= c->moff[c->p->stages]; i++) sk__free(a, c->move[i]);
   sk__free(a, c->moff), sk__free(a, c->nmove), sk__free(a, c->move), sk__free(a, c->p2ps);
   for (int i = 0; c->pq && i < c->ndev * c->p->stages * 2; i++) sk__free(a, c->pq[i].recs);
@@ -810,7 +810,9 @@ static sk_result sk__dc_init(sk__dc *c, const sk_parallel_plan *p, sk_error *err
   c->seq = (int *)sk__calloc(a, sizeof(int) * ns, sizeof(int));
   c->scratch = (int *)sk__alloc(a, sizeof(int) * (size_t)c->ndev, sizeof(int));
   c->comms = (sk__dc_comm *)sk__calloc(a, sizeof(sk__dc_comm) * (ns + 1), sizeof(double));
-  if (!c->dev || !c->slot || !c->seq || !c->scratch || !c->comms) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
+  c->d.flops = sk__dr_flops_table(a, p->graph->nops);
+  if (!c->dev || !c->slot || !c->seq || !c->scratch || !c->comms || !c->d.flops)
+    return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (size_t i = 0; i < ns; i++) c->slot[i] = -1;
   sk_result r = sk__dc_stages(c);
   if (!r) sk__dc_reset(c);

@@ -970,4 +970,20 @@ for flag in $("$BIN" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do
   else bad "docs/sk-sim.md has no row for $flag"; fi
 done
 
+# a dry run ends with one line: its wall time and the process's peak RSS; a --report-json FILE
+# that cannot be written fails before anything runs (no step, no report), and the trial leaves
+# no file behind where the run fails and an existing file untouched
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --dry-run --report-json "$tmp/cost.json" >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c '^dry run: ' "$tmp/out")" -eq 1 ] && tail -1 "$tmp/out" | grep -qE '^dry run: [0-9]+\.[0-9]{3} s, peak RSS [1-9][0-9]* MiB$' &&
+   [ -s "$tmp/cost.json" ]; then ok
+else bad "the dry run's closing line: exit $rc: $(tail -2 "$tmp/out") $(cat "$tmp/err")"; fi
+"$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 3 --report-json "$tmp/no/r.json" >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -eq 1 ] && [ ! -s "$tmp/out" ] && [ "$(cat "$tmp/err")" = "sk-sim: --report-json $tmp/no/r.json: cannot write: No such file or directory" ]; then ok
+else bad "--report-json unwritable before a run: exit $rc, stdout $(head -2 "$tmp/out"), stderr $(cat "$tmp/err")"; fi
+rm -f "$tmp/fresh.json"; echo kept >"$tmp/kept.json"
+"$BIN" --net examples/nets/operator_parallel.json --devices 7 --dry-run --report-json "$tmp/fresh.json" >/dev/null 2>&1; r1=$?
+"$BIN" --net examples/nets/operator_parallel.json --devices 7 --dry-run --report-json "$tmp/kept.json" >/dev/null 2>&1; r2=$?
+if [ $r1 -eq 1 ] && [ $r2 -eq 1 ] && [ ! -e "$tmp/fresh.json" ] && [ "$(cat "$tmp/kept.json")" = kept ]; then ok
+else bad "--report-json's trial on a failed compile: exit $r1/$r2, fresh.json $(ls "$tmp/fresh.json" 2>&1), kept.json '$(cat "$tmp/kept.json")'"; fi
+
 summary sim

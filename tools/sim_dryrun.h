@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "shardkit.h"
 #include "sim_report.h"
@@ -33,13 +34,11 @@ static int sim_dry_step_time(FILE *f, const sk_parallel_plan *plan, sim_run_figu
 static int sim_dry_run(FILE *f, const sk_parallel_plan *plan, double compile_ms, sim_run_figures *fig, char *msg, size_t cap) {
   int n = plan->world_devices;
   sim_device_figures *all = (sim_device_figures *)calloc((size_t)n, sizeof *all);
-  sk_dryrun_device *dev = (sk_dryrun_device *)malloc(sizeof *dev);
+  sk_dryrun_device *dev = (sk_dryrun_device *)malloc(sizeof *dev * (size_t)n);
   int rc = all && dev ? 0 : (snprintf(msg, cap, "dry run: out of memory for %d devices", n), -1);
-  for (int d = 0; d < n && !rc; d++) {
-    sk_error e;
-    if (sk_dryrun_device_run(plan, d, dev, &e)) rc = (snprintf(msg, cap, "device %d: %s", d, e.msg), -1);
-    else all[d].mem = dev->after, all[d].stats = dev->stats;
-  }
+  sk_error e;
+  if (!rc && sk_dryrun_devices_run(plan, 0, n, dev, &e)) rc = (snprintf(msg, cap, "%s", e.msg), -1);
+  for (int d = 0; d < n && !rc; d++) all[d].mem = dev[d].after, all[d].stats = dev[d].stats;
   fig->dev = all, fig->n = n, fig->plan = plan;
   fig->step_time_ms = NAN; /* JSON null until the step time is modelled below */
   if (!rc) {
@@ -50,6 +49,14 @@ static int sim_dry_run(FILE *f, const sk_parallel_plan *plan, double compile_ms,
   if (!rc && sk_cluster_prices(&plan->desc.cluster)) rc = sim_dry_step_time(f, plan, fig, msg, cap);
   free(dev);
   return rc;
+}
+
+/* The dry run's last line: `seconds` of wall time and the process's peak resident set
+   (getrusage's ru_maxrss, KiB on Linux) in whole MiB, so a large world's cost shows at a glance. */
+static void sim_dry_summary(FILE *f, double seconds) {
+  struct rusage ru;
+  long mib = getrusage(RUSAGE_SELF, &ru) ? -1 : ru.ru_maxrss / 1024;
+  fprintf(f, "dry run: %.3f s, peak RSS %ld MiB\n", seconds, mib);
 }
 
 #endif /* SK_TOOLS_SIM_DRYRUN_H */

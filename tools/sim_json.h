@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shardkit.h"
 #include "sim_report.h"
@@ -75,6 +76,19 @@ static json_t *sim_json_report(const sim_run_figures *fig, char *msg, size_t cap
   return classes ? json_pack("{s:i, s:o, s:o, s:o}", "devices", fig->n, "classes", classes, "step_time_ms",
                              sim_json_maybe(fig->step_time_ms), "bubble", sim_json_maybe(bubble))
                  : NULL;
+}
+
+/* Whether `path` can be written, tried before anything runs so that a long run cannot end in a
+   report it has nowhere to put: opened for appending (an existing file keeps its bytes until the
+   report replaces them), and removed again when the trial created it. 0, or -1 with msg in
+   sim_json_write's words. */
+static int sim_json_probe(const char *path, char *msg, size_t cap) {
+  bool existed = access(path, F_OK) == 0;
+  FILE *f = fopen(path, "a");
+  int why = errno;
+  if (!f || fclose(f)) return snprintf(msg, cap, "--report-json %s: cannot write: %s", path, strerror(f ? errno : why)), -1;
+  if (!existed) remove(path);
+  return 0;
 }
 
 /* Writes the report to `path` (created or truncated). 0, or -1 with msg naming the file. */

@@ -1139,13 +1139,17 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   return rc;
 }
 
-/* --dry-run: the report printed, then --report-json and the fit check on its figures. 0; 1 when
-   a class does not fit (said); -1 with msg. */
+/* --dry-run: the report printed, then --report-json and the fit check on its figures, then its
+   wall time (the compile's without the strategy search's, which --print-strategies reports) and
+   peak RSS. 0; 1 when a class does not fit (said); -1 with msg. */
 static int dry_run(const job *J, char *msg, size_t cap) {
+  double t0 = now_s();
   sim_run_figures fig = {NULL, 0, &J->plan, NAN};
   int rc = sim_dry_run(stdout, &J->plan, J->compile_ms, &fig, msg, cap);
   if (!rc) rc = report_figures(J->o, &fig, msg, cap);
   free(fig.dev);
+  double search_s = J->plan.searched ? J->plan.search_ms / 1e3 : 0;
+  if (rc >= 0) sim_dry_summary(stdout, J->compile_ms / 1e3 - search_s + now_s() - t0);
   return rc;
 }
 
@@ -1161,7 +1165,8 @@ int main(int argc, char **argv) {
   J.o = &o;
   char msg[1024] = "";
   int rc = 0;
-  if (setup(&J, &g, msg, sizeof msg)) rc = 1;
+  if (o.report_json && sim_json_probe(o.report_json, msg, sizeof msg)) rc = 1; /* before a long run, not after it */
+  else if (setup(&J, &g, msg, sizeof msg)) rc = 1;
   else if (o.dump_schedule) {
     char *line = (char *)malloc(sim_schedule_line_cap(&J.plan.schedule));
     for (int st = 0; line && st < J.plan.schedule.stages; st++) {
