@@ -27,7 +27,8 @@
        2. Infer the operators as RedistributionOperatorInfer does: SplitByAxis (StridedSlice),
           PermuteByAxis (AllToAll with enable_alltoall on; AllGather plus StridedSlice off),
           ConcatByAxis (AllGather), repeated until every dim is settled, with MindSpore's
-          deadlock breaker (force a concat on the first unsettled dim).
+          deadlock breaker (force a concat on the first unsettled dim), each pass walking the
+          dims in the order of MindSpore's hash map of them (>>infer).
        3. Across a reshape or a device matrix, local Reshape steps around them: before, when
           the source's slice as given is not its unified slice; after, when the target's
           unified slice is not its slice as given; alone, when there is no operator and the two
@@ -264,7 +265,24 @@ static bool sk__ms_any(const sk__ms_ctx *x, int axis) {
 
 
 /* >>infer -- MindSpore's passes over map_ (the dims still to settle), one function each. A dim
-   whose current axis already is its target's leaves map_ in every pass. */
+   whose current axis already is its target's leaves map_ in every pass.
+   Each pass walks map_ in MindSpore's order, which decides which dim is gathered first. map_ is
+   MindSpore's HashMap<uint64_t, int64_t>, in release builds a robin_hood::unordered_map
+   (robin-hood-hashing 3.11.5), filled with the dims 0..n-1 in order; it is walked slot by slot,
+   and a dim's slot comes from its hash (murmur3's mixer times 0xc4ceb9fe1a85ec53), with 8 slots
+   up to 6 entries and 16 from the 7th. Erasing shifts later entries back but keeps their order,
+   and nothing is inserted after the fill (map_[cat_dim] = NONE finds its dim), so the walk is a
+   fixed order of the dims for each n <= 8 = SK_MAX_DIMS, found by running the library on those
+   inserts. Not followed: where erase(iter++) shifts the next entry under the iterator, MindSpore
+   reads that entry again from the emptied slot (robin_hood leaves the moved-from node as it was)
+   and may repeat an operator on it; shardkit visits it once. */
+static const signed char sk__ms_walk[SK_MAX_DIMS][SK_MAX_DIMS] = {
+    {0},          {0, 1},          {0, 1, 2},             {0, 1, 3, 2},
+    {0, 1, 4, 3, 2}, {0, 1, 4, 5, 3, 2}, {0, 4, 3, 1, 5, 6, 2}, {0, 4, 3, 1, 5, 6, 7, 2},
+};
+
+/* The k-th dim of map_'s walk over x's nd dims. */
+static int sk__ms_walk_dim(const sk__ms_ctx *x, int k) { return sk__ms_walk[x->nd - 1][k]; }
 
 static bool sk__ms_pending(const sk__ms_ctx *x) {
   for (int d = 0; d < x->nd; d++)
@@ -275,7 +293,8 @@ static bool sk__ms_pending(const sk__ms_ctx *x) {
 /* SplitByAxis: an unsplit dim whose target axis is free (no unsettled dim holds it) is sliced. */
 static sk_result sk__ms_split_pass(sk__ms_ctx *x) {
   sk_result r;
-  for (int d = 0; d < x->nd; d++) {
+  for (int k = 0; k < x->nd; k++) {
+    int d = sk__ms_walk_dim(x, k);
     if (!x->in_map[d]) continue;
     int in = x->cur[d], o = x->out[d];
     if (in == o) {
@@ -295,7 +314,8 @@ static sk_result sk__ms_split_pass(sk__ms_ctx *x) {
    holder loses its axis and goes back into map_. */
 static sk_result sk__ms_permute_pass(sk__ms_ctx *x) {
   sk_result r;
-  for (int d = 0; d < x->nd; d++) {
+  for (int k = 0; k < x->nd; k++) {
+    int d = sk__ms_walk_dim(x, k);
     if (!x->in_map[d]) continue;
     int in = x->cur[d], o = x->out[d];
     if (in == o) {
@@ -339,7 +359,8 @@ static sk_result sk__ms_split_permute(sk__ms_ctx *x) {
    target is unsplit. */
 static sk_result sk__ms_concat_pass(sk__ms_ctx *x) {
   sk_result r;
-  for (int d = 0; d < x->nd; d++) {
+  for (int k = 0; k < x->nd; k++) {
+    int d = sk__ms_walk_dim(x, k);
     if (!x->in_map[d]) continue;
     int in = x->cur[d], o = x->out[d];
     bool in_out = false;
@@ -353,14 +374,16 @@ static sk_result sk__ms_concat_pass(sk__ms_ctx *x) {
 }
 
 /* A round that added nothing would repeat forever (axes waiting on each other): force a concat
-   on the first dim left. */
+   on the first dim of map_'s walk. */
 static sk_result sk__ms_break_deadlock(sk__ms_ctx *x) {
-  for (int d = 0; d < x->nd; d++)
+  for (int k = 0; k < x->nd; k++) {
+    int d = sk__ms_walk_dim(x, k);
     if (x->in_map[d]) {
       if (x->cur[d] >= 0) return sk__ms_op(x, SK__MS_CONCAT, d, x->cur[d], -1);
       x->in_map[d] = false; /* nothing to concat: MindSpore would erase it next round */
       break;
     }
+  }
   return SK_OK;
 }
 

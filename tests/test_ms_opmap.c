@@ -18,21 +18,24 @@
    - exact: for every rank of each map, sk_redist_ms_oplist's list equals master's, operator by
      operator and argument by argument; the map's ranks are the ones master's rank walk reaches
      (om_needed below follows its rule); the operator stack of test_generate_transform_operator_
-     stack_4 and _2, and the stack length of _3 (79).
+     stack_4 and _2, and the stack of _3: its length (79, what master asserts) and its entries
+     per level.
    - data: master's lists of the [8,8] and [16,16] maps are replayed rank by rank (each rank
      starts from its source slice as sk_layout_slice gives it, the tensor holding its flat
      indices, an AllConcat takes the group members' tensors of the same step, an AlltoAll
      their pieces) and every rank must end with exactly its target slice; so are shardkit's
-     own lists for every rank of those cases (the AlltoAll of _7 included). A wrong reading of
+     own lists for every rank of those cases (the AlltoAll of _7 included) and for all 64 ranks
+     of stack_3 (a 3-dim tensor, ten operators). A wrong reading of
      MindSpore's maps, tuple maps, device matrices or rank order fails here. */
 #include <criterion/criterion.h>
 #include <string.h>
 
 #include "sk_redist.h"
 
-#define OM_MAX_EL 256 /* [16,16] */
+#define OM_MAX_EL 16384 /* stack_3's largest gathered slice */
 #define OM_MAX_OPS 12
-#define OM_MAX_RANKS 8
+#define OM_MAX_RANKS 8     /* ranks of a pinned map */
+#define OM_REPLAY_RANKS 64 /* ranks a replay runs */
 #define OM_MAX_ARGS 40
 
 typedef struct om_op {
@@ -253,17 +256,21 @@ static int om_count(const om_tensor *t) {
   return (int)n;
 }
 
-/* rank's slice of the 2-dim tensor whose element (i,j) holds cols*i+j. */
+/* rank's slice of the tensor whose every element holds its row-major flat index. */
 static void om_slice(const sk_layout *l, int rank, om_tensor *t) {
   sk_slice s;
   sk_error e;
+  int64_t idx[SK_MAX_DIMS];
   cr_assert_eq(sk_layout_slice(l, rank, &s, &e), SK_OK, "%s", e.msg);
-  t->nd = 2;
-  t->shape[0] = s.stop[0] - s.start[0], t->shape[1] = s.stop[1] - s.start[1];
+  t->nd = l->ndims;
+  for (int d = 0; d < l->ndims; d++) t->shape[d] = s.stop[d] - s.start[d], idx[d] = s.start[d];
   cr_assert(om_count(t) <= OM_MAX_EL);
-  int k = 0;
-  for (int64_t i = s.start[0]; i < s.stop[0]; i++)
-    for (int64_t j = s.start[1]; j < s.stop[1]; j++) t->v[k++] = (int)(l->shape[1] * i + j);
+  for (int k = 0; k < om_count(t); k++) {
+    int64_t flat = 0;
+    for (int d = 0; d < l->ndims; d++) flat = flat * l->shape[d] + idx[d];
+    t->v[k] = (int)flat;
+    for (int d = l->ndims - 1; d >= 0 && ++idx[d] == s.stop[d]; d--) idx[d] = s.start[d];
+  }
 }
 
 /* Concatenates parts[0..n) along axis into out (all of one rank and equal off the axis). */
@@ -310,7 +317,7 @@ static void om_strided_slice(om_tensor *t, const om_op *op) {
 
 typedef struct om_map {
   const char *name;
-  int nranks, ranks[OM_MAX_RANKS], nops;
+  int nranks, ranks[OM_REPLAY_RANKS], nops;
   const om_op (*ops)[OM_MAX_OPS];
 } om_map;
 
@@ -325,10 +332,10 @@ static int om_index(const om_map *m, int64_t rank) {
    group order along concat_dim. */
 static void om_alltoall(const om_map *m, const om_tensor *cur, int self, const om_op *op, om_tensor *out) {
   int64_t count = op->args[0], split = op->args[1], cat = op->args[2];
-  om_tensor pieces[OM_MAX_RANKS];
-  const om_tensor *parts[OM_MAX_RANKS];
+  static om_tensor pieces[OM_REPLAY_RANKS];
+  const om_tensor *parts[OM_REPLAY_RANKS];
   int pos = -1;
-  cr_assert(op->n - 3 == count && count <= OM_MAX_RANKS);
+  cr_assert(op->n - 3 == count && count <= OM_REPLAY_RANKS);
   for (int q = 0; q < count; q++)
     if (op->args[3 + q] == m->ranks[self]) pos = q;
   cr_assert(pos >= 0, "%s: rank %d is not in its AlltoAll group", m->name, m->ranks[self]);
@@ -346,7 +353,7 @@ static void om_alltoall(const om_map *m, const om_tensor *cur, int self, const o
 /* One step of every rank's list; AllConcat and AlltoAll read the members' tensors from before
    the step. */
 static void om_step(const om_map *m, int s, om_tensor *cur) {
-  static om_tensor next[OM_MAX_RANKS];
+  static om_tensor next[OM_REPLAY_RANKS];
   for (int i = 0; i < m->nranks; i++) {
     const om_op *op = &m->ops[i][s];
     next[i] = cur[i];
@@ -361,7 +368,8 @@ static void om_step(const om_map *m, int s, om_tensor *cur) {
     } else if (op->kind == 'A') {
       om_alltoall(m, cur, i, op, &next[i]);
     } else {
-      const om_tensor *parts[OM_MAX_RANKS];
+      const om_tensor *parts[OM_REPLAY_RANKS];
+      cr_assert(op->n - 1 <= OM_REPLAY_RANKS);
       for (int q = 0; q < op->n - 1; q++) parts[q] = &cur[om_index(m, op->args[q])];
       om_concat(parts, op->n - 1, (int)op->args[op->n - 1], &next[i]);
     }
@@ -373,7 +381,7 @@ static void om_step(const om_map *m, int s, om_tensor *cur) {
    target slice (on the first one that does not, *bad_rank and *bad_at say where; -1: size). */
 static bool om_replay(const om_case *c, const om_map *m, int *bad_rank, int *bad_at) {
   sk_layout from = om_layout(c, true), to = om_layout(c, false);
-  static om_tensor cur[OM_MAX_RANKS], want;
+  static om_tensor cur[OM_REPLAY_RANKS], want;
   for (int i = 0; i < m->nranks; i++) om_slice(&from, m->ranks[i], &cur[i]);
   for (int s = 0; s < m->nops; s++) om_step(m, s, cur);
   for (int i = 0; i < m->nranks; i++) {
@@ -388,7 +396,7 @@ static bool om_replay(const om_case *c, const om_map *m, int *bad_rank, int *bad
 
 static om_map om_master_map(const om_case *c) {
   om_map m = {c->name, c->nranks, {0}, c->nops, c->ops};
-  memcpy(m.ranks, c->ranks, sizeof m.ranks);
+  memcpy(m.ranks, c->ranks, sizeof c->ranks);
   return m;
 }
 
@@ -405,13 +413,16 @@ static void om_replay_master(const om_case *c) {
 
 /* shardkit's lists for every rank of c's devices, replayed (all of one length in these cases). */
 static void om_replay_shardkit(const om_case *c) {
-  static om_op ops[OM_MAX_RANKS][OM_MAX_OPS];
-  om_map m = {c->name, OM_MAX_RANKS, {0}, 0, (const om_op(*)[OM_MAX_OPS])ops};
-  for (int r = 0; r < OM_MAX_RANKS; r++) {
+  static om_op ops[OM_REPLAY_RANKS][OM_MAX_OPS];
+  sk_layout from = om_layout(c, true), to = om_layout(c, false);
+  int n = from.mesh.size > to.mesh.size ? from.mesh.size : to.mesh.size;
+  om_map m = {c->name, n, {0}, 0, (const om_op(*)[OM_MAX_OPS])ops};
+  cr_assert(n <= OM_REPLAY_RANKS);
+  for (int r = 0; r < n; r++) {
     m.ranks[r] = r;
-    int n = om_list(c, r, ops[r]);
-    cr_assert(r == 0 || n == m.nops, "%s: rank %d has %d operators, rank 0 %d", c->name, r, n, m.nops);
-    m.nops = n;
+    int k = om_list(c, r, ops[r]);
+    cr_assert(r == 0 || k == m.nops, "%s: rank %d has %d operators, rank 0 %d", c->name, r, k, m.nops);
+    m.nops = k;
   }
   int rank = -1, at = -1;
   cr_expect(om_replay(c, &m, &rank, &at), "%s (shardkit's lists): rank %d does not end with its target slice (element %d)",
@@ -524,14 +535,21 @@ Test(ms_opmap, transform_operator_stack_2_and_3) {
   cr_expect_eq(n, 8, "stack_2's map has %d ranks, master's 8", n);
   const om_case c3 = {"test_generate_transform_operator_stack_3", 3, {8, 1, 8}, "(2,-1,0)", 3, {2, 8, 4}, "(2,1,0)", T3,
                       false, false, 0, 0, {0}, 0, {{{0}}}};
-  /* Not matched: master's stack has 79 entries, shardkit's 63. Both are ten operators over the
-     same 32 ranks (an AllConcat of 4 and three of 2, each followed by a StridedSlice, between two
-     Reshapes), but master's order puts an AllConcat of 2 first and shardkit's the AllConcat of 4
-     (counting 79 needs e.g. R A2 S A4 S A2 S A2 S R). Where master's unified layout differs
-     (the size-1 axis of (8,1,8), or how r%8 is cut for (2,8,4)'s r%4) is not established;
-     docs/redistribution-across.md section 10 lists it. Pinned so that a change shows. */
+  /* Master asserts only the length. Its list is ten operators, R A2 S A4 S A2 S A2 S R (each
+     AllGather an AllConcat, each followed by a StridedSlice): the AllConcat of 2 first because
+     MindSpore's map of the dims to settle, a robin_hood hash map, walks the seven unified dims
+     as 0 4 3 1 5 6 2, so dim 4 (an axis of 2) is gathered before dim 1 (the axis of 4). The
+     entries per level, last operator first, are 1 1 1 2 2 4 4 16 16 32: 79. */
   static om_entry got[128];
-  cr_expect_eq(om_stack(&c3, got, 128), 63, "stack_3's length (master's: 79)");
+  static const int per_level[10] = {32, 16, 16, 4, 4, 2, 2, 1, 1, 1};
+  int n3 = om_stack(&c3, got, 128), count[10] = {0};
+  cr_expect_eq(n3, 79, "stack_3: a stack of %d entries, master's 79", n3);
+  for (int i = 0; i < n3; i++)
+    if (got[i].level >= 0 && got[i].level < 10) count[got[i].level]++;
+  for (int lv = 0; lv < 10; lv++)
+    cr_expect_eq(count[lv], per_level[lv], "stack_3 level %d: %d entries, master's %d", lv, count[lv], per_level[lv]);
+  cr_expect(got[n3 - 1].op.kind == 'R', "stack_3 starts with a Reshape");
+  om_replay_shardkit(&c3); /* all 64 ranks' lists land every target slice */
 }
 
 /* The replay tells readings apart: _5's lists on the source map with its tuple in the other
