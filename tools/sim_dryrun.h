@@ -15,14 +15,11 @@
 #include "shardkit.h"
 #include "sim_report.h"
 
-/* The modelled step time's line, into fig too; a plan the clocks' walk cannot model yet (hsdp
-   under a pipeline, ...) is said on stderr and leaves it NAN. 0, or -1 with msg written. */
+/* The modelled step time's line (a priced cluster's), into fig too. 0, or -1 with msg written. */
 static int sim_dry_step_time(FILE *f, const sk_parallel_plan *plan, sim_run_figures *fig, char *msg, size_t cap) {
   sk_dryrun_time t = {0, 0, NULL, NULL};
   sk_error e;
   sk_result r = sk_dryrun_step_time(plan, &t, &e);
-  if (r == SK_ERR_UNSUPPORTED) /* after the report, also where both streams go to one file */
-    return fflush(f), fprintf(stderr, "sk-sim: warning: no modelled step time: %s\n", e.msg), 0;
   if (r) return snprintf(msg, cap, "dry run's step time: %s", e.msg), -1;
   fig->step_time_ms = t.step_us / 1e3;
   sim_print_step_time(f, t.step_us, &plan->desc.cluster);
