@@ -1021,11 +1021,13 @@ static void say_finalists(const sk_finalists *fin) {
 
 /* Under sharding_propagation or recursive_programming on a priced cluster the plan is the
    cheapest finalist by the dry run (sk_finalists.h); exhaustive's, the searches' referee, and
-   every other mode's is the compiler's. */
+   every other mode's is the compiler's. Under MPI only the lead saves strategy files, and a
+   desc naming one is not weighed: the options decide, so every process compiles the same plan. */
 static sk_result compile_plan(job *J, const sk_autoparallel *pd, sk_error *e) {
   memset(&J->fin, 0, sizeof J->fin);
+  bool saves = J->o->pd.save_param_strategy_file || J->o->pd.save_operator_strategy_file;
   if ((pd->mode != SK_PARALLEL_SHARDING_PROPAGATION && pd->mode != SK_PARALLEL_RECURSIVE_PROGRAMMING) ||
-      !sk_cluster_prices(&pd->cluster))
+      !sk_cluster_prices(&pd->cluster) || saves)
     return sk_parallel_compile(J->g, pd, &J->plan, e);
   sk_result r = sk_finalists_compile(J->g, pd, &J->plan, &J->fin, e);
   if (!r && J->fin.weighed && (!J->o->mpi || prog_launch_rank() == 0)) say_finalists(&J->fin);
