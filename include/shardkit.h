@@ -29,3 +29,4 @@
 #include "sk_ckpt_plan.h" /* checkpoint planning: boxes, owners, read plans, MindSpore's rank list (no zlib) */
 #include "sk_dryrun.h" /* a plan's step with no data: memory, communication and FLOPs as the runtime counts them */
 #include "sk_dryrun_clock.h" /* a plan's modelled step time with no data: every device's program on virtual clocks */
+#include "sk_finalists.h" /* a search's plan against data parallel and the network's own strategies, the cheapest by the dry run kept */

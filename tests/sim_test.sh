@@ -983,4 +983,34 @@ rm -f "$tmp/fresh.json"; echo kept >"$tmp/kept.json"
 if [ $r1 -eq 1 ] && [ $r2 -eq 1 ] && [ ! -e "$tmp/fresh.json" ] && [ "$(cat "$tmp/kept.json")" = kept ]; then ok
 else bad "--report-json's trial on a failed compile: exit $r1/$r2, fresh.json $(ls "$tmp/fresh.json" 2>&1), kept.json '$(cat "$tmp/kept.json")'"; fi
 
+# A search mode on a priced cluster keeps the cheapest finalist by the dry run and says so on
+# one stderr line; --print-strategies ends with the kept plan's and data parallel's dry-run
+# step times. The recursive_programming tutorial on 8 devices: the search's plan is dearer than
+# data parallel (kept, and the executed run's modelled step is its price); on 2 devices the
+# search's plan is the cheaper. Without a priced cluster nothing is weighed or said.
+MS3='[0-9]+\.[0-9]{3}'
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --steps 1 --mode recursive_programming \
+  --link 5,25 --device-tflops 10 --print-strategies --report >"$tmp/out" 2>"$tmp/err"; rc=$?
+kept=$(sed -n 's/^search: kept data_parallel (\([0-9.]*\) ms) over recursive_programming ([0-9.]* ms)$/\1/p' "$tmp/err")
+trailer=$(sed '/^epoch: /,$d' "$tmp/out" | tail -1)
+if [ $rc -eq 0 ] && [ "$(grep -c '^search:' "$tmp/err")" -eq 1 ] &&
+   grep -qE "^search: kept data_parallel \($MS3 ms\) over recursive_programming \($MS3 ms\)$" "$tmp/err" &&
+   echo "$trailer" | grep -qE "^# recursive_programming: plan cost $kept ms \(dry run\), data parallel $kept ms, searched in [0-9.]+ ms$" &&
+   grep -q "^modelled step time: $kept ms" "$tmp/out"; then ok
+else bad "finalists, 8 devices: exit $rc: $(cat "$tmp/err"); trailer '$trailer'; $(grep '^modelled' "$tmp/out")"; fi
+"$BIN" --net examples/nets/recursive_programming.json --devices 2 --steps 1 --mode sharding_propagation \
+  --link 5,25 --device-tflops 10 --print-strategies >"$tmp/out" 2>"$tmp/err"; rc=$?
+line=$(grep '^search:' "$tmp/err")
+x=$(echo "$line" | sed -n 's/^search: kept sharding_propagation (\([0-9.]*\) ms) over data_parallel (\([0-9.]*\) ms)$/\1/p')
+y=$(echo "$line" | sed -n 's/^search: kept sharding_propagation (\([0-9.]*\) ms) over data_parallel (\([0-9.]*\) ms)$/\2/p')
+if [ $rc -eq 0 ] && [ "$(grep -c '^search:' "$tmp/err")" -eq 1 ] && echo "$line" | grep -qE "\($MS3 ms\) over data_parallel \($MS3 ms\)$" &&
+   awk -v a="$x" -v b="$y" 'BEGIN { exit !(a < b) }' &&
+   sed '/^epoch: /,$d' "$tmp/out" | tail -1 | grep -qE "^# sharding_propagation: plan cost $x ms \(dry run\), data parallel $y ms, searched in [0-9.]+ ms$"
+then ok
+else bad "finalists, 2 devices: exit $rc: $(cat "$tmp/err"); $(grep '^# sharding' "$tmp/out")"; fi
+"$BIN" --net examples/nets/recursive_programming.json --devices 8 --steps 1 --mode recursive_programming --print-strategies \
+  >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -eq 0 ] && ! grep -q '^search:' "$tmp/err" && grep -qE '^# recursive_programming: plan cost [0-9.e+]+ bytes, searched in' "$tmp/out"
+then ok; else bad "finalists without a priced cluster: exit $rc: $(cat "$tmp/err") $(grep '^#' "$tmp/out")"; fi
+
 summary sim

@@ -597,6 +597,7 @@ typedef struct job {
   dataset data;
   data_sources src; /* the inputs fed from a data source, over the dataset */
   sk_parallel_plan plan;
+  sk_finalists fin; /* a search mode on a priced cluster: what each finalist cost (sk_finalists.h) */
   /* written by the lead device (rank 0) */
   double *losses;
   long nlosses, cap_losses;
@@ -987,14 +988,61 @@ static void print_hsdp(const sk_parallel_plan *plan) {
   }
 }
 
+/* A finalist's price for the reports: "12.345 ms", or why the dry run gave none. */
+static void finalist_price(const sk_finalist *f, char *buf, size_t cap) {
+  if (f->priced) snprintf(buf, cap, "%.3f ms", f->step_us / 1e3);
+  else snprintf(buf, cap, "not priced: %s", f->why[0] ? f->why : "not compiled");
+}
+
+/* --print-strategies' last line after the finalists were weighed: the kept plan's and data
+   parallel's step times by the dry run, and the search's own time. */
+static void print_finalists_trailer(const sk_finalists *fin) {
+  char kept[sizeof fin->f[0].why + 32], dp[sizeof kept];
+  finalist_price(&fin->f[fin->kept], kept, sizeof kept);
+  finalist_price(&fin->f[SK_FINALIST_DATA_PARALLEL], dp, sizeof dp);
+  printf("# %s: plan cost %s (dry run), data parallel %s, searched in %.3f ms\n", sk_parallel_mode_name(fin->mode), kept, dp,
+         fin->search_ms);
+}
+
+/* The one stderr line saying which finalist was kept, over which, and any the dry run refused. */
+static void say_finalists(const sk_finalists *fin) {
+  sk_parallel_mode mode = fin->mode;
+  char kept[sizeof fin->f[0].why + 32], other[sizeof kept];
+  int up = sk_finalist_runner_up(fin);
+  finalist_price(&fin->f[fin->kept], kept, sizeof kept);
+  fprintf(stderr, "search: kept %s (%s)", sk_finalist_name(fin->kept, mode), kept);
+  if (up >= 0) finalist_price(&fin->f[up], other, sizeof other);
+  if (up >= 0) fprintf(stderr, " over %s (%s)", sk_finalist_name((sk_finalist_kind)up, mode), other);
+  for (int k = 0; k < SK_FINALIST_COUNT; k++)
+    if (k != (int)fin->kept && !fin->f[k].priced && fin->f[k].why[0])
+      fprintf(stderr, "; %s not priced: %s", sk_finalist_name((sk_finalist_kind)k, mode), fin->f[k].why);
+  fputc('\n', stderr);
+}
+
+/* Under sharding_propagation or recursive_programming on a priced cluster the plan is the
+   cheapest finalist by the dry run (sk_finalists.h); exhaustive's, the searches' referee, and
+   every other mode's is the compiler's. Under MPI only the lead saves strategy files, and a
+   desc naming one is not weighed: the options decide, so every process compiles the same plan. */
+static sk_result compile_plan(job *J, const sk_autoparallel *pd, sk_error *e) {
+  memset(&J->fin, 0, sizeof J->fin);
+  bool saves = J->o->pd.save_param_strategy_file || J->o->pd.save_operator_strategy_file;
+  if ((pd->mode != SK_PARALLEL_SHARDING_PROPAGATION && pd->mode != SK_PARALLEL_RECURSIVE_PROGRAMMING) ||
+      !sk_cluster_prices(&pd->cluster) || saves)
+    return sk_parallel_compile(J->g, pd, &J->plan, e);
+  sk_result r = sk_finalists_compile(J->g, pd, &J->plan, &J->fin, e);
+  if (!r && J->fin.weighed && (!J->o->mpi || prog_launch_rank() == 0)) say_finalists(&J->fin);
+  return r;
+}
+
 /* --print-strategies: one line per operator, what the search found (if one ran), and under
    --hsdp every parameter's optimizer shard. */
-static void print_strategies(const sk_parallel_plan *plan) {
+static void print_strategies(const sk_parallel_plan *plan, const sk_finalists *fin) {
   size_t n = sk_parallel_format_strategies(plan, NULL, 0) + 1;
   char *text = (char *)malloc(n);
   if (text) sk_parallel_format_strategies(plan, text, n), fputs(text, stdout);
   free(text);
-  if (plan->searched)
+  if (fin->weighed) print_finalists_trailer(fin);
+  else if (plan->searched)
     printf("# %s: plan cost %.6g %s, searched in %.3f ms\n", sk_parallel_mode_name(plan->desc.mode), plan->search_cost,
            sk_cluster_prices(&plan->desc.cluster) ? "us" : "bytes", plan->search_ms);
   if (plan->desc.hsdp.enabled) print_hsdp(plan);
@@ -1021,13 +1069,13 @@ static int setup(job *J, sk_graph *g, char *msg, size_t cap) {
     pd.save_param_strategy_file = pd.save_operator_strategy_file = NULL;
   double t0 = now_s();
   pd.strategy_io = sk_strategy_io();
-  if (sk_parallel_compile(g, &pd, &J->plan, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
+  if (compile_plan(J, &pd, &e)) return snprintf(msg, cap, "%s", e.msg), -1;
   J->compile_ms = (now_s() - t0) * 1e3;
   if (J->plan.recut && (!o->mpi || prog_launch_rank() == 0))
     fprintf(stderr, "sk-sim: the network's stage annotations are not used (%d stages x %d chunks): the operators are re-cut by FLOPs\n",
             J->plan.stages, J->plan.schedule.chunks);
   if (!o->mpi || prog_launch_rank() == 0) say_not_recomputed(J);
-  if (o->print_strategies && (!o->mpi || prog_launch_rank() == 0)) print_strategies(&J->plan);
+  if (o->print_strategies && (!o->mpi || prog_launch_rank() == 0)) print_strategies(&J->plan, &J->fin);
   if (o->dump_rank >= 0 || o->dump_schedule || o->dry_run) return 0;
   const char *dir = getenv("DATA_PATH"); /* as in the tutorial; the library itself reads none */
   if (dataset_open(g, dir && *dir ? dir : MNIST_DEFAULT_DIR, o->seed, &J->data, msg, cap)) return -1;
