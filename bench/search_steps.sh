@@ -2,8 +2,8 @@
 # search_steps.sh: every searched plan of the tutorial networks and the transformer, trained by
 # build/sk-sim on 8 devices (threads, f32), next to the data-parallel plan (semi_auto on the same
 # network with its strategies stripped): the measured median step time on this machine and the
-# modelled step time under a link model (--link, --device-tflops, --report), plus the search's
-# own plan cost. The modes of one network run interleaved, their order rotated each round, so a
+# modelled step time under a link model (--link, --device-tflops, --report), plus the plan cost
+# --print-strategies gives (a search's kept plan's dry-run price). The modes of one network run interleaved, their order rotated each round, so a
 # drift of the shared machine falls on all of them; the table gives medians over the rounds and
 # the median of each round's ratio to data parallel.
 #   ROUNDS (5)  STEPS (50)  LINK (5,25)  TFLOPS (10)  NETS ("recursive_programming operator_parallel transformer")
@@ -40,7 +40,8 @@ while [ "$r" -le "$ROUNDS" ]; do
 done
 echo "# search_steps: 8 devices, f32, threads, $STEPS steps, $ROUNDS rounds interleaved; link $LINK, $TFLOPS TFLOPS"
 echo "# measured: median over rounds of sk-sim's median step time; x_dp: median over rounds of that round's ratio to"
-echo "# semi_auto (data parallel); modelled: device 0's virtual clock per step; plan_cost: the search's (us)"
+echo "# semi_auto (data parallel); modelled: device 0's virtual clock per step; plan_cost: the kept plan's dry-run price (ms;"
+echo "# a search keeps the cheapest of its plan, data parallel and the network's own strategies), exhaustive's model (us)"
 awk -v nets="$NETS" -v modes="$MODES" '
   function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                   return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }

@@ -278,6 +278,7 @@ static sk_result sk__dc_move_step(sk__dc *c, int i, int stage, const sk_redist_p
   memset(&want, 0, sizeof want);
   want.kind = SK_PGROUP_MESH, want.mesh = si.from->mesh, want.axes = si.group_axes, want.tensor = -1;
   int id = sk_parallel_find_group(c->p, &want);
+  if (id == -2) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   if (id < 0) return sk__fail(c->err, SK_ERR_INTERNAL, "dry run step time: program step %d: a redistribution's group is not the plan's", i);
   call->kind = si.op == SK_REDIST_ALLREDUCE        ? SK_COLL_ALLREDUCE
                : si.op == SK_REDIST_REDUCE_SCATTER ? SK_COLL_REDUCE_SCATTER

@@ -469,7 +469,8 @@ SK_API const char *sk_parallel_step_name(sk_parallel_step_kind kind); /* "Move",
 SK_API sk_result sk_parallel_group_ranks(const sk_parallel_plan *plan, int group, int rank, int *ranks, int cap, int *n,
                                          sk_error *err);
 /* The id of the plan's group that splits the devices as *want does (another mesh or parameter
-   that groups them alike shares it; without a pipeline the stage is the world), or -1. */
+   that groups them alike shares it; without a pipeline the stage is the world), -1 when none
+   does, -2 when the lookup ran out of memory (the plan's allocator). */
 SK_API int sk_parallel_find_group(const sk_parallel_plan *plan, const sk_plan_group *want);
 /* A program step's bytes in a run of dtype `run` (the configuration's): its count times its
    element size, a float's being the run's compute dtype (f64, else f32: f16 and bf16 runs

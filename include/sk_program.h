@@ -143,7 +143,7 @@ SK_API int sk_parallel_find_group(const sk_parallel_plan *p, const sk_plan_group
   if (!p || !want || !p->graph || (want->kind >= SK_PGROUP_OPT_GATHER && (want->tensor < 0 || want->tensor >= p->graph->ntensors)))
     return -1;
   int id = sk__prog_find(p, want);
-  return id >= 0 ? id : -1;
+  return id >= 0 ? id : id == -2 ? -2 : -1;
 }
 
 /* *q (`used` bytes of it) moved into `bytes` from allocator a; *q is kept on failure. The

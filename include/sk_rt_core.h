@@ -223,6 +223,7 @@ static sk_result sk__rt_make_groups(sk_runtime *rt, sk_error *err) {
 /* The communicator of the plan's group *want. */
 static sk_result sk__rt_group(sk_runtime *rt, const sk_plan_group *want, sk_comm **out, sk_error *err) {
   int id = sk_parallel_find_group(rt->plan, want);
+  if (id == -2) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "runtime: looking up a group: out of memory");
   if (id < 0) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "runtime: the plan names no such group (kind %d)", (int)want->kind);
   *out = rt->gcomm[id];
   return SK_OK;

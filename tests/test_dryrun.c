@@ -245,6 +245,35 @@ Test(dryrun, refuses_bad_input, .timeout = DR_TIMEOUT) {
   cr_assert_eq(sk_dryrun_device_run(&R.plan, -1, &dry, &e), SK_ERR_INVALID_ARGUMENT);
   cr_assert_eq(sk_dryrun_device_run(&R.plan, 1, NULL, &e), SK_ERR_INVALID_ARGUMENT);
   OK(sk_dryrun_device_run(&R.plan, 1, &dry, E));
+  sk_dryrun_device two[2];
+  cr_assert_eq(sk_dryrun_devices_run(&R.plan, 1, 2, two, &e), SK_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(e.msg, "2 devices from rank 1, the plan has 2"), "%s", e.msg);
+  cr_assert_eq(sk_dryrun_devices_run(&R.plan, 0, 0, two, &e), SK_ERR_INVALID_ARGUMENT);
+  run_free(&R);
+  sk_graph_free(&n.g);
+}
+
+/* Several devices at once (their FLOPs computed once) equal each one's own dry run: a pipeline's
+   ranks 3..7, across both stages. */
+Test(dryrun, devices_at_once_equal_each, .timeout = DR_TIMEOUT) {
+  static net n;
+  static run R;
+  static sk_dryrun_device many[5];
+  load_net(&n, nets[3], false);
+  sk_autoparallel pd = pipe2();
+  run_init_knobs(&R, &n, 8, SK_F32, n.g.optim, 1, &pd);
+  OK(sk_dryrun_devices_run(&R.plan, 3, 5, many, E));
+  for (int i = 0; i < 5; i++) {
+    sk_dryrun_device one;
+    OK(sk_dryrun_device_run(&R.plan, 3 + i, &one, E));
+    cr_assert(many[i].rank == 3 + i && many[i].stage == one.stage, "rank %d: rank %d stage %d", 3 + i, many[i].rank, many[i].stage);
+    expect_memory(&many[i].created, &one.created, 3 + i, "after create", "at once");
+    expect_memory(&many[i].after, &one.after, 3 + i, "after the step", "at once");
+    expect_rows(&many[i].stats, &one.stats, 3 + i, "at once");
+    cr_assert(many[i].stats.flops == one.stats.flops, "rank %d: %.17g FLOPs at once, %.17g alone", 3 + i, many[i].stats.flops,
+              one.stats.flops);
+  }
+  cr_assert_neq(many[0].stage, many[4].stage, "both stages");
   run_free(&R);
   sk_graph_free(&n.g);
 }
@@ -474,6 +503,24 @@ Test(dryrun_time, pipelines_2_8, .timeout = DR_TIMEOUT) {
     pd.pipeline.scheduler = scheds[k];
     for (int i = 0; i < NPIPE; i++)
       for (int n = 2; n <= 8; n += 6) check_time(nets[i], n, &pd, names[k]);
+  }
+}
+
+/* Recompute (every operator but the last flagged): the recomputed forwards' FLOPs on the clock,
+   with and without a pipeline. */
+Test(dryrun_time, recompute_2_8, .timeout = DR_TIMEOUT) {
+  static net n;
+  sk_autoparallel pd = knobs(), pp = pipe2();
+  char what[256];
+  for (int i = 0; i < NNETS; i++) {
+    snprintf(what, sizeof what, "%s, 8 devices, recompute", nets[i]);
+    load_net(&n, nets[i], true);
+    check_time_net(&n, 8, &pd, what);
+  }
+  for (int i = 0; i < NPIPE; i++) {
+    snprintf(what, sizeof what, "%s, 2 devices, recompute, 1f1b", nets[i]);
+    load_net(&n, nets[i], true);
+    check_time_net(&n, 2, &pp, what);
   }
 }
 
