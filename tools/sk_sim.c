@@ -81,7 +81,8 @@ typedef struct options {
   int ndata;
 } options;
 
-static void usage(FILE *f, const char *argv0) {
+/* --help, by section (each string within ISO C's 4095 characters). */
+static void usage_synopsis(FILE *f, const char *argv0) {
   fprintf(f,
           "Usage: %s --net FILE.json [--devices N] [--steps S | --epochs E] [--check [--check-tolerance T]] [--report]\n"
           "          [--dump-program RANK] [--backend threads|mpi] [--timeout SECONDS]\n"
@@ -100,6 +101,11 @@ static void usage(FILE *f, const char *argv0) {
           "          [--shard OP=STRATEGY ...] [--out-strategy OP=STRATEGY ...] [--data NAME=FILE.npy ...]\n" SIM_CKPT_USAGE_LINE
           "Trains the network in FILE.json on N simulated devices and prints \"epoch: E step: S, loss is L\"\n"
           "every 10 steps, the test accuracy per epoch, and a summary.\n"
+          , prog_name(argv0));
+}
+
+static void usage_run(FILE *f) {
+  fputs(
           "  --devices N          devices (default 1: the single-device reference); MPI: the world size\n"
           "  --steps S            run S steps, as many epochs as they take (default: whole epochs)\n"
           "  --epochs E           epochs to run (default 1)\n"
@@ -118,8 +124,12 @@ static void usage(FILE *f, const char *argv0) {
           "  --topology NxP       a hierarchical cluster instead: N nodes of P devices (N x P = --devices, ranks\n"
           "                       node by node); --intra A,G and --inter A,G its links within and between\n"
           "                       nodes; each collective priced by its cheapest algorithm (ring, tree,\n"
-          "                       hierarchical). Not with the searches (--mode): they price a flat link\n"
-          , prog_name(argv0));
+          "                       hierarchical). Not with the searches (--mode): they price a flat link\n", f);
+}
+
+static void usage(FILE *f, const char *argv0) {
+  usage_synopsis(f, argv0);
+  usage_run(f);
   fprintf(f,
           "  --dtype D            the float dtype (default f32; f16/bf16 store in that format, compute f32)\n"
           "  --optimizer O        override the network's optimizer (its hyper-parameters stay)\n"
