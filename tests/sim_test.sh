@@ -13,6 +13,11 @@ BIN=build/sk-sim
 
 # losses FILE: the printed losses, one per line
 losses() { sed -n 's/^epoch: [0-9]* step: [0-9]*, loss is \([-0-9.eE+]*\)$/\1/p' "$1"; }
+# first_mem FILE DEVICE COLUMN: the report's memory figure COLUMN (2 parameters .. 10 peak_acts,
+# as the table's columns count with its name first) of the class whose first device is DEVICE
+first_mem() {
+  awk -v d="$2" -v j="$3" '/^class [0-9]+ \(devices / { r = $4; sub(/\).*/, "", r); if (r ~ "^" d "([-,]|$)") print $(NF - 10 + j) }' "$1"
+}
 
 # falls NAME ARGS...: exit 0, at least 2 loss lines, the last below the first
 falls() {
@@ -169,7 +174,7 @@ else bad "--parameter-broadcast: first loss '$l1', without it '$l0' (the devices
 # the report under hsdp: the ReduceScatters of the sharded gradients, and level3's lower peak
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 2 --hsdp -1,0 --report >"$tmp/h1" 2>&1
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 2 --hsdp -1,0,level3 --report >"$tmp/h3" 2>&1
-p1=$(awk '$1 == "0" && NF == 10 { print $8 }' "$tmp/h1"); p3=$(awk '$1 == "0" && NF == 10 { print $8 }' "$tmp/h3")
+p1=$(first_mem "$tmp/h1" 0 8); p3=$(first_mem "$tmp/h3" 0 8)
 if grep -q '^reduce_scatter  *2 ' "$tmp/h1" && [ -n "$p1" ] && [ -n "$p3" ] && [ "$p3" -lt "$p1" ]; then ok
 else bad "hsdp report: peak_params level1 '$p1' level3 '$p3': $(grep reduce_scatter "$tmp/h1")"; fi
 
@@ -179,7 +184,7 @@ sed 's/"name": "fc1.weight",/"name": "fc1.weight", "parallel_optimizer": false,/
 checks "operator_parallel 8 devices hsdp, fc1.weight parallel_optimizer=False" 1e-12 --net "$tmp/optout.json" --devices 8 \
   --steps 12 --dtype f64 --optimizer adam --hsdp -1,0
 "$BIN" --net "$tmp/optout.json" --devices 8 --steps 2 --hsdp -1,0 --report --print-strategies >"$tmp/oo" 2>&1
-q1=$(awk '$1 == "0" && NF == 10 { print $2 }' "$tmp/h1"); q0=$(awk '$1 == "0" && NF == 10 { print $2 }' "$tmp/oo")
+q1=$(first_mem "$tmp/h1" 0 2); q0=$(first_mem "$tmp/oo" 0 2)
 if grep -qx 'hsdp: fc1.weight: not sharded (parallel_optimizer=False)' "$tmp/oo" && grep -q '^hsdp: fc3.weight: shard ' "$tmp/oo" &&
   [ -n "$q0" ] && [ -n "$q1" ] && [ "$q0" -gt "$q1" ]; then ok
 else bad "parallel_optimizer=False: parameters $q0 (all sharded: $q1): $(grep '^hsdp:' "$tmp/oo")"; fi
@@ -223,9 +228,11 @@ else bad "mpirun.openmpi is missing (make deps)"; fi
 "$BIN" --net examples/nets/transformer.json --devices 2 --steps 2 --timeout 5 >"$tmp/out" 2>&1 && ok ||
   bad "--timeout 5 on threads: $(tail -2 "$tmp/out")"
 
-# the report: a memory section with one row per device, the communication, the modelled time
+# the report: a memory section with one row per device class (all 8 devices alike here), the
+# communication, the modelled time
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 3 --report --link 5,25 --device-tflops 10 >"$tmp/out" 2>&1
-if grep -q '^memory' "$tmp/out" && [ "$(grep -cE '^ +[0-7] +[0-9]+ ' "$tmp/out")" -eq 8 ] &&
+if grep -q '^memory' "$tmp/out" && [ "$(grep -cE '^class [0-9]+ \(devices ' "$tmp/out")" -eq 1 ] &&
+   grep -qE '^class 0 \(devices 0-7\) +[0-9]+ ' "$tmp/out" &&
    grep -q '^communication per step' "$tmp/out" && grep -qE '^modelled step time: [0-9.]+ ms' "$tmp/out"; then ok
 else bad "report: $(cat "$tmp/out")"; fi
 
@@ -241,7 +248,7 @@ while read -r dry; do
   sed -n '/^memory/,/^compute per step/p' "$tmp/run" >"$tmp/run_s"
   sed -n '/^memory/,/^compute per step/p' "$tmp/dry" >"$tmp/dry_s"
   if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ -s "$tmp/dry_s" ] && cmp -s "$tmp/run_s" "$tmp/dry_s" && ! grep -q 'loss is' "$tmp/dry" &&
-     head -1 "$tmp/dry" | grep -q '^# dry run: [0-9]* devices, '; then ok
+     head -1 "$tmp/dry" | grep -qE '^# dry run: [0-9]+ devices in [0-9]+ class(es)?, '; then ok
   else bad "--dry-run $*: exit $r2 (executed $r1), not the executed step's report: $(diff "$tmp/run_s" "$tmp/dry_s" | head -4)"; fi
 done <<EOF
 --net examples/nets/transformer.json --devices 8 --pipeline 2 --micro 4 --scheduler zero_bubble_v --recompute $TR6
@@ -287,11 +294,38 @@ done
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --topology 2x4 --intra 2,150 --inter 10,25 \
   --device-tflops 1 --mode sharding_propagation >"$tmp/out" 2>"$tmp/err"
 if [ $? -eq 1 ] && grep -q 'searches price a flat link only' "$tmp/err"; then ok; else bad "a search under --topology: $(cat "$tmp/err")"; fi
-# ... and on far more devices than threads could run: 512
+# ... and on far more devices than threads could run: 512, in 4 classes (the redistributions
+# send by rank)
 "$BIN" --net examples/nets/transformer.json --devices 512 --dataset-strategy "((2,1),(2,))" --dry-run >"$tmp/out" 2>&1
-if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 512 devices' && [ "$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$tmp/out")" -eq 512 ] &&
+if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 512 devices in 4 classes, ' &&
+   [ "$(grep -cE '^class [0-9]+ \(devices ' "$tmp/out")" -eq 4 ] && grep -qE '^class 0 \(devices 0,8,16,\.\.\. \(32 devices\)\) ' "$tmp/out" &&
    grep -q '^allreduce  *512 ' "$tmp/out" && grep -q '^compute per step (device 0): ' "$tmp/out"; then ok
 else bad "--dry-run on 512 devices: $(tail -3 "$tmp/out")"; fi
+
+# device classes: devices with the same stage, group shapes and redistribution sends are one
+# class, simulated once. dense_mutmul data parallel: one class of 8, flat or on 2 nodes of 4
+# (every group spans both nodes alike); the transformer's redistributions send by rank: 2 classes
+# on 8 devices, and under --pipeline 2 twice that, no class across the stages
+for cl in "--link 5,25 --device-tflops 10" "--topology 2x4 --intra 2,150 --inter 10,25 --device-tflops 10"; do
+  eval "set -- $cl"
+  "$BIN" --net examples/nets/dense_mutmul.json --devices 8 --dry-run "$@" --report-json "$tmp/cl.json" >"$tmp/out" 2>&1
+  if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 8 devices in 1 class, ' && grep -qE '^class 0 \(devices 0-7\) ' "$tmp/out" &&
+     grep -q '"devices": 8,' "$tmp/cl.json" && [ "$(grep -c '"id"' "$tmp/cl.json")" -eq 1 ]; then ok
+  else bad "dense_mutmul classes, $cl: $(head -4 "$tmp/out")"; fi
+done
+"$BIN" --net examples/nets/transformer.json --devices 8 --dry-run >"$tmp/out" 2>&1
+if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 8 devices in 2 classes, ' &&
+   grep -qE '^class 0 \(devices 0,2,5,\.\.\. \(4 devices\)\) ' "$tmp/out" && grep -qE '^class 1 \(devices 1,3-4,6\) ' "$tmp/out"; then ok
+else bad "transformer classes on 8: $(head -5 "$tmp/out")"; fi
+if command -v python3 >/dev/null 2>&1; then
+  "$BIN" --net examples/nets/transformer.json --devices 8 --pipeline 2 --micro 2 --topology 2x4 --intra 2,150 --inter 10,25 \
+    --device-tflops 10 --dry-run --report-json "$tmp/cl.json" >"$tmp/out" 2>&1
+  if [ $? -eq 0 ] && python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(not (len(d["classes"]) == 4 and all(len({r // 4 for r in c["devices"]}) == 1 for c in d["classes"])))' "$tmp/cl.json"; then ok
+  else bad "transformer classes under --pipeline 2: $(head -7 "$tmp/out")"; fi
+fi
 
 # a strategy needing more devices falls back to data parallel, and says so
 "$BIN" --net examples/nets/operator_parallel.json --devices 4 --steps 2 >"$tmp/out" 2>"$tmp/err"
@@ -541,10 +575,13 @@ def want(cond, what):
 KINDS = ["parameters", "gradients", "optimizer", "activations", "communication", "host", "peak_total"]
 for d in (dry, run):
     want(list(d) == ["devices", "classes", "step_time_ms", "bubble"], "top keys %s" % list(d))
-    want(len(d["classes"]) == d["devices"], "one class per device")
+    # the classes partition the devices, each one's ranks ascending, numbered by first rank
+    ranks = sorted(r for c in d["classes"] for r in c["devices"])
+    want(ranks == list(range(d["devices"])), "the classes' devices %s" % ranks)
+    want([c["devices"][0] for c in d["classes"]] == sorted(c["devices"][0] for c in d["classes"]), "classes by first rank")
     for i, c in enumerate(d["classes"]):
         want(list(c) == ["id", "devices", "memory", "communication", "flops_per_step"], "class keys %s" % list(c))
-        want(c["id"] == i and c["devices"] == [i], "class %d: id %s devices %s" % (i, c["id"], c["devices"]))
+        want(c["id"] == i and c["devices"] == sorted(c["devices"]), "class %d: id %s devices %s" % (i, c["id"], c["devices"]))
         m = c["memory"]
         want(list(m) == KINDS and all(type(m[k]) is int and m[k] >= 0 for k in KINDS), "memory %s" % m)
         want(max(m[k] for k in KINDS[:5]) <= m["peak_total"] <= sum(m[k] for k in KINDS[:5]), "peak_total %s" % m)
@@ -555,7 +592,9 @@ for d in (dry, run):
             p2p = r["kind"] in ("send", "recv") or (r["kind"] == "redistribution" and r["bytes"] > 0)
             algo = "local" if r["group_size"] == 1 or (r["kind"] == "redistribution" and r["bytes"] == 0) else "p2p" if p2p else "ring"
             want(r["algorithm"] == algo, "row %s: want %s" % (r, algo))
+want(len(dry["classes"]) == len(run["classes"]), "classes: %d dry, %d executed" % (len(dry["classes"]), len(run["classes"])))
 for a, b in zip(dry["classes"], run["classes"]):
+    want(a["devices"] == b["devices"], "class %d devices: dry %s, executed %s" % (a["id"], a["devices"], b["devices"]))
     want({k: v for k, v in a["memory"].items() if k != "host"} == {k: v for k, v in b["memory"].items() if k != "host"},
          "class %d memory: dry %s, executed %s" % (a["id"], a["memory"], b["memory"]))
     want(a["memory"]["host"] == 0, "the dry run's host")
@@ -589,6 +628,8 @@ if command -v python3 >/dev/null 2>&1; then
 --net examples/nets/recursive_programming.json --devices 8 --link 5,25 --device-tflops 10
 --net tests/nets/npy.json --devices 8 --pipeline 2 --micro 2 --link 5,25 --device-tflops 10
 --net examples/nets/operator_parallel.json
+--net examples/nets/transformer.json --devices 16
+--net examples/nets/transformer.json --devices 8 --topology 2x4 --intra 2,150 --inter 10,25 --device-tflops 10 --pipeline 2 --micro 2
 EOF
 else echo "skip the --report-json parse checks (no python3)"; fi
 # a FILE that cannot be written: exit 1 naming it; with nothing run, refused at once
@@ -599,8 +640,10 @@ expect_fail "--report-json with --dump-schedule" "--report-json needs a run or -
 [ $rc -eq 2 ] && [ ! -e "$tmp/r.json" ] && ok || bad "--report-json with --dump-schedule: exit $rc, want 2 and no file"
 
 # --device-memory GB: the fit check of every class's peak_total (here 1455192 bytes on each of the
-# 8 devices), dry or executed: too small exits 1 naming the first five classes and how many more;
-# above 90% warns; roomy says nothing; a value that is not a positive number is refused
+# 8 devices, one class), dry or executed: too small exits 1 naming the class; above 90% warns;
+# roomy says nothing; a value that is not a positive number is refused. The transformer on 16
+# devices has 8 classes (redistributions send by rank), two ranks each: the first five are
+# named, then how many more
 OP8="--net examples/nets/operator_parallel.json --devices 8"
 fit() { # fit NAME WANT_RC WANT_STDERR_FILE ARGS...
   name=$1; want_rc=$2; want=$3; shift 3
@@ -609,16 +652,18 @@ fit() { # fit NAME WANT_RC WANT_STDERR_FILE ARGS...
   else bad "$name: exit $rc (want $want_rc), stderr: $(diff "$want" "$tmp/err" | head -4)"; fi
 }
 : >"$tmp/fit_none"
+echo "sk-sim: does not fit: class 0 (devices 0-7): peak 0.00145519 GB > 0.0014 GB (largest: gradients 0.000708772 GB)" >"$tmp/fit_over"
+echo "sk-sim: warning: class 0 at 97.0% of --device-memory" >"$tmp/fit_near"
 { for c in 0 1 2 3 4; do
-    echo "sk-sim: does not fit: class $c (devices $c-$c): peak 0.00145519 GB > 0.0014 GB (largest: gradients 0.000708772 GB)"
+    echo "sk-sim: does not fit: class $c (devices $c,$((15 - c))): peak 0.00221806 GB > 0.001 GB (largest: gradients 0.0010857 GB)"
   done
-  echo "sk-sim: ... and 3 more classes do not fit"; } >"$tmp/fit_over"
-{ for c in 0 1 2 3 4; do echo "sk-sim: warning: class $c at 97.0% of --device-memory"; done
-  echo "sk-sim: ... and 3 more classes above 90% of --device-memory"; } >"$tmp/fit_near"
+  echo "sk-sim: ... and 3 more classes do not fit"; } >"$tmp/fit_more"
 fit "--device-memory too small, dry" 1 "$tmp/fit_over" $OP8 --dry-run --device-memory 0.0014
 fit "--device-memory too small, executed" 1 "$tmp/fit_over" $OP8 --steps 1 --device-memory 0.0014
 fit "--device-memory at 97%, dry" 0 "$tmp/fit_near" $OP8 --dry-run --device-memory 0.0015
 fit "--device-memory at 97%, executed" 0 "$tmp/fit_near" $OP8 --steps 1 --device-memory 0.0015
+fit "--device-memory, 8 classes, dry" 1 "$tmp/fit_more" --net examples/nets/transformer.json --devices 16 --dry-run --device-memory 0.001
+fit "--device-memory, 8 classes, executed" 1 "$tmp/fit_more" --net examples/nets/transformer.json --devices 16 --steps 1 --device-memory 0.001
 fit "--device-memory roomy, dry" 0 "$tmp/fit_none" $OP8 --dry-run --device-memory 0.0017
 fit "--device-memory roomy, executed" 0 "$tmp/fit_none" $OP8 --steps 1 --device-memory 1
 for v in 0 -1 abc nan inf 1e10; do
@@ -743,8 +788,8 @@ if [ -n "$d" ] && awk -v d="$d" 'BEGIN { exit !(d <= 1e-12) }'; then ok; else ba
 # without hsdp), and a step gathers and scatters the sharded parameters once each (level1)
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --steps 2 --report >"$tmp/out" 2>"$tmp/err"
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --steps 2 --hsdp --report >"$tmp/out2" 2>"$tmp/err"
-p0=$(awk '$1 == "0" && NF == 10 { print $2 }' "$tmp/out"); p1=$(awk '$1 == "0" && NF == 10 { print $2 }' "$tmp/out2")
-q0=$(awk '$1 == "4" && NF == 10 { print $2 }' "$tmp/out"); q1=$(awk '$1 == "4" && NF == 10 { print $2 }' "$tmp/out2")
+p0=$(first_mem "$tmp/out" 0 2); p1=$(first_mem "$tmp/out2" 0 2)
+q0=$(first_mem "$tmp/out" 4 2); q1=$(first_mem "$tmp/out2" 4 2)
 if [ -n "$p0" ] && [ -n "$p1" ] && [ -n "$q0" ] && [ -n "$q1" ] && [ "$p1" -lt "$p0" ] && [ "$q1" -lt "$q0" ] &&
    grep -q '^allgather  *4  *1.00 ' "$tmp/out2" && grep -q '^reduce_scatter  *4  *1.00 ' "$tmp/out2"; then ok
 else bad "pipeline + hsdp report: parameters on device 0 $p0 -> $p1, device 4 $q0 -> $q1: $(grep -E 'allgather|reduce_scatter' "$tmp/out2")"; fi
@@ -760,9 +805,9 @@ else bad "local norms under a pipeline: $(grep -E '^1 ' "$tmp/out" | head -12) $
 checks "operator_parallel 2 stages, parameter_broadcast and local norms" 1e-12 --net examples/nets/operator_parallel.json --devices 8 \
   --pipeline 2 --micro 4 --steps 6 --dtype f64 --parameter-broadcast --local-norm "dump:$tmp/pnorms" --device-local-norm --hsdp -1,0
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --steps 4 --report >"$tmp/out" 2>"$tmp/err"
-g0=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out")
+g0=$(first_mem "$tmp/out" 0 10)
 "$BIN" --net examples/nets/recursive_programming.json --devices 8 --pipeline 2 --micro 4 --scheduler gpipe --steps 4 --report >"$tmp/out2" 2>"$tmp/err"
-g1=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out2")
+g1=$(first_mem "$tmp/out2" 0 10)
 if grep -q '^pipeline: 2 stages x 4 devices, 4 micro-batches, 1f1b' "$tmp/out" && [ -n "$g0" ] && [ -n "$g1" ] && [ "$g1" -gt "$g0" ]; then ok
 else bad "the pipeline report, or gpipe's stage-0 activations ($g1) above 1f1b's ($g0): $(grep -A3 pipeline: "$tmp/out")"; fi
 
@@ -774,7 +819,7 @@ OP=examples/nets/operator_parallel.json
 for extra in "--dtype f64" "--dtype f32" "--dtype f64 --hsdp -1,0,level3 --mode sharding_propagation"; do
   "$BIN" --net $OP --devices 8 --steps 12 --report $extra >"$tmp/out" 2>"$tmp/err"
   "$BIN" --net $OP --devices 8 --steps 12 --report $extra --recompute relu1,fc2 >"$tmp/out2" 2>"$tmp/err2"
-  a0=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out"); a1=$(awk '$1 == "0" && NF == 10 { print $10 }' "$tmp/out2")
+  a0=$(first_mem "$tmp/out" 0 10); a1=$(first_mem "$tmp/out2" 0 10)
   losses "$tmp/out" >"$tmp/a"; losses "$tmp/out2" >"$tmp/b"
   if [ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b" && [ -n "$a0" ] && [ -n "$a1" ] && [ "$a1" -lt "$a0" ] && [ ! -s "$tmp/err2" ]; then ok
   else bad "--recompute relu1,fc2 without a pipeline ($extra): peak activations $a0 -> $a1: $(paste "$tmp/a" "$tmp/b" | head -3) $(cat "$tmp/err2")"; fi

@@ -43,20 +43,23 @@ static json_t *sim_json_comm(const sk_parallel_plan *plan, int rank, const sk_ru
   return rows;
 }
 
-/* Class `c` (device c until classes exist): its devices, its memory peaks, its rows, its FLOPs. */
+/* Class `c`: all its ranks, its memory peaks, its first device's rows, its FLOPs. */
 static json_t *sim_json_class(const sim_run_figures *fig, int c, int *ranks, char *msg, size_t cap) {
   const sk_runtime_memory *m = &fig->dev[c].mem;
   const sk_runtime_stats *st = &fig->dev[c].stats;
-  json_t *mem = json_object();
-  for (int k = 0; mem && k < SIM_DEVICE_KINDS; k++)
-    if (json_object_set_new(mem, sim_kind_name(k), json_integer((json_int_t)sim_kind_peak(m, k)))) json_decref(mem), mem = NULL;
+  const sim_classes *k = fig->cls;
+  json_t *devices = json_array(), *mem = json_object();
+  for (int i = k->start[c]; devices && i < k->start[c + 1]; i++)
+    if (json_array_append_new(devices, json_integer(k->order[i]))) json_decref(devices), devices = NULL;
+  for (int i = 0; mem && i < SIM_DEVICE_KINDS; i++)
+    if (json_object_set_new(mem, sim_kind_name(i), json_integer((json_int_t)sim_kind_peak(m, i)))) json_decref(mem), mem = NULL;
   if (mem && json_object_set_new(mem, "host", json_integer((json_int_t)m->peak_host))) json_decref(mem), mem = NULL;
   if (mem && json_object_set_new(mem, "peak_total", json_integer((json_int_t)m->peak))) json_decref(mem), mem = NULL;
-  json_t *comm = mem ? sim_json_comm(fig->plan, c, st, ranks, msg, cap) : NULL;
-  if (!comm) return json_decref(mem), (json_t *)NULL;
+  json_t *comm = mem && devices ? sim_json_comm(fig->plan, sim_class_first(k, c), st, ranks, msg, cap) : NULL;
+  if (!comm) return json_decref(mem), json_decref(devices), (json_t *)NULL;
   double steps = st->steps > 0 ? (double)st->steps : 1;
-  return json_pack("{s:i, s:[i], s:o, s:o, s:f}", "id", c, "devices", c, "memory", mem, "communication", comm, "flops_per_step",
-                   st->flops / steps);
+  return json_pack("{s:i, s:o, s:o, s:o, s:f}", "id", c, "devices", devices, "memory", mem, "communication", comm,
+                   "flops_per_step", st->flops / steps);
 }
 
 /* A figure, or null when there is none (NAN). */
@@ -66,7 +69,7 @@ static json_t *sim_json_maybe(double x) { return isnan(x) ? json_null() : json_r
 static json_t *sim_json_report(const sim_run_figures *fig, char *msg, size_t cap) {
   int *ranks = (int *)malloc(sizeof(int) * (size_t)fig->plan->world_devices);
   json_t *classes = ranks ? json_array() : NULL;
-  for (int c = 0; classes && c < fig->n; c++) {
+  for (int c = 0; classes && c < fig->cls->n; c++) {
     json_t *one = sim_json_class(fig, c, ranks, msg, cap);
     if (!one || json_array_append_new(classes, one)) json_decref(classes), classes = NULL;
   }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "shardkit.h"
+#include "sim_classes.h"
 
 /* One device's figures after training. */
 typedef struct sim_device_figures {
@@ -18,12 +19,12 @@ typedef struct sim_device_figures {
   sk_runtime_stats stats;
 } sim_device_figures;
 
-/* What --report-json and --device-memory's fit check read, executed or dry: every device's
-   figures in world rank order and the plan they ran. Until devices are grouped into classes,
-   each device is its own class (class k: device k). */
+/* What the report, --report-json and --device-memory's fit check read, executed or dry: each
+   device class's figures (its first device's; sim_classes.h) and the plan they ran. */
 typedef struct sim_run_figures {
-  sim_device_figures *dev;
-  int n;
+  sim_device_figures *dev; /* [cls->n]: class by class */
+  int n;                   /* devices */
+  const sim_classes *cls;
   const sk_parallel_plan *plan;
   /* The modelled step time in ms, NAN when there is none (JSON null): an executed run's
      stats.step_us per step under a cluster that prices communication; the dry run's is set in
@@ -53,14 +54,48 @@ static sk_result sim_collect_figures(sk_comm *c, const sk_runtime *rt, sim_devic
   return sk_gather(c, &mine, sk_comm_rank(c) == 0 ? all : NULL, sizeof mine, SK_U8, 0, err);
 }
 
-static void sim_print_memory(FILE *f, const sim_device_figures *all, int n) {
-  fprintf(f, "memory (bytes per device)\n");
-  fprintf(f, "%6s %14s %14s %14s %14s %14s %14s %14s %14s %14s\n", "device", "parameters", "gradients", "optimizer",
+/* Whether two devices' figures agree in all that a class reports: every memory counter and
+   peak, the FLOPs, the steps and the communication rows (not the wall or virtual times). */
+static bool sim_figures_equal(const sim_device_figures *a, const sim_device_figures *b) {
+  const sk_runtime_stats *x = &a->stats, *y = &b->stats;
+  if (memcmp(&a->mem, &b->mem, sizeof a->mem) || x->steps != y->steps || x->flops != y->flops || x->nrows != y->nrows) return false;
+  for (int i = 0; i < x->nrows; i++) {
+    const sk_runtime_comm_row *p = &x->rows[i], *q = &y->rows[i];
+    if (p->kind != q->kind || p->group != q->group || p->group_id != q->group_id || p->calls != q->calls || p->bytes != q->bytes)
+      return false;
+  }
+  return true;
+}
+
+/* An executed run's class figures: each class's first device's, after checking that every
+   member's equal them (a class is equal by construction; a member that is not is a bug in the
+   classes' key, said rather than hidden). per_class[cls->n] is the caller's. 0, or -1 with msg. */
+static int sim_class_figures(const sim_classes *k, const sim_device_figures *all, sim_device_figures *per_class, char *msg,
+                             size_t cap) {
+  for (int c = 0; c < k->n; c++) {
+    int first = sim_class_first(k, c);
+    per_class[c] = all[first];
+    for (int i = k->start[c] + 1; i < k->start[c + 1]; i++)
+      if (!sim_figures_equal(&all[first], &all[k->order[i]]))
+        return snprintf(msg, cap, "report: device %d's figures differ from device %d's, the first of its class %d", k->order[i],
+                        first, c),
+               -1;
+  }
+  return 0;
+}
+
+/* One row per class, named "class C (devices R)" (R: sim_class_ranks_text). */
+static void sim_print_memory(FILE *f, const sim_run_figures *fig) {
+  fprintf(f, "memory (bytes per device, one row per device class)\n");
+  fprintf(f, "%-32s %14s %14s %14s %14s %14s %14s %14s %14s %14s\n", "class", "parameters", "gradients", "optimizer",
           "activations", "communication", "total", "peak_params", "peak_total", "peak_acts");
-  for (int d = 0; d < n; d++) {
-    const sk_runtime_memory *m = &all[d].mem;
+  for (int c = 0; c < fig->cls->n; c++) {
+    const sk_runtime_memory *m = &fig->dev[c].mem;
     unsigned long long total = m->parameters + m->gradients + m->optimizer_state + m->activations + m->communication;
-    fprintf(f, "%6d %14llu %14llu %14llu %14llu %14llu %14llu %14llu %14llu %14llu\n", d, (unsigned long long)m->parameters,
+    char ranks[64], name[96];
+    sim_class_ranks_text(fig->cls, c, ranks, sizeof ranks);
+    snprintf(name, sizeof name, "class %d (devices %s)", c, ranks);
+    fprintf(f, "%-32s %14llu %14llu %14llu %14llu %14llu %14llu %14llu %14llu %14llu\n", name, (unsigned long long)m->parameters,
             (unsigned long long)m->gradients, (unsigned long long)m->optimizer_state,
             (unsigned long long)m->activations, (unsigned long long)m->communication, total,
             (unsigned long long)m->peak_parameters, (unsigned long long)m->peak, (unsigned long long)m->peak_activations);
@@ -116,14 +151,14 @@ static int sim_print_comm(FILE *f, const sk_parallel_plan *plan, const sk_runtim
   return 0;
 }
 
-/* Memory per device, device 0's communication and FLOPs per step: what --report and
-   --dry-run print alike. */
-static int sim_print_figures(FILE *f, const sk_parallel_plan *plan, const sim_device_figures *all, int n, char *msg,
-                             size_t cap) {
-  sim_print_memory(f, all, n);
-  if (sim_print_comm(f, plan, &all[0].stats, msg, cap)) return -1;
-  double steps = all[0].stats.steps ? (double)all[0].stats.steps : 1;
-  fprintf(f, "compute per step (device 0): %.6g GFLOP\n", all[0].stats.flops / steps / 1e9);
+/* Memory per class, device 0's (class 0's first) communication and FLOPs per step: what
+   --report and --dry-run print alike. */
+static int sim_print_figures(FILE *f, const sim_run_figures *fig, char *msg, size_t cap) {
+  sim_print_memory(f, fig);
+  const sk_runtime_stats *st = &fig->dev[0].stats;
+  if (sim_print_comm(f, fig->plan, st, msg, cap)) return -1;
+  double steps = st->steps ? (double)st->steps : 1;
+  fprintf(f, "compute per step (device 0): %.6g GFLOP\n", st->flops / steps / 1e9);
   return 0;
 }
 
@@ -142,11 +177,11 @@ static void sim_print_step_time(FILE *f, double step_us, const sk_cluster *clust
 
 /* The report: the figures, and the modelled step time when a link model ran (the runtime's
    step_us, the same on every device, per step). */
-static int sim_print_report(FILE *f, const sk_parallel_plan *plan, const sim_device_figures *all, int n, char *msg,
-                            size_t cap) {
-  if (sim_print_figures(f, plan, all, n, msg, cap)) return -1;
-  double steps = all[0].stats.steps ? (double)all[0].stats.steps : 1;
-  if (sk_cluster_prices(&plan->desc.cluster)) sim_print_step_time(f, all[0].stats.step_us / steps, &plan->desc.cluster);
+static int sim_print_report(FILE *f, const sim_run_figures *fig, char *msg, size_t cap) {
+  if (sim_print_figures(f, fig, msg, cap)) return -1;
+  const sk_runtime_stats *st = &fig->dev[0].stats;
+  double steps = st->steps ? (double)st->steps : 1;
+  if (sk_cluster_prices(&fig->plan->desc.cluster)) sim_print_step_time(f, st->step_us / steps, &fig->plan->desc.cluster);
   return 0;
 }
 
@@ -188,20 +223,23 @@ static void sim_print_pipeline(FILE *f, const sim_device_figures *all, int n, co
 
 /* --device-memory's fit check of every class against `limit` bytes, on f (stderr): a class whose
    peak_total is above it "does not fit" (with its largest kind), one above 90% of it is warned
-   of; the first few of each, then how many more (a data-parallel plan's devices are alike).
-   GB are 1e9 bytes, printed with 6 significant digits so that a test network's MBs still
-   show; the share with one decimal. true when every class fits. */
+   of; the first few of each, then how many more. A class's devices are named as the report's
+   memory rows name them ("A-B" when contiguous). GB are 1e9 bytes, printed with 6 significant
+   digits so that a test network's MBs still show; the share with one decimal. true when every
+   class fits. */
 #define SIM_FIT_LINES 5
 static bool sim_fit_check(FILE *f, const sim_run_figures *fig, double limit) {
   int over = 0, near = 0;
-  for (int c = 0; c < fig->n; c++) { /* class c: device c */
+  char ranks[64];
+  for (int c = 0; c < fig->cls->n; c++) {
     const sk_runtime_memory *m = &fig->dev[c].mem;
     double peak = (double)m->peak;
     if (peak > limit && over++ < SIM_FIT_LINES) {
       int big = 0;
       for (int k = 1; k < SIM_DEVICE_KINDS; k++)
         if (sim_kind_peak(m, k) > sim_kind_peak(m, big)) big = k;
-      fprintf(f, "sk-sim: does not fit: class %d (devices %d-%d): peak %.6g GB > %.6g GB (largest: %s %.6g GB)\n", c, c, c,
+      sim_class_ranks_text(fig->cls, c, ranks, sizeof ranks);
+      fprintf(f, "sk-sim: does not fit: class %d (devices %s): peak %.6g GB > %.6g GB (largest: %s %.6g GB)\n", c, ranks,
               peak / 1e9, limit / 1e9, sim_kind_name(big), (double)sim_kind_peak(m, big) / 1e9);
     } else if (peak <= limit && peak > 0.9 * limit && near++ < SIM_FIT_LINES)
       fprintf(f, "sk-sim: warning: class %d at %.1f%% of --device-memory\n", c, 100 * peak / limit);

@@ -14,9 +14,9 @@
    the data has a test set, a summary line starting "# " (the mean step; the median step's CPU
    time, then its wall time), with --check
    "check: passed|FAILED: max relative loss difference X over N steps (tolerance T for DTYPE)"
-   (examples/loss_check.h; exit 1 when FAILED), and with --report the per-device
+   (examples/loss_check.h; exit 1 when FAILED), and with --report the per-device-class
    report (docs/sk-sim.md); --report-json writes its figures as JSON, and --device-memory
-   checks that every device's peak fits (exit 1 when one does not). Under MPI only world rank 0 prints. Data: the network's "dataset"
+   checks that every device class's peak fits (exit 1 when one does not). Under MPI only world rank 0 prints. Data: the network's "dataset"
    (tools/datasets.h); Fashion-MNIST from DATA_PATH or Debian's dataset-fashion-mnist; its
    "data" sources and --data NAME=FILE.npy over them (tools/data_sources.h). A loss
    that is not finite stops the training at once: "sk-sim: loss is not finite at step S (device
@@ -58,7 +58,7 @@ typedef struct options {
   sk_optim_kind optim_kind; /* --optimizer's */
   uint64_t seed;
   bool check, report, strict, mpi;
-  bool dry_run; /* --dry-run: the plan's step on every device with no data (tools/sim_dryrun.h) */
+  bool dry_run; /* --dry-run: the plan's step on each device class's first device with no data (tools/sim_dryrun.h) */
   const char *report_json; /* --report-json FILE: the figures as JSON (tools/sim_json.h) */
   bool broadcast; /* --parameter-broadcast: device r draws its model from seed + r, then parameter_broadcast */
   bool distributed; /* the runtime on a world (even of one device: --report, --link) */
@@ -615,6 +615,8 @@ typedef struct job {
   long nstep_s;
   double seconds, compile_ms;
   sim_device_figures *figures; /* per device, for --report */
+  sim_classes classes;         /* the devices' classes (after the run, world rank 0) */
+  sim_run_figures fig;         /* ... and each class's figures: what the report, JSON and fit check read */
   void **init; /* --parameter-broadcast --check: per tensor, the broadcast model gathered (the lead's) */
   bool diverged; /* a loss was not finite: training stopped there (the run exits 1) */
   char mpi_error[SK_ERROR_MSG_MAX]; /* MPI: this process's device's failure (the world keeps only a root
@@ -1121,7 +1123,7 @@ static bool print_summary(job *J, const double *base, long nbase) {
          o->devices > 1 ? "s" : "", sk_dtype_name(o->dtype), backend, n, n ? J->seconds * 1e3 / (double)n : 0.0,
          median_ms(J->cpu_s, J->nstep_s), median_ms(J->step_s, J->nstep_s));
   char msg[SK_ERROR_MSG_MAX];
-  if (o->report && sim_print_report(stdout, &J->plan, J->figures, o->devices, msg, sizeof msg))
+  if (o->report && sim_print_report(stdout, &J->fig, msg, sizeof msg))
     return fprintf(stderr, "sk-sim: %s\n", msg), false;
   if (o->report && J->plan.vstage) sim_print_pipeline(stdout, J->figures, o->devices, &J->plan, sk_cluster_prices(&o->pd.cluster));
   if (!o->check) return true;
@@ -1151,13 +1153,19 @@ static int report_figures(const options *o, const sim_run_figures *fig, char *ms
   return limit > 0 && !sim_fit_check(stderr, fig, limit) ? 1 : 0;
 }
 
-/* The executed run's figures: the modelled step time is the runtime's step_us per step, the
-   same on every device (none when the cluster prices nothing). */
-static sim_run_figures executed_figures(const job *J) {
-  sim_run_figures fig = {J->figures, J->o->devices, &J->plan, NAN};
+/* The executed run's figures (J->fig), class by class: the classes from the plan as the dry run
+   forms them, each one's figures its first device's after checking every member's equal them;
+   the modelled step time is the runtime's step_us per step, the same on every device (none when
+   the cluster prices nothing). 0, or -1 with msg. */
+static int executed_figures(job *J, char *msg, size_t cap) {
+  sim_run_figures fig = {NULL, J->o->devices, &J->classes, &J->plan, NAN};
   const sk_runtime_stats *st = &J->figures[0].stats;
   if (sk_cluster_prices(&J->plan.desc.cluster)) fig.step_time_ms = st->step_us / (double)(st->steps ? st->steps : 1) / 1e3;
-  return fig;
+  J->fig = fig;
+  if (sim_classes_build(&J->plan, &J->classes, msg, cap)) return -1;
+  J->fig.dev = (sim_device_figures *)calloc((size_t)J->classes.n + 1, sizeof *J->fig.dev); /* + 1: never calloc(0) */
+  if (!J->fig.dev) return snprintf(msg, cap, "report: out of memory for %d classes", J->classes.n), -1;
+  return sim_class_figures(&J->classes, J->figures, J->fig.dev, msg, cap);
 }
 
 static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
@@ -1185,12 +1193,10 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
     if (process != 0) fprintf(stderr, "%s: world rank %d: %s\n", prog_name(argv0), process, msg);
   }
   if (!rc && o->check && process == 0 && after && reference_losses(J, &base, &nbase, msg, cap)) rc = -1;
+  if (!rc && process == 0 && wants_figures(o) && executed_figures(J, msg, cap)) rc = -1;
   if (!rc && process == 0 && !print_summary(J, base, nbase)) rc = 1; /* said: the verdict line */
   if (!rc && J->diverged) rc = 1;                                      /* said: the not-finite line */
-  if (!rc && process == 0 && wants_figures(o)) {
-    sim_run_figures fig = executed_figures(J);
-    rc = report_figures(o, &fig, msg, cap);
-  }
+  if (!rc && process == 0 && wants_figures(o)) rc = report_figures(o, &J->fig, msg, cap);
   if (w) sk_world_destroy(w, NULL);
   sk_ckpt_unlock(&lock);
   free(base);
@@ -1202,10 +1208,11 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
    peak RSS. 0; 1 when a class does not fit (said); -1 with msg. */
 static int dry_run(const job *J, char *msg, size_t cap) {
   double t0 = now_s();
-  sim_run_figures fig = {NULL, 0, &J->plan, NAN};
-  int rc = sim_dry_run(stdout, &J->plan, J->compile_ms, &fig, msg, cap);
+  sim_run_figures fig = {NULL, 0, NULL, &J->plan, NAN};
+  sim_classes classes;
+  int rc = sim_dry_run(stdout, &J->plan, J->compile_ms, &classes, &fig, msg, cap);
   if (!rc) rc = report_figures(J->o, &fig, msg, cap);
-  free(fig.dev);
+  free(fig.dev), sim_classes_free(&classes);
   double search_s = J->plan.searched ? J->plan.search_ms / 1e3 : 0;
   if (rc >= 0) sim_dry_summary(stdout, J->compile_ms / 1e3 - search_s + now_s() - t0);
   return rc;
@@ -1246,7 +1253,8 @@ int main(int argc, char **argv) {
   bool quiet = (o.mpi && prog_launch_rank() != 0) || code > 0;
   if (rc && !quiet) fprintf(stderr, "%s: %s\n", prog_name(argv[0]), msg);
   for (int p = 0; J.init && p < g.ntensors; p++) free(J.init[p]);
-  free(J.losses), free(J.step_s), free(J.cpu_s), free(J.figures), free(J.init);
+  free(J.losses), free(J.step_s), free(J.cpu_s), free(J.figures), free(J.init), free(J.fig.dev);
+  sim_classes_free(&J.classes);
   sk_parallel_free(&J.plan);
   dataset_close(&J.data);
   sk_graph_free(&g);
