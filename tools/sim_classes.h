@@ -56,7 +56,7 @@ static void sim_group_shape(sim_keys *s, const int *ranks, int n, uint64_t *w) {
   if (!t->nodes || t->per_node < 1) return; /* flat: the size alone */
   int nodes = 0, lo = n, hi = 0;
   for (int i = 0; i < n; i++) s->per_node[ranks[i] / t->per_node]++;
-  uint64_t h = 1469598103934665603ull; /* FNV-1a over the counts, node order ignored: summed by count */
+  uint64_t h = 1469598103934665603ull; /* a sum of mixed counts: the same whatever the nodes' order */
   for (int i = 0; i < n; i++) {
     int node = ranks[i] / t->per_node, c = s->per_node[node];
     if (!c) continue;
