@@ -19,6 +19,13 @@
      bench/nets/transformer96.json is --scale 96's), nothing timed.
    - --strip IN OUT: writes network IN with every operator's strategy and layouts cleared (for
      build/sk-sim's search modes against its data-parallel plan).
+   - --dry-run-prices: the quality set again, plus the named networks as shipped (four_matmul on
+     16 devices, dense_mutmul, the two tutorials and megatron_block on 8), with every plan
+     compiled and priced by the dry run (sk_dryrun_step_time): each search's own plan and the
+     plan sk_finalists_compile keeps, data parallel's, over the referee (exhaustive's plan;
+     the cheapest priced plan where exhaustive refuses). With --scale: both searches' plans on
+     the large transformer priced, and the finalists' pricing time. bench/search_targets.sh
+     turns both into bench/RESULTS.md's table.
    Cost model: sk_search_cost.h under --link A,G (default 5 us, 25 GB/s; communication only;
    --device-tflops T adds compute). Usage: see --help. */
 #define _GNU_SOURCE /* clock_gettime under -std=c11 */
