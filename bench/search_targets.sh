@@ -12,14 +12,14 @@
 #      searches' own times against their targets.
 #   3. build/sk-sim --dry-run on bench/nets/transformer96.json under the hierarchical topology,
 #      per search mode: its kept line, or its refusal (then part 2's flat link stands).
-# LINK (5,25), TFLOPS (300), LAYERS (96), DEVICES (4096), SCALE_TIMEOUT (900 s, the bound of part
+# LINK (5,25), TFLOPS (300), LAYERS (96), DEVICES (4096), SCALE_TIMEOUT (1800 s, the bound of part
 # 2's pricing run) and SKIP_SCALE=1 (part 1 only) override.
 set -u
 LINK=${LINK:-5,25}
 TFLOPS=${TFLOPS:-300}
 LAYERS=${LAYERS:-96}
 DEVICES=${DEVICES:-4096}
-SCALE_TIMEOUT=${SCALE_TIMEOUT:-900}
+SCALE_TIMEOUT=${SCALE_TIMEOUT:-1800}
 SP=build/search_perf
 SIM=build/sk-sim
 [ -x "$SP" ] && [ -x "$SIM" ] || { echo "search_targets: build $SP and $SIM first (make all)" >&2; exit 1; }
