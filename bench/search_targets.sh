@@ -92,7 +92,7 @@ scale() {
     echo '```'
   fi
   echo
-  echo "Under the hierarchical topology (sk-sim, per mode; a refusal means part above's flat link stands):"
+  echo "Under the hierarchical topology (sk-sim, per mode; a refusal means the flat link above stands):"
   echo
   for mode in sharding_propagation recursive_programming; do
     cmd="$SIM --net bench/nets/transformer${LAYERS}.json --devices $DEVICES --dry-run --topology 512x8 --intra 2,150 --inter 10,25 --device-tflops $TFLOPS --mode $mode"
