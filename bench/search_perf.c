@@ -19,6 +19,13 @@
      bench/nets/transformer96.json is --scale 96's), nothing timed.
    - --strip IN OUT: writes network IN with every operator's strategy and layouts cleared (for
      build/sk-sim's search modes against its data-parallel plan).
+   - --dry-run-prices: the quality set again, plus the named networks as shipped (four_matmul on
+     16 devices, dense_mutmul, the two tutorials and megatron_block on 8), with every plan
+     compiled and priced by the dry run (sk_dryrun_step_time): each search's own plan and the
+     plan sk_finalists_compile keeps, data parallel's, over the referee (exhaustive's plan;
+     the cheapest priced plan where exhaustive refuses). With --scale: both searches' plans on
+     the large transformer priced, and the finalists' pricing time. bench/search_targets.sh
+     turns both into bench/RESULTS.md's table.
    Cost model: sk_search_cost.h under --link A,G (default 5 us, 25 GB/s; communication only;
    --device-tflops T adds compute). Usage: see --help. */
 #define _GNU_SOURCE /* clock_gettime under -std=c11 */
@@ -31,6 +38,7 @@
 
 #define SK_IMPL
 #include "sk_json.h"
+#include "sk_finalists.h"
 #include "sk_search.h"
 
 #include "../examples/progs.h"
@@ -439,6 +447,17 @@ static void quality_row(const sk_graph *g, const char *name, int n, tally *t) {
   free(opt), free(prop), free(rec), free(seed), free(order), free(dec), free(dp);
 }
 
+static const char *const tutorial_files[] = {"recursive_programming.json", "operator_parallel.json"};
+
+/* Network `file` from folder `nets` into g, with its strategies cleared when `stripped`. */
+static void load_net(const char *nets, const char *file, sk_graph *g, bool stripped) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", nets, file);
+  sk_graph_init(g);
+  die_on(sk_json_load_network(path, g, &E), &E, path);
+  if (stripped) strip(g);
+}
+
 static int quality(const char *nets, int mlps) {
   static const int devs[] = {2, 4, 8};
   tally *t = (tally *)calloc(1, sizeof *t);
@@ -458,15 +477,10 @@ static int quality(const char *nets, int mlps) {
     for (int i = 0; i < 3; i++) quality_row(&g, name, devs[i], t);
     sk_graph_free(&g);
   }
-  static const char *const files[] = {"recursive_programming.json", "operator_parallel.json"};
   for (int f = 0; f < 2; f++) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", nets, files[f]);
     sk_graph g;
-    sk_graph_init(&g);
-    die_on(sk_json_load_network(path, &g, &E), &E, path);
-    strip(&g);
-    for (int i = 0; i < 3; i++) quality_row(&g, files[f], devs[i], t);
+    load_net(nets, tutorial_files[f], &g, true);
+    for (int i = 0; i < 3; i++) quality_row(&g, tutorial_files[f], devs[i], t);
     sk_graph_free(&g);
   }
   sk_graph g;
@@ -582,12 +596,242 @@ static int write_net(int layers, const char *path) {
   return r == SK_OK ? 0 : 1;
 }
 
+/* ---- dry-run prices: every plan compiled and priced by the dry run --------------------------- */
+
+/* What the search cost model says matters less than what the runtime's clocks say: here each
+   plan is compiled (sk_parallel_compile, sk_finalists_compile) and priced by the dry run
+   (sk_dryrun_step_time) on the same cluster, so the ratios are step-time ratios. */
+
+typedef struct mode_price {
+  double search_us, kept_us, ms; /* the search's own plan, the kept plan (NAN: not priced); compile wall ms */
+  sk_finalist_kind kept;
+} mode_price;
+
+typedef struct price_tally {
+  int rows, exhaustive, dearer[2]; /* rows; rows refereed by exhaustive; kept plans dearer than data parallel */
+  int exh_dearer;                   /* rows where the referee itself is dearer than data parallel */
+  double best;                      /* this row's cheapest plan priced, of all (the referee's included) */
+  double log[2], log_search[2], log_best[2], max[2];
+  char worst[2][96];
+} price_tally;
+
+static const char *const mode_short[2] = {"propagation", "D-Rec"};
+static const sk_parallel_mode price_modes[2] = {SK_PARALLEL_SHARDING_PROPAGATION, SK_PARALLEL_RECURSIVE_PROGRAMMING};
+
+static sk_autoparallel price_desc(int n, sk_parallel_mode mode) {
+  sk_autoparallel d;
+  memset(&d, 0, sizeof d);
+  d.ndevices = n, d.mode = mode, d.cluster = base_desc.cluster, d.exhaustive_limit = base_desc.exhaustive_limit;
+  return d;
+}
+
+/* The dry run's step time of plan p, NAN when it refuses (its reason in E). */
+static double step_us_of(const sk_parallel_plan *p) {
+  sk_dryrun_time t;
+  memset(&t, 0, sizeof t);
+  return sk_dryrun_step_time(p, &t, &E) ? NAN : t.step_us;
+}
+
+/* One search mode through the finalists; *dp_us gets data parallel's price (NAN: not priced). */
+static void price_mode(const sk_graph *g, int n, sk_parallel_mode mode, mode_price *out, double *dp_us) {
+  sk_autoparallel d = price_desc(n, mode);
+  sk_parallel_plan p;
+  sk_finalists f;
+  out->search_us = out->kept_us = NAN, out->kept = SK_FINALIST_SEARCH;
+  double t0 = now_ms();
+  sk_result r = sk_finalists_compile(g, &d, &p, &f, &E);
+  out->ms = now_ms() - t0;
+  if (r) {
+    fprintf(stderr, "search_perf: %s on %d devices: %s\n", sk_parallel_mode_name(mode), n, E.msg);
+    return;
+  }
+  const sk_finalist *s = &f.f[SK_FINALIST_SEARCH], *dp = &f.f[SK_FINALIST_DATA_PARALLEL];
+  out->search_us = s->priced ? s->step_us : NAN;
+  out->kept = f.kept, out->kept_us = f.f[f.kept].priced ? f.f[f.kept].step_us : step_us_of(&p);
+  if (dp->priced) *dp_us = dp->step_us;
+  sk_parallel_free(&p);
+}
+
+/* The referee: exhaustive's plan priced by the dry run; false (with *ms its time) when
+   exhaustive refuses (its work bound) or its plan is not priced. */
+static bool price_exhaustive(const sk_graph *g, int n, double *us, double *ms) {
+  sk_autoparallel d = price_desc(n, SK_PARALLEL_EXHAUSTIVE);
+  sk_parallel_plan p;
+  double t0 = now_ms();
+  sk_result r = sk_parallel_compile(g, &d, &p, &E);
+  *ms = now_ms() - t0;
+  if (r) return false;
+  *us = step_us_of(&p);
+  sk_parallel_free(&p);
+  return !isnan(*us);
+}
+
+static void price_count(price_tally *t, int k, double ratio, double search_ratio, double kept, double dp, const char *key) {
+  t->log[k] += log(ratio), t->log_search[k] += log(search_ratio);
+  t->log_best[k] += log(kept / t->best);
+  t->dearer[k] += kept > dp * (1 + 1e-9); /* the finalists include data parallel: never expected */
+  if (ratio > t->max[k]) t->max[k] = ratio, snprintf(t->worst[k], sizeof t->worst[k], "%s", key);
+}
+
+/* One row: g on n devices, each mode's kept plan and data parallel over the referee, exhaustive
+   on free_g (g, or g with its strategies cleared: the optimum not held to them). */
+static void price_row(const sk_graph *g, const sk_graph *free_g, const char *name, int n, price_tally *t) {
+  mode_price mp[2];
+  double dp = NAN, ref = NAN, exh_ms = 0;
+  for (int k = 0; k < 2; k++) price_mode(g, n, price_modes[k], &mp[k], &dp);
+  bool exact = price_exhaustive(free_g, n, &ref, &exh_ms);
+  if (!exact) /* the cheapest plan priced stands in, labelled */
+    ref = fmin(fmin(mp[0].kept_us, mp[1].kept_us), fmin(mp[0].search_us, mp[1].search_us));
+  char key[96];
+  snprintf(key, sizeof key, "%s@%d", name, n);
+  printf("%-36s %3d %3d %11.4g %-10s %11.4g %6.3f", name, g->nops, n, ref, exact ? "exhaustive" : "cheapest", dp, dp / ref);
+  for (int k = 0; k < 2; k++)
+    printf(" %11.4g %11.4g %-13s %6.3f", mp[k].search_us, mp[k].kept_us, sk_finalist_name(mp[k].kept, price_modes[k]),
+           mp[k].kept_us / ref);
+  printf(" %8.1f %8.1f %8.1f\n", mp[0].ms, mp[1].ms, exh_ms);
+  if (isnan(ref) || isnan(mp[0].kept_us) || isnan(mp[1].kept_us)) return; /* said on stderr */
+  t->rows++, t->exhaustive += exact, t->exh_dearer += exact && !isnan(dp) && ref > dp * (1 + 1e-9);
+  t->best = fmin(fmin(ref, isnan(dp) ? INFINITY : dp), fmin(mp[0].kept_us, mp[1].kept_us));
+  for (int k = 0; k < 2; k++)
+    price_count(t, k, mp[k].kept_us / ref, (isnan(mp[k].search_us) ? mp[k].kept_us : mp[k].search_us) / ref, mp[k].kept_us,
+                isnan(dp) ? INFINITY : dp, key);
+}
+
+static void price_summary(const char *set, const price_tally *t, const double *target) {
+  int rows = t->rows ? t->rows : 1;
+  printf("# %s: %d rows, referee exhaustive on %d, the cheapest priced plan on %d; exhaustive's plan dearer than data "
+         "parallel on %d\n",
+         set, t->rows, t->exhaustive, t->rows - t->exhaustive, t->exh_dearer);
+  for (int k = 0; k < 2; k++) {
+    double gm = exp(t->log[k] / rows);
+    printf("# %s: %s kept geomean %.4f (target %.2f: %s), worst %.4f (%s), its own plan's geomean %.4f; kept dearer than "
+           "data parallel on %d rows; over the cheapest plan priced %.4f\n",
+           set, mode_short[k], gm, target[k], gm <= target[k] ? "met" : "NOT met", t->max[k], t->worst[k],
+           exp(t->log_search[k] / rows), t->dearer[k], exp(t->log_best[k] / rows));
+  }
+}
+
+/* The named networks, as shipped (their own strategies are the semi_auto finalist). */
+static const struct {
+  const char *file;
+  int devices;
+} named_nets[] = {{"four_matmul.json", 16},
+                  {"dense_mutmul.json", 8},
+                  {"recursive_programming.json", 8},
+                  {"operator_parallel.json", 8},
+                  {"megatron_block.json", 8}};
+
+static int prices(const char *nets, int mlps) {
+  static const int devs[] = {2, 4, 8};
+  static const double target[2] = {1.1, 1.25};
+  price_tally q, named;
+  memset(&q, 0, sizeof q), memset(&named, 0, sizeof named);
+  printf("# search_perf dry-run prices: each plan compiled and priced by the dry run (us per step; link %.3g us, %.3g GB/s,\n"
+         "# device_tflops %.3g); ratios over the referee (exhaustive's plan, or the cheapest priced plan where exhaustive\n"
+         "# refuses); search = the mode's own plan, kept = the plan sk_finalists_compile keeps; the named networks\n"
+         "# (shipped) keep their own strategies (the semi_auto finalist), their referee is exhaustive without them\n",
+         base_desc.cluster.link.alpha_us, base_desc.cluster.link.gbps, base_desc.cluster.device_flops * 1e-12);
+  printf("%-36s %3s %3s %11s %-10s %11s %6s %11s %11s %-13s %6s %11s %11s %-13s %6s %8s %8s %8s\n", "# graph", "ops", "dev",
+         "referee", "by", "data_par", "ratio", "prop_search", "prop_kept", "prop_kept_by", "ratio", "drec_search",
+         "drec_kept", "drec_kept_by", "ratio", "prop_ms", "drec_ms", "exh_ms");
+  for (int s = 0; s < mlps; s++) {
+    sk_graph g;
+    char desc[96], name[128];
+    build_mlp(&g, s, desc, sizeof desc);
+    snprintf(name, sizeof name, "mlp%02d:%s", s, desc);
+    for (int i = 0; i < 3; i++) price_row(&g, &g, name, devs[i], &q);
+    sk_graph_free(&g);
+  }
+  for (int f = 0; f < 2; f++) {
+    sk_graph g;
+    load_net(nets, tutorial_files[f], &g, true);
+    for (int i = 0; i < 3; i++) price_row(&g, &g, tutorial_files[f], devs[i], &q);
+    sk_graph_free(&g);
+  }
+  sk_graph g;
+  build_transformer(&g, 1, 16, 8, 32, 4, 128, 16);
+  for (int i = 0; i < 3; i++) price_row(&g, &g, "transformer_block", devs[i], &q);
+  sk_graph_free(&g);
+  for (size_t f = 0; f < sizeof named_nets / sizeof named_nets[0]; f++) {
+    char name[64];
+    snprintf(name, sizeof name, "%.40s(shipped)", named_nets[f].file);
+    sk_graph free_g;
+    load_net(nets, named_nets[f].file, &g, false);
+    load_net(nets, named_nets[f].file, &free_g, true);
+    price_row(&g, &free_g, name, named_nets[f].devices, &named);
+    sk_graph_free(&g), sk_graph_free(&free_g);
+  }
+  price_summary("quality set", &q, target);
+  price_summary("named networks", &named, target);
+  return 0;
+}
+
+/* Plan p's dry-run price, its wall and CPU ms in ms[0], ms[1]. */
+static double timed_price(const sk_parallel_plan *p, double *ms) {
+  double t0 = now_ms(), c0 = cpu_ms(), us = step_us_of(p);
+  ms[0] = now_ms() - t0, ms[1] = cpu_ms() - c0;
+  if (isnan(us)) fprintf(stderr, "search_perf: the dry run refused a plan: %s\n", E.msg);
+  return us;
+}
+
+/* g compiled under d into *p, its wall and CPU ms in ms[0], ms[1]. */
+static void timed_compile(const sk_graph *g, const sk_autoparallel *d, sk_parallel_plan *p, double *ms) {
+  double t0 = now_ms(), c0 = cpu_ms();
+  die_on(sk_parallel_compile(g, d, p, &E), &E, sk_parallel_mode_name(d->mode));
+  ms[0] = now_ms() - t0, ms[1] = cpu_ms() - c0;
+}
+
+/* --scale L --dry-run-prices: data parallel's plan compiled and priced once, then each search's
+   plan compiled alone (model build, search, plan) and priced, each step timed and printed as it
+   ends (pricing at thousands of devices can take long); the finalists' pricing is the search's
+   plan's dry run plus data parallel's compile and dry run (the network has no strategies of its
+   own). Then sk_finalists_compile for the plan it keeps. */
+static int scale_prices(int layers, int devices) {
+  sk_graph g;
+  build_transformer(&g, layers, 4096, 128, 1024, 16, 4096, 1024);
+  double kept[2] = {NAN, NAN}, cms[2], pms[2], dms[2], dpms[2];
+  printf("# search_perf scale prices: %d-layer transformer, %d ops, %d devices, link %.3g us %.3g GB/s, device_tflops %.3g;\n"
+         "# plan prices by the dry run (us per step); times in ms, wall / CPU\n",
+         layers, g.nops, devices, base_desc.cluster.link.alpha_us, base_desc.cluster.link.gbps,
+         base_desc.cluster.device_flops * 1e-12);
+  sk_autoparallel d = price_desc(devices, SK_PARALLEL_SEMI_AUTO);
+  sk_parallel_plan p;
+  timed_compile(&g, &d, &p, dms);
+  double dp = timed_price(&p, dpms);
+  sk_parallel_free(&p);
+  printf("# data_parallel: compiled in %.1f / %.1f, priced in %.1f / %.1f: %.6g us\n", dms[0], dms[1], dpms[0], dpms[1], dp);
+  for (int k = 0; k < 2; k++) {
+    d = price_desc(devices, price_modes[k]);
+    timed_compile(&g, &d, &p, cms);
+    printf("# %s: searched in %.1f (wall), compiled in %.1f / %.1f; pricing its plan...\n", sk_parallel_mode_name(d.mode),
+           p.search_ms, cms[0], cms[1]);
+    fflush(stdout); /* a line at a time: a run stopped by a timeout still says how far it got */
+    double own = timed_price(&p, pms);
+    sk_parallel_free(&p);
+    sk_finalists f;
+    die_on(sk_finalists_compile(&g, &d, &p, &f, &E), &E, "finalists");
+    sk_parallel_free(&p);
+    kept[k] = f.f[f.kept].priced ? f.f[f.kept].step_us : NAN;
+    printf("# %s: plan priced in %.1f / %.1f: %.6g us; finalists' pricing (this plus data parallel's compile and price) "
+           "%.1f / %.1f (target 10000: %s); kept %s at %.6g us\n",
+           sk_parallel_mode_name(d.mode), pms[0], pms[1], own, pms[0] + dms[0] + dpms[0], pms[1] + dms[1] + dpms[1],
+           pms[0] + dms[0] + dpms[0] <= 10000 ? "met" : (pms[1] + dms[1] + dpms[1] <= 10000 ? "cpu" : "NOT met"),
+           sk_finalist_name(f.kept, d.mode), kept[k]);
+    fflush(stdout);
+  }
+  double r = kept[1] / kept[0];
+  printf("# D-Rec's kept plan over propagation's: %.4f (target 1.5: %s); data parallel over propagation's: %.4f\n", r,
+         r <= 1.5 ? "met" : "NOT met", dp / kept[0]);
+  sk_graph_free(&g);
+  return 0;
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 static void usage(FILE *f, const char *path) {
   fprintf(f,
-          "Usage: %s [--nets DIR] [--mlps N] [--link A,G] [--device-tflops T]\n"
-          "       %s --scale [LAYERS] [--devices N] [--runs R] [--link A,G] [--device-tflops T]\n"
+          "Usage: %s [--nets DIR] [--mlps N] [--dry-run-prices] [--exhaustive-limit S] [--link A,G] [--device-tflops T]\n"
+          "       %s --scale [LAYERS] [--devices N] [--runs R] [--dry-run-prices] [--link A,G] [--device-tflops T]\n"
           "       %s --scale [LAYERS] --write-net FILE.json\n"
           "       %s --strip IN.json OUT.json\n"
           "The strategy searches (sk_search.h) against the exhaustive optimum: N random MLPs (default 20), the\n"
@@ -597,6 +841,12 @@ static void usage(FILE *f, const char *path) {
           "--write-net, that transformer written as network JSON for build/sk-sim --net instead.\n"
           "--strip: write IN with every operator's strategy cleared. Costs under --link A,G (default 5,25: us\n"
           "latency, GB/s; 0,0 counts bytes), plus compute with --device-tflops.\n"
+          "--dry-run-prices: every plan compiled and priced by the dry run instead: each search's kept plan\n"
+          "(sk_finalists_compile) and data parallel over the referee, exhaustive's plan (work bound\n"
+          "--exhaustive-limit S steps, 0: the search's default) or the cheapest priced plan where it\n"
+          "refuses; the quality set plus the named networks four_matmul (16 devices), dense_mutmul,\n"
+          "recursive_programming, operator_parallel and megatron_block (8) as shipped. With --scale: both\n"
+          "searches' prices on the transformer and the finalists' pricing time.\n"
           "  -h,--help   this text\n",
           path, path, path, path);
 }
@@ -605,6 +855,7 @@ int main(int argc, char **argv) {
   const char *nets = "examples/nets";
   const char *out = NULL;
   int mlps = 20, layers = 0, devices = 4096, runs = 3;
+  bool priced = false;
   base_desc.cluster.link.alpha_us = 5, base_desc.cluster.link.gbps = 25;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -618,6 +869,10 @@ int main(int argc, char **argv) {
       die_on(sk_json_save_network(&g, argv[i + 2], &E), &E, argv[i + 2]);
       sk_graph_free(&g);
       return 0;
+    }
+    if (!strcmp(a, "--dry-run-prices")) {
+      priced = true;
+      continue;
     }
     if (!strcmp(a, "--scale")) {
       layers = 96;
@@ -636,6 +891,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--devices")) devices = atoi(v);
     else if (!strcmp(a, "--runs")) runs = atoi(v);
     else if (!strcmp(a, "--write-net")) out = v;
+    else if (!strcmp(a, "--exhaustive-limit")) base_desc.exhaustive_limit = atoll(v);
     else if (!strcmp(a, "--device-tflops")) base_desc.cluster.device_flops = atof(v) * 1e12;
     else if (!strcmp(a, "--link")) {
       if (sscanf(v, "%lf,%lf", &base_desc.cluster.link.alpha_us, &base_desc.cluster.link.gbps) != 2)
@@ -643,10 +899,14 @@ int main(int argc, char **argv) {
     } else
       return fprintf(stderr, "search_perf: unknown flag '%s' (see %s -h)\n", a, prog_name(argv[0])), 2;
   }
+  if (base_desc.exhaustive_limit < 0) return fprintf(stderr, "search_perf: --exhaustive-limit takes 0 or more steps\n"), 2;
   if (mlps < 0 || mlps > 1000 || devices < 1 || devices > SK_MAX_DEVICES || runs < 1 || runs > 31)
     return fprintf(stderr, "search_perf: --mlps 0..1000, --devices 1..%d, --runs 1..31\n", SK_MAX_DEVICES), 2;
   if (out && !layers) return fprintf(stderr, "search_perf: --write-net writes the --scale transformer: give --scale\n"), 2;
   if (prog_refuse_launch(argv[0])) return 2;
   if (out) return write_net(layers, out);
+  if (priced && base_desc.cluster.link.gbps <= 0)
+    return fprintf(stderr, "search_perf: --dry-run-prices needs a priced --link (a bandwidth)\n"), 2;
+  if (priced) return layers ? scale_prices(layers, devices) : prices(nets, mlps);
   return layers ? scale(layers, devices, runs) : quality(nets, mlps);
 }

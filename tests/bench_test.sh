@@ -325,6 +325,17 @@ timeout 30 build/search_perf --scale 2 --write-net "$tmp/no/such/dir/x.json" >"$
 ok_if "search_perf --write-net to a missing folder: exit 1 naming the path, got exit $rc: $(head -1 "$tmp/err")" \
   refused $rc "$tmp/err" "search_perf: --write-net $tmp/no/such/dir/x.json: "
 ok_if "search_perf --help names --write-net" sh -c 'build/search_perf --help | grep -q -- "--write-net FILE"'
+# search_perf --dry-run-prices on 2 MLPs (15 quality rows: 2 MLPs, 2 tutorials and the block on
+# 2, 4, 8 devices) and the 5 named networks: both summaries, every row priced (no nan), and no
+# kept plan dearer than data parallel (data parallel is one of the finalists it is kept from);
+# exhaustive referees every row.
+timeout 60 build/search_perf --dry-run-prices --mlps 2 --link 5,25 --device-tflops 300 >"$tmp/out" 2>"$tmp/err"; rc=$?
+ok_if "search_perf --dry-run-prices: exit $rc, 15 + 5 priced rows, 4 summary lines each with 0 kept plans dearer than data parallel ($(head -1 "$tmp/err"))" \
+  awk -v rc=$rc '!/^#/ && NF >= 15 { rows++; if ($0 ~ /nan/) bad++ }
+                 /^# quality set: 15 rows, referee exhaustive on 15,/ { q++ } /^# named networks: 5 rows, referee exhaustive on 5,/ { n++ }
+                 /kept geomean/ && /kept dearer than data parallel on 0 rows/ { zero++ }
+                 END { exit !(rc == 0 && rows == 20 && !bad && q == 1 && n == 1 && zero == 4) }' "$tmp/out"
+bad search_perf --dry-run-prices --link 0,0
 # gloo, bench/compare's peer (built only where libgloo-dev is installed): every row checked.
 if [ -x build/gloo_allreduce ]; then
   if timeout 60 build/gloo_allreduce -g 2 -b 8 -e 64K -f 8 $FAST >"$tmp/out" 2>"$tmp/err" &&

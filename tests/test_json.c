@@ -362,6 +362,7 @@ Test(json, shipped_networks_are_canonical) {
   shipped_network_is_canonical("transformer");
   shipped_network_is_canonical("attention");
   shipped_network_is_canonical("dense_mutmul");
+  shipped_network_is_canonical("four_matmul");
 }
 
 Test(json, operator_zoo_round_trips_byte_for_byte_and_field_by_field) { round_trip(build_zoo); }
