@@ -12,7 +12,8 @@
        for operators), on the LEFT with desc.repeat_left (MindSpore's
        repeated_num_in_dev_matrix_right=False) and always for GetNext, VirtualDataset, a
        Gather whose table is cut along its axis, as MindSpore builds those, and a Reshape that
-       follows its input (a Reshape's own strategy: on the right);
+       follows its input's cuts alone (a Reshape's own strategy: on the right; one given its
+       input's layout, desc.follow_layout, keeps that layout's device matrix);
      - the layout of every input (rank 0: a scalar) and of every output;
      - fwd: the collective on output 0: MatMul with a split contraction dim leaves partial sums,
        summed by AllReduce along the contraction axes (or ReduceScatter when the output strategy
@@ -216,6 +217,10 @@ typedef struct sk_op_desc {
      which the compiler sets (MindSpore gives such a Reshape its producer's layout); has_strategy
      stays false, as the strategy is not the operator's own. */
   bool follows_input;
+  /* ... and the layout that input arrives in (the compiler's; ndims 0 when not given): the
+     Reshape then keeps that device matrix, so the output is cut on the producer's own axes and
+     nothing moves where every cut carries over. */
+  sk_layout follow_layout;
   bool full_batch;  /* GetNext / VirtualDataset: every device reads the whole batch */
 } sk_op_desc;
 
@@ -1302,12 +1307,36 @@ static sk_result sk__op_reshape_own(const sk_op_desc *d, int ndevices, sk_op_pla
   return sk__op_layout(&p->out[0], &p->mesh, d->out_ndims[0], d->out_shape[0], oax, "output", err);
 }
 
+/* A Reshape on the layout its input arrives in (desc.follow_layout): the same device matrix and
+   input layout, each cut dim's axes carried to the output dim that starts where it starts. A
+   mesh built from the cuts alone (below) puts the repeat axis elsewhere than the producer did,
+   which is another layout and a move before the kernel; MindSpore keeps the producer's.
+   False, nothing written, when a cut cannot carry over (or no layout was given). */
+static bool sk__op_reshape_on_input(const sk_op_desc *d, int ndevices, sk_op_plan *p) {
+  const sk_layout *in = &d->follow_layout;
+  if (!d->follows_input || in->ndims != d->ndims[0] || in->mesh.size != ndevices) return false;
+  sk_dim_map map[SK_MAX_DIMS];
+  memset(map, 0, sizeof map);
+  for (int k = 0; k < in->ndims; k++) {
+    if (in->shape[k] != d->shape[0][k]) return false;
+    int cut = sk_layout_split_count(in, k);
+    if (cut <= 1) continue;
+    int j = sk__reshape_dim(d, k, cut);
+    if (j < 0) return false;
+    map[j] = in->map[k];
+  }
+  if (sk_layout_init(&p->out[0], &in->mesh, d->out_ndims[0], d->out_shape[0], map, NULL) != SK_OK) return false;
+  p->mesh = in->mesh, p->in[0] = *in;
+  return true;
+}
+
 /* Reshape without a strategy of its own: the cut its input arrives with (desc.follows_input: the
    compiler's, as MindSpore gives a network's Reshape its producer's layout and redistributes
    through the reshape) or, alone, data parallel. Each cut carries over to the output dim that
    starts where its input dim starts ([32,512,7,7] cut (4,1,1,1) to [32,25088] cut (4,1)); the
    kernel reads the cuts that cannot carry over whole (SK_OPF_REDISTRIBUTES). */
 static sk_result sk__op_reshape_follow(const sk_op_desc *d, int ndevices, sk_op_plan *p, sk_error *err) {
+  if (sk__op_reshape_on_input(d, ndevices, p)) return SK_OK;
   int n = d->ndims[0], no = d->out_ndims[0], s[SK_MAX_DIMS] = {0}, ax[SK_MAX_DIMS] = {0}, oax[SK_MAX_DIMS];
   for (int k = 0; k < n; k++) s[k] = d->follows_input ? d->strategy[0][k] : k == 0 ? ndevices : 1;
   sk_result r = sk__op_mesh_of_cuts(s, n, ndevices, &p->mesh, ax, err);

@@ -39,7 +39,8 @@
      which the runtime hands to the fusion scheduler; a frozen parameter, requires_grad false,
      takes no gradient, and the rule sees it as no parameter: desc.params, MindSpore's
      is_parameter), MOVE_BACK for a moved input (the gradient returns to
-     its tensor's layout). A tensor read by several operators sums their gradients. Last: UPDATE (the
+     its tensor's layout; once per moved copy, the gradients of the readers sharing it summed
+     first). A tensor read by several operators sums their gradients. Last: UPDATE (the
      optimizer on every parameter's slice, once every Mirror has completed).
      An operator whose outputs do not lead to the loss (a metric, an auxiliary head) has no
      backward steps on any device; a parameter only such operators read keeps a zero gradient,
@@ -195,7 +196,8 @@ typedef enum sk_parallel_step_kind {
   SK_PSTEP_BACKWARD,      /* the operator's backward: gradients of its inputs in its layouts */
   SK_PSTEP_BACKWARD_COMM, /* `comm` on input `slot`'s gradient (the rule's bwd_in) */
   SK_PSTEP_MIRROR,        /* a parameter's gradient AllReduce over its replicas */
-  SK_PSTEP_MOVE_BACK,     /* input `slot`'s gradient back to its tensor's layout, summed there */
+  SK_PSTEP_MOVE_BACK,     /* input `slot`'s gradient back to its tensor's layout, summed there (with
+                             the other readers' of its moved copy: sk_parallel_op.back_op) */
   SK_PSTEP_UPDATE,        /* the optimizer on every parameter slice */
   /* optimizer parallel: input `slot` of `op` is a sharded parameter */
   SK_PSTEP_PARAM_GATHER,  /* AllGather its model-parallel slice from the shards (if not held) */
@@ -337,9 +339,15 @@ typedef struct sk_parallel_op {
   /* A moved input k reads the copy that operator move_op[k]'s input move_slot[k] moved: its own
      (o, k), or the first earlier reader of the same tensor moved to the same layout, so a tensor
      is moved to a layout once per step (without a pipeline, whose slots are per operator).
-     Only the owner has a Move step and a kernel_in buffer; each reader keeps its gradient and
-     its MoveBack. -1 when not moved. */
+     Only the owner has a Move step and a kernel_in buffer; each reader keeps its own gradient
+     buffer, and one MoveBack carries their sum (back_op). -1 when not moved. */
   int move_op[SK_OP_MAX_INPUTS], move_slot[SK_OP_MAX_INPUTS];
+  /* The slot whose one MoveBack carries input k's gradient back: the first reader of the shared
+     copy, in graph order, whose backward writes a gradient for it (its backward runs last).
+     The readers' gradients are summed there in the moved layout, so a copy moved for several
+     readers moves back once, as autodiff of one redistribution with several users does. -1
+     when input k writes no gradient to move back. */
+  int back_op[SK_OP_MAX_INPUTS], back_slot[SK_OP_MAX_INPUTS];
   /* output k's kernel writes plan.out[k] and its tensor is plan.wanted[k] (out_strategy asked
      for it): an OUT_MOVE after the forward, an OUT_MOVE_BACK of its gradient before the backward */
   bool out_moved[SK_OP_MAX_OUTPUTS];
@@ -586,6 +594,7 @@ static sk_result sk__par_plan_op(sk_parallel_plan *p, int o, bool input_placed, 
   if (follows && !po->desc.has_strategy && !po->desc.has_layouts && input_placed) {
     const sk_layout *in = &p->tensors[g->ops[o].inputs[0]].layout; /* the cut its producer left */
     po->desc.follows_input = true; /* not a strategy of its own: has_strategy stays false */
+    po->desc.follow_layout = *in;  /* its device matrix too: the Reshape keeps the producer's axes */
     for (int d = 0; d < in->ndims; d++) po->desc.strategy[0][d] = sk_layout_split_count(in, d);
   }
   int n = p->desc.ndevices;
@@ -949,6 +958,47 @@ static int sk__par_last_grad_writer(const sk_parallel_plan *p, int t) {
   return -1;
 }
 
+/* Whether input k of operator o writes a gradient into its moved copy's buffer in the backward. */
+static bool sk__par_moved_grad(const sk_parallel_plan *p, int o, int k) {
+  const sk_graph_op *op = &p->graph->ops[o];
+  return p->ops[o].moved[k] && p->tensors[op->inputs[k]].needs_grad && sk_exec_differentiable(op, k) &&
+         sk__par_backward_runs(p, o);
+}
+
+/* Every moved input's back_op/back_slot (sk_parallel_op): the first reader of the same copy that
+   writes a gradient. Readers of one copy share its owner's move_op/move_slot. */
+static void sk__par_move_backs(sk_parallel_plan *p) {
+  const sk_graph *g = p->graph;
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++) {
+      sk_parallel_op *po = &p->ops[o];
+      po->back_op[k] = po->back_slot[k] = -1;
+      for (int o2 = 0; sk__par_moved_grad(p, o, k) && po->back_op[k] < 0 && o2 <= o; o2++)
+        for (int k2 = 0; k2 < g->ops[o2].ninputs && po->back_op[k] < 0; k2++) {
+          const sk_parallel_op *q = &p->ops[o2];
+          if (q->move_op[k2] == po->move_op[k] && q->move_slot[k2] == po->move_slot[k] && sk__par_moved_grad(p, o2, k2))
+            po->back_op[k] = o2, po->back_slot[k] = k2;
+        }
+    }
+}
+
+/* The last input of operator o whose gradient input k's MoveBack carries (k itself, or a later
+   input of o reading the same copy): the MoveBack follows that input's steps, its BackwardComm
+   and Mirror, so every summed gradient is complete. */
+static int sk__par_last_backed(const sk_parallel_plan *p, int o, int k) {
+  int last = k;
+  for (int j = k + 1; j < p->graph->ops[o].ninputs; j++)
+    if (p->ops[o].back_op[j] == o && p->ops[o].back_slot[j] == k) last = j;
+  return last;
+}
+
+/* After input j's steps: the MoveBacks of o's inputs whose last carried gradient is j's. */
+static void sk__par_push_move_backs(sk_parallel_plan *p, int o, int j) {
+  for (int k = 0; k <= j; k++)
+    if (p->ops[o].back_op[k] == o && p->ops[o].back_slot[k] == k && sk__par_last_backed(p, o, k) == j)
+      sk__par_push(p, SK_PSTEP_MOVE_BACK, o, k, NULL);
+}
+
 /* Backward of operator o, when a gradient reaches one of its outputs. */
 static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
   const sk_graph *g = p->graph;
@@ -968,7 +1018,7 @@ static void sk__par_backward_steps(sk_parallel_plan *p, int o) {
     bool sharded = sk__par_sharded_input(p, o, k); /* its Mirror follows the ReduceScatter */
     if (((po->desc.params >> k) & 1u) && po->plan.grad[k].kind != SK_COLL_NONE && !sharded)
       sk__par_push(p, SK_PSTEP_MIRROR, o, k, &po->plan.grad[k]);
-    if (po->moved[k]) sk__par_push(p, SK_PSTEP_MOVE_BACK, o, k, NULL);
+    sk__par_push_move_backs(p, o, k);
   }
   for (int k = 0; k < op->ninputs; k++) /* o is the last to write a sharded parameter's gradient */
     if (sk__par_sharded_input(p, o, k) && p->tensors[op->inputs[k]].needs_grad && sk__par_last_grad_writer(p, op->inputs[k]) == o)
@@ -982,6 +1032,7 @@ static sk_result sk__par_steps(sk_parallel_plan *p, sk_error *err) {
   p->steps = (sk_parallel_step *)sk__calloc(&p->desc.allocator, most * sizeof *p->steps, sizeof(double));
   if (!p->steps) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "parallel: out of memory for the plan's steps");
   sk__par_forward_steps(p);
+  sk__par_move_backs(p);
   for (int o = g->nops - 1; o >= 0; o--) sk__par_backward_steps(p, o);
   sk__par_push(p, SK_PSTEP_UPDATE, -1, 0, NULL);
   return SK_OK;

@@ -11,9 +11,21 @@
 
 SK_EXTERN_C_BEGIN
 
+/* The other readers of input k's moved copy whose gradients its MoveBack carries
+   (sk_parallel_op.back_op): each wrote its own in the moved layout, summed into k's here. */
+static void sk__rt_sum_readers(sk_runtime *rt, int o, int k) {
+  const sk_parallel_plan *p = rt->plan;
+  int64_t n = sk__rt_dx_count(rt, o, k);
+  for (int o2 = o; o2 < rt->g->nops; o2++)
+    for (int k2 = 0; k2 < rt->g->ops[o2].ninputs; k2++)
+      if (p->ops[o2].back_op[k2] == o && p->ops[o2].back_slot[k2] == k && (o2 != o || k2 != k))
+        sk__rt_add(rt->cdt, rt->ops[o].dkin[k], rt->ops[o2].dkin[k2], n);
+}
+
 static sk_result sk__rt_move_back(sk_runtime *rt, const sk_parallel_step *s, sk_error *err) {
   sk__rt_op *ro = &rt->ops[s->op];
   int k = s->slot, t = rt->g->ops[s->op].inputs[k];
+  sk__rt_sum_readers(rt, s->op, k);
   void *target = rt->written[t] ? rt->scratch[k] : rt->grads[t];
   ro->add[k] = rt->written[t], rt->written[t] = true;
   sk_result r = sk_redist_execute(ro->move_back[k], ro->dkin[k], (size_t)sk__rt_dx_count(rt, s->op, k), target,

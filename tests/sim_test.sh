@@ -294,18 +294,19 @@ done
 "$BIN" --net examples/nets/operator_parallel.json --devices 8 --steps 1 --topology 2x4 --intra 2,150 --inter 10,25 \
   --device-tflops 1 --mode sharding_propagation >"$tmp/out" 2>"$tmp/err"
 if [ $? -eq 1 ] && grep -q 'searches price a flat link only' "$tmp/err"; then ok; else bad "a search under --topology: $(cat "$tmp/err")"; fi
-# ... and on far more devices than threads could run: 512, in 4 classes (the redistributions
-# send by rank)
+# ... and on far more devices than threads could run: 512, in 2 classes (the inputs' moves
+# from the dataset strategy's cut send by rank)
 "$BIN" --net examples/nets/transformer.json --devices 512 --dataset-strategy "((2,1),(2,))" --dry-run >"$tmp/out" 2>&1
-if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 512 devices in 4 classes, ' &&
-   [ "$(grep -cE '^class [0-9]+ \(devices ' "$tmp/out")" -eq 4 ] && grep -qE '^class 0 \(devices 0,8,16,\.\.\. \(32 devices\)\) ' "$tmp/out" &&
+if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 512 devices in 2 classes, ' &&
+   [ "$(grep -cE '^class [0-9]+ \(devices ' "$tmp/out")" -eq 2 ] && grep -qE '^class 0 \(devices 0,2,4,\.\.\. \(256 devices\)\) ' "$tmp/out" &&
    grep -q '^allreduce  *512 ' "$tmp/out" && grep -q '^compute per step (device 0): ' "$tmp/out"; then ok
 else bad "--dry-run on 512 devices: $(tail -3 "$tmp/out")"; fi
 
 # device classes: devices with the same stage, group shapes and redistribution sends are one
 # class, simulated once. dense_mutmul data parallel: one class of 8, flat or on 2 nodes of 4
-# (every group spans both nodes alike); the transformer's redistributions send by rank: 2 classes
-# on 8 devices, and under --pipeline 2 twice that, no class across the stages
+# (every group spans both nodes alike); the transformer with its inputs cut 2 ways (the moves of
+# those inputs send by rank): 2 classes on 8 devices, and under --pipeline 2 twice that, no class
+# across the stages
 for cl in "--link 5,25 --device-tflops 10" "--topology 2x4 --intra 2,150 --inter 10,25 --device-tflops 10"; do
   eval "set -- $cl"
   "$BIN" --net examples/nets/dense_mutmul.json --devices 8 --dry-run "$@" --report-json "$tmp/cl.json" >"$tmp/out" 2>&1
@@ -313,13 +314,13 @@ for cl in "--link 5,25 --device-tflops 10" "--topology 2x4 --intra 2,150 --inter
      grep -q '"devices": 8,' "$tmp/cl.json" && [ "$(grep -c '"id"' "$tmp/cl.json")" -eq 1 ]; then ok
   else bad "dense_mutmul classes, $cl: $(head -4 "$tmp/out")"; fi
 done
-"$BIN" --net examples/nets/transformer.json --devices 8 --dry-run >"$tmp/out" 2>&1
+"$BIN" --net examples/nets/transformer.json --devices 8 --dataset-strategy "((2,1),(2,))" --dry-run >"$tmp/out" 2>&1
 if [ $? -eq 0 ] && head -1 "$tmp/out" | grep -q '^# dry run: 8 devices in 2 classes, ' &&
    grep -qE '^class 0 \(devices 0,2,5,\.\.\. \(4 devices\)\) ' "$tmp/out" && grep -qE '^class 1 \(devices 1,3-4,6\) ' "$tmp/out"; then ok
 else bad "transformer classes on 8: $(head -5 "$tmp/out")"; fi
 if command -v python3 >/dev/null 2>&1; then
   "$BIN" --net examples/nets/transformer.json --devices 8 --pipeline 2 --micro 2 --topology 2x4 --intra 2,150 --inter 10,25 \
-    --device-tflops 10 --dry-run --report-json "$tmp/cl.json" >"$tmp/out" 2>&1
+    --device-tflops 10 --dataset-strategy "((2,1),(2,))" --dry-run --report-json "$tmp/cl.json" >"$tmp/out" 2>&1
   if [ $? -eq 0 ] && python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -641,9 +642,9 @@ expect_fail "--report-json with --dump-schedule" "--report-json needs a run or -
 
 # --device-memory GB: the fit check of every class's peak_total (here 1455192 bytes on each of the
 # 8 devices, one class), dry or executed: too small exits 1 naming the class; above 90% warns;
-# roomy says nothing; a value that is not a positive number is refused. The transformer on 16
-# devices has 8 classes (redistributions send by rank), two ranks each: the first five are
-# named, then how many more
+# roomy says nothing; a value that is not a positive number is refused. The transformer on 32
+# devices in 4 pipeline stages, its inputs cut 2 ways, has 6 classes: the first five are named,
+# then how many more
 OP8="--net examples/nets/operator_parallel.json --devices 8"
 fit() { # fit NAME WANT_RC WANT_STDERR_FILE ARGS...
   name=$1; want_rc=$2; want=$3; shift 3
@@ -654,16 +655,21 @@ fit() { # fit NAME WANT_RC WANT_STDERR_FILE ARGS...
 : >"$tmp/fit_none"
 echo "sk-sim: does not fit: class 0 (devices 0-7): peak 0.00145519 GB > 0.0014 GB (largest: gradients 0.000708772 GB)" >"$tmp/fit_over"
 echo "sk-sim: warning: class 0 at 97.0% of --device-memory" >"$tmp/fit_near"
-{ for c in 0 1 2 3 4; do
-    echo "sk-sim: does not fit: class $c (devices $c,$((15 - c))): peak 0.00221806 GB > 0.001 GB (largest: gradients 0.0010857 GB)"
-  done
-  echo "sk-sim: ... and 3 more classes do not fit"; } >"$tmp/fit_more"
+cat >"$tmp/fit_more" <<'EOF'
+sk-sim: does not fit: class 0 (devices 0,2,5,... (4 devices)): peak 0.000358528 GB > 0.0001 GB (largest: gradients 0.00015744 GB)
+sk-sim: does not fit: class 1 (devices 1,3-4,6): peak 0.000358528 GB > 0.0001 GB (largest: gradients 0.00015744 GB)
+sk-sim: does not fit: class 2 (devices 8-15): peak 0.000311168 GB > 0.0001 GB (largest: gradients 0.000139136 GB)
+sk-sim: does not fit: class 3 (devices 16-23): peak 0.000273792 GB > 0.0001 GB (largest: gradients 0.000120064 GB)
+sk-sim: does not fit: class 4 (devices 24,26,29,... (4 devices)): peak 0.000157384 GB > 0.0001 GB (largest: gradients 6.234e-05 GB)
+sk-sim: ... and 1 more classes do not fit
+EOF
 fit "--device-memory too small, dry" 1 "$tmp/fit_over" $OP8 --dry-run --device-memory 0.0014
 fit "--device-memory too small, executed" 1 "$tmp/fit_over" $OP8 --steps 1 --device-memory 0.0014
 fit "--device-memory at 97%, dry" 0 "$tmp/fit_near" $OP8 --dry-run --device-memory 0.0015
 fit "--device-memory at 97%, executed" 0 "$tmp/fit_near" $OP8 --steps 1 --device-memory 0.0015
-fit "--device-memory, 8 classes, dry" 1 "$tmp/fit_more" --net examples/nets/transformer.json --devices 16 --dry-run --device-memory 0.001
-fit "--device-memory, 8 classes, executed" 1 "$tmp/fit_more" --net examples/nets/transformer.json --devices 16 --steps 1 --device-memory 0.001
+TF6="--net examples/nets/transformer.json --devices 32 --pipeline 4 --micro 4 --dataset-strategy ((2,1),(2,))"
+fit "--device-memory, 6 classes, dry" 1 "$tmp/fit_more" $TF6 --dry-run --device-memory 0.0001
+fit "--device-memory, 6 classes, executed" 1 "$tmp/fit_more" $TF6 --steps 1 --device-memory 0.0001
 fit "--device-memory roomy, dry" 0 "$tmp/fit_none" $OP8 --dry-run --device-memory 0.0017
 fit "--device-memory roomy, executed" 0 "$tmp/fit_none" $OP8 --steps 1 --device-memory 1
 for v in 0 -1 abc nan inf 1e10; do
