@@ -97,35 +97,40 @@ static inline const char *sim_ckpt_conflict(const sim_ckpt_opts *c, bool check, 
 }
 
 /* Taking the save root's lock: device 0 takes it for its process; every device learns the
-   outcome (an AllReduce), so under MPI the other processes end too instead of waiting. */
+   outcome (an AllReduce), so under MPI the other processes end too instead of waiting. Device 0
+   says why before that AllReduce: once the others know, they exit, and mpirun then kills
+   process 0, at times before a message written later had left it. */
 typedef struct sim_ckpt_locking {
-  const char *root;
+  const char *root, *prog;
   sk_ckpt_root_lock *lock;
-  char msg[SK_ERROR_MSG_MAX]; /* device 0's error */
+  bool said;                  /* device 0's error is on stderr */
 } sim_ckpt_locking;
 
 static inline sk_result sim_ckpt_lock_device(sk_comm *c, void *arg) {
   sim_ckpt_locking *L = (sim_ckpt_locking *)arg;
   sk_error e = {SK_OK, ""};
   sk_result r = sk_comm_rank(c) == 0 ? sk_ckpt_lock(L->root, L->lock, &e) : SK_OK;
-  if (r) snprintf(L->msg, sizeof L->msg, "%s", e.msg);
+  if (r) fprintf(stderr, "%s: %s\n", L->prog, e.msg), fflush(stderr), L->said = true;
   int64_t mine = r, worst = 0;
   sk_result a = sk_allreduce(c, &mine, &worst, 1, SK_I64, SK_MAX, NULL);
   return r ? r : a ? a : worst ? SK_ERR_ABORTED : SK_OK;
 }
 
 /* With --save-checkpoint, its root locked for the whole run, before anything trains (*lock:
-   held until sk_ckpt_unlock or the process ends). -1 with the message when another run writes
-   there or the root cannot be created or written. w: the run's world (NULL: this process). */
-static inline int sim_ckpt_lock(sk_world *w, const sim_ckpt_opts *o, sk_ckpt_root_lock *lock, char *msg, size_t cap) {
+   held until sk_ckpt_unlock or the process ends). When another run writes there or the root
+   cannot be created or written: 1 when device 0 said so on stderr (as "PROG: why"), else -1
+   with the message. w: the run's world (NULL: this process). */
+static inline int sim_ckpt_lock(sk_world *w, const sim_ckpt_opts *o, sk_ckpt_root_lock *lock, const char *prog,
+                                char *msg, size_t cap) {
   if (!o->save) return 0;
   sim_ckpt_locking L;
   memset(&L, 0, sizeof L);
-  L.root = o->save, L.lock = lock;
+  L.root = o->save, L.lock = lock, L.prog = prog;
   if (w && !sk_world_run(w, sim_ckpt_lock_device, &L, NULL)) return 0;
+  if (L.said) return 1;
   sk_error e = {SK_OK, ""};
   if (!w && !sk_ckpt_lock(o->save, lock, &e)) return 0;
-  snprintf(msg, cap, "%s", !w ? e.msg : L.msg[0] ? L.msg : sk_world_error_message(w));
+  snprintf(msg, cap, "%s", !w ? e.msg : sk_world_error_message(w));
   return -1;
 }
 

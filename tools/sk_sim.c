@@ -1177,7 +1177,8 @@ static int run_all(job *J, const char *argv0, char *msg, size_t cap) {
   sk_ckpt_root_lock lock = {-1, false}; /* --save-checkpoint's root, held until the end */
   if (o->distributed && make_world(o, &w, msg, cap)) return -1;
   if (o->mpi) MPI_Comm_rank(MPI_COMM_WORLD, &process);
-  if (sim_ckpt_lock(w, &o->ckpt, &lock, msg, cap)) rc = -1;
+  int locked = sim_ckpt_lock(w, &o->ckpt, &lock, prog_name(argv0), msg, cap);
+  if (locked) rc = locked > 0 ? 1 : -1; /* 1: said already */
   if (!rc && process == 0 && J->plan.nfallbacks && o->devices > 1) say_fallbacks(J, argv0);
   /* the reference runs first unless it starts from what the broadcast leaves */
   bool after = o->broadcast;
