@@ -110,6 +110,23 @@
      of the two slices) counts their row-major runs: O(devices * runs) for the label, O(group *
      runs) per planned rank; executing it walks the same runs.
 
+   BUSIEST RANK
+     sk_redist_step_busiest_us prices a step over all ranks at once, for the dry run (which
+     charges a Send/Recv exchange as one call as long as its busiest rank's) and the searches'
+     cost models, which price many exchanges at thousands of devices. Rank by rank, each
+     rank's pieces cost a scan of its whole group: O(devices * group) slice overlaps, 17
+     million at 4,096 devices. Instead each receiver's holders come from interval arithmetic:
+     per dim its target interval meets a run of the source's blocks, whose holders differ from
+     it only on the axes cutting that dim, so the holders are the product of those runs, each
+     found in O(dims); a piece's price (sk_cluster_p2p_us, so any link class) is added to the
+     receiver's side and, once, to the holder's send side. O(devices * pieces per rank * dims)
+     plus a sort of a rank's holders when its layout lists axes out of mesh order; one array of
+     devices doubles; the same terms in the same order as rank by rank, so the same value. At
+     4,096 devices a 4096-way cut of dim 0 -> 64 x 64 (8192 x 8192, 64 pieces a rank) takes
+     3.6 ms against 0.84 s rank by rank (bench/RESULTS.md, section 4). Flat exchanges
+     (a reshape that does not unify) keep the rank-by-rank loop; collectives price each group
+     once.
+
    EXECUTING
      sk_redist_executor_create(comm, desc, &ex, &err) is COLLECTIVE over comm (whose size must
      equal the larger of the two device counts; comm rank r plays mesh rank r): it plans for
@@ -271,6 +288,13 @@ SK_API sk_result sk_redist_plan_bytes(const sk_redist_plan *plan, int step, int 
    r's world rank (NULL: r itself). Any plan of the descriptor answers for every rank. */
 SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *plan, int step, int rank, const sk_cluster *cluster,
                                          const int *world, double *us, sk_error *err);
+/* The largest sk_redist_step_clock_us of step `step` over every rank (0..devices-1), the length
+   of the call a Send/Recv exchange is charged as over its ranks; for an AllGather or AllToAll
+   the dearest group's price; other steps 0. Exact (the same terms summed in the same order as
+   rank by rank, so the same double) and without a scan of every peer per rank: BUSIEST RANK
+   above. world as sk_redist_step_clock_us's (NULL, or devices entries). */
+SK_API sk_result sk_redist_step_busiest_us(const sk_redist_plan *plan, int step, const sk_cluster *cluster,
+                                           const int *world, double *us, sk_error *err);
 /* Sum of the steps' estimates (s). */
 SK_API double sk_redist_plan_cost(const sk_redist_plan *plan);
 /* MindSpore mode only (else SK_ERR_INVALID_ARGUMENT). */
@@ -1264,6 +1288,154 @@ SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *p, int step, int 
     res = sk__rd_coll_price(s, mem, n, cluster, world, p->desc.dtype, us, err);
     sk__free(al, mem);
   }
+  return res;
+}
+
+/* >>busiest -- sk_redist_step_busiest_us: every rank's sk_redist_step_clock_us at once.
+   A Send/Recv step is walked receiver by receiver: rank q's holders are listed from per-dim
+   block arithmetic on A (its target interval on dim d meets A-blocks j0..j1; block j's holder
+   has j's mixed-radix digits on the dim's axes and q's own coordinates on A's unused axes, the
+   choice sk__rd_pieces makes), never by scanning q's group. A piece q receives from p is the
+   piece p sends to q (p is in q's group iff q is in p's), so its price, computed once, is added
+   to q's receive side and to p's send side; receivers run in ascending order and each one's
+   holders are sorted, so every side sums the very terms sk__rd_p2p_price sums, in its order. */
+typedef struct sk__rd_holder {
+  int peer;
+  int64_t elems;
+} sk__rd_holder;
+
+static int sk__rd_holder_cmp(const void *x, const void *y) {
+  int a = ((const sk__rd_holder *)x)->peer, b = ((const sk__rd_holder *)y)->peer;
+  return (a > b) - (a < b);
+}
+
+/* Rank q's holders under A of its target slice under B (q itself left out), peers ascending,
+   into h (room for q's group along A's used axes); returns their count. */
+static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__rd_holder *h) {
+  const sk_mesh *m = &A->mesh;
+  int nd = A->ndims, c[SK_MAX_AXES], mstride[SK_MAX_AXES];
+  int64_t bf[SK_MAX_DIMS], j0[SK_MAX_DIMS], j1[SK_MAX_DIMS], j[SK_MAX_DIMS];
+  for (int k = m->naxes - 1, x = q, s = 1; k >= 0; k--)
+    c[k] = x % m->dims[k], x /= m->dims[k], mstride[k] = s, s *= m->dims[k];
+  uint32_t used = sk_layout_used_axes(A);
+  int base = q; /* q with its coordinates on A's used axes zeroed: the unused axes pick the holder */
+  for (int k = 0; k < m->naxes; k++)
+    if (used & (1u << k)) base -= c[k] * mstride[k];
+  sk__rd_box T;
+  sk__rd_slice_box(B, q, &T);
+  for (int d = 0; d < nd; d++) {
+    bf[d] = A->shape[d] / sk_layout_split_count(A, d);
+    if (T.hi[d] <= T.lo[d]) return 0;
+    j0[d] = j[d] = T.lo[d] / bf[d], j1[d] = (T.hi[d] - 1) / bf[d];
+  }
+  int n = 0;
+  bool sorted = true;
+  for (;;) { /* odometer over the dims' block ranges, the last dim fastest */
+    int p = base;
+    int64_t v = 1;
+    for (int d = 0; d < nd; d++) {
+      int64_t lo = j[d] * bf[d], hi = lo + bf[d];
+      if (lo < T.lo[d]) lo = T.lo[d];
+      if (hi > T.hi[d]) hi = T.hi[d];
+      v *= hi - lo;
+      int64_t blk = j[d];
+      for (int k = A->map[d].naxes - 1; k >= 0; k--) { /* the first listed axis is the major digit */
+        int a = A->map[d].axes[k];
+        p += (int)(blk % m->dims[a]) * mstride[a], blk /= m->dims[a];
+      }
+    }
+    if (p != q) {
+      if (n && h[n - 1].peer > p) sorted = false;
+      h[n].peer = p, h[n++].elems = v;
+    }
+    int d = nd - 1;
+    while (d >= 0 && j[d] == j1[d]) j[d] = j0[d], d--;
+    if (d < 0) break;
+    j[d]++;
+  }
+  if (!sorted) qsort(h, (size_t)n, sizeof *h, sk__rd_holder_cmp);
+  return n;
+}
+
+/* Send/Recv step s priced for every rank at once (the walk above): the busiest rank's busier
+   side. One array of send sides and one holder list, whatever the device count. */
+static sk_result sk__rd_p2p_busiest(const sk_redist_plan *p, const sk__rd_step *s, const sk_cluster *cl,
+                                    const int *world, double *us, sk_error *err) {
+  const sk_allocator *al = &p->desc.allocator;
+  const sk_mesh *m = &s->a.mesh;
+  uint32_t used = sk_layout_used_axes(&s->a);
+  int N = m->size, gs = 1;
+  for (int k = 0; k < m->naxes; k++)
+    if (used & (1u << k)) gs *= m->dims[k];
+  double *send = (double *)sk__calloc(al, sizeof(double) * (size_t)N, 16);
+  sk__rd_holder *h = (sk__rd_holder *)sk__alloc(al, sizeof(sk__rd_holder) * (size_t)gs, 16);
+  sk_result res = SK_OK;
+  if (!send || !h) res = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+  double worst = 0;
+  for (int q = 0; !res && q < N; q++) {
+    int n = sk__rd_holders_of(&s->a, &s->b, q, h), me = world ? world[q] : q;
+    double recv = 0;
+    for (int i = 0; !res && i < n; i++) {
+      double t = 0;
+      res = sk_cluster_p2p_us(cl, world ? world[h[i].peer] : h[i].peer, me, (size_t)h[i].elems, p->desc.dtype, &t, err);
+      recv += t, send[h[i].peer] += t;
+    }
+    if (recv > worst) worst = recv;
+  }
+  for (int r = 0; !res && r < N; r++)
+    if (send[r] > worst) worst = send[r];
+  sk__free(al, send), sk__free(al, h);
+  *us = res ? 0 : worst;
+  return res;
+}
+
+/* Collective step s: the dearest group's price, each group priced once (by its member with
+   coordinate 0 on every group axis), as every member's sk_redist_step_clock_us is its group's. */
+static sk_result sk__rd_coll_busiest(const sk_redist_plan *p, const sk__rd_step *s, const sk_cluster *cl,
+                                     const int *world, double *us, sk_error *err) {
+  const sk_mesh *m = &s->a.mesh;
+  int *mem = (int *)sk__alloc(&p->desc.allocator, sizeof(int) * (size_t)s->gsize, 16);
+  if (!mem) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+  sk_result res = SK_OK;
+  double worst = 0;
+  for (int r = 0; !res && r < m->size; r++) {
+    bool first = true;
+    for (int k = m->naxes - 1, x = r; k >= 0; x /= m->dims[k], k--)
+      if ((s->axes & (1u << k)) && x % m->dims[k]) first = false;
+    if (!first) continue;
+    int n = 0;
+    double t = 0;
+    sk_mesh_group(m, r, s->axes, mem, s->gsize, &n, NULL);
+    res = sk__rd_coll_price(s, mem, n, cl, world, p->desc.dtype, &t, err);
+    if (t > worst) worst = t;
+  }
+  sk__free(&p->desc.allocator, mem);
+  *us = res ? 0 : worst;
+  return res;
+}
+
+SK_API sk_result sk_redist_step_busiest_us(const sk_redist_plan *p, int step, const sk_cluster *cluster,
+                                           const int *world, double *us, sk_error *err) {
+  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: plan is NULL");
+  if (!cluster) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: cluster is NULL");
+  if (!us) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: us (the output) is NULL");
+  if (step < 0 || step >= p->nsteps)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: step %d out of range [0, %d)", step, p->nsteps);
+  const sk__rd_step *s = &p->steps[step];
+  *us = 0;
+  if (s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL)
+    return sk__rd_coll_busiest(p, s, cluster, world, us, err);
+  if (s->op != SK_REDIST_SENDRECV) return SK_OK;
+  if (!s->flat && s->a.mesh.size == s->b.mesh.size) return sk__rd_p2p_busiest(p, s, cluster, world, us, err);
+  /* pieces of flat row-major runs (a reshape no common shape carries) have no per-dim blocks:
+     rank by rank, O(devices * group * runs) */
+  sk_result res = SK_OK;
+  for (int r = 0; !res && r < sk__rd_devices(&p->desc); r++) {
+    double t = 0;
+    res = sk_redist_step_clock_us(p, step, r, cluster, world, &t, err);
+    if (t > *us) *us = t;
+  }
+  if (res) *us = 0;
   return res;
 }
 
