@@ -1315,6 +1315,7 @@ static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__
   const sk_mesh *m = &A->mesh;
   int nd = A->ndims, c[SK_MAX_AXES], mstride[SK_MAX_AXES];
   int64_t bf[SK_MAX_DIMS], j0[SK_MAX_DIMS], j1[SK_MAX_DIMS], j[SK_MAX_DIMS];
+  if (nd < 1 || nd > SK_MAX_DIMS) return 0; /* a checked layout's are not: keeps the walk defined */
   for (int k = m->naxes - 1, x = q, s = 1; k >= 0; k--)
     c[k] = x % m->dims[k], x /= m->dims[k], mstride[k] = s, s *= m->dims[k];
   uint32_t used = sk_layout_used_axes(A);

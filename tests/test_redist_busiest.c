@@ -33,8 +33,8 @@ static int rb_below(int n) {
 static sk_mesh rb_mesh(int devices, const char *prefix) {
   int naxes = 1 + rb_below(3), dims[3] = {1, 1, 1}, left = devices;
   for (int k = 0; k < naxes - 1; k++) {
-    int divs[64], n = 0;
-    for (int f = 1; f <= left; f++)
+    int divs[64] = {1}, n = 1; /* 1 divides anything */
+    for (int f = 2; f <= left; f++)
       if (left % f == 0) divs[n++] = f;
     dims[k] = divs[rb_below(n)];
     left /= dims[k];
