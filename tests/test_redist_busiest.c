@@ -9,6 +9,7 @@
      link and on topologies of 2 and 4 devices a node with different intra and inter links,
      under the identity, a pipeline stage's offset and a shuffled world map: the two prices must
      be the same double (the fast walk sums the same terms in the same order).
+   - The same descriptors planned for all ranks at once: every rank's bytes as its own plan's.
    - A 512-device exchange of the kind the dry run meets at scale (rows by 512 -> 16 x 32).
    - Reshapes that no common shape carries (flat pieces) and collectives take the same value.
    - Bad input names what is wrong. */
@@ -149,6 +150,35 @@ static double rb_rank_by_rank(const sk_redist_plan *p, int step, int devices, co
   return worst;
 }
 
+/* An all-ranks plan (whose exchanges count every rank's pieces in one walk) against each rank's
+   own plan: the same bytes each way, the same estimate. */
+static void rb_check_all_ranks(const sk_redist_desc *d, const char *what) {
+  int devices = d->from.mesh.size > d->to.mesh.size ? d->from.mesh.size : d->to.mesh.size;
+  sk_redist_plan *all = NULL;
+  sk_error e;
+  cr_assert_eq(sk_redist_plan_create(d, SK_REDIST_ALL_RANKS, &all, &e), SK_OK, "%s: %s", what, e.msg);
+  double worst = 0;
+  for (int r = 0; r < devices; r++) {
+    sk_redist_plan *one = NULL;
+    cr_assert_eq(sk_redist_plan_create(d, r, &one, &e), SK_OK, "%s: %s", what, e.msg);
+    for (int s = 0; s < sk_redist_plan_nsteps(one); s++) {
+      uint64_t ra = 0, sa = 0, r1 = 0, s1 = 0;
+      cr_assert_eq(sk_redist_plan_bytes(all, s, r, &ra, &sa, &e), SK_OK, "%s", e.msg);
+      cr_assert_eq(sk_redist_plan_bytes(one, s, r, &r1, &s1, &e), SK_OK, "%s", e.msg);
+      cr_assert(ra == r1 && sa == s1, "%s, step %d, rank %d: all-ranks plan recv %llu send %llu, rank plan %llu %llu",
+                what, s, r, (unsigned long long)ra, (unsigned long long)sa, (unsigned long long)r1,
+                (unsigned long long)s1);
+    }
+    if (sk_redist_plan_cost(one) > worst) worst = sk_redist_plan_cost(one);
+    sk_redist_plan_destroy(one);
+  }
+  /* the whole plan's estimate is the maximum over ranks of each step's (per step, so at least
+     the dearest rank plan's total) */
+  cr_assert_geq(sk_redist_plan_cost(all), worst * (1 - 1e-12), "%s: all-ranks estimate %.17g under a rank's %.17g",
+                what, sk_redist_plan_cost(all), worst);
+  sk_redist_plan_destroy(all);
+}
+
 /* Every step of desc's plan on every cluster and world map; returns the Send/Recv steps seen
    with a nonzero price. */
 static int rb_check_desc(const sk_redist_desc *d, const char *what) {
@@ -185,6 +215,7 @@ Test(redist_busiest, random_exchanges_equal_the_rank_by_rank_max, .timeout = 120
     snprintf(what, sizeof what, "case %d: [%s] on %d -> [%s] on %d, partial 0x%x", i, f, d.from.mesh.size, t,
              d.to.mesh.size, (unsigned)d.partial);
     exchanges += rb_check_desc(&d, what);
+    rb_check_all_ranks(&d, what);
   }
   /* the generator must reach the walk often, not only collectives and local copies */
   cr_assert_gt(exchanges, 200, "only %d Send/Recv exchanges among the random cases", exchanges);
