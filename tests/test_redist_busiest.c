@@ -41,7 +41,7 @@ static sk_mesh rb_mesh(int devices, const char *prefix) {
     left /= dims[k];
   }
   dims[naxes - 1] = left;
-  char names[3][8];
+  char names[3][16];
   const char *np[3];
   for (int k = 0; k < naxes; k++) snprintf(names[k], sizeof names[k], "%s%d", prefix, k), np[k] = names[k];
   sk_mesh m;
