@@ -63,6 +63,7 @@
 #include "sk_graph.h"
 #include "sk_layout.h"
 #include "sk_ops.h"
+#include "sk_topology.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -124,6 +125,13 @@ typedef struct sk_search_desc {
   /* list the unconfigured operators' candidates only when a search asks (D-Rec builds its own
      cuts and never does: the compiler sets this for recursive_programming) */
   bool lazy_candidates;
+  /* the run's dtypes (sk_parallel_run_dtypes; zero: f32, the default run's): a float tensor
+     computes in `compute`, its forward and backward collectives carry `wire`, the Mirrors
+     `gradient` (any other dtype travels as itself) */
+  sk_dtype compute, wire, gradient;
+  /* each Mirror is a call of its own (comm_fusion closed, as a serial plan has it); false: the
+     fusion scheduler buckets them and a Mirror is priced by its bandwidth alone */
+  bool whole_mirrors;
 } sk_search_desc;
 
 typedef struct sk_search_model {
@@ -261,16 +269,29 @@ static double sk__sc_slice_bytes(const sk_layout *l, sk_dtype dt) {
   return n;
 }
 
-/* The model's unit for one collective of `count` elements of dt on p devices; *bytes gets what
-   the ring sends from a device. */
-static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, int p, double *bytes,
-                          bool fused) {
+/* The run's dtype of a tensor of dtype dt travelling as `as` (a float: the run's compute, wire
+   or gradient dtype; any other: its own), sk_parallel_run_dtypes' rule. */
+static sk_dtype sk__sc_run_dtype(sk_dtype dt, sk_dtype as) { return sk_exec_is_float(dt) ? as : dt; }
+
+/* The model's unit for one `kind` call of `count` elements of dt (count as the call takes it) on
+   every group of mesh axes `axes`: the dearest group's price by sk_cluster_mesh_coll_us, the dry
+   run's (sk_dryrun_clock.h) own; latency free when `fused` (a fusion bucket's member shares its
+   bucket's). *bytes gets what the ring sends from a device; a cluster that prices nothing counts
+   those bytes. */
+static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, const sk_mesh *mesh,
+                          uint32_t axes, double *bytes, bool fused) {
+  int p = sk_mesh_group_size(mesh, axes);
   if (kind == SK_COLL_NONE || p <= 1 || count <= 0) return 0;
-  sk_link_model bytes_model = {0, 1e-3}, link = m->desc.cluster.link; /* 1 unit per byte */
+  sk_link_model bytes_model = {0, 1e-3}; /* 1 unit per byte */
   double b = sk_link_cost_us(&bytes_model, kind, (size_t)count, dt, p);
   *bytes += b;
-  if (fused) link.alpha_us = 0; /* the fusion scheduler buckets it: a bucket's latency, shared by many */
-  return link.gbps > 0 ? sk_link_cost_us(&link, kind, (size_t)count, dt, p) : b;
+  if (!sk_cluster_prices(&m->desc.cluster)) return b;
+  sk_cluster cl = m->desc.cluster;
+  if (fused) cl.link.alpha_us = cl.topology.intra.alpha_us = cl.topology.inter.alpha_us = 0;
+  double us = 0;
+  /* the model checked the cluster and the plan made the mesh: no refusal can come */
+  (void)sk_cluster_mesh_coll_us(&cl, kind, (size_t)count, dt, mesh, axes, 0, &us, NULL);
+  return us;
 }
 
 static double sk__sc_numel_of(const sk_layout *l) {
@@ -279,7 +300,53 @@ static double sk__sc_numel_of(const sk_layout *l) {
   return n;
 }
 
-/* own(op, cand) from the rule's plan. */
+static void sk__sc_view(sk_exec_arg *a, const sk_layout *l, sk_dtype dt) {
+  memset(a, 0, sizeof *a);
+  a->dtype = dt, a->ndims = l->ndims;
+  sk_layout_slice_shape(l, a->shape);
+}
+
+/* Operator o's compute (us) under plan p, as the dry run counts it: sk_exec_flops on a device's
+   slices (inputs in the kernel's layouts, outputs in the rule's, output 0 whole along the
+   scattered dim before a forward ReduceScatter), in the run's compute dtype, for its Forward and,
+   when a gradient flows, its Backward. */
+static double sk__sc_compute(const sk_search_model *m, int o, const sk_op_plan *p, bool backward) {
+  const sk_graph *g = m->graph;
+  const sk_graph_op *op = &g->ops[o];
+  double speed = m->desc.cluster.device_flops;
+  if (speed <= 0) return 0;
+  sk_exec_arg in[SK_OP_MAX_INPUTS], out[SK_OP_MAX_OUTPUTS];
+  memset(in, 0, sizeof in), memset(out, 0, sizeof out);
+  for (int k = 0; k < op->ninputs; k++) {
+    sk_layout kl;
+    if (sk_op_kernel_layout(op->desc.kind, p, k, &kl, NULL)) kl = p->in[k];
+    sk__sc_view(&in[k], &kl, sk__sc_run_dtype(g->tensors[op->inputs[k]].dtype, m->desc.compute));
+  }
+  for (int k = 0; k < op->noutputs && k < SK_OP_MAX_OUTPUTS; k++)
+    sk__sc_view(&out[k], &p->out[k], sk__sc_run_dtype(g->tensors[op->outputs[k]].dtype, m->desc.compute));
+  if (p->fwd.kind == SK_COLL_REDUCE_SCATTER) out[0].shape[0] *= sk_mesh_group_size(&p->mesh, p->fwd.axes);
+  double flops = sk_exec_flops(op, in, out, false) / speed * 1e6;
+  if (backward) flops += sk_exec_flops(op, in, out, true) / speed * 1e6;
+  return flops;
+}
+
+/* The Mirrors (gradient syncs) of operator o's trainable inputs. Fused (desc.whole_mirrors
+   false) each is a bucket's member: its bandwidth alone. Whole, each is its own call. */
+static double sk__sc_mirrors(const sk_search_model *m, const sk_graph_op *op, const sk_op_plan *p, double *bytes) {
+  const sk_graph *g = m->graph;
+  double t = 0;
+  for (int k = 0; k < op->ninputs; k++) {
+    int tk = op->inputs[k];
+    if (!m->needs_grad[tk] || !sk_graph_trainable(g, tk)) continue;
+    sk_dtype dk = sk__sc_run_dtype(g->tensors[tk].dtype, m->desc.gradient);
+    t += sk__sc_coll(m, p->grad[k].kind, sk__sc_numel_of(&p->in[k]), dk, &p->mesh, p->grad[k].axes, bytes,
+                     !m->desc.whole_mirrors);
+  }
+  return t;
+}
+
+/* own(op, cand) from the rule's plan: each collective the compiled program issues for the
+   operator on its real groups, and its compute. */
 static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_search_cand *c) {
   const sk_graph *g = m->graph;
   const sk_graph_op *op = &g->ops[o];
@@ -288,37 +355,24 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
   double bytes = 0, t = 0;
   sk_coll_kind fk = p->fwd.kind;
   double fcount = sk__sc_numel_of(&p->out[0]);
-  t += sk__sc_coll(m, fk, fcount, dt, sk_mesh_group_size(&p->mesh, p->fwd.axes), &bytes, false);
+  t += sk__sc_coll(m, fk, fcount, sk__sc_run_dtype(dt, m->desc.wire), &p->mesh, p->fwd.axes, &bytes, false);
   if (sk_op_row_of(op->desc.kind)->flags & SK_OPF_REDISTRIBUTES) { /* Reshape's kernel reads its input gathered */
     uint32_t gathered = sk_layout_used_axes(&p->in[0]) & ~sk_layout_used_axes(&p->out[0]);
     if (gathered)
-      t += sk__sc_coll(m, SK_COLL_ALLGATHER, sk__sc_numel_of(&p->in[0]), dt, sk_mesh_group_size(&p->mesh, gathered),
-                       &bytes, false);
+      t += sk__sc_coll(m, SK_COLL_ALLGATHER, sk__sc_numel_of(&p->in[0]), sk__sc_run_dtype(dt, m->desc.compute),
+                       &p->mesh, gathered, &bytes, false);
   }
   if (backward && fk == SK_COLL_REDUCE_SCATTER) /* its backward gathers the gradient */
-    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, dt, sk_mesh_group_size(&p->mesh, p->fwd.axes), &bytes, false);
-  for (int k = 0; k < op->ninputs; k++) {
+    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, sk__sc_run_dtype(dt, m->desc.compute), &p->mesh, p->fwd.axes,
+                     &bytes, false);
+  for (int k = 0; k < op->ninputs && backward; k++) {
     int tk = op->inputs[k];
-    if (!m->needs_grad[tk] || !backward) continue;
-    double n = sk__sc_numel_of(&p->in[k]);
-    sk_dtype dk = g->tensors[tk].dtype;
-    t += sk__sc_coll(m, p->bwd_in[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->bwd_in[k].axes), &bytes, false);
-    if (sk_graph_trainable(g, tk)) /* the Mirror: fused with the others, its latency shared */
-      t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->grad[k].axes), &bytes, true);
+    if (!m->needs_grad[tk]) continue;
+    t += sk__sc_coll(m, p->bwd_in[k].kind, sk__sc_numel_of(&p->in[k]), sk__sc_run_dtype(g->tensors[tk].dtype, m->desc.wire),
+                     &p->mesh, p->bwd_in[k].axes, &bytes, false);
   }
-  if (m->desc.cluster.device_flops > 0) {
-    sk_exec_arg in[1], out[1];
-    memset(in, 0, sizeof in), memset(out, 0, sizeof out);
-    const sk_graph_tensor *y = &g->tensors[op->outputs[0]];
-    if (op->ninputs) {
-      const sk_graph_tensor *x = &g->tensors[op->inputs[0]];
-      in[0].ndims = x->ndims, memcpy(in[0].shape, x->shape, sizeof in[0].shape);
-    }
-    out[0].ndims = y->ndims, memcpy(out[0].shape, y->shape, sizeof out[0].shape);
-    double flops = sk_exec_flops(op, in, out, false) * (backward ? 3 : 1);
-    t += flops / (double)c->devices / (m->desc.cluster.device_flops * 1e-6);
-  }
-  c->own = t, c->own_bytes = bytes;
+  if (backward) t += sk__sc_mirrors(m, op, p, &bytes);
+  c->own = t + sk__sc_compute(m, o, p, backward), c->own_bytes = bytes;
 }
 
 static void sk__sc_fill_strategy(const sk_op_space *j, const int *joint, sk_search_cand *c) {
