@@ -260,28 +260,47 @@ static int sk__mesh_group_of(const sk_mesh *mesh, uint32_t axes, int base, int f
 SK_API sk_result sk_cluster_mesh_coll_us(const sk_cluster *c, sk_coll_kind kind, size_t count, sk_dtype dt,
                                          const sk_mesh *mesh, uint32_t axes, int first_rank, double *us,
                                          sk_error *err) {
-  if (!mesh || !us || mesh->naxes < 0 || mesh->naxes > SK_MAX_AXES || mesh->size < 1 || mesh->size > SK_MAX_DEVICES ||
-      first_rank < 0 || (mesh->naxes < 32 && axes >> mesh->naxes))
+  if (!mesh || !us || mesh->naxes < 1 || mesh->naxes > SK_MAX_AXES || mesh->size < 1 || mesh->size > SK_MAX_DEVICES ||
+      first_rank < 0 || axes >> mesh->naxes)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh group price: mesh %p, axes 0x%x, first rank %d, us %p",
                     (const void *)mesh, (unsigned)axes, first_rank, (const void *)us);
-  *us = 0;
-  int p = 1;
-  for (int a = 0; a < mesh->naxes; a++)
+  int p = 1, stride[SK_MAX_AXES], rest[SK_MAX_AXES], nrest = 0;
+  for (int a = mesh->naxes - 1, s = 1; a >= 0; s *= mesh->dims[a], a--) {
+    stride[a] = s;
     if (axes >> a & 1u) p *= mesh->dims[a];
-  if (p <= 1) return SK_OK;
+    else rest[nrest++] = a;
+  }
   int ranks[SK_MAX_DEVICES];
   sk_coll_algo algo;
-  for (int base = 0; base < mesh->size; base++) {
-    bool leader = true; /* the group's member with 0 along every axis of it */
-    for (int a = mesh->naxes - 1, rest = base; a >= 0; rest /= mesh->dims[a], a--)
-      if (axes >> a & 1u && rest % mesh->dims[a]) leader = false;
-    if (!leader) continue;
-    int n = sk__mesh_group_of(mesh, axes, base, first_rank, ranks);
-    double cost = 0;
-    sk_result r = sk_cluster_coll_us(c, kind, count, dt, n, ranks, &algo, &cost, err);
-    if (r) return r;
-    if (cost > *us) *us = cost;
-    if (!c->topology.nodes) break; /* flat: every group alike */
+  if (!c || !c->topology.nodes || p <= 1) { /* flat (every group alike) or one device */
+    sk__group_shape s;
+    ranks[0] = first_rank; /* checked as one member: a flat price needs the group's size alone */
+    sk_result r = sk__coll_args(c, kind, dt, 1, ranks, us, &s, err);
+    if (!r) *us = p <= 1 ? 0 : sk_link_cost_us(&c->link, kind, count, dt, p); /* sk_cluster_algo_us's ring */
+    return r;
+  }
+  /* a group's shape on the nodes depends only on where its first rank sits on its node: each
+     such place priced once */
+  const int per = c->topology.per_node;
+  bool seen[SK_MAX_DEVICES];
+  memset(seen, 0, sizeof seen);
+  *us = 0;
+  int coord[SK_MAX_AXES] = {0};
+  for (;;) {
+    int base = 0;
+    for (int i = 0; i < nrest; i++) base += coord[i] * stride[rest[i]];
+    int place = (first_rank + base) % per;
+    if (place >= SK_MAX_DEVICES || !seen[place]) {
+      if (place < SK_MAX_DEVICES) seen[place] = true;
+      int n = sk__mesh_group_of(mesh, axes, base, first_rank, ranks);
+      double cost = 0;
+      sk_result r = sk_cluster_coll_us(c, kind, count, dt, n, ranks, &algo, &cost, err);
+      if (r) return r;
+      if (cost > *us) *us = cost;
+    }
+    int i = 0; /* the next leader: count over the other axes, the minor one first */
+    while (i < nrest && ++coord[i] == mesh->dims[rest[i]]) coord[i++] = 0;
+    if (i == nrest) break;
   }
   return SK_OK;
 }
