@@ -9,6 +9,8 @@
       Every move is checked element by element once (the "check" column).
    2. Planning time on a 4096-device mesh (dp=8,sp=8,mp=8,pp=8): sk_redist_plan_create for one
       rank, median and max over 64 ranks spread over the mesh (target: <= 1 ms per rank).
+   3. A Send/Recv step priced over all 4096 ranks on a topology (sk_redist_step_busiest_us)
+      against the rank-by-rank max of sk_redist_step_clock_us: the time of each, and equality.
    Usage: build/redist_perf [-g 8] [-b BYTES] [-n ITERS] [-w WARMUP]   (-h: the flags) */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -145,7 +147,8 @@ static void usage(FILE *f, const char *path) {
   fprintf(f,
           "Usage: %s [-g 8] [-b BYTES] [-n ITERS] [-w WARMUP]\n"
           "Times sk_redist.h's moves of a float tensor [BYTES/4096, 1024] between layouts over 8 devices (threads)\n"
-          "as %%bound of the memory traffic they must cause, checks each once, then times planning on 4096 devices.\n"
+          "as %%bound of the memory traffic they must cause, checks each once, then times planning on 4096 devices\n"
+          "and the pricing of a Send/Recv step over 4096 ranks.\n"
           "  -g N        devices: 8, the mesh the moves are written for (default 8)\n"
           "  -b BYTES    tensor size, K/M/G suffixes = powers of 2, a multiple of 32K (default 16M)\n"
           "  -n ITERS    timed executions per move, >= 1 (default 10)\n"
@@ -342,6 +345,58 @@ static void plan_times(void) {
   }
 }
 
+/* Part 3: a Send/Recv exchange priced over all 4096 ranks on 512 nodes of 8: sk_redist_step_busiest_us
+   (median of 20 calls) against the rank-by-rank max of sk_redist_step_clock_us (once), which
+   must be the same double. */
+static void busiest_times(void) {
+  static const struct {
+    const char *label, *from_mesh, *from, *to_mesh, *to;
+  } bcases[] = {
+      {"rows by 4096 -> (cols 64) x (rows 64)", "x=4096", "x,None", "a=64,b=64", "b,a"},
+      {"rows by 4096 -> (rows 64) x (cols 64)", "x=4096", "x,None", "a=64,b=64", "a,b"},
+      {"64 x 64 transpose", "a=64,b=64", "a,b", "a=64,b=64", "b,a"},
+      {"(dp,sp)x(mp,pp) -> (pp,mp)x(sp,dp)", "dp=8,sp=8,mp=8,pp=8", "(dp,sp),(mp,pp)", "dp=8,sp=8,mp=8,pp=8",
+       "(pp,mp),(sp,dp)"},
+  };
+  static const int64_t shape[2] = {8192, 8192};
+  sk_cluster cl;
+  memset(&cl, 0, sizeof cl);
+  cl.topology = (sk_topology){512, 8, {2, 150}, {10, 25}};
+  printf("\n# a Send/Recv step priced over 4096 ranks (512 nodes of 8; intra 2 us 150 GB/s, inter 10 us 25 GB/s),\n"
+         "# x[8192,8192] float: sk_redist_step_busiest_us (median of 20) and the rank-by-rank max of\n"
+         "# sk_redist_step_clock_us (once); the two prices must be equal\n");
+  printf("# %-40s %14s %12s %16s %5s\n", "move", "price(us)", "busiest(ms)", "rank by rank(ms)", "equal");
+  for (size_t ci = 0; ci < sizeof bcases / sizeof bcases[0]; ci++) {
+    sk_redist_desc d;
+    sk_mesh mf, mt;
+    sk_error e;
+    memset(&d, 0, sizeof d);
+    if (sk_mesh_parse(&mf, bcases[ci].from_mesh, &e) || sk_mesh_parse(&mt, bcases[ci].to_mesh, &e) ||
+        sk_layout_parse(&d.from, &mf, bcases[ci].from, 2, shape, &e) ||
+        sk_layout_parse(&d.to, &mt, bcases[ci].to, 2, shape, &e))
+      die(bcases[ci].label, &e);
+    sk_redist_plan *p;
+    if (sk_redist_plan_create(&d, 0, &p, &e)) die(bcases[ci].label, &e);
+    double t[20], fast = 0, slow = 0;
+    for (int i = 0; i < 20; i++) {
+      double t0 = now_ns();
+      if (sk_redist_step_busiest_us(p, 0, &cl, NULL, &fast, &e)) die(bcases[ci].label, &e);
+      t[i] = (now_ns() - t0) / 1e6;
+    }
+    qsort(t, 20, sizeof t[0], cmpd);
+    double t0 = now_ns();
+    for (int r = 0; r < 4096; r++) {
+      double us = 0;
+      if (sk_redist_step_clock_us(p, 0, r, &cl, NULL, &us, &e)) die(bcases[ci].label, &e);
+      if (us > slow) slow = us;
+    }
+    double slow_ms = (now_ns() - t0) / 1e6;
+    printf("  %-40s %14.6f %12.3f %16.1f %5s\n", bcases[ci].label, fast, 0.5 * (t[9] + t[10]), slow_ms,
+           fast == slow ? "yes" : "NO");
+    sk_redist_plan_destroy(p);
+  }
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   opts o;
@@ -350,6 +405,7 @@ int main(int argc, char **argv) {
   if (prog_refuse_launch(argv[0])) return 2;
   int bad = run_moves(&o);
   plan_times();
+  busiest_times();
   if (bad) fprintf(stderr, "redist_perf: %d move%s gave wrong elements\n", bad, bad == 1 ? "" : "s");
   return bad != 0;
 }

@@ -276,9 +276,9 @@ static const sk__dc_xprice *sk__dc_xprice_of(const sk__dc *c, int stage, const s
 }
 
 /* A Send/Recv exchange as the executor charges it over the stage (sk_redist_step_clock_us):
-   one event as long as the busiest of the stage's ranks. Pricing it looks at every rank's
-   pieces against every peer (devices^2 slice overlaps: 17 million at 4,096 devices), so a
-   price is computed once per distinct exchange and kept. */
+   one event as long as the busiest of the stage's ranks (sk_redist_step_busiest_us, which
+   finds each rank's peers by interval arithmetic: O(devices * pieces per rank)). A model's
+   layers repeat the same exchanges, so each distinct one is priced once and kept. */
 static sk_result sk__dc_exchange_us(sk__dc *c, int stage, const sk_redist_plan *rp, int k, double *us) {
   const sk__dc_xprice *kept = sk__dc_xprice_of(c, stage, rp, k);
   if (kept) return *us = kept->us, SK_OK;
@@ -288,13 +288,7 @@ static sk_result sk__dc_exchange_us(sk__dc *c, int stage, const sk_redist_plan *
   int *world = (int *)sk__alloc(&c->p->desc.allocator, sizeof(int) * (size_t)nd, sizeof(int));
   if (!world) return sk__fail(c->err, SK_ERR_OUT_OF_MEMORY, "dry run step time: out of memory");
   for (int r = 0; r < nd; r++) world[r] = stage * nd + r;
-  sk_result res = SK_OK;
-  *us = 0;
-  for (int r = 0; !res && r < nd; r++) {
-    double t = 0;
-    res = sk_redist_step_clock_us(rp, k, r, &c->p->desc.cluster, world, &t, c->err);
-    if (t > *us) *us = t;
-  }
+  sk_result res = sk_redist_step_busiest_us(rp, k, &c->p->desc.cluster, world, us, c->err);
   sk__free(&c->p->desc.allocator, world);
   if (res) return res;
   const sk_redist_desc *rd = sk_redist_plan_desc(rp);

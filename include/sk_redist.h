@@ -104,11 +104,30 @@
    PLANNING COST
      sk_redist_plan_create(desc, rank, ...) plans for one rank: O(devices) work for the
      classification plus, for a Send/Recv exchange, O(group) for the rank's own pieces (well
-     under 1 ms on 4096 devices). rank == SK_REDIST_ALL_RANKS also fills every rank's bytes
-     (O(devices * group)), for explainers. A flat exchange (a reshape that does not unify)
+     under 1 ms on 4096 devices). rank == SK_REDIST_ALL_RANKS also fills every rank's bytes,
+     for explainers and the device classes of the dry run: O(devices * pieces per rank) for a
+     Send/Recv exchange on boxes (the walk of BUSIEST RANK below, not each rank's group
+     scanned). A flat exchange (a reshape that does not unify)
      costs O(runs) per pair of slices met instead of O(dims), where runs (at most the elements
      of the two slices) counts their row-major runs: O(devices * runs) for the label, O(group *
      runs) per planned rank; executing it walks the same runs.
+
+   BUSIEST RANK
+     sk_redist_step_busiest_us prices a step over all ranks at once, for the dry run (which
+     charges a Send/Recv exchange as one call as long as its busiest rank's) and the searches'
+     cost models, which price many exchanges at thousands of devices. Rank by rank, each
+     rank's pieces cost a scan of its whole group: O(devices * group) slice overlaps, 17
+     million at 4,096 devices. Instead each receiver's holders come from interval arithmetic:
+     per dim its target interval meets a run of the source's blocks, whose holders differ from
+     it only on the axes cutting that dim, so the holders are the product of those runs, each
+     found in O(dims); a piece's price (sk_cluster_p2p_us, so any link class) is added to the
+     receiver's side and, once, to the holder's send side. O(devices * pieces per rank * dims)
+     plus a sort of a rank's holders when its layout lists axes out of mesh order; one array of
+     devices doubles; the same terms in the same order as rank by rank, so the same value. At
+     4,096 devices a 4096-way cut of dim 0 -> 64 x 64 (8192 x 8192, 64 pieces a rank) takes
+     3.6 ms against 0.84 s rank by rank (bench/RESULTS.md, section 4). Flat exchanges
+     (a reshape that does not unify) keep the rank-by-rank loop; collectives price each group
+     once.
 
    EXECUTING
      sk_redist_executor_create(comm, desc, &ex, &err) is COLLECTIVE over comm (whose size must
@@ -271,6 +290,13 @@ SK_API sk_result sk_redist_plan_bytes(const sk_redist_plan *plan, int step, int 
    r's world rank (NULL: r itself). Any plan of the descriptor answers for every rank. */
 SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *plan, int step, int rank, const sk_cluster *cluster,
                                          const int *world, double *us, sk_error *err);
+/* The largest sk_redist_step_clock_us of step `step` over every rank (0..devices-1), the length
+   of the call a Send/Recv exchange is charged as over its ranks; for an AllGather or AllToAll
+   the dearest group's price; other steps 0. Exact (the same terms summed in the same order as
+   rank by rank, so the same double) and without a scan of every peer per rank: BUSIEST RANK
+   above. world as sk_redist_step_clock_us's (NULL, or devices entries). */
+SK_API sk_result sk_redist_step_busiest_us(const sk_redist_plan *plan, int step, const sk_cluster *cluster,
+                                           const int *world, double *us, sk_error *err);
 /* Sum of the steps' estimates (s). */
 SK_API double sk_redist_plan_cost(const sk_redist_plan *plan);
 /* MindSpore mode only (else SK_ERR_INVALID_ARGUMENT). */
@@ -757,13 +783,20 @@ typedef struct sk__rd_lists {
   int64_t nlocal;
 } sk__rd_lists;
 
+/* Ranks in a group along A's used axes: a rank's possible sources and destinations. */
+static int sk__rd_group_size(const sk_layout *A) {
+  uint32_t used = sk_layout_used_axes(A);
+  int gs = 1;
+  for (int k = 0; k < A->mesh.naxes; k++)
+    if (used & (1u << k)) gs *= A->mesh.dims[k];
+  return gs;
+}
+
 static sk_result sk__rd_pieces(const sk_layout *A, const sk_layout *B, int r, int64_t *recv, int64_t *send,
                                sk__rd_lists *lists, const sk_allocator *al) {
   const sk_mesh *m = &A->mesh;
   uint32_t used = sk_layout_used_axes(A);
-  int gs = 1;
-  for (int k = 0; k < m->naxes; k++)
-    if (used & (1u << k)) gs *= m->dims[k];
+  int gs = sk__rd_group_size(A);
   int *grp = (int *)sk__alloc(al, sizeof(int) * (size_t)gs, 16);
   if (!grp) return SK_ERR_OUT_OF_MEMORY;
   int n = 0;
@@ -814,6 +847,95 @@ static void sk__rd_lists_free(sk__rd_lists *l, const sk_allocator *al) {
   sk__free(al, l->recv);
   sk__free(al, l->send);
   l->recv = l->send = NULL;
+}
+
+/* Rank q's holders (>>busiest below says why and how) and, from them, every rank's traffic in
+   one pass: what an all-ranks plan needs, in O(devices x pieces) where sk__rd_pieces per rank
+   scans its whole group. */
+typedef struct sk__rd_holder {
+  int peer;
+  int64_t elems;
+} sk__rd_holder;
+
+static int sk__rd_holder_cmp(const void *x, const void *y) {
+  int a = ((const sk__rd_holder *)x)->peer, b = ((const sk__rd_holder *)y)->peer;
+  return (a > b) - (a < b);
+}
+
+/* Rank q's holders under A of its target slice under B (q itself left out), peers ascending,
+   into h (room for q's group along A's used axes); returns their count. */
+static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__rd_holder *h) {
+  const sk_mesh *m = &A->mesh;
+  int nd = A->ndims, c[SK_MAX_AXES], mstride[SK_MAX_AXES];
+  int64_t bf[SK_MAX_DIMS], j0[SK_MAX_DIMS], j1[SK_MAX_DIMS], j[SK_MAX_DIMS];
+  if (nd < 1 || nd > SK_MAX_DIMS) return 0; /* a checked layout's are not: keeps the walk defined */
+  for (int k = m->naxes - 1, x = q, s = 1; k >= 0; k--)
+    c[k] = x % m->dims[k], x /= m->dims[k], mstride[k] = s, s *= m->dims[k];
+  uint32_t used = sk_layout_used_axes(A);
+  int base = q; /* q with its coordinates on A's used axes zeroed: the unused axes pick the holder */
+  for (int k = 0; k < m->naxes; k++)
+    if (used & (1u << k)) base -= c[k] * mstride[k];
+  sk__rd_box T;
+  sk__rd_slice_box(B, q, &T);
+  for (int d = 0; d < nd; d++) {
+    bf[d] = A->shape[d] / sk_layout_split_count(A, d);
+    if (T.hi[d] <= T.lo[d]) return 0;
+    j0[d] = j[d] = T.lo[d] / bf[d], j1[d] = (T.hi[d] - 1) / bf[d];
+  }
+  int n = 0;
+  bool sorted = true;
+  for (;;) { /* odometer over the dims' block ranges, the last dim fastest */
+    int p = base;
+    int64_t v = 1;
+    for (int d = 0; d < nd; d++) {
+      int64_t lo = j[d] * bf[d], hi = lo + bf[d];
+      if (lo < T.lo[d]) lo = T.lo[d];
+      if (hi > T.hi[d]) hi = T.hi[d];
+      v *= hi - lo;
+      int64_t blk = j[d];
+      for (int k = A->map[d].naxes - 1; k >= 0; k--) { /* the first listed axis is the major digit */
+        int a = A->map[d].axes[k];
+        p += (int)(blk % m->dims[a]) * mstride[a], blk /= m->dims[a];
+      }
+    }
+    if (p != q) {
+      if (n && h[n - 1].peer > p) sorted = false;
+      h[n].peer = p, h[n++].elems = v;
+    }
+    int d = nd - 1;
+    while (d >= 0 && j[d] == j1[d]) j[d] = j0[d], d--;
+    if (d < 0) break;
+    j[d]++;
+  }
+  if (!sorted) qsort(h, (size_t)n, sizeof *h, sk__rd_holder_cmp);
+  return n;
+}
+
+/* Every rank's traffic in the non-flat exchange A -> B (A and B of one device count): elements
+   and messages received and sent, and the local copy, all as sk__rd_pieces counts them. t holds
+   A's device count entries. */
+typedef struct sk__rd_traffic {
+  int64_t recv, send, local;
+  int nrecv, nsend;
+} sk__rd_traffic;
+
+static sk_result sk__rd_traffic_all(const sk_layout *A, const sk_layout *B, sk__rd_traffic *t, const sk_allocator *al) {
+  const sk_mesh *m = &A->mesh;
+  sk__rd_holder *h = (sk__rd_holder *)sk__alloc(al, sizeof(sk__rd_holder) * (size_t)sk__rd_group_size(A), 16);
+  if (!h) return SK_ERR_OUT_OF_MEMORY;
+  memset(t, 0, sizeof *t * (size_t)m->size);
+  for (int q = 0; q < m->size; q++) {
+    int n = sk__rd_holders_of(A, B, q, h);
+    for (int i = 0; i < n; i++) {
+      t[q].recv += h[i].elems, t[q].nrecv++;
+      t[h[i].peer].send += h[i].elems, t[h[i].peer].nsend++;
+    }
+    sk__rd_box S, T;
+    sk__rd_slice_box(A, q, &S), sk__rd_slice_box(B, q, &T);
+    t[q].local = sk__rd_isect(&T, &S, A->ndims, NULL);
+  }
+  sk__free(al, h);
+  return SK_OK;
 }
 
 /* >>plan */
@@ -876,6 +998,50 @@ static sk_result sk__rd_new_step(sk_redist_plan *p, sk__rd_step **out, sk_error 
 
 static void sk__rd_axes_names(const sk_mesh *m, uint32_t mask, char *buf, size_t cap) { sk__rd_axes_text(m, mask, buf, cap); }
 
+/* Step s's words: the caller's detail, else what the exchange of class c is. */
+static void sk__rd_exchange_detail(sk__rd_step *s, const sk_layout *a, const sk__rd_class *c, bool flat,
+                                   const char *detail) {
+  if (detail)
+    snprintf(s->detail, sizeof s->detail, "%s", detail);
+  else if (c->op == SK_REDIST_LOCAL)
+    snprintf(s->detail, sizeof s->detail, "slice/copy, no communication");
+  else if (c->op == SK_REDIST_SENDRECV)
+    snprintf(s->detail, sizeof s->detail, "point-to-point, each piece from the nearest holder%s",
+             flat ? ", over flat row-major runs (no common shape carries both layouts)" : "");
+  else {
+    char ax[SK_MAX_AXES * SK_AXIS_NAME_MAX];
+    sk__rd_axes_names(&a->mesh, c->axes, ax, sizeof ax);
+    sk__rd_out o;
+    sk__rd_out_init(&o, s->detail, sizeof s->detail);
+    sk__rd_put(&o, "group %s (%d ranks), count %lld%s", ax, c->gsize, (long long)c->count,
+               c->op == SK_REDIST_ALLTOALL ? " per peer" : " per rank");
+  }
+}
+
+/* Rank rk's traffic in the exchange a -> b of class c: from all (every rank's, by
+   sk__rd_traffic_all) when set, else from the class or rk's own pieces. */
+static sk_result sk__rd_rank_traffic(const sk_redist_plan *p, const sk_layout *a, const sk_layout *b,
+                                     const sk__rd_class *c, const sk__rd_traffic *all, int rk, sk__rd_traffic *out) {
+  memset(out, 0, sizeof *out);
+  if (all) {
+    *out = all[rk];
+  } else if (c->op == SK_REDIST_ALLGATHER || c->op == SK_REDIST_ALLTOALL) {
+    out->recv = out->send = (int64_t)(c->gsize - 1) * c->count;
+    out->local = c->count;
+  } else if (c->op == SK_REDIST_LOCAL) {
+    sk__rd_box T;
+    sk__rd_slice_box(b, rk, &T);
+    out->local = sk__rd_vol(&T, b->ndims);
+  } else {
+    sk__rd_lists L;
+    if (sk__rd_pieces(a, b, rk, &out->recv, &out->send, &L, &p->desc.allocator) != SK_OK)
+      return SK_ERR_OUT_OF_MEMORY;
+    out->nrecv = L.nrecv, out->nsend = L.nsend, out->local = L.nlocal;
+    sk__rd_lists_free(&L, &p->desc.allocator);
+  }
+  return SK_OK;
+}
+
 /* Adds the minimal exchange a -> b (non-partial) as one step; name NULL = the op's name. */
 static sk_result sk__rd_add_exchange(sk_redist_plan *p, const sk_layout *a, const sk_layout *b, const char *name,
                                      const char *detail, sk_error *err) {
@@ -896,43 +1062,27 @@ static sk_result sk__rd_add_exchange(sk_redist_plan *p, const sk_layout *a, cons
   s->a = *a;
   s->b = *b;
   snprintf(s->name, sizeof s->name, "%s", name ? name : sk_redist_op_name(c.op));
+  sk__rd_exchange_detail(s, a, &c, flat, detail);
   size_t es = sk_dtype_size(p->desc.dtype);
   const sk_redist_cost *k = &p->desc.cost;
-  if (detail)
-    snprintf(s->detail, sizeof s->detail, "%s", detail);
-  else if (c.op == SK_REDIST_LOCAL)
-    snprintf(s->detail, sizeof s->detail, "slice/copy, no communication");
-  else if (c.op == SK_REDIST_SENDRECV)
-    snprintf(s->detail, sizeof s->detail, "point-to-point, each piece from the nearest holder%s",
-             flat ? ", over flat row-major runs (no common shape carries both layouts)" : "");
-  else {
-    char ax[SK_MAX_AXES * SK_AXIS_NAME_MAX];
-    sk__rd_axes_names(&a->mesh, c.axes, ax, sizeof ax);
-    sk__rd_out o;
-    sk__rd_out_init(&o, s->detail, sizeof s->detail);
-    sk__rd_put(&o, "group %s (%d ranks), count %lld%s", ax, c.gsize, (long long)c.count,
-               c.op == SK_REDIST_ALLTOALL ? " per peer" : " per rank");
-  }
   int r0 = p->rank == SK_REDIST_ALL_RANKS ? 0 : p->rank, r1 = p->rank == SK_REDIST_ALL_RANKS ? a->mesh.size : p->rank + 1;
+  /* all ranks of an exchange on boxes: every rank's traffic in one walk, not a scan of each group */
+  sk__rd_traffic *all = NULL, tr;
+  if (c.op == SK_REDIST_SENDRECV && !flat && p->rank == SK_REDIST_ALL_RANKS && a->mesh.size == b->mesh.size) {
+    all = (sk__rd_traffic *)sk__alloc(&p->desc.allocator, sizeof *all * (size_t)a->mesh.size, 16);
+    if (!all || sk__rd_traffic_all(a, b, all, &p->desc.allocator) != SK_OK) {
+      sk__free(&p->desc.allocator, all);
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating every rank's traffic");
+    }
+  }
   double worst = 0;
   for (int rk = r0; rk < r1; rk++) {
-    int64_t rv = 0, sv = 0, loc = 0;
-    int msgs = 0;
-    if (c.op == SK_REDIST_ALLGATHER || c.op == SK_REDIST_ALLTOALL) {
-      rv = sv = (int64_t)(c.gsize - 1) * c.count;
-      loc = c.count;
-    } else if (c.op == SK_REDIST_LOCAL) {
-      sk__rd_box T;
-      sk__rd_slice_box(b, rk, &T);
-      loc = sk__rd_vol(&T, b->ndims);
-    } else {
-      sk__rd_lists L;
-      if (sk__rd_pieces(a, b, rk, &rv, &sv, &L, &p->desc.allocator) != SK_OK)
-        return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating piece lists");
-      msgs = L.nrecv > L.nsend ? L.nrecv : L.nsend;
-      loc = L.nlocal;
-      sk__rd_lists_free(&L, &p->desc.allocator);
+    if (sk__rd_rank_traffic(p, a, b, &c, all, rk, &tr) != SK_OK) {
+      sk__free(&p->desc.allocator, all);
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating piece lists");
     }
+    int64_t rv = tr.recv, sv = tr.send, loc = tr.local;
+    int msgs = tr.nrecv > tr.nsend ? tr.nrecv : tr.nsend;
     int slot = sk__rd_plan_slot(p, rk);
     s->recv[slot] = (uint64_t)rv * es;
     s->send[slot] = (uint64_t)sv * es;
@@ -948,6 +1098,7 @@ static sk_result sk__rd_add_exchange(sk_redist_plan *p, const sk_layout *a, cons
     }
     if (t > worst) worst = t;
   }
+  sk__free(&p->desc.allocator, all);
   s->cost = worst;
   return SK_OK;
 }
@@ -1264,6 +1415,94 @@ SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *p, int step, int 
     res = sk__rd_coll_price(s, mem, n, cluster, world, p->desc.dtype, us, err);
     sk__free(al, mem);
   }
+  return res;
+}
+
+/* >>busiest -- sk_redist_step_busiest_us: every rank's sk_redist_step_clock_us at once.
+   A Send/Recv step is walked receiver by receiver: rank q's holders are listed from per-dim
+   block arithmetic on A (its target interval on dim d meets A-blocks j0..j1; block j's holder
+   has j's mixed-radix digits on the dim's axes and q's own coordinates on A's unused axes, the
+   choice sk__rd_pieces makes), never by scanning q's group. A piece q receives from p is the
+   piece p sends to q (p is in q's group iff q is in p's), so its price, computed once, is added
+   to q's receive side and to p's send side; receivers run in ascending order and each one's
+   holders are sorted, so every side sums the very terms sk__rd_p2p_price sums, in its order.
+   The walk, sk__rd_holders_of, sits in >>pieces: all-ranks plans count their traffic with it. */
+
+/* Send/Recv step s priced for every rank at once: the busiest rank's busier side. One array of
+   send sides and one holder list, whatever the device count. */
+static sk_result sk__rd_p2p_busiest(const sk_redist_plan *p, const sk__rd_step *s, const sk_cluster *cl,
+                                    const int *world, double *us, sk_error *err) {
+  const sk_allocator *al = &p->desc.allocator;
+  int N = s->a.mesh.size, gs = sk__rd_group_size(&s->a);
+  double *send = (double *)sk__calloc(al, sizeof(double) * (size_t)N, 16);
+  sk__rd_holder *h = (sk__rd_holder *)sk__alloc(al, sizeof(sk__rd_holder) * (size_t)gs, 16);
+  sk_result res = SK_OK;
+  if (!send || !h) res = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+  double worst = 0;
+  for (int q = 0; !res && q < N; q++) {
+    int n = sk__rd_holders_of(&s->a, &s->b, q, h), me = world ? world[q] : q;
+    double recv = 0;
+    for (int i = 0; !res && i < n; i++) {
+      double t = 0;
+      res = sk_cluster_p2p_us(cl, world ? world[h[i].peer] : h[i].peer, me, (size_t)h[i].elems, p->desc.dtype, &t, err);
+      recv += t, send[h[i].peer] += t;
+    }
+    if (recv > worst) worst = recv;
+  }
+  for (int r = 0; !res && r < N; r++)
+    if (send[r] > worst) worst = send[r];
+  sk__free(al, send), sk__free(al, h);
+  *us = res ? 0 : worst;
+  return res;
+}
+
+/* Collective step s: the dearest group's price, each group priced once (by its member with
+   coordinate 0 on every group axis), as every member's sk_redist_step_clock_us is its group's. */
+static sk_result sk__rd_coll_busiest(const sk_redist_plan *p, const sk__rd_step *s, const sk_cluster *cl,
+                                     const int *world, double *us, sk_error *err) {
+  const sk_mesh *m = &s->a.mesh;
+  int *mem = (int *)sk__alloc(&p->desc.allocator, sizeof(int) * (size_t)s->gsize, 16);
+  if (!mem) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+  sk_result res = SK_OK;
+  double worst = 0;
+  for (int r = 0; !res && r < m->size; r++) {
+    bool first = true;
+    for (int k = m->naxes - 1, x = r; k >= 0; x /= m->dims[k], k--)
+      if ((s->axes & (1u << k)) && x % m->dims[k]) first = false;
+    if (!first) continue;
+    int n = 0;
+    double t = 0;
+    sk_mesh_group(m, r, s->axes, mem, s->gsize, &n, NULL);
+    res = sk__rd_coll_price(s, mem, n, cl, world, p->desc.dtype, &t, err);
+    if (t > worst) worst = t;
+  }
+  sk__free(&p->desc.allocator, mem);
+  *us = res ? 0 : worst;
+  return res;
+}
+
+SK_API sk_result sk_redist_step_busiest_us(const sk_redist_plan *p, int step, const sk_cluster *cluster,
+                                           const int *world, double *us, sk_error *err) {
+  if (!p) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: plan is NULL");
+  if (!cluster) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: cluster is NULL");
+  if (!us) return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: us (the output) is NULL");
+  if (step < 0 || step >= p->nsteps)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "redist: step %d out of range [0, %d)", step, p->nsteps);
+  const sk__rd_step *s = &p->steps[step];
+  *us = 0;
+  if (s->op == SK_REDIST_ALLGATHER || s->op == SK_REDIST_ALLTOALL)
+    return sk__rd_coll_busiest(p, s, cluster, world, us, err);
+  if (s->op != SK_REDIST_SENDRECV) return SK_OK;
+  if (!s->flat && s->a.mesh.size == s->b.mesh.size) return sk__rd_p2p_busiest(p, s, cluster, world, us, err);
+  /* pieces of flat row-major runs (a reshape no common shape carries) have no per-dim blocks:
+     rank by rank, O(devices * group * runs) */
+  sk_result res = SK_OK;
+  for (int r = 0; !res && r < sk__rd_devices(&p->desc); r++) {
+    double t = 0;
+    res = sk_redist_step_clock_us(p, step, r, cluster, world, &t, err);
+    if (t > *us) *us = t;
+  }
+  if (res) *us = 0;
   return res;
 }
 

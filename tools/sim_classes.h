@@ -103,12 +103,13 @@ static int sim_move_of(sk_parallel_step_kind k) {
   return k == SK_PSTEP_MOVE ? 0 : k == SK_PSTEP_MOVE_BACK ? 1 : k == SK_PSTEP_OUT_MOVE ? 2 : k == SK_PSTEP_OUT_MOVE_BACK ? 3 : -1;
 }
 
-/* The bytes stage-local rank `local` sends in the move `which` of operator o's slot k: the
-   redistribution the runtime plans for it (the tensor's layout to the operator's and back, as
-   the dry run's walk prices it), in the graph's dtype (a constant factor for every rank, so
-   equal in one dtype is equal in the run's). */
-static int sim_move_sends(const sk_parallel_plan *p, int o, int which, int k, int local, uint64_t *sends, char *msg,
-                          size_t cap) {
+/* The bytes each stage-local rank sends in the move `which` of operator o's slot k, rank
+   `local`'s into sends[local * stride]: the redistribution the runtime plans for it (the
+   tensor's layout to the operator's and back, as the dry run's walk prices it), in the graph's
+   dtype (a constant factor for every rank, so equal in one dtype is equal in the run's). One
+   all-ranks plan, whose exchanges count every rank's pieces in one walk (sk_redist.h). */
+static int sim_move_sends(const sk_parallel_plan *p, int o, int which, int k, uint64_t *sends, size_t stride,
+                          char *msg, size_t cap) {
   const sk_parallel_op *po = &p->ops[o];
   bool in = which <= 1, back = which == 1 || which == 3;
   int t = in ? p->graph->ops[o].inputs[k] : p->graph->ops[o].outputs[k];
@@ -121,8 +122,9 @@ static int sim_move_sends(const sk_parallel_plan *p, int o, int which, int k, in
   sk_redist_plan *rp = NULL;
   uint64_t recv = 0;
   sk_error e;
-  sk_result r = sk_redist_plan_create(&rd, local, &rp, &e);
-  if (!r) r = sk_redist_plan_bytes(rp, -1, local, &recv, sends, &e);
+  sk_result r = sk_redist_plan_create(&rd, SK_REDIST_ALL_RANKS, &rp, &e);
+  for (int local = 0; !r && local < p->desc.ndevices; local++)
+    r = sk_redist_plan_bytes(rp, -1, local, &recv, &sends[(size_t)local * stride], &e);
   sk_redist_plan_destroy(rp);
   return r ? (snprintf(msg, cap, "device classes: the move of operator '%s' slot %d: %s", p->graph->ops[o].name, k, e.msg), -1)
            : 0;
@@ -140,10 +142,8 @@ static int sim_keys_moves(sim_keys *s, int stage, int at, int *n, char *msg, siz
     if (!sk_program_op_step(st) || st->bucket >= 0 || st->micro > 0) continue;
     int which = sim_move_of(p->steps[st->index].kind);
     if (which < 0) continue;
-    for (int local = 0; s->key && local < per; local++) {
-      uint64_t *w = &s->key[(size_t)(stage * per + local) * (size_t)s->width + (size_t)at + (size_t)m];
-      if (sim_move_sends(p, st->op, which, st->slot, local, w, msg, cap)) return -1;
-    }
+    uint64_t *w = s->key ? &s->key[(size_t)stage * (size_t)per * (size_t)s->width + (size_t)at + (size_t)m] : NULL;
+    if (w && sim_move_sends(p, st->op, which, st->slot, w, (size_t)s->width, msg, cap)) return -1;
     m++;
   }
   *n = m;
