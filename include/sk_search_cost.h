@@ -714,23 +714,6 @@ static bool sk__sc_layout_of(const sk_search_sig *s, int n, const int64_t *shape
   return sk_mesh_init(&mesh, na, dims, names, NULL) == SK_OK && sk_layout_init(l, &mesh, s->ndims, shape, map, NULL) == SK_OK;
 }
 
-/* The busiest rank's price of a Send/Recv exchange step: the largest sk_redist_step_clock_us
-   over the plan's ranks, as the dry run charges it over the stage. To be replaced by
-   sk_redist_step_busiest_us (sk_redist.h), which computes the same with one signature. */
-static sk_result sk__sc_step_busiest_us(const sk_redist_plan *plan, int step, const sk_cluster *cluster,
-                                        const int *world, double *us, sk_error *err) {
-  const sk_redist_desc *rd = sk_redist_plan_desc(plan);
-  int n = rd->from.mesh.size > rd->to.mesh.size ? rd->from.mesh.size : rd->to.mesh.size;
-  *us = 0;
-  for (int r = 0; r < n; r++) {
-    double t = 0;
-    sk_result res = sk_redist_step_clock_us(plan, step, r, cluster, world, &t, err);
-    if (res) return res;
-    if (t > *us) *us = t;
-  }
-  return SK_OK;
-}
-
 /* Step k of move plan rp on the clocks, as the dry run makes it (sk_dryrun_clock.h): a
    collective on the dearest group of its axes, a Send/Recv exchange at its busiest rank, a local
    step free. */
@@ -739,7 +722,7 @@ static sk_result sk__sc_step_us(const sk_search_model *m, const sk_redist_plan *
   sk_result r = sk_redist_plan_step(rp, k, &si, NULL);
   *us = 0;
   if (r || si.op == SK_REDIST_LOCAL || si.op == SK_REDIST_RESHAPE) return r;
-  if (si.op == SK_REDIST_SENDRECV) return sk__sc_step_busiest_us(rp, k, &m->desc.cluster, NULL, us, NULL);
+  if (si.op == SK_REDIST_SENDRECV) return sk_redist_step_busiest_us(rp, k, &m->desc.cluster, NULL, us, NULL);
   sk_coll_kind kind = si.op == SK_REDIST_ALLREDUCE        ? SK_COLL_ALLREDUCE
                       : si.op == SK_REDIST_REDUCE_SCATTER ? SK_COLL_REDUCE_SCATTER
                       : si.op == SK_REDIST_ALLGATHER      ? SK_COLL_ALLGATHER
