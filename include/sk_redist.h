@@ -862,12 +862,28 @@ static int sk__rd_holder_cmp(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
+/* Block j of A on dim d met by target box T: its holder's offset from the base rank (j's
+   mixed-radix digits on the dim's axes, the first listed axis the major digit) and the length
+   of the meeting. */
+static void sk__rd_block_meet(const sk_layout *A, int d, int64_t j, int64_t bf, const sk__rd_box *T, const int *mstride,
+                              int *off, int64_t *len) {
+  int64_t lo = j * bf, hi = lo + bf, blk = j;
+  if (lo < T->lo[d]) lo = T->lo[d];
+  if (hi > T->hi[d]) hi = T->hi[d];
+  *len = hi - lo;
+  *off = 0;
+  for (int k = A->map[d].naxes - 1; k >= 0; k--) {
+    int a = A->map[d].axes[k];
+    *off += (int)(blk % A->mesh.dims[a]) * mstride[a], blk /= A->mesh.dims[a];
+  }
+}
+
 /* Rank q's holders under A of its target slice under B (q itself left out), peers ascending,
    into h (room for q's group along A's used axes); returns their count. */
 static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__rd_holder *h) {
   const sk_mesh *m = &A->mesh;
-  int nd = A->ndims, c[SK_MAX_AXES], mstride[SK_MAX_AXES];
-  int64_t bf[SK_MAX_DIMS], j0[SK_MAX_DIMS], j1[SK_MAX_DIMS], j[SK_MAX_DIMS];
+  int nd = A->ndims, c[SK_MAX_AXES], mstride[SK_MAX_AXES], off[SK_MAX_DIMS];
+  int64_t bf[SK_MAX_DIMS], j0[SK_MAX_DIMS], j1[SK_MAX_DIMS], j[SK_MAX_DIMS], len[SK_MAX_DIMS];
   if (nd < 1 || nd > SK_MAX_DIMS) return 0; /* a checked layout's are not: keeps the walk defined */
   for (int k = m->naxes - 1, x = q, s = 1; k >= 0; k--)
     c[k] = x % m->dims[k], x /= m->dims[k], mstride[k] = s, s *= m->dims[k];
@@ -882,22 +898,13 @@ static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__
     if (T.hi[d] <= T.lo[d]) return 0;
     j0[d] = j[d] = T.lo[d] / bf[d], j1[d] = (T.hi[d] - 1) / bf[d];
   }
-  int n = 0;
+  int n = 0, changed = 0; /* dims changed..nd-1 moved to new blocks: only theirs are recomputed */
   bool sorted = true;
   for (;;) { /* odometer over the dims' block ranges, the last dim fastest */
+    for (int d = changed; d < nd; d++) sk__rd_block_meet(A, d, j[d], bf[d], &T, mstride, &off[d], &len[d]);
     int p = base;
     int64_t v = 1;
-    for (int d = 0; d < nd; d++) {
-      int64_t lo = j[d] * bf[d], hi = lo + bf[d];
-      if (lo < T.lo[d]) lo = T.lo[d];
-      if (hi > T.hi[d]) hi = T.hi[d];
-      v *= hi - lo;
-      int64_t blk = j[d];
-      for (int k = A->map[d].naxes - 1; k >= 0; k--) { /* the first listed axis is the major digit */
-        int a = A->map[d].axes[k];
-        p += (int)(blk % m->dims[a]) * mstride[a], blk /= m->dims[a];
-      }
-    }
+    for (int d = 0; d < nd; d++) p += off[d], v *= len[d];
     if (p != q) {
       if (n && h[n - 1].peer > p) sorted = false;
       h[n].peer = p, h[n++].elems = v;
@@ -905,7 +912,7 @@ static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__
     int d = nd - 1;
     while (d >= 0 && j[d] == j1[d]) j[d] = j0[d], d--;
     if (d < 0) break;
-    j[d]++;
+    j[d]++, changed = d;
   }
   if (!sorted) qsort(h, (size_t)n, sizeof *h, sk__rd_holder_cmp);
   return n;
@@ -1428,23 +1435,49 @@ SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *p, int step, int 
    holders are sorted, so every side sums the very terms sk__rd_p2p_price sums, in its order.
    The walk, sk__rd_holders_of, sits in >>pieces: all-ranks plans count their traffic with it. */
 
+/* sk_cluster_p2p_us of one piece inside a walk whose cluster and dtype are checked once: the
+   same link choice and sk_link_cost_us call, without re-checking the cluster per piece (which
+   dominated pricing an exchange of millions of pieces). The last price is kept, as consecutive
+   pieces mostly share their link and size. Ranks out of the topology go to sk_cluster_p2p_us,
+   which says so. */
+typedef struct sk__rd_p2p_memo {
+  const sk_link_model *link;
+  int64_t elems;
+  double us;
+} sk__rd_p2p_memo;
+
+static sk_result sk__rd_p2p_piece_us(const sk_cluster *cl, int src, int dst, int64_t elems, sk_dtype dt,
+                                     sk__rd_p2p_memo *memo, double *us, sk_error *err) {
+  const sk_topology *t = &cl->topology;
+  int devices = t->nodes ? t->nodes * t->per_node : SK_TOPOLOGY_MAX_DEVICES;
+  if (src < 0 || src >= devices || dst < 0 || dst >= devices)
+    return sk_cluster_p2p_us(cl, src, dst, (size_t)elems, dt, us, err);
+  const sk_link_model *l = !t->nodes ? &cl->link : src / t->per_node == dst / t->per_node ? &t->intra : &t->inter;
+  if (memo->link != l || memo->elems != elems)
+    memo->link = l, memo->elems = elems, memo->us = sk_link_cost_us(l, SK_COLL_SEND, (size_t)elems, dt, 2);
+  *us = memo->us;
+  return SK_OK;
+}
+
 /* Send/Recv step s priced for every rank at once: the busiest rank's busier side. One array of
    send sides and one holder list, whatever the device count. */
 static sk_result sk__rd_p2p_busiest(const sk_redist_plan *p, const sk__rd_step *s, const sk_cluster *cl,
                                     const int *world, double *us, sk_error *err) {
   const sk_allocator *al = &p->desc.allocator;
   int N = s->a.mesh.size, gs = sk__rd_group_size(&s->a);
+  sk_result res = sk_cluster_check(cl, "cluster", err);
+  if (res) return *us = 0, res;
   double *send = (double *)sk__calloc(al, sizeof(double) * (size_t)N, 16);
   sk__rd_holder *h = (sk__rd_holder *)sk__alloc(al, sizeof(sk__rd_holder) * (size_t)gs, 16);
-  sk_result res = SK_OK;
   if (!send || !h) res = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+  sk__rd_p2p_memo memo = {NULL, -1, 0};
   double worst = 0;
   for (int q = 0; !res && q < N; q++) {
     int n = sk__rd_holders_of(&s->a, &s->b, q, h), me = world ? world[q] : q;
     double recv = 0;
     for (int i = 0; !res && i < n; i++) {
       double t = 0;
-      res = sk_cluster_p2p_us(cl, world ? world[h[i].peer] : h[i].peer, me, (size_t)h[i].elems, p->desc.dtype, &t, err);
+      res = sk__rd_p2p_piece_us(cl, world ? world[h[i].peer] : h[i].peer, me, h[i].elems, p->desc.dtype, &memo, &t, err);
       recv += t, send[h[i].peer] += t;
     }
     if (recv > worst) worst = recv;
