@@ -1459,6 +1459,27 @@ static sk_result sk__rd_p2p_piece_us(const sk_cluster *cl, int src, int dst, int
   return SK_OK;
 }
 
+/* Axes along which every rank of Send/Recv step s prices alike: on a flat cluster with mesh
+   ranks for world ranks a price depends on a piece's size alone, and ranks that differ only on
+   axes neither layout uses hold the same slices under both, their holders shifted alike (a
+   holder keeps its receiver's coordinates on A's unused axes), so their sides are equal term
+   for term. 0 when that does not hold (a topology, a world map, or two meshes). */
+static uint32_t sk__rd_alike_axes(const sk__rd_step *s, const sk_cluster *cl, const int *world) {
+  const sk_mesh *a = &s->a.mesh, *b = &s->b.mesh;
+  if (cl->topology.nodes || world || a->naxes != b->naxes) return 0;
+  for (int k = 0; k < a->naxes; k++)
+    if (a->dims[k] != b->dims[k]) return 0;
+  uint32_t all = a->naxes >= 32 ? ~0u : (1u << a->naxes) - 1;
+  return all & ~(sk_layout_used_axes(&s->a) | sk_layout_used_axes(&s->b));
+}
+
+/* Whether mesh rank r has a coordinate other than 0 on one of `axes`. */
+static bool sk__rd_off_first(const sk_mesh *m, uint32_t axes, int r) {
+  for (int k = m->naxes - 1; k >= 0; r /= m->dims[k], k--)
+    if ((axes >> k & 1u) && r % m->dims[k]) return true;
+  return false;
+}
+
 /* Send/Recv step s priced for every rank at once: the busiest rank's busier side. One array of
    send sides and one holder list, whatever the device count. */
 static sk_result sk__rd_p2p_busiest(const sk_redist_plan *p, const sk__rd_step *s, const sk_cluster *cl,
@@ -1472,7 +1493,9 @@ static sk_result sk__rd_p2p_busiest(const sk_redist_plan *p, const sk__rd_step *
   if (!send || !h) res = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
   sk__rd_p2p_memo memo = {NULL, -1, 0};
   double worst = 0;
+  uint32_t alike = sk__rd_alike_axes(s, cl, world);
   for (int q = 0; !res && q < N; q++) {
+    if (alike && sk__rd_off_first(&s->a.mesh, alike, q)) continue;
     int n = sk__rd_holders_of(&s->a, &s->b, q, h), me = world ? world[q] : q;
     double recv = 0;
     for (int i = 0; !res && i < n; i++) {
