@@ -125,9 +125,14 @@
      plus a sort of a rank's holders when its layout lists axes out of mesh order; one array of
      devices doubles; the same terms in the same order as rank by rank, so the same value. At
      4,096 devices a 4096-way cut of dim 0 -> 64 x 64 (8192 x 8192, 64 pieces a rank) takes
-     3.6 ms against 0.84 s rank by rank (bench/RESULTS.md, section 4). Flat exchanges
-     (a reshape that does not unify) keep the rank-by-rank loop; collectives price each group
-     once.
+     3.6 ms against 0.84 s rank by rank (bench/RESULTS.md, section 4). On a flat cluster (no
+     topology: alpha + bytes / bandwidth for every message) no piece is listed: a side is its
+     message count times alpha plus its bytes over the bandwidth, both counted per dim, for a
+     receiver from its block runs, for a sender over the receivers sharing its coordinates on
+     the source's unused axes (the two meshes refined to common axes; meshes with none walk):
+     O(devices * (dims + axes)), equal to rank by rank up to rounding (the same terms summed
+     in another order). Flat exchanges (a reshape that does not unify) keep the rank-by-rank
+     loop; collectives price each group once.
 
    EXECUTING
      sk_redist_executor_create(comm, desc, &ex, &err) is COLLECTIVE over comm (whose size must
@@ -368,16 +373,30 @@ typedef struct sk__rd_box {
   int64_t lo[SK_MAX_DIMS], hi[SK_MAX_DIMS];
 } sk__rd_box;
 
-static void sk__rd_box_of(const sk_slice *s, sk__rd_box *b) {
-  memset(b, 0, sizeof *b);
-  for (int d = 0; d < s->ndims; d++) b->lo[d] = s->start[d], b->hi[d] = s->stop[d];
-}
-
+/* sk_layout_slice as a box, without re-checking the layout per call (the checks and the copy
+   through an sk_slice dominated pricing exchanges over thousands of ranks): a plan's layouts
+   were validated. Stays defined when they were not: the empty box sk_layout_slice's refusal
+   left. */
 static void sk__rd_slice_box(const sk_layout *l, int rank, sk__rd_box *b) {
-  sk_slice s;
-  memset(&s, 0, sizeof s); /* the layout was validated: the call cannot fail, but stay defined */
-  sk_layout_slice(l, rank, &s, NULL);
-  sk__rd_box_of(&s, b);
+  const sk_mesh *m = &l->mesh;
+  int c[SK_MAX_AXES], nd = l->ndims;
+  bool sane = nd >= 1 && nd <= SK_MAX_DIMS && m->naxes >= 1 && m->naxes <= SK_MAX_AXES && rank >= 0 && rank < m->size;
+  for (int k = m->naxes - 1, x = rank; sane && k >= 0; k--) {
+    sane = m->dims[k] >= 1;
+    if (sane) c[k] = x % m->dims[k], x /= m->dims[k];
+  }
+  for (int d = 0; d < SK_MAX_DIMS; d++) b->lo[d] = b->hi[d] = 0;
+  for (int d = 0; sane && d < nd; d++) { /* Horner over the listed axes, the first the major digit */
+    const sk_dim_map *dm = &l->map[d];
+    int64_t at = 0, parts = 1;
+    for (int j = 0; j < dm->naxes; j++) {
+      int a = dm->axes[j];
+      if (a < 0 || a >= m->naxes) return;
+      at = at * m->dims[a] + c[a], parts *= m->dims[a];
+    }
+    int64_t len = l->shape[d] / parts;
+    b->lo[d] = at * len, b->hi[d] = at * len + len;
+  }
 }
 
 /* out = a & b; returns its volume (0 when empty) */
@@ -699,12 +718,12 @@ static void sk__rd_classify(const sk_layout *A, const sk_layout *B, sk__rd_class
     int c[SK_MAX_AXES];
     int x = r;
     for (int k = m->naxes - 1; k >= 0; k--) c[k] = x % m->dims[k], x /= m->dims[k];
-    sk_slice t;
-    sk_layout_slice(B, r, &t, NULL);
+    sk__rd_box t;
+    sk__rd_slice_box(B, r, &t);
     uint32_t V = 0;
     int64_t csz = 1;
     for (int d = 0; d < nd && ok; d++) {
-      int64_t ts = t.start[d], te = t.stop[d];
+      int64_t ts = t.lo[d], te = t.hi[d];
       int64_t j0 = ts / bf[d], j1 = (te - 1) / bf[d], n = j1 - j0 + 1, len;
       if (n == 1)
         len = te - ts;
@@ -1433,7 +1452,8 @@ SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *p, int step, int 
    piece p sends to q (p is in q's group iff q is in p's), so its price, computed once, is added
    to q's receive side and to p's send side; receivers run in ascending order and each one's
    holders are sorted, so every side sums the very terms sk__rd_p2p_price sums, in its order.
-   The walk, sk__rd_holders_of, sits in >>pieces: all-ranks plans count their traffic with it. */
+   The walk, sk__rd_holders_of, sits in >>pieces: all-ranks plans count their traffic with it.
+   On a flat cluster the walk is replaced by per-dim counts (>>busiest on a flat cluster). */
 
 /* sk_cluster_p2p_us of one piece inside a walk whose cluster and dtype are checked once: the
    same link choice and sk_link_cost_us call, without re-checking the cluster per piece (which
@@ -1459,25 +1479,201 @@ static sk_result sk__rd_p2p_piece_us(const sk_cluster *cl, int src, int dst, int
   return SK_OK;
 }
 
-/* Axes along which every rank of Send/Recv step s prices alike: on a flat cluster with mesh
-   ranks for world ranks a price depends on a piece's size alone, and ranks that differ only on
-   axes neither layout uses hold the same slices under both, their holders shifted alike (a
-   holder keeps its receiver's coordinates on A's unused axes), so their sides are equal term
-   for term. 0 when that does not hold (a topology, a world map, or two meshes). */
-static uint32_t sk__rd_alike_axes(const sk__rd_step *s, const sk_cluster *cl, const int *world) {
-  const sk_mesh *a = &s->a.mesh, *b = &s->b.mesh;
-  if (cl->topology.nodes || world || a->naxes != b->naxes) return 0;
-  for (int k = 0; k < a->naxes; k++)
-    if (a->dims[k] != b->dims[k]) return 0;
-  uint32_t all = a->naxes >= 32 ? ~0u : (1u << a->naxes) - 1;
-  return all & ~(sk_layout_used_axes(&s->a) | sk_layout_used_axes(&s->b));
+/* >>busiest on a flat cluster: every piece costs alpha + bytes / bandwidth (sk_link_cost_us's
+   p2p line, one link for every pair), so a side's price is its piece count times alpha plus its
+   elements' bytes over the bandwidth, and both counts come from per-dim arithmetic, no piece
+   listed. A receiver's holders are the product of its per-dim block runs (>>busiest above),
+   less itself when it holds a piece of its own target. A sender's receivers are the ranks
+   sharing its coordinates on A's unused axes whose target boxes meet its block: when the two
+   meshes refine to common "fine" axes (their strides form a chain), that group is a product
+   over fine axes and each target dim reads only its own, so the sum over the group of a
+   product over dims is the product over dims of per-dim sums. O(devices * (dims + axes)). */
+#define SK__RD_FINE_MAX (2 * SK_MAX_AXES)
+
+typedef struct sk__rd_fine_dim {
+  int ndig;                            /* fine digits of B's block index on this dim, major first */
+  int axis[SK__RD_FINE_MAX];           /* each digit's fine axis */
+  int radix[SK__RD_FINE_MAX];          /* its size */
+  bool fixed[SK__RD_FINE_MAX];         /* on an axis A leaves unused: a receiver has the sender's */
+  int64_t free_after[SK__RD_FINE_MAX]; /* product of the free digits' radices after this one */
+  int64_t free_all;                    /* product of every free digit's radix */
+  int64_t block;                       /* B's block length on this dim */
+} sk__rd_fine_dim;
+
+typedef struct sk__rd_fine {
+  int naxes; /* fine axes, the minor (stride 1) first */
+  int64_t stride[SK__RD_FINE_MAX + 1];
+  int size[SK__RD_FINE_MAX];
+  int64_t free_rest; /* free fine axes no target dim reads: receivers alike for every sender */
+  sk__rd_fine_dim dim[SK_MAX_DIMS];
+} sk__rd_fine;
+
+/* Mesh m's strides (1, then times each axis's size, the minor axis first) merged into the
+   sorted set b[0..*n). */
+static void sk__rd_fine_strides(const sk_mesh *m, int64_t *b, int *n) {
+  int64_t s = 1;
+  for (int k = m->naxes; k >= 0; k--) {
+    int i = 0;
+    while (i < *n && b[i] < s) i++;
+    if (i == *n || b[i] != s) {
+      for (int j = *n; j > i; j--) b[j] = b[j - 1];
+      b[i] = s, (*n)++;
+    }
+    if (k > 0) s *= m->dims[k - 1];
+  }
 }
 
-/* Whether mesh rank r has a coordinate other than 0 on one of `axes`. */
-static bool sk__rd_off_first(const sk_mesh *m, uint32_t axes, int r) {
-  for (int k = m->naxes - 1; k >= 0; r /= m->dims[k], k--)
-    if ((axes >> k & 1u) && r % m->dims[k]) return true;
-  return false;
+/* The fine axes [*lo, *hi) of mesh axis k of m: those between its stride and the next. */
+static void sk__rd_fine_span(const sk__rd_fine *f, const sk_mesh *m, int k, int *lo, int *hi) {
+  int64_t s = 1;
+  for (int j = m->naxes - 1; j > k; j--) s *= m->dims[j];
+  for (*lo = 0; f->stride[*lo] < s;) (*lo)++;
+  for (*hi = *lo; *hi < f->naxes && f->stride[*hi + 1] <= s * m->dims[k];) (*hi)++;
+}
+
+/* B's block digits on dim d over the fine axes (fixed: which lie on A's unused axes). */
+static void sk__rd_fine_digits(sk__rd_fine *f, const sk_layout *B, int d, const bool *fixed, bool *read) {
+  sk__rd_fine_dim *fd = &f->dim[d];
+  fd->block = B->shape[d] / sk_layout_split_count(B, d);
+  for (int j = 0; j < B->map[d].naxes; j++) {
+    int lo, hi;
+    sk__rd_fine_span(f, &B->mesh, B->map[d].axes[j], &lo, &hi);
+    for (int i = hi - 1; i >= lo; i--, fd->ndig++)
+      fd->axis[fd->ndig] = i, fd->radix[fd->ndig] = f->size[i], fd->fixed[fd->ndig] = fixed[i], read[i] = true;
+  }
+  fd->free_all = 1;
+  for (int i = fd->ndig - 1; i >= 0; i--) {
+    fd->free_after[i] = fd->free_all;
+    if (!fd->fixed[i]) fd->free_all *= fd->radix[i];
+  }
+}
+
+/* The common refinement of A's and B's meshes with B's per-dim digits on it; false when the
+   meshes' strides do not form a chain (then there is none: the caller walks the pieces). */
+static bool sk__rd_fine_build(const sk_layout *A, const sk_layout *B, sk__rd_fine *f) {
+  int64_t b[2 * SK_MAX_AXES + 2];
+  int n = 0;
+  sk__rd_fine_strides(&A->mesh, b, &n), sk__rd_fine_strides(&B->mesh, b, &n);
+  memset(f, 0, sizeof *f);
+  if (n < 1) return false; /* not a checked mesh's (it has axes): keeps b[n - 1] defined */
+  f->naxes = n - 1;
+  for (int i = 0; i + 1 < n; i++) {
+    if (b[i + 1] % b[i]) return false;
+    f->stride[i] = b[i], f->size[i] = (int)(b[i + 1] / b[i]);
+  }
+  f->stride[n - 1] = b[n - 1];
+  bool fixed[SK__RD_FINE_MAX] = {false}, read[SK__RD_FINE_MAX] = {false};
+  uint32_t used = sk_layout_used_axes(A);
+  for (int k = 0; k < A->mesh.naxes; k++) {
+    int lo, hi;
+    sk__rd_fine_span(f, &A->mesh, k, &lo, &hi);
+    for (int i = lo; i < hi; i++) fixed[i] = !(used & (1u << k));
+  }
+  for (int d = 0; d < B->ndims; d++) sk__rd_fine_digits(f, B, d, fixed, read);
+  f->free_rest = 1;
+  for (int i = 0; i < f->naxes; i++)
+    if (!fixed[i] && !read[i]) f->free_rest *= f->size[i];
+  return true;
+}
+
+/* Block indices t < x on fd whose fixed digits are v's (v: a value per digit). */
+static int64_t sk__rd_fine_below(const sk__rd_fine_dim *fd, const int *v, int64_t x) {
+  int dig[SK__RD_FINE_MAX];
+  for (int i = fd->ndig - 1; i >= 0; i--) dig[i] = (int)(x % fd->radix[i]), x /= fd->radix[i];
+  if (x) return fd->free_all; /* x is past the last block */
+  int64_t n = 0;
+  for (int i = 0; i < fd->ndig; i++) {
+    if (!fd->fixed[i]) {
+      n += dig[i] * fd->free_after[i];
+      continue;
+    }
+    if (v[i] < dig[i]) n += fd->free_after[i];
+    if (v[i] != dig[i]) return n;
+  }
+  return n;
+}
+
+static bool sk__rd_fine_allowed(const sk__rd_fine_dim *fd, const int *v, int64_t t) {
+  for (int i = fd->ndig - 1; i >= 0; i--) {
+    if (fd->fixed[i] && t % fd->radix[i] != v[i]) return false;
+    t /= fd->radix[i];
+  }
+  return true;
+}
+
+/* Elements of S's dim-d interval [lo, hi) that the allowed target blocks meet, and how many of
+   them meet it (*n): the inner blocks whole, the two end ones clipped. */
+static int64_t sk__rd_fine_meet(const sk__rd_fine_dim *fd, const int *v, int64_t lo, int64_t hi, int64_t *n) {
+  int64_t bl = fd->block, t0 = lo / bl, t1 = (hi - 1) / bl;
+  *n = sk__rd_fine_below(fd, v, t1 + 1) - sk__rd_fine_below(fd, v, t0);
+  if (t0 == t1) return *n ? hi - lo : 0;
+  int64_t e = *n * bl;
+  if (sk__rd_fine_allowed(fd, v, t0)) e -= lo - t0 * bl;
+  if (sk__rd_fine_allowed(fd, v, t1)) e -= (t1 + 1) * bl - hi;
+  return e;
+}
+
+/* Sender p's pieces (*count) and elements (*elems) in A -> B (S, T: its boxes): summed over
+   its receivers per dim, less the piece it keeps (its own target meeting its own block). */
+static void sk__rd_fine_sent(const sk__rd_fine *f, int nd, int p, const sk__rd_box *S, const sk__rd_box *T,
+                             int64_t *count, int64_t *elems) {
+  int v[SK__RD_FINE_MAX], dv[SK__RD_FINE_MAX];
+  for (int i = 0; i < f->naxes; i++) v[i] = (int)(p / f->stride[i] % f->size[i]);
+  int64_t c = f->free_rest, e = f->free_rest;
+  for (int d = 0; d < nd && c; d++) {
+    const sk__rd_fine_dim *fd = &f->dim[d];
+    for (int i = 0; i < fd->ndig; i++) dv[i] = v[fd->axis[i]];
+    int64_t n = 0;
+    e *= sk__rd_fine_meet(fd, dv, S->lo[d], S->hi[d], &n);
+    c *= n;
+  }
+  int64_t own = sk__rd_isect(T, S, nd, NULL);
+  if (own && c) c--, e -= own;
+  *count = c, *elems = e;
+}
+
+/* Receiver q's pieces and elements in A -> B (S, T: its source and target boxes): per dim its
+   target interval meets A-blocks j0..j1, one holder per block product, less the piece it holds
+   itself (sk__rd_holders_of leaves q out). */
+static void sk__rd_fine_received(int nd, const sk__rd_box *S, const sk__rd_box *T, int64_t *count, int64_t *elems) {
+  int64_t c = 1, e = 1;
+  for (int d = 0; d < nd; d++) {
+    int64_t bf = S->hi[d] - S->lo[d]; /* A's blocks are even (a layout's dims divide) */
+    c *= (T->hi[d] - 1) / bf - T->lo[d] / bf + 1, e *= T->hi[d] - T->lo[d];
+  }
+  int64_t own = sk__rd_isect(T, S, nd, NULL);
+  if (own) c--, e -= own;
+  *count = c, *elems = e;
+}
+
+/* Whether step s's busiest price can be counted per dim: a flat cluster (every pair one link),
+   world ranks the cluster accepts, a valid dtype, and meshes with a common refinement (f). */
+static bool sk__rd_line_applies(const sk__rd_step *s, const sk_cluster *cl, const int *world, sk_dtype dt,
+                                sk__rd_fine *f) {
+  if (cl->topology.nodes || !sk_dtype_valid(dt) || s->a.ndims != s->b.ndims) return false;
+  for (int r = 0; world && r < s->a.mesh.size; r++)
+    if (world[r] < 0 || world[r] >= SK_TOPOLOGY_MAX_DEVICES) return false;
+  return sk__rd_fine_build(&s->a, &s->b, f);
+}
+
+/* The busiest side of step s on the flat link l: a side's count of pieces times alpha plus
+   its elements' bytes over the bandwidth, as sk_link_cost_us prices each piece (nothing when
+   the link is free). */
+static double sk__rd_line_busiest(const sk__rd_step *s, const sk_link_model *l, sk_dtype dt, const sk__rd_fine *f) {
+  if (l->gbps <= 0) return 0;
+  double us_per_byte = 1e-3 / l->gbps, size = (double)sk_dtype_size(dt), worst = 0;
+  for (int r = 0; r < s->a.mesh.size; r++) {
+    int64_t n[2], e[2];
+    sk__rd_box S, T;
+    sk__rd_slice_box(&s->a, r, &S), sk__rd_slice_box(&s->b, r, &T);
+    sk__rd_fine_received(s->a.ndims, &S, &T, &n[0], &e[0]);
+    sk__rd_fine_sent(f, s->a.ndims, r, &S, &T, &n[1], &e[1]);
+    for (int k = 0; k < 2; k++) {
+      double t = n[k] ? (double)n[k] * l->alpha_us + (double)e[k] * size * us_per_byte : 0;
+      if (t > worst) worst = t;
+    }
+  }
+  return worst;
 }
 
 /* Send/Recv step s priced for every rank at once: the busiest rank's busier side. One array of
@@ -1488,14 +1684,15 @@ static sk_result sk__rd_p2p_busiest(const sk_redist_plan *p, const sk__rd_step *
   int N = s->a.mesh.size, gs = sk__rd_group_size(&s->a);
   sk_result res = sk_cluster_check(cl, "cluster", err);
   if (res) return *us = 0, res;
+  sk__rd_fine fine;
+  if (sk__rd_line_applies(s, cl, world, p->desc.dtype, &fine))
+    return *us = sk__rd_line_busiest(s, &cl->link, p->desc.dtype, &fine), SK_OK;
   double *send = (double *)sk__calloc(al, sizeof(double) * (size_t)N, 16);
   sk__rd_holder *h = (sk__rd_holder *)sk__alloc(al, sizeof(sk__rd_holder) * (size_t)gs, 16);
   if (!send || !h) res = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
   sk__rd_p2p_memo memo = {NULL, -1, 0};
   double worst = 0;
-  uint32_t alike = sk__rd_alike_axes(s, cl, world);
   for (int q = 0; !res && q < N; q++) {
-    if (alike && sk__rd_off_first(&s->a.mesh, alike, q)) continue;
     int n = sk__rd_holders_of(&s->a, &s->b, q, h), me = world ? world[q] : q;
     double recv = 0;
     for (int i = 0; !res && i < n; i++) {
