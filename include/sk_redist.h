@@ -1505,6 +1505,7 @@ typedef struct sk__rd_fine {
   int64_t stride[SK__RD_FINE_MAX + 1];
   int size[SK__RD_FINE_MAX];
   int64_t free_rest; /* free fine axes no target dim reads: receivers alike for every sender */
+  bool idle[SK__RD_FINE_MAX]; /* read by neither layout: ranks apart only there price alike */
   sk__rd_fine_dim dim[SK_MAX_DIMS];
 } sk__rd_fine;
 
@@ -1571,8 +1572,10 @@ static bool sk__rd_fine_build(const sk_layout *A, const sk_layout *B, sk__rd_fin
   }
   for (int d = 0; d < B->ndims; d++) sk__rd_fine_digits(f, B, d, fixed, read);
   f->free_rest = 1;
-  for (int i = 0; i < f->naxes; i++)
+  for (int i = 0; i < f->naxes; i++) {
     if (!fixed[i] && !read[i]) f->free_rest *= f->size[i];
+    f->idle[i] = fixed[i] && !read[i];
+  }
   return true;
 }
 
@@ -1656,6 +1659,15 @@ static bool sk__rd_line_applies(const sk__rd_step *s, const sk_cluster *cl, cons
   return sk__rd_fine_build(&s->a, &s->b, f);
 }
 
+/* Whether rank r has a coordinate other than 0 on an idle fine axis: its slices under both
+   layouts, its receivers' and its holders' are those of the rank with 0 there, shifted alike
+   (a holder shares its receiver's coordinates on A's unused axes), so its sides are too. */
+static bool sk__rd_fine_off_first(const sk__rd_fine *f, int r) {
+  for (int i = 0; i < f->naxes; i++)
+    if (f->idle[i] && r / f->stride[i] % f->size[i]) return true;
+  return false;
+}
+
 /* The busiest side of step s on the flat link l: a side's count of pieces times alpha plus
    its elements' bytes over the bandwidth, as sk_link_cost_us prices each piece (nothing when
    the link is free). */
@@ -1663,6 +1675,7 @@ static double sk__rd_line_busiest(const sk__rd_step *s, const sk_link_model *l, 
   if (l->gbps <= 0) return 0;
   double us_per_byte = 1e-3 / l->gbps, size = (double)sk_dtype_size(dt), worst = 0;
   for (int r = 0; r < s->a.mesh.size; r++) {
+    if (sk__rd_fine_off_first(f, r)) continue;
     int64_t n[2], e[2];
     sk__rd_box S, T;
     sk__rd_slice_box(&s->a, r, &S), sk__rd_slice_box(&s->b, r, &T);
