@@ -1497,8 +1497,17 @@ typedef struct sk__rd_fine_dim {
   bool fixed[SK__RD_FINE_MAX];         /* on an axis A leaves unused: a receiver has the sender's */
   int64_t free_after[SK__RD_FINE_MAX]; /* product of the free digits' radices after this one */
   int64_t free_all;                    /* product of every free digit's radix */
-  int64_t block;                       /* B's block length on this dim */
+  int64_t combos;                      /* product of every fixed digit's radix */
+  int64_t block, split;                /* B's block length and blocks on this dim */
+  int64_t a_block, a_split;            /* A's */
 } sk__rd_fine_dim;
+
+/* What fine axis i is to the two layouts: the dim it cuts under A and under B (-1: none), its
+   weight in that dim's block index under each, and among the B dim's fixed digits. */
+typedef struct sk__rd_fine_role {
+  int dim_a, dim_b;
+  int64_t w_a, w_b, w_fixed;
+} sk__rd_fine_role;
 
 typedef struct sk__rd_fine {
   int naxes; /* fine axes, the minor (stride 1) first */
@@ -1506,6 +1515,7 @@ typedef struct sk__rd_fine {
   int size[SK__RD_FINE_MAX];
   int64_t free_rest; /* free fine axes no target dim reads: receivers alike for every sender */
   bool idle[SK__RD_FINE_MAX]; /* read by neither layout: ranks apart only there price alike */
+  sk__rd_fine_role role[SK__RD_FINE_MAX];
   sk__rd_fine_dim dim[SK_MAX_DIMS];
 } sk__rd_fine;
 
@@ -1542,10 +1552,30 @@ static void sk__rd_fine_digits(sk__rd_fine *f, const sk_layout *B, int d, const 
     for (int i = hi - 1; i >= lo; i--, fd->ndig++)
       fd->axis[fd->ndig] = i, fd->radix[fd->ndig] = f->size[i], fd->fixed[fd->ndig] = fixed[i], read[i] = true;
   }
-  fd->free_all = 1;
-  for (int i = fd->ndig - 1; i >= 0; i--) {
+  fd->split = B->shape[d] / fd->block;
+  fd->free_all = fd->combos = 1;
+  int64_t w = 1;
+  for (int i = fd->ndig - 1; i >= 0; w *= fd->radix[i--]) {
+    sk__rd_fine_role *ro = &f->role[fd->axis[i]];
+    ro->dim_b = d, ro->w_b = w;
     fd->free_after[i] = fd->free_all;
-    if (!fd->fixed[i]) fd->free_all *= fd->radix[i];
+    if (fd->fixed[i])
+      ro->w_fixed = fd->combos, fd->combos *= fd->radix[i];
+    else
+      fd->free_all *= fd->radix[i];
+  }
+}
+
+/* A's block index on dim d over the fine axes: each one's weight (the last listed axis's
+   minor fine axis the least significant digit). */
+static void sk__rd_fine_a_digits(sk__rd_fine *f, const sk_layout *A, int d) {
+  sk__rd_fine_dim *fd = &f->dim[d];
+  fd->a_split = sk_layout_split_count(A, d), fd->a_block = A->shape[d] / fd->a_split;
+  int64_t w = 1;
+  for (int j = A->map[d].naxes - 1; j >= 0; j--) {
+    int lo, hi;
+    sk__rd_fine_span(f, &A->mesh, A->map[d].axes[j], &lo, &hi);
+    for (int i = lo; i < hi; w *= f->size[i++]) f->role[i].dim_a = d, f->role[i].w_a = w;
   }
 }
 
@@ -1570,7 +1600,8 @@ static bool sk__rd_fine_build(const sk_layout *A, const sk_layout *B, sk__rd_fin
     sk__rd_fine_span(f, &A->mesh, k, &lo, &hi);
     for (int i = lo; i < hi; i++) fixed[i] = !(used & (1u << k));
   }
-  for (int d = 0; d < B->ndims; d++) sk__rd_fine_digits(f, B, d, fixed, read);
+  for (int i = 0; i < f->naxes; i++) f->role[i].dim_a = f->role[i].dim_b = -1;
+  for (int d = 0; d < B->ndims; d++) sk__rd_fine_digits(f, B, d, fixed, read), sk__rd_fine_a_digits(f, A, d);
   f->free_rest = 1;
   for (int i = 0; i < f->naxes; i++) {
     if (!fixed[i] && !read[i]) f->free_rest *= f->size[i];
@@ -1616,39 +1647,6 @@ static int64_t sk__rd_fine_meet(const sk__rd_fine_dim *fd, const int *v, int64_t
   return e;
 }
 
-/* Sender p's pieces (*count) and elements (*elems) in A -> B (S, T: its boxes): summed over
-   its receivers per dim, less the piece it keeps (its own target meeting its own block). */
-static void sk__rd_fine_sent(const sk__rd_fine *f, int nd, int p, const sk__rd_box *S, const sk__rd_box *T,
-                             int64_t *count, int64_t *elems) {
-  int v[SK__RD_FINE_MAX], dv[SK__RD_FINE_MAX];
-  for (int i = 0; i < f->naxes; i++) v[i] = (int)(p / f->stride[i] % f->size[i]);
-  int64_t c = f->free_rest, e = f->free_rest;
-  for (int d = 0; d < nd && c; d++) {
-    const sk__rd_fine_dim *fd = &f->dim[d];
-    for (int i = 0; i < fd->ndig; i++) dv[i] = v[fd->axis[i]];
-    int64_t n = 0;
-    e *= sk__rd_fine_meet(fd, dv, S->lo[d], S->hi[d], &n);
-    c *= n;
-  }
-  int64_t own = sk__rd_isect(T, S, nd, NULL);
-  if (own && c) c--, e -= own;
-  *count = c, *elems = e;
-}
-
-/* Receiver q's pieces and elements in A -> B (S, T: its source and target boxes): per dim its
-   target interval meets A-blocks j0..j1, one holder per block product, less the piece it holds
-   itself (sk__rd_holders_of leaves q out). */
-static void sk__rd_fine_received(int nd, const sk__rd_box *S, const sk__rd_box *T, int64_t *count, int64_t *elems) {
-  int64_t c = 1, e = 1;
-  for (int d = 0; d < nd; d++) {
-    int64_t bf = S->hi[d] - S->lo[d]; /* A's blocks are even (a layout's dims divide) */
-    c *= (T->hi[d] - 1) / bf - T->lo[d] / bf + 1, e *= T->hi[d] - T->lo[d];
-  }
-  int64_t own = sk__rd_isect(T, S, nd, NULL);
-  if (own) c--, e -= own;
-  *count = c, *elems = e;
-}
-
 /* Whether step s's busiest price can be counted per dim: a flat cluster (every pair one link),
    world ranks the cluster accepts, a valid dtype, and meshes with a common refinement (f). */
 static bool sk__rd_line_applies(const sk__rd_step *s, const sk_cluster *cl, const int *world, sk_dtype dt,
@@ -1659,34 +1657,89 @@ static bool sk__rd_line_applies(const sk__rd_step *s, const sk_cluster *cl, cons
   return sk__rd_fine_build(&s->a, &s->b, f);
 }
 
-/* Whether rank r has a coordinate other than 0 on an idle fine axis: its slices under both
-   layouts, its receivers' and its holders' are those of the rank with 0 there, shifted alike
-   (a holder shares its receiver's coordinates on A's unused axes), so its sides are too. */
-static bool sk__rd_fine_off_first(const sk__rd_fine *f, int r) {
-  for (int i = 0; i < f->naxes; i++)
-    if (f->idle[i] && r / f->stride[i] % f->size[i]) return true;
-  return false;
+/* A flat-cluster count's per-dim tables, indexed by block: the A-blocks a receiver's target
+   block t meets on dim d (recv[d][t]); a sender's receivers and their elements on dim d
+   (sent_n, sent_e[d][a * combos + x]: its A block a, its values x of the dim's fixed digits). */
+typedef struct sk__rd_line_tables {
+  int64_t *recv[SK_MAX_DIMS], *sent_n[SK_MAX_DIMS], *sent_e[SK_MAX_DIMS];
+  int64_t *mem;
+} sk__rd_line_tables;
+
+/* Fills tb (one allocation: at most 3 x dims x devices entries, as A's blocks on a dim and
+   the values of the axes A leaves unused lie on different fine axes); false when out of memory. */
+static bool sk__rd_line_tables_fill(const sk__rd_fine *f, int nd, sk__rd_line_tables *tb, const sk_allocator *al) {
+  size_t total = 0;
+  for (int d = 0; d < nd; d++) total += (size_t)(f->dim[d].split + 2 * f->dim[d].a_split * f->dim[d].combos);
+  int64_t *at = tb->mem = (int64_t *)sk__alloc(al, sizeof(int64_t) * total, 16);
+  if (!at) return false;
+  for (int d = 0; d < nd; d++) {
+    const sk__rd_fine_dim *fd = &f->dim[d];
+    int64_t ab = fd->a_block, bb = fd->block, cells = fd->a_split * fd->combos;
+    tb->recv[d] = at, tb->sent_n[d] = at + fd->split, tb->sent_e[d] = at + fd->split + cells;
+    at += fd->split + 2 * cells;
+    for (int64_t t = 0; t < fd->split; t++) tb->recv[d][t] = ((t + 1) * bb - 1) / ab - t * bb / ab + 1;
+    for (int64_t c = 0; c < cells; c++) {
+      int v[SK__RD_FINE_MAX] = {0};
+      int64_t a = c / fd->combos, x = c % fd->combos;
+      for (int i = fd->ndig - 1; i >= 0; i--)
+        if (fd->fixed[i]) v[i] = (int)(x % fd->radix[i]), x /= fd->radix[i];
+      tb->sent_e[d][c] = sk__rd_fine_meet(fd, v, a * ab, a * ab + ab, &tb->sent_n[d][c]);
+    }
+  }
+  return true;
 }
 
-/* The busiest side of step s on the flat link l: a side's count of pieces times alpha plus
-   its elements' bytes over the bandwidth, as sk_link_cost_us prices each piece (nothing when
-   the link is free). */
-static double sk__rd_line_busiest(const sk__rd_step *s, const sk_link_model *l, sk_dtype dt, const sk__rd_fine *f) {
-  if (l->gbps <= 0) return 0;
+/* The rank at fine coordinates v: pieces n[0] and elements e[0] it receives, n[1] and e[1] it
+   sends. Per dim its A block, its B block and its fixed digits' values pick the table cells;
+   the piece it keeps (its target meeting its own block) is neither side's. */
+static void sk__rd_line_rank(const sk__rd_fine *f, int nd, const sk__rd_line_tables *tb, const int *v, int64_t *n,
+                             int64_t *e) {
+  int64_t a[SK_MAX_DIMS] = {0}, t[SK_MAX_DIMS] = {0}, x[SK_MAX_DIMS] = {0}, own = 1;
+  for (int i = 0; i < f->naxes; i++) {
+    const sk__rd_fine_role *ro = &f->role[i];
+    if (ro->dim_a >= 0) a[ro->dim_a] += v[i] * ro->w_a;
+    if (ro->dim_b >= 0) t[ro->dim_b] += v[i] * ro->w_b, x[ro->dim_b] += v[i] * ro->w_fixed;
+  }
+  n[0] = e[0] = 1, n[1] = e[1] = f->free_rest;
+  for (int d = 0; d < nd; d++) {
+    const sk__rd_fine_dim *fd = &f->dim[d];
+    int64_t slo = a[d] * fd->a_block, tlo = t[d] * fd->block, cell = a[d] * fd->combos + x[d];
+    int64_t lo = slo > tlo ? slo : tlo, hi = slo + fd->a_block < tlo + fd->block ? slo + fd->a_block : tlo + fd->block;
+    own *= hi > lo ? hi - lo : 0;
+    n[0] *= tb->recv[d][t[d]], e[0] *= fd->block;
+    n[1] *= tb->sent_n[d][cell], e[1] *= tb->sent_e[d][cell];
+  }
+  if (own) n[0]--, e[0] -= own;
+  if (own && n[1]) n[1]--, e[1] -= own;
+}
+
+/* The busiest side of step s on the flat link l into *us: a side's count of pieces times alpha
+   plus its elements' bytes over the bandwidth, as sk_link_cost_us prices each piece (nothing
+   when the link is free). Ranks run in order, their fine coordinates counted up; a rank apart
+   from an earlier one only on idle axes (its slices, its receivers' and its holders' shifted
+   alike: a holder shares its receiver's coordinates on A's unused axes) prices as that one. */
+static sk_result sk__rd_line_busiest(const sk__rd_step *s, const sk_link_model *l, sk_dtype dt, const sk__rd_fine *f,
+                                     const sk_allocator *al, double *us) {
+  *us = 0;
+  if (l->gbps <= 0) return SK_OK;
+  sk__rd_line_tables tb;
+  if (!sk__rd_line_tables_fill(f, s->a.ndims, &tb, al)) return SK_ERR_OUT_OF_MEMORY;
   double us_per_byte = 1e-3 / l->gbps, size = (double)sk_dtype_size(dt), worst = 0;
+  int v[SK__RD_FINE_MAX] = {0};
   for (int r = 0; r < s->a.mesh.size; r++) {
-    if (sk__rd_fine_off_first(f, r)) continue;
-    int64_t n[2], e[2];
-    sk__rd_box S, T;
-    sk__rd_slice_box(&s->a, r, &S), sk__rd_slice_box(&s->b, r, &T);
-    sk__rd_fine_received(s->a.ndims, &S, &T, &n[0], &e[0]);
-    sk__rd_fine_sent(f, s->a.ndims, r, &S, &T, &n[1], &e[1]);
+    bool alike = false;
+    for (int i = 0; i < f->naxes && !alike; i++) alike = f->idle[i] && v[i];
+    int64_t n[2] = {0, 0}, e[2] = {0, 0};
+    if (!alike) sk__rd_line_rank(f, s->a.ndims, &tb, v, n, e);
     for (int k = 0; k < 2; k++) {
       double t = n[k] ? (double)n[k] * l->alpha_us + (double)e[k] * size * us_per_byte : 0;
       if (t > worst) worst = t;
     }
+    for (int i = 0; i < f->naxes && ++v[i] == f->size[i]; i++) v[i] = 0; /* the next rank's coordinates */
   }
-  return worst;
+  sk__free(al, tb.mem);
+  *us = worst;
+  return SK_OK;
 }
 
 /* Send/Recv step s priced for every rank at once: the busiest rank's busier side. One array of
@@ -1698,8 +1751,11 @@ static sk_result sk__rd_p2p_busiest(const sk_redist_plan *p, const sk__rd_step *
   sk_result res = sk_cluster_check(cl, "cluster", err);
   if (res) return *us = 0, res;
   sk__rd_fine fine;
-  if (sk__rd_line_applies(s, cl, world, p->desc.dtype, &fine))
-    return *us = sk__rd_line_busiest(s, &cl->link, p->desc.dtype, &fine), SK_OK;
+  if (sk__rd_line_applies(s, cl, world, p->desc.dtype, &fine)) {
+    if (sk__rd_line_busiest(s, &cl->link, p->desc.dtype, &fine, al, us))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+    return SK_OK;
+  }
   double *send = (double *)sk__calloc(al, sizeof(double) * (size_t)N, 16);
   sk__rd_holder *h = (sk__rd_holder *)sk__alloc(al, sizeof(sk__rd_holder) * (size_t)gs, 16);
   if (!send || !h) res = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
