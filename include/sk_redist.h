@@ -1487,7 +1487,8 @@ static sk_result sk__rd_p2p_piece_us(const sk_cluster *cl, int src, int dst, int
    sharing its coordinates on A's unused axes whose target boxes meet its block: when the two
    meshes refine to common "fine" axes (their strides form a chain), that group is a product
    over fine axes and each target dim reads only its own, so the sum over the group of a
-   product over dims is the product over dims of per-dim sums. O(devices * (dims + axes)). */
+   product over dims is the product over dims of per-dim sums, read from per-dim tables (at
+   most 3 x dims x devices entries) as the ranks are counted up: O(devices * (dims + axes)). */
 #define SK__RD_FINE_MAX (2 * SK_MAX_AXES)
 
 typedef struct sk__rd_fine_dim {
