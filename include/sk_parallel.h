@@ -803,6 +803,9 @@ static sk_result sk__par_search(sk_parallel_plan *p, sk_error *err) {
   d.cluster = p->desc.cluster, d.exhaustive_limit = p->desc.exhaustive_limit;
   d.ndevices = p->desc.ndevices, d.input_layouts = inputs;
   d.lazy_candidates = p->desc.mode == SK_PARALLEL_RECURSIVE_PROGRAMMING;
+  sk_run_dtypes run = sk_parallel_run_dtypes(&p->desc); /* priced in the dtypes the run moves */
+  d.compute = run.compute, d.wire = run.wire, d.gradient = run.gradient;
+  d.whole_mirrors = p->desc.comm_fusion.closed; /* no bucket: each Mirror a call of its own */
   sk_search_model m;
   double t0 = sk__par_now_ms();
   sk_result r = sk_search_model_build(g, &d, &m, err);

@@ -125,9 +125,14 @@
      plus a sort of a rank's holders when its layout lists axes out of mesh order; one array of
      devices doubles; the same terms in the same order as rank by rank, so the same value. At
      4,096 devices a 4096-way cut of dim 0 -> 64 x 64 (8192 x 8192, 64 pieces a rank) takes
-     3.6 ms against 0.84 s rank by rank (bench/RESULTS.md, section 4). Flat exchanges
-     (a reshape that does not unify) keep the rank-by-rank loop; collectives price each group
-     once.
+     3.6 ms against 0.84 s rank by rank (bench/RESULTS.md, section 4). On a flat cluster (no
+     topology: alpha + bytes / bandwidth for every message) no piece is listed: a side is its
+     message count times alpha plus its bytes over the bandwidth, both counted per dim, for a
+     receiver from its block runs, for a sender over the receivers sharing its coordinates on
+     the source's unused axes (the two meshes refined to common axes; meshes with none walk):
+     O(devices * (dims + axes)), equal to rank by rank up to rounding (the same terms summed
+     in another order). Flat exchanges (a reshape that does not unify) keep the rank-by-rank
+     loop; collectives price each group once.
 
    EXECUTING
      sk_redist_executor_create(comm, desc, &ex, &err) is COLLECTIVE over comm (whose size must
@@ -368,16 +373,30 @@ typedef struct sk__rd_box {
   int64_t lo[SK_MAX_DIMS], hi[SK_MAX_DIMS];
 } sk__rd_box;
 
-static void sk__rd_box_of(const sk_slice *s, sk__rd_box *b) {
-  memset(b, 0, sizeof *b);
-  for (int d = 0; d < s->ndims; d++) b->lo[d] = s->start[d], b->hi[d] = s->stop[d];
-}
-
+/* sk_layout_slice as a box, without re-checking the layout per call (the checks and the copy
+   through an sk_slice dominated pricing exchanges over thousands of ranks): a plan's layouts
+   were validated. Stays defined when they were not: the empty box sk_layout_slice's refusal
+   left. */
 static void sk__rd_slice_box(const sk_layout *l, int rank, sk__rd_box *b) {
-  sk_slice s;
-  memset(&s, 0, sizeof s); /* the layout was validated: the call cannot fail, but stay defined */
-  sk_layout_slice(l, rank, &s, NULL);
-  sk__rd_box_of(&s, b);
+  const sk_mesh *m = &l->mesh;
+  int c[SK_MAX_AXES], nd = l->ndims;
+  bool sane = nd >= 1 && nd <= SK_MAX_DIMS && m->naxes >= 1 && m->naxes <= SK_MAX_AXES && rank >= 0 && rank < m->size;
+  for (int k = m->naxes - 1, x = rank; sane && k >= 0; k--) {
+    sane = m->dims[k] >= 1;
+    if (sane) c[k] = x % m->dims[k], x /= m->dims[k];
+  }
+  for (int d = 0; d < SK_MAX_DIMS; d++) b->lo[d] = b->hi[d] = 0;
+  for (int d = 0; sane && d < nd; d++) { /* Horner over the listed axes, the first the major digit */
+    const sk_dim_map *dm = &l->map[d];
+    int64_t at = 0, parts = 1;
+    for (int j = 0; j < dm->naxes; j++) {
+      int a = dm->axes[j];
+      if (a < 0 || a >= m->naxes) return;
+      at = at * m->dims[a] + c[a], parts *= m->dims[a];
+    }
+    int64_t len = l->shape[d] / parts;
+    b->lo[d] = at * len, b->hi[d] = at * len + len;
+  }
 }
 
 /* out = a & b; returns its volume (0 when empty) */
@@ -699,12 +718,12 @@ static void sk__rd_classify(const sk_layout *A, const sk_layout *B, sk__rd_class
     int c[SK_MAX_AXES];
     int x = r;
     for (int k = m->naxes - 1; k >= 0; k--) c[k] = x % m->dims[k], x /= m->dims[k];
-    sk_slice t;
-    sk_layout_slice(B, r, &t, NULL);
+    sk__rd_box t;
+    sk__rd_slice_box(B, r, &t);
     uint32_t V = 0;
     int64_t csz = 1;
     for (int d = 0; d < nd && ok; d++) {
-      int64_t ts = t.start[d], te = t.stop[d];
+      int64_t ts = t.lo[d], te = t.hi[d];
       int64_t j0 = ts / bf[d], j1 = (te - 1) / bf[d], n = j1 - j0 + 1, len;
       if (n == 1)
         len = te - ts;
@@ -862,12 +881,28 @@ static int sk__rd_holder_cmp(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
+/* Block j of A on dim d met by target box T: its holder's offset from the base rank (j's
+   mixed-radix digits on the dim's axes, the first listed axis the major digit) and the length
+   of the meeting. */
+static void sk__rd_block_meet(const sk_layout *A, int d, int64_t j, int64_t bf, const sk__rd_box *T, const int *mstride,
+                              int *off, int64_t *len) {
+  int64_t lo = j * bf, hi = lo + bf, blk = j;
+  if (lo < T->lo[d]) lo = T->lo[d];
+  if (hi > T->hi[d]) hi = T->hi[d];
+  *len = hi - lo;
+  *off = 0;
+  for (int k = A->map[d].naxes - 1; k >= 0; k--) {
+    int a = A->map[d].axes[k];
+    *off += (int)(blk % A->mesh.dims[a]) * mstride[a], blk /= A->mesh.dims[a];
+  }
+}
+
 /* Rank q's holders under A of its target slice under B (q itself left out), peers ascending,
    into h (room for q's group along A's used axes); returns their count. */
 static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__rd_holder *h) {
   const sk_mesh *m = &A->mesh;
-  int nd = A->ndims, c[SK_MAX_AXES], mstride[SK_MAX_AXES];
-  int64_t bf[SK_MAX_DIMS], j0[SK_MAX_DIMS], j1[SK_MAX_DIMS], j[SK_MAX_DIMS];
+  int nd = A->ndims, c[SK_MAX_AXES], mstride[SK_MAX_AXES], off[SK_MAX_DIMS];
+  int64_t bf[SK_MAX_DIMS], j0[SK_MAX_DIMS], j1[SK_MAX_DIMS], j[SK_MAX_DIMS], len[SK_MAX_DIMS];
   if (nd < 1 || nd > SK_MAX_DIMS) return 0; /* a checked layout's are not: keeps the walk defined */
   for (int k = m->naxes - 1, x = q, s = 1; k >= 0; k--)
     c[k] = x % m->dims[k], x /= m->dims[k], mstride[k] = s, s *= m->dims[k];
@@ -882,22 +917,13 @@ static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__
     if (T.hi[d] <= T.lo[d]) return 0;
     j0[d] = j[d] = T.lo[d] / bf[d], j1[d] = (T.hi[d] - 1) / bf[d];
   }
-  int n = 0;
+  int n = 0, changed = 0; /* dims changed..nd-1 moved to new blocks: only theirs are recomputed */
   bool sorted = true;
   for (;;) { /* odometer over the dims' block ranges, the last dim fastest */
+    for (int d = changed; d < nd; d++) sk__rd_block_meet(A, d, j[d], bf[d], &T, mstride, &off[d], &len[d]);
     int p = base;
     int64_t v = 1;
-    for (int d = 0; d < nd; d++) {
-      int64_t lo = j[d] * bf[d], hi = lo + bf[d];
-      if (lo < T.lo[d]) lo = T.lo[d];
-      if (hi > T.hi[d]) hi = T.hi[d];
-      v *= hi - lo;
-      int64_t blk = j[d];
-      for (int k = A->map[d].naxes - 1; k >= 0; k--) { /* the first listed axis is the major digit */
-        int a = A->map[d].axes[k];
-        p += (int)(blk % m->dims[a]) * mstride[a], blk /= m->dims[a];
-      }
-    }
+    for (int d = 0; d < nd; d++) p += off[d], v *= len[d];
     if (p != q) {
       if (n && h[n - 1].peer > p) sorted = false;
       h[n].peer = p, h[n++].elems = v;
@@ -905,7 +931,7 @@ static int sk__rd_holders_of(const sk_layout *A, const sk_layout *B, int q, sk__
     int d = nd - 1;
     while (d >= 0 && j[d] == j1[d]) j[d] = j0[d], d--;
     if (d < 0) break;
-    j[d]++;
+    j[d]++, changed = d;
   }
   if (!sorted) qsort(h, (size_t)n, sizeof *h, sk__rd_holder_cmp);
   return n;
@@ -1426,7 +1452,296 @@ SK_API sk_result sk_redist_step_clock_us(const sk_redist_plan *p, int step, int 
    piece p sends to q (p is in q's group iff q is in p's), so its price, computed once, is added
    to q's receive side and to p's send side; receivers run in ascending order and each one's
    holders are sorted, so every side sums the very terms sk__rd_p2p_price sums, in its order.
-   The walk, sk__rd_holders_of, sits in >>pieces: all-ranks plans count their traffic with it. */
+   The walk, sk__rd_holders_of, sits in >>pieces: all-ranks plans count their traffic with it.
+   On a flat cluster the walk is replaced by per-dim counts (>>busiest on a flat cluster). */
+
+/* sk_cluster_p2p_us of one piece inside a walk whose cluster and dtype are checked once: the
+   same link choice and sk_link_cost_us call, without re-checking the cluster per piece (which
+   dominated pricing an exchange of millions of pieces). The last price is kept, as consecutive
+   pieces mostly share their link and size. Ranks out of the topology go to sk_cluster_p2p_us,
+   which says so. */
+typedef struct sk__rd_p2p_memo {
+  const sk_link_model *link;
+  int64_t elems;
+  double us;
+} sk__rd_p2p_memo;
+
+static sk_result sk__rd_p2p_piece_us(const sk_cluster *cl, int src, int dst, int64_t elems, sk_dtype dt,
+                                     sk__rd_p2p_memo *memo, double *us, sk_error *err) {
+  const sk_topology *t = &cl->topology;
+  int devices = t->nodes ? t->nodes * t->per_node : SK_TOPOLOGY_MAX_DEVICES;
+  if (src < 0 || src >= devices || dst < 0 || dst >= devices)
+    return sk_cluster_p2p_us(cl, src, dst, (size_t)elems, dt, us, err);
+  const sk_link_model *l = !t->nodes ? &cl->link : src / t->per_node == dst / t->per_node ? &t->intra : &t->inter;
+  if (memo->link != l || memo->elems != elems)
+    memo->link = l, memo->elems = elems, memo->us = sk_link_cost_us(l, SK_COLL_SEND, (size_t)elems, dt, 2);
+  *us = memo->us;
+  return SK_OK;
+}
+
+/* >>busiest on a flat cluster: every piece costs alpha + bytes / bandwidth (sk_link_cost_us's
+   p2p line, one link for every pair), so a side's price is its piece count times alpha plus its
+   elements' bytes over the bandwidth, and both counts come from per-dim arithmetic, no piece
+   listed. A receiver's holders are the product of its per-dim block runs (>>busiest above),
+   less itself when it holds a piece of its own target. A sender's receivers are the ranks
+   sharing its coordinates on A's unused axes whose target boxes meet its block: when the two
+   meshes refine to common "fine" axes (their strides form a chain), that group is a product
+   over fine axes and each target dim reads only its own, so the sum over the group of a
+   product over dims is the product over dims of per-dim sums, read from per-dim tables (at
+   most 3 x dims x devices entries) as the ranks are counted up: O(devices * (dims + axes)). */
+#define SK__RD_FINE_MAX (2 * SK_MAX_AXES)
+
+typedef struct sk__rd_fine_dim {
+  int ndig;                            /* fine digits of B's block index on this dim, major first */
+  int axis[SK__RD_FINE_MAX];           /* each digit's fine axis */
+  int radix[SK__RD_FINE_MAX];          /* its size */
+  bool fixed[SK__RD_FINE_MAX];         /* on an axis A leaves unused: a receiver has the sender's */
+  int64_t free_after[SK__RD_FINE_MAX]; /* product of the free digits' radices after this one */
+  int64_t free_all;                    /* product of every free digit's radix */
+  int64_t combos;                      /* product of every fixed digit's radix */
+  int64_t block, split;                /* B's block length and blocks on this dim */
+  int64_t a_block, a_split;            /* A's */
+} sk__rd_fine_dim;
+
+/* What fine axis i is to the two layouts: the dim it cuts under A and under B (-1: none), its
+   weight in that dim's block index under each, and among the B dim's fixed digits. */
+typedef struct sk__rd_fine_role {
+  int dim_a, dim_b;
+  int64_t w_a, w_b, w_fixed;
+} sk__rd_fine_role;
+
+typedef struct sk__rd_fine {
+  int naxes; /* fine axes, the minor (stride 1) first */
+  int64_t stride[SK__RD_FINE_MAX + 1];
+  int size[SK__RD_FINE_MAX];
+  int64_t free_rest; /* free fine axes no target dim reads: receivers alike for every sender */
+  bool idle[SK__RD_FINE_MAX]; /* read by neither layout: ranks apart only there price alike */
+  sk__rd_fine_role role[SK__RD_FINE_MAX];
+  sk__rd_fine_dim dim[SK_MAX_DIMS];
+} sk__rd_fine;
+
+/* Mesh m's strides (1, then times each axis's size, the minor axis first) merged into the
+   sorted set b[0..*n). */
+static void sk__rd_fine_strides(const sk_mesh *m, int64_t *b, int *n) {
+  int64_t s = 1;
+  for (int k = m->naxes; k >= 0; k--) {
+    int i = 0;
+    while (i < *n && b[i] < s) i++;
+    if (i == *n || b[i] != s) {
+      for (int j = *n; j > i; j--) b[j] = b[j - 1];
+      b[i] = s, (*n)++;
+    }
+    if (k > 0) s *= m->dims[k - 1];
+  }
+}
+
+/* The fine axes [*lo, *hi) of mesh axis k of m: those between its stride and the next. */
+static void sk__rd_fine_span(const sk__rd_fine *f, const sk_mesh *m, int k, int *lo, int *hi) {
+  int64_t s = 1;
+  for (int j = m->naxes - 1; j > k; j--) s *= m->dims[j];
+  for (*lo = 0; f->stride[*lo] < s;) (*lo)++;
+  for (*hi = *lo; *hi < f->naxes && f->stride[*hi + 1] <= s * m->dims[k];) (*hi)++;
+}
+
+/* B's block digits on dim d over the fine axes (fixed: which lie on A's unused axes). */
+static void sk__rd_fine_digits(sk__rd_fine *f, const sk_layout *B, int d, const bool *fixed, bool *read) {
+  sk__rd_fine_dim *fd = &f->dim[d];
+  fd->block = B->shape[d] / sk_layout_split_count(B, d);
+  for (int j = 0; j < B->map[d].naxes; j++) {
+    int lo, hi;
+    sk__rd_fine_span(f, &B->mesh, B->map[d].axes[j], &lo, &hi);
+    for (int i = hi - 1; i >= lo; i--, fd->ndig++)
+      fd->axis[fd->ndig] = i, fd->radix[fd->ndig] = f->size[i], fd->fixed[fd->ndig] = fixed[i], read[i] = true;
+  }
+  fd->split = B->shape[d] / fd->block;
+  fd->free_all = fd->combos = 1;
+  int64_t w = 1;
+  for (int i = fd->ndig - 1; i >= 0; w *= fd->radix[i--]) {
+    sk__rd_fine_role *ro = &f->role[fd->axis[i]];
+    ro->dim_b = d, ro->w_b = w;
+    fd->free_after[i] = fd->free_all;
+    if (fd->fixed[i])
+      ro->w_fixed = fd->combos, fd->combos *= fd->radix[i];
+    else
+      fd->free_all *= fd->radix[i];
+  }
+}
+
+/* A's block index on dim d over the fine axes: each one's weight (the last listed axis's
+   minor fine axis the least significant digit). */
+static void sk__rd_fine_a_digits(sk__rd_fine *f, const sk_layout *A, int d) {
+  sk__rd_fine_dim *fd = &f->dim[d];
+  fd->a_split = sk_layout_split_count(A, d), fd->a_block = A->shape[d] / fd->a_split;
+  int64_t w = 1;
+  for (int j = A->map[d].naxes - 1; j >= 0; j--) {
+    int lo, hi;
+    sk__rd_fine_span(f, &A->mesh, A->map[d].axes[j], &lo, &hi);
+    for (int i = lo; i < hi; w *= f->size[i++]) f->role[i].dim_a = d, f->role[i].w_a = w;
+  }
+}
+
+/* The common refinement of A's and B's meshes with B's per-dim digits on it; false when the
+   meshes' strides do not form a chain (then there is none: the caller walks the pieces). */
+static bool sk__rd_fine_build(const sk_layout *A, const sk_layout *B, sk__rd_fine *f) {
+  int64_t b[2 * SK_MAX_AXES + 2];
+  int n = 0;
+  sk__rd_fine_strides(&A->mesh, b, &n), sk__rd_fine_strides(&B->mesh, b, &n);
+  memset(f, 0, sizeof *f);
+  if (n < 1) return false; /* not a checked mesh's (it has axes): keeps b[n - 1] defined */
+  f->naxes = n - 1;
+  for (int i = 0; i + 1 < n; i++) {
+    if (b[i + 1] % b[i]) return false;
+    f->stride[i] = b[i], f->size[i] = (int)(b[i + 1] / b[i]);
+  }
+  f->stride[n - 1] = b[n - 1];
+  bool fixed[SK__RD_FINE_MAX] = {false}, read[SK__RD_FINE_MAX] = {false};
+  uint32_t used = sk_layout_used_axes(A);
+  for (int k = 0; k < A->mesh.naxes; k++) {
+    int lo, hi;
+    sk__rd_fine_span(f, &A->mesh, k, &lo, &hi);
+    for (int i = lo; i < hi; i++) fixed[i] = !(used & (1u << k));
+  }
+  for (int i = 0; i < f->naxes; i++) f->role[i].dim_a = f->role[i].dim_b = -1;
+  for (int d = 0; d < B->ndims; d++) sk__rd_fine_digits(f, B, d, fixed, read), sk__rd_fine_a_digits(f, A, d);
+  f->free_rest = 1;
+  for (int i = 0; i < f->naxes; i++) {
+    if (!fixed[i] && !read[i]) f->free_rest *= f->size[i];
+    f->idle[i] = fixed[i] && !read[i];
+  }
+  return true;
+}
+
+/* Block indices t < x on fd whose fixed digits are v's (v: a value per digit). */
+static int64_t sk__rd_fine_below(const sk__rd_fine_dim *fd, const int *v, int64_t x) {
+  int dig[SK__RD_FINE_MAX];
+  for (int i = fd->ndig - 1; i >= 0; i--) dig[i] = (int)(x % fd->radix[i]), x /= fd->radix[i];
+  if (x) return fd->free_all; /* x is past the last block */
+  int64_t n = 0;
+  for (int i = 0; i < fd->ndig; i++) {
+    if (!fd->fixed[i]) {
+      n += dig[i] * fd->free_after[i];
+      continue;
+    }
+    if (v[i] < dig[i]) n += fd->free_after[i];
+    if (v[i] != dig[i]) return n;
+  }
+  return n;
+}
+
+static bool sk__rd_fine_allowed(const sk__rd_fine_dim *fd, const int *v, int64_t t) {
+  for (int i = fd->ndig - 1; i >= 0; i--) {
+    if (fd->fixed[i] && t % fd->radix[i] != v[i]) return false;
+    t /= fd->radix[i];
+  }
+  return true;
+}
+
+/* Elements of S's dim-d interval [lo, hi) that the allowed target blocks meet, and how many of
+   them meet it (*n): the inner blocks whole, the two end ones clipped. */
+static int64_t sk__rd_fine_meet(const sk__rd_fine_dim *fd, const int *v, int64_t lo, int64_t hi, int64_t *n) {
+  int64_t bl = fd->block, t0 = lo / bl, t1 = (hi - 1) / bl;
+  *n = sk__rd_fine_below(fd, v, t1 + 1) - sk__rd_fine_below(fd, v, t0);
+  if (t0 == t1) return *n ? hi - lo : 0;
+  int64_t e = *n * bl;
+  if (sk__rd_fine_allowed(fd, v, t0)) e -= lo - t0 * bl;
+  if (sk__rd_fine_allowed(fd, v, t1)) e -= (t1 + 1) * bl - hi;
+  return e;
+}
+
+/* Whether step s's busiest price can be counted per dim: a flat cluster (every pair one link),
+   world ranks the cluster accepts, a valid dtype, and meshes with a common refinement (f). */
+static bool sk__rd_line_applies(const sk__rd_step *s, const sk_cluster *cl, const int *world, sk_dtype dt,
+                                sk__rd_fine *f) {
+  if (cl->topology.nodes || !sk_dtype_valid(dt) || s->a.ndims != s->b.ndims) return false;
+  for (int r = 0; world && r < s->a.mesh.size; r++)
+    if (world[r] < 0 || world[r] >= SK_TOPOLOGY_MAX_DEVICES) return false;
+  return sk__rd_fine_build(&s->a, &s->b, f);
+}
+
+/* A flat-cluster count's per-dim tables, indexed by block: the A-blocks a receiver's target
+   block t meets on dim d (recv[d][t]); a sender's receivers and their elements on dim d
+   (sent_n, sent_e[d][a * combos + x]: its A block a, its values x of the dim's fixed digits). */
+typedef struct sk__rd_line_tables {
+  int64_t *recv[SK_MAX_DIMS], *sent_n[SK_MAX_DIMS], *sent_e[SK_MAX_DIMS];
+  int64_t *mem;
+} sk__rd_line_tables;
+
+/* Fills tb (one allocation: at most 3 x dims x devices entries, as A's blocks on a dim and
+   the values of the axes A leaves unused lie on different fine axes); false when out of memory. */
+static bool sk__rd_line_tables_fill(const sk__rd_fine *f, int nd, sk__rd_line_tables *tb, const sk_allocator *al) {
+  size_t total = 0;
+  for (int d = 0; d < nd; d++) total += (size_t)(f->dim[d].split + 2 * f->dim[d].a_split * f->dim[d].combos);
+  int64_t *at = tb->mem = (int64_t *)sk__alloc(al, sizeof(int64_t) * total, 16);
+  if (!at) return false;
+  for (int d = 0; d < nd; d++) {
+    const sk__rd_fine_dim *fd = &f->dim[d];
+    int64_t ab = fd->a_block, bb = fd->block, cells = fd->a_split * fd->combos;
+    tb->recv[d] = at, tb->sent_n[d] = at + fd->split, tb->sent_e[d] = at + fd->split + cells;
+    at += fd->split + 2 * cells;
+    for (int64_t t = 0; t < fd->split; t++) tb->recv[d][t] = ((t + 1) * bb - 1) / ab - t * bb / ab + 1;
+    for (int64_t c = 0; c < cells; c++) {
+      int v[SK__RD_FINE_MAX] = {0};
+      int64_t a = c / fd->combos, x = c % fd->combos;
+      for (int i = fd->ndig - 1; i >= 0; i--)
+        if (fd->fixed[i]) v[i] = (int)(x % fd->radix[i]), x /= fd->radix[i];
+      tb->sent_e[d][c] = sk__rd_fine_meet(fd, v, a * ab, a * ab + ab, &tb->sent_n[d][c]);
+    }
+  }
+  return true;
+}
+
+/* The rank at fine coordinates v: pieces n[0] and elements e[0] it receives, n[1] and e[1] it
+   sends. Per dim its A block, its B block and its fixed digits' values pick the table cells;
+   the piece it keeps (its target meeting its own block) is neither side's. */
+static void sk__rd_line_rank(const sk__rd_fine *f, int nd, const sk__rd_line_tables *tb, const int *v, int64_t *n,
+                             int64_t *e) {
+  int64_t a[SK_MAX_DIMS] = {0}, t[SK_MAX_DIMS] = {0}, x[SK_MAX_DIMS] = {0}, own = 1;
+  for (int i = 0; i < f->naxes; i++) {
+    const sk__rd_fine_role *ro = &f->role[i];
+    if (ro->dim_a >= 0) a[ro->dim_a] += v[i] * ro->w_a;
+    if (ro->dim_b >= 0) t[ro->dim_b] += v[i] * ro->w_b, x[ro->dim_b] += v[i] * ro->w_fixed;
+  }
+  n[0] = e[0] = 1, n[1] = e[1] = f->free_rest;
+  for (int d = 0; d < nd; d++) {
+    const sk__rd_fine_dim *fd = &f->dim[d];
+    int64_t slo = a[d] * fd->a_block, tlo = t[d] * fd->block, cell = a[d] * fd->combos + x[d];
+    int64_t lo = slo > tlo ? slo : tlo, hi = slo + fd->a_block < tlo + fd->block ? slo + fd->a_block : tlo + fd->block;
+    own *= hi > lo ? hi - lo : 0;
+    n[0] *= tb->recv[d][t[d]], e[0] *= fd->block;
+    n[1] *= tb->sent_n[d][cell], e[1] *= tb->sent_e[d][cell];
+  }
+  if (own) n[0]--, e[0] -= own;
+  if (own && n[1]) n[1]--, e[1] -= own;
+}
+
+/* The busiest side of step s on the flat link l into *us: a side's count of pieces times alpha
+   plus its elements' bytes over the bandwidth, as sk_link_cost_us prices each piece (nothing
+   when the link is free). Ranks run in order, their fine coordinates counted up; a rank apart
+   from an earlier one only on idle axes (its slices, its receivers' and its holders' shifted
+   alike: a holder shares its receiver's coordinates on A's unused axes) prices as that one. */
+static sk_result sk__rd_line_busiest(const sk__rd_step *s, const sk_link_model *l, sk_dtype dt, const sk__rd_fine *f,
+                                     const sk_allocator *al, double *us) {
+  *us = 0;
+  if (l->gbps <= 0) return SK_OK;
+  sk__rd_line_tables tb;
+  if (!sk__rd_line_tables_fill(f, s->a.ndims, &tb, al)) return SK_ERR_OUT_OF_MEMORY;
+  double us_per_byte = 1e-3 / l->gbps, size = (double)sk_dtype_size(dt), worst = 0;
+  int v[SK__RD_FINE_MAX] = {0};
+  for (int r = 0; r < s->a.mesh.size; r++) {
+    bool alike = false;
+    for (int i = 0; i < f->naxes && !alike; i++) alike = f->idle[i] && v[i];
+    int64_t n[2] = {0, 0}, e[2] = {0, 0};
+    if (!alike) sk__rd_line_rank(f, s->a.ndims, &tb, v, n, e);
+    for (int k = 0; k < 2; k++) {
+      double t = n[k] ? (double)n[k] * l->alpha_us + (double)e[k] * size * us_per_byte : 0;
+      if (t > worst) worst = t;
+    }
+    for (int i = 0; i < f->naxes && ++v[i] == f->size[i]; i++) v[i] = 0; /* the next rank's coordinates */
+  }
+  sk__free(al, tb.mem);
+  *us = worst;
+  return SK_OK;
+}
 
 /* Send/Recv step s priced for every rank at once: the busiest rank's busier side. One array of
    send sides and one holder list, whatever the device count. */
@@ -1434,17 +1749,25 @@ static sk_result sk__rd_p2p_busiest(const sk_redist_plan *p, const sk__rd_step *
                                     const int *world, double *us, sk_error *err) {
   const sk_allocator *al = &p->desc.allocator;
   int N = s->a.mesh.size, gs = sk__rd_group_size(&s->a);
+  sk_result res = sk_cluster_check(cl, "cluster", err);
+  if (res) return *us = 0, res;
+  sk__rd_fine fine;
+  if (sk__rd_line_applies(s, cl, world, p->desc.dtype, &fine)) {
+    if (sk__rd_line_busiest(s, &cl->link, p->desc.dtype, &fine, al, us))
+      return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+    return SK_OK;
+  }
   double *send = (double *)sk__calloc(al, sizeof(double) * (size_t)N, 16);
   sk__rd_holder *h = (sk__rd_holder *)sk__alloc(al, sizeof(sk__rd_holder) * (size_t)gs, 16);
-  sk_result res = SK_OK;
   if (!send || !h) res = sk__fail(err, SK_ERR_OUT_OF_MEMORY, "redist: pricing step '%s': out of memory", s->name);
+  sk__rd_p2p_memo memo = {NULL, -1, 0};
   double worst = 0;
   for (int q = 0; !res && q < N; q++) {
     int n = sk__rd_holders_of(&s->a, &s->b, q, h), me = world ? world[q] : q;
     double recv = 0;
     for (int i = 0; !res && i < n; i++) {
       double t = 0;
-      res = sk_cluster_p2p_us(cl, world ? world[h[i].peer] : h[i].peer, me, (size_t)h[i].elems, p->desc.dtype, &t, err);
+      res = sk__rd_p2p_piece_us(cl, world ? world[h[i].peer] : h[i].peer, me, h[i].elems, p->desc.dtype, &memo, &t, err);
       recv += t, send[h[i].peer] += t;
     }
     if (recv > worst) worst = recv;

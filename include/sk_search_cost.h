@@ -6,7 +6,8 @@
 
    Do this in ONE .c file:   #define SK_IMPL  (or SK_SEARCH_COST_IMPL + the modules it includes)
                              #include "sk_search_cost.h"
-   Needs only libc. Pure planning: no world, no buffers.
+   Needs libc, sk_redist.h (the Moves' plans) and sk_topology.h (the prices). Pure planning: no
+   world, no buffers.
 
    CANDIDATES (MindSpore's default set)
      An operator's strategies are the cuts of its JOINT dims: the dims its strategy tuples
@@ -19,22 +20,29 @@
      that has one stands in, the rest repeating. GetNext and VirtualDataset keep their default.
      Operators the network configured (a strategy or layouts) have one candidate: their own.
 
-   COSTS, in one unit: modelled microseconds under desc.cluster.link (sk_comm.h's alpha-beta ring costs,
-   sk_link_cost_us), or bytes when that link has no bandwidth (the costs then count the bytes a
-   device sends on its busiest path, latency free).
-     own(op, cand)   the operator's collectives on a device: the forward one on output 0, in the
-                     backward the undoing of a forward ReduceScatter and the rule's collective on
-                     each input gradient, and the Mirror (gradient AllReduce) of each parameter,
-                     by its bandwidth alone (the fusion scheduler shares its latency);
-                     plus, with desc.cluster.device_flops, its compute (3 x forward FLOPs over the
-                     devices that split it).
-     edge(a, b)      the redistribution of the tensor from a's layout to b's: a device receives
-                     the part of its target slice its source slice lacks (the busiest device:
-                     computed over every rank, cached by the pair of cuts), with the latency of
-                     one collective over the devices (as the runtime moves it); plus the same
-                     move backwards for the gradient where one flows.
-     input(op, cand) the same from a network input's dataset layout to the operator's.
-     A plan's cost is the sum of own over operators, edge over edges and input over inputs.
+   COSTS, in one unit: modelled microseconds on desc.cluster, priced as the dry run prices the
+   compiled program (sk_dryrun_clock.h), flat or a topology; or bytes when the cluster prices
+   nothing (the costs then count the bytes a device sends on its busiest path, latency free).
+     own(op, cand)   each collective the program issues for the operator -- the forward one on
+                     output 0, in the backward the undoing of a forward ReduceScatter and the
+                     rule's collective on each input gradient, and the Mirror (gradient
+                     AllReduce) of each parameter -- by sk_cluster_coll_us on the dearest of its
+                     real groups (sk_cluster_mesh_coll_us: the stage's world ranks), in the run's
+                     dtypes (desc.compute, wire, gradient); a Mirror whole when desc.whole_mirrors
+                     (comm_fusion closed), else by its bandwidth alone (the fusion scheduler
+                     shares its latency); plus, with desc.cluster.device_flops, its compute:
+                     sk_exec_flops on a device's slices for the Forward and the Backward.
+     edge(a, b)      the Move of the tensor from a's layout to b's as the dry run charges it: its
+                     agreement (an AllReduce of 3 x i64 over the stage), then the steps of the
+                     redistribution plan (sk_redist_plan_create on the layouts the cuts make on
+                     the stage's devices): a collective on the dearest group of its axes, a
+                     Send/Recv exchange at its busiest rank; cached by (cuts, shape, dtype);
+                     plus the same move backwards for the gradient where one flows.
+     input(op, cand) the same from a network input's dataset layout to the operator's (a
+                     Reshape's: the layout its kernel reads, gathered).
+     A plan's cost is the sum of own over operators, edge over edges and input over inputs; its
+     price (sk_search_plan_price) counts each Move the compiler makes once, and for a serial
+     plan equals the dry run's step time.
    Memory per device: the slices of the operator's inputs and outputs (reported; D-Rec's final
    check sums the operators' outputs and the parameters' slices).
 
@@ -44,8 +52,8 @@
    counts the (from, to) pairs of cuts whose move the model has measured so far (the edge costs'
    cache): how much redistribution work a search caused.
 
-   ERRORS: NULL, a device count outside 1..SK_MAX_DEVICES, a graph that is not ready:
-   SK_ERR_INVALID_ARGUMENT; SK_ERR_OUT_OF_MEMORY (nothing leaks). Every block comes from the
+   ERRORS: NULL, a device count outside 1..SK_MAX_DEVICES, a topology with fewer devices than
+   that, a graph that is not ready: SK_ERR_INVALID_ARGUMENT; SK_ERR_OUT_OF_MEMORY (nothing leaks). Every block comes from the
    graph's allocator (sk_graph.allocator). The costs return no error: when the redistribution
    cache cannot grow they are measured uncached, still right, and cache_failed is set for the
    searches to report.
@@ -63,6 +71,8 @@
 #include "sk_graph.h"
 #include "sk_layout.h"
 #include "sk_ops.h"
+#include "sk_redist.h"
+#include "sk_topology.h"
 
 SK_EXTERN_C_BEGIN
 
@@ -112,8 +122,8 @@ typedef struct sk_search_edge {
 
 typedef struct sk_search_desc {
   int ndevices;         /* the devices every candidate spreads over (a stage's) */
-  /* cluster.link: the cost unit (time under it; no bandwidth: bytes); a topology is refused
-     (SK_ERR_UNSUPPORTED); cluster.device_flops > 0:
+  /* the cost unit: time on the cluster (a flat link or a topology holding the devices); a cluster
+     that prices nothing: bytes; cluster.device_flops > 0:
      own() adds compute time; cluster.device_memory: bytes per device D-Rec's final check allows
      (0: unchecked) */
   sk_cluster cluster;
@@ -124,6 +134,13 @@ typedef struct sk_search_desc {
   /* list the unconfigured operators' candidates only when a search asks (D-Rec builds its own
      cuts and never does: the compiler sets this for recursive_programming) */
   bool lazy_candidates;
+  /* the run's dtypes (sk_parallel_run_dtypes; zero: f32, the default run's): a float tensor
+     computes in `compute`, its forward and backward collectives carry `wire`, the Mirrors
+     `gradient` (any other dtype travels as itself) */
+  sk_dtype compute, wire, gradient;
+  /* each Mirror is a call of its own (comm_fusion closed, as a serial plan has it); false: the
+     fusion scheduler buckets them and a Mirror is priced by its bandwidth alone */
+  bool whole_mirrors;
 } sk_search_desc;
 
 typedef struct sk_search_model {
@@ -143,8 +160,9 @@ typedef struct sk_search_model {
   bool enumerated; /* the unconfigured operators' candidates are listed (sk_search_model_candidates) */
   void *cache;     /* the redistribution cache (private) */
   void *memo;      /* the candidate lists of operators seen, by their description (private) */
-  /* the redistribution cache could not grow: the costs stay right (measured uncached), and the
-     searches (sk_search.h) report SK_ERR_OUT_OF_MEMORY rather than hide it */
+  /* the redistribution cache could not grow (the costs stay right, measured uncached), or a
+     move's plan ran out of memory (priced by bytes instead): the searches (sk_search.h) report
+     SK_ERR_OUT_OF_MEMORY rather than hide it */
   bool cache_failed;
 } sk_search_model;
 
@@ -165,8 +183,17 @@ SK_API double sk_search_input_cost(sk_search_model *m, int op, int c);
 /* The same for candidates that need not be in the lists (D-Rec's partial strategies). */
 SK_API double sk_search_edge_cost_of(sk_search_model *m, int e, const sk_search_cand *a, const sk_search_cand *b);
 SK_API double sk_search_input_cost_of(sk_search_model *m, int op, const sk_search_cand *c);
-/* A whole plan's cost: choice[o] is operator o's candidate (every list must hold it). */
+/* A whole plan's cost: choice[o] is operator o's candidate (every list must hold it). The sum
+   of own, input and edge: what the searches minimize (the exhaustive one exactly). */
 SK_API double sk_search_plan_cost(sk_search_model *m, const int *choice);
+/* The plan's price as the compiler makes it and the dry run prices it: own of every operator,
+   and the plan's Moves -- each tensor moved once to each layout its readers want (a tensor read
+   by several operators in one layout moves once, its gradient back once), from where it is held
+   (its producer's output, its first reader's parameter layout, its dataset cuts). For a serial
+   plan (no pipeline, no overlap, comm_fusion closed: desc.whole_mirrors) it equals
+   sk_dryrun_step_time's step_us of the compiled plan (tests/test_search_price.c). The sum
+   above counts a shared Move once per reader, so it is never below this. */
+SK_API double sk_search_plan_price(sk_search_model *m, const int *choice);
 /* The bytes every device holds under a plan: the operators' outputs and the parameters' slices. */
 SK_API double sk_search_plan_memory(const sk_search_model *m, const int *choice);
 /* Evaluates operator op with the joint cuts `joint` as a candidate (the rule must accept it):
@@ -261,16 +288,29 @@ static double sk__sc_slice_bytes(const sk_layout *l, sk_dtype dt) {
   return n;
 }
 
-/* The model's unit for one collective of `count` elements of dt on p devices; *bytes gets what
-   the ring sends from a device. */
-static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, int p, double *bytes,
-                          bool fused) {
+/* The run's dtype of a tensor of dtype dt travelling as `as` (a float: the run's compute, wire
+   or gradient dtype; any other: its own), sk_parallel_run_dtypes' rule. */
+static sk_dtype sk__sc_run_dtype(sk_dtype dt, sk_dtype as) { return sk_exec_is_float(dt) ? as : dt; }
+
+/* The model's unit for one `kind` call of `count` elements of dt (count as the call takes it) on
+   every group of mesh axes `axes`: the dearest group's price by sk_cluster_mesh_coll_us, the dry
+   run's (sk_dryrun_clock.h) own; latency free when `fused` (a fusion bucket's member shares its
+   bucket's). *bytes gets what the ring sends from a device; a cluster that prices nothing counts
+   those bytes. */
+static double sk__sc_coll(const sk_search_model *m, sk_coll_kind kind, double count, sk_dtype dt, const sk_mesh *mesh,
+                          uint32_t axes, double *bytes, bool fused) {
+  int p = sk_mesh_group_size(mesh, axes);
   if (kind == SK_COLL_NONE || p <= 1 || count <= 0) return 0;
-  sk_link_model bytes_model = {0, 1e-3}, link = m->desc.cluster.link; /* 1 unit per byte */
+  sk_link_model bytes_model = {0, 1e-3}; /* 1 unit per byte */
   double b = sk_link_cost_us(&bytes_model, kind, (size_t)count, dt, p);
   *bytes += b;
-  if (fused) link.alpha_us = 0; /* the fusion scheduler buckets it: a bucket's latency, shared by many */
-  return link.gbps > 0 ? sk_link_cost_us(&link, kind, (size_t)count, dt, p) : b;
+  if (!sk_cluster_prices(&m->desc.cluster)) return b;
+  sk_cluster cl = m->desc.cluster;
+  if (fused) cl.link.alpha_us = cl.topology.intra.alpha_us = cl.topology.inter.alpha_us = 0;
+  double us = 0;
+  /* the model checked the cluster and the plan made the mesh: no refusal can come */
+  (void)sk_cluster_mesh_coll_us(&cl, kind, (size_t)count, dt, mesh, axes, 0, &us, NULL);
+  return us;
 }
 
 static double sk__sc_numel_of(const sk_layout *l) {
@@ -279,7 +319,53 @@ static double sk__sc_numel_of(const sk_layout *l) {
   return n;
 }
 
-/* own(op, cand) from the rule's plan. */
+static void sk__sc_view(sk_exec_arg *a, const sk_layout *l, sk_dtype dt) {
+  memset(a, 0, sizeof *a);
+  a->dtype = dt, a->ndims = l->ndims;
+  sk_layout_slice_shape(l, a->shape);
+}
+
+/* Operator o's compute (us) under plan p, as the dry run counts it: sk_exec_flops on a device's
+   slices (inputs in the kernel's layouts, outputs in the rule's, output 0 whole along the
+   scattered dim before a forward ReduceScatter), in the run's compute dtype, for its Forward and,
+   when a gradient flows, its Backward. */
+static double sk__sc_compute(const sk_search_model *m, int o, const sk_op_plan *p, bool backward) {
+  const sk_graph *g = m->graph;
+  const sk_graph_op *op = &g->ops[o];
+  double speed = m->desc.cluster.device_flops;
+  if (speed <= 0) return 0;
+  sk_exec_arg in[SK_OP_MAX_INPUTS], out[SK_OP_MAX_OUTPUTS];
+  memset(in, 0, sizeof in), memset(out, 0, sizeof out);
+  for (int k = 0; k < op->ninputs; k++) {
+    sk_layout kl;
+    if (sk_op_kernel_layout(op->desc.kind, p, k, &kl, NULL)) kl = p->in[k];
+    sk__sc_view(&in[k], &kl, sk__sc_run_dtype(g->tensors[op->inputs[k]].dtype, m->desc.compute));
+  }
+  for (int k = 0; k < op->noutputs && k < SK_OP_MAX_OUTPUTS; k++)
+    sk__sc_view(&out[k], &p->out[k], sk__sc_run_dtype(g->tensors[op->outputs[k]].dtype, m->desc.compute));
+  if (p->fwd.kind == SK_COLL_REDUCE_SCATTER) out[0].shape[0] *= sk_mesh_group_size(&p->mesh, p->fwd.axes);
+  double flops = sk_exec_flops(op, in, out, false) / speed * 1e6;
+  if (backward) flops += sk_exec_flops(op, in, out, true) / speed * 1e6;
+  return flops;
+}
+
+/* The Mirrors (gradient syncs) of operator o's trainable inputs. Fused (desc.whole_mirrors
+   false) each is a bucket's member: its bandwidth alone. Whole, each is its own call. */
+static double sk__sc_mirrors(const sk_search_model *m, const sk_graph_op *op, const sk_op_plan *p, double *bytes) {
+  const sk_graph *g = m->graph;
+  double t = 0;
+  for (int k = 0; k < op->ninputs; k++) {
+    int tk = op->inputs[k];
+    if (!m->needs_grad[tk] || !sk_graph_trainable(g, tk)) continue;
+    sk_dtype dk = sk__sc_run_dtype(g->tensors[tk].dtype, m->desc.gradient);
+    t += sk__sc_coll(m, p->grad[k].kind, sk__sc_numel_of(&p->in[k]), dk, &p->mesh, p->grad[k].axes, bytes,
+                     !m->desc.whole_mirrors);
+  }
+  return t;
+}
+
+/* own(op, cand) from the rule's plan: each collective the compiled program issues for the
+   operator on its real groups, and its compute. */
 static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_search_cand *c) {
   const sk_graph *g = m->graph;
   const sk_graph_op *op = &g->ops[o];
@@ -288,37 +374,18 @@ static void sk__sc_own(const sk_search_model *m, int o, const sk_op_plan *p, sk_
   double bytes = 0, t = 0;
   sk_coll_kind fk = p->fwd.kind;
   double fcount = sk__sc_numel_of(&p->out[0]);
-  t += sk__sc_coll(m, fk, fcount, dt, sk_mesh_group_size(&p->mesh, p->fwd.axes), &bytes, false);
-  if (sk_op_row_of(op->desc.kind)->flags & SK_OPF_REDISTRIBUTES) { /* Reshape's kernel reads its input gathered */
-    uint32_t gathered = sk_layout_used_axes(&p->in[0]) & ~sk_layout_used_axes(&p->out[0]);
-    if (gathered)
-      t += sk__sc_coll(m, SK_COLL_ALLGATHER, sk__sc_numel_of(&p->in[0]), dt, sk_mesh_group_size(&p->mesh, gathered),
-                       &bytes, false);
-  }
+  t += sk__sc_coll(m, fk, fcount, sk__sc_run_dtype(dt, m->desc.wire), &p->mesh, p->fwd.axes, &bytes, false);
   if (backward && fk == SK_COLL_REDUCE_SCATTER) /* its backward gathers the gradient */
-    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, dt, sk_mesh_group_size(&p->mesh, p->fwd.axes), &bytes, false);
-  for (int k = 0; k < op->ninputs; k++) {
+    t += sk__sc_coll(m, SK_COLL_ALLGATHER, fcount, sk__sc_run_dtype(dt, m->desc.compute), &p->mesh, p->fwd.axes,
+                     &bytes, false);
+  for (int k = 0; k < op->ninputs && backward; k++) {
     int tk = op->inputs[k];
-    if (!m->needs_grad[tk] || !backward) continue;
-    double n = sk__sc_numel_of(&p->in[k]);
-    sk_dtype dk = g->tensors[tk].dtype;
-    t += sk__sc_coll(m, p->bwd_in[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->bwd_in[k].axes), &bytes, false);
-    if (sk_graph_trainable(g, tk)) /* the Mirror: fused with the others, its latency shared */
-      t += sk__sc_coll(m, p->grad[k].kind, n, dk, sk_mesh_group_size(&p->mesh, p->grad[k].axes), &bytes, true);
+    if (!m->needs_grad[tk]) continue;
+    t += sk__sc_coll(m, p->bwd_in[k].kind, sk__sc_numel_of(&p->in[k]), sk__sc_run_dtype(g->tensors[tk].dtype, m->desc.wire),
+                     &p->mesh, p->bwd_in[k].axes, &bytes, false);
   }
-  if (m->desc.cluster.device_flops > 0) {
-    sk_exec_arg in[1], out[1];
-    memset(in, 0, sizeof in), memset(out, 0, sizeof out);
-    const sk_graph_tensor *y = &g->tensors[op->outputs[0]];
-    if (op->ninputs) {
-      const sk_graph_tensor *x = &g->tensors[op->inputs[0]];
-      in[0].ndims = x->ndims, memcpy(in[0].shape, x->shape, sizeof in[0].shape);
-    }
-    out[0].ndims = y->ndims, memcpy(out[0].shape, y->shape, sizeof out[0].shape);
-    double flops = sk_exec_flops(op, in, out, false) * (backward ? 3 : 1);
-    t += flops / (double)c->devices / (m->desc.cluster.device_flops * 1e-6);
-  }
-  c->own = t, c->own_bytes = bytes;
+  if (backward) t += sk__sc_mirrors(m, op, p, &bytes);
+  c->own = t + sk__sc_compute(m, o, p, backward), c->own_bytes = bytes;
 }
 
 static void sk__sc_fill_strategy(const sk_op_space *j, const int *joint, sk_search_cand *c) {
@@ -378,7 +445,9 @@ static sk_result sk__sc_eval(sk_search_model *m, int o, sk_search_cand *c, sk_er
   }
   c->memory = c->out_bytes = 0;
   for (int k = 0; k < op->ninputs; k++) {
-    c->in[k] = sk_search_sig_of(&p.in[k]);
+    sk_layout kl; /* what the kernel reads, so what a Move brings the tensor to (Reshape: gathered) */
+    if (sk_op_kernel_layout(op->desc.kind, &p, k, &kl, NULL)) kl = p.in[k];
+    c->in[k] = sk_search_sig_of(&kl);
     c->memory += sk__sc_slice_bytes(&p.in[k], g->tensors[op->inputs[k]].dtype);
   }
   for (int k = 0; k < op->noutputs && k < SK_OP_MAX_OUTPUTS; k++) {
@@ -577,10 +646,14 @@ SK_API sk_result sk_search_model_candidates(sk_search_model *m, sk_error *err) {
 
 /* ---- redistribution ---------------------------------------------------------------------------- */
 
+/* A move the model has priced: the tensor (its shape and the dtype it travels in) and the two
+   cuts are the key, zeroed past their dims so that keys compare byte for byte. */
 typedef struct sk__sc_entry {
   sk_search_sig from, to;
+  int64_t shape[SK_MAX_DIMS];
+  int dt;
   double held;  /* the least fraction of its target slice a device already holds */
-  double peers; /* the latency terms: the devices of the collective that moves it, less one */
+  double us;    /* its price on the clocks (agreement and plan steps); < 0: no redistribution plan */
   bool used;
 } sk__sc_entry;
 
@@ -589,14 +662,16 @@ typedef struct sk__sc_cache {
   size_t cap, used;
 } sk__sc_cache;
 
-static uint64_t sk__sc_hash(const sk_search_sig *a, const sk_search_sig *b) {
+static uint64_t sk__sc_hash(const sk__sc_entry *e) {
   uint64_t h = 1469598103934665603ull;
-  const sk_search_sig *s[2] = {a, b};
+  const sk_search_sig *s[2] = {&e->from, &e->to};
   for (int k = 0; k < 2; k++) {
     h = (h ^ (uint64_t)(uint32_t)s[k]->ndims) * 1099511628211ull;
     for (int d = 0; d < s[k]->ndims && d < SK_MAX_DIMS; d++)
       h = (h ^ ((uint64_t)(uint32_t)s[k]->dim[d].count << 32 | (uint32_t)s[k]->dim[d].stride)) * 1099511628211ull;
   }
+  for (int d = 0; d < e->from.ndims && d < SK_MAX_DIMS; d++) h = (h ^ (uint64_t)e->shape[d]) * 1099511628211ull;
+  h = (h ^ (uint64_t)(uint32_t)e->dt) * 1099511628211ull;
   return h ^ (h >> 29);
 }
 
@@ -609,43 +684,123 @@ static double sk__sc_overlap(sk_search_cut s, sk_search_cut t, int r) {
   return hi > lo ? (double)(hi - lo) / (double)cs : 0;
 }
 
-static void sk__sc_measure(const sk_search_model *m, sk__sc_entry *e) {
+/* The layout cuts s give a tensor of `shape` on n devices: one mesh axis per cut dim, from the
+   major stride down, with unused axes filling the gaps (the devices a slice repeats over). False
+   when the cuts do not tile the devices that way or need more axes than a mesh has. */
+static bool sk__sc_layout_of(const sk_search_sig *s, int n, const int64_t *shape, sk_layout *l) {
+  int order[SK_MAX_DIMS], nc = 0, dims[SK_MAX_AXES], na = 0;
+  sk_dim_map map[SK_MAX_DIMS];
+  memset(map, 0, sizeof map);
+  for (int d = 0; d < s->ndims; d++) {
+    if (s->dim[d].count <= 1) continue;
+    int at = nc++;
+    for (; at > 0 && s->dim[order[at - 1]].stride < s->dim[d].stride; at--) order[at] = order[at - 1];
+    order[at] = d;
+  }
+  int64_t span = n;
+  for (int i = 0; i < nc; i++) {
+    int d = order[i];
+    int64_t top = (int64_t)s->dim[d].count * s->dim[d].stride;
+    if (s->dim[d].stride < 1 || top > span || span % top || na + 2 > SK_MAX_AXES) return false;
+    if (top < span) dims[na++] = (int)(span / top);
+    map[d].naxes = 1, map[d].axes[0] = na, dims[na++] = s->dim[d].count, span = s->dim[d].stride;
+  }
+  if (span > 1 || na == 0) {
+    if (na == SK_MAX_AXES) return false;
+    dims[na++] = (int)span;
+  }
+  static const char *const names[SK_MAX_AXES] = {"c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7"};
+  sk_mesh mesh;
+  return sk_mesh_init(&mesh, na, dims, names, NULL) == SK_OK && sk_layout_init(l, &mesh, s->ndims, shape, map, NULL) == SK_OK;
+}
+
+/* Step k of move plan rp on the clocks, as the dry run makes it (sk_dryrun_clock.h): a
+   collective on the dearest group of its axes, a Send/Recv exchange at its busiest rank, a local
+   step free. */
+static sk_result sk__sc_step_us(const sk_search_model *m, const sk_redist_plan *rp, int k, double *us) {
+  sk_redist_step_info si;
+  sk_result r = sk_redist_plan_step(rp, k, &si, NULL);
+  *us = 0;
+  if (r || si.op == SK_REDIST_LOCAL || si.op == SK_REDIST_RESHAPE) return r;
+  if (si.op == SK_REDIST_SENDRECV) return sk_redist_step_busiest_us(rp, k, &m->desc.cluster, NULL, us, NULL);
+  sk_coll_kind kind = si.op == SK_REDIST_ALLREDUCE        ? SK_COLL_ALLREDUCE
+                      : si.op == SK_REDIST_REDUCE_SCATTER ? SK_COLL_REDUCE_SCATTER
+                      : si.op == SK_REDIST_ALLGATHER      ? SK_COLL_ALLGATHER
+                                                          : SK_COLL_ALLTOALL;
+  return sk_cluster_mesh_coll_us(&m->desc.cluster, kind, si.count, sk_redist_plan_desc(rp)->dtype, &si.from->mesh,
+                                 si.group_axes, 0, us, NULL);
+}
+
+/* The move's price as the dry run charges a Move: its agreement (an AllReduce of 3 x i64 over
+   the stage), then its redistribution plan's steps (the plan of one rank: every rank's has the
+   same steps). -1 when the cuts make no layout or the plan fails (out of memory: flagged in
+   cache_failed, for the searches to report). */
+static double sk__sc_move_us(sk_search_model *m, const sk__sc_entry *e) {
+  sk_redist_desc rd;
+  memset(&rd, 0, sizeof rd);
+  int n = m->desc.ndevices;
+  if (!sk__sc_layout_of(&e->from, n, e->shape, &rd.from) || !sk__sc_layout_of(&e->to, n, e->shape, &rd.to)) return -1;
+  rd.dtype = (sk_dtype)e->dt, rd.allocator = m->graph->allocator;
+  sk_mesh stage;
+  static const char *const name[1] = {"stage"};
+  double us = 0, step = 0;
+  if (sk_mesh_init(&stage, 1, &n, name, NULL) ||
+      sk_cluster_mesh_coll_us(&m->desc.cluster, SK_COLL_ALLREDUCE, 3, SK_I64, &stage, 1u, 0, &us, NULL))
+    return -1;
+  sk_redist_plan *rp = NULL;
+  sk_result r = sk_redist_plan_create(&rd, 0, &rp, NULL);
+  if (r == SK_ERR_OUT_OF_MEMORY) m->cache_failed = true;
+  if (r) return -1;
+  for (int k = 0; !r && k < sk_redist_plan_nsteps(rp); k++) r = sk__sc_step_us(m, rp, k, &step), us += step;
+  if (r == SK_ERR_OUT_OF_MEMORY) m->cache_failed = true;
+  if (r) return sk_redist_plan_destroy(rp), -1;
+  sk_redist_plan_destroy(rp);
+  return us;
+}
+
+static void sk__sc_measure(sk_search_model *m, sk__sc_entry *e) {
   double least = 1;
   for (int r = 0; r < m->desc.ndevices && least > 0; r++) {
     double f = 1;
     for (int d = 0; d < e->to.ndims && f > 0; d++) f *= sk__sc_overlap(e->from.dim[d], e->to.dim[d], r);
     least = f < least ? f : least;
   }
-  /* the runtime moves a tensor with collectives over the stage's devices (sk_redist.h): the
-     latency of one over all of them */
-  e->held = least, e->peers = m->desc.ndevices > 1 ? m->desc.ndevices - 1 : 1;
+  e->held = least;
+  e->us = sk_cluster_prices(&m->desc.cluster) ? sk__sc_move_us(m, e) : -1;
 }
 
-static sk__sc_entry *sk__sc_lookup(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to) {
-  sk__sc_cache *c = (sk__sc_cache *)m->cache;
-  if (c->used * 2 >= c->cap) { /* grow; a failed grow keeps the table, computes uncached, is flagged */
-    size_t cap = c->cap ? 2 * c->cap : 1024;
-    sk__sc_entry *slots = (sk__sc_entry *)SK__SC_CALLOC(m, cap, sizeof *slots);
-    if (slots) {
-      for (size_t i = 0; i < c->cap; i++) {
-        if (!c->slots[i].used) continue;
-        size_t h = (size_t)sk__sc_hash(&c->slots[i].from, &c->slots[i].to) & (cap - 1);
-        while (slots[h].used) h = (h + 1) & (cap - 1);
-        slots[h] = c->slots[i];
-      }
-      sk__sc_free(m, c->slots), c->slots = slots, c->cap = cap;
-    } else {
-      m->cache_failed = true;
-      if (c->used + 1 >= c->cap) return NULL;
-    }
+/* The cache's slots doubled (from 1024), rehashed; false when out of memory. */
+static bool sk__sc_rehash(sk_search_model *m, sk__sc_cache *c) {
+  size_t cap = c->cap ? 2 * c->cap : 1024;
+  sk__sc_entry *slots = (sk__sc_entry *)SK__SC_CALLOC(m, cap, sizeof *slots);
+  if (!slots) return false;
+  for (size_t i = 0; i < c->cap; i++) {
+    if (!c->slots[i].used) continue;
+    size_t h = (size_t)sk__sc_hash(&c->slots[i]) & (cap - 1);
+    while (slots[h].used) h = (h + 1) & (cap - 1);
+    slots[h] = c->slots[i];
   }
-  size_t h = (size_t)sk__sc_hash(from, to) & (c->cap - 1);
+  sk__sc_free(m, c->slots), c->slots = slots, c->cap = cap;
+  return true;
+}
+
+/* The cached move of key k (measured on first sight); NULL when the cache cannot grow. */
+static sk__sc_entry *sk__sc_lookup(sk_search_model *m, const sk__sc_entry *k) {
+  sk__sc_cache *c = (sk__sc_cache *)m->cache;
+  if (c->used * 2 >= c->cap && !sk__sc_rehash(m, c)) { /* a failed grow keeps the table, computes uncached, is flagged */
+    m->cache_failed = true;
+    if (c->used + 1 >= c->cap) return NULL;
+  }
+  size_t h = (size_t)sk__sc_hash(k) & (c->cap - 1);
   while (c->slots[h].used) {
-    if (!memcmp(&c->slots[h].from, from, sizeof *from) && !memcmp(&c->slots[h].to, to, sizeof *to)) return &c->slots[h];
+    const sk__sc_entry *e = &c->slots[h];
+    if (!memcmp(&e->from, &k->from, sizeof k->from) && !memcmp(&e->to, &k->to, sizeof k->to) &&
+        !memcmp(e->shape, k->shape, sizeof k->shape) && e->dt == k->dt)
+      return &c->slots[h];
     h = (h + 1) & (c->cap - 1);
   }
   sk__sc_entry *e = &c->slots[h];
-  e->from = *from, e->to = *to, e->used = true, c->used++;
+  *e = *k, e->used = true, c->used++;
   sk__sc_measure(m, e);
   return e;
 }
@@ -660,17 +815,44 @@ static double sk__sc_sig_numel(const sk_search_sig *s, int64_t numel) {
   return n;
 }
 
+/* The move of a tensor of `shape` in dt from cuts `from` to cuts `to`, in the model's unit: the
+   dry run's price on a pricing cluster, else the bytes the busiest device receives. */
+static double sk__sc_move_cost(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to, const int64_t *shape,
+                               sk_dtype dt, double *bytes) {
+  if (bytes) *bytes = 0;
+  if (!m || !from || !to || !memcmp(from, to, sizeof *from) || from->ndims != to->ndims) return 0;
+  sk__sc_entry key, *e;
+  memset(&key, 0, sizeof key);
+  key.from = *from, key.to = *to, key.dt = (int)dt;
+  int64_t numel = 1;
+  for (int d = 0; d < from->ndims && d < SK_MAX_DIMS; d++) key.shape[d] = shape[d], numel *= shape[d];
+  e = sk__sc_lookup(m, &key);
+  if (!e) sk__sc_measure(m, &key), e = &key;
+  double b = sk__sc_sig_numel(to, numel) * (double)sk_dtype_size(dt) * (1 - e->held);
+  if (bytes) *bytes = b;
+  if (e->us >= 0) return e->us; /* a Move to a part of what a device holds still pays its agreement */
+  if (b <= 0) return 0;
+  /* no plan for these cuts (they do not tile the devices as a mesh would): the bytes over the
+     slowest link, with one collective's latency over the stage */
+  const sk_cluster *cl = &m->desc.cluster;
+  const sk_link_model *l = cl->topology.nodes ? &cl->topology.inter : &cl->link;
+  int peers = m->desc.ndevices > 1 ? m->desc.ndevices - 1 : 1;
+  return l->gbps > 0 ? peers * l->alpha_us + b * 1e-3 / l->gbps : b;
+}
+
 SK_API double sk_search_redist_cost(sk_search_model *m, const sk_search_sig *from, const sk_search_sig *to, int64_t numel,
                                     sk_dtype dt, double *bytes) {
   if (bytes) *bytes = 0;
-  if (!m || !from || !to || !memcmp(from, to, sizeof *from) || from->ndims != to->ndims) return 0;
-  sk__sc_entry local, *e = sk__sc_lookup(m, from, to);
-  if (!e) local.from = *from, local.to = *to, sk__sc_measure(m, &local), e = &local;
-  double b = sk__sc_sig_numel(to, numel) * (double)sk_dtype_size(dt) * (1 - e->held);
-  if (bytes) *bytes = b;
-  if (b <= 0) return 0;
-  const sk_link_model *l = &m->desc.cluster.link;
-  return l->gbps > 0 ? e->peers * l->alpha_us + b * 1e-3 / l->gbps : b;
+  if (!m || !from || !to || from->ndims != to->ndims || from->ndims > SK_MAX_DIMS) return 0;
+  /* a shape with these elements every cut divides: the cuts' largest on each dim but the first,
+     the rest on the first (a move's price depends on its slices' sizes, not on the dims') */
+  int64_t shape[SK_MAX_DIMS], rest = numel;
+  for (int d = from->ndims - 1; d >= 1; d--) {
+    int64_t c = from->dim[d].count > to->dim[d].count ? from->dim[d].count : to->dim[d].count;
+    shape[d] = c > 0 && rest % c == 0 ? c : 1, rest /= shape[d];
+  }
+  if (from->ndims > 0) shape[0] = rest;
+  return sk__sc_move_cost(m, from, to, shape, dt, bytes);
 }
 
 /* ---- the model --------------------------------------------------------------------------------- */
@@ -680,9 +862,9 @@ SK_API double sk_search_edge_cost_of(sk_search_model *m, int ei, const sk_search
   const sk_search_edge *e = &m->edges[ei];
   const sk_graph_tensor *x = &m->graph->tensors[e->tensor];
   const sk_search_sig *from = e->src_param ? &a->in[e->src_slot] : &a->out[e->src_slot], *to = &b->in[e->dst_slot];
-  int64_t n = sk_graph_numel(m->graph, e->tensor);
-  double cost = sk_search_redist_cost(m, from, to, n, x->dtype, NULL);
-  if (m->needs_grad[e->tensor]) cost += sk_search_redist_cost(m, to, from, n, x->dtype, NULL); /* its gradient back */
+  sk_dtype dt = sk__sc_run_dtype(x->dtype, m->desc.compute);
+  double cost = sk__sc_move_cost(m, from, to, x->shape, dt, NULL);
+  if (m->needs_grad[e->tensor]) cost += sk__sc_move_cost(m, to, from, x->shape, dt, NULL); /* its gradient back */
   return cost;
 }
 
@@ -700,8 +882,8 @@ SK_API double sk_search_input_cost_of(sk_search_model *m, int o, const sk_search
   for (int k = 0; k < op->ninputs; k++) {
     int t = op->inputs[k];
     if (m->graph->tensors[t].role != SK_TENSOR_INPUT) continue;
-    cost += sk_search_redist_cost(m, &m->input_sig[t], &c->in[k], sk_graph_numel(m->graph, t), m->graph->tensors[t].dtype,
-                                  NULL);
+    const sk_graph_tensor *x = &m->graph->tensors[t];
+    cost += sk__sc_move_cost(m, &m->input_sig[t], &c->in[k], x->shape, sk__sc_run_dtype(x->dtype, m->desc.compute), NULL);
   }
   return cost;
 }
@@ -711,11 +893,67 @@ SK_API double sk_search_input_cost(sk_search_model *m, int o, int c) {
   return sk_search_input_cost_of(m, o, &m->cands[o][c]);
 }
 
+static int sk__sc_first_reader(const sk_graph *g, int t, int *slot) {
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++)
+      if (g->ops[o].inputs[k] == t) return *slot = k, o;
+  return *slot = 0, -1;
+}
+
+/* Where tensor t is held before its readers' Moves under plan `choice`: its producer's output,
+   the layout its first reader stores a parameter in, or a network input's dataset cuts. NULL: a
+   constant (a scalar everywhere, never moved). */
+static const sk_search_sig *sk__sc_held_sig(const sk_search_model *m, const int *choice, int t) {
+  const sk_graph *g = m->graph;
+  const sk_graph_tensor *x = &g->tensors[t];
+  int slot = 0, o;
+  switch (x->role) {
+    case SK_TENSOR_CONST: return NULL;
+    case SK_TENSOR_INPUT: return &m->input_sig[t];
+    case SK_TENSOR_PARAM:
+      o = sk__sc_first_reader(g, t, &slot);
+      return o < 0 ? NULL : &m->cands[o][choice[o]].in[slot];
+    default: return x->producer < 0 ? NULL : &m->cands[x->producer][choice[x->producer]].out[x->output_index];
+  }
+}
+
+/* Whether an earlier reader of operator o's input k (an operator before o, or o at a slot before
+   k) reads the same tensor in the same cuts: the compiler moves a tensor once per layout its
+   readers want (sk_parallel_op.move_op), and its gradient back once. */
+static bool sk__sc_moved_before(const sk_search_model *m, const int *choice, int o, int k) {
+  const sk_graph *g = m->graph;
+  int t = g->ops[o].inputs[k];
+  const sk_search_sig *want = &m->cands[o][choice[o]].in[k];
+  for (int o2 = 0; o2 <= o; o2++)
+    for (int k2 = 0; k2 < g->ops[o2].ninputs && (o2 < o || k2 < k); k2++)
+      if (g->ops[o2].inputs[k2] == t && !memcmp(&m->cands[o2][choice[o2]].in[k2], want, sizeof *want)) return true;
+  return false;
+}
+
 SK_API double sk_search_plan_cost(sk_search_model *m, const int *choice) {
   if (!m || !choice) return 0;
   double cost = 0;
   for (int o = 0; o < m->graph->nops; o++) cost += m->cands[o][choice[o]].own + sk_search_input_cost(m, o, choice[o]);
   for (int e = 0; e < m->nedges; e++) cost += sk_search_edge_cost(m, e, choice[m->edges[e].src], choice[m->edges[e].dst]);
+  return cost;
+}
+
+SK_API double sk_search_plan_price(sk_search_model *m, const int *choice) {
+  if (!m || !choice) return 0;
+  const sk_graph *g = m->graph;
+  double cost = 0;
+  for (int o = 0; o < g->nops; o++) cost += m->cands[o][choice[o]].own;
+  /* the plan's Moves: each tensor to each layout its readers want, once, and its gradient back */
+  for (int o = 0; o < g->nops; o++)
+    for (int k = 0; k < g->ops[o].ninputs; k++) {
+      int t = g->ops[o].inputs[k];
+      const sk_search_sig *from = sk__sc_held_sig(m, choice, t), *to = &m->cands[o][choice[o]].in[k];
+      if (!from || sk__sc_moved_before(m, choice, o, k)) continue;
+      const sk_graph_tensor *x = &g->tensors[t];
+      sk_dtype dt = sk__sc_run_dtype(x->dtype, m->desc.compute);
+      cost += sk__sc_move_cost(m, from, to, x->shape, dt, NULL);
+      if (m->needs_grad[t]) cost += sk__sc_move_cost(m, to, from, x->shape, dt, NULL);
+    }
   return cost;
 }
 
@@ -752,13 +990,6 @@ static void sk__sc_input_sig(sk_search_model *m, int t) {
   for (int d = 0; d < x->ndims; d++) s->dim[d].count = 1;
   int n = m->desc.ndevices;
   if (x->ndims > 0 && n > 1 && x->shape[0] % n == 0) s->dim[0].count = n, s->dim[0].stride = 1;
-}
-
-static int sk__sc_first_reader(const sk_graph *g, int t, int *slot) {
-  for (int o = 0; o < g->nops; o++)
-    for (int k = 0; k < g->ops[o].ninputs; k++)
-      if (g->ops[o].inputs[k] == t) return *slot = k, o;
-  return *slot = 0, -1;
 }
 
 static sk_result sk__sc_edges(sk_search_model *m, sk_error *err) {
@@ -835,12 +1066,10 @@ SK_API sk_result sk_search_model_build(const sk_graph *g, const sk_search_desc *
   if (desc->ndevices < 1 || desc->ndevices > SK_MAX_DEVICES)
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: %d devices (1..%d)", desc->ndevices, SK_MAX_DEVICES);
   sk_result r = sk_cluster_check(&desc->cluster, "search: cluster", err);
-  /* Refused, not approximated: the model prices a collective without its ranks, so it cannot
-     tell an intra-node group from one that crosses nodes. */
-  if (!r && desc->cluster.topology.nodes)
-    r = sk__fail(err, SK_ERR_UNSUPPORTED,
-                 "search: the searches price a flat link only (cluster.link), not a topology; search under a flat "
-                 "link, then run or dry-run the plan on the topology");
+  const sk_topology *t = &desc->cluster.topology;
+  if (!r && t->nodes && (int64_t)t->nodes * t->per_node < desc->ndevices) /* the stage's ranks must be on it */
+    r = sk__fail(err, SK_ERR_INVALID_ARGUMENT, "search: cluster.topology holds %d x %d devices, fewer than the %d searched",
+                 t->nodes, t->per_node, desc->ndevices);
   if (!r) r = sk_graph_check(g, err);
   if (r) return r;
   m->graph = g, m->desc = *desc;

@@ -64,6 +64,18 @@ SK_API sk_result sk_cluster_algo_us(const sk_cluster *cluster, sk_coll_algo algo
 SK_API sk_result sk_cluster_coll_us(const sk_cluster *cluster, sk_coll_kind kind, size_t count, sk_dtype dt, int n,
                                     const int *ranks, sk_coll_algo *algo, double *us, sk_error *err);
 
+/* The dearest of the groups mesh axes `axes` cut `mesh` into, for one `kind` call of `count`
+   elements of `dt` on each (as sk_cluster_coll_us prices it, its cheapest algorithm): the mesh's
+   rank r is world rank first_rank + r (a stage's devices in row-major order), a group the ranks
+   that differ only along `axes`. A group of one device costs 0. The searches (sk_search_cost.h)
+   price an operator's collectives with it: every group of a mesh axis makes the call at once,
+   and the step waits for the slowest. On a flat cluster every group costs the same and one is
+   priced. Arguments and refusals as sk_cluster_coll_us's, and SK_ERR_INVALID_ARGUMENT for a NULL
+   mesh, axes past its axes, or devices past the topology's. */
+SK_API sk_result sk_cluster_mesh_coll_us(const sk_cluster *cluster, sk_coll_kind kind, size_t count, sk_dtype dt,
+                                         const sk_mesh *mesh, uint32_t axes, int first_rank, double *us,
+                                         sk_error *err);
+
 /* Send/Recv of `count` elements of `dt` from world rank src to world rank dst: alpha + bytes / B
    over the intra link when both sit on one node, the inter link otherwise (a flat cluster: its
    link, as sk_link_cost_us). SK_ERR_INVALID_ARGUMENT for a bad cluster, dtype, or rank. */
@@ -226,6 +238,69 @@ SK_API sk_result sk_cluster_coll_us(const sk_cluster *c, sk_coll_kind kind, size
     if ((r = sk_cluster_algo_us(c, (sk_coll_algo)a, kind, count, dt, n, ranks, &cost, err))) return r;
     /* strictly cheaper beyond rounding: equal formulas summed in another order must tie */
     if (cost < *us * (1 - 1e-9)) *us = cost, *algo = (sk_coll_algo)a;
+  }
+  return SK_OK;
+}
+
+/* The world ranks of the group of `axes` holding mesh rank `base` (whose coordinates along
+   `axes` are 0), ascending: row-major ranks, so the minor axis is spread first and each major
+   one copies the members so far past them. */
+static int sk__mesh_group_of(const sk_mesh *mesh, uint32_t axes, int base, int first_rank, int *ranks) {
+  int n = 1, stride = 1;
+  ranks[0] = first_rank + base;
+  for (int a = mesh->naxes - 1; a >= 0; stride *= mesh->dims[a], a--) {
+    if (!(axes >> a & 1u)) continue;
+    int had = n;
+    for (int c = 1; c < mesh->dims[a]; c++)
+      for (int i = 0; i < had; i++) ranks[n++] = ranks[i] + c * stride;
+  }
+  return n;
+}
+
+SK_API sk_result sk_cluster_mesh_coll_us(const sk_cluster *c, sk_coll_kind kind, size_t count, sk_dtype dt,
+                                         const sk_mesh *mesh, uint32_t axes, int first_rank, double *us,
+                                         sk_error *err) {
+  if (!mesh || !us || mesh->naxes < 1 || mesh->naxes > SK_MAX_AXES || mesh->size < 1 || mesh->size > SK_MAX_DEVICES ||
+      first_rank < 0 || axes >> mesh->naxes)
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "mesh group price: mesh %p, axes 0x%x, first rank %d, us %p",
+                    (const void *)mesh, (unsigned)axes, first_rank, (const void *)us);
+  int p = 1, stride[SK_MAX_AXES], rest[SK_MAX_AXES], nrest = 0;
+  for (int a = mesh->naxes - 1, s = 1; a >= 0; s *= mesh->dims[a], a--) {
+    stride[a] = s;
+    if (axes >> a & 1u) p *= mesh->dims[a];
+    else rest[nrest++] = a;
+  }
+  int ranks[SK_MAX_DEVICES];
+  sk_coll_algo algo;
+  if (!c || !c->topology.nodes || p <= 1) { /* flat (every group alike) or one device */
+    sk__group_shape s;
+    ranks[0] = first_rank; /* checked as one member: a flat price needs the group's size alone */
+    sk_result r = sk__coll_args(c, kind, dt, 1, ranks, us, &s, err);
+    if (!r) *us = p <= 1 ? 0 : sk_link_cost_us(&c->link, kind, count, dt, p); /* sk_cluster_algo_us's ring */
+    return r;
+  }
+  /* a group's shape on the nodes depends only on where its first rank sits on its node: each
+     such place priced once */
+  const int per = c->topology.per_node;
+  bool seen[SK_MAX_DEVICES];
+  memset(seen, 0, sizeof seen);
+  *us = 0;
+  int coord[SK_MAX_AXES] = {0};
+  for (;;) {
+    int base = 0;
+    for (int i = 0; i < nrest; i++) base += coord[i] * stride[rest[i]];
+    int place = (first_rank + base) % per;
+    if (place >= SK_MAX_DEVICES || !seen[place]) {
+      if (place < SK_MAX_DEVICES) seen[place] = true;
+      int n = sk__mesh_group_of(mesh, axes, base, first_rank, ranks);
+      double cost = 0;
+      sk_result r = sk_cluster_coll_us(c, kind, count, dt, n, ranks, &algo, &cost, err);
+      if (r) return r;
+      if (cost > *us) *us = cost;
+    }
+    int i = 0; /* the next leader: count over the other axes, the minor one first */
+    while (i < nrest && ++coord[i] == mesh->dims[rest[i]]) coord[i++] = 0;
+    if (i == nrest) break;
   }
   return SK_OK;
 }

@@ -7,13 +7,18 @@
      listed out of mesh order), shapes a random multiple of both cuts; some sources with partial
      sums (a reduction step, then the exchange). Every step of every plan is priced on a flat
      link and on topologies of 2 and 4 devices a node with different intra and inter links,
-     under the identity, a pipeline stage's offset and a shuffled world map: the two prices must
-     be the same double (the fast walk sums the same terms in the same order).
+     under the identity, a pipeline stage's offset and a shuffled world map: on a topology the
+     two prices must be the same double (the fast walk sums the same terms in the same order),
+     on the flat link equal to 1e-12 relative (counted per dim: the same terms, summed apart).
    - The same descriptors planned for all ranks at once: every rank's bytes as its own plan's.
+   - A thousand more on up to 256 devices and 4-axis meshes, the two sides' meshes drawn
+     apart and half their axes unused, counting the exchanges with a receiver holding a piece
+     of its own target.
    - A 512-device exchange of the kind the dry run meets at scale (rows by 512 -> 16 x 32).
    - Reshapes that no common shape carries (flat pieces) and collectives take the same value.
    - Bad input names what is wrong. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -30,19 +35,20 @@ static int rb_below(int n) {
 
 /* ---- random meshes and layouts --------------------------------------------------------------- */
 
-/* A mesh of 1..3 axes whose sizes multiply to `devices` (each axis a factor >= 1). */
-static sk_mesh rb_mesh(int devices, const char *prefix) {
-  int naxes = 1 + rb_below(3), dims[3] = {1, 1, 1}, left = devices;
+/* A mesh of 1..maxaxes axes (at most 4) whose sizes multiply to `devices` (each axis a random
+   divisor >= 1 of what is left). */
+static sk_mesh rb_mesh_of(int devices, const char *prefix, int maxaxes) {
+  int naxes = 1 + rb_below(maxaxes), dims[4] = {1, 1, 1, 1}, left = devices;
   for (int k = 0; k < naxes - 1; k++) {
-    int divs[64] = {1}, n = 1; /* 1 divides anything */
+    int divs[256] = {1}, n = 1; /* 1 divides anything */
     for (int f = 2; f <= left; f++)
       if (left % f == 0) divs[n++] = f;
     dims[k] = divs[rb_below(n)];
     left /= dims[k];
   }
   dims[naxes - 1] = left;
-  char names[3][16];
-  const char *np[3];
+  char names[4][16];
+  const char *np[4];
   for (int k = 0; k < naxes; k++) snprintf(names[k], sizeof names[k], "%s%d", prefix, k), np[k] = names[k];
   sk_mesh m;
   sk_error e;
@@ -50,9 +56,11 @@ static sk_mesh rb_mesh(int devices, const char *prefix) {
   return m;
 }
 
-/* Each axis unused (one time in three) or appended to a random dim's tuple, axes visited in a
-   random order so tuples list them out of mesh order too. */
-static void rb_map(const sk_mesh *m, int ndims, sk_dim_map *map) {
+static sk_mesh rb_mesh(int devices, const char *prefix) { return rb_mesh_of(devices, prefix, 3); }
+
+/* Each axis unused (one time in `unused_in`) or appended to a random dim's tuple, axes visited
+   in a random order so tuples list them out of mesh order too. */
+static void rb_map_with(const sk_mesh *m, int ndims, sk_dim_map *map, int unused_in) {
   memset(map, 0, sizeof(sk_dim_map) * (size_t)ndims);
   int order[SK_MAX_AXES];
   for (int k = 0; k < m->naxes; k++) order[k] = k;
@@ -61,11 +69,13 @@ static void rb_map(const sk_mesh *m, int ndims, sk_dim_map *map) {
     order[k] = order[j], order[j] = t;
   }
   for (int i = 0; i < m->naxes; i++) {
-    if (rb_below(3) == 0) continue;
+    if (rb_below(unused_in) == 0) continue;
     sk_dim_map *dm = &map[rb_below(ndims)];
     dm->axes[dm->naxes++] = order[i];
   }
 }
+
+static void rb_map(const sk_mesh *m, int ndims, sk_dim_map *map) { rb_map_with(m, ndims, map, 3); }
 
 static int64_t rb_split(const sk_mesh *m, const sk_dim_map *dm) {
   int64_t s = 1;
@@ -179,6 +189,22 @@ static void rb_check_all_ranks(const sk_redist_desc *d, const char *what) {
   sk_redist_plan_destroy(all);
 }
 
+/* busiest against rank by rank. On a flat link a Send/Recv step is counted per dim (a side's
+   pieces times alpha plus its bytes over the bandwidth) where rank by rank sums each piece's
+   price: the same terms summed in another order, so equal up to rounding (1e-12 relative).
+   Elsewhere (a topology, collectives) the walk sums the very terms in the very order: the same
+   double. */
+static void rb_assert_same(double fast, double slow, bool counted, const char *what, int step, const char *name,
+                           int cluster, int world) {
+  if (counted)
+    cr_assert(fabs(fast - slow) <= 1e-12 * fabs(slow),
+              "%s, step %d (%s), cluster %d, world map %d: busiest %.17g, rank by rank %.17g (relative %.3g)", what,
+              step, name, cluster, world, fast, slow, slow ? fabs(fast - slow) / slow : fast);
+  else
+    cr_assert(fast == slow, "%s, step %d (%s), cluster %d, world map %d: busiest %.17g, rank by rank %.17g", what,
+              step, name, cluster, world, fast, slow);
+}
+
 /* Every step of desc's plan on every cluster and world map; returns the Send/Recv steps seen
    with a nonzero price. */
 static int rb_check_desc(const sk_redist_desc *d, const char *what) {
@@ -196,8 +222,7 @@ static int rb_check_desc(const sk_redist_desc *d, const char *what) {
         const int *world = rb_world(w, devices, buf);
         double fast = -1, slow = rb_rank_by_rank(p, s, devices, &clusters[c], world);
         cr_assert_eq(sk_redist_step_busiest_us(p, s, &clusters[c], world, &fast, &e), SK_OK, "%s: %s", what, e.msg);
-        cr_assert(fast == slow, "%s, step %d (%s), cluster %d, world map %d: busiest %.17g, rank by rank %.17g", what,
-                  s, si.name, c, w, fast, slow);
+        rb_assert_same(fast, slow, c == 0 && si.op == SK_REDIST_SENDRECV, what, s, si.name, c, w);
         if (si.op == SK_REDIST_SENDRECV && slow > 0 && c == 0 && w == 0) priced++;
       }
   }
@@ -219,6 +244,71 @@ Test(redist_busiest, random_exchanges_equal_the_rank_by_rank_max, .timeout = 120
   }
   /* the generator must reach the walk often, not only collectives and local copies */
   cr_assert_gt(exchanges, 200, "only %d Send/Recv exchanges among the random cases", exchanges);
+}
+
+/* ---- flat links counted per dim: replicas, two meshes, receivers holding their own piece ------------- */
+
+/* Whether some Send/Recv step of d's plan has a rank whose source slice meets its target
+   slice without holding all of it: a receiver that is its own holder for one piece (kept
+   local, not a message) and takes others from its peers. */
+static bool rb_own_holder(const sk_redist_desc *d) {
+  sk_redist_plan *p = NULL;
+  sk_error e;
+  cr_assert_eq(sk_redist_plan_create(d, 0, &p, &e), SK_OK, "%s", e.msg);
+  bool found = false;
+  for (int s = 0; s < sk_redist_plan_nsteps(p) && !found; s++) {
+    sk_redist_step_info si;
+    cr_assert_eq(sk_redist_plan_step(p, s, &si, &e), SK_OK, "%s", e.msg);
+    for (int r = 0; si.op == SK_REDIST_SENDRECV && r < si.from->mesh.size && !found; r++) {
+      sk_slice a, b;
+      cr_assert_eq(sk_layout_slice(si.from, r, &a, &e), SK_OK, "%s", e.msg);
+      cr_assert_eq(sk_layout_slice(si.to, r, &b, &e), SK_OK, "%s", e.msg);
+      bool meet = true, inside = true;
+      for (int dd = 0; dd < a.ndims; dd++) {
+        meet &= a.start[dd] < b.stop[dd] && b.start[dd] < a.stop[dd];
+        inside &= a.start[dd] <= b.start[dd] && b.stop[dd] <= a.stop[dd];
+      }
+      found = meet && !inside;
+    }
+  }
+  sk_redist_plan_destroy(p);
+  return found;
+}
+
+/* Up to 256 devices, meshes of up to 4 axes drawn apart for the two sides, half the axes
+   unused (replicas a receiver's holder must share), shapes one to three times the cuts' lcm
+   (so blocks of the two sides straddle each other): the per-dim count on a flat link against
+   rank by rank, and the walk's bit-equality on topologies, as for the cases above. */
+Test(redist_busiest, flat_counts_with_replicas_and_two_meshes, .timeout = 240) {
+  static const int counts[] = {8, 12, 16, 32, 48, 64, 128, 256};
+  int exchanges = 0, own = 0, two_meshes = 0;
+  for (int i = 0; i < 1000; i++) {
+    int n = counts[rb_below(8)], ndims = 1 + rb_below(3);
+    sk_mesh mf = rb_mesh_of(n, "f", 4), mt = rb_mesh_of(n, "t", 4);
+    sk_dim_map fm[SK_MAX_DIMS], tm[SK_MAX_DIMS];
+    rb_map_with(&mf, ndims, fm, 2), rb_map_with(&mt, ndims, tm, 2); /* replicas on both sides */
+    int64_t shape[SK_MAX_DIMS];
+    for (int dd = 0; dd < ndims; dd++)
+      shape[dd] = rb_lcm(rb_split(&mf, &fm[dd]), rb_split(&mt, &tm[dd])) * (1 + rb_below(3));
+    sk_redist_desc d;
+    memset(&d, 0, sizeof d);
+    sk_error e;
+    cr_assert_eq(sk_layout_init(&d.from, &mf, ndims, shape, fm, &e), SK_OK, "%s", e.msg);
+    cr_assert_eq(sk_layout_init(&d.to, &mt, ndims, shape, tm, &e), SK_OK, "%s", e.msg);
+    d.dtype = rb_below(2) ? SK_F32 : SK_BF16;
+    char what[256], f[96], t[96];
+    sk_layout_format(&d.from, f, sizeof f), sk_layout_format(&d.to, t, sizeof t);
+    snprintf(what, sizeof what, "wide case %d: [%s] -> [%s] on %d", i, f, t, n);
+    int priced = rb_check_desc(&d, what);
+    exchanges += priced;
+    if (priced && rb_own_holder(&d)) own++;
+    if (priced && memcmp(mf.dims, mt.dims, sizeof mf.dims)) two_meshes++;
+  }
+  /* the generator must reach what the count has to get right, not only easy exchanges */
+  cr_assert_gt(exchanges, 200, "only %d Send/Recv exchanges", exchanges);
+  cr_log_info("wide cases: %d exchanges, %d with an own holder, %d between two meshes", exchanges, own, two_meshes);
+  cr_assert_gt(own, 30, "only %d exchanges with a rank holding a piece of its own target", own);
+  cr_assert_gt(two_meshes, 30, "only %d exchanges between two different meshes", two_meshes);
 }
 
 /* A two-dim exchange written as meshes and layout text ("x,None"); a reshape when the shapes

@@ -281,3 +281,38 @@ Test(topology, bad_calls_refused) {
                SK_ERR_UNSUPPORTED);
   cr_expect(strstr(err.msg, "hierarchical does not run gather") != NULL, "%s", err.msg);
 }
+
+/* A mesh axis's groups all make the call at once: the price is the dearest group's. On 2 nodes
+   of 3, the size-2 groups of the minor axis are {0,1}, {2,3}, {4,5}: {2,3} crosses nodes. */
+Test(topology, mesh_groups_priced_by_the_dearest) {
+  sk_cluster c = two_level(2, 3);
+  sk_mesh mesh;
+  sk_error err;
+  const char *names[2] = {"a", "b"};
+  cr_assert_eq(sk_mesh_init(&mesh, 2, (const int[]){3, 2}, names, &err), SK_OK, "%s", err.msg);
+  double us = -1, across = 0, inside = 0;
+  cr_assert_eq(sk_cluster_mesh_coll_us(&c, SK_COLL_ALLREDUCE, MB, SK_F32, &mesh, 2u, 0, &us, &err), SK_OK, "%s", err.msg);
+  sk_coll_algo algo;
+  cr_assert_eq(sk_cluster_coll_us(&c, SK_COLL_ALLREDUCE, MB, SK_F32, 2, (const int[]){2, 3}, &algo, &across, &err), SK_OK);
+  cr_assert_eq(sk_cluster_coll_us(&c, SK_COLL_ALLREDUCE, MB, SK_F32, 2, (const int[]){0, 1}, &algo, &inside, &err), SK_OK);
+  cr_expect(across > inside, "the group across nodes costs more: %.9g vs %.9g", across, inside);
+  cr_expect(near(us, across), "mesh price %.9g, want the crossing group's %.9g", us, across);
+  /* the major axis: {0,2,4}, {1,3,5}, both on two nodes, alike */
+  double major = -1, want = 0;
+  cr_assert_eq(sk_cluster_mesh_coll_us(&c, SK_COLL_ALLGATHER, MB, SK_F32, &mesh, 1u, 0, &major, &err), SK_OK);
+  cr_assert_eq(sk_cluster_coll_us(&c, SK_COLL_ALLGATHER, MB, SK_F32, 3, (const int[]){1, 3, 5}, &algo, &want, &err), SK_OK);
+  cr_expect(near(major, want), "major axis %.9g, want %.9g", major, want);
+  /* no axis: one device, nothing to pay */
+  cr_expect_eq(sk_cluster_mesh_coll_us(&c, SK_COLL_ALLREDUCE, MB, SK_F32, &mesh, 0u, 0, &us, &err), SK_OK);
+  cr_expect_eq(us, 0);
+  /* a flat cluster prices one group: sk_link_cost_us on its size */
+  sk_cluster flat;
+  memset(&flat, 0, sizeof flat);
+  flat.link.alpha_us = 5, flat.link.gbps = 10;
+  cr_assert_eq(sk_cluster_mesh_coll_us(&flat, SK_COLL_ALLREDUCE, MB, SK_F32, &mesh, 3u, 0, &us, &err), SK_OK);
+  cr_expect(near(us, sk_link_cost_us(&flat.link, SK_COLL_ALLREDUCE, MB, SK_F32, 6)), "flat %.9g", us);
+  EXPECT_BAD(sk_cluster_mesh_coll_us(&c, SK_COLL_ALLREDUCE, MB, SK_F32, &mesh, 4u, 0, &us, &err), &err, "axes 0x4");
+  EXPECT_BAD(sk_cluster_mesh_coll_us(&c, SK_COLL_ALLREDUCE, MB, SK_F32, NULL, 1u, 0, &us, &err), &err, "mesh");
+  /* past the topology's devices: the group's check names the rank */
+  EXPECT_BAD(sk_cluster_mesh_coll_us(&c, SK_COLL_ALLREDUCE, MB, SK_F32, &mesh, 1u, 4, &us, &err), &err, "ranks");
+}
