@@ -53,10 +53,10 @@
    cache): how much redistribution work a search caused.
 
    ERRORS: NULL, a device count outside 1..SK_MAX_DEVICES, a topology with fewer devices than
-   that, a graph that is not ready: SK_ERR_INVALID_ARGUMENT; SK_ERR_OUT_OF_MEMORY (nothing leaks). Every block comes from the
-   graph's allocator (sk_graph.allocator). The costs return no error: when the redistribution
-   cache cannot grow they are measured uncached, still right, and cache_failed is set for the
-   searches to report.
+   that, a graph that is not ready: SK_ERR_INVALID_ARGUMENT; SK_ERR_OUT_OF_MEMORY (nothing
+   leaks). Every block comes from the graph's allocator (sk_graph.allocator). The costs return
+   no error: when the redistribution cache cannot grow they are measured uncached, still right,
+   and cache_failed is set for the searches to report.
 
    License: MIT. */
 #if defined(SK_IMPL) && !defined(SK_SEARCH_COST_IMPL)

@@ -124,7 +124,7 @@ static void usage_run(FILE *f) {
           "  --topology NxP       a hierarchical cluster instead: N nodes of P devices (N x P = --devices, ranks\n"
           "                       node by node); --intra A,G and --inter A,G its links within and between\n"
           "                       nodes; each collective priced by its cheapest algorithm (ring, tree,\n"
-          "                       hierarchical). Not with the searches (--mode): they price a flat link\n", f);
+          "                       hierarchical); the searches (--mode) price their candidates on it\n", f);
 }
 
 static void usage(FILE *f, const char *argv0) {
