@@ -74,7 +74,8 @@ SK_EXTERN_C_BEGIN
                    mpirun binds one process per core; 1 = always (more devices than CPUs: round
                    robin, one CPU each); -1 = never. Only the threads sk_world_run creates are
                    bound (and what they start inherits it); they end with the run. Threads that
-                   join with sk_comm_init_rank are the caller's and are left alone. */
+                   join with sk_comm_init_rank are the caller's and are left alone.
+   A spin or bind outside -1..1 is refused (SK_ERR_INVALID_ARGUMENT) by sk_world_create. */
 typedef struct sk_threads_config {
   size_t small_bytes;
   bool force_large;
@@ -1344,6 +1345,12 @@ static sk_result sk__thr_world_create(sk_world *w, const sk_world_desc *desc, vo
     return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "desc.ndevices = %d; the threads backend needs 1..%d", desc->ndevices,
                     SK_MAX_DEVICES);
   const sk_threads_config *cfg = (const sk_threads_config *)desc->backend_config;
+  if (cfg && (cfg->spin < -1 || cfg->spin > 1))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_threads_config.spin = %d; want -1 (never), 0 (auto) or 1 (always)",
+                    cfg->spin);
+  if (cfg && (cfg->bind < -1 || cfg->bind > 1))
+    return sk__fail(err, SK_ERR_INVALID_ARGUMENT, "sk_threads_config.bind = %d; want -1 (never), 0 (auto) or 1 (always)",
+                    cfg->bind);
   sk__tworld *tw = (sk__tworld *)sk__calloc(&sk_world_config(w)->allocator, sizeof *tw, SK__CL);
   if (!tw) return sk__fail(err, SK_ERR_OUT_OF_MEMORY, "allocating the threads world");
   if (pthread_mutex_init(&tw->lock, NULL) != 0) {

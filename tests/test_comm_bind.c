@@ -2,7 +2,7 @@
    (sk_threads_config.bind): auto gives each device thread its own share of the CPUs the caller
    may use when 2 or more devices fit in them; never (-1), a single device, and auto with more
    devices than CPUs leave the caller's CPU set; always (1) goes round robin beyond the CPUs;
-   the caller's own set is never changed.
+   the caller's own set is never changed; a spin or bind outside -1..1 is refused by name.
    Device threads read their CPU sets; the test thread asserts. Where the test process may use
    a single CPU, binding is skipped and the tests check that nothing was bound. */
 #define _GNU_SOURCE
@@ -135,4 +135,26 @@ Test(comm_bind, always_goes_round_robin, .timeout = 30) {
     b_expect_unbound(&s, n, &mine, "always on one CPU");
   else
     b_expect_shares(&s, n, &mine, "always");
+}
+
+/* A bind or spin outside -1..1 is refused by name when the world is created. */
+Test(comm_bind, out_of_range_knobs_are_refused, .timeout = 30) {
+  const struct {
+    int spin, bind;
+    const char *field;
+  } bad[] = {{0, 2, "bind = 2"}, {0, -2, "bind = -2"}, {3, 0, "spin = 3"}, {-5, 0, "spin = -5"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    sk_threads_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.spin = bad[i].spin, cfg.bind = bad[i].bind;
+    sk_world_desc d;
+    memset(&d, 0, sizeof d);
+    d.ndevices = 2, d.timeout_ms = CT_TIMEOUT_MS, d.backend = sk_threads_backend(), d.backend_config = &cfg;
+    sk_world *w = NULL;
+    sk_error err;
+    memset(&err, 0, sizeof err);
+    cr_expect_eq(sk_world_create(&d, &w, &err), SK_ERR_INVALID_ARGUMENT, "%s accepted", bad[i].field);
+    cr_expect(strstr(err.msg, bad[i].field) != NULL, "%s: message '%s' does not name it", bad[i].field, err.msg);
+    cr_expect_null(w);
+  }
 }
