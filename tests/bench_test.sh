@@ -347,7 +347,8 @@ if [ -x build/gloo_allreduce ]; then
   fi
 fi
 # bench/compare -q on 2 devices against Open MPI (when mpirun is installed): every target line
-# present, its median inside its IQR, and the in-place %ceil line beside the out-of-place one.
+# present, its median inside its IQR, and the in-place %ceil line beside the out-of-place one;
+# the busbw target's bound line (the ceiling against MPI) too.
 if command -v mpirun.openmpi >/dev/null 2>&1; then
   timeout 120 bench/compare -q -r 3 -g 2 -p mpi >"$tmp/out" 2>"$tmp/err"; rc=$?
   bad=$(awk -v rc=$rc '
@@ -355,8 +356,12 @@ if command -v mpirun.openmpi >/dev/null 2>&1; then
                           !match($0, /median [0-9.]+ \(IQR [0-9.]+-[0-9.]+; want >= 90\): (MET|MISSED)$/)) { print "malformed: " $0; next }
                   s = substr($0, RSTART); gsub(/[^0-9.]/, " ", s); split(s, v, " ")
                   if (v[2] > v[1] || v[1] > v[3]) print "median outside its IQR: " $0 }
-    /busbw, 2 devices/ { bw = 1 } /latency, 2 devices/ { lat = 1 } /, in place: %ceil/ { ip = 1 } /, out of place: %ceil/ { oop = 1 }
-    END { if (rc) print "exit " rc; if (n != 4 || !bw || !lat || !ip || !oop) print n " target lines, not the four expected" }' "$tmp/out")
+    /^bound: / { nb++; if (!match($0, /busbw, 2 devices: ceiling\/MPI = [0-9.]+ \(IQR [0-9.]+-[0-9.]+\)$/)) { print "malformed: " $0; next }
+                 s = substr($0, index($0, "= ")); gsub(/[^0-9.]/, " ", s); split(s, v, " ")
+                 if (v[1] <= 0 || v[2] > v[1] || v[1] > v[3]) print "bound outside its IQR or not positive: " $0 }
+    /^target: .*busbw, 2 devices/ { bw = 1 } /latency, 2 devices/ { lat = 1 } /, in place: %ceil/ { ip = 1 } /, out of place: %ceil/ { oop = 1 }
+    END { if (rc) print "exit " rc; if (n != 4 || !bw || !lat || !ip || !oop) print n " target lines, not the four expected"
+          if (nb != 1) print nb " bound lines, not the one expected" }' "$tmp/out")
   if [ -z "$bad" ]; then pass=$((pass + 1)); else
     echo "FAIL: bench/compare -q -r 3 -g 2 -p mpi: $bad"; tail -n 8 "$tmp/out" "$tmp/err" | sed 's/^/    /'; fail=$((fail + 1))
   fi
