@@ -15,7 +15,8 @@
      is cut into tasks of up to 256 KiB of output, and every member claims tasks until none is
      left: the threads that are running do the work of those that are not (8 devices on 2
      cores), and the split stays even on a noisy machine. A reduction deals its claims to one
-     stretch of tasks per CPU, so each core walks its own stretch as a static split would. AllReduce is one pass: a task reads
+     stretch of tasks per CPU, so each core walks its own stretch as a static split would.
+     AllReduce is one pass: a task reads
      its range of all N inputs once and writes it to all N outputs (2*N*S bytes of memory
      traffic in all, the minimum), f32/f64 sums in registers, other types through an L1-sized
      block, reducing in the fixed order rank 0..N-1 so that results are bitwise deterministic
