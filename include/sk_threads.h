@@ -14,8 +14,10 @@
      devices' own buffers: no staging. Once every member has posted its buffers, a collective
      is cut into tasks of up to 256 KiB of output, and every member claims tasks until none is
      left: the threads that are running do the work of those that are not (8 devices on 2
-     cores), and the split stays even on a noisy machine. A reduction deals its claims to one
-     stretch of tasks per CPU, so each core walks its own stretch as a static split would.
+     cores), and the split stays even on a noisy machine. A reduction's member takes its tasks
+     from a lane of its own (one slice of every output) while every member has a CPU, and its
+     claims are dealt to one stretch per CPU beyond that, so each core walks its own stretch as
+     a static split would.
      AllReduce is one pass: a task reads
      its range of all N inputs once and writes it to all N outputs (2*N*S bytes of memory
      traffic in all, the minimum), f32/f64 sums in registers, other types through an L1-sized
@@ -134,6 +136,7 @@ SK_EXTERN_C_BEGIN
 #define SK__SPIN_MIN_NS 250ull           /* ... and at least this long, so the budget can grow back */
 #define SK__COPY_BLOCK 32768             /* bytes copied to every destination while hot in L1 */
 #define SK__SMALL_CAP 1024               /* largest small_bytes */
+#define SK__LANES_MAX 64                 /* a group's task lanes (sk__tlane_take) */
 
 /* ---- waiting ------------------------------------------------------------------------------ */
 
@@ -298,6 +301,8 @@ typedef struct sk__tgroup {
      (SIZE_MAX: none), with what i sends and j expects. Tasks find it; members read it after. */
   struct { size_t pair, sent, want; } vbad[2];
   sk__tp2p *p2p_head, *p2p_tail; /* unmatched sends and receives, in posting order */
+  uint64_t *lanes;  /* nlanes atomic counters, one a cache line (sk__tlane_take) */
+  int nlanes;       /* size when every member has a CPU (and size <= SK__LANES_MAX), else 0 */
   void *mem;        /* the one allocation holding this group */
   struct sk__tgroup *reg_prev, *reg_next; /* the world's registry of sub-groups */
 } sk__tgroup;
@@ -314,7 +319,7 @@ typedef struct sk__tworld {
   int bind;              /* the config's bind: 0 auto, 1 always, -1 never */
   size_t small_bytes;
   bool force_large;
-  int cpus;              /* CPUs online: how many tasks can run at once (sk__tlanes_of) */
+  int cpus;              /* CPUs online: owned or dealt task lanes (sk__tlanes_of) */
   const sk_allocator *alloc;
 } sk__tworld;
 
@@ -376,7 +381,9 @@ static sk__tgroup *sk__tgroup_new(sk__tworld *tw, int size, const int *wranks) {
   size_t off_slots = (sizeof(sk__tgroup) + SK__CL - 1) / SK__CL * SK__CL;
   size_t off_wranks = off_slots + sizeof(sk__tslot) * (size_t)size;
   size_t off_inline = (off_wranks + 2 * sizeof(int) * (size_t)size + SK__CL - 1) / SK__CL * SK__CL;
-  size_t total = off_inline + (size_t)size * 2 * sb;
+  int nlanes = size <= tw->cpus && size <= SK__LANES_MAX ? size : 0; /* owned lanes: a CPU each */
+  size_t off_lanes = off_inline + (size_t)size * 2 * sb; /* a multiple of 8 */
+  size_t total = (off_lanes + SK__CL - 1) / SK__CL * SK__CL + (size_t)nlanes * SK__CL;
   unsigned char *mem = (unsigned char *)sk__calloc(tw->alloc, total, SK__CL);
   if (!mem) return NULL;
   sk__tgroup *g = (sk__tgroup *)mem;
@@ -387,6 +394,8 @@ static sk__tgroup *sk__tgroup_new(sk__tworld *tw, int size, const int *wranks) {
   g->ascending = g->wranks + size;
   g->inline_data = mem + off_inline;
   g->small_bytes = sb;
+  g->lanes = (uint64_t *)(void *)(mem + (off_lanes + SK__CL - 1) / SK__CL * SK__CL);
+  g->nlanes = nlanes;
   for (int i = 0; i < size; i++) g->wranks[i] = g->ascending[i] = wranks ? wranks[i] : i;
   if (wranks) qsort(g->ascending, (size_t)size, sizeof(int), sk__tint_order); /* a split orders by key */
   if (pthread_mutex_init(&g->p2p_lock, NULL) != 0) {
@@ -908,28 +917,80 @@ static sk_result sk__ttask(sk__tmember *m, int p, const sk__tplan *pl, uint64_t 
   return SK_OK;
 }
 
-/* The task that claim number c (0-based, of `total`) runs. Claims are dealt round robin to `lanes`
-   contiguous stretches of the task list, so that threads claiming in turn each walk their own
-   stretch front to back, as a static split of the work would: long streams for the prefetchers and
-   each core on its own memory pages, where consecutive tasks on alternating cores interleave
-   256-KiB pieces of the same streams. Claiming still balances a noisy machine. Claims past
-   lanes * (total / lanes) take the remaining tasks in order, so every task runs exactly once.
-   Side by side with claims in order (bench/RESULTS.md), AllReduce, ReduceScatter and Reduce at
-   1 and 16 MiB: 2 devices 2-12% faster out of place and 7-23% in place; 8 devices within the
-   noise out of place and 2-12% faster in place. */
+/* Owned lanes. While every member has a CPU (and size <= SK__LANES_MAX), a reduction's tasks are
+   split into lanes, one per member: lane l of L holds tasks [per*l/L, per*(l+1)/L) of every
+   contiguous range of `per` tasks, one slice of every output, as a static split of the work
+   would give each thread. A member
+   with a claim (a ticket from sk__tclaim: the group still has an unstarted task) takes the next
+   task of its own lane, and once that is used up the next of lane me+1, me+2, ...: each running
+   thread walks its own stretch front to back (long streams for the prefetchers, its own memory
+   pages), and a thread that is not running leaves its lane to the others, so claiming still
+   balances a noisy machine. A lane's counter holds the collective's tag (its first claim number,
+   the same on every member) above the tasks taken, so a counter from an earlier collective reads
+   as zero taken without being reset. Every ticket takes exactly one task: while a member holds
+   one, fewer tasks have been taken than exist, so one pass over the lanes finds one. Side by side
+   with claims dealt round robin (bench/RESULTS.md), 2 devices: 6-20% faster at 16 MiB. */
+#define SK__LANE_BITS 24 /* tasks taken, below the tag */
+
+/* The slice of every range that lane l of L holds: tasks [*first, *first + *width). */
+static void sk__tlane_span(uint64_t per, uint64_t L, uint64_t l, uint64_t *first, uint64_t *width) {
+  *first = per * l / L;
+  *width = per * (l + 1) / L - *first;
+}
+
+/* Takes task *i (0-based) of a lane of `size` tasks for the collective tagged `tag`; false when
+   the lane is used up. */
+static bool sk__tlane_next(uint64_t *ctr, uint64_t tag, uint64_t size, uint64_t *i) {
+  uint64_t v = __atomic_load_n(ctr, SK__SC);
+  for (;;) {
+    uint64_t taken = v >> SK__LANE_BITS == tag ? v & ((1ull << SK__LANE_BITS) - 1) : 0;
+    if (taken >= size) return false;
+    if (__atomic_compare_exchange_n(ctr, &v, tag << SK__LANE_BITS | (taken + 1), true, SK__SC, SK__SC)) {
+      *i = taken;
+      return true;
+    }
+  }
+}
+
+/* For member me holding a ticket of the collective whose first claim number is base: its task,
+   from its own lane first, then the next lanes in turn. False only if the lanes were used up,
+   which the tickets rule out. */
+static bool sk__tlane_take(sk__tgroup *g, const sk__tplan *pl, uint64_t lanes, uint64_t base, int me, uint64_t *task) {
+  uint64_t ranges = pl->total / pl->per, tag = base & ((1ull << (64 - SK__LANE_BITS)) - 1);
+  for (uint64_t s = 0; s < lanes; s++) {
+    uint64_t l = ((uint64_t)me + s) % lanes, first, width, i;
+    sk__tlane_span(pl->per, lanes, l, &first, &width);
+    if (width && sk__tlane_next(&g->lanes[l * (SK__CL / sizeof(uint64_t))], tag, width * ranges, &i)) {
+      *task = i / width * pl->per + first + i % width;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* With more members than CPUs, the claims are dealt instead: claim number c (0-based, of
+   `total`) runs task (c mod L) * floor(total/L) + floor(c/L) for L = CPUs, so threads claiming in
+   turn each walk their own stretch, and claims past L * floor(total/L) take the rest in order.
+   Owned lanes measured slower there (8 devices on 2 CPUs, bench/RESULTS.md): the two threads
+   running need not own different lanes. */
 static uint64_t sk__tlane_task(uint64_t c, uint64_t total, uint64_t lanes) {
   uint64_t q = lanes > 1 ? total / lanes : 0;
   if (q < 2 || c >= q * lanes) return c;
   return c % lanes * q + c / lanes;
 }
 
-/* How many lanes a collective's tasks are dealt to: for the reductions, whose tasks each stream k
-   inputs, one per CPU up to one per member; 1 (claims in order) for the copies, where lanes
-   measured no faster side by side and AllToAll at 2 devices 2% slower (bench/RESULTS.md). */
-static uint64_t sk__tlanes_of(const sk__tmember *m, const sk_coll *op) {
-  int k = m->g->size, cpus = m->tw->cpus;
+/* How a collective's tasks are ordered. The reductions, whose tasks each stream k inputs: owned
+   lanes (*owned, the group's, one per member) when every member has a CPU and the lane counters
+   hold the task count, else claims dealt to min(k, CPUs) lanes. The copies: claims in order (1),
+   where lanes measured no faster and AllToAll at 2 devices 2% slower (bench/RESULTS.md). */
+static uint64_t sk__tlanes_of(const sk__tmember *m, const sk_coll *op, const sk__tplan *pl, bool *owned) {
+  sk__tgroup *g = m->g;
+  int k = g->size, cpus = m->tw->cpus;
+  *owned = false;
   if (op->kind != SK_COLL_ALLREDUCE && op->kind != SK_COLL_REDUCE_SCATTER && op->kind != SK_COLL_REDUCE) return 1;
-  return (uint64_t)(k < cpus ? k : cpus);
+  uint64_t L = (uint64_t)g->nlanes;
+  *owned = L > 1 && pl->total / L + pl->total / pl->per < (1ull << SK__LANE_BITS);
+  return *owned ? L : (uint64_t)(k < cpus ? k : cpus);
 }
 
 /* Claims the next task below end, if any. */
@@ -1023,14 +1084,18 @@ static sk_result sk__trun_tasks(sk__tmember *m, const sk_coll *op, int origin, i
   if (origin == SK__ORIGIN_PEER) pl.total = (uint64_t)g->size;
   if (pl.total == 0) return SK_OK;
   uint64_t base = sl->tasks, end = base + pl.total, t;
-  uint64_t lanes = sk__tlanes_of(m, op);
+  bool owned = false;
+  uint64_t lanes = origin == SK__ORIGIN_PEER ? 1 : sk__tlanes_of(m, op, &pl, &owned), task;
   sl->tasks = end;
   sk_result r = SK_OK;
   while (!sk_world_aborted(sk_comm_world(m->comm)) && sk__tclaim(g, end, &t)) {
+    task = owned ? 0 : sk__tlane_task(t - base, pl.total, lanes);
     if (origin == SK__ORIGIN_PEER)
       sk__tpeer_task(m, p, t - base);
+    else if (r == SK_OK && owned && !sk__tlane_take(g, &pl, lanes, base, m->me, &task))
+      r = sk_comm_set_error(m->comm, SK_ERR_INTERNAL, "%s: threads backend: no task left for a claim", name);
     else if (r == SK_OK)
-      r = sk__ttask(m, p, &pl, sk__tlane_task(t - base, pl.total, lanes));
+      r = sk__ttask(m, p, &pl, task);
     uint64_t d = __atomic_add_fetch(&g->done, 1, SK__SC);
     if (d == end || (__atomic_load_n(&g->claim, SK__SC) & SK__CLOSED)) sk__twake(&g->sig); /* drainers wait too */
   }
