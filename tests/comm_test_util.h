@@ -107,14 +107,16 @@ static inline void ct_expect_slots(const ct_slot *s, int n, const char *label) {
 
 /* ---- worlds --------------------------------------------------------------------------------- */
 
-enum { CT_CFG_DEFAULT = 0, CT_CFG_LARGE = 1, CT_CFG_SMALL4K = 2, CT_NCFG = 3 };
-static const char *const ct_cfg_names[CT_NCFG] = {"default", "force_large", "small_bytes=4096"};
+/* STREAM: force_large with a 1-byte cache, so every collective writes with streaming stores */
+enum { CT_CFG_DEFAULT = 0, CT_CFG_LARGE = 1, CT_CFG_SMALL4K = 2, CT_CFG_STREAM = 3, CT_NCFG = 4 };
+static const char *const ct_cfg_names[CT_NCFG] = {"default", "force_large", "small_bytes=4096", "stream"};
 
 static inline sk_threads_config *ct_cfg(int which) {
   static sk_threads_config cfgs[CT_NCFG];
   memset(&cfgs[which], 0, sizeof cfgs[which]);
   if (which == CT_CFG_LARGE) cfgs[which].force_large = true;
   if (which == CT_CFG_SMALL4K) cfgs[which].small_bytes = 4096;
+  if (which == CT_CFG_STREAM) cfgs[which].force_large = true, cfgs[which].cache_bytes = 1;
   return &cfgs[which];
 }
 

@@ -3,7 +3,8 @@
    Group sizes 1, 2, 3, 5, 8 (and 16, 64 on a smaller grid); counts 0, 1, 7, 1023 and 100003
    (prime, so no chunking splits it evenly); out-of-place and NCCL's in-place forms; every root of
    Broadcast/Reduce at count 7; each with the default config, force_large (the chunked AllReduce
-   path at tiny counts) and, for AllReduce, small_bytes = 4096 (the inline path at count 1023).
+   path at tiny counts) and, for AllReduce, small_bytes = 4096 (the inline path at count 1023);
+   the large counts also with a 1-byte cache_bytes, so every collective streams its outputs.
    Then the MPI driver's sub-communicator and non-blocking grids (with a Send/Recv ring, three
    outstanding requests and barriers) on a few sizes.
 
@@ -138,7 +139,8 @@ ParameterizedTest(param *p, comm_coll, big_groups, .timeout = 30) {
    2 ranks on a machine of 2 or more CPUs take the reductions' owned lanes (sk_threads.h), 3 and
    8 on 2 CPUs the dealt claims; one case after another also checks that a lane counter left by
    the previous collective reads as none taken. */
-PARAMS(large_count, {2, CT_CFG_DEFAULT}, {2, CT_CFG_LARGE}, {3, CT_CFG_DEFAULT}, {8, CT_CFG_DEFAULT}, {3, CT_CFG_LARGE}, {8, CT_CFG_LARGE})
+PARAMS(large_count, {2, CT_CFG_DEFAULT}, {2, CT_CFG_LARGE}, {3, CT_CFG_DEFAULT}, {8, CT_CFG_DEFAULT}, {3, CT_CFG_LARGE},
+       {8, CT_CFG_LARGE}, {2, CT_CFG_STREAM}, {8, CT_CFG_STREAM})
 ParameterizedTest(param *p, comm_coll, large_count, .timeout = 30) {
   const size_t N = 100003, M = p->n >= 8 ? 20011 : 100003;
   int n = p->n;
