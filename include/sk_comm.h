@@ -382,6 +382,13 @@ SK__INLINE size_t sk_coll_buf_elems(sk_coll_buf b, size_t count, int size, int r
   return b == SK_COLLB_ALL || b == SK_COLLB_ROOT_ALL ? count * (size_t)size : count;
 }
 
+/* Elements of buffers of class b summed over a group of `size` ranks: the root's alone, or one
+   each. Not for SK_COLLB_VEC, whose sizes come from per-peer counts. */
+SK__INLINE size_t sk_coll_buf_group_elems(sk_coll_buf b, size_t count, int size, int root) {
+  size_t one = sk_coll_buf_elems(b, count, size, root, root);
+  return b == SK_COLLB_ROOT_ONE || b == SK_COLLB_ROOT_ALL ? one : one * (size_t)size;
+}
+
 /* Whether a buffer class spans every rank's block (size*count, or per-peer blocks). */
 SK__INLINE bool sk_coll_buf_all(sk_coll_buf b) { return b == SK_COLLB_ALL || b == SK_COLLB_ROOT_ALL || b == SK_COLLB_VEC; }
 

@@ -704,11 +704,8 @@ static sk__tplan sk__tplan_of(const sk_coll *op, int k, size_t cache) {
   sk_coll_info info = sk_coll_info_of(op->kind);
   bool sall = sk_coll_buf_all(info.send), rall = sk_coll_buf_all(info.recv);
   pl.total = sall && rall ? uk * (uk + 1) / 2 * pl.per : sall || rall ? uk * pl.per : pl.per;
-  size_t in = 0, out = 0;
-  for (int r = 0; r < k; r++) {
-    in += sk_coll_buf_elems(info.send, pl.n, k, r, op->root) * pl.es;
-    out += sk_coll_buf_elems(info.recv, pl.n, k, r, op->root) * pl.es;
-  }
+  size_t in = sk_coll_buf_group_elems(info.send, pl.n, k, op->root) * pl.es;
+  size_t out = sk_coll_buf_group_elems(info.recv, pl.n, k, op->root) * pl.es;
   pl.nt = sk__tplan_nt(op->kind, pl.n * pl.es * (size_t)k, in, out, cache);
   return pl;
 }
@@ -1320,7 +1317,10 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
     sq->base.model_end_us = rq->base.model_end_us = end;
     size_t bytes = so->count * sk_dtype_size(so->dtype);
     if (bytes) {
-      bool nt = bytes >= SK__NT_MIN_BYTES; /* a large message would only evict the cache */
+      /* A message of 8 MiB or more streams: in a ring of 2 devices, 8 MiB moved 1.4x faster
+         than with ordinary stores or with streaming from the cache's size; at 8 devices no rule
+         won at every size (bench/RESULTS.md). */
+      bool nt = bytes >= SK__NT_MIN_BYTES;
       sk__tstore((unsigned char *)ro->recv, (const unsigned char *)so->send, bytes, nt);
       sk__tstore_fence(nt);
     }

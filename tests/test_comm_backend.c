@@ -400,3 +400,28 @@ Test(comm_backend, err_from_a_scheduler_and_the_local_reduction) {
   cr_expect_eq(sk_reduce_local(y, srcs, 2, 2, SK_F32, SK_SUM, &e), SK_OK);
   cr_expect(y[0] == 2 && y[1] == 4 && !strcmp(e.msg, "untouched"));
 }
+
+/* A group's buffer total (what the threads backend's streaming decision reads) is the sum of the
+   ranks' own buffers, for every fixed-size buffer class, group size and root. */
+Test(comm_backend, group_buffer_elements_are_the_sum_over_ranks) {
+  for (int kind = SK_COLL_NONE + 1; kind < SK_COLL_KIND_COUNT; kind++) {
+    sk_coll_info info = sk_coll_info_of((sk_coll_kind)kind);
+    const sk_coll_buf bufs[2] = {info.send, info.recv};
+    for (int b = 0; b < 2; b++) {
+      if (bufs[b] == SK_COLLB_VEC) continue;
+      for (int k = 1; k <= 9; k++)
+        for (int root = 0; root < k; root++) {
+          size_t sum = 0;
+          for (int r = 0; r < k; r++) sum += sk_coll_buf_elems(bufs[b], 5, k, r, root);
+          cr_expect_eq(sk_coll_buf_group_elems(bufs[b], 5, k, root), sum, "%s %s k=%d root=%d", info.name,
+                       b ? "recv" : "send", k, root);
+        }
+    }
+  }
+  /* by hand: 4 ranks, count 3 */
+  cr_expect_eq(sk_coll_buf_group_elems(SK_COLLB_ALL, 3, 4, 0), 48u);      /* AllToAll: 4 x 12 */
+  cr_expect_eq(sk_coll_buf_group_elems(SK_COLLB_ROOT_ALL, 3, 4, 2), 12u); /* Gather's recv */
+  cr_expect_eq(sk_coll_buf_group_elems(SK_COLLB_ROOT_ONE, 3, 4, 1), 3u);  /* Broadcast's send */
+  cr_expect_eq(sk_coll_buf_group_elems(SK_COLLB_ONE, 3, 4, 0), 12u);
+  cr_expect_eq(sk_coll_buf_group_elems(SK_COLLB_NONE, 3, 4, 0), 0u);
+}
