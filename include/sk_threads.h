@@ -354,6 +354,18 @@ typedef struct sk__tmember {
   sk__treq *live;         /* device thread only: requests not yet freed (freed at destroy) */
 } sk__tmember;
 
+/* A large Send/Recv message being copied in chunks (sk__tp2p_copy), published on the request
+   of the side that posted first, so that its owner can copy chunks while it waits. */
+typedef struct sk__tp2p_job {
+  const unsigned char *src;
+  unsigned char *dst;
+  size_t bytes;
+  uint32_t chunks;
+  bool nt;
+  int ready;                /* atomic: the fields above are set */
+  uint32_t next, finished;  /* atomic: chunks claimed, chunks copied and fenced */
+} sk__tp2p_job;
+
 struct sk__treq {
   sk_request base;
   sk__treq *next;
@@ -361,6 +373,7 @@ struct sk__treq {
   sk__tmember *m;
   int done; /* atomic */
   sk_result result;
+  sk__tp2p_job job;           /* Send/Recv only */
   char msg[SK_ERROR_MSG_MAX]; /* a failure found by a peer; the owner copies it to its comm */
 };
 
@@ -1263,6 +1276,49 @@ static sk_result sk__tp2p_end(const sk__tmember *m, const sk__tp2p *node, const 
   return SK_OK;
 }
 
+#define SK__P2P_CHUNK (256u << 10)
+
+/* Claims and copies one chunk of j; false when none was left. Each chunk is fenced before it
+   counts as finished, so the completer's `done` orders every chunk's streaming stores. */
+static bool sk__tp2p_chunk(sk__tp2p_job *j) {
+  if (__atomic_load_n(&j->next, __ATOMIC_RELAXED) >= j->chunks) return false;
+  uint32_t c = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+  if (c >= j->chunks) return false;
+  size_t off = (size_t)c * SK__P2P_CHUNK, len = j->bytes - off < SK__P2P_CHUNK ? j->bytes - off : SK__P2P_CHUNK;
+  sk__tstore(j->dst + off, j->src + off, len, j->nt);
+  sk__tstore_fence(j->nt);
+  __atomic_fetch_add(&j->finished, 1, __ATOMIC_RELEASE);
+  return true;
+}
+
+/* Copies a matched message. While every member of the group has a CPU, a message of two or
+   more chunks is published on the request of the side that posted first (`early`), whose owner,
+   if it is waiting, copies chunks too (sk__tp2p_done_or_help): in a ring of 2 devices one thread
+   often matches both messages while the other only waits (1-4 MiB 2x faster). This thread
+   claims chunks until none is left, then waits for the ones the owner claimed (each is one
+   chunk's copy, already running) before anything completes. With more members than CPUs every
+   CPU is busy anyway, the matcher may wait on a descheduled helper's chunk, and sharing measured
+   no faster (8 devices on 2 cores: 0.86-1.29 of copying alone). A message of 8 MiB or more
+   streams: in a ring of 2 devices, 8 MiB moved 1.4x faster than with ordinary stores or with
+   streaming from the cache's size; at 8 devices no rule won at every size (bench/RESULTS.md). */
+static void sk__tp2p_copy(const sk__tmember *m, sk__treq *early, unsigned char *dst, const unsigned char *src,
+                          size_t bytes) {
+  bool nt = bytes >= SK__NT_MIN_BYTES;
+  if (bytes < 2 * SK__P2P_CHUNK || m->g->size > m->tw->cpus) {
+    sk__tstore(dst, src, bytes, nt);
+    sk__tstore_fence(nt);
+    return;
+  }
+  sk__tp2p_job *j = &early->job;
+  j->src = src, j->dst = dst, j->bytes = bytes, j->nt = nt;
+  j->chunks = (uint32_t)((bytes + SK__P2P_CHUNK - 1) / SK__P2P_CHUNK);
+  __atomic_store_n(&j->ready, 1, __ATOMIC_RELEASE);
+  sk__twake(&m->g->sig);
+  while (sk__tp2p_chunk(j)) {
+  }
+  while (__atomic_load_n(&j->finished, __ATOMIC_ACQUIRE) != j->chunks) sched_yield();
+}
+
 /* Posts a Send or Recv; whichever side of a pair arrives second copies and completes both. */
 static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out) {
   sk__tgroup *g = m->g;
@@ -1316,14 +1372,7 @@ static sk_result sk__tp2p_post(sk__tmember *m, const sk_coll *op, sk__treq **out
   } else {
     sq->base.model_end_us = rq->base.model_end_us = end;
     size_t bytes = so->count * sk_dtype_size(so->dtype);
-    if (bytes) {
-      /* A message of 8 MiB or more streams: in a ring of 2 devices, 8 MiB moved 1.4x faster
-         than with ordinary stores or with streaming from the cache's size; at 8 devices no rule
-         won at every size (bench/RESULTS.md). */
-      bool nt = bytes >= SK__NT_MIN_BYTES;
-      sk__tstore((unsigned char *)ro->recv, (const unsigned char *)so->send, bytes, nt);
-      sk__tstore_fence(nt);
-    }
+    if (bytes) sk__tp2p_copy(m, it->req, (unsigned char *)ro->recv, (const unsigned char *)so->send, bytes);
     sk__treq_complete(it->req, SK_OK);
   }
   sk__free(m->tw->alloc, it);
@@ -1392,11 +1441,22 @@ static sk_result sk__tp2p_broken(const void *p) {
   return sk__tleft(q->m, q->base.coll.root) ? SK_ERR_MISMATCH : SK_OK;
 }
 
+/* A Send or Recv's wait, on its owner's thread: copies a chunk of any message of this member
+   that a peer is copying (sk__tp2p_copy), then says whether q is done. */
+static bool sk__tp2p_done_or_help(const void *p) {
+  const sk__treq *q = (const sk__treq *)p;
+  if (sk__treq_done(q)) return true;
+  for (sk__treq *it = q->m->live; it; it = it->live_next)
+    if (__atomic_load_n(&it->job.ready, __ATOMIC_ACQUIRE) && sk__tp2p_chunk(&it->job)) break;
+  return sk__treq_done(q);
+}
+
 static sk_result sk__thr_wait(sk_request *base) {
   sk__treq *q = (sk__treq *)base;
   sk__tmember *m = q->m;
   bool p2p = sk_coll_p2p(q->base.coll.kind);
-  sk_result r = sk__twait(sk_comm_world(m->comm), &m->g->sig, sk__treq_done, q, &m->spin_ns, p2p ? sk__tp2p_broken : NULL);
+  sk_result r = p2p ? sk__twait(sk_comm_world(m->comm), &m->g->sig, sk__tp2p_done_or_help, q, &m->spin_ns, sk__tp2p_broken)
+                    : sk__twait(sk_comm_world(m->comm), &m->g->sig, sk__treq_done, q, &m->spin_ns, NULL);
   if (r == SK_OK) return sk__treq_outcome(q);
   if (!p2p) {
     /* The progress thread runs it; its own waits are bounded and it completes the request with

@@ -430,8 +430,9 @@ static sk_result ring_device(sk_comm *c, void *pv) {
   aarg *a = (aarg *)pv;
   int rank = sk_comm_rank(c), n = sk_comm_size(c);
   ct_slot *s = &a->slots[rank];
-  static const size_t counts[] = {1, 0, 1001, 40000};
-  for (int k = 0; k < 4; k++) {
+  /* 700001: a message of 11 chunks with a short tail, copied by both sides (sk__tp2p_copy) */
+  static const size_t counts[] = {1, 0, 1001, 40000, 700001};
+  for (int k = 0; k < 5; k++) {
     size_t count = counts[k];
     int to = (rank + 1) % n, from = (rank + n - 1) % n;
     int32_t *out = (int32_t *)malloc((count + 1) * sizeof(int32_t)), *in = (int32_t *)malloc((count + 1) * sizeof(int32_t));
@@ -486,8 +487,8 @@ static sk_result exchange_device(sk_comm *c, void *pv) {
   }
   char ctx[96];
   sk_result r = SK_OK;
-  for (int k = 0; k < 3 && r == SK_OK; k++) {
-    size_t count = k == 0 ? 5 : k == 1 ? 1 : 30001;
+  for (int k = 0; k < 4 && r == SK_OK; k++) {
+    size_t count = k == 0 ? 5 : k == 1 ? 1 : k == 2 ? 30001 : 300001; /* the last in chunks */
     int32_t *out = (int32_t *)malloc(count * sizeof(int32_t)), *in = (int32_t *)malloc(count * sizeof(int32_t));
     for (size_t i = 0; i < count; i++) out[i] = p2p_val(rank, peer, k, i), in[i] = -1;
     snprintf(ctx, sizeof ctx, "exchange mode %d n=%d rank %d<->%d count %zu", a->mode, n, rank, peer, count);
